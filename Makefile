@@ -1,0 +1,34 @@
+# Two entry points, see README.md: `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test lint types pytest clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+## Set up, create the SQLite metadata DB if missing, run the engine on dags/.
+run: $(STAMP)
+	$(BIN)/sluice db migrate
+	$(BIN)/sluice run
+
+## Set up the test environment, then lint, type-check and run the whole test suite.
+test: $(STAMP) lint types pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+types: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/pytest -m "not soak" -q
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

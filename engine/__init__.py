@@ -1,0 +1,5 @@
+"""engine package."""
+
+from __future__ import annotations
+
+__all__: tuple[str, ...] = ()

@@ -1,0 +1,43 @@
+"""Exceptions of the engine: one root, ``SluiceError``, subclasses by how the caller reacts."""
+
+from __future__ import annotations
+
+
+class SluiceError(Exception):
+    """Root of every error the engine raises on purpose."""
+
+
+class ConfigError(SluiceError):
+    """The configuration is wrong: names the key and where the value came from."""
+
+
+class DatabaseError(SluiceError):
+    """The metadata database cannot be used (unreachable, locked, schema mismatch)."""
+
+
+class SchemaNotCurrentError(DatabaseError):
+    """The metadata database schema is not at the current migration head."""
+
+
+class EncryptionError(SluiceError):
+    """Trigger kwargs cannot be encrypted or decrypted."""
+
+
+class DecryptionError(EncryptionError):
+    """A stored value cannot be decrypted with any configured Fernet key."""
+
+    def __init__(self, message: str, *, trigger_id: int | None = None) -> None:
+        super().__init__(message)
+        self.trigger_id = trigger_id
+
+
+class TriggerLoadError(SluiceError):
+    """A stored trigger cannot be turned back into an instance."""
+
+
+class TriggerClassNotAllowedError(TriggerLoadError):
+    """The classpath is outside ``[triggerer] allowed_trigger_modules``; it was not imported."""
+
+
+class DagFileError(SluiceError):
+    """A DAG file is broken; names the file and, where known, the line."""

@@ -1,0 +1,5 @@
+"""shared_stream package."""
+
+from __future__ import annotations
+
+__all__: tuple[str, ...] = ()

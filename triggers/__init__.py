@@ -1,0 +1,5 @@
+"""triggers package."""
+
+from __future__ import annotations
+
+__all__: tuple[str, ...] = ()

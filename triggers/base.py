@@ -1,0 +1,194 @@
+"""The trigger contract: what a trigger is, what it yields, how it is stored.
+
+A trigger is a small async object that waits for something outside and yields
+``TriggerEvent``s. It is stored as ``serialize() -> (classpath, kwargs)`` and rebuilt by
+``cls(**kwargs)``; ``__init__`` and ``serialize`` are a pair, so a rebuilt trigger compares
+equal to the original. Names follow Apache Airflow's so that an Airflow trigger ports by
+changing its imports.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from triggers.serde import serialize_value
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Hashable
+
+    from shared_stream.producer import SharedStreamProducer
+
+logger = logging.getLogger(__name__)
+
+
+def classpath_of(obj_or_cls: object) -> str:
+    """The dotted import path of a class (or of an instance's class)."""
+    cls = obj_or_cls if isinstance(obj_or_cls, type) else type(obj_or_cls)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+class TriggerEvent:
+    """Something a trigger fired, with a JSON-serializable (tagged) payload.
+
+    Two events are equal when their payloads are equal. ``dedup_key`` optionally overrides
+    the payload-derived deduplication key of the asset event a watcher's event becomes.
+    """
+
+    __slots__ = ("dedup_key", "payload")
+
+    def __init__(self, payload: Any, *, dedup_key: str | None = None) -> None:
+        serialize_value(payload, where=f"{type(self).__name__} payload")
+        self.payload = payload
+        self.dedup_key = dedup_key
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TriggerEvent):
+            return NotImplemented
+        return type(self) is type(other) and bool(self.payload == other.payload)
+
+    def __hash__(self) -> int:
+        return hash((type(self), repr(self.payload)))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}<{self.payload!r}>"
+
+
+class BaseTaskEndEvent(TriggerEvent):
+    """Ends the deferred task from the triggerer (``end_from_trigger``), no worker needed.
+
+    ``xcoms`` are values the task publishes as it ends (kept with the task instance).
+    """
+
+    __slots__ = ("xcoms",)
+    task_instance_state: str = ""
+
+    def __init__(self, *, xcoms: dict[str, Any] | None = None) -> None:
+        super().__init__({"state": self.task_instance_state, "xcoms": dict(xcoms or {})})
+        self.xcoms = dict(xcoms or {})
+
+
+class TaskSuccessEvent(BaseTaskEndEvent):
+    """Marks the task instance ``success``."""
+
+    __slots__ = ()
+    task_instance_state = "success"
+
+
+class TaskFailedEvent(BaseTaskEndEvent):
+    """Marks the task instance ``failed``."""
+
+    __slots__ = ()
+    task_instance_state = "failed"
+
+
+class TaskSkippedEvent(BaseTaskEndEvent):
+    """Marks the task instance ``skipped``."""
+
+    __slots__ = ()
+    task_instance_state = "skipped"
+
+
+@dataclass(frozen=True, slots=True)
+class StartTriggerArgs:
+    """How to start a task straight on the triggerer (``start_from_trigger``)."""
+
+    trigger_cls: str
+    trigger_kwargs: dict[str, Any] = field(default_factory=dict)
+    next_method: str = "execute_complete"
+    next_kwargs: dict[str, Any] | None = None
+    timeout: timedelta | None = None
+
+
+class BaseTrigger(abc.ABC):
+    """Base of every trigger.
+
+    Subclasses implement ``serialize`` and ``run``; ``cleanup`` runs after ``run`` whatever
+    happened (bounded in time by the runtime); ``on_kill`` runs only when a user asked to
+    stop the trigger (not on a plain shutdown or a takeover by another triggerer).
+    The runtime sets ``trigger_id`` before ``run`` starts.
+    """
+
+    trigger_id: int | None = None
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.trigger_id = None
+
+    @abc.abstractmethod
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """Return ``(classpath, kwargs)`` such that ``cls(**kwargs)`` rebuilds this trigger."""
+
+    @abc.abstractmethod
+    def run(self) -> AsyncIterator[TriggerEvent]:
+        """Wait, then yield one or more ``TriggerEvent``s (an async generator)."""
+
+    async def cleanup(self) -> None:  # noqa: B027 - optional hook with a no-op default
+        """Release resources; called after ``run`` ends, is cancelled or raises."""
+
+    def on_kill(self) -> None:  # noqa: B027 - optional hook with a no-op default
+        """Called when a user asked to stop the trigger, before ``cleanup``."""
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BaseTrigger):
+            return NotImplemented
+        return self.serialize() == other.serialize()
+
+    def __hash__(self) -> int:
+        return hash(self.serialize()[0])
+
+    def __repr__(self) -> str:
+        classpath, kwargs = self.serialize()
+        # kwargs can hold secrets: show their names only.
+        return f"<{classpath} trigger_id={self.trigger_id} kwargs={sorted(kwargs)}>"
+
+
+class BaseEventTrigger(BaseTrigger):
+    """Base of triggers usable by asset watchers.
+
+    Shared streams (opt-in): sibling triggers whose ``shared_stream_key()`` compare equal
+    share one upstream poll. ``open_shared_stream`` (fast mode) or
+    ``create_shared_stream_producer`` (ack mode) is driven once per group with the kwargs
+    of the group's first subscriber; each trigger's ``filter_shared_stream`` turns the raw
+    stream into its own ``TriggerEvent``s.
+    """
+
+    def dedup_key(self, event: TriggerEvent) -> str | None:
+        """The asset-event deduplication key of ``event``; None means payload-derived."""
+        return event.dedup_key
+
+    def shared_stream_key(self) -> Hashable | None:
+        """Key of the shared upstream; None (the default) runs this trigger's own ``run()``."""
+        return None
+
+    @classmethod
+    async def open_shared_stream(cls, kwargs: dict[str, Any]) -> AsyncIterator[Any]:
+        """Yield raw events from the shared upstream (fast mode), for the whole group."""
+        raise NotImplementedError(
+            f"{classpath_of(cls)} returns a shared_stream_key() but implements neither "
+            "open_shared_stream() (fast mode) nor create_shared_stream_producer() (ack mode)"
+        )
+        yield  # pragma: no cover - makes this an async generator
+
+    @classmethod
+    def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> SharedStreamProducer:
+        """Return the group's producer; overriding this selects ack mode."""
+        raise NotImplementedError(
+            f"{classpath_of(cls)} does not implement create_shared_stream_producer(); "
+            "override it to use ack mode"
+        )
+
+    def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
+        """Consume the group's raw events and yield this trigger's ``TriggerEvent``s."""
+        raise NotImplementedError(
+            f"{classpath_of(self)} returns a shared_stream_key() but does not implement "
+            "filter_shared_stream()"
+        )
+
+    @classmethod
+    def uses_ack_mode(cls) -> bool:
+        """True when ``create_shared_stream_producer`` is overridden below this base."""
+        below = cls.__mro__[: cls.__mro__.index(BaseEventTrigger)]
+        return any("create_shared_stream_producer" in klass.__dict__ for klass in below)
