@@ -14,8 +14,8 @@ $(STAMP): pyproject.toml
 
 ## Set up, create the SQLite metadata DB if missing, run the engine on dags/.
 run: $(STAMP)
-	$(BIN)/sluice db migrate
-	$(BIN)/sluice run
+	SLUICE__CORE__DAGS_FOLDER=$${SLUICE__CORE__DAGS_FOLDER:-$(CURDIR)/dags} $(BIN)/sluice db migrate
+	SLUICE__CORE__DAGS_FOLDER=$${SLUICE__CORE__DAGS_FOLDER:-$(CURDIR)/dags} $(BIN)/sluice run
 
 ## Set up the test environment, then lint, type-check and run the whole test suite.
 test: $(STAMP) lint types pytest

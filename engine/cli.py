@@ -1,0 +1,194 @@
+"""The ``sluice`` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from importlib.metadata import version as dist_version
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from engine.exceptions import SluiceError
+
+if TYPE_CHECKING:
+    from engine.config import Config
+    from engine.db import Database
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+def _config(ctx: click.Context) -> Config:
+    cfg = ctx.obj.get("config") if ctx.obj else None
+    if cfg is None:
+        from engine.config import load_config
+        from engine.logs import configure_logging
+
+        try:
+            cfg = load_config()
+        except SluiceError as exc:
+            _fail(str(exc))
+        ctx.ensure_object(dict)["config"] = cfg
+        configure_logging(
+            ctx.obj.get("log_level") or cfg.logging.level,
+            ctx.obj.get("log_format") or cfg.logging.format,
+        )
+    return cfg  # type: ignore[return-value]
+
+
+def _database(ctx: click.Context) -> Database:
+    from engine.db import Database
+
+    return Database(_config(ctx).core.sql_alchemy_conn)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--log-level", default=None, help="Override [logging] level.")
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default=None, help="Log line format."
+)
+@click.pass_context
+def cli(ctx: click.Context, log_level: str | None, log_format: str | None) -> None:
+    """Sluice: an event-driven asset scheduling engine."""
+    ctx.ensure_object(dict)
+    ctx.obj["log_level"] = log_level.upper() if log_level else None
+    ctx.obj["log_format"] = log_format
+
+
+@cli.command()
+def version() -> None:
+    """Print the installed version."""
+    click.echo(dist_version("sluice"))
+
+
+@cli.group()
+def config() -> None:
+    """Inspect the configuration."""
+
+
+@config.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def config_show(ctx: click.Context, as_json: bool) -> None:
+    """Print the effective configuration (secrets redacted) and where each value came from."""
+    from engine.config import render_config
+
+    cfg = _config(ctx)
+    click.echo(json.dumps(cfg.as_dict(redact=True), indent=2) if as_json else render_config(cfg))
+
+
+@cli.group()
+def db() -> None:
+    """Manage the metadata database."""
+
+
+@db.command("migrate")
+@click.pass_context
+def db_migrate(ctx: click.Context) -> None:
+    """Create or upgrade the schema to the current revision."""
+    from engine.db import migrate
+
+    database = _database(ctx)
+    try:
+        before, head = migrate(database.engine)
+    except SluiceError as exc:
+        _fail(str(exc))
+    finally:
+        database.dispose()
+    if before == head:
+        click.echo(f"schema already current at revision {head}")
+    else:
+        click.echo(f"migrated schema from {before or 'empty'} to {head}")
+
+
+@db.command("check")
+@click.pass_context
+def db_check(ctx: click.Context) -> None:
+    """Exit 0 when the schema is current, 1 (with the reason) otherwise."""
+    from engine.db import check_schema, head_revision
+
+    database = _database(ctx)
+    try:
+        check_schema(database.engine)
+    except SluiceError as exc:
+        _fail(str(exc))
+    finally:
+        database.dispose()
+    click.echo(f"schema is current (revision {head_revision()})")
+
+
+@db.command("reset")
+@click.option("--yes", is_flag=True, help="Confirm that every table may be dropped.")
+@click.pass_context
+def db_reset(ctx: click.Context, yes: bool) -> None:
+    """Drop all tables and re-create the schema (destroys all data)."""
+    from engine.db import reset
+
+    if not yes:
+        _fail("`sluice db reset` drops every table; pass --yes to confirm")
+    database = _database(ctx)
+    try:
+        reset(database.engine)
+    finally:
+        database.dispose()
+    click.echo("database reset")
+
+
+@db.command("rotate-fernet-key")
+@click.pass_context
+def db_rotate(ctx: click.Context) -> None:
+    """Re-encrypt every trigger's kwargs with the first key of [core] fernet_key."""
+    from engine import store
+    from engine.crypto import KwargsCipher
+
+    cfg = _config(ctx)
+    cipher = KwargsCipher.from_config(cfg.core.fernet_key, cfg.home)
+    database = _database(ctx)
+    try:
+        rotated, failures = database.call(lambda s: store.rotate_trigger_kwargs(s, cipher))
+    finally:
+        database.dispose()
+    click.echo(f"re-encrypted {rotated} trigger row(s)")
+    for failure in failures:
+        click.echo(f"trigger {failure.trigger_id}: {failure.error}", err=True)
+    if failures:
+        sys.exit(1)
+
+
+def _run_parts(ctx: click.Context, parts: tuple[str, ...], overrides: dict[str, Any]) -> None:
+    from engine.supervisor import run_engine
+
+    cfg = _config(ctx)
+    try:
+        code = run_engine(cfg, parts=parts, overrides=overrides)
+    except SluiceError as exc:
+        _fail(str(exc))
+    sys.exit(code)
+
+
+@cli.command()
+@click.pass_context
+def run(ctx: click.Context) -> None:
+    """Run the engine: every part that is implemented, under one supervisor."""
+    from engine.supervisor import ALL_PARTS
+
+    _run_parts(ctx, ALL_PARTS, {})
+
+
+@cli.command()
+@click.option("--capacity", type=int, default=None, help="Override [triggerer] capacity.")
+@click.pass_context
+def triggerer(ctx: click.Context, capacity: int | None) -> None:
+    """Run a triggerer alone."""
+    _run_parts(ctx, ("triggerer",), {"capacity": capacity} if capacity else {})
+
+
+def main() -> None:
+    cli(obj={})
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

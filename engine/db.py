@@ -1,0 +1,171 @@
+"""Connecting to the metadata database, migrating it, and running sessions off the loop.
+
+SQLite (the embedded default) is set up so that several processes can write safely:
+autocommit DBAPI connections, WAL, ``busy_timeout``, foreign keys on, and ``BEGIN IMMEDIATE``
+on every transaction (a deferred BEGIN loses updates or fails with "database is locked"
+under two writers). PostgreSQL goes through psycopg 3.
+
+``Database.run(fn)`` runs ``fn(session)`` in a worker thread inside one transaction, so the
+event loop never blocks on the database.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import anyio.to_thread
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, event, inspect
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from engine.exceptions import DatabaseError, SchemaNotCurrentError
+from engine.models import Base
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from sqlalchemy.engine import Connection, Engine
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+SQLITE_BUSY_TIMEOUT_MS: Final = 30_000
+MIGRATIONS_LOCATION: Final = str(Path(__file__).parent / "migrations")
+
+
+def is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def _sqlite_setup(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def create_db_engine(url: str) -> Engine:
+    """An engine for ``url`` with the settings this project relies on."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database
+        if database and database != ":memory:":
+            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            parsed, connect_args={"check_same_thread": False, "timeout": 30}, future=True
+        )
+        _sqlite_setup(engine)
+        return engine
+    return create_engine(parsed, pool_pre_ping=True, pool_size=8, max_overflow=8, future=True)
+
+
+def _alembic_config(connection: Connection) -> AlembicConfig:
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", MIGRATIONS_LOCATION)
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def head_revision() -> str:
+    script = ScriptDirectory(MIGRATIONS_LOCATION)
+    head = script.get_current_head()
+    if head is None:  # pragma: no cover - the project always ships migrations
+        raise DatabaseError("no migration revisions found in engine/migrations")
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def migrate(engine: Engine) -> tuple[str | None, str]:
+    """Upgrade the schema to the head revision; returns (revision before, head)."""
+    before = current_revision(engine)
+    with engine.begin() as conn:
+        command.upgrade(_alembic_config(conn), "head")
+    return before, head_revision()
+
+
+def check_schema(engine: Engine) -> None:
+    """Raise ``SchemaNotCurrentError`` unless the schema is at head and matches the models."""
+    current, head = current_revision(engine), head_revision()
+    if current != head:
+        raise SchemaNotCurrentError(
+            f"schema revision is {current or 'empty'}, the code expects {head}; "
+            "run `sluice db migrate`"
+        )
+    drift = schema_drift(engine)
+    if drift:
+        raise SchemaNotCurrentError(f"schema differs from the models: {drift}")
+
+
+def schema_drift(engine: Engine) -> list[Any]:
+    """Differences between the live schema and the models (empty when they agree)."""
+    from alembic.autogenerate import compare_metadata
+
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"compare_type": False})
+        return list(compare_metadata(ctx, Base.metadata))
+
+
+def reset(engine: Engine) -> None:
+    """Drop every table (ours and Alembic's), then migrate from empty."""
+    with engine.begin() as conn:
+        Base.metadata.drop_all(conn)
+        if inspect(conn).has_table("alembic_version"):
+            conn.exec_driver_sql("DROP TABLE alembic_version")
+    migrate(engine)
+
+
+class Database:
+    """The metadata DB: sync sessions, and ``run`` to use them from async code in a thread."""
+
+    def __init__(self, url: str, *, engine: Engine | None = None) -> None:
+        self.url = url
+        self.engine = engine or create_db_engine(url)
+        self.is_sqlite = self.engine.dialect.name == "sqlite"
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # SQLite has one writer at a time and every transaction takes the write lock.
+        self._limiter = anyio.CapacityLimiter(1 if self.is_sqlite else 8)
+
+    def __repr__(self) -> str:
+        return f"Database({make_url(self.url).render_as_string(hide_password=True)!r})"
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """One transaction: commit on success, roll back on error."""
+        try:
+            with self._sessions.begin() as session:
+                yield session
+        except SQLAlchemyError as exc:
+            raise DatabaseError(f"metadata database error: {exc}") from exc
+
+    def call(self, fn: Callable[[Session], T]) -> T:
+        with self.session() as session:
+            return fn(session)
+
+    async def run(self, fn: Callable[[Session], T]) -> T:
+        """Run ``fn(session)`` in one transaction on a worker thread."""
+        return await anyio.to_thread.run_sync(self.call, fn, limiter=self._limiter)
+
+    def dispose(self) -> None:
+        self.engine.dispose()

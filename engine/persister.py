@@ -1,0 +1,215 @@
+"""The single persister: drains the outbox in batches, one transaction per batch.
+
+It flushes as soon as the previous write finished (no fixed cadence), never on the event-loop
+thread, and confirms the shared-stream sequence numbers of a batch right after its commit, so
+the broker is advanced within milliseconds of the events being stored.
+
+A batch that fails because the database is unavailable is retried with backoff and nothing is
+lost; a batch that fails because of one bad item is bisected and the bad item is reported
+(with its trigger id) and dropped; its shared-stream event is left unconfirmed, so the ack
+timeout makes the broker redeliver it rather than lose it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from engine import store
+from engine.exceptions import DatabaseError
+from engine.models import TriggerKind
+from engine.outbox import FiredEvent, TriggerFailed
+from triggers.base import BaseTaskEndEvent
+from triggers.serde import payload_digest, serialize_value
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from sqlalchemy.orm import Session
+
+    from engine.db import Database
+    from engine.outbox import Outbox, OutboxItem
+    from triggers.base import TriggerEvent
+
+logger = logging.getLogger(__name__)
+
+BATCH_MAX_ITEMS: Final = 2000
+RETRY_BACKOFF_S: Final = (0.2, 10.0)
+
+
+@dataclass
+class PersisterStats:
+    batches: int = 0
+    events: int = 0
+    asset_events: int = 0
+    tasks_resumed: int = 0
+    failures_recorded: int = 0
+    dropped: int = 0
+    last_batch_size: int = 0
+    last_commit_s: float = 0.0
+    commit_latencies_s: list[float] = field(default_factory=list, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    seqs: list[int]
+    asset_events: int
+    tasks_resumed: int
+    fired_task_triggers: list[int]
+
+
+def _is_unavailable(exc: BaseException) -> bool:
+    cause = exc.__cause__ if isinstance(exc, DatabaseError) else exc
+    return isinstance(cause, OperationalError) or (
+        isinstance(cause, DBAPIError) and cause.connection_invalidated
+    )
+
+
+class Persister:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        outbox: Outbox,
+        confirm: Callable[[Sequence[int]], None] | None = None,
+        dedup_key: Callable[[int, TriggerEvent], str | None] | None = None,
+        on_committed: Callable[[BatchResult], None] | None = None,
+    ) -> None:
+        self._db = db
+        self._outbox = outbox
+        self._confirm = confirm
+        self._dedup_key = dedup_key or (lambda _tid, event: event.dedup_key)
+        self._on_committed = on_committed
+        self.stats = PersisterStats()
+
+    def __repr__(self) -> str:
+        return f"Persister(pending={len(self._outbox)}, stats={self.stats})"
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Drain the outbox until it is closed and empty."""
+        task_status.started()
+        while True:
+            batch = await self._outbox.get_batch(BATCH_MAX_ITEMS)
+            if not batch:
+                return
+            await self._write_with_retry(batch)
+
+    async def _write_with_retry(self, batch: list[OutboxItem]) -> None:
+        delay = RETRY_BACKOFF_S[0]
+        while True:
+            try:
+                await self._write(batch)
+                return
+            except DatabaseError as exc:
+                if not _is_unavailable(exc) and len(batch) == 1:
+                    self._drop(batch[0], exc)
+                    return
+                if not _is_unavailable(exc):
+                    middle = len(batch) // 2
+                    await self._write_with_retry(batch[:middle])
+                    await self._write_with_retry(batch[middle:])
+                    return
+                logger.warning(
+                    "Metadata database unavailable, retrying %d event(s) in %.1fs: %s",
+                    len(batch),
+                    delay,
+                    exc,
+                    extra={"action": "persist_retry"},
+                )
+                await anyio.sleep(delay)
+                delay = min(delay * 2, RETRY_BACKOFF_S[1])
+
+    def _drop(self, item: OutboxItem, exc: BaseException) -> None:
+        self.stats.dropped += 1
+        logger.error(
+            "Could not store the outcome of trigger %s, dropped it (an acked stream event will "
+            "be redelivered after the ack timeout): %s",
+            item.trigger_id,
+            exc,
+            extra={"action": "persist_drop", "trigger_id": item.trigger_id},
+        )
+
+    async def _write(self, batch: list[OutboxItem]) -> None:
+        started = time.perf_counter()
+        result = await self._db.run(lambda session: self.write_batch(session, batch))
+        elapsed = time.perf_counter() - started
+        self._record(batch, result, elapsed)
+        if self._confirm is not None and result.seqs:
+            self._confirm(result.seqs)
+        if self._on_committed is not None:
+            self._on_committed(result)
+
+    def _record(self, batch: list[OutboxItem], result: BatchResult, elapsed: float) -> None:
+        stats = self.stats
+        stats.batches += 1
+        stats.events += sum(isinstance(i, FiredEvent) for i in batch)
+        stats.failures_recorded += sum(isinstance(i, TriggerFailed) for i in batch)
+        stats.asset_events += result.asset_events
+        stats.tasks_resumed += result.tasks_resumed
+        stats.last_batch_size = len(batch)
+        stats.last_commit_s = elapsed
+        if len(stats.commit_latencies_s) < 10_000:
+            stats.commit_latencies_s.append(elapsed)
+
+    # --- the transaction (runs in a worker thread) --------------------------------------
+
+    def write_batch(self, session: Session, batch: Sequence[OutboxItem]) -> BatchResult:
+        fired = [i for i in batch if isinstance(i, FiredEvent)]
+        watchers = store.watcher_assets(session, {i.trigger_id for i in batch})
+        asset_rows: list[dict[str, Any]] = []
+        resumed, done_task_triggers = 0, []
+        for item in fired:
+            if item.trigger_id in watchers:
+                asset_rows.append(self._asset_row(item, *watchers[item.trigger_id]))
+            elif item.trigger_id not in done_task_triggers:
+                resumed += self._finish_task_trigger(session, item.trigger_id, item.event)
+                done_task_triggers.append(item.trigger_id)
+        for item in batch:
+            if isinstance(item, TriggerFailed):
+                self._record_failure(session, item, is_watcher=item.trigger_id in watchers)
+        inserted = store.insert_asset_events(session, asset_rows)
+        seqs = [i.seq for i in fired if i.seq is not None]
+        return BatchResult(seqs, inserted, resumed, done_task_triggers)
+
+    def _asset_row(self, item: FiredEvent, asset_id: int, watcher: str) -> dict[str, Any]:
+        payload = serialize_value(item.event.payload, where="event payload")
+        key = self._dedup_key(item.trigger_id, item.event) or payload_digest(item.event.payload)
+        return {
+            "asset_id": asset_id,
+            "payload": payload,
+            "dedup_key": key[:512],
+            "source_trigger_id": item.trigger_id,
+            "source_watcher": watcher,
+            "timestamp": store.utcnow(),
+        }
+
+    @staticmethod
+    def _finish_task_trigger(session: Session, trigger_id: int, event: TriggerEvent) -> int:
+        if isinstance(event, BaseTaskEndEvent):
+            count = store.end_deferred_tasks(session, trigger_id, state=event.task_instance_state)
+        else:
+            count = store.resume_deferred_tasks(
+                session, trigger_id, next_method=None, next_kwargs={"event": event.payload}
+            )
+        store.delete_trigger(session, trigger_id)
+        return count
+
+    @staticmethod
+    def _record_failure(session: Session, item: TriggerFailed, *, is_watcher: bool) -> None:
+        if is_watcher or item.kind is not TriggerKind.TASK:
+            store.record_trigger_failure(session, item.trigger_id, item.reason)
+            return
+        store.resume_deferred_tasks(
+            session,
+            item.trigger_id,
+            next_method=store.FAIL_METHOD,
+            next_kwargs={"error": item.reason, "traceback": item.traceback},
+        )
+        store.delete_trigger(session, item.trigger_id)

@@ -1,0 +1,327 @@
+"""All SQL of the metadata database lives here (procrastinate's ``JobManager`` pattern).
+
+Functions take a ``Session`` (one transaction, opened by ``engine.db.Database``) and plain
+values; they never decide policy, only read and write. Bulk paths use Core statements so a
+triggerer can claim thousands of rows per second.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import and_, delete, func, insert, or_, select, update
+
+from engine.models import (
+    AssetEvent,
+    AssetWatcher,
+    Job,
+    JobState,
+    TaskInstance,
+    TaskState,
+    Trigger,
+    TriggerKind,
+)
+from triggers.serde import dumps
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from sqlalchemy.orm import Session
+
+    from engine.crypto import KwargsCipher
+    from triggers.base import BaseTrigger
+
+logger = logging.getLogger(__name__)
+
+TRIGGERER_JOB: str = "triggerer"
+FAIL_METHOD: str = "__fail__"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerRow:
+    """A claimed trigger row, still encrypted."""
+
+    id: int
+    classpath: str
+    kwargs: str
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class DecryptFailure:
+    trigger_id: int
+    error: str
+
+
+# --- jobs -------------------------------------------------------------------------------
+
+
+def start_job(session: Session, *, job_type: str, capacity: int | None = None) -> int:
+    now = utcnow()
+    result = session.execute(
+        insert(Job)
+        .values(
+            job_type=job_type,
+            state=JobState.RUNNING,
+            hostname=socket.getfqdn(),
+            pid=os.getpid(),
+            capacity=capacity,
+            start_date=now,
+            latest_heartbeat=now,
+        )
+        .returning(Job.id)
+    )
+    return int(result.scalar_one())
+
+
+def heartbeat(session: Session, job_id: int) -> bool:
+    """Refresh the heartbeat; False when the row is gone or no longer running."""
+    result = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.state == JobState.RUNNING)
+        .values(latest_heartbeat=utcnow())
+    )
+    return result.rowcount == 1  # type: ignore[attr-defined]
+
+
+def end_job(session: Session, job_id: int, *, state: str = JobState.SUCCESS) -> None:
+    session.execute(update(Job).where(Job.id == job_id).values(state=state, end_date=utcnow()))
+
+
+def alive_job_ids(session: Session, *, job_type: str, threshold_s: float) -> list[int]:
+    cutoff = utcnow() - timedelta(seconds=threshold_s)
+    rows = session.execute(
+        select(Job.id).where(
+            Job.job_type == job_type,
+            Job.state == JobState.RUNNING,
+            Job.latest_heartbeat > cutoff,
+        )
+    )
+    return [int(r) for r in rows.scalars()]
+
+
+# --- triggers ---------------------------------------------------------------------------
+
+
+def add_trigger(
+    session: Session, cipher: KwargsCipher, trigger: BaseTrigger, *, kind: TriggerKind
+) -> int:
+    """Store a trigger with its kwargs encrypted; returns its id."""
+    classpath, kwargs = trigger.serialize()
+    return add_trigger_row(session, cipher, classpath, kwargs, kind=kind)
+
+
+def add_trigger_row(
+    session: Session,
+    cipher: KwargsCipher,
+    classpath: str,
+    kwargs: dict[str, Any],
+    *,
+    kind: TriggerKind,
+) -> int:
+    token = cipher.encrypt_kwargs(kwargs, owner=classpath)
+    result = session.execute(
+        insert(Trigger)
+        .values(classpath=classpath, kwargs=token, kind=kind, created_date=utcnow())
+        .returning(Trigger.id)
+    )
+    return int(result.scalar_one())
+
+
+def claim_triggers(
+    session: Session, *, triggerer_id: int, capacity: int, threshold_s: float
+) -> list[TriggerRow]:
+    """Assign to ``triggerer_id`` up to ``capacity`` unowned rows or rows of dead triggerers."""
+    if capacity <= 0:
+        return []
+    alive = alive_job_ids(session, job_type=TRIGGERER_JOB, threshold_s=threshold_s)
+    owned_by_dead = (
+        Trigger.triggerer_id.not_in(alive) if alive else Trigger.triggerer_id.is_not(None)
+    )
+    candidates = (
+        select(Trigger.id)
+        .where(or_(Trigger.triggerer_id.is_(None), owned_by_dead))
+        .order_by(Trigger.id)
+        .limit(capacity)
+    )
+    if session.get_bind().dialect.name == "postgresql":
+        candidates = candidates.with_for_update(skip_locked=True)
+    ids = list(session.execute(candidates).scalars())
+    if not ids:
+        return []
+    rows = session.execute(
+        update(Trigger)
+        .where(Trigger.id.in_(ids))
+        .values(triggerer_id=triggerer_id)
+        .returning(Trigger.id, Trigger.classpath, Trigger.kwargs, Trigger.kind)
+    )
+    return sorted((TriggerRow(*row) for row in rows), key=lambda r: r.id)
+
+
+def fetch_trigger_rows(session: Session, ids: Iterable[int]) -> list[TriggerRow]:
+    wanted = list(ids)
+    if not wanted:
+        return []
+    rows = session.execute(
+        select(Trigger.id, Trigger.classpath, Trigger.kwargs, Trigger.kind).where(
+            Trigger.id.in_(wanted)
+        )
+    )
+    return [TriggerRow(*row) for row in rows]
+
+
+def owned_trigger_ids(session: Session, *, triggerer_id: int) -> set[int]:
+    rows = session.execute(select(Trigger.id).where(Trigger.triggerer_id == triggerer_id))
+    return set(rows.scalars())
+
+
+def release_triggers(session: Session, *, triggerer_id: int) -> int:
+    """Unassign every row of ``triggerer_id`` so another triggerer takes them at once."""
+    result = session.execute(
+        update(Trigger).where(Trigger.triggerer_id == triggerer_id).values(triggerer_id=None)
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def rotate_trigger_kwargs(
+    session: Session, cipher: KwargsCipher
+) -> tuple[int, list[DecryptFailure]]:
+    """Re-encrypt every trigger row with the first key; rows that fail are reported, kept."""
+    from engine.exceptions import DecryptionError
+
+    rotated, failures = 0, []
+    for trigger_id, token in session.execute(select(Trigger.id, Trigger.kwargs)).all():
+        try:
+            new_token = cipher.rotate(token, trigger_id=trigger_id)
+        except DecryptionError as exc:
+            failures.append(DecryptFailure(trigger_id, str(exc)))
+            continue
+        session.execute(update(Trigger).where(Trigger.id == trigger_id).values(kwargs=new_token))
+        rotated += 1
+    return rotated, failures
+
+
+def record_trigger_failure(session: Session, trigger_id: int, error: str) -> None:
+    session.execute(
+        update(Trigger)
+        .where(Trigger.id == trigger_id)
+        .values(failure_count=Trigger.failure_count + 1, last_error=error[:10_000])
+    )
+
+
+def delete_unreferenced_triggers(session: Session) -> int:
+    """Delete trigger rows no deferred task and no asset watcher references."""
+    deferred = select(TaskInstance.trigger_id).where(
+        TaskInstance.trigger_id.is_not(None), TaskInstance.state == TaskState.DEFERRED
+    )
+    watched = select(AssetWatcher.trigger_id)
+    result = session.execute(
+        delete(Trigger).where(Trigger.id.not_in(deferred), Trigger.id.not_in(watched))
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def count_triggers(session: Session) -> int:
+    return int(session.execute(select(func.count()).select_from(Trigger)).scalar_one())
+
+
+# --- task instances resumed / failed by their trigger -----------------------------------
+
+
+def resume_deferred_tasks(
+    session: Session, trigger_id: int, *, next_method: str | None, next_kwargs: dict[str, Any]
+) -> int:
+    """Move every task still deferred on ``trigger_id`` to ``scheduled``; 0 if none left.
+
+    ``next_method=None`` keeps each task's own ``next_method``.
+    """
+    values: dict[str, Any] = {
+        "state": TaskState.SCHEDULED,
+        "next_kwargs": dumps(next_kwargs, where="next_kwargs"),
+        "trigger_id": None,
+        "trigger_timeout": None,
+    }
+    if next_method is not None:
+        values["next_method"] = next_method
+    result = session.execute(
+        update(TaskInstance)
+        .where(TaskInstance.trigger_id == trigger_id, TaskInstance.state == TaskState.DEFERRED)
+        .values(**values)
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def end_deferred_tasks(session: Session, trigger_id: int, *, state: str) -> int:
+    """End tasks deferred on ``trigger_id`` from the triggerer (``end_from_trigger``)."""
+    result = session.execute(
+        update(TaskInstance)
+        .where(TaskInstance.trigger_id == trigger_id, TaskInstance.state == TaskState.DEFERRED)
+        .values(state=state, end_date=utcnow(), trigger_id=None, trigger_timeout=None)
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def fail_timed_out_deferrals(session: Session, *, now: datetime | None = None) -> list[int]:
+    """Fail (``__fail__``, "trigger timeout") tasks deferred past their timeout."""
+    now = now or utcnow()
+    expired = and_(
+        TaskInstance.state == TaskState.DEFERRED,
+        TaskInstance.trigger_timeout.is_not(None),
+        TaskInstance.trigger_timeout <= now,
+    )
+    ids = list(session.execute(select(TaskInstance.id).where(expired)).scalars())
+    if ids:
+        session.execute(
+            update(TaskInstance)
+            .where(TaskInstance.id.in_(ids), expired)
+            .values(
+                state=TaskState.SCHEDULED,
+                next_method=FAIL_METHOD,
+                next_kwargs=dumps({"error": "trigger timeout"}),
+                trigger_id=None,
+                trigger_timeout=None,
+            )
+        )
+    return ids
+
+
+def delete_trigger(session: Session, trigger_id: int) -> None:
+    session.execute(delete(Trigger).where(Trigger.id == trigger_id))
+
+
+# --- asset events from watchers ---------------------------------------------------------
+
+
+def watcher_assets(session: Session, trigger_ids: Iterable[int]) -> dict[int, tuple[int, str]]:
+    """Map trigger id -> (asset id, watcher name) for watcher triggers."""
+    rows = session.execute(
+        select(AssetWatcher.trigger_id, AssetWatcher.asset_id, AssetWatcher.name).where(
+            AssetWatcher.trigger_id.in_(list(trigger_ids))
+        )
+    )
+    return {int(t): (int(a), str(n)) for t, a, n in rows}
+
+
+def insert_asset_events(session: Session, rows: Sequence[dict[str, Any]]) -> int:
+    """Insert asset events, skipping any whose (asset, dedup_key) already exists."""
+    if not rows:
+        return 0
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert  # type: ignore[assignment]
+    stmt = dialect_insert(AssetEvent).on_conflict_do_nothing(
+        index_elements=["asset_id", "dedup_key"]
+    )
+    result = session.execute(stmt, list(rows))
+    return int(result.rowcount)  # type: ignore[attr-defined]

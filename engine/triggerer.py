@@ -1,0 +1,309 @@
+"""The triggerer: claims trigger rows, runs them in one event loop, persists what they fire.
+
+One ``job`` row with heartbeats; a claim loop that takes unassigned rows and rows of dead
+triggerers up to the remaining capacity (``FOR UPDATE SKIP LOCKED`` on PostgreSQL) and stops
+locally every trigger whose row is no longer ours; one outbox drained by one persister; a
+loop watchdog; periodic clean-up of unreferenced rows and of deferrals past their timeout.
+Deferred-task triggers, watcher triggers and shared-stream subscribers share this runtime.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import anyio
+
+from engine import store
+from engine.exceptions import DecryptionError, SluiceError, TriggerLoadError
+from engine.loader import build_trigger
+from engine.models import JobState, TriggerKind
+from engine.outbox import Outbox, TriggerFailed
+from engine.persister import Persister
+from engine.runner import TriggerRunner, TriggerSpec
+from engine.watchdog import LoopWatchdog
+from shared_stream import SharedStreamManager
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from engine.crypto import KwargsCipher
+    from engine.db import Database
+    from triggers.base import BaseTrigger, TriggerEvent
+
+logger = logging.getLogger(__name__)
+
+CLAIM_IDLE_INTERVAL_S: Final = 1.0
+LOAD_RETRY_S: Final = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class TriggererSettings:
+    capacity: int = 1000
+    heartbeat_s: float = 5.0
+    health_check_threshold_s: float = 10.5
+    allowed_modules: tuple[str, ...] = ("triggers", "producers")
+    plugins_folder: Path | None = None
+    blocked_threshold_s: float = 0.2
+    cleanup_interval_s: float = 60.0
+    cleanup_timeout_s: float = 10.0
+    shutdown_grace_s: float = 30.0
+    ack_timeout_s: float = 300.0
+    subscriber_queue_size: int = 1024
+    cohort_grace_period_s: float = 0.0
+    claim_idle_interval_s: float = CLAIM_IDLE_INTERVAL_S
+
+
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    row: store.TriggerRow
+    kwargs: dict[str, object] | None
+    error: str | None
+
+
+class Triggerer:
+    """Runs claimed triggers; ``run()`` until ``shutdown()``."""
+
+    def __init__(self, *, db: Database, cipher: KwargsCipher, settings: TriggererSettings) -> None:
+        self._db = db
+        self._cipher = cipher
+        self.settings = settings
+        self.job_id: int | None = None
+        self.outbox = Outbox()
+        self.shared_streams = SharedStreamManager(
+            max_subscriber_queue=settings.subscriber_queue_size,
+            ack_timeout=settings.ack_timeout_s,
+            cohort_grace_period=settings.cohort_grace_period_s,
+        )
+        self.runner = TriggerRunner(
+            outbox=self.outbox,
+            shared_streams=self.shared_streams,
+            cleanup_timeout_s=settings.cleanup_timeout_s,
+        )
+        self.persister = Persister(
+            db=db,
+            outbox=self.outbox,
+            confirm=self.shared_streams.confirm_persisted,
+            dedup_key=self._dedup_key,
+        )
+        self.watchdog = LoopWatchdog(settings.blocked_threshold_s)
+        self._instances: dict[int, BaseTrigger] = {}
+        self._load_failed: dict[int, float] = {}
+        self._stopping = anyio.Event()
+        self._claims = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"Triggerer(job_id={self.job_id}, running={len(self.runner)}, "
+            f"capacity={self.settings.capacity}, outbox={len(self.outbox)})"
+        )
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        capacity = self.settings.capacity
+        self.job_id = await self._db.run(
+            lambda s: store.start_job(s, job_type=store.TRIGGERER_JOB, capacity=capacity)
+        )
+        logger.info(
+            "Triggerer started job_id=%s capacity=%d",
+            self.job_id,
+            capacity,
+            extra={"action": "triggerer_started", "job_id": self.job_id},
+        )
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(self.watchdog.run)
+                await tg.start(self.shared_streams.run)
+                await tg.start(self.runner.run)
+                tg.start_soon(self.persister.run)
+                tg.start_soon(self._heartbeat_loop)
+                tg.start_soon(self._cleanup_loop)
+                await tg.start(self._claim_loop)
+                task_status.started()
+                await self._stopping.wait()
+                await self._drain(tg)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._finish()
+
+    def shutdown(self) -> None:
+        """Begin a graceful stop: no more claims, stop triggers, flush, release rows."""
+        self._stopping.set()
+
+    async def _drain(self, tg: anyio.abc.TaskGroup) -> None:
+        grace = self.settings.shutdown_grace_s
+        logger.info(
+            "Triggerer stopping: %d trigger(s) running",
+            len(self.runner),
+            extra={"action": "triggerer_stopping"},
+        )
+        await self.runner.aclose(grace_s=grace)
+        with anyio.move_on_after(grace, shield=True):
+            await self.shared_streams.stop_all()
+        self.outbox.close()
+        with anyio.move_on_after(grace, shield=True):
+            await self.persister.run()
+        tg.cancel_scope.cancel()
+
+    async def _finish(self) -> None:
+        if self.job_id is None:
+            return
+        job_id = self.job_id
+
+        def release(session: Session) -> int:
+            count = store.release_triggers(session, triggerer_id=job_id)
+            store.end_job(session, job_id, state=JobState.SUCCESS)
+            return count
+
+        with anyio.move_on_after(10):
+            released = await self._db.run(release)
+            logger.info(
+                "Triggerer stopped, released %d trigger row(s)",
+                released,
+                extra={"action": "triggerer_stopped", "job_id": job_id},
+            )
+
+    # --- loops --------------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        assert self.job_id is not None
+        job_id = self.job_id
+        while True:
+            await anyio.sleep(self.settings.heartbeat_s)
+            try:
+                alive = await self._db.run(lambda s: store.heartbeat(s, job_id))
+            except SluiceError as exc:
+                logger.warning("Heartbeat failed: %s", exc, extra={"action": "heartbeat_failed"})
+                continue
+            if not alive:
+                logger.error(
+                    "Triggerer job row %s is no longer running",
+                    job_id,
+                    extra={"action": "heartbeat_lost", "job_id": job_id},
+                )
+
+    async def _cleanup_loop(self) -> None:
+        while True:
+            try:
+                await self._db.run(store.delete_unreferenced_triggers)
+            except SluiceError as exc:
+                logger.warning("Trigger clean-up failed: %s", exc, extra={"action": "cleanup"})
+            await anyio.sleep(self.settings.cleanup_interval_s)
+
+    async def _claim_loop(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        first = True
+        while True:
+            try:
+                more = await self.sync_once()
+            except SluiceError as exc:
+                logger.warning("Claim loop failed, retrying: %s", exc, extra={"action": "claim"})
+                more = False
+            if first:
+                task_status.started()
+                first = False
+            if not more:
+                with anyio.move_on_after(self.settings.claim_idle_interval_s):
+                    await self._stopping.wait()
+            if self._stopping.is_set():
+                return
+
+    # --- one sync: stop what is no longer ours, claim, start ---------------------------
+
+    async def sync_once(self) -> bool:
+        """One claim round; True when capacity was filled (more rows may be waiting)."""
+        assert self.job_id is not None
+        job_id, s = self.job_id, self.settings
+        left = s.capacity - len(self.runner)
+        now = time.monotonic()
+        retry = {t for t, failed_at in self._load_failed.items() if now - failed_at >= LOAD_RETRY_S}
+
+        def claim(session: Session) -> tuple[set[int], list[_Loaded]]:
+            store.fail_timed_out_deferrals(session)
+            owned = store.owned_trigger_ids(session, triggerer_id=job_id)
+            rows = store.claim_triggers(
+                session,
+                triggerer_id=job_id,
+                capacity=left,
+                threshold_s=s.health_check_threshold_s,
+            )
+            rows += store.fetch_trigger_rows(session, retry & owned)
+            return owned, [self._decrypt(row) for row in rows]
+
+        owned, loaded = await self._db.run(claim)
+        self._stop_unowned(owned | {item.row.id for item in loaded})
+        self._load_failed = {t: at for t, at in self._load_failed.items() if t in owned}
+        for item in loaded:
+            self._load_failed.pop(item.row.id, None)
+        self._claims += len(loaded)
+        for item in loaded:
+            self._start(item)
+        return left > 0 and len(loaded) >= left
+
+    def _decrypt(self, row: store.TriggerRow) -> _Loaded:
+        try:
+            return _Loaded(row, self._cipher.decrypt_kwargs(row.kwargs, trigger_id=row.id), None)
+        except DecryptionError as exc:
+            return _Loaded(row, None, str(exc))
+
+    def _stop_unowned(self, owned: set[int]) -> None:
+        for trigger_id in self.runner.running_ids() - owned:
+            logger.info(
+                "Trigger %s is no longer assigned here, stopping it",
+                trigger_id,
+                extra={"action": "trigger_unassigned", "trigger_id": trigger_id},
+            )
+            self.runner.stop(trigger_id)
+            self._instances.pop(trigger_id, None)
+
+    def _start(self, item: _Loaded) -> None:
+        row = item.row
+        kind = TriggerKind(row.kind)
+        try:
+            if item.error is not None:
+                raise TriggerLoadError(item.error)
+            assert item.kwargs is not None
+            trigger = build_trigger(
+                row.classpath,
+                item.kwargs,
+                allowed=self.settings.allowed_modules,
+                plugins_folder=self.settings.plugins_folder,
+            )
+        except TriggerLoadError as exc:
+            self._load_failure(row.id, kind, exc)
+            return
+        self._instances[row.id] = trigger
+        self.runner.start(TriggerSpec(trigger_id=row.id, trigger=trigger, kind=kind))
+
+    def _load_failure(self, trigger_id: int, kind: TriggerKind, exc: TriggerLoadError) -> None:
+        logger.error(
+            "Trigger %s cannot be loaded: %s",
+            trigger_id,
+            exc,
+            extra={"action": "trigger_load_failed", "trigger_id": trigger_id},
+        )
+        self._load_failed[trigger_id] = time.monotonic()
+        self.outbox.put_nowait(
+            TriggerFailed(
+                trigger_id=trigger_id,
+                kind=kind,
+                reason=f"cannot load trigger: {exc}",
+                traceback=None,
+                will_restart=False,
+            )
+        )
+
+    def _dedup_key(self, trigger_id: int, event: TriggerEvent) -> str | None:
+        from triggers.base import BaseEventTrigger
+
+        trigger = self._instances.get(trigger_id)
+        if isinstance(trigger, BaseEventTrigger):
+            return trigger.dedup_key(event)
+        return event.dedup_key

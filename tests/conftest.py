@@ -1,0 +1,145 @@
+"""Session fixtures for the real servers tests talk to (see ../shared/SERVICES.md).
+
+A server that cannot be started fails the run with a message saying what is missing; it is
+never silently skipped.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from sqlalchemy import create_engine, text
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+PG_ADMIN_URL = os.environ.get(
+    "SLUICE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+
+
+def _pg_answers(url: str) -> bool:
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        return True
+    except Exception:
+        return False
+    finally:
+        engine.dispose()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _throwaway_cluster() -> tuple[str, Path, str]:
+    """initdb + pg_ctl a private cluster as the postgres user; returns (url, dir, pg_ctl)."""
+    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+    if not bins:
+        pytest.fail(
+            "PostgreSQL is not answering on 127.0.0.1:5432 and no server binaries were found "
+            "under /usr/lib/postgresql/*/bin: install the Debian package `postgresql`"
+        )
+    bindir = bins[-1]
+    datadir = Path(tempfile.mkdtemp(prefix="pg-", dir="/tmp"))
+    shutil.chown(datadir, user="postgres")
+    port = _free_port()
+    run = {"user": "postgres", "check": True, "capture_output": True}
+    subprocess.run([f"{bindir}/initdb", "-A", "trust", "-U", "postgres", str(datadir)], **run)
+    opts = f"-c listen_addresses=127.0.0.1 -c port={port} -c fsync=off -k /tmp"
+    subprocess.run(
+        [
+            f"{bindir}/pg_ctl",
+            "-D",
+            str(datadir),
+            "-o",
+            opts,
+            "-w",
+            "start",
+            "-l",
+            str(datadir / "log"),
+        ],
+        **run,
+    )
+    return f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres", datadir, bindir
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url() -> Iterator[str]:
+    """A PostgreSQL server: the machine's, started if down, else a throwaway cluster."""
+    if _pg_answers(PG_ADMIN_URL):
+        yield PG_ADMIN_URL
+        return
+    subprocess.run(
+        "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start",
+        shell=True,
+        capture_output=True,
+        check=False,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if _pg_answers(PG_ADMIN_URL):
+            yield PG_ADMIN_URL
+            return
+        time.sleep(0.2)
+    url, datadir, bindir = _throwaway_cluster()
+    try:
+        yield url
+    finally:
+        subprocess.run(
+            [f"{bindir}/pg_ctl", "-D", str(datadir), "-m", "immediate", "stop"],
+            user="postgres",
+            capture_output=True,
+            check=False,
+        )
+        shutil.rmtree(datadir, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(pg_admin_url: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    admin = create_engine(pg_admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    base = pg_admin_url.rsplit("/", 1)[0]
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'sluice.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each test using this runs on SQLite and on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'sluice.db'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def sluice_home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    return home
