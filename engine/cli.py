@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from importlib.metadata import version as dist_version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -16,13 +16,13 @@ if TYPE_CHECKING:
     from engine.db import Database
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(1)
 
 
 def _config(ctx: click.Context) -> Config:
-    cfg = ctx.obj.get("config") if ctx.obj else None
+    cfg: Config | None = ctx.obj.get("config") if ctx.obj else None
     if cfg is None:
         from engine.config import load_config
         from engine.logs import configure_logging
@@ -36,7 +36,7 @@ def _config(ctx: click.Context) -> Config:
             ctx.obj.get("log_level") or cfg.logging.level,
             ctx.obj.get("log_format") or cfg.logging.format,
         )
-    return cfg  # type: ignore[return-value]
+    return cfg
 
 
 def _database(ctx: click.Context) -> Database:

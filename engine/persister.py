@@ -164,19 +164,19 @@ class Persister:
         fired = [i for i in batch if isinstance(i, FiredEvent)]
         watchers = store.watcher_assets(session, {i.trigger_id for i in batch})
         asset_rows: list[dict[str, Any]] = []
-        resumed, done_task_triggers = 0, []
+        resumed, done_task_triggers = 0, set()
         for item in fired:
             if item.trigger_id in watchers:
                 asset_rows.append(self._asset_row(item, *watchers[item.trigger_id]))
             elif item.trigger_id not in done_task_triggers:
                 resumed += self._finish_task_trigger(session, item.trigger_id, item.event)
-                done_task_triggers.append(item.trigger_id)
-        for item in batch:
-            if isinstance(item, TriggerFailed):
-                self._record_failure(session, item, is_watcher=item.trigger_id in watchers)
+                done_task_triggers.add(item.trigger_id)
+        for failure in batch:
+            if isinstance(failure, TriggerFailed):
+                self._record_failure(session, failure, is_watcher=failure.trigger_id in watchers)
         inserted = store.insert_asset_events(session, asset_rows)
         seqs = [i.seq for i in fired if i.seq is not None]
-        return BatchResult(seqs, inserted, resumed, done_task_triggers)
+        return BatchResult(seqs, inserted, resumed, sorted(done_task_triggers))
 
     def _asset_row(self, item: FiredEvent, asset_id: int, watcher: str) -> dict[str, Any]:
         payload = serialize_value(item.event.payload, where="event payload")

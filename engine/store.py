@@ -90,7 +90,7 @@ def heartbeat(session: Session, job_id: int) -> bool:
         .where(Job.id == job_id, Job.state == JobState.RUNNING)
         .values(latest_heartbeat=utcnow())
     )
-    return result.rowcount == 1  # type: ignore[attr-defined]
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
 
 def end_job(session: Session, job_id: int, *, state: str = JobState.SUCCESS) -> None:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import abc
 import logging
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from triggers.serde import serialize_value
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Hashable
+    from datetime import timedelta
 
     from shared_stream.producer import SharedStreamProducer
 
@@ -180,7 +180,9 @@ class BaseEventTrigger(BaseTrigger):
             "override it to use ack mode"
         )
 
-    def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
+    def filter_shared_stream(
+        self, shared_stream: AsyncIterator[Any]
+    ) -> AsyncIterator[TriggerEvent]:
         """Consume the group's raw events and yield this trigger's ``TriggerEvent``s."""
         raise NotImplementedError(
             f"{classpath_of(self)} returns a shared_stream_key() but does not implement "

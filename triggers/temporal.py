@@ -1,0 +1,83 @@
+"""Time triggers: fire at a moment (``DateTimeTrigger``) or after a delay (``TimeDeltaTrigger``).
+
+Both sleep once for the remaining time (measured against the UTC wall clock) and re-check
+after waking, so an idle trigger costs one timer, not a poll loop. They are the cheapest and
+most numerous triggers a triggerer runs (every deferred ``sleep``), hence ``__slots__``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent, classpath_of
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware, in UTC."""
+    return datetime.now(UTC)
+
+
+class DateTimeTrigger(BaseTrigger):
+    """Fires once ``moment`` (a timezone-aware datetime) has passed.
+
+    Yields ``TriggerEvent(moment)`` (the moment in UTC), or ``TaskSuccessEvent()`` when
+    ``end_from_trigger`` is set, which ends the deferred task without a worker.
+    """
+
+    __slots__ = ("end_from_trigger", "moment")
+
+    def __init__(self, moment: datetime, *, end_from_trigger: bool = False) -> None:
+        super().__init__()
+        if not isinstance(moment, datetime):
+            raise TypeError(
+                f"{type(self).__name__} moment must be a datetime, got {type(moment).__name__}"
+            )
+        if moment.tzinfo is None or moment.utcoffset() is None:
+            raise ValueError(
+                f"{type(self).__name__} got a naive datetime ({moment.isoformat()}); pass a "
+                "timezone-aware one, e.g. datetime(..., tzinfo=timezone.utc)"
+            )
+        self.moment: datetime = moment.astimezone(UTC)
+        self.end_from_trigger: bool = bool(end_from_trigger)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        # Always the DateTimeTrigger classpath: a TimeDeltaTrigger is stored as its moment.
+        return (
+            classpath_of(DateTimeTrigger),
+            {"moment": self.moment, "end_from_trigger": self.end_from_trigger},
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        # One timer per wake-up; re-checked after waking because the loop's monotonic clock
+        # and the wall clock can drift apart during a long sleep. Kept inline (no helper
+        # coroutine): every frame counts when 100,000 of these sleep at once.
+        # ASYNC110: not a poll; each iteration sleeps for the whole remaining time.
+        while (remaining_s := (self.moment - utcnow()).total_seconds()) > 0:  # noqa: ASYNC110
+            await anyio.sleep(remaining_s)
+        if self.end_from_trigger:
+            yield TaskSuccessEvent()
+        else:
+            yield TriggerEvent(self.moment)
+
+
+class TimeDeltaTrigger(DateTimeTrigger):
+    """Fires once ``delta`` has passed since construction.
+
+    The moment is computed once, here: the trigger serializes as a ``DateTimeTrigger`` with
+    that moment, so a trigger moved to another triggerer does not start its delay again.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, delta: timedelta, *, end_from_trigger: bool = False) -> None:
+        if not isinstance(delta, timedelta):
+            raise TypeError(
+                f"TimeDeltaTrigger delta must be a timedelta, got {type(delta).__name__}"
+            )
+        super().__init__(utcnow() + delta, end_from_trigger=end_from_trigger)
