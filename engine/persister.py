@@ -174,7 +174,7 @@ class Persister:
         for failure in batch:
             if isinstance(failure, TriggerFailed):
                 self._record_failure(session, failure, is_watcher=failure.trigger_id in watchers)
-        inserted = store.insert_asset_events(session, asset_rows)
+        inserted = len(store.insert_asset_events(session, asset_rows))
         seqs = [i.seq for i in fired if i.seq is not None]
         return BatchResult(seqs, inserted, resumed, sorted(done_task_triggers))
 

@@ -311,17 +311,18 @@ def watcher_assets(session: Session, trigger_ids: Iterable[int]) -> dict[int, tu
     return {int(t): (int(a), str(n)) for t, a, n in rows}
 
 
-def insert_asset_events(session: Session, rows: Sequence[dict[str, Any]]) -> int:
-    """Insert asset events, skipping any whose (asset, dedup_key) already exists."""
+def insert_asset_events(session: Session, rows: Sequence[dict[str, Any]]) -> list[int]:
+    """Insert asset events, skipping any whose (asset, dedup_key) exists; returns new ids."""
     if not rows:
-        return 0
+        return []
     dialect = session.get_bind().dialect.name
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as dialect_insert
     else:
         from sqlalchemy.dialects.sqlite import insert as dialect_insert  # type: ignore[assignment]
-    stmt = dialect_insert(AssetEvent).on_conflict_do_nothing(
-        index_elements=["asset_id", "dedup_key"]
+    stmt = (
+        dialect_insert(AssetEvent)
+        .on_conflict_do_nothing(index_elements=["asset_id", "dedup_key"])
+        .returning(AssetEvent.id)
     )
-    result = session.execute(stmt, list(rows))
-    return int(result.rowcount)  # type: ignore[attr-defined]
+    return [int(i) for i in session.execute(stmt, list(rows)).scalars()]

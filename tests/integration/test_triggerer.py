@@ -1,0 +1,327 @@
+"""The real triggerer (claim, run, persist) on SQLite and PostgreSQL, in-process."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+from cryptography.fernet import Fernet
+from sqlalchemy import insert, select, update
+
+from engine import store
+from engine.crypto import KwargsCipher
+from engine.db import Database, migrate
+from engine.models import (
+    Asset,
+    AssetEvent,
+    AssetWatcher,
+    Dag,
+    DagRun,
+    Job,
+    TaskInstance,
+    TaskState,
+    Trigger,
+    TriggerKind,
+)
+from engine.triggerer import Triggerer, TriggererSettings
+from tests.waiting import wait_until
+from triggers.serde import loads
+from triggers.testing import ManualTrigger
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+    from pathlib import Path
+
+pytestmark = pytest.mark.integration
+
+PLUGIN = """
+import sys
+
+from triggers import BaseTrigger, TriggerEvent
+
+IMPORTED = True
+
+
+class RaisingTrigger(BaseTrigger):
+    def serialize(self):
+        return ("sluice_test_plugin.RaisingTrigger", {})
+
+    async def run(self):
+        raise RuntimeError("upstream exploded")
+        yield
+"""
+
+EVIL = "import pathlib\npathlib.Path(__file__).with_suffix('.imported').touch()\n"
+
+
+@pytest.fixture(scope="module")
+def plugins(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("plugins")
+    (folder / "sluice_test_plugin.py").write_text(PLUGIN)
+    return folder
+
+
+@pytest.fixture
+def key() -> str:
+    return Fernet.generate_key().decode()
+
+
+@pytest.fixture
+def db(db_url: str):
+    database = Database(db_url)
+    migrate(database.engine)
+    yield database
+    database.dispose()
+
+
+def _wait(condition: Callable[[], Any]) -> Callable[[], Any]:
+    return condition
+
+
+async def eventually(db: Database, query: Callable[[Any], Any], *, within: float = 10) -> Any:
+    """Poll the database (off the loop) until ``query`` returns something truthy."""
+    with anyio.fail_after(within):
+        while True:
+            value = await db.run(query)
+            if value:
+                return value
+            await anyio.sleep(0.02)
+
+
+def _deferred_task(
+    db: Database,
+    cipher: KwargsCipher,
+    classpath: str,
+    kwargs: dict[str, Any],
+    *,
+    timeout: datetime | None = None,
+) -> tuple[int, int]:
+    def seed(session: Any) -> tuple[int, int]:
+        if session.get(Dag, "d") is None:
+            session.execute(insert(Dag).values(dag_id="d", fileloc="d.py"))
+        run_id = session.execute(
+            insert(DagRun)
+            .values(dag_id="d", run_id=f"r{store.utcnow().timestamp()}", run_type="manual")
+            .returning(DagRun.id)
+        ).scalar_one()
+        tid = store.add_trigger_row(session, cipher, classpath, kwargs, kind=TriggerKind.TASK)
+        ti = session.execute(
+            insert(TaskInstance)
+            .values(
+                dag_run_id=run_id,
+                dag_id="d",
+                task_id="t",
+                state=TaskState.DEFERRED,
+                trigger_id=tid,
+                next_method="execute_complete",
+                trigger_timeout=timeout,
+            )
+            .returning(TaskInstance.id)
+        ).scalar_one()
+        return tid, ti
+
+    return db.call(seed)
+
+
+def _ti(ti_id: int) -> Callable[[Any], TaskInstance | None]:
+    return lambda s: s.get(TaskInstance, ti_id)
+
+
+async def _running(
+    db: Database, key: str, plugins: Path, **overrides: Any
+) -> AsyncIterator[Triggerer]:
+    settings = TriggererSettings(
+        capacity=100,
+        heartbeat_s=0.5,
+        health_check_threshold_s=1.05,
+        allowed_modules=("triggers", "producers"),
+        plugins_folder=plugins,
+        claim_idle_interval_s=0.05,
+        cleanup_interval_s=0.2,
+        shutdown_grace_s=5,
+        **overrides,
+    )
+    triggerer = Triggerer(db=db, cipher=KwargsCipher(key), settings=settings)
+    async with anyio.create_task_group() as tg:
+        await tg.start(triggerer.run)
+        yield triggerer
+        triggerer.shutdown()
+
+
+@pytest.fixture
+def running(db: Database, key: str, plugins: Path):
+    from contextlib import asynccontextmanager
+
+    return asynccontextmanager(lambda **kw: _running(db, key, plugins, **kw))
+
+
+async def test_deferred_task_resumes_with_the_event_payload(db, key, running) -> None:
+    moment = datetime.now(UTC) - timedelta(seconds=1)
+    trigger_id, ti_id = _deferred_task(
+        db, KwargsCipher(key), "triggers.temporal.DateTimeTrigger", {"moment": moment}
+    )
+    with anyio.fail_after(15):
+        async with running():
+            ti = await eventually(
+                db, lambda s: (t := _ti(ti_id)(s)) and t.state == "scheduled" and t
+            )
+    assert ti.next_method == "execute_complete"
+    assert loads(ti.next_kwargs) == {"event": moment}
+    assert ti.trigger_id is None
+    assert db.call(lambda s: s.get(Trigger, trigger_id)) is None
+
+
+async def test_raising_trigger_fails_its_task_with_reason_and_traceback(db, key, running) -> None:
+    _, ti_id = _deferred_task(db, KwargsCipher(key), "sluice_test_plugin.RaisingTrigger", {})
+    with anyio.fail_after(15):
+        async with running():
+            ti = await eventually(
+                db, lambda s: (t := _ti(ti_id)(s)) and t.state == "scheduled" and t
+            )
+    assert ti.next_method == "__fail__"
+    failure = loads(ti.next_kwargs)
+    assert "upstream exploded" in failure["error"]
+    assert "RuntimeError" in failure["traceback"]
+
+
+async def test_classpath_outside_the_allowlist_is_refused_and_never_imported(
+    db, key, running, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "evil_module.py").write_text(EVIL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _, ti_id = _deferred_task(db, KwargsCipher(key), "evil_module.Evil", {})
+    with anyio.fail_after(15):
+        async with running():
+            ti = await eventually(
+                db, lambda s: (t := _ti(ti_id)(s)) and t.state == "scheduled" and t
+            )
+    assert ti.next_method == "__fail__"
+    assert "allowed_trigger_modules" in loads(ti.next_kwargs)["error"]
+    assert not (tmp_path / "evil_module.imported").exists()
+
+
+async def test_undecryptable_row_is_reported_by_id_and_others_run(db, key, running, caplog) -> None:
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    bad_trigger, bad_ti = _deferred_task(
+        db,
+        KwargsCipher(Fernet.generate_key().decode()),
+        "triggers.temporal.DateTimeTrigger",
+        {"moment": past},
+    )
+    _, good_ti = _deferred_task(
+        db, KwargsCipher(key), "triggers.temporal.DateTimeTrigger", {"moment": past}
+    )
+    caplog.set_level(logging.ERROR, logger="engine")
+    with anyio.fail_after(15):
+        async with running():
+            good = await eventually(
+                db, lambda s: (t := _ti(good_ti)(s)) and t.state == "scheduled" and t
+            )
+            bad = await eventually(
+                db, lambda s: (t := _ti(bad_ti)(s)) and t.state == "scheduled" and t
+            )
+    assert good.next_method == "execute_complete"
+    assert bad.next_method == "__fail__"
+    assert (
+        f"trigger {bad_trigger}" in loads(bad.next_kwargs)["error"].lower()
+        or str(bad_trigger) in loads(bad.next_kwargs)["error"]
+    )
+    assert any(getattr(r, "trigger_id", None) == bad_trigger for r in caplog.records)
+
+
+async def test_deferral_past_its_timeout_fails_and_the_trigger_stops(db, key, running) -> None:
+    far = datetime.now(UTC) + timedelta(days=1)
+    trigger_id, ti_id = _deferred_task(
+        db,
+        KwargsCipher(key),
+        "triggers.temporal.DateTimeTrigger",
+        {"moment": far},
+        timeout=datetime.now(UTC) + timedelta(seconds=0.5),
+    )
+    with anyio.fail_after(15):
+        async with running() as triggerer:
+            ti = await eventually(
+                db, lambda s: (t := _ti(ti_id)(s)) and t.state == "scheduled" and t
+            )
+            assert loads(ti.next_kwargs) == {"error": "trigger timeout"}
+            assert ti.next_method == "__fail__"
+            await eventually(db, lambda s: s.get(Trigger, trigger_id) is None)
+            await wait_until(lambda: trigger_id not in triggerer.runner, within=5)
+
+
+def _watcher(db: Database, cipher: KwargsCipher, name: str) -> tuple[int, int]:
+    def seed(session: Any) -> tuple[int, int]:
+        asset_id = session.execute(
+            insert(Asset).values(name=name, uri=f"test://{name}", extra={}).returning(Asset.id)
+        ).scalar_one()
+        tid = store.add_trigger_row(
+            session,
+            cipher,
+            "triggers.testing.ManualTrigger",
+            {"name": name},
+            kind=TriggerKind.WATCHER,
+        )
+        session.execute(insert(AssetWatcher).values(asset_id=asset_id, name="w", trigger_id=tid))
+        return asset_id, tid
+
+    return db.call(seed)
+
+
+async def test_watcher_events_become_deduplicated_asset_events(db, key, running) -> None:
+    ManualTrigger.reset()
+    asset_id, _ = _watcher(db, KwargsCipher(key), "orders")
+    channel = ManualTrigger.channel("orders")
+    with anyio.fail_after(15):
+        async with running() as triggerer:
+            await channel.wait_subscribed()
+            channel.fire({"n": 1})
+            channel.fire({"n": 1})  # the same payload again: one asset event
+            channel.fire({"n": 2}, dedup_key="custom-2")
+            # all three fired events stored or skipped as duplicates
+            await wait_until(lambda: triggerer.persister.stats.events >= 3)
+            rows = await db.run(
+                lambda s: (
+                    s.execute(select(AssetEvent).where(AssetEvent.asset_id == asset_id))
+                    .scalars()
+                    .all()
+                )
+            )
+    assert sorted(r.payload["n"] for r in rows) == [1, 2]
+    assert {r.dedup_key for r in rows if r.payload["n"] == 2} == {"custom-2"}
+    assert all(r.source_watcher == "w" for r in rows)
+
+
+async def test_graceful_shutdown_releases_rows_and_ends_the_job(db, key, running) -> None:
+    far = datetime.now(UTC) + timedelta(days=1)
+    trigger_id, _ = _deferred_task(
+        db, KwargsCipher(key), "triggers.temporal.DateTimeTrigger", {"moment": far}
+    )
+    with anyio.fail_after(15):
+        async with running() as triggerer:
+            await eventually(db, lambda s: (t := s.get(Trigger, trigger_id)) and t.triggerer_id)
+            job_id = triggerer.job_id
+    trigger = db.call(lambda s: s.get(Trigger, trigger_id))
+    assert trigger.triggerer_id is None
+    job = db.call(lambda s: s.get(Job, job_id))
+    assert job.state == "success"
+    assert job.end_date is not None
+
+
+async def test_deleted_row_stops_its_running_trigger(db, key, running) -> None:
+    far = datetime.now(UTC) + timedelta(days=1)
+    trigger_id, ti_id = _deferred_task(
+        db, KwargsCipher(key), "triggers.temporal.DateTimeTrigger", {"moment": far}
+    )
+    with anyio.fail_after(15):
+        async with running() as triggerer:
+            await wait_until(lambda: trigger_id in triggerer.runner, within=5)
+            await db.run(
+                lambda s: s.execute(
+                    update(TaskInstance).where(TaskInstance.id == ti_id).values(trigger_id=None)
+                )
+            )
+            await db.run(lambda s: s.execute(store.delete(Trigger).where(Trigger.id == trigger_id)))
+            await wait_until(lambda: trigger_id not in triggerer.runner, within=5)

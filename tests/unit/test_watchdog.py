@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+
+from engine.outbox import FiredEvent, Outbox
+from engine.runner import TriggerKind, TriggerRunner, TriggerSpec
+from engine.watchdog import LoopBlocked, LoopWatchdog
+from triggers.base import BaseTrigger, TriggerEvent, classpath_of
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+THRESHOLD_S = 0.15
+BLOCK_S = 0.45
+
+
+class BlockingTrigger(BaseTrigger):
+    """Makes the mistake the watchdog is for: a blocking call inside ``run()``."""
+
+    def __init__(self, block_s: float) -> None:
+        super().__init__()
+        self.block_s = block_s
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return classpath_of(self), {"block_s": self.block_s}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        await anyio.lowlevel.checkpoint()
+        time.sleep(self.block_s)  # noqa: ASYNC251 - the blocking call under test
+        yield TriggerEvent("done")
+
+
+def blocked_records(caplog: pytest.LogCaptureFixture) -> list[Any]:
+    return [r for r in caplog.records if getattr(r, "action", None) == "loop_blocked"]
+
+
+async def test_a_blocking_trigger_is_named_in_the_warning(caplog):
+    caplog.set_level(logging.WARNING, logger="engine.watchdog")
+    seen: list[LoopBlocked] = []
+    watchdog = LoopWatchdog(THRESHOLD_S, on_block=seen.append)
+    outbox = Outbox()
+    runner = TriggerRunner(outbox=outbox)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(watchdog.run)
+            await tg.start(runner.run)
+            runner.start(TriggerSpec(42, BlockingTrigger(BLOCK_S), TriggerKind.TASK))
+            [item] = await outbox.get_batch()
+            assert isinstance(item, FiredEvent)
+            await runner.aclose(grace_s=1.0)
+            tg.cancel_scope.cancel()
+    [record] = blocked_records(caplog)
+    assert record.levelno == logging.WARNING
+    assert record.trigger_id == 42
+    assert record.culprit == classpath_of(BlockingTrigger)
+    assert record.count == 1
+    assert THRESHOLD_S <= record.blocked_s < BLOCK_S + 0.1
+    assert "trigger 42" in record.getMessage()
+    assert watchdog.blocked_count == 1
+    assert [(b.trigger_id, b.count) for b in seen] == [(42, 1)]
+
+
+async def test_a_block_outside_any_trigger_names_the_running_task(caplog):
+    caplog.set_level(logging.WARNING, logger="engine.watchdog")
+    watchdog = LoopWatchdog(THRESHOLD_S)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(watchdog.run)
+
+            async def engine_chore() -> None:
+                time.sleep(BLOCK_S)  # noqa: ASYNC251 - the blocking call under test
+
+            tg.start_soon(engine_chore, name="engine chore")
+            await anyio.wait_all_tasks_blocked()
+            tg.cancel_scope.cancel()
+    [record] = blocked_records(caplog)
+    assert record.trigger_id is None
+    assert "engine chore" in record.culprit
+
+
+async def test_a_loop_that_never_blocks_gets_no_warning(caplog):
+    caplog.set_level(logging.WARNING, logger="engine.watchdog")
+    watchdog = LoopWatchdog(THRESHOLD_S)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(watchdog.run)
+            assert "running" in repr(watchdog)
+            # The checks happen on the watchdog's thread: no event to wait on, poll the count.
+            while watchdog.checks < 8:  # noqa: ASYNC110
+                await anyio.sleep(THRESHOLD_S / 8)
+            tg.cancel_scope.cancel()
+    assert blocked_records(caplog) == []
+    assert watchdog.blocked_count == 0
+    assert "stopped" in repr(watchdog)
+
+
+def test_threshold_must_be_positive():
+    with pytest.raises(ValueError, match="threshold_s"):
+        LoopWatchdog(0)
