@@ -24,18 +24,24 @@ def sluice_env(home: Path, **settings: str) -> dict[str, str]:
     return env
 
 
-def run_cli(*args: str, env: Mapping[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, env: Mapping[str, str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [SLUICE, *args], env=dict(env), capture_output=True, text=True, timeout=timeout, check=False
     )
 
 
 def start_cli(*args: str, env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
-    handle = log.open("ab")
-    return subprocess.Popen([SLUICE, *args], env=dict(env), stdout=handle, stderr=subprocess.STDOUT)
+    with log.open("ab") as handle:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(
+            [SLUICE, *args], env=dict(env), stdout=handle, stderr=subprocess.STDOUT
+        )
 
 
-def wait_for(condition: Callable[[], object], *, timeout: float, what: str, step: float = 0.05) -> object:
+def wait_for(
+    condition: Callable[[], object], *, timeout: float, what: str, step: float = 0.05
+) -> object:
     """Poll ``condition`` until it returns something truthy; fail with ``what`` on timeout."""
     deadline = time.monotonic() + timeout
     while True:
@@ -56,4 +62,6 @@ def stop(proc: subprocess.Popen[bytes], *, timeout: float = 30) -> int:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-        raise AssertionError(f"process {proc.pid} did not stop within {timeout}s of SIGTERM") from None
+        raise AssertionError(
+            f"process {proc.pid} did not stop within {timeout}s of SIGTERM"
+        ) from None

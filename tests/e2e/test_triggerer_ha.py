@@ -33,7 +33,7 @@ N_TRIGGERS = 2000
 HEARTBEAT_S = 1.0
 THRESHOLD_S = 2.1 * HEARTBEAT_S
 
-PLUGIN = '''
+PLUGIN = """
 import os
 from datetime import datetime, timezone
 
@@ -68,7 +68,7 @@ class RecordingTrigger(BaseTrigger):
             raise
         _log(self.log_path, f"fire {self.trigger_id} {os.getpid()}")
         yield TriggerEvent({"trigger_id": self.trigger_id})
-'''
+"""
 
 
 def _running_by_pid(log: Path) -> dict[int, set[int]]:
@@ -93,13 +93,20 @@ def _seed(db: Database, cipher: KwargsCipher, moment: datetime, log: Path) -> li
         ids = []
         for i in range(N_TRIGGERS):
             tid = store.add_trigger_row(
-                session, cipher, "ha_plugin.RecordingTrigger",
-                {"moment": moment, "log_path": str(log)}, kind=TriggerKind.TASK,
+                session,
+                cipher,
+                "ha_plugin.RecordingTrigger",
+                {"moment": moment, "log_path": str(log)},
+                kind=TriggerKind.TASK,
             )
             session.execute(
                 insert(TaskInstance).values(
-                    dag_run_id=run_id, dag_id="ha", task_id=f"t{i}", state=TaskState.DEFERRED,
-                    trigger_id=tid, next_method="execute_complete",
+                    dag_run_id=run_id,
+                    dag_id="ha",
+                    task_id=f"t{i}",
+                    state=TaskState.DEFERRED,
+                    trigger_id=tid,
+                    next_method="execute_complete",
                 )
             )
             ids.append(tid)
@@ -129,8 +136,16 @@ def test_two_triggerers_share_and_survivor_takes_over_after_kill(
         SLUICE__TRIGGERER__JOB_HEARTBEAT_SEC=str(HEARTBEAT_S),
     )
     small = start_cli("triggerer", "--capacity", "1000", env=env, log=tmp_path / "a.log")
-    big = start_cli("triggerer", "--capacity", "2500", env=env, log=tmp_path / "b.log")
+    big = None
     try:
+        # The small one fills its capacity first, then the big one takes the rest.
+        wait_for(
+            lambda: len(_running_by_pid(log).get(small.pid, ())) == 1000,
+            timeout=30,
+            what="the first triggerer to fill its capacity",
+        )
+        big = start_cli("triggerer", "--capacity", "2500", env=env, log=tmp_path / "b.log")
+
         def shared() -> bool:
             running = _running_by_pid(log)
             a, b = running.get(small.pid, set()), running.get(big.pid, set())
@@ -143,8 +158,11 @@ def test_two_triggerers_share_and_survivor_takes_over_after_kill(
         os.kill(small.pid, signal.SIGKILL)
         small.wait()
         killed_at = time.monotonic()
-        wait_for(lambda: _running_by_pid(log).get(big.pid, set()) == ids,
-                 timeout=THRESHOLD_S + 2 + 5, what="the survivor to run every trigger")
+        wait_for(
+            lambda: _running_by_pid(log).get(big.pid, set()) == ids,
+            timeout=THRESHOLD_S + 2 + 5,
+            what="the survivor to run every trigger",
+        )
         takeover_s = time.monotonic() - killed_at
         assert takeover_s <= THRESHOLD_S + 2, f"takeover took {takeover_s:.1f}s"
 
@@ -154,13 +172,17 @@ def test_two_triggerers_share_and_survivor_takes_over_after_kill(
 
         wait_for(all_resumed, timeout=40, what="every deferred task to be resumed")
     finally:
-        assert stop(big) == 0
         if small.poll() is None:
             small.kill()
+            small.wait()
+        if big is not None:
+            assert stop(big) == 0
 
     fires = [line for line in log.read_text().splitlines() if line.startswith("fire")]
     assert sorted(int(line.split()[1]) for line in fires) == sorted(ids)  # each fired once
-    rows = db.call(lambda s: s.execute(select(TaskInstance.next_kwargs, TaskInstance.trigger_id)).all())
+    rows = db.call(
+        lambda s: s.execute(select(TaskInstance.next_kwargs, TaskInstance.trigger_id)).all()
+    )
     assert all(trigger_id is None for _, trigger_id in rows)
     assert sorted(loads(kw)["event"]["trigger_id"] for kw, _ in rows) == sorted(ids)
     assert db.call(lambda s: s.execute(select(Trigger.id)).all()) == []
