@@ -38,6 +38,7 @@ logger = logging.getLogger(__name__)
 
 CLAIM_IDLE_INTERVAL_S: Final = 1.0
 LOAD_RETRY_S: Final = 30.0
+START_CHUNK: Final = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,8 +244,12 @@ class Triggerer:
         for item in loaded:
             self._load_failed.pop(item.row.id, None)
         self._claims += len(loaded)
-        for item in loaded:
+        for index, item in enumerate(loaded, start=1):
             self._start(item)
+            if index % START_CHUNK == 0:
+                # Let the started triggers take their first step in small batches: thousands
+                # at once would block the loop (and the watchdog would rightly say so).
+                await anyio.sleep(0)
         return left > 0 and len(loaded) >= left
 
     def _decrypt(self, row: store.TriggerRow) -> _Loaded:

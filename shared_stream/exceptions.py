@@ -7,13 +7,17 @@ class SharedStreamError(Exception):
     """Root of every error raised by the ``shared_stream`` package."""
 
 
-class AckTimeout(SharedStreamError):  # noqa: N818 - public name kept from Airflow
+class AckTimeout(SharedStreamError):
     """A subscriber did not resolve an event within the ack timeout; it is force-failed."""
 
 
-class SubscriberOverflow(SharedStreamError):  # noqa: N818 - public name kept from Airflow
+class SubscriberOverflow(SharedStreamError):
     """A subscriber's bounded queue was full when an event was broadcast; it is failed."""
 
 
-class SharedStreamTerminated(SharedStreamError):  # noqa: N818
+class SharedStreamTerminated(SharedStreamError):
     """The group's poll, producer factory, lane function or advance failed; the group ended."""
+
+
+class SubscriptionError(SharedStreamError):
+    """A subscription call was invalid (manager not running, duplicate trigger id, bad key)."""

@@ -641,7 +641,3 @@ async def test_real_manager_ack_mode_advances_only_after_confirm_and_stops_with_
             await producer.wait_closed()  # the last unsubscribe stopped the group
             await wait_until(lambda: len(runner) == 0)
     AckTopicTrigger.producers.clear()
-    # InMemoryProducer.aclose() leaves its memory streams open (a ResourceWarning when
-    # collected); close them here.
-    producer._send.close()
-    producer._receive.close()

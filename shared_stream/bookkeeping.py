@@ -1,0 +1,439 @@
+"""Ack-mode bookkeeping of one shared-stream group: a pure, synchronous state machine.
+
+Theory of operation
+-------------------
+Every raw event the producer yields is *broadcast*: it gets an event seq (1, 2, 3, ...) and
+a fan-out snapshot, the subscribers online at that moment. A subscriber receives every event
+broadcast after it subscribed, in order, so its progress is one number, ``position`` (the
+seq of the last event delivered to it); events after ``position`` are still in its queue.
+
+While a subscriber processes the event at ``position`` its *binding window* is open: each
+trigger event its filter yields is *bound* to that event and gets a binding seq, which the
+runtime confirms once the trigger event is persisted. The subscriber *resolves* an event:
+
+- acked: it moved past the event (pulled again, or unsubscribed) and every binding of it
+  was confirmed persisted;
+- rejected: it called ``reject_shared_stream_event()`` inside the window (at once);
+- failed: ack timeout, queue overflow, or it unsubscribed before the event was delivered.
+
+An event is resolved when every subscriber of its snapshot resolved it (at once when the
+snapshot is empty). Each event belongs to a lane; the resolved prefix of a lane (its oldest
+events, up to the first unresolved one) is dispatched as one ``AdvanceBatch``, and at most
+one batch is in flight per group: the next is dispatched by ``advance_done``.
+
+Timeouts are deadlines, not timers: ``check_timeouts(now)`` fails every subscriber whose
+oldest unresolved event was broadcast ``ack_timeout_s`` or more before ``now``.
+
+``stop()`` freezes the group: subscribers and bindings are dropped, events not yet resolved
+are abandoned (the broker redelivers them); resolved prefixes are still dispatched one
+batch at a time (drain), unless ``stop(drain=False)`` (the group failed: advance nothing).
+
+Every method is a verb that returns the effects for the driver to carry out; nothing here
+awaits, reads a clock or does I/O.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from typing import TYPE_CHECKING, Any, Final
+
+from shared_stream.effects import (
+    AbandonEvents,
+    AdvanceBatch,
+    Effect,
+    FailReason,
+    FailSubscriber,
+    ReleaseBindings,
+)
+from shared_stream.producer import AdvanceItem, AdvanceOutcome
+
+if TYPE_CHECKING:
+    from collections.abc import Hashable, Iterable, Iterator, Sequence
+
+__all__ = (
+    "AbandonEvents",
+    "AckLedger",
+    "AdvanceBatch",
+    "Effect",
+    "FailReason",
+    "FailSubscriber",
+    "ReleaseBindings",
+)
+
+
+NO_EFFECTS: Final[tuple[Effect, ...]] = ()
+_ACKED: Final = 0
+_FAILED: Final = 1
+_REJECTED: Final = 2
+
+
+class _Event:
+    __slots__ = (
+        "acked",
+        "broadcast_at",
+        "failed",
+        "lane",
+        "payload",
+        "rejected",
+        "seq",
+        "unresolved",
+    )
+
+    def __init__(self, seq: int, payload: Any, lane: Hashable, at: float, snapshot: int) -> None:
+        self.seq = seq
+        self.payload = payload
+        self.lane = lane
+        self.broadcast_at = at
+        self.unresolved = snapshot
+        self.acked = 0
+        self.failed = 0
+        self.rejected = 0
+
+
+class _Subscriber:
+    __slots__ = ("bound", "in_window", "position", "trigger_id", "window_resolved")
+
+    def __init__(self, trigger_id: int, position: int) -> None:
+        self.trigger_id = trigger_id
+        self.position = position  # seq of the last event delivered (or broadcast before joining)
+        self.in_window = False  # the event at ``position`` is being processed
+        self.window_resolved = False  # ... and was already resolved (rejected)
+        self.bound: dict[int, list[int]] = {}  # event seq -> unconfirmed binding seqs
+
+
+class AckLedger:
+    """The ack-mode state of one group. See the module docstring for the model."""
+
+    def __init__(self, *, ack_timeout_s: float, binding_seqs: Iterator[int] | None = None) -> None:
+        if ack_timeout_s <= 0:
+            raise ValueError(f"ack_timeout_s must be positive, got {ack_timeout_s!r}")
+        self.ack_timeout_s = ack_timeout_s
+        self._binding_seqs = binding_seqs if binding_seqs is not None else itertools.count(1)
+        self._event_seqs = itertools.count(1)
+        self._last_seq = 0
+        self._events: dict[int, _Event] = {}  # broadcast, neither dispatched nor abandoned
+        self._lanes: dict[Hashable, deque[_Event]] = {}
+        self._ready: dict[Hashable, None] = {}  # lanes whose head is resolved (ordered set)
+        self._subs: dict[int, _Subscriber] = {}
+        self._departed: dict[_Subscriber, None] = {}  # unsubscribed, bindings unconfirmed
+        self._bindings: dict[int, tuple[_Subscriber, int]] = {}
+        self._in_flight: AdvanceBatch | None = None
+        self._stopped = False
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    def subscribe(self, trigger_id: int) -> None:
+        """A subscriber joined; it is in the snapshot of every later broadcast."""
+        if self._stopped:
+            raise RuntimeError("cannot subscribe to a stopped AckLedger")
+        if trigger_id in self._subs:
+            raise ValueError(f"trigger {trigger_id!r} is already subscribed")
+        self._subs[trigger_id] = _Subscriber(trigger_id, self._last_seq)
+
+    def broadcast(
+        self, broker_payload: Any, *, lane: Hashable, now: float
+    ) -> tuple[int, Sequence[Effect]]:
+        """A raw event is fanned out to the current subscribers; returns its event seq."""
+        if self._stopped:
+            raise RuntimeError("cannot broadcast on a stopped AckLedger")
+        seq = next(self._event_seqs)
+        self._last_seq = seq
+        event = _Event(seq, broker_payload, lane, now, len(self._subs))
+        self._events[seq] = event
+        queue = self._lanes.get(lane)
+        if queue is None:
+            queue = self._lanes[lane] = deque()
+        queue.append(event)
+        if event.unresolved:
+            return seq, NO_EFFECTS
+        if len(queue) == 1:
+            self._ready[lane] = None
+        return seq, self._dispatch()
+
+    def deliver(self, trigger_id: int, seq: int) -> None:
+        """The subscriber's stream yielded event ``seq``: its binding window opens."""
+        sub = self._subs.get(trigger_id)
+        if sub is None:
+            return
+        if sub.in_window or seq != sub.position + 1:
+            raise ValueError(
+                f"trigger {trigger_id!r} got event {seq} out of order "
+                f"(position {sub.position}, window open: {sub.in_window})"
+            )
+        sub.position = seq
+        sub.in_window = True
+
+    def pull(self, trigger_id: int) -> Sequence[Effect]:
+        """The subscriber asked for its next raw event: it moved past its current one."""
+        sub = self._subs.get(trigger_id)
+        if sub is None or not sub.in_window:
+            return NO_EFFECTS
+        sub.in_window = False
+        if sub.window_resolved:
+            sub.window_resolved = False
+            return NO_EFFECTS
+        if sub.position in sub.bound:
+            return NO_EFFECTS
+        self._resolve(self._events[sub.position], _ACKED)
+        return self._dispatch()
+
+    def bind(self, trigger_id: int) -> int | None:
+        """The subscriber's filter yielded a trigger event; returns the binding seq to confirm.
+
+        None when no window is open (nothing to gate): before the first event, after a
+        reject, or for an unknown subscriber.
+        """
+        sub = self._subs.get(trigger_id)
+        if sub is None or not sub.in_window or sub.window_resolved:
+            return None
+        seq = next(self._binding_seqs)
+        pending = sub.bound.get(sub.position)
+        if pending is None:
+            sub.bound[sub.position] = [seq]
+        else:
+            pending.append(seq)
+        self._bindings[seq] = (sub, sub.position)
+        return seq
+
+    def confirm_persisted(self, seqs: Iterable[int]) -> Sequence[Effect]:
+        """These binding seqs' trigger events are committed; unknown seqs are ignored."""
+        resolved = False
+        for seq in seqs:
+            entry = self._bindings.pop(seq, None)
+            if entry is None:
+                continue
+            sub, event_seq = entry
+            pending = sub.bound[event_seq]
+            pending.remove(seq)
+            if pending:
+                continue
+            del sub.bound[event_seq]
+            if sub in self._departed and not sub.bound:
+                del self._departed[sub]
+            if sub.in_window and sub.position == event_seq:
+                continue  # still processing it: resolves when it moves past
+            self._resolve(self._events[event_seq], _ACKED)
+            resolved = True
+        return self._dispatch() if resolved else NO_EFFECTS
+
+    def reject(self, trigger_id: int) -> Sequence[Effect]:
+        """The subscriber refused its current event: resolved as rejected, at once."""
+        sub = self._subs.get(trigger_id)
+        if sub is None or not sub.in_window or sub.window_resolved:
+            return NO_EFFECTS
+        sub.window_resolved = True
+        released = self._release(sub.bound.pop(sub.position, ()))
+        self._resolve(self._events[sub.position], _REJECTED)
+        return self._with(released, self._dispatch())
+
+    def unsubscribe(self, trigger_id: int) -> Sequence[Effect]:
+        """The subscriber left: it moved past its current event, undelivered ones fail."""
+        sub = self._subs.pop(trigger_id, None)
+        if sub is None:
+            return NO_EFFECTS
+        if sub.in_window and not sub.window_resolved and sub.position not in sub.bound:
+            self._resolve(self._events[sub.position], _ACKED)
+        sub.in_window = sub.window_resolved = False
+        for seq in range(sub.position + 1, self._last_seq + 1):
+            self._resolve(self._events[seq], _FAILED)
+        if sub.bound:
+            self._departed[sub] = None  # its bindings may still be confirmed (or time out)
+        return self._dispatch()
+
+    def fail_subscriber(self, trigger_id: int, reason: FailReason) -> Sequence[Effect]:
+        """Force-fail a subscriber (overflow, timeout): every event it has not resolved fails."""
+        sub = self._subs.pop(trigger_id, None)
+        if sub is None:
+            return NO_EFFECTS
+        released = self._fail_all(sub, undelivered=True)
+        return self._with((FailSubscriber(trigger_id, reason), *released), self._dispatch())
+
+    def check_timeouts(self, now: float) -> Sequence[Effect]:
+        """Fail every subscriber whose oldest unresolved event is ``ack_timeout_s`` old or more.
+
+        O(subscribers): the driver calls it when ``next_deadline()`` has passed.
+        """
+        expired = [s for s in self._subs.values() if self._has_expired(s, now)]
+        gone = [s for s in self._departed if self._has_expired(s, now)]
+        if not expired and not gone:
+            return NO_EFFECTS
+        effects: list[Effect] = []
+        for sub in expired:
+            del self._subs[sub.trigger_id]
+            effects.append(FailSubscriber(sub.trigger_id, FailReason.ACK_TIMEOUT))
+            effects.extend(self._fail_all(sub, undelivered=True))
+        for sub in gone:
+            del self._departed[sub]
+            effects.extend(self._fail_all(sub, undelivered=False))
+        return self._with(tuple(effects), self._dispatch())
+
+    def advance_done(self, batch: AdvanceBatch) -> Sequence[Effect]:
+        """``producer.advance(batch.items)`` returned: dispatch the next ready batch, if any."""
+        if batch is not self._in_flight:
+            raise ValueError(f"{batch!r} is not the advance in flight ({self._in_flight!r})")
+        self._in_flight = None
+        return self._dispatch()
+
+    def stop(self, *, drain: bool = True) -> Sequence[Effect]:
+        """Freeze the group: abandon unresolved events; ``drain`` keeps resolved prefixes."""
+        if self._stopped:
+            return NO_EFFECTS
+        self._stopped = True
+        released = tuple(self._bindings)
+        self._bindings.clear()
+        self._subs.clear()
+        self._departed.clear()
+        abandoned: list[int] = []
+        for lane, queue in list(self._lanes.items()):
+            keep = 0
+            if drain:
+                while keep < len(queue) and queue[keep].unresolved == 0:
+                    keep += 1
+            while len(queue) > keep:
+                abandoned.append(queue.pop().seq)
+            if not queue:
+                del self._lanes[lane]
+        for seq in abandoned:
+            del self._events[seq]
+        if not drain:
+            self._ready.clear()
+            self._in_flight = None
+        effects: list[Effect] = []
+        if released:
+            effects.append(ReleaseBindings(released))
+        if abandoned:
+            effects.append(AbandonEvents(tuple(sorted(abandoned))))
+        return self._with(tuple(effects), self._dispatch())
+
+    # -- questions ------------------------------------------------------------------------
+
+    def is_stopped(self) -> bool:
+        """True once ``stop()`` was called."""
+        return self._stopped
+
+    def is_drained(self) -> bool:
+        """True when stopped and nothing is in flight or left to advance."""
+        return self._stopped and self._in_flight is None and not self._lanes
+
+    def is_in_window(self, trigger_id: int) -> bool:
+        """True while the subscriber processes an event it has not resolved yet."""
+        sub = self._subs.get(trigger_id)
+        return sub is not None and sub.in_window and not sub.window_resolved
+
+    def is_subscribed(self, trigger_id: int) -> bool:
+        """True while the subscriber is in the snapshot of new broadcasts."""
+        return trigger_id in self._subs
+
+    def has_advance_in_flight(self) -> bool:
+        """True between a dispatched ``AdvanceBatch`` and its ``advance_done``."""
+        return self._in_flight is not None
+
+    def next_deadline(self) -> float | None:
+        """When ``check_timeouts`` may next fail someone (None: nothing is unresolved).
+
+        O(subscribers): each subscriber's oldest unresolved event is found in O(1).
+        """
+        oldest: float | None = None
+        for sub in itertools.chain(self._subs.values(), self._departed):
+            event = self._oldest_unresolved_of(sub)
+            if event is not None and (oldest is None or event.broadcast_at < oldest):
+                oldest = event.broadcast_at
+        return None if oldest is None else oldest + self.ack_timeout_s
+
+    @property
+    def subscriber_ids(self) -> tuple[int, ...]:
+        """Subscribers in the snapshot of new broadcasts."""
+        return tuple(self._subs)
+
+    @property
+    def outstanding_event_seqs(self) -> tuple[int, ...]:
+        """Events broadcast and neither dispatched nor abandoned, in seq order."""
+        return tuple(sorted(self._events))
+
+    @property
+    def outstanding_binding_seqs(self) -> tuple[int, ...]:
+        """Binding seqs not yet confirmed nor released."""
+        return tuple(self._bindings)
+
+    def __repr__(self) -> str:
+        flight = self._in_flight
+        in_flight = "none" if flight is None else f"lane={flight.lane!r}x{len(flight.seqs)}"
+        return (
+            f"<AckLedger subscribers={len(self._subs)} departed={len(self._departed)} "
+            f"outstanding={len(self._events)} lanes={len(self._lanes)} ready={len(self._ready)} "
+            f"bindings={len(self._bindings)} in_flight={in_flight} last_seq={self._last_seq} "
+            f"stopped={self._stopped}>"
+        )
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _resolve(self, event: _Event, how: int) -> None:
+        if how == _ACKED:
+            event.acked += 1
+        elif how == _FAILED:
+            event.failed += 1
+        else:
+            event.rejected += 1
+        event.unresolved -= 1
+        if event.unresolved == 0 and self._lanes[event.lane][0] is event:
+            self._ready[event.lane] = None
+
+    def _dispatch(self) -> Sequence[Effect]:
+        if self._in_flight is not None or not self._ready:
+            return NO_EFFECTS
+        lane = next(iter(self._ready))
+        del self._ready[lane]
+        queue = self._lanes[lane]
+        items: list[AdvanceItem] = []
+        seqs: list[int] = []
+        while queue and queue[0].unresolved == 0:
+            event = queue.popleft()
+            del self._events[event.seq]
+            outcome = AdvanceOutcome(event.acked, event.failed, event.rejected)
+            items.append(AdvanceItem(event.payload, outcome))
+            seqs.append(event.seq)
+        if not queue:
+            del self._lanes[lane]
+        batch = self._in_flight = AdvanceBatch(lane, tuple(items), tuple(seqs))
+        return (batch,)
+
+    def _fail_all(self, sub: _Subscriber, *, undelivered: bool) -> tuple[Effect, ...]:
+        """Resolve as failed every event ``sub`` has not resolved; release its bindings."""
+        released: list[int] = []
+        for event_seq, pending in sub.bound.items():
+            self._resolve(self._events[event_seq], _FAILED)
+            released.extend(pending)
+        if sub.in_window and not sub.window_resolved and sub.position not in sub.bound:
+            self._resolve(self._events[sub.position], _FAILED)
+        if undelivered:
+            for seq in range(sub.position + 1, self._last_seq + 1):
+                self._resolve(self._events[seq], _FAILED)
+        sub.bound = {}
+        sub.in_window = sub.window_resolved = False
+        return self._release(released)
+
+    def _release(self, seqs: Iterable[int]) -> tuple[Effect, ...]:
+        released = tuple(seqs)
+        for seq in released:
+            del self._bindings[seq]
+        return (ReleaseBindings(released),) if released else ()
+
+    def _oldest_unresolved_of(self, sub: _Subscriber) -> _Event | None:
+        if sub.bound:
+            return self._events[next(iter(sub.bound))]
+        if sub.in_window and not sub.window_resolved:
+            return self._events[sub.position]
+        if sub.position < self._last_seq:
+            return self._events[sub.position + 1]
+        return None
+
+    def _has_expired(self, sub: _Subscriber, now: float) -> bool:
+        event = self._oldest_unresolved_of(sub)
+        return event is not None and now - event.broadcast_at >= self.ack_timeout_s
+
+    @staticmethod
+    def _with(first: Sequence[Effect], second: Sequence[Effect]) -> Sequence[Effect]:
+        if not first:
+            return second
+        return (*first, *second) if second else first

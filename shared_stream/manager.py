@@ -1,0 +1,280 @@
+"""``SharedStreamManager``: groups sibling event triggers by key and shares one poll per key.
+
+How the runtime uses it (one task per trigger, everything on the event loop thread)::
+
+    stream = manager.subscribe(trigger_id=tid, trigger=trigger, key=key)
+    try:
+        async for event in trigger.filter_shared_stream(stream):
+            seq = manager.bind_pending_event(trigger_id=tid, key=key)  # None in fast mode
+            outbox.put(event, confirm=seq)
+    finally:
+        await manager.unsubscribe(tid, key)
+
+    # the persister, after each commit, on the event loop thread:
+    manager.confirm_persisted([seq for seq in committed if seq is not None])
+
+The manager owns one task group (``run()`` or ``async with``); each group runs in it as a
+task named ``shared-stream-poll[<key repr>]``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Final, Self
+
+import anyio
+import anyio.lowlevel
+
+from shared_stream.exceptions import SubscriptionError
+from shared_stream.group import SharedStreamGroup
+from shared_stream.settings import GroupSettings
+from triggers.base import BaseEventTrigger
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Hashable, Iterable
+    from types import TracebackType
+
+    from anyio.abc import TaskGroup, TaskStatus
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_STOP_GRACE_PERIOD_S: Final = 30.0
+
+
+class SharedStreamManager:
+    """Runs one shared poll per ``shared_stream_key`` and fans it out to the subscribers.
+
+    ``max_subscriber_queue``: raw events a subscriber may have unread before it is failed
+    with ``SubscriberOverflow``. ``ack_timeout``: seconds (from broadcast) within which an
+    ack-mode subscriber must resolve an event before it is failed with ``AckTimeout``.
+    ``cohort_grace_period``: seconds a new group waits before its first poll, so siblings
+    that (re)subscribe together all see the first event. ``clock``: monotonic seconds, used
+    for ack timeouts only. ``stop_grace_period``: bound on draining advances at stop.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_subscriber_queue: int = 1024,
+        ack_timeout: float = 300.0,
+        cohort_grace_period: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+        stop_grace_period: float = DEFAULT_STOP_GRACE_PERIOD_S,
+    ) -> None:
+        _check_positive("max_subscriber_queue", max_subscriber_queue)
+        _check_positive("ack_timeout", ack_timeout)
+        _check_positive("stop_grace_period", stop_grace_period)
+        if not cohort_grace_period >= 0:
+            raise ValueError(f"cohort_grace_period must be >= 0, got {cohort_grace_period!r}")
+        self._clock = clock
+        self._groups: dict[Hashable, SharedStreamGroup] = {}  # keys taking subscribers
+        self._live: set[SharedStreamGroup] = set()  # every group whose task has not ended
+        self._binding_owner: dict[int, SharedStreamGroup] = {}
+        self._settings = GroupSettings(
+            max_queue=max_subscriber_queue,
+            ack_timeout_s=ack_timeout,
+            cohort_grace_s=cohort_grace_period,
+            stop_grace_s=stop_grace_period,
+            clock=clock,
+            binding_seqs=itertools.count(1),
+            binding_owner=self._binding_owner,
+            on_gone=self._forget_group,
+        )
+        self._tg: TaskGroup | None = None
+        self._stop_requested: anyio.Event | None = None
+        self._closed = False
+
+    # -- service --------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve until ``stop_all()``; signals readiness through ``task_status.started()``."""
+        self._check_startable()
+        self._stop_requested = anyio.Event()
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                task_status.started()
+                await self._stop_requested.wait()
+        finally:
+            self._tg = None
+            self._closed = True
+
+    async def __aenter__(self) -> Self:
+        self._check_startable()
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        self._stop_requested = anyio.Event()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        tg = self._tg
+        assert tg is not None
+        try:
+            await self.stop_all()
+        finally:
+            self._tg = None
+            result = await tg.__aexit__(exc_type, exc, tb)
+        return result
+
+    async def stop_all(self) -> None:
+        """Stop every group and end ``run``; waits for the drains.
+
+        Each group drains its resolved advances within the stop grace period, then closes
+        its producer. Remaining subscribers' streams raise ``SharedStreamTerminated``.
+        """
+        self._closed = True
+        try:
+            for group in list(self._groups.values()):
+                group.begin_stop("stopped: the shared stream manager is shutting down")
+            for group in list(self._live):
+                await group.finished.wait()
+        finally:
+            if self._stop_requested is not None:
+                self._stop_requested.set()
+
+    # -- subscribers ----------------------------------------------------------------------
+
+    def subscribe(
+        self, *, trigger_id: int, trigger: BaseEventTrigger, key: Hashable
+    ) -> AsyncIterator[Any]:
+        """Join the group of ``key`` (starting it if needed); returns the raw event stream."""
+        tg = self._tg
+        if tg is None or self._closed:
+            raise SubscriptionError(
+                "the SharedStreamManager is not running: use `async with SharedStreamManager()` "
+                "or start `run()` in a task group before subscribing"
+            )
+        if key is None:
+            raise SubscriptionError(
+                f"trigger {trigger_id!r} has no shared_stream_key(): run its own run() instead"
+            )
+        if not isinstance(trigger, BaseEventTrigger):
+            raise SubscriptionError(
+                f"trigger {trigger_id!r} ({type(trigger).__qualname__}) is not a "
+                "BaseEventTrigger; only event triggers can share a stream"
+            )
+        try:
+            group = self._groups.get(key)
+        except TypeError as exc:
+            raise SubscriptionError(
+                f"shared_stream_key() of trigger {trigger_id!r} returned an unhashable "
+                f"{type(key).__name__}; return a tuple of strings"
+            ) from exc
+        if group is None:
+            group = self._start_group(tg, key, trigger)
+        return group.add_subscriber(trigger_id)
+
+    def bind_pending_event(self, *, trigger_id: int, key: Hashable) -> int | None:
+        """Bind the trigger event the subscriber's filter just yielded to its current raw event.
+
+        Ack mode: returns the binding seq to pass to ``confirm_persisted`` once that trigger
+        event is committed. None (nothing to confirm): fast mode, or no raw event is being
+        processed (before the first one, after a reject, subscriber already failed).
+        """
+        group = self._groups.get(key)
+        return None if group is None else group.bind(trigger_id)
+
+    def confirm_persisted(self, seqs: Iterable[int]) -> None:
+        """The trigger events bound under these seqs are committed; unknown seqs are ignored."""
+        owner = self._binding_owner
+        group: SharedStreamGroup | None = None
+        run: list[int] = []  # consecutive seqs of one group, confirmed together
+        for seq in seqs:
+            owning = owner.pop(seq, None)
+            if owning is None:
+                continue
+            if owning is not group:
+                if group is not None:
+                    group.confirm(run)
+                group, run = owning, []
+            run.append(seq)
+        if group is not None:
+            group.confirm(run)
+
+    async def unsubscribe(self, trigger_id: int, key: Hashable) -> None:
+        """Leave the group; the last subscriber stops it and waits for the drain.
+
+        The state changes happen before the first await: if the caller is cancelled while
+        waiting, the group still drains (in its own task, bounded by the stop grace period).
+        """
+        group = self._groups.get(key)
+        if group is None:
+            return
+        group.remove_subscriber(trigger_id)  # absent if it already failed (overflow, timeout)
+        if not group.streams:
+            group.begin_stop("stopped: its last subscriber left")
+            await group.finished.wait()  # bounded: the group enforces its stop grace period
+
+    async def check_timeouts(self) -> None:
+        """Fail ack-mode subscribers past the ack timeout now (groups also do it on a timer)."""
+        now = self._clock()
+        for group in list(self._groups.values()):
+            group.check_timeouts(now)
+        await anyio.lowlevel.checkpoint()
+
+    @property
+    def pending_confirmations(self) -> int:
+        """Binding seqs handed out by ``bind_pending_event`` and not confirmed nor dropped."""
+        return len(self._binding_owner)
+
+    @property
+    def group_keys(self) -> tuple[Hashable, ...]:
+        """Keys of the groups taking subscribers."""
+        return tuple(self._groups)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _start_group(
+        self, tg: TaskGroup, key: Hashable, trigger: BaseEventTrigger
+    ) -> SharedStreamGroup:
+        _classpath, kwargs = trigger.serialize()
+        group = SharedStreamGroup(
+            key=key, trigger_cls=type(trigger), kwargs=kwargs, settings=self._settings
+        )
+        self._groups[key] = group
+        self._live.add(group)
+        logger.info(
+            "Shared stream group started key=%r",
+            key,
+            extra={
+                "action": "shared_stream.group_started",
+                "mode": "fast" if group.ledger is None else "ack",
+            },
+        )
+        tg.start_soon(self._run_group, group, name=f"shared-stream-poll[{key!r}]")
+        return group
+
+    async def _run_group(self, group: SharedStreamGroup) -> None:
+        try:
+            await group.run()
+        finally:
+            self._live.discard(group)
+            self._forget_group(group)
+
+    def _forget_group(self, group: SharedStreamGroup) -> None:
+        if self._groups.get(group.key) is group:
+            del self._groups[group.key]
+
+    def _check_startable(self) -> None:
+        if self._tg is not None or self._closed:
+            raise RuntimeError("a SharedStreamManager runs once: create a new one")
+
+    def __repr__(self) -> str:
+        return (
+            f"<SharedStreamManager groups={len(self._groups)} live={len(self._live)} "
+            f"unconfirmed={len(self._binding_owner)} running={self._tg is not None} "
+            f"closed={self._closed}>"
+        )
+
+
+def _check_positive(name: str, value: float) -> None:
+    if not value > 0:  # also rejects NaN
+        raise ValueError(f"{name} must be positive, got {value!r}")

@@ -1,0 +1,581 @@
+"""``SharedStreamManager`` in fast mode and ack mode, driven like the triggerer drives it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from typing import Any, ClassVar
+
+import anyio
+import pytest
+
+import shared_stream
+from shared_stream import (
+    AckTimeout,
+    SharedStreamManager,
+    SharedStreamTerminated,
+    SubscriberOverflow,
+    SubscriptionError,
+    reject_shared_stream_event,
+)
+from shared_stream.testing import (
+    BlockingProducer,
+    FakeClock,
+    InMemoryFeed,
+    InMemoryProducer,
+    SubscriberHarness,
+)
+from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
+
+POLL_LOG = "Shared stream group started key="
+
+
+class FastTrigger(BaseEventTrigger):
+    """Fast mode: raw events come from a memory stream registered under ``source``."""
+
+    sources: ClassVar[dict[str, Any]] = {}
+    opened: ClassVar[Counter[str]] = Counter()
+    closed: ClassVar[Counter[str]] = Counter()
+
+    def __init__(self, *, source: str, match: str | None = None) -> None:
+        super().__init__()
+        self.source = source
+        self.match = match
+        self.seen: list[Any] = []
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return classpath_of(self), {"source": self.source, "match": self.match}
+
+    async def run(self):
+        yield TriggerEvent({})
+
+    def shared_stream_key(self):
+        return (type(self).__name__, self.source)
+
+    @classmethod
+    async def open_shared_stream(cls, kwargs):
+        cls.opened[kwargs["source"]] += 1
+        try:
+            async for item in cls.sources[kwargs["source"]]:
+                yield item
+        finally:
+            cls.closed[kwargs["source"]] += 1
+
+    async def filter_shared_stream(self, shared_stream):
+        async for raw in shared_stream:
+            self.seen.append(raw)
+            if raw.get("reject_here"):
+                reject_shared_stream_event()
+            if self.match is None or raw.get("name") == self.match:
+                yield TriggerEvent(raw)
+
+
+class AckTrigger(FastTrigger):
+    """Ack mode: the factory hands out the producers a test registered for ``source``."""
+
+    producers: ClassVar[dict[str, list[Any]]] = {}  # producers, or an error to raise
+    factory_calls: ClassVar[Counter[str]] = Counter()
+
+    def __init__(self, *, source: str, match: str | None = None) -> None:
+        super().__init__(source=source, match=match)
+        self.rejects = False  # per instance, not part of the group's kwargs
+        self.hold_after_reject: anyio.Event | None = None
+
+    @classmethod
+    def create_shared_stream_producer(cls, kwargs):
+        cls.factory_calls[kwargs["source"]] += 1
+        producer = cls.producers[kwargs["source"]].pop(0)
+        if isinstance(producer, Exception):
+            raise producer
+        return producer
+
+    async def filter_shared_stream(self, shared_stream):
+        async for raw in shared_stream:
+            self.seen.append(raw)
+            if self.rejects and raw.get("reject"):
+                reject_shared_stream_event()
+                if self.hold_after_reject is not None:
+                    await self.hold_after_reject.wait()
+                continue
+            if self.match is None or raw.get("name") == self.match:
+                yield TriggerEvent(raw)
+
+
+@pytest.fixture(autouse=True)
+def _registries():
+    for registry in (FastTrigger.sources, FastTrigger.opened, FastTrigger.closed):
+        registry.clear()
+    AckTrigger.producers.clear()
+    AckTrigger.factory_calls.clear()
+
+
+def fast_source(name: str) -> InMemoryFeed:
+    feed = FastTrigger.sources[name] = InMemoryFeed()
+    return feed
+
+
+def register(source: str, *producers: Any) -> Any:
+    AckTrigger.producers.setdefault(source, []).extend(producers)
+    return producers[0]
+
+
+def start(tg, manager, trigger, trigger_id, **kwargs) -> SubscriberHarness:
+    harness = SubscriberHarness(manager, trigger, trigger_id=trigger_id, **kwargs)
+    tg.start_soon(harness.run)
+    return harness
+
+
+def poll_tasks() -> list[str]:
+    return sorted(
+        t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("shared-stream-poll")
+    )
+
+
+def outcome_counts(producer: InMemoryProducer) -> list[tuple[Any, tuple[int, int, int]]]:
+    return [(p, (o.acked, o.failed, o.rejected)) for p, o in producer.advanced]
+
+
+# -- the package surface ------------------------------------------------------------------
+
+
+def test_all_matches_the_package_namespace():
+    public = {
+        name
+        for name, value in vars(shared_stream).items()
+        if not name.startswith("_")
+        and not isinstance(value, type(shared_stream))
+        and name != "annotations"
+    }
+    assert set(shared_stream.__all__) == public
+    assert isinstance(shared_stream.__all__, tuple)
+
+
+# -- fast mode ----------------------------------------------------------------------------
+
+
+async def test_equal_keys_share_one_poll_task_and_one_log_line(caplog):
+    caplog.set_level(logging.INFO, logger="shared_stream")
+    with anyio.fail_after(5):
+        feed_a, feed_b = fast_source("a"), fast_source("b")
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            subs = [
+                start(tg, mgr, FastTrigger(source="a", match=m), i) for i, m in enumerate("xyz")
+            ]
+            other = start(tg, mgr, FastTrigger(source="b"), 9)
+            raw = {"name": "y"}
+            feed_a.put(raw)
+            feed_b.put({"name": "q"})
+            await other.wait_for_events(1)
+            await subs[1].wait_for_events(1)
+            assert subs[1].events == [TriggerEvent(raw)]
+            for harness in subs:  # the same object went to every subscriber, unchanged
+                await anyio.wait_all_tasks_blocked()
+                assert harness.trigger.seen == [raw] and harness.trigger.seen[0] is raw
+            assert subs[0].events == subs[2].events == []
+            assert poll_tasks() == [
+                "shared-stream-poll[('FastTrigger', 'a')]",
+                "shared-stream-poll[('FastTrigger', 'b')]",
+            ]
+            assert FastTrigger.opened == {"a": 1, "b": 1}
+            assert mgr.bind_pending_event(trigger_id=0, key=("FastTrigger", "a")) is None
+            tg.cancel_scope.cancel()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(POLL_LOG)]
+    assert lines == [
+        "Shared stream group started key=('FastTrigger', 'a')",
+        "Shared stream group started key=('FastTrigger', 'b')",
+    ]
+
+
+async def test_subscriber_joining_after_a_broadcast_does_not_get_it():
+    with anyio.fail_after(5):
+        feed = fast_source("s")
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            first = start(tg, mgr, FastTrigger(source="s"), 1)
+            feed.put({"n": 1})
+            await first.wait_for_events(1)
+            late = start(tg, mgr, FastTrigger(source="s"), 2)
+            feed.put({"n": 2})
+            await first.wait_for_events(2)
+            await late.wait_for_events(1)
+            assert late.payloads == [{"n": 2}]
+            tg.cancel_scope.cancel()
+
+
+async def test_full_queue_fails_only_that_subscriber():
+    with anyio.fail_after(5):
+        feed = fast_source("s")
+        async with (
+            SharedStreamManager(max_subscriber_queue=2) as mgr,
+            anyio.create_task_group() as tg,
+        ):
+            slow = start(tg, mgr, FastTrigger(source="s"), 1)
+            fast = start(tg, mgr, FastTrigger(source="s"), 2)
+            slow.pause()  # stops pulling after its first event: its queue fills
+            feed.put({"n": 0})
+            await slow.wait_for_events(1)
+            for n in range(1, 6):
+                feed.put({"n": n})
+            await fast.wait_for_events(6)
+            slow.resume()
+            await slow.wait_finished()
+            assert isinstance(slow.error, SubscriberOverflow)
+            assert "queue of 2" in str(slow.error)
+            assert slow.payloads == [{"n": 0}]
+            feed.put({"n": 6})
+            await fast.wait_for_events(7)
+            assert fast.error is None
+            tg.cancel_scope.cancel()
+
+
+async def test_poll_raising_fails_every_subscriber_with_that_error():
+    with anyio.fail_after(5):
+        feed = fast_source("s")
+        boom = RuntimeError("upstream down")
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            subs = [start(tg, mgr, FastTrigger(source="s"), i) for i in (1, 2)]
+            feed.put({"n": 1})
+            feed.put(boom)
+            for harness in subs:
+                await harness.wait_finished()
+                assert harness.error is boom
+                assert harness.payloads == [{"n": 1}]  # queued events still delivered
+            assert FastTrigger.closed["s"] == 1
+            again = start(tg, mgr, FastTrigger(source="s"), 3)  # a fresh group
+            feed.put({"n": 2})
+            await again.wait_for_events(1)
+            assert FastTrigger.opened["s"] == 2
+            tg.cancel_scope.cancel()
+
+
+async def test_poll_returning_is_an_error_too():
+    with anyio.fail_after(5):
+        feed = fast_source("s")
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            subs = [start(tg, mgr, FastTrigger(source="s"), i) for i in (1, 2)]
+            feed.put({"n": 1})
+            feed.finish()
+            for harness in subs:
+                await harness.wait_finished()
+                assert isinstance(harness.error, SharedStreamTerminated)
+                assert "ended" in str(harness.error)
+
+
+async def test_last_unsubscribe_stops_the_group_and_a_new_subscribe_starts_a_fresh_one(caplog):
+    caplog.set_level(logging.INFO, logger="shared_stream")
+    with anyio.fail_after(5):
+        feed = fast_source("s")
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            subs = [start(tg, mgr, FastTrigger(source="s"), i) for i in (1, 2)]
+            feed.put({"n": 1})
+            await subs[1].wait_for_events(1)
+            await mgr.unsubscribe(1, ("FastTrigger", "s"))
+            assert FastTrigger.closed["s"] == 0  # one subscriber left
+            await mgr.unsubscribe(2, ("FastTrigger", "s"))
+            assert FastTrigger.closed["s"] == 1
+            assert poll_tasks() == []
+            fresh = start(tg, mgr, FastTrigger(source="s"), 3)
+            feed.put({"n": 2})
+            await fresh.wait_for_events(1)
+            assert FastTrigger.opened["s"] == 2
+            tg.cancel_scope.cancel()
+    assert sum(r.getMessage().startswith(POLL_LOG) for r in caplog.records) == 2
+
+
+async def test_cohort_grace_period_lets_siblings_join_before_the_first_poll():
+    with anyio.fail_after(5):
+        feed = fast_source("s")
+        feed.put({"n": 1})
+        async with (
+            SharedStreamManager(cohort_grace_period=0.2) as mgr,
+            anyio.create_task_group() as tg,
+        ):
+            first = start(tg, mgr, FastTrigger(source="s"), 1)
+            await anyio.wait_all_tasks_blocked()
+            assert FastTrigger.opened["s"] == 0
+            second = start(tg, mgr, FastTrigger(source="s"), 2)
+            await first.wait_for_events(1)
+            await second.wait_for_events(1)
+            tg.cancel_scope.cancel()
+
+
+async def test_without_grace_period_the_poll_starts_at_once():
+    with anyio.fail_after(5):
+        fast_source("s")
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            start(tg, mgr, FastTrigger(source="s"), 1)
+            await anyio.wait_all_tasks_blocked()
+            assert FastTrigger.opened["s"] == 1
+            tg.cancel_scope.cancel()
+
+
+async def test_reject_outside_an_ack_window_warns_and_does_nothing(caplog):
+    with anyio.fail_after(5):
+        reject_shared_stream_event()  # no stream at all
+        feed = fast_source("s")
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            harness = start(tg, mgr, FastTrigger(source="s"), 1)
+            feed.put({"reject_here": True})
+            await harness.wait_for_events(1)  # fast path: the event still fires
+            tg.cancel_scope.cancel()
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert [r.action for r in warnings] == ["shared_stream.reject_ignored"] * 2
+    assert warnings[1].trigger_id == 1
+
+
+async def test_run_form_serves_until_stop_all():
+    with anyio.fail_after(5):
+        feed = fast_source("s")
+        mgr = SharedStreamManager()
+        with pytest.raises(SubscriptionError, match="not running"):
+            mgr.subscribe(trigger_id=1, trigger=FastTrigger(source="s"), key=("k",))
+        async with anyio.create_task_group() as tg:
+            await tg.start(mgr.run)
+            harness = start(tg, mgr, FastTrigger(source="s"), 1)
+            feed.put({"n": 1})
+            await harness.wait_for_events(1)
+            await mgr.stop_all()
+            await harness.wait_finished()
+            assert isinstance(harness.error, SharedStreamTerminated)
+        assert FastTrigger.closed["s"] == 1
+        assert "groups=0" in repr(mgr)
+
+
+async def test_subscribe_rejects_bad_calls():
+    with anyio.fail_after(5):
+        fast_source("s")
+        async with SharedStreamManager() as mgr:
+            trigger = FastTrigger(source="s")
+            with pytest.raises(SubscriptionError, match="no shared_stream_key"):
+                mgr.subscribe(trigger_id=1, trigger=trigger, key=None)
+            with pytest.raises(SubscriptionError, match="unhashable"):
+                mgr.subscribe(trigger_id=1, trigger=trigger, key=["list"])
+            mgr.subscribe(trigger_id=1, trigger=trigger, key=("FastTrigger", "s"))
+            with pytest.raises(SubscriptionError, match="already subscribed"):
+                mgr.subscribe(trigger_id=1, trigger=trigger, key=("FastTrigger", "s"))
+            await mgr.unsubscribe(1, ("FastTrigger", "s"))
+
+
+# -- ack mode -----------------------------------------------------------------------------
+
+
+async def test_factory_is_called_once_per_group():
+    with anyio.fail_after(5):
+        producer = register("a", InMemoryProducer())
+        register("b", InMemoryProducer())
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            subs = [start(tg, mgr, AckTrigger(source="a"), i) for i in range(3)]
+            start(tg, mgr, AckTrigger(source="b"), 9)
+            await producer.put({"n": 1}, "p1")
+            for harness in subs:
+                await harness.wait_for_events(1)
+            await producer.wait_for_advanced(1)
+            assert AckTrigger.factory_calls == {"a": 1, "b": 1}
+            assert outcome_counts(producer) == [("p1", (3, 0, 0))]
+            assert all(seq is not None for h in subs for seq in h.seqs)
+            tg.cancel_scope.cancel()
+
+
+async def test_advance_waits_for_confirm_persisted():
+    with anyio.fail_after(5):
+        producer = register("s", InMemoryProducer())
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            harness = start(tg, mgr, AckTrigger(source="s"), 1, auto_confirm=False)
+            await producer.put({"n": 1}, "p1")
+            await harness.wait_for_events(1)
+            await anyio.wait_all_tasks_blocked()  # moved past it, not persisted yet
+            assert producer.attempted_batches == []
+            harness.confirm_all()
+            await producer.wait_for_advanced(1)
+            assert outcome_counts(producer) == [("p1", (1, 0, 0))]
+            tg.cancel_scope.cancel()
+
+
+async def test_lanes_are_independent_and_strictly_ordered_within():
+    with anyio.fail_after(5):
+        producer = register("s", InMemoryProducer(lane=lambda payload: payload[0]))
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            harness = start(tg, mgr, AckTrigger(source="s"), 1, auto_confirm=False)
+            await producer.put({"n": 0}, ("slow", 0))
+            await harness.wait_for_events(1)
+            slow_seq = harness.unconfirmed.pop()
+            for n in range(1, 4):
+                await producer.put({"n": n}, ("fast", n))
+            await harness.wait_for_events(4)
+            harness.confirm_all()
+            await producer.wait_for_advanced(3)  # the slow lane does not hold them back
+            assert producer.advanced_payloads == [("fast", 1), ("fast", 2), ("fast", 3)]
+            mgr.confirm_persisted([slow_seq])
+            await producer.wait_for_advanced(4)
+            assert producer.advanced_payloads[-1] == ("slow", 0)
+            tg.cancel_scope.cancel()
+
+
+async def test_at_most_one_advance_in_flight_and_resolved_events_accumulate():
+    with anyio.fail_after(5):
+        producer = register("s", BlockingProducer())
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            harness = start(tg, mgr, AckTrigger(source="s"), 1)
+            await producer.put({"n": 1}, "p1")
+            await producer.wait_blocked()
+            for n in (2, 3):
+                await producer.put({"n": n}, f"p{n}")
+            await harness.wait_for_events(3)
+            await anyio.wait_all_tasks_blocked()
+            assert len(producer.attempted_batches) == 1
+            producer.release_all()
+            await producer.wait_for_advanced(3)
+            assert [[p for p, _ in b] for b in producer.batches] == [["p1"], ["p2", "p3"]]
+            assert producer.max_concurrent_advances == 1
+            tg.cancel_scope.cancel()
+
+
+async def test_advance_raising_terminates_the_group():
+    with anyio.fail_after(5):
+        boom = RuntimeError("commit refused")
+        producer = register("s", InMemoryProducer(fail_advance=boom), InMemoryProducer())
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            subs = [start(tg, mgr, AckTrigger(source="s"), i) for i in (1, 2)]
+            await producer.put({"n": 1}, "p1")
+            for harness in subs:
+                await harness.wait_finished()
+                assert harness.error is boom
+            await producer.wait_closed()
+            await producer.put({"n": 2}, "p2")
+            await anyio.wait_all_tasks_blocked()
+            assert len(producer.attempted_batches) == 1
+            assert producer.batches == []
+            assert producer.aclose_count == 1
+            start(tg, mgr, AckTrigger(source="s"), 3)  # a new group, a new producer
+            await anyio.wait_all_tasks_blocked()
+            assert AckTrigger.factory_calls["s"] == 2
+            tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("failure", ["open_stream", "factory", "lane", "returns"])
+async def test_producer_failures_terminate_the_group(failure):
+    with anyio.fail_after(5):
+        boom = ValueError(failure)
+        lane = None
+        if failure == "lane":
+
+            def lane(payload):
+                raise boom
+
+        producer = InMemoryProducer(fail_open=boom if failure == "open_stream" else None, lane=lane)
+        register("s", boom if failure == "factory" else producer)
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            harness = start(tg, mgr, AckTrigger(source="s"), 1)
+            if failure == "lane":
+                await producer.put({"n": 1}, "p1")
+            if failure == "returns":
+                producer.finish()
+            await harness.wait_finished()
+            if failure == "returns":
+                assert isinstance(harness.error, SharedStreamTerminated)
+            else:
+                assert harness.error is boom
+            if failure != "factory":
+                await producer.wait_closed()
+                assert producer.aclose_count == 1
+                assert producer.attempted_batches == []
+
+
+async def test_reject_inside_the_window_resolves_at_once():
+    with anyio.fail_after(5):
+        producer = register("s", InMemoryProducer())
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            rejecting = AckTrigger(source="s")
+            rejecting.rejects = True
+            rejecting.hold_after_reject = anyio.Event()
+            harness = start(tg, mgr, rejecting, 1)
+            other = start(tg, mgr, AckTrigger(source="s"), 2)
+            await producer.put({"reject": True}, "bad")
+            await other.wait_for_events(1)
+            await producer.wait_for_advanced(1)  # the rejecting filter has not pulled again
+            assert outcome_counts(producer) == [("bad", (1, 0, 1))]
+            assert not producer.advanced[0].outcome.is_clean
+            assert harness.events == []
+            rejecting.hold_after_reject.set()
+            await producer.put({"n": 2}, "good")
+            await producer.wait_for_advanced(2)
+            assert outcome_counts(producer)[1] == ("good", (2, 0, 0))
+            tg.cancel_scope.cancel()
+
+
+async def test_ack_timeout_fails_the_stalled_subscriber_at_the_exact_boundary():
+    with anyio.fail_after(5):
+        clock = FakeClock(100.0)
+        producer = register("s", InMemoryProducer())
+        async with (
+            SharedStreamManager(ack_timeout=10.0, clock=clock) as mgr,
+            anyio.create_task_group() as tg,
+        ):
+            stalled = start(tg, mgr, AckTrigger(source="s"), 1, auto_confirm=False)
+            healthy = start(tg, mgr, AckTrigger(source="s"), 2)
+            await producer.put({"n": 1}, "p1")
+            await stalled.wait_for_events(1)
+            await healthy.wait_for_events(1)
+            await anyio.wait_all_tasks_blocked()
+            clock.advance(9.5)
+            await mgr.check_timeouts()
+            assert stalled.error is None and producer.attempted_batches == []
+            clock.advance(0.5)  # now - broadcast_time == ack_timeout exactly
+            await mgr.check_timeouts()
+            await stalled.wait_finished()
+            assert isinstance(stalled.error, AckTimeout)
+            await producer.wait_for_advanced(1)
+            assert outcome_counts(producer) == [("p1", (1, 1, 0))]
+            await producer.put({"n": 2}, "p2")
+            await producer.wait_for_advanced(2)
+            assert healthy.error is None
+            tg.cancel_scope.cancel()
+
+
+async def test_zero_subscriber_broadcast_is_advanced_and_not_clean():
+    with anyio.fail_after(5):
+        producer = register("s", InMemoryProducer())
+        async with SharedStreamManager(max_subscriber_queue=1) as mgr:
+            trigger = AckTrigger(source="s")
+            mgr.subscribe(trigger_id=1, trigger=trigger, key=trigger.shared_stream_key())
+            for n in range(3):  # never pulled: the second event overflows the queue
+                await producer.put({"n": n}, f"p{n}")
+            await producer.wait_for_advanced(3)
+            assert outcome_counts(producer) == [
+                ("p0", (0, 1, 0)),
+                ("p1", (0, 1, 0)),
+                ("p2", (0, 0, 0)),
+            ]
+            assert not any(o.is_clean for _, o in producer.advanced)
+            await mgr.unsubscribe(1, trigger.shared_stream_key())  # the group stops
+            assert producer.aclose_count == 1
+
+
+async def test_stop_all_drains_resolved_events_and_abandons_the_rest():
+    with anyio.fail_after(5):
+        producer = register("s", BlockingProducer())
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            harness = start(tg, mgr, AckTrigger(source="s"), 1)
+            await producer.put({"n": 1}, "p1")
+            await producer.wait_blocked()
+            await producer.put({"n": 2}, "p2")
+            await harness.wait_for_events(2)
+            harness.pause()  # stays on p3: never resolved
+            await producer.put({"n": 3}, "p3")
+            await harness.wait_for_events(3)
+            stopped = anyio.Event()
+
+            async def stop() -> None:
+                await mgr.stop_all()
+                stopped.set()
+
+            tg.start_soon(stop)
+            await anyio.wait_all_tasks_blocked()
+            assert not stopped.is_set() and producer.aclose_count == 0
+            producer.release_all()
+            await stopped.wait()
+            assert [[p for p, _ in b] for b in producer.batches] == [["p1"], ["p2"]]
+            assert producer.aclose_count == 1
+            harness.resume()
+            await harness.wait_finished()
+            assert isinstance(harness.error, SharedStreamTerminated)

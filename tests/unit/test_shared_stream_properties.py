@@ -1,0 +1,321 @@
+"""Property tests of the ack-mode ledger over random interleavings.
+
+A reference model, written independently of ``AckLedger``, tracks how every subscriber of
+every event's snapshot resolved it. Each effect the ledger returns is checked against the
+model: an ``AdvanceBatch`` only covers fully resolved events, in lane order, contiguously,
+with counts that match and add up to the snapshot size, one batch in flight at a time; at
+the end every broadcast event was advanced exactly once or abandoned by the stop.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from shared_stream.bookkeeping import (
+    AbandonEvents,
+    AckLedger,
+    AdvanceBatch,
+    FailReason,
+    FailSubscriber,
+    ReleaseBindings,
+)
+
+TIMEOUT_S = 10.0
+PENDING, ACKED, FAILED, REJECTED = "pending", "acked", "failed", "rejected"
+
+
+@dataclass
+class ModelEvent:
+    seq: int
+    lane: int
+    at: float
+    status: dict[int, str]  # trigger id -> resolution, for the snapshot only
+
+
+@dataclass
+class ModelSubscriber:
+    queue: deque[int] = field(default_factory=deque)
+    current: int | None = None
+    current_rejected: bool = False
+    unconfirmed: dict[int, set[int]] = field(default_factory=dict)  # event seq -> bindings
+
+
+class LedgerMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ledger = AckLedger(ack_timeout_s=TIMEOUT_S)
+        self.now = 0.0
+        self.next_tid = 1
+        self.active: dict[int, ModelSubscriber] = {}
+        self.departed: dict[int, ModelSubscriber] = {}
+        self.events: dict[int, ModelEvent] = {}
+        self.lanes: dict[int, list[int]] = {}
+        self.advanced: dict[int, int] = {}  # lane -> number of its events advanced
+        self.advanced_seqs: list[int] = []
+        self.abandoned: set[int] = set()
+        self.bindings: dict[int, tuple[int, int]] = {}  # binding -> (trigger id, event seq)
+        self.in_flight: AdvanceBatch | None = None
+        self.stopped = False
+
+    # -- model helpers --------------------------------------------------------------------
+
+    def sub(self, tid: int) -> ModelSubscriber:
+        return self.active.get(tid) or self.departed[tid]
+
+    def set_status(self, tid: int, seq: int, status: str) -> None:
+        event = self.events[seq]
+        assert event.status[tid] == PENDING, (tid, seq, event.status)
+        event.status[tid] = status
+
+    def resolved(self, seq: int) -> bool:
+        return PENDING not in self.events[seq].status.values()
+
+    def drop_bindings(self, tid: int, seq: int) -> None:
+        for binding in self.sub(tid).unconfirmed.pop(seq, set()):
+            del self.bindings[binding]
+
+    def fail_all(self, tid: int) -> None:
+        model = self.sub(tid)
+        for seq, event in self.events.items():
+            if event.status.get(tid) == PENDING:
+                self.set_status(tid, seq, FAILED)
+        for seq in list(model.unconfirmed):
+            self.drop_bindings(tid, seq)
+        model.queue.clear()
+        model.current = None
+        self.active.pop(tid, None)
+        self.departed.pop(tid, None)
+
+    def apply(self, effects) -> None:
+        for effect in effects:
+            if isinstance(effect, AdvanceBatch):
+                self.check_batch(effect)
+            elif isinstance(effect, AbandonEvents):
+                assert self.stopped
+                self.abandoned.update(effect.seqs)
+            elif isinstance(effect, ReleaseBindings):
+                assert not set(effect.seqs) & set(self.bindings), "released a live binding"
+
+    def check_batch(self, batch: AdvanceBatch) -> None:
+        assert self.in_flight is None, "two advances in flight"
+        lane = self.lanes[batch.lane]
+        start = self.advanced.get(batch.lane, 0)
+        assert list(batch.seqs) == lane[start : start + len(batch.seqs)], "not the lane prefix"
+        assert batch.seqs, "empty batch"
+        for seq, (payload, outcome) in zip(batch.seqs, batch.items, strict=True):
+            event = self.events[seq]
+            assert payload == ("payload", seq)
+            assert self.resolved(seq), f"event {seq} advanced before every subscriber resolved"
+            statuses = list(event.status.values())
+            assert (outcome.acked, outcome.failed, outcome.rejected) == (
+                statuses.count(ACKED),
+                statuses.count(FAILED),
+                statuses.count(REJECTED),
+            )
+            assert outcome.acked + outcome.failed + outcome.rejected == len(event.status)
+            assert outcome.is_clean == (outcome.acked == len(event.status) > 0)
+        end = start + len(batch.seqs)
+        if end < len(lane) and lane[end] not in self.abandoned:
+            assert not self.resolved(lane[end]), "batch stopped short of the resolved prefix"
+        self.advanced[batch.lane] = end
+        self.advanced_seqs.extend(batch.seqs)
+        self.in_flight = batch
+
+    # -- rules ----------------------------------------------------------------------------
+
+    @precondition(lambda self: not self.stopped)
+    @rule()
+    def subscribe(self) -> None:
+        tid = self.next_tid
+        self.next_tid += 1
+        self.ledger.subscribe(tid)
+        self.active[tid] = ModelSubscriber()
+
+    @precondition(lambda self: not self.stopped)
+    @rule(lane=st.integers(0, 2))
+    def broadcast(self, lane: int) -> None:
+        seq_guess = len(self.events) + 1
+        seq, effects = self.ledger.broadcast(("payload", seq_guess), lane=lane, now=self.now)
+        assert seq == seq_guess
+        self.events[seq] = ModelEvent(seq, lane, self.now, dict.fromkeys(self.active, PENDING))
+        self.lanes.setdefault(lane, []).append(seq)
+        for model in self.active.values():
+            model.queue.append(seq)
+        self.apply(effects)
+
+    @precondition(lambda self: self.active)
+    @rule(data=st.data())
+    def pull(self, data: st.DataObject) -> None:
+        tid = data.draw(st.sampled_from(sorted(self.active)))
+        model = self.active[tid]
+        effects = list(self.ledger.pull(tid))
+        if model.current is not None and not model.current_rejected:
+            if not model.unconfirmed.get(model.current):
+                self.set_status(tid, model.current, ACKED)
+        model.current, model.current_rejected = None, False
+        self.apply(effects)
+        if model.queue:
+            model.current = model.queue.popleft()
+            self.ledger.deliver(tid, model.current)
+
+    @precondition(lambda self: self.active)
+    @rule(data=st.data())
+    def bind(self, data: st.DataObject) -> None:
+        tid = data.draw(st.sampled_from(sorted(self.active)))
+        model = self.active[tid]
+        binding = self.ledger.bind(tid)
+        if model.current is None or model.current_rejected:
+            assert binding is None
+            return
+        assert binding is not None and binding not in self.bindings
+        self.bindings[binding] = (tid, model.current)
+        model.unconfirmed.setdefault(model.current, set()).add(binding)
+
+    @precondition(lambda self: self.bindings)
+    @rule(data=st.data())
+    def confirm(self, data: st.DataObject) -> None:
+        chosen = data.draw(st.lists(st.sampled_from(sorted(self.bindings)), min_size=1, max_size=3))
+        chosen = list(dict.fromkeys(chosen))
+        effects = list(self.ledger.confirm_persisted([*chosen, 10**9]))
+        for binding in chosen:
+            tid, seq = self.bindings.pop(binding)
+            model = self.sub(tid)
+            model.unconfirmed[seq].discard(binding)
+            if model.unconfirmed[seq]:
+                continue
+            del model.unconfirmed[seq]
+            if tid in self.departed and not model.unconfirmed:
+                del self.departed[tid]
+            if not (tid in self.active and model.current == seq):
+                self.set_status(tid, seq, ACKED)
+        self.apply(effects)
+
+    @precondition(lambda self: self.active)
+    @rule(data=st.data())
+    def reject(self, data: st.DataObject) -> None:
+        tid = data.draw(st.sampled_from(sorted(self.active)))
+        model = self.active[tid]
+        effects = list(self.ledger.reject(tid))
+        if model.current is not None and not model.current_rejected:
+            self.set_status(tid, model.current, REJECTED)
+            self.drop_bindings(tid, model.current)
+            model.current_rejected = True
+        else:
+            assert effects == []
+        self.apply(effects)
+
+    @precondition(lambda self: self.active)
+    @rule(data=st.data())
+    def unsubscribe(self, data: st.DataObject) -> None:
+        tid = data.draw(st.sampled_from(sorted(self.active)))
+        model = self.active.pop(tid)
+        effects = list(self.ledger.unsubscribe(tid))
+        if model.current is not None and not model.current_rejected:
+            if not model.unconfirmed.get(model.current):
+                self.set_status(tid, model.current, ACKED)
+        for seq in model.queue:
+            self.set_status(tid, seq, FAILED)
+        model.queue.clear()
+        model.current = None
+        if model.unconfirmed:
+            self.departed[tid] = model
+        self.apply(effects)
+
+    @precondition(lambda self: self.active)
+    @rule(data=st.data())
+    def overflow(self, data: st.DataObject) -> None:
+        tid = data.draw(st.sampled_from(sorted(self.active)))
+        effects = list(self.ledger.fail_subscriber(tid, FailReason.OVERFLOW))
+        assert FailSubscriber(tid, FailReason.OVERFLOW) in effects
+        self.fail_all(tid)
+        self.apply(effects)
+
+    @rule(seconds=st.sampled_from([0.0, 1.0, 4.0, 9.99, 10.0]))
+    def check_timeouts(self, seconds: float) -> None:
+        self.now += seconds
+        effects = list(self.ledger.check_timeouts(self.now))
+        if self.stopped:
+            assert effects == []
+            return
+        expired = {
+            tid
+            for seq, event in self.events.items()
+            for tid, status in event.status.items()
+            if status == PENDING and self.now - event.at >= TIMEOUT_S
+        }
+        failed = {e.trigger_id for e in effects if isinstance(e, FailSubscriber)}
+        assert failed == expired & set(self.active)
+        for tid in expired:
+            self.fail_all(tid)
+        self.apply(effects)
+
+    @precondition(lambda self: self.in_flight is not None)
+    @rule()
+    def advance_done(self) -> None:
+        batch, self.in_flight = self.in_flight, None
+        self.apply(self.ledger.advance_done(batch))
+
+    @precondition(lambda self: not self.stopped)
+    @rule()
+    def stop(self) -> None:
+        self.stop_and_check()
+
+    def stop_and_check(self) -> None:
+        self.stopped = True
+        expected: set[int] = set()
+        for lane, seqs in self.lanes.items():
+            rest = seqs[self.advanced.get(lane, 0) :]
+            keep = 0
+            while keep < len(rest) and self.resolved(rest[keep]):
+                keep += 1
+            expected.update(rest[keep:])
+        self.bindings.clear()  # the stop releases every binding
+        self.apply(self.ledger.stop())
+        assert self.abandoned == expected
+        for model in [*self.active.values(), *self.departed.values()]:
+            model.queue.clear()
+            model.current = None
+        self.active.clear()
+        self.departed.clear()
+
+    # -- invariants -----------------------------------------------------------------------
+
+    @invariant()
+    def one_advance_in_flight_and_eager_dispatch(self) -> None:
+        assert self.ledger.has_advance_in_flight() == (self.in_flight is not None)
+        if self.in_flight is not None:
+            return
+        for lane, seqs in self.lanes.items():
+            start = self.advanced.get(lane, 0)
+            if start < len(seqs) and seqs[start] not in self.abandoned:
+                assert not self.resolved(seqs[start]), f"lane {lane} head resolved but idle"
+
+    @invariant()
+    def next_deadline_is_the_oldest_unresolved_broadcast(self) -> None:
+        pending = [e.at for e in self.events.values() if PENDING in e.status.values()]
+        expected = min(pending) + TIMEOUT_S if pending and not self.stopped else None
+        assert self.ledger.next_deadline() == expected
+
+    @invariant()
+    def each_event_advanced_at_most_once(self) -> None:
+        assert len(self.advanced_seqs) == len(set(self.advanced_seqs))
+        assert not set(self.advanced_seqs) & self.abandoned
+
+    def teardown(self) -> None:
+        if not self.stopped:
+            self.stop_and_check()
+        while self.in_flight is not None:
+            self.advance_done()
+        assert self.ledger.is_drained()
+        assert sorted([*self.advanced_seqs, *self.abandoned]) == sorted(self.events)
+        assert self.ledger.outstanding_event_seqs == ()
+        assert self.ledger.outstanding_binding_seqs == ()
+
+
+LedgerMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
+test_ack_ledger_properties = LedgerMachine.TestCase
