@@ -230,6 +230,11 @@ class SharedStreamManager:
         """Keys of the groups taking subscribers."""
         return tuple(self._groups)
 
+    def subscriber_count(self, key: Hashable) -> int:
+        """How many subscribers the group of ``key`` has (0 when there is no such group)."""
+        group = self._groups.get(key)
+        return 0 if group is None else len(group.streams)
+
     # -- internals ------------------------------------------------------------------------
 
     def _start_group(

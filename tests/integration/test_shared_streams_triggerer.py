@@ -1,0 +1,221 @@
+"""Shared streams through the real triggerer and persister on SQLite."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+from cryptography.fernet import Fernet
+from sqlalchemy import insert, select
+
+from engine import store
+from engine.crypto import KwargsCipher
+from engine.db import Database, migrate
+from engine.models import Asset, AssetEvent, AssetWatcher, TriggerKind
+from engine.triggerer import Triggerer, TriggererSettings
+from tests.waiting import wait_until
+from triggers.file import LISTING_STATS
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+pytestmark = pytest.mark.integration
+
+N_SIBLINGS = 20
+POKE_S = 0.2
+
+ACK_PLUGIN = """
+import sqlite3
+
+import anyio
+
+from shared_stream import SharedStreamProducer
+from triggers import BaseEventTrigger, TriggerEvent
+
+FEED = []          # raw events the test puts in
+ADVANCES = []      # (broker_payload, is_clean, rows committed when advance was called)
+WAKE = []
+
+
+class ListProducer(SharedStreamProducer):
+    def __init__(self, db_path):
+        self.db_path = db_path
+
+    async def open_stream(self):
+        sent = 0
+        while True:
+            while sent < len(FEED):
+                yield FEED[sent], sent
+                sent += 1
+            await anyio.sleep(0.005)
+
+    async def advance(self, batch):
+        with sqlite3.connect(self.db_path) as conn:
+            for offset, outcome in batch:
+                committed = conn.execute(
+                    "SELECT count(*) FROM asset_event WHERE dedup_key = ?", (f"msg-{offset}",)
+                ).fetchone()[0]
+                ADVANCES.append((offset, outcome.is_clean, committed))
+
+
+class AckTrigger(BaseEventTrigger):
+    def __init__(self, db_path, parity):
+        super().__init__()
+        self.db_path = db_path
+        self.parity = parity
+
+    def serialize(self):
+        return ("sluice_ack_plugin.AckTrigger", {"db_path": self.db_path, "parity": self.parity})
+
+    def shared_stream_key(self):
+        return ("list-feed", self.db_path)
+
+    @classmethod
+    def create_shared_stream_producer(cls, kwargs):
+        return ListProducer(kwargs["db_path"])
+
+    async def filter_shared_stream(self, shared_stream):
+        async for raw in shared_stream:
+            if raw["n"] % 2 == self.parity:
+                yield TriggerEvent(raw, dedup_key=f"msg-{raw['n']}")
+
+    async def run(self):
+        raise RuntimeError("runs only as a shared-stream subscriber")
+        yield
+"""
+
+
+@pytest.fixture(scope="module")
+def plugins(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("plugins")
+    (folder / "sluice_ack_plugin.py").write_text(ACK_PLUGIN)
+    return folder
+
+
+def _watchers(
+    db: Database, cipher: KwargsCipher, specs: list[tuple[str, str, dict[str, Any]]]
+) -> dict[str, int]:
+    def seed(session: Any) -> dict[str, int]:
+        assets = {}
+        for asset_name, classpath, kwargs in specs:
+            asset_id = session.execute(
+                insert(Asset)
+                .values(name=asset_name, uri=f"test://{asset_name}", extra={})
+                .returning(Asset.id)
+            ).scalar_one()
+            tid = store.add_trigger_row(
+                session, cipher, classpath, kwargs, kind=TriggerKind.WATCHER
+            )
+            session.execute(
+                insert(AssetWatcher).values(asset_id=asset_id, name="w", trigger_id=tid)
+            )
+            assets[asset_name] = asset_id
+        return assets
+
+    return db.call(seed)
+
+
+async def _triggerer(db: Database, cipher: KwargsCipher, plugins: Path) -> Triggerer:
+    return Triggerer(
+        db=db,
+        cipher=cipher,
+        settings=TriggererSettings(
+            capacity=100,
+            heartbeat_s=1,
+            health_check_threshold_s=2.1,
+            plugins_folder=plugins,
+            claim_idle_interval_s=0.05,
+            cleanup_interval_s=60,
+            shutdown_grace_s=5,
+        ),
+    )
+
+
+def _events(db: Database) -> list[tuple[int, Any]]:
+    return db.call(
+        lambda s: [(r.asset_id, r.payload) for r in s.execute(select(AssetEvent)).scalars()]
+    )
+
+
+async def test_twenty_siblings_share_one_listing_per_cadence(tmp_path: Path, plugins: Path) -> None:
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    db = Database(f"sqlite:///{tmp_path / 'sluice.db'}")
+    migrate(db.engine)
+    cipher = KwargsCipher(Fernet.generate_key().decode())
+    specs = [
+        (
+            f"region-{i}",
+            "triggers.file.DirectoryFileDeleteTrigger",
+            {"directory": str(inbox), "filename": f"flag-{i}", "poke_interval": POKE_S},
+        )
+        for i in range(N_SIBLINGS)
+    ]
+    assets = _watchers(db, cipher, specs)
+    LISTING_STATS.reset()
+    triggerer = await _triggerer(db, cipher, plugins)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(triggerer.run)
+            await wait_until(lambda: len(triggerer.runner) == N_SIBLINGS)
+            await wait_until(lambda: triggerer.shared_streams.group_keys)
+            assert len(triggerer.shared_streams.group_keys) == 1
+            listings_before = LISTING_STATS.count(str(inbox))
+            started = anyio.current_time()
+            for i in (3, 7, 11):
+                (inbox / f"flag-{i}").touch()
+            await wait_until(lambda: len(_events(db)) == 3)
+            # Count listings over a fixed window: about one per cadence for the whole group,
+            # where one poll loop per trigger would make twenty.
+            await anyio.sleep(5 * POKE_S)
+            elapsed = anyio.current_time() - started
+            listings = LISTING_STATS.count(str(inbox)) - listings_before
+            triggerer.shutdown()
+    assert listings <= elapsed / POKE_S + 2, f"{listings} listings in {elapsed:.2f}s"
+    events = _events(db)
+    assert sorted(asset for asset, _ in events) == sorted(assets[f"region-{i}"] for i in (3, 7, 11))
+    assert all(
+        p["filename"] == f"flag-{i}"
+        for (a, p) in events
+        for i in (3, 7, 11)
+        if a == assets[f"region-{i}"]
+    )
+    assert not any(inbox.iterdir())  # each trigger deleted its own flag file
+    db.dispose()
+
+
+async def test_ack_mode_advances_only_after_asset_events_are_committed(
+    tmp_path: Path, plugins: Path
+) -> None:
+    db_path = tmp_path / "sluice.db"
+    db = Database(f"sqlite:///{db_path}")
+    migrate(db.engine)
+    cipher = KwargsCipher(Fernet.generate_key().decode())
+    _watchers(
+        db,
+        cipher,
+        [
+            ("even", "sluice_ack_plugin.AckTrigger", {"db_path": str(db_path), "parity": 0}),
+            ("odd", "sluice_ack_plugin.AckTrigger", {"db_path": str(db_path), "parity": 1}),
+        ],
+    )
+    triggerer = await _triggerer(db, cipher, plugins)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(triggerer.run)
+            await wait_until(lambda: len(triggerer.runner) == 2)
+            plugin = sys.modules["sluice_ack_plugin"]
+            plugin.FEED.clear()
+            plugin.ADVANCES.clear()
+            key = ("list-feed", str(db_path))
+            await wait_until(lambda: triggerer.shared_streams.subscriber_count(key) == 2)
+            plugin.FEED.extend({"n": n} for n in range(50))
+            await wait_until(lambda: len(plugin.ADVANCES) == 50)
+            triggerer.shutdown()
+    assert [offset for offset, _, _ in plugin.ADVANCES] == list(range(50))  # in order, once each
+    assert all(clean for _, clean, _ in plugin.ADVANCES)
+    assert all(committed == 1 for _, _, committed in plugin.ADVANCES), plugin.ADVANCES
+    assert len(_events(db)) == 50
+    db.dispose()
