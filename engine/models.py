@@ -234,3 +234,63 @@ class TaskInstance(Base):
     end_date: Mapped[datetime | None] = mapped_column(UtcDateTime)
     hostname: Mapped[str | None] = mapped_column(String(500))
     pid: Mapped[int | None] = mapped_column(Integer)
+
+
+# --- DAG processing (engine.dag_processor) ----------------------------------------------
+# Added by the DAG processor work: parse results, parse errors, DAG tasks, schedule edges.
+
+
+class DagFile(Base):
+    """The last good parse of one DAG file, Fernet-encrypted (watcher kwargs hold secrets).
+
+    A file that stops importing keeps this row, so its DAGs and watchers keep their last
+    good version; the row goes when the file is deleted.
+    """
+
+    __tablename__ = "dag_file"
+
+    fileloc: Mapped[str] = mapped_column(String(2000), primary_key=True)
+    result: Mapped[str] = mapped_column(Text)
+    parsed_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class DagParseError(Base):
+    """Why a DAG file could not be used (import error, timeout, conflict), with its line."""
+
+    __tablename__ = "dag_parse_error"
+
+    fileloc: Mapped[str] = mapped_column(String(2000), primary_key=True)
+    error: Mapped[str] = mapped_column(Text)
+    lineno: Mapped[int | None] = mapped_column(Integer)
+    stacktrace: Mapped[str | None] = mapped_column(Text)
+    timestamp: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class DagScheduleAsset(Base):
+    """An asset the schedule of an *active* DAG references (rows go when the DAG retires)."""
+
+    __tablename__ = "dag_schedule_asset"
+
+    dag_id: Mapped[str] = mapped_column(
+        ForeignKey("dag.dag_id", ondelete="CASCADE"), primary_key=True
+    )
+    asset_id: Mapped[int] = mapped_column(
+        ForeignKey("asset.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+
+
+class DagTask(Base):
+    """A task of a DAG as last parsed: what the scheduler needs without importing the file."""
+
+    __tablename__ = "dag_task"
+
+    dag_id: Mapped[str] = mapped_column(
+        ForeignKey("dag.dag_id", ondelete="CASCADE"), primary_key=True
+    )
+    task_id: Mapped[str] = mapped_column(String(250), primary_key=True)
+    operator: Mapped[str] = mapped_column(String(1000))
+    downstream_task_ids: Mapped[Any] = mapped_column(JSON, default=list)
+    retries: Mapped[int] = mapped_column(Integer, default=0)
+    start_from_trigger: Mapped[bool] = mapped_column(Boolean, default=False)
+    execution_timeout_s: Mapped[int | None] = mapped_column(Integer)  # rounded up
+    position: Mapped[int] = mapped_column(Integer, default=0)

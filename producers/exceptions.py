@@ -7,7 +7,7 @@ class ProducerError(Exception):
     """Root of every error raised by the ``producers`` package."""
 
 
-class BrokerUnavailable(ProducerError):  # noqa: N818
+class BrokerUnavailable(ProducerError):
     """The broker cannot be reached; the caller retries with backoff."""
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -239,6 +240,23 @@ def test_defer_raises_task_deferred_with_serialized_trigger() -> None:
     assert (deferred.method_name, deferred.kwargs) == ("resume", {"n": 1})
     assert deferred.timeout == timedelta(days=1)
     assert "moment" in repr(deferred) and str(trigger.moment) not in repr(deferred)
+
+
+def test_task_deferred_survives_pickling_without_its_trigger() -> None:
+    op = Noop(task_id="waiter")
+    with pytest.raises(TaskDeferred) as info:
+        op.defer(TimeDeltaTrigger(timedelta(seconds=5)), "resume", {"n": 1}, timedelta(minutes=1))
+    copy = pickle.loads(pickle.dumps(info.value))
+    assert copy.trigger is None
+    assert (copy.classpath, copy.trigger_kwargs) == (
+        info.value.classpath,
+        info.value.trigger_kwargs,
+    )
+    assert (copy.method_name, copy.kwargs, copy.timeout) == (
+        "resume",
+        {"n": 1},
+        timedelta(minutes=1),
+    )
 
 
 def test_defer_with_unserializable_trigger_kwarg_names_class_and_kwarg() -> None:

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from engine.config import load_config
+from engine.dag_processor import DagProcessorSettings, list_dag_files
 from engine.dag_sync import (
     ASSET_CONFLICT,
     DUPLICATE_DAG_ID,
@@ -243,3 +245,28 @@ def test_task_rows_keep_order_and_round_timeouts_up() -> None:
         ("a", 1, None),
     ]
     assert rows[0]["downstream_task_ids"] == ["a"] and rows[1]["start_from_trigger"] is True
+
+
+def test_processor_settings_from_config(tmp_path: Path) -> None:
+    config = load_config(
+        environ={
+            "SLUICE__CORE__DAGS_FOLDER": str(tmp_path / "d"),
+            "SLUICE__CORE__DAG_FILE_PROCESSOR_TIMEOUT": "7",
+            "SLUICE__SCHEDULER__DAG_DIR_LIST_INTERVAL": "11",
+        },
+        home=tmp_path,
+    )
+    settings = DagProcessorSettings.from_config(config)
+    assert settings.dags_folder == tmp_path / "d"
+    assert settings.plugins_folder == tmp_path / "plugins"
+    assert (settings.file_timeout_s, settings.refresh_interval_s) == (7.0, 11.0)
+
+
+def test_list_dag_files_skips_hidden_caches_and_plugins(tmp_path: Path) -> None:
+    for name in ("a.py", "sub/b.py", ".hidden.py", ".git/c.py", "__pycache__/d.py", "p/e.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    (tmp_path / "notes.txt").write_text("")
+    found = list_dag_files(tmp_path, skip=tmp_path / "p")
+    assert found == [tmp_path / "a.py", tmp_path / "sub" / "b.py"]
+    assert list_dag_files(tmp_path / "missing") is None

@@ -1,0 +1,403 @@
+"""The DAG processor on a real dags folder, child processes and SQLite / PostgreSQL."""
+
+from __future__ import annotations
+
+import logging
+import textwrap
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+from cryptography.fernet import Fernet
+from sqlalchemy import select
+
+from engine import Asset, store
+from engine.crypto import KwargsCipher
+from engine.dag_processor import TIMEOUT_ERROR, DagProcessor, DagProcessorSettings
+from engine.db import Database, migrate
+from engine.models import Base, TriggerKind
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+pytestmark = pytest.mark.integration
+
+GOOD = """
+from engine import DAG, Asset, AssetWatcher, task
+from triggers import FileDeleteTrigger
+
+orders = Asset(
+    "orders",
+    watchers=[AssetWatcher("orders_flag", FileDeleteTrigger("@ORDERS@", poke_interval=1.0))],
+)
+customers = Asset(
+    "customers",
+    uri="s3://bucket/customers",
+    watchers=[AssetWatcher("customers_flag", FileDeleteTrigger("/flags/customers.flag"))],
+)
+
+with DAG("orders_etl", schedule=orders & customers, description="orders"):
+    @task
+    def extract(triggering_asset_events):
+        return triggering_asset_events
+
+    @task
+    def load():
+        return None
+
+    extract() >> load()
+"""
+ASSETS_ONLY = """
+from engine import Asset, AssetWatcher
+from triggers import FileDeleteTrigger
+
+orders = Asset(
+    "orders",
+    watchers=[AssetWatcher("orders_flag", FileDeleteTrigger("@ORDERS@", poke_interval=1.0))],
+)
+"""
+BASE_TRIGGER = """
+from engine import DAG, Asset, AssetWatcher
+from triggers import FileTrigger
+
+landing = Asset("landing", watchers=[AssetWatcher("landing_file", FileTrigger("/in/*.csv"))])
+dag = DAG("landing_dag", schedule=landing)
+"""
+HANGING = """
+import time
+counter = 0
+while True:
+    counter += 1
+"""
+SNAPSHOT_TABLES = (
+    "dag",
+    "dag_task",
+    "asset",
+    "asset_watcher",
+    "trigger",
+    "dag_schedule_asset",
+    "dag_file",
+    "dag_parse_error",
+)
+VOLATILE_COLUMNS = {"last_parsed_time", "timestamp", "updated_at"}
+
+
+@pytest.fixture
+def database(db_url: str):
+    db = Database(db_url)
+    migrate(db.engine)
+    yield db
+    db.dispose()
+
+
+@pytest.fixture
+def cipher() -> KwargsCipher:
+    return KwargsCipher(Fernet.generate_key().decode())
+
+
+@pytest.fixture
+def dags_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def processor(database: Database, cipher: KwargsCipher, dags_folder: Path) -> DagProcessor:
+    settings = DagProcessorSettings(
+        dags_folder=dags_folder,
+        plugins_folder=dags_folder.parent / "plugins",
+        file_timeout_s=2.0,
+        refresh_interval_s=60.0,
+    )
+    return DagProcessor(db=database, cipher=cipher, settings=settings)
+
+
+def write(folder: Path, name: str, source: str, orders_flag: str = "/flags/orders.flag") -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(source).replace("@ORDERS@", orders_flag))
+    return path
+
+
+def snapshot(db: Database) -> dict[str, list[dict[str, Any]]]:
+    def read(session):
+        tables = {}
+        for name in SNAPSHOT_TABLES:
+            table = Base.metadata.tables[name]
+            rows = session.execute(select(table).order_by(*table.primary_key.columns))
+            tables[name] = [
+                {k: v for k, v in row.items() if k not in VOLATILE_COLUMNS}
+                for row in rows.mappings()
+            ]
+        return tables
+
+    return db.call(read)
+
+
+def watchers_by_name(db: Database) -> dict[str, store.WatcherRowState]:
+    return {row.name: row for row in db.call(store.load_asset_watchers)}
+
+
+def errors_by_file(db: Database) -> dict[str, store.ParseErrorRow]:
+    return {row.fileloc: row for row in db.call(store.list_parse_errors)}
+
+
+async def test_parse_stores_dags_assets_watchers_and_errors(
+    processor: DagProcessor, database: Database, cipher: KwargsCipher, dags_folder: Path
+) -> None:
+    with anyio.fail_after(20):
+        good = write(dags_folder, "good.py", GOOD, orders_flag="/secret/orders-4711.flag")
+        syntax = write(dags_folder, "syntax.py", "from engine import DAG\nDAG('s',\n")
+        missing = write(dags_folder, "missing.py", "import os\n\nimport no_such_module_here\n")
+        base_trigger = write(dags_folder, "base_trigger.py", BASE_TRIGGER)
+        hanging = write(dags_folder, "hanging.py", HANGING)
+        report = await processor.parse_once()
+
+    assert report is not None
+    assert set(report.errors) == {str(p) for p in (syntax, missing, base_trigger, hanging)}
+    (dag,) = database.call(store.load_dags).values()
+    assert (dag.dag_id, dag.fileloc, dag.is_active) == ("orders_etl", str(good), True)
+    assert dag.schedule == (Asset("orders") & Asset("customers", "s3://bucket/customers")).to_json()
+    tasks = database.call(store.load_dag_tasks)["orders_etl"]
+    assert [(t["task_id"], t["downstream_task_ids"]) for t in tasks] == [
+        ("extract", ["load"]),
+        ("load", []),
+    ]
+    assets = database.call(store.load_assets)
+    assert {name: row.uri for name, row in assets.items()} == {
+        "orders": "orders",
+        "customers": "s3://bucket/customers",
+    }
+    edges = database.call(store.load_schedule_edges)
+    assert edges == {("orders_etl", assets["orders"].id), ("orders_etl", assets["customers"].id)}
+    scheduled = database.call(lambda s: store.dags_scheduled_on(s, [assets["orders"].id]))
+    assert scheduled == {"orders_etl": dag.schedule}
+
+    watchers = watchers_by_name(database)
+    assert set(watchers) == {"orders_flag", "customers_flag"}
+    orders_flag = watchers["orders_flag"]
+    assert orders_flag.classpath == "triggers.file.FileDeleteTrigger"
+    assert cipher.decrypt_kwargs(orders_flag.kwargs) == {
+        "filepath": "/secret/orders-4711.flag",
+        "poke_interval": 1.0,
+    }
+    kinds = database.call(lambda s: s.execute(select(Base.metadata.tables["trigger"].c.kind)))
+    assert {row.kind for row in kinds} == {TriggerKind.WATCHER}
+    stored = snapshot(database)
+    assert "orders-4711" not in repr(stored["trigger"]) + repr(stored["dag_file"])
+
+    errors = errors_by_file(database)
+    assert errors[str(syntax)].lineno == 2 and errors[str(syntax)].error.startswith("SyntaxError")
+    assert errors[str(missing)].lineno == 3
+    assert "no_such_module_here" in errors[str(missing)].error
+    bad = errors[str(base_trigger)]
+    assert bad.lineno == 5
+    assert str(base_trigger) in bad.error and "'landing'" in bad.error
+    assert "'landing_file'" in bad.error and "BaseEventTrigger" in bad.error
+    hung = errors[str(hanging)]
+    assert hung.error.startswith(TIMEOUT_ERROR) and hung.lineno in (4, 5)
+
+
+async def test_reparsing_unchanged_files_changes_nothing(
+    processor: DagProcessor, database: Database, dags_folder: Path
+) -> None:
+    write(dags_folder, "good.py", GOOD)
+    write(dags_folder, "unscheduled.py", ASSETS_ONLY.replace('"orders"', '"spare"'))
+    with anyio.fail_after(15):
+        await processor.parse_once()
+        before = snapshot(database)
+        report = await processor.parse_once()
+    assert report is not None
+    assert (report.triggers_created, report.triggers_deleted, report.dags_added) == (0, 0, [])
+    assert snapshot(database) == before
+    assert len(before["trigger"]) == 2  # the unscheduled asset's watcher does not run
+
+
+async def test_changed_watcher_kwargs_replace_only_that_trigger(
+    processor: DagProcessor, database: Database, cipher: KwargsCipher, dags_folder: Path
+) -> None:
+    write(dags_folder, "good.py", GOOD)
+    with anyio.fail_after(15):
+        await processor.parse_once()
+        before = watchers_by_name(database)
+        write(dags_folder, "good.py", GOOD, orders_flag="/flags/orders-v2.flag")
+        report = await processor.parse_once()
+    after = watchers_by_name(database)
+    assert report is not None and (report.triggers_created, report.triggers_deleted) == (1, 1)
+    assert after["customers_flag"].trigger_id == before["customers_flag"].trigger_id
+    assert after["orders_flag"].trigger_id != before["orders_flag"].trigger_id
+    assert after["orders_flag"].id == before["orders_flag"].id
+    assert cipher.decrypt_kwargs(after["orders_flag"].kwargs)["filepath"] == "/flags/orders-v2.flag"
+    trigger_ids = {row.trigger_id for row in after.values()}
+    assert database.call(store.count_triggers) == 2
+    assert before["orders_flag"].trigger_id not in trigger_ids
+
+
+async def test_removed_dag_is_retired_and_its_watchers_deleted(
+    processor: DagProcessor, database: Database, dags_folder: Path
+) -> None:
+    good = write(dags_folder, "good.py", GOOD)
+    with anyio.fail_after(15):
+        await processor.parse_once()
+        write(dags_folder, "good.py", ASSETS_ONLY)  # the DAG is gone, the asset stays
+        report = await processor.parse_once()
+        assert report is not None and report.dags_deactivated == ["orders_etl"]
+        assert not database.call(store.load_dags)["orders_etl"].is_active
+        assert database.call(store.load_schedule_edges) == set()
+        assert database.call(store.load_asset_watchers) == []
+        assert database.call(store.count_triggers) == 0
+        assets = database.call(store.load_assets)
+        assert assets["orders"].is_active and not assets["customers"].is_active
+
+        good.unlink()
+        await processor.parse_once()
+    assert not database.call(store.load_assets)["orders"].is_active
+    assert database.call(store.load_dag_files) == {}
+
+
+async def test_asset_watchers_run_only_while_an_active_dag_schedules_on_it(
+    processor: DagProcessor, database: Database, dags_folder: Path
+) -> None:
+    write(dags_folder, "assets.py", ASSETS_ONLY)
+    with anyio.fail_after(15):
+        await processor.parse_once()
+        assert database.call(store.count_triggers) == 0
+        consumer = (
+            "from engine import DAG, Asset\ndag = DAG('consumer', schedule=Asset('orders'))\n"
+        )
+        path = write(dags_folder, "consumer.py", consumer)
+        await processor.parse_once()
+        assert set(watchers_by_name(database)) == {"orders_flag"}
+        path.unlink()
+        await processor.parse_once()
+    assert database.call(store.count_triggers) == 0
+    assert not database.call(store.load_dags)["consumer"].is_active
+
+
+async def test_dag_files_share_assets_from_the_plugins_folder(
+    processor: DagProcessor, database: Database, dags_folder: Path
+) -> None:
+    plugins = dags_folder.parent / "plugins"
+    plugins.mkdir()
+    write(plugins, "shared_assets.py", ASSETS_ONLY)
+    consumer = (
+        "from engine import DAG\nfrom shared_assets import orders\nd = DAG('{}', schedule=orders)\n"
+    )
+    write(dags_folder, "first.py", consumer.format("first"))
+    write(dags_folder, "second.py", consumer.format("second"))
+    with anyio.fail_after(15):
+        report = await processor.parse_once()
+    assert report is not None and report.errors == {}
+    assert report.dags_active == 2
+    assert set(watchers_by_name(database)) == {"orders_flag"}
+    assert database.call(store.count_triggers) == 1
+
+
+async def test_a_file_that_now_fails_keeps_its_last_good_version(
+    processor: DagProcessor, database: Database, dags_folder: Path
+) -> None:
+    good = write(dags_folder, "good.py", GOOD)
+    with anyio.fail_after(15):
+        await processor.parse_once()
+        before = snapshot(database)
+        good.write_text(good.read_text() + "\nraise RuntimeError('half-edited')\n")
+        report = await processor.parse_once()
+        assert report is not None and set(report.errors) == {str(good)}
+        error = errors_by_file(database)[str(good)]
+        assert "RuntimeError: half-edited" in error.error and error.lineno is not None
+        after = snapshot(database)
+        assert {k: v for k, v in after.items() if k != "dag_parse_error"} == {
+            k: v for k, v in before.items() if k != "dag_parse_error"
+        }
+        write(dags_folder, "good.py", GOOD)
+        await processor.parse_once()
+    assert errors_by_file(database) == {}
+    assert snapshot(database) == before
+
+
+async def test_duplicate_dag_id_across_files_is_an_error_on_the_newcomer(
+    processor: DagProcessor, database: Database, dags_folder: Path
+) -> None:
+    good = write(dags_folder, "good.py", GOOD)
+    with anyio.fail_after(15):
+        await processor.parse_once()
+        extra = "\nfrom engine import DAG\nextra = DAG('extra_dag')\n"
+        copy = write(dags_folder, "a_copy.py", GOOD + extra)
+        report = await processor.parse_once()
+    assert report is not None and set(report.errors) == {str(copy)}
+    error = errors_by_file(database)[str(copy)]
+    assert error.error.startswith("DuplicateDagIdError")
+    assert str(good) in error.error and str(copy) in error.error
+    assert error.lineno is not None
+    dags = database.call(store.load_dags)
+    assert set(dags) == {"orders_etl"} and dags["orders_etl"].fileloc == str(good)
+
+
+async def test_a_refused_file_is_retried_when_the_clash_goes_away(
+    processor: DagProcessor, database: Database, dags_folder: Path
+) -> None:
+    good = write(dags_folder, "good.py", GOOD)
+    with anyio.fail_after(15):
+        await processor.parse_once()
+        copy = write(dags_folder, "a_copy.py", GOOD)
+        await processor.parse_paths([copy])
+        assert set(errors_by_file(database)) == {str(copy)}
+        write(dags_folder, "good.py", ASSETS_ONLY)  # the DAG moves to a_copy.py
+        report = await processor.parse_paths([good])
+    assert report is not None and report.errors == {}
+    assert database.call(store.load_dags)["orders_etl"].fileloc == str(copy)
+    assert errors_by_file(database) == {}
+
+
+async def test_file_errors_are_logged_once_until_they_change(
+    processor: DagProcessor, dags_folder: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    broken = write(dags_folder, "broken.py", "import no_such_module_here\n")
+    caplog.set_level(logging.INFO, logger="engine.dag_processor")
+    with anyio.fail_after(15):
+        await processor.parse_once()
+        await processor.parse_once()
+        write(dags_folder, "broken.py", "x = 1\n")
+        await processor.parse_once()
+    actions = [getattr(r, "action", None) for r in caplog.records]
+    assert actions.count("dag_file_error") == 1
+    assert actions.count("dag_file_fixed") == 1
+    (error,) = [r for r in caplog.records if getattr(r, "action", None) == "dag_file_error"]
+    assert error.fileloc == str(broken) and error.line == 1
+
+
+async def test_missing_dags_folder_leaves_everything_as_it_is(
+    processor: DagProcessor, database: Database, dags_folder: Path
+) -> None:
+    write(dags_folder, "good.py", GOOD)
+    with anyio.fail_after(15):
+        await processor.parse_once()
+        before = snapshot(database)
+        await anyio.Path(dags_folder).rename(dags_folder.with_name("elsewhere"))
+        assert await processor.parse_once() is None
+    assert snapshot(database) == before
+
+
+async def test_run_follows_changes_in_the_dags_folder(
+    processor: DagProcessor, database: Database, dags_folder: Path
+) -> None:
+    def is_active(dag_id: str) -> bool:
+        row = database.call(store.load_dags).get(dag_id)
+        return bool(row and row.is_active)
+
+    async def wait_until(condition) -> None:
+        while True:
+            seen = processor.passes
+            if condition():
+                return
+            await processor.wait_for_pass(after=seen)
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            await tg.start(processor.run)
+            assert processor.passes == 1
+            new = write(dags_folder, "new.py", "from engine import DAG\ndag = DAG('late_dag')\n")
+            await wait_until(lambda: is_active("late_dag"))
+            new.unlink()
+            await wait_until(lambda: not is_active("late_dag"))
+            tg.cancel_scope.cancel()
