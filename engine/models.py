@@ -15,6 +15,7 @@ from sqlalchemy import (
     JSON,
     Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -234,6 +235,12 @@ class TaskInstance(Base):
     end_date: Mapped[datetime | None] = mapped_column(UtcDateTime)
     hostname: Mapped[str | None] = mapped_column(String(500))
     pid: Mapped[int | None] = mapped_column(Integer)
+    #: seconds spent running so far, across deferrals (``execution_timeout`` counts this)
+    runtime_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    #: the executor job running it (its death makes the task eligible for recovery)
+    executor_job_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    #: values the task published as it ended (return value, end_from_trigger xcoms)
+    xcoms: Mapped[Any | None] = mapped_column(JSON)
 
 
 # --- DAG processing (engine.dag_processor) ----------------------------------------------
@@ -294,3 +301,22 @@ class DagTask(Base):
     start_from_trigger: Mapped[bool] = mapped_column(Boolean, default=False)
     execution_timeout_s: Mapped[int | None] = mapped_column(Integer)  # rounded up
     position: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class AssetEventQueue(Base):
+    """Asset events a DAG has not consumed yet.
+
+    Written in the same transaction as the asset event (one row per DAG scheduled on the
+    asset), deleted in the transaction that creates the DAG run consuming it: no event is
+    dropped, none is consumed twice, whatever the commit order of concurrent writers.
+    """
+
+    __tablename__ = "asset_event_queue"
+
+    dag_id: Mapped[str] = mapped_column(
+        ForeignKey("dag.dag_id", ondelete="CASCADE"), primary_key=True
+    )
+    asset_event_id: Mapped[int] = mapped_column(
+        ForeignKey("asset_event.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)

@@ -143,3 +143,7 @@ def sluice_home(tmp_path: Path) -> Path:
     home = tmp_path / "home"
     home.mkdir()
     return home
+
+
+# Session fixtures of each real server live in their own module, tests/services_<name>.py.
+pytest_plugins = sorted(f"tests.{p.stem}" for p in Path(__file__).parent.glob("services_*.py"))
