@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from engine import store
+from engine import store, store_runs
 from engine.exceptions import DatabaseError
 from engine.models import TriggerKind
 from engine.outbox import FiredEvent, TriggerFailed
@@ -174,7 +174,9 @@ class Persister:
         for failure in batch:
             if isinstance(failure, TriggerFailed):
                 self._record_failure(session, failure, is_watcher=failure.trigger_id in watchers)
-        inserted = len(store.insert_asset_events(session, asset_rows))
+        new_events = store.insert_asset_events(session, asset_rows)
+        store_runs.enqueue_asset_events(session, new_events)
+        inserted = len(new_events)
         seqs = [i.seq for i in fired if i.seq is not None]
         return BatchResult(seqs, inserted, resumed, sorted(done_task_triggers))
 

@@ -327,8 +327,11 @@ def watcher_assets(session: Session, trigger_ids: Iterable[int]) -> dict[int, tu
     return {int(t): (int(a), str(n)) for t, a, n in rows}
 
 
-def insert_asset_events(session: Session, rows: Sequence[dict[str, Any]]) -> list[int]:
-    """Insert asset events, skipping any whose (asset, dedup_key) exists; returns new ids."""
+def insert_asset_events(session: Session, rows: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
+    """Insert asset events, skipping any whose (asset, dedup_key) exists.
+
+    Returns (event id, asset id) of the rows actually inserted.
+    """
     if not rows:
         return []
     dialect = session.get_bind().dialect.name
@@ -339,9 +342,9 @@ def insert_asset_events(session: Session, rows: Sequence[dict[str, Any]]) -> lis
     stmt = (
         dialect_insert(AssetEvent)
         .on_conflict_do_nothing(index_elements=["asset_id", "dedup_key"])
-        .returning(AssetEvent.id)
+        .returning(AssetEvent.id, AssetEvent.asset_id)
     )
-    return [int(i) for i in session.execute(stmt, list(rows)).scalars()]
+    return [(int(i), int(a)) for i, a in session.execute(stmt, list(rows)).all()]
 
 
 # --- DAG processing: parse results, DAGs, tasks, assets, watchers -----------------------

@@ -22,12 +22,13 @@ from engine.exceptions import DecryptionError, SluiceError, TriggerLoadError
 from engine.loader import build_trigger
 from engine.models import JobState, TriggerKind
 from engine.outbox import Outbox, TriggerFailed
-from engine.persister import Persister
+from engine.persister import BatchResult, Persister
 from engine.runner import TriggerRunner, TriggerSpec
 from engine.watchdog import LoopWatchdog
 from shared_stream import SharedStreamManager
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from sqlalchemy.orm import Session
@@ -70,7 +71,14 @@ class _Loaded:
 class Triggerer:
     """Runs claimed triggers; ``run()`` until ``shutdown()``."""
 
-    def __init__(self, *, db: Database, cipher: KwargsCipher, settings: TriggererSettings) -> None:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        cipher: KwargsCipher,
+        settings: TriggererSettings,
+        on_committed: Callable[[BatchResult], None] | None = None,
+    ) -> None:
         self._db = db
         self._cipher = cipher
         self.settings = settings
@@ -91,6 +99,7 @@ class Triggerer:
             outbox=self.outbox,
             confirm=self.shared_streams.confirm_persisted,
             dedup_key=self._dedup_key,
+            on_committed=on_committed,
         )
         self.watchdog = LoopWatchdog(settings.blocked_threshold_s)
         self._instances: dict[int, BaseTrigger] = {}

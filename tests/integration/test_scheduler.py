@@ -1,0 +1,200 @@
+"""The scheduler on SQLite and PostgreSQL: asset events -> DAG runs -> ready tasks."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.to_thread
+import pytest
+from cryptography.fernet import Fernet
+from sqlalchemy import select, update
+
+from engine import store, store_runs
+from engine.crypto import KwargsCipher
+from engine.dag_processor import DagProcessor, DagProcessorSettings
+from engine.db import Database, migrate
+from engine.models import Asset, Dag, DagRun, DagRunAssetEvent, TaskInstance, TaskState
+from engine.scheduler import Scheduler, SchedulerSettings
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+pytestmark = pytest.mark.integration
+
+DAGS = """
+from engine import DAG, Asset, task
+
+a, b, c = Asset("a"), Asset("b"), Asset("c")
+
+@task
+def first():
+    return 1
+
+@task
+def second():
+    return 2
+
+with DAG("needs_a_and_b", schedule=a & b):
+    first() >> second()
+
+with DAG("a_or_c", schedule=a | c):
+    first()
+
+with DAG("list_b_c", schedule=[b, c]):
+    first()
+"""
+
+
+@pytest.fixture
+def env(db_url: str, tmp_path: Path):
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "flows.py").write_text(textwrap.dedent(DAGS))
+    db = Database(db_url)
+    migrate(db.engine)
+    cipher = KwargsCipher(Fernet.generate_key().decode())
+    processor = DagProcessor(db=db, cipher=cipher, settings=_settings(dags, tmp_path))
+    anyio.run(processor.parse_once)
+    yield db, cipher
+    db.dispose()
+
+
+def _settings(dags: Path, tmp_path: Path) -> DagProcessorSettings:
+    from engine.config import load_config
+
+    config = load_config(
+        environ={"SLUICE_HOME": str(tmp_path / "home"), "SLUICE__CORE__DAGS_FOLDER": str(dags)}
+    )
+    return DagProcessorSettings.from_config(config)
+
+
+def _emit(db: Database, asset: str, n: int = 1) -> list[int]:
+    """Store asset events the way the persister does (event + queue rows, one transaction)."""
+
+    def write(session: Any) -> list[int]:
+        asset_id = session.execute(select(Asset.id).where(Asset.name == asset)).scalar_one()
+        rows = [
+            {
+                "asset_id": asset_id,
+                "payload": {"i": i},
+                "dedup_key": f"{asset}-{i}-{store.utcnow()}",
+                "timestamp": store.utcnow(),
+            }
+            for i in range(n)
+        ]
+        new = store.insert_asset_events(session, rows)
+        store_runs.enqueue_asset_events(session, new)
+        return [event_id for event_id, _ in new]
+
+    return db.call(write)
+
+
+def _runs(db: Database) -> dict[str, list[list[int]]]:
+    def read(session: Any) -> dict[str, list[list[int]]]:
+        out: dict[str, list[list[int]]] = {}
+        for run in session.execute(select(DagRun).order_by(DagRun.id)).scalars():
+            events = session.execute(
+                select(DagRunAssetEvent.asset_event_id).where(DagRunAssetEvent.dag_run_id == run.id)
+            ).scalars()
+            out.setdefault(run.dag_id, []).append(sorted(events))
+        return out
+
+    return db.call(read)
+
+
+def _scheduler(db: Database, cipher: KwargsCipher) -> Scheduler:
+    return Scheduler(db=db, cipher=cipher, settings=SchedulerSettings())
+
+
+def test_conditions_decide_which_dags_run_and_all_events_are_attached(env) -> None:
+    db, cipher = env
+    scheduler = _scheduler(db, cipher)
+    a_events = _emit(db, "a", 2)
+    anyio.run(scheduler.schedule_once)
+    runs = _runs(db)
+    assert runs == {"a_or_c": [a_events]}  # a & b waits for b; [b, c] needs both
+    b_events = _emit(db, "b")
+    anyio.run(scheduler.schedule_once)
+    runs = _runs(db)
+    assert runs["needs_a_and_b"] == [sorted(a_events + b_events)]  # a's events kept waiting
+    assert "list_b_c" not in runs
+    c_events = _emit(db, "c")
+    anyio.run(scheduler.schedule_once)
+    runs = _runs(db)
+    assert runs["list_b_c"] == [sorted(b_events + c_events)]
+    assert runs["a_or_c"] == [a_events, c_events]
+    anyio.run(scheduler.schedule_once)
+    assert _runs(db) == runs  # consumed events never create a second run
+
+
+def test_tasks_become_ready_in_dependency_order_and_runs_finish(env) -> None:
+    db, cipher = env
+    scheduler = _scheduler(db, cipher)
+    _emit(db, "a")
+    _emit(db, "b")
+    anyio.run(scheduler.schedule_once)
+
+    def states(session: Any) -> dict[str, str]:
+        rows = session.execute(
+            select(TaskInstance.task_id, TaskInstance.state).where(
+                TaskInstance.dag_id == "needs_a_and_b"
+            )
+        )
+        return dict(rows.all())
+
+    assert db.call(states) == {"first": TaskState.SCHEDULED, "second": TaskState.NONE}
+    db.call(
+        lambda s: s.execute(
+            update(TaskInstance)
+            .where(TaskInstance.dag_id == "needs_a_and_b", TaskInstance.task_id == "first")
+            .values(state=TaskState.SUCCESS)
+        )
+    )
+    anyio.run(scheduler.schedule_once)
+    assert db.call(states)["second"] == TaskState.SCHEDULED
+    db.call(
+        lambda s: s.execute(
+            update(TaskInstance)
+            .where(TaskInstance.dag_id == "needs_a_and_b", TaskInstance.task_id == "second")
+            .values(state=TaskState.FAILED)
+        )
+    )
+    anyio.run(scheduler.schedule_once)
+    run = db.call(
+        lambda s: s.execute(select(DagRun).where(DagRun.dag_id == "needs_a_and_b")).scalar_one()
+    )
+    assert run.state == "failed"
+    assert run.end_date is not None
+
+
+def test_paused_dag_keeps_its_events_and_runs_on_unpause(env) -> None:
+    db, cipher = env
+    scheduler = _scheduler(db, cipher)
+    db.call(lambda s: s.execute(update(Dag).where(Dag.dag_id == "a_or_c").values(is_paused=True)))
+    events = _emit(db, "a")
+    anyio.run(scheduler.schedule_once)
+    assert "a_or_c" not in _runs(db)
+    db.call(lambda s: s.execute(update(Dag).where(Dag.dag_id == "a_or_c").values(is_paused=False)))
+    anyio.run(scheduler.schedule_once)
+    assert _runs(db)["a_or_c"] == [events]
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_two_schedulers_never_create_two_runs_from_one_event(env) -> None:
+    db, cipher = env
+    one, two = _scheduler(db, cipher), _scheduler(db, cipher)
+    emitted = []
+
+    async def race() -> None:
+        async with anyio.create_task_group() as tg:
+            for _ in range(20):
+                emitted.extend(await anyio.to_thread.run_sync(_emit, db, "c"))
+                tg.start_soon(one.schedule_once)
+                tg.start_soon(two.schedule_once)
+        await one.schedule_once()
+
+    anyio.run(race)
+    attached = [e for run in _runs(db)["a_or_c"] for e in run]
+    assert sorted(attached) == sorted(emitted)  # every event in exactly one run
