@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 CLAIM_IDLE_INTERVAL_S: Final = 1.0
 LOAD_RETRY_S: Final = 30.0
 START_CHUNK: Final = 200
+CLAIM_CHUNK: Final = 5000
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +234,9 @@ class Triggerer:
         """One claim round; True when capacity was filled (more rows may be waiting)."""
         assert self.job_id is not None
         job_id, s = self.job_id, self.settings
-        left = s.capacity - len(self.runner)
+        # At most CLAIM_CHUNK rows per round: one huge claim holds the write lock, stalls the
+        # loop while the worker thread decrypts, and leaves its peak memory resident.
+        left = min(s.capacity - len(self.runner), CLAIM_CHUNK)
         now = time.monotonic()
         retry = {t for t, failed_at in self._load_failed.items() if now - failed_at >= LOAD_RETRY_S}
 

@@ -5,7 +5,7 @@ seconds. A daemon thread wakes at the same pace and checks the age of the stamp:
 loop has not stamped for longer than the threshold, it is blocked right now (a trigger
 made a blocking call, or ran a long CPU-bound stretch), so the thread samples the loop
 thread's stack *while it is blocked* (``sys._current_frames()``), walks it outwards to
-the runner's per-trigger frame (``TriggerRunner._run_trigger``, found by its code object)
+the runner's per-trigger frame (``TriggerTasks.run_trigger``, found by its code object)
 and reads the trigger id and class from that frame's locals. When no trigger frame is on
 the stack (the block is in the engine itself or in a shared-stream poll), it names the
 asyncio task that is running instead. One warning per blocked stretch.
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Final
 
 import anyio
 
-from engine.runner import TriggerRunner
+from engine._trigger_task import TriggerTasks
 from triggers.base import classpath_of
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 TICKS_PER_THRESHOLD: Final = 4
 THREAD_JOIN_TIMEOUT_S: Final = 2.0
-_TRIGGER_FRAME_CODE: Final = TriggerRunner._run_trigger.__code__
+_TRIGGER_FRAME_CODE: Final = TriggerTasks.run_trigger.__code__
 _ADVICE: Final = "triggers must not make blocking calls: use async I/O or anyio.to_thread.run_sync"
 
 

@@ -494,6 +494,184 @@ async def test_two_thousand_triggers_start_and_stop_quickly():
         assert len(outbox) == 0
 
 
+# -- native tasks: cleanup not interrupted, scopes inside triggers, crashes, stragglers ---
+
+
+class SlowCleanup(ScriptTrigger):
+    """Its cleanup waits for ``release``; ``outcome`` says whether it finished or was cancelled."""
+
+    release: ClassVar[anyio.Event]
+    outcome: ClassVar[list[str]]
+
+    async def cleanup(self) -> None:
+        self.probe.cleaned.set()
+        try:
+            await self.release.wait()
+        except anyio.get_cancelled_exc_class():
+            self.outcome.append("cancelled")
+            raise
+        self.outcome.append("finished")
+        self.probe.cleanups += 1
+
+
+@pytest.fixture
+def slow_cleanup():
+    SlowCleanup.release = anyio.Event()
+    SlowCleanup.outcome = []
+    return SlowCleanup
+
+
+@pytest.mark.parametrize(
+    ("script", "kind"), [("fire_and_wait", TASK), ("exit", WATCHER), ("raise", TASK)]
+)
+async def test_stop_during_cleanup_lets_the_cleanup_finish_and_never_restarts(
+    slow_cleanup, script, kind
+):
+    with anyio.fail_after(5):
+        async with running() as (runner, outbox):
+            start(runner, 3, slow_cleanup(name="t", script=script), kind)
+            await probe("t").cleaned.wait()
+            runner.stop(3)
+            await anyio.wait_all_tasks_blocked()
+            assert 3 in runner  # still cleaning up, not cancelled
+            slow_cleanup.release.set()
+            await wait_until(lambda: 3 not in runner)
+            items = await outbox.get_batch()
+    assert slow_cleanup.outcome == ["finished"]
+    assert probe("t").runs == 1  # a stopped watcher is not restarted
+    assert len(items) == 1  # the event, or the failure that ended the attempt
+    assert isinstance(items[0], FiredEvent if script == "fire_and_wait" else TriggerFailed)
+
+
+class ScopedTrigger(BaseTrigger):
+    """Uses anyio cancel scopes and a task group inside ``run()``."""
+
+    child_cancelled: ClassVar[list[bool]] = []
+
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        self.mode = mode
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return classpath_of(self), {"mode": self.mode}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        if self.mode == "timeout":
+            with anyio.move_on_after(0.01) as scope:
+                await anyio.sleep_forever()
+            yield TriggerEvent(scope.cancelled_caught)
+            return
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._child)
+            probe("scoped").started.set()
+            await anyio.sleep_forever()
+        yield TriggerEvent("unreachable")
+
+    async def _child(self) -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.child_cancelled.append(True)
+
+
+async def test_cancel_scope_deadlines_work_inside_a_trigger():
+    with anyio.fail_after(5):
+        async with running() as (runner, outbox):
+            start(runner, 1, ScopedTrigger("timeout"))
+            item = await next_fired(outbox)
+    assert item.event == TriggerEvent(True)
+
+
+async def test_stop_cancels_a_task_group_inside_a_trigger():
+    ScopedTrigger.child_cancelled.clear()
+    with anyio.fail_after(5):
+        async with running() as (runner, outbox):
+            start(runner, 1, ScopedTrigger("task_group"))
+            await probe("scoped").started.wait()
+            await anyio.wait_all_tasks_blocked()
+            runner.stop(1)
+            await wait_until(lambda: 1 not in runner)
+            assert len(outbox) == 0
+    assert ScopedTrigger.child_cancelled == [True]
+
+
+async def test_a_crash_of_the_runtime_stops_every_trigger_and_is_raised_by_run(caplog):
+    caplog.set_level(logging.ERROR, logger="engine.runner")
+    broken = False
+
+    def clock() -> float:  # an injected dependency of the runtime, outside user code
+        if broken:
+            raise RuntimeError("clock broke")
+        return 0.0
+
+    runner = TriggerRunner(outbox=Outbox(), clock=clock)
+    with anyio.fail_after(5), pytest.raises(ExceptionGroup) as caught:
+        async with anyio.create_task_group() as tg:
+            await tg.start(runner.run)
+            start(runner, 1, ScriptTrigger("bystander", "wait"))
+            await probe("bystander").started.wait()
+            broken = True
+            start(runner, 2, ScriptTrigger("doomed", "wait"))
+            await anyio.sleep_forever()
+    assert caught.group_contains(RuntimeError, match="clock broke", depth=2)
+    assert probe("bystander").cleanups == 1
+    assert "doomed" not in ScriptTrigger.probes or probe("doomed").runs == 0
+    assert len(runner) == 0
+    [record] = [r for r in caplog.records if getattr(r, "action", None) == "runner_task_crashed"]
+    assert record.trigger_id == 2
+
+
+class Stubborn(ScriptTrigger):
+    """Swallows the first cancellation (a trigger bug), then waits again."""
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        self.probe.started.set()
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            self.probe.kills += 1  # counts swallowed cancellations
+        await anyio.sleep_forever()
+        yield TriggerEvent("never")
+
+
+async def test_a_trigger_that_swallows_cancellation_is_cancelled_again_at_shutdown():
+    with anyio.fail_after(5):
+        outbox = Outbox()
+        runner = TriggerRunner(outbox=outbox)
+        async with anyio.create_task_group() as tg:
+            await tg.start(runner.run)
+            start(runner, 1, Stubborn(name="t", script="wait"))
+            await probe("t").started.wait()
+            runner.stop(1)
+            await wait_until(lambda: probe("t").kills == 1)
+            assert 1 in runner  # it swallowed the stop
+            await runner.aclose(grace_s=0.05)
+            assert len(runner) == 0
+    assert probe("t").cleanups == 1
+    assert len(outbox) == 0
+
+
+async def test_a_restart_stopped_while_waiting_keeps_the_old_attempt_tracked(slow_cleanup):
+    with anyio.fail_after(5):
+        async with running() as (runner, _):
+            start(runner, 2, slow_cleanup(name="old", script="wait"))
+            await probe("old").started.wait()
+            runner.stop(2)
+            start(runner, 2, ScriptTrigger("mid", "wait"))
+            await anyio.wait_all_tasks_blocked()
+            runner.stop(2)  # stops "mid" while it waits for "old" to clean up
+            await anyio.wait_all_tasks_blocked()
+            assert 2 in runner  # "old" still cleans up: still a live attempt of trigger 2
+            start(runner, 2, ScriptTrigger("new", "wait"))
+            await anyio.wait_all_tasks_blocked()
+            assert probe("new").runs == 0
+            slow_cleanup.release.set()
+            await probe("new").started.wait()
+            assert runner.running_ids() == frozenset({2})
+    assert "mid" not in ScriptTrigger.probes or probe("mid").runs == 0
+    assert slow_cleanup.outcome == ["finished"]
+
+
 # -- shared streams ----------------------------------------------------------------------
 
 

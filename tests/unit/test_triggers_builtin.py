@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
@@ -82,18 +83,32 @@ async def test_date_time_trigger_sleeps_for_the_whole_wait_not_in_a_poll_loop(
 ) -> None:
     now = [datetime(2030, 1, 1, tzinfo=UTC)]
     sleeps: list[float] = []
+    loop = asyncio.get_running_loop()
 
-    async def fake_sleep(delay: float) -> None:
-        sleeps.append(delay)
+    def fake_wake_after(delay_s: float) -> tuple[asyncio.Future[None], asyncio.TimerHandle]:
+        sleeps.append(delay_s)
         # The first wake-up comes early (clock drift): the trigger must sleep again.
-        now[0] += timedelta(seconds=delay / 2 if len(sleeps) == 1 else delay)
+        now[0] += timedelta(seconds=delay_s / 2 if len(sleeps) == 1 else delay_s)
+        waiter: asyncio.Future[None] = loop.create_future()
+        waiter.set_result(None)
+        return waiter, loop.call_later(delay_s, lambda: None)
 
     monkeypatch.setattr(temporal, "utcnow", lambda: now[0])
-    monkeypatch.setattr(anyio, "sleep", fake_sleep)
+    monkeypatch.setattr(temporal, "_wake_after", fake_wake_after)
     trigger = DateTimeTrigger(now[0] + timedelta(hours=1))
     event = await run_trigger_until_event(trigger, timeout=1)
     assert sleeps == [3600.0, 1800.0]
     assert event.payload == trigger.moment
+
+
+async def test_a_cancelled_date_time_trigger_leaves_no_timer_behind() -> None:
+    trigger = DateTimeTrigger(datetime.now(UTC) + timedelta(days=1))
+    loop = asyncio.get_running_loop()
+    before = len(loop._scheduled)  # type: ignore[attr-defined]
+    with pytest.raises(TimeoutError):
+        await run_trigger_until_event(trigger, timeout=0.05)
+    await asyncio.sleep(0)
+    assert sum(not h.cancelled() for h in loop._scheduled) <= before  # type: ignore[attr-defined]
 
 
 # --- FileTrigger / FileDeleteTrigger ----------------------------------------------------------
