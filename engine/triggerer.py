@@ -9,6 +9,7 @@ Deferred-task triggers, watcher triggers and shared-stream subscribers share thi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ import anyio.lowlevel
 
 from engine import store
 from engine.exceptions import DecryptionError, SluiceError, TriggerLoadError
-from engine.loader import build_trigger
+from engine.loader import build_trigger, import_trigger_class
 from engine.models import JobState, TriggerKind
 from engine.outbox import Outbox, TriggerFailed
 from engine.persister import BatchResult, Persister
@@ -106,6 +107,7 @@ class Triggerer:
         self._instances: dict[int, BaseTrigger] = {}
         self._load_failed: dict[int, float] = {}
         self._stopping = anyio.Event()
+        self._wake = anyio.Event()
         self._claims = 0
 
     def __repr__(self) -> str:
@@ -148,6 +150,11 @@ class Triggerer:
     def shutdown(self) -> None:
         """Begin a graceful stop: no more claims, stop triggers, flush, release rows."""
         self._stopping.set()
+        self._wake.set()
+
+    def nudge(self) -> None:
+        """Claim now: new trigger rows were written in this process (e.g. a task deferred)."""
+        self._wake.set()
 
     async def _drain(self, tg: anyio.abc.TaskGroup) -> None:
         grace = self.settings.shutdown_grace_s
@@ -224,7 +231,8 @@ class Triggerer:
                 first = False
             if not more:
                 with anyio.move_on_after(self.settings.claim_idle_interval_s):
-                    await self._stopping.wait()
+                    await self._wake.wait()
+                self._wake = anyio.Event()
             if self._stopping.is_set():
                 return
 
@@ -276,10 +284,19 @@ class Triggerer:
         return left > 0 and len(loaded) >= left
 
     def _decrypt(self, row: store.TriggerRow) -> _Loaded:
+        """Decrypt, and import the class here in the worker thread: a first import (e.g.
+        aiokafka, aiobotocore) takes a few hundred ms and must not block the event loop."""
         try:
-            return _Loaded(row, self._cipher.decrypt_kwargs(row.kwargs, trigger_id=row.id), None)
+            kwargs = self._cipher.decrypt_kwargs(row.kwargs, trigger_id=row.id)
         except DecryptionError as exc:
             return _Loaded(row, None, str(exc))
+        with contextlib.suppress(TriggerLoadError):  # reported by _start, on the loop
+            import_trigger_class(
+                row.classpath,
+                allowed=self.settings.allowed_modules,
+                plugins_folder=self.settings.plugins_folder,
+            )
+        return _Loaded(row, kwargs, None)
 
     def _stop_unowned(self, owned: set[int]) -> None:
         for trigger_id in self.runner.running_ids() - owned:
