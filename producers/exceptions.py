@@ -13,3 +13,25 @@ class BrokerUnavailable(ProducerError):
 
 class ProducerConfigError(ProducerError):
     """A producer or event trigger was configured in a way that cannot work."""
+
+
+class BrokerRequestFailed(ProducerError):
+    """The broker refused a request (or entries of a batch) for a reason retrying won't fix.
+
+    The shared-stream group ends and restarts; whatever was not advanced is redelivered.
+    """
+
+
+class EventFilterError(ProducerError):
+    """An event trigger's filter cannot evaluate a message (e.g. a malformed body).
+
+    The trigger rejects the message (``reject_shared_stream_event()``) instead of failing.
+    """
+
+
+class UncleanEventError(ProducerError):
+    """A message was not cleanly delivered and the producer is set to stop on it.
+
+    Raised from ``advance`` (Kafka ``on_unclean="stop"``): the shared-stream group ends,
+    nothing past the message is committed, and the broker redelivers it.
+    """

@@ -1,0 +1,434 @@
+"""``KafkaSharedStreamProducer``: one consumer-group member shared by sibling Kafka watchers.
+
+Theory of operation
+-------------------
+``open_stream`` starts an ``AIOKafkaConsumer`` (auto-commit off: only ``advance`` commits)
+and yields ``(KafkaMessage, KafkaOffset(topic, partition, offset))`` for every record. Each
+``(topic, partition)`` is its own advance lane, so a slow message holds back commits of its
+partition only. ``advance`` receives a partition's contiguous resolved prefix and commits
+``offset + 1`` of its last item (Kafka commits are cumulative).
+
+Non-clean items (a subscriber rejected or failed the message, or nobody was subscribed) are
+handled by ``on_unclean``, a choice the user makes explicitly:
+
+- ``"dead_letter"`` (the default when ``dead_letter_topic`` is set): the message is copied to
+  the dead-letter topic with ``sluice.dead_letter.*`` headers (reason, outcome counts,
+  rejecting trigger ids and their errors, source coordinates), then committed past;
+- ``"stop"`` (the default without a dead-letter topic): the clean prefix before it is
+  committed, then ``UncleanEventError`` is raised: the shared-stream group ends, the
+  watchers fail and restart, and the broker redelivers from that message;
+- ``"commit"``: committed past like a clean message, with a warning.
+
+Rebalances. Every message yielded is remembered per partition, with the *epoch* of the
+partition's assignment, until its advance. On revocation the producer stops yielding the
+revoked partitions' records, waits (at most ``revoke_drain_timeout_ms``) for what was
+yielded there to be advanced and committed, then gives them up: advances that arrive later
+for an older epoch commit nothing (the new owner gets those messages again; deduplication
+keys absorb the repeats). A commit never moves a partition's offset backwards.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from aiokafka import (
+    AIOKafkaConsumer,
+    AIOKafkaProducer,
+    ConsumerRebalanceListener,
+    TopicPartition,
+)
+from aiokafka import errors as kafka_errors
+
+from producers.exceptions import BrokerUnavailable
+from producers.kafka_client import (
+    KafkaConnection,
+    KafkaMessage,
+    KafkaOffset,
+    message_from_record,
+    translate_kafka_error,
+)
+from producers.kafka_partitions import PartitionBook
+from producers.kafka_settings import (
+    DEFAULT_ADVANCE_TIMEOUT_S,
+    DEFAULT_AUTO_OFFSET_RESET,
+    DEFAULT_HEARTBEAT_INTERVAL_MS,
+    DEFAULT_MAX_POLL_RECORDS,
+    DEFAULT_REBALANCE_TIMEOUT_MS,
+    DEFAULT_SESSION_TIMEOUT_MS,
+    FETCH_WAIT_MS,
+    check_consumer_options,
+    check_group,
+    dead_letter_headers,
+    outcome_text,
+    resolve_on_unclean,
+    unclean_stop_error,
+)
+from shared_stream.producer import SharedStreamProducer
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
+
+    from shared_stream.producer import AdvanceItem
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class KafkaProducerStats:
+    """Counters of one producer (read them in tests and benchmarks)."""
+
+    messages: int = 0
+    commits: int = 0
+    dead_lettered: int = 0
+    committed_unclean: int = 0
+    dropped_after_revoke: int = 0
+    rebalances: int = 0
+
+
+class KafkaSharedStreamProducer(SharedStreamProducer):
+    """Consumes ``topics`` as a member of ``group_id``; commits per partition in ``advance``.
+
+    See the module docstring for lanes, ``on_unclean`` and rebalances. The consumer and the
+    dead-letter producer are opened in ``open_stream`` and closed in ``aclose``.
+    """
+
+    def __init__(
+        self,
+        *,
+        connection: KafkaConnection,
+        group_id: str,
+        topics: Sequence[str],
+        dead_letter_topic: str | None = None,
+        on_unclean: str | None = None,
+        auto_offset_reset: str = DEFAULT_AUTO_OFFSET_RESET,
+        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+        heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
+        rebalance_timeout_ms: int = DEFAULT_REBALANCE_TIMEOUT_MS,
+        revoke_drain_timeout_ms: int | None = None,
+        max_poll_records: int = DEFAULT_MAX_POLL_RECORDS,
+        advance_timeout_s: float = DEFAULT_ADVANCE_TIMEOUT_S,
+        consumer_options: Mapping[str, Any] | None = None,
+        settings_digest: str = "",
+    ) -> None:
+        check_group(group_id, topics, dead_letter_topic, auto_offset_reset)
+        self.connection = connection
+        self.group_id = group_id
+        self.topics = tuple(topics)
+        self.dead_letter_topic = dead_letter_topic
+        self.on_unclean = resolve_on_unclean(on_unclean, dead_letter_topic)
+        self.settings_digest = settings_digest
+        self._consumer_kwargs: dict[str, Any] = {
+            **check_consumer_options(consumer_options or {}),
+            "group_id": group_id,
+            "auto_offset_reset": auto_offset_reset,
+            "session_timeout_ms": session_timeout_ms,
+            "heartbeat_interval_ms": heartbeat_interval_ms,
+            "rebalance_timeout_ms": rebalance_timeout_ms,
+        }
+        drain_ms = (
+            rebalance_timeout_ms // 2
+            if revoke_drain_timeout_ms is None
+            else revoke_drain_timeout_ms
+        )
+        self._revoke_drain_s = drain_ms / 1000
+        self._max_poll_records = max_poll_records
+        self._advance_timeout_s = advance_timeout_s
+        self._consumer: Any = None
+        self._dead_letters: Any = None
+        self._book = PartitionBook()
+        self._progress: anyio.Event | None = None
+        self._opened = False
+        self._closing = False
+        self.stats = KafkaProducerStats()
+
+    @property
+    def where(self) -> str:
+        """``servers group=... topics=...``, for messages."""
+        return f"{self.connection.servers_text} group={self.group_id!r} topics={list(self.topics)}"
+
+    # -- the stream -----------------------------------------------------------------------
+
+    async def open_stream(self) -> AsyncGenerator[tuple[KafkaMessage, KafkaOffset], None]:
+        if self._opened:
+            raise RuntimeError(f"{self!r}: open_stream() runs once per producer")
+        self._opened = True
+        self._progress = anyio.Event()
+        consumer = await self._start_clients()
+        while True:
+            try:
+                fetched = await consumer.getmany(
+                    timeout_ms=FETCH_WAIT_MS, max_records=self._max_poll_records
+                )
+            except (kafka_errors.KafkaError, kafka_errors.ConsumerStoppedError) as exc:
+                raise translate_kafka_error(exc, doing="fetching", where=self.where) from exc
+            if fetched:
+                logger.debug(
+                    "Fetched %d record(s) from %d partition(s)",
+                    sum(len(records) for records in fetched.values()),
+                    len(fetched),
+                    extra={"action": "kafka.fetched", "group_id": self.group_id},
+                )
+            for tp, records in fetched.items():
+                for item in self._admit(tp, records):
+                    yield item
+
+    def _admit(self, tp: Any, records: list[Any]) -> Iterator[tuple[KafkaMessage, KafkaOffset]]:
+        """Yield (message, offset) for the records of ``tp`` while this epoch owns it."""
+        key = (tp.topic, tp.partition)
+        epoch = self._book.yielding_epoch(key)
+        if epoch is None:
+            return
+        digest = self.settings_digest
+        for record in records:
+            message = message_from_record(record, digest)
+            if not self._book.record(key, epoch, message):
+                return  # revoked meanwhile: the next owner reads these again
+            self.stats.messages += 1
+            yield message, KafkaOffset(record.topic, record.partition, record.offset)
+
+    async def _start_clients(self) -> Any:
+        consumer = self._consumer = AIOKafkaConsumer(
+            **self.connection.client_kwargs(), **self._consumer_kwargs
+        )
+        consumer.subscribe(topics=list(self.topics), listener=_RebalanceListener(self))
+        try:
+            await consumer.start()
+            if self.dead_letter_topic is not None:
+                self._dead_letters = AIOKafkaProducer(
+                    **self.connection.client_kwargs(), acks="all", enable_idempotence=False
+                )
+                await self._dead_letters.start()
+        except kafka_errors.KafkaError as exc:
+            await self._stop_clients()
+            raise translate_kafka_error(exc, doing="connecting", where=self.where) from exc
+        logger.info(
+            "Kafka consumer started for %s (on_unclean=%s, dead_letter_topic=%s)",
+            self.where,
+            self.on_unclean,
+            self.dead_letter_topic,
+            extra={"action": "kafka.consumer_started", "group_id": self.group_id},
+        )
+        return consumer
+
+    def get_advance_lane(self, broker_payload: Any) -> tuple[str, int]:
+        return broker_payload[0], broker_payload[1]
+
+    # -- advancing ------------------------------------------------------------------------
+
+    async def advance(self, batch: Sequence[AdvanceItem]) -> None:
+        if not batch:
+            return
+        topic, partition, _ = batch[0].broker_payload
+        key = (topic, partition)
+        try:
+            live = self._book.begin_advance(key, batch)
+            dropped = len(batch) - len(live)
+            if dropped:
+                self._dropped(key, dropped)
+            if live:
+                await self._settle(key, live)
+        finally:
+            self._book.end_advance(key)
+            self._notify()
+
+    def _dropped(self, key: tuple[str, int], count: int) -> None:
+        self.stats.dropped_after_revoke += count
+        logger.debug(
+            "Not committing %d message(s) of %s/%d: the partition was revoked since; its new "
+            "owner reads them again",
+            count,
+            key[0],
+            key[1],
+            extra={"action": "kafka.dropped_after_revoke", "topic": key[0]},
+        )
+
+    async def _settle(
+        self, key: tuple[str, int], live: list[tuple[AdvanceItem, KafkaMessage]]
+    ) -> None:
+        unclean = [index for index, (item, _) in enumerate(live) if not item.outcome.is_clean]
+        if unclean and self.on_unclean == "stop":
+            first = unclean[0]
+            if first > 0:
+                await self._commit(key, live[first - 1][1].offset + 1)
+            raise unclean_stop_error(live[first], self.where)
+        if unclean and self.on_unclean == "dead_letter":
+            await self._dead_letter([live[index] for index in unclean])
+        elif unclean:
+            self.stats.committed_unclean += len(unclean)
+            for index in unclean:
+                item, message = live[index]
+                logger.warning(
+                    "Committing past Kafka message %s that was not cleanly delivered (%s), "
+                    "as on_unclean='commit' says",
+                    message.coordinates,
+                    outcome_text(item),
+                    extra={"action": "kafka.committed_unclean", "group_id": self.group_id},
+                )
+        await self._commit(key, live[-1][1].offset + 1)
+
+    async def _commit(self, key: tuple[str, int], offset: int) -> None:
+        consumer = self._consumer
+        if consumer is None or not self._book.may_commit(key, offset):
+            return
+        topic, partition = key
+        try:
+            with anyio.fail_after(self._advance_timeout_s):
+                await consumer.commit({TopicPartition(topic, partition): offset})
+        except TimeoutError as exc:
+            raise BrokerUnavailable(
+                f"committing offset {offset} of {topic}/{partition} at {self.where} took more "
+                f"than {self._advance_timeout_s}s; the broker is unreachable or overloaded"
+            ) from exc
+        except (kafka_errors.CommitFailedError, kafka_errors.IllegalStateError) as exc:
+            logger.warning(
+                "Commit of %s/%d at offset %d refused after a rebalance (%s); the partition's "
+                "new owner reads the messages again",
+                topic,
+                partition,
+                offset,
+                exc,
+                extra={"action": "kafka.commit_after_rebalance", "topic": topic},
+            )
+            return
+        except kafka_errors.KafkaError as exc:
+            raise translate_kafka_error(exc, doing="committing", where=self.where) from exc
+        self._book.committed(key, offset)
+        self.stats.commits += 1
+        logger.debug(
+            "Committed %s/%d offset %d",
+            topic,
+            partition,
+            offset,
+            extra={
+                "action": "kafka.commit",
+                "topic": topic,
+                "partition": partition,
+                "offset": offset,
+                "group_id": self.group_id,
+            },
+        )
+
+    async def _dead_letter(self, items: list[tuple[AdvanceItem, KafkaMessage]]) -> None:
+        producer = self._dead_letters
+        topic = self.dead_letter_topic
+        try:
+            with anyio.fail_after(self._advance_timeout_s):
+                sent = [
+                    await producer.send(
+                        topic,
+                        value=message.value,
+                        key=message.key,
+                        headers=[
+                            *message.headers,
+                            *dead_letter_headers(item, message, self.group_id),
+                        ],
+                    )
+                    for item, message in items
+                ]
+                for future in sent:
+                    await future
+        except TimeoutError as exc:
+            raise BrokerUnavailable(
+                f"sending {len(items)} message(s) to dead-letter topic {topic!r} at "
+                f"{self.where} took more than {self._advance_timeout_s}s"
+            ) from exc
+        except kafka_errors.KafkaError as exc:
+            raise translate_kafka_error(
+                exc, doing=f"dead-lettering to {topic!r}", where=self.where
+            ) from exc
+        self.stats.dead_lettered += len(items)
+        for item, message in items:
+            logger.warning(
+                "Kafka message %s was not cleanly delivered (%s); sent to dead-letter topic %s",
+                message.coordinates,
+                outcome_text(item),
+                topic,
+                extra={"action": "kafka.dead_lettered", "group_id": self.group_id},
+            )
+
+    # -- rebalances (called from aiokafka's coordinator task) -----------------------------
+
+    def _assigned(self, assigned: set[Any]) -> None:
+        self._book.assign((tp.topic, tp.partition) for tp in assigned)
+        self.stats.rebalances += 1
+        logger.info(
+            "Kafka partitions assigned to %s: %s",
+            self.where,
+            _partition_list(assigned),
+            extra={"action": "kafka.partitions_assigned", "group_id": self.group_id},
+        )
+
+    async def _revoked(self, revoked: set[Any]) -> None:
+        keys = self._book.begin_revoke((tp.topic, tp.partition) for tp in revoked)
+        if not keys:
+            return
+        try:
+            with anyio.move_on_after(self._revoke_drain_s):
+                await self._wait_for(lambda: self._closing or self._book.is_drained(keys))
+        finally:  # even if the wait is cancelled: never commit on a partition we gave up
+            left = self._book.end_revoke(keys)
+        logger.info(
+            "Kafka partitions revoked from %s: %s; %d unresolved message(s) left to the new owner",
+            self.where,
+            _partition_list(revoked),
+            left,
+            extra={"action": "kafka.partitions_revoked", "group_id": self.group_id},
+        )
+
+    def _notify(self) -> None:
+        progress = self._progress
+        if progress is not None:
+            self._progress = anyio.Event()
+            progress.set()
+
+    async def _wait_for(self, predicate: Callable[[], bool]) -> None:
+        while not predicate():
+            assert self._progress is not None
+            await self._progress.wait()
+
+    # -- closing --------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        self._closing = True
+        self._notify()
+        await self._stop_clients()
+
+    async def _stop_clients(self) -> None:
+        clients = (self._consumer, self._dead_letters)
+        self._consumer = self._dead_letters = None
+        for client in clients:
+            if client is None:
+                continue
+            try:
+                await client.stop()
+            except kafka_errors.KafkaError as exc:
+                logger.warning(
+                    "Stopping a Kafka client of %s failed: %s",
+                    self.where,
+                    exc,
+                    extra={"action": "kafka.close_failed", "group_id": self.group_id},
+                )
+
+    def __repr__(self) -> str:
+        return (
+            f"<KafkaSharedStreamProducer {self.where} on_unclean={self.on_unclean} "
+            f"book={self._book!r} closing={self._closing} stats={self.stats}>"
+        )
+
+
+class _RebalanceListener(ConsumerRebalanceListener):  # type: ignore[misc]  # untyped aiokafka
+    def __init__(self, producer: KafkaSharedStreamProducer) -> None:
+        self._producer = producer
+
+    async def on_partitions_revoked(self, revoked: set[Any]) -> None:
+        await self._producer._revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: set[Any]) -> None:
+        self._producer._assigned(assigned)
+
+
+def _partition_list(tps: set[Any]) -> list[str]:
+    return sorted(f"{tp.topic}/{tp.partition}" for tp in tps)

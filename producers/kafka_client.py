@@ -1,0 +1,218 @@
+"""What the Kafka producer and trigger share: connection settings, messages, error translation.
+
+``KafkaConnection`` holds the connection and security settings (secrets are hidden from
+``repr``); ``KafkaMessage`` is the raw event a Kafka shared stream fans out (a plain object,
+so filters are testable without a broker); ``translate_kafka_error`` is the one place where
+aiokafka's exceptions become ``producers.exceptions`` ones.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
+
+from aiokafka import errors as kafka_errors
+from aiokafka.helpers import create_ssl_context
+
+from producers.exceptions import (
+    BrokerRequestFailed,
+    BrokerUnavailable,
+    ProducerConfigError,
+    ProducerError,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+DEFAULT_CLIENT_ID: Final = "sluice"
+
+_CONFIG_ERRORS: Final = (
+    kafka_errors.AuthenticationFailedError,
+    kafka_errors.AuthenticationMethodNotSupported,
+    kafka_errors.KafkaConfigurationError,
+    kafka_errors.TopicAuthorizationFailedError,
+    kafka_errors.GroupAuthorizationFailedError,
+    kafka_errors.ClusterAuthorizationFailedError,
+    kafka_errors.InvalidGroupIdError,
+    kafka_errors.InvalidSessionTimeoutError,
+    kafka_errors.InvalidTopicError,
+    kafka_errors.IncompatibleBrokerVersion,
+    kafka_errors.UnsupportedCodecError,
+    kafka_errors.IllegalArgumentError,
+)
+_UNAVAILABLE_ERRORS: Final = (
+    kafka_errors.KafkaTimeoutError,
+    kafka_errors.KafkaUnavailableError,
+    kafka_errors.BrokerNotAvailableError,
+)
+
+
+def split_servers(bootstrap_servers: str | Sequence[str]) -> tuple[str, ...]:
+    """``"a:9092,b:9092"`` or ``["a:9092", "b:9092"]`` as a normalized tuple of host:port."""
+    items = (
+        bootstrap_servers.split(",") if isinstance(bootstrap_servers, str) else bootstrap_servers
+    )
+    servers = tuple(dict.fromkeys(item.strip() for item in items if item.strip()))
+    if not servers:
+        raise ProducerConfigError(
+            f"Kafka bootstrap_servers is empty ({bootstrap_servers!r}); give host:port "
+            "entries, e.g. 'broker1:9092,broker2:9092'"
+        )
+    return servers
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaConnection:
+    """How to reach the brokers: servers, client id and security (passed to aiokafka).
+
+    ``security_protocol``: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL. SASL needs
+    ``sasl_mechanism`` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) with a user name and password;
+    SSL uses the optional CA / certificate / key files. Secrets never show in ``repr``.
+    """
+
+    bootstrap_servers: tuple[str, ...]
+    client_id: str = DEFAULT_CLIENT_ID
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_plain_username: str | None = None
+    sasl_plain_password: str | None = field(default=None, repr=False)
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_password: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.security_protocol not in SECURITY_PROTOCOLS:
+            problems.append(
+                f"security_protocol must be one of {list(SECURITY_PROTOCOLS)}, "
+                f"got {self.security_protocol!r}"
+            )
+        if self.security_protocol.startswith("SASL_"):
+            if self.sasl_mechanism not in SASL_MECHANISMS:
+                problems.append(
+                    f"sasl_mechanism must be one of {list(SASL_MECHANISMS)} with "
+                    f"{self.security_protocol}, got {self.sasl_mechanism!r}"
+                )
+            if not self.sasl_plain_username or self.sasl_plain_password is None:
+                problems.append("SASL needs sasl_plain_username and sasl_plain_password")
+        if problems:
+            raise ProducerConfigError(
+                f"Kafka connection to {','.join(self.bootstrap_servers)}: " + "; ".join(problems)
+            )
+
+    @property
+    def servers_text(self) -> str:
+        return ",".join(self.bootstrap_servers)
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``AIOKafkaConsumer`` / ``AIOKafkaProducer``."""
+        kwargs: dict[str, Any] = {
+            "bootstrap_servers": list(self.bootstrap_servers),
+            "client_id": self.client_id,
+            "security_protocol": self.security_protocol,
+        }
+        if self.security_protocol.startswith("SASL_"):
+            kwargs["sasl_mechanism"] = self.sasl_mechanism
+            kwargs["sasl_plain_username"] = self.sasl_plain_username
+            kwargs["sasl_plain_password"] = self.sasl_plain_password
+        if self.security_protocol in ("SSL", "SASL_SSL"):
+            kwargs["ssl_context"] = self._ssl_context()
+        return kwargs
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        try:
+            context: ssl.SSLContext = create_ssl_context(
+                cafile=self.ssl_cafile,
+                certfile=self.ssl_certfile,
+                keyfile=self.ssl_keyfile,
+                password=self.ssl_password,
+            )
+        except (OSError, ssl.SSLError) as exc:
+            raise ProducerConfigError(
+                f"cannot build the TLS context for Kafka at {self.servers_text} from "
+                f"ssl_cafile={self.ssl_cafile!r}, ssl_certfile={self.ssl_certfile!r}, "
+                f"ssl_keyfile={self.ssl_keyfile!r}: {exc}; check the files and the key password"
+            ) from exc
+        return context
+
+
+class KafkaOffset(NamedTuple):
+    """The broker payload of a Kafka raw event: ``(topic, partition, offset)``."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why a subscriber rejected a message (carried to the dead-letter headers)."""
+
+    trigger_id: int | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class KafkaMessage:
+    """One consumed record, as every subscriber of a Kafka shared stream receives it.
+
+    ``headers`` keep the record's order (names may repeat). The same object goes to every
+    subscriber: treat it as read-only, except through ``note_rejection`` (dead-letter
+    headers) and ``cache`` (decoded forms, computed once for all subscribers).
+    ``settings_digest`` identifies the settings the shared consumer was built from.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp_ms: int | None = None
+    settings_digest: str = field(default="", repr=False)
+    rejections: list[Rejection] = field(default_factory=list, repr=False)
+    cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def coordinates(self) -> str:
+        """``topic/partition/offset``, for logs and headers."""
+        return f"{self.topic}/{self.partition}/{self.offset}"
+
+    def note_rejection(self, trigger_id: int | None, reason: str) -> None:
+        """Record that ``trigger_id`` rejected this message and why."""
+        self.rejections.append(Rejection(trigger_id, reason))
+
+
+def message_from_record(record: Any, settings_digest: str = "") -> KafkaMessage:
+    """A ``KafkaMessage`` from an aiokafka ``ConsumerRecord``."""
+    headers = record.headers
+    return KafkaMessage(
+        record.topic,
+        record.partition,
+        record.offset,
+        record.key,
+        record.value,
+        tuple(headers) if headers else (),
+        record.timestamp,
+        settings_digest,
+    )
+
+
+def translate_kafka_error(exc: BaseException, *, doing: str, where: str) -> ProducerError:
+    """The ``producers.exceptions`` error for an aiokafka failure (raise it ``from exc``)."""
+    detail = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, _CONFIG_ERRORS):
+        return ProducerConfigError(
+            f"Kafka refused {doing} at {where}: {detail}; check the connection, security and "
+            "group settings and the broker's ACLs"
+        )
+    if isinstance(exc, _UNAVAILABLE_ERRORS) or getattr(exc, "retriable", False):
+        return BrokerUnavailable(
+            f"the Kafka broker is unreachable while {doing} at {where}: {detail}; check "
+            "bootstrap_servers and that the broker is up (the watchers restart with backoff)"
+        )
+    return BrokerRequestFailed(f"Kafka failed {doing} at {where}: {detail}")

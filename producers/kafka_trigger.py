@@ -1,0 +1,355 @@
+"""``KafkaMessageTrigger``: an asset-watcher trigger that fires for Kafka messages.
+
+Every watcher on the same ``(bootstrap servers, group id, topics)`` shares one consumer (its
+``shared_stream_key``) through ``KafkaSharedStreamProducer``, in ack mode: offsets are
+committed only once every watcher processed a message and the asset events it caused are
+stored. Each watcher filters the shared messages on its own:
+
+- ``match_key`` / ``match_headers`` / ``match_fields``: equality on the key, on header values
+  (UTF-8 text) and on fields of a JSON value (dotted paths, ``"order.status"``);
+- ``apply_function``: a dotted path to ``f(message, *apply_function_args,
+  **apply_function_kwargs)`` (a ``KafkaMessage``; may be async) returning truthy to accept.
+
+A message the filter does not accept yields nothing (the watcher has processed it). A filter
+that raises, or a value that does not decode as ``value_format`` (``"json"`` / ``"text"``),
+*rejects* the message (``reject_shared_stream_event()``): it goes the dead-letter path of
+``on_unclean`` (see ``producers.kafka``) and the watcher keeps running.
+
+One ``TriggerEvent`` per accepted message, deduplicated by ``kafka:<topic>:<partition>:<offset>``
+(a redelivery never makes a second asset event). Payload: ``topic``, ``partition``,
+``offset``, ``timestamp`` (ms), ``key``, ``headers`` (``[[name, value], ...]``), ``value`` and
+``value_encoding`` (``json`` / ``text`` / ``base64`` / ``null``). Keys and header values are
+text when they are UTF-8, else ``{"base64": ...}``.
+
+The consumer, group and dead-letter settings of a group come from its first watcher: siblings
+must agree on them (a watcher whose settings differ logs a warning). Secrets
+(``sasl_plain_password``, ``ssl_password``) are trigger kwargs, stored encrypted and never
+logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import json
+import logging
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any, Final
+
+from producers.exceptions import ProducerConfigError
+from producers.kafka import KafkaSharedStreamProducer
+from producers.kafka_client import DEFAULT_CLIENT_ID, KafkaConnection, split_servers
+from producers.kafka_codec import VALUE_FORMATS, Undecodable, decoded_value, event_payload, text_of
+from producers.kafka_settings import (
+    DEFAULT_AUTO_OFFSET_RESET,
+    DEFAULT_HEARTBEAT_INTERVAL_MS,
+    DEFAULT_REBALANCE_TIMEOUT_MS,
+    DEFAULT_SESSION_TIMEOUT_MS,
+)
+from shared_stream.producer import AdvanceItem, AdvanceOutcome
+from shared_stream.subscriber import reject_shared_stream_event
+from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
+
+    from producers.kafka_client import KafkaMessage
+
+logger = logging.getLogger(__name__)
+
+_SECRETS: Final = frozenset({"sasl_plain_password", "ssl_password"})
+_FILTER_KWARGS: Final = frozenset(
+    {
+        "apply_function",
+        "apply_function_args",
+        "apply_function_kwargs",
+        "match_key",
+        "match_headers",
+        "match_fields",
+        "value_format",
+    }
+)
+_ACCEPTED: Final = AdvanceOutcome(acked=1, failed=0)
+_REJECTED: Final = AdvanceOutcome(acked=0, failed=0, rejected=1)
+
+
+class KafkaMessageTrigger(BaseEventTrigger):
+    """Fires one event per Kafka message of ``topics`` this watcher's filter accepts."""
+
+    def __init__(
+        self,
+        *,
+        topics: str | Sequence[str],
+        bootstrap_servers: str | Sequence[str],
+        group_id: str,
+        apply_function: str | None = None,
+        apply_function_args: Sequence[Any] | None = None,
+        apply_function_kwargs: Mapping[str, Any] | None = None,
+        match_key: str | None = None,
+        match_headers: Mapping[str, str] | None = None,
+        match_fields: Mapping[str, Any] | None = None,
+        value_format: str = "auto",
+        dead_letter_topic: str | None = None,
+        on_unclean: str | None = None,
+        auto_offset_reset: str = DEFAULT_AUTO_OFFSET_RESET,
+        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+        heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
+        rebalance_timeout_ms: int = DEFAULT_REBALANCE_TIMEOUT_MS,
+        client_id: str = DEFAULT_CLIENT_ID,
+        security_protocol: str = "PLAINTEXT",
+        sasl_mechanism: str | None = None,
+        sasl_plain_username: str | None = None,
+        sasl_plain_password: str | None = None,
+        ssl_cafile: str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+        ssl_password: str | None = None,
+        consumer_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        names = [topics] if isinstance(topics, str) else list(topics)
+        if not names or not all(isinstance(t, str) and t for t in names):
+            raise ProducerConfigError(
+                f"KafkaMessageTrigger topics must be topic names, got {topics!r}"
+            )
+        if value_format not in VALUE_FORMATS:
+            raise ProducerConfigError(
+                f"KafkaMessageTrigger value_format must be one of {list(VALUE_FORMATS)}, "
+                f"got {value_format!r}"
+            )
+        if apply_function is not None and not _is_dotted_path(apply_function):
+            raise ProducerConfigError(
+                f"KafkaMessageTrigger apply_function must be a dotted path "
+                f"'package.module.function', got {apply_function!r}"
+            )
+        self._kwargs: dict[str, Any] = {
+            "topics": sorted(dict.fromkeys(names)),
+            "bootstrap_servers": ",".join(split_servers(bootstrap_servers)),
+            "group_id": group_id,
+            "apply_function": apply_function,
+            "apply_function_args": list(apply_function_args or ()),
+            "apply_function_kwargs": dict(apply_function_kwargs or {}),
+            "match_key": match_key,
+            "match_headers": dict(match_headers or {}),
+            "match_fields": dict(match_fields or {}),
+            "value_format": value_format,
+            "dead_letter_topic": dead_letter_topic,
+            "on_unclean": on_unclean,
+            "auto_offset_reset": auto_offset_reset,
+            "session_timeout_ms": session_timeout_ms,
+            "heartbeat_interval_ms": heartbeat_interval_ms,
+            "rebalance_timeout_ms": rebalance_timeout_ms,
+            "client_id": client_id,
+            "security_protocol": security_protocol,
+            "sasl_mechanism": sasl_mechanism,
+            "sasl_plain_username": sasl_plain_username,
+            "sasl_plain_password": sasl_plain_password,
+            "ssl_cafile": ssl_cafile,
+            "ssl_certfile": ssl_certfile,
+            "ssl_keyfile": ssl_keyfile,
+            "ssl_password": ssl_password,
+            "consumer_options": dict(consumer_options or {}),
+        }
+        self._producer()  # validates the connection, group and dead-letter settings now
+        self.topics: tuple[str, ...] = tuple(self._kwargs["topics"])
+        self.group_id = group_id
+        self.value_format = value_format
+        self._function: Callable[..., Any] | None = None
+        self._digest_checked = False
+
+    # -- the contract ---------------------------------------------------------------------
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return classpath_of(self), dict(self._kwargs)
+
+    def shared_stream_key(self) -> Hashable | None:
+        kw = self._kwargs
+        return ("kafka", kw["bootstrap_servers"], kw["group_id"], tuple(kw["topics"]))
+
+    @classmethod
+    def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> KafkaSharedStreamProducer:
+        return cls(**kwargs)._producer()
+
+    async def filter_shared_stream(
+        self, shared_stream: AsyncIterator[Any]
+    ) -> AsyncIterator[TriggerEvent]:
+        self._load_function()
+        async for message in shared_stream:
+            verdict = await self._evaluate(message)
+            if isinstance(verdict, TriggerEvent):
+                yield verdict
+            elif verdict is not None:
+                message.note_rejection(self.trigger_id, verdict)
+                reject_shared_stream_event()
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Alone, without the shared-stream manager: commits each message once moved past.
+
+        There is no persistence gate here (the triggerer always uses the shared stream):
+        a message is committed when the caller asks for the next event.
+        """
+        self._load_function()
+        producer = self._producer()
+        try:
+            async with aclosing(producer.open_stream()) as stream:
+                async for message, offset in stream:
+                    verdict = await self._evaluate(message)
+                    outcome = _ACCEPTED
+                    if isinstance(verdict, TriggerEvent):
+                        yield verdict
+                    elif verdict is not None:
+                        message.note_rejection(self.trigger_id, verdict)
+                        outcome = _REJECTED
+                    await producer.advance([AdvanceItem(offset, outcome)])
+        finally:
+            await producer.aclose()
+
+    # -- filtering ------------------------------------------------------------------------
+
+    async def _evaluate(self, message: KafkaMessage) -> TriggerEvent | str | None:
+        """The event to fire, None to skip the message, or why it is rejected."""
+        if not self._digest_checked:
+            self._check_digest(message)
+        decoded = decoded_value(message, self.value_format)
+        if isinstance(decoded, Undecodable):
+            logger.warning(
+                "Trigger %s rejected Kafka message %s: %s",
+                self.trigger_id,
+                message.coordinates,
+                decoded.reason,
+                extra={"action": "kafka.undecodable", "trigger_id": self.trigger_id},
+            )
+            return decoded.reason
+        if not self._matches(message, decoded[0], decoded[1]):
+            return None
+        if self._function is not None:
+            try:
+                accepted = self._call_function(message)
+                if inspect.isawaitable(accepted):
+                    accepted = await accepted
+            except Exception as exc:  # noqa: BLE001 - user filter: its error rejects the message
+                return self._filter_failed(message, exc)
+            if not accepted:
+                return None
+        return TriggerEvent(
+            event_payload(message, self.value_format),
+            dedup_key=f"kafka:{message.topic}:{message.partition}:{message.offset}",
+        )
+
+    def _matches(self, message: KafkaMessage, encoding: str, value: Any) -> bool:
+        kw = self._kwargs
+        match_key = kw["match_key"]
+        if match_key is not None and text_of(message.key) != match_key:
+            return False
+        for name, expected in kw["match_headers"].items():
+            if not any(h == name and text_of(v) == expected for h, v in message.headers):
+                return False
+        fields = kw["match_fields"]
+        if fields:
+            if encoding != "json" or not isinstance(value, dict):
+                return False
+            return all(_field(value, path) == expected for path, expected in fields.items())
+        return True
+
+    def _call_function(self, message: KafkaMessage) -> Any:
+        assert self._function is not None
+        kw = self._kwargs
+        return self._function(message, *kw["apply_function_args"], **kw["apply_function_kwargs"])
+
+    def _filter_failed(self, message: KafkaMessage, exc: Exception) -> str:
+        logger.error(
+            "Trigger %s: apply_function %s raised on Kafka message %s: %r; the message is "
+            "rejected (dead-letter path) and the watcher keeps running",
+            self.trigger_id,
+            self._kwargs["apply_function"],
+            message.coordinates,
+            exc,
+            exc_info=exc,
+            extra={"action": "kafka.filter_failed", "trigger_id": self.trigger_id},
+        )
+        return f"apply_function raised {type(exc).__name__}: {exc}"
+
+    def _load_function(self) -> None:
+        path = self._kwargs["apply_function"]
+        if path is None or self._function is not None:
+            return
+        module_name, _, name = path.rpartition(".")
+        try:
+            function = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError) as exc:
+            raise ProducerConfigError(
+                f"trigger {self.trigger_id}: cannot import apply_function {path!r}: {exc}; "
+                "check the dotted path and that its module is importable by the triggerer"
+            ) from exc
+        if not callable(function):
+            raise ProducerConfigError(
+                f"trigger {self.trigger_id}: apply_function {path!r} is not callable"
+            )
+        self._function = function
+
+    def _check_digest(self, message: KafkaMessage) -> None:
+        self._digest_checked = True
+        if message.settings_digest and message.settings_digest != self._settings_digest():
+            logger.warning(
+                "Trigger %s shares the Kafka consumer of key %r but its connection, consumer or "
+                "dead-letter settings differ from the ones the consumer was built with (those "
+                "of the group's first watcher); give every watcher of the key the same settings",
+                self.trigger_id,
+                self.shared_stream_key(),
+                extra={"action": "kafka.settings_mismatch", "trigger_id": self.trigger_id},
+            )
+
+    # -- the producer ---------------------------------------------------------------------
+
+    def _settings_digest(self) -> str:
+        shared = {
+            k: v for k, v in self._kwargs.items() if k not in _FILTER_KWARGS and k not in _SECRETS
+        }
+        text = json.dumps(shared, sort_keys=True, default=repr)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def _producer(self) -> KafkaSharedStreamProducer:
+        kw = self._kwargs
+        connection = KafkaConnection(
+            bootstrap_servers=split_servers(kw["bootstrap_servers"]),
+            client_id=kw["client_id"],
+            security_protocol=kw["security_protocol"],
+            sasl_mechanism=kw["sasl_mechanism"],
+            sasl_plain_username=kw["sasl_plain_username"],
+            sasl_plain_password=kw["sasl_plain_password"],
+            ssl_cafile=kw["ssl_cafile"],
+            ssl_certfile=kw["ssl_certfile"],
+            ssl_keyfile=kw["ssl_keyfile"],
+            ssl_password=kw["ssl_password"],
+        )
+        return KafkaSharedStreamProducer(
+            connection=connection,
+            group_id=kw["group_id"],
+            topics=kw["topics"],
+            dead_letter_topic=kw["dead_letter_topic"],
+            on_unclean=kw["on_unclean"],
+            auto_offset_reset=kw["auto_offset_reset"],
+            session_timeout_ms=kw["session_timeout_ms"],
+            heartbeat_interval_ms=kw["heartbeat_interval_ms"],
+            rebalance_timeout_ms=kw["rebalance_timeout_ms"],
+            consumer_options=kw["consumer_options"],
+            settings_digest=self._settings_digest(),
+        )
+
+
+def _is_dotted_path(path: str) -> bool:
+    parts = path.split(".")
+    return len(parts) >= 2 and all(part.isidentifier() for part in parts)
+
+
+def _field(value: dict[str, Any], path: str) -> Any:
+    current: Any = value
+    for part in path.split("."):
+        if not isinstance(current, dict) or part not in current:
+            return _MISSING
+        current = current[part]
+    return current
+
+
+_MISSING: Final = object()

@@ -1,0 +1,234 @@
+"""``SqsMessageTrigger``: an asset watcher's event trigger on an SQS queue (ack mode).
+
+Every watcher of one queue shares one ``SqsSharedStreamProducer`` (key: endpoint and queue
+URL). Each trigger filters the shared messages (``matches``: the declarative
+``body_filter`` / ``attribute_filter``, or a subclass's own rule) and fires one
+``TriggerEvent`` per accepted message, deduplicated by message id. A filter that raises
+rejects the message (``reject_shared_stream_event()``; the producer applies ``on_reject``).
+
+The producer is built from the kwargs of the group's first watcher: give every watcher of a
+queue the same connection and producer settings (``on_reject``, ``dead_letter_queue_url``,
+``visibility_timeout_s``, ``wait_time_s``, ``max_in_flight``). Credentials are trigger
+kwargs, so the engine stores them encrypted; they are never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from producers.exceptions import EventFilterError
+from producers.sqs import SqsSharedStreamProducer
+from producers.sqs_core import (
+    DEFAULT_MAX_IN_FLIGHT,
+    MAX_WAIT_TIME_S,
+    SqsConnection,
+    SqsMessage,
+    check_settings,
+)
+from shared_stream import reject_shared_stream_event
+from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
+from triggers.exceptions import TriggerContractError
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Hashable
+
+    from producers.sqs_core import OnReject
+
+logger = logging.getLogger(__name__)
+
+_MISSING = object()
+
+
+def _lookup(document: Any, path: str) -> Any:
+    """The value at a dotted ``path`` of nested JSON objects, or ``_MISSING``."""
+    node = document
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def _accepts(expected: Any, actual: Any) -> bool:
+    """``actual`` equals ``expected`` (or one of them, when ``expected`` is a list).
+
+    JSON equality: ``true`` is not ``1``.
+    """
+    options = expected if isinstance(expected, list) else [expected]
+    return any(
+        actual == option and isinstance(actual, bool) == isinstance(option, bool)
+        for option in options
+    )
+
+
+def _attribute_accepts(expected: Any, actual: Any) -> bool:
+    """As ``_accepts``; SQS sends Number attributes as text, so numbers compare as text."""
+    options = expected if isinstance(expected, list) else [expected]
+    return any(
+        actual == option
+        or (
+            isinstance(option, int | float)
+            and not isinstance(option, bool)
+            and actual == str(option)
+        )
+        for option in options
+    )
+
+
+class SqsMessageTrigger(BaseEventTrigger):
+    """Fires for each message of an SQS queue that passes this trigger's filter.
+
+    ``body_filter``: dotted field path -> required value (or list of accepted values) of the
+    JSON body; a message whose body is not a JSON object is rejected by a trigger that has
+    one. ``attribute_filter``: message attribute name -> required value(s). Both must hold;
+    with neither, every message matches. Payload: ``message_id``, ``body`` (JSON-decoded
+    when it parses), ``attributes``, ``message_attributes``.
+    """
+
+    def __init__(
+        self,
+        *,
+        queue_url: str,
+        region_name: str | None = None,
+        endpoint_url: str | None = None,
+        aws_access_key_id: str | None = None,
+        aws_secret_access_key: str | None = None,
+        aws_session_token: str | None = None,
+        body_filter: dict[str, Any] | None = None,
+        attribute_filter: dict[str, Any] | None = None,
+        on_reject: OnReject = "leave",
+        dead_letter_queue_url: str | None = None,
+        visibility_timeout_s: int | None = None,
+        wait_time_s: int = MAX_WAIT_TIME_S,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    ) -> None:
+        super().__init__()
+        check_settings(
+            on_reject=on_reject,
+            dead_letter_queue_url=dead_letter_queue_url,
+            visibility_timeout_s=visibility_timeout_s,
+            wait_time_s=wait_time_s,
+            max_in_flight=max_in_flight,
+            where=f"SqsMessageTrigger on {queue_url}",
+        )
+        self.connection = SqsConnection(
+            queue_url=queue_url,
+            region_name=region_name,
+            endpoint_url=endpoint_url,
+            aws_access_key_id=aws_access_key_id,
+            aws_secret_access_key=aws_secret_access_key,
+            aws_session_token=aws_session_token,
+        )
+        self.body_filter = dict(body_filter or {})
+        self.attribute_filter = dict(attribute_filter or {})
+        self.on_reject: OnReject = on_reject
+        self.dead_letter_queue_url = dead_letter_queue_url
+        self.visibility_timeout_s = visibility_timeout_s
+        self.wait_time_s = wait_time_s
+        self.max_in_flight = max_in_flight
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        c = self.connection
+        return (
+            classpath_of(SqsMessageTrigger),
+            {
+                "queue_url": c.queue_url,
+                "region_name": c.region_name,
+                "endpoint_url": c.endpoint_url,
+                "aws_access_key_id": c.aws_access_key_id,
+                "aws_secret_access_key": c.aws_secret_access_key,
+                "aws_session_token": c.aws_session_token,
+                "body_filter": self.body_filter or None,
+                "attribute_filter": self.attribute_filter or None,
+                "on_reject": self.on_reject,
+                "dead_letter_queue_url": self.dead_letter_queue_url,
+                "visibility_timeout_s": self.visibility_timeout_s,
+                "wait_time_s": self.wait_time_s,
+                "max_in_flight": self.max_in_flight,
+            },
+        )
+
+    # -- shared stream --------------------------------------------------------------------
+
+    def shared_stream_key(self) -> Hashable:
+        return ("sqs", self.connection.endpoint_url, self.connection.queue_url)
+
+    @classmethod
+    def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> SqsSharedStreamProducer:
+        return cls(**kwargs).build_producer()
+
+    def build_producer(self) -> SqsSharedStreamProducer:
+        """The queue's producer, with this trigger's connection and producer settings."""
+        return SqsSharedStreamProducer(
+            self.connection,
+            on_reject=self.on_reject,
+            dead_letter_queue_url=self.dead_letter_queue_url,
+            visibility_timeout_s=self.visibility_timeout_s,
+            wait_time_s=self.wait_time_s,
+            max_in_flight=self.max_in_flight,
+        )
+
+    async def filter_shared_stream(
+        self, shared_stream: AsyncIterator[Any]
+    ) -> AsyncIterator[TriggerEvent]:
+        async for message in shared_stream:
+            try:
+                matched = self.matches(message)
+            except Exception as exc:  # noqa: BLE001 - a filter that raises rejects the message
+                self._log_rejected(message, exc)
+                reject_shared_stream_event()
+                continue
+            if matched:
+                yield TriggerEvent(
+                    self.event_payload(message), dedup_key=f"sqs:{message.message_id}"
+                )
+
+    def matches(self, message: SqsMessage) -> bool:
+        """True when ``message`` passes this trigger's filters; may raise to reject it."""
+        for name, expected in self.attribute_filter.items():
+            actual = message.message_attributes.get(name, _MISSING)
+            if actual is _MISSING or not _attribute_accepts(expected, actual):
+                return False
+        if not self.body_filter:
+            return True
+        if not isinstance(message.body, dict):
+            raise EventFilterError(
+                f"message {message.message_id} of {self.connection.queue_url} has a body that "
+                f"is not a JSON object; body_filter {sorted(self.body_filter)} cannot apply"
+            )
+        return all(
+            (actual := _lookup(message.body, path)) is not _MISSING and _accepts(expected, actual)
+            for path, expected in self.body_filter.items()
+        )
+
+    @staticmethod
+    def event_payload(message: SqsMessage) -> dict[str, Any]:
+        return {
+            "message_id": message.message_id,
+            "body": message.body,
+            "attributes": dict(message.attributes),
+            "message_attributes": dict(message.message_attributes),
+        }
+
+    def _log_rejected(self, message: Any, exc: Exception) -> None:
+        message_id = getattr(message, "message_id", None)
+        logger.warning(
+            "SqsMessageTrigger %s rejected message %s of %s: its filter raised %r",
+            self.trigger_id,
+            message_id,
+            self.connection.queue_url,
+            exc,
+            extra={
+                "action": "sqs.message_rejected",
+                "trigger_id": self.trigger_id,
+                "message_id": message_id,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        raise TriggerContractError(
+            f"{classpath_of(self)} runs only as a shared-stream subscriber (ack mode): its "
+            "messages are deleted once their asset events are stored, which run() cannot do"
+        )
+        yield  # pragma: no cover - makes this an async generator

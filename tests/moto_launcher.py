@@ -1,0 +1,70 @@
+"""``python -m tests.moto_launcher -H 127.0.0.1 -p PORT``: moto's server, patched for speed.
+
+Stock moto's SQS backend slows down as a queue deepens (see ../shared/SERVICES.md): every
+message ``ReceiveMessage`` returns re-reads all queue attributes (three scans of the queue)
+to check the retention period, and every visibility check goes through a slow naive-datetime
+helper. Its ``Queue.delete_message`` also rebuilds the message list without the queue's
+lock, so a message sent while another is deleted can vanish. This launcher patches those
+three spots, then runs ``moto.server.main`` unchanged. Behaviour is otherwise stock moto.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from typing import Any
+
+models: Any = importlib.import_module("moto.sqs.models")
+
+
+def _unix_time(dt: Any = None) -> float:
+    return time.time() if dt is None else _ORIGINAL_UNIX_TIME(dt)
+
+
+def _unix_time_millis(dt: Any = None) -> float:
+    return _unix_time(dt) * 1000.0
+
+
+def _is_message_valid_based_on_retention_period(self: Any, queue_name: str, message: Any) -> bool:
+    queue = self.get_queue(queue_name)
+    retain_until = float(queue.message_retention_period) + message.sent_timestamp / 1000
+    return bool(retain_until > time.time())
+
+
+def _delete_message(self: Any, receipt_handle: str) -> None:
+    """Stock logic, but under the queue's lock and without rebuilding the list unlocked."""
+    if receipt_handle in self.deleted_messages:
+        return
+    with self._messages_lock:
+        doomed = [m for m in self._messages if m.had_receipt_handle(receipt_handle)]
+        if not doomed:
+            raise models.ReceiptHandleIsInvalid()
+        for message in doomed:
+            self.pending_messages.discard(message)
+            self.deleted_messages.update(message.all_receipt_handles)
+            self._messages.remove(message)
+
+
+_ORIGINAL_UNIX_TIME = models.unix_time
+
+
+def patch() -> None:
+    """Apply the patches to ``moto.sqs.models`` (idempotent)."""
+    models.unix_time = _unix_time
+    models.unix_time_millis = _unix_time_millis
+    models.SQSBackend.is_message_valid_based_on_retention_period = (
+        _is_message_valid_based_on_retention_period
+    )
+    models.Queue.delete_message = _delete_message
+
+
+def main(argv: list[str] | None = None) -> None:
+    from moto.server import main as moto_main
+
+    patch()
+    moto_main(argv if argv is not None else sys.argv[1:])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,457 @@
+"""Kafka trigger and producer logic without a broker: decoding, filters, settings, epochs."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import deque
+from types import SimpleNamespace
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+from aiokafka import TopicPartition
+from aiokafka import errors as kafka_errors
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from producers import KafkaMessage, KafkaMessageTrigger, KafkaSharedStreamProducer
+from producers.exceptions import (
+    BrokerRequestFailed,
+    BrokerUnavailable,
+    ProducerConfigError,
+    UncleanEventError,
+)
+from producers.kafka_client import KafkaConnection, KafkaOffset, translate_kafka_error
+from producers.kafka_codec import Undecodable, decoded_value, event_payload
+from producers.kafka_partitions import PartitionBook
+from producers.kafka_settings import dead_letter_headers, resolve_on_unclean
+from shared_stream.producer import AdvanceItem, AdvanceOutcome
+
+BASE: dict[str, Any] = {"topics": ["orders"], "bootstrap_servers": "b:9092", "group_id": "g"}
+
+
+def msg(
+    value: bytes | None, *, key: bytes | None = b"k", offset: int = 0, **kw: Any
+) -> KafkaMessage:
+    return KafkaMessage("orders", kw.pop("partition", 0), offset, key, value, **kw)
+
+
+async def judged(trigger: KafkaMessageTrigger, *messages: KafkaMessage) -> list[Any]:
+    async def stream() -> Any:
+        for message in messages:
+            yield message
+
+    with anyio.fail_after(5):
+        return [event async for event in trigger.filter_shared_stream(stream())]
+
+
+# -- decoding -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "fmt", "expected"),
+    [
+        (b'{"a": 1}', "auto", ("json", {"a": 1})),
+        (b"plain text", "auto", ("text", "plain text")),
+        (b"\xff\xfe", "auto", ("base64", "//4=")),
+        (None, "auto", ("null", None)),
+        (b"7", "text", ("text", "7")),
+        (b"7", "bytes", ("base64", "Nw==")),
+        (b"[1, 2]", "json", ("json", [1, 2])),
+    ],
+)
+def test_values_decode_per_format(value: bytes | None, fmt: str, expected: Any) -> None:
+    assert decoded_value(msg(value), fmt) == expected
+
+
+@pytest.mark.parametrize(("value", "fmt"), [(b"not json", "json"), (b"\xff", "text")])
+def test_values_that_do_not_decode_as_the_format_are_undecodable(value: bytes, fmt: str) -> None:
+    assert isinstance(decoded_value(msg(value), fmt), Undecodable)
+
+
+def test_payload_has_coordinates_key_headers_and_is_computed_once() -> None:
+    message = msg(b'{"n": 1}', key=b"\x00\xff", offset=7, headers=(("h", b"v"), ("b", b"\xff")))
+    payload = event_payload(message, "auto")
+    assert payload == {
+        "topic": "orders",
+        "partition": 0,
+        "offset": 7,
+        "timestamp": None,
+        "key": {"base64": "AP8="},
+        "headers": [["h", "v"], ["b", {"base64": "/w=="}]],
+        "value": {"n": 1},
+        "value_encoding": "json",
+    }
+    assert event_payload(message, "auto") is payload
+
+
+# -- filtering ------------------------------------------------------------------------------
+
+
+async def test_match_key_headers_and_dotted_fields() -> None:
+    trigger = KafkaMessageTrigger(
+        **BASE,
+        match_key="k",
+        match_headers={"kind": "order"},
+        match_fields={"order.status": "paid"},
+    )
+    good = msg(b'{"order": {"status": "paid"}}', offset=1, headers=(("kind", b"order"),))
+    others = [
+        msg(b'{"order": {"status": "paid"}}', key=b"x", headers=(("kind", b"order"),)),
+        msg(b'{"order": {"status": "paid"}}', headers=(("kind", b"refund"),)),
+        msg(b'{"order": {"status": "new"}}', headers=(("kind", b"order"),)),
+        msg(b"paid", headers=(("kind", b"order"),)),
+    ]
+    events = await judged(trigger, *others, good)
+    assert [e.payload["offset"] for e in events] == [1]
+    assert events[0].dedup_key == "kafka:orders:0:1"
+
+
+def accept_even(message: KafkaMessage, modulo: int = 2) -> bool:
+    value = json.loads(message.value or b"0")
+    if value == "boom":
+        raise ValueError("cannot judge boom")
+    return bool(value % modulo == 0)
+
+
+async def test_a_raising_filter_rejects_the_message_logs_it_and_keeps_going(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    trigger = KafkaMessageTrigger(**BASE, apply_function=f"{__name__}.accept_even")
+    trigger.trigger_id = 42
+    messages = [msg(b"1", offset=0), msg(b'"boom"', offset=1), msg(b"4", offset=2)]
+    events = await judged(trigger, *messages)
+    assert [e.payload["value"] for e in events] == [4]
+    assert [(r.trigger_id, "cannot judge boom" in r.reason) for r in messages[1].rejections] == [
+        (42, True)
+    ]
+    failed = [r for r in caplog.records if getattr(r, "action", None) == "kafka.filter_failed"]
+    assert [(r.levelno, r.trigger_id) for r in failed] == [(logging.ERROR, 42)]
+
+
+async def accept_second(message: KafkaMessage) -> bool:
+    await anyio.lowlevel.checkpoint()
+    return message.offset == 1
+
+
+async def test_apply_function_gets_its_args_and_may_be_async() -> None:
+    trigger = KafkaMessageTrigger(
+        **BASE, apply_function=f"{__name__}.accept_even", apply_function_args=[3]
+    )
+    events = await judged(trigger, *(msg(b"%d" % n, offset=n) for n in range(7)))
+    assert [e.payload["value"] for e in events] == [0, 3, 6]
+    coroutine = KafkaMessageTrigger(**BASE, apply_function=f"{__name__}.accept_second")
+    events = await judged(coroutine, *(msg(b"%d" % n, offset=n) for n in range(3)))
+    assert [e.payload["offset"] for e in events] == [1]
+
+
+async def test_undecodable_value_is_rejected_and_an_unimportable_filter_fails() -> None:
+    trigger = KafkaMessageTrigger(**BASE, value_format="json")
+    garbage = msg(b"{oops")
+    assert await judged(trigger, garbage, msg(b"{}")) != []
+    assert "not valid JSON" in garbage.rejections[0].reason
+    missing = KafkaMessageTrigger(**BASE, apply_function="nowhere_at_all.f")
+    with pytest.raises(ProducerConfigError, match="cannot import apply_function"):
+        await judged(missing, msg(b"1"))
+
+
+async def test_a_watcher_whose_consumer_settings_differ_from_the_shared_one_warns(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    first = KafkaMessageTrigger(**BASE, dead_letter_topic="dlt-a")
+    other = KafkaMessageTrigger(**BASE, dead_letter_topic="dlt-b", match_key="k")
+    other.trigger_id = 5
+    shared = KafkaMessageTrigger.create_shared_stream_producer(first.serialize()[1])
+    same = KafkaMessageTrigger.create_shared_stream_producer(
+        KafkaMessageTrigger(**BASE, dead_letter_topic="dlt-a", match_key="x").serialize()[1]
+    )
+    assert same.settings_digest == shared.settings_digest  # filters are not shared settings
+    await judged(other, msg(b"1", settings_digest=shared.settings_digest), msg(b"2", offset=1))
+    mismatches = [
+        r for r in caplog.records if getattr(r, "action", None) == "kafka.settings_mismatch"
+    ]
+    assert [r.trigger_id for r in mismatches] == [5]  # once, not per message
+
+
+# -- the trigger contract -------------------------------------------------------------------
+
+
+def test_serialize_round_trips_and_siblings_share_one_key() -> None:
+    red = KafkaMessageTrigger(**BASE, match_fields={"color": "red"}, sasl_plain_password=None)
+    blue = KafkaMessageTrigger(
+        topics="orders", bootstrap_servers=["b:9092"], group_id="g", match_key="blue"
+    )
+    classpath, kwargs = red.serialize()
+    assert classpath == "producers.kafka_trigger.KafkaMessageTrigger"
+    assert KafkaMessageTrigger(**kwargs) == red
+    assert (
+        red.shared_stream_key() == blue.shared_stream_key() == ("kafka", "b:9092", "g", ("orders",))
+    )
+    assert (
+        KafkaMessageTrigger(**{**BASE, "group_id": "h"}).shared_stream_key()
+        != red.shared_stream_key()
+    )
+    assert KafkaMessageTrigger.uses_ack_mode()
+    producer = KafkaMessageTrigger.create_shared_stream_producer(kwargs)
+    assert isinstance(producer, KafkaSharedStreamProducer)
+    assert producer.get_advance_lane(KafkaOffset("orders", 3, 9)) == ("orders", 3)
+
+
+def test_secrets_never_show_in_reprs() -> None:
+    trigger = KafkaMessageTrigger(
+        **BASE,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN",
+        sasl_plain_username="u",
+        sasl_plain_password="hunter2",
+    )
+    producer = KafkaMessageTrigger.create_shared_stream_producer(trigger.serialize()[1])
+    assert "hunter2" not in repr(trigger) + repr(producer) + repr(producer.connection)
+    assert producer.connection.client_kwargs()["sasl_plain_password"] == "hunter2"
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        ({"consumer_options": {"enable_auto_commit": True}}, "enable_auto_commit=True is refused"),
+        ({"consumer_options": {"group_id": "x"}}, "may not set"),
+        ({"on_unclean": "dead_letter"}, "needs dead_letter_topic"),
+        ({"on_unclean": "maybe"}, "on_unclean must be one of"),
+        ({"dead_letter_topic": "orders"}, "also a consumed topic"),
+        ({"value_format": "xml"}, "value_format must be one of"),
+        ({"apply_function": "not a path"}, "dotted path"),
+        ({"security_protocol": "SASL_SSL"}, "sasl_mechanism"),
+        ({"security_protocol": "TLS"}, "security_protocol must be one of"),
+        ({"auto_offset_reset": "middle"}, "auto_offset_reset"),
+        ({"bootstrap_servers": " , "}, "bootstrap_servers is empty"),
+        ({"group_id": ""}, "needs a group_id"),
+    ],
+)
+def test_settings_that_cannot_work_are_refused_at_construction(
+    extra: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(ProducerConfigError, match=match):
+        KafkaMessageTrigger(**{**BASE, **extra})
+
+
+def test_on_unclean_default_is_dead_letter_with_a_topic_else_stop() -> None:
+    assert resolve_on_unclean(None, "dlt") == "dead_letter"
+    assert resolve_on_unclean(None, None) == "stop"
+    assert resolve_on_unclean("commit", None) == "commit"
+
+
+# -- dead-letter headers and error translation ----------------------------------------------
+
+
+def test_dead_letter_headers_say_why_and_which_watchers() -> None:
+    message = msg(b"x", offset=5)
+    message.note_rejection(7, "value is not valid JSON")
+    item = AdvanceItem(KafkaOffset("orders", 0, 5), AdvanceOutcome(acked=2, failed=0, rejected=1))
+    headers = dict(dead_letter_headers(item, message, "g"))
+    assert headers["sluice.dead_letter.reason"] == b"rejected"
+    assert headers["sluice.dead_letter.rejected_by"] == b"7"
+    assert headers["sluice.dead_letter.source"] == b"orders/0/5"
+    assert headers["sluice.dead_letter.outcome"] == b"acked=2 failed=0 rejected=1"
+    assert json.loads(headers["sluice.dead_letter.errors"]) == [
+        {"trigger_id": 7, "reason": "value is not valid JSON"}
+    ]
+    nobody = AdvanceItem(item.broker_payload, AdvanceOutcome(acked=0, failed=0))
+    assert (
+        dict(dead_letter_headers(nobody, msg(b"x"), "g"))["sluice.dead_letter.reason"]
+        == b"no_subscribers"
+    )
+
+
+@pytest.mark.parametrize(
+    ("error", "translated"),
+    [
+        (kafka_errors.KafkaConnectionError("down"), BrokerUnavailable),
+        (kafka_errors.KafkaTimeoutError(), BrokerUnavailable),
+        (kafka_errors.NotCoordinatorForGroupError(), BrokerUnavailable),
+        (kafka_errors.TopicAuthorizationFailedError(), ProducerConfigError),
+        (kafka_errors.AuthenticationFailedError(), ProducerConfigError),
+        (kafka_errors.RecordTooLargeError(), BrokerRequestFailed),
+    ],
+)
+def test_aiokafka_errors_are_translated(error: Exception, translated: type[Exception]) -> None:
+    result = translate_kafka_error(error, doing="fetching", where="b:9092")
+    assert type(result) is translated
+    assert "b:9092" in str(result)
+
+
+def test_connection_builds_client_settings() -> None:
+    connection = KafkaConnection(bootstrap_servers=("a:1", "b:2"), client_id="c")
+    assert connection.client_kwargs() == {
+        "bootstrap_servers": ["a:1", "b:2"],
+        "client_id": "c",
+        "security_protocol": "PLAINTEXT",
+    }
+    with pytest.raises(ProducerConfigError, match="TLS context"):
+        KafkaConnection(
+            bootstrap_servers=("a:1",), security_protocol="SSL", ssl_cafile="/nonexistent/ca.pem"
+        ).client_kwargs()
+
+
+# -- partition epochs -----------------------------------------------------------------------
+
+
+def _items(key: tuple[str, int], offsets: list[int]) -> list[AdvanceItem]:
+    return [AdvanceItem(KafkaOffset(*key, o), AdvanceOutcome(acked=1, failed=0)) for o in offsets]
+
+
+def test_revoked_then_reassigned_partition_commits_only_its_new_epoch() -> None:
+    book, key = PartitionBook(), ("orders", 0)
+    book.assign([key])
+    epoch = book.yielding_epoch(key)
+    assert epoch is not None
+    for offset in range(3):
+        assert book.record(key, epoch, msg(b"", offset=offset))
+    assert book.begin_revoke([key]) == [key]
+    assert book.yielding_epoch(key) is None  # no yields while revoking
+    assert not book.is_drained([key])
+    assert book.end_revoke([key]) == 3
+    book.assign([key])  # back to us: the group's committed offset (0) is where it resumes
+    new = book.yielding_epoch(key)
+    assert new is not None and new != epoch
+    assert not book.record(key, epoch, msg(b"", offset=3))  # the old epoch cannot yield
+    book.record(key, new, msg(b"", offset=0))
+    assert book.begin_advance(key, _items(key, [0, 1, 2])) == []  # old epoch: nothing to commit
+    book.end_advance(key)
+    live = book.begin_advance(key, _items(key, [0]))
+    book.end_advance(key)
+    assert [m.offset for _, m in live] == [0]
+    assert book.is_drained([key])
+
+
+STEPS = st.one_of(
+    st.just(("yield", 0)),
+    st.just(("rebalance", 0)),
+    st.tuples(st.just("advance"), st.integers(1, 5)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(STEPS, max_size=80))
+def test_a_commit_moves_forward_over_messages_advanced_in_the_owning_epoch(
+    steps: list[tuple[str, int]],
+) -> None:
+    # Model: fetching resumes at the group's committed offset after every rebalance, and
+    # the manager advances what was yielded in yield order (any batch sizes).
+    book, key = PartitionBook(), ("orders", 0)
+    book.assign([key])
+    committed = epoch_start = position = 0
+    pending: deque[int] = deque()
+    advanced: set[int] = set()  # offsets advanced in the current epoch
+    for step, size in steps:
+        if step == "yield":
+            epoch = book.yielding_epoch(key)
+            assert epoch is not None and book.record(key, epoch, msg(b"", offset=position))
+            pending.append(position)
+            position += 1
+        elif step == "advance" and pending:
+            batch = [pending.popleft() for _ in range(min(size, len(pending)))]
+            live = book.begin_advance(key, _items(key, batch))
+            book.end_advance(key)
+            advanced.update(message.offset for _, message in live)
+            if live and book.may_commit(key, live[-1][1].offset + 1):
+                offset = live[-1][1].offset + 1
+                assert offset > committed  # never back
+                assert set(range(epoch_start, offset)) <= advanced  # nothing skipped
+                book.committed(key, offset)
+                committed = offset
+        elif step == "rebalance":
+            book.end_revoke(book.begin_revoke([key]))
+            book.assign([key])
+            epoch_start = position = committed
+            advanced = set()
+
+
+# -- the producer's rebalance handling (a fake consumer records the commits) ----------------
+
+
+class RecordingConsumer:
+    def __init__(self) -> None:
+        self.commits: list[tuple[int, int]] = []
+
+    async def commit(self, offsets: dict[Any, int]) -> None:
+        self.commits.extend((tp.partition, offset) for tp, offset in offsets.items())
+
+
+def _producer(**kwargs: Any) -> tuple[KafkaSharedStreamProducer, RecordingConsumer]:
+    producer = KafkaSharedStreamProducer(
+        connection=KafkaConnection(bootstrap_servers=("b:9092",)),
+        group_id="g",
+        topics=["orders"],
+        **kwargs,
+    )
+    consumer = RecordingConsumer()
+    producer._consumer = consumer  # what open_stream would have started
+    producer._progress = anyio.Event()
+    return producer, consumer
+
+
+def _records(*offsets: int) -> list[SimpleNamespace]:
+    return [
+        SimpleNamespace(
+            topic="orders", partition=0, offset=o, key=None, value=b"1", headers=(), timestamp=0
+        )
+        for o in offsets
+    ]
+
+
+def _batch(*offsets: int, clean: bool = True) -> list[AdvanceItem]:
+    outcome = AdvanceOutcome(acked=1, failed=0) if clean else AdvanceOutcome(acked=0, failed=1)
+    return [AdvanceItem(KafkaOffset("orders", 0, o), outcome) for o in offsets]
+
+
+TP = TopicPartition("orders", 0)
+
+
+async def test_revocation_drains_what_was_yielded_then_gives_the_partition_up() -> None:
+    producer, consumer = _producer(revoke_drain_timeout_ms=60_000)
+    producer._assigned({TP})
+    assert len(list(producer._admit(TP, _records(0, 1, 2)))) == 3
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(producer._revoked, {TP})
+            await anyio.wait_all_tasks_blocked()
+            assert list(producer._admit(TP, _records(3))) == []  # no new yields while revoking
+            await producer.advance(_batch(0, 1))
+            await producer.advance(_batch(2))  # drained: the revocation returns
+    assert consumer.commits == [(0, 2), (0, 3)]
+    producer._assigned({TP})
+    list(producer._admit(TP, _records(3)))
+    await producer.advance(_batch(3))
+    assert consumer.commits[-1] == (0, 4)
+
+
+async def test_a_cancelled_drain_still_gives_the_partition_up() -> None:
+    producer, consumer = _producer(revoke_drain_timeout_ms=60_000)
+    producer._assigned({TP})
+    list(producer._admit(TP, _records(0, 1)))
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(producer._revoked, {TP})
+            await anyio.wait_all_tasks_blocked()
+            tg.cancel_scope.cancel()
+    await producer.advance(_batch(0, 1))  # resolved after the revocation: not committed
+    assert consumer.commits == []
+    assert producer.stats.dropped_after_revoke == 2
+
+
+@pytest.mark.parametrize("policy", ["stop", "commit"])
+async def test_unclean_policy_without_a_dead_letter_topic(policy: str) -> None:
+    producer, consumer = _producer(on_unclean=policy)
+    producer._assigned({TP})
+    list(producer._admit(TP, _records(0, 1, 2)))
+    batch = [*_batch(0), *_batch(1, clean=False), *_batch(2)]
+    if policy == "stop":
+        with pytest.raises(UncleanEventError, match="orders/0/1"):
+            await producer.advance(batch)
+        assert consumer.commits == [(0, 1)]  # the clean prefix only
+    else:
+        await producer.advance(batch)
+        assert consumer.commits == [(0, 3)]
+        assert producer.stats.committed_unclean == 1
