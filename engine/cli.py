@@ -186,6 +186,16 @@ def triggerer(ctx: click.Context, capacity: int | None) -> None:
     _run_parts(ctx, ("triggerer",), {"capacity": capacity} if capacity else {})
 
 
+def _add_inspection_commands() -> None:
+    from engine.cli_inspect import COMMAND_GROUPS
+
+    for group in COMMAND_GROUPS:
+        cli.add_command(group)
+
+
+_add_inspection_commands()
+
+
 def main() -> None:
     cli(obj={})
 

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from engine import store
+from engine import store, store_tasks
 from engine.exceptions import DecryptionError
 from engine.models import TriggerKind
 from engine.parsing import FileParseResult, ParsedAsset, ParsedDag, ParsedWatcher, ParseError
@@ -293,6 +293,7 @@ class DagSync:
         accepted: Set[str],
     ) -> None:
         stored_tasks = store.load_dag_tasks(self._session)
+        stored_starts = store_tasks.load_start_triggers(self._session)
         for dag_id, (fileloc, dag) in sorted(desired.dags.items()):
             values: dict[str, Any] = {
                 "fileloc": fileloc,
@@ -312,12 +313,45 @@ class DagSync:
                 if changes:
                     store.update_dag(self._session, dag_id, changes)
             wanted_tasks = task_rows(dag)
-            if stored_tasks.get(dag_id, []) != wanted_tasks:
-                store.replace_dag_tasks(self._session, dag_id, wanted_tasks)
+            starts = {t.task_id: t.start_trigger for t in dag.tasks if t.start_trigger}
+            if stored_tasks.get(dag_id, []) != wanted_tasks or self._starts_changed(
+                dag_id, starts, stored_starts
+            ):
+                store.replace_dag_tasks(
+                    self._session, dag_id, self._with_starts(wanted_tasks, starts)
+                )
         retired = sorted(d for d, row in rows.items() if row.is_active and d not in desired.dags)
         store.deactivate_dags(self._session, retired)
         self.report.dags_deactivated = retired
         self.report.dags_active = len(desired.dags)
+
+    def _starts_changed(
+        self, dag_id: str, wanted: Mapping[str, str], stored: Mapping[tuple[str, str], str]
+    ) -> bool:
+        """Whether the start_from_trigger args differ (compared decrypted: tokens never repeat)."""
+        mine = {task_id: token for (d, task_id), token in stored.items() if d == dag_id}
+        if mine.keys() != wanted.keys():
+            return True
+        try:
+            return any(self._cipher.decrypt(mine[t]) != text for t, text in wanted.items())
+        except DecryptionError:
+            return True
+
+    def _with_starts(
+        self, rows: list[dict[str, Any]], starts: Mapping[str, str]
+    ) -> list[dict[str, Any]]:
+        """Task rows with ``start_trigger`` (encrypted: trigger kwargs can hold secrets)."""
+        return [
+            {
+                **row,
+                "start_trigger": (
+                    self._cipher.encrypt(starts[row["task_id"]])
+                    if row["task_id"] in starts
+                    else None
+                ),
+            }
+            for row in rows
+        ]
 
     def _sync_assets(self, desired: DesiredState) -> dict[str, int]:
         rows = store.load_assets(self._session)

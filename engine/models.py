@@ -241,6 +241,9 @@ class TaskInstance(Base):
     executor_job_id: Mapped[int | None] = mapped_column(Integer, index=True)
     #: values the task published as it ended (return value, end_from_trigger xcoms)
     xcoms: Mapped[Any | None] = mapped_column(JSON)
+    # Added by the executor work (engine.executor):
+    #: deferrals of the current try (reset when a fresh try starts)
+    deferral_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 # --- DAG processing (engine.dag_processor) ----------------------------------------------
@@ -301,6 +304,10 @@ class DagTask(Base):
     start_from_trigger: Mapped[bool] = mapped_column(Boolean, default=False)
     execution_timeout_s: Mapped[int | None] = mapped_column(Integer)  # rounded up
     position: Mapped[int] = mapped_column(Integer, default=0)
+    # Added by the executor work: for a ``start_from_trigger`` task, its ``start_trigger_args``
+    # as Fernet-encrypted tagged JSON ({classpath, kwargs, next_method, next_kwargs,
+    # timeout_s}), so the scheduler defers it without importing the DAG file.
+    start_trigger: Mapped[str | None] = mapped_column(Text)
 
 
 class AssetEventQueue(Base):

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 from engine.assets import Asset
 from engine.authoring import DagDefinitionError
 from engine.dag import DAG, take_registered_dags
-from triggers.serde import dumps_kwargs
+from triggers.serde import dumps, dumps_kwargs
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -70,6 +70,9 @@ class ParsedTask:
     retries: int = 0
     start_from_trigger: bool = False
     execution_timeout_s: float | None = None
+    #: tagged JSON text of a start_from_trigger task's trigger (may hold secrets; the
+    #: parent stores it encrypted in ``dag_task.start_trigger``)
+    start_trigger: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +219,33 @@ def load_task(
 # --- describing what a file declares ------------------------------------------------------
 
 
+def describe_start_trigger(task: BaseOperator) -> str | None:
+    """A start_from_trigger task's ``start_trigger_args`` as tagged JSON text, else None.
+
+    The document holds ``classpath``, ``kwargs`` (``dumps_kwargs`` text), ``next_method``,
+    ``next_kwargs`` (``dumps`` text) and ``timeout_s``; the scheduler defers the task with
+    it without importing the DAG file (``engine.store_tasks.start_from_trigger``).
+    """
+    try:
+        deferred = task.deferral_at_start()
+        if deferred is None:
+            return None
+        document = {
+            "classpath": deferred.classpath,
+            "kwargs": dumps_kwargs(deferred.trigger_kwargs, owner=deferred.classpath),
+            "next_method": deferred.method_name,
+            "next_kwargs": dumps(deferred.kwargs, where="next_kwargs"),
+            "timeout_s": None if deferred.timeout is None else deferred.timeout.total_seconds(),
+        }
+        return dumps(document, where="start_trigger_args")
+    except DagDefinitionError:
+        raise
+    except (TypeError, ValueError) as exc:  # SerializationError is a TypeError
+        raise DagDefinitionError(
+            f"task {task.task_id!r}: invalid start_trigger_args: {exc}"
+        ) from exc
+
+
 def describe_dag(dag: DAG) -> ParsedDag:
     tasks = tuple(
         ParsedTask(
@@ -227,6 +257,7 @@ def describe_dag(dag: DAG) -> ParsedDag:
             execution_timeout_s=(
                 None if task.execution_timeout is None else task.execution_timeout.total_seconds()
             ),
+            start_trigger=describe_start_trigger(task),
         )
         for task in (dag.get_task(tid) for tid in dag.topological_task_ids())
     )

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from engine import store, store_runs
+from engine import store, store_runs, store_tasks
 from engine.exceptions import DatabaseError
 from engine.models import TriggerKind
 from engine.outbox import FiredEvent, TriggerFailed
@@ -85,6 +85,8 @@ class Persister:
         self._confirm = confirm
         self._dedup_key = dedup_key or (lambda _tid, event: event.dedup_key)
         self._on_committed = on_committed
+        self._writing = False
+        self._batch_done: anyio.Event | None = None
         self.stats = PersisterStats()
 
     def __repr__(self) -> str:
@@ -99,7 +101,23 @@ class Persister:
             batch = await self._outbox.get_batch(BATCH_MAX_ITEMS)
             if not batch:
                 return
-            await self._write_with_retry(batch)
+            self._writing = True
+            try:
+                await self._write_with_retry(batch)
+            finally:
+                self._writing = False
+                if self._batch_done is not None:
+                    self._batch_done.set()
+
+    def is_flushed(self) -> bool:
+        """Nothing waits in the outbox and no batch is being written."""
+        return not self._writing and len(self._outbox) == 0
+
+    async def wait_flushed(self) -> None:
+        """Return once everything put in the outbox so far has been written."""
+        while not self.is_flushed():
+            self._batch_done = anyio.Event()
+            await self._batch_done.wait()
 
     async def _write_with_retry(self, batch: list[OutboxItem]) -> None:
         delay = RETRY_BACKOFF_S[0]
@@ -197,9 +215,8 @@ class Persister:
         if isinstance(event, BaseTaskEndEvent):
             count = store.end_deferred_tasks(session, trigger_id, state=event.task_instance_state)
         else:
-            count = store.resume_deferred_tasks(
-                session, trigger_id, next_method=None, next_kwargs={"event": event.payload}
-            )
+            # Each task resumes with the kwargs it gave defer(kwargs=...) plus the event.
+            count = store_tasks.resume_deferred_tasks_with_event(session, trigger_id, event.payload)
         store.delete_trigger(session, trigger_id)
         return count
 

@@ -17,8 +17,9 @@ Paused DAGs keep their queued events; on unpause they create the run they would 
 from __future__ import annotations
 
 import logging
-from functools import partial
+import time
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Final
 
 import anyio
@@ -30,6 +31,8 @@ from engine.models import DagRunState, JobState, TaskState
 from engine.scheduling import is_condition_met, next_task_states, run_outcome
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sqlalchemy.orm import Session
 
     from engine.config import Config
@@ -68,8 +71,17 @@ class SchedulerStats:
 
 
 class Scheduler:
-    def __init__(self, *, db: Database, cipher: KwargsCipher, settings: SchedulerSettings) -> None:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        cipher: KwargsCipher,
+        settings: SchedulerSettings,
+        on_tasks_scheduled: Callable[[], None] | None = None,
+    ) -> None:
         self._db = db
+        self._on_tasks_scheduled = on_tasks_scheduled
+        self._last_recovery = 0.0
         self._cipher = cipher
         self.settings = settings
         self.job_id: int | None = None
@@ -147,9 +159,29 @@ class Scheduler:
                     dag_id,
                     extra={"action": "dag_run_created", "dag_id": dag_id, "run": run_pk},
                 )
+        scheduled_before = self.stats.tasks_scheduled
         for run_pk in await self._db.run(store_runs.unfinished_runs):
             await self._db.run(partial(self._advance_run, run_pk=run_pk))
+        if self.stats.tasks_scheduled > scheduled_before and self._on_tasks_scheduled:
+            self._on_tasks_scheduled()
         await self._db.run(store.fail_timed_out_deferrals)
+        await self._recover_orphans()
+
+    async def _recover_orphans(self) -> None:
+        """Tasks held by an executor that stopped heartbeating go back to ``scheduled``."""
+        now = time.monotonic()
+        if now - self._last_recovery < self.settings.heartbeat_s:
+            return
+        self._last_recovery = now
+        threshold = self.settings.executor_health_check_threshold_s
+        recovered = await self._db.run(partial(store.recover_orphaned_tasks, threshold_s=threshold))
+        if recovered:
+            logger.warning(
+                "Recovered %d task(s) of a dead executor: %s",
+                len(recovered),
+                recovered,
+                extra={"action": "tasks_recovered"},
+            )
 
     def _create_asset_run(self, session: Session, dag_id: str) -> int | None:
         queued = store_runs.lock_queued_dag(session, dag_id)
@@ -189,6 +221,4 @@ class Scheduler:
             self.stats.runs_finished += 1
 
     def _start_from_trigger(self, session: Session, ti_id: int) -> None:
-        start = getattr(store, "start_from_trigger", None)
-        if start is not None:
-            start(session, self._cipher, ti_id)
+        store.start_from_trigger(session, self._cipher, ti_id)

@@ -578,3 +578,27 @@ def dags_scheduled_on(session: Session, asset_ids: Iterable[int]) -> dict[str, A
         )
     )
     return {str(dag_id): schedule for dag_id, schedule in rows}
+
+
+# --- task execution (engine.executor) ---------------------------------------------------
+# Added by the executor work. The SQL lives in engine.store_tasks; the scheduler calls these.
+
+
+def start_from_trigger(session: Session, cipher: KwargsCipher, ti_id: int) -> bool:
+    """Defer a ``scheduled`` start_from_trigger task to the triggerer without a worker.
+
+    See ``engine.store_tasks.start_from_trigger``.
+    """
+    from engine import store_tasks
+
+    return store_tasks.start_from_trigger(session, cipher, ti_id)
+
+
+def recover_orphaned_tasks(session: Session, *, threshold_s: float) -> list[int]:
+    """Queued / running task instances of dead executors go back to ``scheduled``.
+
+    See ``engine.store_tasks.recover_orphaned_tasks``.
+    """
+    from engine import store_tasks
+
+    return store_tasks.recover_orphaned_tasks(session, threshold_s=threshold_s)

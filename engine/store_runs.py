@@ -234,3 +234,110 @@ def run_asset_events(session: Session, run_pks: Iterable[int]) -> dict[int, list
     for run_pk, event_id in rows:
         out.setdefault(int(run_pk), []).append(int(event_id))
     return out
+
+
+# --- reads for the inspection CLI --------------------------------------------------------
+
+
+def list_dags(session: Session) -> list[dict[str, Any]]:
+    rows = session.execute(select(Dag).order_by(Dag.dag_id)).scalars()
+    return [
+        {
+            "dag_id": d.dag_id,
+            "fileloc": d.fileloc,
+            "paused": d.is_paused,
+            "active": d.is_active,
+            "schedule": d.schedule,
+        }
+        for d in rows
+    ]
+
+
+def set_paused(session: Session, dag_id: str, *, paused: bool) -> bool:
+    result = session.execute(update(Dag).where(Dag.dag_id == dag_id).values(is_paused=paused))
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def dag_exists(session: Session, dag_id: str) -> bool:
+    return session.get(Dag, dag_id) is not None
+
+
+def list_runs(session: Session, dag_id: str) -> list[dict[str, Any]]:
+    runs = (
+        session.execute(select(DagRun).where(DagRun.dag_id == dag_id).order_by(DagRun.id))
+        .scalars()
+        .all()
+    )
+    events = run_asset_events(session, [r.id for r in runs])
+    tis = session.execute(
+        select(TaskInstance.dag_run_id, TaskInstance.task_id, TaskInstance.state).where(
+            TaskInstance.dag_run_id.in_([r.id for r in runs])
+        )
+    ).all()
+    by_run: dict[int, dict[str, str]] = {}
+    for run_pk, task_id, state in tis:
+        by_run.setdefault(int(run_pk), {})[str(task_id)] = str(state)
+    return [
+        {
+            "run_id": r.run_id,
+            "run_type": r.run_type,
+            "state": r.state,
+            "queued_at": r.queued_at.isoformat(),
+            "end_date": r.end_date.isoformat() if r.end_date else None,
+            "asset_events": events.get(r.id, []),
+            "tasks": by_run.get(r.id, {}),
+        }
+        for r in runs
+    ]
+
+
+def list_asset_events(session: Session, asset_name: str) -> list[dict[str, Any]] | None:
+    asset_id = session.execute(select(Asset.id).where(Asset.name == asset_name)).scalar()
+    if asset_id is None:
+        return None
+    rows = session.execute(
+        select(AssetEvent, DagRun.dag_id, DagRun.run_id)
+        .outerjoin(DagRunAssetEvent, DagRunAssetEvent.asset_event_id == AssetEvent.id)
+        .outerjoin(DagRun, DagRun.id == DagRunAssetEvent.dag_run_id)
+        .where(AssetEvent.asset_id == asset_id)
+        .order_by(AssetEvent.id)
+    ).all()
+    out: dict[int, dict[str, Any]] = {}
+    for event, dag_id, run_id in rows:
+        entry = out.setdefault(
+            event.id,
+            {
+                "id": event.id,
+                "timestamp": event.timestamp.isoformat(),
+                "source_watcher": event.source_watcher,
+                "payload": event.payload,
+                "runs": [],
+            },
+        )
+        if run_id is not None:
+            entry["runs"].append(f"{dag_id}/{run_id}")
+    return list(out.values())
+
+
+def list_assets(session: Session) -> list[dict[str, Any]]:
+    from sqlalchemy import func
+
+    counts = dict(
+        session.execute(
+            select(AssetEvent.asset_id, func.count()).group_by(AssetEvent.asset_id)
+        ).all()
+    )
+    return [
+        {"name": a.name, "uri": a.uri, "events": int(counts.get(a.id, 0))}
+        for a in session.execute(select(Asset).order_by(Asset.name)).scalars()
+    ]
+
+
+def find_task_instance(
+    session: Session, dag_id: str, run_id: str, task_id: str
+) -> TaskInstance | None:
+    return session.execute(
+        select(TaskInstance)
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .where(DagRun.dag_id == dag_id, DagRun.run_id == run_id, TaskInstance.task_id == task_id)
+    ).scalar()

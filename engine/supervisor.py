@@ -1,31 +1,51 @@
 """One process, one root task group: the engine parts under a supervisor.
 
-SIGTERM/SIGINT starts a graceful stop (each part drains within its grace period); a second
-signal cancels everything at once. A part that crashes is reported and the process exits
-non-zero rather than limping on.
+Parts start in order (DAG processor, scheduler, executor, triggerer) and readiness is logged
+once all are up. SIGTERM/SIGINT stops them in order within a bounded grace period: first the
+parts that create work, then the executor, last the triggerer (triggers cleaned up, outbox
+flushed, broker advances drained, rows released). A second signal cancels everything at
+once. A part that crashes, or returns when nobody asked it to, is reported and the process
+exits non-zero rather than limping on.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
 from engine.crypto import KwargsCipher
+from engine.dag_processor import DagProcessor, DagProcessorSettings
 from engine.db import Database, check_schema
+from engine.exceptions import SluiceError
+from engine.scheduler import Scheduler, SchedulerSettings
 from engine.triggerer import Triggerer, TriggererSettings
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from engine.config import Config
 
 logger = logging.getLogger(__name__)
 
-#: Parts ``sluice run`` starts. The DAG processor, scheduler and executor arrive with their
-#: own issue; until then ``sluice run`` says plainly that only these run.
-ALL_PARTS: Final[tuple[str, ...]] = ("triggerer",)
-NOT_YET_AVAILABLE: Final[tuple[str, ...]] = ("dag-processor", "scheduler", "executor")
+ALL_PARTS: Final[tuple[str, ...]] = ("dag-processor", "scheduler", "executor", "triggerer")
+SHUTDOWN_ORDER: Final[tuple[str, ...]] = ("dag-processor", "scheduler", "executor", "triggerer")
+
+
+class PartCrashedError(SluiceError):
+    """An engine part stopped on its own; the whole process stops."""
+
+
+@dataclass
+class Part:
+    name: str
+    run: Callable[..., Any]
+    shutdown: Callable[[], None] | None = None
+    done: anyio.Event = field(default_factory=anyio.Event)
+    stopping: bool = False
 
 
 def triggerer_settings(config: Config, overrides: dict[str, Any]) -> TriggererSettings:
@@ -46,38 +66,120 @@ def triggerer_settings(config: Config, overrides: dict[str, Any]) -> TriggererSe
     )
 
 
-async def _serve(config: Config, parts: tuple[str, ...], overrides: dict[str, Any]) -> int:
-    db = Database(config.core.sql_alchemy_conn)
-    await anyio.to_thread.run_sync(check_schema, db.engine)
-    cipher = KwargsCipher.from_config(config.core.fernet_key, config.home)
-    triggerer = Triggerer(db=db, cipher=cipher, settings=triggerer_settings(config, overrides))
-    missing = [p for p in NOT_YET_AVAILABLE if p not in parts]
+def build_parts(
+    config: Config,
+    names: tuple[str, ...],
+    db: Database,
+    cipher: KwargsCipher,
+    overrides: dict[str, Any],
+) -> list[Part]:
+    """The parts to run; parts in one process wake each other instead of waiting to poll:
+    stored events wake the scheduler and executor, scheduled tasks wake the executor, a task
+    outcome (e.g. a new deferral) wakes the triggerer's claim loop."""
+    from engine.executor import ExecutorSettings, LocalExecutor
+
+    wakers: dict[str, Callable[[], None]] = {}
+
+    def wake(*targets: str) -> Callable[..., None]:
+        def call(*_args: object) -> None:
+            for target in targets:
+                if target in wakers:
+                    wakers[target]()
+
+        return call
+
+    parts: dict[str, Part] = {}
+    if "dag-processor" in names:
+        processor = DagProcessor(
+            db=db, cipher=cipher, settings=DagProcessorSettings.from_config(config)
+        )
+        parts["dag-processor"] = Part("dag-processor", processor.run)
+    if "scheduler" in names:
+        scheduler = Scheduler(
+            db=db,
+            cipher=cipher,
+            settings=SchedulerSettings.from_config(config),
+            on_tasks_scheduled=wake("executor"),
+        )
+        wakers["scheduler"] = scheduler.nudge
+        parts["scheduler"] = Part("scheduler", scheduler.run, scheduler.shutdown)
+    if "executor" in names:
+        executor = LocalExecutor(
+            db=db,
+            cipher=cipher,
+            settings=ExecutorSettings.from_config(config),
+            on_outcome=wake("triggerer", "scheduler"),
+        )
+        wakers["executor"] = executor.nudge
+        parts["executor"] = Part("executor", executor.run, executor.shutdown)
+    if "triggerer" in names:
+        triggerer = Triggerer(
+            db=db,
+            cipher=cipher,
+            settings=triggerer_settings(config, overrides),
+            on_committed=wake("scheduler", "executor"),
+        )
+        wakers["triggerer"] = triggerer.nudge
+        parts["triggerer"] = Part("triggerer", triggerer.run, triggerer.shutdown)
+    return [parts[name] for name in ALL_PARTS if name in parts]
+
+
+async def _run_part(part: Part, *, task_status: anyio.abc.TaskStatus[None]) -> None:
     try:
+        await part.run(task_status=task_status)
+    finally:
+        part.done.set()
+    if not part.stopping:
+        raise PartCrashedError(f"engine part {part.name!r} stopped unexpectedly")
+
+
+async def _serve(config: Config, names: tuple[str, ...], overrides: dict[str, Any]) -> int:
+    db = Database(config.core.sql_alchemy_conn)
+    try:
+        await anyio.to_thread.run_sync(check_schema, db.engine)
+        cipher = KwargsCipher.from_config(config.core.fernet_key, config.home)
+        parts = build_parts(config, names, db, cipher, overrides)
+        stop = anyio.Event()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_watch_signals, triggerer.shutdown, tg.cancel_scope)
-            await tg.start(_run_part, triggerer.run, tg.cancel_scope)
+            tg.start_soon(_watch_signals, stop.set, tg.cancel_scope)
+            for part in parts:
+                await tg.start(_run_part, part)
             logger.info(
-                "Sluice ready: running %s%s",
-                ", ".join(parts),
-                f" (not implemented yet, not running: {', '.join(missing)})" if missing else "",
-                extra={"action": "ready", "parts": list(parts)},
+                "Sluice ready: running %s",
+                ", ".join(p.name for p in parts),
+                extra={"action": "ready", "parts": [p.name for p in parts]},
             )
+            await stop.wait()
+            await _stop_in_order(parts, config.triggerer.shutdown_grace_period_sec)
+            tg.cancel_scope.cancel()
     finally:
         db.dispose()
+    logger.info("Sluice stopped", extra={"action": "stopped"})
     return 0
 
 
-async def _run_part(
-    run: Any, scope: anyio.CancelScope, *, task_status: anyio.abc.TaskStatus[None]
-) -> None:
-    """Run one part; when it returns (graceful stop) the whole process ends."""
-    try:
-        await run(task_status=task_status)
-    finally:
-        scope.cancel()
+async def _stop_in_order(parts: list[Part], grace_s: float) -> None:
+    by_name = {p.name: p for p in parts}
+    for name in SHUTDOWN_ORDER:
+        part = by_name.get(name)
+        if part is None:
+            continue
+        part.stopping = True
+        if part.shutdown is None:
+            continue  # stateless: cancelled with the task group
+        part.shutdown()
+        with anyio.move_on_after(grace_s + 5) as scope:
+            await part.done.wait()
+        if scope.cancelled_caught:
+            logger.error(
+                "Engine part %s did not stop within %.0fs",
+                name,
+                grace_s + 5,
+                extra={"action": "shutdown_timeout", "part": name},
+            )
 
 
-async def _watch_signals(graceful: Any, scope: anyio.CancelScope) -> None:
+async def _watch_signals(graceful: Callable[[], None], scope: anyio.CancelScope) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         count = 0
         async for signum in signals:

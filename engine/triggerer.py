@@ -157,12 +157,22 @@ class Triggerer:
         self._wake.set()
 
     async def _drain(self, tg: anyio.abc.TaskGroup) -> None:
+        """Stop in the order that loses nothing and fails nothing.
+
+        1. Store (and confirm) every event already fired, so its broker event can advance.
+        2. Stop the triggers; each shared-stream group then advances its resolved prefixes
+           and abandons the rest for redelivery (a shutdown is not a subscriber failure).
+        3. Store what fired meanwhile (its broker events are redelivered: dedup absorbs them).
+        """
         grace = self.settings.shutdown_grace_s
         logger.info(
             "Triggerer stopping: %d trigger(s) running",
             len(self.runner),
             extra={"action": "triggerer_stopping"},
         )
+        with anyio.move_on_after(grace, shield=True):
+            await self.persister.wait_flushed()
+        self.shared_streams.begin_shutdown()
         await self.runner.aclose(grace_s=grace)
         with anyio.move_on_after(grace, shield=True):
             await self.shared_streams.stop_all()

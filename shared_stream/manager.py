@@ -85,6 +85,7 @@ class SharedStreamManager:
         self._tg: TaskGroup | None = None
         self._stop_requested: anyio.Event | None = None
         self._closed = False
+        self._shutting_down = False
 
     # -- service --------------------------------------------------------------------------
 
@@ -130,7 +131,7 @@ class SharedStreamManager:
         Each group drains its resolved advances within the stop grace period, then closes
         its producer. Remaining subscribers' streams raise ``SharedStreamTerminated``.
         """
-        self._closed = True
+        self._closed = self._shutting_down = True
         try:
             for group in list(self._groups.values()):
                 group.begin_stop("stopped: the shared stream manager is shutting down")
@@ -199,6 +200,16 @@ class SharedStreamManager:
         if group is not None:
             group.confirm(run)
 
+    def begin_shutdown(self) -> None:
+        """From now on a leaving subscriber stops its whole group instead of failing events.
+
+        A graceful shutdown is not a subscriber failure: events the subscribers have not
+        resolved must be redelivered, not advanced as failed (dead-lettered, skipped). Call
+        this before stopping the subscribers' triggers; each group then advances its
+        resolved prefixes and abandons the rest.
+        """
+        self._shutting_down = True
+
     async def unsubscribe(self, trigger_id: int, key: Hashable) -> None:
         """Leave the group; the last subscriber stops it and waits for the drain.
 
@@ -208,6 +219,8 @@ class SharedStreamManager:
         group = self._groups.get(key)
         if group is None:
             return
+        if self._shutting_down:
+            group.begin_stop("stopped: shutting down")
         group.remove_subscriber(trigger_id)  # absent if it already failed (overflow, timeout)
         if not group.streams:
             group.begin_stop("stopped: its last subscriber left")

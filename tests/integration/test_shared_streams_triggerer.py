@@ -61,13 +61,15 @@ class ListProducer(SharedStreamProducer):
 
 
 class AckTrigger(BaseEventTrigger):
-    def __init__(self, db_path, parity):
+    def __init__(self, db_path, parity, delay=0.0):
         super().__init__()
         self.db_path = db_path
         self.parity = parity
+        self.delay = delay
 
     def serialize(self):
-        return ("sluice_ack_plugin.AckTrigger", {"db_path": self.db_path, "parity": self.parity})
+        return ("sluice_ack_plugin.AckTrigger",
+                {"db_path": self.db_path, "parity": self.parity, "delay": self.delay})
 
     def shared_stream_key(self):
         return ("list-feed", self.db_path)
@@ -78,6 +80,8 @@ class AckTrigger(BaseEventTrigger):
 
     async def filter_shared_stream(self, shared_stream):
         async for raw in shared_stream:
+            if self.delay:
+                await anyio.sleep(self.delay)
             if raw["n"] % 2 == self.parity:
                 yield TriggerEvent(raw, dedup_key=f"msg-{raw['n']}")
 
@@ -218,4 +222,41 @@ async def test_ack_mode_advances_only_after_asset_events_are_committed(
     assert all(clean for _, clean, _ in plugin.ADVANCES)
     assert all(committed == 1 for _, _, committed in plugin.ADVANCES), plugin.ADVANCES
     assert len(_events(db)) == 50
+    db.dispose()
+
+
+async def test_graceful_shutdown_advances_no_event_as_failed(tmp_path: Path, plugins: Path) -> None:
+    """Unpulled events at shutdown are abandoned for redelivery, never advanced as failed."""
+    db_path = tmp_path / "sluice.db"
+    db = Database(f"sqlite:///{db_path}")
+    migrate(db.engine)
+    cipher = KwargsCipher(Fernet.generate_key().decode())
+    slow = {"db_path": str(db_path), "delay": 0.02}
+    _watchers(
+        db,
+        cipher,
+        [
+            ("even", "sluice_ack_plugin.AckTrigger", {**slow, "parity": 0}),
+            ("odd", "sluice_ack_plugin.AckTrigger", {**slow, "parity": 1}),
+        ],
+    )
+    triggerer = await _triggerer(db, cipher, plugins)
+    plugin = sys.modules.get("sluice_ack_plugin")
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(triggerer.run)
+            await wait_until(lambda: len(triggerer.runner) == 2)
+            plugin = sys.modules["sluice_ack_plugin"]
+            plugin.FEED.clear()
+            plugin.ADVANCES.clear()
+            key = ("list-feed", str(db_path))
+            await wait_until(lambda: triggerer.shared_streams.subscriber_count(key) == 2)
+            plugin.FEED.extend({"n": n} for n in range(200))  # a backlog the filters lag behind
+            await wait_until(lambda: len(plugin.ADVANCES) >= 10)
+            triggerer.shutdown()
+    offsets = [offset for offset, _, _ in plugin.ADVANCES]
+    assert offsets == list(range(len(offsets)))  # a contiguous prefix, once each
+    assert len(offsets) < 200  # the shutdown really cut the stream short
+    assert all(clean for _, clean, _ in plugin.ADVANCES), plugin.ADVANCES
+    assert all(committed == 1 for _, _, committed in plugin.ADVANCES)
     db.dispose()

@@ -1,0 +1,209 @@
+"""Inspection commands: ``sluice dags|runs|assets|tasks ...`` (tables, or ``--json``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from engine import store, store_runs
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from engine.db import Database
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+def _database(ctx: click.Context) -> Database:
+    from engine.cli import _database as open_database
+
+    return open_database(ctx)
+
+
+def _query(ctx: click.Context, fn: Any) -> Any:
+    db = _database(ctx)
+    try:
+        return db.call(fn)
+    finally:
+        db.dispose()
+
+
+def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def _emit(rows: Sequence[dict[str, Any]], columns: Sequence[str], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(list(rows), indent=2, default=str))
+    elif rows:
+        click.echo(_table(rows, columns))
+    else:
+        click.echo("(none)")
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+@click.group()
+def dags() -> None:
+    """DAGs: list, errors, pause, unpause, trigger."""
+
+
+@dags.command("list")
+@json_option
+@click.pass_context
+def dags_list(ctx: click.Context, as_json: bool) -> None:
+    """The DAGs found in the dags folder."""
+    rows = _query(ctx, store_runs.list_dags)
+    _emit(rows, ["dag_id", "paused", "active", "fileloc"], as_json)
+
+
+@dags.command("errors")
+@json_option
+@click.pass_context
+def dags_errors(ctx: click.Context, as_json: bool) -> None:
+    """DAG files that failed to parse, with file and line."""
+    rows = [
+        {"file": e.fileloc, "line": e.lineno, "error": e.error, "at": e.timestamp.isoformat()}
+        for e in _query(ctx, store.list_parse_errors)
+    ]
+    if as_json or not rows:
+        _emit(rows, ["file", "line", "error"], as_json)
+        return
+    for row in rows:
+        where = row["file"] if row["line"] is None else f"{row['file']}:{row['line']}"
+        click.echo(f"{where}: {row['error']}")
+
+
+def _set_paused(ctx: click.Context, dag_id: str, *, paused: bool) -> None:
+    if not _query(ctx, lambda s: store_runs.set_paused(s, dag_id, paused=paused)):
+        _fail(f"no DAG {dag_id!r}; see `sluice dags list`")
+    click.echo(f"{dag_id} {'paused' if paused else 'unpaused'}")
+
+
+@dags.command("pause")
+@click.argument("dag_id")
+@click.pass_context
+def dags_pause(ctx: click.Context, dag_id: str) -> None:
+    """Pause a DAG (its asset events are kept and run it on unpause)."""
+    _set_paused(ctx, dag_id, paused=True)
+
+
+@dags.command("unpause")
+@click.argument("dag_id")
+@click.pass_context
+def dags_unpause(ctx: click.Context, dag_id: str) -> None:
+    """Unpause a DAG."""
+    _set_paused(ctx, dag_id, paused=False)
+
+
+@dags.command("trigger")
+@click.argument("dag_id")
+@click.option("--conf", default=None, help="JSON object passed to the run.")
+@click.pass_context
+def dags_trigger(ctx: click.Context, dag_id: str, conf: str | None) -> None:
+    """Create a manual run of a DAG now."""
+    try:
+        parsed = json.loads(conf) if conf else None
+    except json.JSONDecodeError as exc:
+        _fail(f"--conf is not JSON: {exc}")
+
+    def trigger(session: Any) -> int | None:
+        if not store_runs.dag_exists(session, dag_id):
+            return None
+        return store_runs.create_run(
+            session, dag_id, run_type=store_runs.MANUAL, now=store.utcnow(), conf=parsed
+        )
+
+    if _query(ctx, trigger) is None:
+        _fail(f"no DAG {dag_id!r}; see `sluice dags list`")
+    click.echo(f"triggered a manual run of {dag_id}")
+
+
+@click.group()
+def runs() -> None:
+    """DAG runs."""
+
+
+@runs.command("list")
+@click.argument("dag_id")
+@json_option
+@click.pass_context
+def runs_list(ctx: click.Context, dag_id: str, as_json: bool) -> None:
+    """The runs of a DAG with their state, tasks and triggering asset events."""
+    rows = _query(ctx, lambda s: store_runs.list_runs(s, dag_id))
+    _emit(rows, ["run_id", "run_type", "state", "tasks", "asset_events"], as_json)
+
+
+@click.group()
+def assets() -> None:
+    """Assets and their events."""
+
+
+@assets.command("list")
+@json_option
+@click.pass_context
+def assets_list(ctx: click.Context, as_json: bool) -> None:
+    """Every asset with its number of events."""
+    _emit(_query(ctx, store_runs.list_assets), ["name", "uri", "events"], as_json)
+
+
+@assets.command("events")
+@click.argument("asset")
+@json_option
+@click.pass_context
+def assets_events(ctx: click.Context, asset: str, as_json: bool) -> None:
+    """The events of an asset: payload, source watcher, the runs they created."""
+    rows = _query(ctx, lambda s: store_runs.list_asset_events(s, asset))
+    if rows is None:
+        _fail(f"no asset {asset!r}; see `sluice assets list`")
+    _emit(rows, ["id", "timestamp", "source_watcher", "payload", "runs"], as_json)
+
+
+@click.group()
+def tasks() -> None:
+    """Task instances."""
+
+
+@tasks.command("logs")
+@click.argument("dag_id")
+@click.argument("run_id")
+@click.argument("task_id")
+@click.option("--try", "try_number", type=int, default=None, help="A given try (default: last).")
+@click.pass_context
+def tasks_logs(
+    ctx: click.Context, dag_id: str, run_id: str, task_id: str, try_number: int | None
+) -> None:
+    """Print the log of a task's try."""
+    from engine.cli import _config
+    from engine.task_logs import read_task_log
+
+    ti = _query(ctx, lambda s: store_runs.find_task_instance(s, dag_id, run_id, task_id))
+    if ti is None:
+        _fail(f"no task {task_id!r} in run {run_id!r} of DAG {dag_id!r}")
+    folder = _config(ctx).logging.task_log_folder
+    try:
+        click.echo(read_task_log(folder, dag_id, run_id, task_id, try_number), nl=False)
+    except FileNotFoundError as exc:
+        _fail(f"no log for that try yet: {exc}")
+
+
+COMMAND_GROUPS = (dags, runs, assets, tasks)

@@ -1,0 +1,245 @@
+"""The local executor: runs ``scheduled`` task instances, one child process per task step.
+
+Theory of operation. The executor registers an ``executor`` job and heartbeats it. Its claim
+loop moves up to ``parallelism - running`` task instances from ``scheduled`` to ``queued``
+(``SKIP LOCKED`` on PostgreSQL) and starts one supervisor task per claim. A supervisor
+spawns ``python -P -m engine.task_runner``, marks the task instance ``running`` (with the
+child's pid), sends it a ``TaskSpec`` and appends what the child prints to the try's log
+file. When the child exits, the supervisor turns its ``TaskResult`` (or its exit status,
+when it died without one) into an ``Outcome`` (``decide_outcome``, pure) and writes it in one
+transaction: success (with the return value), failure or retry, or a deferral (trigger row
+with encrypted kwargs + ``deferred`` state). Then the slot is free: a deferred task holds no
+slot while it waits.
+
+Every write is guarded by this executor's job id, so a task recovered from an executor
+presumed dead (``store.recover_orphaned_tasks``, called by the scheduler) is never
+overwritten. A child outlives neither its executor (it exits when its stdin closes) nor the
+execution deadline (killed ``kill_grace_s`` after it).
+
+Shutdown (``shutdown()``): stop claiming, let running children finish within
+``shutdown_grace_s``, then SIGTERM (then SIGKILL) the rest. Their task instances go back to
+``scheduled`` and rerun the interrupted step as the same try: being stopped is not the
+task's fault, so it costs no retry.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Final
+
+import anyio
+import anyio.to_thread
+
+from engine import store, store_tasks
+from engine.exceptions import DatabaseError
+from engine.models import JobState
+from engine.task_supervisor import ExecutorStats, TaskSupervisor
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from anyio.abc import TaskGroup, TaskStatus
+
+    from engine.config import Config
+    from engine.crypto import KwargsCipher
+    from engine.db import Database
+
+logger = logging.getLogger(__name__)
+
+FINAL_WRITE_TIMEOUT_S: Final = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorSettings:
+    parallelism: int
+    dags_folder: Path
+    plugins_folder: Path | None
+    task_log_folder: Path
+    default_deferrable: bool = False
+    heartbeat_s: float = 5.0
+    health_check_threshold_s: float = 10.5
+    poll_interval_s: float = 0.05
+    shutdown_grace_s: float = 30.0
+    #: SIGTERM -> SIGKILL at shutdown, and how long past its execution deadline a task that
+    #: ignores its timeout keeps running before it is killed
+    kill_grace_s: float = 3.0
+
+    @classmethod
+    def from_config(cls, config: Config) -> ExecutorSettings:
+        return cls(
+            parallelism=config.core.parallelism,
+            dags_folder=config.core.dags_folder,
+            plugins_folder=config.core.plugins_folder,
+            task_log_folder=config.logging.task_log_folder,
+            default_deferrable=config.operators.default_deferrable,
+            heartbeat_s=config.scheduler.scheduler_heartbeat_sec,
+            health_check_threshold_s=config.scheduler.health_check_threshold_s,
+            poll_interval_s=config.scheduler.loop_interval_sec,
+            shutdown_grace_s=config.triggerer.shutdown_grace_period_sec,
+        )
+
+
+class LocalExecutor:
+    """Runs task instances in child processes on this machine, ``parallelism`` at a time."""
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        cipher: KwargsCipher,
+        settings: ExecutorSettings,
+        on_outcome: Callable[[], None] | None = None,
+    ) -> None:
+        self._db = db
+        self._on_outcome = on_outcome
+        self._cipher = cipher
+        self.settings = settings
+        self.job_id: int | None = None
+        self.stats = ExecutorStats()
+        self._supervisor: TaskSupervisor | None = None
+        self._active: set[int] = set()  # claimed task instances (slots in use)
+        self._stopping = anyio.Event()
+        self._changed = anyio.Event()
+
+    def __repr__(self) -> str:
+        return (
+            f"LocalExecutor(job_id={self.job_id}, running={self.running}/"
+            f"{self.settings.parallelism}, stopping={self._stopping.is_set()}, "
+            f"stats={self.stats})"
+        )
+
+    @property
+    def running(self) -> int:
+        """Slots in use: task instances claimed and not finished yet."""
+        return len(self._active)
+
+    def nudge(self) -> None:
+        """Look for scheduled task instances now rather than at the next poll."""
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def shutdown(self) -> None:
+        """Stop claiming; running tasks get ``shutdown_grace_s`` to finish."""
+        self._stopping.set()
+        self.nudge()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        settings = self.settings
+        self._supervisor = TaskSupervisor(
+            db=self._db,
+            cipher=self._cipher,
+            settings=settings,
+            hostname=await anyio.to_thread.run_sync(_hostname),
+            stats=self.stats,
+            on_outcome=self._on_outcome,
+        )
+        job_id = await self._db.run(
+            partial(
+                store.start_job, job_type=store_tasks.EXECUTOR_JOB, capacity=settings.parallelism
+            )
+        )
+        self.job_id = job_id
+        logger.info(
+            "Executor started job_id=%s parallelism=%d",
+            job_id,
+            settings.parallelism,
+            extra={"action": "executor_started", "job_id": job_id},
+        )
+        try:
+            async with anyio.create_task_group() as outer:
+                outer.start_soon(self._heartbeat_loop, job_id)
+                task_status.started()
+                async with anyio.create_task_group() as workers:
+                    workers.start_soon(self._stop_children_after_grace)
+                    await self._claim_loop(workers, job_id)
+                outer.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
+                await self._db.run(lambda s: store.end_job(s, job_id, state=JobState.SUCCESS))
+            logger.info("Executor stopped", extra={"action": "executor_stopped"})
+
+    # --- claiming -----------------------------------------------------------------------
+
+    async def _claim_loop(self, workers: TaskGroup, job_id: int) -> None:
+        while not self._stopping.is_set():
+            changed = self._changed
+            free = self.settings.parallelism - len(self._active)
+            claimed = await self._claim(job_id, free) if free > 0 else []
+            for ti_id in claimed:
+                self._active.add(ti_id)
+                workers.start_soon(self._run_ti, job_id, ti_id, name=f"task instance {ti_id}")
+            idle_slots = free - len(claimed) > 0
+            with anyio.move_on_after(self.settings.poll_interval_s if idle_slots else math.inf):
+                await changed.wait()
+
+    async def _claim(self, job_id: int, free: int) -> list[int]:
+        now = store.utcnow()
+        try:
+            claimed = await self._db.run(
+                partial(store_tasks.claim_task_instances, job_id=job_id, limit=free, now=now)
+            )
+        except DatabaseError as exc:
+            logger.warning("Claiming tasks failed: %s", exc, extra={"action": "claim_failed"})
+            await anyio.sleep(self.settings.poll_interval_s)
+            return []
+        self.stats.claimed += len(claimed)
+        return claimed
+
+    async def _heartbeat_loop(self, job_id: int) -> None:
+        while True:
+            await anyio.sleep(self.settings.heartbeat_s)
+            try:
+                alive = await self._db.run(lambda s: store.heartbeat(s, job_id))
+            except DatabaseError as exc:
+                logger.warning("Executor heartbeat failed: %s", exc, extra={"action": "heartbeat"})
+                continue
+            if not alive:
+                logger.error(
+                    "Executor job %s is no longer marked running; its tasks may be recovered "
+                    "by another executor",
+                    job_id,
+                    extra={"action": "executor_job_lost", "job_id": job_id},
+                )
+
+    async def _stop_children_after_grace(self) -> None:
+        await self._stopping.wait()
+        with anyio.move_on_after(self.settings.shutdown_grace_s):
+            await self._until_idle()
+        if not self._active:
+            return
+        logger.warning(
+            "Stopping %d running task(s) after the %gs shutdown grace period; they will run "
+            "again as the same try",
+            len(self._active),
+            self.settings.shutdown_grace_s,
+            extra={"action": "executor_interrupting", "ti_ids": sorted(self._active)},
+        )
+        assert self._supervisor is not None
+        self._supervisor.interrupt_all()
+        with anyio.move_on_after(self.settings.kill_grace_s):
+            await self._until_idle()
+        self._supervisor.kill_all()
+
+    async def _until_idle(self) -> None:
+        while self._active:
+            await self._changed.wait()
+
+    # --- one task step ------------------------------------------------------------------
+
+    async def _run_ti(self, job_id: int, ti_id: int) -> None:
+        assert self._supervisor is not None
+        try:
+            await self._supervisor.execute(job_id, ti_id)
+        finally:
+            self._active.discard(ti_id)
+            self.nudge()
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.getfqdn()

@@ -1,0 +1,206 @@
+"""``sluice run`` as a subprocess on a temporary SLUICE_HOME: watchers, runs, deferrals."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from sqlalchemy import select
+
+from engine.db import Database
+from engine.models import AssetEvent, DagRun, TaskInstance
+from engine.store_runs import find_task_instance
+from tests.e2e.helpers import run_cli, sluice_env, start_cli, stop, wait_for
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = pytest.mark.e2e
+
+DAGS = """
+from datetime import datetime, timedelta, timezone
+
+from engine import DAG, Asset, AssetWatcher, BaseOperator, task
+from engine.sensors import DateTimeSensor
+from triggers import DirectoryFileDeleteTrigger, TimeDeltaTrigger
+
+INBOX = {inbox!r}
+
+north = Asset("north", watchers=[AssetWatcher("north-flag", DirectoryFileDeleteTrigger(
+    directory=INBOX, filename="north.flag", poke_interval=0.1))])
+south = Asset("south", watchers=[AssetWatcher("south-flag", DirectoryFileDeleteTrigger(
+    directory=INBOX, filename="south.flag", poke_interval=0.1))])
+
+
+@task
+def report(triggering_asset_events):
+    return {{
+        name: [e["payload"] for e in events] for name, events in triggering_asset_events.items()
+    }}
+
+
+with DAG("on_north", schedule=north):
+    report()
+
+with DAG("on_south", schedule=south):
+    report()
+
+
+class WaitThenReturn(BaseOperator):
+    def __init__(self, *, seconds, timeout=None, **kwargs):
+        super().__init__(**kwargs)
+        self.seconds = seconds
+        self.timeout = timeout
+
+    def execute(self, context):
+        self.defer(trigger=TimeDeltaTrigger(timedelta(seconds=self.seconds)),
+                   method_name="resume", kwargs={{"note": "kept"}},
+                   timeout=None if self.timeout is None else timedelta(seconds=self.timeout))
+
+    def resume(self, context, event=None, note=None):
+        return {{"event": event.isoformat(), "note": note}}
+
+
+with DAG("deferrer", schedule=None):
+    WaitThenReturn(task_id="wait", seconds=4)
+
+with DAG("quick", schedule=None):
+    @task
+    def hello():
+        return "hello"
+    hello()
+
+with DAG("times_out", schedule=None):
+    WaitThenReturn(task_id="wait", seconds=3600, timeout=1)
+
+
+with DAG("from_trigger", schedule=None):
+    DateTimeSensor(task_id="sensor", target_time=datetime.now(timezone.utc) + timedelta(seconds=1),
+                   start_from_trigger=True, end_from_trigger=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    root = tmp_path_factory.mktemp("engine")
+    home, dags, inbox = root / "home", root / "dags", root / "inbox"
+    for folder in (home, dags, inbox):
+        folder.mkdir()
+    (dags / "flows.py").write_text(textwrap.dedent(DAGS.format(inbox=str(inbox))))
+    url = f"sqlite:///{home / 'sluice.db'}"
+    env = sluice_env(
+        home,
+        SLUICE__CORE__DAGS_FOLDER=str(dags),
+        SLUICE__CORE__SQL_ALCHEMY_CONN=url,
+        SLUICE__CORE__PARALLELISM="1",
+        SLUICE__TRIGGERER__JOB_HEARTBEAT_SEC="1",
+        SLUICE__SCHEDULER__SCHEDULER_HEARTBEAT_SEC="1",
+        SLUICE__TRIGGERER__SHUTDOWN_GRACE_PERIOD_SEC="5",
+    )
+    assert run_cli("db", "migrate", env=env).returncode == 0
+    log = root / "engine.log"
+    proc = start_cli("run", env=env, log=log)
+    db = Database(url)
+    try:
+        wait_for(lambda: "Sluice ready" in log.read_text(), timeout=60, what="engine readiness")
+        wait_for(lambda: len(_dag_ids(db)) >= 6, timeout=60, what="the DAGs to be parsed")
+        yield {"env": env, "db": db, "inbox": inbox, "log": log, "proc": proc}
+    finally:
+        code = stop(proc, timeout=60)
+        db.dispose()
+    assert code == 0, log.read_text()[-3000:]
+
+
+def _dag_ids(db: Database) -> set[str]:
+    from engine.models import Dag
+
+    return set(db.call(lambda s: s.execute(select(Dag.dag_id)).scalars().all()))
+
+
+def _runs(db: Database, dag_id: str) -> list[DagRun]:
+    return db.call(
+        lambda s: s.execute(select(DagRun).where(DagRun.dag_id == dag_id)).scalars().all()
+    )
+
+
+def _ti(db: Database, dag_id: str, task_id: str) -> TaskInstance | None:
+    runs = _runs(db, dag_id)
+    if not runs:
+        return None
+    return db.call(lambda s: find_task_instance(s, dag_id, runs[-1].run_id, task_id))
+
+
+def test_flag_file_makes_one_asset_event_and_one_run_that_sees_it(engine) -> None:
+    db, inbox = engine["db"], engine["inbox"]
+    (inbox / "north.flag").touch()
+    ti = wait_for(
+        lambda: (t := _ti(db, "on_north", "report")) and t.state == "success" and t,
+        timeout=30,
+        what="the run of on_north to succeed",
+    )
+    assert len(_runs(db, "on_north")) == 1
+    assert _runs(db, "on_south") == []
+    events = db.call(lambda s: s.execute(select(AssetEvent)).scalars().all())
+    assert [e.payload["filename"] for e in events] == ["north.flag"]
+    assert ti.xcoms["return_value"]["north"][0]["filename"] == "north.flag"
+    assert not (inbox / "north.flag").exists()
+
+
+def test_two_sibling_watchers_share_one_scan(engine) -> None:
+    lines = [
+        ln for ln in engine["log"].read_text().splitlines() if "Shared stream group started" in ln
+    ]
+    assert len(lines) == 1, lines
+    assert str(engine["inbox"]) in lines[0]
+
+
+def test_deferred_task_frees_its_slot_and_resumes_with_the_payload(engine) -> None:
+    db, env = engine["db"], engine["env"]
+    assert run_cli("dags", "trigger", "deferrer", env=env).returncode == 0
+    wait_for(
+        lambda: (t := _ti(db, "deferrer", "wait")) and t.state == "deferred",
+        timeout=30,
+        what="the task to defer",
+    )
+    assert run_cli("dags", "trigger", "quick", env=env).returncode == 0
+    # parallelism = 1: quick can only run because the deferred task gave its slot back
+    wait_for(
+        lambda: (t := _ti(db, "quick", "hello")) and t.state == "success",
+        timeout=30,
+        what="a second task to run while the first is deferred",
+    )
+    assert _ti(db, "deferrer", "wait").state == "deferred"
+    ti = wait_for(
+        lambda: (t := _ti(db, "deferrer", "wait")) and t.state == "success" and t,
+        timeout=30,
+        what="the deferred task to resume",
+    )
+    assert ti.xcoms["return_value"]["note"] == "kept"
+    assert ti.xcoms["return_value"]["event"].startswith("20")
+
+
+def test_deferral_timeout_fails_the_task(engine) -> None:
+    db, env = engine["db"], engine["env"]
+    assert run_cli("dags", "trigger", "times_out", env=env).returncode == 0
+    ti = wait_for(
+        lambda: (t := _ti(db, "times_out", "wait")) and t.state == "failed" and t,
+        timeout=30,
+        what="the deferral to time out",
+    )
+    runs = _runs(db, "times_out")
+    logs = run_cli("tasks", "logs", "times_out", runs[-1].run_id, "wait", env=env)
+    assert "trigger timeout" in logs.stdout
+    assert ti.end_date is not None
+
+
+def test_end_from_trigger_ends_a_task_without_a_worker(engine) -> None:
+    db, env = engine["db"], engine["env"]
+    assert run_cli("dags", "trigger", "from_trigger", env=env).returncode == 0
+    ti = wait_for(
+        lambda: (t := _ti(db, "from_trigger", "sensor")) and t.state == "success" and t,
+        timeout=30,
+        what="the trigger to end the task",
+    )
+    assert ti.pid is None  # never ran in a worker process
+    assert ti.try_number == 1  # the try started on the triggerer

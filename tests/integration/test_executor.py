@@ -1,0 +1,609 @@
+"""The local executor on SQLite and PostgreSQL: real child processes, real DAG files.
+
+Each test parses a small DAG file with the real DAG processor, creates a run, marks the
+task instances it wants ``scheduled`` (what the scheduler does) and runs the executor
+in-process; trigger firings are written the way the persister writes them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+from cryptography.fernet import Fernet
+from sqlalchemy import insert, select, update
+
+from engine import store, store_runs, store_tasks
+from engine.config import load_config
+from engine.crypto import KwargsCipher
+from engine.dag_processor import DagProcessor, DagProcessorSettings
+from engine.db import Database, migrate
+from engine.executor import ExecutorSettings, LocalExecutor
+from engine.models import Dag, DagTask, Job, JobState, TaskInstance, TaskState, Trigger, TriggerKind
+from engine.outbox import FiredEvent, Outbox
+from engine.persister import Persister
+from engine.task_logs import TaskLogNotFoundError, log_path, read_task_log
+from engine.task_runner import EXIT_PARENT_GONE, TaskSpec, build_context
+from tests.waiting import wait_until
+from triggers.base import TriggerEvent
+from triggers.serde import deserialize_value, dumps, loads
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+pytestmark = pytest.mark.integration
+
+DAG_FILE = """
+import logging
+import time
+from datetime import UTC, datetime, timedelta
+
+from engine import DAG, BaseOperator, task
+from triggers.base import StartTriggerArgs
+from triggers.temporal import TimeDeltaTrigger
+
+log = logging.getLogger("user.task")
+FAR = timedelta(days=1)
+
+
+class Wait(BaseOperator):
+    def execute(self, context):
+        print("waiting on a trigger")
+        self.defer(
+            trigger=TimeDeltaTrigger(FAR),
+            method_name="done",
+            kwargs={"started_try": context["try_number"]},
+        )
+
+    def done(self, context, event, started_try):
+        print("resumed with", event)
+        return {"event": event, "started_try": started_try}
+
+
+class Loop(BaseOperator):
+    def __init__(self, *, count, delay_s, **kwargs):
+        super().__init__(**kwargs)
+        self.count, self.delay_s = count, delay_s
+
+    def execute(self, context, index=0, event=None):
+        if event is not None:
+            index += 1
+        if index >= self.count:
+            return index
+        self.defer(
+            trigger=TimeDeltaTrigger(timedelta(seconds=self.delay_s)),
+            method_name="execute",
+            kwargs={"index": index},
+        )
+
+
+class SlowAfterResume(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=TimeDeltaTrigger(FAR), method_name="work")
+
+    def work(self, context, event):
+        time.sleep(60)
+
+
+class Stubborn(BaseOperator):
+    def execute(self, context):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                time.sleep(60)
+            except BaseException:
+                print("ignoring", flush=True)
+
+
+class FromTrigger(BaseOperator):
+    start_from_trigger = True
+    start_trigger_args = StartTriggerArgs(
+        trigger_cls="triggers.temporal.DateTimeTrigger",
+        trigger_kwargs={"moment": datetime(2030, 1, 1, tzinfo=UTC)},
+        next_method="done",
+        next_kwargs={"note": "kept"},
+        timeout=timedelta(hours=1),
+    )
+
+    def done(self, context, event, note):
+        return {"event": event, "note": note}
+
+
+@task
+def ok(triggering_asset_events, try_number):
+    print("hello from ok")
+    log.warning("logged from ok")
+    return {"n": 1, "try": try_number}
+
+
+@task
+def boom():
+    raise ValueError("boom went the task")
+
+
+@task(retries=1)
+def flaky(try_number):
+    if try_number == 1:
+        raise RuntimeError("the first try fails")
+    return try_number
+
+
+@task
+def sleeper():
+    print("sleeping", flush=True)
+    time.sleep(120)
+
+
+with DAG("exec"):
+    Wait(task_id="wait")
+    ok()
+    boom()
+    flaky()
+    sleeper()
+    Loop(task_id="loop", count=3, delay_s=0.05)
+    SlowAfterResume(task_id="slow", execution_timeout=timedelta(seconds=2))
+    Stubborn(task_id="stubborn", execution_timeout=timedelta(seconds=1))
+    FromTrigger(task_id="from_trigger")
+"""
+
+
+class Env:
+    def __init__(
+        self,
+        db: Database,
+        cipher: KwargsCipher,
+        settings: ExecutorSettings,
+        processor: DagProcessor,
+    ) -> None:
+        self.db = db
+        self.cipher = cipher
+        self.settings = settings
+        self.processor = processor
+
+    def new_run(self) -> tuple[int, str, dict[str, int]]:
+        """A manual run of ``exec``: (run pk, run_id, task_id -> task instance id)."""
+
+        def create(session: Any) -> tuple[int, str, dict[str, int]]:
+            pk = store_runs.create_run(
+                session, "exec", run_type=store_runs.MANUAL, now=store.utcnow()
+            )
+            state = store_runs.load_run_state(session, pk)
+            assert state is not None
+            run_id = session.execute(
+                select(store_runs.DagRun.run_id).where(store_runs.DagRun.id == pk)
+            ).scalar_one()
+            return pk, str(run_id), state.ti_ids
+
+        return self.db.call(create)
+
+    def schedule(self, *ti_ids: int) -> None:
+        self.db.call(
+            lambda s: s.execute(
+                update(TaskInstance)
+                .where(TaskInstance.id.in_(ti_ids))
+                .values(state=TaskState.SCHEDULED)
+            )
+        )
+
+    def ti(self, ti_id: int) -> TaskInstance:
+        return self.db.call(lambda s: s.get(TaskInstance, ti_id))
+
+    async def until(self, ti_id: int, *states: str, within: float = 20) -> TaskInstance:
+        with anyio.fail_after(within):
+            while True:
+                ti = await self.db.run(lambda s: s.get(TaskInstance, ti_id))
+                if ti.state in states:
+                    return ti
+                await anyio.sleep(0.02)
+
+    def fire(self, trigger_id: int, payload: Any) -> None:
+        """What the persister writes when a task's trigger fires."""
+        persister = Persister(db=self.db, outbox=Outbox())
+        item = FiredEvent(trigger_id=trigger_id, event=TriggerEvent(payload), seq=None, fired_at=0)
+        self.db.call(lambda s: persister.write_batch(s, [item]))
+
+    def log(self, run_id: str, task_id: str, try_number: int | None = None) -> str:
+        folder = self.settings.task_log_folder
+        return read_task_log(folder, "exec", run_id, task_id, try_number)
+
+    @asynccontextmanager
+    async def executor(self, **overrides: Any) -> AsyncIterator[LocalExecutor]:
+        settings = replace(self.settings, **overrides)
+        executor = LocalExecutor(db=self.db, cipher=self.cipher, settings=settings)
+        async with anyio.create_task_group() as tg:
+            await tg.start(executor.run)
+            try:
+                yield executor
+            finally:
+                executor.shutdown()
+
+
+@pytest.fixture
+def env(db_url: str, tmp_path: Path):
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "exec_dag.py").write_text(textwrap.dedent(DAG_FILE))
+    db = Database(db_url)
+    migrate(db.engine)
+    cipher = KwargsCipher(Fernet.generate_key().decode())
+    config = load_config(
+        environ={"SLUICE_HOME": str(tmp_path / "home"), "SLUICE__CORE__DAGS_FOLDER": str(dags)}
+    )
+    processor = DagProcessor(
+        db=db, cipher=cipher, settings=DagProcessorSettings.from_config(config)
+    )
+    report = anyio.run(processor.parse_once)
+    assert report is not None and not report.errors, report
+    settings = replace(
+        ExecutorSettings.from_config(config),
+        parallelism=4,
+        heartbeat_s=0.2,
+        poll_interval_s=0.02,
+        shutdown_grace_s=5,
+        kill_grace_s=0.5,
+    )
+    yield Env(db, cipher, settings, processor)
+    db.dispose()
+
+
+async def test_success_stores_the_return_value_and_the_output_in_the_log(env: Env) -> None:
+    _, run_id, tis = env.new_run()
+    env.schedule(tis["ok"])
+    with anyio.fail_after(30):
+        async with env.executor() as executor:
+            ti = await env.until(tis["ok"], TaskState.SUCCESS)
+            await wait_idle(executor)
+    assert deserialize_value(ti.xcoms["return_value"]) == {"n": 1, "try": 1}
+    assert (ti.try_number, ti.start_date is not None, ti.end_date is not None) == (1, True, True)
+    assert ti.executor_job_id is None and ti.hostname
+    text = env.log(run_id, "ok")
+    assert "hello from ok" in text and "logged from ok" in text
+    assert "try 1 of 1: starting" in text and "task succeeded" in text
+    job = env.db.call(lambda s: s.execute(select(Job).where(Job.job_type == "executor")).scalar())
+    assert job.state == JobState.SUCCESS  # ended cleanly on shutdown
+
+
+async def test_failure_records_the_traceback_in_the_log(env: Env) -> None:
+    _, run_id, tis = env.new_run()
+    env.schedule(tis["boom"])
+    with anyio.fail_after(30):
+        async with env.executor():
+            ti = await env.until(tis["boom"], TaskState.FAILED)
+    assert ti.end_date is not None and ti.xcoms is None
+    text = env.log(run_id, "boom")
+    assert "Traceback (most recent call last)" in text
+    assert "ValueError: boom went the task" in text
+    assert "task failed: ValueError: boom went the task" in text
+
+
+async def test_a_failed_try_is_retried_with_a_new_try_number_and_log(env: Env) -> None:
+    _, run_id, tis = env.new_run()
+    env.schedule(tis["flaky"])
+    with anyio.fail_after(30):
+        async with env.executor():
+            ti = await env.until(tis["flaky"], TaskState.SUCCESS)
+    assert ti.try_number == 2
+    assert deserialize_value(ti.xcoms["return_value"]) == 2
+    first = env.log(run_id, "flaky", 1)
+    assert "RuntimeError: the first try fails" in first and "it will be retried" in first
+    assert "try 2 of 2: starting" in env.log(run_id, "flaky")  # the latest try by default
+    with pytest.raises(TaskLogNotFoundError, match="try 3"):
+        env.log(run_id, "flaky", 3)
+
+
+async def test_deferral_frees_the_slot_and_stores_an_encrypted_trigger(env: Env) -> None:
+    _, run_id, tis = env.new_run()
+    env.schedule(tis["wait"])
+    with anyio.fail_after(30):
+        async with env.executor(parallelism=1) as executor:
+            await env.until(tis["wait"], TaskState.RUNNING, TaskState.DEFERRED)
+            env.schedule(tis["ok"])  # only runs once "wait" gave its slot back
+            ok = await env.until(tis["ok"], TaskState.SUCCESS)
+            wait = await env.until(tis["wait"], TaskState.DEFERRED)
+            await wait_idle(executor)
+    assert ok.start_date > wait.start_date
+    assert (wait.next_method, loads(wait.next_kwargs)) == ("done", {"started_try": 1})
+    assert wait.trigger_timeout is None and wait.deferral_count == 1
+    trigger = env.db.call(lambda s: s.get(Trigger, wait.trigger_id))
+    assert trigger.kind == TriggerKind.TASK
+    assert trigger.classpath == "triggers.temporal.DateTimeTrigger"
+    assert "moment" not in trigger.kwargs  # stored encrypted
+    moment = env.cipher.decrypt_kwargs(trigger.kwargs)["moment"]
+    assert moment > datetime.now(UTC) + timedelta(hours=23)
+    assert "waiting on a trigger" in env.log(run_id, "wait")
+
+
+async def test_resumed_task_gets_the_event_and_its_defer_kwargs(env: Env) -> None:
+    _, run_id, tis = env.new_run()
+    env.schedule(tis["wait"])
+    with anyio.fail_after(30):
+        async with env.executor():
+            wait = await env.until(tis["wait"], TaskState.DEFERRED)
+            env.fire(wait.trigger_id, {"answer": 42})
+            ti = await env.until(tis["wait"], TaskState.SUCCESS)
+    result = deserialize_value(ti.xcoms["return_value"])
+    assert result == {"event": {"answer": 42}, "started_try": 1}
+    assert ti.try_number == 1 and ti.next_method is None and ti.trigger_id is None
+    text = env.log(run_id, "wait")
+    assert text.count("=== ") == 4  # start, deferred, resume, succeeded: one file per try
+    assert "resuming at done() after 1 deferral(s)" in text
+
+
+async def test_task_deferring_several_times_through_the_real_triggerer(env: Env) -> None:
+    from engine.triggerer import Triggerer, TriggererSettings
+
+    _, run_id, tis = env.new_run()
+    env.schedule(tis["loop"])
+    settings = TriggererSettings(
+        capacity=100,
+        heartbeat_s=0.2,
+        health_check_threshold_s=1.0,
+        claim_idle_interval_s=0.05,
+        shutdown_grace_s=2,
+    )
+    triggerer = Triggerer(db=env.db, cipher=env.cipher, settings=settings)
+    with anyio.fail_after(40):
+        async with anyio.create_task_group() as tg:
+            await tg.start(triggerer.run)
+            async with env.executor():
+                ti = await env.until(tis["loop"], TaskState.SUCCESS, within=35)
+            triggerer.shutdown()
+    assert deserialize_value(ti.xcoms["return_value"]) == 3
+    assert ti.deferral_count == 3 and ti.try_number == 1
+    assert env.log(run_id, "loop").count("resuming at execute() after") == 3
+
+
+async def test_execution_timeout_counts_the_time_spent_deferred(env: Env) -> None:
+    _, run_id, tis = env.new_run()
+    env.schedule(tis["slow"])
+    with anyio.fail_after(30):
+        async with env.executor():
+            slow = await env.until(tis["slow"], TaskState.DEFERRED)
+            # The deferral may not outlive the try's deadline (start + 2 s).
+            assert slow.trigger_timeout <= slow.start_date + timedelta(seconds=2)
+            env.fire(slow.trigger_id, None)
+            ti = await env.until(tis["slow"], TaskState.FAILED)
+    elapsed = (ti.end_date - ti.start_date).total_seconds()
+    assert 2 <= elapsed < 10
+    text = env.log(run_id, "slow")
+    assert "execution_timeout (2s) exceeded after 2." in text
+    assert "across 1 deferral" in text
+
+
+async def test_a_deferral_past_the_execution_deadline_fails_the_task(env: Env) -> None:
+    _, run_id, tis = env.new_run()
+    env.schedule(tis["slow"])
+    with anyio.fail_after(30):
+        async with env.executor():
+            await env.until(tis["slow"], TaskState.DEFERRED)
+            # What the scheduler does every loop; the deferral ends at the try's deadline.
+            await wait_until(lambda: env.db.call(store.fail_timed_out_deferrals), within=10)
+            ti = await env.until(tis["slow"], TaskState.FAILED)
+    assert ti.try_number == 1
+    assert "execution_timeout (2s) exceeded" in env.log(run_id, "slow")
+
+
+async def test_a_task_ignoring_its_timeout_is_killed(env: Env) -> None:
+    _, run_id, tis = env.new_run()
+    env.schedule(tis["stubborn"])
+    with anyio.fail_after(30):
+        async with env.executor():
+            await env.until(tis["stubborn"], TaskState.FAILED)
+    text = env.log(run_id, "stubborn")
+    assert "ignoring" in text
+    assert "did not stop when interrupted and its process was killed" in text
+
+
+async def test_a_killed_task_process_fails_with_the_exit_reason(env: Env) -> None:
+    _, run_id, tis = env.new_run()
+    env.schedule(tis["sleeper"])
+    with anyio.fail_after(30):
+        async with env.executor() as executor:
+            running = await env.until(tis["sleeper"], TaskState.RUNNING)
+            await wait_for_log(env, run_id, "sleeper", "sleeping")
+            os.kill(running.pid, signal.SIGKILL)
+            ti = await env.until(tis["sleeper"], TaskState.FAILED)
+            await wait_idle(executor)
+    assert ti.end_date is not None
+    assert "task process exited with code -9 (signal SIGKILL)" in env.log(run_id, "sleeper")
+
+
+async def test_shutdown_interrupts_running_tasks_which_rerun_as_the_same_try(env: Env) -> None:
+    _, run_id, tis = env.new_run()
+    env.schedule(tis["sleeper"])
+    with anyio.fail_after(30):
+        async with env.executor(shutdown_grace_s=0.2) as executor:
+            await env.until(tis["sleeper"], TaskState.RUNNING)
+            await wait_for_log(env, run_id, "sleeper", "sleeping")
+            executor.shutdown()
+            ti = await env.until(tis["sleeper"], TaskState.SCHEDULED)
+    assert (ti.try_number, ti.executor_job_id, ti.pid) == (0, None, None)
+    assert "interrupted by the executor shutting down" in env.log(run_id, "sleeper", 1)
+
+
+async def test_cancelling_the_executor_kills_its_children_and_leaves_them_recoverable(
+    env: Env,
+) -> None:
+    _, run_id, tis = env.new_run()
+    env.schedule(tis["sleeper"])
+    executor = LocalExecutor(db=env.db, cipher=env.cipher, settings=env.settings)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(executor.run)
+            running = await env.until(tis["sleeper"], TaskState.RUNNING)
+            await wait_for_log(env, run_id, "sleeper", "sleeping")
+            tg.cancel_scope.cancel()  # a hard stop: no graceful shutdown
+    with pytest.raises(ProcessLookupError):
+        os.kill(running.pid, 0)  # killed and reaped
+    recovered = env.db.call(lambda s: store.recover_orphaned_tasks(s, threshold_s=60))
+    assert recovered == [tis["sleeper"]]  # its executor's job ended with it
+    ti = env.ti(tis["sleeper"])
+    assert (ti.state, ti.try_number, ti.next_method) == ("scheduled", 1, None)
+
+
+async def test_start_from_trigger_defers_without_a_worker_then_resumes(env: Env) -> None:
+    _, run_id, tis = env.new_run()
+    ti_id = tis["from_trigger"]
+
+    def start(session: Any) -> bool:
+        store_runs.set_task_states(
+            session,
+            session.get(TaskInstance, ti_id).dag_run_id,
+            {"from_trigger": "scheduled"},
+            now=store.utcnow(),
+        )
+        return store.start_from_trigger(session, env.cipher, ti_id)
+
+    token = env.db.call(lambda s: s.get(DagTask, ("exec", "from_trigger")).start_trigger)
+    assert token and "DateTimeTrigger" not in token  # stored encrypted
+    await env.processor.parse_once()  # unchanged args: the row is left alone
+    assert env.db.call(lambda s: s.get(DagTask, ("exec", "from_trigger")).start_trigger) == token
+    assert env.db.call(start)
+    ti = env.ti(ti_id)
+    assert (ti.state, ti.next_method, loads(ti.next_kwargs)) == (
+        "deferred",
+        "done",
+        {"note": "kept"},
+    )
+    assert ti.try_number == 1 and ti.trigger_timeout is not None
+    trigger = env.db.call(lambda s: s.get(Trigger, ti.trigger_id))
+    assert env.cipher.decrypt_kwargs(trigger.kwargs)["moment"] == datetime(2030, 1, 1, tzinfo=UTC)
+    with pytest.raises(TaskLogNotFoundError):
+        env.log(run_id, "from_trigger")  # no worker ran it
+    assert not env.db.call(lambda s: store.start_from_trigger(s, env.cipher, ti_id))  # once
+    env.fire(ti.trigger_id, "fired")
+    with anyio.fail_after(30):
+        async with env.executor():
+            done = await env.until(ti_id, TaskState.SUCCESS)
+    assert deserialize_value(done.xcoms["return_value"]) == {"event": "fired", "note": "kept"}
+    assert done.try_number == 1
+
+
+async def test_two_executors_never_run_the_same_task(env: Env) -> None:
+    tis = [env.new_run()[2]["ok"] for _ in range(6)]
+    env.schedule(*tis)
+    with anyio.fail_after(40):
+        async with env.executor(parallelism=2) as one, env.executor(parallelism=2) as two:
+            for ti_id in tis:
+                await env.until(ti_id, TaskState.SUCCESS)
+            await wait_idle(one)
+            await wait_idle(two)
+    assert one.stats.claimed + two.stats.claimed == len(tis)
+    assert all(env.ti(ti_id).try_number == 1 for ti_id in tis)
+
+
+async def test_a_full_disk_under_the_log_does_not_lose_the_outcome(env: Env, capfd) -> None:
+    _, run_id, tis = env.new_run()
+    path = log_path(env.settings.task_log_folder, "exec", run_id, "ok", 1)
+    path.parent.mkdir(parents=True)
+    path.symlink_to("/dev/full")  # every write fails with ENOSPC
+    env.schedule(tis["ok"])
+    with anyio.fail_after(30):
+        async with env.executor():
+            ti = await env.until(tis["ok"], TaskState.SUCCESS)
+    assert deserialize_value(ti.xcoms["return_value"]) == {"n": 1, "try": 1}
+    err = capfd.readouterr().err
+    assert "unwritable" in err and "hello from ok" in err  # the log went to stderr
+
+
+def test_a_task_process_exits_when_its_executor_goes(env: Env) -> None:
+    import subprocess
+    import sys
+
+    _, run_id, tis = env.new_run()
+    fileloc = env.db.call(lambda s: s.get(Dag, "exec").fileloc)
+    context = build_context(
+        dag_id="exec",
+        run_id=run_id,
+        task_id="sleeper",
+        try_number=1,
+        events=[],
+        default_deferrable=False,
+    )
+    spec = TaskSpec(
+        ti_id=tis["sleeper"],
+        dag_id="exec",
+        run_id=run_id,
+        task_id="sleeper",
+        fileloc=fileloc,
+        try_number=1,
+        try_started_at=store.utcnow().isoformat(),
+        context=dumps(context),
+    )
+    command = [sys.executable, "-P", "-m", "engine.task_runner", "--ti-id", str(spec.ti_id)]
+    pipe = subprocess.PIPE
+    with subprocess.Popen(command, stdin=pipe, stdout=pipe, stderr=pipe) as child:
+        try:
+            assert child.stdin is not None and child.stderr is not None
+            child.stdin.write(spec.to_json().encode() + b"\n")
+            child.stdin.flush()
+            assert child.stderr.readline() == b"sleeping\n"  # the task is running
+            child.stdin.close()  # what the death of the executor does to the pipe
+            assert child.wait(timeout=10) == EXIT_PARENT_GONE
+        finally:
+            child.kill()
+
+
+def test_recovery_requeues_the_tasks_of_a_dead_executor(env: Env) -> None:
+    _, _, tis = env.new_run()
+    old = store.utcnow() - timedelta(minutes=5)
+
+    def seed(session: Any) -> tuple[int, int]:
+        dead = session.execute(
+            insert(Job)
+            .values(job_type="executor", state="running", latest_heartbeat=old, start_date=old)
+            .returning(Job.id)
+        ).scalar_one()
+        alive = store.start_job(session, job_type="executor")
+        rows = {
+            "ok": (TaskState.RUNNING, dead, None),
+            "wait": (TaskState.QUEUED, dead, "done"),
+            "boom": (TaskState.RUNNING, alive, None),
+        }
+        for task_id, (state, job, method) in rows.items():
+            session.execute(
+                update(TaskInstance)
+                .where(TaskInstance.id == tis[task_id])
+                .values(state=state, executor_job_id=job, next_method=method, try_number=1)
+            )
+        return dead, alive
+
+    env.db.call(seed)
+    recovered = env.db.call(lambda s: store.recover_orphaned_tasks(s, threshold_s=10))
+    assert recovered == sorted([tis["ok"], tis["wait"]])
+    ok, wait, boom = env.ti(tis["ok"]), env.ti(tis["wait"]), env.ti(tis["boom"])
+    assert (ok.state, ok.next_method, ok.executor_job_id) == ("scheduled", None, None)
+    assert (wait.state, wait.next_method) == ("scheduled", "done")  # not started: resumes
+    assert boom.state == "running"  # its executor is alive
+
+
+def test_claims_never_hand_out_a_task_twice(env: Env) -> None:
+    tis = list(env.new_run()[2].values())
+    env.schedule(*tis)
+    now = store.utcnow()
+    first = env.db.call(lambda s: store_tasks.claim_task_instances(s, job_id=1, limit=3, now=now))
+    rest = env.db.call(lambda s: store_tasks.claim_task_instances(s, job_id=2, limit=50, now=now))
+    assert len(first) == 3 and not set(first) & set(rest)
+    assert sorted(first + rest) == sorted(tis)
+
+
+async def wait_idle(executor: LocalExecutor) -> None:
+    await wait_until(lambda: executor.running == 0)
+
+
+async def wait_for_log(env: Env, run_id: str, task_id: str, text: str) -> None:
+    def present() -> bool:
+        try:
+            return text in env.log(run_id, task_id)
+        except TaskLogNotFoundError:
+            return False
+
+    await wait_until(present)
