@@ -26,6 +26,10 @@ def documents_trigger(kind: str) -> SqsMessageTrigger:
         queue_url=QUEUE_URL,
         region_name="us-east-1",
         endpoint_url=ENDPOINT,
+        # A local server (moto, localstack) accepts any credentials; for AWS, give real ones:
+        # they are stored only encrypted, like every trigger kwarg.
+        aws_access_key_id=os.environ.get("SLUICE_EXAMPLE_SQS_KEY_ID", "testing"),
+        aws_secret_access_key=os.environ.get("SLUICE_EXAMPLE_SQS_SECRET", "testing"),
         body_filter={"kind": kind},
     )
 
