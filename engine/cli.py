@@ -151,9 +151,10 @@ def db_rotate(ctx: click.Context) -> None:
         rotated, failures = database.call(lambda s: store.rotate_trigger_kwargs(s, cipher))
     finally:
         database.dispose()
-    click.echo(f"re-encrypted {rotated} trigger row(s)")
+    click.echo(f"re-encrypted {rotated} value(s)")
     for failure in failures:
-        click.echo(f"trigger {failure.trigger_id}: {failure.error}", err=True)
+        where = f"trigger {failure.trigger_id}: " if failure.trigger_id is not None else ""
+        click.echo(f"{where}{failure.error}", err=True)
     if failures:
         sys.exit(1)
 
@@ -194,6 +195,27 @@ def _add_inspection_commands() -> None:
 
 
 _add_inspection_commands()
+
+
+@cli.command()
+@click.pass_context
+def scheduler(ctx: click.Context) -> None:
+    """Run a scheduler alone."""
+    _run_parts(ctx, ("scheduler",), {})
+
+
+@cli.command("dag-processor")
+@click.pass_context
+def dag_processor(ctx: click.Context) -> None:
+    """Run a DAG processor alone."""
+    _run_parts(ctx, ("dag-processor",), {})
+
+
+@cli.command()
+@click.pass_context
+def executor(ctx: click.Context) -> None:
+    """Run a local executor alone."""
+    _run_parts(ctx, ("executor",), {})
 
 
 def main() -> None:

@@ -64,7 +64,7 @@ class TriggerRow:
 
 @dataclass(frozen=True, slots=True)
 class DecryptFailure:
-    trigger_id: int
+    trigger_id: int | None
     error: str
 
 
@@ -211,19 +211,46 @@ def release_triggers(session: Session, *, triggerer_id: int) -> int:
 def rotate_trigger_kwargs(
     session: Session, cipher: KwargsCipher
 ) -> tuple[int, list[DecryptFailure]]:
-    """Re-encrypt every trigger row with the first key; rows that fail are reported, kept."""
+    """Re-encrypt every encrypted value with the first key; values that fail are reported.
+
+    Covers trigger kwargs, the stored last good parse of each DAG file and the start
+    arguments of ``start_from_trigger`` tasks. ``DecryptFailure.trigger_id`` is None for a
+    value that is not a trigger row (its error names what it is).
+    """
+    from engine.models import DagFile, DagTask
+
+    failures: list[DecryptFailure] = []
+    counts = [
+        _rotate(row, "kwargs", cipher, failures, trigger_id=row.id)
+        for row in session.execute(select(Trigger)).scalars()
+    ]
+    for dag_file in session.execute(select(DagFile)).scalars():
+        what = f"parse result of {dag_file.fileloc}"
+        counts.append(_rotate(dag_file, "result", cipher, failures, what=what))
+    tasks = select(DagTask).where(DagTask.start_trigger.is_not(None))
+    for task in session.execute(tasks).scalars():
+        what = f"start trigger of task {task.dag_id}.{task.task_id}"
+        counts.append(_rotate(task, "start_trigger", cipher, failures, what=what))
+    return sum(counts), failures
+
+
+def _rotate(
+    row: Any,
+    attribute: str,
+    cipher: KwargsCipher,
+    failures: list[DecryptFailure],
+    *,
+    trigger_id: int | None = None,
+    what: str = "",
+) -> int:
     from engine.exceptions import DecryptionError
 
-    rotated, failures = 0, []
-    for trigger_id, token in session.execute(select(Trigger.id, Trigger.kwargs)).all():
-        try:
-            new_token = cipher.rotate(token, trigger_id=trigger_id)
-        except DecryptionError as exc:
-            failures.append(DecryptFailure(trigger_id, str(exc)))
-            continue
-        session.execute(update(Trigger).where(Trigger.id == trigger_id).values(kwargs=new_token))
-        rotated += 1
-    return rotated, failures
+    try:
+        setattr(row, attribute, cipher.rotate(getattr(row, attribute), trigger_id=trigger_id))
+    except DecryptionError as exc:
+        failures.append(DecryptFailure(trigger_id, f"{what}: {exc}" if what else str(exc)))
+        return 0
+    return 1
 
 
 def record_trigger_failure(session: Session, trigger_id: int, error: str) -> None:

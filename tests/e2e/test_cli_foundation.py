@@ -134,7 +134,7 @@ def test_rotate_fernet_key_reencrypts_and_reports_bad_rows(db_url: str, sluice_h
         "db", "rotate-fernet-key", env={**env, "SLUICE__CORE__FERNET_KEY": f"{new},{old}"}
     )
     assert result.returncode == 1
-    assert "re-encrypted 4 trigger row(s)" in result.stdout
+    assert "re-encrypted 4 value(s)" in result.stdout
     assert f"trigger {bad}" in result.stderr
     assert SECRET not in result.stdout + result.stderr
 
