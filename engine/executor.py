@@ -34,6 +34,7 @@ import anyio
 import anyio.to_thread
 
 from engine import store, store_tasks
+from engine.db import heartbeat_forever
 from engine.exceptions import DatabaseError
 from engine.models import JobState
 from engine.task_supervisor import ExecutorStats, TaskSupervisor
@@ -151,7 +152,15 @@ class LocalExecutor:
         )
         try:
             async with anyio.create_task_group() as outer:
-                outer.start_soon(self._heartbeat_loop, job_id)
+                outer.start_soon(
+                    partial(
+                        heartbeat_forever,
+                        self._db,
+                        job_id,
+                        interval_s=self.settings.heartbeat_s,
+                        part="Executor",
+                    )
+                )
                 task_status.started()
                 async with anyio.create_task_group() as workers:
                     workers.start_soon(self._stop_children_after_grace)
@@ -188,22 +197,6 @@ class LocalExecutor:
             return []
         self.stats.claimed += len(claimed)
         return claimed
-
-    async def _heartbeat_loop(self, job_id: int) -> None:
-        while True:
-            await anyio.sleep(self.settings.heartbeat_s)
-            try:
-                alive = await self._db.run(lambda s: store.heartbeat(s, job_id))
-            except DatabaseError as exc:
-                logger.warning("Executor heartbeat failed: %s", exc, extra={"action": "heartbeat"})
-                continue
-            if not alive:
-                logger.error(
-                    "Executor job %s is no longer marked running; its tasks may be recovered "
-                    "by another executor",
-                    job_id,
-                    extra={"action": "executor_job_lost", "job_id": job_id},
-                )
 
     async def _stop_children_after_grace(self) -> None:
         await self._stopping.wait()

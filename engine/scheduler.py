@@ -26,6 +26,7 @@ import anyio
 
 from engine import store, store_runs
 from engine.assets import BaseAsset
+from engine.db import heartbeat_forever
 from engine.exceptions import SluiceError
 from engine.models import DagRunState, JobState, TaskState
 from engine.scheduling import is_condition_met, next_task_states, run_outcome
@@ -112,7 +113,15 @@ class Scheduler:
         task_status.started()
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._heartbeat_loop)
+                tg.start_soon(
+                    partial(
+                        heartbeat_forever,
+                        self._db,
+                        self.job_id,
+                        interval_s=self.settings.heartbeat_s,
+                        part="Scheduler",
+                    )
+                )
                 await self._loop()
                 tg.cancel_scope.cancel()
         finally:
@@ -133,18 +142,6 @@ class Scheduler:
             with anyio.move_on_after(self.settings.loop_interval_s):
                 await self._nudged.wait()
             self._nudged = anyio.Event()
-
-    async def _heartbeat_loop(self) -> None:
-        assert self.job_id is not None
-        job_id = self.job_id
-        while True:
-            await anyio.sleep(self.settings.heartbeat_s)
-            try:
-                await self._db.run(lambda s: store.heartbeat(s, job_id))
-            except SluiceError as exc:
-                logger.warning("Scheduler heartbeat failed: %s", exc, extra={"action": "heartbeat"})
-
-    # --- one loop -----------------------------------------------------------------------
 
     async def schedule_once(self) -> None:
         self.stats.loops += 1

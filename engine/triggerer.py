@@ -13,12 +13,14 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Final
 
 import anyio
 import anyio.lowlevel
 
 from engine import store
+from engine.db import heartbeat_forever
 from engine.exceptions import DecryptionError, SluiceError, TriggerLoadError
 from engine.loader import build_trigger, import_trigger_class
 from engine.models import JobState, TriggerKind
@@ -137,7 +139,15 @@ class Triggerer:
                 await tg.start(self.shared_streams.run)
                 await tg.start(self.runner.run)
                 tg.start_soon(self.persister.run)
-                tg.start_soon(self._heartbeat_loop)
+                tg.start_soon(
+                    partial(
+                        heartbeat_forever,
+                        self._db,
+                        self.job_id,
+                        interval_s=self.settings.heartbeat_s,
+                        part="Triggerer",
+                    )
+                )
                 tg.start_soon(self._cleanup_loop)
                 await tg.start(self._claim_loop)
                 task_status.started()
@@ -200,23 +210,6 @@ class Triggerer:
             )
 
     # --- loops --------------------------------------------------------------------------
-
-    async def _heartbeat_loop(self) -> None:
-        assert self.job_id is not None
-        job_id = self.job_id
-        while True:
-            await anyio.sleep(self.settings.heartbeat_s)
-            try:
-                alive = await self._db.run(lambda s: store.heartbeat(s, job_id))
-            except SluiceError as exc:
-                logger.warning("Heartbeat failed: %s", exc, extra={"action": "heartbeat_failed"})
-                continue
-            if not alive:
-                logger.error(
-                    "Triggerer job row %s is no longer running",
-                    job_id,
-                    extra={"action": "heartbeat_lost", "job_id": job_id},
-                )
 
     async def _cleanup_loop(self) -> None:
         while True:
