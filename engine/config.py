@@ -366,14 +366,24 @@ def load_config(
     config_file: Path | None = None,
 ) -> Config:
     """Defaults < the file (``config_file``, else ``$SLUICE_CONFIG``, else
-    ``<home>/sluice.toml``; may be missing) < env. ``ConfigError`` names the key and source."""
+    ``<home>/sluice.toml``, which may be missing) < env. ``ConfigError`` names the key and
+    source. A file named explicitly (argument or ``$SLUICE_CONFIG``) must exist: a typo there
+    must not silently run on defaults."""
     env = os.environ if environ is None else environ
     cwd = Path.cwd()
     home_dir = _absolute(home, cwd) if home is not None else sluice_home(env)
+    named_by = "the config_file argument" if config_file is not None else None
+    if config_file is None and env.get(CONFIG_ENV_VAR, "").strip():
+        named_by = CONFIG_ENV_VAR
     if config_file is None:
         from_env = env.get(CONFIG_ENV_VAR, "").strip()
         config_file = Path(from_env) if from_env else home_dir / CONFIG_FILE_NAME
     config_file = _absolute(config_file, cwd)
+    if named_by is not None and not config_file.is_file():
+        raise ConfigError(
+            f"config file {config_file} (named by {named_by}) does not exist; fix the path or "
+            f"unset {CONFIG_ENV_VAR} to use {home_dir / CONFIG_FILE_NAME}"
+        )
     settings = {**_read_file(config_file), **_read_env(env, cwd)}
     sources: dict[_Key, str] = {}
     sections = {name: _build_section(name, settings, home_dir, sources) for name in _SCHEMA}

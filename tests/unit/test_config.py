@@ -641,3 +641,17 @@ def test_float_env_values_round_trip(value: float) -> None:
     )
     assert config.triggerer.job_heartbeat_sec == value
     assert config.triggerer.health_check_threshold_s == pytest.approx(2.1 * value)
+
+
+def test_a_config_file_named_explicitly_must_exist(tmp_path) -> None:
+    from engine.config import load_config
+    from engine.exceptions import ConfigError
+
+    missing = tmp_path / "typo.toml"
+    env = {"SLUICE_HOME": str(tmp_path), "SLUICE_CONFIG": str(missing)}
+    with pytest.raises(ConfigError, match="SLUICE_CONFIG"):
+        load_config(environ=env)
+    with pytest.raises(ConfigError, match="config_file argument"):
+        load_config(environ={"SLUICE_HOME": str(tmp_path)}, config_file=missing)
+    # the default location may be missing: defaults apply
+    assert load_config(environ={"SLUICE_HOME": str(tmp_path)}).triggerer.capacity == 1000
