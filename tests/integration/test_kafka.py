@@ -32,7 +32,7 @@ from tests.services_kafka import (
     seed_watchers,
     watcher_specs,
 )
-from tests.waiting import wait_until
+from tests.waiting import eventually, wait_until
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -62,11 +62,10 @@ def _kwargs(broker: KafkaBroker, topic: str, group: str, **extra: Any) -> dict[s
 async def _wait_committed(
     broker: KafkaBroker, group: str, topic: str, want: dict[int, int | None]
 ) -> None:
-    with anyio.fail_after(20):
-        while True:
-            if await committed_offsets(broker.bootstrap, group, topic, len(want)) == want:
-                return
-            await anyio.sleep(0.05)
+    async def reached() -> bool:
+        return await committed_offsets(broker.bootstrap, group, topic, len(want)) == want
+
+    await eventually(reached, within=20, step=0.05)
 
 
 # -- producer and manager level ------------------------------------------------------------

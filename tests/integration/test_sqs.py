@@ -38,7 +38,7 @@ from tests.services_sqs import (
     receive_all,
     send_messages,
 )
-from tests.waiting import wait_until
+from tests.waiting import eventually, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -69,15 +69,6 @@ def _trigger(endpoint: SqsEndpoint, url: str, **kwargs: Any) -> SqsMessageTrigge
     )
 
 
-async def _eventually(check: Callable[[], Awaitable[Any]], *, within: float = 10.0) -> Any:
-    with anyio.fail_after(within):
-        while True:
-            value = await check()
-            if value:
-                return value
-            await anyio.sleep(0.05)
-
-
 def _empty(sqs: Any, url: str) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
         return await queue_counts(sqs, url) == (0, 0)
@@ -103,7 +94,7 @@ async def test_clean_messages_are_deleted_once_every_subscriber_resolved_them(
                 tg.start_soon(harness.run)
             for harness in subscribers:
                 await harness.wait_for_events(25)
-            await _eventually(_empty(sqs, url))
+            await eventually(_empty(sqs, url))
     for harness in subscribers:
         assert [p["message_id"] for p in harness.payloads] == ids
         assert [p["body"] for p in harness.payloads] == [{"n": n} for n in range(25)]
@@ -126,7 +117,7 @@ async def test_a_timed_out_message_is_visible_again_at_once(
             tg.start_soon(stuck.run)
             await fine.wait_for_events(2)
             await stuck.wait_finished()
-            await _eventually(_empty(sqs, url))
+            await eventually(_empty(sqs, url))
     assert isinstance(stuck.error, AckTimeout)
     assert [p["message_id"] for p in fine.payloads] == [message_id, message_id]
     assert [p["attributes"]["ApproximateReceiveCount"] for p in fine.payloads] == ["1", "2"]
@@ -149,7 +140,7 @@ async def test_an_overflowed_subscriber_s_messages_are_redelivered_to_the_others
             tg.start_soon(steady.run)
             tg.start_soon(slow.run)
             await slow.wait_for_events(1)
-            await _eventually(_empty(sqs, url))
+            await eventually(_empty(sqs, url))
             slow.resume()
             await slow.wait_finished()
     assert isinstance(slow.error, SubscriberOverflow)
@@ -188,7 +179,7 @@ async def test_a_rejected_message_reaches_the_dead_letter_queue(
             harness = SubscriberHarness(manager, trigger, trigger_id=7)
             tg.start_soon(harness.run)
             await harness.wait_for_events(2)
-            await _eventually(_empty(sqs, url))
+            await eventually(_empty(sqs, url))
     assert [p["message_id"] for p in harness.payloads] == [ids[0], ids[2]]
     [dead] = await receive_all(sqs, dlq)
     assert dead["Body"] == "not json"
@@ -213,7 +204,7 @@ async def test_on_reject_leave_leaves_the_message_for_the_redrive_policy(
             async def only_the_rejected_one_in_flight() -> bool:
                 return await queue_counts(sqs, url) == (0, 1)
 
-            await _eventually(only_the_rejected_one_in_flight)
+            await eventually(only_the_rejected_one_in_flight)
     assert await receive_all(sqs, dlq) == []  # not moved, not visible: left to its timeout
 
 
@@ -257,11 +248,11 @@ async def test_fifo_order_is_kept_per_group_and_groups_advance_independently(
                 visible, in_flight = await queue_counts(sqs, url)
                 return visible + in_flight == 8
 
-            await _eventually(only_group_a_left)
+            await eventually(only_group_a_left)
             harness.auto_confirm = True
             harness.confirm_all()
             await harness.wait_for_events(24)
-            await _eventually(_empty(sqs, url))
+            await eventually(_empty(sqs, url))
     by_group = _groups(harness.payloads)
     assert by_group == {g: list(range(8)) for g in ("a", "b", "c")}
 
@@ -291,7 +282,7 @@ async def test_visibility_is_extended_while_a_slow_subscriber_works(
                 await anyio.sleep(0.25)
             assert len(harness.events) == 1
             harness.confirm_all()
-            await _eventually(_empty(sqs, url))
+            await eventually(_empty(sqs, url))
     assert len(harness.events) == 1
 
 
@@ -466,7 +457,7 @@ async def test_three_filtered_watchers_through_the_real_triggerer(
                 if hit
             )
             await wait_until(lambda: len(_asset_events(db)) >= len(expected), within=20)
-            await _eventually(_empty(sqs, url))
+            await eventually(_empty(sqs, url))
             assert triggerer.shared_streams.group_keys == (key,)  # one poll for three watchers
             triggerer.shutdown()
     assert sorted(_asset_events(db)) == expected  # every match once, nothing else

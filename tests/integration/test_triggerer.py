@@ -27,6 +27,7 @@ from engine.models import (
     TriggerKind,
 )
 from engine.triggerer import Triggerer, TriggererSettings
+from tests.waiting import eventually as db_eventually
 from tests.waiting import wait_until
 from triggers.serde import loads
 from triggers.testing import ManualTrigger
@@ -77,18 +78,9 @@ def db(db_url: str):
     database.dispose()
 
 
-def _wait(condition: Callable[[], Any]) -> Callable[[], Any]:
-    return condition
-
-
 async def eventually(db: Database, query: Callable[[Any], Any], *, within: float = 10) -> Any:
     """Poll the database (off the loop) until ``query`` returns something truthy."""
-    with anyio.fail_after(within):
-        while True:
-            value = await db.run(query)
-            if value:
-                return value
-            await anyio.sleep(0.02)
+    return await db_eventually(lambda: db.run(query), within=within)
 
 
 def _deferred_task(

@@ -19,6 +19,7 @@ from engine.runner import (
 )
 from shared_stream import SharedStreamManager
 from shared_stream.testing import InMemoryProducer
+from tests.waiting import wait_until as shared_wait_until
 from triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent, classpath_of
 
 if TYPE_CHECKING:
@@ -124,10 +125,9 @@ async def running(**kwargs: Any) -> AsyncIterator[tuple[TriggerRunner, Outbox]]:
 
 
 async def wait_until(predicate: Callable[[], bool]) -> None:
-    # Runner conditions (a task ended, a count reached) have no event to wait on; poll
-    # them, bounded by each test's fail_after.
-    while not predicate():  # noqa: ASYNC110
-        await anyio.sleep(0.001)
+    # Runner conditions (a task ended, a count reached) have no event to wait on: poll them
+    # finely, bounded by each test's fail_after as well.
+    await shared_wait_until(predicate, step=0.001)
 
 
 def start(
