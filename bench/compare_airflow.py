@@ -1,0 +1,526 @@
+"""Sluice side by side with Apache Airflow 3.3.2, on the same machine, in the same run.
+
+Run by hand (never in tests):
+
+    .venv/bin/python bench/compare_airflow.py            # full mode, <= 20 min on 2 cores
+    .venv/bin/python bench/compare_airflow.py --quick    # 1 repetition, small sizes
+
+Creates bench/.venv-airflow (ignored by git) with ``apache-airflow-core==3.3.2`` from PyPI if
+it is missing, and a migrated Airflow SQLite template DB in it. Each workload run is a fresh
+subprocess printing one JSON line per figure: the Sluice side is bench/compare_airflow_sluice.py
+under Sluice's python (it calls the existing Sluice benches), the Airflow side a script of
+bench/_airflow_side/ under the Airflow venv's python (it drives Airflow's own classes and
+CLI). For every configuration the two systems run back to back, alternating which goes
+first, repeated; the summary gives median, min-max and the ratio Sluice/Airflow of medians
+(with the min-max of the per-repetition ratios), because other processes on the machine make
+absolute figures noisy while a ratio taken within one repetition is robust.
+
+Workloads (equal settings on both sides; both default to subscriber queue 1024 and ack
+timeout 300 s, which are used):
+1. fanout: shared-stream fan-out, fast and ack mode, N = 1, 10, 100 subscribers, raw
+   events/s and deliveries/s, manager alone and through the trigger runtime, at WARNING and
+   at INFO (the default level of both systems).
+2. latency: yield -> advance p50/p99, the real triggerer of each system on SQLite, an
+   ack-mode producer at 20 events/s (a rate Airflow's supervisor sustains: it commits each
+   trigger event in its own transaction), 1 and 10 subscribers, INFO.
+3. claim: triggers/s taken into one triggerer (1000 deferred TimeDeltaTriggers, default
+   settings, INFO); rss: RSS per idle TimeDeltaTrigger at 10k and 100k (WARNING: at INFO
+   Airflow opens one log file per deferred-task trigger, and 100k exceed this machine's
+   open-file limit; Airflow with capacity and max_trigger_to_select_per_loop = N).
+4. cycle: defer -> fire -> resume, one task deferring on TimeDeltaTrigger(0) 10 times; Airflow
+   with its api-server, scheduler (LocalExecutor) and triggerer, Sluice with all its parts.
+
+Writes bench/results/compare_airflow.json (every raw run, the summary, the machine) and
+bench/results/compare_airflow.png (the ratios, log scale, with the issue's targets);
+``--quick`` writes compare_airflow.quick.{json,png} instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+AIRFLOW_VERSION = "3.3.2"
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+AIRFLOW_VENV = BENCH / ".venv-airflow"
+AIRFLOW_PY = AIRFLOW_VENV / "bin" / "python"
+TEMPLATE_DIR = AIRFLOW_VENV / "bench-template"
+AIRFLOW_SIDE = BENCH / "_airflow_side"
+SLUICE_SIDE = BENCH / "compare_airflow_sluice.py"
+RESULTS = BENCH / "results"
+RUN_TIMEOUT_S = 1200
+
+
+# -- environments ------------------------------------------------------------------------
+
+
+def _run(cmd: list[str], **kwargs: Any) -> str:
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kwargs).stdout
+
+
+def ensure_airflow_venv() -> str:
+    """The Airflow venv under bench/ (created once); returns the installed core version."""
+    probe = [
+        str(AIRFLOW_PY),
+        "-c",
+        "import importlib.metadata as m; print(m.version('apache-airflow-core'))",
+    ]
+    if AIRFLOW_PY.exists():
+        try:
+            installed = _run(probe).strip()
+        except subprocess.CalledProcessError:
+            installed = ""
+        if installed == AIRFLOW_VERSION:
+            return installed
+    print(f"creating {AIRFLOW_VENV} with apache-airflow-core=={AIRFLOW_VERSION} ...", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", str(AIRFLOW_VENV)], check=True)
+    pip = [str(AIRFLOW_PY), "-m", "pip", "install", "--quiet"]
+    subprocess.run([*pip, "--upgrade", "pip"], check=True)
+    subprocess.run([*pip, f"apache-airflow-core=={AIRFLOW_VERSION}"], check=True)
+    shutil.rmtree(TEMPLATE_DIR, ignore_errors=True)
+    return _run(probe).strip()
+
+
+def ensure_template() -> Path:
+    """A migrated Airflow SQLite DB with the bench DAGs serialized, copied by every run."""
+    dags = sorted((AIRFLOW_SIDE / "dags").glob("*.py"))
+    stamp = AIRFLOW_VERSION + "".join(p.read_text() for p in dags)
+    db = TEMPLATE_DIR / "airflow.db"
+    stamp_file = TEMPLATE_DIR / "stamp"
+    if db.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
+        return db
+    print(
+        "migrating the Airflow template DB (airflow db migrate, dags reserialize) ...", flush=True
+    )
+    shutil.rmtree(TEMPLATE_DIR, ignore_errors=True)
+    TEMPLATE_DIR.mkdir(parents=True)
+    key = _run(
+        [
+            str(AIRFLOW_PY),
+            "-c",
+            "from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())",
+        ]
+    )
+    (TEMPLATE_DIR / "fernet.key").write_text(key.strip())
+    sys.path.insert(0, str(AIRFLOW_SIDE))
+    from common import base_env  # the Airflow side's own helper, stdlib-only at import
+
+    env = {**os.environ, **base_env(TEMPLATE_DIR, db, "WARNING", key.strip())}
+    airflow = str(AIRFLOW_VENV / "bin" / "airflow")
+    _run([airflow, "db", "migrate"], env=env)
+    _run([airflow, "dags", "reserialize"], env=env)
+    stamp_file.write_text(stamp)
+    return db
+
+
+def ensure_matplotlib() -> None:
+    """matplotlib is a bench-only extra (``pip install -e '.[bench]'``); install it if missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+            "optional-dependencies"
+        ]["bench"]
+        print(f"installing the bench extra into {sys.prefix}: {extras}", flush=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", *extras], check=True)
+
+
+def machine_info(airflow_core: str) -> dict[str, Any]:
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    airflow_py = _run([str(AIRFLOW_PY), "-c", "import platform; print(platform.python_version())"])
+    from importlib.metadata import version
+
+    try:
+        commit = _run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]).strip()
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        commit = "unknown"
+    return {
+        "cpu_model": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "os": platform.platform(),
+        "python_sluice": platform.python_version(),
+        "python_airflow": airflow_py.strip(),
+        "sluice_version": version("sluice"),
+        "sluice_commit": commit,
+        "apache_airflow_core_version": airflow_core,
+        "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "load_average_at_start": os.getloadavg(),
+    }
+
+
+# -- the plan ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    """One workload configuration: the same arguments on both sides."""
+
+    workload: str
+    label: str
+    sluice: list[str]
+    airflow: list[str]
+    reps: int
+
+
+@dataclass
+class Plan:
+    quick: bool
+    configs: list[Config] = field(default_factory=list)
+
+
+def build_plan(quick: bool, reps: int | None, only: set[str] | None) -> Plan:
+    plan = Plan(quick)
+    r = reps if reps is not None else (1 if quick else 3)
+    sizes = {1: 2000, 10: 500, 100: 200} if quick else {1: 10_000, 10: 2000, 100: 500}
+    tmpl = ["--template", str(TEMPLATE_DIR / "airflow.db")]
+    want = only or {"fanout", "latency", "claim", "rss", "cycle"}
+    if "fanout" in want:
+        for level in ("WARNING", "INFO"):
+            for mode in ("fast", "ack"):
+                for n, m in sizes.items():
+                    args = ["--mode", mode, "--subscribers", str(n), "--events", str(m)]
+                    plan.configs.append(
+                        Config(
+                            "fanout",
+                            f"{mode} N={n} {level}",
+                            ["--level", level, "fanout", *args],
+                            [str(AIRFLOW_SIDE / "fanout.py"), "--level", level, *args],
+                            r,
+                        )
+                    )
+    if "latency" in want:
+        events = "40" if quick else "100"
+        for subs in (1,) if quick else (1, 10):
+            args = ["--subscribers", str(subs), "--rate", "20", "--events", events]
+            plan.configs.append(
+                Config(
+                    "latency",
+                    f"N={subs}",
+                    ["--level", "INFO", "latency", *args],
+                    [str(AIRFLOW_SIDE / "latency.py"), *tmpl, *args],
+                    min(r, 2),
+                )
+            )
+    if "claim" in want:
+        n = "200" if quick else "1000"
+        plan.configs.append(
+            Config(
+                "claim",
+                f"{n} triggers",
+                ["--level", "INFO", "claim", "--triggers", n],
+                [str(AIRFLOW_SIDE / "triggerer.py"), "claim", *tmpl, "--triggers", n],
+                r,
+            )
+        )
+    if "rss" in want:
+        for n, n_reps in ((2000, r),) if quick else ((10_000, 1), (100_000, 1)):
+            plan.configs.append(
+                Config(
+                    "rss",
+                    f"{n // 1000}k triggers",
+                    ["--level", "WARNING", "rss", "--triggers", str(n)],
+                    [str(AIRFLOW_SIDE / "triggerer.py"), "rss", *tmpl, "--triggers", str(n)],
+                    n_reps,
+                )
+            )
+    if "cycle" in want:
+        cycles = "3" if quick else "10"
+        plan.configs.append(
+            Config(
+                "cycle",
+                f"{cycles} cycles",
+                ["--level", "INFO", "cycle", "--cycles", cycles],
+                [str(AIRFLOW_SIDE / "cycle.py"), *tmpl, "--cycles", cycles],
+                1,
+            )
+        )
+    return plan
+
+
+# -- running -----------------------------------------------------------------------------
+
+
+def run_side(system: str, cfg: Config, rep: int) -> list[dict[str, Any]]:
+    if system == "sluice":
+        cmd = [sys.executable, str(SLUICE_SIDE), *cfg.sluice]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    else:
+        cmd = [str(AIRFLOW_PY), *cfg.airflow]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SLUICE"))}
+    started = time.perf_counter()
+    try:
+        out = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env, cwd=BENCH
+        )
+    except subprocess.TimeoutExpired:
+        return [{"system": system, "workload": cfg.workload, "error": "timeout"}]
+    wall = time.perf_counter() - started
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not rows:
+        tail = (out.stderr or out.stdout)[-2000:]
+        return [{"system": system, "workload": cfg.workload, "error": tail}]
+    for row in rows:
+        row.update(config=cfg.label, rep=rep, wall_s=round(wall, 2))
+    return rows
+
+
+def execute(plan: Plan, partial: Path) -> list[dict[str, Any]]:
+    runs: list[dict[str, Any]] = []
+    max_reps = max(c.reps for c in plan.configs)
+    for rep in range(max_reps):
+        for i, cfg in enumerate(plan.configs):
+            if rep >= cfg.reps:
+                continue
+            order = ("sluice", "airflow") if (rep + i) % 2 == 0 else ("airflow", "sluice")
+            for system in order:
+                rows = run_side(system, cfg, rep)
+                runs.extend(rows)
+                for row in rows:
+                    print(
+                        f"  rep {rep + 1} {cfg.workload:7s} {cfg.label:22s} {_brief(row)}",
+                        flush=True,
+                    )
+            partial.write_text(json.dumps(runs))
+    return runs
+
+
+def _brief(row: dict[str, Any]) -> str:
+    if "error" in row:
+        return f"{row['system']:7s} ERROR {row['error'].strip().splitlines()[-1][:120]}"
+    keys = [k for k, *_ in METRICS[row["workload"]]]
+    layer = f"{row['layer']:8s}" if "layer" in row else ""
+    figs = "  ".join(f"{k}={row[k]:,.1f}" for k in keys)
+    return f"{row['system']:7s} {layer}{figs}  ({row['wall_s']:.0f}s)"
+
+
+# -- summary -----------------------------------------------------------------------------
+
+# workload -> (metric, unit, higher_is_better)
+METRICS: dict[str, list[tuple[str, str, bool]]] = {
+    "fanout": [("deliveries_per_s", "deliveries/s", True), ("raw_per_s", "raw events/s", True)],
+    "latency": [("p50_ms", "ms", False), ("p99_ms", "ms", False)],
+    "claim": [("claims_per_s", "triggers/s", True)],
+    "rss": [("rss_per_trigger_bytes", "bytes/trigger", False)],
+    "cycle": [("cycle_ms", "ms/cycle", False)],
+}
+
+
+def target_for(workload: str, key: str, metric: str) -> tuple[float, str] | None:
+    """The issue's target as a minimum advantage factor (x better than Airflow), if any."""
+    if workload == "fanout" and key.startswith("ack N=100") and metric == "deliveries_per_s":
+        if key.endswith("manager"):
+            return 3.0, ">= 3x Airflow's deliveries/s (manager)"
+        if key.endswith("INFO runtime"):
+            return 10.0, ">= 10x at default log levels (runtime)"
+    if workload == "latency" and metric == "p50_ms":
+        return 50.0, "p50 <= 20 ms vs Airflow's ~1 s"
+    if workload == "claim":
+        return 100.0, ">= 100x Airflow's claim rate"
+    if workload == "rss":
+        return 1.0, "<= Airflow's RSS per idle trigger"
+    return None
+
+
+def _key(row: dict[str, Any]) -> str:
+    return f"{row['config']} {row['layer']}" if "layer" in row else row["config"]
+
+
+def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    good = [r for r in runs if "error" not in r]
+    keys: list[tuple[str, str]] = []
+    for r in good:
+        if (r["workload"], _key(r)) not in keys:
+            keys.append((r["workload"], _key(r)))
+    summary = []
+    for workload, key in keys:
+        rows = [r for r in good if r["workload"] == workload and _key(r) == key]
+        for metric, unit, higher in METRICS[workload]:
+            per = {
+                s: {r["rep"]: r[metric] for r in rows if r["system"] == s}
+                for s in ("sluice", "airflow")
+            }
+            if not per["sluice"] or not per["airflow"]:
+                continue
+            med = {s: statistics.median(v.values()) for s, v in per.items()}
+            paired = [
+                per["sluice"][k] / per["airflow"][k] for k in per["sluice"] if k in per["airflow"]
+            ]
+            ratio = med["sluice"] / med["airflow"]
+            advantage = ratio if higher else 1 / ratio
+            entry: dict[str, Any] = {
+                "workload": workload,
+                "config": key,
+                "metric": metric,
+                "unit": unit,
+                "higher_is_better": higher,
+                "log_level": rows[0].get("log_level"),
+                **{
+                    f"{s}_{stat}": fn(per[s].values())
+                    for s in ("sluice", "airflow")
+                    for stat, fn in (("median", statistics.median), ("min", min), ("max", max))
+                },
+                "sluice_runs": len(per["sluice"]),
+                "airflow_runs": len(per["airflow"]),
+                "ratio_sluice_over_airflow": ratio,
+                "ratio_per_rep_min": min(paired) if paired else None,
+                "ratio_per_rep_max": max(paired) if paired else None,
+                "sluice_advantage_x": advantage,
+            }
+            target = target_for(workload, key, metric)
+            if target is not None:
+                entry["target_advantage_x"], entry["target"] = target
+                if workload == "latency":
+                    entry["target_met"] = med["sluice"] <= 20.0
+                else:
+                    entry["target_met"] = advantage >= target[0]
+            summary.append(entry)
+    return summary
+
+
+def _fmt(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.2f}"
+
+
+def print_summary(summary: list[dict[str, Any]]) -> None:
+    print()
+    head = f"{'workload':8s} {'configuration':26s} {'metric':18s} {'Sluice median [min-max]':>30s} "
+    print(head + f"{'Airflow median [min-max]':>30s} {'S/A ratio [per-rep]':>24s}  target")
+    for e in summary:
+        s = f"{_fmt(e['sluice_median'])} [{_fmt(e['sluice_min'])}-{_fmt(e['sluice_max'])}]"
+        a = f"{_fmt(e['airflow_median'])} [{_fmt(e['airflow_min'])}-{_fmt(e['airflow_max'])}]"
+        lo, hi = e["ratio_per_rep_min"], e["ratio_per_rep_max"]
+        r = f"{e['ratio_sluice_over_airflow']:.3g} [{lo:.3g}-{hi:.3g}]"
+        t = ""
+        if "target" in e:
+            t = f"{e['target']}: {'MET' if e['target_met'] else 'MISSED'}"
+        name = f"{e['workload']:8s} {e['config']:26s} {e['metric']:18s}"
+        print(f"{name} {s:>30s} {a:>30s} {r:>24s}  {t}")
+
+
+def chart(summary: list[dict[str, Any]], machine: dict[str, Any], out: Path) -> None:
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [e for e in summary if e["metric"] != "raw_per_s"]
+    colors = {
+        "fanout": "#4C72B0",
+        "latency": "#DD8452",
+        "claim": "#55A868",
+        "rss": "#8172B3",
+        "cycle": "#C44E52",
+    }
+    labels = [f"{e['workload']}: {e['config']} {e['metric'].replace('_per_s', '/s')}" for e in rows]
+    values = [e["sluice_advantage_x"] for e in rows]
+    fig, ax = plt.subplots(figsize=(11, 0.32 * len(rows) + 2.2))
+    y = range(len(rows))
+    # bars start at 1x (parity), so a loss points left and a win right on the log axis
+    widths = [v - 1.0 for v in values]
+    ax.barh(y, widths, left=1.0, color=[colors[e["workload"]] for e in rows])
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.axvline(1.0, color="black", linewidth=1)
+    for i, e in enumerate(rows):
+        if "target_advantage_x" in e:
+            ax.plot([e["target_advantage_x"]] * 2, [i - 0.45, i + 0.45], color="red", linewidth=2)
+        ax.text(max(values[i], 1.0) * 1.05, i, f"{values[i]:.3g}x", va="center", fontsize=7)
+    ax.set_yticks(list(y), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(
+        "Sluice's advantage (x, log scale; > 1 = Sluice better): throughput Sluice/Airflow, "
+        "time and memory Airflow/Sluice"
+    )
+    versions = (
+        f"Sluice {machine['sluice_version']} vs "
+        f"Apache Airflow {machine['apache_airflow_core_version']}"
+    )
+    ax.set_title(
+        f"{versions} (median of alternating runs; red tick = issue target)\n"
+        f"{machine['cpu_model']}, "
+        f"{machine['cores']} cores, Python {machine['python_sluice']}, {machine['date_utc'][:10]}",
+        fontsize=9,
+    )
+    ax.grid(axis="x", which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1 repetition, small sizes")
+    parser.add_argument("--reps", type=int, default=None, help="repetitions (default 3)")
+    parser.add_argument("--only", default=None, help="comma list: fanout,latency,claim,rss,cycle")
+    parser.add_argument(
+        "--replot", action="store_true", help="only redraw the PNG and table from the JSON"
+    )
+    args = parser.parse_args()
+    stem = "compare_airflow.quick" if args.quick else "compare_airflow"
+    if args.replot:
+        doc = json.loads((RESULTS / f"{stem}.json").read_text())
+        print_summary(doc["summary"])
+        chart(doc["summary"], doc["machine"], RESULTS / f"{stem}.png")
+        return
+    started = time.monotonic()
+    core = ensure_airflow_venv()
+    ensure_template()
+    ensure_matplotlib()
+    machine = machine_info(core)
+    print(
+        f"Sluice {machine['sluice_version']} (Python {machine['python_sluice']}) vs "
+        f"apache-airflow-core {core} (Python {machine['python_airflow']}) on "
+        f"{machine['cpu_model']}, {machine['cores']} cores; queue size 1024, ack timeout 300 s "
+        "on both sides",
+        flush=True,
+    )
+    only = set(args.only.split(",")) if args.only else None
+    plan = build_plan(args.quick, args.reps, only)
+    RESULTS.mkdir(exist_ok=True)
+    partial = RESULTS / f"{stem}.json.tmp"
+    runs = execute(plan, partial)
+    summary = summarize(runs)
+    machine["load_average_at_end"] = os.getloadavg()
+    machine["total_seconds"] = round(time.monotonic() - started)
+    doc = {
+        "machine": machine,
+        "settings": {
+            "mode": "quick" if args.quick else "full",
+            "subscriber_queue_size": 1024,
+            "ack_timeout_s": 300.0,
+            "configs": [c.__dict__ for c in plan.configs],
+        },
+        "summary": summary,
+        "runs": runs,
+    }
+    (RESULTS / f"{stem}.json").write_text(json.dumps(doc, indent=1))
+    partial.unlink(missing_ok=True)
+    print_summary(summary)
+    chart(summary, machine, RESULTS / f"{stem}.png")
+    errors = [r for r in runs if "error" in r]
+    print(f"\n{len(runs)} figures, {len(errors)} failed runs, {machine['total_seconds']} s")
+    print(f"written {RESULTS / f'{stem}.json'} and {RESULTS / f'{stem}.png'}")
+
+
+if __name__ == "__main__":
+    main()
