@@ -141,6 +141,35 @@ async def run_triggerer(
     return figures
 
 
+async def _claim_into_running(db: Database, cipher: KwargsCipher, n: int) -> dict[str, float]:
+    settings = TriggererSettings(capacity=max(n, 1000), cleanup_interval_s=3600)  # defaults
+    triggerer = Triggerer(db=db, cipher=cipher, settings=settings)
+    async with anyio.create_task_group() as tg:
+        await tg.start(triggerer.run)
+        await anyio.sleep(2.0)  # up and idle, as Airflow's triggerer is in the comparison
+        await anyio.to_thread.run_sync(seed, db, cipher, n)  # committed by "another process"
+        committed = time.perf_counter()
+        while True:  # poll, as the Airflow side polls its trigger log files
+            if len(triggerer.runner) >= n:
+                break
+            await anyio.sleep(0.005)
+        claim_s = time.perf_counter() - committed
+        triggerer.shutdown()
+    return {"triggers": n, "claim_seconds": claim_s, "claims_per_s": n / claim_s}
+
+
+def claim_into_running(url: str, n: int) -> dict[str, float]:
+    """Claim rate into a triggerer already running at its default settings: from the commit
+    of N deferred tasks' triggers (nobody nudges it) to all N running."""
+    cipher = KwargsCipher(Fernet.generate_key().decode())
+    db = Database(url)
+    migrate(db.engine)
+    try:
+        return anyio.run(_claim_into_running, db, cipher, n)
+    finally:
+        db.dispose()
+
+
 def measure(url: str, n: int, idle_s: float) -> dict[str, float]:
     cipher = KwargsCipher(Fernet.generate_key().decode())
     db = Database(url)

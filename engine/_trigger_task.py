@@ -33,6 +33,7 @@ import inspect
 import logging
 import traceback
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import anyio
@@ -67,7 +68,9 @@ class SharedStreamSubscriptions(Protocol):
 
     def bind_pending_event(self, *, trigger_id: int, key: Hashable) -> int | None: ...
 
-    async def unsubscribe(self, trigger_id: int, key: Hashable) -> None: ...
+    async def unsubscribe(
+        self, trigger_id: int, key: Hashable, *, failed: bool = False
+    ) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +105,7 @@ class TriggerHandle:
         "task",
         "trigger",
         "trigger_id",
+        "watcher",
     )
 
     def __init__(
@@ -111,8 +115,10 @@ class TriggerHandle:
         kind: TriggerKind,
         previous: TriggerHandle | None,
         on_end: Callable[[TriggerHandle, asyncio.Task[None]], None],
+        watcher: tuple[int, str] | None = None,
     ) -> None:
         self.trigger_id = trigger_id
+        self.watcher = watcher  # (asset id, watcher name) of a watcher trigger
         self.kind = kind
         self.trigger = trigger  # replaced by a fresh instance on a watcher restart
         # Set right after spawning, back to None once the task ended and was accounted for.
@@ -201,6 +207,9 @@ class TriggerTasks:
         self._clock = clock
         self._bounded_scopes: set[anyio.CancelScope] = set()
         self._closing_deadline: float | None = None
+        # Totals for the metrics endpoint (plain ints: fired is on the fan-out hot path).
+        self.fired = 0
+        self.failed = 0
 
     def close_by(self, deadline: float) -> None:
         """Bound every cleanup, running or to come, by ``deadline`` (``anyio.current_time``)."""
@@ -229,7 +238,7 @@ class TriggerTasks:
             trigger.trigger_id = trigger_id
             key: Hashable | None = None
             source: Any = None
-            failure: _Failure | None
+            failure: _Failure | None = None
             try:
                 key = self._shared_stream_key(trigger)
                 source = self._open_source(trigger_id, trigger, key)
@@ -249,7 +258,7 @@ class TriggerTasks:
             except Exception as exc:  # noqa: BLE001 - the user-code boundary: a reported failure
                 failure = _Failure.from_exception(exc)
             finally:
-                await self._end_attempt(handle, trigger, source, key)
+                await self._end_attempt(handle, trigger, source, key, failed=failure is not None)
             if failure is None:
                 return
             backoff_s = await self._after_failure(handle, failure, started, backoff_s)
@@ -275,7 +284,10 @@ class TriggerTasks:
         if key is not None:
             assert self._shared_streams is not None
             seq = self._shared_streams.bind_pending_event(trigger_id=handle.trigger_id, key=key)
-        self._outbox.put_nowait(FiredEvent(handle.trigger_id, item, seq, self._clock()))
+        self._outbox.put_nowait(
+            FiredEvent(handle.trigger_id, item, seq, self._clock(), handle.watcher)
+        )
+        self.fired += 1
         logger.log(
             logging.INFO if handle.kind is TriggerKind.TASK else logging.DEBUG,
             "Trigger %s fired: %r",
@@ -352,11 +364,18 @@ class TriggerTasks:
         self._outbox.put_nowait(
             TriggerFailed(trigger_id, kind, failure.reason, failure.traceback, will_restart)
         )
+        self.failed += 1
 
     # -- end of an attempt: shielded, bounded, logged ------------------------------------
 
     async def _end_attempt(
-        self, handle: TriggerHandle, trigger: BaseTrigger, source: object, key: Hashable | None
+        self,
+        handle: TriggerHandle,
+        trigger: BaseTrigger,
+        source: object,
+        key: Hashable | None,
+        *,
+        failed: bool = False,
     ) -> None:
         trigger_id = handle.trigger_id
         handle.cleaning = True
@@ -371,9 +390,7 @@ class TriggerTasks:
                 await self._bounded(
                     trigger_id,
                     "unsubscribing from the shared stream",
-                    self._shared_streams.unsubscribe,
-                    trigger_id,
-                    key,
+                    partial(self._shared_streams.unsubscribe, trigger_id, key, failed=failed),
                 )
             await self._bounded(trigger_id, "running cleanup()", trigger.cleanup)
         finally:

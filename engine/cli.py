@@ -35,6 +35,7 @@ def _config(ctx: click.Context) -> Config:
         configure_logging(
             ctx.obj.get("log_level") or cfg.logging.level,
             ctx.obj.get("log_format") or cfg.logging.format,
+            secrets=cfg.secret_values(),
         )
     return cfg
 
@@ -173,7 +174,7 @@ def _run_parts(ctx: click.Context, parts: tuple[str, ...], overrides: dict[str, 
 @cli.command()
 @click.pass_context
 def run(ctx: click.Context) -> None:
-    """Run the engine: every part that is implemented, under one supervisor."""
+    """Run the engine: DAG processor, scheduler, executor and triggerer under one supervisor."""
     from engine.supervisor import ALL_PARTS
 
     _run_parts(ctx, ALL_PARTS, {})
@@ -188,9 +189,9 @@ def triggerer(ctx: click.Context, capacity: int | None) -> None:
 
 
 def _add_inspection_commands() -> None:
-    from engine.cli_inspect import COMMAND_GROUPS
+    from engine import cli_inspect, cli_ops
 
-    for group in COMMAND_GROUPS:
+    for group in (*cli_inspect.COMMAND_GROUPS, *cli_ops.COMMAND_GROUPS):
         cli.add_command(group)
 
 

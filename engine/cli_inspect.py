@@ -64,7 +64,7 @@ def _fail(message: str) -> None:
 
 @click.group()
 def dags() -> None:
-    """DAGs: list, errors, pause, unpause, trigger."""
+    """DAGs: list, show, errors, pause, unpause, trigger."""
 
 
 @dags.command("list")
@@ -91,6 +91,41 @@ def dags_errors(ctx: click.Context, as_json: bool) -> None:
     for row in rows:
         where = row["file"] if row["line"] is None else f"{row['file']}:{row['line']}"
         click.echo(f"{where}: {row['error']}")
+
+
+@dags.command("show")
+@click.argument("dag_id")
+@json_option
+@click.pass_context
+def dags_show(ctx: click.Context, dag_id: str, as_json: bool) -> None:
+    """One DAG: file, schedule, tasks, the watchers of its assets, paused state, last runs."""
+    from engine import store_inspect
+
+    details = _query(ctx, lambda s: store_inspect.dag_details(s, dag_id))
+    if details is None:
+        _fail(f"no DAG {dag_id!r}; see `sluice dags list`")
+    if as_json:
+        click.echo(json.dumps(details, indent=2, default=str))
+        return
+    for key in ("dag_id", "fileloc", "description", "paused", "active", "last_parsed"):
+        click.echo(f"{key + ':':<13}{_cell(details[key])}")
+    click.echo(f"{'schedule:':<13}{_cell(details['schedule'])}")
+    click.echo(f"{'assets:':<13}{', '.join(details['assets']) or '-'}")
+    for title, columns in _SHOW_SECTIONS:
+        click.echo(f"\n{title}:")
+        rows = details[title.replace(" ", "_")]
+        click.echo(_indent(_table(rows, columns)) if rows else "  (none)")
+
+
+_SHOW_SECTIONS = (
+    ("tasks", ["task_id", "operator", "downstream", "retries", "start_from_trigger"]),
+    ("watchers", ["asset", "name", "trigger_id", "classpath", "triggerer_id", "last_error"]),
+    ("last runs", ["run_id", "run_type", "state", "queued_at", "end_date"]),
+)
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
 
 
 def _set_paused(ctx: click.Context, dag_id: str, *, paused: bool) -> None:

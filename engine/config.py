@@ -7,6 +7,7 @@ module reads the environment: components take explicit arguments built from a ``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import json
@@ -113,6 +114,7 @@ class TriggererConfig:
     blocked_main_thread_warning_threshold: float = _key(0.2, _POSITIVE)
     allowed_trigger_modules: tuple[str, ...] = _key(("triggers", "producers"))
     cleanup_interval_sec: float = _key(60.0, _POSITIVE)
+    new_trigger_poll_interval_sec: float = _key(0.1, _POSITIVE)
     trigger_cleanup_timeout_sec: float = _key(10.0, _POSITIVE)
     shutdown_grace_period_sec: float = _key(30.0, _NOT_NEGATIVE)
 
@@ -206,6 +208,21 @@ class Config:
     metrics: MetricsConfig
     logging: LoggingConfig
     sources: Mapping[tuple[str, str], str]
+
+    def secret_values(self) -> list[str]:
+        """Values that must never reach a log line: the Fernet keys (configured, or in the
+        home's key file), the database password."""
+        from engine.crypto import FERNET_KEY_FILENAME
+
+        values = list(_items(self.core.fernet_key.split(",")))
+        key_file = self.home / FERNET_KEY_FILENAME
+        if not values and key_file.is_file():
+            with contextlib.suppress(OSError, UnicodeError):
+                values += _items(key_file.read_text().split(","))
+        password = make_url(self.core.sql_alchemy_conn).password
+        if password:
+            values.append(str(password))
+        return values
 
     def as_dict(self, *, redact: bool = True) -> dict[str, dict[str, Any]]:
         """Section -> key -> value, JSON-friendly; an unset optional key is None."""

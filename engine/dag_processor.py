@@ -31,9 +31,12 @@ from typing import TYPE_CHECKING, Final
 import anyio
 import watchfiles
 
+from engine import store
 from engine.dag_sync import ASSET_CONFLICT, DUPLICATE_DAG_ID, SyncReport, sync_parse_results
+from engine.db import heartbeat_forever
 from engine.exceptions import DatabaseError
 from engine.parsing import FileParseResult, ParseError
+from engine.store import DAG_PROCESSOR_JOB
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -50,6 +53,7 @@ STDOUT_MAX_BYTES: Final = 64 * 1024 * 1024
 STDERR_TAIL_BYTES: Final = 64 * 1024
 STACK_DUMP_FRACTION: Final = 0.8  # of the timeout, when the child dumps its stack
 WATCH_TIMEOUT_MS: Final = 500  # how often the watch thread checks for cancellation
+FOLDER_POLL_S: Final = 1.0  # how often a missing dags folder is looked for
 TIMEOUT_ERROR: Final = "DagFileTimeout"
 CRASH_ERROR: Final = "DagFileProcessError"
 
@@ -61,6 +65,7 @@ class DagProcessorSettings:
     file_timeout_s: float = 30.0
     refresh_interval_s: float = 30.0  # <= 0: no periodic full pass
     parsing_processes: int = 2
+    heartbeat_s: float = 5.0  # of its job row (``sluice jobs list``, ``sluice doctor``)
 
     @classmethod
     def from_config(cls, config: Config) -> DagProcessorSettings:
@@ -69,6 +74,7 @@ class DagProcessorSettings:
             plugins_folder=config.core.plugins_folder,
             file_timeout_s=config.core.dag_file_processor_timeout,
             refresh_interval_s=config.scheduler.dag_dir_list_interval,
+            heartbeat_s=config.scheduler.scheduler_heartbeat_sec,
         )
 
 
@@ -199,17 +205,33 @@ class DagProcessor:
         await self._pass_done.wait()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Parse all, report ready, then follow changes until cancelled."""
-        await self._parse_logged(None)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._watch_folders)
-            task_status.started()
-            while True:
-                await self._wait_for_work()
-                changed, self._pending = self._pending, set()
-                self._wakeup = anyio.Event()
-                full = not changed or self._touches_plugins(changed)
-                await self._parse_logged(None if full else changed)
+        """Parse all, report ready, then follow changes until cancelled.
+
+        A ``dag_processor`` job row with heartbeats says it is alive (``sluice jobs list``).
+        """
+        job_id = await self._db.run(lambda s: store.start_job(s, job_type=DAG_PROCESSOR_JOB))
+        try:
+            await self._parse_logged(None)
+            async with anyio.create_task_group() as tg:
+                heartbeat = partial(
+                    heartbeat_forever,
+                    self._db,
+                    job_id,
+                    interval_s=self._settings.heartbeat_s,
+                    part="DAG processor",
+                )
+                tg.start_soon(heartbeat)
+                tg.start_soon(self._watch_folders)
+                task_status.started()
+                while True:
+                    await self._wait_for_work()
+                    changed, self._pending = self._pending, set()
+                    self._wakeup = anyio.Event()
+                    full = not changed or self._touches_plugins(changed)
+                    await self._parse_logged(None if full else changed)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10), suppress(DatabaseError):
+                await self._db.run(lambda s: store.end_job(s, job_id))
 
     async def _wait_for_work(self) -> None:
         interval_s = self._settings.refresh_interval_s
@@ -221,13 +243,26 @@ class DagProcessor:
         return plugins is not None and any(path.is_relative_to(plugins) for path in changed)
 
     async def _watch_folders(self) -> None:
+        """Follow file changes. A dags folder that does not exist yet (a deploy often creates
+        it after the engine starts) is looked for every ``FOLDER_POLL_S``; once it appears,
+        a full pass parses what it already holds and its changes are followed from then on."""
+        dags_folder = self._settings.dags_folder
+        if not dags_folder.is_dir():
+            while True:  # polled: there is nothing to watch before the folder exists
+                await anyio.sleep(FOLDER_POLL_S)
+                if dags_folder.is_dir():
+                    break
+            logger.info(
+                "The dags folder %s exists now; parsing it",
+                dags_folder,
+                extra={"action": "dags_folder_found", "path": str(dags_folder)},
+            )
+            self._wakeup.set()  # a full pass: files written before the watch began
         folders = [
             folder
-            for folder in (self._settings.dags_folder, self._settings.plugins_folder)
+            for folder in (dags_folder, self._settings.plugins_folder)
             if folder is not None and folder.is_dir()
         ]
-        if not folders:
-            return
         changes_stream = watchfiles.awatch(
             *folders, watch_filter=watchfiles.PythonFilter(), rust_timeout=WATCH_TIMEOUT_MS
         )
@@ -262,7 +297,8 @@ class DagProcessor:
         )
         if listing is None:
             logger.error(
-                "The dags folder %s does not exist; nothing parsed, DAGs left as they are",
+                "The dags folder %s does not exist; nothing parsed, DAGs left as they are; it "
+                "is parsed as soon as it is created",
                 settings.dags_folder,
                 extra={"action": "dags_folder_missing", "path": str(settings.dags_folder)},
             )

@@ -426,5 +426,11 @@ def sync_parse_results(
     *,
     now: datetime,
 ) -> SyncReport:
-    """Apply one pass of parse results in ``session`` (one transaction)."""
+    """Apply one pass of parse results in ``session`` (one transaction).
+
+    Several DAG processors (one per engine) may sync the same folder at once: on PostgreSQL
+    the transaction first takes an advisory lock, so each pass reads what the previous one
+    committed instead of racing it to insert the same rows (SQLite serializes writers).
+    """
+    store.lock_dag_sync(session)
     return DagSync(session, cipher, now=now).run(fresh, present)

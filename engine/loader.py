@@ -105,12 +105,12 @@ def _check_plugin_origin(
         )
 
 
-def _import_module(module: str) -> object:
+def _import_module(module: str, classpath: str) -> object:
     try:
         return importlib.import_module(module)
     except (Exception, SystemExit) as exc:
         raise TriggerLoadError(
-            f"cannot import trigger module {module!r}: {type(exc).__name__}: {exc}"
+            f"cannot import trigger module {module!r} for {classpath}: {type(exc).__name__}: {exc}"
         ) from exc
 
 
@@ -125,7 +125,7 @@ def import_trigger_class(
         _add_to_sys_path(plugins_folder)
         if not any(_matches_prefix(module, prefix) for prefix in allowed):
             _check_plugin_origin(classpath, module, allowed, plugins_folder)
-    obj = getattr(_import_module(module), name, _MISSING)
+    obj = getattr(_import_module(module, classpath), name, _MISSING)
     if obj is _MISSING:
         raise TriggerLoadError(f"module {module!r} has no attribute {name!r} ({classpath})")
     if not (isinstance(obj, type) and issubclass(obj, BaseTrigger)):

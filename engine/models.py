@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -327,3 +328,37 @@ class AssetEventQueue(Base):
         ForeignKey("asset_event.id", ondelete="CASCADE"), primary_key=True, index=True
     )
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+# --- Inspection (engine.store_inspect) --------------------------------------------------
+# Added by the inspection work: what each triggerer's shared-stream groups report.
+
+
+class SharedStreamSnapshot(Base):
+    """The last published ``GroupStats`` of one shared-stream group of one triggerer.
+
+    The triggerer rewrites its rows every heartbeat and deletes them when it stops, so
+    ``sluice streams list`` can read every live triggerer's groups from the database.
+    """
+
+    __tablename__ = "shared_stream_snapshot"
+
+    triggerer_id: Mapped[int] = mapped_column(
+        ForeignKey("job.id", ondelete="CASCADE"), primary_key=True
+    )
+    stream_key: Mapped[str] = mapped_column(String(1000), primary_key=True)
+    mode: Mapped[str] = mapped_column(String(10))
+    subscribers: Mapped[int] = mapped_column(Integer, default=0)
+    queue_high_water: Mapped[int] = mapped_column(Integer, default=0)
+    outstanding_by_lane: Mapped[Any] = mapped_column(JSON, default=dict)
+    oldest_unresolved_age_s: Mapped[float | None] = mapped_column(Float)
+    events_polled: Mapped[int] = mapped_column(BigInteger, default=0)
+    deliveries: Mapped[int] = mapped_column(BigInteger, default=0)
+    advances: Mapped[int] = mapped_column(BigInteger, default=0)
+    advanced_events: Mapped[int] = mapped_column(BigInteger, default=0)
+    last_advance_batch: Mapped[int] = mapped_column(Integer, default=0)
+    advance_latency_sum_s: Mapped[float] = mapped_column(Float, default=0.0)
+    overflows: Mapped[int] = mapped_column(Integer, default=0)
+    ack_timeouts: Mapped[int] = mapped_column(Integer, default=0)
+    rejects: Mapped[int] = mapped_column(BigInteger, default=0)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)

@@ -44,12 +44,16 @@ class FiredEvent:
     ``seq`` is the shared-stream sequence number the event was bound to (None for a trigger
     that runs its own ``run()``): the persister confirms it back to the shared-stream
     manager once the event is committed. ``fired_at`` is ``time.monotonic()`` at firing.
+    ``watcher`` is the (asset id, watcher name) a watcher trigger was claimed for: its event
+    is stored for that asset even if the watcher moved to a new trigger row meanwhile (its
+    kwargs were edited) and this row is already gone.
     """
 
     trigger_id: int
     event: TriggerEvent
     seq: int | None
     fired_at: float
+    watcher: tuple[int, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

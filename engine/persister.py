@@ -12,6 +12,7 @@ timeout makes the broker redeliver it rather than lose it.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from engine.exceptions import DatabaseError
 from engine.models import TriggerKind
 from engine.outbox import FiredEvent, TriggerFailed
 from triggers.base import BaseTaskEndEvent
-from triggers.serde import payload_digest, serialize_value
+from triggers.serde import dumps, payload_digest, serialize_value
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -40,6 +41,28 @@ logger = logging.getLogger(__name__)
 
 BATCH_MAX_ITEMS: Final = 2000
 RETRY_BACKOFF_S: Final = (0.2, 10.0)
+COMMIT_BUCKETS_S: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+BATCH_SIZE_BUCKETS: Final = (1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2000.0)
+
+
+@dataclass
+class Buckets:
+    """A histogram as plain counters (read by the metrics endpoint at scrape time).
+
+    ``counts[i]`` counts the values ``<= bounds[i]`` and ``> bounds[i - 1]``; the last slot
+    counts the values above every bound.
+    """
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(init=False)
+    total: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
 
 
 @dataclass
@@ -52,7 +75,8 @@ class PersisterStats:
     dropped: int = 0
     last_batch_size: int = 0
     last_commit_s: float = 0.0
-    commit_latencies_s: list[float] = field(default_factory=list, repr=False)
+    commit_s: Buckets = field(default_factory=lambda: Buckets(COMMIT_BUCKETS_S), repr=False)
+    batch_size: Buckets = field(default_factory=lambda: Buckets(BATCH_SIZE_BUCKETS), repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +85,7 @@ class BatchResult:
     asset_events: int
     tasks_resumed: int
     fired_task_triggers: list[int]
+    refused_seqs: list[int] = field(default_factory=list)  # not stored (over the size limit)
 
 
 def _is_unavailable(exc: BaseException) -> bool:
@@ -77,12 +102,16 @@ class Persister:
         db: Database,
         outbox: Outbox,
         confirm: Callable[[Sequence[int]], None] | None = None,
+        refuse: Callable[[Sequence[int]], None] | None = None,
         dedup_key: Callable[[int, TriggerEvent], str | None] | None = None,
         on_committed: Callable[[BatchResult], None] | None = None,
+        max_payload_bytes: int | None = None,
     ) -> None:
         self._db = db
+        self._max_payload_bytes = max_payload_bytes
         self._outbox = outbox
         self._confirm = confirm
+        self._refuse = refuse
         self._dedup_key = dedup_key or (lambda _tid, event: event.dedup_key)
         self._on_committed = on_committed
         self._writing = False
@@ -161,6 +190,8 @@ class Persister:
         self._record(batch, result, elapsed)
         if self._confirm is not None and result.seqs:
             self._confirm(result.seqs)
+        if self._refuse is not None and result.refused_seqs:
+            self._refuse(result.refused_seqs)
         if self._on_committed is not None:
             self._on_committed(result)
 
@@ -173,8 +204,8 @@ class Persister:
         stats.tasks_resumed += result.tasks_resumed
         stats.last_batch_size = len(batch)
         stats.last_commit_s = elapsed
-        if len(stats.commit_latencies_s) < 10_000:
-            stats.commit_latencies_s.append(elapsed)
+        stats.commit_s.observe(elapsed)
+        stats.batch_size.observe(len(batch))
 
     # --- the transaction (runs in a worker thread) --------------------------------------
 
@@ -183,9 +214,16 @@ class Persister:
         watchers = store.watcher_assets(session, {i.trigger_id for i in batch})
         asset_rows: list[dict[str, Any]] = []
         resumed, done_task_triggers = 0, set()
+        rejected: set[int] = set()  # id() of events over the payload limit: not stored
         for item in fired:
-            if item.trigger_id in watchers:
-                asset_rows.append(self._asset_row(item, *watchers[item.trigger_id]))
+            # A watcher whose row was replaced meanwhile (its kwargs were edited) still
+            # fired for its asset: the row is gone, the identity it was claimed with is not.
+            watcher = watchers.get(item.trigger_id) or item.watcher
+            if watcher is not None:
+                if self._reject_oversized(session, item, watcher[1]):
+                    rejected.add(id(item))
+                    continue
+                asset_rows.append(self._asset_row(item, *watcher))
             elif item.trigger_id not in done_task_triggers:
                 resumed += self._finish_task_trigger(session, item.trigger_id, item.event)
                 done_task_triggers.add(item.trigger_id)
@@ -195,8 +233,42 @@ class Persister:
         new_events = store.insert_asset_events(session, asset_rows)
         store_runs.enqueue_asset_events(session, new_events)
         inserted = len(new_events)
-        seqs = [i.seq for i in fired if i.seq is not None]
-        return BatchResult(seqs, inserted, resumed, sorted(done_task_triggers))
+        # A rejected event's raw broker event is refused, not confirmed: dead-lettered.
+        seqs = [i.seq for i in fired if i.seq is not None and id(i) not in rejected]
+        refused = [i.seq for i in fired if i.seq is not None and id(i) in rejected]
+        return BatchResult(seqs, inserted, resumed, sorted(done_task_triggers), refused)
+
+    def _reject_oversized(self, session: Session, item: FiredEvent, watcher: str) -> bool:
+        """True (logged, and recorded on the trigger row) when the payload is over the limit.
+
+        ``[core] max_asset_event_payload_bytes`` keeps the database, the scheduler and every
+        task context that receives the event from carrying megabytes per event.
+        """
+        limit = self._max_payload_bytes
+        if limit is None:
+            return False
+        size = len(dumps(item.event.payload, where="event payload").encode("utf-8"))
+        if size <= limit:
+            return False
+        reason = (
+            f"rejected an event of trigger {item.trigger_id} (watcher {watcher!r}): its payload "
+            f"is {size:,} bytes of JSON, over [core] max_asset_event_payload_bytes = {limit:,}; "
+            "it is not stored. Put a reference in the payload (a path, a URL, an object key) "
+            "rather than the data, or raise the limit"
+        )
+        logger.error(
+            "%s",
+            reason,
+            extra={
+                "action": "asset_event_payload_too_large",
+                "trigger_id": item.trigger_id,
+                "watcher": watcher,
+                "payload_bytes": size,
+                "limit_bytes": limit,
+            },
+        )
+        store.record_trigger_failure(session, item.trigger_id, reason)
+        return True
 
     def _asset_row(self, item: FiredEvent, asset_id: int, watcher: str) -> dict[str, Any]:
         payload = serialize_value(item.event.payload, where="event payload")

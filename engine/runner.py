@@ -48,11 +48,12 @@ from engine._trigger_task import (
     TriggerTasks,
     _Failure,
 )
+from engine.logs import LOG_FIELDS
 from engine.outbox import TriggerKind
 from triggers.base import classpath_of
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from anyio.abc import TaskStatus
 
@@ -86,6 +87,11 @@ class TriggerSpec:
     trigger_id: int
     trigger: BaseTrigger
     kind: TriggerKind
+    #: What the trigger serves (dag_id/run_id/task_id, or asset/watcher): every line logged
+    #: in its task carries these and its trigger_id. None keeps the task's context as is.
+    log_fields: Mapping[str, object] | None = None
+    #: A watcher's (asset id, watcher name): what its fired events are stored for.
+    watcher: tuple[int, str] | None = None
 
 
 class TriggerRunner:
@@ -225,10 +231,16 @@ class TriggerRunner:
             if previous.done is None:
                 previous.done = anyio.Event()
         handle = TriggerHandle(
-            spec.trigger_id, spec.trigger, spec.kind, previous, self._on_task_end
+            spec.trigger_id, spec.trigger, spec.kind, previous, self._on_task_end, spec.watcher
         )
         name = f"trigger {spec.trigger_id} {classpath_of(spec.trigger)}"
-        handle.task = task = loop.create_task(self._tasks.run_trigger(handle), name=name)
+        context = None
+        if spec.log_fields is not None:
+            context = contextvars.copy_context()
+            context.run(LOG_FIELDS.set, {"trigger_id": spec.trigger_id, **spec.log_fields})
+        handle.task = task = loop.create_task(
+            self._tasks.run_trigger(handle), name=name, context=context
+        )
         task.add_done_callback(handle, context=self._callback_context)
         self._handles[spec.trigger_id] = handle
         self._live += 1
@@ -263,6 +275,16 @@ class TriggerRunner:
     ) -> None:
         """Report a failure found outside the runner (e.g. the trigger could not be loaded)."""
         self._tasks.report(trigger_id, kind, _Failure(reason, traceback))
+
+    @property
+    def events_fired(self) -> int:
+        """Trigger events put in the outbox since the runner was created."""
+        return self._tasks.fired
+
+    @property
+    def failures_reported(self) -> int:
+        """Trigger failures put in the outbox since the runner was created."""
+        return self._tasks.failed
 
     def running_ids(self) -> frozenset[int]:
         """Ids of the triggers that have a task (including ones stopping)."""

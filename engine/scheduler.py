@@ -17,6 +17,7 @@ Paused DAGs keep their queued events; on unpause they create the run they would 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from engine.db import Database
 
 logger = logging.getLogger(__name__)
+LOOP_RETRY_MAX_S: Final = 5.0
 
 SCHEDULER_JOB: Final = "scheduler"
 
@@ -83,6 +85,7 @@ class Scheduler:
         self._db = db
         self._on_tasks_scheduled = on_tasks_scheduled
         self._last_recovery = 0.0
+        self._last_failure = -math.inf  # monotonic time of the last failed loop
         self._cipher = cipher
         self.settings = settings
         self.job_id: int | None = None
@@ -130,16 +133,32 @@ class Scheduler:
                 await self._db.run(lambda s: store.end_job(s, job_id, state=JobState.SUCCESS))
 
     async def _loop(self) -> None:
+        failures = 0
         while not self._stopping.is_set():
+            delay = self.settings.loop_interval_s
             try:
                 await self.schedule_once()
             except SluiceError as exc:
+                # Back off (a database outage must not flood the log 20 times a second).
+                failures += 1
+                self._last_failure = time.monotonic()
+                delay = min(delay * 2**failures, LOOP_RETRY_MAX_S)
                 logger.warning(
-                    "Scheduler loop failed, retrying: %s",
+                    "Scheduler loop failed (%d in a row), retrying in %.2fs: %s",
+                    failures,
+                    delay,
                     exc,
-                    extra={"action": "scheduler_loop_failed"},
+                    extra={"action": "scheduler_loop_failed", "failures": failures},
                 )
-            with anyio.move_on_after(self.settings.loop_interval_s):
+            else:
+                if failures:
+                    logger.info(
+                        "Scheduler loop works again after %d failure(s)",
+                        failures,
+                        extra={"action": "scheduler_loop_recovered"},
+                    )
+                failures = 0
+            with anyio.move_on_after(delay):
                 await self._nudged.wait()
             self._nudged = anyio.Event()
 
@@ -167,10 +186,14 @@ class Scheduler:
     async def _recover_orphans(self) -> None:
         """Tasks held by an executor that stopped heartbeating go back to ``scheduled``."""
         now = time.monotonic()
+        threshold = self.settings.executor_health_check_threshold_s
         if now - self._last_recovery < self.settings.heartbeat_s:
             return
+        if now - self._last_failure < threshold:
+            # The database was unreachable moments ago: the executors could not heartbeat
+            # either. Give them a threshold to catch up before calling them dead.
+            return
         self._last_recovery = now
-        threshold = self.settings.executor_health_check_threshold_s
         recovered = await self._db.run(partial(store.recover_orphaned_tasks, threshold_s=threshold))
         if recovered:
             logger.warning(

@@ -12,9 +12,9 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import and_, delete, func, insert, or_, select, update
+from sqlalchemy import and_, delete, func, insert, or_, select, text, update
 
 from engine.models import (
     Asset,
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 TRIGGERER_JOB: str = "triggerer"
+DAG_PROCESSOR_JOB: Final = "dag_processor"
 FAIL_METHOD: str = "__fail__"
 
 
@@ -60,6 +61,7 @@ class TriggerRow:
     classpath: str
     kwargs: str
     kind: str
+    has_error: bool = False  # a failure is recorded on the row (e.g. it failed to load)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +145,12 @@ def add_trigger_row(
     return int(result.scalar_one())
 
 
+def has_unassigned_triggers(session: Session) -> bool:
+    """Whether any trigger row waits for a triggerer (one probe of the triggerer_id index)."""
+    probe = select(Trigger.id).where(Trigger.triggerer_id.is_(None)).limit(1)
+    return session.execute(probe).first() is not None
+
+
 def claim_triggers(
     session: Session, *, triggerer_id: int, capacity: int, threshold_s: float
 ) -> list[TriggerRow]:
@@ -168,7 +176,13 @@ def claim_triggers(
         update(Trigger)
         .where(Trigger.id.in_(ids))
         .values(triggerer_id=triggerer_id)
-        .returning(Trigger.id, Trigger.classpath, Trigger.kwargs, Trigger.kind)
+        .returning(
+            Trigger.id,
+            Trigger.classpath,
+            Trigger.kwargs,
+            Trigger.kind,
+            Trigger.last_error.is_not(None),
+        )
     )
     return sorted((TriggerRow(*row) for row in rows), key=lambda r: r.id)
 
@@ -178,9 +192,13 @@ def fetch_trigger_rows(session: Session, ids: Iterable[int]) -> list[TriggerRow]
     if not wanted:
         return []
     rows = session.execute(
-        select(Trigger.id, Trigger.classpath, Trigger.kwargs, Trigger.kind).where(
-            Trigger.id.in_(wanted)
-        )
+        select(
+            Trigger.id,
+            Trigger.classpath,
+            Trigger.kwargs,
+            Trigger.kind,
+            Trigger.last_error.is_not(None),
+        ).where(Trigger.id.in_(wanted))
     )
     return [TriggerRow(*row) for row in rows]
 
@@ -198,6 +216,45 @@ def owned_checksum(session: Session, *, triggerer_id: int) -> tuple[int, int]:
 def owned_trigger_ids(session: Session, *, triggerer_id: int) -> set[int]:
     rows = session.execute(select(Trigger.id).where(Trigger.triggerer_id == triggerer_id))
     return set(rows.scalars())
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """What a trigger serves: log fields, and for a watcher its (asset id, watcher name)."""
+
+    log_fields: dict[str, object]
+    watcher: tuple[int, str] | None = None
+
+
+def triggers_served(session: Session, ids: Iterable[int]) -> dict[int, Served]:
+    """For each trigger: ``dag_id``/``run_id``/``task_id`` of its deferred task (several
+    tasks: the first), or ``asset``/``watcher`` of its watcher with the watcher's identity,
+    which its fired events keep even if the watcher moves to a new trigger meanwhile."""
+    from engine.models import DagRun, TaskInstance
+
+    wanted = sorted(ids)
+    served: dict[int, Served] = {}
+    if not wanted:
+        return served
+    tasks = session.execute(
+        select(TaskInstance.trigger_id, DagRun.dag_id, DagRun.run_id, TaskInstance.task_id)
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .where(TaskInstance.trigger_id.in_(wanted))
+        .order_by(TaskInstance.id)
+    )
+    for trigger_id, dag_id, run_id, task_id in tasks:
+        if trigger_id is not None and trigger_id not in served:  # IN excludes NULL anyway
+            fields: dict[str, object] = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id}
+            served[int(trigger_id)] = Served(fields)
+    watchers = session.execute(
+        select(AssetWatcher.trigger_id, AssetWatcher.asset_id, Asset.name, AssetWatcher.name)
+        .join(Asset, Asset.id == AssetWatcher.asset_id)
+        .where(AssetWatcher.trigger_id.in_(wanted))
+    )
+    for trigger_id, asset_id, asset, watcher in watchers:
+        fields = {"asset": asset, "watcher": watcher}
+        served.setdefault(int(trigger_id), Served(fields, (int(asset_id), str(watcher))))
+    return served
 
 
 def release_triggers(session: Session, *, triggerer_id: int) -> int:
@@ -251,6 +308,22 @@ def _rotate(
         failures.append(DecryptFailure(trigger_id, f"{what}: {exc}" if what else str(exc)))
         return 0
     return 1
+
+
+#: How the triggerer's reason for a trigger it cannot load (import, kwargs, decrypt) starts.
+LOAD_FAILURE_PREFIX: Final = "cannot load trigger"
+
+
+def clear_load_errors(session: Session, trigger_ids: Iterable[int]) -> None:
+    """Forget the load failure of triggers that now load and run (e.g. the Fernet key was
+    fixed): ``sluice triggers list`` and ``sluice doctor`` must not keep reporting it."""
+    wanted = sorted(trigger_ids)
+    if wanted:
+        session.execute(
+            update(Trigger)
+            .where(Trigger.id.in_(wanted), Trigger.last_error.startswith(LOAD_FAILURE_PREFIX))
+            .values(last_error=None)
+        )
 
 
 def record_trigger_failure(session: Session, trigger_id: int, error: str) -> None:
@@ -314,14 +387,20 @@ def end_deferred_tasks(session: Session, trigger_id: int, *, state: str) -> int:
 
 
 def fail_timed_out_deferrals(session: Session, *, now: datetime | None = None) -> list[int]:
-    """Fail (``__fail__``, "trigger timeout") tasks deferred past their timeout."""
+    """Fail (``__fail__``, "trigger timeout") tasks deferred past their timeout.
+
+    Their triggers go at once (unless something else still uses them), so the triggerer
+    stops them at its next sync instead of running a trigger nobody waits for until the
+    periodic clean-up.
+    """
     now = now or utcnow()
     expired = and_(
         TaskInstance.state == TaskState.DEFERRED,
         TaskInstance.trigger_timeout.is_not(None),
         TaskInstance.trigger_timeout <= now,
     )
-    ids = list(session.execute(select(TaskInstance.id).where(expired)).scalars())
+    rows = session.execute(select(TaskInstance.id, TaskInstance.trigger_id).where(expired)).all()
+    ids = [int(row.id) for row in rows]
     if ids:
         session.execute(
             update(TaskInstance)
@@ -334,7 +413,22 @@ def fail_timed_out_deferrals(session: Session, *, now: datetime | None = None) -
                 trigger_timeout=None,
             )
         )
+        _delete_unused_triggers(session, {int(r.trigger_id) for r in rows if r.trigger_id})
     return ids
+
+
+def _delete_unused_triggers(session: Session, trigger_ids: set[int]) -> None:
+    if not trigger_ids:
+        return
+    deferred = select(TaskInstance.trigger_id).where(
+        TaskInstance.trigger_id.is_not(None), TaskInstance.state == TaskState.DEFERRED
+    )
+    watched = select(AssetWatcher.trigger_id)
+    session.execute(
+        delete(Trigger).where(
+            Trigger.id.in_(trigger_ids), Trigger.id.not_in(deferred), Trigger.id.not_in(watched)
+        )
+    )
 
 
 def delete_trigger(session: Session, trigger_id: int) -> None:
@@ -416,6 +510,16 @@ class ParseErrorRow:
     lineno: int | None
     stacktrace: str | None
     timestamp: datetime
+
+
+#: Key of the PostgreSQL advisory lock that serializes DAG sync passes across processes.
+DAG_SYNC_LOCK_KEY: Final = 0x51_01CE
+
+
+def lock_dag_sync(session: Session) -> None:
+    """Hold the DAG-sync lock until the transaction ends (PostgreSQL; no-op on SQLite)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": DAG_SYNC_LOCK_KEY})
 
 
 def load_dag_files(session: Session) -> dict[str, str]:

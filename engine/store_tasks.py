@@ -121,6 +121,16 @@ class TaskRun:
     execution_timeout_s: int | None
     events: tuple[EventRow, ...]
 
+    def log_fields(self) -> dict[str, object]:
+        """The structured fields every log line about this try carries."""
+        return {
+            "ti_id": self.ti_id,
+            "dag_id": self.dag_id,
+            "run_id": self.run_id,
+            "task_id": self.task_id,
+            "try_number": self.try_number,
+        }
+
 
 def _held_by(ti_id: int, job_id: int, state: str) -> ColumnElement[bool]:
     return and_(

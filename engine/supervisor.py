@@ -5,11 +5,14 @@ once all are up. SIGTERM/SIGINT stops them in order within a bounded grace perio
 parts that create work, then the executor, last the triggerer (triggers cleaned up, outbox
 flushed, broker advances drained, rows released). A second signal cancels everything at
 once. A part that crashes, or returns when nobody asked it to, is reported and the process
-exits non-zero rather than limping on.
+exits non-zero rather than limping on. With ``[metrics] enabled`` the Prometheus endpoint
+(``engine.metrics``) is bound before any part starts (a port in use fails the start) and
+serves until every part stopped.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 from dataclasses import dataclass, field
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from engine.config import Config
+    from engine.metrics import EngineCollector, MetricsServer
 
 logger = logging.getLogger(__name__)
 
@@ -58,11 +62,13 @@ def triggerer_settings(config: Config, overrides: dict[str, Any]) -> TriggererSe
         plugins_folder=config.core.plugins_folder,
         blocked_threshold_s=t.blocked_main_thread_warning_threshold,
         cleanup_interval_s=t.cleanup_interval_sec,
+        new_trigger_poll_s=t.new_trigger_poll_interval_sec,
         cleanup_timeout_s=t.trigger_cleanup_timeout_sec,
         shutdown_grace_s=t.shutdown_grace_period_sec,
         ack_timeout_s=t.shared_stream_ack_timeout,
         subscriber_queue_size=t.shared_stream_subscriber_queue_size,
         cohort_grace_period_s=t.shared_stream_cohort_grace_period,
+        max_asset_event_payload_bytes=config.core.max_asset_event_payload_bytes,
     )
 
 
@@ -72,10 +78,13 @@ def build_parts(
     db: Database,
     cipher: KwargsCipher,
     overrides: dict[str, Any],
+    *,
+    collector: EngineCollector | None = None,
 ) -> list[Part]:
     """The parts to run; parts in one process wake each other instead of waiting to poll:
     stored events wake the scheduler and executor, scheduled tasks wake the executor, a task
-    outcome (e.g. a new deferral) wakes the triggerer's claim loop."""
+    outcome (e.g. a new deferral) wakes the triggerer's claim loop. Each part is registered
+    with ``collector`` (the metrics endpoint), when given."""
     from engine.executor import ExecutorSettings, LocalExecutor
 
     wakers: dict[str, Callable[[], None]] = {}
@@ -102,6 +111,8 @@ def build_parts(
             on_tasks_scheduled=wake("executor"),
         )
         wakers["scheduler"] = scheduler.nudge
+        if collector is not None:
+            collector.scheduler = scheduler
         parts["scheduler"] = Part("scheduler", scheduler.run, scheduler.shutdown)
     if "executor" in names:
         executor = LocalExecutor(
@@ -111,6 +122,8 @@ def build_parts(
             on_outcome=wake("triggerer", "scheduler"),
         )
         wakers["executor"] = executor.nudge
+        if collector is not None:
+            collector.executor = executor
         parts["executor"] = Part("executor", executor.run, executor.shutdown)
     if "triggerer" in names:
         triggerer = Triggerer(
@@ -120,6 +133,8 @@ def build_parts(
             on_committed=wake("scheduler", "executor"),
         )
         wakers["triggerer"] = triggerer.nudge
+        if collector is not None:
+            collector.triggerer = triggerer
         parts["triggerer"] = Part("triggerer", triggerer.run, triggerer.shutdown)
     return [parts[name] for name in ALL_PARTS if name in parts]
 
@@ -135,10 +150,16 @@ async def _run_part(part: Part, *, task_status: anyio.abc.TaskStatus[None]) -> N
 
 async def _serve(config: Config, names: tuple[str, ...], overrides: dict[str, Any]) -> int:
     db = Database(config.core.sql_alchemy_conn)
+    metrics: MetricsServer | None = None
     try:
         await anyio.to_thread.run_sync(check_schema, db.engine)
         cipher = KwargsCipher.from_config(config.core.fernet_key, config.home)
-        parts = build_parts(config, names, db, cipher, overrides)
+        collector = _collector(config)
+        parts = build_parts(config, names, db, cipher, overrides, collector=collector)
+        if collector is not None:
+            from engine.metrics import start_metrics_server
+
+            metrics = start_metrics_server(config.metrics, collector)
         stop = anyio.Event()
         async with anyio.create_task_group() as tg:
             tg.start_soon(_watch_signals, stop.set, tg.cancel_scope)
@@ -153,9 +174,21 @@ async def _serve(config: Config, names: tuple[str, ...], overrides: dict[str, An
             await _stop_in_order(parts, config.triggerer.shutdown_grace_period_sec)
             tg.cancel_scope.cancel()
     finally:
+        if metrics is not None:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(metrics.close)
         db.dispose()
     logger.info("Sluice stopped", extra={"action": "stopped"})
     return 0
+
+
+def _collector(config: Config) -> EngineCollector | None:
+    """The metrics collector of this process, reading the parts on this event loop."""
+    if not config.metrics.enabled:
+        return None
+    from engine.metrics import EngineCollector
+
+    return EngineCollector(loop=asyncio.get_running_loop())
 
 
 async def _stop_in_order(parts: list[Part], grace_s: float) -> None:

@@ -316,7 +316,7 @@ class TaskSupervisor:
                 "Task instance %s was taken over while it ran here; outcome %s discarded",
                 run.ti_id,
                 outcome.decision,
-                extra={"action": "task_outcome_discarded", "ti_id": run.ti_id},
+                extra={"action": "task_outcome_discarded", **run.log_fields()},
             )
             return
         self.stats.outcomes[outcome.decision] += 1
@@ -331,7 +331,7 @@ class TaskSupervisor:
             run.run_id,
             run.try_number,
             outcome.describe(),
-            extra={"action": f"task_{outcome.decision}", "ti_id": run.ti_id},
+            extra={"action": f"task_{outcome.decision}", **run.log_fields()},
         )
 
     def _write_outcome(self, session: Session, job_id: int, run: TaskRun, outcome: Outcome) -> bool:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Final
 import anyio
 import anyio.lowlevel
 
-from engine import store
+from engine import store, store_inspect
 from engine.db import heartbeat_forever
 from engine.exceptions import DecryptionError, SluiceError, TriggerLoadError
 from engine.loader import build_trigger, import_trigger_class
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CLAIM_IDLE_INTERVAL_S: Final = 1.0
+NEW_TRIGGER_POLL_S: Final = 0.1
 LOAD_RETRY_S: Final = 30.0
 START_CHUNK: Final = 200
 CLAIM_CHUNK: Final = 5000
@@ -63,6 +64,8 @@ class TriggererSettings:
     subscriber_queue_size: int = 1024
     cohort_grace_period_s: float = 0.0
     claim_idle_interval_s: float = CLAIM_IDLE_INTERVAL_S
+    new_trigger_poll_s: float = NEW_TRIGGER_POLL_S
+    max_asset_event_payload_bytes: int | None = 1_048_576
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +73,7 @@ class _Loaded:
     row: store.TriggerRow
     kwargs: dict[str, object] | None
     error: str | None
+    served: store.Served | None = None
 
 
 class Triggerer:
@@ -102,12 +106,15 @@ class Triggerer:
             db=db,
             outbox=self.outbox,
             confirm=self.shared_streams.confirm_persisted,
+            refuse=self.shared_streams.refuse_persisted,
             dedup_key=self._dedup_key,
             on_committed=on_committed,
+            max_payload_bytes=settings.max_asset_event_payload_bytes,
         )
         self.watchdog = LoopWatchdog(settings.blocked_threshold_s)
         self._instances: dict[int, BaseTrigger] = {}
         self._load_failed: dict[int, float] = {}
+        self._recovered: set[int] = set()  # started fine although their row records a failure
         self._stopping = anyio.Event()
         self._wake = anyio.Event()
         self._claims = 0
@@ -149,6 +156,7 @@ class Triggerer:
                     )
                 )
                 tg.start_soon(self._cleanup_loop)
+                tg.start_soon(self._publish_stats_loop)
                 await tg.start(self._claim_loop)
                 task_status.started()
                 await self._stopping.wait()
@@ -198,6 +206,7 @@ class Triggerer:
 
         def release(session: Session) -> int:
             count = store.release_triggers(session, triggerer_id=job_id)
+            store_inspect.delete_stream_snapshots(session, triggerer_id=job_id)
             store.end_job(session, job_id, state=JobState.SUCCESS)
             return count
 
@@ -219,6 +228,33 @@ class Triggerer:
                 logger.warning("Trigger clean-up failed: %s", exc, extra={"action": "cleanup"})
             await anyio.sleep(self.settings.cleanup_interval_s)
 
+    async def _publish_stats_loop(self) -> None:
+        """Every heartbeat, replace this triggerer's ``shared_stream_snapshot`` rows.
+
+        ``sluice streams list`` reads them from anywhere; a failed write is retried next round.
+        """
+        assert self.job_id is not None
+        job_id, written_empty = self.job_id, False
+        while True:
+            stats = self.shared_streams.stats()
+            if stats or not written_empty:
+                publish = partial(
+                    store_inspect.publish_stream_stats,
+                    triggerer_id=job_id,
+                    stats=stats,
+                    now=store.utcnow(),
+                )
+                try:
+                    await self._db.run(publish)
+                    written_empty = not stats
+                except SluiceError as exc:
+                    logger.warning(
+                        "Publishing shared-stream stats failed, retrying: %s",
+                        exc,
+                        extra={"action": "stream_stats_publish_failed", "job_id": job_id},
+                    )
+            await anyio.sleep(self.settings.heartbeat_s)
+
     async def _claim_loop(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
@@ -233,11 +269,30 @@ class Triggerer:
                 task_status.started()
                 first = False
             if not more:
-                with anyio.move_on_after(self.settings.claim_idle_interval_s):
-                    await self._wake.wait()
+                await self._wait_for_work()
                 self._wake = anyio.Event()
             if self._stopping.is_set():
                 return
+
+    async def _wait_for_work(self) -> None:
+        """Until the next full round (``claim_idle_interval_s``), a nudge from this process,
+        or, with capacity to spare, a new unassigned row: another process deferred a task or
+        added a watcher. That check is one indexed probe every ``new_trigger_poll_s``, so a
+        new trigger starts within about that time without a full round (ownership checksum,
+        dead triggerers, timeouts) more often than once per idle interval."""
+        s = self.settings
+        with anyio.move_on_after(s.claim_idle_interval_s):
+            while True:
+                with anyio.move_on_after(s.new_trigger_poll_s):
+                    await self._wake.wait()
+                    return
+                if len(self.runner) >= s.capacity:
+                    continue
+                try:
+                    if await self._db.run(store.has_unassigned_triggers):
+                        return
+                except SluiceError:
+                    return  # the full round reports it
 
     # --- one sync: stop what is no longer ours, claim, start ---------------------------
 
@@ -254,8 +309,11 @@ class Triggerer:
         expected = self.runner.running_ids() | self._load_failed.keys()
         local_checksum = (len(expected), sum(expected))
 
+        recovered, self._recovered = self._recovered, set()
+
         def claim(session: Session) -> tuple[set[int] | None, list[_Loaded]]:
             store.fail_timed_out_deferrals(session)
+            store.clear_load_errors(session, recovered)
             # The full id list only when the cheap checksum says ours changed: with 100,000
             # idle triggers, listing them every second is most of the idle CPU.
             owned = None
@@ -269,9 +327,14 @@ class Triggerer:
             )
             if owned is not None:
                 rows += store.fetch_trigger_rows(session, retry & owned)
-            return owned, [self._decrypt(row) for row in rows]
+            served = store.triggers_served(session, (row.id for row in rows))
+            return owned, [self._decrypt(row, served.get(row.id)) for row in rows]
 
-        owned, loaded = await self._db.run(claim)
+        try:
+            owned, loaded = await self._db.run(claim)
+        except SluiceError:
+            self._recovered |= recovered  # cleared by the next round
+            raise
         if owned is not None:
             self._stop_unowned(owned | {item.row.id for item in loaded})
             self._load_failed = {t: at for t, at in self._load_failed.items() if t in owned}
@@ -286,20 +349,20 @@ class Triggerer:
                 await anyio.lowlevel.checkpoint()
         return left > 0 and len(loaded) >= left
 
-    def _decrypt(self, row: store.TriggerRow) -> _Loaded:
+    def _decrypt(self, row: store.TriggerRow, served: store.Served | None) -> _Loaded:
         """Decrypt, and import the class here in the worker thread: a first import (e.g.
         aiokafka, aiobotocore) takes a few hundred ms and must not block the event loop."""
         try:
             kwargs = self._cipher.decrypt_kwargs(row.kwargs, trigger_id=row.id)
         except DecryptionError as exc:
-            return _Loaded(row, None, str(exc))
+            return _Loaded(row, None, str(exc), served)
         with contextlib.suppress(TriggerLoadError):  # reported by _start, on the loop
             import_trigger_class(
                 row.classpath,
                 allowed=self.settings.allowed_modules,
                 plugins_folder=self.settings.plugins_folder,
             )
-        return _Loaded(row, kwargs, None)
+        return _Loaded(row, kwargs, None, served)
 
     def _stop_unowned(self, owned: set[int]) -> None:
         for trigger_id in self.runner.running_ids() - owned:
@@ -328,7 +391,18 @@ class Triggerer:
             self._load_failure(row.id, kind, exc)
             return
         self._instances[row.id] = trigger
-        self.runner.start(TriggerSpec(trigger_id=row.id, trigger=trigger, kind=kind))
+        served = item.served
+        self.runner.start(
+            TriggerSpec(
+                trigger_id=row.id,
+                trigger=trigger,
+                kind=kind,
+                log_fields=None if served is None else served.log_fields,
+                watcher=None if served is None else served.watcher,
+            )
+        )
+        if row.has_error and kind is TriggerKind.WATCHER:
+            self._recovered.add(row.id)
 
     def _load_failure(self, trigger_id: int, kind: TriggerKind, exc: TriggerLoadError) -> None:
         logger.error(
@@ -342,7 +416,7 @@ class Triggerer:
             TriggerFailed(
                 trigger_id=trigger_id,
                 kind=kind,
-                reason=f"cannot load trigger: {exc}",
+                reason=f"{store.LOAD_FAILURE_PREFIX}: {exc}",
                 traceback=None,
                 will_restart=False,
             )

@@ -17,12 +17,14 @@ from shared_stream.exceptions import (
 )
 from shared_stream.manager import SharedStreamManager
 from shared_stream.producer import AdvanceItem, AdvanceOutcome, SharedStreamProducer
+from shared_stream.stats import GroupStats
 from shared_stream.subscriber import reject_shared_stream_event
 
 __all__ = (
     "AckTimeout",
     "AdvanceItem",
     "AdvanceOutcome",
+    "GroupStats",
     "SharedStreamError",
     "SharedStreamManager",
     "SharedStreamProducer",

@@ -14,7 +14,8 @@ runtime confirms once the trigger event is persisted. The subscriber *resolves* 
 - acked: it moved past the event (pulled again, or unsubscribed) and every binding of it
   was confirmed persisted;
 - rejected: it called ``reject_shared_stream_event()`` inside the window (at once);
-- failed: ack timeout, queue overflow, or it unsubscribed before the event was delivered.
+- failed: ack timeout, queue overflow, it unsubscribed before the event was delivered, or
+  its filter failed (raised) before it moved past the event.
 
 An event is resolved when every subscriber of its snapshot resolved it (at once when the
 snapshot is empty). Each event belongs to a lane; the resolved prefix of a lane (its oldest
@@ -217,6 +218,28 @@ class AckLedger:
             resolved = True
         return self._dispatch() if resolved else NO_EFFECTS
 
+    def refuse_persisted(self, seqs: Iterable[int]) -> Sequence[Effect]:
+        """The store refused the trigger events bound under these seqs (e.g. a payload over
+        the size limit): each one's raw event resolves as rejected for its subscriber (the
+        producer dead-letters it, it is never advanced as clean, nor redelivered forever);
+        the subscriber's other bindings to that raw event are moot. Unknown seqs are ignored.
+        """
+        released: list[Effect] = []
+        resolved = False
+        for seq in seqs:
+            entry = self._bindings.get(seq)
+            if entry is None:
+                continue
+            sub, event_seq = entry
+            released.extend(self._release(sub.bound.pop(event_seq)))
+            if sub in self._departed and not sub.bound:
+                del self._departed[sub]
+            if sub.in_window and sub.position == event_seq:
+                sub.window_resolved = True  # moving past it later resolves nothing more
+            self._resolve(self._events[event_seq], _REJECTED)
+            resolved = True
+        return self._with(released, self._dispatch()) if resolved else NO_EFFECTS
+
     def reject(self, trigger_id: int) -> Sequence[Effect]:
         """The subscriber refused its current event: resolved as rejected, at once."""
         sub = self._subs.get(trigger_id)
@@ -227,11 +250,18 @@ class AckLedger:
         self._resolve(self._events[sub.position], _REJECTED)
         return self._with(released, self._dispatch())
 
-    def unsubscribe(self, trigger_id: int) -> Sequence[Effect]:
-        """The subscriber left: it moved past its current event, undelivered ones fail."""
+    def unsubscribe(self, trigger_id: int, *, failed: bool = False) -> Sequence[Effect]:
+        """The subscriber left: it moved past its current event, undelivered ones fail.
+
+        ``failed``: it left because its filter raised (or ended) while processing: it did not
+        finish its current event, so that event fails too (redelivered or dead-lettered by
+        the producer, never advanced as clean), and so do events awaiting confirmation.
+        """
         sub = self._subs.pop(trigger_id, None)
         if sub is None:
             return NO_EFFECTS
+        if failed:
+            return self._with(self._fail_all(sub, undelivered=True), self._dispatch())
         if sub.in_window and not sub.window_resolved and sub.position not in sub.bound:
             self._resolve(self._events[sub.position], _ACKED)
         sub.in_window = sub.window_resolved = False
@@ -355,6 +385,29 @@ class AckLedger:
     def outstanding_binding_seqs(self) -> tuple[int, ...]:
         """Binding seqs not yet confirmed nor released."""
         return tuple(self._bindings)
+
+    def outstanding_by_lane(self) -> dict[Hashable, int]:
+        """Events not advanced yet (waiting, or in the advance in flight), per lane.
+
+        O(lanes): what ``sluice streams list`` and the metrics show as backlog per lane.
+        """
+        counts = {lane: len(queue) for lane, queue in self._lanes.items()}
+        flight = self._in_flight
+        if flight is not None:
+            counts[flight.lane] = counts.get(flight.lane, 0) + len(flight.seqs)
+        return counts
+
+    def oldest_unresolved_at(self) -> float | None:
+        """When the oldest event some subscriber of its snapshot has not resolved was broadcast.
+
+        None when every outstanding event is resolved. Events are kept in seq (hence
+        broadcast) order and resolved ones only linger behind an unresolved lane head, so
+        the scan stops after a few events in practice.
+        """
+        for event in self._events.values():
+            if event.unresolved:
+                return event.broadcast_at
+        return None
 
     def __repr__(self) -> str:
         flight = self._in_flight

@@ -30,6 +30,7 @@ from shared_stream.exceptions import (
     SubscriberOverflow,
     SubscriptionError,
 )
+from shared_stream.stats import GroupCounters, GroupStats
 from shared_stream.subscriber import SubscriberStream, forget_current_stream
 
 if TYPE_CHECKING:
@@ -77,6 +78,8 @@ class SharedStreamGroup:
         self._poll_scope = anyio.CancelScope()
         self._timer_scope = anyio.CancelScope()
         self._pending_batch: AdvanceBatch | None = None
+        self._pending_since = 0.0  # settings.clock() when _pending_batch was dispatched
+        self.counters = GroupCounters()
         self._advance_wakeup = anyio.Event()
         self._timer_wakeup = anyio.Event()
         self._timer_idle = False
@@ -98,13 +101,13 @@ class SharedStreamGroup:
         self.streams[trigger_id] = stream
         return stream
 
-    def remove_subscriber(self, trigger_id: int) -> bool:
+    def remove_subscriber(self, trigger_id: int, *, failed: bool = False) -> bool:
         stream = self.streams.pop(trigger_id, None)
         if stream is None:
             return False
         stream.close()
         if self.ledger is not None:
-            self.carry_out(self.ledger.unsubscribe(trigger_id))
+            self.carry_out(self.ledger.unsubscribe(trigger_id, failed=failed))
         return True
 
     def bind(self, trigger_id: int) -> int | None:
@@ -119,6 +122,11 @@ class SharedStreamGroup:
         if self.ledger is not None:
             self.carry_out(self.ledger.confirm_persisted(seqs))
 
+    def refuse(self, seqs: Sequence[int]) -> None:
+        if self.ledger is not None:
+            self.counters.rejects += len(seqs)
+            self.carry_out(self.ledger.refuse_persisted(seqs))
+
     def check_timeouts(self, now: float) -> None:
         if self.ledger is not None and not self.stopping:
             self.carry_out(self.ledger.check_timeouts(now))
@@ -129,6 +137,7 @@ class SharedStreamGroup:
         for effect in effects:
             if isinstance(effect, AdvanceBatch):
                 self._pending_batch = effect
+                self._pending_since = self.settings.clock()
                 self._advance_wakeup.set()
             elif isinstance(effect, FailSubscriber):
                 self._fail_subscriber(effect.trigger_id, effect.reason)
@@ -145,12 +154,46 @@ class SharedStreamGroup:
                     extra={"action": "shared_stream.abandon", "count": len(effect.seqs)},
                 )
 
+    def record_reject(self) -> None:
+        """A subscriber rejected its current raw event (``reject_shared_stream_event``)."""
+        self.counters.rejects += 1
+
+    def stats(self) -> GroupStats:
+        """A snapshot of this group's counters and gauges (cheap: O(subscribers + lanes))."""
+        c = self.counters
+        ledger = self.ledger
+        outstanding: dict[str, int] = {}
+        oldest_age: float | None = None
+        if ledger is not None:
+            outstanding = {repr(lane): n for lane, n in ledger.outstanding_by_lane().items()}
+            oldest = ledger.oldest_unresolved_at()
+            if oldest is not None:
+                oldest_age = max(self.settings.clock() - oldest, 0.0)
+        return GroupStats(
+            key=repr(self.key),
+            mode="fast" if ledger is None else "ack",
+            subscribers=len(self.streams),
+            queue_high_water=c.queue_high_water,
+            outstanding_by_lane=outstanding,
+            oldest_unresolved_age_s=oldest_age,
+            events_polled=c.events_polled,
+            deliveries=c.deliveries,
+            advances=c.advances,
+            advanced_events=c.advanced_events,
+            last_advance_batch=c.last_advance_batch,
+            advance_latency_sum_s=c.advance_latency_sum_s,
+            overflows=c.overflows,
+            ack_timeouts=c.ack_timeouts,
+            rejects=c.rejects,
+        )
+
     def _fail_subscriber(self, trigger_id: int, reason: FailReason) -> None:
         stream = self.streams.pop(trigger_id, None)
         if stream is None:
             return
         error: Exception
         if reason is FailReason.ACK_TIMEOUT:
+            self.counters.ack_timeouts += 1
             error = AckTimeout(
                 f"trigger {trigger_id!r} did not resolve a raw event of shared stream "
                 f"key={self.key!r} within {self.settings.ack_timeout_s}s (still processing "
@@ -158,6 +201,7 @@ class SharedStreamGroup:
                 "redelivers it. Raise [triggerer] shared_stream_ack_timeout if that is normal."
             )
         else:
+            self.counters.overflows += 1
             error = SubscriberOverflow(
                 f"trigger {trigger_id!r} fell behind shared stream key={self.key!r}: its "
                 f"queue of {self.settings.max_queue} raw events was full. Raise [triggerer] "
@@ -194,6 +238,14 @@ class SharedStreamGroup:
             if waiter is not None:
                 stream.waiter = None
                 waiter.set()
+        counters = self.counters
+        delivered = len(self.streams)
+        if overflowed is not None:
+            delivered -= len(overflowed)
+        if delivered:
+            counters.deliveries += delivered
+            if longest >= counters.queue_high_water:
+                counters.queue_high_water = longest + 1
         if overflowed is not None:
             for trigger_id in overflowed:
                 if self.ledger is None:
@@ -321,6 +373,7 @@ class SharedStreamGroup:
         unyielded = 0
         try:
             async for raw in stream:
+                self.counters.events_polled += 1
                 unyielded += 1
                 if self.fan_out(0, raw) or unyielded >= YIELD_EVERY_EVENTS:
                     unyielded = 0
@@ -334,6 +387,7 @@ class SharedStreamGroup:
         unyielded = 0
         try:
             async for raw, broker_payload in stream:
+                self.counters.events_polled += 1
                 unyielded += 1
                 if (
                     self._broadcast(raw, broker_payload, producer)
@@ -356,6 +410,7 @@ class SharedStreamGroup:
                 await self._advance_wakeup.wait()
                 continue
             self._pending_batch = None
+            dispatched_at = self._pending_since
             producer = self.producer
             assert producer is not None
             try:
@@ -365,7 +420,15 @@ class SharedStreamGroup:
                 return
             if not completed or self.terminated:
                 return
+            self._count_advance(len(batch.seqs), self.settings.clock() - dispatched_at)
             self.carry_out(ledger.advance_done(batch))
+
+    def _count_advance(self, size: int, latency_s: float) -> None:
+        counters = self.counters
+        counters.advances += 1
+        counters.advanced_events += size
+        counters.last_advance_batch = size
+        counters.advance_latency_sum_s += max(latency_s, 0.0)
 
     async def _advance(self, producer: SharedStreamProducer, batch: AdvanceBatch) -> bool:
         """Await one advance; while draining, shielded and bounded by the drain deadline."""

@@ -33,10 +33,12 @@ from shared_stream.settings import GroupSettings
 from triggers.base import BaseEventTrigger
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Hashable, Iterable
+    from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Sequence
     from types import TracebackType
 
     from anyio.abc import TaskGroup, TaskStatus
+
+    from shared_stream.stats import GroupStats
 
 logger = logging.getLogger(__name__)
 
@@ -185,20 +187,30 @@ class SharedStreamManager:
 
     def confirm_persisted(self, seqs: Iterable[int]) -> None:
         """The trigger events bound under these seqs are committed; unknown seqs are ignored."""
+        self._by_group(seqs, SharedStreamGroup.confirm)
+
+    def refuse_persisted(self, seqs: Iterable[int]) -> None:
+        """The store refused the trigger events bound under these seqs (their payload is over
+        the limit): their raw events resolve as rejected (dead-lettered by the producer)."""
+        self._by_group(seqs, SharedStreamGroup.refuse)
+
+    def _by_group(
+        self, seqs: Iterable[int], apply: Callable[[SharedStreamGroup, Sequence[int]], None]
+    ) -> None:
         owner = self._binding_owner
         group: SharedStreamGroup | None = None
-        run: list[int] = []  # consecutive seqs of one group, confirmed together
+        run: list[int] = []  # consecutive seqs of one group, handled together
         for seq in seqs:
             owning = owner.pop(seq, None)
             if owning is None:
                 continue
             if owning is not group:
                 if group is not None:
-                    group.confirm(run)
+                    apply(group, run)
                 group, run = owning, []
             run.append(seq)
         if group is not None:
-            group.confirm(run)
+            apply(group, run)
 
     def begin_shutdown(self) -> None:
         """From now on a leaving subscriber stops its whole group instead of failing events.
@@ -210,8 +222,11 @@ class SharedStreamManager:
         """
         self._shutting_down = True
 
-    async def unsubscribe(self, trigger_id: int, key: Hashable) -> None:
+    async def unsubscribe(self, trigger_id: int, key: Hashable, *, failed: bool = False) -> None:
         """Leave the group; the last subscriber stops it and waits for the drain.
+
+        ``failed``: the subscriber's filter raised: the event it was processing (and any
+        awaiting confirmation) fails instead of counting as moved past (see ``AckLedger``).
 
         The state changes happen before the first await: if the caller is cancelled while
         waiting, the group still drains (in its own task, bounded by the stop grace period).
@@ -221,7 +236,8 @@ class SharedStreamManager:
             return
         if self._shutting_down:
             group.begin_stop("stopped: shutting down")
-        group.remove_subscriber(trigger_id)  # absent if it already failed (overflow, timeout)
+        # absent if it already failed (overflow, timeout)
+        group.remove_subscriber(trigger_id, failed=failed)
         if not group.streams:
             group.begin_stop("stopped: its last subscriber left")
             await group.finished.wait()  # bounded: the group enforces its stop grace period
@@ -242,6 +258,13 @@ class SharedStreamManager:
     def group_keys(self) -> tuple[Hashable, ...]:
         """Keys of the groups taking subscribers."""
         return tuple(self._groups)
+
+    def stats(self) -> list[GroupStats]:
+        """One snapshot per live group (draining ones included), ordered by key.
+
+        Synchronous and cheap: call it on the event loop thread (it reads group state).
+        """
+        return sorted((group.stats() for group in self._live), key=lambda s: s.key)
 
     def subscriber_count(self, key: Hashable) -> int:
         """How many subscribers the group of ``key`` has (0 when there is no such group)."""

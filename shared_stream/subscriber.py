@@ -26,9 +26,11 @@ logger = logging.getLogger(__name__)
 
 
 class EffectSink(Protocol):
-    """Carries out the effects the ledger returns (the group)."""
+    """Carries out the effects the ledger returns and counts rejects (the group)."""
 
     def carry_out(self, effects: Sequence[Effect]) -> None: ...
+
+    def record_reject(self) -> None: ...
 
 
 _current_stream: ContextVar[SubscriberStream | None] = ContextVar(
@@ -115,6 +117,7 @@ class SubscriberStream:
         if ledger is None or not self._in_window or not ledger.is_in_window(self.trigger_id):
             return False
         effects = ledger.reject(self.trigger_id)
+        self.sink.record_reject()
         if effects:
             self.sink.carry_out(effects)
         return True

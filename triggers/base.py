@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from triggers.serde import serialize_value
+from triggers.serde import ensure_serializable
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Hashable
@@ -41,7 +41,7 @@ class TriggerEvent:
     __slots__ = ("dedup_key", "payload")
 
     def __init__(self, payload: Any, *, dedup_key: str | None = None) -> None:
-        serialize_value(payload, where=f"{type(self).__name__} payload")
+        ensure_serializable(payload, where=f"{type(self).__name__} payload")
         self.payload = payload
         self.dedup_key = dedup_key
 

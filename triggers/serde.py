@@ -221,6 +221,45 @@ def _encode_top(value: object, site: _Site) -> JSONValue:
         site.fail("", "nested too deeply")
 
 
+_PLAIN_SCALARS: Final = frozenset({str, int, bool, type(None)})
+
+
+def _is_plain_json(value: object, depth: int = 0) -> bool:
+    """True when ``value`` is already its own JSON form: exact dicts (str keys, no type tag),
+    lists, str, int, bool, None and finite floats, nested at most ``MAX_DEPTH`` deep.
+
+    Exact types only (a subclass may serialize differently) and no error paths built: the
+    common payload is checked at a fraction of the encoder's cost. A cycle ends as too deep.
+    """
+    kind = type(value)
+    if kind in _PLAIN_SCALARS:
+        return True
+    if kind is float:
+        return math.isfinite(value)  # type: ignore[arg-type]
+    if depth >= MAX_DEPTH:
+        return False
+    if kind is dict:
+        if TYPE_KEY in value:  # type: ignore[operator]
+            return False
+        for key, item in value.items():  # type: ignore[attr-defined]
+            if type(key) is not str or not _is_plain_json(item, depth + 1):
+                return False
+        return True
+    if kind is list:
+        for item in value:  # type: ignore[attr-defined]
+            if not _is_plain_json(item, depth + 1):
+                return False
+        return True
+    return False
+
+
+def ensure_serializable(value: object, *, where: str = "value") -> None:
+    """Raise ``SerializationError`` (naming ``where`` and the path inside) unless ``value``
+    can be stored. Plain JSON data, the usual event payload, is accepted without encoding."""
+    if not _is_plain_json(value):
+        serialize_value(value, where=where)
+
+
 def serialize_value(value: object, *, where: str = "value") -> JSONValue:
     """Turn ``value`` into plain JSON data; ``where`` names the value in error messages."""
     return _encode_top(value, _Site(where))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -19,6 +20,7 @@ from tests.waiting import wait_until
 from triggers.file import LISTING_STATS
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
     from pathlib import Path
 
 pytestmark = pytest.mark.integration
@@ -121,7 +123,9 @@ def _watchers(
     return db.call(seed)
 
 
-async def _triggerer(db: Database, cipher: KwargsCipher, plugins: Path) -> Triggerer:
+async def _triggerer(
+    db: Database, cipher: KwargsCipher, plugins: Path, **overrides: Any
+) -> Triggerer:
     return Triggerer(
         db=db,
         cipher=cipher,
@@ -133,6 +137,7 @@ async def _triggerer(db: Database, cipher: KwargsCipher, plugins: Path) -> Trigg
             claim_idle_interval_s=0.05,
             cleanup_interval_s=60,
             shutdown_grace_s=5,
+            **overrides,
         ),
     )
 
@@ -190,73 +195,80 @@ async def test_twenty_siblings_share_one_listing_per_cadence(tmp_path: Path, plu
     db.dispose()
 
 
-async def test_ack_mode_advances_only_after_asset_events_are_committed(
-    tmp_path: Path, plugins: Path
-) -> None:
+@asynccontextmanager
+async def _parity_pair(
+    tmp_path: Path, plugins: Path, kwargs: dict[str, Any] | None = None, **settings: Any
+) -> AsyncIterator[tuple[Database, Triggerer, Any]]:
+    """An "even" and an "odd" ack-mode watcher of one list feed, subscribed and running;
+    yields the database, the triggerer and the plugin module (its FEED and ADVANCES)."""
     db_path = tmp_path / "sluice.db"
     db = Database(f"sqlite:///{db_path}")
     migrate(db.engine)
     cipher = KwargsCipher(Fernet.generate_key().decode())
+    base = {"db_path": str(db_path), **(kwargs or {})}
     _watchers(
         db,
         cipher,
         [
-            ("even", "sluice_ack_plugin.AckTrigger", {"db_path": str(db_path), "parity": 0}),
-            ("odd", "sluice_ack_plugin.AckTrigger", {"db_path": str(db_path), "parity": 1}),
+            ("even", "sluice_ack_plugin.AckTrigger", {**base, "parity": 0}),
+            ("odd", "sluice_ack_plugin.AckTrigger", {**base, "parity": 1}),
         ],
     )
-    triggerer = await _triggerer(db, cipher, plugins)
-    with anyio.fail_after(30):
-        async with anyio.create_task_group() as tg:
-            await tg.start(triggerer.run)
-            await wait_until(lambda: len(triggerer.runner) == 2)
-            plugin = sys.modules["sluice_ack_plugin"]
-            plugin.FEED.clear()
-            plugin.ADVANCES.clear()
-            key = ("list-feed", str(db_path))
-            await wait_until(lambda: triggerer.shared_streams.subscriber_count(key) == 2)
-            plugin.FEED.extend({"n": n} for n in range(50))
-            await wait_until(lambda: len(plugin.ADVANCES) == 50)
-            triggerer.shutdown()
+    triggerer = await _triggerer(db, cipher, plugins, **settings)
+    if (loaded := sys.modules.get("sluice_ack_plugin")) is not None:
+        loaded.FEED.clear()  # an earlier test's feed: the new producer must start from 0
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                await tg.start(triggerer.run)
+                await wait_until(lambda: len(triggerer.runner) == 2)
+                plugin = sys.modules["sluice_ack_plugin"]
+                plugin.FEED.clear()
+                plugin.ADVANCES.clear()
+                key = ("list-feed", str(db_path))
+                await wait_until(lambda: triggerer.shared_streams.subscriber_count(key) == 2)
+                yield db, triggerer, plugin
+                triggerer.shutdown()
+    finally:
+        db.dispose()
+
+
+async def test_ack_mode_advances_only_after_asset_events_are_committed(
+    tmp_path: Path, plugins: Path
+) -> None:
+    async with _parity_pair(tmp_path, plugins) as (db, _, plugin):
+        plugin.FEED.extend({"n": n} for n in range(50))
+        await wait_until(lambda: len(plugin.ADVANCES) == 50)
+        events = _events(db)
     assert [offset for offset, _, _ in plugin.ADVANCES] == list(range(50))  # in order, once each
     assert all(clean for _, clean, _ in plugin.ADVANCES)
     assert all(committed == 1 for _, _, committed in plugin.ADVANCES), plugin.ADVANCES
-    assert len(_events(db)) == 50
-    db.dispose()
+    assert len(events) == 50
 
 
 async def test_graceful_shutdown_advances_no_event_as_failed(tmp_path: Path, plugins: Path) -> None:
     """Unpulled events at shutdown are abandoned for redelivery, never advanced as failed."""
-    db_path = tmp_path / "sluice.db"
-    db = Database(f"sqlite:///{db_path}")
-    migrate(db.engine)
-    cipher = KwargsCipher(Fernet.generate_key().decode())
-    slow = {"db_path": str(db_path), "delay": 0.02}
-    _watchers(
-        db,
-        cipher,
-        [
-            ("even", "sluice_ack_plugin.AckTrigger", {**slow, "parity": 0}),
-            ("odd", "sluice_ack_plugin.AckTrigger", {**slow, "parity": 1}),
-        ],
-    )
-    triggerer = await _triggerer(db, cipher, plugins)
-    plugin = sys.modules.get("sluice_ack_plugin")
-    with anyio.fail_after(30):
-        async with anyio.create_task_group() as tg:
-            await tg.start(triggerer.run)
-            await wait_until(lambda: len(triggerer.runner) == 2)
-            plugin = sys.modules["sluice_ack_plugin"]
-            plugin.FEED.clear()
-            plugin.ADVANCES.clear()
-            key = ("list-feed", str(db_path))
-            await wait_until(lambda: triggerer.shared_streams.subscriber_count(key) == 2)
-            plugin.FEED.extend({"n": n} for n in range(200))  # a backlog the filters lag behind
-            await wait_until(lambda: len(plugin.ADVANCES) >= 10)
-            triggerer.shutdown()
+    async with _parity_pair(tmp_path, plugins, {"delay": 0.02}) as (_, _, plugin):
+        plugin.FEED.extend({"n": n} for n in range(200))  # a backlog the filters lag behind
+        await wait_until(lambda: len(plugin.ADVANCES) >= 10)
     offsets = [offset for offset, _, _ in plugin.ADVANCES]
     assert offsets == list(range(len(offsets)))  # a contiguous prefix, once each
     assert len(offsets) < 200  # the shutdown really cut the stream short
     assert all(clean for _, clean, _ in plugin.ADVANCES), plugin.ADVANCES
-    assert all(committed == 1 for _, _, committed in plugin.ADVANCES)
-    db.dispose()
+
+
+async def test_an_event_over_the_payload_limit_is_rejected_not_redelivered_forever(
+    tmp_path: Path, plugins: Path
+) -> None:
+    """The store refuses it: its raw event is advanced as rejected (the producer
+    dead-letters it), its siblings' events are stored and advanced clean."""
+    limit = {"max_asset_event_payload_bytes": 200}
+    async with _parity_pair(tmp_path, plugins, **limit) as (db, triggerer, plugin):
+        plugin.FEED.extend({"n": n, "pad": "x" * (500 if n == 3 else 1)} for n in range(6))
+        await wait_until(lambda: len(plugin.ADVANCES) >= 6)
+        (stats,) = triggerer.shared_streams.stats()
+        events = _events(db)
+    clean = {offset: is_clean for offset, is_clean, _ in plugin.ADVANCES}
+    assert clean == {0: True, 1: True, 2: True, 3: False, 4: True, 5: True}
+    assert sorted(p["n"] for _, p in events) == [0, 1, 2, 4, 5]
+    assert stats.rejects == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -125,17 +126,17 @@ def _ti(ti_id: int) -> Callable[[Any], TaskInstance | None]:
 async def _running(
     db: Database, key: str, plugins: Path, **overrides: Any
 ) -> AsyncIterator[Triggerer]:
-    settings = TriggererSettings(
-        capacity=100,
-        heartbeat_s=0.5,
-        health_check_threshold_s=1.05,
-        allowed_modules=("triggers", "producers"),
-        plugins_folder=plugins,
-        claim_idle_interval_s=0.05,
-        cleanup_interval_s=0.2,
-        shutdown_grace_s=5,
-        **overrides,
-    )
+    defaults: dict[str, Any] = {
+        "capacity": 100,
+        "heartbeat_s": 0.5,
+        "health_check_threshold_s": 1.05,
+        "allowed_modules": ("triggers", "producers"),
+        "plugins_folder": plugins,
+        "claim_idle_interval_s": 0.05,
+        "cleanup_interval_s": 0.2,
+        "shutdown_grace_s": 5,
+    }
+    settings = TriggererSettings(**{**defaults, **overrides})
     triggerer = Triggerer(db=db, cipher=KwargsCipher(key), settings=settings)
     async with anyio.create_task_group() as tg:
         await tg.start(triggerer.run)
@@ -145,7 +146,6 @@ async def _running(
 
 @pytest.fixture
 def running(db: Database, key: str, plugins: Path):
-    from contextlib import asynccontextmanager
 
     return asynccontextmanager(lambda **kw: _running(db, key, plugins, **kw))
 
@@ -317,3 +317,66 @@ async def test_deleted_row_stops_its_running_trigger(db, key, running) -> None:
             )
             await db.run(lambda s: s.execute(store.delete(Trigger).where(Trigger.id == trigger_id)))
             await wait_until(lambda: trigger_id not in triggerer.runner, within=5)
+
+
+async def test_a_watcher_that_loads_again_forgets_its_load_failure(db, key, plugins: Path) -> None:
+    ManualTrigger.reset()
+    old_key = Fernet.generate_key().decode()
+    _, trigger_id = _watcher(db, KwargsCipher(old_key), "rekeyed")
+    last_error = lambda s: (t := s.get(Trigger, trigger_id)) and t.last_error  # noqa: E731
+    with anyio.fail_after(20):
+        # Started with the wrong key only: the watcher cannot load, and the row says why.
+        async with asynccontextmanager(lambda: _running(db, key, plugins))():
+            error = await eventually(db, last_error)
+        assert error.startswith(store.LOAD_FAILURE_PREFIX)
+        # Restarted with the old key added (a rotation in progress): it runs, the error goes.
+        async with asynccontextmanager(lambda: _running(db, f"{key},{old_key}", plugins))():
+            await ManualTrigger.channel("rekeyed").wait_subscribed()
+            await eventually(db, lambda s: s.get(Trigger, trigger_id).last_error is None)
+
+
+async def test_lines_logged_in_a_trigger_carry_what_it_serves(db, key, running, caplog) -> None:
+    from engine.logs import ContextFields
+
+    ManualTrigger.reset()
+    moment = datetime.now(UTC) - timedelta(seconds=1)
+    trigger_id, _ = _deferred_task(
+        db, KwargsCipher(key), "triggers.temporal.DateTimeTrigger", {"moment": moment}
+    )
+    _, watcher_trigger = _watcher(db, KwargsCipher(key), "logged")
+    caplog.handler.addFilter(ContextFields())  # what configure_logging installs
+    caplog.set_level(logging.DEBUG, logger="engine.runner")  # watcher events: DEBUG
+    with anyio.fail_after(15):
+        async with running():
+            await ManualTrigger.channel("logged").wait_subscribed()
+            ManualTrigger.channel("logged").fire({"n": 1})
+            fired = lambda: {  # noqa: E731
+                r.trigger_id: r
+                for r in caplog.records
+                if r.__dict__.get("action") == "trigger_fired"
+            }
+            records = await wait_until(
+                lambda: (f := fired()) and {trigger_id, watcher_trigger} <= f.keys() and f
+            )
+    task_line, watcher_line = records[trigger_id], records[watcher_trigger]
+    assert (task_line.dag_id, task_line.task_id) == ("d", "t")
+    assert task_line.run_id.startswith("r")
+    assert (watcher_line.asset, watcher_line.watcher) == ("logged", "w")
+    assert not hasattr(watcher_line, "dag_id")
+
+
+async def test_a_row_added_by_another_process_is_claimed_before_the_next_full_round(
+    db, key, running
+) -> None:
+    with anyio.fail_after(15):
+        async with running(claim_idle_interval_s=60, new_trigger_poll_s=0.05) as triggerer:
+            # No nudge: the row arrives as if another process had deferred a task.
+            past = datetime.now(UTC) - timedelta(seconds=1)
+            _, ti_id = _deferred_task(
+                db, KwargsCipher(key), "triggers.temporal.DateTimeTrigger", {"moment": past}
+            )
+            with anyio.fail_after(5):  # far less than the 60 s full-round interval
+                await eventually(
+                    db, lambda s: (t := _ti(ti_id)(s)) and t.state == "scheduled" and t
+                )
+            assert triggerer.job_id is not None

@@ -655,3 +655,15 @@ def test_a_config_file_named_explicitly_must_exist(tmp_path) -> None:
         load_config(environ={"SLUICE_HOME": str(tmp_path)}, config_file=missing)
     # the default location may be missing: defaults apply
     assert load_config(environ={"SLUICE_HOME": str(tmp_path)}).triggerer.capacity == 1000
+
+
+def test_secret_values_are_the_fernet_keys_and_the_database_password(tmp_path: Path) -> None:
+    keys = [Fernet.generate_key().decode() for _ in range(2)]
+    cfg = load_config(
+        home=tmp_path,
+        environ={
+            "SLUICE__CORE__FERNET_KEY": ",".join(keys),
+            "SLUICE__CORE__SQL_ALCHEMY_CONN": "postgresql+psycopg://u:pw-0f-db@localhost/x",
+        },
+    )
+    assert sorted(cfg.secret_values()) == sorted([*keys, "pw-0f-db"])

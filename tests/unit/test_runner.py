@@ -698,9 +698,9 @@ class FakeSharedStreams:
         self.calls.append(("bind", trigger_id, key, self.next_seq))
         return self.next_seq
 
-    async def unsubscribe(self, trigger_id: int, key: Hashable) -> None:
+    async def unsubscribe(self, trigger_id: int, key: Hashable, *, failed: bool = False) -> None:
         await anyio.lowlevel.checkpoint()
-        self.calls.append(("unsubscribe", trigger_id, key))
+        self.calls.append(("unsubscribe failed" if failed else "unsubscribe", trigger_id, key))
 
 
 class SharedTrigger(BaseEventTrigger):
@@ -745,6 +745,29 @@ async def test_shared_stream_events_are_bound_to_a_seq_and_unsubscribed_at_the_e
         ("bind", 30, key, 102),
         ("unsubscribe", 30, key),
     ]
+
+
+class RaisingFilterTrigger(SharedTrigger):
+    async def filter_shared_stream(
+        self, shared_stream: AsyncIterator[Any]
+    ) -> AsyncIterator[TriggerEvent]:
+        async for raw in shared_stream:
+            raise ValueError(f"cannot parse {raw}")
+            yield TriggerEvent(raw)
+
+
+async def test_a_filter_that_raises_unsubscribes_as_failed():
+    shared = FakeSharedStreams()
+    key = ("topic", "orders")
+    with anyio.fail_after(5), shared.send, shared.receive:
+        async with running(shared_streams=shared) as (runner, outbox):
+            start(runner, 32, RaisingFilterTrigger("orders"), WATCHER)
+            await shared.send.send(7)
+            item = await next_item(outbox)
+            runner.stop(32)
+    assert isinstance(item, TriggerFailed)
+    assert "cannot parse 7" in item.reason
+    assert shared.calls[:2] == [("subscribe", 32, key), ("unsubscribe failed", 32, key)]
 
 
 async def test_shared_stream_is_not_used_without_a_manager():

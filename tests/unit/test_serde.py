@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import threading
 from datetime import UTC, date, datetime, time, timedelta, timezone
@@ -350,3 +351,55 @@ def test_loads_kwargs_wants_an_object_with_string_keys() -> None:
 def test_kwarg_names_must_be_strings() -> None:
     with pytest.raises(SerializationError, match="kwarg names must be str"):
         dumps_kwargs({1: 2}, owner="T")  # type: ignore[dict-item]
+
+
+# --- the plain-JSON fast path of TriggerEvent ----------------------------------------------
+
+PLAIN = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(max_size=6) | st.just(TYPE_KEY), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(PLAIN | VALUES)
+@settings(max_examples=300)
+def test_the_fast_check_accepts_only_what_is_its_own_json_form(value: Any) -> None:
+    from triggers.serde import _is_plain_json
+
+    if _is_plain_json(value):
+        assert serialize_value(value) == value  # nothing to encode: the check may skip it
+        assert json.loads(json.dumps(value)) == value
+
+
+@given(PLAIN | VALUES)
+@settings(max_examples=300)
+def test_an_event_payload_is_accepted_exactly_when_it_serializes(value: Any) -> None:
+    try:
+        serialize_value(value, where="TriggerEvent payload")
+    except SerializationError as expected:
+        with pytest.raises(SerializationError) as raised:
+            TriggerEvent(value)
+        assert str(raised.value) == str(expected)
+    else:
+        assert TriggerEvent(value).payload is value
+
+
+def test_a_cycle_or_a_subclass_takes_the_encoder_path() -> None:
+    from triggers.serde import _is_plain_json
+
+    loop: list[Any] = []
+    loop.append(loop)
+    assert not _is_plain_json(loop)
+    with pytest.raises(SerializationError, match="cycle"):
+        TriggerEvent({"a": loop})
+
+    class Tagged(dict):  # type: ignore[type-arg]
+        pass
+
+    assert not _is_plain_json(Tagged(a=1))
+    assert not _is_plain_json({"a": float("nan")})
+    assert not _is_plain_json({TYPE_KEY: "x"})

@@ -201,6 +201,23 @@ def test_unsubscribe_resolves_current_event_and_fails_undelivered_ones():
     assert list(ledger.unsubscribe(1)) == []
 
 
+def test_unsubscribe_after_a_failure_fails_the_current_event_too():
+    """A filter that raised did not finish its event: failed (redelivered / dead-lettered),
+    never advanced as clean; an event still awaiting confirmation fails as well."""
+    ledger = ledger_with(1, 2)
+    first, _ = broadcast(ledger, "p1")
+    second, _ = broadcast(ledger, "p2")
+    take(ledger, 1, first)
+    ledger.bind(1)
+    ledger.pull(1)  # moved on to p2 while p1's trigger event is not confirmed yet
+    for seq in (first, second):
+        take(ledger, 2, seq)
+    ledger.pull(2)
+    effects = list(ledger.unsubscribe(1, failed=True))
+    assert outcomes(only_batch(effects)) == [("p1", (1, 1, 0)), ("p2", (1, 1, 0))]
+    assert ledger.outstanding_binding_seqs == ()
+
+
 def test_unsubscribed_subscriber_still_resolves_through_confirmation():
     ledger = ledger_with(1, 2)
     seq, _ = broadcast(ledger, "p1")

@@ -195,6 +195,22 @@ class LedgerMachine(RuleBasedStateMachine):
                 self.set_status(tid, seq, ACKED)
         self.apply(effects)
 
+    @precondition(lambda self: self.bindings)
+    @rule(data=st.data())
+    def refuse(self, data: st.DataObject) -> None:
+        """The store refused a bound trigger event: its raw event is rejected for that sub."""
+        binding = data.draw(st.sampled_from(sorted(self.bindings)))
+        tid, seq = self.bindings[binding]
+        effects = list(self.ledger.refuse_persisted([binding, 10**9]))
+        model = self.sub(tid)
+        self.drop_bindings(tid, seq)
+        if tid in self.departed and not model.unconfirmed:
+            del self.departed[tid]
+        if tid in self.active and model.current == seq:
+            model.current_rejected = True
+        self.set_status(tid, seq, REJECTED)
+        self.apply(effects)
+
     @precondition(lambda self: self.active)
     @rule(data=st.data())
     def reject(self, data: st.DataObject) -> None:

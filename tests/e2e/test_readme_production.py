@@ -1,0 +1,216 @@
+"""Every command of the README's "Running in production" section, run as written.
+
+The commands are read from README.md itself (so the README cannot drift from what works):
+the environment lines are evaluated by the shell, the engine processes (`sluice run` and
+each part alone) run side by side on one PostgreSQL database, and every operator command
+must exit 0 against them. Only the placeholders are substituted: the database URL, the
+dags folder, DAG_ID / RUN_ID / TASK_ID / ASSET and the metrics port.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.e2e.helpers import stop, wait_for
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+LONG_RUNNING = ("run", "triggerer", "scheduler", "executor", "dag-processor")
+
+DAGS = """
+from engine import DAG, Asset, AssetWatcher, task
+from triggers import DirectoryFileDeleteTrigger
+
+flag = Asset("flag", watchers=[AssetWatcher("flag-file", DirectoryFileDeleteTrigger(
+    directory={inbox!r}, filename="go.flag", poke_interval=0.1))])
+
+
+@task
+def report(triggering_asset_events, dag_id):
+    print("report of", dag_id)
+    return len(triggering_asset_events.get("flag", []))
+
+
+with DAG("on_flag", schedule=flag):
+    report()
+"""
+
+
+def production_commands() -> list[str]:
+    """The lines of the section's ``sh`` blocks, in order."""
+    text = README.read_text()
+    section = text.split("## Running in production", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL)
+    return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def shell_env(tmp_path: Path) -> dict[str, str]:
+    """A clean environment whose PATH finds this checkout's ``sluice`` and ``python``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["SLUICE_HOME"] = str(tmp_path / "home")
+    return env
+
+
+class Substitutions:
+    def __init__(self, pg_url: str, dags: Path, metrics_port: int) -> None:
+        self.values = {
+            "postgresql+psycopg://sluice@db.internal/sluice": pg_url,
+            "/srv/dags": str(dags),
+            "127.0.0.1:9464": f"127.0.0.1:{metrics_port}",
+            "DAG_ID": "on_flag",
+            "TASK_ID": "report",
+            "ASSET": "flag",
+        }
+
+    def apply(self, line: str) -> str:
+        for placeholder, value in self.values.items():
+            line = line.replace(placeholder, value)
+        return line
+
+
+def _sh(line: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-c", line], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    codes = [stop(proc, timeout=60) for proc in started]
+    assert codes == [0] * len(started), codes
+
+
+def test_every_production_command_of_the_readme_works(
+    pg_url: str,
+    tmp_path: Path,
+    shell_env: dict[str, str],
+    processes: list[subprocess.Popen[bytes]],
+) -> None:
+    commands = production_commands()
+    assert len(commands) >= 20, commands  # the section is where the test expects it
+    dags, inbox = tmp_path / "dags", tmp_path / "inbox"
+    dags.mkdir()
+    inbox.mkdir()
+    (dags / "flows.py").write_text(textwrap.dedent(DAGS.format(inbox=str(inbox))))
+    port = _free_port()
+    subs = Substitutions(pg_url, dags, port)
+    env = dict(shell_env)
+    env["SLUICE__TRIGGERER__JOB_HEARTBEAT_SEC"] = "1"
+    env["SLUICE__SCHEDULER__SCHEDULER_HEARTBEAT_SEC"] = "1"
+    env["SLUICE__TRIGGERER__SHUTDOWN_GRACE_PERIOD_SEC"] = "5"
+    env["SLUICE__METRICS__PORT"] = str(port)
+    ran: list[str] = []
+    flag_fired = False
+
+    for raw in commands:
+        line = subs.apply(raw)
+        words = shlex.split(line)
+        if words[0] == "export":
+            name, _, value = line.removeprefix("export ").partition("=")
+            evaluated = _sh(f"printf %s {value}", env)
+            assert evaluated.returncode == 0 and evaluated.stdout, (raw, evaluated.stderr)
+            env[name] = evaluated.stdout
+        elif any(w == "sluice" for w in words) and words[words.index("sluice") + 1] in LONG_RUNNING:
+            index = len(processes)
+            log = tmp_path / f"proc{index}.log"
+            at = words.index("sluice")
+            assignments = dict(w.split("=", 1) for w in words[:at])  # e.g. VAR=x sluice run
+            with log.open("ab") as handle:
+                processes.append(
+                    subprocess.Popen(
+                        [str(Path(sys.executable).with_name("sluice")), *words[at + 1 :]],
+                        env={**env, **assignments},
+                        stdout=handle,
+                        stderr=handle,
+                    )
+                )
+            wait_for(
+                lambda log=log: "Sluice ready" in log.read_text(),
+                timeout=60,
+                what=f"{raw!r} to be ready",
+            )
+        else:
+            if not flag_fired and words[0] == "sluice" and words[1] in ("runs", "tasks"):
+                # Something for the run and task commands to show: a watcher-made run.
+                _fire_and_wait(inbox, env)
+                flag_fired = True
+            if "RUN_ID" in line:
+                line = line.replace("RUN_ID", _last_run_id(env))
+            result = _sh(line, env)
+            assert result.returncode == 0, (raw, result.stdout, result.stderr)
+            _check_output(raw, result.stdout)
+        ran.append(raw)
+
+    assert ran == commands
+    assert len(processes) == len(LONG_RUNNING)
+    # Two engines' worth of parts shared the work: two of each part are alive.
+    jobs = json.loads(_sh("sluice jobs list --json", env).stdout)
+    alive = Counter(j["type"] for j in jobs if j["alive"])
+    assert alive == dict.fromkeys(("triggerer", "scheduler", "executor", "dag_processor"), 2), jobs
+
+
+def _fire_and_wait(inbox: Path, env: dict[str, str]) -> None:
+    (inbox / "go.flag").touch()
+
+    def succeeded() -> bool:
+        out = _sh("sluice runs list on_flag --json", env)
+        return out.returncode == 0 and any(
+            run["state"] == "success" for run in json.loads(out.stdout)
+        )
+
+    wait_for(succeeded, timeout=60, what="the flag file to make a successful run")
+
+
+def _last_run_id(env: dict[str, str]) -> str:
+    runs = json.loads(_sh("sluice runs list on_flag --json", env).stdout)
+    return str(runs[-1]["run_id"])
+
+
+def _check_output(raw: str, stdout: str) -> None:
+    """A few commands' output says something specific; the rest must just succeed."""
+    if raw.startswith("sluice db check"):
+        assert "schema is current" in stdout
+    elif raw.startswith("sluice doctor"):
+        assert "no problems found" in stdout
+    elif raw.startswith("sluice streams list --json"):
+        groups = json.loads(stdout)
+        assert any("directory-scan" in g["key"] for g in groups), groups
+    elif raw.startswith("sluice tasks logs"):
+        assert "report of on_flag" in stdout
+    elif raw.startswith("curl"):
+        assert "sluice_triggers_running" in stdout
+    elif raw.startswith("sluice assets events"):
+        assert "flag-file" in stdout
+
+
+def test_the_section_lists_each_documented_command_once() -> None:
+    commands = production_commands()
+    assert len(commands) == len(set(commands))
+    for needed in ("sluice run", "sluice doctor", "sluice streams list", "sluice jobs list"):
+        assert any(needed in c for c in commands), needed

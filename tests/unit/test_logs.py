@@ -1,0 +1,70 @@
+"""Log lines: structured fields, JSON format, secrets redacted whatever logged them."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from typing import TYPE_CHECKING
+
+from engine.logs import configure_logging
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+import pytest
+
+SECRET = "Zm9vYmFyLXNlY3JldC1rZXktMTIzNDU2Nzg5MGFiY2Q="
+
+
+@pytest.fixture
+def captured() -> Iterator[io.StringIO]:
+    """What the handler ``configure_logging`` installs writes (called inside the test)."""
+    stream = io.StringIO()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield stream
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def _configure(stream: io.StringIO, fmt: str, secrets: list[str]) -> None:
+    configure_logging("INFO", fmt, secrets=secrets)
+    handler = logging.getLogger().handlers[0]
+    assert isinstance(handler, logging.StreamHandler)
+    handler.setStream(stream)
+
+
+def test_json_lines_carry_structured_fields_and_never_a_secret(captured: io.StringIO) -> None:
+    _configure(captured, "json", [SECRET, "pw-0f-db"])
+    log = logging.getLogger("sluice.test")
+    log.info(
+        "connecting to postgresql://u:pw-0f-db@db/x with key %s",
+        SECRET,
+        extra={"action": "connect", "trigger_id": 7, "dag_id": "d", "note": f"k={SECRET}"},
+    )
+    try:
+        raise RuntimeError(f"bad token for {SECRET}")
+    except RuntimeError:
+        log.exception("failed", extra={"task_id": "t", "run_id": "r"})
+    lines = [json.loads(line) for line in captured.getvalue().splitlines()]
+    assert SECRET not in captured.getvalue() and "pw-0f-db" not in captured.getvalue()
+    assert lines[0]["message"] == "connecting to postgresql://u:***@db/x with key ***"
+    assert (lines[0]["action"], lines[0]["trigger_id"], lines[0]["dag_id"]) == ("connect", 7, "d")
+    assert lines[0]["note"] == "k=***"
+    assert lines[1]["task_id"] == "t" and lines[1]["run_id"] == "r"
+    assert "RuntimeError: bad token for ***" in lines[1]["exc_info"]
+
+
+def test_text_lines_append_fields_and_redact(captured: io.StringIO) -> None:
+    _configure(captured, "text", [SECRET])
+    logging.getLogger("sluice.test").warning("key=%s", SECRET, extra={"trigger_id": 3})
+    line = captured.getvalue().strip()
+    assert line.endswith("key=*** [trigger_id=3]")
+    assert SECRET not in line
+
+
+def test_short_values_are_not_treated_as_secrets(captured: io.StringIO) -> None:
+    _configure(captured, "text", ["a"])  # e.g. a one-letter password
+    logging.getLogger("sluice.test").warning("a task ran")
+    assert "a task ran" in captured.getvalue()

@@ -1,0 +1,276 @@
+"""``SharedStreamManager.stats()``: each counter and gauge moves for its own reason only."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import anyio
+import pytest
+
+from shared_stream import (
+    AckTimeout,
+    GroupStats,
+    SharedStreamManager,
+    SubscriberOverflow,
+    reject_shared_stream_event,
+)
+from shared_stream.bookkeeping import AckLedger
+from shared_stream.testing import (
+    BlockingProducer,
+    FakeClock,
+    InMemoryFeed,
+    InMemoryProducer,
+    SubscriberHarness,
+)
+from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
+
+
+class FeedTrigger(BaseEventTrigger):
+    """Fast mode: raw events come from the feed registered under ``source``."""
+
+    feeds: ClassVar[dict[str, InMemoryFeed]] = {}
+
+    def __init__(self, *, source: str) -> None:
+        super().__init__()
+        self.source = source
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return classpath_of(self), {"source": self.source}
+
+    async def run(self):
+        yield TriggerEvent({})
+
+    def shared_stream_key(self):
+        return (type(self).__name__, self.source)
+
+    @classmethod
+    async def open_shared_stream(cls, kwargs):
+        async for item in cls.feeds[kwargs["source"]]:
+            yield item
+
+    async def filter_shared_stream(self, shared_stream):
+        async for raw in shared_stream:
+            if raw.get("reject"):
+                reject_shared_stream_event()
+                continue
+            yield TriggerEvent(raw)
+
+
+class ProducerTrigger(FeedTrigger):
+    """Ack mode: the factory hands out the producer registered under ``source``."""
+
+    producers: ClassVar[dict[str, InMemoryProducer]] = {}
+
+    @classmethod
+    def create_shared_stream_producer(cls, kwargs):
+        return cls.producers[kwargs["source"]]
+
+
+@pytest.fixture(autouse=True)
+def _registries():
+    FeedTrigger.feeds.clear()
+    ProducerTrigger.producers.clear()
+
+
+def start(tg, manager, trigger, trigger_id, **kwargs) -> SubscriberHarness:
+    harness = SubscriberHarness(manager, trigger, trigger_id=trigger_id, **kwargs)
+    tg.start_soon(harness.run)
+    return harness
+
+
+def only(manager: SharedStreamManager) -> GroupStats:
+    (stats,) = manager.stats()
+    return stats
+
+
+# -- the pure ledger's read-only questions ------------------------------------------------
+
+
+def test_ledger_outstanding_by_lane_counts_waiting_and_in_flight_events():
+    ledger = AckLedger(ack_timeout_s=60)
+    ledger.subscribe(1)
+    for n, lane in enumerate("aba"):
+        ledger.broadcast(f"p{n}", lane=lane, now=float(n))
+    assert ledger.outstanding_by_lane() == {"a": 2, "b": 1}
+    ledger.deliver(1, 1)
+    (batch,) = ledger.pull(1)  # p0 resolved: lane a's head goes in flight
+    assert batch.seqs == (1,)
+    assert ledger.outstanding_by_lane() == {"a": 2, "b": 1}  # in flight is not advanced yet
+    assert ledger.advance_done(batch) == ()
+    assert ledger.outstanding_by_lane() == {"a": 1, "b": 1}
+
+
+def test_ledger_oldest_unresolved_at_skips_resolved_events():
+    ledger = AckLedger(ack_timeout_s=60)
+    assert ledger.oldest_unresolved_at() is None
+    ledger.subscribe(1)
+    ledger.broadcast("p1", lane="a", now=10.0)
+    ledger.broadcast("p2", lane="b", now=12.0)
+    assert ledger.oldest_unresolved_at() == 10.0
+    ledger.deliver(1, 1)
+    ledger.pull(1)
+    assert ledger.oldest_unresolved_at() == 12.0
+    ledger.deliver(1, 2)
+    ledger.pull(1)
+    assert ledger.oldest_unresolved_at() is None
+
+
+# -- fast mode ----------------------------------------------------------------------------
+
+
+async def test_fast_group_counts_polls_deliveries_high_water_and_overflow():
+    with anyio.fail_after(5):
+        feed = FeedTrigger.feeds["s"] = InMemoryFeed()
+        async with (
+            SharedStreamManager(max_subscriber_queue=3) as mgr,
+            anyio.create_task_group() as tg,
+        ):
+            slow = start(tg, mgr, FeedTrigger(source="s"), 1)
+            quick = start(tg, mgr, FeedTrigger(source="s"), 2)
+            assert only(mgr) == GroupStats(key="('FeedTrigger', 's')", mode="fast", subscribers=2)
+            slow.pause()
+            feed.put({"n": 0})
+            await slow.wait_for_events(1)
+            await quick.wait_for_events(1)
+            stats = only(mgr)
+            assert (stats.events_polled, stats.deliveries, stats.overflows) == (1, 2, 0)
+            for n in range(1, 4):  # slow's queue reaches 3 (the limit), nobody overflows
+                feed.put({"n": n})
+            await quick.wait_for_events(4)
+            stats = only(mgr)
+            assert (stats.queue_high_water, stats.overflows, stats.subscribers) == (3, 0, 2)
+            feed.put({"n": 4})  # slow's queue is full: it overflows
+            await quick.wait_for_events(5)
+            slow.resume()
+            await slow.wait_finished()
+            assert isinstance(slow.error, SubscriberOverflow)
+            stats = only(mgr)
+            assert stats.overflows == 1 and stats.ack_timeouts == 0
+            assert (stats.events_polled, stats.deliveries, stats.subscribers) == (5, 9, 1)
+            assert stats.queue_high_water == 3
+            assert stats.outstanding_by_lane == {} and stats.oldest_unresolved_age_s is None
+            assert stats.advances == 0
+            tg.cancel_scope.cancel()
+        assert mgr.stats() == []  # no live group left
+
+
+# -- ack mode -----------------------------------------------------------------------------
+
+
+async def test_ack_group_reports_outstanding_per_lane_and_oldest_age():
+    with anyio.fail_after(5):
+        clock = FakeClock(100.0)
+        producer = ProducerTrigger.producers["s"] = InMemoryProducer(lane=lambda p: p[0])
+        async with (
+            SharedStreamManager(ack_timeout=60.0, clock=clock) as mgr,
+            anyio.create_task_group() as tg,
+        ):
+            sub = start(tg, mgr, ProducerTrigger(source="s"), 1, auto_confirm=False)
+            await producer.put({"n": 1}, "a1")
+            clock.advance(2.0)
+            await producer.put({"n": 2}, "b1")
+            await producer.put({"n": 3}, "a2")
+            await sub.wait_for_events(3)
+            await anyio.wait_all_tasks_blocked()
+            clock.advance(3.0)
+            stats = only(mgr)
+            assert stats.mode == "ack"
+            assert stats.outstanding_by_lane == {"'a'": 2, "'b'": 1}
+            assert stats.oldest_unresolved_age_s == pytest.approx(5.0)
+            sub.confirm_all()
+            await producer.wait_for_advanced(3)
+            await anyio.wait_all_tasks_blocked()
+            stats = only(mgr)
+            assert stats.outstanding_by_lane == {} and stats.oldest_unresolved_age_s is None
+            assert (stats.advances, stats.advanced_events) == (2, 3)  # lane a, then lane b
+            tg.cancel_scope.cancel()
+
+
+async def test_advances_count_batches_their_sizes_and_latency():
+    with anyio.fail_after(5):
+        clock = FakeClock()
+        producer = ProducerTrigger.producers["s"] = BlockingProducer()
+        async with (
+            SharedStreamManager(ack_timeout=60.0, clock=clock) as mgr,
+            anyio.create_task_group() as tg,
+        ):
+            sub = start(tg, mgr, ProducerTrigger(source="s"), 1, auto_confirm=False)
+            for n in range(3):
+                await producer.put({"n": n}, f"p{n}")
+            await sub.wait_for_events(3)
+            await anyio.wait_all_tasks_blocked()
+            sub.confirm_all()  # all three resolve at once: one batch of 3
+            await producer.wait_blocked()
+            assert only(mgr).outstanding_by_lane == {"None": 3}  # in flight, not advanced
+            clock.advance(2.5)
+            producer.release()
+            await producer.wait_for_advanced(3)
+            await anyio.wait_all_tasks_blocked()
+            stats = only(mgr)
+            assert (stats.advances, stats.advanced_events, stats.last_advance_batch) == (1, 3, 3)
+            assert stats.advance_latency_sum_s == pytest.approx(2.5)
+            assert stats.outstanding_by_lane == {}
+            await producer.put({"n": 3}, "p3")
+            await sub.wait_for_events(4)
+            await anyio.wait_all_tasks_blocked()
+            sub.confirm_all()
+            await producer.wait_blocked()
+            clock.advance(0.5)
+            producer.release()
+            await producer.wait_for_advanced(4)
+            await anyio.wait_all_tasks_blocked()
+            stats = only(mgr)
+            assert (stats.advances, stats.advanced_events, stats.last_advance_batch) == (2, 4, 1)
+            assert stats.advance_latency_sum_s == pytest.approx(3.0)
+            assert (stats.overflows, stats.ack_timeouts, stats.rejects) == (0, 0, 0)
+            tg.cancel_scope.cancel()
+
+
+async def test_ack_timeout_is_counted_once_per_failed_subscriber():
+    with anyio.fail_after(5):
+        clock = FakeClock(100.0)
+        producer = ProducerTrigger.producers["s"] = InMemoryProducer()
+        async with (
+            SharedStreamManager(ack_timeout=10.0, clock=clock) as mgr,
+            anyio.create_task_group() as tg,
+        ):
+            stalled = start(tg, mgr, ProducerTrigger(source="s"), 1, auto_confirm=False)
+            healthy = start(tg, mgr, ProducerTrigger(source="s"), 2)
+            await producer.put({"n": 1}, "p1")
+            await stalled.wait_for_events(1)
+            await healthy.wait_for_events(1)
+            await anyio.wait_all_tasks_blocked()
+            clock.advance(9.9)
+            await mgr.check_timeouts()
+            stats = only(mgr)
+            assert stats.ack_timeouts == 0
+            assert stats.oldest_unresolved_age_s == pytest.approx(9.9)
+            clock.advance(0.1)
+            await mgr.check_timeouts()
+            await stalled.wait_finished()
+            assert isinstance(stalled.error, AckTimeout)
+            await producer.wait_for_advanced(1)
+            stats = only(mgr)
+            assert (stats.ack_timeouts, stats.overflows, stats.subscribers) == (1, 0, 1)
+            tg.cancel_scope.cancel()
+
+
+async def test_rejects_are_counted_and_outside_a_window_are_not():
+    with anyio.fail_after(5):
+        producer = ProducerTrigger.producers["s"] = InMemoryProducer()
+        feed = FeedTrigger.feeds["f"] = InMemoryFeed()
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            sub = start(tg, mgr, ProducerTrigger(source="s"), 1)
+            fast = start(tg, mgr, FeedTrigger(source="f"), 2)
+            await producer.put({"reject": True}, "p1")
+            await producer.put({"n": 2}, "p2")
+            await sub.wait_for_events(1)
+            feed.put({"reject": True})  # fast mode: the reject is ignored, not counted
+            feed.put({"n": 1})
+            await fast.wait_for_events(1)
+            await producer.wait_for_advanced(1)
+            await anyio.wait_all_tasks_blocked()
+            by_mode = {s.mode: s for s in mgr.stats()}
+            assert by_mode["ack"].rejects == 1 and by_mode["fast"].rejects == 0
+            assert [item.outcome.rejected for item in producer.advanced][:1] == [1]
+            tg.cancel_scope.cancel()
