@@ -186,7 +186,10 @@ async def heartbeat_forever(db: Database, job_id: int, *, interval_s: float, par
             alive = await db.run(lambda s: store.heartbeat(s, job_id))
         except DatabaseError as exc:
             logger.warning(
-                "%s heartbeat failed: %s", part, exc, extra={"action": "heartbeat_failed"}
+                "%s heartbeat failed: %s",
+                part,
+                exc,
+                extra={"action": "heartbeat_failed", "part": part},
             )
             continue
         if not alive:

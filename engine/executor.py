@@ -37,6 +37,7 @@ from engine import store, store_tasks
 from engine.db import heartbeat_forever
 from engine.exceptions import DatabaseError
 from engine.models import JobState
+from engine.retry import Backoff
 from engine.task_supervisor import ExecutorStats, TaskSupervisor
 
 if TYPE_CHECKING:
@@ -50,7 +51,6 @@ if TYPE_CHECKING:
     from engine.db import Database
 
 logger = logging.getLogger(__name__)
-CLAIM_RETRY_MAX_S: Final = 5.0
 
 FINAL_WRITE_TIMEOUT_S: Final = 10.0
 
@@ -98,7 +98,7 @@ class LocalExecutor:
     ) -> None:
         self._db = db
         self._on_outcome = on_outcome
-        self._claim_failures = 0  # failed claims in a row: the retry backs off
+        self._claim_backoff = Backoff(settings.poll_interval_s)
         self._cipher = cipher
         self.settings = settings
         self.job_id: int | None = None
@@ -194,19 +194,17 @@ class LocalExecutor:
                 partial(store_tasks.claim_task_instances, job_id=job_id, limit=free, now=now)
             )
         except DatabaseError as exc:
-            # Back off (a database outage must not flood the log 20 times a second).
-            self._claim_failures += 1
-            delay = min(self.settings.poll_interval_s * 2**self._claim_failures, CLAIM_RETRY_MAX_S)
+            delay = self._claim_backoff.failed()
             logger.warning(
                 "Claiming tasks failed (%d in a row), retrying in %.2fs: %s",
-                self._claim_failures,
+                self._claim_backoff.failures,
                 delay,
                 exc,
-                extra={"action": "claim_failed", "failures": self._claim_failures},
+                extra={"action": "claim_failed", "failures": self._claim_backoff.failures},
             )
             await anyio.sleep(delay)
             return []
-        self._claim_failures = 0
+        self._claim_backoff.succeeded()
         self.stats.claimed += len(claimed)
         return claimed
 

@@ -30,6 +30,7 @@ from engine.assets import BaseAsset
 from engine.db import heartbeat_forever
 from engine.exceptions import SluiceError
 from engine.models import DagRunState, JobState, TaskState
+from engine.retry import Backoff
 from engine.scheduling import is_condition_met, next_task_states, run_outcome
 
 if TYPE_CHECKING:
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from engine.db import Database
 
 logger = logging.getLogger(__name__)
-LOOP_RETRY_MAX_S: Final = 5.0
 
 SCHEDULER_JOB: Final = "scheduler"
 
@@ -133,31 +133,28 @@ class Scheduler:
                 await self._db.run(lambda s: store.end_job(s, job_id, state=JobState.SUCCESS))
 
     async def _loop(self) -> None:
-        failures = 0
+        backoff = Backoff(self.settings.loop_interval_s)
         while not self._stopping.is_set():
             delay = self.settings.loop_interval_s
             try:
                 await self.schedule_once()
             except SluiceError as exc:
-                # Back off (a database outage must not flood the log 20 times a second).
-                failures += 1
                 self._last_failure = time.monotonic()
-                delay = min(delay * 2**failures, LOOP_RETRY_MAX_S)
+                delay = backoff.failed()
                 logger.warning(
                     "Scheduler loop failed (%d in a row), retrying in %.2fs: %s",
-                    failures,
+                    backoff.failures,
                     delay,
                     exc,
-                    extra={"action": "scheduler_loop_failed", "failures": failures},
+                    extra={"action": "scheduler_loop_failed", "failures": backoff.failures},
                 )
             else:
-                if failures:
+                if failures := backoff.succeeded():
                     logger.info(
                         "Scheduler loop works again after %d failure(s)",
                         failures,
                         extra={"action": "scheduler_loop_recovered"},
                     )
-                failures = 0
             with anyio.move_on_after(delay):
                 await self._nudged.wait()
             self._nudged = anyio.Event()

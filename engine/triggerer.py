@@ -26,6 +26,7 @@ from engine.loader import build_trigger, import_trigger_class
 from engine.models import JobState, TriggerKind
 from engine.outbox import Outbox, TriggerFailed
 from engine.persister import BatchResult, Persister
+from engine.retry import Backoff
 from engine.runner import TriggerRunner, TriggerSpec
 from engine.watchdog import LoopWatchdog
 from shared_stream import SharedStreamManager
@@ -258,17 +259,35 @@ class Triggerer:
     async def _claim_loop(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        first = True
+        first, backoff = True, Backoff(self.settings.new_trigger_poll_s)
         while True:
+            retry_in = None
             try:
                 more = await self.sync_once()
             except SluiceError as exc:
-                logger.warning("Claim loop failed, retrying: %s", exc, extra={"action": "claim"})
-                more = False
+                retry_in, more = backoff.failed(), False
+                logger.warning(
+                    "Claim loop failed (%d in a row), retrying in %.2fs: %s",
+                    backoff.failures,
+                    retry_in,
+                    exc,
+                    extra={"action": "claim", "failures": backoff.failures},
+                )
+            else:
+                if failures := backoff.succeeded():
+                    logger.info(
+                        "Claim loop works again after %d failure(s)",
+                        failures,
+                        extra={"action": "claim_recovered"},
+                    )
             if first:
                 task_status.started()
                 first = False
-            if not more:
+            if retry_in is not None:
+                with anyio.move_on_after(retry_in):
+                    await self._wake.wait()
+                self._wake = anyio.Event()
+            elif not more:
                 await self._wait_for_work()
                 self._wake = anyio.Event()
             if self._stopping.is_set():

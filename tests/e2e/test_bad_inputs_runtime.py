@@ -1047,15 +1047,16 @@ def _database_outage(request: pytest.FixtureRequest) -> None:
         retry = next(r for r in records if r.get("action") == "persist_retry")
         assert "Metadata database unavailable" in retry["message"]
         assert not [r for r in records if r["level"] == "CRITICAL"], "no part crashed"
-        # Said clearly, not flooded: every retrying loop backs off during the outage.
+        # Said clearly, not flooded: every retrying loop backs off during the outage. A loop is
+        # its logger and action (messages carry changing counts and delays).
         warnings = Counter(
-            (r.get("action"), r["message"].split(":")[0])
+            (r.get("action") or r["message"].split(":")[0], r["logger"], r.get("part"))
             for r in records
             if r["level"] == "WARNING"
         )
         assert max(warnings.values()) <= MAX_WARNINGS_PER_LOOP, warnings
         # Nobody was declared dead for a heartbeat the outage made late: no task re-run.
-        actions = {action for action, _ in warnings}
+        actions = {action for action, _, _ in warnings}
         assert not actions & {"tasks_recovered", "task_outcome_discarded"}, warnings
     finally:
         try:
