@@ -73,10 +73,12 @@ class SharedStreamSubscriptions(Protocol):
     ) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Failure:
     reason: str
     traceback: str | None = None
+    in_row: int = 1  # failures of this watcher in a row, this one included
+    repeats: bool = False  # the one before it failed with the same reason
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> _Failure:
@@ -232,6 +234,7 @@ class TriggerTasks:
         if handle.previous is not None:
             await _wait_for_previous(handle)
         backoff_s: float | None = self._backoff_initial_s
+        previous: _Failure | None = None  # the last failure of the current streak
         while backoff_s is not None:
             started = self._clock()
             trigger = handle.trigger
@@ -261,7 +264,12 @@ class TriggerTasks:
                 await self._end_attempt(handle, trigger, source, key, failed=failure is not None)
             if failure is None:
                 return
-            backoff_s = await self._after_failure(handle, failure, started, backoff_s)
+            if self._clock() - started >= self._healthy_run_s:
+                backoff_s, previous = self._backoff_initial_s, None  # a new streak
+            failure.in_row = 1 if previous is None else previous.in_row + 1
+            failure.repeats = previous is not None and previous.reason == failure.reason
+            previous = failure
+            backoff_s = await self._after_failure(handle, failure, backoff_s)
 
     def _shared_stream_key(self, trigger: BaseTrigger) -> Hashable | None:
         if self._shared_streams is None or not isinstance(trigger, BaseEventTrigger):
@@ -300,7 +308,7 @@ class TriggerTasks:
     # -- after a failure: report, and restart a watcher ----------------------------------
 
     async def _after_failure(
-        self, handle: TriggerHandle, failure: _Failure, started: float, backoff_s: float
+        self, handle: TriggerHandle, failure: _Failure, backoff_s: float
     ) -> float | None:
         """Report ``failure``; for a watcher wait the backoff and rebuild it.
 
@@ -309,8 +317,6 @@ class TriggerTasks:
         if handle.kind is TriggerKind.TASK:
             self.report(handle.trigger_id, handle.kind, failure)
             return None
-        if self._clock() - started >= self._healthy_run_s:
-            backoff_s = self._backoff_initial_s
         self.report(handle.trigger_id, handle.kind, failure, restart_in_s=backoff_s)
         if handle.stopping:  # stopped while it cleaned up
             return None
@@ -345,20 +351,26 @@ class TriggerTasks:
         *,
         restart_in_s: float | None = None,
     ) -> None:
-        """Log and put a ``TriggerFailed``; ``restart_in_s`` is the backoff before a restart."""
+        """Log and put a ``TriggerFailed``; ``restart_in_s`` is the backoff before a restart.
+
+        A watcher that fails again the same way (a broker that stays down) is logged in one
+        line with its count: the traceback was in the log at the first failure of the streak.
+        """
         will_restart = restart_in_s is not None
         logger.error(
-            "Trigger %s (%s) failed: %s%s%s",
+            "Trigger %s (%s) failed%s: %s%s%s",
             trigger_id,
             kind.value,
+            f" ({failure.in_row} times in a row)" if failure.in_row > 1 else "",
             failure.reason,
             f"; restarting it in {restart_in_s:.3g}s" if will_restart else "",
-            f"\n{failure.traceback}" if failure.traceback else "",
+            f"\n{failure.traceback}" if failure.traceback and not failure.repeats else "",
             extra={
                 "action": "trigger_failed",
                 "trigger_id": trigger_id,
                 "will_restart": will_restart,
                 "backoff_s": restart_in_s,
+                "failures_in_row": failure.in_row,
             },
         )
         self._outbox.put_nowait(

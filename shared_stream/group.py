@@ -323,12 +323,13 @@ class SharedStreamGroup:
             return
         self.terminated = self.stopping = True
         self.settings.on_gone(self)
+        # No traceback here: each subscriber fails with ``error``, and its trigger runtime
+        # reports it with the traceback.
         logger.error(
             "Shared stream group key=%r terminated: %r; its subscribers fail and the broker "
             "redelivers every event not advanced yet",
             self.key,
             error,
-            exc_info=error,
             extra={"action": "shared_stream.group_terminated"},
         )
         drain = self.ledger is None  # fast mode: queued events are still delivered

@@ -300,6 +300,12 @@ async def test_watcher_restart_backoff_doubles_and_resets_after_a_healthy_run(ca
     failures = [r for r in caplog.records if getattr(r, "action", None) == "trigger_failed"]
     assert all(r.trigger_id == 6 and r.will_restart for r in failures)
     assert [r.backoff_s for r in failures][:6] == [0.001, 0.002, 0.004, 0.004, 0.001, 0.002]
+    # The same failure again is one line with its count; a new streak starts with the traceback.
+    assert [r.failures_in_row for r in failures][:6] == [1, 2, 3, 4, 1, 2]
+    assert ["Traceback" in r.getMessage() for r in failures][:6] == [
+        True, False, False, False, True, False
+    ]  # fmt: skip
+    assert "(2 times in a row)" in failures[1].getMessage()
 
 
 async def test_watcher_that_cannot_be_recreated_is_reported_without_restart():
