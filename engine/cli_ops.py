@@ -109,7 +109,7 @@ def triggers_list(ctx: click.Context, as_json: bool) -> None:
     threshold = _cfg(ctx).triggerer.health_check_threshold_s
     rows = _query(ctx, partial(store_inspect.list_triggers, now=utcnow(), threshold_s=threshold))
     columns = ["id", "classpath", "triggerer_id", "owner_alive", "age_s", "serves"]
-    _emit(rows, [*columns, "load_failed"], as_json)
+    _emit(rows, [*columns, "failures", "last_failure_age_s", "load_failed"], as_json)
 
 
 @click.command("doctor")

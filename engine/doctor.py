@@ -6,7 +6,7 @@ and reads no clock, so every rule is tested with plain dictionaries. The rules, 
 order of the guide: does the deferred task's trigger row exist, is it assigned, is its
 owner alive, is triggerer capacity exhausted, has the deferral timeout passed; then the
 engine as a whole: a live triggerer / scheduler / executor, DAG parse errors, watchers
-whose trigger cannot be loaded.
+whose trigger cannot be loaded, watchers that keep failing.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def diagnose(facts: dict[str, Any], *, claim_grace_s: float) -> list[Finding]:
         if finding is not None:
             findings.append(finding)
     findings += _parse_errors(facts["parse_errors"]) + _failed_watchers(facts["failed_watchers"])
+    findings += _failing_watchers(facts["failing_watchers"])
     return findings
 
 
@@ -235,6 +236,21 @@ def _failed_watchers(watchers: list[dict[str, Any]]) -> list[Finding]:
             f"does not run: {_first_line(w['error'])}",
             "fix the watcher's trigger in its DAG file (class path, arguments) or "
             "[triggerer] allowed_trigger_modules / [core] fernet_key; it is retried every 30s",
+        )
+        for w in watchers
+    ]
+
+
+def _failing_watchers(watchers: list[dict[str, Any]]) -> list[Finding]:
+    return [
+        Finding(
+            WARNING,
+            "watcher_failing",
+            f"watcher {w['watcher']!r} of asset {w['asset']!r} (trigger {w['trigger_id']}) "
+            f"failed {w['last_failure_age_s']:.0f}s ago ({w['failures']} failure(s) in all): "
+            f"{_first_line(w['error'])}",
+            "it restarts with backoff and nothing it read is lost; fix what the error names "
+            "(a broker that is down, a filter that raises); the triggerer log has the traceback",
         )
         for w in watchers
     ]

@@ -126,6 +126,7 @@ class Trigger(Base):
     )
     failure_count: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str | None] = mapped_column(Text)
+    last_failure_date: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
 class Dag(Base):

@@ -330,7 +330,11 @@ def record_trigger_failure(session: Session, trigger_id: int, error: str) -> Non
     session.execute(
         update(Trigger)
         .where(Trigger.id == trigger_id)
-        .values(failure_count=Trigger.failure_count + 1, last_error=error[:10_000])
+        .values(
+            failure_count=Trigger.failure_count + 1,
+            last_error=error[:10_000],
+            last_failure_date=utcnow(),
+        )
     )
 
 

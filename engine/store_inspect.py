@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import delete, func, insert, select
@@ -32,13 +33,15 @@ from engine.store import LOAD_FAILURE_PREFIX, TRIGGERER_JOB
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from datetime import datetime
 
     from sqlalchemy.orm import Session
 
     from shared_stream import GroupStats
 
 STREAM_KEY_MAX_CHARS: Final = 1000
+#: A watcher that failed this recently is reported by the doctor (the runner's restart
+#: backoff is at most 60 s, so one that keeps failing fails well within it).
+FAILING_WATCHER_WINDOW_S: Final = 300.0
 
 LAST_RUNS: Final = 5
 _HELD_STATES: Final = (TaskState.QUEUED, TaskState.RUNNING)
@@ -235,6 +238,7 @@ def list_triggers(session: Session, *, now: datetime, threshold_s: float) -> lis
                 "age_s": _age_s(now, trig.created_date),
                 "serves": tasks.get(trig.id) or watchers.get(trig.id),
                 "failures": trig.failure_count,
+                "last_failure_age_s": _age_s(now, trig.last_failure_date),
                 "load_failed": bool(error and error.startswith(LOAD_FAILURE_PREFIX)),
                 "last_error": error,
             }
@@ -379,6 +383,37 @@ def failed_watchers(session: Session) -> list[dict[str, Any]]:
     return [dict(zip(keys, row, strict=True)) for row in session.execute(query)]
 
 
+def failing_watchers(session: Session, *, now: datetime, since_s: float) -> list[dict[str, Any]]:
+    """Watchers whose trigger runs but failed within the last ``since_s`` (it restarts with
+    backoff: a broker that is down, a filter that raises), with their latest error."""
+    query = (
+        select(
+            Asset.name,
+            AssetWatcher.name,
+            Trigger.id,
+            Trigger.failure_count,
+            Trigger.last_failure_date,
+            Trigger.last_error,
+        )
+        .join(Asset, Asset.id == AssetWatcher.asset_id)
+        .join(Trigger, Trigger.id == AssetWatcher.trigger_id)
+        .where(Trigger.last_failure_date >= now - timedelta(seconds=since_s))
+        .where(~func.coalesce(Trigger.last_error, "").startswith(LOAD_FAILURE_PREFIX))
+        .order_by(Trigger.id)
+    )
+    return [
+        {
+            "asset": asset,
+            "watcher": watcher,
+            "trigger_id": trigger_id,
+            "failures": failures,
+            "last_failure_age_s": _age_s(now, last),
+            "error": error or "",
+        }
+        for asset, watcher, trigger_id, failures, last, error in session.execute(query)
+    ]
+
+
 def parse_errors(session: Session) -> list[dict[str, Any]]:
     query = select(DagParseError.fileloc, DagParseError.lineno, DagParseError.error)
     return [
@@ -401,6 +436,7 @@ def doctor_facts(
         "jobs": jobs,
         "deferred": deferred_tasks(session),
         "failed_watchers": failed_watchers(session),
+        "failing_watchers": failing_watchers(session, now=now, since_s=FAILING_WATCHER_WINDOW_S),
         "parse_errors": parse_errors(session),
         "unassigned_triggers": int(unassigned),
         "now": now,

@@ -403,3 +403,33 @@ def test_doctor_reports_parse_errors_and_unloadable_watchers(
     (watcher,) = found["watcher_load_failed"]
     assert "'orders'" in watcher.problem and "module q not allowed" in watcher.problem
     assert doctor.has_errors([parse])
+
+
+def test_doctor_reports_watchers_that_keep_failing(db: Database, cipher: KwargsCipher) -> None:
+    def seed(session: Any) -> tuple[int, int]:
+        _healthy_parts(session)
+        failing = _watcher(session, cipher, "orders", {"directory": "/x", "filename": "y"})
+        for _ in range(3):
+            store.record_trigger_failure(session, failing, "BrokerUnavailable('kafka down')")
+        recovered = _watcher(session, cipher, "invoices", {"directory": "/x", "filename": "z"})
+        store.record_trigger_failure(session, recovered, "BrokerUnavailable('sqs down')")
+        long_ago = store.utcnow() - timedelta(seconds=store_inspect.FAILING_WATCHER_WINDOW_S + 1)
+        session.execute(
+            update(Trigger).where(Trigger.id == recovered).values(last_failure_date=long_ago)
+        )
+        return failing, recovered
+
+    failing, recovered = db.call(seed)
+    found = _findings(db)
+    (watcher,) = found.pop("watcher_failing")  # the one that failed long ago is not reported
+    assert watcher.severity == doctor.WARNING and not doctor.has_errors([watcher])
+    assert f"'orders' (trigger {failing})" in watcher.problem
+    assert "3 failure(s)" in watcher.problem and "kafka down" in watcher.problem
+    assert found == {}
+    now = store.utcnow()
+    rows = {
+        r["id"]: r
+        for r in db.call(lambda s: store_inspect.list_triggers(s, now=now, threshold_s=9))
+    }
+    assert rows[failing]["failures"] == 3 and rows[failing]["last_failure_age_s"] < 60
+    assert rows[recovered]["last_failure_age_s"] > store_inspect.FAILING_WATCHER_WINDOW_S
