@@ -37,7 +37,7 @@ from engine.config import load_config
 from engine.crypto import KwargsCipher
 from engine.db import Database, migrate
 from engine.models import DagRun, TaskInstance
-from engine.supervisor import build_parts
+from engine.supervisor import build_parts, tune_gc
 
 DAG_FILE = """
 from datetime import timedelta
@@ -131,6 +131,7 @@ async def _main(home: Path, trials: int, cycles: int) -> dict[str, Any]:
     text = DAG_FILE.format(scan_dir=str(scan_dir), watch_dir=str(watch_dir), cycles=cycles)
     (dags / "bench.py").write_text(textwrap.dedent(text))
     config = load_config(environ={"SLUICE_HOME": str(home), "SLUICE__CORE__DAGS_FOLDER": str(dags)})
+    tune_gc()  # the parts run as `sluice run` runs them
     db = Database(config.core.sql_alchemy_conn)
     migrate(db.engine)
     cipher = KwargsCipher.from_config("", home)

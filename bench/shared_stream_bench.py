@@ -33,6 +33,7 @@ from engine.db import Database, migrate
 from engine.models import TriggerKind
 from engine.outbox import FiredEvent, Outbox
 from engine.runner import TriggerRunner, TriggerSpec
+from engine.supervisor import tune_gc
 from engine.triggerer import Triggerer, TriggererSettings
 from shared_stream import SharedStreamManager
 from shared_stream.testing import InMemoryFeed, InMemoryProducer
@@ -262,6 +263,7 @@ def yield_to_advance(subscribers: int, rate: float, total: int) -> dict[str, flo
         sluice_bench_plugin.RATE[:] = [rate, total]
         sluice_bench_plugin.YIELDED.clear()
         sluice_bench_plugin.ADVANCED.clear()
+        tune_gc()  # the real triggerer, as `sluice triggerer` runs it
         anyio.run(_latency_run, db, cipher, plugins, total)
         db.dispose()
         sys.path.remove(str(plugins))

@@ -35,6 +35,7 @@ from engine import store
 from engine.crypto import KwargsCipher
 from engine.db import Database, migrate
 from engine.models import TriggerKind
+from engine.supervisor import tune_gc
 from engine.triggerer import Triggerer, TriggererSettings
 from triggers import TimeDeltaTrigger
 
@@ -161,6 +162,7 @@ async def _claim_into_running(db: Database, cipher: KwargsCipher, n: int) -> dic
 def claim_into_running(url: str, n: int) -> dict[str, float]:
     """Claim rate into a triggerer already running at its default settings: from the commit
     of N deferred tasks' triggers (nobody nudges it) to all N running."""
+    tune_gc()  # as `sluice triggerer` does
     cipher = KwargsCipher(Fernet.generate_key().decode())
     db = Database(url)
     migrate(db.engine)
@@ -171,6 +173,7 @@ def claim_into_running(url: str, n: int) -> dict[str, float]:
 
 
 def measure(url: str, n: int, idle_s: float) -> dict[str, float]:
+    tune_gc()  # as `sluice triggerer` does
     cipher = KwargsCipher(Fernet.generate_key().decode())
     db = Database(url)
     migrate(db.engine)

@@ -24,10 +24,12 @@ def _database(ctx: click.Context) -> Database:
     return open_database(ctx)
 
 
-def _query(ctx: click.Context, fn: Any) -> Any:
+def _query(ctx: click.Context, fn: Any, *, writes: bool = False) -> Any:
+    """``fn(session)`` in one transaction; one that only reads does not hold up the engine's
+    writers (SQLite: no write lock)."""
     db = _database(ctx)
     try:
-        return db.call(fn)
+        return db.call(fn, read_only=not writes)
     finally:
         db.dispose()
 
@@ -129,7 +131,7 @@ def _indent(text: str) -> str:
 
 
 def _set_paused(ctx: click.Context, dag_id: str, *, paused: bool) -> None:
-    if not _query(ctx, lambda s: store_runs.set_paused(s, dag_id, paused=paused)):
+    if not _query(ctx, lambda s: store_runs.set_paused(s, dag_id, paused=paused), writes=True):
         _fail(f"no DAG {dag_id!r}; see `sluice dags list`")
     click.echo(f"{dag_id} {'paused' if paused else 'unpaused'}")
 
@@ -168,7 +170,7 @@ def dags_trigger(ctx: click.Context, dag_id: str, conf: str | None) -> None:
             session, dag_id, run_type=store_runs.MANUAL, now=store.utcnow(), conf=parsed
         )
 
-    if _query(ctx, trigger) is None:
+    if _query(ctx, trigger, writes=True) is None:
         _fail(f"no DAG {dag_id!r}; see `sluice dags list`")
     click.echo(f"triggered a manual run of {dag_id}")
 

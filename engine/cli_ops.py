@@ -151,7 +151,7 @@ def _examine(ctx: click.Context, cfg: Config) -> list[doctor.Finding]:
             default_threshold_s=default,
         )
         try:
-            facts: dict[str, Any] = database.call(read)
+            facts: dict[str, Any] = database.call(read, read_only=True)
         except SluiceError as exc:
             findings.append(_unreadable(exc))
             return findings

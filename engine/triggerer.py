@@ -9,7 +9,6 @@ Deferred-task triggers, watcher triggers and shared-stream subscribers share thi
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ import anyio.lowlevel
 from engine import store, store_inspect
 from engine.db import heartbeat_forever
 from engine.exceptions import DecryptionError, SluiceError, TriggerLoadError
-from engine.loader import build_trigger, import_trigger_class
+from engine.loader import import_trigger_class, instantiate_trigger
 from engine.models import JobState, TriggerKind
 from engine.outbox import Outbox, TriggerFailed
 from engine.persister import BatchResult, Persister
@@ -71,7 +70,10 @@ class TriggererSettings:
 
 @dataclass(frozen=True, slots=True)
 class _Loaded:
+    """A claimed row made ready to instantiate on the loop: its class and kwargs, or why not."""
+
     row: store.TriggerRow
+    cls: type[BaseTrigger] | None
     kwargs: dict[str, object] | None
     error: str | None
     served: store.Served | None = None
@@ -308,7 +310,7 @@ class Triggerer:
                 if len(self.runner) >= s.capacity:
                     continue
                 try:
-                    if await self._db.run(store.has_unassigned_triggers):
+                    if await self._db.read(store.has_unassigned_triggers):
                         return
                 except SluiceError:
                     return  # the full round reports it
@@ -330,7 +332,9 @@ class Triggerer:
 
         recovered, self._recovered = self._recovered, set()
 
-        def claim(session: Session) -> tuple[set[int] | None, list[_Loaded]]:
+        def claim(
+            session: Session,
+        ) -> tuple[set[int] | None, list[store.TriggerRow], dict[int, store.Served]]:
             store.fail_timed_out_deferrals(session)
             store.clear_load_errors(session, recovered)
             # The full id list only when the cheap checksum says ours changed: with 100,000
@@ -346,20 +350,21 @@ class Triggerer:
             )
             if owned is not None:
                 rows += store.fetch_trigger_rows(session, retry & owned)
-            served = store.triggers_served(session, (row.id for row in rows))
-            return owned, [self._decrypt(row, served.get(row.id)) for row in rows]
+            return owned, rows, store.triggers_served(session, (row.id for row in rows))
 
         try:
-            owned, loaded = await self._db.run(claim)
+            owned, rows, served = await self._db.run(claim)
         except SluiceError:
             self._recovered |= recovered  # cleared by the next round
             raise
         if owned is not None:
-            self._stop_unowned(owned | {item.row.id for item in loaded})
+            self._stop_unowned(owned | {row.id for row in rows})
             self._load_failed = {t: at for t, at in self._load_failed.items() if t in owned}
-        for item in loaded:
-            self._load_failed.pop(item.row.id, None)
-        self._claims += len(loaded)
+        for row in rows:
+            self._load_failed.pop(row.id, None)
+        self._claims += len(rows)
+        # Decrypted and imported after the commit: the claim holds no lock meanwhile.
+        loaded = await anyio.to_thread.run_sync(self._load, rows, served) if rows else []
         for index, item in enumerate(loaded, start=1):
             self._start(item)
             if index % START_CHUNK == 0:
@@ -368,20 +373,34 @@ class Triggerer:
                 await anyio.lowlevel.checkpoint()
         return left > 0 and len(loaded) >= left
 
-    def _decrypt(self, row: store.TriggerRow, served: store.Served | None) -> _Loaded:
-        """Decrypt, and import the class here in the worker thread: a first import (e.g.
-        aiokafka, aiobotocore) takes a few hundred ms and must not block the event loop."""
+    def _load(self, rows: list[store.TriggerRow], served: dict[int, store.Served]) -> list[_Loaded]:
+        """In a worker thread: import each class of the round once (a first import of, say,
+        aiokafka takes a few hundred ms and must not block the loop) and decrypt the kwargs."""
+        classes: dict[str, type[BaseTrigger] | TriggerLoadError] = {}
+        for classpath in {row.classpath for row in rows}:
+            try:
+                classes[classpath] = import_trigger_class(
+                    classpath,
+                    allowed=self.settings.allowed_modules,
+                    plugins_folder=self.settings.plugins_folder,
+                )
+            except TriggerLoadError as exc:
+                classes[classpath] = exc
+        return [self._decrypt(row, classes[row.classpath], served.get(row.id)) for row in rows]
+
+    def _decrypt(
+        self,
+        row: store.TriggerRow,
+        cls: type[BaseTrigger] | TriggerLoadError,
+        served: store.Served | None,
+    ) -> _Loaded:
+        if isinstance(cls, TriggerLoadError):
+            return _Loaded(row, None, None, str(cls), served)
         try:
             kwargs = self._cipher.decrypt_kwargs(row.kwargs, trigger_id=row.id)
         except DecryptionError as exc:
-            return _Loaded(row, None, str(exc), served)
-        with contextlib.suppress(TriggerLoadError):  # reported by _start, on the loop
-            import_trigger_class(
-                row.classpath,
-                allowed=self.settings.allowed_modules,
-                plugins_folder=self.settings.plugins_folder,
-            )
-        return _Loaded(row, kwargs, None, served)
+            return _Loaded(row, None, None, str(exc), served)
+        return _Loaded(row, cls, kwargs, None, served)
 
     def _stop_unowned(self, owned: set[int]) -> None:
         for trigger_id in self.runner.running_ids() - owned:
@@ -399,13 +418,8 @@ class Triggerer:
         try:
             if item.error is not None:
                 raise TriggerLoadError(item.error)
-            assert item.kwargs is not None
-            trigger = build_trigger(
-                row.classpath,
-                item.kwargs,
-                allowed=self.settings.allowed_modules,
-                plugins_folder=self.settings.plugins_folder,
-            )
+            assert item.cls is not None and item.kwargs is not None
+            trigger = instantiate_trigger(item.cls, row.classpath, item.kwargs)
         except TriggerLoadError as exc:
             self._load_failure(row.id, kind, exc)
             return

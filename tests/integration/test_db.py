@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 from sqlalchemy import inspect, select, text
+from sqlalchemy.exc import OperationalError
 
 from engine import store
 from engine.db import (
     Database,
     check_schema,
+    create_db_engine,
     current_revision,
     head_revision,
     migrate,
@@ -73,6 +75,30 @@ def test_sqlite_connections_use_wal_and_foreign_keys(sqlite_url: str) -> None:
             assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
             assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
     finally:
+        db.dispose()
+
+
+def test_sqlite_read_only_transaction_does_not_wait_for_a_writer(sqlite_url: str) -> None:
+    """A writer holds the write lock (another process's claim, say); a read-only transaction
+    reads the last committed state meanwhile, and a read-write one would wait for it."""
+    db = Database(sqlite_url)
+    migrate(db.engine)
+    other = create_db_engine(sqlite_url)
+    try:
+        db.call(lambda s: store.start_job(s, job_type="triggerer"))
+        with other.begin() as writer:  # BEGIN IMMEDIATE: holds the write lock
+            writer.execute(text("UPDATE job SET hostname = 'uncommitted'"))
+            hostnames = db.call(
+                lambda s: s.execute(select(Job.hostname)).scalars().all(), read_only=True
+            )
+            assert hostnames and "uncommitted" not in hostnames
+            with db.engine.connect() as conn:
+                conn.connection.driver_connection.execute("PRAGMA busy_timeout=0")
+                with pytest.raises(OperationalError, match="locked"):
+                    conn.begin()  # the read-write BEGIN IMMEDIATE needs the lock
+                conn.invalidate()  # not back into the pool with that timeout
+    finally:
+        other.dispose()
         db.dispose()
 
 
