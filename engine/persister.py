@@ -106,8 +106,10 @@ class Persister:
         dedup_key: Callable[[int, TriggerEvent], str | None] | None = None,
         on_committed: Callable[[BatchResult], None] | None = None,
         max_payload_bytes: int | None = None,
+        keep_events_while_paused: bool = True,
     ) -> None:
         self._db = db
+        self._keep_events_while_paused = keep_events_while_paused
         self._max_payload_bytes = max_payload_bytes
         self._outbox = outbox
         self._confirm = confirm
@@ -231,7 +233,9 @@ class Persister:
             if isinstance(failure, TriggerFailed):
                 self._record_failure(session, failure, is_watcher=failure.trigger_id in watchers)
         new_events = store.insert_asset_events(session, asset_rows)
-        store_runs.enqueue_asset_events(session, new_events)
+        store_runs.enqueue_asset_events(
+            session, new_events, keep_while_paused=self._keep_events_while_paused
+        )
         inserted = len(new_events)
         # A rejected event's raw broker event is refused, not confirmed: dead-lettered.
         seqs = [i.seq for i in fired if i.seq is not None and id(i) not in rejected]

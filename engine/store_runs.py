@@ -48,16 +48,26 @@ def _is_postgres(session: Session) -> bool:
     return session.get_bind().dialect.name == "postgresql"
 
 
-def enqueue_asset_events(session: Session, events: Sequence[tuple[int, int]]) -> int:
-    """Queue each new (event id, asset id) for every active DAG scheduled on the asset."""
+def enqueue_asset_events(
+    session: Session, events: Sequence[tuple[int, int]], *, keep_while_paused: bool = True
+) -> int:
+    """Queue each new (event id, asset id) for every active DAG scheduled on the asset.
+
+    A paused DAG gets them too (it runs on them when unpaused) unless ``keep_while_paused``
+    is false (``[scheduler] keep_events_while_paused``): then, as in Airflow, an event that
+    arrives while a DAG is paused is not queued for it.
+    """
     if not events:
         return 0
     asset_ids = {asset_id for _, asset_id in events}
-    rows = session.execute(
+    query = (
         select(DagScheduleAsset.asset_id, DagScheduleAsset.dag_id)
         .join(Dag, Dag.dag_id == DagScheduleAsset.dag_id)
         .where(DagScheduleAsset.asset_id.in_(asset_ids), Dag.is_active.is_(True))
-    ).all()
+    )
+    if not keep_while_paused:
+        query = query.where(Dag.is_paused.is_(False))
+    rows = session.execute(query).all()
     by_asset: dict[int, list[str]] = {}
     for asset_id, dag_id in rows:
         by_asset.setdefault(int(asset_id), []).append(str(dag_id))

@@ -71,6 +71,7 @@ def triggerer_settings(config: Config, overrides: dict[str, Any]) -> TriggererSe
         subscriber_queue_size=t.shared_stream_subscriber_queue_size,
         cohort_grace_period_s=t.shared_stream_cohort_grace_period,
         max_asset_event_payload_bytes=config.core.max_asset_event_payload_bytes,
+        keep_events_while_paused=config.scheduler.keep_events_while_paused,
     )
 
 

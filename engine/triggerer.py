@@ -66,6 +66,7 @@ class TriggererSettings:
     claim_idle_interval_s: float = CLAIM_IDLE_INTERVAL_S
     new_trigger_poll_s: float = NEW_TRIGGER_POLL_S
     max_asset_event_payload_bytes: int | None = 1_048_576
+    keep_events_while_paused: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +114,7 @@ class Triggerer:
             dedup_key=self._dedup_key,
             on_committed=on_committed,
             max_payload_bytes=settings.max_asset_event_payload_bytes,
+            keep_events_while_paused=settings.keep_events_while_paused,
         )
         self.watchdog = LoopWatchdog(settings.blocked_threshold_s)
         self._instances: dict[int, BaseTrigger] = {}

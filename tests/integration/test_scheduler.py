@@ -70,7 +70,7 @@ def _settings(dags: Path, tmp_path: Path) -> DagProcessorSettings:
     return DagProcessorSettings.from_config(config)
 
 
-def _emit(db: Database, asset: str, n: int = 1) -> list[int]:
+def _emit(db: Database, asset: str, n: int = 1, *, keep_while_paused: bool = True) -> list[int]:
     """Store asset events the way the persister does (event + queue rows, one transaction)."""
 
     def write(session: Any) -> list[int]:
@@ -85,7 +85,7 @@ def _emit(db: Database, asset: str, n: int = 1) -> list[int]:
             for i in range(n)
         ]
         new = store.insert_asset_events(session, rows)
-        store_runs.enqueue_asset_events(session, new)
+        store_runs.enqueue_asset_events(session, new, keep_while_paused=keep_while_paused)
         return [event_id for event_id, _ in new]
 
     return db.call(write)
@@ -179,6 +179,20 @@ def test_paused_dag_keeps_its_events_and_runs_on_unpause(env) -> None:
     db.call(lambda s: s.execute(update(Dag).where(Dag.dag_id == "a_or_c").values(is_paused=False)))
     anyio.run(scheduler.schedule_once)
     assert _runs(db)["a_or_c"] == [events]
+
+
+def test_paused_dag_drops_events_when_configured_to(env) -> None:
+    """``[scheduler] keep_events_while_paused = false``: Airflow's behaviour."""
+    db, cipher = env
+    scheduler = _scheduler(db, cipher)
+    db.call(lambda s: s.execute(update(Dag).where(Dag.dag_id == "a_or_c").values(is_paused=True)))
+    _emit(db, "a", keep_while_paused=False)
+    db.call(lambda s: s.execute(update(Dag).where(Dag.dag_id == "a_or_c").values(is_paused=False)))
+    anyio.run(scheduler.schedule_once)
+    assert "a_or_c" not in _runs(db)
+    after = _emit(db, "a", keep_while_paused=False)  # unpaused again: queued as usual
+    anyio.run(scheduler.schedule_once)
+    assert _runs(db)["a_or_c"] == [after]
 
 
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
