@@ -219,9 +219,12 @@ class Config:
         if not values and key_file.is_file():
             with contextlib.suppress(OSError, UnicodeError):
                 values += _items(key_file.read_text().split(","))
-        password = make_url(self.core.sql_alchemy_conn).password
-        if password:
-            values.append(str(password))
+        url = make_url(self.core.sql_alchemy_conn)
+        if url.password:
+            values.append(str(url.password))
+        for name, value in url.query.items():  # e.g. ?password=... for psycopg
+            if "password" in name.lower():
+                values += [value] if isinstance(value, str) else list(value)
         return values
 
     def as_dict(self, *, redact: bool = True) -> dict[str, dict[str, Any]]:

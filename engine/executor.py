@@ -69,6 +69,8 @@ class ExecutorSettings:
     #: SIGTERM -> SIGKILL at shutdown, and how long past its execution deadline a task that
     #: ignores its timeout keeps running before it is killed
     kill_grace_s: float = 3.0
+    #: configured secrets: kept out of the tasks' environment and replaced in their logs
+    secrets: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, config: Config) -> ExecutorSettings:
@@ -82,6 +84,7 @@ class ExecutorSettings:
             health_check_threshold_s=config.scheduler.health_check_threshold_s,
             poll_interval_s=config.scheduler.loop_interval_sec,
             shutdown_grace_s=config.triggerer.shutdown_grace_period_sec,
+            secrets=tuple(config.secret_values()),
         )
 
 

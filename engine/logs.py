@@ -8,6 +8,7 @@ import sys
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
+from urllib.parse import quote, quote_plus
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -25,6 +26,8 @@ _STANDARD_ATTRS: Final = frozenset(
 
 #: Shorter values (e.g. a one-letter password) would blank out ordinary words.
 MIN_SECRET_LEN: Final = 4
+REDACTED: Final = "***"
+REDACTED_BYTES: Final = b"***"
 
 
 def record_extras(record: logging.LogRecord) -> dict[str, object]:
@@ -75,36 +78,100 @@ class ContextFields(logging.Filter):
         return True
 
 
+def secret_forms(secrets: Iterable[str]) -> list[str]:
+    """Each secret as it may appear in text: as is, and percent-encoded as in a URL
+    (``p@ss`` is ``p%40ss`` in ``postgresql://u:p%40ss@host/db``); longest first, so that a
+    secret containing another is replaced whole. Too-short values are left out."""
+    forms = set()
+    for secret in secrets:
+        if len(secret) >= MIN_SECRET_LEN:
+            forms |= {secret, quote(secret, safe=""), quote_plus(secret)}
+    return sorted(forms, key=len, reverse=True)
+
+
+class Redactor:
+    """Replaces every form of the configured secrets with ``***`` in text or bytes."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self.forms = secret_forms(secrets)
+        self._byte_forms = [form.encode() for form in self.forms]
+        #: bytes a secret can span: what ``StreamRedactor`` holds back between chunks
+        self.longest = max((len(form) for form in self._byte_forms), default=0)
+
+    def __bool__(self) -> bool:
+        return bool(self.forms)
+
+    def text(self, text: str) -> str:
+        for form in self.forms:
+            text = text.replace(form, REDACTED)
+        return text
+
+    def bytes(self, data: bytes) -> bytes:
+        for form in self._byte_forms:
+            data = data.replace(form, REDACTED_BYTES)
+        return data
+
+    def value(self, value: object) -> object:
+        """Strings redacted inside lists, tuples and dicts (keys too); other values as is."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, list | tuple):
+            return type(value)(self.value(v) for v in value)
+        if isinstance(value, dict):
+            return {self.value(k): self.value(v) for k, v in value.items()}
+        return value
+
+
+class StreamRedactor:
+    """Redacts a byte stream that arrives in chunks (a task's output): complete lines go
+    out at once; of an unfinished line, all but the last bytes a secret could still span."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._redactor = redactor
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        if not self._redactor:
+            return chunk
+        data = self._redactor.bytes(self._pending + chunk)
+        # Hold back the unfinished line, at most the bytes a secret could still span.
+        cut = max(data.rfind(b"\n") + 1, len(data) - (self._redactor.longest - 1))
+        out, self._pending = data[:cut], data[cut:]
+        return out
+
+    def flush(self) -> bytes:
+        out, self._pending = self._redactor.bytes(self._pending), b""
+        return out
+
+
 class RedactSecrets(logging.Filter):
     """Replaces every configured secret (Fernet keys, the database password) with ``***``
-    in a record's message, arguments and ``extra=`` fields, whatever logged it."""
+    in a record's message, arguments, ``extra=`` fields (nested ones too), traceback and
+    stack, whatever logged it."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()
-        # Longest first, so a secret that contains another is replaced whole.
-        self._secrets = sorted({s for s in secrets if len(s) >= MIN_SECRET_LEN}, key=len)[::-1]
+        self._redactor = Redactor(secrets)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not self._secrets:
+        redact = self._redactor
+        if not redact:
             return True
         message = record.getMessage()
-        clean = self._redact(message)
+        clean = redact.text(message)
         if clean != message:
             record.msg, record.args = clean, None
         for key, value in record_extras(record).items():
-            if isinstance(value, str) and (redacted := self._redact(value)) != value:
+            if (redacted := redact.value(value)) != value:
                 setattr(record, key, redacted)
         if record.exc_info and not record.exc_text:
-            record.exc_text = self._redact(logging.Formatter().formatException(record.exc_info))
+            record.exc_text = redact.text(logging.Formatter().formatException(record.exc_info))
             record.exc_info = None
         elif record.exc_text:
-            record.exc_text = self._redact(record.exc_text)
+            record.exc_text = redact.text(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact.text(record.stack_info)
         return True
-
-    def _redact(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
 
 
 def configure_logging(level: str = "INFO", fmt: str = "text", secrets: Iterable[str] = ()) -> None:

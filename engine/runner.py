@@ -234,10 +234,9 @@ class TriggerRunner:
             spec.trigger_id, spec.trigger, spec.kind, previous, self._on_task_end, spec.watcher
         )
         name = f"trigger {spec.trigger_id} {classpath_of(spec.trigger)}"
-        context = None
-        if spec.log_fields is not None:
-            context = contextvars.copy_context()
-            context.run(LOG_FIELDS.set, {"trigger_id": spec.trigger_id, **spec.log_fields})
+        # Every line logged by the trigger's task carries its id (and what it serves).
+        context = contextvars.copy_context()
+        context.run(LOG_FIELDS.set, {"trigger_id": spec.trigger_id, **(spec.log_fields or {})})
         handle.task = task = loop.create_task(
             self._tasks.run_trigger(handle), name=name, context=context
         )

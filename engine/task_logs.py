@@ -23,8 +23,10 @@ from urllib.parse import quote
 import anyio.to_thread
 
 from engine.exceptions import SluiceError
+from engine.logs import Redactor, StreamRedactor
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -114,9 +116,17 @@ class TaskLogWriter:
     standard error by default) for the rest of the try; it never raises ``OSError``.
     """
 
-    def __init__(self, path: Path, *, fallback: IO[bytes] | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        fallback: IO[bytes] | None = None,
+        secrets: Iterable[str] = (),
+    ) -> None:
         self.path = path
         self._fallback = fallback
+        #: the configured secrets never reach the file, whatever the task prints
+        self._redactor = StreamRedactor(Redactor(secrets))
         self._file: IO[bytes] | None = None
         self.failed: OSError | None = None
         self.bytes_written = 0
@@ -126,14 +136,18 @@ class TaskLogWriter:
         return f"<TaskLogWriter {self.path} {state} bytes={self.bytes_written}>"
 
     async def write(self, data: bytes) -> None:
+        data = self._redactor.feed(data)
         if data:
             await anyio.to_thread.run_sync(self._write, data)
 
     async def aclose(self) -> None:
-        await anyio.to_thread.run_sync(self._close)
+        await anyio.to_thread.run_sync(self.close)
 
     def close(self) -> None:
         """Close the file now (also safe where awaiting is not: cleanup after cancellation)."""
+        rest = self._redactor.flush()
+        if rest:
+            self._write(rest)
         self._close()
 
     def _write(self, data: bytes) -> None:

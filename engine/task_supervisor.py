@@ -36,11 +36,12 @@ from engine.executor_outcomes import (
     outcome_line,
     read_result,
 )
+from engine.logs import secret_forms
 from engine.models import TaskState
 from engine.task_logs import TaskLogWriter, log_path
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable, Mapping
     from pathlib import Path
 
     from anyio.abc import ByteReceiveStream, Process
@@ -102,6 +103,23 @@ async def _drain(stream: ByteReceiveStream | None, sink: bytearray, limit: int) 
     async for chunk in stream:
         if len(sink) < limit:
             sink.extend(chunk[: limit - len(sink)])
+
+
+#: Engine settings a task's process must not inherit (it needs neither: it gets its spec on
+#: stdin and never touches the metadata database).
+SECRET_ENVIRONMENT: Final = ("SLUICE__CORE__FERNET_KEY", "SLUICE__CORE__SQL_ALCHEMY_CONN")
+
+
+def task_environment(environ: Mapping[str, str], secrets: Iterable[str]) -> dict[str, str]:
+    """``environ`` without the engine's secrets: the Fernet key and database URL settings,
+    and any other ``SLUICE__`` setting whose value holds a configured secret."""
+    forms = secret_forms(secrets)
+    return {
+        name: value
+        for name, value in environ.items()
+        if name not in SECRET_ENVIRONMENT
+        and not (name.startswith("SLUICE__") and any(form in value for form in forms))
+    }
 
 
 async def _pump(stream: ByteReceiveStream | None, log: TaskLogWriter) -> None:
@@ -191,6 +209,7 @@ class TaskSupervisor:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
+                env=task_environment(os.environ, self.settings.secrets),
             )
         except OSError as exc:  # e.g. out of processes or file descriptors: try again later
             logger.error(
@@ -216,7 +235,7 @@ class TaskSupervisor:
                 run = await self._start(job_id, child)
                 if run is None:
                     return
-                log = TaskLogWriter(self._log_path(run))
+                log = TaskLogWriter(self._log_path(run), secrets=self.settings.secrets)
                 try:
                     outcome = await self._supervise(child, run, log)
                     await log.write(outcome_line(outcome, run, now=store.utcnow()).encode())

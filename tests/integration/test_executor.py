@@ -137,6 +137,15 @@ def flaky(try_number):
 
 
 @task
+def leaky():
+    import os
+
+    print("fernet key setting:", os.environ.get("SLUICE__CORE__FERNET_KEY"))
+    print("user setting:", os.environ.get("MY_SETTING"))
+    raise RuntimeError("could not log in with s3cr3t-Passw0rd")
+
+
+@task
 def sleeper():
     print("sleeping", flush=True)
     time.sleep(120)
@@ -147,6 +156,7 @@ with DAG("exec"):
     ok()
     boom()
     flaky()
+    leaky()
     sleeper()
     Loop(task_id="loop", count=3, delay_s=0.05)
     SlowAfterResume(task_id="slow", execution_timeout=timedelta(seconds=2))
@@ -268,6 +278,23 @@ async def test_success_stores_the_return_value_and_the_output_in_the_log(env: En
     assert "try 1 of 1: starting" in text and "task succeeded" in text
     job = env.db.call(lambda s: s.execute(select(Job).where(Job.job_type == "executor")).scalar())
     assert job.state == JobState.SUCCESS  # ended cleanly on shutdown
+
+
+async def test_a_task_never_sees_or_logs_the_engine_secrets(env: Env, monkeypatch) -> None:
+    """The task's process does not inherit the Fernet key setting, and a configured secret
+    it prints (here in an exception's message and traceback) is replaced in its log."""
+    monkeypatch.setenv("SLUICE__CORE__FERNET_KEY", "a-fernet-key-from-the-environment")
+    monkeypatch.setenv("MY_SETTING", "kept")
+    _, run_id, tis = env.new_run()
+    env.schedule(tis["leaky"])
+    with anyio.fail_after(30):
+        async with env.executor(secrets=("s3cr3t-Passw0rd",)) as executor:
+            await env.until(tis["leaky"], TaskState.FAILED)
+            await wait_idle(executor)
+    text = env.log(run_id, "leaky")
+    assert "fernet key setting: None" in text and "user setting: kept" in text
+    assert "s3cr3t-Passw0rd" not in text
+    assert "RuntimeError: could not log in with ***" in text
 
 
 async def test_failure_records_the_traceback_in_the_log(env: Env) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextvars
 import io
 import json
 import logging
 from typing import TYPE_CHECKING
 
-from engine.logs import configure_logging
+from engine.logs import LOG_FIELDS, Redactor, StreamRedactor, configure_logging
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -68,3 +69,51 @@ def test_short_values_are_not_treated_as_secrets(captured: io.StringIO) -> None:
     _configure(captured, "text", ["a"])  # e.g. a one-letter password
     logging.getLogger("sluice.test").warning("a task ran")
     assert "a task ran" in captured.getvalue()
+
+
+def test_nested_extras_stack_and_url_encoded_forms_are_redacted(captured: io.StringIO) -> None:
+    _configure(captured, "json", ["p@ss:word"])
+    logging.getLogger("sluice.test").warning(
+        "url postgresql://u:p%40ss%3Aword@db/x",
+        extra={"conf": {"password": "p@ss:word", "list": ["x p@ss:word"]}},
+        stack_info=True,
+    )
+    assert "p@ss" not in captured.getvalue() and "p%40ss" not in captured.getvalue()
+    [line] = [json.loads(x) for x in captured.getvalue().splitlines()]
+    assert line["message"] == "url postgresql://u:***@db/x"
+    assert line["conf"] == {"password": "***", "list": ["x ***"]}
+
+
+def test_context_fields_reach_every_line_logged_in_that_context(captured: io.StringIO) -> None:
+    _configure(captured, "json", [])
+    log = logging.getLogger("sluice.test")
+
+    def in_trigger() -> None:
+        LOG_FIELDS.set({"trigger_id": 9, "dag_id": "d", "run_id": "r", "task_id": "t"})
+        log.info("from the trigger's own code")
+        log.info("explicit wins", extra={"trigger_id": 10})
+
+    contextvars.copy_context().run(in_trigger)
+    log.info("outside")
+    first, second, outside = (json.loads(x) for x in captured.getvalue().splitlines())
+    assert (first["trigger_id"], first["dag_id"], first["run_id"], first["task_id"]) == (
+        9, "d", "r", "t"
+    )  # fmt: skip
+    assert second["trigger_id"] == 10
+    assert "trigger_id" not in outside
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64])
+def test_stream_redactor_catches_a_secret_split_across_chunks(chunk: int) -> None:
+    stream = StreamRedactor(Redactor([SECRET, "hunter22"]))
+    text = f"line one {SECRET}\npartial hunter22 and no newline {SECRET[:5]}".encode()
+    out = b"".join(stream.feed(text[i : i + chunk]) for i in range(0, len(text), chunk))
+    out += stream.flush()
+    assert out == f"line one ***\npartial *** and no newline {SECRET[:5]}".encode()
+
+
+def test_stream_redactor_passes_complete_lines_at_once() -> None:
+    stream = StreamRedactor(Redactor(["hunter22"]))
+    assert stream.feed(b"done\nhalf") == b"done\n"
+    assert stream.feed(b"\n") == b"half\n"
+    assert StreamRedactor(Redactor([])).feed(b"no secrets: as is") == b"no secrets: as is"
