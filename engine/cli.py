@@ -5,20 +5,16 @@ from __future__ import annotations
 import json
 import sys
 from importlib.metadata import version as dist_version
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from engine.cli_inspect import _fail
 from engine.exceptions import SluiceError
 
 if TYPE_CHECKING:
     from engine.config import Config
     from engine.db import Database
-
-
-def _fail(message: str) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(1)
 
 
 def _config(ctx: click.Context) -> Config:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from engine import store, store_runs
+from engine.exceptions import SluiceError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -26,10 +27,16 @@ def _database(ctx: click.Context) -> Database:
 
 def _query(ctx: click.Context, fn: Any, *, writes: bool = False) -> Any:
     """``fn(session)`` in one transaction; one that only reads does not hold up the engine's
-    writers (SQLite: no write lock)."""
+    writers (SQLite: no write lock). A database error ends the command with its first line."""
     db = _database(ctx)
     try:
         return db.call(fn, read_only=not writes)
+    except SluiceError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        _fail(
+            f"{first} (database {db!r}; check [core] sql_alchemy_conn and that the schema is "
+            "current: `sluice db check`, `sluice db migrate`)"
+        )
     finally:
         db.dispose()
 
@@ -59,7 +66,7 @@ def _emit(rows: Sequence[dict[str, Any]], columns: Sequence[str], as_json: bool)
         click.echo("(none)")
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(1)
 
@@ -140,7 +147,7 @@ def _set_paused(ctx: click.Context, dag_id: str, *, paused: bool) -> None:
 @click.argument("dag_id")
 @click.pass_context
 def dags_pause(ctx: click.Context, dag_id: str) -> None:
-    """Pause a DAG (its asset events are kept and run it on unpause)."""
+    """Pause a DAG (by default its asset events are kept and run it on unpause)."""
     _set_paused(ctx, dag_id, paused=True)
 
 
@@ -155,24 +162,30 @@ def dags_unpause(ctx: click.Context, dag_id: str) -> None:
 @dags.command("trigger")
 @click.argument("dag_id")
 @click.option("--conf", default=None, help="JSON object passed to the run.")
+@json_option
 @click.pass_context
-def dags_trigger(ctx: click.Context, dag_id: str, conf: str | None) -> None:
-    """Create a manual run of a DAG now."""
+def dags_trigger(ctx: click.Context, dag_id: str, conf: str | None, as_json: bool) -> None:
+    """Create a manual run of a DAG now; prints its run id."""
     try:
         parsed = json.loads(conf) if conf else None
     except json.JSONDecodeError as exc:
         _fail(f"--conf is not JSON: {exc}")
 
-    def trigger(session: Any) -> int | None:
+    def trigger(session: Any) -> str | None:
         if not store_runs.dag_exists(session, dag_id):
             return None
-        return store_runs.create_run(
+        pk = store_runs.create_run(
             session, dag_id, run_type=store_runs.MANUAL, now=store.utcnow(), conf=parsed
         )
+        return store_runs.run_id_of(session, pk)
 
-    if _query(ctx, trigger, writes=True) is None:
+    run_id = _query(ctx, trigger, writes=True)
+    if run_id is None:
         _fail(f"no DAG {dag_id!r}; see `sluice dags list`")
-    click.echo(f"triggered a manual run of {dag_id}")
+    if as_json:
+        click.echo(json.dumps({"dag_id": dag_id, "run_id": run_id}))
+    else:
+        click.echo(f"triggered a manual run of {dag_id}: {run_id}")
 
 
 @click.group()

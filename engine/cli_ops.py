@@ -18,7 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from engine import doctor, store_inspect
 from engine.cli_inspect import _emit, _query, json_option
-from engine.exceptions import SluiceError
+from engine.exceptions import SchemaNotCurrentError, SluiceError
 from engine.store import TRIGGERER_JOB, utcnow
 
 if TYPE_CHECKING:
@@ -142,8 +142,10 @@ def _examine(ctx: click.Context, cfg: Config) -> list[doctor.Finding]:
     try:
         try:
             check_schema(database.engine)
-        except (SluiceError, SQLAlchemyError) as exc:
+        except SchemaNotCurrentError as exc:
             findings.append(doctor.Finding("error", "schema", str(exc), "run `sluice db migrate`"))
+        except SQLAlchemyError:
+            pass  # the database cannot be read: the read below says so, once
         read = partial(
             store_inspect.doctor_facts,
             now=utcnow(),

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 
 ERROR: Final = "error"
 WARNING: Final = "warning"
+DEAD_JOB_WINDOW_S: Final = 3600.0
+#: Findings of one check beyond this many are summed up in one line (a dead triggerer with
+#: 10,000 deferred tasks is one problem, not 10,000).
+MAX_FINDINGS_PER_CHECK: Final = 5
 REQUIRED_PARTS: Final = (
     ("triggerer", "sluice triggerer"),
     ("scheduler", "sluice scheduler"),
@@ -45,7 +49,25 @@ def diagnose(facts: dict[str, Any], *, claim_grace_s: float) -> list[Finding]:
             findings.append(finding)
     findings += _parse_errors(facts["parse_errors"]) + _failed_watchers(facts["failed_watchers"])
     findings += _failing_watchers(facts["failing_watchers"])
-    return findings
+    return _summed_up(findings)
+
+
+def _summed_up(findings: list[Finding]) -> list[Finding]:
+    """At most ``MAX_FINDINGS_PER_CHECK`` per check and severity, then one line with the rest."""
+    kept: list[Finding] = []
+    rest: dict[tuple[str, str], list[Finding]] = {}
+    for finding in findings:
+        key = (finding.check, finding.severity)
+        group = rest.setdefault(key, [])
+        if len(group) < MAX_FINDINGS_PER_CHECK:
+            kept.append(finding)
+        group.append(finding)
+    for (check, _), group in rest.items():
+        more = len(group) - MAX_FINDINGS_PER_CHECK
+        if more > 0:
+            last = group[-1]
+            kept.append(Finding(last.severity, check, f"{more} more like the above", last.action))
+    return kept
 
 
 def has_errors(findings: list[Finding]) -> bool:
@@ -92,6 +114,8 @@ def _no_dag_processor(jobs: list[dict[str, Any]]) -> list[Finding]:
 
 
 def _dead_jobs(jobs: list[dict[str, Any]]) -> list[Finding]:
+    """Jobs that stopped heartbeating within the last hour (a crash leaves its row behind
+    for good: reported for an hour, then only ``sluice jobs list`` shows it)."""
     return [
         Finding(
             WARNING,
@@ -102,7 +126,7 @@ def _dead_jobs(jobs: list[dict[str, Any]]) -> list[Finding]:
             "kill it and look at its log",
         )
         for job in jobs
-        if not job["alive"]
+        if not job["alive"] and (job["heartbeat_age_s"] or 0) < DEAD_JOB_WINDOW_S
     ]
 
 

@@ -18,7 +18,6 @@ from engine.models import (
     Asset,
     AssetWatcher,
     Dag,
-    DagParseError,
     DagRun,
     DagScheduleAsset,
     DagTask,
@@ -29,7 +28,7 @@ from engine.models import (
     TaskState,
     Trigger,
 )
-from engine.store import LOAD_FAILURE_PREFIX, TRIGGERER_JOB
+from engine.store import LOAD_FAILURE_PREFIX, TRIGGERER_JOB, list_parse_errors
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -225,7 +224,17 @@ def list_triggers(session: Session, *, now: datetime, threshold_s: float) -> lis
     jobs = {job.id: job for job in session.execute(select(Job)).scalars()}
     tasks, watchers = _trigger_servers(session)
     rows = []
-    for trig in session.execute(select(Trigger).order_by(Trigger.id)).scalars():
+    columns = (
+        Trigger.id,
+        Trigger.classpath,
+        Trigger.kind,
+        Trigger.triggerer_id,
+        Trigger.created_date,
+        Trigger.failure_count,
+        Trigger.last_failure_date,
+        Trigger.last_error,
+    )  # not the kwargs: they can be large, and are of no use here
+    for trig in session.execute(select(*columns).order_by(Trigger.id)):
         owner = jobs.get(trig.triggerer_id) if trig.triggerer_id is not None else None
         error = trig.last_error
         rows.append(
@@ -414,14 +423,6 @@ def failing_watchers(session: Session, *, now: datetime, since_s: float) -> list
     ]
 
 
-def parse_errors(session: Session) -> list[dict[str, Any]]:
-    query = select(DagParseError.fileloc, DagParseError.lineno, DagParseError.error)
-    return [
-        {"file": f, "line": line, "error": e}
-        for f, line, e in session.execute(query.order_by(DagParseError.fileloc))
-    ]
-
-
 def doctor_facts(
     session: Session, *, now: datetime, thresholds: Thresholds, default_threshold_s: float
 ) -> dict[str, Any]:
@@ -437,7 +438,10 @@ def doctor_facts(
         "deferred": deferred_tasks(session),
         "failed_watchers": failed_watchers(session),
         "failing_watchers": failing_watchers(session, now=now, since_s=FAILING_WATCHER_WINDOW_S),
-        "parse_errors": parse_errors(session),
+        "parse_errors": [
+            {"file": e.fileloc, "line": e.lineno, "error": e.error}
+            for e in list_parse_errors(session)
+        ],
         "unassigned_triggers": int(unassigned),
         "now": now,
     }

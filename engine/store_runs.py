@@ -268,6 +268,10 @@ def set_paused(session: Session, dag_id: str, *, paused: bool) -> bool:
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
+def run_id_of(session: Session, run_pk: int) -> str:
+    return str(session.execute(select(DagRun.run_id).where(DagRun.id == run_pk)).scalar_one())
+
+
 def dag_exists(session: Session, dag_id: str) -> bool:
     return session.get(Dag, dag_id) is not None
 
