@@ -4,7 +4,7 @@ Run by bench/compare_airflow.py with the Airflow venv's python; one JSON line on
 
 * ``claim --triggers N``: Airflow's real ``airflow triggerer`` (two processes: the DB
   supervisor and the trigger-runner child) runs on SQLite with default settings
-  (``capacity`` 1000, ``max_trigger_to_select_per_loop`` 50) and no work; then N deferred
+  (``capacity`` max(N, 1000), ``max_trigger_to_select_per_loop`` 50) and no work; then N deferred
   task instances, each with its own TimeDeltaTrigger (one day ahead), are committed at once.
   Claim time = from that commit to the N-th trigger running in the runner, which is when
   the supervisor opens that task instance's trigger log file (the trigger's first INFO line,
@@ -53,7 +53,10 @@ def _started_logs(home: Path) -> int:
 
 
 def claim(template: Path, n: int) -> dict[str, float]:
-    home = common.prepare_home(template, "INFO")
+    # Capacity as large as the workload (as on Sluice's side); the number taken per loop
+    # stays Airflow's default.
+    capacity = max(n, 1000)
+    home = common.prepare_home(template, "INFO", {"AIRFLOW__TRIGGERER__CAPACITY": str(capacity)})
     db = home / "airflow.db"
     proc = common.start(["triggerer"], home, "triggerer")
     try:
@@ -71,7 +74,7 @@ def claim(template: Path, n: int) -> dict[str, float]:
         "claim_seconds": running - committed,
         "claims_per_s": n / (running - committed),
         "assigned_seconds": claimed - committed,
-        "capacity": 1000,
+        "capacity": capacity,
         "max_trigger_to_select_per_loop": 50,
         "log_level": "INFO",
     }
