@@ -1,19 +1,33 @@
-"""Helpers to run the ``sluice`` CLI as a subprocess in tests."""
+"""Helpers to run the ``sluice`` CLI as a subprocess in tests.
+
+One way to do each thing every e2e module needs: the environment of an engine process
+(``engine_env``), starting one and waiting for its readiness (``start_engine``), reading its
+JSON log (``log_records``) and counting asset events (``asset_event_count``).
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, select
+
+from engine.models import Asset, AssetEvent
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from engine.db import Database
+
 SLUICE = str(Path(sys.executable).with_name("sluice"))
+READY_LINE = "Sluice ready"
+READY_TIMEOUT_S = 60.0  # generous for a loaded 2-core machine
 
 
 def sluice_env(home: Path, **settings: str) -> dict[str, str]:
@@ -22,6 +36,30 @@ def sluice_env(home: Path, **settings: str) -> dict[str, str]:
     env["SLUICE_HOME"] = str(home)
     env.update(settings)
     return env
+
+
+def engine_env(
+    home: Path,
+    *,
+    url: str,
+    dags: Path,
+    parallelism: int = 2,
+    heartbeat_s: float = 1.0,
+    grace_s: float = 5.0,
+    **settings: str,
+) -> dict[str, str]:
+    """``sluice_env`` for an engine: database, dags folder, worker slots, the triggerer's and
+    the scheduler's heartbeat, the shutdown grace period, and any other ``SLUICE__*``."""
+    return sluice_env(
+        home,
+        SLUICE__CORE__SQL_ALCHEMY_CONN=url,
+        SLUICE__CORE__DAGS_FOLDER=str(dags),
+        SLUICE__CORE__PARALLELISM=str(parallelism),
+        SLUICE__TRIGGERER__JOB_HEARTBEAT_SEC=str(heartbeat_s),
+        SLUICE__SCHEDULER__SCHEDULER_HEARTBEAT_SEC=str(heartbeat_s),
+        SLUICE__TRIGGERER__SHUTDOWN_GRACE_PERIOD_SEC=str(grace_s),
+        **settings,
+    )
 
 
 def run_cli(
@@ -39,9 +77,79 @@ def start_cli(*args: str, env: Mapping[str, str], log: Path) -> subprocess.Popen
         )
 
 
+def log_tail(log: Path, chars: int = 3000) -> str:
+    try:
+        return log.read_text(errors="replace")[-chars:]
+    except FileNotFoundError:
+        return "(no log)"
+
+
+def wait_ready(
+    proc: subprocess.Popen[bytes], log: Path, *, timeout: float = READY_TIMEOUT_S
+) -> None:
+    """Wait for the ``Sluice ready`` line of ``proc`` in ``log``; fail at once if it exits."""
+
+    def ready() -> bool:
+        if READY_LINE in log.read_text(errors="replace"):
+            return True
+        code = proc.poll()
+        assert code is None, f"{log.name}: exited with {code} before readiness:\n{log_tail(log)}"
+        return False
+
+    wait_for(ready, timeout=timeout, what=f"readiness of {log.name}", step=0.1)
+
+
+def start_engine(
+    env: Mapping[str, str],
+    log: Path,
+    *,
+    json_logs: bool = False,
+    timeout: float = READY_TIMEOUT_S,
+) -> subprocess.Popen[bytes]:
+    """``sluice [--log-format json] run`` with ``env``, output appended to ``log``; returns
+    once it logged that it is ready. A process that does not get there is stopped."""
+    args = ("--log-format", "json", "run") if json_logs else ("run",)
+    proc = start_cli(*args, env=env, log=log)
+    try:
+        wait_ready(proc, log, timeout=timeout)
+    except BaseException:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        raise
+    return proc
+
+
+def log_records(log: Path) -> list[dict[str, Any]]:
+    """The JSON records of a ``--log-format json`` log.
+
+    Other lines (task output that fell back to stderr) are skipped, and so is a line the
+    engine is still writing (a read can end in the middle of one).
+    """
+    records = []
+    for line in log.read_text(errors="replace").splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def asset_event_count(db: Database, asset: str | None = None) -> int:
+    """Asset events stored for ``asset`` (every asset when None)."""
+    query = select(func.count()).select_from(AssetEvent)
+    if asset is not None:
+        query = query.join(Asset, Asset.id == AssetEvent.asset_id).where(Asset.name == asset)
+    return int(db.call(lambda s: s.execute(query).scalar_one()))
+
+
 def wait_for(
     condition: Callable[[], object], *, timeout: float, what: str, step: float = 0.05
-) -> object:
+) -> Any:
     """Poll ``condition`` until it returns something truthy; fail with ``what`` on timeout."""
     deadline = time.monotonic() + timeout
     while True:

@@ -13,8 +13,9 @@ subprocess, ``--log-format json``) and checks three things:
 Most cases share one engine (SQLite): each misbehaving watcher waits for its *go file*, so a
 case starts when its test says so and the cases do not interfere. The plugin triggers live in
 ``tests/e2e/bad_plugins/runtime_triggers.py`` (copied to the engine's plugins folder). A
-broker down at start (Kafka, tansu) and the database going away (PostgreSQL behind a TCP
-proxy the test cuts) each get their own engine.
+broker down at start (Kafka, tansu, behind a TCP proxy that opens once the broker is up) and
+the database going away (PostgreSQL behind a TCP proxy the test cuts) each get their own
+engine.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import shutil
 import socket
 import subprocess
@@ -31,7 +31,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 from cryptography.fernet import Fernet
@@ -48,12 +48,22 @@ from engine.models import (
     TaskInstance,
     Trigger,
 )
-from tests.e2e.helpers import run_cli, sluice_env, start_cli, stop, wait_for
+from tests.e2e.helpers import (
+    engine_env,
+    log_records,
+    log_tail,
+    run_cli,
+    start_engine,
+    stop,
+    wait_for,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Coroutine, Iterator
 
 pytestmark = pytest.mark.e2e
+
+T = TypeVar("T")
 
 PLUGIN = Path(__file__).parent / "bad_plugins" / "runtime_triggers.py"
 TASK_LOG_FS_SIZE = "2m"
@@ -157,18 +167,6 @@ with DAG("chatty", schedule=None):
 # -- reading the engine's JSON log ------------------------------------------------------------
 
 
-def log_records(log: Path) -> list[dict[str, Any]]:
-    """The JSON records of ``log`` (other lines: task output that fell back to stderr)."""
-    records = []
-    for line in log.read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return records
-
-
 def find_record(log: Path, match: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
     return next((r for r in log_records(log) if match(r)), None)
 
@@ -221,7 +219,7 @@ class Engine:
         assert self.proc.poll() is None, f"the engine exited:\n{self.tail()}"
 
     def tail(self, chars: int = 4000) -> str:
-        return self.log.read_text(errors="replace")[-chars:]
+        return log_tail(self.log, chars)
 
     def trigger_id(self, watcher: str) -> int:
         found = self.db.call(
@@ -339,17 +337,16 @@ def _watcher_names() -> set[str]:
 def launch(root: Path, url: str, dags_text: str, **settings: str) -> Engine:
     """Migrate, start ``sluice --log-format json run`` on ``root``, wait for readiness."""
     home, dags, plugins = root / "home", root / "dags", root / "plugins"
-    env = sluice_env(
+    env = engine_env(
         home,
-        SLUICE__CORE__DAGS_FOLDER=str(dags),
+        url=url,
+        dags=dags,
+        parallelism=4,
+        heartbeat_s=1,
+        grace_s=5,
         SLUICE__CORE__PLUGINS_FOLDER=str(plugins),
-        SLUICE__CORE__SQL_ALCHEMY_CONN=url,
         SLUICE__CORE__FERNET_KEY=Fernet.generate_key().decode(),
-        SLUICE__CORE__PARALLELISM="4",
-        SLUICE__TRIGGERER__JOB_HEARTBEAT_SEC="1",
         SLUICE__TRIGGERER__TRIGGER_CLEANUP_TIMEOUT_SEC=str(CLEANUP_TIMEOUT_S),
-        SLUICE__TRIGGERER__SHUTDOWN_GRACE_PERIOD_SEC="5",
-        SLUICE__SCHEDULER__SCHEDULER_HEARTBEAT_SEC="1",
         SLUICE__LOGGING__TASK_LOG_FOLDER=str(root / "task-logs"),
         **settings,
     )
@@ -360,8 +357,7 @@ def launch(root: Path, url: str, dags_text: str, **settings: str) -> Engine:
     (dags / "catalogue.py").write_text(textwrap.dedent(dags_text))
     migrated = run_cli("db", "migrate", env=env)
     assert migrated.returncode == 0, migrated.stderr
-    engine.proc = start_cli("--log-format", "json", "run", env=env, log=engine.log)
-    wait_for(lambda: "Sluice ready" in engine.log.read_text(), timeout=60, what="readiness")
+    engine.proc = start_engine(env, engine.log, json_logs=True)
     return engine
 
 
@@ -857,105 +853,44 @@ with DAG("on_orders", schedule=AssetAll(orders, Asset("never_fires"))):
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+KAFKA_IO_TIMEOUT_S = 20.0  # this test's own producer and offset reads, each bounded
 
 
-def _create_topic(broker: Any, name: str, partitions: int) -> None:
-    command = [str(broker.binary), "topic", "create", "--broker", broker.url]
-    done = subprocess.run(
-        [*command, "--partitions", str(partitions), name],
-        capture_output=True,
-        text=True,
-        timeout=10,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr or done.stdout
-
-
-@case("broker_down_at_start")
-def _broker_down_at_start(request: pytest.FixtureRequest) -> None:
-    """A Kafka watcher whose broker is down when the engine starts: it fails with a message
-    naming the broker address, retries with a growing backoff, and once the broker is up it
-    consumes every message (each once) and commits them."""
-    from producers import kafka_trigger  # noqa: F401 - fail early if the extra is missing
-    from tests import services_kafka
-
-    tmp = request.getfixturevalue("tmp_path")
-    port, topic, partitions = _free_port(), "orders", 2
-    bootstrap = f"127.0.0.1:{port}"
-    text = CONTROL_DAGS.format(cases=str(tmp / "cases")) + KAFKA_DAGS.format(
-        topic=topic, bootstrap=bootstrap
-    )
-    engine = launch(tmp, f"sqlite:///{tmp / 'home' / 'sluice.db'}", text)
-    broker = None
-    try:
-        wait_for(lambda: watcher_count(engine) == 2, timeout=60, what="the watchers")
-        tid = engine.trigger_id("orders")
-
-        def failures() -> list[dict[str, Any]]:
-            return [r for r in log_records(engine.log) if action_for("trigger_failed", tid)(r)]
-
-        wait_for(lambda: len(failures()) >= 2, timeout=30, step=0.1, what="two failed attempts")
-        first, second = failures()[:2]
-        assert "the Kafka broker is unreachable" in first["message"]
-        assert bootstrap in first["message"]
-        assert "(the watchers restart with backoff)" in first["message"]
-        assert (first["backoff_s"], second["backoff_s"]) == (1.0, 2.0)
-        engine.control_makes_a_run()  # (b) while the broker is down
-        # Up within the next backoff (>= 2 s), with the topic created before the next attempt.
-        mp = request.getfixturevalue("monkeypatch")
-        mp.setattr(services_kafka, "_free_port", lambda: port)
-        broker = services_kafka.start_tansu(tmp / "tansu.log")
-        _create_topic(broker, topic, partitions)
-        count = 40
-        records = [(i % partitions, f"k{i}".encode(), b'{"n": %d}' % i, []) for i in range(count)]
-        asyncio.run(services_kafka.produce(bootstrap, topic, records))
-        wait_for(
-            lambda: len(engine.payloads("orders")) == count,
-            timeout=60,
-            step=0.2,
-            what=f"all {count} messages to be stored once the broker is up",
-        )
-        want = {f"kafka:{topic}:{p}:{o}" for p in range(partitions) for o in range(count // 2)}
-        assert set(engine.dedup_keys("orders")) == want
-        assert sorted(p["value"]["n"] for p in engine.payloads("orders")) == list(range(count))
-        per_partition = dict.fromkeys(range(partitions), count // partitions)
-        wait_for(
-            lambda: (
-                asyncio.run(
-                    services_kafka.committed_offsets(bootstrap, "bad-inputs", topic, partitions)
-                )
-                == per_partition
-            ),
-            timeout=30,
-            step=0.5,
-            what="every offset to be committed",
-        )
-        engine.control_makes_a_run()
-    finally:
-        try:
-            shut(engine)
-        finally:
-            if broker is not None:
-                services_kafka.stop_tansu(broker.process)
+def _bounded(coro: Coroutine[Any, Any, T], timeout_s: float = KAFKA_IO_TIMEOUT_S) -> T:
+    """Run ``coro`` to completion in a fresh event loop, failing after ``timeout_s``."""
+    return asyncio.run(asyncio.wait_for(coro, timeout_s))
 
 
 class CuttableProxy:
-    """A TCP proxy to ``target`` that the test can cut (refuse and reset) and restore."""
+    """A TCP proxy on a port of its own to ``target``.
 
-    def __init__(self, target: tuple[str, int]) -> None:
+    Closed until ``start()``: the port is bound but not listening, so a connection is
+    refused and no other process can take the port meanwhile. ``cut()`` closes it again and
+    resets every open connection; ``close()`` releases the port.
+    """
+
+    def __init__(self, target: tuple[str, int] | None = None) -> None:
         self.target = target
-        self.port = _free_port()
+        self._listener = self._reserve(0)
+        self.port = int(self._listener.getsockname()[1])
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
         self._serving = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        listener = socket.create_server(("127.0.0.1", self.port))
+    @staticmethod
+    def _reserve(port: int) -> socket.socket:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        return sock
+
+    def start(self, target: tuple[str, int] | None = None) -> None:
+        """Listen, and forward each connection to ``target`` (or the one given before)."""
+        self.target = target or self.target
+        assert self.target is not None, "a proxy needs a target to start"
+        listener = self._listener
+        listener.listen()
         listener.settimeout(0.1)
         self._serving.set()
         self._thread = threading.Thread(target=self._accept, args=(listener,), daemon=True)
@@ -963,9 +898,12 @@ class CuttableProxy:
 
     def cut(self) -> None:
         """Stop listening (connections are refused) and reset every open connection."""
-        self._serving.clear()
         if self._thread is not None:
+            self._serving.clear()
             self._thread.join(timeout=5)
+            assert not self._thread.is_alive(), "the proxy's accept loop did not stop"
+            self._thread = None
+            self._listener = self._reserve(self.port)  # the old listener closed with its loop
         with self._lock:
             for sock in self._sockets:
                 with contextlib.suppress(OSError):
@@ -973,7 +911,12 @@ class CuttableProxy:
                 sock.close()
             self._sockets.clear()
 
+    def close(self) -> None:
+        self.cut()
+        self._listener.close()
+
     def _accept(self, listener: socket.socket) -> None:
+        assert self.target is not None
         with listener:
             while self._serving.is_set():
                 try:
@@ -1004,6 +947,97 @@ class CuttableProxy:
                     sock.shutdown(socket.SHUT_RDWR)
 
 
+def _create_topic(broker: Any, name: str, partitions: int) -> None:
+    command = [str(broker.binary), "topic", "create", "--broker", broker.url]
+    done = subprocess.run(
+        [*command, "--partitions", str(partitions), name],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr or done.stdout
+
+
+@case("broker_down_at_start")
+def _broker_down_at_start(request: pytest.FixtureRequest) -> None:
+    """A Kafka watcher whose broker is down when the engine starts: it fails with a message
+    naming the broker address, retries with a growing backoff, and once the broker is up it
+    consumes every message (each once) and commits them.
+
+    The watcher's bootstrap address is a proxy that refuses connections until the broker
+    runs and has its topic; then the proxy opens (the broker advertises its own address, so
+    only the bootstrap goes through the proxy)."""
+    from producers import kafka_trigger  # noqa: F401 - fail early if the extra is missing
+    from tests import services_kafka
+
+    tmp = request.getfixturevalue("tmp_path")
+    topic, partitions = "orders", 2
+    proxy = CuttableProxy()
+    bootstrap = f"127.0.0.1:{proxy.port}"
+    text = CONTROL_DAGS.format(cases=str(tmp / "cases")) + KAFKA_DAGS.format(
+        topic=topic, bootstrap=bootstrap
+    )
+    broker = None
+    try:
+        engine = launch(tmp, f"sqlite:///{tmp / 'home' / 'sluice.db'}", text)
+    except BaseException:
+        proxy.close()
+        raise
+    try:
+        wait_for(lambda: watcher_count(engine) == 2, timeout=60, what="the watchers")
+        tid = engine.trigger_id("orders")
+
+        def failures() -> list[dict[str, Any]]:
+            return [r for r in log_records(engine.log) if action_for("trigger_failed", tid)(r)]
+
+        wait_for(lambda: len(failures()) >= 2, timeout=30, step=0.1, what="two failed attempts")
+        first, second = failures()[:2]
+        assert "the Kafka broker is unreachable" in first["message"]
+        assert bootstrap in first["message"]
+        assert "(the watchers restart with backoff)" in first["message"]
+        assert (first["backoff_s"], second["backoff_s"]) == (1.0, 2.0)
+        engine.control_makes_a_run()  # (b) while the broker is down
+        broker = services_kafka.start_tansu(tmp / "tansu.log")
+        _create_topic(broker, topic, partitions)
+        host, port = broker.bootstrap.rsplit(":", 1)
+        proxy.start((host, int(port)))  # the broker is up, with its topic
+        count = 40
+        records = [(i % partitions, f"k{i}".encode(), b'{"n": %d}' % i, []) for i in range(count)]
+        _bounded(services_kafka.produce(broker.bootstrap, topic, records))
+        wait_for(
+            lambda: len(engine.payloads("orders")) == count,
+            timeout=60,
+            step=0.2,
+            what=f"all {count} messages to be stored once the broker is up",
+        )
+        want = {f"kafka:{topic}:{p}:{o}" for p in range(partitions) for o in range(count // 2)}
+        assert set(engine.dedup_keys("orders")) == want
+        assert sorted(p["value"]["n"] for p in engine.payloads("orders")) == list(range(count))
+        per_partition = dict.fromkeys(range(partitions), count // partitions)
+        wait_for(
+            lambda: (
+                _bounded(
+                    services_kafka.committed_offsets(
+                        broker.bootstrap, "bad-inputs", topic, partitions
+                    )
+                )
+                == per_partition
+            ),
+            timeout=30,
+            step=0.5,
+            what="every offset to be committed",
+        )
+        engine.control_makes_a_run()
+    finally:
+        try:
+            shut(engine)
+        finally:
+            proxy.close()
+            if broker is not None:
+                services_kafka.stop_tansu(broker.process)
+
+
 @case("database_outage")
 def _database_outage(request: pytest.FixtureRequest) -> None:
     """PostgreSQL goes away for 10 s (the TCP proxy between engine and server refuses and
@@ -1014,7 +1048,11 @@ def _database_outage(request: pytest.FixtureRequest) -> None:
     proxy = CuttableProxy((real.host or "127.0.0.1", real.port or 5432))
     proxy.start()
     url = real.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
-    engine = launch(tmp, url, CONTROL_DAGS.format(cases=str(tmp / "cases")))
+    try:
+        engine = launch(tmp, url, CONTROL_DAGS.format(cases=str(tmp / "cases")))
+    except BaseException:
+        proxy.close()
+        raise
     engine.db.dispose()
     engine.db = Database(pg_url)  # the test observes directly, not through the proxy
     try:
@@ -1025,6 +1063,14 @@ def _database_outage(request: pytest.FixtureRequest) -> None:
         names = [f"outage-{n}.ctl" for n in range(3)]
         for name in names:
             (engine.cases / name).touch()
+        # The watcher takes (deletes) them while the database is unreachable: from now on
+        # the events exist only in the engine's outbox.
+        wait_for(
+            lambda: not any((engine.cases / name).exists() for name in names),
+            timeout=DB_OUTAGE_S,
+            step=0.1,
+            what="the control watcher to take the files fired during the outage",
+        )
         wait_record(
             engine.log,
             "the persister to say the database is unavailable",
@@ -1062,7 +1108,7 @@ def _database_outage(request: pytest.FixtureRequest) -> None:
         try:
             shut(engine)
         finally:
-            proxy.cut()
+            proxy.close()
 
 
 # -- the test -------------------------------------------------------------------------------

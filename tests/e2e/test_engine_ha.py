@@ -4,10 +4,14 @@ Every part runs twice: two DAG processors, two schedulers, two executors, two tr
 Tasks append ``start``/``defer``/``done`` lines (with their engine's pid) to one journal, so
 the test sees which process ran what and how often. The checks are the HA promises of the README:
 
-- every DAG run is created once (one run per asset event, one per manual trigger),
-- every task completes once (a try killed with its engine is re-run as a fresh try),
-- every deferred task resumes once, every watcher trigger runs on one triggerer at a time,
-- killing an engine loses nothing: the survivor carries its work within the health threshold.
+- every DAG run is created once: rounds of distinct flag files fired while both schedulers
+  run make exactly one run per asset event (each event consumed by one run, no run without one),
+- every task completes once: the victim is killed while it runs tasks (``hold`` tasks that
+  wait for a release file) and each of those completes once, as try 2, on the survivor,
+- every deferred task resumes once, also one whose trigger the victim owned when it died,
+- killing an engine loses nothing: the survivor owns every trigger within the health
+  threshold (2.1 x the heartbeat) plus one claim interval plus a 2 s margin for a loaded
+  2-core machine (``TAKEOVER_BOUND_S``).
 """
 
 from __future__ import annotations
@@ -26,30 +30,56 @@ from sqlalchemy import func, select
 
 from engine import store, store_runs
 from engine.db import Database, migrate
-from engine.models import AssetEvent, Dag, DagRun, Job, TaskInstance, Trigger
-from tests.e2e.helpers import run_cli, sluice_env, start_cli, stop, wait_for
+from engine.models import (
+    AssetEventQueue,
+    Dag,
+    DagRun,
+    DagRunAssetEvent,
+    Job,
+    TaskInstance,
+    Trigger,
+)
+from engine.triggerer import CLAIM_IDLE_INTERVAL_S
+from tests.e2e.helpers import (
+    asset_event_count,
+    engine_env,
+    log_tail,
+    run_cli,
+    start_engine,
+    stop,
+    wait_for,
+)
 
 if TYPE_CHECKING:
+    import subprocess
     from pathlib import Path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
 HEARTBEAT_S = 1.0
 THRESHOLD_S = 2.1 * HEARTBEAT_S
-FLAGS = ("a.flag", "b.flag", "c.flag")
+LOADED_MACHINE_MARGIN_S = 2.0  # the survivor's claim commit, the polling of this test, load
+TAKEOVER_BOUND_S = THRESHOLD_S + CLAIM_IDLE_INTERVAL_S + LOADED_MACHINE_MARGIN_S
+SLOTS = 2  # [core] parallelism of each engine
+FLAGS = tuple(f"f{n}.flag" for n in range(8))  # one watcher (and DAG) each
+ROUNDS_BOTH_ALIVE = 3  # rounds of every flag while both schedulers run
 MANUAL_RUNS = 12
 DEFERRING_RUNS = 6
+HOLD_RUNS = 2 * SLOTS  # enough to occupy every slot of both engines
+WAIT_S = 60  # every wait is bounded; generous for a loaded 2-core machine
 
 DAGS = """
 import os
 import time
-from datetime import timedelta
 
 from engine import DAG, Asset, AssetWatcher, BaseOperator, task
-from triggers import DirectoryFileDeleteTrigger, TimeDeltaTrigger
+from triggers import DirectoryFileDeleteTrigger, FileTrigger
 
 INBOX = {inbox!r}
 JOURNAL = {journal!r}
+HOLD_RELEASE = {hold_release!r}
+DEFER_RELEASE = {defer_release!r}
+HOLD_LIMIT_S = 120
 
 
 def journal(line):
@@ -69,6 +99,20 @@ def record(dag_id, run_id, task_id, try_number):
     return key
 
 
+@task
+def hold(dag_id, run_id, task_id, try_number):
+    # Busy until the test releases it: the engine running it is killed mid-work.
+    key = f"{{dag_id}}/{{run_id}}/{{task_id}}"
+    journal(f"start {{key}} {{try_number}} {{os.getppid()}}")
+    deadline = time.monotonic() + HOLD_LIMIT_S
+    while not os.path.exists(HOLD_RELEASE):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the test never released the hold tasks")
+        time.sleep(0.05)
+    journal(f"done {{key}} {{try_number}} {{os.getppid()}}")
+    return key
+
+
 for flag in {flags!r}:
     name = flag.split(".")[0]
     asset = Asset(f"flag-{{name}}", watchers=[AssetWatcher(f"watch-{{name}}",
@@ -79,12 +123,15 @@ for flag in {flags!r}:
 with DAG("work", schedule=None):
     record()
 
+with DAG("hold", schedule=None):
+    hold()
+
 
 class DeferThenRecord(BaseOperator):
     def execute(self, context):
         key = f"{{context['dag_id']}}/{{context['run_id']}}/{{context['task_id']}}"
         journal(f"defer {{key}} {{context['try_number']}} {{os.getppid()}}")
-        self.defer(trigger=TimeDeltaTrigger(timedelta(seconds=4)), method_name="resume")
+        self.defer(trigger=FileTrigger(DEFER_RELEASE, poke_interval=0.1), method_name="resume")
 
     def resume(self, context, event=None):
         key = f"{{context['dag_id']}}/{{context['run_id']}}/{{context['task_id']}}"
@@ -96,15 +143,28 @@ with DAG("deferring", schedule=None):
     DeferThenRecord(task_id="wait")
 """
 
+Entry = tuple[str, str, int, int]  # kind, dag_id/run_id/task_id, try number, engine pid
 
-def _journal(path: Path) -> list[tuple[str, str, int, int]]:
+
+def _journal(path: Path) -> list[Entry]:
+    """Complete journal lines (a line being appended right now is left for the next read)."""
     if not path.exists():
         return []
     rows = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text().split("\n")[:-1]:
         kind, key, try_number, pid = line.split()
         rows.append((kind, key, int(try_number), int(pid)))
     return rows
+
+
+def _unfinished_by_pid(rows: list[Entry], prefix: str) -> dict[int, set[tuple[str, int]]]:
+    """pid -> (key, try) of the ``prefix`` tasks it started and has not finished."""
+    done = {(key, t) for kind, key, t, _ in rows if kind == "done"}
+    out: dict[int, set[tuple[str, int]]] = {}
+    for kind, key, t, pid in rows:
+        if kind == "start" and key.startswith(prefix) and (key, t) not in done:
+            out.setdefault(pid, set()).add((key, t))
+    return out
 
 
 def _count(db: Database, model: type, *where: object) -> int:
@@ -119,144 +179,189 @@ def _states(db: Database) -> Counter[str]:
     return Counter(db.call(lambda s: list(s.execute(select(DagRun.state)).scalars())))
 
 
-def _engine_pids_with_work(db: Database) -> dict[int, int]:
-    """pid of a live triggerer job -> triggers it owns."""
-
-    def read(session: object) -> dict[int, int]:
-        rows = session.execute(  # type: ignore[attr-defined]
-            select(Job.pid, func.count(Trigger.id))
-            .join(Trigger, Trigger.triggerer_id == Job.id)
-            .where(Job.state == "running")
-            .group_by(Job.pid)
-        ).all()
-        return {int(pid): int(n) for pid, n in rows}
-
-    return db.call(read)
+def _trigger_owner_pids(db: Database) -> list[int | None]:
+    """The pid of the job that owns each trigger row (None: unassigned)."""
+    query = select(Job.pid).select_from(Trigger).outerjoin(Job, Job.id == Trigger.triggerer_id)
+    return list(db.call(lambda s: s.execute(query).scalars().all()))
 
 
-def _touch_and_wait_consumed(inbox: Path, flag: str, timeout: float) -> None:
-    path = inbox / flag
-    path.write_text(flag)
-    wait_for(lambda: not path.exists(), timeout=timeout, what=f"{flag} to be consumed")
+def _deferred_by_owner(db: Database) -> dict[int, set[str]]:
+    """pid of a triggerer -> keys of the deferred tasks whose trigger it owns."""
+    query = (
+        select(Job.pid, DagRun.dag_id, DagRun.run_id, TaskInstance.task_id)
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .join(Trigger, Trigger.id == TaskInstance.trigger_id)
+        .join(Job, Job.id == Trigger.triggerer_id)
+        .where(TaskInstance.state == "deferred")
+    )
+    out: dict[int, set[str]] = {}
+    for pid, dag_id, run_id, task_id in db.call(lambda s: s.execute(query).all()):
+        out.setdefault(int(pid), set()).add(f"{dag_id}/{run_id}/{task_id}")
+    return out
+
+
+def _task_instance(db: Database, key: str) -> TaskInstance:
+    dag_id, run_id, task_id = key.split("/")
+    query = (
+        select(TaskInstance)
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .where(DagRun.dag_id == dag_id, DagRun.run_id == run_id, TaskInstance.task_id == task_id)
+    )
+    return db.call(lambda s: s.execute(query).scalar_one())
+
+
+def _create_runs(db: Database, dag_id: str, n: int) -> None:
+    def write(session: object) -> None:
+        for _ in range(n):
+            store_runs.create_run(
+                session,  # type: ignore[arg-type]
+                dag_id,
+                run_type=store_runs.MANUAL,
+                now=store.utcnow(),
+            )
+
+    db.call(write)
+
+
+def _fire_round(inbox: Path, db: Database, rounds_so_far: int) -> None:
+    """Drop every flag file at once; wait until each is taken and every event is consumed by
+    a run (nothing left queued), so that the next round queues one event per DAG again."""
+    for flag in FLAGS:
+        (inbox / flag).write_text(flag)
+    wait_for(
+        lambda: not any((inbox / flag).exists() for flag in FLAGS),
+        timeout=WAIT_S,
+        what=f"round {rounds_so_far} of flag files to be taken",
+    )
+    expected = rounds_so_far * len(FLAGS)
+    wait_for(
+        lambda: asset_event_count(db) >= expected and _count(db, AssetEventQueue) == 0,
+        timeout=WAIT_S,
+        what=f"{expected} asset events, each consumed by a run",
+    )
 
 
 def test_two_engines_share_work_and_the_survivor_carries_a_killed_ones(
     pg_url: str, tmp_path: Path
 ) -> None:
     dags, inbox, journal = tmp_path / "dags", tmp_path / "inbox", tmp_path / "journal"
+    hold_release, defer_release = tmp_path / "hold.release", tmp_path / "defer.release"
     dags.mkdir()
     inbox.mkdir()
     (dags / "ha_flows.py").write_text(
-        textwrap.dedent(DAGS.format(inbox=str(inbox), journal=str(journal), flags=FLAGS))
+        textwrap.dedent(
+            DAGS.format(
+                inbox=str(inbox),
+                journal=str(journal),
+                hold_release=str(hold_release),
+                defer_release=str(defer_release),
+                flags=FLAGS,
+            )
+        )
     )
     key = Fernet.generate_key().decode()
     db = Database(pg_url)
     migrate(db.engine)
 
     def env_for(name: str) -> dict[str, str]:
-        return sluice_env(
+        return engine_env(
             tmp_path / name,
-            SLUICE__CORE__SQL_ALCHEMY_CONN=pg_url,
+            url=pg_url,
+            dags=dags,
+            parallelism=SLOTS,
+            heartbeat_s=HEARTBEAT_S,
             SLUICE__CORE__FERNET_KEY=key,
-            SLUICE__CORE__DAGS_FOLDER=str(dags),
-            SLUICE__CORE__PARALLELISM="2",
-            SLUICE__TRIGGERER__JOB_HEARTBEAT_SEC=str(HEARTBEAT_S),
-            SLUICE__SCHEDULER__SCHEDULER_HEARTBEAT_SEC=str(HEARTBEAT_S),
-            SLUICE__TRIGGERER__SHUTDOWN_GRACE_PERIOD_SEC="5",
         )
 
-    first = start_cli("run", env=env_for("first"), log=tmp_path / "first.log")
-    second = start_cli("run", env=env_for("second"), log=tmp_path / "second.log")
+    logs = (tmp_path / "first.log", tmp_path / "second.log")
+    first = start_engine(env_for("first"), logs[0])
+    second: subprocess.Popen[bytes] | None = None
     survivor_code: int | None = None
     try:
-        logs = ("first.log", "second.log")
-        for log in logs:
-            wait_for(
-                lambda log=log: "Sluice ready" in (tmp_path / log).read_text(),
-                timeout=60,
-                what=f"readiness of {log}",
-            )
+        second = start_engine(env_for("second"), logs[1])
+        engines = (first, second)
         wait_for(
-            lambda: _count(db, Dag) == 2 + len(FLAGS), timeout=60, what="the DAGs to be parsed"
+            lambda: _count(db, Dag) == 3 + len(FLAGS), timeout=WAIT_S, what="the DAGs to be parsed"
         )
-        # Both parse the same folder: the DAG rows exist once.
-        assert _count(db, Dag) == 2 + len(FLAGS)
 
-        # Work for both engines: manual runs, deferrals, and one flag per watcher.
-        def create(dag_id: str, n: int) -> None:
-            def write(session: object) -> None:
-                for _ in range(n):
-                    store_runs.create_run(
-                        session,  # type: ignore[arg-type]
-                        dag_id,
-                        run_type=store_runs.MANUAL,
-                        now=store.utcnow(),
-                    )
+        # Both engines alive: manual work, and rounds of every flag file (both schedulers
+        # race to turn each round's events into runs).
+        _create_runs(db, "work", MANUAL_RUNS // 2)
+        for n in range(1, ROUNDS_BOTH_ALIVE + 1):
+            _fire_round(inbox, db, n)
+        assert all(proc.poll() is None for proc in engines), "an engine died"
 
-            db.call(write)
-
-        create("deferring", DEFERRING_RUNS)
-        create("work", MANUAL_RUNS // 2)
-        for flag in FLAGS:
-            _touch_and_wait_consumed(inbox, flag, timeout=30)
+        # Deferrals, then hold tasks that occupy every slot of both engines.
+        _create_runs(db, "deferring", DEFERRING_RUNS)
         wait_for(
-            lambda: _count(db, TaskInstance, TaskInstance.state == "deferred") >= 1,
-            timeout=30,
-            what="a task to defer",
+            lambda: (
+                _count(db, TaskInstance, TaskInstance.state == "deferred") == DEFERRING_RUNS
+                and _count(db, Trigger, Trigger.kind == "task", Trigger.triggerer_id.is_(None)) == 0
+            ),
+            timeout=WAIT_S,
+            what="every deferring task to defer and its trigger to be claimed",
         )
-        owners = wait_for(
-            lambda: (o := _engine_pids_with_work(db)) and o,
-            timeout=30,
-            what="the triggerers to own triggers",
+        _create_runs(db, "hold", HOLD_RUNS)
+
+        def victim_at_work() -> (
+            tuple[subprocess.Popen[bytes], set[tuple[str, int]], set[str]] | None
+        ):
+            """An engine running a task (started, not done) that owns a deferred trigger."""
+            running = _unfinished_by_pid(_journal(journal), "hold/")
+            deferred = _deferred_by_owner(db)
+            for proc in engines:
+                if running.get(proc.pid) and deferred.get(proc.pid):
+                    return proc, running[proc.pid], deferred[proc.pid]
+            return None
+
+        victim, held, victim_deferred = wait_for(
+            victim_at_work,
+            timeout=WAIT_S,
+            what="an engine running a task and owning a deferred task's trigger",
         )
-        # Kill the engine that owns triggers (the first one if both do) mid-work.
-        victim = first if first.pid in owners else second
         survivor = second if victim is first else first
-        create("work", MANUAL_RUNS - MANUAL_RUNS // 2)
+        _create_runs(db, "work", MANUAL_RUNS - MANUAL_RUNS // 2)  # queued at the kill
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait()
         killed_at = time.monotonic()
 
-        # The survivor takes over every trigger within the health threshold (plus its claim
-        # cadence and the time the victim's last heartbeat was already old).
         wait_for(
-            lambda: (
-                set(_engine_pids_with_work(db)) == {survivor.pid}
-                and _count(db, Trigger, Trigger.triggerer_id.is_(None)) == 0
-            ),
-            timeout=THRESHOLD_S + 10,
+            lambda: set(_trigger_owner_pids(db)) == {survivor.pid},
+            timeout=TAKEOVER_BOUND_S + 10,
             what="the survivor to own every trigger",
+            step=0.02,
         )
         takeover_s = time.monotonic() - killed_at
-        # Flags arriving after the kill are consumed by the survivor.
-        for flag in FLAGS:
-            _touch_and_wait_consumed(inbox, flag, timeout=30)
 
-        expected_runs = MANUAL_RUNS + DEFERRING_RUNS + 2 * len(FLAGS)
+        hold_release.touch()  # the survivor's holds finish, then the victim's re-run
+        _fire_round(inbox, db, ROUNDS_BOTH_ALIVE + 1)  # the survivor alone
+        defer_release.touch()  # every deferred task resumes, the victim's ones included
+        flag_runs = (ROUNDS_BOTH_ALIVE + 1) * len(FLAGS)
+        expected_runs = MANUAL_RUNS + DEFERRING_RUNS + HOLD_RUNS + flag_runs
         wait_for(
             lambda: _states(db) == Counter({"success": expected_runs}),
-            timeout=90,
+            timeout=2 * WAIT_S,
             what=f"{expected_runs} successful runs (now {dict(_states(db))})",
         )
     finally:
+        hold_release.touch()  # nothing left waiting on the test when it failed midway
+        defer_release.touch()
         for proc in (first, second):
-            if proc.returncode is None and proc.poll() is None:
+            if proc is not None and proc.returncode is None and proc.poll() is None:
                 survivor_code = stop(proc, timeout=60)
 
-    assert survivor_code == 0
+    assert survivor_code == 0, log_tail(logs[0] if survivor is first else logs[1])
     for log in logs:  # concurrent DAG processors and schedulers never trip over each other
-        text = (tmp_path / log).read_text()
+        text = log.read_text()
         assert "UniqueViolation" not in text and "pass failed" not in text, text[-3000:]
         assert key not in text  # the Fernet key never reaches a log line
         assert "dag_id=work" in text or "dag_id=deferring" in text  # structured task fields
-    assert takeover_s <= THRESHOLD_S + 5, f"takeover took {takeover_s:.1f}s"
+    assert takeover_s <= TAKEOVER_BOUND_S, f"takeover took {takeover_s:.1f}s"
 
-    # Every asset event created exactly one run; no flag appearance became two events.
-    assert _count(db, AssetEvent) == 2 * len(FLAGS)
-    for flag in FLAGS:
-        assert _count(db, DagRun, DagRun.dag_id == f"on_{flag.split('.')[0]}") == 2
-    # Every task completed exactly once; only tries killed with their engine started twice.
-    done = Counter(key for kind, key, _, _ in _journal(journal) if kind == "done")
+    _assert_one_run_per_asset_event(db)
+    rows = _journal(journal)
+    # Every task completed exactly once; only the tries killed with their engine started twice.
+    done = Counter(key for kind, key, _, _ in rows if kind == "done")
     tis = db.call(
         lambda s: s.execute(
             select(DagRun.dag_id, DagRun.run_id, TaskInstance.task_id).join(
@@ -266,14 +371,49 @@ def test_two_engines_share_work_and_the_survivor_carries_a_killed_ones(
     )
     assert len(tis) == expected_runs
     assert done == Counter(f"{d}/{r}/{t}" for d, r, t in tis)
-    starts = Counter((k, key, t) for k, key, t, _ in _journal(journal) if k != "done")
+    starts = Counter((k, key, t) for k, key, t, _ in rows if k != "done")
     assert all(n == 1 for n in starts.values()), "a try of a task started twice"
+    # The tasks the victim was running when it died finished as try 2, on the survivor.
+    for held_key, try_number in held:
+        assert try_number == 1
+        finished = [(t, pid) for kind, k, t, pid in rows if kind == "done" and k == held_key]
+        assert finished == [(2, survivor.pid)], (held_key, finished)
+        ti = _task_instance(db, held_key)
+        assert (ti.state, ti.try_number) == ("success", 2), held_key
+    # The deferred tasks whose trigger the victim owned resumed once (same try), on the survivor.
+    for deferred_key in victim_deferred:
+        deferred = [t for kind, k, t, _ in rows if kind == "defer" and k == deferred_key]
+        resumed = [(t, pid) for kind, k, t, pid in rows if kind == "done" and k == deferred_key]
+        assert resumed == [(deferred[0], survivor.pid)] and len(deferred) == 1, deferred_key
     # The triggerer rows of the deferrals are gone once their tasks resumed.
     assert _count(db, Trigger, Trigger.kind == "task") == 0
     # Both engines' executors ran tasks (a worker's parent is its engine process).
-    engines = {ppid for _, _, _, ppid in _journal(journal)}
-    assert engines == {first.pid, second.pid}, engines
+    assert {pid for _, _, _, pid in rows} == {first.pid, second.pid}
     listed = run_cli("runs", "list", "deferring", "--json", env=env_for("cli"))
     assert listed.returncode == 0, listed.stderr
     assert len(json.loads(listed.stdout)) == DEFERRING_RUNS
     db.dispose()
+
+
+def _assert_one_run_per_asset_event(db: Database) -> None:
+    """Each flag's asset events: every one consumed by exactly one run of its DAG, and each
+    of that DAG's runs consumed exactly one (each round queued one event per DAG)."""
+    rounds = ROUNDS_BOTH_ALIVE + 1
+    assert asset_event_count(db) == rounds * len(FLAGS)
+    links = db.call(
+        lambda s: s.execute(
+            select(DagRunAssetEvent.asset_event_id, DagRun.dag_id, DagRun.id).join(
+                DagRun, DagRun.id == DagRunAssetEvent.dag_run_id
+            )
+        ).all()
+    )
+    per_event = Counter(event_id for event_id, _, _ in links)
+    per_run = Counter(run_pk for _, _, run_pk in links)
+    assert len(per_event) == rounds * len(FLAGS) and set(per_event.values()) == {1}, per_event
+    assert set(per_run.values()) == {1}, per_run
+    for flag in FLAGS:
+        name = flag.split(".")[0]
+        assert asset_event_count(db, f"flag-{name}") == rounds
+        assert _count(db, DagRun, DagRun.dag_id == f"on_{name}") == rounds
+        linked = {run_pk for _, dag_id, run_pk in links if dag_id == f"on_{name}"}
+        assert len(linked) == rounds

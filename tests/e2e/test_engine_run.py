@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -11,7 +13,7 @@ from sqlalchemy import select
 from engine.db import Database
 from engine.models import AssetEvent, DagRun, TaskInstance
 from engine.store_runs import find_task_instance
-from tests.e2e.helpers import run_cli, sluice_env, start_cli, stop, wait_for
+from tests.e2e.helpers import engine_env, run_cli, start_engine, stop, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -23,9 +25,10 @@ from datetime import datetime, timedelta, timezone
 
 from engine import DAG, Asset, AssetWatcher, BaseOperator, task
 from engine.sensors import DateTimeSensor
-from triggers import DirectoryFileDeleteTrigger, TimeDeltaTrigger
+from triggers import DirectoryFileDeleteTrigger, FileTrigger, TimeDeltaTrigger
 
 INBOX = {inbox!r}
+RELEASE = {release!r}
 
 north = Asset("north", watchers=[AssetWatcher("north-flag", DirectoryFileDeleteTrigger(
     directory=INBOX, filename="north.flag", poke_interval=0.1))])
@@ -62,8 +65,20 @@ class WaitThenReturn(BaseOperator):
         return {{"event": event.isoformat(), "note": note}}
 
 
+class WaitForRelease(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=FileTrigger(RELEASE, poke_interval=0.1), method_name="resume",
+                   kwargs={{"note": "kept"}})
+
+    def resume(self, context, event=None, note=None):
+        return {{"event": event, "note": note}}
+
+
 with DAG("deferrer", schedule=None):
-    WaitThenReturn(task_id="wait", seconds=4)
+    WaitForRelease(task_id="wait")
+
+with DAG("deferrer_clock", schedule=None):
+    WaitThenReturn(task_id="wait", seconds=1)
 
 with DAG("quick", schedule=None):
     @task
@@ -81,32 +96,38 @@ with DAG("from_trigger", schedule=None):
 """
 
 
+DAG_IDS = {
+    "on_north",
+    "on_south",
+    "deferrer",
+    "deferrer_clock",
+    "quick",
+    "times_out",
+    "from_trigger",
+}
+
+
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("engine")
     home, dags, inbox = root / "home", root / "dags", root / "inbox"
     for folder in (home, dags, inbox):
         folder.mkdir()
-    (dags / "flows.py").write_text(textwrap.dedent(DAGS.format(inbox=str(inbox))))
-    url = f"sqlite:///{home / 'sluice.db'}"
-    env = sluice_env(
-        home,
-        SLUICE__CORE__DAGS_FOLDER=str(dags),
-        SLUICE__CORE__SQL_ALCHEMY_CONN=url,
-        SLUICE__CORE__PARALLELISM="1",
-        SLUICE__TRIGGERER__JOB_HEARTBEAT_SEC="1",
-        SLUICE__SCHEDULER__SCHEDULER_HEARTBEAT_SEC="1",
-        SLUICE__TRIGGERER__SHUTDOWN_GRACE_PERIOD_SEC="5",
+    release = root / "release"
+    (dags / "flows.py").write_text(
+        textwrap.dedent(DAGS.format(inbox=str(inbox), release=str(release)))
     )
+    url = f"sqlite:///{home / 'sluice.db'}"
+    env = engine_env(home, url=url, dags=dags, parallelism=1)
     assert run_cli("db", "migrate", env=env).returncode == 0
     log = root / "engine.log"
-    proc = start_cli("run", env=env, log=log)
+    proc = start_engine(env, log)
     db = Database(url)
     try:
-        wait_for(lambda: "Sluice ready" in log.read_text(), timeout=60, what="engine readiness")
-        wait_for(lambda: len(_dag_ids(db)) >= 6, timeout=60, what="the DAGs to be parsed")
-        yield {"env": env, "db": db, "inbox": inbox, "log": log, "proc": proc}
+        wait_for(lambda: _dag_ids(db) == DAG_IDS, timeout=60, what="the DAGs to be parsed")
+        yield {"env": env, "db": db, "inbox": inbox, "log": log, "proc": proc, "release": release}
     finally:
+        release.touch()  # nothing left deferred on the test
         code = stop(proc, timeout=60)
         db.dispose()
     assert code == 0, log.read_text()[-3000:]
@@ -148,6 +169,14 @@ def test_flag_file_makes_one_asset_event_and_one_run_that_sees_it(engine) -> Non
 
 
 def test_two_sibling_watchers_share_one_scan(engine) -> None:
+    def shared_group() -> list[dict[str, Any]] | None:
+        listed = run_cli("streams", "list", "--json", env=engine["env"])
+        assert listed.returncode == 0, listed.stderr
+        groups = json.loads(listed.stdout)
+        return groups if groups and groups[0]["subscribers"] == 2 else None
+
+    groups = wait_for(shared_group, timeout=30, what="both watchers to join a shared stream")
+    assert len(groups) == 1 and str(engine["inbox"]) in groups[0]["key"], groups
     lines = [
         ln for ln in engine["log"].read_text().splitlines() if "Shared stream group started" in ln
     ]
@@ -156,7 +185,7 @@ def test_two_sibling_watchers_share_one_scan(engine) -> None:
 
 
 def test_deferred_task_frees_its_slot_and_resumes_with_the_payload(engine) -> None:
-    db, env = engine["db"], engine["env"]
+    db, env, release = engine["db"], engine["env"], engine["release"]
     assert run_cli("dags", "trigger", "deferrer", env=env).returncode == 0
     wait_for(
         lambda: (t := _ti(db, "deferrer", "wait")) and t.state == "deferred",
@@ -170,14 +199,28 @@ def test_deferred_task_frees_its_slot_and_resumes_with_the_payload(engine) -> No
         timeout=30,
         what="a second task to run while the first is deferred",
     )
-    assert _ti(db, "deferrer", "wait").state == "deferred"
+    assert _ti(db, "deferrer", "wait").state == "deferred"  # its trigger waits for release
+    release.touch()
     ti = wait_for(
         lambda: (t := _ti(db, "deferrer", "wait")) and t.state == "success" and t,
         timeout=30,
         what="the deferred task to resume",
     )
+    event = {"filepath": str(release), "matches": [str(release)]}
+    assert ti.xcoms["return_value"] == {"event": event, "note": "kept"}
+
+
+def test_deferred_task_resumes_with_a_datetime_payload(engine) -> None:
+    db, env = engine["db"], engine["env"]
+    assert run_cli("dags", "trigger", "deferrer_clock", env=env).returncode == 0
+    ti = wait_for(
+        lambda: (t := _ti(db, "deferrer_clock", "wait")) and t.state == "success" and t,
+        timeout=30,
+        what="the deferred task to resume after its time delta",
+    )
     assert ti.xcoms["return_value"]["note"] == "kept"
-    assert ti.xcoms["return_value"]["event"].startswith("20")
+    fired = datetime.fromisoformat(ti.xcoms["return_value"]["event"])
+    assert fired.tzinfo is not None and fired <= datetime.now(UTC)
 
 
 def test_deferral_timeout_fails_the_task(engine) -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.e2e.helpers import stop, wait_for
+from tests.e2e.helpers import stop, wait_for, wait_ready
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -126,7 +126,7 @@ def test_every_production_command_of_the_readme_works(
     env["SLUICE__TRIGGERER__SHUTDOWN_GRACE_PERIOD_SEC"] = "5"
     env["SLUICE__METRICS__PORT"] = str(port)
     ran: list[str] = []
-    flag_fired = False
+    flag_run_id: str | None = None  # the run a flag file made (the manual one may be first)
 
     for raw in commands:
         line = subs.apply(raw)
@@ -150,18 +150,14 @@ def test_every_production_command_of_the_readme_works(
                         stderr=handle,
                     )
                 )
-            wait_for(
-                lambda log=log: "Sluice ready" in log.read_text(),
-                timeout=60,
-                what=f"{raw!r} to be ready",
-            )
+            wait_ready(processes[-1], log)
         else:
-            if not flag_fired and words[0] == "sluice" and words[1] in ("runs", "tasks"):
-                # Something for the run and task commands to show: a watcher-made run.
-                _fire_and_wait(inbox, env)
-                flag_fired = True
+            if flag_run_id is None and words[0] == "sluice" and words[1] in ("runs", "tasks"):
+                # Something for the run, asset and task commands to show: a watcher-made run.
+                flag_run_id = _fire_and_wait(inbox, env)
             if "RUN_ID" in line:
-                line = line.replace("RUN_ID", _last_run_id(env))
+                assert flag_run_id is not None, "RUN_ID before any run command"
+                line = line.replace("RUN_ID", flag_run_id)
             result = _sh(line, env)
             assert result.returncode == 0, (raw, result.stdout, result.stderr)
             _check_output(raw, result.stdout)
@@ -175,21 +171,25 @@ def test_every_production_command_of_the_readme_works(
     assert alive == dict.fromkeys(("triggerer", "scheduler", "executor", "dag_processor"), 2), jobs
 
 
-def _fire_and_wait(inbox: Path, env: dict[str, str]) -> None:
+def _fire_and_wait(inbox: Path, env: dict[str, str]) -> str:
+    """Drop the flag file; the run_id of the successful run its asset event made."""
     (inbox / "go.flag").touch()
 
-    def succeeded() -> bool:
+    def made_by_the_flag() -> str | None:
         out = _sh("sluice runs list on_flag --json", env)
-        return out.returncode == 0 and any(
-            run["state"] == "success" for run in json.loads(out.stdout)
+        assert out.returncode == 0, out.stderr
+        return next(
+            (
+                str(run["run_id"])
+                for run in json.loads(out.stdout)
+                if run["state"] == "success" and run["asset_events"]
+            ),
+            None,
         )
 
-    wait_for(succeeded, timeout=60, what="the flag file to make a successful run")
-
-
-def _last_run_id(env: dict[str, str]) -> str:
-    runs = json.loads(_sh("sluice runs list on_flag --json", env).stdout)
-    return str(runs[-1]["run_id"])
+    run_id = wait_for(made_by_the_flag, timeout=60, what="the flag file to make a successful run")
+    assert isinstance(run_id, str)
+    return run_id
 
 
 def _check_output(raw: str, stdout: str) -> None:
