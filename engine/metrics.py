@@ -21,7 +21,7 @@ import asyncio
 import concurrent.futures
 import logging
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as dist_version
 from typing import TYPE_CHECKING, Final
@@ -38,11 +38,13 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from engine.exceptions import ConfigError
+from engine.store_inspect import stream_key_column
 from engine.store_runs import ASSET_TRIGGERED
+from shared_stream.stats import REPORTED_LANES, busiest_lanes
 
 if TYPE_CHECKING:
     import threading
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterator, Sequence
     from wsgiref.simple_server import WSGIServer
 
     from engine.config import MetricsConfig
@@ -104,6 +106,7 @@ class TriggererReading:
     failures_reported: int
     outbox_pending: int
     events_persisted: int
+    events_refused: int
     asset_events_created: int
     tasks_resumed: int
     failures_persisted: int
@@ -124,6 +127,7 @@ class TriggererReading:
             failures_reported=triggerer.runner.failures_reported,
             outbox_pending=len(triggerer.outbox),
             events_persisted=stats.events,
+            events_refused=stats.refused,
             asset_events_created=stats.asset_events,
             tasks_resumed=stats.tasks_resumed,
             failures_persisted=stats.failures_recorded,
@@ -272,7 +276,7 @@ def families(reading: EngineReading) -> list[Metric]:
     if reading.triggerer is not None:
         out += _triggerer_families(reading.triggerer)
         if reading.triggerer.groups is not None:
-            out += _group_families(_merge_by_key(reading.triggerer.groups))
+            out += _group_families(reading.triggerer.groups)
     if reading.scheduler is not None:
         out += _scheduler_families(reading.scheduler)
     if reading.executor is not None:
@@ -343,6 +347,11 @@ def _triggerer_families(t: TriggererReading) -> list[Metric]:
             t.events_persisted,
         ),
         _counter(
+            "sluice_events_refused",
+            "Trigger events not stored: payload over [core] max_asset_event_payload_bytes.",
+            t.events_refused,
+        ),
+        _counter(
             "sluice_asset_events_created",
             "Asset events inserted (after deduplication).",
             t.asset_events_created,
@@ -378,43 +387,22 @@ def _triggerer_families(t: TriggererReading) -> list[Metric]:
     ]
 
 
-def _merge_by_key(groups: Iterable[GroupStats]) -> list[GroupStats]:
-    """One snapshot per key: a group still draining and its successor share a key."""
-    merged: dict[str, GroupStats] = {}
-    for g in groups:
-        seen = merged.get(g.key)
-        merged[g.key] = g if seen is None else _merge(seen, g)
-    return list(merged.values())
-
-
-def _merge(a: GroupStats, b: GroupStats) -> GroupStats:
-    lanes = dict(a.outstanding_by_lane)
-    for lane, count in b.outstanding_by_lane.items():
-        lanes[lane] = lanes.get(lane, 0) + count
-    ages = [x for x in (a.oldest_unresolved_age_s, b.oldest_unresolved_age_s) if x is not None]
-    return replace(
-        b,
-        subscribers=a.subscribers + b.subscribers,
-        queue_high_water=max(a.queue_high_water, b.queue_high_water),
-        outstanding_by_lane=lanes,
-        oldest_unresolved_age_s=max(ages) if ages else None,
-        events_polled=a.events_polled + b.events_polled,
-        deliveries=a.deliveries + b.deliveries,
-        advances=a.advances + b.advances,
-        advanced_events=a.advanced_events + b.advanced_events,
-        advance_latency_sum_s=a.advance_latency_sum_s + b.advance_latency_sum_s,
-        overflows=a.overflows + b.overflows,
-        ack_timeouts=a.ack_timeouts + b.ack_timeouts,
-        rejects=a.rejects + b.rejects,
-    )
-
-
 _GROUP_GAUGES: Final = (
     ("subscribers", "sluice_shared_stream_subscribers", "Subscribers of the group."),
     (
         "queue_high_water",
         "sluice_shared_stream_queue_high_water",
         "Most unread events any subscriber queue of the group held.",
+    ),
+    (
+        "queue_depth",
+        "sluice_shared_stream_queue_depth",
+        "Unread events in the group's deepest subscriber queue now.",
+    ),
+    (
+        "outstanding_events",
+        "sluice_shared_stream_outstanding_events",
+        "Ack mode: events of every lane not advanced yet.",
     ),
     (
         "last_advance_batch",
@@ -436,16 +424,26 @@ _GROUP_COUNTERS: Final = (
 )
 
 
-def _group_families(groups: list[GroupStats]) -> list[Metric]:
+def _group_families(groups: Sequence[GroupStats]) -> list[Metric]:
+    """One series per key (``SharedStreamManager.stats()`` merged the groups of a key), its
+    label cut as the database column is; per-lane backlog for the busiest lanes only."""
     labels = ["key", "mode"]
-    count = GaugeMetricFamily("sluice_shared_stream_groups", "Live shared-stream groups.")
+    count = GaugeMetricFamily(
+        "sluice_shared_stream_groups",
+        "Keys with a live shared-stream group (one draining next to its replacement: one key).",
+    )
     count.add_metric([], len(groups))
     gauges = {f: GaugeMetricFamily(n, d, labels=labels) for f, n, d in _GROUP_GAUGES}
     counters = {f: CounterMetricFamily(n, d, labels=labels) for f, n, d in _GROUP_COUNTERS}
     outstanding = GaugeMetricFamily(
         "sluice_shared_stream_outstanding",
-        "Ack mode: events of the lane not advanced yet.",
+        f"Ack mode: events of the lane not advanced yet ({REPORTED_LANES} busiest lanes).",
         labels=[*labels, "lane"],
+    )
+    lanes = GaugeMetricFamily(
+        "sluice_shared_stream_outstanding_lanes",
+        "Ack mode: lanes with events not advanced yet.",
+        labels=labels,
     )
     oldest = GaugeMetricFamily(
         "sluice_shared_stream_oldest_unresolved_age_seconds",
@@ -463,18 +461,20 @@ def _group_families(groups: list[GroupStats]) -> list[Metric]:
         labels=labels,
     )
     for g in groups:
-        values = [g.key, g.mode]
+        values = [stream_key_column(g.key), g.mode]
         for field_name, gauge in gauges.items():
             gauge.add_metric(values, getattr(g, field_name))
         for field_name, counter in counters.items():
             counter.add_metric(values, getattr(g, field_name))
-        for lane, pending in sorted(g.outstanding_by_lane.items()):
+        for lane, pending in busiest_lanes(g.outstanding_by_lane):
             outstanding.add_metric([*values, lane], pending)
+        lanes.add_metric(values, len(g.outstanding_by_lane))
         if g.oldest_unresolved_age_s is not None:
             oldest.add_metric(values, g.oldest_unresolved_age_s)
         latency.add_metric(values, count_value=g.advances, sum_value=g.advance_latency_sum_s)
         batch.add_metric(values, count_value=g.advances, sum_value=g.advanced_events)
-    return [count, *gauges.values(), *counters.values(), outstanding, oldest, latency, batch]
+    per_key = [*gauges.values(), *counters.values(), outstanding, lanes, oldest, latency, batch]
+    return [count, *per_key]
 
 
 def _scheduler_families(s: SchedulerReading) -> list[Metric]:

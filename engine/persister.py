@@ -68,7 +68,8 @@ class Buckets:
 @dataclass
 class PersisterStats:
     batches: int = 0
-    events: int = 0
+    events: int = 0  # trigger events stored (refused ones are not)
+    refused: int = 0  # trigger events refused: payload over the size limit
     asset_events: int = 0
     tasks_resumed: int = 0
     failures_recorded: int = 0
@@ -86,6 +87,7 @@ class BatchResult:
     tasks_resumed: int
     fired_task_triggers: list[int]
     refused_seqs: list[int] = field(default_factory=list)  # not stored (over the size limit)
+    refused: int = 0  # trigger events not stored (over the size limit), with a seq or not
 
 
 def _is_unavailable(exc: BaseException) -> bool:
@@ -200,7 +202,8 @@ class Persister:
     def _record(self, batch: list[OutboxItem], result: BatchResult, elapsed: float) -> None:
         stats = self.stats
         stats.batches += 1
-        stats.events += sum(isinstance(i, FiredEvent) for i in batch)
+        stats.events += sum(isinstance(i, FiredEvent) for i in batch) - result.refused
+        stats.refused += result.refused
         stats.failures_recorded += sum(isinstance(i, TriggerFailed) for i in batch)
         stats.asset_events += result.asset_events
         stats.tasks_resumed += result.tasks_resumed
@@ -240,7 +243,9 @@ class Persister:
         # A rejected event's raw broker event is refused, not confirmed: dead-lettered.
         seqs = [i.seq for i in fired if i.seq is not None and id(i) not in rejected]
         refused = [i.seq for i in fired if i.seq is not None and id(i) in rejected]
-        return BatchResult(seqs, inserted, resumed, sorted(done_task_triggers), refused)
+        return BatchResult(
+            seqs, inserted, resumed, sorted(done_task_triggers), refused, refused=len(rejected)
+        )
 
     def _reject_oversized(self, session: Session, item: FiredEvent, watcher: str) -> bool:
         """True (logged, and recorded on the trigger row) when the payload is over the limit.

@@ -8,7 +8,6 @@ mean. Ages are computed here against one ``now`` so a whole view is consistent.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
@@ -29,10 +28,12 @@ from engine.models import (
     Trigger,
 )
 from engine.store import LOAD_FAILURE_PREFIX, TRIGGERER_JOB, list_parse_errors
+from shared_stream.stats import busiest_lanes
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from sqlalchemy import ColumnElement
     from sqlalchemy.orm import Session
 
     from shared_stream import GroupStats
@@ -70,23 +71,58 @@ def stream_key_column(key: str) -> str:
 # --- shared-stream snapshots ------------------------------------------------------------
 
 
+#: The ``GroupStats`` fields stored as they are (``key`` and the lanes are converted).
+_SNAPSHOT_FIELDS: Final = (
+    "mode",
+    "subscribers",
+    "queue_high_water",
+    "oldest_unresolved_age_s",
+    "events_polled",
+    "deliveries",
+    "advances",
+    "advanced_events",
+    "last_advance_batch",
+    "advance_latency_sum_s",
+    "overflows",
+    "ack_timeouts",
+    "rejects",
+)
+
+
 def publish_stream_stats(
     session: Session, *, triggerer_id: int, stats: Sequence[GroupStats], now: datetime
 ) -> None:
     """Make this triggerer's rows exactly ``stats``: groups that are gone lose their row.
 
     Only this triggerer writes its rows, so replacing them in one transaction is an upsert
-    that readers never see half done.
+    that readers never see half done. ``stats`` has one entry per key, as
+    ``SharedStreamManager.stats()`` returns it (a draining group and its successor merged).
     """
     delete_stream_snapshots(session, triggerer_id=triggerer_id)
     if not stats:
         return
-    rows = []
-    for group in stats:
-        values = asdict(group)
-        values["stream_key"] = stream_key_column(values.pop("key"))
-        rows.append({**values, "triggerer_id": triggerer_id, "updated_at": now})
+    rows = [
+        {
+            **{name: getattr(group, name) for name in _SNAPSHOT_FIELDS},
+            "stream_key": stream_key_column(group.key),
+            "outstanding_by_lane": lanes_column(group.outstanding_by_lane),
+            "triggerer_id": triggerer_id,
+            "updated_at": now,
+        }
+        for group in stats
+    ]
     session.execute(insert(SharedStreamSnapshot), rows)
+
+
+def lanes_column(outstanding: dict[str, int]) -> dict[str, int]:
+    """The busiest lanes as stored (bounded, as the metric labels are); the other lanes'
+    events are summed under one ``"(N other lanes)"`` entry, so the backlog stays whole."""
+    busiest = dict(busiest_lanes(outstanding))
+    others = len(outstanding) - len(busiest)
+    if others:
+        rest = sum(outstanding.values()) - sum(busiest.values())
+        busiest[f"({others} other lanes)"] = rest
+    return busiest
 
 
 def delete_stream_snapshots(session: Session, *, triggerer_id: int) -> int:
@@ -96,41 +132,58 @@ def delete_stream_snapshots(session: Session, *, triggerer_id: int) -> int:
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
+def delete_dead_stream_snapshots(session: Session, *, threshold_s: float, now: datetime) -> int:
+    """Delete the rows of triggerers that stopped without deleting them (crashed, killed):
+    job not running, or its heartbeat ``threshold_s`` old or more. Returns the rows deleted.
+
+    A triggerer deletes its own rows only on a clean stop, and job rows are never deleted
+    (``ON DELETE CASCADE`` never fires): the triggerers' periodic clean-up calls this.
+    """
+    live = select(Job.id).where(_alive(now, threshold_s))
+    result = session.execute(
+        delete(SharedStreamSnapshot).where(SharedStreamSnapshot.triggerer_id.not_in(live))
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def _alive(now: datetime, threshold_s: float) -> ColumnElement[bool]:
+    """``_is_alive`` as a SQL condition on ``Job``."""
+    cutoff = now - timedelta(seconds=threshold_s)
+    return (Job.state == JobState.RUNNING) & (Job.latest_heartbeat > cutoff)
+
+
 def list_stream_snapshots(
     session: Session, *, threshold_s: float, now: datetime
 ) -> list[dict[str, Any]]:
     """Snapshots of live triggerers only (a dead one's rows describe nothing running)."""
     query = (
-        select(SharedStreamSnapshot, Job)
+        select(SharedStreamSnapshot)
         .join(Job, Job.id == SharedStreamSnapshot.triggerer_id)
+        .where(_alive(now, threshold_s))
         .order_by(SharedStreamSnapshot.triggerer_id, SharedStreamSnapshot.stream_key)
     )
-    rows = []
-    for snap, job in session.execute(query):
-        if not _is_alive(job, now, threshold_s):
-            continue
-        rows.append(
-            {
-                "triggerer_id": snap.triggerer_id,
-                "key": snap.stream_key,
-                "mode": snap.mode,
-                "subscribers": snap.subscribers,
-                "outstanding_by_lane": snap.outstanding_by_lane,
-                "oldest_unresolved_age_s": snap.oldest_unresolved_age_s,
-                "queue_high_water": snap.queue_high_water,
-                "events_polled": snap.events_polled,
-                "deliveries": snap.deliveries,
-                "advances": snap.advances,
-                "advanced_events": snap.advanced_events,
-                "last_advance_batch": snap.last_advance_batch,
-                "advance_latency_sum_s": snap.advance_latency_sum_s,
-                "overflows": snap.overflows,
-                "ack_timeouts": snap.ack_timeouts,
-                "rejects": snap.rejects,
-                "snapshot_age_s": _age_s(now, snap.updated_at),
-            }
-        )
-    return rows
+    return [
+        {
+            "triggerer_id": snap.triggerer_id,
+            "key": snap.stream_key,
+            "mode": snap.mode,
+            "subscribers": snap.subscribers,
+            "outstanding_by_lane": snap.outstanding_by_lane,
+            "oldest_unresolved_age_s": snap.oldest_unresolved_age_s,
+            "queue_high_water": snap.queue_high_water,
+            "events_polled": snap.events_polled,
+            "deliveries": snap.deliveries,
+            "advances": snap.advances,
+            "advanced_events": snap.advanced_events,
+            "last_advance_batch": snap.last_advance_batch,
+            "advance_latency_sum_s": snap.advance_latency_sum_s,
+            "overflows": snap.overflows,
+            "ack_timeouts": snap.ack_timeouts,
+            "rejects": snap.rejects,
+            "snapshot_age_s": _age_s(now, snap.updated_at),
+        }
+        for snap in session.execute(query).scalars()
+    ]
 
 
 # --- jobs -------------------------------------------------------------------------------

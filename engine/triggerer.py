@@ -226,11 +226,23 @@ class Triggerer:
     # --- loops --------------------------------------------------------------------------
 
     async def _cleanup_loop(self) -> None:
+        threshold_s = self.settings.health_check_threshold_s
+
+        def dead_snapshots(session: Session) -> int:
+            # Rows of triggerers that crashed (a clean stop deletes its own rows).
+            return store_inspect.delete_dead_stream_snapshots(
+                session, threshold_s=threshold_s, now=store.utcnow()
+            )
+
         while True:
-            try:
-                await self._db.run(store.delete_unreferenced_triggers)
-            except SluiceError as exc:
-                logger.warning("Trigger clean-up failed: %s", exc, extra={"action": "cleanup"})
+            for what, clean in (
+                ("Trigger", store.delete_unreferenced_triggers),
+                ("Shared-stream snapshot", dead_snapshots),
+            ):
+                try:
+                    await self._db.run(clean)
+                except SluiceError as exc:
+                    logger.warning("%s clean-up failed: %s", what, exc, extra={"action": "cleanup"})
             await anyio.sleep(self.settings.cleanup_interval_s)
 
     async def _publish_stats_loop(self) -> None:

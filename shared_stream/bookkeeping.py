@@ -23,7 +23,8 @@ events, up to the first unresolved one) is dispatched as one ``AdvanceBatch``, a
 one batch is in flight per group: the next is dispatched by ``advance_done``.
 
 Timeouts are deadlines, not timers: ``check_timeouts(now)`` fails every subscriber whose
-oldest unresolved event was broadcast ``ack_timeout_s`` or more before ``now``.
+oldest unresolved event was broadcast ``ack_timeout_s`` or more before ``now`` (one that
+already left, its bindings still unconfirmed, is reported by ``ExpireDeparted``).
 
 ``stop()`` freezes the group: subscribers and bindings are dropped, events not yet resolved
 are abandoned (the broker redelivers them); resolved prefixes are still dispatched one
@@ -43,6 +44,7 @@ from shared_stream.effects import (
     AbandonEvents,
     AdvanceBatch,
     Effect,
+    ExpireDeparted,
     FailReason,
     FailSubscriber,
     ReleaseBindings,
@@ -57,6 +59,7 @@ __all__ = (
     "AckLedger",
     "AdvanceBatch",
     "Effect",
+    "ExpireDeparted",
     "FailReason",
     "FailSubscriber",
     "ReleaseBindings",
@@ -218,14 +221,16 @@ class AckLedger:
             resolved = True
         return self._dispatch() if resolved else NO_EFFECTS
 
-    def refuse_persisted(self, seqs: Iterable[int]) -> Sequence[Effect]:
+    def refuse_persisted(self, seqs: Iterable[int]) -> tuple[int, Sequence[Effect]]:
         """The store refused the trigger events bound under these seqs (e.g. a payload over
         the size limit): each one's raw event resolves as rejected for its subscriber (the
         producer dead-letters it, it is never advanced as clean, nor redelivered forever);
         the subscriber's other bindings to that raw event are moot. Unknown seqs are ignored.
+
+        Returns how many (subscriber, raw event) pairs this rejected, and the effects.
         """
         released: list[Effect] = []
-        resolved = False
+        rejected = 0
         for seq in seqs:
             entry = self._bindings.get(seq)
             if entry is None:
@@ -237,8 +242,8 @@ class AckLedger:
             if sub.in_window and sub.position == event_seq:
                 sub.window_resolved = True  # moving past it later resolves nothing more
             self._resolve(self._events[event_seq], _REJECTED)
-            resolved = True
-        return self._with(released, self._dispatch()) if resolved else NO_EFFECTS
+            rejected += 1
+        return rejected, self._with(released, self._dispatch()) if rejected else NO_EFFECTS
 
     def reject(self, trigger_id: int) -> Sequence[Effect]:
         """The subscriber refused its current event: resolved as rejected, at once."""
@@ -295,6 +300,7 @@ class AckLedger:
             effects.extend(self._fail_all(sub, undelivered=True))
         for sub in gone:
             del self._departed[sub]
+            effects.append(ExpireDeparted(sub.trigger_id, len(sub.bound)))
             effects.extend(self._fail_all(sub, undelivered=False))
         return self._with(tuple(effects), self._dispatch())
 
@@ -362,13 +368,9 @@ class AckLedger:
     def next_deadline(self) -> float | None:
         """When ``check_timeouts`` may next fail someone (None: nothing is unresolved).
 
-        O(subscribers): each subscriber's oldest unresolved event is found in O(1).
+        O(subscribers): see ``oldest_unresolved_at``.
         """
-        oldest: float | None = None
-        for sub in itertools.chain(self._subs.values(), self._departed):
-            event = self._oldest_unresolved_of(sub)
-            if event is not None and (oldest is None or event.broadcast_at < oldest):
-                oldest = event.broadcast_at
+        oldest = self.oldest_unresolved_at()
         return None if oldest is None else oldest + self.ack_timeout_s
 
     @property
@@ -400,14 +402,16 @@ class AckLedger:
     def oldest_unresolved_at(self) -> float | None:
         """When the oldest event some subscriber of its snapshot has not resolved was broadcast.
 
-        None when every outstanding event is resolved. Events are kept in seq (hence
-        broadcast) order and resolved ones only linger behind an unresolved lane head, so
-        the scan stops after a few events in practice.
+        None when every outstanding event is resolved. O(subscribers): an unresolved event
+        is unresolved for some subscriber (still subscribed, or departed with bindings to
+        it), and each subscriber's oldest unresolved event is found in O(1).
         """
-        for event in self._events.values():
-            if event.unresolved:
-                return event.broadcast_at
-        return None
+        oldest: float | None = None
+        for sub in itertools.chain(self._subs.values(), self._departed):
+            event = self._oldest_unresolved_of(sub)
+            if event is not None and (oldest is None or event.broadcast_at < oldest):
+                oldest = event.broadcast_at
+        return oldest
 
     def __repr__(self) -> str:
         flight = self._in_flight

@@ -53,4 +53,16 @@ class AbandonEvents:
     seqs: tuple[int, ...]
 
 
-Effect: TypeAlias = AdvanceBatch | FailSubscriber | ReleaseBindings | AbandonEvents
+@dataclass(frozen=True, slots=True)
+class ExpireDeparted:
+    """Effect: a subscriber that already left (its trigger stopped or was replaced) did not
+    get its trigger events confirmed persisted within the ack timeout: its ``events`` fail.
+
+    There is no stream left to fail: the driver counts it as an ack timeout and reports it.
+    """
+
+    trigger_id: int
+    events: int
+
+
+Effect: TypeAlias = AdvanceBatch | FailSubscriber | ReleaseBindings | AbandonEvents | ExpireDeparted

@@ -20,6 +20,7 @@ from shared_stream.bookkeeping import AckLedger
 from shared_stream.effects import (
     AbandonEvents,
     AdvanceBatch,
+    ExpireDeparted,
     FailReason,
     FailSubscriber,
     ReleaseBindings,
@@ -61,6 +62,7 @@ class SharedStreamGroup:
         settings: GroupSettings,
     ) -> None:
         self.key = key
+        self.label = repr(key)  # the key in reports (stats, logs)
         self.trigger_cls = trigger_cls
         self.kwargs = kwargs
         self.settings = settings
@@ -124,8 +126,9 @@ class SharedStreamGroup:
 
     def refuse(self, seqs: Sequence[int]) -> None:
         if self.ledger is not None:
-            self.counters.rejects += len(seqs)
-            self.carry_out(self.ledger.refuse_persisted(seqs))
+            rejected, effects = self.ledger.refuse_persisted(seqs)
+            self.counters.rejects += rejected
+            self.carry_out(effects)
 
     def check_timeouts(self, now: float) -> None:
         if self.ledger is not None and not self.stopping:
@@ -145,6 +148,8 @@ class SharedStreamGroup:
                 owner = self.settings.binding_owner
                 for seq in effect.seqs:
                     owner.pop(seq, None)
+            elif isinstance(effect, ExpireDeparted):
+                self._count_departed_timeout(effect)
             elif isinstance(effect, AbandonEvents):
                 logger.info(
                     "Shared stream group key=%r abandoned %d unresolved event(s); "
@@ -154,6 +159,18 @@ class SharedStreamGroup:
                     extra={"action": "shared_stream.abandon", "count": len(effect.seqs)},
                 )
 
+    def _count_departed_timeout(self, effect: ExpireDeparted) -> None:
+        self.counters.ack_timeouts += 1
+        logger.warning(
+            "Trigger %r left shared stream key=%s with %d event(s) whose trigger events were "
+            "not confirmed persisted within %ss; they fail and the broker redelivers them",
+            effect.trigger_id,
+            self.label,
+            effect.events,
+            self.settings.ack_timeout_s,
+            extra={"action": "shared_stream.ack_timeout", "trigger_id": effect.trigger_id},
+        )
+
     def record_reject(self) -> None:
         """A subscriber rejected its current raw event (``reject_shared_stream_event``)."""
         self.counters.rejects += 1
@@ -161,6 +178,7 @@ class SharedStreamGroup:
     def stats(self) -> GroupStats:
         """A snapshot of this group's counters and gauges (cheap: O(subscribers + lanes))."""
         c = self.counters
+        depth = max((len(stream.queue) for stream in self.streams.values()), default=0)
         ledger = self.ledger
         outstanding: dict[str, int] = {}
         oldest_age: float | None = None
@@ -170,10 +188,11 @@ class SharedStreamGroup:
             if oldest is not None:
                 oldest_age = max(self.settings.clock() - oldest, 0.0)
         return GroupStats(
-            key=repr(self.key),
+            key=self.label,
             mode="fast" if ledger is None else "ack",
             subscribers=len(self.streams),
             queue_high_water=c.queue_high_water,
+            queue_depth=depth,
             outstanding_by_lane=outstanding,
             oldest_unresolved_age_s=oldest_age,
             events_polled=c.events_polled,

@@ -30,6 +30,7 @@ import anyio.lowlevel
 from shared_stream.exceptions import SubscriptionError
 from shared_stream.group import SharedStreamGroup
 from shared_stream.settings import GroupSettings
+from shared_stream.stats import merge, merge_by_key, retired
 from triggers.base import BaseEventTrigger
 
 if TYPE_CHECKING:
@@ -72,7 +73,10 @@ class SharedStreamManager:
             raise ValueError(f"cohort_grace_period must be >= 0, got {cohort_grace_period!r}")
         self._clock = clock
         self._groups: dict[Hashable, SharedStreamGroup] = {}  # keys taking subscribers
-        self._live: set[SharedStreamGroup] = set()  # every group whose task has not ended
+        # every group whose task has not ended, oldest first (an ordered set)
+        self._live: dict[SharedStreamGroup, None] = {}
+        # key repr -> counters of its finished groups, kept while a group of the key lives
+        self._retired: dict[str, GroupStats] = {}
         self._binding_owner: dict[int, SharedStreamGroup] = {}
         self._settings = GroupSettings(
             max_queue=max_subscriber_queue,
@@ -191,7 +195,8 @@ class SharedStreamManager:
 
     def refuse_persisted(self, seqs: Iterable[int]) -> None:
         """The store refused the trigger events bound under these seqs (their payload is over
-        the limit): their raw events resolve as rejected (dead-lettered by the producer)."""
+        the limit): their raw events resolve as rejected (dead-lettered by the producer).
+        Several seqs bound to one raw event reject it once (and count as one reject)."""
         self._by_group(seqs, SharedStreamGroup.refuse)
 
     def _by_group(
@@ -260,11 +265,15 @@ class SharedStreamManager:
         return tuple(self._groups)
 
     def stats(self) -> list[GroupStats]:
-        """One snapshot per live group (draining ones included), ordered by key.
+        """One snapshot per key with a live group, ordered by key.
 
+        A group still draining and the group that replaced it are one snapshot (see
+        ``shared_stream.stats``), with the counters of the key's groups that finished
+        meanwhile, so no counter goes down while the key has a live group.
         Synchronous and cheap: call it on the event loop thread (it reads group state).
         """
-        return sorted((group.stats() for group in self._live), key=lambda s: s.key)
+        live = (group.stats() for group in self._live)  # oldest first: the newest wins
+        return merge_by_key(itertools.chain(self._retired.values(), live))
 
     def subscriber_count(self, key: Hashable) -> int:
         """How many subscribers the group of ``key`` has (0 when there is no such group)."""
@@ -281,7 +290,7 @@ class SharedStreamManager:
             key=key, trigger_cls=type(trigger), kwargs=kwargs, settings=self._settings
         )
         self._groups[key] = group
-        self._live.add(group)
+        self._live[group] = None
         logger.info(
             "Shared stream group started key=%r",
             key,
@@ -297,8 +306,18 @@ class SharedStreamManager:
         try:
             await group.run()
         finally:
-            self._live.discard(group)
+            del self._live[group]
+            self._retire(group)
             self._forget_group(group)
+
+    def _retire(self, group: SharedStreamGroup) -> None:
+        """Keep a finished group's counters while another group of its key lives."""
+        final = group.stats()
+        if not any(other.label == group.label for other in self._live):
+            self._retired.pop(final.key, None)
+            return
+        seen = self._retired.get(final.key)
+        self._retired[final.key] = retired(final if seen is None else merge(seen, final))
 
     def _forget_group(self, group: SharedStreamGroup) -> None:
         if self._groups.get(group.key) is group:
@@ -311,6 +330,7 @@ class SharedStreamManager:
     def __repr__(self) -> str:
         return (
             f"<SharedStreamManager groups={len(self._groups)} live={len(self._live)} "
+            f"retired={len(self._retired)} "
             f"unconfirmed={len(self._binding_owner)} running={self._tg is not None} "
             f"closed={self._closed}>"
         )

@@ -23,6 +23,7 @@ from engine import DAG, Asset, AssetWatcher, task
 from triggers import DirectoryFileDeleteTrigger
 
 INBOX = {inbox!r}
+RELEASE = {release!r}
 
 # Same directory and cadence: one shared-stream group with two subscribers.
 left = Asset("left", watchers=[AssetWatcher("left-flag", DirectoryFileDeleteTrigger(
@@ -36,8 +37,20 @@ def noop():
     return "ok"
 
 
+@task
+def hold():
+    # Runs until the test creates RELEASE (at most a minute): meanwhile it holds a slot.
+    import os
+    import time
+
+    deadline = time.monotonic() + 60
+    while not os.path.exists(RELEASE) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return "released"
+
+
 with DAG("on_left", schedule=left):
-    noop()
+    hold()
 
 with DAG("on_right", schedule=right):
     noop()
@@ -50,7 +63,8 @@ def _setup(root: Path, **settings: str) -> tuple[dict[str, str], Path]:
     home, dags, inbox = root / "home", root / "dags", root / "inbox"
     for folder in (home, dags, inbox):
         folder.mkdir()
-    (dags / "flows.py").write_text(textwrap.dedent(DAGS.format(inbox=str(inbox))))
+    release = str(root / "release")
+    (dags / "flows.py").write_text(textwrap.dedent(DAGS.format(inbox=str(inbox), release=release)))
     env = sluice_env(
         home,
         SLUICE__CORE__DAGS_FOLDER=str(dags),
@@ -86,8 +100,31 @@ def _scrape(port: int) -> Samples:
     }
 
 
+def _sample(samples: Samples, name: str, **labels: str) -> float | None:
+    """The sample's value, None when the scrape does not have it (for wait conditions)."""
+    return samples.get((name, frozenset(labels.items())))
+
+
 def _value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
+    """The sample's value; a missing sample fails the test (it is not taken as 0)."""
+    value = _sample(samples, name, **labels)
+    if value is None:
+        have = sorted({n for n, _ in samples if n.startswith(name)})
+        raise AssertionError(f"no sample {name}{labels or ''} in the scrape (have: {have})")
+    return value
+
+
+def _scrape_when(port: int, what: str, **expected: float) -> Samples:
+    """Scrape until each unlabelled sample in ``expected`` has its value."""
+
+    def scrape() -> Samples | None:
+        samples = _scrape(port)
+        matches = all(_sample(samples, n) == v for n, v in expected.items())
+        return samples if matches else None
+
+    samples = wait_for(scrape, timeout=30, what=what)
+    assert isinstance(samples, dict)
+    return samples
 
 
 def test_scrape_a_running_engine(tmp_path: Path) -> None:
@@ -101,7 +138,7 @@ def test_scrape_a_running_engine(tmp_path: Path) -> None:
         before = wait_for(
             lambda: (
                 (s := _scrape(port))
-                and _value(s, "sluice_shared_stream_subscribers", **group) == 2
+                and _sample(s, "sluice_shared_stream_subscribers", **group) == 2
                 and s
             ),
             timeout=30,
@@ -114,31 +151,34 @@ def test_scrape_a_running_engine(tmp_path: Path) -> None:
             _value(before, "sluice_triggerer_capacity") - 2
         )
         assert _value(before, "sluice_shared_stream_groups") == 1
+        assert _value(before, "sluice_shared_stream_queue_depth", **group) >= 0
         assert _value(before, "sluice_task_slots_total") == 2
+        assert _value(before, "sluice_task_slots_used") == 0
+        runs = ("sluice_dag_runs_created_total", "asset_triggered")
+        assert _value(before, runs[0], run_type=runs[1]) == 0
 
         (inbox / "left.flag").touch()
-        after = wait_for(
-            lambda: (
-                (s := _scrape(port))
-                and _value(s, "sluice_dag_runs_created_total", run_type="asset_triggered")
-                > _value(before, "sluice_dag_runs_created_total", run_type="asset_triggered")
-                and s
-            ),
-            timeout=30,
-            what="a DAG run created from the flag file",
+        # The run's task waits for the release file: its slot stays taken until then.
+        running = _scrape_when(
+            port, "the task of the new DAG run holding a slot", sluice_task_slots_used=1
         )
-        assert isinstance(after, dict)
-        assert _value(after, "sluice_events_fired_total") == (
+        assert _value(running, runs[0], run_type=runs[1]) == 1
+        assert _value(running, "sluice_events_fired_total") == (
             _value(before, "sluice_events_fired_total") + 1
         )
-        assert _value(after, "sluice_events_persisted_total") == (
+        assert _value(running, "sluice_events_persisted_total") == (
             _value(before, "sluice_events_persisted_total") + 1
         )
-        assert _value(after, "sluice_asset_events_created_total") == 1
-        assert _value(after, "sluice_persister_commit_seconds_count") >= 1
-        assert _value(after, "sluice_shared_stream_deliveries_total", **group) >= 2
-        assert _value(after, "sluice_event_loop_responsive") == 1
-        assert _value(after, "sluice_task_slots_used") <= 2
+        assert _value(running, "sluice_events_refused_total") == 0
+        assert _value(running, "sluice_asset_events_created_total") == 1
+        assert _value(running, "sluice_persister_commit_seconds_count") >= 1
+        assert _value(running, "sluice_shared_stream_deliveries_total", **group) >= 2
+        assert _value(running, "sluice_event_loop_responsive") == 1
+        assert _value(running, "sluice_task_instances_claimed_total") == 1
+
+        (tmp_path / "release").touch()
+        done = _scrape_when(port, "the task finished and its slot freed", sluice_task_slots_used=0)
+        assert _value(done, "sluice_task_outcomes_total", outcome="succeeded") == 1
     finally:
         code = stop(proc, timeout=30)
     assert code == 0, log.read_text()[-3000:]

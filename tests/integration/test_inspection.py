@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 import anyio.lowlevel
 import pytest
 from cryptography.fernet import Fernet
-from sqlalchemy import delete, insert, text, update
+from sqlalchemy import delete, insert, select, text, update
 
 from engine import doctor, store, store_inspect
 from engine.crypto import KwargsCipher
@@ -31,9 +31,14 @@ from engine.models import (
     TriggerKind,
 )
 from engine.triggerer import Triggerer, TriggererSettings
+from shared_stream import GroupStats, SharedStreamManager
+from shared_stream.stats import REPORTED_LANES
+from shared_stream.testing import BlockingProducer, InMemoryProducer, SubscriberHarness
 from tests.waiting import eventually
+from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Hashable
     from pathlib import Path
 
 pytestmark = pytest.mark.integration
@@ -201,8 +206,6 @@ async def _warned(caplog: pytest.LogCaptureFixture) -> bool:
 
 
 def test_snapshots_of_dead_triggerers_are_not_listed(db: Database) -> None:
-    from shared_stream import GroupStats
-
     def seed(session: Any) -> tuple[int, int]:
         live = store.start_job(session, job_type="triggerer", capacity=5)
         dead = store.start_job(session, job_type="triggerer", capacity=5)
@@ -433,3 +436,147 @@ def test_doctor_reports_watchers_that_keep_failing(db: Database, cipher: KwargsC
     }
     assert rows[failing]["failures"] == 3 and rows[failing]["last_failure_age_s"] < 60
     assert rows[recovered]["last_failure_age_s"] > store_inspect.FAILING_WATCHER_WINDOW_S
+
+
+# --- shared-stream snapshots: one row per key, bounded lanes, crashed triggerers ---------
+
+
+class _ReplacedWatcher(BaseEventTrigger):
+    """Ack mode; each new group of its key takes the next producer (a restarted watcher)."""
+
+    producers: ClassVar[list[InMemoryProducer]] = []
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return classpath_of(self), {}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        yield TriggerEvent({})
+
+    def shared_stream_key(self) -> Hashable:
+        return ("replaced",)
+
+    @classmethod
+    def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> InMemoryProducer:
+        return cls.producers.pop(0)
+
+    async def filter_shared_stream(self, shared_stream: Any) -> AsyncIterator[TriggerEvent]:
+        async for raw in shared_stream:
+            yield TriggerEvent(raw)
+
+
+async def test_a_group_draining_next_to_its_replacement_is_published_as_one_row(
+    db: Database,
+) -> None:
+    """The old group of a key still drains (its advance is blocked) when the new one starts:
+    the two must not be two rows (primary key (triggerer_id, stream_key))."""
+    old, new = BlockingProducer(), InMemoryProducer()
+    _ReplacedWatcher.producers[:] = [old, new]
+    job = db.call(lambda s: store.start_job(s, job_type="triggerer", capacity=5))
+    with anyio.fail_after(10):
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            first = SubscriberHarness(mgr, _ReplacedWatcher(), trigger_id=1)
+            first.unsubscribe_on_exit = False
+            tg.start_soon(first.run)
+            await old.put({"n": 1}, "old-1")
+            await old.wait_blocked()
+            tg.start_soon(mgr.unsubscribe, 1, first.key)  # the old group drains
+            await first.wait_finished()
+            second = SubscriberHarness(mgr, _ReplacedWatcher(), trigger_id=2)
+            tg.start_soon(second.run)
+            await new.put({"n": 2}, "new-1")
+            await new.wait_for_advanced(1)
+            stats = mgr.stats()
+            now = store.utcnow()
+            db.call(
+                lambda s: store_inspect.publish_stream_stats(
+                    s, triggerer_id=job, stats=stats, now=now
+                )
+            )
+            old.release_all()
+            tg.cancel_scope.cancel()
+    (row,) = _snapshots(db)
+    assert (row["key"], row["subscribers"], row["events_polled"]) == ("('replaced',)", 1, 2)
+    assert row["outstanding_by_lane"] == {"None": 1}  # the old group's event, in flight
+
+
+def test_the_snapshot_names_the_busiest_lanes_and_sums_the_others(db: Database) -> None:
+    lanes = {repr(f"group-{n:04}"): n for n in range(1, 501)}  # SQS FIFO message groups
+    stats = [GroupStats(key="('sqs',)", mode="ack", subscribers=1, outstanding_by_lane=lanes)]
+    job = db.call(lambda s: store.start_job(s, job_type="triggerer", capacity=5))
+    db.call(
+        lambda s: store_inspect.publish_stream_stats(
+            s, triggerer_id=job, stats=stats, now=store.utcnow()
+        )
+    )
+    (row,) = _snapshots(db)
+    column = row["outstanding_by_lane"]
+    busiest = {repr(f"group-{n:04}"): n for n in range(501 - REPORTED_LANES, 501)}
+    others = 500 - REPORTED_LANES
+    assert column == {**busiest, f"({others} other lanes)": sum(range(1, 501 - REPORTED_LANES))}
+    assert sum(column.values()) == sum(lanes.values())
+
+
+def _seed_snapshot_owners(session: Any) -> dict[str, int]:
+    """Triggerers with one snapshot row each: live, crashed (stale), ended (not running)."""
+    jobs = {
+        name: store.start_job(session, job_type="triggerer", capacity=5)
+        for name in ("live", "stale", "ended")
+    }
+    stats = [GroupStats(key="('k',)", mode="fast", subscribers=1)]
+    for job in jobs.values():
+        store_inspect.publish_stream_stats(
+            session, triggerer_id=job, stats=stats, now=store.utcnow()
+        )
+    _stale(session, jobs["stale"])
+    session.execute(update(Job).where(Job.id == jobs["ended"]).values(state="failed"))
+    return jobs
+
+
+def _snapshot_owners(session: Any) -> set[int]:
+    return set(session.execute(select(SharedStreamSnapshot.triggerer_id)).scalars())
+
+
+def test_snapshots_of_triggerers_that_are_not_alive_are_deleted(db: Database) -> None:
+    jobs = db.call(_seed_snapshot_owners)
+    assert {r["triggerer_id"] for r in _snapshots(db)} == {jobs["live"]}  # listed: live only
+    now = store.utcnow()
+    deleted = db.call(
+        lambda s: store_inspect.delete_dead_stream_snapshots(s, threshold_s=THRESHOLD_S, now=now)
+    )
+    assert deleted == 2
+    assert db.call(_snapshot_owners) == {jobs["live"]}
+    later = now + timedelta(seconds=THRESHOLD_S)  # the live one's heartbeat is as old
+    assert (
+        db.call(
+            lambda s: store_inspect.delete_dead_stream_snapshots(
+                s, threshold_s=THRESHOLD_S, now=later
+            )
+        )
+        == 1
+    )
+    assert db.call(_snapshot_owners) == set()
+
+
+async def test_the_triggerer_clean_up_deletes_snapshots_of_crashed_triggerers(
+    db: Database, cipher: KwargsCipher
+) -> None:
+    jobs = db.call(_seed_snapshot_owners)
+    settings = TriggererSettings(
+        capacity=10,
+        heartbeat_s=0.2,
+        health_check_threshold_s=THRESHOLD_S,
+        claim_idle_interval_s=0.05,
+        shutdown_grace_s=5,
+        cleanup_interval_s=0.1,
+    )
+    triggerer = Triggerer(db=db, cipher=cipher, settings=settings)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(triggerer.run)
+
+            async def only_live_rows_left() -> bool:
+                owners = await anyio.to_thread.run_sync(db.call, _snapshot_owners)
+                return owners == {jobs["live"]}
+
+            await eventually(only_live_rows_left)
+            triggerer.shutdown()

@@ -11,7 +11,11 @@ from cryptography.fernet import Fernet
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
+from sqlalchemy import insert
 
+from engine import executor as executor_module
+from engine import store, store_runs
+from engine.assets import Asset as AssetCondition
 from engine.crypto import KwargsCipher
 from engine.db import Database, migrate
 from engine.executor import ExecutorSettings, LocalExecutor
@@ -22,13 +26,16 @@ from engine.metrics import (
     TriggererReading,
     families,
 )
-from engine.models import TriggerKind
+from engine.models import Asset, Dag, DagScheduleAsset, DagTask, TriggerKind
+from engine.outbox import FiredEvent
 from engine.persister import Buckets
 from engine.runner import TriggerSpec
 from engine.scheduler import Scheduler, SchedulerSettings
+from engine.store_inspect import STREAM_KEY_MAX_CHARS, stream_key_column
 from engine.triggerer import Triggerer, TriggererSettings
-from shared_stream.stats import GroupStats
+from shared_stream.stats import REPORTED_LANES, GroupStats
 from tests.waiting import wait_until
+from triggers.base import TriggerEvent
 from triggers.file import DirectoryFileDeleteTrigger
 
 if TYPE_CHECKING:
@@ -152,6 +159,7 @@ def test_shared_stream_group_families_carry_key_mode_and_lane_labels() -> None:
         mode="ack",
         subscribers=3,
         queue_high_water=17,
+        queue_depth=5,
         outstanding_by_lane={"0": 4, "1": 0},
         oldest_unresolved_age_s=2.5,
         events_polled=100,
@@ -171,6 +179,9 @@ def test_shared_stream_group_families_carry_key_mode_and_lane_labels() -> None:
     assert value(samples, "sluice_shared_stream_groups") == 2
     assert value(samples, "sluice_shared_stream_subscribers", **labels) == 3
     assert value(samples, "sluice_shared_stream_queue_high_water", **labels) == 17
+    assert value(samples, "sluice_shared_stream_queue_depth", **labels) == 5
+    assert value(samples, "sluice_shared_stream_outstanding_events", **labels) == 4
+    assert value(samples, "sluice_shared_stream_outstanding_lanes", **labels) == 2
     assert value(samples, "sluice_shared_stream_outstanding", **labels, lane="0") == 4
     assert value(samples, "sluice_shared_stream_outstanding", **labels, lane="1") == 0
     assert value(samples, "sluice_shared_stream_oldest_unresolved_age_seconds", **labels) == 2.5
@@ -191,48 +202,6 @@ def test_shared_stream_group_families_carry_key_mode_and_lane_labels() -> None:
     assert value(samples, "sluice_shared_stream_subscribers", key=fast.key, mode="fast") == 2
 
 
-def test_a_draining_group_and_its_successor_are_one_series() -> None:
-    """Two snapshots of one key (old group draining, new one started) must not produce
-    duplicate samples, which Prometheus rejects: they are merged."""
-    old = GroupStats(
-        key="k",
-        mode="ack",
-        subscribers=0,
-        queue_high_water=5,
-        outstanding_by_lane={"0": 2},
-        oldest_unresolved_age_s=9.0,
-        advances=4,
-        advanced_events=40,
-        advance_latency_sum_s=1.0,
-        ack_timeouts=1,
-    )
-    new = GroupStats(
-        key="k",
-        mode="ack",
-        subscribers=2,
-        queue_high_water=3,
-        outstanding_by_lane={"0": 1, "1": 6},
-        oldest_unresolved_age_s=1.0,
-        advances=1,
-        advanced_events=2,
-        last_advance_batch=2,
-        advance_latency_sum_s=0.5,
-    )
-    samples = exposition(families(reading_with_groups(old, new)))  # parse() rejects dupes
-
-    labels = {"key": "k", "mode": "ack"}
-    assert value(samples, "sluice_shared_stream_groups") == 1
-    assert value(samples, "sluice_shared_stream_subscribers", **labels) == 2
-    assert value(samples, "sluice_shared_stream_queue_high_water", **labels) == 5
-    assert value(samples, "sluice_shared_stream_outstanding", **labels, lane="0") == 3
-    assert value(samples, "sluice_shared_stream_outstanding", **labels, lane="1") == 6
-    assert value(samples, "sluice_shared_stream_oldest_unresolved_age_seconds", **labels) == 9
-    assert value(samples, "sluice_shared_stream_advance_latency_seconds_count", **labels) == 5
-    assert value(samples, "sluice_shared_stream_advance_latency_seconds_sum", **labels) == 1.5
-    assert value(samples, "sluice_shared_stream_last_advance_batch", **labels) == 2
-    assert value(samples, "sluice_shared_stream_ack_timeouts_total", **labels) == 1
-
-
 def reading_with_groups(*groups: GroupStats) -> EngineReading:
     hist = HistogramReading.of(Buckets((1.0,)))
     triggerer = TriggererReading(
@@ -243,6 +212,7 @@ def reading_with_groups(*groups: GroupStats) -> EngineReading:
         failures_reported=0,
         outbox_pending=0,
         events_persisted=0,
+        events_refused=0,
         asset_events_created=0,
         tasks_resumed=0,
         failures_persisted=0,
@@ -337,3 +307,117 @@ def test_scheduler_and_executor_families(db: Database, tmp_path: Path) -> None:
     assert "sluice_triggers_running" not in names(samples)  # no triggerer in this process
     (build,) = [labels for name, labels in samples if name == "sluice_build_info"]
     assert {k for k, _ in build} == {"version", "python"}
+
+
+def test_lane_series_are_bounded_and_the_key_label_is_cut_as_the_database_column() -> None:
+    """One lane per SQS FIFO message group with pending events: only the busiest lanes get
+    a series; the backlog of every lane and the number of lanes are gauges of their own."""
+    lanes = {repr(f"group-{n:04}"): n for n in range(1, 501)}
+    long_key = repr(("kafka", "x" * 5000))
+    group = GroupStats(key=long_key, mode="ack", subscribers=1, outstanding_by_lane=lanes)
+    samples = exposition(families(reading_with_groups(group)))
+
+    label = stream_key_column(long_key)
+    assert len(label) <= STREAM_KEY_MAX_CHARS
+    keys = {dict(labels)["key"] for _, labels in samples if "key" in dict(labels)}
+    assert keys == {label}
+    per_lane = {
+        dict(labels)["lane"]: v
+        for (name, labels), v in samples.items()
+        if name == "sluice_shared_stream_outstanding"
+    }
+    assert per_lane == {repr(f"group-{n:04}"): n for n in range(501 - REPORTED_LANES, 501)}
+    ours = {"key": label, "mode": "ack"}
+    assert value(samples, "sluice_shared_stream_outstanding_events", **ours) == sum(range(501))
+    assert value(samples, "sluice_shared_stream_outstanding_lanes", **ours) == 500
+
+
+async def test_events_the_store_refuses_are_not_counted_as_persisted(db: Database) -> None:
+    asset_id = db.call(
+        lambda s: s.execute(
+            insert(Asset).values(name="a", uri="test://a", extra={}).returning(Asset.id)
+        ).scalar_one()
+    )
+    cipher = KwargsCipher(Fernet.generate_key().decode())
+    settings = TriggererSettings(max_asset_event_payload_bytes=100)
+    triggerer = Triggerer(db=db, cipher=cipher, settings=settings)
+    collector = EngineCollector()
+    collector.triggerer = triggerer
+    for trigger_id, payload in enumerate([{"n": 1}, {"blob": "x" * 1000}], start=1):
+        event = TriggerEvent(payload)
+        item = FiredEvent(trigger_id, event, None, 0.0, watcher=(asset_id, "w"))
+        triggerer.outbox.put_nowait(item)
+    triggerer.outbox.close()
+    with anyio.fail_after(10):
+        await triggerer.persister.run()  # until the closed outbox is drained
+    samples = scrape(collector)
+    assert value(samples, "sluice_asset_events_created_total") == 1
+    assert value(samples, "sluice_events_persisted_total") == 1  # the stored one only
+    assert value(samples, "sluice_events_refused_total") == 1  # over the payload limit
+
+
+class HeldTaskSupervisor:
+    """Stands in for the child processes: each task step runs until ``release``."""
+
+    release: anyio.Event
+
+    def __init__(self, **_kwargs: object) -> None:
+        pass
+
+    async def execute(self, job_id: int, ti_id: int) -> None:
+        await self.release.wait()
+
+    def interrupt_all(self) -> None:
+        pass
+
+    def kill_all(self) -> None:
+        pass
+
+
+async def test_dag_runs_created_and_task_slots_used_follow_the_parts(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An asset event makes the scheduler create a run (the counter moves); the executor
+    claims its task and holds a slot while it runs, then gives it back (the gauge moves)."""
+
+    def seed(session: Any) -> None:
+        asset_id = session.execute(
+            insert(Asset).values(name="a", uri="a", extra={}).returning(Asset.id)
+        ).scalar_one()
+        schedule = AssetCondition("a").to_json()
+        session.execute(insert(Dag).values(dag_id="flow", fileloc="/f.py", schedule=schedule))
+        session.execute(insert(DagScheduleAsset).values(dag_id="flow", asset_id=asset_id))
+        session.execute(insert(DagTask).values(dag_id="flow", task_id="t", operator="Op"))
+        row = {"asset_id": asset_id, "payload": {}, "dedup_key": "e1", "timestamp": store.utcnow()}
+        store_runs.enqueue_asset_events(session, store.insert_asset_events(session, [row]))
+
+    db.call(seed)
+    HeldTaskSupervisor.release = anyio.Event()
+    monkeypatch.setattr(executor_module, "TaskSupervisor", HeldTaskSupervisor)
+    cipher = KwargsCipher(Fernet.generate_key().decode())
+    scheduler = Scheduler(db=db, cipher=cipher, settings=SchedulerSettings())
+    settings = ExecutorSettings(
+        parallelism=3,
+        dags_folder=tmp_path,
+        plugins_folder=None,
+        task_log_folder=tmp_path / "logs",
+    )
+    executor = LocalExecutor(db=db, cipher=cipher, settings=settings)
+    collector = EngineCollector()
+    collector.scheduler, collector.executor = scheduler, executor
+    runs, slots = "sluice_dag_runs_created_total", "sluice_task_slots_used"
+
+    def reads(name: str, expected: float, **labels: str) -> bool:
+        return value(scrape(collector), name, **labels) == expected
+
+    assert reads(runs, 0, run_type="asset_triggered") and reads(slots, 0)
+    with anyio.fail_after(10):
+        await scheduler.schedule_once()  # creates the run and schedules its task
+        assert reads(runs, 1, run_type="asset_triggered")
+        async with anyio.create_task_group() as tg:
+            await tg.start(executor.run)
+            await wait_until(lambda: reads(slots, 1))  # claimed: the task holds a slot
+            assert reads("sluice_task_instances_claimed_total", 1)
+            HeldTaskSupervisor.release.set()
+            await wait_until(lambda: reads(slots, 0))  # done: the slot is free again
+            executor.shutdown()

@@ -12,6 +12,7 @@ from shared_stream.bookkeeping import (
     AbandonEvents,
     AckLedger,
     AdvanceBatch,
+    ExpireDeparted,
     FailReason,
     FailSubscriber,
     ReleaseBindings,
@@ -288,11 +289,29 @@ def test_unconfirmed_binding_of_departed_subscriber_times_out():
     take(ledger, 1, seq)
     binding = ledger.bind(1)
     ledger.unsubscribe(1)
+    assert (ledger.oldest_unresolved_at(), ledger.next_deadline()) == (0.0, TIMEOUT_S)
     assert list(ledger.check_timeouts(9.0)) == []
     effects = list(ledger.check_timeouts(10.0))
-    assert not [e for e in effects if isinstance(e, FailSubscriber)]
+    assert not [e for e in effects if isinstance(e, FailSubscriber)]  # no stream to fail
+    assert ExpireDeparted(1, events=1) in effects  # ... but the driver counts it
     assert ReleaseBindings((binding,)) in effects
     assert outcomes(only_batch(effects)) == [("p1", (0, 1, 0))]
+    assert (ledger.oldest_unresolved_at(), ledger.next_deadline()) == (None, None)
+
+
+def test_refusing_every_binding_of_an_event_rejects_it_once():
+    ledger = ledger_with(1, 2)
+    seq, _ = broadcast(ledger, "p1")
+    take(ledger, 1, seq)
+    take(ledger, 2, seq)
+    first, second, other = ledger.bind(1), ledger.bind(1), ledger.bind(2)
+    rejected, effects = ledger.refuse_persisted([first, second, 10**9])
+    assert rejected == 1  # the second binding of that raw event is moot, the unknown ignored
+    assert ReleaseBindings((first, second)) in effects and not batches(effects)
+    assert ledger.refuse_persisted([second]) == (0, ())
+    rejected, effects = ledger.refuse_persisted([other])
+    assert rejected == 1
+    assert outcomes(only_batch(effects)) == [("p1", (0, 0, 2))]
 
 
 # -- lanes and the single advance in flight -----------------------------------------------

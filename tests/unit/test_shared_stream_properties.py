@@ -14,18 +14,29 @@ from dataclasses import dataclass, field
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
 from shared_stream.bookkeeping import (
     AbandonEvents,
     AckLedger,
     AdvanceBatch,
+    ExpireDeparted,
     FailReason,
     FailSubscriber,
     ReleaseBindings,
 )
 
 TIMEOUT_S = 10.0
+# A few subscribers that each move, rather than many that seldom do: bindings (confirm,
+# refuse, departed subscribers) need a subscriber that pulled an event and bound to it.
+MAX_SUBSCRIBERS = 3
+MIN_EVENTS_BEFORE_STOP = 6
 PENDING, ACKED, FAILED, REJECTED = "pending", "acked", "failed", "rejected"
 
 
@@ -128,7 +139,12 @@ class LedgerMachine(RuleBasedStateMachine):
 
     # -- rules ----------------------------------------------------------------------------
 
-    @precondition(lambda self: not self.stopped)
+    @initialize(count=st.integers(1, MAX_SUBSCRIBERS))
+    def first_subscribers(self, count: int) -> None:
+        for _ in range(count):
+            self.subscribe()
+
+    @precondition(lambda self: not self.stopped and len(self.active) < MAX_SUBSCRIBERS)
     @rule()
     def subscribe(self) -> None:
         tid = self.next_tid
@@ -151,7 +167,19 @@ class LedgerMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.active)
     @rule(data=st.data())
     def pull(self, data: st.DataObject) -> None:
-        tid = data.draw(st.sampled_from(sorted(self.active)))
+        self.pull_as(data.draw(st.sampled_from(sorted(self.active))))
+
+    @precondition(lambda self: any(model.queue for model in self.active.values()))
+    @rule(data=st.data(), count=st.integers(1, 2))
+    def take_and_bind(self, data: st.DataObject, count: int) -> None:
+        """The common path: a subscriber takes its next event, its filter yields for it."""
+        waiting = sorted(tid for tid, model in self.active.items() if model.queue)
+        tid = data.draw(st.sampled_from(waiting))
+        self.pull_as(tid)
+        for _ in range(count):
+            self.bind_as(tid)
+
+    def pull_as(self, tid: int) -> None:
         model = self.active[tid]
         effects = list(self.ledger.pull(tid))
         if model.current is not None and not model.current_rejected:
@@ -166,7 +194,9 @@ class LedgerMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.active)
     @rule(data=st.data())
     def bind(self, data: st.DataObject) -> None:
-        tid = data.draw(st.sampled_from(sorted(self.active)))
+        self.bind_as(data.draw(st.sampled_from(sorted(self.active))))
+
+    def bind_as(self, tid: int) -> None:
         model = self.active[tid]
         binding = self.ledger.bind(tid)
         if model.current is None or model.current_rejected:
@@ -201,7 +231,9 @@ class LedgerMachine(RuleBasedStateMachine):
         """The store refused a bound trigger event: its raw event is rejected for that sub."""
         binding = data.draw(st.sampled_from(sorted(self.bindings)))
         tid, seq = self.bindings[binding]
-        effects = list(self.ledger.refuse_persisted([binding, 10**9]))
+        others = sorted(self.sub(tid).unconfirmed[seq] - {binding})  # moot once it is refused
+        rejected, effects = self.ledger.refuse_persisted([binding, *others, 10**9])
+        assert rejected == 1, "one raw event of one subscriber is rejected once"
         model = self.sub(tid)
         self.drop_bindings(tid, seq)
         if tid in self.departed and not model.unconfirmed:
@@ -266,6 +298,10 @@ class LedgerMachine(RuleBasedStateMachine):
         }
         failed = {e.trigger_id for e in effects if isinstance(e, FailSubscriber)}
         assert failed == expired & set(self.active)
+        gone = {e.trigger_id: e.events for e in effects if isinstance(e, ExpireDeparted)}
+        assert set(gone) == expired & set(self.departed), "a departed timeout is reported"
+        for tid, events in gone.items():
+            assert events == len(self.departed[tid].unconfirmed)
         for tid in expired:
             self.fail_all(tid)
         self.apply(effects)
@@ -276,7 +312,9 @@ class LedgerMachine(RuleBasedStateMachine):
         batch, self.in_flight = self.in_flight, None
         self.apply(self.ledger.advance_done(batch))
 
-    @precondition(lambda self: not self.stopped)
+    # Not before a few events: an early stop leaves only timeouts to check for the rest of
+    # the run, and bindings (confirm, refuse, departed subscribers) would seldom be reached.
+    @precondition(lambda self: not self.stopped and len(self.events) >= MIN_EVENTS_BEFORE_STOP)
     @rule()
     def stop(self) -> None:
         self.stop_and_check()
@@ -316,6 +354,15 @@ class LedgerMachine(RuleBasedStateMachine):
         pending = [e.at for e in self.events.values() if PENDING in e.status.values()]
         expected = min(pending) + TIMEOUT_S if pending and not self.stopped else None
         assert self.ledger.next_deadline() == expected
+
+    @invariant()
+    def oldest_unresolved_at_is_the_deadline_less_the_ack_timeout(self) -> None:
+        oldest, deadline = self.ledger.oldest_unresolved_at(), self.ledger.next_deadline()
+        assert (oldest is None) == (deadline is None)
+        if oldest is not None:
+            assert deadline == oldest + TIMEOUT_S
+        pending = [e.at for e in self.events.values() if PENDING in e.status.values()]
+        assert oldest == (min(pending) if pending and not self.stopped else None)
 
     @invariant()
     def each_event_advanced_at_most_once(self) -> None:

@@ -15,6 +15,13 @@ from shared_stream import (
     reject_shared_stream_event,
 )
 from shared_stream.bookkeeping import AckLedger
+from shared_stream.stats import (
+    REPORTED_LANES,
+    busiest_lanes,
+    merge,
+    merge_by_key,
+    retired,
+)
 from shared_stream.testing import (
     BlockingProducer,
     FakeClock,
@@ -53,7 +60,8 @@ class FeedTrigger(BaseEventTrigger):
             if raw.get("reject"):
                 reject_shared_stream_event()
                 continue
-            yield TriggerEvent(raw)
+            for _ in range(raw.get("copies", 1)):
+                yield TriggerEvent(raw)
 
 
 class ProducerTrigger(FeedTrigger):
@@ -274,3 +282,201 @@ async def test_rejects_are_counted_and_outside_a_window_are_not():
             assert by_mode["ack"].rejects == 1 and by_mode["fast"].rejects == 0
             assert [item.outcome.rejected for item in producer.advanced][:1] == [1]
             tg.cancel_scope.cancel()
+
+
+async def test_refused_trigger_events_of_one_raw_event_count_one_reject():
+    """The store refuses both trigger events a filter derived from one raw event: the ledger
+    rejects the raw event once for that subscriber, and so does the counter."""
+    with anyio.fail_after(5):
+        producer = ProducerTrigger.producers["s"] = InMemoryProducer()
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            sub = start(tg, mgr, ProducerTrigger(source="s"), 1, auto_confirm=False)
+            await producer.put({"copies": 2}, "p1")
+            await sub.wait_for_events(2)
+            assert len(sub.unconfirmed) == 2
+            mgr.refuse_persisted([*sub.unconfirmed, 10**9])  # an unknown seq counts nothing
+            await producer.wait_for_advanced(1)
+            (item,) = producer.advanced
+            assert (item.outcome.rejected, item.outcome.acked, item.outcome.failed) == (1, 0, 0)
+            assert only(mgr).rejects == 1
+            mgr.refuse_persisted(sub.unconfirmed)  # refused again (already released): no-op
+            assert only(mgr).rejects == 1
+            tg.cancel_scope.cancel()
+
+
+async def test_a_departed_subscriber_whose_events_are_never_confirmed_counts_an_ack_timeout():
+    with anyio.fail_after(5):
+        clock = FakeClock(100.0)
+        producer = ProducerTrigger.producers["s"] = InMemoryProducer()
+        async with (
+            SharedStreamManager(ack_timeout=10.0, clock=clock) as mgr,
+            anyio.create_task_group() as tg,
+        ):
+            leaving = start(tg, mgr, ProducerTrigger(source="s"), 1, auto_confirm=False)
+            staying = start(tg, mgr, ProducerTrigger(source="s"), 2)
+            await producer.put({"n": 1}, "p1")
+            await leaving.wait_for_events(1)
+            await staying.wait_for_events(1)
+            key = leaving.key
+            await mgr.unsubscribe(1, key)  # left with a trigger event not confirmed yet
+            await leaving.wait_finished()
+            assert leaving.error is None and mgr.subscriber_count(key) == 1
+            clock.advance(9.9)
+            await mgr.check_timeouts()
+            assert only(mgr).ack_timeouts == 0
+            clock.advance(0.1)
+            await mgr.check_timeouts()
+            await producer.wait_for_advanced(1)
+            (item,) = producer.advanced
+            assert (item.outcome.acked, item.outcome.failed) == (1, 1)
+            stats = only(mgr)
+            assert (stats.ack_timeouts, stats.subscribers, stats.overflows) == (1, 1, 0)
+            tg.cancel_scope.cancel()
+
+
+async def test_the_current_queue_depth_goes_down_as_the_high_water_mark_stays():
+    with anyio.fail_after(5):
+        feed = FeedTrigger.feeds["s"] = InMemoryFeed()
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            slow = start(tg, mgr, FeedTrigger(source="s"), 1)
+            quick = start(tg, mgr, FeedTrigger(source="s"), 2)
+            slow.pause()
+            for n in range(4):
+                feed.put({"n": n})
+            await quick.wait_for_events(4)
+            await slow.wait_for_events(1)
+            await anyio.wait_all_tasks_blocked()
+            stats = only(mgr)
+            high = stats.queue_high_water  # 4 when the fan-out ran before slow's first pull
+            assert stats.queue_depth == 3 and high >= 3  # slow took one event and paused
+            slow.resume()
+            await slow.wait_for_events(4)
+            await anyio.wait_all_tasks_blocked()
+            stats = only(mgr)
+            assert (stats.queue_depth, stats.queue_high_water) == (0, high)
+            tg.cancel_scope.cancel()
+
+
+# -- one snapshot per key: a draining group next to its replacement -----------------------
+
+
+async def _drain_next_to_a_replacement(tg, mgr, old, new):
+    """Group 1 of key ('ProducerTrigger', 's') drains (its advance blocked) while group 2,
+    started for a new subscriber of the same key (a watcher restarted), polls ``new``."""
+    ProducerTrigger.producers["s"] = old
+    first = start(tg, mgr, ProducerTrigger(source="s"), 1, unsubscribe_on_exit=False)
+    await old.put({"n": 1}, "old-1")
+    await first.wait_for_events(1)
+    await old.wait_blocked()  # resolved: its advance is in flight, blocked
+    tg.start_soon(mgr.unsubscribe, 1, first.key)  # waits for the drain
+    await first.wait_finished()
+    assert mgr.group_keys == ()  # the old group stopped taking subscribers: it drains
+    ProducerTrigger.producers["s"] = new
+    second = start(tg, mgr, ProducerTrigger(source="s"), 2)
+    await new.put({"n": 2}, "new-1")
+    await new.put({"n": 3}, "new-2")
+    await new.wait_for_advanced(2)
+    await anyio.wait_all_tasks_blocked()
+    return second
+
+
+async def test_a_draining_group_and_its_replacement_are_one_snapshot():
+    with anyio.fail_after(5):
+        old, new = BlockingProducer(), InMemoryProducer()
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            await _drain_next_to_a_replacement(tg, mgr, old, new)
+            stats = only(mgr)  # one entry: the database's primary key is (triggerer, key)
+            assert stats.key == "('ProducerTrigger', 's')" and stats.mode == "ack"
+            assert (stats.subscribers, stats.events_polled, stats.deliveries) == (1, 3, 3)
+            assert stats.outstanding_by_lane == {"None": 1}  # the old group's, in flight
+            new_batches = len(new.batches)
+            assert (stats.advances, stats.advanced_events) == (new_batches, 2)
+            assert stats.last_advance_batch == len(new.batches[-1])  # the newest group's
+            old.release_all()
+            tg.cancel_scope.cancel()
+
+
+async def test_counters_of_a_finished_group_stay_while_its_key_has_a_live_group():
+    """When the draining group finishes, its counters are kept for the key: no counter of
+    the key goes down (Prometheus would see a reset) until no group of the key is left."""
+    with anyio.fail_after(5):
+        old, new = BlockingProducer(), InMemoryProducer()
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            second = await _drain_next_to_a_replacement(tg, mgr, old, new)
+            during = only(mgr)
+            old.release()
+            await old.wait_closed()  # the old group advanced its event and finished
+            await anyio.wait_all_tasks_blocked()
+            after = only(mgr)
+            assert (after.advances, after.advanced_events) == (during.advances + 1, 3)
+            for name in ("events_polled", "deliveries", "rejects", "overflows", "ack_timeouts"):
+                assert getattr(after, name) == getattr(during, name), name
+            assert after.outstanding_by_lane == {} and after.subscribers == 1
+            assert after.last_advance_batch == during.last_advance_batch  # the newest's
+            await mgr.unsubscribe(2, second.key)  # the key's last group stops
+            await anyio.wait_all_tasks_blocked()
+            assert mgr.stats() == []
+            ProducerTrigger.producers["s"] = InMemoryProducer()
+            start(tg, mgr, ProducerTrigger(source="s"), 3)
+            fresh = only(mgr)  # a new series for the key: its totals start again
+            assert (fresh.events_polled, fresh.advances, fresh.advanced_events) == (0, 0, 0)
+            tg.cancel_scope.cancel()
+
+
+# -- the merge itself (pure) ----------------------------------------------------------------
+
+
+def test_merge_adds_counters_and_backlogs_and_keeps_the_newest_mode_and_last_batch():
+    older = GroupStats(
+        key="k",
+        mode="fast",
+        subscribers=0,
+        queue_high_water=5,
+        queue_depth=4,
+        outstanding_by_lane={"0": 2},
+        oldest_unresolved_age_s=9.0,
+        events_polled=7,
+        advances=4,
+        advanced_events=40,
+        last_advance_batch=10,
+        advance_latency_sum_s=1.0,
+        ack_timeouts=1,
+    )
+    newer = GroupStats(
+        key="k",
+        mode="ack",
+        subscribers=2,
+        queue_high_water=3,
+        queue_depth=1,
+        outstanding_by_lane={"0": 1, "1": 6},
+        oldest_unresolved_age_s=0.0,
+        events_polled=1,
+        advances=1,
+        advanced_events=2,
+        last_advance_batch=2,
+        advance_latency_sum_s=0.5,
+        rejects=3,
+    )
+    both = merge(older, newer)
+    assert (both.mode, both.last_advance_batch) == ("ack", 2)
+    assert (both.subscribers, both.queue_high_water, both.queue_depth) == (2, 5, 4)
+    assert both.outstanding_by_lane == {"0": 3, "1": 6} and both.outstanding_events == 9
+    assert both.oldest_unresolved_age_s == 9.0
+    assert (both.events_polled, both.advances, both.advanced_events) == (8, 5, 42)
+    assert both.advance_latency_sum_s == 1.5
+    assert (both.ack_timeouts, both.rejects) == (1, 3)
+    assert merge(retired(older), newer).outstanding_by_lane == newer.outstanding_by_lane
+    assert merge_by_key([newer, GroupStats(key="a", mode="fast", subscribers=1)])[0].key == "a"
+    with pytest.raises(ValueError, match="cannot merge"):
+        merge(older, GroupStats(key="other", mode="ack", subscribers=1))
+
+
+def test_busiest_lanes_are_bounded_busiest_first():
+    lanes = {f"g{n:03}": n % 7 for n in range(100)}
+    top = busiest_lanes(lanes)
+    assert len(top) == REPORTED_LANES
+    counts = [count for _, count in top]
+    assert counts == sorted(counts, reverse=True) and min(counts) >= max(
+        count for lane, count in lanes.items() if lane not in dict(top)
+    )
+    assert busiest_lanes({"b": 1, "a": 1, "c": 2}, limit=2) == [("c", 2), ("a", 1)]
