@@ -136,7 +136,7 @@ def test_every_production_command_of_the_readme_works(
             evaluated = _sh(f"printf %s {value}", env)
             assert evaluated.returncode == 0 and evaluated.stdout, (raw, evaluated.stderr)
             env[name] = evaluated.stdout
-        elif any(w == "sluice" for w in words) and words[words.index("sluice") + 1] in LONG_RUNNING:
+        elif _subcommand(words) in LONG_RUNNING:
             index = len(processes)
             log = tmp_path / f"proc{index}.log"
             at = words.index("sluice")
@@ -151,6 +151,10 @@ def test_every_production_command_of_the_readme_works(
                     )
                 )
             wait_ready(processes[-1], log)
+            if "--log-format" in words:  # every line the process wrote so far is JSON
+                lines = log.read_text().splitlines()
+                records = [json.loads(x) for x in lines if x.strip()]
+                assert any(r["message"].startswith("Sluice ready") for r in records), lines
         else:
             if flag_run_id is None and words[0] == "sluice" and words[1] in ("runs", "tasks"):
                 # Something for the run, asset and task commands to show: a watcher-made run.
@@ -169,6 +173,16 @@ def test_every_production_command_of_the_readme_works(
     jobs = json.loads(_sh("sluice jobs list --json", env).stdout)
     alive = Counter(j["type"] for j in jobs if j["alive"])
     assert alive == dict.fromkeys(("triggerer", "scheduler", "executor", "dag_processor"), 2), jobs
+
+
+def _subcommand(words: list[str]) -> str | None:
+    """The command of a ``sluice`` line (``run`` in ``X=1 sluice --log-format json run``)."""
+    if "sluice" not in words:
+        return None
+    rest = words[words.index("sluice") + 1 :]
+    while rest and rest[0] in ("--log-format", "--log-level"):
+        rest = rest[2:]
+    return rest[0] if rest else None
 
 
 def _fire_and_wait(inbox: Path, env: dict[str, str]) -> str:
