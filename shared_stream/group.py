@@ -253,10 +253,8 @@ class SharedStreamGroup:
             if length > longest:
                 longest = length
             queue.append(item)
-            waiter = stream.waiter
-            if waiter is not None:
-                stream.waiter = None
-                waiter.set()
+            if stream.waiter is not None:
+                stream.wake()
         counters = self.counters
         delivered = len(self.streams)
         if overflowed is not None:

@@ -9,12 +9,11 @@ same context as the pull), finds the subscriber and the event being processed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import deque
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol
-
-import anyio
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -66,7 +65,10 @@ class SubscriberStream:
         self.ledger = ledger
         self.sink = sink
         self.queue: deque[tuple[int, Any]] = deque()
-        self.waiter: anyio.Event | None = None
+        # A bare future of the running asyncio loop: created per wait on the fan-out hot
+        # path, it costs a fraction of an ``anyio.Event`` (asyncio is the only backend the
+        # engine runs on; its brokers' clients are asyncio-only).
+        self.waiter: asyncio.Future[None] | None = None
         self.error: BaseException | None = None
         self.closed = False
         self._in_window = False
@@ -88,8 +90,8 @@ class SubscriberStream:
                 raise self.error
             if self.closed:
                 raise StopAsyncIteration
-            waiter = self.waiter = anyio.Event()
-            await waiter.wait()
+            waiter = self.waiter = asyncio.get_running_loop().create_future()
+            await waiter
         seq, raw = queue.popleft()
         if self.ledger is not None:
             self.ledger.deliver(self.trigger_id, seq)
@@ -102,14 +104,14 @@ class SubscriberStream:
             self.error = error
             if not drain:
                 self.queue.clear()
-            self._wake()
+            self.wake()
 
     def close(self) -> None:
         """End the stream (unsubscribed): pending events are dropped."""
         self.closed = True
         self.queue.clear()
         self._in_window = False
-        self._wake()
+        self.wake()
 
     def reject_current(self) -> bool:
         """Reject the event being processed; False when no ack-mode window is open."""
@@ -122,11 +124,13 @@ class SubscriberStream:
             self.sink.carry_out(effects)
         return True
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
+        """Resume the subscriber if it waits for an event."""
         waiter = self.waiter
         if waiter is not None:
             self.waiter = None
-            waiter.set()
+            if not waiter.done():  # done: its wait was cancelled
+                waiter.set_result(None)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "failed" if self.error is not None else "open"

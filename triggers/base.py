@@ -41,9 +41,12 @@ class TriggerEvent:
     __slots__ = ("dedup_key", "payload")
 
     def __init__(self, payload: Any, *, dedup_key: str | None = None) -> None:
-        ensure_serializable(payload, where=f"{type(self).__name__} payload")
+        ensure_serializable(payload, where=self._payload_name)
         self.payload = payload
         self.dedup_key = dedup_key
+
+    def _payload_name(self) -> str:
+        return f"{type(self).__name__} payload"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TriggerEvent):

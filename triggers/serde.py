@@ -242,22 +242,29 @@ def _is_plain_json(value: object, depth: int = 0) -> bool:
         if TYPE_KEY in value:  # type: ignore[operator]
             return False
         for key, item in value.items():  # type: ignore[attr-defined]
-            if type(key) is not str or not _is_plain_json(item, depth + 1):
+            if type(key) is not str:
+                return False
+            # Scalars inline: a call per item is most of the cost of a flat payload.
+            if type(item) not in _PLAIN_SCALARS and not _is_plain_json(item, depth + 1):
                 return False
         return True
     if kind is list:
         for item in value:  # type: ignore[attr-defined]
-            if not _is_plain_json(item, depth + 1):
+            if type(item) not in _PLAIN_SCALARS and not _is_plain_json(item, depth + 1):
                 return False
         return True
     return False
 
 
-def ensure_serializable(value: object, *, where: str = "value") -> None:
+def ensure_serializable(value: object, *, where: str | Callable[[], str] = "value") -> None:
     """Raise ``SerializationError`` (naming ``where`` and the path inside) unless ``value``
-    can be stored. Plain JSON data, the usual event payload, is accepted without encoding."""
+    can be stored. Plain JSON data, the usual event payload, is accepted without encoding.
+
+    ``where`` may be a function that names the value, called only when it is not plain JSON
+    (events are checked on the fan-out hot path: no string is built for a valid one).
+    """
     if not _is_plain_json(value):
-        serialize_value(value, where=where)
+        serialize_value(value, where=where if isinstance(where, str) else where())
 
 
 def serialize_value(value: object, *, where: str = "value") -> JSONValue:
