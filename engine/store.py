@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
@@ -244,7 +245,12 @@ def triggers_served(session: Session, ids: Iterable[int]) -> dict[int, Served]:
     )
     for trigger_id, dag_id, run_id, task_id in tasks:
         if trigger_id is not None and trigger_id not in served:  # IN excludes NULL anyway
-            fields: dict[str, object] = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id}
+            # Interned: kept for the trigger's life, and repeated across a run's triggers.
+            fields: dict[str, object] = {
+                "dag_id": sys.intern(dag_id),
+                "run_id": sys.intern(run_id),
+                "task_id": sys.intern(task_id),
+            }
             served[int(trigger_id)] = Served(fields)
     watchers = session.execute(
         select(AssetWatcher.trigger_id, AssetWatcher.asset_id, Asset.name, AssetWatcher.name)
