@@ -127,6 +127,10 @@ class Trigger(Base):
     failure_count: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str | None] = mapped_column(Text)
     last_failure_date: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    #: Digest of the trigger's ``shared_stream_key()`` (None: it shares no stream, or the row
+    #: was written before the digest existed and no triggerer has loaded it yet). Rows with
+    #: one digest are claimed, held and moved as one group: one owner per key, fleet-wide.
+    stream_digest: Mapped[str | None] = mapped_column(String(64), index=True)
 
 
 class Dag(Base):
