@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from engine import store, store_tasks
+from engine import store, store_claims, store_tasks
 from engine.exceptions import DecryptionError
 from engine.models import TriggerKind
 from engine.parsing import FileParseResult, ParsedAsset, ParsedDag, ParsedWatcher, ParseError
@@ -385,6 +385,12 @@ class DagSync:
         for (asset_id, name), spec in sorted(wanted.items()):
             row = existing.get((asset_id, name))
             if row is not None and self._same_trigger(row, spec):
+                if spec.stream_digest is not None and row.stream_digest != spec.stream_digest:
+                    # Written before digests existed (or the key's encoding changed): the
+                    # triggerer keeps the group whole by this digest from now on.
+                    store_claims.set_stream_digest(
+                        self._session, row.trigger_id, spec.stream_digest
+                    )
                 continue
             trigger_id = store.add_trigger_row(
                 self._session,
@@ -392,6 +398,7 @@ class DagSync:
                 spec.classpath,
                 loads_kwargs(spec.kwargs),
                 kind=TriggerKind.WATCHER,
+                stream_digest=spec.stream_digest,
             )
             self.report.triggers_created += 1
             if row is None:

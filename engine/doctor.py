@@ -49,6 +49,7 @@ def diagnose(facts: dict[str, Any], *, claim_grace_s: float) -> list[Finding]:
             findings.append(finding)
     findings += _parse_errors(facts["parse_errors"]) + _failed_watchers(facts["failed_watchers"])
     findings += _failing_watchers(facts["failing_watchers"])
+    findings += _stream_splits(facts["stream_splits"])
     return _summed_up(findings)
 
 
@@ -277,6 +278,24 @@ def _failing_watchers(watchers: list[dict[str, Any]]) -> list[Finding]:
             "(a broker that is down, a filter that raises); the triggerer log has the traceback",
         )
         for w in watchers
+    ]
+
+
+def _stream_splits(splits: list[dict[str, Any]]) -> list[Finding]:
+    return [
+        Finding(
+            ERROR,
+            "stream_split",
+            f"shared-stream group {split['digest'][:12]} (triggers "
+            f"{', '.join(map(str, split['trigger_ids']))}) is served by "
+            f"{len(split['holders'])} live triggerers (jobs "
+            f"{', '.join(f'{job}: {n} trigger(s)' for job, n in sorted(split['holders'].items()))}"
+            "): each consumes part of the upstream and acknowledges what only its own "
+            "watchers saw",
+            "the triggerers repair this within a claim round; if it persists, a triggerer of "
+            "an older Sluice version is running: upgrade or stop it",
+        )
+        for split in splits
     ]
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from engine.exceptions import TriggerClassNotAllowedError, TriggerLoadError
-from triggers.base import BaseTrigger
+from shared_stream.keys import UnstableKeyError, stream_key_digest
+from triggers.base import BaseEventTrigger, BaseTrigger
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -159,3 +160,31 @@ def instantiate_trigger(
             f"cannot instantiate {classpath} with kwargs {sorted(kwargs)}: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
+
+
+def trigger_stream_digest(trigger: BaseTrigger, *, strict: bool = True) -> str | None:
+    """The digest of ``trigger``'s shared-stream key; None when it shares no stream.
+
+    A key that cannot be digested the same way in every process raises
+    ``UnstableKeyError``; with ``strict=False`` it is logged and None is returned, and a
+    ``shared_stream_key()`` that raises gives None (the runtime reports that failure).
+    """
+    if not isinstance(trigger, BaseEventTrigger):
+        return None
+    try:
+        key = trigger.shared_stream_key()
+        return None if key is None else stream_key_digest(key)
+    except UnstableKeyError as exc:
+        if strict:
+            raise
+        logger.warning(
+            "Trigger %s: its shared stream cannot be kept on one triggerer: %s",
+            type(trigger).__qualname__,
+            exc,
+            extra={"action": "stream_key_unstable"},
+        )
+        return None
+    except Exception:
+        if strict:
+            raise
+        return None

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 from engine.assets import Asset
 from engine.authoring import DagDefinitionError
 from engine.dag import DAG, take_registered_dags
+from engine.loader import trigger_stream_digest
 from triggers.serde import dumps, dumps_kwargs
 
 if TYPE_CHECKING:
@@ -52,6 +53,9 @@ class ParsedWatcher:
     name: str
     classpath: str
     kwargs: str  # dumps_kwargs text: may hold secrets
+    #: digest of the trigger's shared_stream_key() (None: it shares no stream); its rows
+    #: are claimed as one group across triggerers (engine.claiming)
+    stream_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +290,8 @@ def _describe_watcher(fileloc: str, asset: Asset, watcher: AssetWatcher) -> Pars
         text = dumps_kwargs(kwargs, owner=classpath)
     except (TypeError, ValueError) as exc:
         raise DagDefinitionError(f"{where}: cannot serialize the trigger: {exc}") from exc
-    return ParsedWatcher(name=watcher.name, classpath=classpath, kwargs=text)
+    digest = trigger_stream_digest(watcher.trigger, strict=False)
+    return ParsedWatcher(name=watcher.name, classpath=classpath, kwargs=text, stream_digest=digest)
 
 
 def _file_assets(module: ModuleType, dags: Iterable[DAG]) -> list[Asset]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import and_, delete, func, insert, or_, select, text, update
+from sqlalchemy import and_, delete, func, insert, select, text, update
 
 from engine.models import (
     Asset,
@@ -63,6 +63,7 @@ class TriggerRow:
     kwargs: str
     kind: str
     has_error: bool = False  # a failure is recorded on the row (e.g. it failed to load)
+    stream_digest: str | None = None  # its shared-stream group (engine.store_claims)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +107,10 @@ def end_job(session: Session, job_id: int, *, state: str = JobState.SUCCESS) -> 
     session.execute(update(Job).where(Job.id == job_id).values(state=state, end_date=utcnow()))
 
 
-def alive_job_ids(session: Session, *, job_type: str, threshold_s: float) -> list[int]:
-    cutoff = utcnow() - timedelta(seconds=threshold_s)
+def alive_job_ids(
+    session: Session, *, job_type: str, threshold_s: float, now: datetime | None = None
+) -> list[int]:
+    cutoff = (now or utcnow()) - timedelta(seconds=threshold_s)
     rows = session.execute(
         select(Job.id).where(
             Job.job_type == job_type,
@@ -124,9 +127,12 @@ def alive_job_ids(session: Session, *, job_type: str, threshold_s: float) -> lis
 def add_trigger(
     session: Session, cipher: KwargsCipher, trigger: BaseTrigger, *, kind: TriggerKind
 ) -> int:
-    """Store a trigger with its kwargs encrypted; returns its id."""
+    """Store a trigger with its kwargs encrypted (and its shared-stream digest); its id."""
+    from engine.loader import trigger_stream_digest
+
     classpath, kwargs = trigger.serialize()
-    return add_trigger_row(session, cipher, classpath, kwargs, kind=kind)
+    digest = trigger_stream_digest(trigger, strict=False)
+    return add_trigger_row(session, cipher, classpath, kwargs, kind=kind, stream_digest=digest)
 
 
 def add_trigger_row(
@@ -136,56 +142,21 @@ def add_trigger_row(
     kwargs: dict[str, Any],
     *,
     kind: TriggerKind,
+    stream_digest: str | None = None,
 ) -> int:
     token = cipher.encrypt_kwargs(kwargs, owner=classpath)
     result = session.execute(
         insert(Trigger)
-        .values(classpath=classpath, kwargs=token, kind=kind, created_date=utcnow())
+        .values(
+            classpath=classpath,
+            kwargs=token,
+            kind=kind,
+            created_date=utcnow(),
+            stream_digest=stream_digest,
+        )
         .returning(Trigger.id)
     )
     return int(result.scalar_one())
-
-
-def has_unassigned_triggers(session: Session) -> bool:
-    """Whether any trigger row waits for a triggerer (one probe of the triggerer_id index)."""
-    probe = select(Trigger.id).where(Trigger.triggerer_id.is_(None)).limit(1)
-    return session.execute(probe).first() is not None
-
-
-def claim_triggers(
-    session: Session, *, triggerer_id: int, capacity: int, threshold_s: float
-) -> list[TriggerRow]:
-    """Assign to ``triggerer_id`` up to ``capacity`` unowned rows or rows of dead triggerers."""
-    if capacity <= 0:
-        return []
-    alive = alive_job_ids(session, job_type=TRIGGERER_JOB, threshold_s=threshold_s)
-    owned_by_dead = (
-        Trigger.triggerer_id.not_in(alive) if alive else Trigger.triggerer_id.is_not(None)
-    )
-    candidates = (
-        select(Trigger.id)
-        .where(or_(Trigger.triggerer_id.is_(None), owned_by_dead))
-        .order_by(Trigger.id)
-        .limit(capacity)
-    )
-    if session.get_bind().dialect.name == "postgresql":
-        candidates = candidates.with_for_update(skip_locked=True)
-    ids = list(session.execute(candidates).scalars())
-    if not ids:
-        return []
-    rows = session.execute(
-        update(Trigger)
-        .where(Trigger.id.in_(ids))
-        .values(triggerer_id=triggerer_id)
-        .returning(
-            Trigger.id,
-            Trigger.classpath,
-            Trigger.kwargs,
-            Trigger.kind,
-            Trigger.last_error.is_not(None),
-        )
-    )
-    return sorted((TriggerRow(*row) for row in rows), key=lambda r: r.id)
 
 
 def fetch_trigger_rows(session: Session, ids: Iterable[int]) -> list[TriggerRow]:
@@ -199,6 +170,7 @@ def fetch_trigger_rows(session: Session, ids: Iterable[int]) -> list[TriggerRow]
             Trigger.kwargs,
             Trigger.kind,
             Trigger.last_error.is_not(None),
+            Trigger.stream_digest,
         ).where(Trigger.id.in_(wanted))
     )
     return [TriggerRow(*row) for row in rows]
@@ -386,12 +358,26 @@ def resume_deferred_tasks(
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
-def end_deferred_tasks(session: Session, trigger_id: int, *, state: str) -> int:
-    """End tasks deferred on ``trigger_id`` from the triggerer (``end_from_trigger``)."""
+def end_deferred_tasks(
+    session: Session, trigger_id: int, *, state: str, xcoms: dict[str, Any] | None = None
+) -> int:
+    """End tasks deferred on ``trigger_id`` from the triggerer (``end_from_trigger``).
+
+    ``xcoms`` (tagged JSON per key, as the executor stores a returned value) become the
+    tasks' results; None leaves them as they are.
+    """
+    values: dict[str, Any] = {
+        "state": state,
+        "end_date": utcnow(),
+        "trigger_id": None,
+        "trigger_timeout": None,
+    }
+    if xcoms is not None:
+        values["xcoms"] = xcoms
     result = session.execute(
         update(TaskInstance)
         .where(TaskInstance.trigger_id == trigger_id, TaskInstance.state == TaskState.DEFERRED)
-        .values(state=state, end_date=utcnow(), trigger_id=None, trigger_timeout=None)
+        .values(**values)
     )
     return int(result.rowcount)  # type: ignore[attr-defined]
 
@@ -461,7 +447,9 @@ def watcher_assets(session: Session, trigger_ids: Iterable[int]) -> dict[int, tu
 def insert_asset_events(session: Session, rows: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
     """Insert asset events, skipping any whose (asset, dedup_key) exists.
 
-    Returns (event id, asset id) of the rows actually inserted.
+    A row whose dedup_key is None is always inserted (a unique constraint never matches
+    NULLs, on PostgreSQL and SQLite alike). Returns (event id, asset id) of the rows
+    actually inserted.
     """
     if not rows:
         return []
@@ -511,6 +499,7 @@ class WatcherRowState:
     trigger_id: int
     classpath: str
     kwargs: str
+    stream_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -670,6 +659,7 @@ def load_asset_watchers(session: Session) -> list[WatcherRowState]:
             AssetWatcher.trigger_id,
             Trigger.classpath,
             Trigger.kwargs,
+            Trigger.stream_digest,
         )
         .join(Trigger, Trigger.id == AssetWatcher.trigger_id)
         .order_by(AssetWatcher.id)

@@ -136,8 +136,8 @@ def delete_dead_stream_snapshots(session: Session, *, threshold_s: float, now: d
     """Delete the rows of triggerers that stopped without deleting them (crashed, killed):
     job not running, or its heartbeat ``threshold_s`` old or more. Returns the rows deleted.
 
-    A triggerer deletes its own rows only on a clean stop, and job rows are never deleted
-    (``ON DELETE CASCADE`` never fires): the triggerers' periodic clean-up calls this.
+    A triggerer deletes its own rows only on a clean stop, and only ``sluice db clean``
+    deletes job rows (long after they died): the triggerers' periodic clean-up calls this.
     """
     live = select(Job.id).where(_alive(now, threshold_s))
     result = session.execute(
@@ -496,5 +496,19 @@ def doctor_facts(
             for e in list_parse_errors(session)
         ],
         "unassigned_triggers": int(unassigned),
+        "stream_splits": _stream_splits(session, jobs),
         "now": now,
     }
+
+
+def _stream_splits(session: Session, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Shared-stream groups held by more than one live triggerer, with their trigger ids."""
+    from engine import store_claims
+
+    alive = {j["id"] for j in jobs if j["type"] == TRIGGERER_JOB and j["alive"]}
+    splits = store_claims.stream_splits(session, alive=alive)
+    ids = store_claims.group_trigger_ids(session, digests=splits)
+    return [
+        {"digest": digest, "holders": holders, "trigger_ids": ids.get(digest, [])}
+        for digest, holders in sorted(splits.items())
+    ]

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Final
 import anyio
 import anyio.lowlevel
 
-from engine import store, store_inspect
+from engine import claiming, store, store_claims, store_inspect
 from engine.db import heartbeat_forever
 from engine.exceptions import DecryptionError, SluiceError, TriggerLoadError
-from engine.loader import import_trigger_class, instantiate_trigger
+from engine.loader import import_trigger_class, instantiate_trigger, trigger_stream_digest
 from engine.models import JobState, TriggerKind
 from engine.outbox import Outbox, TriggerFailed
 from engine.persister import BatchResult, Persister
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from engine.crypto import KwargsCipher
     from engine.db import Database
-    from triggers.base import BaseTrigger, TriggerEvent
+    from triggers.base import BaseTrigger
 
 logger = logging.getLogger(__name__)
 
@@ -111,15 +111,14 @@ class Triggerer:
             outbox=self.outbox,
             confirm=self.shared_streams.confirm_persisted,
             refuse=self.shared_streams.refuse_persisted,
-            dedup_key=self._dedup_key,
             on_committed=on_committed,
             max_payload_bytes=settings.max_asset_event_payload_bytes,
             keep_events_while_paused=settings.keep_events_while_paused,
         )
         self.watchdog = LoopWatchdog(settings.blocked_threshold_s)
-        self._instances: dict[int, BaseTrigger] = {}
         self._load_failed: dict[int, float] = {}
         self._recovered: set[int] = set()  # started fine although their row records a failure
+        self._rehome: dict[int, str] = {}  # claimed rows to hand back to their group (digest)
         self._stopping = anyio.Event()
         self._wake = anyio.Event()
         self._claims = 0
@@ -311,20 +310,25 @@ class Triggerer:
 
     async def _wait_for_work(self) -> None:
         """Until the next full round (``claim_idle_interval_s``), a nudge from this process,
-        or, with capacity to spare, a new unassigned row: another process deferred a task or
-        added a watcher. That check is one indexed probe every ``new_trigger_poll_s``, so a
+        or a new unassigned row this triggerer would take: with capacity to spare, another
+        process deferred a task or added a watcher; even when full, a watcher joins a group
+        this triggerer holds. That check is one indexed probe every ``new_trigger_poll_s``, so a
         new trigger starts within about that time without a full round (ownership checksum,
         dead triggerers, timeouts) more often than once per idle interval."""
-        s = self.settings
+        s, job_id = self.settings, self.job_id
+        assert job_id is not None
         with anyio.move_on_after(s.claim_idle_interval_s):
             while True:
                 with anyio.move_on_after(s.new_trigger_poll_s):
                     await self._wake.wait()
                     return
-                if len(self.runner) >= s.capacity:
-                    continue
+                probe = partial(
+                    store_claims.has_claimable_triggers,
+                    triggerer_id=job_id,
+                    has_room=len(self.runner) < s.capacity,
+                )
                 try:
-                    if await self._db.read(store.has_unassigned_triggers):
+                    if await self._db.read(probe):
                         return
                 except SluiceError:
                     return  # the full round reports it
@@ -337,40 +341,45 @@ class Triggerer:
         job_id, s = self.job_id, self.settings
         # At most CLAIM_CHUNK rows per round: one huge claim holds the write lock, stalls the
         # loop while the worker thread decrypts, and leaves its peak memory resident.
-        left = min(s.capacity - len(self.runner), CLAIM_CHUNK)
+        left = max(0, min(s.capacity - len(self.runner), CLAIM_CHUNK))
         now = time.monotonic()
         retry = {t for t, failed_at in self._load_failed.items() if now - failed_at >= LOAD_RETRY_S}
 
         expected = self.runner.running_ids() | self._load_failed.keys()
-        local_checksum = (len(expected), sum(expected))
 
         recovered, self._recovered = self._recovered, set()
+        rehome, self._rehome = self._rehome, {}
 
         def claim(
             session: Session,
-        ) -> tuple[set[int] | None, list[store.TriggerRow], dict[int, store.Served]]:
+        ) -> tuple[set[int] | None, claiming.ClaimResult, dict[int, store.Served]]:
             store.fail_timed_out_deferrals(session)
             store.clear_load_errors(session, recovered)
-            # The full id list only when the cheap checksum says ours changed: with 100,000
-            # idle triggers, listing them every second is most of the idle CPU.
-            owned = None
-            if retry or store.owned_checksum(session, triggerer_id=job_id) != local_checksum:
-                owned = store.owned_trigger_ids(session, triggerer_id=job_id)
-            rows = store.claim_triggers(
+            store_claims.rehome_rows(session, triggerer_id=job_id, digests=rehome)
+            result = claiming.claim_round(
                 session,
                 triggerer_id=job_id,
-                capacity=left,
+                capacity_left=left,
                 threshold_s=s.health_check_threshold_s,
             )
-            if owned is not None:
-                rows += store.fetch_trigger_rows(session, retry & owned)
-            return owned, rows, store.triggers_served(session, (row.id for row in rows))
+            # The full id list only when the cheap checksum says ours changed: with 100,000
+            # idle triggers, listing them every second is most of the idle CPU.
+            claimed = [row.id for row in result.rows]
+            local = (len(expected) + len(claimed), sum(expected) + sum(claimed))
+            owned = None
+            if retry or rehome or store.owned_checksum(session, triggerer_id=job_id) != local:
+                owned = store.owned_trigger_ids(session, triggerer_id=job_id)
+                result.rows += store.fetch_trigger_rows(session, retry & owned)
+            return owned, result, store.triggers_served(session, (r.id for r in result.rows))
 
         try:
-            owned, rows, served = await self._db.run(claim)
+            owned, result, served = await self._db.run(claim)
         except SluiceError:
             self._recovered |= recovered  # cleared by the next round
+            self._rehome = rehome | self._rehome
             raise
+        rows = result.rows
+        self._report_claim(result)
         if owned is not None:
             self._stop_unowned(owned | {row.id for row in rows})
             self._load_failed = {t: at for t, at in self._load_failed.items() if t in owned}
@@ -385,7 +394,27 @@ class Triggerer:
                 # Let the started triggers take their first step in small batches: thousands
                 # at once would block the loop (and the watchdog would rightly say so).
                 await anyio.lowlevel.checkpoint()
-        return left > 0 and len(loaded) >= left
+        # Rows to hand back to their group are written by the next round, at once.
+        return bool(self._rehome) or (left > 0 and len(loaded) >= left)
+
+    def _report_claim(self, result: claiming.ClaimResult) -> None:
+        for group in result.oversized:
+            logger.warning(
+                "Shared-stream group %s has %d trigger(s), more than the %d this triggerer has "
+                "room for and more than any live triggerer has room for: taken whole, over "
+                "[triggerer] capacity (a group is never split across triggerers)",
+                group.digest[:12],
+                group.size,
+                group.capacity_left,
+                extra={"action": "group_over_capacity", "stream_digest": group.digest},
+            )
+        if result.released:
+            logger.warning(
+                "Shared-stream group split across live triggerers: gave up trigger(s) %s "
+                "to the triggerer that holds most of the group",
+                result.released,
+                extra={"action": "group_split_repaired", "trigger_ids": result.released},
+            )
 
     def _load(self, rows: list[store.TriggerRow], served: dict[int, store.Served]) -> list[_Loaded]:
         """In a worker thread: import each class of the round once (a first import of, say,
@@ -424,7 +453,6 @@ class Triggerer:
                 extra={"action": "trigger_unassigned", "trigger_id": trigger_id},
             )
             self.runner.stop(trigger_id)
-            self._instances.pop(trigger_id, None)
 
     def _start(self, item: _Loaded) -> None:
         row = item.row
@@ -437,7 +465,8 @@ class Triggerer:
         except TriggerLoadError as exc:
             self._load_failure(row.id, kind, exc)
             return
-        self._instances[row.id] = trigger
+        if not self._in_its_group(row, trigger):
+            return
         served = item.served
         self.runner.start(
             TriggerSpec(
@@ -450,6 +479,35 @@ class Triggerer:
         )
         if row.has_error and kind is TriggerKind.WATCHER:
             self._recovered.add(row.id)
+
+    def _in_its_group(self, row: store.TriggerRow, trigger: BaseTrigger) -> bool:
+        """Whether the row was claimed with its shared-stream group. A row written without a
+        digest (by an older version, or a path that had no trigger object) whose trigger
+        turns out to share a stream is handed back with its digest instead of started: it is
+        then claimed with its group, by whichever triggerer holds that."""
+        digest = trigger_stream_digest(trigger, strict=False)
+        if digest == row.stream_digest:
+            return True
+        if row.stream_digest is None:
+            assert digest is not None
+            logger.info(
+                "Trigger %s shares a stream (group %s): handing it back to be claimed with "
+                "its group",
+                row.id,
+                digest[:12],
+                extra={"action": "trigger_rehomed", "trigger_id": row.id},
+            )
+            self._rehome[row.id] = digest
+            return False
+        logger.warning(
+            "Trigger %s: its shared-stream key digest %s differs from the one stored with "
+            "its row (%s); it runs with the group it was claimed with",
+            row.id,
+            digest and digest[:12],
+            row.stream_digest[:12],
+            extra={"action": "stream_digest_mismatch", "trigger_id": row.id},
+        )
+        return True
 
     def _load_failure(self, trigger_id: int, kind: TriggerKind, exc: TriggerLoadError) -> None:
         logger.error(
@@ -468,11 +526,3 @@ class Triggerer:
                 will_restart=False,
             )
         )
-
-    def _dedup_key(self, trigger_id: int, event: TriggerEvent) -> str | None:
-        from triggers.base import BaseEventTrigger
-
-        trigger = self._instances.get(trigger_id)
-        if isinstance(trigger, BaseEventTrigger):
-            return trigger.dedup_key(event)
-        return event.dedup_key

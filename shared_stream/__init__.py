@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from shared_stream.exceptions import (
     AckTimeout,
+    DuplicateSubscription,
+    InvalidSubscription,
+    ManagerNotRunning,
     SharedStreamError,
     SharedStreamTerminated,
     SubscriberOverflow,
     SubscriptionError,
 )
+from shared_stream.keys import UnstableKeyError, stream_key_digest
 from shared_stream.manager import SharedStreamManager
 from shared_stream.producer import AdvanceItem, AdvanceOutcome, SharedStreamProducer
 from shared_stream.stats import GroupStats
@@ -24,12 +28,17 @@ __all__ = (
     "AckTimeout",
     "AdvanceItem",
     "AdvanceOutcome",
+    "DuplicateSubscription",
     "GroupStats",
+    "InvalidSubscription",
+    "ManagerNotRunning",
     "SharedStreamError",
     "SharedStreamManager",
     "SharedStreamProducer",
     "SharedStreamTerminated",
     "SubscriberOverflow",
     "SubscriptionError",
+    "UnstableKeyError",
     "reject_shared_stream_event",
+    "stream_key_digest",
 )

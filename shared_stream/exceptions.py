@@ -20,4 +20,22 @@ class SharedStreamTerminated(SharedStreamError):
 
 
 class SubscriptionError(SharedStreamError):
-    """A subscription call was invalid (manager not running, duplicate trigger id, bad key)."""
+    """A subscription call was invalid (manager not running, duplicate trigger id, bad key).
+
+    Each case is also the builtin Airflow's ``SharedStreamManager`` raises, so ported code
+    that catches ``ValueError`` / ``RuntimeError`` keeps working.
+    """
+
+
+class InvalidSubscription(SubscriptionError, ValueError):
+    """A bad argument: no ``shared_stream_key()`` (None), an unhashable or async key, or a
+    trigger that is not a ``BaseEventTrigger`` (a ``ValueError``, as in Airflow)."""
+
+
+class DuplicateSubscription(SubscriptionError, RuntimeError):
+    """The trigger id is already subscribed to the key (a ``RuntimeError``, as in Airflow)."""
+
+
+class ManagerNotRunning(SubscriptionError, RuntimeError):
+    """The manager is not serving (``run()`` / ``async with`` not active, or it is in
+    ``stop_all()`` / ``aclose()``): nothing can be subscribed now (a ``RuntimeError``)."""

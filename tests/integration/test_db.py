@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import inspect, select, text
 from sqlalchemy.exc import OperationalError
 
-from engine import store
+from engine import claiming, store
 from engine.db import (
     Database,
     check_schema,
@@ -130,10 +130,10 @@ def test_claim_respects_capacity_and_is_disjoint_between_triggerers(database: Da
     a = database.call(lambda s: store.start_job(s, job_type="triggerer"))
     b = database.call(lambda s: store.start_job(s, job_type="triggerer"))
     got_a = database.call(
-        lambda s: store.claim_triggers(s, triggerer_id=a, capacity=10, threshold_s=30)
+        lambda s: claiming.claim_round(s, triggerer_id=a, capacity_left=10, threshold_s=30).rows
     )
     got_b = database.call(
-        lambda s: store.claim_triggers(s, triggerer_id=b, capacity=100, threshold_s=30)
+        lambda s: claiming.claim_round(s, triggerer_id=b, capacity_left=100, threshold_s=30).rows
     )
     assert len(got_a) == 10
     assert len(got_b) == 15
@@ -147,12 +147,16 @@ def test_claim_respects_capacity_and_is_disjoint_between_triggerers(database: Da
 def test_rows_of_a_dead_triggerer_are_taken_over(database: Database) -> None:
     _insert_triggers(database, 5)
     dead = database.call(lambda s: store.start_job(s, job_type="triggerer"))
-    database.call(lambda s: store.claim_triggers(s, triggerer_id=dead, capacity=5, threshold_s=30))
+    database.call(
+        lambda s: claiming.claim_round(s, triggerer_id=dead, capacity_left=5, threshold_s=30).rows
+    )
     alive = database.call(lambda s: store.start_job(s, job_type="triggerer"))
     # While the owner heartbeats, nothing is taken over.
     assert (
         database.call(
-            lambda s: store.claim_triggers(s, triggerer_id=alive, capacity=5, threshold_s=30)
+            lambda s: (
+                claiming.claim_round(s, triggerer_id=alive, capacity_left=5, threshold_s=30).rows
+            )
         )
         == []
     )
@@ -163,7 +167,7 @@ def test_rows_of_a_dead_triggerer_are_taken_over(database: Database) -> None:
         )
     )
     taken = database.call(
-        lambda s: store.claim_triggers(s, triggerer_id=alive, capacity=5, threshold_s=30)
+        lambda s: claiming.claim_round(s, triggerer_id=alive, capacity_left=5, threshold_s=30).rows
     )
     assert len(taken) == 5
     assert database.call(lambda s: store.release_triggers(s, triggerer_id=alive)) == 5

@@ -66,6 +66,7 @@ def facts(jobs: list[dict[str, Any]], *tasks: dict[str, Any], **more: Any) -> di
         "failed_watchers": [],
         "failing_watchers": [],
         "parse_errors": [],
+        "stream_splits": [],
         "unassigned_triggers": sum(1 for t in tasks if t["triggerer_id"] is None),
         "now": NOW,
         **more,
@@ -148,3 +149,11 @@ def test_a_long_error_is_cut_to_its_first_line() -> None:
     assert checks(found) == [("dag_parse_error", "error")]
     assert found[0].problem.endswith("x" * 297 + "...") and "Traceback" not in found[0].problem
     assert doctor.has_errors(found)
+
+
+def test_a_shared_stream_group_split_across_live_triggerers_is_an_error() -> None:
+    split = {"digest": "ab" * 32, "holders": {7: 3, 9: 1}, "trigger_ids": [1, 2, 3, 4]}
+    found = diagnose(facts([], stream_splits=[split]))
+    assert ("stream_split", "error") in checks(found)
+    [finding] = [f for f in found if f.check == "stream_split"]
+    assert "1, 2, 3, 4" in finding.problem and "7: 3 trigger(s)" in finding.problem
