@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 
     from engine.outbox import Outbox
 
+    DedupHook = Callable[[TriggerEvent], str | None]  # a trigger's bound dedup_key
+
 # The runtime's records keep the public module's logger name (operators filter on it).
 logger = logging.getLogger("engine.runner")
 
@@ -57,6 +59,7 @@ RETURNED_EVENT: Final = (
     "run() returned a TriggerEvent instead of yielding it; "
     "make run() an async generator (use `yield`)"
 )
+_DEFAULT_DEDUP_HOOK: Final = BaseEventTrigger.dedup_key
 
 
 class SharedStreamSubscriptions(Protocol):
@@ -168,6 +171,20 @@ async def _wait_for_previous(handle: TriggerHandle) -> None:
     handle.previous = None
 
 
+def _dedup_hook(trigger: BaseTrigger) -> DedupHook | None:
+    """``trigger.dedup_key``, or None where it would return each event's own key.
+
+    Resolved once per attempt: for an event trigger that neither overrides the hook nor sets
+    ``dedup_by_payload`` (and for a deferred task's trigger, which has no hook) the runtime
+    takes ``event.dedup_key`` as is, without a call per event on the fan-out path.
+    """
+    if not isinstance(trigger, BaseEventTrigger):
+        return None
+    if type(trigger).dedup_key is _DEFAULT_DEDUP_HOOK and not trigger.dedup_by_payload:
+        return None
+    return trigger.dedup_key
+
+
 def _rebuild(trigger: BaseTrigger) -> BaseTrigger:
     """A fresh instance from ``trigger.serialize()``, imported from nowhere.
 
@@ -239,6 +256,7 @@ class TriggerTasks:
             started = self._clock()
             trigger = handle.trigger
             trigger.trigger_id = trigger_id
+            dedup = _dedup_hook(trigger)
             key: Hashable | None = None
             source: Any = None
             failure: _Failure | None = None
@@ -249,7 +267,7 @@ class TriggerTasks:
                     failure = _Failure.returned(await source)
                 else:
                     async for item in source:
-                        failure = self._take(handle, item, key)
+                        failure = self._take(handle, item, key, dedup)
                         if failure is not None or handle.kind is TriggerKind.TASK:
                             break
                     else:
@@ -284,16 +302,30 @@ class TriggerTasks:
         stream = self._shared_streams.subscribe(trigger_id=trigger_id, trigger=trigger, key=key)
         return trigger.filter_shared_stream(stream)
 
-    def _take(self, handle: TriggerHandle, item: object, key: Hashable | None) -> _Failure | None:
-        """Fire ``item`` if it is a ``TriggerEvent``; the failure it is otherwise."""
+    def _take(
+        self, handle: TriggerHandle, item: object, key: Hashable | None, dedup: DedupHook | None
+    ) -> _Failure | None:
+        """Fire ``item`` if it is a ``TriggerEvent``; the failure it is otherwise.
+
+        ``dedup`` is the trigger's ``dedup_key`` hook (None: the event's own key stands).
+        """
         if not isinstance(item, TriggerEvent):
             return _Failure(f"yielded {type(item).__name__} instead of a TriggerEvent")
+        # Before binding: a hook that raises fails the trigger with nothing bound to it.
+        dedup_key = item.dedup_key if dedup is None else dedup(item)
+        if dedup is not None and dedup_key is not None and not isinstance(dedup_key, str):
+            if inspect.iscoroutine(dedup_key):
+                dedup_key.close()  # never awaited: say so instead of a RuntimeWarning
+            return _Failure(
+                f"dedup_key() returned {type(dedup_key).__name__}, not a str or None"
+                " (it must be a plain def returning a str)"
+            )
         seq: int | None = None
         if key is not None:
             assert self._shared_streams is not None
             seq = self._shared_streams.bind_pending_event(trigger_id=handle.trigger_id, key=key)
         self._outbox.put_nowait(
-            FiredEvent(handle.trigger_id, item, seq, self._clock(), handle.watcher)
+            FiredEvent(handle.trigger_id, item, seq, self._clock(), handle.watcher, dedup_key)
         )
         self.fired += 1
         logger.log(

@@ -170,7 +170,11 @@ class AssetWatcher(Base):
 
 
 class AssetEvent(Base):
-    """One update of an asset; ``dedup_key`` makes a redelivered message a no-op."""
+    """One update of an asset; ``dedup_key`` makes a redelivered message a no-op.
+
+    The key names the delivery (broker coordinates, a message id, a file's identity). An
+    event without one (NULL: the unique constraint never matches NULLs) is never merged.
+    """
 
     __tablename__ = "asset_event"
     __table_args__ = (UniqueConstraint("asset_id", "dedup_key"),)
@@ -178,7 +182,7 @@ class AssetEvent(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     asset_id: Mapped[int] = mapped_column(ForeignKey("asset.id", ondelete="CASCADE"))
     payload: Mapped[Any] = mapped_column(JSON)
-    dedup_key: Mapped[str] = mapped_column(String(512))
+    dedup_key: Mapped[str | None] = mapped_column(String(512))
     source_trigger_id: Mapped[int | None] = mapped_column(Integer)
     source_watcher: Mapped[str | None] = mapped_column(String(1500))
     timestamp: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, index=True)

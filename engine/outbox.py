@@ -46,7 +46,9 @@ class FiredEvent:
     manager once the event is committed. ``fired_at`` is ``time.monotonic()`` at firing.
     ``watcher`` is the (asset id, watcher name) a watcher trigger was claimed for: its event
     is stored for that asset even if the watcher moved to a new trigger row meanwhile (its
-    kwargs were edited) and this row is already gone.
+    kwargs were edited) and this row is already gone. ``dedup_key`` is the key the trigger
+    gave the event (``BaseEventTrigger.dedup_key``), computed as the event was taken: the
+    watcher's asset event is stored once per key, and always when it is None.
     """
 
     trigger_id: int
@@ -54,6 +56,7 @@ class FiredEvent:
     seq: int | None
     fired_at: float
     watcher: tuple[int, str] | None = None
+    dedup_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,10 @@ A batch that fails because the database is unavailable is retried with backoff a
 lost; a batch that fails because of one bad item is bisected and the bad item is reported
 (with its trigger id) and dropped; its shared-stream event is left unconfirmed, so the ack
 timeout makes the broker redeliver it rather than lose it.
+
+A watcher's event is stored under the ``dedup_key`` its ``FiredEvent`` carries (the trigger
+computed it as the event was taken): once per key, so a redelivery is absorbed, and every
+time when it has none. The persister needs nothing from the triggerer.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from engine.exceptions import DatabaseError
 from engine.models import TriggerKind
 from engine.outbox import FiredEvent, TriggerFailed
 from triggers.base import BaseTaskEndEvent
-from triggers.serde import dumps, payload_digest, serialize_value
+from triggers.serde import dumps, serialize_value
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -105,7 +109,6 @@ class Persister:
         outbox: Outbox,
         confirm: Callable[[Sequence[int]], None] | None = None,
         refuse: Callable[[Sequence[int]], None] | None = None,
-        dedup_key: Callable[[int, TriggerEvent], str | None] | None = None,
         on_committed: Callable[[BatchResult], None] | None = None,
         max_payload_bytes: int | None = None,
         keep_events_while_paused: bool = True,
@@ -116,7 +119,6 @@ class Persister:
         self._outbox = outbox
         self._confirm = confirm
         self._refuse = refuse
-        self._dedup_key = dedup_key or (lambda _tid, event: event.dedup_key)
         self._on_committed = on_committed
         self._writing = False
         self._batch_done: anyio.Event | None = None
@@ -281,11 +283,12 @@ class Persister:
 
     def _asset_row(self, item: FiredEvent, asset_id: int, watcher: str) -> dict[str, Any]:
         payload = serialize_value(item.event.payload, where="event payload")
-        key = self._dedup_key(item.trigger_id, item.event) or payload_digest(item.event.payload)
+        # The key the trigger gave when the event was taken; None is never deduplicated.
+        key = item.dedup_key
         return {
             "asset_id": asset_id,
             "payload": payload,
-            "dedup_key": key[:512],
+            "dedup_key": None if key is None else key[:512],
             "source_trigger_id": item.trigger_id,
             "source_watcher": watcher,
             "timestamp": store.utcnow(),
@@ -294,7 +297,9 @@ class Persister:
     @staticmethod
     def _finish_task_trigger(session: Session, trigger_id: int, event: TriggerEvent) -> int:
         if isinstance(event, BaseTaskEndEvent):
-            count = store.end_deferred_tasks(session, trigger_id, state=event.task_instance_state)
+            count = store.end_deferred_tasks(
+                session, trigger_id, state=event.task_instance_state, xcoms=_task_results(event)
+            )
         else:
             # Each task resumes with the kwargs it gave defer(kwargs=...) plus the event.
             count = store_tasks.resume_deferred_tasks_with_event(session, trigger_id, event.payload)
@@ -313,3 +318,15 @@ class Persister:
             next_kwargs={"error": item.reason, "traceback": item.traceback},
         )
         store.delete_trigger(session, item.trigger_id)
+
+
+def _task_results(event: BaseTaskEndEvent) -> dict[str, Any] | None:
+    """The ``xcoms`` of an ``end_from_trigger`` event in the shape the executor stores a
+    returned value (``{"return_value": serialize_value(value)}``): tagged JSON per key, so
+    the same reader sees both. None when there are none, as for a task returning None."""
+    if not event.xcoms:
+        return None
+    return {
+        name: serialize_value(value, where=f"xcom {name!r} of {type(event).__name__}")
+        for name, value in event.xcoms.items()
+    }

@@ -12,9 +12,9 @@ from __future__ import annotations
 import abc
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from triggers.serde import ensure_serializable
+from triggers.serde import ensure_serializable, payload_digest
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Hashable
@@ -34,8 +34,12 @@ def classpath_of(obj_or_cls: object) -> str:
 class TriggerEvent:
     """Something a trigger fired, with a JSON-serializable (tagged) payload.
 
-    Two events are equal when their payloads are equal. ``dedup_key`` optionally overrides
-    the payload-derived deduplication key of the asset event a watcher's event becomes.
+    Two events are equal when their payloads are equal. ``dedup_key`` names the *delivery*
+    the event comes from (``kafka:<topic>:<partition>:<offset>``, ``sqs:<message id>``, a
+    file's identity and mtime): the asset event a watcher's event becomes is stored once per
+    key, so a redelivery of the same message is absorbed. Without a key (None, the default)
+    every event is its own asset event, even with a payload equal to an earlier one's; see
+    ``BaseEventTrigger.dedup_key`` for a trigger that wants equal payloads merged.
     """
 
     __slots__ = ("dedup_key", "payload")
@@ -70,6 +74,9 @@ class BaseTaskEndEvent(TriggerEvent):
     task_instance_state: str = ""
 
     def __init__(self, *, xcoms: dict[str, Any] | None = None) -> None:
+        for name in xcoms or {}:
+            if not isinstance(name, str):
+                raise TypeError(f"{type(self).__name__} xcoms keys must be str, got {name!r}")
         super().__init__({"state": self.task_instance_state, "xcoms": dict(xcoms or {})})
         self.xcoms = dict(xcoms or {})
 
@@ -156,11 +163,31 @@ class BaseEventTrigger(BaseTrigger):
     ``create_shared_stream_producer`` (ack mode) is driven once per group with the kwargs
     of the group's first subscriber; each trigger's ``filter_shared_stream`` turns the raw
     stream into its own ``TriggerEvent``s.
+
+    Deduplication recognises redeliveries, not equal payloads: give each event the key of
+    the delivery it comes from (``TriggerEvent(payload, dedup_key=...)``), or override
+    ``dedup_key()``. Set ``dedup_by_payload = True`` on a trigger whose equal payloads are
+    the same fact (a poll that reports the same state again), to store them once.
     """
 
+    #: Store events without a ``dedup_key`` once per distinct payload (keyed by the SHA-256
+    #: of the payload's JSON) instead of once per event. Off by default: a sensor that
+    #: sends ``{"status": "ok"}`` twice means it twice.
+    dedup_by_payload: ClassVar[bool] = False
+
     def dedup_key(self, event: TriggerEvent) -> str | None:
-        """The asset-event deduplication key of ``event``; None means payload-derived."""
-        return event.dedup_key
+        """The key the asset event made of ``event`` is stored once under, or None.
+
+        The runtime calls it as the event is taken from the trigger, on the event loop: keep
+        it cheap. The default returns ``event.dedup_key``; for an event without one, the
+        payload digest when ``dedup_by_payload`` is set, else None (never deduplicated). An
+        override that derives the key from the event's broker coordinates is the other way.
+        Keys are cut to 512 characters.
+        """
+        key = event.dedup_key
+        if key is None and self.dedup_by_payload:
+            return payload_digest(event.payload)
+        return key
 
     def shared_stream_key(self) -> Hashable | None:
         """Key of the shared upstream; None (the default) runs this trigger's own ``run()``."""

@@ -45,6 +45,19 @@ def _glob_files(pattern: str, recursive: bool) -> list[str]:
     return sorted(path for path in glob.glob(pattern, recursive=recursive) if os.path.isfile(path))
 
 
+def file_dedup_key(path: str, info: os.stat_result) -> str:
+    """The dedup key of one version of a file: its identity, mtime and size, then its path.
+
+    ``file:<device>:<inode>:<mtime_ns>:<size>:<path>``. Seeing the same file again (a
+    re-listing, a notification repeated, a takeover by another triggerer) gives the same
+    key, so one asset event; a file replaced within the file system's mtime granularity (a
+    new inode, or another size) gives another key. A file deleted and written again with the
+    same size, within the same mtime tick, and given back the freed inode number cannot be
+    told apart by ``stat``. The path comes last: keys are cut to 512 characters.
+    """
+    return f"file:{info.st_dev}:{info.st_ino}:{info.st_mtime_ns}:{info.st_size}:{path}"
+
+
 def _take_file(path: str) -> os.stat_result | None:
     """Unlink ``path`` if it is a regular file; its stat, or None if it was not there.
 
@@ -116,8 +129,9 @@ class FileTrigger(BaseTrigger):
 class FileDeleteTrigger(BaseEventTrigger):
     """Watches one path: each time a file appears there, deletes it and fires.
 
-    Payload: ``{"filepath": ..., "mtime": <modification time, epoch seconds>}``; the mtime
-    keeps two appearances of the same file from being deduplicated into one asset event.
+    Payload: ``{"filepath": ..., "mtime": <modification time, epoch seconds>}``; the event's
+    ``dedup_key`` is the file's identity and mtime (``file_dedup_key``), so each appearance
+    is its own asset event, even with an equal payload.
     """
 
     def __init__(self, filepath: str, poke_interval: float = DEFAULT_POKE_INTERVAL_S) -> None:
@@ -140,7 +154,10 @@ class FileDeleteTrigger(BaseEventTrigger):
                     self.filepath,
                     extra={"action": "file_delete", "trigger_id": self.trigger_id},
                 )
-                yield TriggerEvent({"filepath": self.filepath, "mtime": info.st_mtime})
+                yield TriggerEvent(
+                    {"filepath": self.filepath, "mtime": info.st_mtime},
+                    dedup_key=file_dedup_key(self.filepath, info),
+                )
             await anyio.sleep(self.poke_interval)
 
 
@@ -172,7 +189,8 @@ class DirectoryFileDeleteTrigger(BaseEventTrigger):
     Siblings on the same directory and cadence share one listing per ``poke_interval``
     (their ``shared_stream_key`` is equal); each one then looks for its own file name in the
     snapshot. Payload: ``{"directory": ..., "filename": ..., "filepath": ...}``; the event's
-    ``dedup_key`` adds the file's mtime so that each appearance is its own asset event.
+    ``dedup_key`` is the file's identity and mtime (``file_dedup_key``), so each appearance
+    is its own asset event, even with an equal payload.
     """
 
     listing_stats: ClassVar[ListingStats] = LISTING_STATS
@@ -251,7 +269,7 @@ class DirectoryFileDeleteTrigger(BaseEventTrigger):
             extra={"action": "file_delete", "trigger_id": self.trigger_id},
         )
         payload = {"directory": self.directory, "filename": self.filename, "filepath": filepath}
-        return TriggerEvent(payload, dedup_key=f"{filepath}@{info.st_mtime_ns}")
+        return TriggerEvent(payload, dedup_key=file_dedup_key(filepath, info))
 
 
 def _contains(sorted_names: list[str], name: str) -> bool:

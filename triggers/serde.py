@@ -439,5 +439,5 @@ def loads_kwargs(text: str) -> dict[str, object]:
 
 
 def payload_digest(value: object) -> str:
-    """SHA-256 hex digest of ``dumps(value)``: the default deduplication key of asset events."""
+    """SHA-256 hex digest of ``dumps(value)``: the dedup key of a ``dedup_by_payload`` trigger."""
     return hashlib.sha256(dumps(value, where="payload").encode("utf-8")).hexdigest()

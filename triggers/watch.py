@@ -28,6 +28,7 @@ import watchfiles
 
 from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
 from triggers.exceptions import TriggerError
+from triggers.file import file_dedup_key
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
@@ -62,46 +63,50 @@ class _StopOnCancel(asyncio.Event):
 
 
 class _RecentWrites:
-    """The last mtime fired per path, bounded: one event per write, not one per change kind."""
+    """The last version fired per path, bounded: one event per write, not per change kind.
 
-    __slots__ = ("_limit", "_mtimes")
+    A version is the file's ``file_dedup_key`` (identity, mtime, size).
+    """
+
+    __slots__ = ("_limit", "_versions")
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
-        self._mtimes: dict[str, int] = {}
+        self._versions: dict[str, str] = {}
 
-    def is_new(self, path: str, mtime_ns: int) -> bool:
-        """Record ``(path, mtime_ns)``; False if it was the last write recorded for ``path``."""
-        if self._mtimes.get(path) == mtime_ns:
+    def is_new(self, path: str, version: str) -> bool:
+        """Record ``(path, version)``; False if it was the last one recorded for ``path``."""
+        if self._versions.get(path) == version:
             return False
-        self._mtimes.pop(path, None)
-        self._mtimes[path] = mtime_ns
-        if len(self._mtimes) > self._limit:
-            del self._mtimes[next(iter(self._mtimes))]
+        self._versions.pop(path, None)
+        self._versions[path] = version
+        if len(self._versions) > self._limit:
+            del self._versions[next(iter(self._versions))]
         return True
 
     def __repr__(self) -> str:
-        return f"<_RecentWrites {len(self._mtimes)}/{self._limit} paths>"
+        return f"<_RecentWrites {len(self._versions)}/{self._limit} paths>"
 
 
-def _regular_file_mtimes(paths: Iterable[str]) -> dict[str, int]:
-    """``st_mtime_ns`` of each path that is (still) a regular file."""
-    mtimes: dict[str, int] = {}
+def _regular_file_versions(paths: Iterable[str]) -> dict[str, str]:
+    """The ``file_dedup_key`` of each path that is (still) a regular file."""
+    versions: dict[str, str] = {}
     for path in paths:
         try:
             info = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
             continue
         if stat.S_ISREG(info.st_mode):
-            mtimes[path] = info.st_mtime_ns
-    return mtimes
+            versions[path] = file_dedup_key(path, info)
+    return versions
 
 
 class DirectoryWatchTrigger(BaseEventTrigger):
     """Fires once per file written in ``directory`` whose name matches ``pattern`` (fnmatch).
 
     Payload: ``{"path": ..., "change": "added" | "modified"}``; the event's ``dedup_key`` is
-    the path and its mtime, so one write seen as several changes is one asset event.
+    the file's identity and mtime (``file_dedup_key``), so one write seen as several changes
+    is one asset event, and a file replaced within the same mtime is another.
     Deletions and paths already gone are skipped: a write-to-temp-then-rename shows up as
     the final name ``added``.
     """
@@ -179,11 +184,11 @@ class DirectoryWatchTrigger(BaseEventTrigger):
                     added.add(path)
         if not candidates:
             return []
-        mtimes = await anyio.to_thread.run_sync(_regular_file_mtimes, sorted(candidates))
+        versions = await anyio.to_thread.run_sync(_regular_file_versions, sorted(candidates))
         events: list[TriggerEvent] = []
-        for path, mtime_ns in mtimes.items():
-            if recent.is_new(path, mtime_ns):
+        for path, version in versions.items():
+            if recent.is_new(path, version):
                 change_name = "added" if path in added else "modified"
                 payload = {"path": path, "change": change_name}
-                events.append(TriggerEvent(payload, dedup_key=f"{path}@{mtime_ns}"))
+                events.append(TriggerEvent(payload, dedup_key=version))
         return events

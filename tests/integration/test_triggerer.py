@@ -30,7 +30,7 @@ from engine.models import (
 from engine.triggerer import Triggerer, TriggererSettings
 from tests.waiting import eventually as db_eventually
 from tests.waiting import wait_until
-from triggers.serde import loads
+from triggers.serde import deserialize_value, loads
 from triggers.testing import ManualTrigger
 
 if TYPE_CHECKING:
@@ -54,6 +54,21 @@ class RaisingTrigger(BaseTrigger):
     async def run(self):
         raise RuntimeError("upstream exploded")
         yield
+
+
+class EndingTrigger(BaseTrigger):
+    # Ends its task on the triggerer (end_from_trigger), publishing results.
+
+    def serialize(self):
+        return ("sluice_test_plugin.EndingTrigger", {})
+
+    async def run(self):
+        from datetime import UTC, datetime
+
+        from triggers import TaskSuccessEvent
+
+        at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+        yield TaskSuccessEvent(xcoms={"rows": 3, "at": at, "return_value": {"ok": True}})
 """
 
 EVIL = "import pathlib\npathlib.Path(__file__).with_suffix('.imported').touch()\n"
@@ -150,6 +165,36 @@ def running(db: Database, key: str, plugins: Path):
     return asynccontextmanager(lambda **kw: _running(db, key, plugins, **kw))
 
 
+async def test_served_deferred_tasks_leave_nothing_behind_in_the_triggerer(
+    db, key, running
+) -> None:
+    # Once its task resumed, a trigger is forgotten: no container of the triggerer grows by
+    # one entry per served trigger (the persister takes each event's dedup key from the
+    # event itself, so the triggerer keeps no instances for it).
+    served = 12
+    moment = datetime.now(UTC) - timedelta(seconds=1)
+    cipher = KwargsCipher(key)
+    ti_ids = [
+        _deferred_task(db, cipher, "triggers.temporal.DateTimeTrigger", {"moment": moment})[1]
+        for _ in range(served)
+    ]
+
+    def all_resumed(session: Any) -> bool:
+        rows = session.execute(select(TaskInstance.state).where(TaskInstance.id.in_(ti_ids)))
+        return all(state == "scheduled" for (state,) in rows)
+
+    with anyio.fail_after(15):
+        async with running() as triggerer:
+            await eventually(db, all_resumed)
+            await wait_until(lambda: len(triggerer.runner) == 0)
+            sizes = {
+                name: len(value)
+                for name, value in vars(triggerer).items()
+                if isinstance(value, dict | set | list)
+            }
+    assert {name: size for name, size in sizes.items() if size >= served} == {}
+
+
 async def test_deferred_task_resumes_with_the_event_payload(db, key, running) -> None:
     moment = datetime.now(UTC) - timedelta(seconds=1)
     trigger_id, ti_id = _deferred_task(
@@ -163,6 +208,25 @@ async def test_deferred_task_resumes_with_the_event_payload(db, key, running) ->
     assert ti.next_method == "execute_complete"
     assert loads(ti.next_kwargs) == {"event": moment}
     assert ti.trigger_id is None
+    assert db.call(lambda s: s.get(Trigger, trigger_id)) is None
+
+
+async def test_end_from_trigger_xcoms_are_the_task_results(db, key, running) -> None:
+    """TaskSuccessEvent(xcoms=...) ends the task with those results, stored as an executor
+    stores a returned value (tagged JSON per key), so the same reader sees them."""
+    trigger_id, ti_id = _deferred_task(
+        db, KwargsCipher(key), "sluice_test_plugin.EndingTrigger", {}
+    )
+    with anyio.fail_after(15):
+        async with running():
+            ti = await eventually(db, lambda s: (t := _ti(ti_id)(s)) and t.state == "success" and t)
+    assert ti.end_date is not None and ti.trigger_id is None
+    results = {name: deserialize_value(value) for name, value in ti.xcoms.items()}
+    assert results == {
+        "rows": 3,
+        "at": datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+        "return_value": {"ok": True},
+    }
     assert db.call(lambda s: s.get(Trigger, trigger_id)) is None
 
 
@@ -269,20 +333,28 @@ async def test_watcher_events_become_deduplicated_asset_events(db, key, running)
     with anyio.fail_after(15):
         async with running() as triggerer:
             await channel.wait_subscribed()
-            channel.fire({"n": 1})
-            channel.fire({"n": 1})  # the same payload again: one asset event
+            channel.fire({"status": "ok"})
+            channel.fire({"status": "ok"})  # sent twice, meant twice: two asset events
             channel.fire({"n": 2}, dedup_key="custom-2")
-            # all three fired events stored or skipped as duplicates
-            await wait_until(lambda: triggerer.persister.stats.events >= 3)
+            channel.fire({"n": 2}, dedup_key="custom-2")  # a redelivery: absorbed
+            # all four fired events stored or skipped as duplicates
+            await wait_until(lambda: triggerer.persister.stats.events >= 4)
             rows = await db.run(
                 lambda s: (
-                    s.execute(select(AssetEvent).where(AssetEvent.asset_id == asset_id))
+                    s.execute(
+                        select(AssetEvent)
+                        .where(AssetEvent.asset_id == asset_id)
+                        .order_by(AssetEvent.id)
+                    )
                     .scalars()
                     .all()
                 )
             )
-    assert sorted(r.payload["n"] for r in rows) == [1, 2]
-    assert {r.dedup_key for r in rows if r.payload["n"] == 2} == {"custom-2"}
+    assert [(r.payload, r.dedup_key) for r in rows] == [
+        ({"status": "ok"}, None),
+        ({"status": "ok"}, None),
+        ({"n": 2}, "custom-2"),
+    ]
     assert all(r.source_watcher == "w" for r in rows)
 
 

@@ -21,6 +21,7 @@ from shared_stream import SharedStreamManager
 from shared_stream.testing import InMemoryProducer
 from tests.waiting import wait_until as shared_wait_until
 from triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent, classpath_of
+from triggers.serde import payload_digest
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Hashable
@@ -182,6 +183,101 @@ async def test_watcher_events_flow_in_order_and_it_keeps_running():
             assert [(i.trigger_id, i.event.payload) for i in batch] == [(3, 1), (3, 2), (3, 3)]
             assert runner.running_ids() == frozenset({3})
             assert probe("w").cleanups == 0
+
+
+# -- deduplication keys ------------------------------------------------------------------
+
+OK: Any = {"status": "ok"}
+KEYED_EVENTS: tuple[tuple[Any, str | None], ...] = ((OK, None), (OK, None), ("x", "k"))
+
+
+class KeyedEvents(BaseEventTrigger):
+    """Yields ``TriggerEvent(payload, dedup_key=key)`` for each pair, then waits."""
+
+    def __init__(self, events: tuple[tuple[Any, str | None], ...] = KEYED_EVENTS) -> None:
+        super().__init__()
+        self.events = events
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return classpath_of(self), {"events": self.events}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        for payload, key in self.events:
+            yield TriggerEvent(payload, dedup_key=key)
+        await anyio.sleep(math.inf)
+
+
+class PayloadDeduped(KeyedEvents):
+    dedup_by_payload = True
+
+
+class Hooked(KeyedEvents):
+    def dedup_key(self, event: TriggerEvent) -> str | None:
+        return f"hook:{event.payload}"
+
+
+class KeyedTask(BaseTrigger):
+    """A deferred task's trigger: not an event trigger, so no dedup hook."""
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return classpath_of(self), {}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        yield TriggerEvent(OK, dedup_key="task-key")
+
+
+@pytest.mark.parametrize(
+    ("trigger", "keys"),
+    [
+        (KeyedEvents(), [None, None, "k"]),  # no key: not deduplicated
+        (PayloadDeduped(), [payload_digest(OK), payload_digest(OK), "k"]),
+        (Hooked(), [f"hook:{OK}", f"hook:{OK}", "hook:x"]),
+    ],
+)
+async def test_a_fired_event_carries_the_key_of_its_triggers_dedup_hook(trigger, keys):
+    # Computed where the event is taken: the persister needs nothing from the triggerer.
+    with anyio.fail_after(5):
+        async with running() as (runner, outbox):
+            start(runner, 5, trigger, WATCHER)
+            await wait_until(lambda: len(outbox) == 3)
+            batch = fired_only(await outbox.get_batch())
+    assert [i.dedup_key for i in batch] == keys
+
+
+class RaisingHook(KeyedEvents):
+    def dedup_key(self, event: TriggerEvent) -> str | None:
+        raise ValueError("no key")
+
+
+async def test_a_dedup_hook_that_raises_is_a_failure_of_its_trigger():
+    with anyio.fail_after(5):
+        async with running() as (runner, outbox):
+            start(runner, 8, RaisingHook())
+            failure = await next_failed(outbox)
+            assert (failure.trigger_id, failure.reason) == (8, "ValueError('no key')")
+            assert len(outbox) == 0  # nothing fired
+
+
+class AsyncHook(KeyedEvents):
+    async def dedup_key(self, event: TriggerEvent) -> str | None:  # type: ignore[override]
+        return "never awaited"
+
+
+async def test_an_async_dedup_hook_is_a_failure_not_a_coroutine_key():
+    with anyio.fail_after(5):
+        async with running() as (runner, outbox):
+            start(runner, 9, AsyncHook())
+            failure = await next_failed(outbox)
+            assert failure.trigger_id == 9
+            assert "dedup_key() returned coroutine" in failure.reason
+            assert len(outbox) == 0  # nothing fired
+
+
+async def test_a_task_triggers_event_carries_its_own_dedup_key():
+    with anyio.fail_after(5):
+        async with running() as (runner, outbox):
+            start(runner, 6, KeyedTask())
+            assert (await next_fired(outbox)).dedup_key == "task-key"
 
 
 # -- failures ----------------------------------------------------------------------------
@@ -372,6 +468,25 @@ async def test_on_kill_raising_is_logged_and_the_trigger_still_stops(caplog):
     actions = [getattr(r, "action", None) for r in caplog.records]
     assert actions == ["trigger_on_kill_failed"]
     assert probe("t").cleanups == 1
+
+
+async def test_an_async_on_kill_is_reported_not_silently_skipped(caplog):
+    class AsyncKill(ScriptTrigger):
+        async def on_kill(self) -> None:  # type: ignore[override]
+            self.probe.kills += 1
+
+    caplog.set_level(logging.ERROR, logger="engine.runner")
+    with anyio.fail_after(5):
+        async with running() as (runner, outbox):
+            start(runner, 15, AsyncKill(name="t", script="wait"))
+            await probe("t").started.wait()
+            runner.stop(15, kill=True)
+            await wait_until(lambda: 15 not in runner)
+            assert len(outbox) == 0
+    [record] = [r for r in caplog.records if getattr(r, "action", None)]
+    assert (record.action, record.trigger_id) == ("trigger_on_kill_failed", 15)
+    assert "async def" in record.getMessage()
+    assert probe("t").kills == 0 and probe("t").cleanups == 1
 
 
 async def test_report_failure_puts_a_non_restarting_failure():

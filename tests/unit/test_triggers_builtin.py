@@ -30,7 +30,7 @@ from triggers import (
     temporal,
 )
 from triggers import file as file_module
-from triggers.file import LISTING_STATS
+from triggers.file import LISTING_STATS, file_dedup_key
 from triggers.testing import ManualTrigger, collect_events, run_trigger_until_event
 from triggers.watch import RECENT_WRITES_MAX, _RecentWrites
 
@@ -164,6 +164,10 @@ async def test_file_delete_trigger_deletes_fires_and_keeps_watching(tmp_path: Pa
     assert not flag.exists()
     assert first.payload == {"filepath": str(flag), "mtime": 1.0}
     assert second.payload == {"filepath": str(flag), "mtime": 2.0}
+    # Keyed by the file's identity, mtime and size: equal payloads would still be two events.
+    assert first.dedup_key is not None and first.dedup_key.startswith("file:")
+    assert first.dedup_key.endswith(f":1000000000:1:{flag}")
+    assert second.dedup_key is not None and second.dedup_key.endswith(f":2000000000:1:{flag}")
 
 
 async def test_file_delete_trigger_tolerates_the_file_vanishing_before_unlink(
@@ -254,7 +258,8 @@ async def test_siblings_share_one_listing_per_cadence(tmp_path: Path) -> None:
     assert b1.payload["filename"] == "b.flag"
     assert c1.payload["filename"] == "c.flag"
     assert a2.payload == a1.payload
-    assert a2.dedup_key == f"{tmp_path / 'a.flag'}@5000000000"
+    assert a2.dedup_key is not None and a2.dedup_key.startswith("file:")
+    assert a2.dedup_key.endswith(f":5000000000:5:{tmp_path / 'a.flag'}")
     assert a1.dedup_key != a2.dedup_key
     assert sorted(os.listdir(tmp_path)) == ["unrelated.flag"]
     assert cadences[0] >= 3
@@ -344,13 +349,43 @@ async def test_watch_trigger_keeps_files_that_exist_once_per_write(tmp_path: Pat
     recent = _RecentWrites(RECENT_WRITES_MAX)
     with anyio.fail_after(5):
         first = await trigger._events_for(changes, recent)
+        first_key = file_dedup_key(str(kept), os.stat(kept))
         again = await trigger._events_for({(watchfiles.Change.modified, str(kept))}, recent)
         os.utime(kept, ns=(8_000_000_000, 8_000_000_000))
         later = await trigger._events_for({(watchfiles.Change.modified, str(kept))}, recent)
     assert [e.payload for e in first] == [{"path": str(kept), "change": "modified"}]
-    assert first[0].dedup_key == f"{kept}@7000000000"
+    assert first[0].dedup_key == first_key
+    assert first_key.endswith(f":7000000000:1:{kept}")
     assert again == []
-    assert [e.dedup_key for e in later] == [f"{kept}@8000000000"]
+    assert [e.dedup_key for e in later] == [file_dedup_key(str(kept), os.stat(kept))]
+
+
+def test_file_dedup_key_is_the_same_for_a_relisting_and_new_for_a_replacement(
+    tmp_path: Path,
+) -> None:
+    path, replacement = tmp_path / "data.csv", tmp_path / "data.csv.tmp"
+    for file in (path, replacement):
+        file.write_text("same")
+        os.utime(file, ns=(9_000_000_000, 9_000_000_000))
+    key = file_dedup_key(str(path), os.stat(path))
+    assert file_dedup_key(str(path), os.stat(path)) == key  # seen again: one event
+    os.replace(replacement, path)  # same path, size and mtime; another file
+    assert file_dedup_key(str(path), os.stat(path)) != key
+
+
+async def test_watch_trigger_fires_for_a_file_replaced_within_its_mtime(tmp_path: Path) -> None:
+    trigger = DirectoryWatchTrigger(str(tmp_path), "*.csv")
+    path, replacement = tmp_path / "data.csv", tmp_path / "data.part"
+    for file in (path, replacement):
+        file.write_text("same")
+        os.utime(file, ns=(9_000_000_000, 9_000_000_000))
+    recent = _RecentWrites(RECENT_WRITES_MAX)
+    with anyio.fail_after(5):
+        first = await trigger._events_for({(watchfiles.Change.added, str(path))}, recent)
+        os.replace(replacement, path)
+        replaced = await trigger._events_for({(watchfiles.Change.added, str(path))}, recent)
+    assert [e.payload for e in first + replaced] == [{"path": str(path), "change": "added"}] * 2
+    assert first[0].dedup_key != replaced[0].dedup_key
 
 
 async def test_watch_trigger_stops_promptly_when_cancelled(tmp_path: Path) -> None:

@@ -166,6 +166,13 @@ def test_task_end_events_carry_state_and_xcoms(event_cls: type[Any], state: str)
     assert event_cls().payload == {"state": state, "xcoms": {}}
 
 
+def test_task_end_event_xcoms_are_named_by_str_keys() -> None:
+    # The keys name the task's results in the DB; a non-str key would fail only later, in
+    # the persister, leaving the task deferred.
+    with pytest.raises(TypeError, match="xcoms keys must be str"):
+        TaskSuccessEvent(xcoms={1: "x"})
+
+
 class _FastModeTrigger(BaseEventTrigger):
     def __init__(self, key: str = "k") -> None:
         super().__init__()
