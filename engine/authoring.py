@@ -16,6 +16,8 @@ The task context is a plain dict the executor builds for each run of a task. Key
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 import sys
 from datetime import timedelta
@@ -78,6 +80,34 @@ def caller_location() -> str:
     """``file:line`` of the innermost frame outside the engine package (the user's code)."""
     filename, lineno = caller_file_and_line()
     return f"{filename}:{lineno}"
+
+
+def run_to_completion(value: object, *, what: str) -> Any:
+    """What a user callable returned, run to completion first if it was an ``async def``.
+
+    Calling an ``async def`` only creates a coroutine: nothing of its body runs until it is
+    awaited. As Airflow 3 does, a task runs it to completion in an event loop of its own
+    (``asyncio.run`` in the task process), so its exceptions fail the try and its result is
+    the task's. Every place the engine calls user code that may be ``async def``
+    (``execute``, a ``@task`` / ``python_callable``, a ``next_method``, a sensor's ``poke``)
+    passes the result through here. ``what`` names the callable in errors.
+    """
+    if inspect.iscoroutine(value):
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(value)
+        value.close()
+        raise RuntimeError(
+            f"{what} is an async def called where an event loop is already running; it "
+            "was not run. Tasks run in a task process without a loop: run it there"
+        )
+    if inspect.isasyncgen(value):
+        raise TypeError(
+            f"{what} is an async generator (its body contains yield): it has no result "
+            "and was not run; return the value instead of yielding it"
+        )
+    return value
 
 
 def check_timedelta(owner: str, name: str, value: object) -> timedelta | None:

@@ -11,6 +11,10 @@ A task whose class sets ``start_from_trigger = True`` and ``start_trigger_args``
 triggerer without running on a worker first (``deferral_at_start``). A trigger that yields
 ``TaskSuccessEvent`` / ``TaskFailedEvent`` / ``TaskSkippedEvent`` ends the task on the
 triggerer (``end_from_trigger``).
+
+``execute``, a ``python_callable`` / ``@task`` function and a ``next_method`` may be ``async
+def``: as in Airflow 3 they are run to completion in an event loop of the task process
+(``engine.authoring.run_to_completion``); what they raise fails the try.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from engine.authoring import (
     TaskDeferred,
     caller_location,
     check_timedelta,
+    run_to_completion,
 )
 from engine.dag import check_id, current_dag
 from triggers.base import classpath_of
@@ -166,7 +171,9 @@ class BaseOperator:
                 f"task {self.task_id!r} cannot resume: {type(self).__name__} has no method "
                 f"{next_method!r}"
             )
-        return method(context, **kwargs)
+        return run_to_completion(
+            method(context, **kwargs), what=f"task {self.task_id!r}: {next_method}()"
+        )
 
     def deferral_at_start(self) -> TaskDeferred | None:
         """For ``start_from_trigger`` tasks, the deferral to store instead of running."""
@@ -261,7 +268,10 @@ class PythonOperator(BaseOperator):
 
     def execute(self, context: Context) -> Any:
         kwargs = _context_kwargs(self.python_callable, len(self.op_args), self.op_kwargs, context)
-        return self.python_callable(*self.op_args, **kwargs)
+        name = getattr(self.python_callable, "__qualname__", repr(self.python_callable))
+        return run_to_completion(
+            self.python_callable(*self.op_args, **kwargs), what=f"task {self.task_id!r}: {name}"
+        )
 
 
 class TaskFactory:

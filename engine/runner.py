@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import logging
 import time
 from dataclasses import dataclass
@@ -259,14 +260,7 @@ class TriggerRunner:
             extra={"action": "trigger_stop", "trigger_id": trigger_id, "kill": kill},
         )
         if kill:
-            try:
-                handle.trigger.on_kill()
-            except Exception:
-                logger.exception(
-                    "Trigger %s on_kill() raised; stopping it anyway",
-                    trigger_id,
-                    extra={"action": "trigger_on_kill_failed", "trigger_id": trigger_id},
-                )
+            _call_on_kill(handle.trigger, trigger_id)
         handle.cancel()
 
     def report_failure(
@@ -339,3 +333,27 @@ class TriggerRunner:
         self._crashes.append(exc)
         if self._wake is not None:
             self._wake.set()
+
+
+def _call_on_kill(trigger: BaseTrigger, trigger_id: int) -> None:
+    """Call the trigger's (synchronous) ``on_kill``; a failure is logged, never raised.
+
+    An ``async def on_kill`` would only create a coroutine here (``stop`` cannot await):
+    it is closed unrun and reported as an error rather than silently skipped.
+    """
+    extra = {"action": "trigger_on_kill_failed", "trigger_id": trigger_id}
+    on_kill: Callable[[], object] = trigger.on_kill  # a user's may be (wrongly) async
+    try:
+        result = on_kill()
+    except Exception:
+        logger.exception("Trigger %s on_kill() raised; stopping it anyway", trigger_id, extra=extra)
+        return
+    if inspect.iscoroutine(result):
+        result.close()
+        logger.error(
+            "Trigger %s (%s): on_kill() is an async def, so it did not run; make it a plain "
+            "def (release async resources in cleanup(), which is awaited); stopping it anyway",
+            trigger_id,
+            classpath_of(trigger),
+            extra=extra,
+        )

@@ -14,7 +14,12 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from engine.authoring import DagDefinitionError, SensorTimeout, caller_location
+from engine.authoring import (
+    DagDefinitionError,
+    SensorTimeout,
+    caller_location,
+    run_to_completion,
+)
 from engine.operators import BaseOperator, default_deferrable_from, resolve_deferrable
 from triggers.base import StartTriggerArgs, classpath_of
 from triggers.file import FileTrigger
@@ -74,7 +79,9 @@ class BaseSensorOperator(BaseOperator):
 
     def execute(self, context: Context) -> Any:
         if resolve_deferrable(self, default_deferrable_from(context)):
-            trigger = self.deferral_trigger(context)
+            trigger = run_to_completion(
+                self.deferral_trigger(context), what=f"sensor {self.task_id!r}: deferral_trigger()"
+            )
             if trigger is not None:
                 self.defer(
                     trigger=trigger,
@@ -91,7 +98,8 @@ class BaseSensorOperator(BaseOperator):
     def poke_until_done(self, context: Context) -> None:
         """Poke every ``poke_interval`` seconds; ``SensorTimeout`` after ``timeout``."""
         started = self._monotonic()
-        while not self.poke(context):
+        what = f"sensor {self.task_id!r}: poke()"
+        while not run_to_completion(self.poke(context), what=what):
             elapsed = self._monotonic() - started
             if elapsed >= self.timeout:
                 raise SensorTimeout(

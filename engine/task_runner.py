@@ -38,6 +38,7 @@ from engine.authoring import (
     DEFAULT_DEFERRABLE_KEY,
     TRIGGERING_ASSET_EVENTS_KEY,
     TaskDeferred,
+    run_to_completion,
 )
 from engine.exceptions import SluiceError
 from triggers.exceptions import SerializationError
@@ -259,7 +260,7 @@ def _call(task: BaseOperator, spec: TaskSpec, context: dict[str, Any]) -> Any:
     deferral = task.deferral_at_start()
     if deferral is not None:
         raise deferral
-    return task.execute(context)
+    return run_to_completion(task.execute(context), what=f"task {spec.task_id!r}: execute()")
 
 
 def _success(value: Any, elapsed_s: float, task_id: str) -> TaskResult:

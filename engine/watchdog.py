@@ -10,6 +10,16 @@ and reads the trigger id and class from that frame's locals. When no trigger fra
 the stack (the block is in the engine itself or in a shared-stream poll), it names the
 asyncio task that is running instead. One warning per blocked stretch.
 
+A stale stamp is a block only if the loop thread was free to run. Two cases look alike
+and are not reported: the whole process was held up (CPU quota throttling, descheduled,
+SIGSTOP) and, at the resume, the watchdog thread ran before the loop could stamp; and the
+loop thread waiting in its selector (idle: the OS has not scheduled it yet). The first is
+told by the watchdog's own lateness: only the part of the stamp's age during which the
+watchdog itself kept time counts (``age - late``), so a stall of the process, which delays
+both threads alike, never adds up to a block. The second by the loop thread's innermost
+frame being the selector's ``select()``. A real block goes on past either check and is
+reported at a later tick of the same stretch.
+
 A loop that is merely overloaded (many ready callbacks, none long) can also miss its
 stamp; the warning then names whichever task happened to run, which is the usual
 limitation of sampling.
@@ -19,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import selectors
 import sys
 import threading
 import time
@@ -43,6 +54,13 @@ logger = logging.getLogger(__name__)
 TICKS_PER_THRESHOLD: Final = 4
 THREAD_JOIN_TIMEOUT_S: Final = 2.0
 _TRIGGER_FRAME_CODE: Final = TriggerTasks.run_trigger.__code__
+# select() of every selector asyncio may use: the loop thread in there is idle, not blocked
+_SELECTORS: Final = ("SelectSelector", "PollSelector", "EpollSelector", "DevpollSelector")
+_SELECTOR_WAIT_CODES: Final = frozenset(
+    cls.select.__code__
+    for name in (*_SELECTORS, "KqueueSelector")
+    if (cls := getattr(selectors, name, None)) is not None
+)
 _ADVICE: Final = "triggers must not make blocking calls: use async I/O or anyio.to_thread.run_sync"
 
 
@@ -113,14 +131,30 @@ class LoopWatchdog:
 
     def _watch(self, stop: threading.Event) -> None:
         reported_tick: float | None = None
+        seen_tick: float | None = None
+        late_s = 0.0  # how late the watchdog itself woke up since the stamp ``seen_tick``
+        checked = time.monotonic()
         while not stop.wait(self._tick_s):
             self._checks += 1
+            now = time.monotonic()
+            # Read after the clock: a stamp written in between only makes the age smaller.
             tick = self._last_tick
-            blocked_s = time.monotonic() - tick
-            if blocked_s < self._threshold_s or tick == reported_tick:
+            if tick != seen_tick:
+                seen_tick, late_s = tick, 0.0
+            late_s += max(now - checked - self._tick_s, 0.0)
+            checked = now
+            blocked_s = now - tick
+            if blocked_s - late_s < self._threshold_s or tick == reported_tick:
+                continue
+            if self._loop_is_waiting():
                 continue
             reported_tick = tick
             self._report(blocked_s)
+
+    def _loop_is_waiting(self) -> bool:
+        """Whether the loop thread sits in its selector: idle, not blocked."""
+        frame = sys._current_frames().get(self._loop_thread_id or -1)
+        return frame is not None and frame.f_code in _SELECTOR_WAIT_CODES
 
     def _report(self, blocked_s: float) -> None:
         self._blocked_count += 1

@@ -27,9 +27,9 @@ from shared_stream.effects import (
 )
 from shared_stream.exceptions import (
     AckTimeout,
+    DuplicateSubscription,
     SharedStreamTerminated,
     SubscriberOverflow,
-    SubscriptionError,
 )
 from shared_stream.stats import GroupCounters, GroupStats
 from shared_stream.subscriber import SubscriberStream, forget_current_stream
@@ -91,7 +91,7 @@ class SharedStreamGroup:
 
     def add_subscriber(self, trigger_id: int) -> SubscriberStream:
         if trigger_id in self.streams:
-            raise SubscriptionError(
+            raise DuplicateSubscription(
                 f"trigger {trigger_id!r} is already subscribed to shared stream key="
                 f"{self.key!r}; unsubscribe it before subscribing it again"
             )

@@ -15,10 +15,16 @@ How the runtime uses it (one task per trigger, everything on the event loop thre
 
 The manager owns one task group (``run()`` or ``async with``); each group runs in it as a
 task named ``shared-stream-poll[<key repr>]``.
+
+As Airflow's, a manager stays usable after ``stop_all()``: it stops the groups, not the
+manager, and the next ``subscribe`` of a key starts a fresh group. ``aclose()`` (or leaving
+``async with``) also ends the service; once ``run()`` has exited, ``subscribe`` raises
+``ManagerNotRunning`` until ``run()`` (or ``async with``) starts again.
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 import time
@@ -27,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Final, Self
 import anyio
 import anyio.lowlevel
 
-from shared_stream.exceptions import SubscriptionError
+from shared_stream.exceptions import InvalidSubscription, ManagerNotRunning
 from shared_stream.group import SharedStreamGroup
 from shared_stream.settings import GroupSettings
 from shared_stream.stats import merge, merge_by_key, retired
@@ -90,30 +96,43 @@ class SharedStreamManager:
         )
         self._tg: TaskGroup | None = None
         self._stop_requested: anyio.Event | None = None
-        self._closed = False
+        # why subscribes are refused while the task group is still up (stop_all, aclose)
+        self._refusing: str | None = None
         self._shutting_down = False
 
     # -- service --------------------------------------------------------------------------
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Serve until ``stop_all()``; signals readiness through ``task_status.started()``."""
+        """Serve until ``aclose()`` or cancellation; signals readiness through
+        ``task_status.started()``. ``stop_all()`` stops the groups but not the service."""
         self._check_startable()
-        self._stop_requested = anyio.Event()
+        self._stop_requested = stop_requested = anyio.Event()
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 task_status.started()
-                await self._stop_requested.wait()
+                await stop_requested.wait()
         finally:
             self._tg = None
-            self._closed = True
+            self._stop_requested = None
+            self._refusing = None
+
+    async def aclose(self) -> None:
+        """Stop every group (``stop_all()``), then end ``run()``; it may be started again."""
+        if self._tg is None:
+            return
+        self._refusing = "it is closing"
+        try:
+            await self.stop_all()
+        finally:
+            if self._stop_requested is not None:
+                self._stop_requested.set()
 
     async def __aenter__(self) -> Self:
         self._check_startable()
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
-        self._stop_requested = anyio.Event()
         return self
 
     async def __aexit__(
@@ -124,28 +143,33 @@ class SharedStreamManager:
     ) -> bool | None:
         tg = self._tg
         assert tg is not None
+        self._refusing = "it is closing"
         try:
             await self.stop_all()
         finally:
             self._tg = None
+            self._refusing = None
             result = await tg.__aexit__(exc_type, exc, tb)
         return result
 
     async def stop_all(self) -> None:
-        """Stop every group and end ``run``; waits for the drains.
+        """Stop every group; waits for the drains. The manager stays usable (as Airflow's):
+        the next ``subscribe`` of a key starts a fresh group; ``run()`` keeps serving.
 
         Each group drains its resolved advances within the stop grace period, then closes
         its producer. Remaining subscribers' streams raise ``SharedStreamTerminated``.
+        Subscribes are refused (``ManagerNotRunning``) until the drains are over.
         """
-        self._closed = self._shutting_down = True
+        refusing, self._refusing = self._refusing, "stop_all() is in progress"
+        self._shutting_down = True
         try:
             for group in list(self._groups.values()):
                 group.begin_stop("stopped: the shared stream manager is shutting down")
             for group in list(self._live):
                 await group.finished.wait()
         finally:
-            if self._stop_requested is not None:
-                self._stop_requested.set()
+            self._refusing = refusing
+            self._shutting_down = False
 
     # -- subscribers ----------------------------------------------------------------------
 
@@ -154,24 +178,27 @@ class SharedStreamManager:
     ) -> AsyncIterator[Any]:
         """Join the group of ``key`` (starting it if needed); returns the raw event stream."""
         tg = self._tg
-        if tg is None or self._closed:
-            raise SubscriptionError(
+        if tg is None:
+            raise ManagerNotRunning(
                 "the SharedStreamManager is not running: use `async with SharedStreamManager()` "
-                "or start `run()` in a task group before subscribing"
+                "or start `run()` in a task group before subscribing (a manager whose run() "
+                "ended can run again)"
             )
-        if key is None:
-            raise SubscriptionError(
-                f"trigger {trigger_id!r} has no shared_stream_key(): run its own run() instead"
+        if self._refusing is not None:
+            raise ManagerNotRunning(
+                f"the SharedStreamManager is not running new subscriptions: {self._refusing}; "
+                f"subscribe trigger {trigger_id!r} after it returns"
             )
+        _check_key(trigger_id, key)
         if not isinstance(trigger, BaseEventTrigger):
-            raise SubscriptionError(
+            raise InvalidSubscription(
                 f"trigger {trigger_id!r} ({type(trigger).__qualname__}) is not a "
                 "BaseEventTrigger; only event triggers can share a stream"
             )
         try:
             group = self._groups.get(key)
         except TypeError as exc:
-            raise SubscriptionError(
+            raise InvalidSubscription(
                 f"shared_stream_key() of trigger {trigger_id!r} returned an unhashable "
                 f"{type(key).__name__}; return a tuple of strings"
             ) from exc
@@ -324,18 +351,34 @@ class SharedStreamManager:
             del self._groups[group.key]
 
     def _check_startable(self) -> None:
-        if self._tg is not None or self._closed:
-            raise RuntimeError("a SharedStreamManager runs once: create a new one")
+        if self._tg is not None:
+            raise RuntimeError(
+                "this SharedStreamManager is already running (run() or `async with`); "
+                "start it once at a time"
+            )
 
     def __repr__(self) -> str:
         return (
             f"<SharedStreamManager groups={len(self._groups)} live={len(self._live)} "
             f"retired={len(self._retired)} "
             f"unconfirmed={len(self._binding_owner)} running={self._tg is not None} "
-            f"closed={self._closed}>"
+            f"refusing={self._refusing!r}>"
         )
 
 
 def _check_positive(name: str, value: float) -> None:
     if not value > 0:  # also rejects NaN
         raise ValueError(f"{name} must be positive, got {value!r}")
+
+
+def _check_key(trigger_id: int, key: object) -> None:
+    if key is None:
+        raise InvalidSubscription(
+            f"trigger {trigger_id!r} has no shared_stream_key(): run its own run() instead"
+        )
+    if inspect.iscoroutine(key):
+        key.close()
+        raise InvalidSubscription(
+            f"shared_stream_key() of trigger {trigger_id!r} is an async def: it returned a "
+            "coroutine, not a key; make it a plain def returning a tuple of strings"
+        )

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.integration
 
 DAG_FILE = """
+import asyncio
 import logging
 import time
 from datetime import UTC, datetime, timedelta
@@ -151,6 +152,19 @@ def sleeper():
     time.sleep(120)
 
 
+@task
+async def async_ok(try_number):
+    await asyncio.sleep(0.01)
+    print("ran the async body")
+    return {"async": True, "try": try_number}
+
+
+@task
+async def async_boom():
+    await asyncio.sleep(0.01)
+    raise ValueError("the async body failed")
+
+
 with DAG("exec"):
     Wait(task_id="wait")
     ok()
@@ -158,6 +172,8 @@ with DAG("exec"):
     flaky()
     leaky()
     sleeper()
+    async_ok()
+    async_boom()
     Loop(task_id="loop", count=3, delay_s=0.05)
     SlowAfterResume(task_id="slow", execution_timeout=timedelta(seconds=2))
     Stubborn(task_id="stubborn", execution_timeout=timedelta(seconds=1))
@@ -278,6 +294,24 @@ async def test_success_stores_the_return_value_and_the_output_in_the_log(env: En
     assert "try 1 of 1: starting" in text and "task succeeded" in text
     job = env.db.call(lambda s: s.execute(select(Job).where(Job.job_type == "executor")).scalar())
     assert job.state == JobState.SUCCESS  # ended cleanly on shutdown
+
+
+async def test_an_async_task_runs_and_its_failure_fails_the_try(env: Env) -> None:
+    """An ``async def`` under @task is run to completion in the task process: its return
+    value is the result and what it raises fails the try (never success unrun)."""
+    _, run_id, tis = env.new_run()
+    env.schedule(tis["async_ok"], tis["async_boom"])
+    with anyio.fail_after(30):
+        async with env.executor() as executor:
+            ok = await env.until(tis["async_ok"], TaskState.SUCCESS, TaskState.FAILED)
+            boom = await env.until(tis["async_boom"], TaskState.SUCCESS, TaskState.FAILED)
+            await wait_idle(executor)
+    assert ok.state == TaskState.SUCCESS
+    assert deserialize_value(ok.xcoms["return_value"]) == {"async": True, "try": 1}
+    text = env.log(run_id, "async_ok")
+    assert "ran the async body" in text and "never awaited" not in text
+    assert boom.state == TaskState.FAILED and boom.xcoms is None
+    assert "ValueError: the async body failed" in env.log(run_id, "async_boom")
 
 
 async def test_a_task_never_sees_or_logs_the_engine_secrets(env: Env, monkeypatch) -> None:

@@ -334,3 +334,33 @@ def test_date_time_sensor_can_start_from_trigger() -> None:
     assert deferred is not None
     assert deferred.classpath == "triggers.temporal.DateTimeTrigger"
     assert DateTimeTrigger(**deferred.trigger_kwargs).moment == moment
+
+
+def test_an_async_python_callable_runs_to_completion_in_execute() -> None:
+    ran: list[str] = []
+
+    async def work(dag_id: str) -> str:
+        ran.append(dag_id)
+        return dag_id.upper()
+
+    op = PythonOperator(task_id="a", python_callable=work)
+    assert op.execute({"dag_id": "d"}) == "D"
+    assert ran == ["d"]
+
+
+def test_an_async_generator_callable_is_refused_not_reported_as_a_result() -> None:
+    async def stream() -> Any:
+        yield 1
+
+    op = PythonOperator(task_id="g", python_callable=stream)
+    with pytest.raises(TypeError, match=r"task 'g'.*async generator.*was not run"):
+        op.execute({})
+
+
+async def test_an_async_callable_inside_a_running_loop_fails_clearly() -> None:
+    async def work() -> int:
+        return 1
+
+    op = PythonOperator(task_id="l", python_callable=work)
+    with pytest.raises(RuntimeError, match=r"task 'l'.*was not run"):
+        op.execute({})

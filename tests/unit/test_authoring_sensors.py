@@ -10,6 +10,7 @@ import pytest
 from engine import BaseSensorOperator, DagDefinitionError, TaskDeferred, resolve_deferrable
 from engine.authoring import DEFAULT_DEFERRABLE_KEY, SensorTimeout
 from engine.sensors import DateTimeSensor, FileSensor, TimeDeltaSensor
+from triggers.temporal import TimeDeltaTrigger
 
 
 class FakeClock:
@@ -122,6 +123,43 @@ def test_poke_loop_sleeps_between_pokes_until_success() -> None:
     sensor.execute(context(True))  # no deferral trigger: pokes even when deferrable
     assert sensor.pokes == 3
     assert clock.sleeps == [10, 10]
+
+
+class AsyncCountingSensor(CountingSensor):
+    """An ``async def poke``: awaited each time, never taken for a truthy coroutine."""
+
+    async def poke(self, context: dict[str, Any]) -> bool:  # type: ignore[override]
+        return super().poke(context)
+
+
+class AsyncDeferringSensor(BaseSensorOperator):
+    async def deferral_trigger(self, context: dict[str, Any]) -> Any:  # type: ignore[override]
+        return TimeDeltaTrigger(timedelta(hours=1))
+
+
+def test_an_async_poke_is_awaited_at_each_poke() -> None:
+    clock = FakeClock()
+    sensor = AsyncCountingSensor(task_id="c", succeed_on=3, clock=clock, poke_interval=10)
+    sensor.execute(context(False))
+    assert sensor.pokes == 3
+    assert clock.sleeps == [10, 10]
+
+
+def test_an_async_poke_that_never_succeeds_times_out() -> None:
+    clock = FakeClock()
+    sensor = AsyncCountingSensor(
+        task_id="c", succeed_on=None, clock=clock, poke_interval=4, timeout=10
+    )
+    with pytest.raises(SensorTimeout):
+        sensor.execute(context(False))
+    assert sensor.pokes == 4
+
+
+def test_an_async_deferral_trigger_is_awaited() -> None:
+    sensor = AsyncDeferringSensor(task_id="d", deferrable=True)
+    with pytest.raises(TaskDeferred) as info:
+        sensor.execute(context(False))
+    assert info.value.classpath == "triggers.temporal.DateTimeTrigger"
 
 
 def test_poke_loop_times_out() -> None:

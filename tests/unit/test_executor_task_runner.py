@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
 DAG = """
+import asyncio
+import pathlib
 import time
 from datetime import timedelta
 
@@ -70,12 +72,52 @@ def slow():
     time.sleep(30)
 
 
+@task
+async def async_echo(dag_id):
+    await asyncio.sleep(0)
+    pathlib.Path(__file__).with_name("async_ran.txt").write_text(dag_id)
+    return {"ran": dag_id}
+
+
+@task
+async def async_fails():
+    await asyncio.sleep(0)
+    raise KeyError("async missing")
+
+
+@task(execution_timeout=timedelta(seconds=0.2))
+async def async_slow():
+    await asyncio.sleep(30)
+
+
+class AsyncExecute(BaseOperator):
+    async def execute(self, context):
+        await asyncio.sleep(0)
+        return context["task_id"]
+
+
+class AsyncResume(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=TimeDeltaTrigger(timedelta(minutes=5)), method_name="done")
+
+    async def done(self, context, event):
+        await asyncio.sleep(0)
+        if event == "bad":
+            raise ValueError("bad event")
+        return {"event": event}
+
+
 with DAG("unit"):
     Waits(task_id="waits", execution_timeout=timedelta(minutes=1))
     echo()
     fails()
     opaque()
     slow()
+    async_echo()
+    async_fails()
+    async_slow()
+    AsyncExecute(task_id="async_execute")
+    AsyncResume(task_id="async_resume")
 """
 
 
@@ -221,6 +263,42 @@ def test_a_try_past_its_deadline_fails_without_running(spec_for, capsys) -> None
     assert result.error is not None
     assert "execution_timeout (60s) exceeded after 120." in result.error
     assert result.error.endswith("across 2 deferrals")
+
+
+def test_an_async_task_runs_to_completion_and_its_value_is_the_result(spec_for, tmp_path) -> None:
+    result = run_task(spec_for("async_echo"))
+    assert result.outcome == SUCCESS and result.has_return_value
+    assert deserialize_value(result.return_value) == {"ran": "unit"}
+    assert (tmp_path / "async_ran.txt").read_text() == "unit"  # the body really ran
+
+
+def test_an_async_task_that_raises_fails_the_try(spec_for, capsys) -> None:
+    result = run_task(spec_for("async_fails"))
+    assert (result.outcome, result.error) == (FAILED, "KeyError: 'async missing'")
+    assert "Traceback (most recent call last)" in capsys.readouterr().err
+
+
+def test_an_async_task_past_its_execution_timeout_is_interrupted(spec_for) -> None:
+    result = run_task(spec_for("async_slow", deferral_count=0))
+    assert result.outcome == FAILED and result.timed_out
+    assert result.error is not None
+    assert result.error.startswith("execution_timeout (0.2s) exceeded after 0.")
+
+
+def test_an_async_execute_method_is_run(spec_for) -> None:
+    result = run_task(spec_for("async_execute"))
+    assert result.outcome == SUCCESS
+    assert deserialize_value(result.return_value) == "async_execute"
+
+
+def test_an_async_next_method_is_run_on_resumption(spec_for) -> None:
+    result = run_task(spec_for("async_resume", next_method="done", next_kwargs=dumps({"event": 7})))
+    assert result.outcome == SUCCESS
+    assert deserialize_value(result.return_value) == {"event": 7}
+    bad = run_task(
+        spec_for("async_resume", next_method="done", next_kwargs=dumps({"event": "bad"}))
+    )
+    assert (bad.outcome, bad.error) == (FAILED, "ValueError: bad event")
 
 
 def test_a_missing_task_fails_with_a_clear_error(spec_for) -> None:

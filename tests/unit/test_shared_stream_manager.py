@@ -323,7 +323,7 @@ async def test_reject_outside_an_ack_window_warns_and_does_nothing(caplog):
     assert warnings[1].trigger_id == 1
 
 
-async def test_run_form_serves_until_stop_all():
+async def test_run_form_serves_until_aclose():
     with anyio.fail_after(5):
         feed = fast_source("s")
         mgr = SharedStreamManager()
@@ -334,7 +334,7 @@ async def test_run_form_serves_until_stop_all():
             harness = start(tg, mgr, FastTrigger(source="s"), 1)
             feed.put({"n": 1})
             await harness.wait_for_events(1)
-            await mgr.stop_all()
+            await mgr.aclose()
             await harness.wait_finished()
             assert isinstance(harness.error, SharedStreamTerminated)
         assert FastTrigger.closed["s"] == 1
@@ -354,6 +354,124 @@ async def test_subscribe_rejects_bad_calls():
             with pytest.raises(SubscriptionError, match="already subscribed"):
                 mgr.subscribe(trigger_id=1, trigger=trigger, key=("FastTrigger", "s"))
             await mgr.unsubscribe(1, ("FastTrigger", "s"))
+
+
+async def test_subscription_errors_are_the_builtin_types_airflow_raises():
+    """Ported Airflow code catches ValueError (no key) and RuntimeError (subscribed twice)."""
+    with anyio.fail_after(5):
+        fast_source("s")
+        mgr = SharedStreamManager()
+        trigger = FastTrigger(source="s")
+        key = trigger.shared_stream_key()
+        with pytest.raises(RuntimeError, match="not running") as not_running:
+            mgr.subscribe(trigger_id=1, trigger=trigger, key=key)
+        assert isinstance(not_running.value, SubscriptionError)
+        async with mgr:
+            with pytest.raises(ValueError, match="no shared_stream_key") as no_key:
+                mgr.subscribe(trigger_id=1, trigger=trigger, key=None)
+            assert isinstance(no_key.value, SubscriptionError)
+            mgr.subscribe(trigger_id=1, trigger=trigger, key=key)
+            with pytest.raises(RuntimeError, match="already subscribed") as twice:
+                mgr.subscribe(trigger_id=1, trigger=trigger, key=key)
+            assert isinstance(twice.value, SubscriptionError)
+            assert not isinstance(twice.value, ValueError)
+            assert not isinstance(no_key.value, RuntimeError)
+            await mgr.unsubscribe(1, key)
+
+
+async def test_an_async_shared_stream_key_is_refused_clearly():
+    with anyio.fail_after(5):
+
+        async def key_coroutine() -> tuple[str, ...]:
+            return ("k",)
+
+        async with SharedStreamManager() as mgr:
+            with pytest.raises(ValueError, match="async def") as info:
+                mgr.subscribe(trigger_id=1, trigger=FastTrigger(source="s"), key=key_coroutine())
+            assert isinstance(info.value, SubscriptionError)
+            assert mgr.group_keys == ()
+
+
+async def test_after_stop_all_a_subscribe_starts_a_fresh_group_while_run_serves():
+    with anyio.fail_after(5):
+        feed = fast_source("s")
+        mgr = SharedStreamManager()
+        run_ended = anyio.Event()
+
+        async def serve(*, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+            try:
+                await mgr.run(task_status=task_status)
+            finally:
+                run_ended.set()
+
+        async with anyio.create_task_group() as tg:
+            await tg.start(serve)
+            first = start(tg, mgr, FastTrigger(source="s"), 1)
+            feed.put({"n": 1})
+            await first.wait_for_events(1)
+            await mgr.stop_all()
+            await first.wait_finished()
+            assert isinstance(first.error, SharedStreamTerminated)
+            await anyio.wait_all_tasks_blocked()
+            assert not run_ended.is_set()  # stop_all() stops the groups, not the manager
+            again = start(tg, mgr, FastTrigger(source="s"), 1)  # the same trigger id too
+            other = start(tg, mgr, FastTrigger(source="s"), 2)
+            feed.put({"n": 2})
+            await again.wait_for_events(1)
+            await other.wait_for_events(1)
+            assert [e.payload for e in again.events] == [{"n": 2}]
+            assert FastTrigger.opened["s"] == 2 and poll_tasks() == [
+                "shared-stream-poll[('FastTrigger', 's')]"
+            ]
+            await mgr.aclose()  # stops the groups and ends run()
+            await run_ended.wait()
+        assert FastTrigger.closed["s"] == 2
+        assert isinstance(again.error, SharedStreamTerminated)
+        assert "groups=0" in repr(mgr) and "running=False" in repr(mgr)
+
+
+async def test_after_stop_all_a_fresh_ack_mode_group_advances():
+    with anyio.fail_after(5):
+        old = register("s", InMemoryProducer())
+        new = register("s", InMemoryProducer())
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            first = start(tg, mgr, AckTrigger(source="s"), 1)
+            await old.put({"n": 1}, "p1")
+            await old.wait_for_advanced(1)
+            await mgr.stop_all()
+            await first.wait_finished()
+            await old.wait_closed()
+            second = start(tg, mgr, AckTrigger(source="s"), 1)
+            await new.put({"n": 2}, "p2")
+            await second.wait_for_events(1)
+            await new.wait_for_advanced(1)
+            assert AckTrigger.factory_calls == {"s": 2}
+            assert outcome_counts(old) == [("p1", (1, 0, 0))]
+            assert outcome_counts(new) == [("p2", (1, 0, 0))]
+            assert mgr.pending_confirmations == 0
+            tg.cancel_scope.cancel()
+
+
+async def test_once_run_has_exited_subscribe_says_so_and_run_can_start_again():
+    with anyio.fail_after(5):
+        feed = fast_source("s")
+        mgr = SharedStreamManager()
+        trigger = FastTrigger(source="s")
+        async with anyio.create_task_group() as tg:
+            await tg.start(mgr.run)
+            await mgr.aclose()
+        with pytest.raises(RuntimeError, match="not running") as info:
+            mgr.subscribe(trigger_id=1, trigger=trigger, key=trigger.shared_stream_key())
+        assert isinstance(info.value, SubscriptionError)
+        async with anyio.create_task_group() as tg:
+            await tg.start(mgr.run)
+            with pytest.raises(RuntimeError, match="already running"):
+                await tg.start(mgr.run)
+            harness = start(tg, mgr, trigger, 1)
+            feed.put({"n": 1})
+            await harness.wait_for_events(1)
+            await mgr.aclose()
+        assert FastTrigger.opened["s"] == FastTrigger.closed["s"] == 1
 
 
 # -- ack mode -----------------------------------------------------------------------------

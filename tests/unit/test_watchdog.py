@@ -1,12 +1,15 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
 
+from engine import watchdog as watchdog_module
 from engine.outbox import FiredEvent, Outbox
 from engine.runner import TriggerKind, TriggerRunner, TriggerSpec
 from engine.watchdog import LoopBlocked, LoopWatchdog
@@ -97,6 +100,47 @@ async def test_a_loop_that_never_blocks_gets_no_warning(caplog):
     assert blocked_records(caplog) == []
     assert watchdog.blocked_count == 0
     assert "stopped" in repr(watchdog)
+
+
+class StallingClock:
+    """``time.monotonic`` that jumps ``stall_s`` at the watchdog thread's next read: the
+    process was held up that long (CPU quota, descheduled) and, at the resume, the watchdog
+    thread ran before the loop could stamp. A stall is not a blocked loop."""
+
+    def __init__(self) -> None:
+        self.offset_s = 0.0
+        self._stall_s = 0.0
+        self.stalled = threading.Event()
+
+    def stall(self, stall_s: float) -> None:
+        self._stall_s = stall_s
+
+    def monotonic(self) -> float:
+        if self._stall_s and threading.current_thread().name == "sluice-loop-watchdog":
+            self.offset_s, self._stall_s = self.offset_s + self._stall_s, 0.0
+            self.stalled.set()
+        return time.monotonic() + self.offset_s
+
+
+async def test_a_stalled_process_is_not_reported_as_a_blocked_loop(caplog, monkeypatch):
+    caplog.set_level(logging.WARNING, logger="engine.watchdog")
+    clock = StallingClock()
+    monkeypatch.setattr(watchdog_module, "time", SimpleNamespace(monotonic=clock.monotonic))
+    watchdog = LoopWatchdog(THRESHOLD_S)
+
+    def wait_for_checks(count: int) -> None:  # off the loop: it stays idle meanwhile
+        assert clock.stalled.wait(5)
+        while watchdog.checks < count:
+            time.sleep(THRESHOLD_S / 8)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(watchdog.run)
+            clock.stall(1.0)
+            await anyio.to_thread.run_sync(wait_for_checks, watchdog.checks + 8)
+            tg.cancel_scope.cancel()
+    assert blocked_records(caplog) == []
+    assert watchdog.blocked_count == 0
 
 
 def test_threshold_must_be_positive():
