@@ -185,10 +185,11 @@ def triggerer(ctx: click.Context, capacity: int | None) -> None:
 
 
 def _add_inspection_commands() -> None:
-    from engine import cli_inspect, cli_ops
+    from engine import cli_clean, cli_inspect, cli_ops
 
     for group in (*cli_inspect.COMMAND_GROUPS, *cli_ops.COMMAND_GROUPS):
         cli.add_command(group)
+    db.add_command(cli_clean.db_clean_command)
 
 
 _add_inspection_commands()

@@ -99,6 +99,9 @@ class CoreConfig:
     )
     dag_file_processor_timeout: float = _key(30.0, _POSITIVE)
     max_asset_event_payload_bytes: int = _key(1_048_576, _AT_LEAST_ONE)
+    #: How long ``sluice db clean`` keeps an asset event's dedup key, so that a redelivery of
+    #: its broker message is still absorbed (14 days: SQS keeps a message at most 14 days).
+    asset_event_dedup_retention_sec: float = _key(1_209_600.0, _NOT_NEGATIVE)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -59,6 +59,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert config.core.plugins_folder == tmp_path / "plugins"
     assert config.core.dag_file_processor_timeout == 30.0
     assert config.core.max_asset_event_payload_bytes == 1_048_576
+    assert config.core.asset_event_dedup_retention_sec == 14 * 86_400
     assert config.triggerer == TriggererConfig()
     assert config.triggerer.capacity == 1000
     assert config.triggerer.job_heartbeat_sec == 5.0
@@ -428,6 +429,7 @@ def test_unknown_key_in_env(tmp_path: Path) -> None:
         ("SLUICE__TRIGGERER__CAPACITY", "0"),
         ("SLUICE__CORE__PARALLELISM", "-1"),
         ("SLUICE__CORE__MAX_ASSET_EVENT_PAYLOAD_BYTES", "0"),
+        ("SLUICE__CORE__ASSET_EVENT_DEDUP_RETENTION_SEC", "-1"),
         ("SLUICE__TRIGGERER__JOB_HEARTBEAT_SEC", "0"),
         ("SLUICE__TRIGGERER__SHARED_STREAM_ACK_TIMEOUT", "0"),
         ("SLUICE__TRIGGERER__SHARED_STREAM_SUBSCRIBER_QUEUE_SIZE", "0"),
@@ -464,6 +466,11 @@ def test_out_of_range_in_file_names_the_file(tmp_path: Path) -> None:
 )
 def test_range_bounds_are_inclusive(tmp_path: Path, name: str, raw: str) -> None:
     assert load(tmp_path, **{name: raw}).metrics.port == int(raw)
+
+
+def test_zero_dedup_retention_is_allowed(tmp_path: Path) -> None:
+    config = load(tmp_path, SLUICE__CORE__ASSET_EVENT_DEDUP_RETENTION_SEC="0")
+    assert config.core.asset_event_dedup_retention_sec == 0.0
 
 
 def test_zero_grace_periods_are_allowed(tmp_path: Path) -> None:
