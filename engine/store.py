@@ -66,6 +66,17 @@ class TriggerRow:
     stream_digest: str | None = None  # its shared-stream group (engine.store_claims)
 
 
+#: The columns of a ``TriggerRow``, in its field order.
+TRIGGER_ROW_COLUMNS: Final = (
+    Trigger.id,
+    Trigger.classpath,
+    Trigger.kwargs,
+    Trigger.kind,
+    Trigger.last_error.is_not(None),
+    Trigger.stream_digest,
+)
+
+
 @dataclass(frozen=True, slots=True)
 class DecryptFailure:
     trigger_id: int | None
@@ -163,16 +174,7 @@ def fetch_trigger_rows(session: Session, ids: Iterable[int]) -> list[TriggerRow]
     wanted = list(ids)
     if not wanted:
         return []
-    rows = session.execute(
-        select(
-            Trigger.id,
-            Trigger.classpath,
-            Trigger.kwargs,
-            Trigger.kind,
-            Trigger.last_error.is_not(None),
-            Trigger.stream_digest,
-        ).where(Trigger.id.in_(wanted))
-    )
+    rows = session.execute(select(*TRIGGER_ROW_COLUMNS).where(Trigger.id.in_(wanted)))
     return [TriggerRow(*row) for row in rows]
 
 

@@ -11,13 +11,13 @@ before, ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, concurrently across triggerers
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import and_, func, or_, select, text, true, update
 from sqlalchemy.orm import aliased
 
 from engine.models import Job, Trigger
-from engine.store import TRIGGERER_JOB, TriggerRow
+from engine.store import TRIGGER_ROW_COLUMNS, TRIGGERER_JOB, TriggerRow
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Mapping
@@ -28,29 +28,16 @@ if TYPE_CHECKING:
 #: Key of the PostgreSQL advisory lock that serializes shared-stream group claims fleet-wide.
 GROUP_CLAIM_LOCK_KEY: Final = 0x51_C1A1
 
-_ROW_COLUMNS = (
-    Trigger.id,
-    Trigger.classpath,
-    Trigger.kwargs,
-    Trigger.kind,
-    Trigger.last_error.is_not(None),
-    Trigger.stream_digest,
-)
+
+def _rows(result: Iterable[Any]) -> list[TriggerRow]:
+    return sorted((TriggerRow(*row) for row in result), key=lambda r: r.id)
 
 
-def _rows(result: Iterable[tuple[object, ...]]) -> list[TriggerRow]:
-    rows = (
-        TriggerRow(
-            int(r[0]),  # type: ignore[call-overload]
-            str(r[1]),
-            str(r[2]),
-            str(r[3]),
-            bool(r[4]),
-            None if r[5] is None else str(r[5]),
-        )
-        for r in result
-    )
-    return sorted(rows, key=lambda r: r.id)
+def _ids_by_digest(rows: Iterable[Any]) -> dict[str, list[int]]:
+    groups: dict[str, list[int]] = defaultdict(list)
+    for digest, trigger_id in rows:
+        groups[str(digest)].append(int(trigger_id))
+    return dict(groups)
 
 
 def _unowned(alive: Collection[int]) -> ColumnElement[bool]:
@@ -120,10 +107,7 @@ def unowned_group_rows(session: Session, *, alive: Collection[int]) -> dict[str,
         .where(Trigger.stream_digest.is_not(None), _unowned(alive))
         .order_by(Trigger.id)
     )
-    groups: dict[str, list[int]] = defaultdict(list)
-    for digest, trigger_id in rows:
-        groups[str(digest)].append(int(trigger_id))
-    return dict(groups)
+    return _ids_by_digest(rows)
 
 
 def group_holders(
@@ -185,7 +169,7 @@ def assign_rows(
         update(Trigger)
         .where(Trigger.id.in_(wanted), free)
         .values(triggerer_id=triggerer_id)
-        .returning(*_ROW_COLUMNS)
+        .returning(*TRIGGER_ROW_COLUMNS)
     )
     return _rows(result)
 
@@ -236,7 +220,4 @@ def group_trigger_ids(session: Session, *, digests: Iterable[str]) -> dict[str, 
         .where(Trigger.stream_digest.in_(wanted))
         .order_by(Trigger.id)
     )
-    groups: dict[str, list[int]] = defaultdict(list)
-    for digest, trigger_id in rows:
-        groups[str(digest)].append(int(trigger_id))
-    return dict(groups)
+    return _ids_by_digest(rows)
