@@ -353,15 +353,17 @@ class Triggerer:
         def claim(
             session: Session,
         ) -> tuple[set[int] | None, claiming.ClaimResult, dict[int, store.Served]]:
-            store.fail_timed_out_deferrals(session)
-            store.clear_load_errors(session, recovered)
-            store_claims.rehome_rows(session, triggerer_id=job_id, digests=rehome)
+            # The claim first: on PostgreSQL it may take the fleet-wide group lock, and a
+            # transaction must not hold trigger row locks while it waits for that lock.
             result = claiming.claim_round(
                 session,
                 triggerer_id=job_id,
                 capacity_left=left,
                 threshold_s=s.health_check_threshold_s,
             )
+            store.fail_timed_out_deferrals(session)
+            store.clear_load_errors(session, recovered)
+            store_claims.rehome_rows(session, triggerer_id=job_id, digests=rehome)
             # The full id list only when the cheap checksum says ours changed: with 100,000
             # idle triggers, listing them every second is most of the idle CPU.
             claimed = [row.id for row in result.rows]

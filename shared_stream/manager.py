@@ -161,7 +161,7 @@ class SharedStreamManager:
         Subscribes are refused (``ManagerNotRunning``) until the drains are over.
         """
         refusing, self._refusing = self._refusing, "stop_all() is in progress"
-        self._shutting_down = True
+        shutting_down, self._shutting_down = self._shutting_down, True
         try:
             for group in list(self._groups.values()):
                 group.begin_stop("stopped: the shared stream manager is shutting down")
@@ -169,7 +169,7 @@ class SharedStreamManager:
                 await group.finished.wait()
         finally:
             self._refusing = refusing
-            self._shutting_down = False
+            self._shutting_down = shutting_down  # begin_shutdown() (the triggerer's) stands
 
     # -- subscribers ----------------------------------------------------------------------
 
