@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from engine import store, store_claims
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Collection, Mapping
     from datetime import datetime
 
     from sqlalchemy.orm import Session
@@ -112,6 +112,7 @@ class ClaimResult:
     rows: list[store.TriggerRow]
     released: list[int]  # row ids of split groups given up to their designated owner
     oversized: list[Oversized]
+    holds_groups: bool  # whether the triggerer now holds rows of any group
 
 
 def claim_round(
@@ -128,31 +129,31 @@ def claim_round(
         store.alive_job_ids(session, job_type=store.TRIGGERER_JOB, threshold_s=threshold_s, now=now)
     )
     alive.add(me)
+    live = store_claims.liveness(session, alive=alive)
     mine = store_claims.held_digests(session, triggerer_id=me)
     plan = GroupPlan(left=capacity_left)
-    if mine or store_claims.has_unowned_group_rows(session, alive=alive):
-        plan = _plan_locked(session, me=me, mine=mine, alive=alive, left=capacity_left)
+    if mine or store_claims.has_unowned_group_rows(session, live=live):
+        plan = _plan_locked(session, me=me, mine=mine, live=live, left=capacity_left)
     released = store_claims.release_groups(session, triggerer_id=me, digests=plan.release)
-    rows = store_claims.assign_rows(session, plan.take, triggerer_id=me, alive=alive)
-    rows += store_claims.claim_single_rows(
-        session, triggerer_id=me, capacity=plan.left, alive=alive
-    )
-    return ClaimResult(rows, released, plan.oversized)
+    rows = store_claims.assign_rows(session, plan.take, triggerer_id=me, live=live)
+    rows += store_claims.claim_single_rows(session, triggerer_id=me, capacity=plan.left, live=live)
+    holds = bool(mine - set(plan.release)) or any(r.stream_digest for r in rows)
+    return ClaimResult(rows, released, plan.oversized, holds)
 
 
 def _plan_locked(
-    session: Session, *, me: int, mine: set[str], alive: set[int], left: int
+    session: Session, *, me: int, mine: set[str], live: store_claims.Liveness, left: int
 ) -> GroupPlan:
-    unowned = store_claims.unowned_group_rows(session, alive=alive)
-    if not unowned and not _may_be_split(session, mine, alive):
+    unowned = store_claims.unowned_group_rows(session, live=live)
+    if not unowned and not _may_be_split(session, mine, live.alive):
         return GroupPlan(left=left)
     store_claims.lock_group_claims(session)
-    unowned = store_claims.unowned_group_rows(session, alive=alive)  # as of the lock
-    holders = store_claims.group_holders(session, digests=set(unowned) | mine, alive=alive)
-    rooms = store_claims.triggerer_rooms(session, alive=alive) if unowned else {}
+    unowned = store_claims.unowned_group_rows(session, live=live)  # as of the lock
+    holders = store_claims.group_holders(session, digests=set(unowned) | mine, alive=live.alive)
+    rooms = store_claims.triggerer_rooms(session, alive=live.alive) if unowned else {}
     return plan_group_claims(me=me, unowned=unowned, holders=holders, left=left, rooms=rooms)
 
 
-def _may_be_split(session: Session, mine: set[str], alive: set[int]) -> bool:
+def _may_be_split(session: Session, mine: set[str], alive: Collection[int]) -> bool:
     holders = store_claims.group_holders(session, digests=mine, alive=alive)
     return any(len(held) > 1 for held in holders.values())

@@ -115,6 +115,12 @@ class Trigger(Base):
     """A trigger to run: class path and Fernet-encrypted kwargs; owned by one triggerer."""
 
     __tablename__ = "trigger"
+    # (digest, owner): who holds a group; (owner, digest): the groups one triggerer holds and
+    # its unassigned single rows (owner NULL, digest NULL) without a scan of all rows.
+    __table_args__ = (
+        Index(None, "stream_digest", "triggerer_id"),
+        Index(None, "triggerer_id", "stream_digest"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     classpath: Mapped[str] = mapped_column(String(1000))
@@ -130,7 +136,7 @@ class Trigger(Base):
     #: Digest of the trigger's ``shared_stream_key()`` (None: it shares no stream, or the row
     #: was written before the digest existed and no triggerer has loaded it yet). Rows with
     #: one digest are claimed, held and moved as one group: one owner per key, fleet-wide.
-    stream_digest: Mapped[str | None] = mapped_column(String(64), index=True)
+    stream_digest: Mapped[str | None] = mapped_column(String(64))
 
 
 class Dag(Base):

@@ -11,9 +11,10 @@ before, ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, concurrently across triggerers
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import and_, func, or_, select, text, true, update
+from sqlalchemy import Integer, Select, and_, bindparam, func, or_, select, text, update
 from sqlalchemy.orm import aliased
 
 from engine.models import Job, Trigger
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Mapping
 
     from sqlalchemy.orm import Session
-    from sqlalchemy.sql.elements import ColumnElement
+    from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 #: Key of the PostgreSQL advisory lock that serializes shared-stream group claims fleet-wide.
 GROUP_CLAIM_LOCK_KEY: Final = 0x51_C1A1
@@ -40,11 +41,35 @@ def _ids_by_digest(rows: Iterable[Any]) -> dict[str, list[int]]:
     return dict(groups)
 
 
-def _unowned(alive: Collection[int]) -> ColumnElement[bool]:
-    """Rows nobody alive holds: unassigned, or assigned to a triggerer not in ``alive``."""
-    if not alive:
-        return true()
-    return or_(Trigger.triggerer_id.is_(None), Trigger.triggerer_id.not_in(sorted(alive)))
+@dataclass(frozen=True, slots=True)
+class Liveness:
+    """Who is alive, and which triggerers that are not still hold rows (read once a round)."""
+
+    alive: frozenset[int]
+    dead_owners: tuple[int, ...] = ()
+
+
+def liveness(session: Session, *, alive: Collection[int]) -> Liveness:
+    holds = select(Trigger.id).where(Trigger.triggerer_id == Job.id).exists()
+    dead = session.execute(
+        select(Job.id).where(Job.job_type == TRIGGERER_JOB, Job.id.not_in(sorted(alive)), holds)
+    )
+    return Liveness(frozenset(alive), tuple(sorted(int(i) for i in dead.scalars())))
+
+
+def _free_rows(live: Liveness, *columns: Any) -> list[Select[Any]]:
+    """Selects of the rows nobody alive holds: unassigned ones, and those of dead owners.
+    Two statements rather than one OR: each then searches the (owner, digest) index."""
+    queries = [select(*columns).where(Trigger.triggerer_id.is_(None))]
+    if live.dead_owners:
+        queries.append(select(*columns).where(Trigger.triggerer_id.in_(live.dead_owners)))
+    return queries
+
+
+def _unowned(live: Liveness) -> ColumnElement[bool]:
+    if not live.dead_owners:
+        return Trigger.triggerer_id.is_(None)
+    return or_(Trigger.triggerer_id.is_(None), Trigger.triggerer_id.in_(live.dead_owners))
 
 
 def lock_group_claims(session: Session) -> None:
@@ -54,60 +79,66 @@ def lock_group_claims(session: Session) -> None:
         session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": GROUP_CLAIM_LOCK_KEY})
 
 
-def has_claimable_triggers(session: Session, *, triggerer_id: int, has_room: bool) -> bool:
-    """Whether an unassigned row waits that ``triggerer_id`` would take now: one of a group it
-    holds (taken even when it is full), or, with room, a single row or a row of a group no
-    other triggerer holds. One probe, cheap enough to run every ``new_trigger_poll_s``."""
+def _claimable_probe(*, has_room: bool) -> Select[Any]:
+    """The probe of ``has_claimable_triggers``, built once (it runs ten times a second):
+    the triggerer is the bound parameter ``me``."""
+    me: BindParameter[int] = bindparam("me", type_=Integer)
     other = aliased(Trigger)
     held_by = select(other.id).where(
         other.stream_digest == Trigger.stream_digest, other.triggerer_id.is_not(None)
     )
-    joins_mine = and_(
-        Trigger.stream_digest.is_not(None),
-        held_by.where(other.triggerer_id == triggerer_id).exists(),
+    wanted = and_(
+        Trigger.stream_digest.is_not(None), held_by.where(other.triggerer_id == me).exists()
     )
-    wanted = joins_mine
     if has_room:
         free = or_(
-            Trigger.stream_digest.is_(None),
-            ~held_by.where(other.triggerer_id != triggerer_id).exists(),
+            Trigger.stream_digest.is_(None), ~held_by.where(other.triggerer_id != me).exists()
         )
-        wanted = or_(joins_mine, free)
-    probe = select(Trigger.id).where(Trigger.triggerer_id.is_(None), wanted).limit(1)
-    return session.execute(probe).first() is not None
+        wanted = or_(wanted, free)
+    return select(Trigger.id).where(Trigger.triggerer_id.is_(None), wanted).limit(1)
+
+
+_PROBES: Final = {room: _claimable_probe(has_room=room) for room in (False, True)}
+
+
+def has_claimable_triggers(session: Session, *, triggerer_id: int, has_room: bool) -> bool:
+    """Whether an unassigned row waits that ``triggerer_id`` would take now: one of a group it
+    holds (taken even when it is full), or, with room, a single row or a row of a group no
+    other triggerer holds. One indexed probe, cheap enough to run every
+    ``new_trigger_poll_s``."""
+    probe = _PROBES[has_room]
+    return session.execute(probe, {"me": triggerer_id}).first() is not None
 
 
 def claim_single_rows(
-    session: Session, *, triggerer_id: int, capacity: int, alive: Collection[int]
+    session: Session, *, triggerer_id: int, capacity: int, live: Liveness
 ) -> list[TriggerRow]:
     """Assign up to ``capacity`` rows without a digest that nobody alive holds."""
     if capacity <= 0:
         return []
-    candidates = (
-        select(Trigger.id)
-        .where(Trigger.stream_digest.is_(None), _unowned(alive))
-        .order_by(Trigger.id)
-        .limit(capacity)
+    ids: list[int] = []
+    postgres = session.get_bind().dialect.name == "postgresql"
+    for query in _free_rows(live, Trigger.id):
+        query = query.where(Trigger.stream_digest.is_(None)).order_by(Trigger.id).limit(capacity)
+        if postgres:
+            query = query.with_for_update(skip_locked=True)
+        ids += session.execute(query).scalars()
+    return assign_rows(session, sorted(ids)[:capacity], triggerer_id=triggerer_id, live=live)
+
+
+def has_unowned_group_rows(session: Session, *, live: Liveness) -> bool:
+    return any(
+        session.execute(query.where(Trigger.stream_digest.is_not(None)).limit(1)).first()
+        for query in _free_rows(live, Trigger.id)
     )
-    if session.get_bind().dialect.name == "postgresql":
-        candidates = candidates.with_for_update(skip_locked=True)
-    ids = list(session.execute(candidates).scalars())
-    return assign_rows(session, ids, triggerer_id=triggerer_id, alive=alive)
 
 
-def has_unowned_group_rows(session: Session, *, alive: Collection[int]) -> bool:
-    probe = select(Trigger.id).where(Trigger.stream_digest.is_not(None), _unowned(alive))
-    return session.execute(probe.limit(1)).first() is not None
-
-
-def unowned_group_rows(session: Session, *, alive: Collection[int]) -> dict[str, list[int]]:
+def unowned_group_rows(session: Session, *, live: Liveness) -> dict[str, list[int]]:
     """digest -> ids (ascending) of the rows with a digest that nobody alive holds."""
-    rows = session.execute(
-        select(Trigger.stream_digest, Trigger.id)
-        .where(Trigger.stream_digest.is_not(None), _unowned(alive))
-        .order_by(Trigger.id)
-    )
-    return _ids_by_digest(rows)
+    rows: list[Any] = []
+    for query in _free_rows(live, Trigger.stream_digest, Trigger.id):
+        rows += session.execute(query.where(Trigger.stream_digest.is_not(None))).all()
+    return _ids_by_digest(sorted(rows, key=lambda row: row[1]))
 
 
 def group_holders(
@@ -158,13 +189,13 @@ def triggerer_rooms(session: Session, *, alive: Collection[int]) -> dict[int, in
 
 
 def assign_rows(
-    session: Session, ids: Iterable[int], *, triggerer_id: int, alive: Collection[int]
+    session: Session, ids: Iterable[int], *, triggerer_id: int, live: Liveness
 ) -> list[TriggerRow]:
     """Assign ``ids`` to ``triggerer_id`` where nobody alive (else) holds them yet."""
     wanted = sorted(ids)
     if not wanted:
         return []
-    free = or_(_unowned(alive), Trigger.triggerer_id == triggerer_id)
+    free = or_(_unowned(live), Trigger.triggerer_id == triggerer_id)
     result = session.execute(
         update(Trigger)
         .where(Trigger.id.in_(wanted), free)

@@ -119,6 +119,7 @@ class Triggerer:
         self._load_failed: dict[int, float] = {}
         self._recovered: set[int] = set()  # started fine although their row records a failure
         self._rehome: dict[int, str] = {}  # claimed rows to hand back to their group (digest)
+        self._holds_groups = False  # as of the last claim round
         self._stopping = anyio.Event()
         self._wake = anyio.Event()
         self._claims = 0
@@ -322,10 +323,11 @@ class Triggerer:
                 with anyio.move_on_after(s.new_trigger_poll_s):
                     await self._wake.wait()
                     return
+                has_room = len(self.runner) < s.capacity
+                if not has_room and not self._holds_groups:
+                    continue  # nothing to take: full, and no group of its own to join
                 probe = partial(
-                    store_claims.has_claimable_triggers,
-                    triggerer_id=job_id,
-                    has_room=len(self.runner) < s.capacity,
+                    store_claims.has_claimable_triggers, triggerer_id=job_id, has_room=has_room
                 )
                 try:
                     if await self._db.read(probe):
@@ -380,7 +382,7 @@ class Triggerer:
             self._recovered |= recovered  # cleared by the next round
             self._rehome = rehome | self._rehome
             raise
-        rows = result.rows
+        rows, self._holds_groups = result.rows, result.holds_groups
         self._report_claim(result)
         if owned is not None:
             self._stop_unowned(owned | {row.id for row in rows})

@@ -21,10 +21,16 @@ def upgrade() -> None:
     # hands the row back to be claimed with its group (engine.triggerer).
     with op.batch_alter_table("trigger") as batch:
         batch.add_column(sa.Column("stream_digest", sa.String(length=64), nullable=True))
-        batch.create_index(batch.f("ix_trigger_stream_digest"), ["stream_digest"], unique=False)
+        batch.create_index(
+            batch.f("ix_trigger_stream_digest_triggerer_id"), ["stream_digest", "triggerer_id"]
+        )
+        batch.create_index(
+            batch.f("ix_trigger_triggerer_id_stream_digest"), ["triggerer_id", "stream_digest"]
+        )
 
 
 def downgrade() -> None:
     with op.batch_alter_table("trigger") as batch:
-        batch.drop_index(batch.f("ix_trigger_stream_digest"))
+        batch.drop_index(batch.f("ix_trigger_triggerer_id_stream_digest"))
+        batch.drop_index(batch.f("ix_trigger_stream_digest_triggerer_id"))
         batch.drop_column("stream_digest")
