@@ -10,11 +10,13 @@ first triggerer that loads a row without one), and rows are claimed by *group*:
   added later joins the running group).
 - A row of a group another live triggerer holds is left for that triggerer.
 - A group nobody alive holds (new, released at shutdown, or of a dead triggerer) is taken
-  whole when it fits in the remaining capacity. One that does not fit is left for a live
-  triggerer with room for all of it; when no triggerer has that much room, the triggerer
-  with the most room (the lowest job id among equals) takes it whole, over its capacity,
-  and says so in a warning. A group is never split, and never waits while some triggerer
-  has any room.
+  whole when it fits in the remaining capacity (capacity minus what runs, the same measure
+  for every triggerer; a round's chunk limit applies to single rows only). One that does
+  not fit is left for a live triggerer with room for all of it; when no triggerer has that
+  much room, the triggerer with the most room (the lowest job id among equals) takes it
+  whole, over its capacity, and says so in a warning. A group is never split; it waits only
+  while every live triggerer is full or for the one it was left to. A triggerer that is
+  shutting down writes capacity 0 to its job row: it has no room.
 - A group found held by two live triggerers (a race with a triggerer of an older version,
   rows edited by hand) is repaired: every holder but the one with the most rows of it (the
   lowest job id among equals) unassigns its rows, which its designated owner then takes.
@@ -121,37 +123,63 @@ def claim_round(
     triggerer_id: int,
     capacity_left: int,
     threshold_s: float,
+    single_limit: int | None = None,
     now: datetime | None = None,
 ) -> ClaimResult:
-    """Claim whole groups, then single rows, for ``triggerer_id`` (one transaction)."""
+    """Claim whole groups, then single rows, for ``triggerer_id`` (one transaction).
+
+    ``capacity_left``: the triggerer's room, the same measure as every other triggerer's
+    (capacity minus what it runs); ``single_limit``: at most this many single rows this
+    round (a group is never cut to a round's size).
+    """
     me = triggerer_id
-    alive = set(
-        store.alive_job_ids(session, job_type=store.TRIGGERER_JOB, threshold_s=threshold_s, now=now)
-    )
-    alive.add(me)
-    live = store_claims.liveness(session, alive=alive)
+    live = _liveness(session, me=me, threshold_s=threshold_s, now=now)
     mine = store_claims.held_digests(session, triggerer_id=me)
     plan = GroupPlan(left=capacity_left)
     if mine or store_claims.has_unowned_group_rows(session, live=live):
-        plan = _plan_locked(session, me=me, mine=mine, live=live, left=capacity_left)
+        plan, live = _plan_locked(
+            session, me=me, mine=mine, live=live, left=capacity_left, fresh=(threshold_s, now)
+        )
     released = store_claims.release_groups(session, triggerer_id=me, digests=plan.release)
     rows = store_claims.assign_rows(session, plan.take, triggerer_id=me, live=live)
-    rows += store_claims.claim_single_rows(session, triggerer_id=me, capacity=plan.left, live=live)
+    singles = plan.left if single_limit is None else min(plan.left, single_limit)
+    rows += store_claims.claim_single_rows(session, triggerer_id=me, capacity=singles, live=live)
     holds = bool(mine - set(plan.release)) or any(r.stream_digest for r in rows)
     return ClaimResult(rows, released, plan.oversized, holds)
 
 
+def _liveness(
+    session: Session, *, me: int, threshold_s: float, now: datetime | None
+) -> store_claims.Liveness:
+    alive = set(
+        store.alive_job_ids(session, job_type=store.TRIGGERER_JOB, threshold_s=threshold_s, now=now)
+    )
+    alive.add(me)
+    return store_claims.liveness(session, alive=alive)
+
+
 def _plan_locked(
-    session: Session, *, me: int, mine: set[str], live: store_claims.Liveness, left: int
-) -> GroupPlan:
-    unowned = store_claims.unowned_group_rows(session, live=live)
-    if not unowned and not _may_be_split(session, mine, live.alive):
-        return GroupPlan(left=left)
+    session: Session,
+    *,
+    me: int,
+    mine: set[str],
+    live: store_claims.Liveness,
+    left: int,
+    fresh: tuple[float, datetime | None],
+) -> tuple[GroupPlan, store_claims.Liveness]:
+    if not store_claims.has_unowned_group_rows(session, live=live) and not _may_be_split(
+        session, mine, live.alive
+    ):
+        return GroupPlan(left=left), live
     store_claims.lock_group_claims(session)
-    unowned = store_claims.unowned_group_rows(session, live=live)  # as of the lock
+    # Everything the plan reads is read again under the lock: another triggerer may have
+    # started, claimed a group or died while this one waited for it.
+    live = _liveness(session, me=me, threshold_s=fresh[0], now=fresh[1])
+    unowned = store_claims.unowned_group_rows(session, live=live)
     holders = store_claims.group_holders(session, digests=set(unowned) | mine, alive=live.alive)
     rooms = store_claims.triggerer_rooms(session, alive=live.alive) if unowned else {}
-    return plan_group_claims(me=me, unowned=unowned, holders=holders, left=left, rooms=rooms)
+    plan = plan_group_claims(me=me, unowned=unowned, holders=holders, left=left, rooms=rooms)
+    return plan, live
 
 
 def _may_be_split(session: Session, mine: set[str], alive: Collection[int]) -> bool:

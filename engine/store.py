@@ -72,9 +72,17 @@ TRIGGER_ROW_COLUMNS: Final = (
     Trigger.classpath,
     Trigger.kwargs,
     Trigger.kind,
-    Trigger.last_error.is_not(None),
+    # The column itself, not ``last_error IS NOT NULL``: SQLite (3.40) evaluates such an
+    # expression wrongly in UPDATE ... RETURNING (every row came back "has an error").
+    Trigger.last_error,
     Trigger.stream_digest,
 )
+
+
+def trigger_row(row: Any) -> TriggerRow:
+    """A ``TriggerRow`` from a result of ``TRIGGER_ROW_COLUMNS``."""
+    trigger_id, classpath, kwargs, kind, last_error, digest = row
+    return TriggerRow(int(trigger_id), classpath, kwargs, kind, last_error is not None, digest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +124,10 @@ def heartbeat(session: Session, job_id: int) -> bool:
 
 def end_job(session: Session, job_id: int, *, state: str = JobState.SUCCESS) -> None:
     session.execute(update(Job).where(Job.id == job_id).values(state=state, end_date=utcnow()))
+
+
+def set_job_capacity(session: Session, job_id: int, capacity: int) -> None:
+    session.execute(update(Job).where(Job.id == job_id).values(capacity=capacity))
 
 
 def alive_job_ids(
@@ -175,7 +187,7 @@ def fetch_trigger_rows(session: Session, ids: Iterable[int]) -> list[TriggerRow]
     if not wanted:
         return []
     rows = session.execute(select(*TRIGGER_ROW_COLUMNS).where(Trigger.id.in_(wanted)))
-    return [TriggerRow(*row) for row in rows]
+    return [trigger_row(row) for row in rows]
 
 
 def owned_checksum(session: Session, *, triggerer_id: int) -> tuple[int, int]:

@@ -18,7 +18,7 @@ from sqlalchemy import Integer, Select, and_, bindparam, func, or_, select, text
 from sqlalchemy.orm import aliased
 
 from engine.models import Job, Trigger
-from engine.store import TRIGGER_ROW_COLUMNS, TRIGGERER_JOB, TriggerRow
+from engine.store import TRIGGER_ROW_COLUMNS, TRIGGERER_JOB, TriggerRow, trigger_row
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Mapping
@@ -31,7 +31,7 @@ GROUP_CLAIM_LOCK_KEY: Final = 0x51_C1A1
 
 
 def _rows(result: Iterable[Any]) -> list[TriggerRow]:
-    return sorted((TriggerRow(*row) for row in result), key=lambda r: r.id)
+    return sorted((trigger_row(row) for row in result), key=lambda r: r.id)
 
 
 def _ids_by_digest(rows: Iterable[Any]) -> dict[str, list[int]]:

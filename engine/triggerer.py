@@ -188,6 +188,7 @@ class Triggerer:
         3. Store what fired meanwhile (its broker events are redelivered: dedup absorbs them).
         """
         grace = self.settings.shutdown_grace_s
+        await self._take_no_more()
         logger.info(
             "Triggerer stopping: %d trigger(s) running",
             len(self.runner),
@@ -203,6 +204,21 @@ class Triggerer:
         with anyio.move_on_after(grace, shield=True):
             await self.persister.run()
         tg.cancel_scope.cancel()
+
+    async def _take_no_more(self) -> None:
+        """Say in the job row that this triggerer has no room left: it keeps heartbeating
+        while it drains, and a group waiting for a triggerer with room must not wait for it."""
+        job_id = self.job_id
+        assert job_id is not None
+        with anyio.move_on_after(self.settings.shutdown_grace_s, shield=True):
+            try:
+                await self._db.run(lambda session: store.set_job_capacity(session, job_id, 0))
+            except SluiceError as exc:
+                logger.warning(
+                    "Could not mark the job as taking no more triggers: %s",
+                    exc,
+                    extra={"action": "triggerer_stopping", "job_id": job_id},
+                )
 
     async def _finish(self) -> None:
         if self.job_id is None:
@@ -276,8 +292,10 @@ class Triggerer:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         first, backoff = True, Backoff(self.settings.new_trigger_poll_s)
+        probe, probed = True, False
         while True:
             retry_in = None
+            claims_before = self._claims
             try:
                 more = await self.sync_once()
             except SluiceError as exc:
@@ -304,36 +322,41 @@ class Triggerer:
                     await self._wake.wait()
                 self._wake = anyio.Event()
             elif not more:
-                await self._wait_for_work()
+                # A probe that found rows this round did not take (a group another triggerer
+                # will take) is not repeated before the next full round: no busy loop.
+                probe = not (probed and self._claims == claims_before)
+                probed = await self._wait_for_work(probe=probe)
                 self._wake = anyio.Event()
             if self._stopping.is_set():
                 return
 
-    async def _wait_for_work(self) -> None:
+    async def _wait_for_work(self, *, probe: bool = True) -> bool:
         """Until the next full round (``claim_idle_interval_s``), a nudge from this process,
         or a new unassigned row this triggerer would take: with capacity to spare, another
         process deferred a task or added a watcher; even when full, a watcher joins a group
         this triggerer holds. That check is one indexed probe every ``new_trigger_poll_s``, so a
         new trigger starts within about that time without a full round (ownership checksum,
-        dead triggerers, timeouts) more often than once per idle interval."""
+        dead triggerers, timeouts) more often than once per idle interval. True when the
+        probe ended the wait."""
         s, job_id = self.settings, self.job_id
         assert job_id is not None
         with anyio.move_on_after(s.claim_idle_interval_s):
             while True:
                 with anyio.move_on_after(s.new_trigger_poll_s):
                     await self._wake.wait()
-                    return
+                    return False
                 has_room = len(self.runner) < s.capacity
-                if not has_room and not self._holds_groups:
+                if not probe or (not has_room and not self._holds_groups):
                     continue  # nothing to take: full, and no group of its own to join
-                probe = partial(
+                query = partial(
                     store_claims.has_claimable_triggers, triggerer_id=job_id, has_room=has_room
                 )
                 try:
-                    if await self._db.read(probe):
-                        return
+                    if await self._db.read(query):
+                        return True
                 except SluiceError:
-                    return  # the full round reports it
+                    return False  # the full round reports it
+        return False
 
     # --- one sync: stop what is no longer ours, claim, start ---------------------------
 
@@ -343,7 +366,8 @@ class Triggerer:
         job_id, s = self.job_id, self.settings
         # At most CLAIM_CHUNK rows per round: one huge claim holds the write lock, stalls the
         # loop while the worker thread decrypts, and leaves its peak memory resident.
-        left = max(0, min(s.capacity - len(self.runner), CLAIM_CHUNK))
+        room = max(0, s.capacity - len(self.runner))
+        left = min(room, CLAIM_CHUNK)
         now = time.monotonic()
         retry = {t for t, failed_at in self._load_failed.items() if now - failed_at >= LOAD_RETRY_S}
 
@@ -352,31 +376,40 @@ class Triggerer:
         recovered, self._recovered = self._recovered, set()
         rehome, self._rehome = self._rehome, {}
 
-        def claim(
-            session: Session,
-        ) -> tuple[set[int] | None, claiming.ClaimResult, dict[int, store.Served]]:
-            # The claim first: on PostgreSQL it may take the fleet-wide group lock, and a
-            # transaction must not hold trigger row locks while it waits for that lock.
-            result = claiming.claim_round(
-                session,
-                triggerer_id=job_id,
-                capacity_left=left,
-                threshold_s=s.health_check_threshold_s,
-            )
+        def prepare(session: Session) -> None:
+            # Its own transaction: it locks task instances and deletes trigger rows, and a
+            # claim (which may wait for the fleet-wide group lock, then locks trigger rows)
+            # must not hold those locks meanwhile, nor claim a row deleted here.
             store.fail_timed_out_deferrals(session)
             store.clear_load_errors(session, recovered)
             store_claims.rehome_rows(session, triggerer_id=job_id, digests=rehome)
+
+        def claim(
+            session: Session,
+        ) -> tuple[set[int] | None, claiming.ClaimResult, dict[int, store.Served]]:
+            result = claiming.claim_round(
+                session,
+                triggerer_id=job_id,
+                capacity_left=room,
+                single_limit=left,
+                threshold_s=s.health_check_threshold_s,
+            )
             # The full id list only when the cheap checksum says ours changed: with 100,000
             # idle triggers, listing them every second is most of the idle CPU.
-            claimed = [row.id for row in result.rows]
+            claimed = {row.id for row in result.rows}
             local = (len(expected) + len(claimed), sum(expected) + sum(claimed))
             owned = None
-            if retry or rehome or store.owned_checksum(session, triggerer_id=job_id) != local:
+            if (
+                retry
+                or result.released
+                or store.owned_checksum(session, triggerer_id=job_id) != local
+            ):
                 owned = store.owned_trigger_ids(session, triggerer_id=job_id)
-                result.rows += store.fetch_trigger_rows(session, retry & owned)
+                result.rows += store.fetch_trigger_rows(session, (retry & owned) - claimed)
             return owned, result, store.triggers_served(session, (r.id for r in result.rows))
 
         try:
+            await self._db.run(prepare)
             owned, result, served = await self._db.run(claim)
         except SluiceError:
             self._recovered |= recovered  # cleared by the next round

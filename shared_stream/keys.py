@@ -4,18 +4,25 @@ Within one process the manager groups subscribers by key equality. Across a flee
 triggerers the key must be compared where no trigger object exists (a database column), so
 it is reduced to a digest that equal keys share in every process: ``hash()`` is salted per
 process and ``repr()`` of a set follows that salt, so neither will do. The key is encoded
-canonically (sets and dict items sorted, integral floats as integers as ``5 == 5.0``
-demands, enums by value), then hashed with SHA-256.
+canonically so that keys the manager finds equal encode alike (sets and dict items
+sorted; numbers by value, as ``True == 1 == 1.0`` demands; enums by value, as a
+``StrEnum`` member equals its string; paths as paths; dataclasses field by field), then
+hashed with SHA-256.
 
-A key that cannot be encoded canonically (an object without a ``__repr__`` of its own,
-whose default repr carries a memory address) has no digest: its triggers still share a
-stream inside one triggerer, but the fleet cannot keep its group together.
+A key holding any other kind of object has no digest (``UnstableKeyError``): its ``repr``
+may carry a memory address or follow the per-process hash seed. Its triggers still share a
+stream inside one triggerer, but the fleet cannot keep their group together.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import decimal
 import enum
+import fractions
 import hashlib
+import math
+import pathlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -37,24 +44,42 @@ def stream_key_digest(key: Hashable) -> str:
 
 
 def _canonical(value: object) -> str:
-    if value is None or isinstance(value, bool | str | bytes):
-        return repr(value)
+    """Equal values (as the manager compares keys: ``==`` and ``hash``) encode alike."""
     if isinstance(value, enum.Enum):
-        return f"{type(value).__qualname__}.{_canonical(value.value)}"
-    if isinstance(value, int):
-        return str(int(value))
-    if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else repr(value)
-    if isinstance(value, tuple | list):
+        value = value.value  # a StrEnum member equals its value; a plain Enum's value stands in
+    if value is None or isinstance(value, str | bytes):
+        return repr(str(value) if isinstance(value, str) else value)
+    if isinstance(value, bool | int | float | fractions.Fraction | decimal.Decimal):
+        return _number(value)
+    if isinstance(value, tuple | list):  # a NamedTuple equals the plain tuple
         return "(" + ",".join(_canonical(item) for item in value) + ")"
     if isinstance(value, frozenset | set):
         return "{" + ",".join(sorted(_canonical(item) for item in value)) + "}"
     if isinstance(value, dict):
         items = sorted(f"{_canonical(k)}:{_canonical(v)}" for k, v in value.items())
         return "{" + ",".join(items) + "}"
-    if type(value).__repr__ is object.__repr__:
-        raise UnstableKeyError(
-            f"a {type(value).__qualname__} in a shared_stream_key() has no __repr__ of its "
-            "own: its text changes from process to process; use tuples of strings and numbers"
+    if isinstance(value, pathlib.PurePath):
+        return f"path:{value.as_posix()!r}"  # PurePosixPath('/x') == Path('/x')
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = ",".join(
+            f"{f.name}={_canonical(getattr(value, f.name))}"
+            for f in dataclasses.fields(value)
+            if f.compare
         )
-    return f"{type(value).__qualname__}:{value!r}"
+        return f"{type(value).__module__}.{type(value).__qualname__}({fields})"
+    raise UnstableKeyError(
+        f"a {type(value).__qualname__} in a shared_stream_key() has no encoding that is the "
+        "same in every process; use tuples of strings and numbers"
+    )
+
+
+def _number(value: bool | int | float | fractions.Fraction | decimal.Decimal) -> str:
+    """Numbers that compare equal (``True == 1 == 1.0 == Decimal(1)``) encode alike."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, decimal.Decimal) and not value.is_finite():
+        return repr(float(value)) if not value.is_nan() else "Decimal:NaN"
+    if value == int(value):
+        return str(int(value))
+    as_float = float(value)
+    return repr(as_float) if as_float == value else f"{type(value).__name__}:{value}"

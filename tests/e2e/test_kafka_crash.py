@@ -49,9 +49,17 @@ PRODUCE_CHUNK = 250
 PRODUCE_PAUSE_S = 0.15  # ~1,700 messages/s: the run lasts a few seconds
 
 
-def _produce_slowly(bootstrap: str, topic: str, done: threading.Event) -> None:
+def _produce_slowly(
+    bootstrap: str, topic: str, done: threading.Event, killed: threading.Event
+) -> None:
+    """The first half paced, the second half only once the first triggerer is killed: the
+    kill then always falls mid-stream, however slowly the triggerer started (under load it
+    could otherwise have consumed everything before the test saw its first 500 events)."""
+
     async def main() -> None:
         for start in range(0, COUNT, PRODUCE_CHUNK):
+            if start == COUNT // 2:
+                await anyio.to_thread.run_sync(killed.wait, 60)
             chunk = range(start, min(start + PRODUCE_CHUNK, COUNT))
             await produce(bootstrap, topic, [scenario_record(i, PARTITIONS) for i in chunk])
             await anyio.sleep(PRODUCE_PAUSE_S)
@@ -88,10 +96,12 @@ def test_kill_minus_nine_mid_run_neither_loses_nor_duplicates(
         SLUICE__CORE__PLUGINS_FOLDER=str(plugins),
         SLUICE__TRIGGERER__JOB_HEARTBEAT_SEC="1",
     )
-    produced = threading.Event()
+    produced, killed = threading.Event(), threading.Event()
     first = start_cli("triggerer", env=env, log=tmp_path / "first.log")
     second = None
-    producer = threading.Thread(target=_produce_slowly, args=(kafka.bootstrap, topic, produced))
+    producer = threading.Thread(
+        target=_produce_slowly, args=(kafka.bootstrap, topic, produced, killed)
+    )
     try:
         producer.start()
         wait_for(
@@ -101,6 +111,7 @@ def test_kill_minus_nine_mid_run_neither_loses_nor_duplicates(
         )
         os.kill(first.pid, signal.SIGKILL)
         first.wait()
+        killed.set()
         stored_at_kill = _asset_event_count(db)
         assert stored_at_kill < sum(len(keys) for keys in want.values()), "killed too late"
         second = start_cli("triggerer", env=env, log=tmp_path / "second.log")
@@ -117,6 +128,7 @@ def test_kill_minus_nine_mid_run_neither_loses_nor_duplicates(
             what="every offset to be committed after the restart",
         )
     finally:
+        killed.set()
         if first.poll() is None:
             first.kill()
             first.wait()

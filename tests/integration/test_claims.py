@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-from sqlalchemy import select, update
+from sqlalchemy import delete, func, or_, select, update
 
 from engine import claiming, store, store_claims, store_inspect
 from engine.db import Database, migrate
@@ -114,6 +114,30 @@ def test_a_watcher_added_later_joins_its_owner_even_when_the_owner_is_full(
     assert probe(a, False) is False
 
 
+def test_a_group_is_never_cut_to_a_rounds_size(database: Database) -> None:
+    """Rooms are compared alike: a group bigger than the single-row limit of a round but
+    within capacity goes to the first triggerer that claims (it starved before)."""
+    group = _add(database, 5, "g")
+    a, b = _job(database, 10), _job(database, 10)
+    got = database.call(
+        lambda s: claiming.claim_round(
+            s, triggerer_id=a, capacity_left=10, single_limit=3, threshold_s=THRESHOLD_S
+        )
+    )
+    assert [r.id for r in got.rows] == group
+    assert got.oversized == []
+    assert _claim(database, b, 10).rows == []
+
+
+def test_a_stopping_triggerer_has_no_room(database: Database) -> None:
+    group = _add(database, 4, "g")
+    a, b = _job(database, 3), _job(database, 10)
+    database.call(lambda s: store.set_job_capacity(s, b, 0))  # B drains: takes no more
+    got = _claim(database, a, 3)
+    assert [r.id for r in got.rows] == group  # A has the most room left: over capacity
+    assert [o.size for o in got.oversized] == [4]
+
+
 def test_takeover_moves_the_whole_group(database: Database) -> None:
     group = _add(database, 3, "g")
     single = _add(database, 1, None)
@@ -198,10 +222,12 @@ class FleetMachine(RuleBasedStateMachine):
         self.jobs: dict[int, int] = {}  # live-or-stalled triggerer -> capacity
         self.stopped: set[int] = set()
 
-    @initialize(url=st.just(None), n=st.integers(2, 5))
-    def start(self, url, n) -> None:
+    @initialize(n=st.integers(2, 5))
+    def start(self, n) -> None:
         self.db = Database(FleetMachine.url)
         migrate(self.db.engine)
+        # One database serves every example: start each from an empty fleet.
+        self.db.call(lambda s: (s.execute(delete(Trigger)), s.execute(delete(Job))))
         for _ in range(n):
             self._start_triggerer(capacity=3)
 
@@ -270,6 +296,38 @@ class FleetMachine(RuleBasedStateMachine):
     def new_triggerer(self) -> None:
         if len(set(self.jobs) - self.stopped) < 5:
             self._start_triggerer(capacity=2)
+
+    @rule()
+    def settle(self) -> None:
+        """Killed triggerers go stale, every live one claims, twice over: then no row may
+        wait while a live triggerer has room (a group never waits for one that could)."""
+        assert self.db is not None
+        # Long enough for killed triggerers to be seen dead; the running ones heartbeat.
+        self.now += timedelta(seconds=THRESHOLD_S + 1)
+        for job in set(self.jobs) - self.stopped:
+            self._beat(job)
+        live = sorted(self._live())
+        assert not set(live) & self.stopped
+        for _ in range(2):
+            for job in live:
+                held = len(
+                    self.db.call(lambda s, j=job: store.owned_trigger_ids(s, triggerer_id=j))
+                )
+                _claim(self.db, job, max(0, self.jobs[job] - held), now=self.now)
+        waiting = self.db.call(
+            lambda s: s.execute(
+                select(func.count(Trigger.id)).where(
+                    or_(Trigger.triggerer_id.is_(None), Trigger.triggerer_id.not_in(live))
+                )
+            ).scalar_one()
+        )
+        if waiting and live:
+            rooms = {
+                job: self.jobs[job]
+                - len(self.db.call(lambda s, j=job: store.owned_trigger_ids(s, triggerer_id=j)))
+                for job in live
+            }
+            assert all(room <= 0 for room in rooms.values()), (waiting, rooms)
 
     @invariant()
     def one_live_owner_per_key(self) -> None:
