@@ -120,7 +120,11 @@ async def test_two_triggerers_of_capacity_two_keep_four_siblings_together(
     assert not any(inbox.iterdir())
 
 
-async def test_a_split_group_is_repaired_and_loses_no_event(setup) -> None:
+async def test_a_split_in_the_database_converges_to_one_triggerer(setup) -> None:
+    """A row of A's running group assigned to B by hand: B gives it up (A holds more of the
+    group), A stops the trigger it lost and takes the row back into its group, and every
+    watcher still gets its file. (B never starts the row: a triggerer starts only rows it
+    claimed, so two of this version cannot both run a group.)"""
     db, cipher, inbox = setup
     ids = _seed(db, cipher, inbox, with_digest=True)
     a, b = _triggerer(db, cipher), _triggerer(db, cipher)
