@@ -103,12 +103,49 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
-def migrate(engine: Engine) -> tuple[str | None, str]:
-    """Upgrade the schema to the head revision; returns (revision before, head)."""
+def migrate(engine: Engine, revision: str = "head") -> tuple[str | None, str]:
+    """Upgrade the schema to ``revision`` (a ``-N`` or older revision downgrades); returns
+    (revision before, head)."""
     before = current_revision(engine)
-    with engine.begin() as conn:
-        command.upgrade(_alembic_config(conn), "head")
+    with engine.connect() as conn, _foreign_keys_off(conn):
+        with conn.begin():
+            if revision.startswith("-") or _is_older(revision, before):
+                command.downgrade(_alembic_config(conn), revision)
+            else:
+                command.upgrade(_alembic_config(conn), revision)
+            _check_foreign_keys(conn)
     return before, head_revision()
+
+
+def _is_older(revision: str, current: str | None) -> bool:
+    if current is None or revision == "head":
+        return False
+    script = ScriptDirectory(MIGRATIONS_LOCATION)
+    return any(r.revision == revision for r in script.iterate_revisions(current, "base"))
+
+
+@contextmanager
+def _foreign_keys_off(conn: Connection) -> Iterator[None]:
+    """On SQLite, foreign keys off while migrating (outside any transaction: the pragma is a
+    no-op inside one). A migration that rebuilds a table (copy, DROP, rename: how SQLite
+    alters a column) would otherwise cascade the DROP to every row that references it."""
+    if conn.dialect.name != "sqlite":
+        yield
+        return
+    raw = conn.connection.dbapi_connection
+    assert raw is not None
+    raw.execute("PRAGMA foreign_keys=OFF")
+    try:
+        yield
+    finally:
+        raw.execute("PRAGMA foreign_keys=ON")
+
+
+def _check_foreign_keys(conn: Connection) -> None:
+    if conn.dialect.name == "sqlite":
+        broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+        if broken:
+            raise DatabaseError(f"the migration left rows that break foreign keys: {broken[:5]}")
 
 
 def check_schema(engine: Engine) -> None:
