@@ -14,11 +14,12 @@ A stale stamp is a block only if the loop thread was free to run. Two cases look
 and are not reported: the whole process was held up (CPU quota throttling, descheduled,
 SIGSTOP) and, at the resume, the watchdog thread ran before the loop could stamp; and the
 loop thread waiting in its selector (idle: the OS has not scheduled it yet). The first is
-told by the watchdog's own lateness: only the part of the stamp's age during which the
-watchdog itself kept time counts (``age - late``), so a stall of the process, which delays
-both threads alike, never adds up to a block. The second by the loop thread's innermost
-frame being the selector's ``select()``. A real block goes on past either check and is
-reported at a later tick of the same stretch.
+told by the watchdog's own lateness that the process's CPU time does not account for: a
+stall delays both threads alike and uses no CPU, so that part of the stamp's age is not
+counted; a loop holding the GIL (a long regex, a big ``json.loads``) also makes the
+watchdog late, but the process runs meanwhile, and that is a block. The second by the loop
+thread's innermost frames being the event loop's own ``select()``. A real block goes on
+past either check and is reported at a later tick of the same stretch.
 
 A loop that is merely overloaded (many ready callbacks, none long) can also miss its
 stamp; the warning then names whichever task happened to run, which is the usual
@@ -61,6 +62,7 @@ _SELECTOR_WAIT_CODES: Final = frozenset(
     for name in (*_SELECTORS, "KqueueSelector")
     if (cls := getattr(selectors, name, None)) is not None
 )
+_RUN_ONCE_CODE: Final = asyncio.BaseEventLoop._run_once.__code__  # type: ignore[attr-defined]
 _ADVICE: Final = "triggers must not make blocking calls: use async I/O or anyio.to_thread.run_sync"
 
 
@@ -132,19 +134,23 @@ class LoopWatchdog:
     def _watch(self, stop: threading.Event) -> None:
         reported_tick: float | None = None
         seen_tick: float | None = None
-        late_s = 0.0  # how late the watchdog itself woke up since the stamp ``seen_tick``
-        checked = time.monotonic()
+        stalled_s = 0.0  # since the stamp ``seen_tick``: time the whole process did not run
+        checked, cpu_checked = time.monotonic(), time.process_time()
         while not stop.wait(self._tick_s):
             self._checks += 1
-            now = time.monotonic()
+            now, cpu = time.monotonic(), time.process_time()
             # Read after the clock: a stamp written in between only makes the age smaller.
             tick = self._last_tick
             if tick != seen_tick:
-                seen_tick, late_s = tick, 0.0
-            late_s += max(now - checked - self._tick_s, 0.0)
-            checked = now
+                seen_tick, stalled_s = tick, 0.0
+            # The watchdog woke late either because the process did not run (a stall: no
+            # block) or because the loop held the GIL (a block): the process's CPU time
+            # tells them apart.
+            late_s = max(now - checked - self._tick_s, 0.0)
+            stalled_s += max(late_s - (cpu - cpu_checked), 0.0)
+            checked, cpu_checked = now, cpu
             blocked_s = now - tick
-            if blocked_s - late_s < self._threshold_s or tick == reported_tick:
+            if blocked_s - stalled_s < self._threshold_s or tick == reported_tick:
                 continue
             if self._loop_is_waiting():
                 continue
@@ -152,9 +158,15 @@ class LoopWatchdog:
             self._report(blocked_s)
 
     def _loop_is_waiting(self) -> bool:
-        """Whether the loop thread sits in its selector: idle, not blocked."""
+        """Whether the loop thread waits in the event loop's own selector: idle, not blocked
+        (a selector that blocking code waits in, e.g. ``subprocess.run``'s, is a block)."""
         frame = sys._current_frames().get(self._loop_thread_id or -1)
-        return frame is not None and frame.f_code in _SELECTOR_WAIT_CODES
+        return (
+            frame is not None
+            and frame.f_code in _SELECTOR_WAIT_CODES
+            and frame.f_back is not None
+            and frame.f_back.f_code is _RUN_ONCE_CODE
+        )
 
     def _report(self, blocked_s: float) -> None:
         self._blocked_count += 1

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import threading
 import time
 from types import SimpleNamespace
@@ -125,7 +127,11 @@ class StallingClock:
 async def test_a_stalled_process_is_not_reported_as_a_blocked_loop(caplog, monkeypatch):
     caplog.set_level(logging.WARNING, logger="engine.watchdog")
     clock = StallingClock()
-    monkeypatch.setattr(watchdog_module, "time", SimpleNamespace(monotonic=clock.monotonic))
+    monkeypatch.setattr(
+        watchdog_module,
+        "time",
+        SimpleNamespace(monotonic=clock.monotonic, process_time=time.process_time),
+    )
     watchdog = LoopWatchdog(THRESHOLD_S)
 
     def wait_for_checks(count: int) -> None:  # off the loop: it stays idle meanwhile
@@ -141,6 +147,52 @@ async def test_a_stalled_process_is_not_reported_as_a_blocked_loop(caplog, monke
             tg.cancel_scope.cancel()
     assert blocked_records(caplog) == []
     assert watchdog.blocked_count == 0
+
+
+def _hold_the_gil(block_s: float) -> None:
+    """Busy in one C call (no bytecode boundary): the watchdog thread cannot run meanwhile."""
+    n = 1_000_000
+    started = time.perf_counter()
+    sum(range(n))
+    per_call_s = max(time.perf_counter() - started, 1e-6)
+    sum(range(int(n * block_s / per_call_s)))
+
+
+async def _watch_a_block(caplog, block) -> list[Any]:
+    caplog.set_level(logging.WARNING, logger="engine.watchdog")
+    watchdog = LoopWatchdog(THRESHOLD_S)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            await tg.start(watchdog.run)
+
+            async def chore() -> None:
+                block()
+
+            tg.start_soon(chore, name="blocking chore")
+            await anyio.wait_all_tasks_blocked()
+            # The report comes from the watchdog's thread: poll its count, briefly.
+            checks = watchdog.checks
+            while watchdog.checks < checks + 4:  # noqa: ASYNC110
+                await anyio.sleep(THRESHOLD_S / 4)
+            tg.cancel_scope.cancel()
+    return blocked_records(caplog)
+
+
+async def test_a_block_that_holds_the_gil_is_reported(caplog):
+    """The watchdog wakes late here too, but the process ran: a block, not a stall."""
+    records = await _watch_a_block(caplog, lambda: _hold_the_gil(4 * THRESHOLD_S))
+    assert len(records) == 1
+    assert "blocking chore" in records[0].culprit
+
+
+async def test_a_block_in_another_selector_is_reported(caplog):
+    """``subprocess.run(capture_output=True)`` waits in a selector of its own: a block."""
+    command = [sys.executable, "-c", f"import time; time.sleep({3 * THRESHOLD_S})"]
+    records = await _watch_a_block(
+        caplog,
+        lambda: subprocess.run(command, capture_output=True, check=True),
+    )
+    assert len(records) == 1
 
 
 def test_threshold_must_be_positive():
