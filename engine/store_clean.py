@@ -29,6 +29,7 @@ from engine.models import (
     AssetEvent,
     AssetEventQueue,
     AssetWatcher,
+    Dag,
     DagRun,
     DagRunAssetEvent,
     DagRunState,
@@ -88,7 +89,13 @@ def finished_runs(c: Cutoffs) -> ColumnElement[bool]:
 
 
 def old_asset_events(c: Cutoffs) -> ColumnElement[bool]:
-    queued = exists().where(AssetEventQueue.asset_event_id == AssetEvent.id)
+    # A queue row of a DAG that is no longer in any DAG file (inactive) is never consumed:
+    # it does not keep its event (a paused DAG is active: its events stay).
+    queued = exists().where(
+        AssetEventQueue.asset_event_id == AssetEvent.id,
+        AssetEventQueue.dag_id == Dag.dag_id,
+        Dag.is_active.is_(True),
+    )
     unfinished_run = (
         exists()
         .where(DagRunAssetEvent.asset_event_id == AssetEvent.id)

@@ -140,6 +140,25 @@ def test_asset_events_outside_the_window_and_unused_go(database: Database) -> No
     assert _ids(database, AssetEventQueue.asset_event_id) == {ids["queued"]}
 
 
+def test_an_event_queued_only_for_a_retired_dag_goes(database: Database) -> None:
+    """A DAG no longer in any file never consumes its queue: it must not pin events forever.
+    A paused DAG (still active) keeps them."""
+
+    def seed(s: Session) -> dict[str, int]:
+        s.add(Dag(dag_id="retired", fileloc="/dags/gone.py", is_active=False))
+        s.add(Dag(dag_id="paused", fileloc="/dags/p.py", is_paused=True))
+        s.flush()
+        ids = {"retired": _event(s, "r", OLD), "paused": _event(s, "p", OLD)}
+        s.add(AssetEventQueue(dag_id="retired", asset_event_id=ids["retired"]))
+        s.add(AssetEventQueue(dag_id="paused", asset_event_id=ids["paused"]))
+        return ids
+
+    ids = database.call(seed)
+    assert db_clean.clean(database, _plan(("asset_event",))) == {"asset_event": 1}
+    assert _ids(database, AssetEvent.id) == {ids["paused"]}
+    assert _ids(database, AssetEventQueue.dag_id) == {"paused"}
+
+
 def test_a_redelivery_is_absorbed_while_its_key_is_kept(database: Database) -> None:
     database.call(_seed_events)
     db_clean.clean(database, _plan(("asset_event",)))
