@@ -5,6 +5,8 @@
 - ``ManualTrigger`` is an event trigger that fires when a test says so:
   ``ManualTrigger.channel("name").fire(payload)``. Useful to drive an engine end to end
   without a real upstream.
+- ``ReplayTrigger`` yields a fixed list of ``(payload, dedup_key)`` events, then waits:
+  what a test of deduplication (or of a trigger's ``dedup_key`` hook) needs.
 
 Everything here runs on the event loop thread; ``fire`` is not thread-safe.
 """
@@ -129,6 +131,24 @@ class ManualTriggerChannel:
             f"<ManualTriggerChannel name={self.name!r} subscribers={len(self._subscribers)} "
             f"backlog={len(self.backlog)}>"
         )
+
+
+class ReplayTrigger(BaseEventTrigger):
+    """Yields ``TriggerEvent(payload, dedup_key=key)`` for each ``(payload, key)`` pair, then
+    waits forever (a watcher keeps running). Subclass it to try ``dedup_by_payload`` or a
+    ``dedup_key`` hook."""
+
+    def __init__(self, events: tuple[tuple[Any, str | None], ...]) -> None:
+        super().__init__()
+        self.events = events
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return classpath_of(self), {"events": self.events}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        for payload, key in self.events:
+            yield TriggerEvent(payload, dedup_key=key)
+        await anyio.sleep(math.inf)
 
 
 class ManualTrigger(BaseEventTrigger):

@@ -24,9 +24,10 @@ from engine.runner import TriggerRunner, TriggerSpec
 from producers import KafkaMessage, KafkaMessageTrigger, SqsMessageTrigger
 from producers.sqs_core import SqsMessage
 from tests.waiting import wait_until
-from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
+from triggers.base import TriggerEvent
 from triggers.file import FileDeleteTrigger
 from triggers.serde import payload_digest
+from triggers.testing import ReplayTrigger
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
@@ -95,33 +96,17 @@ async def stored(
     return _events(db, asset_id)
 
 
-class Replay(BaseEventTrigger):
-    """Yields the given ``(payload, dedup_key)`` pairs, then waits."""
-
-    def __init__(self, events: tuple[tuple[Any, str | None], ...]) -> None:
-        super().__init__()
-        self.events = events
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return classpath_of(self), {"events": self.events}
-
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        for payload, key in self.events:
-            yield TriggerEvent(payload, dedup_key=key)
-        await anyio.sleep(math.inf)
-
-
-class PayloadDedupReplay(Replay):
+class PayloadDedupReplay(ReplayTrigger):
     dedup_by_payload = True
 
 
 async def test_a_sensor_sending_the_same_payload_twice_makes_two_asset_events(db) -> None:
-    rows = await stored(db, Replay(((OK, None), (OK, None))), 2)
+    rows = await stored(db, ReplayTrigger(((OK, None), (OK, None))), 2)
     assert rows == [(OK, None), (OK, None)]
 
 
 async def test_an_event_key_still_absorbs_a_redelivery(db) -> None:
-    rows = await stored(db, Replay(((OK, "k"), (OK, "k"), (OK, None))), 3)
+    rows = await stored(db, ReplayTrigger(((OK, "k"), (OK, "k"), (OK, None))), 3)
     assert rows == [(OK, "k"), (OK, None)]
 
 

@@ -22,6 +22,7 @@ from shared_stream.testing import InMemoryProducer
 from tests.waiting import wait_until as shared_wait_until
 from triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent, classpath_of
 from triggers.serde import payload_digest
+from triggers.testing import ReplayTrigger
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Hashable
@@ -191,20 +192,9 @@ OK: Any = {"status": "ok"}
 KEYED_EVENTS: tuple[tuple[Any, str | None], ...] = ((OK, None), (OK, None), ("x", "k"))
 
 
-class KeyedEvents(BaseEventTrigger):
-    """Yields ``TriggerEvent(payload, dedup_key=key)`` for each pair, then waits."""
-
+class KeyedEvents(ReplayTrigger):
     def __init__(self, events: tuple[tuple[Any, str | None], ...] = KEYED_EVENTS) -> None:
-        super().__init__()
-        self.events = events
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return classpath_of(self), {"events": self.events}
-
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        for payload, key in self.events:
-            yield TriggerEvent(payload, dedup_key=key)
-        await anyio.sleep(math.inf)
+        super().__init__(events)
 
 
 class PayloadDeduped(KeyedEvents):
