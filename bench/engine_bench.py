@@ -32,11 +32,13 @@ import anyio
 import anyio.to_thread
 from sqlalchemy import func, select
 
-from engine import store, store_runs
 from engine.config import load_config
 from engine.crypto import KwargsCipher
-from engine.db import Database, migrate
-from engine.models import DagRun, TaskInstance
+from engine.db import models
+from engine.db.database import Database
+from engine.db.models import DagRun, TaskInstance
+from engine.db.queries import runs
+from engine.db.schema import migrate
 from engine.supervisor import build_parts, tune_gc
 
 DAG_FILE = """
@@ -103,9 +105,7 @@ async def _flag_latency(db: Database, folder: Path, dag_id: str, trials: int) ->
 
 async def _cycle_time(db: Database, cycles: int) -> float:
     await db.run(
-        lambda s: store_runs.create_run(
-            s, "defer_loop", run_type=store_runs.MANUAL, now=store.utcnow()
-        )
+        lambda s: runs.create_run(s, "defer_loop", run_type=runs.MANUAL, now=models.utcnow())
     )
 
     def state(session: Any) -> tuple[str, Any, Any]:
@@ -142,7 +142,7 @@ async def _main(home: Path, trials: int, cycles: int) -> dict[str, Any]:
         for part in parts:
             await tg.start(part.run)
         while True:  # the DAG processor parsed the file
-            if len(await db.run(store_runs.list_dags)) >= 3:
+            if len(await db.run(dags.list_dags)) >= 3:
                 break
             await anyio.sleep(0.05)
         await anyio.sleep(1.0)  # the watchers are claimed and polling

@@ -36,11 +36,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from cryptography.fernet import Fernet
 from sqlalchemy import create_engine, func, insert, select, text
 
-from engine import store
 from engine.crypto import KwargsCipher
-from engine.db import Database, migrate
-from engine.models import Asset, AssetEvent, AssetWatcher, TriggerKind
-from engine.triggerer import Triggerer, TriggererSettings
+from engine.db.database import Database
+from engine.db.models import Asset, AssetEvent, AssetWatcher, TriggerKind
+from engine.db.queries import triggers as triggers_sql
+from engine.db.schema import migrate
+from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import KafkaMessageTrigger
 from shared_stream import SharedStreamManager, SharedStreamTerminated
 
@@ -172,7 +173,7 @@ def _seed(db: Database, cipher: KwargsCipher, bootstrap: str, topic: str, watche
                 "value_format": "json",
                 **FAST_GROUP,
             }
-            tid = store.add_trigger_row(
+            tid = triggers_sql.add_trigger_row(
                 session,
                 cipher,
                 "producers.kafka_trigger.KafkaMessageTrigger",

@@ -27,14 +27,15 @@ import anyio
 import anyio.lowlevel
 from cryptography.fernet import Fernet
 
-from engine import store
 from engine.crypto import KwargsCipher
-from engine.db import Database, migrate
-from engine.models import TriggerKind
-from engine.outbox import FiredEvent, Outbox
-from engine.runner import TriggerRunner, TriggerSpec
+from engine.db.database import Database
+from engine.db.models import TriggerKind
+from engine.db.queries import triggers
+from engine.db.schema import migrate
 from engine.supervisor import tune_gc
-from engine.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.outbox import FiredEvent, Outbox
+from engine.triggerer.runtime import TriggerRunner, TriggerSpec
+from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from shared_stream import SharedStreamManager
 from shared_stream.testing import InMemoryFeed, InMemoryProducer
 from triggers.base import BaseEventTrigger, TriggerEvent
@@ -237,7 +238,7 @@ def yield_to_advance(subscribers: int, rate: float, total: int) -> dict[str, flo
         def seed(session: Any) -> None:
             from sqlalchemy import insert
 
-            from engine.models import Asset, AssetWatcher
+            from engine.db.models import Asset, AssetWatcher
 
             for i in range(subscribers):
                 asset_id = session.execute(
@@ -245,7 +246,7 @@ def yield_to_advance(subscribers: int, rate: float, total: int) -> dict[str, flo
                     .values(name=f"a{i}", uri=f"bench://{i}", extra={})
                     .returning(Asset.id)
                 ).scalar_one()
-                tid = store.add_trigger_row(
+                tid = triggers.add_trigger_row(
                     session,
                     cipher,
                     "sluice_bench_plugin.TimedTrigger",

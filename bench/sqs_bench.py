@@ -37,15 +37,16 @@ from aiobotocore.session import get_session
 from cryptography.fernet import Fernet
 from sqlalchemy import create_engine, insert, text
 
-from engine import store
 from engine.crypto import KwargsCipher
-from engine.db import Database, migrate
-from engine.models import Asset, AssetWatcher, TriggerKind
-from engine.triggerer import Triggerer, TriggererSettings
+from engine.db.database import Database
+from engine.db.models import Asset, AssetWatcher, TriggerKind
+from engine.db.queries import triggers
+from engine.db.schema import migrate
+from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import SqsMessageTrigger
 
 if TYPE_CHECKING:
-    from engine.persister import BatchResult
+    from engine.triggerer.persister import BatchResult
 
 REPO = Path(__file__).resolve().parent.parent
 CREDENTIALS = {"region_name": "us-east-1", "aws_access_key_id": "b", "aws_secret_access_key": "b"}
@@ -143,7 +144,7 @@ def seed(db: Database, cipher: KwargsCipher, endpoint: str, url: str, watchers: 
                 queue_url=url, endpoint_url=endpoint, wait_time_s=1, **CREDENTIALS
             )
             classpath, kwargs = trigger.serialize()
-            tid = store.add_trigger_row(
+            tid = triggers.add_trigger_row(
                 session, cipher, classpath, kwargs, kind=TriggerKind.WATCHER
             )
             session.execute(

@@ -31,12 +31,13 @@ from typing import Any
 import anyio
 from cryptography.fernet import Fernet
 
-from engine import store
 from engine.crypto import KwargsCipher
-from engine.db import Database, migrate
-from engine.models import TriggerKind
+from engine.db import models
+from engine.db.database import Database
+from engine.db.models import TriggerKind
+from engine.db.schema import migrate
 from engine.supervisor import tune_gc
-from engine.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from triggers import TimeDeltaTrigger
 
 AIRFLOW_CLAIMS_PER_S = 50.0
@@ -52,13 +53,13 @@ def seed(db: Database, cipher: KwargsCipher, n: int) -> None:
     """N deferred task instances, each waiting on its own TimeDeltaTrigger (one day ahead)."""
     from sqlalchemy import insert
 
-    from engine.models import Dag, DagRun, TaskInstance, TaskState, Trigger
+    from engine.db.models import Dag, DagRun, TaskInstance, TaskState, Trigger
 
     classpath, kwargs = TimeDeltaTrigger(timedelta(days=1)).serialize()
     token = cipher.encrypt_kwargs(kwargs, owner=classpath)
 
     def chunk(session: Any, start: int, stop: int, run_id: int) -> None:
-        now = store.utcnow()
+        now = models.utcnow()
         ids = (
             session.execute(
                 insert(Trigger).returning(Trigger.id),

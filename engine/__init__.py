@@ -1,16 +1,32 @@
 """engine package: the authoring API DAG files import, and the engine behind it.
 
 DAG files use ``from engine import DAG, Asset, AssetWatcher, task, BaseOperator,
-BaseSensorOperator, TaskDeferred`` (sensors: ``engine.sensors``).
+BaseSensorOperator, TaskDeferred`` (sensors: ``engine.sensors``). The parts, from the top:
+``cli`` and ``supervisor`` (the processes); the runtime parts ``dag_processing``,
+``scheduler``, ``executor`` and ``triggerer``, which never import each other; ``db`` (the
+metadata database: models, migrations, every query); ``authoring`` (what DAG files import);
+and the leaf utilities (``config``, ``crypto``, ``logs``, ``metrics``, ``exceptions``,
+``retry``, ``loader``, ``doctor``). Each package's ``__init__`` says what it owns.
 """
 
 from __future__ import annotations
 
-from engine.assets import Asset, AssetAll, AssetAny, AssetWatcher, BaseAsset
-from engine.authoring import Context, DagDefinitionError, TaskDeferred
-from engine.dag import DAG
-from engine.operators import BaseOperator, PythonOperator, resolve_deferrable, task
-from engine.sensors import BaseSensorOperator
+from engine.authoring import (
+    DAG,
+    Asset,
+    AssetAll,
+    AssetAny,
+    AssetWatcher,
+    BaseAsset,
+    BaseOperator,
+    BaseSensorOperator,
+    Context,
+    DagDefinitionError,
+    PythonOperator,
+    TaskDeferred,
+    resolve_deferrable,
+    task,
+)
 
 __all__: tuple[str, ...] = (
     "DAG",

@@ -37,9 +37,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from engine.db.queries.runs import ASSET_TRIGGERED
+from engine.db.queries.streams import stream_key_column
 from engine.exceptions import ConfigError
-from engine.store_inspect import stream_key_column
-from engine.store_runs import ASSET_TRIGGERED
 from shared_stream.stats import REPORTED_LANES, busiest_lanes
 
 if TYPE_CHECKING:
@@ -48,10 +48,10 @@ if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
     from engine.config import MetricsConfig
-    from engine.executor import LocalExecutor
-    from engine.persister import Buckets
-    from engine.scheduler import Scheduler
-    from engine.triggerer import Triggerer
+    from engine.executor.local import LocalExecutor
+    from engine.scheduler.scheduler import Scheduler
+    from engine.triggerer.persister import Buckets
+    from engine.triggerer.triggerer import Triggerer
     from shared_stream.stats import GroupStats
 
 __all__ = (

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 
 from engine.crypto import KwargsCipher
-from engine.dag_processor import DagProcessor, DagProcessorSettings
-from engine.db import Database, check_schema
+from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
+from engine.db.database import Database
+from engine.db.schema import check_schema
 from engine.exceptions import SluiceError
-from engine.scheduler import Scheduler, SchedulerSettings
-from engine.triggerer import Triggerer, TriggererSettings
+from engine.scheduler.scheduler import Scheduler, SchedulerSettings
+from engine.triggerer.triggerer import Triggerer, TriggererSettings
 
 if TYPE_CHECKING:
     from collections.abc import Callable

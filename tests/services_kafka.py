@@ -29,14 +29,14 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from sqlalchemy import insert, select
 
-from engine import store
-from engine.models import Asset, AssetEvent, AssetWatcher, TriggerKind
+from engine.db.models import Asset, AssetEvent, AssetWatcher, TriggerKind
+from engine.db.queries import triggers
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
     from engine.crypto import KwargsCipher
-    from engine.db import Database
+    from engine.db.database import Database
 
 STARTUP_TIMEOUT_S = 10.0
 STOP_GRACE_S = 2.0
@@ -291,7 +291,7 @@ def seed_watchers(
             asset_id = session.execute(
                 insert(Asset).values(name=name, uri=f"test://{name}", extra={}).returning(Asset.id)
             ).scalar_one()
-            tid = store.add_trigger_row(
+            tid = triggers.add_trigger_row(
                 session,
                 cipher,
                 "producers.kafka_trigger.KafkaMessageTrigger",

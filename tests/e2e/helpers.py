@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 
-from engine.models import Asset, AssetEvent
+from engine.db.models import Asset, AssetEvent
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from engine.db import Database
+    from engine.db.database import Database
 
 SLUICE = str(Path(sys.executable).with_name("sluice"))
 READY_LINE = "Sluice ready"

@@ -38,8 +38,8 @@ from cryptography.fernet import Fernet
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
-from engine.db import Database
-from engine.models import (
+from engine.db.database import Database
+from engine.db.models import (
     Asset,
     AssetEvent,
     AssetWatcher,

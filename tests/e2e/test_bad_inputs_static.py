@@ -20,8 +20,8 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import select, update
 
-from engine.db import Database
-from engine.models import (
+from engine.db.database import Database
+from engine.db.models import (
     Asset,
     AssetEventQueue,
     Dag,
@@ -30,7 +30,7 @@ from engine.models import (
     TaskInstance,
     Trigger,
 )
-from engine.models import AssetWatcher as WatcherRow
+from engine.db.models import AssetWatcher as WatcherRow
 from tests.e2e.helpers import (
     asset_event_count,
     engine_env,

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sqlalchemy import func, insert, select
 
-from engine import store
-from engine.db import Database
-from engine.models import Asset, AssetEvent, Dag, DagRun, Job, TaskInstance
+from engine.db import models
+from engine.db.database import Database
+from engine.db.models import Asset, AssetEvent, Dag, DagRun, Job, TaskInstance
 from tests.e2e.helpers import (
     SLUICE,
     asset_event_count,
@@ -75,7 +75,7 @@ def _drop_flag(tmp_path: Path, inbox: Path, mtime_ns: int) -> None:
 
 def _seed_old_rows(s: Session) -> None:
     """Rows a month old: asset events of another asset, finished runs, an ended job."""
-    old = store.utcnow() - timedelta(days=30)
+    old = models.utcnow() - timedelta(days=30)
     archive = s.execute(select(Asset.id).where(Asset.name == "archive")).scalar_one()
     events = [
         {"asset_id": archive, "payload": {"n": n}, "dedup_key": f"old-{n}", "timestamp": old}

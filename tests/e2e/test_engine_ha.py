@@ -28,9 +28,9 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import func, select
 
-from engine import store, store_runs
-from engine.db import Database, migrate
-from engine.models import (
+from engine.db import models
+from engine.db.database import Database
+from engine.db.models import (
     AssetEventQueue,
     Dag,
     DagRun,
@@ -39,7 +39,9 @@ from engine.models import (
     TaskInstance,
     Trigger,
 )
-from engine.triggerer import CLAIM_IDLE_INTERVAL_S
+from engine.db.queries import runs
+from engine.db.schema import migrate
+from engine.triggerer.triggerer import CLAIM_IDLE_INTERVAL_S
 from tests.e2e.helpers import (
     asset_event_count,
     engine_env,
@@ -213,11 +215,11 @@ def _task_instance(db: Database, key: str) -> TaskInstance:
 def _create_runs(db: Database, dag_id: str, n: int) -> None:
     def write(session: object) -> None:
         for _ in range(n):
-            store_runs.create_run(
+            runs.create_run(
                 session,  # type: ignore[arg-type]
                 dag_id,
-                run_type=store_runs.MANUAL,
-                now=store.utcnow(),
+                run_type=runs.MANUAL,
+                now=models.utcnow(),
             )
 
     db.call(write)

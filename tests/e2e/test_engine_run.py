@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sqlalchemy import select
 
-from engine.db import Database
-from engine.models import AssetEvent, DagRun, TaskInstance
-from engine.store_runs import find_task_instance
+from engine.db.database import Database
+from engine.db.models import AssetEvent, DagRun, TaskInstance
+from engine.db.queries.runs import find_task_instance
 from tests.e2e.helpers import engine_env, run_cli, start_engine, stop, wait_for
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
 
 
 def _dag_ids(db: Database) -> set[str]:
-    from engine.models import Dag
+    from engine.db.models import Dag
 
     return set(db.call(lambda s: s.execute(select(Dag.dag_id)).scalars().all()))
 

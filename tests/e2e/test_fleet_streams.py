@@ -47,9 +47,10 @@ from aiokafka import AIOKafkaProducer
 from cryptography.fernet import Fernet
 from sqlalchemy import func, select
 
-from engine.db import Database, migrate
-from engine.models import Asset, AssetEvent, Dag, Job, Trigger, TriggerKind
-from engine.triggerer import CLAIM_IDLE_INTERVAL_S
+from engine.db.database import Database
+from engine.db.models import Asset, AssetEvent, Dag, Job, Trigger, TriggerKind
+from engine.db.schema import migrate
+from engine.triggerer.triggerer import CLAIM_IDLE_INTERVAL_S
 from tests.e2e.helpers import engine_env, log_tail, run_cli, start_engine, wait_for
 from tests.services_kafka import FAST_GROUP, committed_offsets
 

@@ -22,8 +22,9 @@ from cryptography.fernet import Fernet
 from sqlalchemy import select
 
 from engine.crypto import KwargsCipher
-from engine.db import Database, migrate
-from engine.models import AssetEvent
+from engine.db.database import Database
+from engine.db.models import AssetEvent
+from engine.db.schema import migrate
 from tests.e2e.helpers import sluice_env, start_cli, stop, wait_for
 from tests.services_kafka import (
     FILTERS_PLUGIN,

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sqlalchemy import select
 
-from engine.db import Database
-from engine.models import Dag, TaskInstance
+from engine.db.database import Database
+from engine.db.models import Dag, TaskInstance
 from tests.e2e.helpers import engine_env, run_cli, start_engine, stop, wait_for
 
 if TYPE_CHECKING:

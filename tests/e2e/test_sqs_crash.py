@@ -21,10 +21,11 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import func, insert, select
 
-from engine import store
 from engine.crypto import KwargsCipher
-from engine.db import Database, migrate
-from engine.models import Asset, AssetEvent, AssetWatcher, TriggerKind
+from engine.db.database import Database
+from engine.db.models import Asset, AssetEvent, AssetWatcher, TriggerKind
+from engine.db.queries import triggers
+from engine.db.schema import migrate
 from producers import SqsMessageTrigger
 from tests.e2e.helpers import sluice_env, start_cli, stop, wait_for
 
@@ -77,7 +78,7 @@ def _seed(db: Database, cipher: KwargsCipher, endpoint: SqsEndpoint, url: str) -
                 **endpoint.client_kwargs(),
             )
             classpath, kwargs = trigger.serialize()
-            tid = store.add_trigger_row(
+            tid = triggers.add_trigger_row(
                 session, cipher, classpath, kwargs, kind=TriggerKind.WATCHER
             )
             session.execute(

@@ -17,10 +17,11 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import insert, select
 
-from engine import store
 from engine.crypto import KwargsCipher
-from engine.db import Database, migrate
-from engine.models import Dag, DagRun, TaskInstance, TaskState, Trigger, TriggerKind
+from engine.db.database import Database
+from engine.db.models import Dag, DagRun, TaskInstance, TaskState, Trigger, TriggerKind
+from engine.db.queries import triggers
+from engine.db.schema import migrate
 from tests.e2e.helpers import sluice_env, start_cli, stop, wait_for
 from triggers.serde import loads
 
@@ -92,7 +93,7 @@ def _seed(db: Database, cipher: KwargsCipher, moment: datetime, log: Path) -> li
         ).scalar_one()
         ids = []
         for i in range(N_TRIGGERS):
-            tid = store.add_trigger_row(
+            tid = triggers.add_trigger_row(
                 session,
                 cipher,
                 "ha_plugin.RecordingTrigger",

@@ -11,9 +11,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from sqlalchemy import delete, func, or_, select, update
 
-from engine import claiming, store, store_claims, store_inspect
-from engine.db import Database, migrate
-from engine.models import Job, Trigger, TriggerKind
+from engine.db import models
+from engine.db.database import Database
+from engine.db.models import Job, Trigger, TriggerKind
+from engine.db.queries import claims as store_claims
+from engine.db.queries import inspection, triggers
+from engine.db.queries import jobs as jobs_sql
+from engine.db.schema import migrate
+from engine.triggerer.triggerer import claiming
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +41,7 @@ def database(db_url: str):
 def _add(db: Database, n: int, digest: str | None) -> list[int]:
     def add(session):
         return [
-            store.add_trigger_row(
+            triggers.add_trigger_row(
                 session,
                 _PlainCipher(),
                 "producers.kafka_trigger.KafkaMessageTrigger",
@@ -51,7 +56,7 @@ def _add(db: Database, n: int, digest: str | None) -> list[int]:
 
 
 def _job(db: Database, capacity: int) -> int:
-    return db.call(lambda s: store.start_job(s, job_type="triggerer", capacity=capacity))
+    return db.call(lambda s: jobs_sql.start_job(s, job_type="triggerer", capacity=capacity))
 
 
 def _claim(db: Database, job: int, left: int, now=None) -> claiming.ClaimResult:
@@ -70,7 +75,7 @@ def _owners(db: Database, digest: str | None = None) -> dict[int, int | None]:
 
 
 def _stale(db: Database, job: int) -> None:
-    old = store.utcnow() - timedelta(hours=1)
+    old = models.utcnow() - timedelta(hours=1)
     db.call(lambda s: s.execute(update(Job).where(Job.id == job).values(latest_heartbeat=old)))
 
 
@@ -132,7 +137,7 @@ def test_a_group_is_never_cut_to_a_rounds_size(database: Database) -> None:
 def test_a_stopping_triggerer_has_no_room(database: Database) -> None:
     group = _add(database, 4, "g")
     a, b = _job(database, 3), _job(database, 10)
-    database.call(lambda s: store.set_job_capacity(s, b, 0))  # B drains: takes no more
+    database.call(lambda s: jobs_sql.set_job_capacity(s, b, 0))  # B drains: takes no more
     got = _claim(database, a, 3)
     assert [r.id for r in got.rows] == group  # A has the most room left: over capacity
     assert [o.size for o in got.oversized] == [4]
@@ -161,8 +166,8 @@ def test_a_split_group_is_repaired_to_the_holder_of_most_rows(database: Database
     splits = database.call(lambda s: store_claims.stream_splits(s, alive={a, b}))
     assert splits == {"g": {a: 3, b: 1}}
     facts = database.call(
-        lambda s: store_inspect.doctor_facts(
-            s, now=store.utcnow(), thresholds={}, default_threshold_s=THRESHOLD_S
+        lambda s: inspection.doctor_facts(
+            s, now=models.utcnow(), thresholds={}, default_threshold_s=THRESHOLD_S
         )
     )
     assert facts["stream_splits"] == [
@@ -193,7 +198,7 @@ def test_concurrent_claims_never_split_a_group(database: Database) -> None:
                 barrier.wait(timeout=30)
                 _claim(database, job, 8)
                 if round_ % 2 == 1 and job == jobs[round_ % len(jobs)]:
-                    database.call(lambda s: store.release_triggers(s, triggerer_id=job))
+                    database.call(lambda s: triggers.release_triggers(s, triggerer_id=job))
         except BaseException as exc:
             errors.append(exc)
             barrier.abort()
@@ -218,7 +223,7 @@ class FleetMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.db: Database | None = None
-        self.now = store.utcnow()
+        self.now = models.utcnow()
         self.jobs: dict[int, int] = {}  # live-or-stalled triggerer -> capacity
         self.stopped: set[int] = set()
 
@@ -233,7 +238,7 @@ class FleetMachine(RuleBasedStateMachine):
 
     def _start_triggerer(self, capacity: int) -> None:
         assert self.db is not None
-        job = self.db.call(lambda s: store.start_job(s, job_type="triggerer", capacity=capacity))
+        job = self.db.call(lambda s: jobs_sql.start_job(s, job_type="triggerer", capacity=capacity))
         self._beat(job)
         self.jobs[job] = capacity
 
@@ -248,7 +253,7 @@ class FleetMachine(RuleBasedStateMachine):
         assert self.db is not None
         return set(
             self.db.call(
-                lambda s: store.alive_job_ids(
+                lambda s: jobs_sql.alive_job_ids(
                     s, job_type="triggerer", threshold_s=THRESHOLD_S, now=self.now
                 )
             )
@@ -266,7 +271,7 @@ class FleetMachine(RuleBasedStateMachine):
         if not running:
             return
         job = data.draw(st.sampled_from(running))
-        held = len(self.db.call(lambda s: store.owned_trigger_ids(s, triggerer_id=job)))
+        held = len(self.db.call(lambda s: triggers.owned_trigger_ids(s, triggerer_id=job)))
         _claim(self.db, job, max(0, self.jobs[job] - held), now=self.now)
 
     @rule(data=st.data())
@@ -289,8 +294,8 @@ class FleetMachine(RuleBasedStateMachine):
         job = data.draw(st.sampled_from(running))
         self.stopped.add(job)
         if clean:
-            self.db.call(lambda s: store.release_triggers(s, triggerer_id=job))
-            self.db.call(lambda s: store.end_job(s, job))
+            self.db.call(lambda s: triggers.release_triggers(s, triggerer_id=job))
+            self.db.call(lambda s: jobs_sql.end_job(s, job))
 
     @rule()
     def new_triggerer(self) -> None:
@@ -311,7 +316,7 @@ class FleetMachine(RuleBasedStateMachine):
         for _ in range(2):
             for job in live:
                 held = len(
-                    self.db.call(lambda s, j=job: store.owned_trigger_ids(s, triggerer_id=j))
+                    self.db.call(lambda s, j=job: triggers.owned_trigger_ids(s, triggerer_id=j))
                 )
                 _claim(self.db, job, max(0, self.jobs[job] - held), now=self.now)
         waiting = self.db.call(
@@ -324,7 +329,7 @@ class FleetMachine(RuleBasedStateMachine):
         if waiting and live:
             rooms = {
                 job: self.jobs[job]
-                - len(self.db.call(lambda s, j=job: store.owned_trigger_ids(s, triggerer_id=j)))
+                - len(self.db.call(lambda s, j=job: triggers.owned_trigger_ids(s, triggerer_id=j)))
                 for job in live
             }
             assert all(room <= 0 for room in rooms.values()), (waiting, rooms)

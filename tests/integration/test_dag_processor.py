@@ -11,11 +11,14 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import select
 
-from engine import Asset, store
+from engine import Asset
 from engine.crypto import KwargsCipher
-from engine.dag_processor import TIMEOUT_ERROR, DagProcessor, DagProcessorSettings
-from engine.db import Database, migrate
-from engine.models import Base, TriggerKind
+from engine.dag_processing.processor import TIMEOUT_ERROR, DagProcessor, DagProcessorSettings
+from engine.db.database import Database
+from engine.db.models import Base, TriggerKind
+from engine.db.queries import dags as dags_sql
+from engine.db.queries import triggers
+from engine.db.schema import migrate
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -134,12 +137,12 @@ def snapshot(db: Database) -> dict[str, list[dict[str, Any]]]:
     return db.call(read)
 
 
-def watchers_by_name(db: Database) -> dict[str, store.WatcherRowState]:
-    return {row.name: row for row in db.call(store.load_asset_watchers)}
+def watchers_by_name(db: Database) -> dict[str, dags_sql.WatcherRowState]:
+    return {row.name: row for row in db.call(dags_sql.load_asset_watchers)}
 
 
-def errors_by_file(db: Database) -> dict[str, store.ParseErrorRow]:
-    return {row.fileloc: row for row in db.call(store.list_parse_errors)}
+def errors_by_file(db: Database) -> dict[str, dags_sql.ParseErrorRow]:
+    return {row.fileloc: row for row in db.call(dags_sql.list_parse_errors)}
 
 
 async def test_parse_stores_dags_assets_watchers_and_errors(
@@ -155,22 +158,22 @@ async def test_parse_stores_dags_assets_watchers_and_errors(
 
     assert report is not None
     assert set(report.errors) == {str(p) for p in (syntax, missing, base_trigger, hanging)}
-    (dag,) = database.call(store.load_dags).values()
+    (dag,) = database.call(dags_sql.load_dags).values()
     assert (dag.dag_id, dag.fileloc, dag.is_active) == ("orders_etl", str(good), True)
     assert dag.schedule == (Asset("orders") & Asset("customers", "s3://bucket/customers")).to_json()
-    tasks = database.call(store.load_dag_tasks)["orders_etl"]
+    tasks = database.call(dags_sql.load_dag_tasks)["orders_etl"]
     assert [(t["task_id"], t["downstream_task_ids"]) for t in tasks] == [
         ("extract", ["load"]),
         ("load", []),
     ]
-    assets = database.call(store.load_assets)
+    assets = database.call(dags_sql.load_assets)
     assert {name: row.uri for name, row in assets.items()} == {
         "orders": "orders",
         "customers": "s3://bucket/customers",
     }
-    edges = database.call(store.load_schedule_edges)
+    edges = database.call(dags_sql.load_schedule_edges)
     assert edges == {("orders_etl", assets["orders"].id), ("orders_etl", assets["customers"].id)}
-    scheduled = database.call(lambda s: store.dags_scheduled_on(s, [assets["orders"].id]))
+    scheduled = database.call(lambda s: dags_sql.dags_scheduled_on(s, [assets["orders"].id]))
     assert scheduled == {"orders_etl": dag.schedule}
 
     watchers = watchers_by_name(database)
@@ -229,7 +232,7 @@ async def test_changed_watcher_kwargs_replace_only_that_trigger(
     assert after["orders_flag"].id == before["orders_flag"].id
     assert cipher.decrypt_kwargs(after["orders_flag"].kwargs)["filepath"] == "/flags/orders-v2.flag"
     trigger_ids = {row.trigger_id for row in after.values()}
-    assert database.call(store.count_triggers) == 2
+    assert database.call(triggers.count_triggers) == 2
     assert before["orders_flag"].trigger_id not in trigger_ids
 
 
@@ -242,17 +245,17 @@ async def test_removed_dag_is_retired_and_its_watchers_deleted(
         write(dags_folder, "good.py", ASSETS_ONLY)  # the DAG is gone, the asset stays
         report = await processor.parse_once()
         assert report is not None and report.dags_deactivated == ["orders_etl"]
-        assert not database.call(store.load_dags)["orders_etl"].is_active
-        assert database.call(store.load_schedule_edges) == set()
-        assert database.call(store.load_asset_watchers) == []
-        assert database.call(store.count_triggers) == 0
-        assets = database.call(store.load_assets)
+        assert not database.call(dags_sql.load_dags)["orders_etl"].is_active
+        assert database.call(dags_sql.load_schedule_edges) == set()
+        assert database.call(dags_sql.load_asset_watchers) == []
+        assert database.call(triggers.count_triggers) == 0
+        assets = database.call(dags_sql.load_assets)
         assert assets["orders"].is_active and not assets["customers"].is_active
 
         good.unlink()
         await processor.parse_once()
-    assert not database.call(store.load_assets)["orders"].is_active
-    assert database.call(store.load_dag_files) == {}
+    assert not database.call(dags_sql.load_assets)["orders"].is_active
+    assert database.call(dags_sql.load_dag_files) == {}
 
 
 async def test_asset_watchers_run_only_while_an_active_dag_schedules_on_it(
@@ -261,7 +264,7 @@ async def test_asset_watchers_run_only_while_an_active_dag_schedules_on_it(
     write(dags_folder, "assets.py", ASSETS_ONLY)
     with anyio.fail_after(15):
         await processor.parse_once()
-        assert database.call(store.count_triggers) == 0
+        assert database.call(triggers.count_triggers) == 0
         consumer = (
             "from engine import DAG, Asset\ndag = DAG('consumer', schedule=Asset('orders'))\n"
         )
@@ -270,8 +273,8 @@ async def test_asset_watchers_run_only_while_an_active_dag_schedules_on_it(
         assert set(watchers_by_name(database)) == {"orders_flag"}
         path.unlink()
         await processor.parse_once()
-    assert database.call(store.count_triggers) == 0
-    assert not database.call(store.load_dags)["consumer"].is_active
+    assert database.call(triggers.count_triggers) == 0
+    assert not database.call(dags_sql.load_dags)["consumer"].is_active
 
 
 async def test_dag_files_share_assets_from_the_plugins_folder(
@@ -290,7 +293,7 @@ async def test_dag_files_share_assets_from_the_plugins_folder(
     assert report is not None and report.errors == {}
     assert report.dags_active == 2
     assert set(watchers_by_name(database)) == {"orders_flag"}
-    assert database.call(store.count_triggers) == 1
+    assert database.call(triggers.count_triggers) == 1
 
 
 async def test_a_file_that_now_fails_keeps_its_last_good_version(
@@ -329,7 +332,7 @@ async def test_duplicate_dag_id_across_files_is_an_error_on_the_newcomer(
     assert error.error.startswith("DuplicateDagIdError")
     assert str(good) in error.error and str(copy) in error.error
     assert error.lineno is not None
-    dags = database.call(store.load_dags)
+    dags = database.call(dags_sql.load_dags)
     assert set(dags) == {"orders_etl"} and dags["orders_etl"].fileloc == str(good)
 
 
@@ -345,7 +348,7 @@ async def test_a_refused_file_is_retried_when_the_clash_goes_away(
         write(dags_folder, "good.py", ASSETS_ONLY)  # the DAG moves to a_copy.py
         report = await processor.parse_paths([good])
     assert report is not None and report.errors == {}
-    assert database.call(store.load_dags)["orders_etl"].fileloc == str(copy)
+    assert database.call(dags_sql.load_dags)["orders_etl"].fileloc == str(copy)
     assert errors_by_file(database) == {}
 
 
@@ -353,7 +356,7 @@ async def test_file_errors_are_logged_once_until_they_change(
     processor: DagProcessor, dags_folder: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     broken = write(dags_folder, "broken.py", "import no_such_module_here\n")
-    caplog.set_level(logging.INFO, logger="engine.dag_processor")
+    caplog.set_level(logging.INFO, logger="engine.dag_processing.processor")
     with anyio.fail_after(15):
         await processor.parse_once()
         await processor.parse_once()
@@ -382,7 +385,7 @@ async def test_run_follows_changes_in_the_dags_folder(
     processor: DagProcessor, database: Database, dags_folder: Path
 ) -> None:
     def is_active(dag_id: str) -> bool:
-        row = database.call(store.load_dags).get(dag_id)
+        row = database.call(dags_sql.load_dags).get(dag_id)
         return bool(row and row.is_active)
 
     async def wait_until(condition) -> None:

@@ -6,11 +6,12 @@ import pytest
 from sqlalchemy import inspect, select, text
 from sqlalchemy.exc import OperationalError
 
-from engine import claiming, store
-from engine.db import (
-    Database,
+from engine.db import models
+from engine.db.database import Database, create_db_engine
+from engine.db.models import Job, Trigger, TriggerKind
+from engine.db.queries import jobs, triggers
+from engine.db.schema import (
     check_schema,
-    create_db_engine,
     current_revision,
     head_revision,
     migrate,
@@ -18,7 +19,7 @@ from engine.db import (
     schema_drift,
 )
 from engine.exceptions import SchemaNotCurrentError
-from engine.models import Job, Trigger, TriggerKind
+from engine.triggerer.triggerer import claiming
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +62,7 @@ def test_migrate_from_empty_reaches_head_with_no_drift(db_url: str) -> None:
 
 
 def test_reset_drops_data_and_recreates_schema(database: Database) -> None:
-    database.call(lambda s: store.start_job(s, job_type="triggerer"))
+    database.call(lambda s: jobs.start_job(s, job_type="triggerer"))
     reset(database.engine)
     check_schema(database.engine)
     assert database.call(lambda s: s.execute(select(Job)).all()) == []
@@ -85,7 +86,7 @@ def test_sqlite_read_only_transaction_does_not_wait_for_a_writer(sqlite_url: str
     migrate(db.engine)
     other = create_db_engine(sqlite_url)
     try:
-        db.call(lambda s: store.start_job(s, job_type="triggerer"))
+        db.call(lambda s: jobs.start_job(s, job_type="triggerer"))
         with other.begin() as writer:  # BEGIN IMMEDIATE: holds the write lock
             writer.execute(text("UPDATE job SET hostname = 'uncommitted'"))
             hostnames = db.call(
@@ -105,7 +106,7 @@ def test_sqlite_read_only_transaction_does_not_wait_for_a_writer(sqlite_url: str
 def _insert_triggers(db: Database, n: int) -> list[int]:
     def add(session):
         return [
-            store.add_trigger_row(
+            triggers.add_trigger_row(
                 session,
                 _PlainCipher(),
                 "triggers.temporal.DateTimeTrigger",
@@ -127,8 +128,8 @@ class _PlainCipher:
 
 def test_claim_respects_capacity_and_is_disjoint_between_triggerers(database: Database) -> None:
     ids = _insert_triggers(database, 25)
-    a = database.call(lambda s: store.start_job(s, job_type="triggerer"))
-    b = database.call(lambda s: store.start_job(s, job_type="triggerer"))
+    a = database.call(lambda s: jobs.start_job(s, job_type="triggerer"))
+    b = database.call(lambda s: jobs.start_job(s, job_type="triggerer"))
     got_a = database.call(
         lambda s: claiming.claim_round(s, triggerer_id=a, capacity_left=10, threshold_s=30).rows
     )
@@ -139,18 +140,18 @@ def test_claim_respects_capacity_and_is_disjoint_between_triggerers(database: Da
     assert len(got_b) == 15
     assert {r.id for r in got_a} | {r.id for r in got_b} == set(ids)
     assert not {r.id for r in got_a} & {r.id for r in got_b}
-    assert database.call(lambda s: store.owned_trigger_ids(s, triggerer_id=a)) == {
+    assert database.call(lambda s: triggers.owned_trigger_ids(s, triggerer_id=a)) == {
         r.id for r in got_a
     }
 
 
 def test_rows_of_a_dead_triggerer_are_taken_over(database: Database) -> None:
     _insert_triggers(database, 5)
-    dead = database.call(lambda s: store.start_job(s, job_type="triggerer"))
+    dead = database.call(lambda s: jobs.start_job(s, job_type="triggerer"))
     database.call(
         lambda s: claiming.claim_round(s, triggerer_id=dead, capacity_left=5, threshold_s=30).rows
     )
-    alive = database.call(lambda s: store.start_job(s, job_type="triggerer"))
+    alive = database.call(lambda s: jobs.start_job(s, job_type="triggerer"))
     # While the owner heartbeats, nothing is taken over.
     assert (
         database.call(
@@ -163,13 +164,13 @@ def test_rows_of_a_dead_triggerer_are_taken_over(database: Database) -> None:
     database.call(
         lambda s: s.execute(
             text("UPDATE job SET latest_heartbeat = :old WHERE id = :id"),
-            {"old": store.utcnow().replace(year=2000, tzinfo=None), "id": dead},
+            {"old": models.utcnow().replace(year=2000, tzinfo=None), "id": dead},
         )
     )
     taken = database.call(
         lambda s: claiming.claim_round(s, triggerer_id=alive, capacity_left=5, threshold_s=30).rows
     )
     assert len(taken) == 5
-    assert database.call(lambda s: store.release_triggers(s, triggerer_id=alive)) == 5
+    assert database.call(lambda s: triggers.release_triggers(s, triggerer_id=alive)) == 5
     owners = database.call(lambda s: set(s.execute(select(Trigger.triggerer_id)).scalars()))
     assert owners == {None}

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sqlalchemy import func, insert, select
 
-from engine import db_clean, store
-from engine.db import Database, migrate
-from engine.models import (
+from engine.db import clean as db_clean
+from engine.db import models
+from engine.db.database import Database
+from engine.db.models import (
     Asset,
     AssetEvent,
     AssetEventQueue,
@@ -28,7 +29,9 @@ from engine.models import (
     TaskInstance,
     Trigger,
 )
-from engine.store_clean import TABLES
+from engine.db.queries import assets
+from engine.db.queries.clean import TABLES
+from engine.db.schema import migrate
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -38,7 +41,7 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.integration
 
-NOW = store.utcnow()
+NOW = models.utcnow()
 BEFORE = NOW - timedelta(days=1)
 RETENTION = timedelta(days=7)
 OLD = NOW - timedelta(days=30)  # past every cut-off
@@ -165,7 +168,7 @@ def test_a_redelivery_is_absorbed_while_its_key_is_kept(database: Database) -> N
 
     def redeliver(key: str) -> list[tuple[int, int]]:
         row = {"asset_id": 1, "payload": {}, "dedup_key": key, "timestamp": NOW}
-        return database.call(lambda s: store.insert_asset_events(s, [row]))
+        return database.call(lambda s: assets.insert_asset_events(s, [row]))
 
     assert redeliver("in-window") == []  # inside the window: still a duplicate
     assert redeliver("edge") == []

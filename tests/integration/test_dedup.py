@@ -16,11 +16,12 @@ import anyio
 import pytest
 from sqlalchemy import insert, select
 
-from engine.db import Database, migrate
-from engine.models import Asset, AssetEvent, TriggerKind
-from engine.outbox import FiredEvent, Outbox
-from engine.persister import Persister
-from engine.runner import TriggerRunner, TriggerSpec
+from engine.db.database import Database
+from engine.db.models import Asset, AssetEvent, TriggerKind
+from engine.db.schema import migrate
+from engine.triggerer.outbox import FiredEvent, Outbox
+from engine.triggerer.persister import Persister
+from engine.triggerer.runtime import TriggerRunner, TriggerSpec
 from producers import KafkaMessage, KafkaMessageTrigger, SqsMessageTrigger
 from producers.sqs_core import SqsMessage
 from tests.waiting import wait_until

@@ -20,17 +20,28 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import insert, select, update
 
-from engine import store, store_runs, store_tasks
 from engine.config import load_config
 from engine.crypto import KwargsCipher
-from engine.dag_processor import DagProcessor, DagProcessorSettings
-from engine.db import Database, migrate
-from engine.executor import ExecutorSettings, LocalExecutor
-from engine.models import Dag, DagTask, Job, JobState, TaskInstance, TaskState, Trigger, TriggerKind
-from engine.outbox import FiredEvent, Outbox
-from engine.persister import Persister
-from engine.task_logs import TaskLogNotFoundError, log_path, read_task_log
-from engine.task_runner import EXIT_PARENT_GONE, TaskSpec, build_context
+from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
+from engine.db import models
+from engine.db.database import Database
+from engine.db.models import (
+    Dag,
+    DagTask,
+    Job,
+    JobState,
+    TaskInstance,
+    TaskState,
+    Trigger,
+    TriggerKind,
+)
+from engine.db.queries import deferrals, jobs, runs, tasks
+from engine.db.schema import migrate
+from engine.executor.local import ExecutorSettings, LocalExecutor
+from engine.executor.task_logs import TaskLogNotFoundError, log_path, read_task_log
+from engine.executor.task_runner import EXIT_PARENT_GONE, TaskSpec, build_context
+from engine.triggerer.outbox import FiredEvent, Outbox
+from engine.triggerer.persister import Persister
 from tests.waiting import eventually, wait_until
 from triggers.base import TriggerEvent
 from triggers.serde import deserialize_value, dumps, loads
@@ -198,13 +209,11 @@ class Env:
         """A manual run of ``exec``: (run pk, run_id, task_id -> task instance id)."""
 
         def create(session: Any) -> tuple[int, str, dict[str, int]]:
-            pk = store_runs.create_run(
-                session, "exec", run_type=store_runs.MANUAL, now=store.utcnow()
-            )
-            state = store_runs.load_run_state(session, pk)
+            pk = runs.create_run(session, "exec", run_type=runs.MANUAL, now=models.utcnow())
+            state = runs.load_run_state(session, pk)
             assert state is not None
             run_id = session.execute(
-                select(store_runs.DagRun.run_id).where(store_runs.DagRun.id == pk)
+                select(models.DagRun.run_id).where(models.DagRun.id == pk)
             ).scalar_one()
             return pk, str(run_id), state.ti_ids
 
@@ -398,7 +407,7 @@ async def test_resumed_task_gets_the_event_and_its_defer_kwargs(env: Env) -> Non
 
 
 async def test_task_deferring_several_times_through_the_real_triggerer(env: Env) -> None:
-    from engine.triggerer import Triggerer, TriggererSettings
+    from engine.triggerer.triggerer import Triggerer, TriggererSettings
 
     _, run_id, tis = env.new_run()
     env.schedule(tis["loop"])
@@ -445,7 +454,7 @@ async def test_a_deferral_past_the_execution_deadline_fails_the_task(env: Env) -
         async with env.executor():
             await env.until(tis["slow"], TaskState.DEFERRED)
             # What the scheduler does every loop; the deferral ends at the try's deadline.
-            await wait_until(lambda: env.db.call(store.fail_timed_out_deferrals), within=10)
+            await wait_until(lambda: env.db.call(deferrals.fail_timed_out_deferrals), within=10)
             ti = await env.until(tis["slow"], TaskState.FAILED)
     assert ti.try_number == 1
     assert "execution_timeout (2s) exceeded" in env.log(run_id, "slow")
@@ -503,7 +512,7 @@ async def test_cancelling_the_executor_kills_its_children_and_leaves_them_recove
             tg.cancel_scope.cancel()  # a hard stop: no graceful shutdown
     with pytest.raises(ProcessLookupError):
         os.kill(running.pid, 0)  # killed and reaped
-    recovered = env.db.call(lambda s: store.recover_orphaned_tasks(s, threshold_s=60))
+    recovered = env.db.call(lambda s: tasks.recover_orphaned_tasks(s, threshold_s=60))
     assert recovered == [tis["sleeper"]]  # its executor's job ended with it
     ti = env.ti(tis["sleeper"])
     assert (ti.state, ti.try_number, ti.next_method) == ("scheduled", 1, None)
@@ -514,13 +523,13 @@ async def test_start_from_trigger_defers_without_a_worker_then_resumes(env: Env)
     ti_id = tis["from_trigger"]
 
     def start(session: Any) -> bool:
-        store_runs.set_task_states(
+        runs.set_task_states(
             session,
             session.get(TaskInstance, ti_id).dag_run_id,
             {"from_trigger": "scheduled"},
-            now=store.utcnow(),
+            now=models.utcnow(),
         )
-        return store.start_from_trigger(session, env.cipher, ti_id)
+        return deferrals.start_from_trigger(session, env.cipher, ti_id)
 
     token = env.db.call(lambda s: s.get(DagTask, ("exec", "from_trigger")).start_trigger)
     assert token and "DateTimeTrigger" not in token  # stored encrypted
@@ -538,7 +547,7 @@ async def test_start_from_trigger_defers_without_a_worker_then_resumes(env: Env)
     assert env.cipher.decrypt_kwargs(trigger.kwargs)["moment"] == datetime(2030, 1, 1, tzinfo=UTC)
     with pytest.raises(TaskLogNotFoundError):
         env.log(run_id, "from_trigger")  # no worker ran it
-    assert not env.db.call(lambda s: store.start_from_trigger(s, env.cipher, ti_id))  # once
+    assert not env.db.call(lambda s: deferrals.start_from_trigger(s, env.cipher, ti_id))  # once
     env.fire(ti.trigger_id, "fired")
     with anyio.fail_after(30):
         async with env.executor():
@@ -595,10 +604,17 @@ def test_a_task_process_exits_when_its_executor_goes(env: Env) -> None:
         task_id="sleeper",
         fileloc=fileloc,
         try_number=1,
-        try_started_at=store.utcnow().isoformat(),
+        try_started_at=models.utcnow().isoformat(),
         context=dumps(context),
     )
-    command = [sys.executable, "-P", "-m", "engine.task_runner", "--ti-id", str(spec.ti_id)]
+    command = [
+        sys.executable,
+        "-P",
+        "-m",
+        "engine.executor.task_runner",
+        "--ti-id",
+        str(spec.ti_id),
+    ]
     pipe = subprocess.PIPE
     with subprocess.Popen(command, stdin=pipe, stdout=pipe, stderr=pipe) as child:
         try:
@@ -614,7 +630,7 @@ def test_a_task_process_exits_when_its_executor_goes(env: Env) -> None:
 
 def test_recovery_requeues_the_tasks_of_a_dead_executor(env: Env) -> None:
     _, _, tis = env.new_run()
-    old = store.utcnow() - timedelta(minutes=5)
+    old = models.utcnow() - timedelta(minutes=5)
 
     def seed(session: Any) -> tuple[int, int]:
         dead = session.execute(
@@ -622,7 +638,7 @@ def test_recovery_requeues_the_tasks_of_a_dead_executor(env: Env) -> None:
             .values(job_type="executor", state="running", latest_heartbeat=old, start_date=old)
             .returning(Job.id)
         ).scalar_one()
-        alive = store.start_job(session, job_type="executor")
+        alive = jobs.start_job(session, job_type="executor")
         rows = {
             "ok": (TaskState.RUNNING, dead, None),
             "wait": (TaskState.QUEUED, dead, "done"),
@@ -637,7 +653,7 @@ def test_recovery_requeues_the_tasks_of_a_dead_executor(env: Env) -> None:
         return dead, alive
 
     env.db.call(seed)
-    recovered = env.db.call(lambda s: store.recover_orphaned_tasks(s, threshold_s=10))
+    recovered = env.db.call(lambda s: tasks.recover_orphaned_tasks(s, threshold_s=10))
     assert recovered == sorted([tis["ok"], tis["wait"]])
     ok, wait, boom = env.ti(tis["ok"]), env.ti(tis["wait"]), env.ti(tis["boom"])
     assert (ok.state, ok.next_method, ok.executor_job_id) == ("scheduled", None, None)
@@ -648,9 +664,9 @@ def test_recovery_requeues_the_tasks_of_a_dead_executor(env: Env) -> None:
 def test_claims_never_hand_out_a_task_twice(env: Env) -> None:
     tis = list(env.new_run()[2].values())
     env.schedule(*tis)
-    now = store.utcnow()
-    first = env.db.call(lambda s: store_tasks.claim_task_instances(s, job_id=1, limit=3, now=now))
-    rest = env.db.call(lambda s: store_tasks.claim_task_instances(s, job_id=2, limit=50, now=now))
+    now = models.utcnow()
+    first = env.db.call(lambda s: tasks.claim_task_instances(s, job_id=1, limit=3, now=now))
+    rest = env.db.call(lambda s: tasks.claim_task_instances(s, job_id=2, limit=50, now=now))
     assert len(first) == 3 and not set(first) & set(rest)
     assert sorted(first + rest) == sorted(tis)
 

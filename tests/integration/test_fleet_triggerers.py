@@ -13,12 +13,13 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import insert, select, update
 
-from engine import store
 from engine.crypto import KwargsCipher
-from engine.db import Database, migrate
+from engine.db.database import Database
+from engine.db.models import Asset, AssetEvent, AssetWatcher, Trigger, TriggerKind
+from engine.db.queries import triggers
+from engine.db.schema import migrate
 from engine.loader import trigger_stream_digest
-from engine.models import Asset, AssetEvent, AssetWatcher, Trigger, TriggerKind
-from engine.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from tests.waiting import wait_until
 from triggers.file import DirectoryFileDeleteTrigger
 
@@ -45,7 +46,7 @@ def _seed(db: Database, cipher: KwargsCipher, inbox: Path, *, with_digest: bool)
             ).scalar_one()
             classpath, kwargs = trigger.serialize()
             digest = trigger_stream_digest(trigger) if with_digest else None
-            tid = store.add_trigger_row(
+            tid = triggers.add_trigger_row(
                 session, cipher, classpath, kwargs, kind=TriggerKind.WATCHER, stream_digest=digest
             )
             session.execute(

@@ -13,10 +13,11 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import delete, insert, select, text, update
 
-from engine import doctor, store, store_inspect
+from engine import doctor
 from engine.crypto import KwargsCipher
-from engine.db import Database, migrate
-from engine.models import (
+from engine.db import models
+from engine.db.database import Database
+from engine.db.models import (
     Asset,
     AssetWatcher,
     Dag,
@@ -30,7 +31,10 @@ from engine.models import (
     Trigger,
     TriggerKind,
 )
-from engine.triggerer import Triggerer, TriggererSettings
+from engine.db.queries import dags, inspection, streams, triggers
+from engine.db.queries import jobs as jobs_sql
+from engine.db.schema import migrate
+from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from shared_stream import GroupStats, SharedStreamManager
 from shared_stream.stats import REPORTED_LANES
 from shared_stream.testing import BlockingProducer, InMemoryProducer, SubscriberHarness
@@ -64,7 +68,7 @@ def _watcher(session: Any, cipher: KwargsCipher, asset: str, kwargs: dict[str, A
     asset_id = session.execute(
         insert(Asset).values(name=asset, uri=f"test://{asset}", extra={}).returning(Asset.id)
     ).scalar_one()
-    tid = store.add_trigger_row(session, cipher, DIR_TRIGGER, kwargs, kind=TriggerKind.WATCHER)
+    tid = triggers.add_trigger_row(session, cipher, DIR_TRIGGER, kwargs, kind=TriggerKind.WATCHER)
     session.execute(insert(AssetWatcher).values(asset_id=asset_id, name="w", trigger_id=tid))
     return int(tid)
 
@@ -90,7 +94,7 @@ def _deferred(session: Any, trigger_id: int | None, *, dag: str = "d", task: str
 
 
 def _task_trigger(session: Any, cipher: KwargsCipher, triggerer_id: int | None = None) -> int:
-    tid = store.add_trigger_row(
+    tid = triggers.add_trigger_row(
         session,
         cipher,
         "triggers.temporal.TimeDeltaTrigger",
@@ -103,22 +107,20 @@ def _task_trigger(session: Any, cipher: KwargsCipher, triggerer_id: int | None =
 
 
 def _stale(session: Any, job_id: int, age_s: float = 60) -> None:
-    then = store.utcnow() - timedelta(seconds=age_s)
+    then = models.utcnow() - timedelta(seconds=age_s)
     session.execute(update(Job).where(Job.id == job_id).values(latest_heartbeat=then))
 
 
 def _snapshots(db: Database) -> list[dict[str, Any]]:
-    now = store.utcnow()
-    return db.call(
-        lambda s: store_inspect.list_stream_snapshots(s, threshold_s=THRESHOLD_S, now=now)
-    )
+    now = models.utcnow()
+    return db.call(lambda s: streams.list_stream_snapshots(s, threshold_s=THRESHOLD_S, now=now))
 
 
 def _facts(db: Database) -> dict[str, Any]:
     thresholds = {"triggerer": THRESHOLD_S}
-    now = store.utcnow()
+    now = models.utcnow()
     return db.call(
-        lambda s: store_inspect.doctor_facts(
+        lambda s: inspection.doctor_facts(
             s, now=now, thresholds=thresholds, default_threshold_s=THRESHOLD_S
         )
     )
@@ -185,7 +187,7 @@ async def _no_rows(db: Database) -> bool:
 async def test_publishing_survives_a_database_error_and_resumes(
     db: Database, cipher: KwargsCipher, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="engine.triggerer")
+    caplog.set_level(logging.WARNING, logger="engine.triggerer.triggerer")
     db.call(lambda s: _watcher(s, cipher, "a", {"directory": str(tmp_path), "filename": "f"}))
     triggerer = _triggerer(db, cipher)
     with anyio.fail_after(30):
@@ -207,12 +209,12 @@ async def _warned(caplog: pytest.LogCaptureFixture) -> bool:
 
 def test_snapshots_of_dead_triggerers_are_not_listed(db: Database) -> None:
     def seed(session: Any) -> tuple[int, int]:
-        live = store.start_job(session, job_type="triggerer", capacity=5)
-        dead = store.start_job(session, job_type="triggerer", capacity=5)
+        live = jobs_sql.start_job(session, job_type="triggerer", capacity=5)
+        dead = jobs_sql.start_job(session, job_type="triggerer", capacity=5)
         stats = [GroupStats(key="('k',)", mode="ack", subscribers=2, outstanding_by_lane={"0": 3})]
         for job in (live, dead):
-            store_inspect.publish_stream_stats(
-                session, triggerer_id=job, stats=stats, now=store.utcnow()
+            streams.publish_stream_stats(
+                session, triggerer_id=job, stats=stats, now=models.utcnow()
             )
         _stale(session, dead)
         return live, dead
@@ -222,15 +224,15 @@ def test_snapshots_of_dead_triggerers_are_not_listed(db: Database) -> None:
     assert (row["triggerer_id"], row["mode"], row["outstanding_by_lane"]) == (live, "ack", {"0": 3})
     long_key = "x" * 5000
     db.call(
-        lambda s: store_inspect.publish_stream_stats(
+        lambda s: streams.publish_stream_stats(
             s,
             triggerer_id=live,
             stats=[GroupStats(key=long_key, mode="fast", subscribers=1)],
-            now=store.utcnow(),
+            now=models.utcnow(),
         )
     )
     (row,) = _snapshots(db)
-    assert len(row["key"]) <= store_inspect.STREAM_KEY_MAX_CHARS and row["key"].startswith("xxx")
+    assert len(row["key"]) <= streams.STREAM_KEY_MAX_CHARS and row["key"].startswith("xxx")
 
 
 # --- jobs, triggers, DAG details ----------------------------------------------------------
@@ -238,18 +240,18 @@ def test_snapshots_of_dead_triggerers_are_not_listed(db: Database) -> None:
 
 def test_jobs_list_shows_liveness_and_load(db: Database, cipher: KwargsCipher) -> None:
     def seed(session: Any) -> tuple[int, int, int]:
-        trig = store.start_job(session, job_type="triggerer", capacity=4)
-        dead = store.start_job(session, job_type="triggerer", capacity=4)
-        sched = store.start_job(session, job_type="scheduler")
+        trig = jobs_sql.start_job(session, job_type="triggerer", capacity=4)
+        dead = jobs_sql.start_job(session, job_type="triggerer", capacity=4)
+        sched = jobs_sql.start_job(session, job_type="scheduler")
         _stale(session, dead)
         for _ in range(3):
             _task_trigger(session, cipher, trig)
         return trig, dead, sched
 
     trig, dead, sched = db.call(seed)
-    now = store.utcnow()
+    now = models.utcnow()
     rows = db.call(
-        lambda s: store_inspect.list_jobs(
+        lambda s: inspection.list_jobs(
             s, now=now, thresholds={"triggerer": THRESHOLD_S}, default_threshold_s=THRESHOLD_S
         )
     )
@@ -266,17 +268,17 @@ def test_jobs_list_shows_liveness_and_load(db: Database, cipher: KwargsCipher) -
 
 def test_triggers_list_says_what_each_trigger_serves(db: Database, cipher: KwargsCipher) -> None:
     def seed(session: Any) -> tuple[int, int, int]:
-        dead = store.start_job(session, job_type="triggerer", capacity=4)
+        dead = jobs_sql.start_job(session, job_type="triggerer", capacity=4)
         _stale(session, dead)
         task_trigger = _task_trigger(session, cipher, dead)
         _deferred(session, task_trigger, dag="dd", task="wait")
         watcher = _watcher(session, cipher, "orders", {"directory": "/x", "filename": "y"})
-        store.record_trigger_failure(session, watcher, "cannot load trigger: no module named q")
+        triggers.record_trigger_failure(session, watcher, "cannot load trigger: no module named q")
         return dead, task_trigger, watcher
 
     dead, task_trigger, watcher = db.call(seed)
-    now = store.utcnow()
-    rows = db.call(lambda s: store_inspect.list_triggers(s, now=now, threshold_s=THRESHOLD_S))
+    now = models.utcnow()
+    rows = db.call(lambda s: inspection.list_triggers(s, now=now, threshold_s=THRESHOLD_S))
     by_id = {r["id"]: r for r in rows}
     assert by_id[task_trigger]["serves"] == "task dd/r-wait/wait"
     assert (by_id[task_trigger]["triggerer_id"], by_id[task_trigger]["owner_alive"]) == (
@@ -304,23 +306,23 @@ def test_dag_details(db: Database, cipher: KwargsCipher) -> None:
         session.execute(insert(DagRun).values(dag_id="flow", run_id="r1", run_type="manual"))
 
     db.call(seed)
-    details = db.call(lambda s: store_inspect.dag_details(s, "flow"))
+    details = db.call(lambda s: inspection.dag_details(s, "flow"))
     assert details["fileloc"] == "/dags/flow.py" and details["paused"] is True
     assert details["schedule"] == {"asset": "orders"} and details["assets"] == ["orders"]
     assert [t["task_id"] for t in details["tasks"]] == ["report"]
     assert [(w["asset"], w["name"]) for w in details["watchers"]] == [("orders", "w")]
     assert [r["run_id"] for r in details["last_runs"]] == ["r1"]
-    assert db.call(lambda s: store_inspect.dag_details(s, "nope")) is None
+    assert db.call(lambda s: inspection.dag_details(s, "nope")) is None
 
 
 # --- the doctor ------------------------------------------------------------------------------
 
 
 def _healthy_parts(session: Any, *, capacity: int = 10) -> int:
-    trig = store.start_job(session, job_type="triggerer", capacity=capacity)
-    store.start_job(session, job_type="scheduler")
-    store.start_job(session, job_type="executor", capacity=2)
-    store.start_job(session, job_type=store.DAG_PROCESSOR_JOB)
+    trig = jobs_sql.start_job(session, job_type="triggerer", capacity=capacity)
+    jobs_sql.start_job(session, job_type="scheduler")
+    jobs_sql.start_job(session, job_type="executor", capacity=2)
+    jobs_sql.start_job(session, job_type=jobs_sql.DAG_PROCESSOR_JOB)
     return trig
 
 
@@ -342,9 +344,9 @@ def test_doctor_with_nothing_running_names_each_missing_part(db: Database) -> No
 
 def test_doctor_deferred_task_whose_triggerer_died(db: Database, cipher: KwargsCipher) -> None:
     def seed(session: Any) -> int:
-        dead = store.start_job(session, job_type="triggerer", capacity=10)
-        store.start_job(session, job_type="scheduler")
-        store.start_job(session, job_type="executor", capacity=2)
+        dead = jobs_sql.start_job(session, job_type="triggerer", capacity=10)
+        jobs_sql.start_job(session, job_type="scheduler")
+        jobs_sql.start_job(session, job_type="executor", capacity=2)
         _stale(session, dead)
         _deferred(session, _task_trigger(session, cipher, dead), dag="d", task="wait")
         return dead
@@ -357,7 +359,7 @@ def test_doctor_deferred_task_whose_triggerer_died(db: Database, cipher: KwargsC
     assert "start a triggerer" in owner.action
     assert "live_triggerer" in found and "dead_job" in found
     # A live triggerer with spare capacity appears: it will take the trigger over.
-    db.call(lambda s: store.start_job(s, job_type="triggerer", capacity=10))
+    db.call(lambda s: jobs_sql.start_job(s, job_type="triggerer", capacity=10))
     (owner,) = _findings(db)["trigger_owner_dead"]
     assert owner.severity == "warning"
 
@@ -371,7 +373,7 @@ def test_doctor_missing_trigger_timeout_and_capacity(db: Database, cipher: Kwarg
         _deferred(session, gone, task="orphan")
         session.execute(delete(Trigger).where(Trigger.id == gone))
         _deferred(session, _task_trigger(session, cipher, trig), task="late")
-        past = store.utcnow() - timedelta(minutes=5)
+        past = models.utcnow() - timedelta(minutes=5)
         session.execute(
             update(TaskInstance).where(TaskInstance.task_id == "late").values(trigger_timeout=past)
         )
@@ -395,9 +397,9 @@ def test_doctor_reports_parse_errors_and_unloadable_watchers(
     def seed(session: Any) -> None:
         _healthy_parts(session)
         row = {"fileloc": "/dags/bad.py", "error": "SyntaxError: invalid syntax", "lineno": 3}
-        store.replace_parse_errors(session, [], [{**row, "timestamp": store.utcnow()}])
+        dags.replace_parse_errors(session, [], [{**row, "timestamp": models.utcnow()}])
         tid = _watcher(session, cipher, "orders", {"directory": "/x", "filename": "y"})
-        store.record_trigger_failure(session, tid, "cannot load trigger: module q not allowed")
+        triggers.record_trigger_failure(session, tid, "cannot load trigger: module q not allowed")
 
     db.call(seed)
     found = _findings(db)
@@ -413,10 +415,10 @@ def test_doctor_reports_watchers_that_keep_failing(db: Database, cipher: KwargsC
         _healthy_parts(session)
         failing = _watcher(session, cipher, "orders", {"directory": "/x", "filename": "y"})
         for _ in range(3):
-            store.record_trigger_failure(session, failing, "BrokerUnavailable('kafka down')")
+            triggers.record_trigger_failure(session, failing, "BrokerUnavailable('kafka down')")
         recovered = _watcher(session, cipher, "invoices", {"directory": "/x", "filename": "z"})
-        store.record_trigger_failure(session, recovered, "BrokerUnavailable('sqs down')")
-        long_ago = store.utcnow() - timedelta(seconds=store_inspect.FAILING_WATCHER_WINDOW_S + 1)
+        triggers.record_trigger_failure(session, recovered, "BrokerUnavailable('sqs down')")
+        long_ago = models.utcnow() - timedelta(seconds=inspection.FAILING_WATCHER_WINDOW_S + 1)
         session.execute(
             update(Trigger).where(Trigger.id == recovered).values(last_failure_date=long_ago)
         )
@@ -429,13 +431,12 @@ def test_doctor_reports_watchers_that_keep_failing(db: Database, cipher: KwargsC
     assert f"'orders' (trigger {failing})" in watcher.problem
     assert "3 failure(s)" in watcher.problem and "kafka down" in watcher.problem
     assert found == {}
-    now = store.utcnow()
+    now = models.utcnow()
     rows = {
-        r["id"]: r
-        for r in db.call(lambda s: store_inspect.list_triggers(s, now=now, threshold_s=9))
+        r["id"]: r for r in db.call(lambda s: inspection.list_triggers(s, now=now, threshold_s=9))
     }
     assert rows[failing]["failures"] == 3 and rows[failing]["last_failure_age_s"] < 60
-    assert rows[recovered]["last_failure_age_s"] > store_inspect.FAILING_WATCHER_WINDOW_S
+    assert rows[recovered]["last_failure_age_s"] > inspection.FAILING_WATCHER_WINDOW_S
 
 
 # --- shared-stream snapshots: one row per key, bounded lanes, crashed triggerers ---------
@@ -471,7 +472,7 @@ async def test_a_group_draining_next_to_its_replacement_is_published_as_one_row(
     the two must not be two rows (primary key (triggerer_id, stream_key))."""
     old, new = BlockingProducer(), InMemoryProducer()
     _ReplacedWatcher.producers[:] = [old, new]
-    job = db.call(lambda s: store.start_job(s, job_type="triggerer", capacity=5))
+    job = db.call(lambda s: jobs_sql.start_job(s, job_type="triggerer", capacity=5))
     with anyio.fail_after(10):
         async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
             first = SubscriberHarness(mgr, _ReplacedWatcher(), trigger_id=1)
@@ -486,11 +487,9 @@ async def test_a_group_draining_next_to_its_replacement_is_published_as_one_row(
             await new.put({"n": 2}, "new-1")
             await new.wait_for_advanced(1)
             stats = mgr.stats()
-            now = store.utcnow()
+            now = models.utcnow()
             db.call(
-                lambda s: store_inspect.publish_stream_stats(
-                    s, triggerer_id=job, stats=stats, now=now
-                )
+                lambda s: streams.publish_stream_stats(s, triggerer_id=job, stats=stats, now=now)
             )
             old.release_all()
             tg.cancel_scope.cancel()
@@ -502,10 +501,10 @@ async def test_a_group_draining_next_to_its_replacement_is_published_as_one_row(
 def test_the_snapshot_names_the_busiest_lanes_and_sums_the_others(db: Database) -> None:
     lanes = {repr(f"group-{n:04}"): n for n in range(1, 501)}  # SQS FIFO message groups
     stats = [GroupStats(key="('sqs',)", mode="ack", subscribers=1, outstanding_by_lane=lanes)]
-    job = db.call(lambda s: store.start_job(s, job_type="triggerer", capacity=5))
+    job = db.call(lambda s: jobs_sql.start_job(s, job_type="triggerer", capacity=5))
     db.call(
-        lambda s: store_inspect.publish_stream_stats(
-            s, triggerer_id=job, stats=stats, now=store.utcnow()
+        lambda s: streams.publish_stream_stats(
+            s, triggerer_id=job, stats=stats, now=models.utcnow()
         )
     )
     (row,) = _snapshots(db)
@@ -519,14 +518,12 @@ def test_the_snapshot_names_the_busiest_lanes_and_sums_the_others(db: Database) 
 def _seed_snapshot_owners(session: Any) -> dict[str, int]:
     """Triggerers with one snapshot row each: live, crashed (stale), ended (not running)."""
     jobs = {
-        name: store.start_job(session, job_type="triggerer", capacity=5)
+        name: jobs_sql.start_job(session, job_type="triggerer", capacity=5)
         for name in ("live", "stale", "ended")
     }
     stats = [GroupStats(key="('k',)", mode="fast", subscribers=1)]
     for job in jobs.values():
-        store_inspect.publish_stream_stats(
-            session, triggerer_id=job, stats=stats, now=store.utcnow()
-        )
+        streams.publish_stream_stats(session, triggerer_id=job, stats=stats, now=models.utcnow())
     _stale(session, jobs["stale"])
     session.execute(update(Job).where(Job.id == jobs["ended"]).values(state="failed"))
     return jobs
@@ -539,18 +536,16 @@ def _snapshot_owners(session: Any) -> set[int]:
 def test_snapshots_of_triggerers_that_are_not_alive_are_deleted(db: Database) -> None:
     jobs = db.call(_seed_snapshot_owners)
     assert {r["triggerer_id"] for r in _snapshots(db)} == {jobs["live"]}  # listed: live only
-    now = store.utcnow()
+    now = models.utcnow()
     deleted = db.call(
-        lambda s: store_inspect.delete_dead_stream_snapshots(s, threshold_s=THRESHOLD_S, now=now)
+        lambda s: streams.delete_dead_stream_snapshots(s, threshold_s=THRESHOLD_S, now=now)
     )
     assert deleted == 2
     assert db.call(_snapshot_owners) == {jobs["live"]}
     later = now + timedelta(seconds=THRESHOLD_S)  # the live one's heartbeat is as old
     assert (
         db.call(
-            lambda s: store_inspect.delete_dead_stream_snapshots(
-                s, threshold_s=THRESHOLD_S, now=later
-            )
+            lambda s: streams.delete_dead_stream_snapshots(s, threshold_s=THRESHOLD_S, now=later)
         )
         == 1
     )

@@ -14,8 +14,9 @@ from aiokafka.errors import KafkaConnectionError
 from cryptography.fernet import Fernet
 
 from engine.crypto import KwargsCipher
-from engine.db import Database, migrate
-from engine.triggerer import Triggerer, TriggererSettings
+from engine.db.database import Database
+from engine.db.schema import migrate
+from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import KafkaMessageTrigger
 from producers.exceptions import BrokerUnavailable, UncleanEventError
 from shared_stream import SharedStreamManager, SharedStreamTerminated

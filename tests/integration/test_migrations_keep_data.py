@@ -13,8 +13,9 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import func, select, text
 
-from engine.db import Database, current_revision, head_revision, migrate
-from engine.models import AssetEventQueue, DagRunAssetEvent, TaskInstance, Trigger
+from engine.db.database import Database
+from engine.db.models import AssetEventQueue, DagRunAssetEvent, TaskInstance, Trigger
+from engine.db.schema import current_revision, head_revision, migrate
 
 pytestmark = pytest.mark.integration
 

@@ -11,12 +11,14 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import select, update
 
-from engine import store, store_runs
 from engine.crypto import KwargsCipher
-from engine.dag_processor import DagProcessor, DagProcessorSettings
-from engine.db import Database, migrate
-from engine.models import Asset, Dag, DagRun, DagRunAssetEvent, TaskInstance, TaskState
-from engine.scheduler import Scheduler, SchedulerSettings
+from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
+from engine.db import models
+from engine.db.database import Database
+from engine.db.models import Asset, Dag, DagRun, DagRunAssetEvent, TaskInstance, TaskState
+from engine.db.queries import assets
+from engine.db.schema import migrate
+from engine.scheduler.scheduler import Scheduler, SchedulerSettings
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -79,13 +81,13 @@ def _emit(db: Database, asset: str, n: int = 1, *, keep_while_paused: bool = Tru
             {
                 "asset_id": asset_id,
                 "payload": {"i": i},
-                "dedup_key": f"{asset}-{i}-{store.utcnow()}",
-                "timestamp": store.utcnow(),
+                "dedup_key": f"{asset}-{i}-{models.utcnow()}",
+                "timestamp": models.utcnow(),
             }
             for i in range(n)
         ]
-        new = store.insert_asset_events(session, rows)
-        store_runs.enqueue_asset_events(session, new, keep_while_paused=keep_while_paused)
+        new = assets.insert_asset_events(session, rows)
+        assets.enqueue_asset_events(session, new, keep_while_paused=keep_while_paused)
         return [event_id for event_id, _ in new]
 
     return db.call(write)

@@ -11,11 +11,12 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import insert, select
 
-from engine import store
 from engine.crypto import KwargsCipher
-from engine.db import Database, migrate
-from engine.models import Asset, AssetEvent, AssetWatcher, TriggerKind
-from engine.triggerer import Triggerer, TriggererSettings
+from engine.db.database import Database
+from engine.db.models import Asset, AssetEvent, AssetWatcher, TriggerKind
+from engine.db.queries import triggers
+from engine.db.schema import migrate
+from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from tests.waiting import wait_until
 from triggers.file import LISTING_STATS
 
@@ -111,7 +112,7 @@ def _watchers(
                 .values(name=asset_name, uri=f"test://{asset_name}", extra={})
                 .returning(Asset.id)
             ).scalar_one()
-            tid = store.add_trigger_row(
+            tid = triggers.add_trigger_row(
                 session, cipher, classpath, kwargs, kind=TriggerKind.WATCHER
             )
             session.execute(

@@ -16,11 +16,11 @@ from aiobotocore.session import get_session
 from cryptography.fernet import Fernet
 from sqlalchemy import insert, select
 
-from engine import store
 from engine.crypto import KwargsCipher
-from engine.db import Database, migrate
-from engine.models import Asset, AssetEvent, AssetWatcher, TriggerKind
-from engine.triggerer import Triggerer, TriggererSettings
+from engine.db.database import Database
+from engine.db.models import Asset, AssetEvent, AssetWatcher, TriggerKind
+from engine.db.schema import migrate
+from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import SqsMessageTrigger
 from producers.exceptions import BrokerRequestFailed, BrokerUnavailable, ProducerConfigError
 from shared_stream import (
@@ -394,7 +394,7 @@ def _seed_watchers(
                 insert(Asset).values(name=name, uri=f"test://{name}", extra={}).returning(Asset.id)
             ).scalar_one()
             classpath, kwargs = trigger.serialize()
-            tid = store.add_trigger_row(
+            tid = triggers.add_trigger_row(
                 session, cipher, classpath, kwargs, kind=TriggerKind.WATCHER
             )
             session.execute(

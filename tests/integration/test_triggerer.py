@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import pytest
 from cryptography.fernet import Fernet
+from sqlalchemy import delete as sa_delete
 from sqlalchemy import insert, select, update
 
-from engine import store
 from engine.crypto import KwargsCipher
-from engine.db import Database, migrate
-from engine.models import (
+from engine.db import models
+from engine.db.database import Database
+from engine.db.models import (
     Asset,
     AssetEvent,
     AssetWatcher,
@@ -27,7 +28,9 @@ from engine.models import (
     Trigger,
     TriggerKind,
 )
-from engine.triggerer import Triggerer, TriggererSettings
+from engine.db.queries import triggers
+from engine.db.schema import migrate
+from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from tests.waiting import eventually as db_eventually
 from tests.waiting import wait_until
 from triggers.serde import deserialize_value, loads
@@ -112,10 +115,10 @@ def _deferred_task(
             session.execute(insert(Dag).values(dag_id="d", fileloc="d.py"))
         run_id = session.execute(
             insert(DagRun)
-            .values(dag_id="d", run_id=f"r{store.utcnow().timestamp()}", run_type="manual")
+            .values(dag_id="d", run_id=f"r{models.utcnow().timestamp()}", run_type="manual")
             .returning(DagRun.id)
         ).scalar_one()
-        tid = store.add_trigger_row(session, cipher, classpath, kwargs, kind=TriggerKind.TASK)
+        tid = triggers.add_trigger_row(session, cipher, classpath, kwargs, kind=TriggerKind.TASK)
         ti = session.execute(
             insert(TaskInstance)
             .values(
@@ -313,7 +316,7 @@ def _watcher(db: Database, cipher: KwargsCipher, name: str) -> tuple[int, int]:
         asset_id = session.execute(
             insert(Asset).values(name=name, uri=f"test://{name}", extra={}).returning(Asset.id)
         ).scalar_one()
-        tid = store.add_trigger_row(
+        tid = triggers.add_trigger_row(
             session,
             cipher,
             "triggers.testing.ManualTrigger",
@@ -387,7 +390,7 @@ async def test_deleted_row_stops_its_running_trigger(db, key, running) -> None:
                     update(TaskInstance).where(TaskInstance.id == ti_id).values(trigger_id=None)
                 )
             )
-            await db.run(lambda s: s.execute(store.delete(Trigger).where(Trigger.id == trigger_id)))
+            await db.run(lambda s: s.execute(sa_delete(Trigger).where(Trigger.id == trigger_id)))
             await wait_until(lambda: trigger_id not in triggerer.runner, within=5)
 
 
@@ -400,7 +403,7 @@ async def test_a_watcher_that_loads_again_forgets_its_load_failure(db, key, plug
         # Started with the wrong key only: the watcher cannot load, and the row says why.
         async with asynccontextmanager(lambda: _running(db, key, plugins))():
             error = await eventually(db, last_error)
-        assert error.startswith(store.LOAD_FAILURE_PREFIX)
+        assert error.startswith(triggers.LOAD_FAILURE_PREFIX)
         # Restarted with the old key added (a rotation in progress): it runs, the error goes.
         async with asynccontextmanager(lambda: _running(db, f"{key},{old_key}", plugins))():
             await ManualTrigger.channel("rekeyed").wait_subscribed()
@@ -417,7 +420,7 @@ async def test_lines_logged_in_a_trigger_carry_what_it_serves(db, key, running, 
     )
     _, watcher_trigger = _watcher(db, KwargsCipher(key), "logged")
     caplog.handler.addFilter(ContextFields())  # what configure_logging installs
-    caplog.set_level(logging.DEBUG, logger="engine.runner")  # watcher events: DEBUG
+    caplog.set_level(logging.DEBUG, logger="engine.triggerer.runtime")  # watcher events: DEBUG
     with anyio.fail_after(15):
         async with running():
             await ManualTrigger.channel("logged").wait_subscribed()

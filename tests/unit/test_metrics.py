@@ -13,12 +13,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 from sqlalchemy import insert
 
-from engine import executor as executor_module
-from engine import store, store_runs
-from engine.assets import Asset as AssetCondition
+from engine.authoring.assets import Asset as AssetCondition
 from engine.crypto import KwargsCipher
-from engine.db import Database, migrate
-from engine.executor import ExecutorSettings, LocalExecutor
+from engine.db import models
+from engine.db.database import Database
+from engine.db.models import Asset, Dag, DagScheduleAsset, DagTask, TriggerKind
+from engine.db.queries import assets
+from engine.db.queries.streams import STREAM_KEY_MAX_CHARS, stream_key_column
+from engine.db.schema import migrate
+from engine.executor import local as executor_module
+from engine.executor.local import ExecutorSettings, LocalExecutor
 from engine.metrics import (
     EngineCollector,
     EngineReading,
@@ -26,13 +30,11 @@ from engine.metrics import (
     TriggererReading,
     families,
 )
-from engine.models import Asset, Dag, DagScheduleAsset, DagTask, TriggerKind
-from engine.outbox import FiredEvent
-from engine.persister import Buckets
-from engine.runner import TriggerSpec
-from engine.scheduler import Scheduler, SchedulerSettings
-from engine.store_inspect import STREAM_KEY_MAX_CHARS, stream_key_column
-from engine.triggerer import Triggerer, TriggererSettings
+from engine.scheduler.scheduler import Scheduler, SchedulerSettings
+from engine.triggerer.outbox import FiredEvent
+from engine.triggerer.persister import Buckets
+from engine.triggerer.runtime import TriggerSpec
+from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from shared_stream.stats import REPORTED_LANES, GroupStats
 from tests.waiting import wait_until
 from triggers.base import TriggerEvent
@@ -388,8 +390,8 @@ async def test_dag_runs_created_and_task_slots_used_follow_the_parts(
         session.execute(insert(Dag).values(dag_id="flow", fileloc="/f.py", schedule=schedule))
         session.execute(insert(DagScheduleAsset).values(dag_id="flow", asset_id=asset_id))
         session.execute(insert(DagTask).values(dag_id="flow", task_id="t", operator="Op"))
-        row = {"asset_id": asset_id, "payload": {}, "dedup_key": "e1", "timestamp": store.utcnow()}
-        store_runs.enqueue_asset_events(session, store.insert_asset_events(session, [row]))
+        row = {"asset_id": asset_id, "payload": {}, "dedup_key": "e1", "timestamp": models.utcnow()}
+        assets.enqueue_asset_events(session, assets.insert_asset_events(session, [row]))
 
     db.call(seed)
     HeldTaskSupervisor.release = anyio.Event()

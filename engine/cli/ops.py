@@ -1,0 +1,178 @@
+"""Operator commands: ``sluice streams|jobs|triggers list`` and ``sluice doctor``.
+
+They read the metadata database only, so they work from any host that can reach it.
+Liveness uses the configured health thresholds: ``[triggerer] health_check_threshold_s`` for
+triggerers, ``[scheduler] health_check_threshold_s`` for every other part.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import click
+from sqlalchemy.exc import SQLAlchemyError
+
+from engine import doctor
+from engine.cli.inspect import _emit, _query, json_option
+from engine.db.models import utcnow
+from engine.db.queries import inspection
+from engine.db.queries import streams as streams_sql
+from engine.db.queries.jobs import TRIGGERER_JOB
+from engine.exceptions import SchemaNotCurrentError, SluiceError
+
+if TYPE_CHECKING:
+    from engine.config import Config
+
+
+def _cfg(ctx: click.Context) -> Config:
+    from engine.cli.main import _config
+
+    return _config(ctx)
+
+
+def _thresholds(cfg: Config) -> tuple[inspection.Thresholds, float]:
+    return {TRIGGERER_JOB: cfg.triggerer.health_check_threshold_s}, (
+        cfg.scheduler.health_check_threshold_s
+    )
+
+
+def _lanes(value: dict[str, int]) -> str:
+    return " ".join(f"{lane}={count}" for lane, count in value.items()) or "-"
+
+
+@click.group()
+def streams() -> None:
+    """Shared-stream groups of the live triggerers."""
+
+
+@streams.command("list")
+@json_option
+@click.pass_context
+def streams_list(ctx: click.Context, as_json: bool) -> None:
+    """Each group: mode, subscribers, backlog per lane, oldest unresolved event, counters."""
+    threshold = _cfg(ctx).triggerer.health_check_threshold_s
+    query = partial(streams_sql.list_stream_snapshots, threshold_s=threshold, now=utcnow())
+    rows = _query(ctx, query)
+    if not as_json:
+        rows = [{**r, "outstanding_by_lane": _lanes(r["outstanding_by_lane"])} for r in rows]
+    columns = [
+        "triggerer_id",
+        "key",
+        "mode",
+        "subscribers",
+        "outstanding_by_lane",
+        "oldest_unresolved_age_s",
+        "advances",
+        "last_advance_batch",
+        "overflows",
+        "ack_timeouts",
+        "rejects",
+        "snapshot_age_s",
+    ]
+    _emit(rows, columns, as_json)
+
+
+@click.group()
+def jobs() -> None:
+    """Engine parts (triggerer, scheduler, executor) and their heartbeats."""
+
+
+@jobs.command("list")
+@click.option("--all", "include_ended", is_flag=True, help="Include jobs that ended.")
+@json_option
+@click.pass_context
+def jobs_list(ctx: click.Context, include_ended: bool, as_json: bool) -> None:
+    """Each job: host and pid, state, heartbeat age, alive?, load / capacity."""
+    thresholds, default = _thresholds(_cfg(ctx))
+    query = partial(
+        inspection.list_jobs,
+        now=utcnow(),
+        thresholds=thresholds,
+        default_threshold_s=default,
+        include_ended=include_ended,
+    )
+    columns = ["id", "type", "hostname", "pid", "state", "heartbeat_age_s", "alive", "load"]
+    _emit(_query(ctx, query), [*columns, "capacity"], as_json)
+
+
+@click.group()
+def triggers() -> None:
+    """Trigger rows: who runs them and what they serve."""
+
+
+@triggers.command("list")
+@json_option
+@click.pass_context
+def triggers_list(ctx: click.Context, as_json: bool) -> None:
+    """Each trigger: class, owner triggerer (alive?), age, what it serves, load failure."""
+    threshold = _cfg(ctx).triggerer.health_check_threshold_s
+    rows = _query(ctx, partial(inspection.list_triggers, now=utcnow(), threshold_s=threshold))
+    columns = ["id", "classpath", "triggerer_id", "owner_alive", "age_s", "serves"]
+    _emit(rows, [*columns, "failures", "last_failure_age_s", "load_failed"], as_json)
+
+
+@click.command("doctor")
+@json_option
+@click.pass_context
+def doctor_command(ctx: click.Context, as_json: bool) -> None:
+    """Find why tasks stay deferred or watchers do not fire; say what to do.
+
+    Exits 0 when nothing is wrong, 1 when any error-level problem is found.
+    """
+    cfg = _cfg(ctx)
+    findings = _examine(ctx, cfg)
+    if as_json:
+        click.echo(json.dumps([asdict(f) for f in findings], indent=2))
+    elif not findings:
+        click.echo("no problems found")
+    for finding in [] if as_json else findings:
+        click.echo(f"{finding.severity.upper()} [{finding.check}] {finding.problem}")
+        click.echo(f"    -> {finding.action}")
+    sys.exit(1 if doctor.has_errors(findings) else 0)
+
+
+def _examine(ctx: click.Context, cfg: Config) -> list[doctor.Finding]:
+    from engine.cli.main import _database
+    from engine.db.schema import check_schema
+
+    thresholds, default = _thresholds(cfg)
+    database = _database(ctx)
+    findings: list[doctor.Finding] = []
+    try:
+        try:
+            check_schema(database.engine)
+        except SchemaNotCurrentError as exc:
+            findings.append(doctor.Finding("error", "schema", str(exc), "run `sluice db migrate`"))
+        except SQLAlchemyError:
+            pass  # the database cannot be read: the read below says so, once
+        read = partial(
+            inspection.doctor_facts,
+            now=utcnow(),
+            thresholds=thresholds,
+            default_threshold_s=default,
+        )
+        try:
+            facts: dict[str, Any] = database.call(read, read_only=True)
+        except SluiceError as exc:
+            findings.append(_unreadable(exc))
+            return findings
+    finally:
+        database.dispose()
+    claim_grace_s = cfg.triggerer.health_check_threshold_s
+    return findings + doctor.diagnose(facts, claim_grace_s=claim_grace_s)
+
+
+def _unreadable(exc: SluiceError) -> doctor.Finding:
+    return doctor.Finding(
+        "error",
+        "database",
+        f"cannot read the metadata database: {exc}",
+        "check [core] sql_alchemy_conn and that the database is up; then `sluice db migrate`",
+    )
+
+
+COMMAND_GROUPS = (streams, jobs, triggers, doctor_command)

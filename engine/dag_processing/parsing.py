@@ -1,0 +1,392 @@
+"""Import one DAG file and describe what it declares as plain data (the DAG processor's child).
+
+The DAG processor runs
+``python -P -m engine.dag_processing.parsing --dags-folder D --plugins-folder P FILE`` per
+file: a broken or hanging file cannot take the engine down, and the parent kills a child
+that runs out of time. The child prints one JSON document (``FileParseResult.to_json``) on
+its standard output; anything the DAG file prints goes to standard error instead.
+
+A result holds the DAGs (ids, schedules, tasks and edges) and assets (with each watcher's
+trigger classpath and kwargs, serialized with ``triggers.serde.dumps_kwargs``: they may hold
+secrets, so the parent encrypts them and never logs them), or the error that stopped the
+import, with its line in the file.
+
+The executor imports DAG files the same way (``load_task``) to run a task in a child.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import sys
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from engine.authoring.assets import Asset
+from engine.authoring.context import DagDefinitionError
+from engine.authoring.dag import DAG, take_registered_dags
+from engine.loader import trigger_stream_digest
+from triggers.serde import dumps, dumps_kwargs
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from types import ModuleType
+
+    from engine.authoring.assets import AssetWatcher
+    from engine.authoring.operators import BaseOperator
+
+DAG_MODULE_PREFIX: Final = "sluice_dag_"
+TRACEBACK_MAX_CHARS: Final = 20_000
+
+
+# --- plain-data results -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedWatcher:
+    name: str
+    classpath: str
+    kwargs: str  # dumps_kwargs text: may hold secrets
+    #: digest of the trigger's shared_stream_key() (None: it shares no stream); its rows
+    #: are claimed as one group across triggerers (engine.triggerer.claiming)
+    stream_digest: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedAsset:
+    name: str
+    uri: str
+    extra: dict[str, Any] = field(default_factory=dict)
+    watchers: tuple[ParsedWatcher, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedTask:
+    task_id: str
+    operator: str
+    downstream: tuple[str, ...] = ()
+    retries: int = 0
+    start_from_trigger: bool = False
+    execution_timeout_s: float | None = None
+    #: tagged JSON text of a start_from_trigger task's trigger (may hold secrets; the
+    #: parent stores it encrypted in ``dag_task.start_trigger``)
+    start_trigger: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedDag:
+    dag_id: str
+    lineno: int | None = None
+    description: str | None = None
+    schedule: dict[str, Any] | None = None
+    schedule_assets: tuple[str, ...] = ()
+    tasks: tuple[ParsedTask, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ParseError:
+    type: str
+    message: str
+    lineno: int | None = None
+    traceback: str | None = None
+
+    def describe(self, fileloc: str) -> str:
+        """``file:line: Type: message``, the form users see."""
+        where = fileloc if self.lineno is None else f"{fileloc}:{self.lineno}"
+        return f"{where}: {self.type}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class FileParseResult:
+    fileloc: str
+    dags: tuple[ParsedDag, ...] = ()
+    assets: tuple[ParsedAsset, ...] = ()
+    error: ParseError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> FileParseResult:
+        """Rebuild from ``to_json`` text; ``ValueError`` when it is not such a document."""
+        try:
+            return _result_from_dict(json.loads(text))
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise ValueError(f"malformed DAG file parse result: {exc!r}") from exc
+
+
+def _result_from_dict(data: dict[str, Any]) -> FileParseResult:
+    error = data["error"]
+    return FileParseResult(
+        fileloc=str(data["fileloc"]),
+        dags=tuple(_dag_from_dict(item) for item in data["dags"]),
+        assets=tuple(_asset_from_dict(item) for item in data["assets"]),
+        error=None if error is None else ParseError(**error),
+    )
+
+
+def _dag_from_dict(data: dict[str, Any]) -> ParsedDag:
+    return ParsedDag(
+        **{
+            **data,
+            "schedule_assets": tuple(data["schedule_assets"]),
+            "tasks": tuple(
+                ParsedTask(**{**task, "downstream": tuple(task["downstream"])})
+                for task in data["tasks"]
+            ),
+        }
+    )
+
+
+def _asset_from_dict(data: dict[str, Any]) -> ParsedAsset:
+    watchers = tuple(ParsedWatcher(**item) for item in data["watchers"])
+    return ParsedAsset(**{**data, "watchers": watchers})
+
+
+# --- importing a DAG file -----------------------------------------------------------------
+
+
+def dag_module_name(path: Path) -> str:
+    """A module name unique to the file, so two ``etl.py`` in subfolders do not collide."""
+    digest = hashlib.sha256(str(path).encode("utf-8")).hexdigest()[:16]
+    stem = re.sub(r"\W", "_", path.stem)
+    return f"{DAG_MODULE_PREFIX}{digest}_{stem}"
+
+
+def add_import_paths(dags_folder: Path | None, plugins_folder: Path | None) -> None:
+    """Append the dags and plugins folders to ``sys.path`` (after the installed packages)."""
+    for folder in (dags_folder, plugins_folder):
+        if folder is not None and str(folder) not in sys.path:
+            sys.path.append(str(folder))
+
+
+def import_dag_file(path: Path) -> ModuleType:
+    """Execute the DAG file as a fresh module; exceptions from the file propagate."""
+    name = dag_module_name(path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}: not a Python source file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def collect_dags(module: ModuleType, fileloc: str) -> list[DAG]:
+    """The DAGs of the file: ``with DAG(...)`` blocks and module-level DAG objects."""
+    found = [*take_registered_dags(), *(v for v in vars(module).values() if isinstance(v, DAG))]
+    by_id: dict[str, DAG] = {}
+    for dag in found:
+        other = by_id.setdefault(dag.dag_id, dag)
+        if other is not dag:
+            raise DagDefinitionError(
+                f"{fileloc}: two DAGs have the dag_id {dag.dag_id!r} (lines {other.lineno} and "
+                f"{dag.lineno}); dag ids must be unique",
+                lineno=dag.lineno,
+            )
+    for dag in by_id.values():
+        dag.check_cycles()
+    return list(by_id.values())
+
+
+def load_task(
+    fileloc: Path,
+    dag_id: str,
+    task_id: str,
+    *,
+    dags_folder: Path | None = None,
+    plugins_folder: Path | None = None,
+) -> BaseOperator:
+    """Import ``fileloc`` and return a fresh instance of one task (for the executor's child)."""
+    add_import_paths(dags_folder, plugins_folder)
+    module = import_dag_file(fileloc)
+    for dag in collect_dags(module, str(fileloc)):
+        if dag.dag_id == dag_id:
+            return dag.get_task(task_id)
+    raise DagDefinitionError(f"{fileloc} defines no DAG {dag_id!r}")
+
+
+# --- describing what a file declares ------------------------------------------------------
+
+
+def describe_start_trigger(task: BaseOperator) -> str | None:
+    """A start_from_trigger task's ``start_trigger_args`` as tagged JSON text, else None.
+
+    The document holds ``classpath``, ``kwargs`` (``dumps_kwargs`` text), ``next_method``,
+    ``next_kwargs`` (``dumps`` text) and ``timeout_s``; the scheduler defers the task with
+    it without importing the DAG file (``engine.db.queries.tasks.start_from_trigger``).
+    """
+    try:
+        deferred = task.deferral_at_start()
+        if deferred is None:
+            return None
+        document = {
+            "classpath": deferred.classpath,
+            "kwargs": dumps_kwargs(deferred.trigger_kwargs, owner=deferred.classpath),
+            "next_method": deferred.method_name,
+            "next_kwargs": dumps(deferred.kwargs, where="next_kwargs"),
+            "timeout_s": None if deferred.timeout is None else deferred.timeout.total_seconds(),
+        }
+        return dumps(document, where="start_trigger_args")
+    except DagDefinitionError:
+        raise
+    except (TypeError, ValueError) as exc:  # SerializationError is a TypeError
+        raise DagDefinitionError(
+            f"task {task.task_id!r}: invalid start_trigger_args: {exc}"
+        ) from exc
+
+
+def describe_dag(dag: DAG) -> ParsedDag:
+    tasks = tuple(
+        ParsedTask(
+            task_id=task.task_id,
+            operator=task.operator_classpath,
+            downstream=tuple(sorted(task.downstream_task_ids)),
+            retries=task.retries,
+            start_from_trigger=bool(task.start_from_trigger),
+            execution_timeout_s=(
+                None if task.execution_timeout is None else task.execution_timeout.total_seconds()
+            ),
+            start_trigger=describe_start_trigger(task),
+        )
+        for task in (dag.get_task(tid) for tid in dag.topological_task_ids())
+    )
+    return ParsedDag(
+        dag_id=dag.dag_id,
+        lineno=dag.lineno,
+        description=dag.description,
+        schedule=dag.schedule_json(),
+        schedule_assets=tuple(dag.schedule.asset_names()) if dag.schedule else (),
+        tasks=tasks,
+    )
+
+
+def _describe_watcher(fileloc: str, asset: Asset, watcher: AssetWatcher) -> ParsedWatcher:
+    where = f"{fileloc}: asset {asset.name!r} watcher {watcher.name!r}"
+    watcher.check(asset.name, where=fileloc)
+    cls = type(watcher.trigger)
+    if cls.__module__.startswith(DAG_MODULE_PREFIX) or cls.__module__ == "__main__":
+        raise DagDefinitionError(
+            f"{where}: trigger class {cls.__qualname__} is defined in the DAG file; the "
+            "triggerer imports trigger classes by module path: move it to a module in the "
+            "plugins folder or to an installed package"
+        )
+    try:
+        classpath, kwargs = watcher.trigger.serialize()
+        text = dumps_kwargs(kwargs, owner=classpath)
+    except (TypeError, ValueError) as exc:
+        raise DagDefinitionError(f"{where}: cannot serialize the trigger: {exc}") from exc
+    digest = trigger_stream_digest(watcher.trigger, strict=False)
+    return ParsedWatcher(name=watcher.name, classpath=classpath, kwargs=text, stream_digest=digest)
+
+
+def _file_assets(module: ModuleType, dags: Iterable[DAG]) -> list[Asset]:
+    assets = [v for v in vars(module).values() if isinstance(v, Asset)]
+    for dag in dags:
+        if dag.schedule is not None:
+            assets.extend(dag.schedule.iter_assets())
+    return assets
+
+
+def describe_assets(fileloc: str, assets: Sequence[Asset]) -> list[ParsedAsset]:
+    """One entry per asset name; watchers of every declaration merged, conflicts refused."""
+    merged: dict[str, tuple[Asset, dict[str, ParsedWatcher]]] = {}
+    for asset in assets:
+        first, watchers = merged.setdefault(asset.name, (asset, {}))
+        if first.uri != asset.uri:
+            raise DagDefinitionError(
+                f"{fileloc}: asset {asset.name!r} is declared with two uris, {first.uri!r} and "
+                f"{asset.uri!r}; declare it once and reuse the object"
+            )
+        for watcher in asset.watchers:
+            parsed = _describe_watcher(fileloc, asset, watcher)
+            if watchers.setdefault(watcher.name, parsed) != parsed:
+                raise DagDefinitionError(
+                    f"{fileloc}: asset {asset.name!r} has two different watchers named "
+                    f"{watcher.name!r}; declare the asset once and reuse the object"
+                )
+    return [
+        ParsedAsset(
+            name=name,
+            uri=asset.uri,
+            extra=asset.extra,
+            watchers=tuple(sorted(watchers.values(), key=lambda w: w.name)),
+        )
+        for name, (asset, watchers) in sorted(merged.items())
+    ]
+
+
+def error_from_exception(exc: BaseException, fileloc: str) -> ParseError:
+    """The error to store for ``fileloc``, with the line in that file where it happened."""
+    lineno = getattr(exc, "lineno", None) if isinstance(exc, DagDefinitionError) else None
+    if isinstance(exc, SyntaxError) and exc.filename == fileloc:
+        lineno = exc.lineno
+    elif lineno is None:
+        for frame, line in traceback.walk_tb(exc.__traceback__):
+            if frame.f_code.co_filename == fileloc:
+                lineno = line
+    text = "".join(traceback.format_exception(exc))[-TRACEBACK_MAX_CHARS:]
+    message = str(exc) or repr(exc)
+    return ParseError(type=type(exc).__name__, message=message, lineno=lineno, traceback=text)
+
+
+def parse_file(path: Path) -> FileParseResult:
+    """Import ``path`` and describe it; any failure of the file becomes ``error``."""
+    fileloc = str(path)
+    take_registered_dags()
+    try:
+        module = import_dag_file(path)
+        dags = collect_dags(module, fileloc)
+        parsed_dags = tuple(describe_dag(dag) for dag in dags)
+        assets = tuple(describe_assets(fileloc, _file_assets(module, dags)))
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the boundary around user code
+        return FileParseResult(fileloc=fileloc, error=error_from_exception(exc, fileloc))
+    return FileParseResult(fileloc=fileloc, dags=parsed_dags, assets=assets)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine.dag_processing.parsing")
+    parser.add_argument("--dags-folder", type=Path)
+    parser.add_argument("--plugins-folder", type=Path)
+    parser.add_argument(
+        "--dump-stack-after",
+        type=float,
+        help="seconds after which to print every thread's stack to stderr (shows where a "
+        "file hangs before the parent kills this process)",
+    )
+    parser.add_argument("file", type=Path)
+    args = parser.parse_args(argv)
+    result_fd = os.dup(1)
+    os.dup2(2, 1)  # what the DAG file prints goes to stderr; stdout carries the result
+    if args.dump_stack_after:
+        faulthandler.dump_traceback_later(args.dump_stack_after, exit=False)
+    add_import_paths(args.dags_folder, args.plugins_folder)
+    try:
+        result = parse_file(args.file)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    with os.fdopen(result_fd, "w", encoding="utf-8") as out:
+        out.write(result.to_json())
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # threads a DAG file started must not keep the child alive

@@ -1,0 +1,451 @@
+"""From DAG file parse results to the metadata DB: DAGs, tasks, assets, watchers, triggers.
+
+Theory of operation. The last good parse result of every DAG file is kept, encrypted, in
+``dag_file`` (watcher kwargs can hold secrets). A pass brings fresh results for some files;
+``accept_results`` (pure) merges them into the last good map but refuses a fresh result that
+conflicts with another file (a dag_id defined twice, an asset declared with two uris, one
+watcher with two triggers): that file keeps its previous version and gets a parse error
+naming both files. A file whose import fails keeps its previous version the same way.
+``plan`` (pure) turns the accepted map into the desired state, and ``DagSync`` diffs that
+against the tables and writes only the differences, in one transaction.
+
+Watchers only run for assets that the schedule of some active DAG references (paused DAGs
+count: their events are kept while paused): each such watcher has one ``trigger`` row of
+kind ``watcher``. A watcher whose classpath or kwargs changed gets a new trigger row and
+the old row is deleted (the triggerer stops triggers whose row is gone); kwargs are
+compared by decrypting the stored row, never by a hash that could leak guessable secrets.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from engine.dag_processing.parsing import (
+    FileParseResult,
+    ParsedAsset,
+    ParsedDag,
+    ParsedWatcher,
+    ParseError,
+)
+from engine.db.models import TriggerKind
+from engine.db.queries import claims as store_claims
+from engine.db.queries import dags as dags_sql
+from engine.db.queries import deferrals, triggers
+from engine.exceptions import DecryptionError
+from triggers.serde import loads_kwargs
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Set
+    from datetime import datetime
+
+    from sqlalchemy.orm import Session
+
+    from engine.crypto import KwargsCipher
+
+logger = logging.getLogger(__name__)
+
+DUPLICATE_DAG_ID: Final = "DuplicateDagIdError"
+ASSET_CONFLICT: Final = "AssetConflictError"
+
+
+# --- pure: which results to use, and what the tables should hold --------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    kind: str  # DUPLICATE_DAG_ID or ASSET_CONFLICT
+    key: str  # the dag_id or asset name
+    first: str  # fileloc earlier in sorted order
+    second: str
+    what: str  # the clash, for messages
+
+
+def find_conflict(files: Mapping[str, FileParseResult]) -> Conflict | None:
+    """The first clash between two files, scanning them in sorted order."""
+    dag_ids: dict[str, str] = {}
+    uris: dict[str, tuple[str, str]] = {}
+    watchers: dict[tuple[str, str], tuple[str, ParsedWatcher]] = {}
+    for fileloc in sorted(files):
+        for dag in files[fileloc].dags:
+            holder = dag_ids.setdefault(dag.dag_id, fileloc)
+            if holder != fileloc:
+                what = f"DAG id {dag.dag_id!r} is defined in both {holder} and {fileloc}"
+                return Conflict(DUPLICATE_DAG_ID, dag.dag_id, holder, fileloc, what)
+        for asset in files[fileloc].assets:
+            holder, uri = uris.setdefault(asset.name, (fileloc, asset.uri))
+            if uri != asset.uri:
+                what = (
+                    f"asset {asset.name!r} is declared with uri {uri!r} in {holder} and "
+                    f"{asset.uri!r} in {fileloc}"
+                )
+                return Conflict(ASSET_CONFLICT, asset.name, holder, fileloc, what)
+            for watcher in asset.watchers:
+                holder, other = watchers.setdefault((asset.name, watcher.name), (fileloc, watcher))
+                if other != watcher:
+                    what = (
+                        f"asset {asset.name!r} watcher {watcher.name!r} has different triggers "
+                        f"in {holder} and {fileloc}"
+                    )
+                    return Conflict(ASSET_CONFLICT, asset.name, holder, fileloc, what)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Acceptance:
+    files: dict[str, FileParseResult]  # the new last good map
+    accepted: set[str]  # files whose fresh result is now in use
+    rejected: dict[str, ParseError]  # files refused for a conflict
+
+
+def _loser(conflict: Conflict, pending: Set[str], dag_owners: Mapping[str, str]) -> str:
+    first, second = conflict.first, conflict.second
+    if (first in pending) != (second in pending):
+        return first if first in pending else second  # the version already in use wins
+    owner = dag_owners.get(conflict.key) if conflict.kind == DUPLICATE_DAG_ID else None
+    if owner in (first, second):
+        return second if owner == first else first  # the file that owns the DAG keeps it
+    return second
+
+
+def _conflict_error(conflict: Conflict, loser: str, result: FileParseResult) -> ParseError:
+    lineno = next((d.lineno for d in result.dags if d.dag_id == conflict.key), None)
+    if conflict.kind != DUPLICATE_DAG_ID:
+        lineno = None
+    hint = (
+        "dag ids must be unique across the dags folder: rename one of them"
+        if conflict.kind == DUPLICATE_DAG_ID
+        else "declare the asset once (e.g. in a plugins module) and import it in both files"
+    )
+    message = (
+        f"{conflict.what}; {hint}. {loser} is not used until this is fixed (the DAGs it "
+        "defined before keep their last good version)"
+    )
+    return ParseError(type=conflict.kind, message=message, lineno=lineno)
+
+
+def accept_results(
+    last_good: Mapping[str, FileParseResult],
+    fresh: Mapping[str, FileParseResult],
+    dag_owners: Mapping[str, str],
+) -> Acceptance:
+    """Merge the successful ``fresh`` results into ``last_good``, refusing conflicting ones.
+
+    ``dag_owners`` maps a dag_id to the file that defines it in the DB: when two fresh
+    results claim one id, that file keeps it.
+    """
+    candidate = dict(last_good)
+    pending = {fileloc for fileloc, result in fresh.items() if result.ok}
+    candidate.update((fileloc, fresh[fileloc]) for fileloc in pending)
+    rejected: dict[str, ParseError] = {}
+    while (conflict := find_conflict(candidate)) is not None:
+        loser = _loser(conflict, pending, dag_owners)
+        rejected[loser] = _conflict_error(conflict, loser, candidate[loser])
+        pending.discard(loser)
+        if loser in last_good and candidate[loser] is not last_good[loser]:
+            candidate[loser] = last_good[loser]
+        else:
+            del candidate[loser]
+    return Acceptance(candidate, pending, rejected)
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredState:
+    dags: dict[str, tuple[str, ParsedDag]] = field(default_factory=dict)  # id -> (file, dag)
+    assets: dict[str, ParsedAsset] = field(default_factory=dict)  # without watchers
+    edges: set[tuple[str, str]] = field(default_factory=set)  # (dag_id, asset name)
+    watchers: dict[tuple[str, str], ParsedWatcher] = field(default_factory=dict)
+
+
+def plan(files: Mapping[str, FileParseResult]) -> DesiredState:
+    """What the tables should hold for these (conflict-free) results."""
+    state = DesiredState()
+    declared: dict[tuple[str, str], ParsedWatcher] = {}
+    for fileloc in sorted(files):
+        for dag in files[fileloc].dags:
+            state.dags.setdefault(dag.dag_id, (fileloc, dag))
+            state.edges.update((dag.dag_id, name) for name in dag.schedule_assets)
+        for asset in files[fileloc].assets:
+            state.assets.setdefault(asset.name, ParsedAsset(asset.name, asset.uri, asset.extra))
+            for watcher in asset.watchers:
+                declared.setdefault((asset.name, watcher.name), watcher)
+    scheduled = {name for _, name in state.edges}
+    state.watchers.update((key, w) for key, w in declared.items() if key[0] in scheduled)
+    return state
+
+
+def task_rows(dag: ParsedDag) -> list[dict[str, Any]]:
+    """``dag_task`` rows of a parsed DAG, as ``dags_sql.load_dag_tasks`` returns them."""
+    return [
+        {
+            "task_id": task.task_id,
+            "operator": task.operator,
+            "downstream_task_ids": list(task.downstream),
+            "retries": task.retries,
+            "start_from_trigger": task.start_from_trigger,
+            "execution_timeout_s": (
+                None if task.execution_timeout_s is None else math.ceil(task.execution_timeout_s)
+            ),
+            "position": position,
+        }
+        for position, task in enumerate(dag.tasks)
+    ]
+
+
+# --- the transaction ----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class SyncReport:
+    files_parsed: int = 0
+    dags_active: int = 0
+    dags_added: list[str] = field(default_factory=list)
+    dags_deactivated: list[str] = field(default_factory=list)
+    triggers_created: int = 0
+    triggers_deleted: int = 0
+    files_removed: list[str] = field(default_factory=list)
+    errors: dict[str, ParseError] = field(default_factory=dict)
+
+
+class DagSync:
+    """One sync: reads the tables, writes the differences (run it in a worker thread)."""
+
+    def __init__(self, session: Session, cipher: KwargsCipher, *, now: datetime) -> None:
+        self._session = session
+        self._cipher = cipher
+        self._now = now
+        self.report = SyncReport()
+
+    def __repr__(self) -> str:
+        return f"<DagSync {self.report!r}>"
+
+    def run(self, fresh: Mapping[str, FileParseResult], present: Set[str]) -> SyncReport:
+        """Apply ``fresh`` results; ``present`` holds every file now in the dags folder."""
+        self.report.files_parsed = len(fresh)
+        stored = dags_sql.load_dag_files(self._session)
+        last_good = self._decrypt_files(stored, present)
+        dag_rows = dags_sql.load_dags(self._session)
+        owners = {dag_id: row.fileloc for dag_id, row in dag_rows.items() if row.is_active}
+        acceptance = accept_results(last_good, fresh, owners)
+        self._save_files(stored, last_good, fresh, acceptance, present)
+        self._save_errors(fresh, acceptance.rejected, present)
+        desired = plan(acceptance.files)
+        self._sync_dags(desired, dag_rows, acceptance.accepted)
+        asset_ids = self._sync_assets(desired)
+        self._sync_edges(desired, asset_ids)
+        self._sync_watchers(desired, asset_ids)
+        return self.report
+
+    def _decrypt_files(
+        self, stored: Mapping[str, str], present: Set[str]
+    ) -> dict[str, FileParseResult]:
+        last_good: dict[str, FileParseResult] = {}
+        for fileloc, token in stored.items():
+            if fileloc not in present:
+                continue
+            try:
+                last_good[fileloc] = FileParseResult.from_json(self._cipher.decrypt(token))
+            except (DecryptionError, ValueError) as exc:
+                logger.warning(
+                    "Ignoring the stored last good parse of %s: %s",
+                    fileloc,
+                    exc,
+                    extra={"action": "dag_file_unreadable", "fileloc": fileloc},
+                )
+        return last_good
+
+    def _save_files(
+        self,
+        stored: Mapping[str, str],
+        last_good: Mapping[str, FileParseResult],
+        fresh: Mapping[str, FileParseResult],
+        acceptance: Acceptance,
+        present: Set[str],
+    ) -> None:
+        for fileloc in sorted(acceptance.accepted):
+            if last_good.get(fileloc) != fresh[fileloc]:
+                token = self._cipher.encrypt(fresh[fileloc].to_json())
+                dags_sql.save_dag_file(self._session, fileloc, token, now=self._now)
+        removed = sorted(fileloc for fileloc in stored if fileloc not in present)
+        dags_sql.delete_dag_files(self._session, removed)
+        self.report.files_removed = removed
+
+    def _save_errors(
+        self,
+        fresh: Mapping[str, FileParseResult],
+        rejected: Mapping[str, ParseError],
+        present: Set[str],
+    ) -> None:
+        errors = {f: r.error for f, r in fresh.items() if r.error is not None}
+        errors.update(rejected)
+        rows = [
+            {
+                "fileloc": fileloc,
+                "error": f"{error.type}: {error.message}",
+                "lineno": error.lineno,
+                "stacktrace": error.traceback,
+                "timestamp": self._now,
+            }
+            for fileloc, error in sorted(errors.items())
+        ]
+        gone = {f for f in dags_sql.parse_error_filelocs(self._session) if f not in present}
+        dags_sql.replace_parse_errors(self._session, set(fresh) | gone, rows)
+        self.report.errors = errors
+
+    def _sync_dags(
+        self,
+        desired: DesiredState,
+        rows: Mapping[str, dags_sql.DagRowState],
+        accepted: Set[str],
+    ) -> None:
+        stored_tasks = dags_sql.load_dag_tasks(self._session)
+        stored_starts = deferrals.load_start_triggers(self._session)
+        for dag_id, (fileloc, dag) in sorted(desired.dags.items()):
+            values: dict[str, Any] = {
+                "fileloc": fileloc,
+                "schedule": dag.schedule,
+                "description": dag.description,
+                "is_active": True,
+            }
+            row = rows.get(dag_id)
+            if row is None:
+                values["last_parsed_time"] = self._now
+                dags_sql.insert_dag(self._session, {"dag_id": dag_id, **values})
+                self.report.dags_added.append(dag_id)
+            else:
+                changes = {k: v for k, v in values.items() if getattr(row, k) != v}
+                if fileloc in accepted:
+                    changes["last_parsed_time"] = self._now
+                if changes:
+                    dags_sql.update_dag(self._session, dag_id, changes)
+            wanted_tasks = task_rows(dag)
+            starts = {t.task_id: t.start_trigger for t in dag.tasks if t.start_trigger}
+            if stored_tasks.get(dag_id, []) != wanted_tasks or self._starts_changed(
+                dag_id, starts, stored_starts
+            ):
+                dags_sql.replace_dag_tasks(
+                    self._session, dag_id, self._with_starts(wanted_tasks, starts)
+                )
+        retired = sorted(d for d, row in rows.items() if row.is_active and d not in desired.dags)
+        dags_sql.deactivate_dags(self._session, retired)
+        self.report.dags_deactivated = retired
+        self.report.dags_active = len(desired.dags)
+
+    def _starts_changed(
+        self, dag_id: str, wanted: Mapping[str, str], stored: Mapping[tuple[str, str], str]
+    ) -> bool:
+        """Whether the start_from_trigger args differ (compared decrypted: tokens never repeat)."""
+        mine = {task_id: token for (d, task_id), token in stored.items() if d == dag_id}
+        if mine.keys() != wanted.keys():
+            return True
+        try:
+            return any(self._cipher.decrypt(mine[t]) != text for t, text in wanted.items())
+        except DecryptionError:
+            return True
+
+    def _with_starts(
+        self, rows: list[dict[str, Any]], starts: Mapping[str, str]
+    ) -> list[dict[str, Any]]:
+        """Task rows with ``start_trigger`` (encrypted: trigger kwargs can hold secrets)."""
+        return [
+            {
+                **row,
+                "start_trigger": (
+                    self._cipher.encrypt(starts[row["task_id"]])
+                    if row["task_id"] in starts
+                    else None
+                ),
+            }
+            for row in rows
+        ]
+
+    def _sync_assets(self, desired: DesiredState) -> dict[str, int]:
+        rows = dags_sql.load_assets(self._session)
+        ids = {name: row.id for name, row in rows.items()}
+        for name, asset in sorted(desired.assets.items()):
+            row = rows.get(name)
+            if row is None:
+                ids[name] = dags_sql.insert_asset(
+                    self._session, name=name, uri=asset.uri, extra=asset.extra, now=self._now
+                )
+            elif (row.uri, row.extra, row.is_active) != (asset.uri, asset.extra, True):
+                values = {"uri": asset.uri, "extra": asset.extra, "is_active": True}
+                dags_sql.update_asset(self._session, row.id, values)
+        for name, row in rows.items():
+            if row.is_active and name not in desired.assets:
+                dags_sql.update_asset(self._session, row.id, {"is_active": False})
+        return ids
+
+    def _sync_edges(self, desired: DesiredState, asset_ids: Mapping[str, int]) -> None:
+        wanted = {(dag_id, asset_ids[name]) for dag_id, name in desired.edges}
+        existing = dags_sql.load_schedule_edges(self._session)
+        dags_sql.delete_schedule_edges(self._session, existing - wanted)
+        dags_sql.add_schedule_edges(self._session, wanted - existing)
+
+    def _sync_watchers(self, desired: DesiredState, asset_ids: Mapping[str, int]) -> None:
+        wanted = {(asset_ids[a], w): spec for (a, w), spec in desired.watchers.items()}
+        existing = {(r.asset_id, r.name): r for r in dags_sql.load_asset_watchers(self._session)}
+        gone = [row for key, row in existing.items() if key not in wanted]
+        dags_sql.delete_asset_watchers(self._session, [row.id for row in gone])
+        replaced: list[int] = [row.trigger_id for row in gone]
+        for (asset_id, name), spec in sorted(wanted.items()):
+            row = existing.get((asset_id, name))
+            if row is not None and self._same_trigger(row, spec):
+                if spec.stream_digest is not None and row.stream_digest != spec.stream_digest:
+                    # Written before digests existed (or the key's encoding changed): the
+                    # triggerer keeps the group whole by this digest from now on.
+                    store_claims.set_stream_digest(
+                        self._session, row.trigger_id, spec.stream_digest
+                    )
+                continue
+            trigger_id = triggers.add_trigger_row(
+                self._session,
+                self._cipher,
+                spec.classpath,
+                loads_kwargs(spec.kwargs),
+                kind=TriggerKind.WATCHER,
+                stream_digest=spec.stream_digest,
+            )
+            self.report.triggers_created += 1
+            if row is None:
+                dags_sql.add_asset_watcher(
+                    self._session, asset_id=asset_id, name=name, trigger_id=trigger_id
+                )
+            else:
+                dags_sql.set_watcher_trigger(self._session, row.id, trigger_id)
+                replaced.append(row.trigger_id)
+        triggers.delete_triggers(self._session, replaced)
+        self.report.triggers_deleted = len(replaced)
+
+    def _same_trigger(self, row: dags_sql.WatcherRowState, spec: ParsedWatcher) -> bool:
+        if row.classpath != spec.classpath:
+            return False
+        try:
+            return self._cipher.decrypt(row.kwargs, trigger_id=row.trigger_id) == spec.kwargs
+        except DecryptionError:
+            logger.warning(
+                "Replacing watcher trigger %s: its kwargs cannot be decrypted",
+                row.trigger_id,
+                extra={"action": "watcher_trigger_unreadable", "trigger_id": row.trigger_id},
+            )
+            return False
+
+
+def sync_parse_results(
+    session: Session,
+    cipher: KwargsCipher,
+    fresh: Mapping[str, FileParseResult],
+    present: Set[str],
+    *,
+    now: datetime,
+) -> SyncReport:
+    """Apply one pass of parse results in ``session`` (one transaction).
+
+    Several DAG processors (one per engine) may sync the same folder at once: on PostgreSQL
+    the transaction first takes an advisory lock, so each pass reads what the previous one
+    committed instead of racing it to insert the same rows (SQLite serializes writers).
+    """
+    dags_sql.lock_dag_sync(session)
+    return DagSync(session, cipher, now=now).run(fresh, present)

@@ -1,0 +1,143 @@
+"""Connecting to the metadata database, migrating it, and running sessions off the loop.
+
+SQLite (the embedded default) is set up so that several processes can write safely:
+autocommit DBAPI connections, WAL, ``busy_timeout``, foreign keys on, and ``BEGIN IMMEDIATE``
+on every transaction (a deferred BEGIN loses updates or fails with "database is locked"
+under two writers). PostgreSQL goes through psycopg 3.
+
+``Database.run(fn)`` runs ``fn(session)`` in a worker thread inside one transaction, so the
+event loop never blocks on the database.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import anyio.to_thread
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from engine.exceptions import DatabaseError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from sqlalchemy.engine import Connection, Engine
+
+logger = logging.getLogger(__name__)
+
+
+T = TypeVar("T")
+
+
+SQLITE_BUSY_TIMEOUT_MS: Final = 30_000
+
+
+READ_ONLY_OPTION: Final = "sluice_read_only"
+
+
+READERS: Final = 4  # concurrent read-only transactions per process
+
+
+def is_postgres(session: Session) -> bool:
+    """Whether ``session`` talks to PostgreSQL (row locks, ``SKIP LOCKED``, advisory locks)."""
+    return session.get_bind().dialect.name == "postgresql"
+
+
+def rowcount(result: Any) -> int:
+    """The number of rows an UPDATE or DELETE matched."""
+    return int(result.rowcount)
+
+
+def is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def _sqlite_setup(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # A read-only transaction (``Database.read``) begins deferred: in WAL mode it reads a
+        # snapshot without the write lock, so it neither waits for nor delays a writer.
+        read_only = conn.get_execution_options().get(READ_ONLY_OPTION, False)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+def create_db_engine(url: str) -> Engine:
+    """An engine for ``url`` with the settings this project relies on."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database
+        if database and database != ":memory:":
+            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            parsed, connect_args={"check_same_thread": False, "timeout": 30}, future=True
+        )
+        _sqlite_setup(engine)
+        return engine
+    return create_engine(parsed, pool_pre_ping=True, pool_size=8, max_overflow=8, future=True)
+
+
+class Database:
+    """The metadata DB: sync sessions, and ``run`` to use them from async code in a thread."""
+
+    def __init__(self, url: str, *, engine: Engine | None = None) -> None:
+        self.url = url
+        self.engine = engine or create_db_engine(url)
+        self.is_sqlite = self.engine.dialect.name == "sqlite"
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        read_only = self.engine.execution_options(**{READ_ONLY_OPTION: True})
+        self._read_sessions = sessionmaker(read_only, expire_on_commit=False)
+        # SQLite has one writer at a time and every transaction takes the write lock.
+        self._limiter = anyio.CapacityLimiter(1 if self.is_sqlite else 8)
+        self._read_limiter = anyio.CapacityLimiter(READERS)
+
+    def __repr__(self) -> str:
+        return f"Database({make_url(self.url).render_as_string(hide_password=True)!r})"
+
+    @contextmanager
+    def session(self, *, read_only: bool = False) -> Iterator[Session]:
+        """One transaction: commit on success, roll back on error.
+
+        ``read_only``: a transaction that only reads; on SQLite it does not take the write
+        lock (it must then not write: a write in it can fail with "database is locked").
+        """
+        sessions = self._read_sessions if read_only else self._sessions
+        try:
+            with sessions.begin() as session:
+                yield session
+        except SQLAlchemyError as exc:
+            raise DatabaseError(f"metadata database error: {exc}") from exc
+
+    def call(self, fn: Callable[[Session], T], *, read_only: bool = False) -> T:
+        with self.session(read_only=read_only) as session:
+            return fn(session)
+
+    async def run(self, fn: Callable[[Session], T]) -> T:
+        """Run ``fn(session)`` in one transaction on a worker thread."""
+        return await anyio.to_thread.run_sync(self.call, fn, limiter=self._limiter)
+
+    async def read(self, fn: Callable[[Session], T]) -> T:
+        """Run ``fn(session)``, which only reads, on a worker thread: not queued behind this
+        process's writes, and on SQLite without the write lock (see ``session``)."""
+        return await anyio.to_thread.run_sync(
+            partial(self.call, fn, read_only=True), limiter=self._read_limiter
+        )
+
+    def dispose(self) -> None:
+        self.engine.dispose()

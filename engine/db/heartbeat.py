@@ -1,0 +1,46 @@
+"""TODO docstring."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.db.database import Database
+
+import logging
+
+import anyio.to_thread
+
+from engine.exceptions import DatabaseError
+
+logger = logging.getLogger(__name__)
+
+
+async def heartbeat_forever(db: Database, job_id: int, *, interval_s: float, part: str) -> None:
+    """Refresh ``job_id``'s heartbeat every ``interval_s`` until cancelled.
+
+    A failed write is logged and retried at the next beat; a job row that is no longer
+    ``running`` (ended by an operator, or considered dead) is reported: others may take
+    over this part's work.
+    """
+    from engine.db.queries import jobs
+
+    while True:
+        await anyio.sleep(interval_s)
+        try:
+            alive = await db.run(lambda s: jobs.heartbeat(s, job_id))
+        except DatabaseError as exc:
+            logger.warning(
+                "%s heartbeat failed: %s",
+                part,
+                exc,
+                extra={"action": "heartbeat_failed", "part": part},
+            )
+            continue
+        if not alive:
+            logger.error(
+                "%s job %s is no longer marked running; another process may take over its work",
+                part,
+                job_id,
+                extra={"action": "heartbeat_lost", "job_id": job_id},
+            )

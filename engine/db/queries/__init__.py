@@ -1,0 +1,18 @@
+"""Every SQL statement of the engine, one module per table family.
+
+- ``jobs``: job rows (start, heartbeat, end, capacity, liveness);
+- ``triggers``: trigger rows (add, fetch, ownership, failures, key rotation, delete);
+- ``claims``: claiming trigger rows, single and by shared-stream group;
+- ``deferrals``: task instances deferred on a trigger (defer, resume, fail, time out);
+- ``tasks``: task instances the executor holds (claim, start, finish, requeue, recover);
+- ``runs``: DAG runs and their task states;
+- ``assets``: asset events (insert, queue for DAGs, list);
+- ``dags``: what the DAG processor syncs (DAG files, parse errors, DAGs, tasks, assets,
+  watchers, schedule edges);
+- ``streams``: shared-stream snapshots published by triggerers;
+- ``inspection``: the operator views (jobs, triggers, DAG details, doctor facts);
+- ``clean``: which old rows ``sluice db clean`` may delete.
+
+Functions take a ``Session`` (one transaction, opened by ``engine.db.Database``) and plain
+values; they read and write, they decide no policy.
+"""

@@ -1,0 +1,287 @@
+"""TODO docstring."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from sqlalchemy import delete, insert, select, text, update
+
+from engine.db.models import (
+    Asset,
+    AssetWatcher,
+    Dag,
+    DagFile,
+    DagParseError,
+    DagScheduleAsset,
+    DagTask,
+    Trigger,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from datetime import datetime
+
+    from sqlalchemy.orm import Session
+
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class DagRowState:
+    dag_id: str
+    fileloc: str
+    is_active: bool
+    is_paused: bool
+    schedule: Any
+    description: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AssetRowState:
+    id: int
+    name: str
+    uri: str
+    extra: Any
+    is_active: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WatcherRowState:
+    """An asset watcher and its trigger row (``kwargs`` still encrypted)."""
+
+    id: int
+    asset_id: int
+    name: str
+    trigger_id: int
+    classpath: str
+    kwargs: str
+    stream_digest: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParseErrorRow:
+    fileloc: str
+    error: str
+    lineno: int | None
+    stacktrace: str | None
+    timestamp: datetime
+
+
+#: Key of the PostgreSQL advisory lock that serializes DAG sync passes across processes.
+DAG_SYNC_LOCK_KEY: Final = 0x51_01CE
+
+
+def lock_dag_sync(session: Session) -> None:
+    """Hold the DAG-sync lock until the transaction ends (PostgreSQL; no-op on SQLite)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": DAG_SYNC_LOCK_KEY})
+
+
+def load_dag_files(session: Session) -> dict[str, str]:
+    """fileloc -> encrypted last good parse result."""
+    return {str(f): str(r) for f, r in session.execute(select(DagFile.fileloc, DagFile.result))}
+
+
+def save_dag_file(session: Session, fileloc: str, token: str, *, now: datetime) -> None:
+    session.execute(delete(DagFile).where(DagFile.fileloc == fileloc))
+    session.execute(insert(DagFile).values(fileloc=fileloc, result=token, parsed_at=now))
+
+
+def delete_dag_files(session: Session, filelocs: Iterable[str]) -> None:
+    wanted = list(filelocs)
+    if wanted:
+        session.execute(delete(DagFile).where(DagFile.fileloc.in_(wanted)))
+
+
+def parse_error_filelocs(session: Session) -> set[str]:
+    return set(session.execute(select(DagParseError.fileloc)).scalars())
+
+
+def replace_parse_errors(
+    session: Session, clear: Iterable[str], rows: Sequence[dict[str, Any]]
+) -> None:
+    """Delete the errors of the files in ``clear`` (and of ``rows``), then insert ``rows``."""
+    filelocs = set(clear) | {row["fileloc"] for row in rows}
+    if filelocs:
+        session.execute(delete(DagParseError).where(DagParseError.fileloc.in_(filelocs)))
+    if rows:
+        session.execute(insert(DagParseError), list(rows))
+
+
+def list_parse_errors(session: Session) -> list[ParseErrorRow]:
+    rows = session.execute(
+        select(
+            DagParseError.fileloc,
+            DagParseError.error,
+            DagParseError.lineno,
+            DagParseError.stacktrace,
+            DagParseError.timestamp,
+        ).order_by(DagParseError.fileloc)
+    )
+    return [ParseErrorRow(*row) for row in rows]
+
+
+def load_dags(session: Session) -> dict[str, DagRowState]:
+    rows = session.execute(
+        select(Dag.dag_id, Dag.fileloc, Dag.is_active, Dag.is_paused, Dag.schedule, Dag.description)
+    )
+    return {row[0]: DagRowState(*row) for row in rows}
+
+
+def insert_dag(session: Session, values: dict[str, Any]) -> None:
+    session.execute(insert(Dag).values({"is_paused": False, "is_active": True, **values}))
+
+
+def update_dag(session: Session, dag_id: str, values: dict[str, Any]) -> None:
+    session.execute(update(Dag).where(Dag.dag_id == dag_id).values(**values))
+
+
+def deactivate_dags(session: Session, dag_ids: Iterable[str]) -> None:
+    wanted = list(dag_ids)
+    if wanted:
+        session.execute(update(Dag).where(Dag.dag_id.in_(wanted)).values(is_active=False))
+
+
+def load_dag_tasks(session: Session) -> dict[str, list[dict[str, Any]]]:
+    """dag_id -> its task rows (as dicts, in ``position`` order)."""
+    tasks: dict[str, list[dict[str, Any]]] = {}
+    rows = session.execute(select(DagTask).order_by(DagTask.dag_id, DagTask.position))
+    for (row,) in rows:
+        tasks.setdefault(row.dag_id, []).append(
+            {
+                "task_id": row.task_id,
+                "operator": row.operator,
+                "downstream_task_ids": row.downstream_task_ids,
+                "retries": row.retries,
+                "start_from_trigger": row.start_from_trigger,
+                "execution_timeout_s": row.execution_timeout_s,
+                "position": row.position,
+            }
+        )
+    return tasks
+
+
+def replace_dag_tasks(session: Session, dag_id: str, rows: Sequence[dict[str, Any]]) -> None:
+    session.execute(delete(DagTask).where(DagTask.dag_id == dag_id))
+    if rows:
+        session.execute(insert(DagTask), [{"dag_id": dag_id, **row} for row in rows])
+
+
+def load_assets(session: Session) -> dict[str, AssetRowState]:
+    rows = session.execute(select(Asset.id, Asset.name, Asset.uri, Asset.extra, Asset.is_active))
+    return {row[1]: AssetRowState(*row) for row in rows}
+
+
+def insert_asset(session: Session, *, name: str, uri: str, extra: Any, now: datetime) -> int:
+    result = session.execute(
+        insert(Asset)
+        .values(name=name, uri=uri, extra=extra, is_active=True, created_at=now, updated_at=now)
+        .returning(Asset.id)
+    )
+    return int(result.scalar_one())
+
+
+def update_asset(session: Session, asset_id: int, values: dict[str, Any]) -> None:
+    session.execute(update(Asset).where(Asset.id == asset_id).values(**values))
+
+
+def load_schedule_edges(session: Session) -> set[tuple[str, int]]:
+    """(dag_id, asset_id) of every schedule reference."""
+    rows = session.execute(select(DagScheduleAsset.dag_id, DagScheduleAsset.asset_id))
+    return {(str(d), int(a)) for d, a in rows}
+
+
+def add_schedule_edges(session: Session, edges: Iterable[tuple[str, int]]) -> None:
+    rows = [{"dag_id": d, "asset_id": a} for d, a in sorted(edges)]
+    if rows:
+        session.execute(insert(DagScheduleAsset), rows)
+
+
+def delete_schedule_edges(session: Session, edges: Iterable[tuple[str, int]]) -> None:
+    for dag_id, asset_id in sorted(edges):
+        session.execute(
+            delete(DagScheduleAsset).where(
+                DagScheduleAsset.dag_id == dag_id, DagScheduleAsset.asset_id == asset_id
+            )
+        )
+
+
+def load_asset_watchers(session: Session) -> list[WatcherRowState]:
+    rows = session.execute(
+        select(
+            AssetWatcher.id,
+            AssetWatcher.asset_id,
+            AssetWatcher.name,
+            AssetWatcher.trigger_id,
+            Trigger.classpath,
+            Trigger.kwargs,
+            Trigger.stream_digest,
+        )
+        .join(Trigger, Trigger.id == AssetWatcher.trigger_id)
+        .order_by(AssetWatcher.id)
+    )
+    return [WatcherRowState(*row) for row in rows]
+
+
+def add_asset_watcher(session: Session, *, asset_id: int, name: str, trigger_id: int) -> int:
+    result = session.execute(
+        insert(AssetWatcher)
+        .values(asset_id=asset_id, name=name, trigger_id=trigger_id)
+        .returning(AssetWatcher.id)
+    )
+    return int(result.scalar_one())
+
+
+def set_watcher_trigger(session: Session, watcher_id: int, trigger_id: int) -> None:
+    session.execute(
+        update(AssetWatcher).where(AssetWatcher.id == watcher_id).values(trigger_id=trigger_id)
+    )
+
+
+def delete_asset_watchers(session: Session, watcher_ids: Iterable[int]) -> None:
+    wanted = list(watcher_ids)
+    if wanted:
+        session.execute(delete(AssetWatcher).where(AssetWatcher.id.in_(wanted)))
+
+
+def dags_scheduled_on(session: Session, asset_ids: Iterable[int]) -> dict[str, Any]:
+    """dag_id -> stored schedule of the active, unpaused DAGs scheduled on any of the assets."""
+    wanted = list(asset_ids)
+    if not wanted:
+        return {}
+    rows = session.execute(
+        select(Dag.dag_id, Dag.schedule)
+        .join(DagScheduleAsset, DagScheduleAsset.dag_id == Dag.dag_id)
+        .where(
+            DagScheduleAsset.asset_id.in_(wanted),
+            Dag.is_active.is_(True),
+            Dag.is_paused.is_(False),
+        )
+    )
+    return {str(dag_id): schedule for dag_id, schedule in rows}
+
+
+def list_dags(session: Session) -> list[dict[str, Any]]:
+    rows = session.execute(select(Dag).order_by(Dag.dag_id)).scalars()
+    return [
+        {
+            "dag_id": d.dag_id,
+            "fileloc": d.fileloc,
+            "paused": d.is_paused,
+            "active": d.is_active,
+            "schedule": d.schedule,
+        }
+        for d in rows
+    ]
+
+
+def set_paused(session: Session, dag_id: str, *, paused: bool) -> bool:
+    result = session.execute(update(Dag).where(Dag.dag_id == dag_id).values(is_paused=paused))
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def dag_exists(session: Session, dag_id: str) -> bool:
+    return session.get(Dag, dag_id) is not None

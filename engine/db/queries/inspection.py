@@ -1,0 +1,364 @@
+"""SQL of the operator views: shared-stream snapshots, jobs, triggers, DAG details, doctor.
+
+Like ``engine.db.queries`` these functions take a ``Session`` and plain values and only read and
+write; the CLI (``engine.cli.ops``) and the doctor (``engine.doctor``) decide what the rows
+mean. Ages are computed here against one ``now`` so a whole view is consistent.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+from sqlalchemy import func, select
+
+from engine.db.models import (
+    Asset,
+    AssetWatcher,
+    Dag,
+    DagRun,
+    DagScheduleAsset,
+    DagTask,
+    Job,
+    JobState,
+    TaskInstance,
+    TaskState,
+    Trigger,
+)
+from engine.db.queries.dags import list_parse_errors
+from engine.db.queries.jobs import TRIGGERER_JOB, age_s, is_alive
+from engine.db.queries.triggers import LOAD_FAILURE_PREFIX
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+
+#: A watcher that failed this recently is reported by the doctor (the runner's restart
+#: backoff is at most 60 s, so one that keeps failing fails well within it).
+FAILING_WATCHER_WINDOW_S: Final = 300.0
+
+
+LAST_RUNS: Final = 5
+
+
+_HELD_STATES: Final = (TaskState.QUEUED, TaskState.RUNNING)
+
+
+#: job type -> seconds of heartbeat age after which it counts as dead
+Thresholds = dict[str, float]
+
+
+def _loads(session: Session) -> tuple[dict[int, int], dict[int, int]]:
+    """Trigger rows per triggerer and held task instances per executor job."""
+    triggers = session.execute(
+        select(Trigger.triggerer_id, func.count())
+        .where(Trigger.triggerer_id.is_not(None))
+        .group_by(Trigger.triggerer_id)
+    )
+    tasks = session.execute(
+        select(TaskInstance.executor_job_id, func.count())
+        .where(TaskInstance.executor_job_id.is_not(None), TaskInstance.state.in_(_HELD_STATES))
+        .group_by(TaskInstance.executor_job_id)
+    )
+    return (
+        {k: int(v) for k, v in triggers if k is not None},
+        {k: int(v) for k, v in tasks if k is not None},
+    )
+
+
+def list_jobs(
+    session: Session,
+    *,
+    now: datetime,
+    thresholds: Thresholds,
+    default_threshold_s: float,
+    include_ended: bool = False,
+) -> list[dict[str, Any]]:
+    """Engine parts with heartbeat age, liveness and load (triggers or tasks they hold)."""
+    query = select(Job).order_by(Job.job_type, Job.id)
+    if not include_ended:
+        query = query.where(Job.state == JobState.RUNNING)
+    triggers, tasks = _loads(session)
+    rows = []
+    for job in session.execute(query).scalars():
+        threshold = thresholds.get(job.job_type, default_threshold_s)
+        load: int | None = None
+        if job.job_type == TRIGGERER_JOB:
+            load = triggers.get(job.id, 0)
+        elif job.capacity is not None:
+            load = tasks.get(job.id, 0)
+        rows.append(
+            {
+                "id": job.id,
+                "type": job.job_type,
+                "hostname": job.hostname or None,
+                "pid": job.pid,
+                "state": job.state,
+                "heartbeat_age_s": age_s(now, job.latest_heartbeat),
+                "alive": is_alive(job, now, threshold),
+                "load": load,
+                "capacity": job.capacity,
+                "started": job.start_date.isoformat(),
+            }
+        )
+    return rows
+
+
+def _trigger_servers(session: Session) -> tuple[dict[int, str], dict[int, str]]:
+    """trigger id -> the deferred task(s) it resumes / the watcher(s) it backs."""
+    tasks: dict[int, str] = {}
+    ti_query = (
+        select(TaskInstance.trigger_id, TaskInstance.dag_id, DagRun.run_id, TaskInstance.task_id)
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .where(TaskInstance.trigger_id.is_not(None), TaskInstance.state == TaskState.DEFERRED)
+    )
+    for trigger_id, dag_id, run_id, task_id in session.execute(ti_query):
+        if trigger_id is not None:
+            _append(tasks, trigger_id, f"task {dag_id}/{run_id}/{task_id}")
+    watchers: dict[int, str] = {}
+    w_query = select(AssetWatcher.trigger_id, Asset.name, AssetWatcher.name).join(
+        Asset, Asset.id == AssetWatcher.asset_id
+    )
+    for trigger_id, asset, name in session.execute(w_query):
+        _append(watchers, int(trigger_id), f"watcher {asset}/{name}")
+    return tasks, watchers
+
+
+def _append(into: dict[int, str], key: int, text: str) -> None:
+    into[key] = f"{into[key]}, {text}" if key in into else text
+
+
+def list_triggers(session: Session, *, now: datetime, threshold_s: float) -> list[dict[str, Any]]:
+    """Every trigger row: class, owner and its liveness, age, what it serves, load errors."""
+    jobs = {job.id: job for job in session.execute(select(Job)).scalars()}
+    tasks, watchers = _trigger_servers(session)
+    rows = []
+    columns = (
+        Trigger.id,
+        Trigger.classpath,
+        Trigger.kind,
+        Trigger.triggerer_id,
+        Trigger.created_date,
+        Trigger.failure_count,
+        Trigger.last_failure_date,
+        Trigger.last_error,
+    )  # not the kwargs: they can be large, and are of no use here
+    for trig in session.execute(select(*columns).order_by(Trigger.id)):
+        owner = jobs.get(trig.triggerer_id) if trig.triggerer_id is not None else None
+        error = trig.last_error
+        rows.append(
+            {
+                "id": trig.id,
+                "classpath": trig.classpath,
+                "kind": trig.kind,
+                "triggerer_id": trig.triggerer_id,
+                "owner_alive": None if owner is None else is_alive(owner, now, threshold_s),
+                "age_s": age_s(now, trig.created_date),
+                "serves": tasks.get(trig.id) or watchers.get(trig.id),
+                "failures": trig.failure_count,
+                "last_failure_age_s": age_s(now, trig.last_failure_date),
+                "load_failed": bool(error and error.startswith(LOAD_FAILURE_PREFIX)),
+                "last_error": error,
+            }
+        )
+    return rows
+
+
+def dag_details(session: Session, dag_id: str) -> dict[str, Any] | None:
+    """One DAG as last parsed: file, schedule, tasks, the watchers of its assets, runs."""
+    dag = session.get(Dag, dag_id)
+    if dag is None:
+        return None
+    return {
+        "dag_id": dag.dag_id,
+        "fileloc": dag.fileloc,
+        "description": dag.description,
+        "paused": dag.is_paused,
+        "active": dag.is_active,
+        "last_parsed": None if dag.last_parsed_time is None else dag.last_parsed_time.isoformat(),
+        "schedule": dag.schedule,
+        "assets": _schedule_assets(session, dag_id),
+        "tasks": _dag_tasks(session, dag_id),
+        "watchers": _dag_watchers(session, dag_id),
+        "last_runs": _last_runs(session, dag_id),
+    }
+
+
+def _schedule_assets(session: Session, dag_id: str) -> list[str]:
+    query = (
+        select(Asset.name)
+        .join(DagScheduleAsset, DagScheduleAsset.asset_id == Asset.id)
+        .where(DagScheduleAsset.dag_id == dag_id)
+        .order_by(Asset.name)
+    )
+    return list(session.execute(query).scalars())
+
+
+def _dag_tasks(session: Session, dag_id: str) -> list[dict[str, Any]]:
+    query = select(DagTask).where(DagTask.dag_id == dag_id).order_by(DagTask.position)
+    return [
+        {
+            "task_id": t.task_id,
+            "operator": t.operator,
+            "downstream": list(t.downstream_task_ids or []),
+            "retries": t.retries,
+            "start_from_trigger": t.start_from_trigger,
+        }
+        for t in session.execute(query).scalars()
+    ]
+
+
+def _dag_watchers(session: Session, dag_id: str) -> list[dict[str, Any]]:
+    query = (
+        select(Asset.name, AssetWatcher.name, Trigger)
+        .join(DagScheduleAsset, DagScheduleAsset.asset_id == Asset.id)
+        .join(AssetWatcher, AssetWatcher.asset_id == Asset.id)
+        .join(Trigger, Trigger.id == AssetWatcher.trigger_id)
+        .where(DagScheduleAsset.dag_id == dag_id)
+        .order_by(Asset.name, AssetWatcher.name)
+    )
+    return [
+        {
+            "asset": asset,
+            "name": name,
+            "trigger_id": trig.id,
+            "classpath": trig.classpath,
+            "triggerer_id": trig.triggerer_id,
+            "last_error": trig.last_error,
+        }
+        for asset, name, trig in session.execute(query)
+    ]
+
+
+def _last_runs(session: Session, dag_id: str) -> list[dict[str, Any]]:
+    query = (
+        select(DagRun)
+        .where(DagRun.dag_id == dag_id)
+        .order_by(DagRun.queued_at.desc(), DagRun.id.desc())
+        .limit(LAST_RUNS)
+    )
+    return [
+        {
+            "run_id": run.run_id,
+            "run_type": run.run_type,
+            "state": run.state,
+            "queued_at": run.queued_at.isoformat(),
+            "end_date": None if run.end_date is None else run.end_date.isoformat(),
+        }
+        for run in session.execute(query).scalars()
+    ]
+
+
+def deferred_tasks(session: Session) -> list[dict[str, Any]]:
+    """Every deferred task instance with its trigger row (None fields when it is missing)."""
+    query = (
+        select(
+            TaskInstance.dag_id,
+            DagRun.run_id,
+            TaskInstance.task_id,
+            TaskInstance.trigger_id,
+            TaskInstance.trigger_timeout,
+            Trigger.id,
+            Trigger.created_date,
+            Trigger.triggerer_id,
+            Trigger.last_error,
+        )
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .outerjoin(Trigger, Trigger.id == TaskInstance.trigger_id)
+        .where(TaskInstance.state == TaskState.DEFERRED)
+        .order_by(TaskInstance.id)
+    )
+    keys = (
+        "dag_id",
+        "run_id",
+        "task_id",
+        "trigger_id",
+        "trigger_timeout",
+        "trigger_row",
+        "trigger_created",
+        "triggerer_id",
+        "last_error",
+    )
+    return [dict(zip(keys, row, strict=True)) for row in session.execute(query)]
+
+
+def failed_watchers(session: Session) -> list[dict[str, Any]]:
+    """Watchers whose trigger could not be loaded (bad classpath, kwargs, key, ...)."""
+    query = (
+        select(Asset.name, AssetWatcher.name, Trigger.id, Trigger.last_error)
+        .join(Asset, Asset.id == AssetWatcher.asset_id)
+        .join(Trigger, Trigger.id == AssetWatcher.trigger_id)
+        .where(Trigger.last_error.startswith(LOAD_FAILURE_PREFIX))
+        .order_by(Trigger.id)
+    )
+    keys = ("asset", "watcher", "trigger_id", "error")
+    return [dict(zip(keys, row, strict=True)) for row in session.execute(query)]
+
+
+def failing_watchers(session: Session, *, now: datetime, since_s: float) -> list[dict[str, Any]]:
+    """Watchers whose trigger runs but failed within the last ``since_s`` (it restarts with
+    backoff: a broker that is down, a filter that raises), with their latest error."""
+    query = (
+        select(
+            Asset.name,
+            AssetWatcher.name,
+            Trigger.id,
+            Trigger.failure_count,
+            Trigger.last_failure_date,
+            Trigger.last_error,
+        )
+        .join(Asset, Asset.id == AssetWatcher.asset_id)
+        .join(Trigger, Trigger.id == AssetWatcher.trigger_id)
+        .where(Trigger.last_failure_date >= now - timedelta(seconds=since_s))
+        .where(~func.coalesce(Trigger.last_error, "").startswith(LOAD_FAILURE_PREFIX))
+        .order_by(Trigger.id)
+    )
+    return [
+        {
+            "asset": asset,
+            "watcher": watcher,
+            "trigger_id": trigger_id,
+            "failures": failures,
+            "last_failure_age_s": age_s(now, last),
+            "error": error or "",
+        }
+        for asset, watcher, trigger_id, failures, last, error in session.execute(query)
+    ]
+
+
+def doctor_facts(
+    session: Session, *, now: datetime, thresholds: Thresholds, default_threshold_s: float
+) -> dict[str, Any]:
+    """Everything the doctor judges, read in one transaction."""
+    jobs = list_jobs(
+        session, now=now, thresholds=thresholds, default_threshold_s=default_threshold_s
+    )
+    unassigned = session.execute(
+        select(func.count()).select_from(Trigger).where(Trigger.triggerer_id.is_(None))
+    ).scalar_one()
+    return {
+        "jobs": jobs,
+        "deferred": deferred_tasks(session),
+        "failed_watchers": failed_watchers(session),
+        "failing_watchers": failing_watchers(session, now=now, since_s=FAILING_WATCHER_WINDOW_S),
+        "parse_errors": [
+            {"file": e.fileloc, "line": e.lineno, "error": e.error}
+            for e in list_parse_errors(session)
+        ],
+        "unassigned_triggers": int(unassigned),
+        "stream_splits": _stream_splits(session, jobs),
+        "now": now,
+    }
+
+
+def _stream_splits(session: Session, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Shared-stream groups held by more than one live triggerer, with their trigger ids."""
+    from engine.db.queries import claims as store_claims
+
+    alive = {j["id"] for j in jobs if j["type"] == TRIGGERER_JOB and j["alive"]}
+    splits = store_claims.stream_splits(session, alive=alive)
+    ids = store_claims.group_trigger_ids(session, digests=splits)
+    return [
+        {"digest": digest, "holders": holders, "trigger_ids": ids.get(digest, [])}
+        for digest, holders in sorted(splits.items())
+    ]

@@ -1,0 +1,96 @@
+"""TODO docstring."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Final
+
+from sqlalchemy import insert, select, update
+
+from engine.db.models import (
+    Job,
+    JobState,
+    utcnow,
+)
+
+if TYPE_CHECKING:
+    from sqlalchemy import ColumnElement
+    from sqlalchemy.orm import Session
+
+
+logger = logging.getLogger(__name__)
+
+
+TRIGGERER_JOB: str = "triggerer"
+
+
+DAG_PROCESSOR_JOB: Final = "dag_processor"
+
+
+def start_job(session: Session, *, job_type: str, capacity: int | None = None) -> int:
+    now = utcnow()
+    result = session.execute(
+        insert(Job)
+        .values(
+            job_type=job_type,
+            state=JobState.RUNNING,
+            hostname=socket.getfqdn(),
+            pid=os.getpid(),
+            capacity=capacity,
+            start_date=now,
+            latest_heartbeat=now,
+        )
+        .returning(Job.id)
+    )
+    return int(result.scalar_one())
+
+
+def heartbeat(session: Session, job_id: int) -> bool:
+    """Refresh the heartbeat; False when the row is gone or no longer running."""
+    result = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.state == JobState.RUNNING)
+        .values(latest_heartbeat=utcnow())
+    )
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def end_job(session: Session, job_id: int, *, state: str = JobState.SUCCESS) -> None:
+    session.execute(update(Job).where(Job.id == job_id).values(state=state, end_date=utcnow()))
+
+
+def set_job_capacity(session: Session, job_id: int, capacity: int) -> None:
+    session.execute(update(Job).where(Job.id == job_id).values(capacity=capacity))
+
+
+def alive_job_ids(
+    session: Session, *, job_type: str, threshold_s: float, now: datetime | None = None
+) -> list[int]:
+    cutoff = (now or utcnow()) - timedelta(seconds=threshold_s)
+    rows = session.execute(
+        select(Job.id).where(
+            Job.job_type == job_type,
+            Job.state == JobState.RUNNING,
+            Job.latest_heartbeat > cutoff,
+        )
+    )
+    return [int(r) for r in rows.scalars()]
+
+
+def age_s(now: datetime, then: datetime | None) -> float | None:
+    return None if then is None else round(max((now - then).total_seconds(), 0.0), 3)
+
+
+def is_alive(job: Job, now: datetime, threshold_s: float) -> bool:
+    return job.state == JobState.RUNNING and (now - job.latest_heartbeat).total_seconds() < (
+        threshold_s
+    )
+
+
+def alive_clause(now: datetime, threshold_s: float) -> ColumnElement[bool]:
+    """``is_alive`` as a SQL condition on ``Job``."""
+    cutoff = now - timedelta(seconds=threshold_s)
+    return (Job.state == JobState.RUNNING) & (Job.latest_heartbeat > cutoff)

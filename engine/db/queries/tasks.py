@@ -1,0 +1,293 @@
+"""SQL of task execution: claiming, running, finishing, deferring and recovering tasks.
+
+Split from ``engine.db.queries`` by domain, like ``engine.db.queries.runs``. Every write to a task
+instance the executor holds is guarded by ``executor_job_id`` and the state it expects, so
+an executor that was presumed dead (and whose tasks were recovered) cannot overwrite what
+another executor did since. The scheduler reaches ``start_from_trigger`` and
+``recover_orphaned_tasks`` through ``engine.db.queries``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from sqlalchemy import and_, case, or_, select, true, update
+
+from engine.authoring.context import EventRow
+from engine.db import models
+from engine.db.database import is_postgres, rowcount
+from engine.db.models import (
+    Asset,
+    AssetEvent,
+    Dag,
+    DagRun,
+    DagRunAssetEvent,
+    DagTask,
+    TaskInstance,
+    TaskState,
+)
+from engine.db.queries import jobs
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from sqlalchemy.orm import Session
+    from sqlalchemy.sql.elements import ColumnElement
+
+
+logger = logging.getLogger(__name__)
+
+
+EXECUTOR_JOB: Final = "executor"
+
+
+_HELD: Final = (TaskState.QUEUED, TaskState.RUNNING)
+
+
+def claim_task_instances(session: Session, *, job_id: int, limit: int, now: datetime) -> list[int]:
+    """Move up to ``limit`` ``scheduled`` task instances to ``queued`` for executor ``job_id``.
+
+    ``SKIP LOCKED`` on PostgreSQL: two executors never take the same row; on SQLite the
+    ``BEGIN IMMEDIATE`` transaction serializes claims.
+    """
+    if limit <= 0:
+        return []
+    candidates = (
+        select(TaskInstance.id)
+        .where(TaskInstance.state == TaskState.SCHEDULED)
+        .order_by(TaskInstance.id)
+        .limit(limit)
+    )
+    if is_postgres(session):
+        candidates = candidates.with_for_update(skip_locked=True)
+    ids = list(session.execute(candidates).scalars())
+    if not ids:
+        return []
+    rows = session.execute(
+        update(TaskInstance)
+        .where(TaskInstance.id.in_(ids), TaskInstance.state == TaskState.SCHEDULED)
+        .values(state=TaskState.QUEUED, executor_job_id=job_id, queued_at=now)
+        .returning(TaskInstance.id)
+    )
+    return sorted(int(i) for i in rows.scalars())
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRun:
+    """A task instance just marked ``running``, with what its child process needs."""
+
+    ti_id: int
+    dag_id: str
+    run_id: str
+    task_id: str
+    fileloc: str
+    try_number: int
+    max_tries: int
+    try_started_at: datetime
+    next_method: str | None
+    next_kwargs: str | None
+    deferral_count: int
+    execution_timeout_s: int | None
+    events: tuple[EventRow, ...]
+
+    def log_fields(self) -> dict[str, object]:
+        """The structured fields every log line about this try carries."""
+        return {
+            "ti_id": self.ti_id,
+            "dag_id": self.dag_id,
+            "run_id": self.run_id,
+            "task_id": self.task_id,
+            "try_number": self.try_number,
+        }
+
+
+def held_by(ti_id: int, job_id: int, state: str) -> ColumnElement[bool]:
+    return and_(
+        TaskInstance.id == ti_id,
+        TaskInstance.executor_job_id == job_id,
+        TaskInstance.state == state,
+    )
+
+
+def start_task_run(
+    session: Session, ti_id: int, *, job_id: int, pid: int | None, hostname: str, now: datetime
+) -> TaskRun | None:
+    """Mark a task instance this executor queued as ``running``; None if it is not ours.
+
+    A fresh try (no ``next_method``) increments ``try_number`` and restarts the try's clock
+    (``start_date``, ``runtime_s``, ``deferral_count``); a resumed one keeps them.
+    """
+    ti = session.execute(
+        select(TaskInstance).where(held_by(ti_id, job_id, TaskState.QUEUED))
+    ).scalar_one_or_none()
+    if ti is None:
+        return None
+    fresh = ti.next_method is None
+    values: dict[str, Any] = {
+        "state": TaskState.RUNNING,
+        "hostname": hostname,
+        "pid": pid,
+        "end_date": None,
+    }
+    if fresh:
+        values.update(try_number=ti.try_number + 1, start_date=now, runtime_s=0.0, deferral_count=0)
+    elif ti.start_date is None:
+        values["start_date"] = now
+    session.execute(update(TaskInstance).where(TaskInstance.id == ti_id).values(**values))
+    run_id, fileloc = session.execute(
+        select(DagRun.run_id, Dag.fileloc)
+        .join(Dag, Dag.dag_id == DagRun.dag_id)
+        .where(DagRun.id == ti.dag_run_id)
+    ).one()  # foreign keys: a task instance's run and DAG exist
+    timeout_s = session.execute(
+        select(DagTask.execution_timeout_s).where(
+            DagTask.dag_id == ti.dag_id, DagTask.task_id == ti.task_id
+        )
+    ).scalar()
+    return TaskRun(
+        ti_id=ti_id,
+        dag_id=ti.dag_id,
+        run_id=str(run_id),
+        task_id=ti.task_id,
+        fileloc=str(fileloc),
+        try_number=values.get("try_number", ti.try_number),
+        max_tries=ti.max_tries,
+        try_started_at=values.get("start_date") or ti.start_date or now,
+        next_method=ti.next_method,
+        next_kwargs=ti.next_kwargs,
+        deferral_count=ti.deferral_count,
+        execution_timeout_s=None if timeout_s is None else int(timeout_s),
+        events=tuple(triggering_events(session, ti.dag_run_id)),
+    )
+
+
+def triggering_events(session: Session, dag_run_id: int) -> list[EventRow]:
+    """The asset events that triggered the run, in id order."""
+    rows = session.execute(
+        select(
+            AssetEvent.id,
+            Asset.name,
+            AssetEvent.payload,
+            AssetEvent.timestamp,
+            AssetEvent.source_watcher,
+        )
+        .join(DagRunAssetEvent, DagRunAssetEvent.asset_event_id == AssetEvent.id)
+        .join(Asset, Asset.id == AssetEvent.asset_id)
+        .where(DagRunAssetEvent.dag_run_id == dag_run_id)
+        .order_by(AssetEvent.id)
+    )
+    return [EventRow(int(i), str(n), p, t, w) for i, n, p, t, w in rows]
+
+
+def finish_task(
+    session: Session,
+    ti_id: int,
+    *,
+    job_id: int,
+    state: str,
+    elapsed_s: float,
+    now: datetime,
+    xcoms: dict[str, Any] | None = None,
+) -> bool:
+    """End the try: ``success`` / ``failed``, or ``scheduled`` for a retry (a fresh try)."""
+    values: dict[str, Any] = {
+        "state": state,
+        "runtime_s": TaskInstance.runtime_s + elapsed_s,
+        "next_method": None,
+        "next_kwargs": None,
+        "trigger_timeout": None,
+        "executor_job_id": None,
+    }
+    if state == TaskState.SCHEDULED:
+        values["queued_at"] = None
+    else:
+        values["end_date"] = now
+    if xcoms is not None:
+        values["xcoms"] = xcoms
+    result = session.execute(
+        update(TaskInstance).where(held_by(ti_id, job_id, TaskState.RUNNING)).values(**values)
+    )
+    return rowcount(result) == 1
+
+
+def fail_held_task(session: Session, ti_id: int, *, job_id: int) -> bool:
+    """Fail a task this executor holds whose step could not be run or recorded."""
+    result = session.execute(
+        update(TaskInstance)
+        .where(
+            TaskInstance.id == ti_id,
+            TaskInstance.executor_job_id == job_id,
+            TaskInstance.state.in_(_HELD),
+        )
+        .values(state=TaskState.FAILED, end_date=models.utcnow(), executor_job_id=None)
+    )
+    return rowcount(result) == 1
+
+
+def _requeue_values(*, same_try: bool) -> dict[str, Any]:
+    """Back to ``scheduled``. A running try either reruns its step as the same try
+    (``same_try``) or starts over as a fresh try; a queued one is untouched otherwise."""
+    running = TaskInstance.state == TaskState.RUNNING
+    values: dict[str, Any] = {
+        "state": TaskState.SCHEDULED,
+        "executor_job_id": None,
+        "queued_at": None,
+        "pid": None,
+    }
+    if same_try:
+        fresh = and_(running, TaskInstance.next_method.is_(None))
+        values["try_number"] = case(
+            (fresh, TaskInstance.try_number - 1), else_=TaskInstance.try_number
+        )
+    else:
+        values["next_method"] = case((running, None), else_=TaskInstance.next_method)
+        values["next_kwargs"] = case((running, None), else_=TaskInstance.next_kwargs)
+    return values
+
+
+def requeue_task(session: Session, ti_id: int, *, job_id: int) -> bool:
+    """Give back a task this executor holds (shutdown): it reruns its step as the same try."""
+    result = session.execute(
+        update(TaskInstance)
+        .where(
+            TaskInstance.id == ti_id,
+            TaskInstance.executor_job_id == job_id,
+            TaskInstance.state.in_(_HELD),
+        )
+        .values(**_requeue_values(same_try=True))
+    )
+    return rowcount(result) == 1
+
+
+def recover_orphaned_tasks(session: Session, *, threshold_s: float) -> list[int]:
+    """Queued / running task instances whose executor is dead go back to ``scheduled``.
+
+    Dead: no executor job with a heartbeat newer than ``threshold_s`` holds them. A running
+    one starts over as a fresh try (its process is gone with its executor).
+    """
+    alive = jobs.alive_job_ids(session, job_type=EXECUTOR_JOB, threshold_s=threshold_s)
+    not_alive = (
+        or_(TaskInstance.executor_job_id.is_(None), TaskInstance.executor_job_id.not_in(alive))
+        if alive
+        else true()
+    )
+    orphaned = and_(TaskInstance.state.in_(_HELD), not_alive)
+    candidates = select(TaskInstance.id).where(orphaned)
+    if is_postgres(session):
+        candidates = candidates.with_for_update(skip_locked=True)
+    ids = sorted(int(i) for i in session.execute(candidates).scalars())
+    if ids:
+        session.execute(
+            update(TaskInstance)
+            .where(TaskInstance.id.in_(ids), orphaned)
+            .values(**_requeue_values(same_try=False))
+        )
+        logger.warning(
+            "Recovered %d task instance(s) of dead executors: %s",
+            len(ids),
+            ids,
+            extra={"action": "tasks_recovered", "ti_ids": ids},
+        )
+    return ids

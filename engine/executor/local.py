@@ -1,0 +1,215 @@
+"""The local executor: runs ``scheduled`` task instances, one child process per task step.
+
+Theory of operation. The executor registers an ``executor`` job and heartbeats it. Its claim
+loop moves up to ``parallelism - running`` task instances from ``scheduled`` to ``queued``
+(``SKIP LOCKED`` on PostgreSQL) and starts one supervisor task per claim. A supervisor
+spawns ``python -P -m engine.executor.task_runner``, marks the task instance ``running`` (with the
+child's pid), sends it a ``TaskSpec`` and appends what the child prints to the try's log
+file. When the child exits, the supervisor turns its ``TaskResult`` (or its exit status,
+when it died without one) into an ``Outcome`` (``decide_outcome``, pure) and writes it in one
+transaction: success (with the return value), failure or retry, or a deferral (trigger row
+with encrypted kwargs + ``deferred`` state). Then the slot is free: a deferred task holds no
+slot while it waits.
+
+Every write is guarded by this executor's job id, so a task recovered from an executor
+presumed dead (``tasks.recover_orphaned_tasks``, called by the scheduler) is never
+overwritten. A child outlives neither its executor (it exits when its stdin closes) nor the
+execution deadline (killed ``kill_grace_s`` after it).
+
+Shutdown (``shutdown()``): stop claiming, let running children finish within
+``shutdown_grace_s``, then SIGTERM (then SIGKILL) the rest. Their task instances go back to
+``scheduled`` and rerun the interrupted step as the same try: being stopped is not the
+task's fault, so it costs no retry.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from functools import partial
+from typing import TYPE_CHECKING, Final
+
+import anyio
+import anyio.to_thread
+
+from engine.db import models
+from engine.db.heartbeat import heartbeat_forever
+from engine.db.models import JobState
+from engine.db.queries import jobs, tasks
+from engine.exceptions import DatabaseError
+from engine.executor.task_supervisor import ExecutorSettings, ExecutorStats, TaskSupervisor
+from engine.retry import Backoff
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from anyio.abc import TaskGroup, TaskStatus
+
+    from engine.crypto import KwargsCipher
+    from engine.db.database import Database
+
+logger = logging.getLogger(__name__)
+
+
+FINAL_WRITE_TIMEOUT_S: Final = 10.0
+
+
+class LocalExecutor:
+    """Runs task instances in child processes on this machine, ``parallelism`` at a time."""
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        cipher: KwargsCipher,
+        settings: ExecutorSettings,
+        on_outcome: Callable[[], None] | None = None,
+    ) -> None:
+        self._db = db
+        self._on_outcome = on_outcome
+        self._claim_backoff = Backoff(settings.poll_interval_s)
+        self._cipher = cipher
+        self.settings = settings
+        self.job_id: int | None = None
+        self.stats = ExecutorStats()
+        self._supervisor: TaskSupervisor | None = None
+        self._active: set[int] = set()  # claimed task instances (slots in use)
+        self._stopping = anyio.Event()
+        self._changed = anyio.Event()
+
+    def __repr__(self) -> str:
+        return (
+            f"LocalExecutor(job_id={self.job_id}, running={self.running}/"
+            f"{self.settings.parallelism}, stopping={self._stopping.is_set()}, "
+            f"stats={self.stats})"
+        )
+
+    @property
+    def running(self) -> int:
+        """Slots in use: task instances claimed and not finished yet."""
+        return len(self._active)
+
+    def nudge(self) -> None:
+        """Look for scheduled task instances now rather than at the next poll."""
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def shutdown(self) -> None:
+        """Stop claiming; running tasks get ``shutdown_grace_s`` to finish."""
+        self._stopping.set()
+        self.nudge()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        settings = self.settings
+        self._supervisor = TaskSupervisor(
+            db=self._db,
+            cipher=self._cipher,
+            settings=settings,
+            hostname=await anyio.to_thread.run_sync(_hostname),
+            stats=self.stats,
+            on_outcome=self._on_outcome,
+        )
+        job_id = await self._db.run(
+            partial(jobs.start_job, job_type=tasks.EXECUTOR_JOB, capacity=settings.parallelism)
+        )
+        self.job_id = job_id
+        logger.info(
+            "Executor started job_id=%s parallelism=%d",
+            job_id,
+            settings.parallelism,
+            extra={"action": "executor_started", "job_id": job_id},
+        )
+        try:
+            async with anyio.create_task_group() as outer:
+                outer.start_soon(
+                    partial(
+                        heartbeat_forever,
+                        self._db,
+                        job_id,
+                        interval_s=self.settings.heartbeat_s,
+                        part="Executor",
+                    )
+                )
+                task_status.started()
+                async with anyio.create_task_group() as workers:
+                    workers.start_soon(self._stop_children_after_grace)
+                    await self._claim_loop(workers, job_id)
+                outer.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
+                await self._db.run(lambda s: jobs.end_job(s, job_id, state=JobState.SUCCESS))
+            logger.info("Executor stopped", extra={"action": "executor_stopped"})
+
+    # --- claiming -----------------------------------------------------------------------
+
+    async def _claim_loop(self, workers: TaskGroup, job_id: int) -> None:
+        while not self._stopping.is_set():
+            changed = self._changed
+            free = self.settings.parallelism - len(self._active)
+            claimed = await self._claim(job_id, free) if free > 0 else []
+            for ti_id in claimed:
+                self._active.add(ti_id)
+                workers.start_soon(self._run_ti, job_id, ti_id, name=f"task instance {ti_id}")
+            idle_slots = free - len(claimed) > 0
+            with anyio.move_on_after(self.settings.poll_interval_s if idle_slots else math.inf):
+                await changed.wait()
+
+    async def _claim(self, job_id: int, free: int) -> list[int]:
+        now = models.utcnow()
+        try:
+            claimed = await self._db.run(
+                partial(tasks.claim_task_instances, job_id=job_id, limit=free, now=now)
+            )
+        except DatabaseError as exc:
+            delay = self._claim_backoff.failed()
+            logger.warning(
+                "Claiming tasks failed (%d in a row), retrying in %.2fs: %s",
+                self._claim_backoff.failures,
+                delay,
+                exc,
+                extra={"action": "claim_failed", "failures": self._claim_backoff.failures},
+            )
+            await anyio.sleep(delay)
+            return []
+        self._claim_backoff.succeeded()
+        self.stats.claimed += len(claimed)
+        return claimed
+
+    async def _stop_children_after_grace(self) -> None:
+        await self._stopping.wait()
+        with anyio.move_on_after(self.settings.shutdown_grace_s):
+            await self._until_idle()
+        if not self._active:
+            return
+        logger.warning(
+            "Stopping %d running task(s) after the %gs shutdown grace period; they will run "
+            "again as the same try",
+            len(self._active),
+            self.settings.shutdown_grace_s,
+            extra={"action": "executor_interrupting", "ti_ids": sorted(self._active)},
+        )
+        assert self._supervisor is not None
+        self._supervisor.interrupt_all()
+        with anyio.move_on_after(self.settings.kill_grace_s):
+            await self._until_idle()
+        self._supervisor.kill_all()
+
+    async def _until_idle(self) -> None:
+        while self._active:
+            await self._changed.wait()
+
+    # --- one task step ------------------------------------------------------------------
+
+    async def _run_ti(self, job_id: int, ti_id: int) -> None:
+        assert self._supervisor is not None
+        try:
+            await self._supervisor.execute(job_id, ti_id)
+        finally:
+            self._active.discard(ti_id)
+            self.nudge()
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.getfqdn()

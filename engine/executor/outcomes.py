@@ -1,0 +1,205 @@
+"""Pure decisions of the executor: what a finished task step means for its task instance.
+
+No I/O and no clock (``now`` is an argument): the executor (``engine.executor``) feeds in
+what happened to the child process, writes what comes out. Also builds the ``TaskSpec``
+sent to the child and the header / closing lines of the task log.
+"""
+
+from __future__ import annotations
+
+import enum
+import signal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from engine.authoring.context import FAIL_METHOD
+from engine.db.queries.deferrals import deferral_deadline
+from engine.executor.task_runner import (
+    DEFERRED,
+    SUCCESS,
+    TaskResult,
+    TaskSpec,
+    build_context,
+    timeout_message,
+)
+from triggers.exceptions import SerializationError
+from triggers.serde import dumps, loads
+
+if TYPE_CHECKING:
+    from datetime import datetime
+    from pathlib import Path
+
+    from engine.authoring.context import Deferral
+    from engine.db.queries.tasks import TaskRun
+
+
+ERROR_IN_HEADER_MAX_CHARS: Final = 500
+
+
+class Decision(enum.StrEnum):
+    SUCCEED = "succeeded"
+    FAIL = "failed"
+    RETRY = "up_for_retry"
+    DEFER = "deferred"
+    REQUEUE = "requeued"  # interrupted by the shutdown: the same step runs again
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    decision: Decision
+    elapsed_s: float = 0.0
+    reason: str | None = None
+    xcoms: dict[str, Any] | None = None
+    deferral: Deferral | None = None
+    trigger_timeout: datetime | None = None
+
+    def describe(self) -> str:
+        if self.decision is Decision.SUCCEED:
+            return "task succeeded"
+        if self.decision is Decision.FAIL:
+            return f"task failed: {self.reason}"
+        if self.decision is Decision.RETRY:
+            return f"task failed: {self.reason}; it will be retried"
+        if self.decision is Decision.DEFER:
+            assert self.deferral is not None
+            until = (
+                "" if self.trigger_timeout is None else f" (times out at {self.trigger_timeout})"
+            )
+            return (
+                f"task deferred to {self.deferral.classpath}, resuming at "
+                f"{self.deferral.method_name}(){until}"
+            )
+        return "task interrupted by the executor shutting down; it will run again"
+
+
+def exit_reason(returncode: int | None) -> str:
+    """Why a child that reported no outcome is considered failed."""
+    if returncode is None:
+        return "task process did not report an outcome"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = str(-returncode)
+        return f"task process exited with code {returncode} (signal {name})"
+    return f"task process exited with code {returncode} without reporting an outcome"
+
+
+def read_result(out: bytes) -> tuple[TaskResult | None, str | None]:
+    """The child's result, or None with the problem (None too when it wrote nothing)."""
+    if not out.strip():
+        return None, None
+    try:
+        return TaskResult.from_json(out), None
+    except ValueError as exc:
+        return None, f"unreadable task result: {exc}"
+
+
+def decide_outcome(
+    result: TaskResult | None,
+    run: TaskRun,
+    *,
+    returncode: int | None,
+    interrupted: bool,
+    killed_for_timeout: bool,
+    wall_s: float,
+    now: datetime,
+) -> Outcome:
+    """What the step's end means: a reported result wins over how the process ended."""
+    failed = Decision.RETRY if run.try_number <= run.max_tries else Decision.FAIL
+    if result is not None:
+        if result.outcome == SUCCESS:
+            xcoms = {"return_value": result.return_value} if result.has_return_value else None
+            return Outcome(Decision.SUCCEED, result.elapsed_s, xcoms=xcoms)
+        if result.outcome == DEFERRED:
+            assert result.deferral is not None
+            timeout_s = result.execution_timeout_s
+            if timeout_s is None:
+                timeout_s = run.execution_timeout_s
+            deadline = deferral_deadline(
+                now, result.deferral.timeout_s, run.try_started_at, timeout_s
+            )
+            return Outcome(
+                Decision.DEFER, result.elapsed_s, deferral=result.deferral, trigger_timeout=deadline
+            )
+        return Outcome(failed, result.elapsed_s, reason=result.error)
+    if interrupted:
+        return Outcome(Decision.REQUEUE, wall_s)
+    if killed_for_timeout and run.execution_timeout_s is not None:
+        elapsed = (now - run.try_started_at).total_seconds()
+        reason = (
+            f"{timeout_message(run.execution_timeout_s, elapsed, run.deferral_count)}; the task "
+            "did not stop when interrupted and its process was killed"
+        )
+        return Outcome(failed, wall_s, reason=reason)
+    return Outcome(failed, wall_s, reason=exit_reason(returncode))
+
+
+def kill_after_s(run: TaskRun, *, now: datetime, grace_s: float) -> float | None:
+    """Seconds until the executor kills the child: ``grace_s`` past the execution deadline
+    (never sooner than ``grace_s`` from now, so a late child can still report its timeout)."""
+    if run.execution_timeout_s is None:
+        return None
+    elapsed = (now - run.try_started_at).total_seconds()
+    return max(run.execution_timeout_s - elapsed + grace_s, grace_s)
+
+
+def build_spec(
+    run: TaskRun, *, dags_folder: Path, plugins_folder: Path | None, default_deferrable: bool
+) -> TaskSpec:
+    context = build_context(
+        dag_id=run.dag_id,
+        run_id=run.run_id,
+        task_id=run.task_id,
+        try_number=run.try_number,
+        events=run.events,
+        default_deferrable=default_deferrable,
+    )
+    return TaskSpec(
+        ti_id=run.ti_id,
+        dag_id=run.dag_id,
+        run_id=run.run_id,
+        task_id=run.task_id,
+        fileloc=run.fileloc,
+        try_number=run.try_number,
+        try_started_at=run.try_started_at.isoformat(),
+        context=dumps(context, where="the task context"),
+        next_method=run.next_method,
+        next_kwargs=run.next_kwargs,
+        deferral_count=run.deferral_count,
+        dags_folder=str(dags_folder),
+        plugins_folder=None if plugins_folder is None else str(plugins_folder),
+    )
+
+
+def _stamp(now: datetime) -> str:
+    return now.isoformat(timespec="milliseconds")
+
+
+def _deferral_error(next_kwargs: str | None) -> str:
+    """The ``error`` a failed deferral left in ``next_kwargs`` (e.g. "trigger timeout")."""
+    try:
+        kwargs = loads(next_kwargs) if next_kwargs else {}
+    except SerializationError:
+        kwargs = {}
+    error = kwargs.get("error") if isinstance(kwargs, dict) else None
+    return str(error or "unknown error")[:ERROR_IN_HEADER_MAX_CHARS]
+
+
+def header_line(run: TaskRun, *, pid: int, hostname: str, now: datetime) -> str:
+    """The log line written each time a step of the try starts."""
+    if run.next_method is None:
+        step = "starting"
+    elif run.next_method == FAIL_METHOD:
+        step = f"resuming to fail: its deferral ended with {_deferral_error(run.next_kwargs)!r}"
+    else:
+        step = f"resuming at {run.next_method}() after {run.deferral_count} deferral(s)"
+    return (
+        f"=== {_stamp(now)} {run.dag_id}.{run.task_id} run {run.run_id} try "
+        f"{run.try_number} of {run.max_tries + 1}: {step} on {hostname} (pid {pid}) ===\n"
+    )
+
+
+def outcome_line(outcome: Outcome, run: TaskRun, *, now: datetime) -> str:
+    """The log line written when a step ends."""
+    return f"=== {_stamp(now)} try {run.try_number}: {outcome.describe()} ===\n"

@@ -1,0 +1,365 @@
+"""The child process that runs one step of one task: ``python -P -m engine.executor.task_runner``.
+
+Theory of operation. The executor (``engine.executor``) owns every database write of a task
+instance; the child only runs user code. The parent sends one ``TaskSpec`` (a JSON line) on
+the child's standard input and keeps that pipe open: when the parent dies, the pipe closes
+and the child exits at once, so a task whose executor is gone never runs twice. The child
+imports the DAG file (``engine.dag_processing.parsing.load_task``) and either starts the task
+(``deferral_at_start()`` then ``execute``) or resumes it (``resume_execution``). Its own
+stdout, stderr and Python logging all go to its standard error, which the parent appends to
+the task log; the single ``TaskResult`` (success with the return value, failure, or the
+deferral to store) goes to the original standard output. The child needs neither the
+database URL nor the Fernet key.
+
+``execution_timeout`` counts the whole try, deferrals included (as in Airflow: a task can
+time out while deferred or shortly after resuming): the deadline is the try's start plus the
+timeout. The child interrupts the task at the deadline with ``TaskExecutionTimeout`` (a
+SIGALRM timer); the parent kills a child that does not stop within a grace period.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from engine.authoring.context import (
+    DEFAULT_DEFERRABLE_KEY,
+    TRIGGERING_ASSET_EVENTS_KEY,
+    Deferral,
+    EventRow,
+    TaskDeferred,
+    run_to_completion,
+)
+from engine.exceptions import SluiceError
+from triggers.exceptions import SerializationError
+from triggers.serde import deserialize_value, loads, serialize_value
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from types import FrameType
+
+    from engine.authoring.operators import BaseOperator
+
+logger = logging.getLogger(__name__)
+
+EXIT_BAD_SPEC: Final = 3
+EXIT_PARENT_GONE: Final = 4
+SUCCESS: Final = "success"
+FAILED: Final = "failed"
+DEFERRED: Final = "deferred"
+
+
+class TaskExecutionTimeout(SluiceError):
+    """Raised inside a task that ran past its ``execution_timeout`` (deferrals included)."""
+
+
+# --- the protocol: what the parent sends, what the child answers ---------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    """What the child runs. ``context`` and ``next_kwargs`` are tagged JSON text."""
+
+    ti_id: int
+    dag_id: str
+    run_id: str
+    task_id: str
+    fileloc: str
+    try_number: int
+    try_started_at: str  # ISO 8601, aware: the try's start (execution_timeout counts from it)
+    context: str
+    next_method: str | None = None
+    next_kwargs: str | None = None
+    deferral_count: int = 0
+    dags_folder: str | None = None
+    plugins_folder: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> TaskSpec:
+        """``ValueError`` when ``text`` is not a spec."""
+        try:
+            return cls(**json.loads(text))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"malformed task spec: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class TaskResult:
+    """How the step ended. ``return_value`` is tagged JSON (``serialize_value``)."""
+
+    outcome: str  # SUCCESS, FAILED or DEFERRED
+    elapsed_s: float
+    return_value: Any = None
+    has_return_value: bool = False
+    error: str | None = None
+    timed_out: bool = False
+    execution_timeout_s: float | None = None  # the task's own, exact (the DB rounds it up)
+    deferral: Deferral | None = field(default=None)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> TaskResult:
+        """``ValueError`` when ``text`` is not a result."""
+        try:
+            data = json.loads(text)
+            deferral = data.pop("deferral")
+            result = cls(**data, deferral=None if deferral is None else Deferral(**deferral))
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise ValueError(f"malformed task result: {exc}") from exc
+        if result.outcome not in (SUCCESS, FAILED, DEFERRED):
+            raise ValueError(f"malformed task result: unknown outcome {result.outcome!r}")
+        if (result.outcome == DEFERRED) != (result.deferral is not None):
+            raise ValueError("malformed task result: a deferral goes with outcome 'deferred'")
+        return result
+
+
+# --- pure helpers ---------------------------------------------------------------------------
+
+
+def build_context(
+    *,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    try_number: int,
+    events: Sequence[EventRow],
+    default_deferrable: bool,
+) -> dict[str, Any]:
+    """The task context (keys documented in ``engine.authoring``); events in id order."""
+    triggering: dict[str, list[dict[str, Any]]] = {}
+    for event in sorted(events, key=lambda e: e.id):
+        try:
+            payload = deserialize_value(event.payload)
+        except SerializationError:
+            payload = event.payload  # stored by another program: hand it over as it is
+        triggering.setdefault(event.asset_name, []).append(
+            {
+                "id": event.id,
+                "payload": payload,
+                "timestamp": event.timestamp,
+                "source_watcher": event.source_watcher,
+            }
+        )
+    return {
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "task_id": task_id,
+        "try_number": try_number,
+        TRIGGERING_ASSET_EVENTS_KEY: triggering,
+        DEFAULT_DEFERRABLE_KEY: default_deferrable,
+    }
+
+
+def format_seconds(seconds: float) -> str:
+    return f"{seconds:.0f}" if float(seconds).is_integer() else f"{seconds:.1f}"
+
+
+def timeout_message(timeout_s: float, elapsed_s: float, deferrals: int) -> str:
+    """The failure reason of a try that ran past its ``execution_timeout``."""
+    return (
+        f"execution_timeout ({format_seconds(timeout_s)}s) exceeded after {elapsed_s:.1f}s "
+        f"across {deferrals} deferral{'' if deferrals == 1 else 's'}"
+    )
+
+
+def remaining_s(try_started_at: datetime, timeout: timedelta | None, now: datetime) -> float:
+    """Seconds left before the try's execution deadline (``inf`` without a timeout)."""
+    if timeout is None:
+        return math.inf
+    return (try_started_at + timeout - now).total_seconds()
+
+
+# --- running the task (child side) -------------------------------------------------------
+
+
+class _Deadline:
+    """Interrupts the main thread with ``TaskExecutionTimeout`` after ``seconds``."""
+
+    def __init__(self, seconds: float, message: Callable[[], str]) -> None:
+        self._seconds = seconds
+        self._message = message
+        self._previous: Any = None
+        self.fired = False
+
+    @property
+    def expired(self) -> bool:
+        return self._seconds <= 0
+
+    def __enter__(self) -> _Deadline:
+        if math.isfinite(self._seconds):
+            self._previous = signal.signal(signal.SIGALRM, self._fire)
+            signal.setitimer(signal.ITIMER_REAL, max(self._seconds, 0.001))
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if math.isfinite(self._seconds):
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous or signal.SIG_DFL)
+
+    def _fire(self, _signum: int, _frame: FrameType | None) -> None:
+        self.fired = True
+        raise TaskExecutionTimeout(self._message())
+
+
+def _call(task: BaseOperator, spec: TaskSpec, context: dict[str, Any]) -> Any:
+    if spec.next_method is not None:
+        kwargs = loads(spec.next_kwargs) if spec.next_kwargs else {}
+        if not isinstance(kwargs, dict):
+            raise TypeError(f"stored next_kwargs of task {spec.task_id!r} are not a mapping")
+        return task.resume_execution(spec.next_method, kwargs, context)
+    deferral = task.deferral_at_start()
+    if deferral is not None:
+        raise deferral
+    return run_to_completion(task.execute(context), what=f"task {spec.task_id!r}: execute()")
+
+
+def _success(value: Any, elapsed_s: float, task_id: str) -> TaskResult:
+    if value is None:
+        return TaskResult(SUCCESS, elapsed_s)
+    try:
+        encoded = serialize_value(value, where=f"the return value of task {task_id!r}")
+    except SerializationError as exc:
+        logger.warning("Return value not stored: %s", exc, extra={"action": "xcom_skipped"})
+        return TaskResult(SUCCESS, elapsed_s)
+    return TaskResult(SUCCESS, elapsed_s, return_value=encoded, has_return_value=True)
+
+
+def _error_summary(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _load(spec: TaskSpec) -> BaseOperator:
+    from engine.dag_processing.parsing import load_task
+
+    return load_task(
+        Path(spec.fileloc),
+        spec.dag_id,
+        spec.task_id,
+        dags_folder=Path(spec.dags_folder) if spec.dags_folder else None,
+        plugins_folder=Path(spec.plugins_folder) if spec.plugins_folder else None,
+    )
+
+
+def run_task(spec: TaskSpec, *, now: datetime | None = None) -> TaskResult:
+    """Load and run the task described by ``spec``; never raises for the task's errors."""
+    started = time.monotonic()
+    try_started = datetime.fromisoformat(spec.try_started_at)
+    timeout: timedelta | None = None
+
+    def message() -> str:
+        assert timeout is not None
+        elapsed = (datetime.now(UTC) - try_started).total_seconds()
+        return timeout_message(timeout.total_seconds(), elapsed, spec.deferral_count)
+
+    deadline = _Deadline(math.inf, message)
+    try:
+        task = _load(spec)
+        timeout = task.execution_timeout
+        deadline = _Deadline(remaining_s(try_started, timeout, now or datetime.now(UTC)), message)
+        if deadline.expired:
+            return TaskResult(FAILED, 0.0, error=message(), timed_out=True)
+        context = loads(spec.context)
+        if not isinstance(context, dict):
+            raise TypeError("the task context sent by the executor is not a mapping")
+        with deadline:
+            value = _call(task, spec, context)
+    except TaskDeferred as deferred:
+        return TaskResult(
+            DEFERRED,
+            time.monotonic() - started,
+            execution_timeout_s=None if timeout is None else timeout.total_seconds(),
+            deferral=Deferral.from_exception(deferred),
+        )
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the boundary around user code
+        traceback.print_exc()
+        error = message() if deadline.fired else _error_summary(exc)
+        return TaskResult(FAILED, time.monotonic() - started, error=error, timed_out=deadline.fired)
+    return _success(value, time.monotonic() - started, spec.task_id)
+
+
+# --- the process ---------------------------------------------------------------------------
+
+
+def _exit_when_parent_goes(stream: Any) -> None:
+    """Exit at once when the parent closes our stdin (it died, or gave up on us)."""
+
+    def watch() -> None:
+        try:
+            while stream.read(65536):
+                pass
+        except (OSError, ValueError):
+            pass
+        os._exit(EXIT_PARENT_GONE)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _configure_logging() -> None:
+    from engine.logs import configure_logging
+
+    configure_logging("INFO", "text")
+
+
+def _redirect_output() -> int:
+    """Keep the real stdout for the result (returns its fd); prints go to stderr (the log)."""
+    result_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    return result_fd
+
+
+def _read_spec(ti_id: int) -> TaskSpec | None:
+    try:
+        spec = TaskSpec.from_json(sys.stdin.buffer.readline())
+    except ValueError as exc:
+        print(f"engine.executor.task_runner: {exc}", file=sys.stderr)
+        return None
+    if spec.ti_id != ti_id:
+        print(
+            f"engine.executor.task_runner: the spec is for task instance {spec.ti_id}",
+            file=sys.stderr,
+        )
+        return None
+    return spec
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine.executor.task_runner")
+    parser.add_argument("--ti-id", type=int, required=True, help="the task instance (for ps)")
+    args = parser.parse_args(argv)
+    result_fd = _redirect_output()
+    _configure_logging()
+    spec = _read_spec(args.ti_id)
+    if spec is None:
+        return EXIT_BAD_SPEC
+    _exit_when_parent_goes(sys.stdin.buffer)
+    result = run_task(spec)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with os.fdopen(result_fd, "w", encoding="utf-8") as out:
+        out.write(result.to_json())
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # threads the task started must not keep the process alive

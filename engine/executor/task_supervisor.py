@@ -1,0 +1,412 @@
+"""Supervising one task step: spawn the child, feed it, log it, judge it, record it.
+
+Used by ``engine.executor.LocalExecutor``, one ``TaskSupervisor.execute`` per claimed task
+instance. The child (``engine.executor.task_runner``) gets its ``TaskSpec`` on stdin; what it prints
+goes to the try's log (``engine.executor.task_logs``); its ``TaskResult`` (or, when it died without
+one, its exit status) becomes an ``Outcome`` (``engine.executor.outcomes``) written in one
+transaction guarded by the executor's job id.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from contextlib import suppress
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Final, TypeVar
+
+import anyio
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from engine.db import models
+from engine.db.models import TaskState
+from engine.db.queries import deferrals, tasks
+from engine.exceptions import DatabaseError
+from engine.executor.outcomes import (
+    Decision,
+    Outcome,
+    build_spec,
+    decide_outcome,
+    header_line,
+    kill_after_s,
+    outcome_line,
+    read_result,
+)
+from engine.executor.task_logs import TaskLogWriter, log_path
+from engine.logs import secret_forms
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+    from pathlib import Path
+
+    from anyio.abc import ByteReceiveStream, Process
+    from sqlalchemy.orm import Session
+
+    from engine.config import Config
+    from engine.crypto import KwargsCipher
+    from engine.db.database import Database
+    from engine.db.queries.tasks import TaskRun
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DRAIN_AFTER_EXIT_S: Final = 5.0  # reading what is left in the pipes once the child exited
+RESULT_MAX_BYTES: Final = 64 * 1024 * 1024
+DB_RETRY_BACKOFF_S: Final = (0.2, 5.0)
+SPAWN_RETRY_DELAY_S: Final = 1.0
+
+
+@dataclass
+class ExecutorStats:
+    claimed: int = 0
+    discarded: int = 0  # outcomes of task instances taken over meanwhile
+    outcomes: Counter[str] = field(default_factory=Counter)  # Decision -> count
+
+
+class TaskProcess:
+    """One task process and why the executor stopped it, if it did."""
+
+    def __init__(self, ti_id: int, process: Process) -> None:
+        self.ti_id = ti_id
+        self.process = process
+        self.interrupted = False  # stopped by the shutdown
+        self.killed_for_timeout = False
+
+    def __repr__(self) -> str:
+        return f"<TaskProcess ti={self.ti_id} pid={self.process.pid} rc={self.process.returncode}>"
+
+    def signal_group(self, signum: int) -> None:
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signum)
+
+    def interrupt(self) -> None:
+        self.interrupted = True
+        self.signal_group(signal.SIGTERM)
+
+
+def _is_transient(exc: DatabaseError) -> bool:
+    cause = exc.__cause__
+    return isinstance(cause, OperationalError) or (
+        isinstance(cause, DBAPIError) and cause.connection_invalidated
+    )
+
+
+async def _drain(stream: ByteReceiveStream | None, sink: bytearray, limit: int) -> None:
+    if stream is None:
+        return
+    async for chunk in stream:
+        if len(sink) < limit:
+            sink.extend(chunk[: limit - len(sink)])
+
+
+#: Engine settings a task's process must not inherit (it needs neither: it gets its spec on
+#: stdin and never touches the metadata database).
+SECRET_ENVIRONMENT: Final = ("SLUICE__CORE__FERNET_KEY", "SLUICE__CORE__SQL_ALCHEMY_CONN")
+
+
+def task_environment(environ: Mapping[str, str], secrets: Iterable[str]) -> dict[str, str]:
+    """``environ`` without the engine's secrets: the Fernet key and database URL settings,
+    and any other ``SLUICE__`` setting whose value holds a configured secret."""
+    forms = secret_forms(secrets)
+    return {
+        name: value
+        for name, value in environ.items()
+        if name not in SECRET_ENVIRONMENT
+        and not (name.startswith("SLUICE__") and any(form in value for form in forms))
+    }
+
+
+async def _pump(stream: ByteReceiveStream | None, log: TaskLogWriter) -> None:
+    if stream is None:
+        return
+    async for chunk in stream:
+        await log.write(chunk)
+
+
+async def run_retrying(db: Database, fn: Callable[[Session], T]) -> T:
+    """``fn`` in one transaction, retried while the database is unavailable."""
+    delay = DB_RETRY_BACKOFF_S[0]
+    while True:
+        try:
+            return await db.run(fn)
+        except DatabaseError as exc:
+            if not _is_transient(exc):
+                raise
+            logger.warning(
+                "Metadata database unavailable, retrying a task state write in %.1fs: %s",
+                delay,
+                exc,
+                extra={"action": "task_write_retry"},
+            )
+            await anyio.sleep(delay)
+            delay = min(delay * 2, DB_RETRY_BACKOFF_S[1])
+
+
+class TaskSupervisor:
+    """Runs task steps for one executor; ``processes`` holds the live children by ti id."""
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        cipher: KwargsCipher,
+        settings: ExecutorSettings,
+        hostname: str,
+        stats: ExecutorStats,
+        on_outcome: Callable[[], None] | None = None,
+    ) -> None:
+        self._db = db
+        self._on_outcome = on_outcome
+        self._cipher = cipher
+        self.settings = settings
+        self._hostname = hostname
+        self.stats = stats
+        self.processes: dict[int, TaskProcess] = {}
+        self.interrupting = False
+
+    def __repr__(self) -> str:
+        return f"<TaskSupervisor processes={sorted(self.processes)}>"
+
+    def interrupt_all(self) -> None:
+        """SIGTERM every task process, now and as they start (the shutdown grace is over)."""
+        self.interrupting = True
+        for process in list(self.processes.values()):
+            process.interrupt()
+
+    def kill_all(self) -> None:
+        for process in list(self.processes.values()):
+            process.signal_group(signal.SIGKILL)
+
+    async def execute(self, job_id: int, ti_id: int) -> None:
+        """Run the next step of task instance ``ti_id`` (claimed by ``job_id``) and record
+        its outcome; the child is killed whatever happens to this coroutine."""
+        try:
+            await self._execute(job_id, ti_id)
+        except DatabaseError as exc:  # not transient: a bug or bad data, retrying won't help
+            logger.error(
+                "Task instance %s: cannot record its state (%s); failing it",
+                ti_id,
+                exc,
+                extra={"action": "task_state_unrecorded", "ti_id": ti_id},
+            )
+            fail = partial(tasks.fail_held_task, ti_id=ti_id, job_id=job_id)
+            with suppress(DatabaseError):
+                await self._db.run(fail)
+        finally:
+            self.processes.pop(ti_id, None)
+
+    async def _spawn(self, job_id: int, ti_id: int) -> Process | None:
+        try:
+            return await anyio.open_process(
+                [sys.executable, "-P", "-m", "engine.executor.task_runner", "--ti-id", str(ti_id)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                env=task_environment(os.environ, self.settings.secrets),
+            )
+        except OSError as exc:  # e.g. out of processes or file descriptors: try again later
+            logger.error(
+                "Cannot start a process for task instance %s (%s); it goes back to scheduled",
+                ti_id,
+                exc,
+                extra={"action": "task_spawn_failed", "ti_id": ti_id},
+            )
+            requeue = partial(tasks.requeue_task, ti_id=ti_id, job_id=job_id)
+            await run_retrying(self._db, requeue)
+            await anyio.sleep(SPAWN_RETRY_DELAY_S)  # keeps the slot busy a moment
+            return None
+
+    async def _execute(self, job_id: int, ti_id: int) -> None:
+        process = await self._spawn(job_id, ti_id)
+        if process is None:
+            return
+        child = self.processes[ti_id] = TaskProcess(ti_id, process)
+        if self.interrupting:
+            child.interrupt()  # spawned as the shutdown began: the step reruns later
+        async with process:
+            try:
+                run = await self._start(job_id, child)
+                if run is None:
+                    return
+                log = TaskLogWriter(self._log_path(run), secrets=self.settings.secrets)
+                try:
+                    outcome = await self._supervise(child, run, log)
+                    await log.write(outcome_line(outcome, run, now=models.utcnow()).encode())
+                finally:
+                    log.close()
+            finally:
+                if process.returncode is None:
+                    child.signal_group(signal.SIGKILL)
+        await self._record(job_id, run, outcome)
+
+    async def _start(self, job_id: int, child: TaskProcess) -> TaskRun | None:
+        """Mark the task instance running with the child's pid; None if it is not ours."""
+        start = partial(
+            tasks.start_task_run,
+            ti_id=child.ti_id,
+            job_id=job_id,
+            pid=child.process.pid,
+            hostname=self._hostname,
+            now=models.utcnow(),
+        )
+        run = await run_retrying(self._db, start)
+        if run is None:
+            logger.info(
+                "Task instance %s is no longer queued for this executor; skipped",
+                child.ti_id,
+                extra={"action": "task_skipped", "ti_id": child.ti_id},
+            )
+        return run
+
+    def _log_path(self, run: TaskRun) -> Path:
+        folder = self.settings.task_log_folder
+        return log_path(folder, run.dag_id, run.run_id, run.task_id, run.try_number)
+
+    async def _supervise(self, child: TaskProcess, run: TaskRun, log: TaskLogWriter) -> Outcome:
+        process = child.process
+        now = models.utcnow()
+        await log.write(
+            header_line(run, pid=process.pid, hostname=self._hostname, now=now).encode()
+        )
+        started = anyio.current_time()
+        settings = self.settings
+        spec = build_spec(
+            run,
+            dags_folder=settings.dags_folder,
+            plugins_folder=settings.plugins_folder,
+            default_deferrable=settings.default_deferrable,
+        )
+        with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            assert process.stdin is not None
+            await process.stdin.send(spec.to_json().encode() + b"\n")
+        out = bytearray()
+        drained = anyio.Event()
+
+        async def drain_all() -> None:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_pump, process.stderr, log)
+                tg.start_soon(_drain, process.stdout, out, RESULT_MAX_BYTES)
+            drained.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drain_all)
+            await self._wait(child, kill_after_s(run, now=now, grace_s=settings.kill_grace_s))
+            child.signal_group(signal.SIGKILL)  # what the task left running in its group
+            with anyio.move_on_after(DRAIN_AFTER_EXIT_S):
+                await drained.wait()
+            tg.cancel_scope.cancel()
+        result, problem = read_result(bytes(out))
+        if problem:
+            await log.write(f"[executor] {problem}\n".encode())
+        return decide_outcome(
+            result,
+            run,
+            returncode=process.returncode,
+            interrupted=child.interrupted,
+            killed_for_timeout=child.killed_for_timeout,
+            wall_s=anyio.current_time() - started,
+            now=models.utcnow(),
+        )
+
+    async def _wait(self, child: TaskProcess, kill_after: float | None) -> None:
+        with anyio.move_on_after(math.inf if kill_after is None else kill_after) as scope:
+            await child.process.wait()
+        if scope.cancelled_caught:
+            child.killed_for_timeout = True
+            child.signal_group(signal.SIGKILL)
+            await child.process.wait()
+
+    # --- recording the outcome ----------------------------------------------------------
+
+    async def _record(self, job_id: int, run: TaskRun, outcome: Outcome) -> None:
+        ok = await run_retrying(
+            self._db, partial(self._write_outcome, job_id=job_id, run=run, outcome=outcome)
+        )
+        if not ok:
+            self.stats.discarded += 1
+            logger.warning(
+                "Task instance %s was taken over while it ran here; outcome %s discarded",
+                run.ti_id,
+                outcome.decision,
+                extra={"action": "task_outcome_discarded", **run.log_fields()},
+            )
+            return
+        self.stats.outcomes[outcome.decision] += 1
+        if self._on_outcome is not None:
+            self._on_outcome()  # e.g. the triggerer claims a new deferral's trigger at once
+        level = logging.INFO if outcome.decision is not Decision.FAIL else logging.WARNING
+        logger.log(
+            level,
+            "Task %s.%s (run %s, try %d): %s",
+            run.dag_id,
+            run.task_id,
+            run.run_id,
+            run.try_number,
+            outcome.describe(),
+            extra={"action": f"task_{outcome.decision}", **run.log_fields()},
+        )
+
+    def _write_outcome(self, session: Session, job_id: int, run: TaskRun, outcome: Outcome) -> bool:
+        now = models.utcnow()
+        finish = partial(tasks.finish_task, session, run.ti_id, job_id=job_id, now=now)
+        elapsed_s = outcome.elapsed_s
+        if outcome.decision is Decision.SUCCEED:
+            return finish(state=TaskState.SUCCESS, elapsed_s=elapsed_s, xcoms=outcome.xcoms)
+        if outcome.decision is Decision.FAIL:
+            return finish(state=TaskState.FAILED, elapsed_s=elapsed_s)
+        if outcome.decision is Decision.RETRY:
+            return finish(state=TaskState.SCHEDULED, elapsed_s=elapsed_s)
+        if outcome.decision is Decision.DEFER:
+            assert outcome.deferral is not None
+            trigger_id = deferrals.defer_task(
+                session,
+                self._cipher,
+                run.ti_id,
+                job_id=job_id,
+                deferral=outcome.deferral,
+                trigger_timeout=outcome.trigger_timeout,
+                elapsed_s=elapsed_s,
+            )
+            return trigger_id is not None
+        return tasks.requeue_task(session, run.ti_id, job_id=job_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorSettings:
+    parallelism: int
+    dags_folder: Path
+    plugins_folder: Path | None
+    task_log_folder: Path
+    default_deferrable: bool = False
+    heartbeat_s: float = 5.0
+    health_check_threshold_s: float = 10.5
+    poll_interval_s: float = 0.05
+    shutdown_grace_s: float = 30.0
+    #: SIGTERM -> SIGKILL at shutdown, and how long past its execution deadline a task that
+    #: ignores its timeout keeps running before it is killed
+    kill_grace_s: float = 3.0
+    #: configured secrets: kept out of the tasks' environment and replaced in their logs
+    secrets: tuple[str, ...] = ()
+
+    @classmethod
+    def from_config(cls, config: Config) -> ExecutorSettings:
+        return cls(
+            parallelism=config.core.parallelism,
+            dags_folder=config.core.dags_folder,
+            plugins_folder=config.core.plugins_folder,
+            task_log_folder=config.logging.task_log_folder,
+            default_deferrable=config.operators.default_deferrable,
+            heartbeat_s=config.scheduler.scheduler_heartbeat_sec,
+            health_check_threshold_s=config.scheduler.health_check_threshold_s,
+            poll_interval_s=config.scheduler.loop_interval_sec,
+            shutdown_grace_s=config.triggerer.shutdown_grace_period_sec,
+            secrets=tuple(config.secret_values()),
+        )

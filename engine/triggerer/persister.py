@@ -1,0 +1,333 @@
+"""The single persister: drains the outbox in batches, one transaction per batch.
+
+It flushes as soon as the previous write finished (no fixed cadence), never on the event-loop
+thread, and confirms the shared-stream sequence numbers of a batch right after its commit, so
+the broker is advanced within milliseconds of the events being stored.
+
+A batch that fails because the database is unavailable is retried with backoff and nothing is
+lost; a batch that fails because of one bad item is bisected and the bad item is reported
+(with its trigger id) and dropped; its shared-stream event is left unconfirmed, so the ack
+timeout makes the broker redeliver it rather than lose it.
+
+A watcher's event is stored under the ``dedup_key`` its ``FiredEvent`` carries (the trigger
+computed it as the event was taken): once per key, so a redelivery is absorbed, and every
+time when it has none. The persister needs nothing from the triggerer.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from engine.db import models
+from engine.db.models import TriggerKind
+from engine.db.queries import assets, deferrals, triggers
+from engine.exceptions import DatabaseError
+from engine.triggerer.outbox import FiredEvent, TriggerFailed
+from triggers.base import BaseTaskEndEvent
+from triggers.serde import dumps, serialize_value
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from sqlalchemy.orm import Session
+
+    from engine.db.database import Database
+    from engine.triggerer.outbox import Outbox, OutboxItem
+    from triggers.base import TriggerEvent
+
+logger = logging.getLogger(__name__)
+
+BATCH_MAX_ITEMS: Final = 2000
+RETRY_BACKOFF_S: Final = (0.2, 10.0)
+COMMIT_BUCKETS_S: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+BATCH_SIZE_BUCKETS: Final = (1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2000.0)
+
+
+@dataclass
+class Buckets:
+    """A histogram as plain counters (read by the metrics endpoint at scrape time).
+
+    ``counts[i]`` counts the values ``<= bounds[i]`` and ``> bounds[i - 1]``; the last slot
+    counts the values above every bound.
+    """
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(init=False)
+    total: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+
+@dataclass
+class PersisterStats:
+    batches: int = 0
+    events: int = 0  # trigger events stored (refused ones are not)
+    refused: int = 0  # trigger events refused: payload over the size limit
+    asset_events: int = 0
+    tasks_resumed: int = 0
+    failures_recorded: int = 0
+    dropped: int = 0
+    last_batch_size: int = 0
+    last_commit_s: float = 0.0
+    commit_s: Buckets = field(default_factory=lambda: Buckets(COMMIT_BUCKETS_S), repr=False)
+    batch_size: Buckets = field(default_factory=lambda: Buckets(BATCH_SIZE_BUCKETS), repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    seqs: list[int]
+    asset_events: int
+    tasks_resumed: int
+    fired_task_triggers: list[int]
+    refused_seqs: list[int] = field(default_factory=list)  # not stored (over the size limit)
+    refused: int = 0  # trigger events not stored (over the size limit), with a seq or not
+
+
+def _is_unavailable(exc: BaseException) -> bool:
+    cause = exc.__cause__ if isinstance(exc, DatabaseError) else exc
+    return isinstance(cause, OperationalError) or (
+        isinstance(cause, DBAPIError) and cause.connection_invalidated
+    )
+
+
+class Persister:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        outbox: Outbox,
+        confirm: Callable[[Sequence[int]], None] | None = None,
+        refuse: Callable[[Sequence[int]], None] | None = None,
+        on_committed: Callable[[BatchResult], None] | None = None,
+        max_payload_bytes: int | None = None,
+        keep_events_while_paused: bool = True,
+    ) -> None:
+        self._db = db
+        self._keep_events_while_paused = keep_events_while_paused
+        self._max_payload_bytes = max_payload_bytes
+        self._outbox = outbox
+        self._confirm = confirm
+        self._refuse = refuse
+        self._on_committed = on_committed
+        self._writing = False
+        self._batch_done: anyio.Event | None = None
+        self.stats = PersisterStats()
+
+    def __repr__(self) -> str:
+        return f"Persister(pending={len(self._outbox)}, stats={self.stats})"
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Drain the outbox until it is closed and empty."""
+        task_status.started()
+        while True:
+            batch = await self._outbox.get_batch(BATCH_MAX_ITEMS)
+            if not batch:
+                return
+            self._writing = True
+            try:
+                await self._write_with_retry(batch)
+            finally:
+                self._writing = False
+                if self._batch_done is not None:
+                    self._batch_done.set()
+
+    def is_flushed(self) -> bool:
+        """Nothing waits in the outbox and no batch is being written."""
+        return not self._writing and len(self._outbox) == 0
+
+    async def wait_flushed(self) -> None:
+        """Return once everything put in the outbox so far has been written."""
+        while not self.is_flushed():
+            self._batch_done = anyio.Event()
+            await self._batch_done.wait()
+
+    async def _write_with_retry(self, batch: list[OutboxItem]) -> None:
+        delay = RETRY_BACKOFF_S[0]
+        while True:
+            try:
+                await self._write(batch)
+                return
+            except DatabaseError as exc:
+                if not _is_unavailable(exc) and len(batch) == 1:
+                    self._drop(batch[0], exc)
+                    return
+                if not _is_unavailable(exc):
+                    middle = len(batch) // 2
+                    await self._write_with_retry(batch[:middle])
+                    await self._write_with_retry(batch[middle:])
+                    return
+                logger.warning(
+                    "Metadata database unavailable, retrying %d event(s) in %.1fs: %s",
+                    len(batch),
+                    delay,
+                    exc,
+                    extra={"action": "persist_retry"},
+                )
+                await anyio.sleep(delay)
+                delay = min(delay * 2, RETRY_BACKOFF_S[1])
+
+    def _drop(self, item: OutboxItem, exc: BaseException) -> None:
+        self.stats.dropped += 1
+        logger.error(
+            "Could not store the outcome of trigger %s, dropped it (an acked stream event will "
+            "be redelivered after the ack timeout): %s",
+            item.trigger_id,
+            exc,
+            extra={"action": "persist_drop", "trigger_id": item.trigger_id},
+        )
+
+    async def _write(self, batch: list[OutboxItem]) -> None:
+        started = time.perf_counter()
+        result = await self._db.run(lambda session: self.write_batch(session, batch))
+        elapsed = time.perf_counter() - started
+        self._record(batch, result, elapsed)
+        if self._confirm is not None and result.seqs:
+            self._confirm(result.seqs)
+        if self._refuse is not None and result.refused_seqs:
+            self._refuse(result.refused_seqs)
+        if self._on_committed is not None:
+            self._on_committed(result)
+
+    def _record(self, batch: list[OutboxItem], result: BatchResult, elapsed: float) -> None:
+        stats = self.stats
+        stats.batches += 1
+        stats.events += sum(isinstance(i, FiredEvent) for i in batch) - result.refused
+        stats.refused += result.refused
+        stats.failures_recorded += sum(isinstance(i, TriggerFailed) for i in batch)
+        stats.asset_events += result.asset_events
+        stats.tasks_resumed += result.tasks_resumed
+        stats.last_batch_size = len(batch)
+        stats.last_commit_s = elapsed
+        stats.commit_s.observe(elapsed)
+        stats.batch_size.observe(len(batch))
+
+    # --- the transaction (runs in a worker thread) --------------------------------------
+
+    def write_batch(self, session: Session, batch: Sequence[OutboxItem]) -> BatchResult:
+        fired = [i for i in batch if isinstance(i, FiredEvent)]
+        watchers = assets.watcher_assets(session, {i.trigger_id for i in batch})
+        asset_rows: list[dict[str, Any]] = []
+        resumed, done_task_triggers = 0, set()
+        rejected: set[int] = set()  # id() of events over the payload limit: not stored
+        for item in fired:
+            # A watcher whose row was replaced meanwhile (its kwargs were edited) still
+            # fired for its asset: the row is gone, the identity it was claimed with is not.
+            watcher = watchers.get(item.trigger_id) or item.watcher
+            if watcher is not None:
+                if self._reject_oversized(session, item, watcher[1]):
+                    rejected.add(id(item))
+                    continue
+                asset_rows.append(self._asset_row(item, *watcher))
+            elif item.trigger_id not in done_task_triggers:
+                resumed += self._finish_task_trigger(session, item.trigger_id, item.event)
+                done_task_triggers.add(item.trigger_id)
+        for failure in batch:
+            if isinstance(failure, TriggerFailed):
+                self._record_failure(session, failure, is_watcher=failure.trigger_id in watchers)
+        new_events = assets.insert_asset_events(session, asset_rows)
+        assets.enqueue_asset_events(
+            session, new_events, keep_while_paused=self._keep_events_while_paused
+        )
+        inserted = len(new_events)
+        # A rejected event's raw broker event is refused, not confirmed: dead-lettered.
+        seqs = [i.seq for i in fired if i.seq is not None and id(i) not in rejected]
+        refused = [i.seq for i in fired if i.seq is not None and id(i) in rejected]
+        return BatchResult(
+            seqs, inserted, resumed, sorted(done_task_triggers), refused, refused=len(rejected)
+        )
+
+    def _reject_oversized(self, session: Session, item: FiredEvent, watcher: str) -> bool:
+        """True (logged, and recorded on the trigger row) when the payload is over the limit.
+
+        ``[core] max_asset_event_payload_bytes`` keeps the database, the scheduler and every
+        task context that receives the event from carrying megabytes per event.
+        """
+        limit = self._max_payload_bytes
+        if limit is None:
+            return False
+        size = len(dumps(item.event.payload, where="event payload").encode("utf-8"))
+        if size <= limit:
+            return False
+        reason = (
+            f"rejected an event of trigger {item.trigger_id} (watcher {watcher!r}): its payload "
+            f"is {size:,} bytes of JSON, over [core] max_asset_event_payload_bytes = {limit:,}; "
+            "it is not stored. Put a reference in the payload (a path, a URL, an object key) "
+            "rather than the data, or raise the limit"
+        )
+        logger.error(
+            "%s",
+            reason,
+            extra={
+                "action": "asset_event_payload_too_large",
+                "trigger_id": item.trigger_id,
+                "watcher": watcher,
+                "payload_bytes": size,
+                "limit_bytes": limit,
+            },
+        )
+        triggers.record_trigger_failure(session, item.trigger_id, reason)
+        return True
+
+    def _asset_row(self, item: FiredEvent, asset_id: int, watcher: str) -> dict[str, Any]:
+        payload = serialize_value(item.event.payload, where="event payload")
+        # The key the trigger gave when the event was taken; None is never deduplicated.
+        key = item.dedup_key
+        return {
+            "asset_id": asset_id,
+            "payload": payload,
+            "dedup_key": None if key is None else key[:512],
+            "source_trigger_id": item.trigger_id,
+            "source_watcher": watcher,
+            "timestamp": models.utcnow(),
+        }
+
+    @staticmethod
+    def _finish_task_trigger(session: Session, trigger_id: int, event: TriggerEvent) -> int:
+        if isinstance(event, BaseTaskEndEvent):
+            count = deferrals.end_deferred_tasks(
+                session, trigger_id, state=event.task_instance_state, xcoms=_task_results(event)
+            )
+        else:
+            # Each task resumes with the kwargs it gave defer(kwargs=...) plus the event.
+            count = deferrals.resume_deferred_tasks_with_event(session, trigger_id, event.payload)
+        triggers.delete_trigger(session, trigger_id)
+        return count
+
+    @staticmethod
+    def _record_failure(session: Session, item: TriggerFailed, *, is_watcher: bool) -> None:
+        if is_watcher or item.kind is not TriggerKind.TASK:
+            triggers.record_trigger_failure(session, item.trigger_id, item.reason)
+            return
+        deferrals.resume_deferred_tasks(
+            session,
+            item.trigger_id,
+            next_method=deferrals.FAIL_METHOD,
+            next_kwargs={"error": item.reason, "traceback": item.traceback},
+        )
+        triggers.delete_trigger(session, item.trigger_id)
+
+
+def _task_results(event: BaseTaskEndEvent) -> dict[str, Any] | None:
+    """The ``xcoms`` of an ``end_from_trigger`` event in the shape the executor stores a
+    returned value (``{"return_value": serialize_value(value)}``): tagged JSON per key, so
+    the same reader sees both. None when there are none, as for a task returning None."""
+    if not event.xcoms:
+        return None
+    return {
+        name: serialize_value(value, where=f"xcom {name!r} of {type(event).__name__}")
+        for name, value in event.xcoms.items()
+    }

@@ -1,0 +1,570 @@
+"""The triggerer: claims trigger rows, runs them in one event loop, persists what they fire.
+
+One ``job`` row with heartbeats; a claim loop that takes unassigned rows and rows of dead
+triggerers up to the remaining capacity (``FOR UPDATE SKIP LOCKED`` on PostgreSQL) and stops
+locally every trigger whose row is no longer ours; one outbox drained by one persister; a
+loop watchdog; periodic clean-up of unreferenced rows and of deferrals past their timeout.
+Deferred-task triggers, watcher triggers and shared-stream subscribers share this runtime.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Final
+
+import anyio
+import anyio.lowlevel
+
+from engine.db import models
+from engine.db.heartbeat import heartbeat_forever
+from engine.db.models import JobState, TriggerKind
+from engine.db.queries import claims as store_claims
+from engine.db.queries import deferrals, jobs, streams, triggers
+from engine.exceptions import DecryptionError, SluiceError, TriggerLoadError
+from engine.loader import import_trigger_class, instantiate_trigger, trigger_stream_digest
+from engine.retry import Backoff
+from engine.triggerer import claiming
+from engine.triggerer.outbox import Outbox, TriggerFailed
+from engine.triggerer.persister import BatchResult, Persister
+from engine.triggerer.runtime import TriggerRunner, TriggerSpec
+from engine.triggerer.watchdog import LoopWatchdog
+from shared_stream import SharedStreamManager
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from sqlalchemy.orm import Session
+
+    from engine.crypto import KwargsCipher
+    from engine.db.database import Database
+    from triggers.base import BaseTrigger
+
+logger = logging.getLogger(__name__)
+
+CLAIM_IDLE_INTERVAL_S: Final = 1.0
+NEW_TRIGGER_POLL_S: Final = 0.1
+LOAD_RETRY_S: Final = 30.0
+START_CHUNK: Final = 200
+CLAIM_CHUNK: Final = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class TriggererSettings:
+    capacity: int = 1000
+    heartbeat_s: float = 5.0
+    health_check_threshold_s: float = 10.5
+    allowed_modules: tuple[str, ...] = ("triggers", "producers")
+    plugins_folder: Path | None = None
+    blocked_threshold_s: float = 0.2
+    cleanup_interval_s: float = 60.0
+    cleanup_timeout_s: float = 10.0
+    shutdown_grace_s: float = 30.0
+    ack_timeout_s: float = 300.0
+    subscriber_queue_size: int = 1024
+    cohort_grace_period_s: float = 0.0
+    claim_idle_interval_s: float = CLAIM_IDLE_INTERVAL_S
+    new_trigger_poll_s: float = NEW_TRIGGER_POLL_S
+    max_asset_event_payload_bytes: int | None = 1_048_576
+    keep_events_while_paused: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    """A claimed row made ready to instantiate on the loop: its class and kwargs, or why not."""
+
+    row: triggers.TriggerRow
+    cls: type[BaseTrigger] | None
+    kwargs: dict[str, object] | None
+    error: str | None
+    served: triggers.Served | None = None
+
+
+class Triggerer:
+    """Runs claimed triggers; ``run()`` until ``shutdown()``."""
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        cipher: KwargsCipher,
+        settings: TriggererSettings,
+        on_committed: Callable[[BatchResult], None] | None = None,
+    ) -> None:
+        self._db = db
+        self._cipher = cipher
+        self.settings = settings
+        self.job_id: int | None = None
+        self.outbox = Outbox()
+        self.shared_streams = SharedStreamManager(
+            max_subscriber_queue=settings.subscriber_queue_size,
+            ack_timeout=settings.ack_timeout_s,
+            cohort_grace_period=settings.cohort_grace_period_s,
+        )
+        self.runner = TriggerRunner(
+            outbox=self.outbox,
+            shared_streams=self.shared_streams,
+            cleanup_timeout_s=settings.cleanup_timeout_s,
+        )
+        self.persister = Persister(
+            db=db,
+            outbox=self.outbox,
+            confirm=self.shared_streams.confirm_persisted,
+            refuse=self.shared_streams.refuse_persisted,
+            on_committed=on_committed,
+            max_payload_bytes=settings.max_asset_event_payload_bytes,
+            keep_events_while_paused=settings.keep_events_while_paused,
+        )
+        self.watchdog = LoopWatchdog(settings.blocked_threshold_s)
+        self._load_failed: dict[int, float] = {}
+        self._recovered: set[int] = set()  # started fine although their row records a failure
+        self._rehome: dict[int, str] = {}  # claimed rows to hand back to their group (digest)
+        self._holds_groups = False  # as of the last claim round
+        self._stopping = anyio.Event()
+        self._wake = anyio.Event()
+        self._claims = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"Triggerer(job_id={self.job_id}, running={len(self.runner)}, "
+            f"capacity={self.settings.capacity}, outbox={len(self.outbox)})"
+        )
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        capacity = self.settings.capacity
+        self.job_id = await self._db.run(
+            lambda s: jobs.start_job(s, job_type=jobs.TRIGGERER_JOB, capacity=capacity)
+        )
+        logger.info(
+            "Triggerer started job_id=%s capacity=%d",
+            self.job_id,
+            capacity,
+            extra={"action": "triggerer_started", "job_id": self.job_id},
+        )
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(self.watchdog.run)
+                await tg.start(self.shared_streams.run)
+                await tg.start(self.runner.run)
+                tg.start_soon(self.persister.run)
+                tg.start_soon(
+                    partial(
+                        heartbeat_forever,
+                        self._db,
+                        self.job_id,
+                        interval_s=self.settings.heartbeat_s,
+                        part="Triggerer",
+                    )
+                )
+                tg.start_soon(self._cleanup_loop)
+                tg.start_soon(self._publish_stats_loop)
+                await tg.start(self._claim_loop)
+                task_status.started()
+                await self._stopping.wait()
+                await self._drain(tg)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._finish()
+
+    def shutdown(self) -> None:
+        """Begin a graceful stop: no more claims, stop triggers, flush, release rows."""
+        self._stopping.set()
+        self._wake.set()
+
+    def nudge(self) -> None:
+        """Claim now: new trigger rows were written in this process (e.g. a task deferred)."""
+        self._wake.set()
+
+    async def _drain(self, tg: anyio.abc.TaskGroup) -> None:
+        """Stop in the order that loses nothing and fails nothing.
+
+        1. Store (and confirm) every event already fired, so its broker event can advance.
+        2. Stop the triggers; each shared-stream group then advances its resolved prefixes
+           and abandons the rest for redelivery (a shutdown is not a subscriber failure).
+        3. Store what fired meanwhile (its broker events are redelivered: dedup absorbs them).
+        """
+        grace = self.settings.shutdown_grace_s
+        await self._take_no_more()
+        logger.info(
+            "Triggerer stopping: %d trigger(s) running",
+            len(self.runner),
+            extra={"action": "triggerer_stopping"},
+        )
+        with anyio.move_on_after(grace, shield=True):
+            await self.persister.wait_flushed()
+        self.shared_streams.begin_shutdown()
+        await self.runner.aclose(grace_s=grace)
+        with anyio.move_on_after(grace, shield=True):
+            await self.shared_streams.stop_all()
+        self.outbox.close()
+        with anyio.move_on_after(grace, shield=True):
+            await self.persister.run()
+        tg.cancel_scope.cancel()
+
+    async def _take_no_more(self) -> None:
+        """Say in the job row that this triggerer has no room left: it keeps heartbeating
+        while it drains, and a group waiting for a triggerer with room must not wait for it."""
+        job_id = self.job_id
+        assert job_id is not None
+        with anyio.move_on_after(self.settings.shutdown_grace_s, shield=True):
+            try:
+                await self._db.run(lambda session: jobs.set_job_capacity(session, job_id, 0))
+            except SluiceError as exc:
+                logger.warning(
+                    "Could not mark the job as taking no more triggers: %s",
+                    exc,
+                    extra={"action": "triggerer_stopping", "job_id": job_id},
+                )
+
+    async def _finish(self) -> None:
+        if self.job_id is None:
+            return
+        job_id = self.job_id
+
+        def release(session: Session) -> int:
+            count = triggers.release_triggers(session, triggerer_id=job_id)
+            streams.delete_stream_snapshots(session, triggerer_id=job_id)
+            jobs.end_job(session, job_id, state=JobState.SUCCESS)
+            return count
+
+        with anyio.move_on_after(10):
+            released = await self._db.run(release)
+            logger.info(
+                "Triggerer stopped, released %d trigger row(s)",
+                released,
+                extra={"action": "triggerer_stopped", "job_id": job_id},
+            )
+
+    # --- loops --------------------------------------------------------------------------
+
+    async def _cleanup_loop(self) -> None:
+        threshold_s = self.settings.health_check_threshold_s
+
+        def dead_snapshots(session: Session) -> int:
+            # Rows of triggerers that crashed (a clean stop deletes its own rows).
+            return streams.delete_dead_stream_snapshots(
+                session, threshold_s=threshold_s, now=models.utcnow()
+            )
+
+        while True:
+            for what, clean in (
+                ("Trigger", triggers.delete_unreferenced_triggers),
+                ("Shared-stream snapshot", dead_snapshots),
+            ):
+                try:
+                    await self._db.run(clean)
+                except SluiceError as exc:
+                    logger.warning("%s clean-up failed: %s", what, exc, extra={"action": "cleanup"})
+            await anyio.sleep(self.settings.cleanup_interval_s)
+
+    async def _publish_stats_loop(self) -> None:
+        """Every heartbeat, replace this triggerer's ``shared_stream_snapshot`` rows.
+
+        ``sluice streams list`` reads them from anywhere; a failed write is retried next round.
+        """
+        assert self.job_id is not None
+        job_id, written_empty = self.job_id, False
+        while True:
+            stats = self.shared_streams.stats()
+            if stats or not written_empty:
+                publish = partial(
+                    streams.publish_stream_stats,
+                    triggerer_id=job_id,
+                    stats=stats,
+                    now=models.utcnow(),
+                )
+                try:
+                    await self._db.run(publish)
+                    written_empty = not stats
+                except SluiceError as exc:
+                    logger.warning(
+                        "Publishing shared-stream stats failed, retrying: %s",
+                        exc,
+                        extra={"action": "stream_stats_publish_failed", "job_id": job_id},
+                    )
+            await anyio.sleep(self.settings.heartbeat_s)
+
+    async def _claim_loop(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        first, backoff = True, Backoff(self.settings.new_trigger_poll_s)
+        probe, probed = True, False
+        while True:
+            retry_in = None
+            claims_before = self._claims
+            try:
+                more = await self.sync_once()
+            except SluiceError as exc:
+                retry_in, more = backoff.failed(), False
+                logger.warning(
+                    "Claim loop failed (%d in a row), retrying in %.2fs: %s",
+                    backoff.failures,
+                    retry_in,
+                    exc,
+                    extra={"action": "claim", "failures": backoff.failures},
+                )
+            else:
+                if failures := backoff.succeeded():
+                    logger.info(
+                        "Claim loop works again after %d failure(s)",
+                        failures,
+                        extra={"action": "claim_recovered"},
+                    )
+            if first:
+                task_status.started()
+                first = False
+            if retry_in is not None:
+                with anyio.move_on_after(retry_in):
+                    await self._wake.wait()
+                self._wake = anyio.Event()
+            elif not more:
+                # A probe that found rows this round did not take (a group another triggerer
+                # will take) is not repeated before the next full round: no busy loop.
+                probe = not (probed and self._claims == claims_before)
+                probed = await self._wait_for_work(probe=probe)
+                self._wake = anyio.Event()
+            if self._stopping.is_set():
+                return
+
+    async def _wait_for_work(self, *, probe: bool = True) -> bool:
+        """Until the next full round (``claim_idle_interval_s``), a nudge from this process,
+        or a new unassigned row this triggerer would take: with capacity to spare, another
+        process deferred a task or added a watcher; even when full, a watcher joins a group
+        this triggerer holds. That check is one indexed probe every ``new_trigger_poll_s``, so a
+        new trigger starts within about that time without a full round (ownership checksum,
+        dead triggerers, timeouts) more often than once per idle interval. True when the
+        probe ended the wait."""
+        s, job_id = self.settings, self.job_id
+        assert job_id is not None
+        with anyio.move_on_after(s.claim_idle_interval_s):
+            while True:
+                with anyio.move_on_after(s.new_trigger_poll_s):
+                    await self._wake.wait()
+                    return False
+                has_room = len(self.runner) < s.capacity
+                if not probe or (not has_room and not self._holds_groups):
+                    continue  # nothing to take: full, and no group of its own to join
+                query = partial(
+                    store_claims.has_claimable_triggers, triggerer_id=job_id, has_room=has_room
+                )
+                try:
+                    if await self._db.read(query):
+                        return True
+                except SluiceError:
+                    return False  # the full round reports it
+        return False
+
+    # --- one sync: stop what is no longer ours, claim, start ---------------------------
+
+    async def sync_once(self) -> bool:
+        """One claim round; True when capacity was filled (more rows may be waiting)."""
+        assert self.job_id is not None
+        job_id, s = self.job_id, self.settings
+        # At most CLAIM_CHUNK rows per round: one huge claim holds the write lock, stalls the
+        # loop while the worker thread decrypts, and leaves its peak memory resident.
+        room = max(0, s.capacity - len(self.runner))
+        left = min(room, CLAIM_CHUNK)
+        now = time.monotonic()
+        retry = {t for t, failed_at in self._load_failed.items() if now - failed_at >= LOAD_RETRY_S}
+
+        expected = self.runner.running_ids() | self._load_failed.keys()
+
+        recovered, self._recovered = self._recovered, set()
+        rehome, self._rehome = self._rehome, {}
+
+        def prepare(session: Session) -> None:
+            # Its own transaction: it locks task instances and deletes trigger rows, and a
+            # claim (which may wait for the fleet-wide group lock, then locks trigger rows)
+            # must not hold those locks meanwhile, nor claim a row deleted here.
+            deferrals.fail_timed_out_deferrals(session)
+            triggers.clear_load_errors(session, recovered)
+            store_claims.rehome_rows(session, triggerer_id=job_id, digests=rehome)
+
+        def claim(
+            session: Session,
+        ) -> tuple[set[int] | None, claiming.ClaimResult, dict[int, triggers.Served]]:
+            result = claiming.claim_round(
+                session,
+                triggerer_id=job_id,
+                capacity_left=room,
+                single_limit=left,
+                threshold_s=s.health_check_threshold_s,
+            )
+            # The full id list only when the cheap checksum says ours changed: with 100,000
+            # idle triggers, listing them every second is most of the idle CPU.
+            claimed = {row.id for row in result.rows}
+            local = (len(expected) + len(claimed), sum(expected) + sum(claimed))
+            owned = None
+            if (
+                retry
+                or result.released
+                or triggers.owned_checksum(session, triggerer_id=job_id) != local
+            ):
+                owned = triggers.owned_trigger_ids(session, triggerer_id=job_id)
+                result.rows += triggers.fetch_trigger_rows(session, (retry & owned) - claimed)
+            return owned, result, triggers.triggers_served(session, (r.id for r in result.rows))
+
+        try:
+            await self._db.run(prepare)
+            owned, result, served = await self._db.run(claim)
+        except SluiceError:
+            self._recovered |= recovered  # cleared by the next round
+            self._rehome = rehome | self._rehome
+            raise
+        rows, self._holds_groups = result.rows, result.holds_groups
+        self._report_claim(result)
+        if owned is not None:
+            self._stop_unowned(owned | {row.id for row in rows})
+            self._load_failed = {t: at for t, at in self._load_failed.items() if t in owned}
+        for row in rows:
+            self._load_failed.pop(row.id, None)
+        self._claims += len(rows)
+        # Decrypted and imported after the commit: the claim holds no lock meanwhile.
+        loaded = await anyio.to_thread.run_sync(self._load, rows, served) if rows else []
+        for index, item in enumerate(loaded, start=1):
+            self._start(item)
+            if index % START_CHUNK == 0:
+                # Let the started triggers take their first step in small batches: thousands
+                # at once would block the loop (and the watchdog would rightly say so).
+                await anyio.lowlevel.checkpoint()
+        # Rows to hand back to their group are written by the next round, at once.
+        return bool(self._rehome) or (left > 0 and len(loaded) >= left)
+
+    def _report_claim(self, result: claiming.ClaimResult) -> None:
+        for group in result.oversized:
+            logger.warning(
+                "Shared-stream group %s has %d trigger(s), more than the %d this triggerer has "
+                "room for and more than any live triggerer has room for: taken whole, over "
+                "[triggerer] capacity (a group is never split across triggerers)",
+                group.digest[:12],
+                group.size,
+                group.capacity_left,
+                extra={"action": "group_over_capacity", "stream_digest": group.digest},
+            )
+        if result.released:
+            logger.warning(
+                "Shared-stream group split across live triggerers: gave up trigger(s) %s "
+                "to the triggerer that holds most of the group",
+                result.released,
+                extra={"action": "group_split_repaired", "trigger_ids": result.released},
+            )
+
+    def _load(
+        self, rows: list[triggers.TriggerRow], served: dict[int, triggers.Served]
+    ) -> list[_Loaded]:
+        """In a worker thread: import each class of the round once (a first import of, say,
+        aiokafka takes a few hundred ms and must not block the loop) and decrypt the kwargs."""
+        classes: dict[str, type[BaseTrigger] | TriggerLoadError] = {}
+        for classpath in {row.classpath for row in rows}:
+            try:
+                classes[classpath] = import_trigger_class(
+                    classpath,
+                    allowed=self.settings.allowed_modules,
+                    plugins_folder=self.settings.plugins_folder,
+                )
+            except TriggerLoadError as exc:
+                classes[classpath] = exc
+        return [self._decrypt(row, classes[row.classpath], served.get(row.id)) for row in rows]
+
+    def _decrypt(
+        self,
+        row: triggers.TriggerRow,
+        cls: type[BaseTrigger] | TriggerLoadError,
+        served: triggers.Served | None,
+    ) -> _Loaded:
+        if isinstance(cls, TriggerLoadError):
+            return _Loaded(row, None, None, str(cls), served)
+        try:
+            kwargs = self._cipher.decrypt_kwargs(row.kwargs, trigger_id=row.id)
+        except DecryptionError as exc:
+            return _Loaded(row, None, None, str(exc), served)
+        return _Loaded(row, cls, kwargs, None, served)
+
+    def _stop_unowned(self, owned: set[int]) -> None:
+        for trigger_id in self.runner.running_ids() - owned:
+            logger.info(
+                "Trigger %s is no longer assigned here, stopping it",
+                trigger_id,
+                extra={"action": "trigger_unassigned", "trigger_id": trigger_id},
+            )
+            self.runner.stop(trigger_id)
+
+    def _start(self, item: _Loaded) -> None:
+        row = item.row
+        kind = TriggerKind(row.kind)
+        try:
+            if item.error is not None:
+                raise TriggerLoadError(item.error)
+            assert item.cls is not None and item.kwargs is not None
+            trigger = instantiate_trigger(item.cls, row.classpath, item.kwargs)
+        except TriggerLoadError as exc:
+            self._load_failure(row.id, kind, exc)
+            return
+        if not self._in_its_group(row, trigger):
+            return
+        served = item.served
+        self.runner.start(
+            TriggerSpec(
+                trigger_id=row.id,
+                trigger=trigger,
+                kind=kind,
+                log_fields=None if served is None else served.log_fields,
+                watcher=None if served is None else served.watcher,
+            )
+        )
+        if row.has_error and kind is TriggerKind.WATCHER:
+            self._recovered.add(row.id)
+
+    def _in_its_group(self, row: triggers.TriggerRow, trigger: BaseTrigger) -> bool:
+        """Whether the row was claimed with its shared-stream group. A row written without a
+        digest (by an older version, or a path that had no trigger object) whose trigger
+        turns out to share a stream is handed back with its digest instead of started: it is
+        then claimed with its group, by whichever triggerer holds that."""
+        digest = trigger_stream_digest(trigger, strict=False)
+        if digest == row.stream_digest:
+            return True
+        if row.stream_digest is None:
+            assert digest is not None
+            logger.info(
+                "Trigger %s shares a stream (group %s): handing it back to be claimed with "
+                "its group",
+                row.id,
+                digest[:12],
+                extra={"action": "trigger_rehomed", "trigger_id": row.id},
+            )
+            self._rehome[row.id] = digest
+            return False
+        logger.warning(
+            "Trigger %s: its shared-stream key digest %s differs from the one stored with "
+            "its row (%s); it runs with the group it was claimed with",
+            row.id,
+            digest and digest[:12],
+            row.stream_digest[:12],
+            extra={"action": "stream_digest_mismatch", "trigger_id": row.id},
+        )
+        return True
+
+    def _load_failure(self, trigger_id: int, kind: TriggerKind, exc: TriggerLoadError) -> None:
+        logger.error(
+            "Trigger %s cannot be loaded: %s",
+            trigger_id,
+            exc,
+            extra={"action": "trigger_load_failed", "trigger_id": trigger_id},
+        )
+        self._load_failed[trigger_id] = time.monotonic()
+        self.outbox.put_nowait(
+            TriggerFailed(
+                trigger_id=trigger_id,
+                kind=kind,
+                reason=f"{triggers.LOAD_FAILURE_PREFIX}: {exc}",
+                traceback=None,
+                will_restart=False,
+            )
+        )
