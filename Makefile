@@ -17,12 +17,14 @@ run: $(STAMP)
 	SLUICE__CORE__DAGS_FOLDER=$${SLUICE__CORE__DAGS_FOLDER:-$(CURDIR)/dags} $(BIN)/sluice db migrate
 	SLUICE__CORE__DAGS_FOLDER=$${SLUICE__CORE__DAGS_FOLDER:-$(CURDIR)/dags} $(BIN)/sluice run
 
-## Set up the test environment, then lint, type-check and run the whole test suite.
+## Set up the test environment, then lint (style, layers), type-check and run the whole test suite.
 test: $(STAMP) lint types pytest
 
+## The house: layers, no import circle, no _private module imported from outside (pyproject.toml).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 types: $(STAMP)
 	$(BIN)/mypy

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from engine.authoring.assets import Asset, AssetAll, AssetAny, AssetWatcher, BaseAsset
 from engine.authoring.context import Context, DagDefinitionError, TaskDeferred
-from engine.authoring.dag import DAG
-from engine.authoring.operators import BaseOperator, PythonOperator, resolve_deferrable, task
+from engine.authoring.dag import DAG, BaseOperator, resolve_deferrable
+from engine.authoring.operators import PythonOperator, task
 from engine.authoring.sensors import BaseSensorOperator
 
 __all__: tuple[str, ...] = (

@@ -20,7 +20,7 @@ from engine.authoring.context import (
     caller_location,
     run_to_completion,
 )
-from engine.authoring.operators import BaseOperator, default_deferrable_from, resolve_deferrable
+from engine.authoring.dag import BaseOperator, default_deferrable_from, resolve_deferrable
 from triggers.base import StartTriggerArgs, classpath_of
 from triggers.file import FileTrigger
 from triggers.temporal import DateTimeTrigger, TimeDeltaTrigger

@@ -38,6 +38,7 @@ from engine.db.models import JobState
 from engine.db.queries import jobs, tasks
 from engine.exceptions import DatabaseError
 from engine.executor.task_supervisor import ExecutorSettings, ExecutorStats, TaskSupervisor
+from engine.metrics.readings import ExecutorReading
 from engine.retry import Backoff
 
 if TYPE_CHECKING:
@@ -82,6 +83,15 @@ class LocalExecutor:
             f"LocalExecutor(job_id={self.job_id}, running={self.running}/"
             f"{self.settings.parallelism}, stopping={self._stopping.is_set()}, "
             f"stats={self.stats})"
+        )
+
+    def metrics_reading(self) -> ExecutorReading:
+        return ExecutorReading(
+            job_id=self.job_id,
+            slots_used=self.running,
+            slots_total=self.settings.parallelism,
+            claimed=self.stats.claimed,
+            outcomes=tuple(sorted(self.stats.outcomes.items())),
         )
 
     @property

@@ -4,7 +4,7 @@ Theory of operation. The executor (``engine.executor``) owns every database writ
 instance; the child only runs user code. The parent sends one ``TaskSpec`` (a JSON line) on
 the child's standard input and keeps that pipe open: when the parent dies, the pipe closes
 and the child exits at once, so a task whose executor is gone never runs twice. The child
-imports the DAG file (``engine.dag_processing.parsing.load_task``) and either starts the task
+imports the DAG file (``engine.authoring.dag_files.load_task``) and either starts the task
 (``deferral_at_start()`` then ``execute``) or resumes it (``resume_execution``). Its own
 stdout, stderr and Python logging all go to its standard error, which the parent appends to
 the task log; the single ``TaskResult`` (success with the return value, failure, or the
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from types import FrameType
 
-    from engine.authoring.operators import BaseOperator
+    from engine.authoring.dag import BaseOperator
 
 logger = logging.getLogger(__name__)
 
@@ -246,7 +246,7 @@ def _error_summary(exc: BaseException) -> str:
 
 
 def _load(spec: TaskSpec) -> BaseOperator:
-    from engine.dag_processing.parsing import load_task
+    from engine.authoring.dag_files import load_task
 
     return load_task(
         Path(spec.fileloc),

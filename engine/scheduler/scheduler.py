@@ -31,6 +31,7 @@ from engine.db.heartbeat import heartbeat_forever
 from engine.db.models import DagRunState, JobState, TaskState
 from engine.db.queries import deferrals, jobs, runs, tasks
 from engine.exceptions import SluiceError
+from engine.metrics.readings import SchedulerReading
 from engine.retry import Backoff
 from engine.scheduler.rules import is_condition_met, next_task_states, run_outcome
 
@@ -96,6 +97,11 @@ class Scheduler:
 
     def __repr__(self) -> str:
         return f"Scheduler(job_id={self.job_id}, stats={self.stats})"
+
+    def metrics_reading(self) -> SchedulerReading:
+        s = self.stats
+        created = ((runs.ASSET_TRIGGERED, s.runs_created),)
+        return SchedulerReading(self.job_id, created, s.tasks_scheduled, s.runs_finished)
 
     def nudge(self) -> None:
         """Run the next loop now (called when asset events or task outcomes were stored)."""

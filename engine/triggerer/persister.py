@@ -16,7 +16,6 @@ time when it has none. The persister needs nothing from the triggerer.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import time
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from engine.db import models
 from engine.db.models import TriggerKind
 from engine.db.queries import assets, deferrals, triggers
 from engine.exceptions import DatabaseError
+from engine.metrics.readings import Buckets
 from engine.triggerer.outbox import FiredEvent, TriggerFailed
 from triggers.base import BaseTaskEndEvent
 from triggers.serde import dumps, serialize_value
@@ -48,26 +48,6 @@ BATCH_MAX_ITEMS: Final = 2000
 RETRY_BACKOFF_S: Final = (0.2, 10.0)
 COMMIT_BUCKETS_S: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 BATCH_SIZE_BUCKETS: Final = (1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2000.0)
-
-
-@dataclass
-class Buckets:
-    """A histogram as plain counters (read by the metrics endpoint at scrape time).
-
-    ``counts[i]`` counts the values ``<= bounds[i]`` and ``> bounds[i - 1]``; the last slot
-    counts the values above every bound.
-    """
-
-    bounds: tuple[float, ...]
-    counts: list[int] = field(init=False)
-    total: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.counts = [0] * (len(self.bounds) + 1)
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.total += value
 
 
 @dataclass

@@ -25,6 +25,7 @@ from engine.db.queries import claims as store_claims
 from engine.db.queries import deferrals, jobs, streams, triggers
 from engine.exceptions import DecryptionError, SluiceError, TriggerLoadError
 from engine.loader import import_trigger_class, instantiate_trigger, trigger_stream_digest
+from engine.metrics.readings import HistogramReading, TriggererReading
 from engine.retry import Backoff
 from engine.triggerer import claiming
 from engine.triggerer.outbox import Outbox, TriggerFailed
@@ -181,6 +182,28 @@ class Triggerer:
     def nudge(self) -> None:
         """Claim now: new trigger rows were written in this process (e.g. a task deferred)."""
         self._wake.set()
+
+    def metrics_reading(self, *, with_groups: bool = True) -> TriggererReading:
+        """This triggerer's counters now (``with_groups=False``: off the loop thread)."""
+        stats = self.persister.stats
+        return TriggererReading(
+            job_id=self.job_id,
+            running=len(self.runner),
+            capacity=self.settings.capacity,
+            events_fired=self.runner.events_fired,
+            failures_reported=self.runner.failures_reported,
+            outbox_pending=len(self.outbox),
+            events_persisted=stats.events,
+            events_refused=stats.refused,
+            asset_events_created=stats.asset_events,
+            tasks_resumed=stats.tasks_resumed,
+            failures_persisted=stats.failures_recorded,
+            persist_dropped=stats.dropped,
+            batch_size=HistogramReading.of(stats.batch_size),
+            commit_s=HistogramReading.of(stats.commit_s),
+            blocked_loops=self.watchdog.blocked_count,
+            groups=tuple(self.shared_streams.stats()) if with_groups else None,
+        )
 
     async def _drain(self, tg: anyio.abc.TaskGroup) -> None:
         """Stop in the order that loses nothing and fails nothing.

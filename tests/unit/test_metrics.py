@@ -24,6 +24,7 @@ from engine.db.schema import migrate
 from engine.executor import local as executor_module
 from engine.executor.local import ExecutorSettings, LocalExecutor
 from engine.metrics import (
+    Buckets,
     EngineCollector,
     EngineReading,
     HistogramReading,
@@ -32,7 +33,6 @@ from engine.metrics import (
 )
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
 from engine.triggerer.outbox import FiredEvent
-from engine.triggerer.persister import Buckets
 from engine.triggerer.runtime import TriggerSpec
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from shared_stream.stats import REPORTED_LANES, GroupStats

@@ -8,16 +8,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from engine.authoring.dag_files import DAG_MODULE_PREFIX, load_task
 from engine.config import load_config
 from engine.dag_processing.parsing import (
-    DAG_MODULE_PREFIX,
     FileParseResult,
     ParsedAsset,
     ParsedDag,
     ParsedTask,
     ParsedWatcher,
     ParseError,
-    load_task,
     parse_file,
 )
 from engine.dag_processing.processor import DagProcessorSettings, list_dag_files
