@@ -2,20 +2,25 @@
 
 ``SharedStreamGroup.run()`` is the group's task (named ``shared-stream-poll[<key repr>]``).
 It polls the upstream and fans each raw event out to every subscriber's bounded queue; in
-ack mode it also runs one advancer task (at most one ``advance`` in flight) and one timer
-task (ack timeouts by deadline). All bookkeeping is the ``AckLedger``'s; this module only
-awaits I/O and carries out the ledger's effects, never awaiting between the two.
+ack mode it also runs one advancer task (at most one ``advance`` in flight, see
+``advancer``) and one timer task (ack timeouts by deadline, see ``timer``).
+
+The group owns its subscribers' streams, its counters and, in ack mode, its ``AckLedger``:
+it alone feeds the ledger (the manager's calls, and what its streams report through
+``subscriber.GroupPort``) and carries out the effects the ledger returns, never awaiting
+between the two. All bookkeeping is the ledger's; this module only awaits I/O.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import anyio
 import anyio.lowlevel
 
+from shared_stream.advancer import AdvanceSlot, send_advance
 from shared_stream.bookkeeping import AckLedger
 from shared_stream.effects import (
     AbandonEvents,
@@ -31,20 +36,22 @@ from shared_stream.exceptions import (
     SharedStreamTerminated,
     SubscriberOverflow,
 )
-from shared_stream.stats import GroupCounters, GroupStats
+from shared_stream.stats import GroupCounters
 from shared_stream.subscriber import SubscriberStream, forget_current_stream
+from shared_stream.timer import DeadlineTimer
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Hashable, Sequence
 
     from shared_stream.effects import Effect
     from shared_stream.producer import SharedStreamProducer
+    from shared_stream.routes import BindingRoutes
     from shared_stream.settings import GroupSettings
+    from shared_stream.stats import GroupStats
     from triggers.base import BaseEventTrigger
 
 logger = logging.getLogger(__name__)
 
-MAX_TIMER_SLEEP_S: Final = 3600.0
 # The poll yields to the subscribers after this many broadcasts at most (or as soon as a
 # queue is half full): bursts are fanned out in batches, each subscriber wakes once per batch.
 YIELD_EVERY_EVENTS: Final = 64
@@ -60,17 +67,17 @@ class SharedStreamGroup:
         trigger_cls: type[BaseEventTrigger],
         kwargs: dict[str, Any],
         settings: GroupSettings,
+        routes: BindingRoutes[SharedStreamGroup],
     ) -> None:
         self.key = key
         self.label = repr(key)  # the key in reports (stats, logs)
         self.trigger_cls = trigger_cls
         self.kwargs = kwargs
         self.settings = settings
+        self.routes = routes  # the group voids the binding seqs its ledger released
         self.ledger: AckLedger | None = None
         if trigger_cls.uses_ack_mode():
-            self.ledger = AckLedger(
-                ack_timeout_s=settings.ack_timeout_s, binding_seqs=settings.binding_seqs
-            )
+            self.ledger = AckLedger(ack_timeout_s=settings.ack_timeout_s, binding_seqs=routes.seqs)
         self.streams: dict[int, SubscriberStream] = {}
         self.producer: SharedStreamProducer | None = None
         self.stopping = False
@@ -79,13 +86,15 @@ class SharedStreamGroup:
         self._scope = anyio.CancelScope()  # the whole group (terminate, forced stop)
         self._poll_scope = anyio.CancelScope()
         self._timer_scope = anyio.CancelScope()
-        self._pending_batch: AdvanceBatch | None = None
-        self._pending_since = 0.0  # settings.clock() when _pending_batch was dispatched
+        self._slot = AdvanceSlot(settings.clock)
+        self._timer = DeadlineTimer(settings.clock)
         self.counters = GroupCounters()
-        self._advance_wakeup = anyio.Event()
-        self._timer_wakeup = anyio.Event()
-        self._timer_idle = False
         self._drain_deadline = math.inf
+
+    @property
+    def mode(self) -> Literal["fast", "ack"]:
+        """``ack`` when the trigger class has a producer to advance, else ``fast``."""
+        return "fast" if self.ledger is None else "ack"
 
     # -- subscribers (called by the manager, synchronously) -------------------------------
 
@@ -97,9 +106,8 @@ class SharedStreamGroup:
             )
         if self.ledger is not None:
             self.ledger.subscribe(trigger_id)
-        stream = SubscriberStream(
-            trigger_id=trigger_id, key=self.key, ledger=self.ledger, sink=self
-        )
+        port = None if self.ledger is None else self
+        stream = SubscriberStream(trigger_id=trigger_id, key=self.key, group=port)
         self.streams[trigger_id] = stream
         return stream
 
@@ -109,45 +117,67 @@ class SharedStreamGroup:
             return False
         stream.close()
         if self.ledger is not None:
-            self.carry_out(self.ledger.unsubscribe(trigger_id, failed=failed))
+            self._carry_out(self.ledger.unsubscribe(trigger_id, failed=failed))
         return True
 
     def bind(self, trigger_id: int) -> int | None:
+        """A binding seq for the trigger event the subscriber just yielded (None: none)."""
         if self.ledger is None or trigger_id not in self.streams:
             return None
-        seq = self.ledger.bind(trigger_id)
-        if seq is not None:
-            self.settings.binding_owner[seq] = self
-        return seq
+        return self.ledger.bind(trigger_id)
 
     def confirm(self, seqs: Sequence[int]) -> None:
         if self.ledger is not None:
-            self.carry_out(self.ledger.confirm_persisted(seqs))
+            self._carry_out(self.ledger.confirm_persisted(seqs))
 
     def refuse(self, seqs: Sequence[int]) -> None:
         if self.ledger is not None:
             rejected, effects = self.ledger.refuse_persisted(seqs)
             self.counters.rejects += rejected
-            self.carry_out(effects)
+            self._carry_out(effects)
 
     def check_timeouts(self, now: float) -> None:
         if self.ledger is not None and not self.stopping:
-            self.carry_out(self.ledger.check_timeouts(now))
+            self._carry_out(self.ledger.check_timeouts(now))
+
+    # -- what its streams report (ack mode only: ``subscriber.GroupPort``) -----------------
+
+    def delivered(self, trigger_id: int, seq: int) -> None:
+        """The subscriber's stream yielded event ``seq``: its binding window opens."""
+        ledger = self.ledger
+        assert ledger is not None
+        ledger.deliver(trigger_id, seq)
+
+    def moved_past(self, trigger_id: int) -> None:
+        """The subscriber asked for its next event: it moved past its current one."""
+        ledger = self.ledger
+        assert ledger is not None
+        effects = ledger.pull(trigger_id)
+        if effects:
+            self._carry_out(effects)
+
+    def reject_current(self, trigger_id: int) -> bool:
+        """The subscriber rejected its current raw event (``reject_shared_stream_event``);
+        False when it has no event in its binding window."""
+        ledger = self.ledger
+        if ledger is None or not ledger.is_in_window(trigger_id):
+            return False
+        effects = ledger.reject(trigger_id)
+        self.counters.rejects += 1
+        if effects:
+            self._carry_out(effects)
+        return True
 
     # -- effects --------------------------------------------------------------------------
 
-    def carry_out(self, effects: Sequence[Effect]) -> None:
+    def _carry_out(self, effects: Sequence[Effect]) -> None:
         for effect in effects:
             if isinstance(effect, AdvanceBatch):
-                self._pending_batch = effect
-                self._pending_since = self.settings.clock()
-                self._advance_wakeup.set()
+                self._slot.put(effect)
             elif isinstance(effect, FailSubscriber):
                 self._fail_subscriber(effect.trigger_id, effect.reason)
             elif isinstance(effect, ReleaseBindings):
-                owner = self.settings.binding_owner
-                for seq in effect.seqs:
-                    owner.pop(seq, None)
+                self.routes.void(effect.seqs)
             elif isinstance(effect, ExpireDeparted):
                 self._count_departed_timeout(effect)
             elif isinstance(effect, AbandonEvents):
@@ -171,13 +201,8 @@ class SharedStreamGroup:
             extra={"action": "shared_stream.ack_timeout", "trigger_id": effect.trigger_id},
         )
 
-    def record_reject(self) -> None:
-        """A subscriber rejected its current raw event (``reject_shared_stream_event``)."""
-        self.counters.rejects += 1
-
     def stats(self) -> GroupStats:
         """A snapshot of this group's counters and gauges (cheap: O(subscribers + lanes))."""
-        c = self.counters
         depth = max((len(stream.queue) for stream in self.streams.values()), default=0)
         ledger = self.ledger
         outstanding: dict[str, int] = {}
@@ -187,23 +212,13 @@ class SharedStreamGroup:
             oldest = ledger.oldest_unresolved_at()
             if oldest is not None:
                 oldest_age = max(self.settings.clock() - oldest, 0.0)
-        return GroupStats(
+        return self.counters.snapshot(
             key=self.label,
-            mode="fast" if ledger is None else "ack",
+            mode=self.mode,
             subscribers=len(self.streams),
-            queue_high_water=c.queue_high_water,
             queue_depth=depth,
             outstanding_by_lane=outstanding,
             oldest_unresolved_age_s=oldest_age,
-            events_polled=c.events_polled,
-            deliveries=c.deliveries,
-            advances=c.advances,
-            advanced_events=c.advanced_events,
-            last_advance_batch=c.last_advance_batch,
-            advance_latency_sum_s=c.advance_latency_sum_s,
-            overflows=c.overflows,
-            ack_timeouts=c.ack_timeouts,
-            rejects=c.rejects,
         )
 
     def _fail_subscriber(self, trigger_id: int, reason: FailReason) -> None:
@@ -268,7 +283,7 @@ class SharedStreamGroup:
                 if self.ledger is None:
                     self._fail_subscriber(trigger_id, FailReason.OVERFLOW)
                 else:
-                    self.carry_out(self.ledger.fail_subscriber(trigger_id, FailReason.OVERFLOW))
+                    self._carry_out(self.ledger.fail_subscriber(trigger_id, FailReason.OVERFLOW))
         return 2 * (longest + 1) >= limit
 
     def _broadcast(self, raw: Any, broker_payload: Any, producer: SharedStreamProducer) -> bool:
@@ -278,10 +293,8 @@ class SharedStreamGroup:
         seq, effects = ledger.broadcast(broker_payload, lane=lane, now=self.settings.clock())
         crowded = self.fan_out(seq, raw)
         if effects:
-            self.carry_out(effects)
-        if self._timer_idle:
-            self._timer_idle = False
-            self._timer_wakeup.set()
+            self._carry_out(effects)
+        self._timer.poke()
         return crowded
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -322,24 +335,22 @@ class SharedStreamGroup:
         self.stopping = True
         self._drain_deadline = anyio.current_time() + self.settings.stop_grace_s
         self._scope.deadline = self._drain_deadline
-        self.settings.on_gone(self)
         for stream in self.streams.values():
             stream.fail(
                 SharedStreamTerminated(f"shared stream key={self.key!r} {reason}"), drain=False
             )
         self.streams.clear()
         if self.ledger is not None:
-            self.carry_out(self.ledger.stop(drain=True))
+            self._carry_out(self.ledger.stop(drain=True))
         self._poll_scope.cancel()
         self._timer_scope.cancel()
-        self._advance_wakeup.set()
+        self._slot.wake()
 
     def terminate(self, error: BaseException) -> None:
         """The group failed: subscribers get ``error``, nothing more is advanced."""
         if self.terminated:
             return
         self.terminated = self.stopping = True
-        self.settings.on_gone(self)
         # No traceback here: each subscriber fails with ``error``, and its trigger runtime
         # reports it with the traceback.
         logger.error(
@@ -354,8 +365,8 @@ class SharedStreamGroup:
             stream.fail(error, drain=drain)
         self.streams.clear()
         if self.ledger is not None:
-            self.carry_out(self.ledger.stop(drain=False))
-        self._pending_batch = None
+            self._carry_out(self.ledger.stop(drain=False))
+        self._slot.clear()
         self._scope.cancel()
 
     async def _poll(self) -> None:
@@ -420,57 +431,33 @@ class SharedStreamGroup:
         ledger = self.ledger
         assert ledger is not None
         while True:
-            batch = self._pending_batch
-            if batch is None:
+            taken = self._slot.take()
+            if taken is None:
                 if self.stopping:
                     return
-                self._advance_wakeup = anyio.Event()
-                await self._advance_wakeup.wait()
+                await self._slot.wait()
                 continue
-            self._pending_batch = None
-            dispatched_at = self._pending_since
+            batch, dispatched_at = taken
             producer = self.producer
             assert producer is not None
+            drain_deadline = self._drain_deadline if self.stopping else None
             try:
-                completed = await self._advance(producer, batch)
+                completed = await send_advance(producer, batch, drain_deadline=drain_deadline)
             except Exception as exc:  # noqa: BLE001 - user-code boundary: any error ends the group
                 self.terminate(exc)
                 return
             if not completed or self.terminated:
                 return
-            self._count_advance(len(batch.seqs), self.settings.clock() - dispatched_at)
-            self.carry_out(ledger.advance_done(batch))
-
-    def _count_advance(self, size: int, latency_s: float) -> None:
-        counters = self.counters
-        counters.advances += 1
-        counters.advanced_events += size
-        counters.last_advance_batch = size
-        counters.advance_latency_sum_s += max(latency_s, 0.0)
-
-    async def _advance(self, producer: SharedStreamProducer, batch: AdvanceBatch) -> bool:
-        """Await one advance; while draining, shielded and bounded by the drain deadline."""
-        if not self.stopping:
-            await producer.advance(batch.items)
-            return True
-        with anyio.CancelScope(deadline=self._drain_deadline, shield=True) as scope:
-            await producer.advance(batch.items)
-        return not scope.cancelled_caught
+            self.counters.count_advance(len(batch.seqs), self.settings.clock() - dispatched_at)
+            self._carry_out(ledger.advance_done(batch))
 
     async def _timer_loop(self) -> None:
         ledger = self.ledger
         assert ledger is not None
         with self._timer_scope:
             while True:
-                deadline = ledger.next_deadline()
-                if deadline is None:
-                    self._timer_wakeup = anyio.Event()
-                    self._timer_idle = True
-                    await self._timer_wakeup.wait()
-                    continue
-                delay = min(deadline - self.settings.clock(), MAX_TIMER_SLEEP_S)
-                await anyio.sleep(max(delay, 0.0))
-                self.check_timeouts(self.settings.clock())
+                if await self._timer.wait_until(ledger.next_deadline()):
+                    self.check_timeouts(self.settings.clock())
 
     async def _close_producer(self) -> None:
         producer = self.producer
@@ -489,7 +476,7 @@ class SharedStreamGroup:
     def __repr__(self) -> str:
         state = "terminated" if self.terminated else "stopping" if self.stopping else "running"
         return (
-            f"<SharedStreamGroup key={self.key!r} mode={'fast' if self.ledger is None else 'ack'} "
+            f"<SharedStreamGroup key={self.key!r} mode={self.mode} "
             f"subscribers={len(self.streams)} state={state} ledger={self.ledger!r}>"
         )
 

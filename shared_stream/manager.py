@@ -14,7 +14,10 @@ How the runtime uses it (one task per trigger, everything on the event loop thre
     manager.confirm_persisted([seq for seq in committed if seq is not None])
 
 The manager owns one task group (``run()`` or ``async with``); each group runs in it as a
-task named ``shared-stream-poll[<key repr>]``.
+task named ``shared-stream-poll[<key repr>]``. It owns which group takes the subscribers
+of each key (a stopping group takes none: the next subscribe of its key starts a fresh
+one) and the routing of binding seqs to their groups (``routes.BindingRoutes``); each
+group owns its subscribers and its ledger, and hears from the manager only through calls.
 
 As Airflow's, a manager stays usable after ``stop_all()``: it stops the groups, not the
 manager, and the next ``subscribe`` of a key starts a fresh group. ``aclose()`` (or leaving
@@ -35,12 +38,13 @@ import anyio.lowlevel
 
 from shared_stream.exceptions import InvalidSubscription, ManagerNotRunning
 from shared_stream.group import SharedStreamGroup
+from shared_stream.routes import BindingRoutes
 from shared_stream.settings import GroupSettings
 from shared_stream.stats import merge, merge_by_key, retired
 from triggers.base import BaseEventTrigger
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Sequence
+    from collections.abc import AsyncIterator, Callable, Hashable, Iterable
     from types import TracebackType
 
     from anyio.abc import TaskGroup, TaskStatus
@@ -78,21 +82,20 @@ class SharedStreamManager:
         if not cohort_grace_period >= 0:
             raise ValueError(f"cohort_grace_period must be >= 0, got {cohort_grace_period!r}")
         self._clock = clock
-        self._groups: dict[Hashable, SharedStreamGroup] = {}  # keys taking subscribers
+        # the newest group of each key, until its task ends; it takes subscribers until it
+        # stops (see ``_taking``)
+        self._groups: dict[Hashable, SharedStreamGroup] = {}
         # every group whose task has not ended, oldest first (an ordered set)
         self._live: dict[SharedStreamGroup, None] = {}
         # key repr -> counters of its finished groups, kept while a group of the key lives
         self._retired: dict[str, GroupStats] = {}
-        self._binding_owner: dict[int, SharedStreamGroup] = {}
+        self._routes: BindingRoutes[SharedStreamGroup] = BindingRoutes()
         self._settings = GroupSettings(
             max_queue=max_subscriber_queue,
             ack_timeout_s=ack_timeout,
             cohort_grace_s=cohort_grace_period,
             stop_grace_s=stop_grace_period,
             clock=clock,
-            binding_seqs=itertools.count(1),
-            binding_owner=self._binding_owner,
-            on_gone=self._forget_group,
         )
         self._tg: TaskGroup | None = None
         self._stop_requested: anyio.Event | None = None
@@ -163,7 +166,7 @@ class SharedStreamManager:
         refusing, self._refusing = self._refusing, "stop_all() is in progress"
         shutting_down, self._shutting_down = self._shutting_down, True
         try:
-            for group in list(self._groups.values()):
+            for group in self._taking_groups():
                 group.begin_stop("stopped: the shared stream manager is shutting down")
             for group in list(self._live):
                 await group.finished.wait()
@@ -196,7 +199,7 @@ class SharedStreamManager:
                 "BaseEventTrigger; only event triggers can share a stream"
             )
         try:
-            group = self._groups.get(key)
+            group = self._taking(key)
         except TypeError as exc:
             raise InvalidSubscription(
                 f"shared_stream_key() of trigger {trigger_id!r} returned an unhashable "
@@ -213,36 +216,25 @@ class SharedStreamManager:
         event is committed. None (nothing to confirm): fast mode, or no raw event is being
         processed (before the first one, after a reject, subscriber already failed).
         """
-        group = self._groups.get(key)
-        return None if group is None else group.bind(trigger_id)
+        group = self._taking(key)
+        if group is None:
+            return None
+        seq = group.bind(trigger_id)
+        if seq is not None:
+            self._routes.add(seq, group)
+        return seq
 
     def confirm_persisted(self, seqs: Iterable[int]) -> None:
         """The trigger events bound under these seqs are committed; unknown seqs are ignored."""
-        self._by_group(seqs, SharedStreamGroup.confirm)
+        for group, run in self._routes.take(seqs):  # consecutive seqs of one group together
+            group.confirm(run)
 
     def refuse_persisted(self, seqs: Iterable[int]) -> None:
         """The store refused the trigger events bound under these seqs (their payload is over
         the limit): their raw events resolve as rejected (dead-lettered by the producer).
         Several seqs bound to one raw event reject it once (and count as one reject)."""
-        self._by_group(seqs, SharedStreamGroup.refuse)
-
-    def _by_group(
-        self, seqs: Iterable[int], apply: Callable[[SharedStreamGroup, Sequence[int]], None]
-    ) -> None:
-        owner = self._binding_owner
-        group: SharedStreamGroup | None = None
-        run: list[int] = []  # consecutive seqs of one group, handled together
-        for seq in seqs:
-            owning = owner.pop(seq, None)
-            if owning is None:
-                continue
-            if owning is not group:
-                if group is not None:
-                    apply(group, run)
-                group, run = owning, []
-            run.append(seq)
-        if group is not None:
-            apply(group, run)
+        for group, run in self._routes.take(seqs):
+            group.refuse(run)
 
     def begin_shutdown(self) -> None:
         """From now on a leaving subscriber stops its whole group instead of failing events.
@@ -263,7 +255,7 @@ class SharedStreamManager:
         The state changes happen before the first await: if the caller is cancelled while
         waiting, the group still drains (in its own task, bounded by the stop grace period).
         """
-        group = self._groups.get(key)
+        group = self._taking(key)
         if group is None:
             return
         if self._shutting_down:
@@ -277,19 +269,19 @@ class SharedStreamManager:
     async def check_timeouts(self) -> None:
         """Fail ack-mode subscribers past the ack timeout now (groups also do it on a timer)."""
         now = self._clock()
-        for group in list(self._groups.values()):
+        for group in self._taking_groups():
             group.check_timeouts(now)
         await anyio.lowlevel.checkpoint()
 
     @property
     def pending_confirmations(self) -> int:
         """Binding seqs handed out by ``bind_pending_event`` and not confirmed nor dropped."""
-        return len(self._binding_owner)
+        return len(self._routes)
 
     @property
     def group_keys(self) -> tuple[Hashable, ...]:
         """Keys of the groups taking subscribers."""
-        return tuple(self._groups)
+        return tuple(group.key for group in self._taking_groups())
 
     def stats(self) -> list[GroupStats]:
         """One snapshot per key with a live group, ordered by key.
@@ -304,7 +296,7 @@ class SharedStreamManager:
 
     def subscriber_count(self, key: Hashable) -> int:
         """How many subscribers the group of ``key`` has (0 when there is no such group)."""
-        group = self._groups.get(key)
+        group = self._taking(key)
         return 0 if group is None else len(group.streams)
 
     # -- internals ------------------------------------------------------------------------
@@ -314,17 +306,19 @@ class SharedStreamManager:
     ) -> SharedStreamGroup:
         _classpath, kwargs = trigger.serialize()
         group = SharedStreamGroup(
-            key=key, trigger_cls=type(trigger), kwargs=kwargs, settings=self._settings
+            key=key,
+            trigger_cls=type(trigger),
+            kwargs=kwargs,
+            settings=self._settings,
+            routes=self._routes,
         )
+        self._groups.pop(key, None)  # a stopping group of the key: the new one comes last
         self._groups[key] = group
         self._live[group] = None
         logger.info(
             "Shared stream group started key=%r",
             key,
-            extra={
-                "action": "shared_stream.group_started",
-                "mode": "fast" if group.ledger is None else "ack",
-            },
+            extra={"action": "shared_stream.group_started", "mode": group.mode},
         )
         tg.start_soon(self._run_group, group, name=f"shared-stream-poll[{key!r}]")
         return group
@@ -350,6 +344,15 @@ class SharedStreamManager:
         if self._groups.get(group.key) is group:
             del self._groups[group.key]
 
+    def _taking(self, key: Hashable) -> SharedStreamGroup | None:
+        """The group of ``key`` taking subscribers: None when it stopped (or there is none)."""
+        group = self._groups.get(key)
+        return None if group is None or group.stopping else group
+
+    def _taking_groups(self) -> list[SharedStreamGroup]:
+        """Every group taking subscribers, in the order their keys got them."""
+        return [group for group in self._groups.values() if not group.stopping]
+
     def _check_startable(self) -> None:
         if self._tg is not None:
             raise RuntimeError(
@@ -359,9 +362,9 @@ class SharedStreamManager:
 
     def __repr__(self) -> str:
         return (
-            f"<SharedStreamManager groups={len(self._groups)} live={len(self._live)} "
+            f"<SharedStreamManager groups={len(self._taking_groups())} live={len(self._live)} "
             f"retired={len(self._retired)} "
-            f"unconfirmed={len(self._binding_owner)} running={self._tg is not None} "
+            f"unconfirmed={len(self._routes)} running={self._tg is not None} "
             f"refusing={self._refusing!r}>"
         )
 

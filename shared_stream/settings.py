@@ -6,18 +6,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
-
-    from shared_stream.group import SharedStreamGroup
+    from collections.abc import Callable
 
 
 @dataclass(frozen=True, slots=True)
 class GroupSettings:
-    """Limits and shared routing of a manager's groups.
+    """Limits of a manager's groups, and the clock of their ack timeouts (monotonic seconds).
 
-    ``binding_seqs`` hands out binding seqs for every group of the manager, so that
-    ``binding_owner`` (binding seq -> group) routes ``confirm_persisted`` calls. ``on_gone``
-    tells the manager a group stopped taking subscribers.
+    The routing of binding seqs to groups is not a setting: see ``routes.BindingRoutes``.
     """
 
     max_queue: int
@@ -25,6 +21,3 @@ class GroupSettings:
     cohort_grace_s: float
     stop_grace_s: float
     clock: Callable[[], float]
-    binding_seqs: Iterator[int]
-    binding_owner: dict[int, SharedStreamGroup]
-    on_gone: Callable[[SharedStreamGroup], None]

@@ -16,8 +16,9 @@ none is left.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Final, Literal
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 #: the others are only counted. An SQS FIFO queue has one lane per MessageGroupId with
 #: pending events: naming them all would make one series per message group.
 REPORTED_LANES: Final = 20
+KEY_LABEL_MAX_CHARS: Final = 1000
 
 # Counters (and the subscriber count) add up across the groups of one key.
 _SUMMED: Final = (
@@ -89,6 +91,34 @@ class GroupCounters:
     ack_timeouts: int = 0
     rejects: int = 0
 
+    def count_advance(self, size: int, latency_s: float) -> None:
+        """An ``advance`` of ``size`` events returned ``latency_s`` after its dispatch."""
+        self.advances += 1
+        self.advanced_events += size
+        self.last_advance_batch = size
+        self.advance_latency_sum_s += max(latency_s, 0.0)
+
+    def snapshot(
+        self,
+        *,
+        key: str,
+        mode: Literal["fast", "ack"],
+        subscribers: int,
+        queue_depth: int,
+        outstanding_by_lane: dict[str, int],
+        oldest_unresolved_age_s: float | None,
+    ) -> GroupStats:
+        """These totals with the gauges read now, as one immutable ``GroupStats``."""
+        return GroupStats(
+            key=key,
+            mode=mode,
+            subscribers=subscribers,
+            queue_depth=queue_depth,
+            outstanding_by_lane=outstanding_by_lane,
+            oldest_unresolved_age_s=oldest_unresolved_age_s,
+            **{f.name: getattr(self, f.name) for f in fields(self)},
+        )
+
 
 def merge(older: GroupStats, newer: GroupStats) -> GroupStats:
     """One snapshot of two groups of one key: counters and backlogs add up, high-water
@@ -139,3 +169,12 @@ def busiest_lanes(
     O(lanes · log limit): cheap with thousands of lanes.
     """
     return heapq.nsmallest(limit, outstanding.items(), key=lambda item: (-item[1], item[0]))
+
+
+def key_label(key: str) -> str:
+    """A group's key as shown (metric label, snapshot column): a repr longer than
+    ``KEY_LABEL_MAX_CHARS`` keeps its head and a digest of the whole (still unique)."""
+    if len(key) <= KEY_LABEL_MAX_CHARS:
+        return key
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return f"{key[: KEY_LABEL_MAX_CHARS - 20]}...#{digest}"

@@ -1,10 +1,14 @@
 """One subscriber's view of a shared stream: a bounded queue read as an async iterator.
 
-The iterator is what ``filter_shared_stream`` consumes. In ack mode it also drives the
-binding window: yielding an event opens it (``AckLedger.deliver``), asking for the next one
-closes it (``AckLedger.pull``). It records itself in a context variable each time it is
-pulled, so that ``reject_shared_stream_event()``, called from the filter body (same task,
-same context as the pull), finds the subscriber and the event being processed.
+The iterator is what ``filter_shared_stream`` consumes. Its group fills the queue
+(``fan_out``) and ends the stream (``fail``, ``close``). In ack mode the stream tells its
+group, and only its group, where the subscriber is: yielding an event opens its binding
+window (``GroupPort.delivered``), asking for the next one closes it
+(``GroupPort.moved_past``). The group owns the ack ledger; this module never sees it.
+
+The stream records itself in a context variable each time it is pulled, so that
+``reject_shared_stream_event()``, called from the filter body (same task, same context as
+the pull), finds the subscriber and asks its group to reject the event being processed.
 """
 
 from __future__ import annotations
@@ -13,23 +17,22 @@ import asyncio
 import logging
 from collections import deque
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from shared_stream.bookkeeping import AckLedger
-    from shared_stream.effects import Effect
+from typing import Any, Protocol
 
 logger = logging.getLogger(__name__)
 
 
-class EffectSink(Protocol):
-    """Carries out the effects the ledger returns and counts rejects (the group)."""
+class GroupPort(Protocol):
+    """What an ack-mode stream reports to its group (``SharedStreamGroup``)."""
 
-    def carry_out(self, effects: Sequence[Effect]) -> None: ...
+    def delivered(self, trigger_id: int, seq: int) -> None:
+        """The stream yielded event ``seq`` to the subscriber's filter."""
 
-    def record_reject(self) -> None: ...
+    def moved_past(self, trigger_id: int) -> None:
+        """The filter asked for the next event: it is done with the current one."""
+
+    def reject_current(self, trigger_id: int) -> bool:
+        """Reject the event being processed; False when the group has no window open."""
 
 
 _current_stream: ContextVar[SubscriberStream | None] = ContextVar(
@@ -42,28 +45,25 @@ class SubscriberStream:
 
     The group appends ``(event_seq, raw_event)`` to ``queue`` and sets ``waiter``; the
     stream ends with ``error`` raised (after the queue drains, or at once when the queue
-    was cleared) or, once closed, with ``StopAsyncIteration``.
+    was cleared) or, once closed, with ``StopAsyncIteration``. ``group`` is None in fast
+    mode: there is nothing to report.
     """
 
     __slots__ = (
         "_in_window",
         "closed",
         "error",
+        "group",
         "key",
-        "ledger",
         "queue",
-        "sink",
         "trigger_id",
         "waiter",
     )
 
-    def __init__(
-        self, *, trigger_id: int, key: object, ledger: AckLedger | None, sink: EffectSink
-    ) -> None:
+    def __init__(self, *, trigger_id: int, key: object, group: GroupPort | None) -> None:
         self.trigger_id = trigger_id
         self.key = key
-        self.ledger = ledger
-        self.sink = sink
+        self.group = group
         self.queue: deque[tuple[int, Any]] = deque()
         # A bare future of the running asyncio loop: created per wait on the fan-out hot
         # path, it costs a fraction of an ``anyio.Event`` (asyncio is the only backend the
@@ -71,7 +71,7 @@ class SubscriberStream:
         self.waiter: asyncio.Future[None] | None = None
         self.error: BaseException | None = None
         self.closed = False
-        self._in_window = False
+        self._in_window = False  # an event was yielded and the next one not asked for yet
 
     def __aiter__(self) -> SubscriberStream:
         return self
@@ -79,11 +79,10 @@ class SubscriberStream:
     async def __anext__(self) -> Any:
         if _current_stream.get() is not self:
             _current_stream.set(self)
-        if self._in_window:
+        group = self.group
+        if self._in_window and group is not None:
             self._in_window = False
-            effects = self.ledger.pull(self.trigger_id)  # type: ignore[union-attr]
-            if effects:
-                self.sink.carry_out(effects)
+            group.moved_past(self.trigger_id)
         queue = self.queue
         while not queue:
             if self.error is not None:
@@ -93,8 +92,8 @@ class SubscriberStream:
             waiter = self.waiter = asyncio.get_running_loop().create_future()
             await waiter
         seq, raw = queue.popleft()
-        if self.ledger is not None:
-            self.ledger.deliver(self.trigger_id, seq)
+        if group is not None:
+            group.delivered(self.trigger_id, seq)
             self._in_window = True
         return raw
 
@@ -115,14 +114,9 @@ class SubscriberStream:
 
     def reject_current(self) -> bool:
         """Reject the event being processed; False when no ack-mode window is open."""
-        ledger = self.ledger
-        if ledger is None or not self._in_window or not ledger.is_in_window(self.trigger_id):
+        if self.group is None or not self._in_window:
             return False
-        effects = ledger.reject(self.trigger_id)
-        self.sink.record_reject()
-        if effects:
-            self.sink.carry_out(effects)
-        return True
+        return self.group.reject_current(self.trigger_id)
 
     def wake(self) -> None:
         """Resume the subscriber if it waits for an event."""
@@ -136,7 +130,7 @@ class SubscriberStream:
         state = "closed" if self.closed else "failed" if self.error is not None else "open"
         return (
             f"<SubscriberStream trigger_id={self.trigger_id!r} key={self.key!r} "
-            f"mode={'fast' if self.ledger is None else 'ack'} queued={len(self.queue)} "
+            f"mode={'fast' if self.group is None else 'ack'} queued={len(self.queue)} "
             f"in_window={self._in_window} state={state}>"
         )
 

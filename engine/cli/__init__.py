@@ -1,7 +1,16 @@
-"""The ``sluice`` command line, one module per noun; the top of the house.
+"""The ``sluice`` command line, commands grouped by noun; the top of the house.
 
-``main`` holds the root group and the process commands (``run``, ``triggerer``, ...), and
-adds the command groups of the other modules. May import every part of the engine.
+- ``main``: the root group ``cli``, ``sluice version``, and ``main()`` (the console script);
+  it adds every other module's commands to the root group;
+- ``processes``: ``run``, ``triggerer``, ``scheduler``, ``dag-processor``, ``executor``;
+- ``config``: ``config show``;
+- ``db``: ``db migrate|check|reset|rotate-fernet-key``, and ``db clean`` from ``clean``;
+- ``inspect``: ``dags``, ``runs``, ``assets``, ``tasks``;
+- ``ops``: ``streams``, ``jobs``, ``triggers`` listings and ``doctor``;
+- ``common``: what they share (config and database of the click context, failing with one
+  line, table or JSON output, the ``--json`` option); imports no other module here.
+
+No module imports ``main``. May import every part of the engine, through its public modules.
 """
 
 from __future__ import annotations

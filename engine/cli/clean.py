@@ -1,6 +1,7 @@
 """``sluice db clean``: delete old rows, in batches, safely while the engine runs.
 
-See ``engine.db.clean`` for what is kept whatever the cut-off.
+See ``engine.db.clean`` for what is kept whatever the cut-off. ``engine.cli.db`` adds the
+command to the ``db`` group.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from engine.cli.inspect import _fail
+from engine.cli.common import fail, get_config, open_database
 from engine.db import clean as db_clean
 from engine.db.models import utcnow
 from engine.exceptions import SluiceError
@@ -57,15 +58,13 @@ def db_clean_command(
     asset_event_dedup_retention_sec) or that a DAG has not run on yet or that an unfinished
     run uses; an unfinished run; a trigger in use; a live job or one that owns triggers.
     """
-    from engine.cli.main import _config, _database
-
-    cfg = _config(ctx)
+    cfg = get_config(ctx)
     plan = _plan(cfg, before_text, tables)
-    database = _database(ctx)
+    database = open_database(ctx)
     try:
         _clean(database, plan, dry_run=dry_run, yes=yes, batch_size=batch_size)
     except SluiceError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     finally:
         database.dispose()
 

@@ -1,78 +1,30 @@
-"""Inspection commands: ``sluice dags|runs|assets|tasks ...`` (tables, or ``--json``)."""
+"""Inspection commands: ``sluice dags|runs|assets|tasks ...`` (tables, or ``--json``).
+
+The workflow nouns: DAGs (list, errors, show, pause, unpause, trigger), their runs, the
+assets and their events, and the logs of task instances.
+"""
 
 from __future__ import annotations
 
 import json
-import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any
 
 import click
 
+from engine.cli.common import (
+    emit,
+    fail,
+    format_cell,
+    format_table,
+    get_config,
+    json_option,
+    run_query,
+)
 from engine.db import models
 from engine.db.queries import assets as assets_sql
 from engine.db.queries import dags as dags_sql
 from engine.db.queries import inspection
 from engine.db.queries import runs as runs_sql
-from engine.exceptions import SluiceError
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from engine.db.database import Database
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-
-
-def _database(ctx: click.Context) -> Database:
-    from engine.cli.main import _database as open_database
-
-    return open_database(ctx)
-
-
-def _query(ctx: click.Context, fn: Any, *, writes: bool = False) -> Any:
-    """``fn(session)`` in one transaction; one that only reads does not hold up the engine's
-    writers (SQLite: no write lock). A database error ends the command with its first line."""
-    db = _database(ctx)
-    try:
-        return db.call(fn, read_only=not writes)
-    except SluiceError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-        _fail(
-            f"{first} (database {db!r}; check [core] sql_alchemy_conn and that the schema is "
-            "current: `sluice db check`, `sluice db migrate`)"
-        )
-    finally:
-        db.dispose()
-
-
-def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
-    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
-    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
-    return "\n".join(lines)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, default=str)
-    return str(value)
-
-
-def _emit(rows: Sequence[dict[str, Any]], columns: Sequence[str], as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps(list(rows), indent=2, default=str))
-    elif rows:
-        click.echo(_table(rows, columns))
-    else:
-        click.echo("(none)")
-
-
-def _fail(message: str) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(1)
 
 
 @click.group()
@@ -85,8 +37,8 @@ def dags() -> None:
 @click.pass_context
 def dags_list(ctx: click.Context, as_json: bool) -> None:
     """The DAGs found in the dags folder."""
-    rows = _query(ctx, dags_sql.list_dags)
-    _emit(rows, ["dag_id", "paused", "active", "fileloc"], as_json)
+    rows = run_query(ctx, dags_sql.list_dags)
+    emit(rows, ["dag_id", "paused", "active", "fileloc"], as_json)
 
 
 @dags.command("errors")
@@ -96,10 +48,10 @@ def dags_errors(ctx: click.Context, as_json: bool) -> None:
     """DAG files that failed to parse, with file and line."""
     rows = [
         {"file": e.fileloc, "line": e.lineno, "error": e.error, "at": e.timestamp.isoformat()}
-        for e in _query(ctx, dags_sql.list_parse_errors)
+        for e in run_query(ctx, dags_sql.list_parse_errors)
     ]
     if as_json or not rows:
-        _emit(rows, ["file", "line", "error"], as_json)
+        emit(rows, ["file", "line", "error"], as_json)
         return
     for row in rows:
         where = row["file"] if row["line"] is None else f"{row['file']}:{row['line']}"
@@ -113,20 +65,20 @@ def dags_errors(ctx: click.Context, as_json: bool) -> None:
 def dags_show(ctx: click.Context, dag_id: str, as_json: bool) -> None:
     """One DAG: file, schedule, tasks, the watchers of its assets, paused state, last runs."""
 
-    details = _query(ctx, lambda s: inspection.dag_details(s, dag_id))
+    details = run_query(ctx, lambda s: inspection.dag_details(s, dag_id))
     if details is None:
-        _fail(f"no DAG {dag_id!r}; see `sluice dags list`")
+        fail(f"no DAG {dag_id!r}; see `sluice dags list`")
     if as_json:
         click.echo(json.dumps(details, indent=2, default=str))
         return
     for key in ("dag_id", "fileloc", "description", "paused", "active", "last_parsed"):
-        click.echo(f"{key + ':':<13}{_cell(details[key])}")
-    click.echo(f"{'schedule:':<13}{_cell(details['schedule'])}")
+        click.echo(f"{key + ':':<13}{format_cell(details[key])}")
+    click.echo(f"{'schedule:':<13}{format_cell(details['schedule'])}")
     click.echo(f"{'assets:':<13}{', '.join(details['assets']) or '-'}")
     for title, columns in _SHOW_SECTIONS:
         click.echo(f"\n{title}:")
         rows = details[title.replace(" ", "_")]
-        click.echo(_indent(_table(rows, columns)) if rows else "  (none)")
+        click.echo(_indent(format_table(rows, columns)) if rows else "  (none)")
 
 
 _SHOW_SECTIONS = (
@@ -141,8 +93,8 @@ def _indent(text: str) -> str:
 
 
 def _set_paused(ctx: click.Context, dag_id: str, *, paused: bool) -> None:
-    if not _query(ctx, lambda s: dags_sql.set_paused(s, dag_id, paused=paused), writes=True):
-        _fail(f"no DAG {dag_id!r}; see `sluice dags list`")
+    if not run_query(ctx, lambda s: dags_sql.set_paused(s, dag_id, paused=paused), writes=True):
+        fail(f"no DAG {dag_id!r}; see `sluice dags list`")
     click.echo(f"{dag_id} {'paused' if paused else 'unpaused'}")
 
 
@@ -172,7 +124,7 @@ def dags_trigger(ctx: click.Context, dag_id: str, conf: str | None, as_json: boo
     try:
         parsed = json.loads(conf) if conf else None
     except json.JSONDecodeError as exc:
-        _fail(f"--conf is not JSON: {exc}")
+        fail(f"--conf is not JSON: {exc}")
 
     def trigger(session: Any) -> str | None:
         if not dags_sql.dag_exists(session, dag_id):
@@ -182,9 +134,9 @@ def dags_trigger(ctx: click.Context, dag_id: str, conf: str | None, as_json: boo
         )
         return runs_sql.run_id_of(session, pk)
 
-    run_id = _query(ctx, trigger, writes=True)
+    run_id = run_query(ctx, trigger, writes=True)
     if run_id is None:
-        _fail(f"no DAG {dag_id!r}; see `sluice dags list`")
+        fail(f"no DAG {dag_id!r}; see `sluice dags list`")
     if as_json:
         click.echo(json.dumps({"dag_id": dag_id, "run_id": run_id}))
     else:
@@ -202,8 +154,8 @@ def runs() -> None:
 @click.pass_context
 def runs_list(ctx: click.Context, dag_id: str, as_json: bool) -> None:
     """The runs of a DAG with their state, tasks and triggering asset events."""
-    rows = _query(ctx, lambda s: runs_sql.list_runs(s, dag_id))
-    _emit(rows, ["run_id", "run_type", "state", "tasks", "asset_events"], as_json)
+    rows = run_query(ctx, lambda s: runs_sql.list_runs(s, dag_id))
+    emit(rows, ["run_id", "run_type", "state", "tasks", "asset_events"], as_json)
 
 
 @click.group()
@@ -216,7 +168,7 @@ def assets() -> None:
 @click.pass_context
 def assets_list(ctx: click.Context, as_json: bool) -> None:
     """Every asset with its number of events."""
-    _emit(_query(ctx, assets_sql.list_assets), ["name", "uri", "events"], as_json)
+    emit(run_query(ctx, assets_sql.list_assets), ["name", "uri", "events"], as_json)
 
 
 @assets.command("events")
@@ -225,10 +177,10 @@ def assets_list(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def assets_events(ctx: click.Context, asset: str, as_json: bool) -> None:
     """The events of an asset: payload, source watcher, the runs they created."""
-    rows = _query(ctx, lambda s: assets_sql.list_asset_events(s, asset))
+    rows = run_query(ctx, lambda s: assets_sql.list_asset_events(s, asset))
     if rows is None:
-        _fail(f"no asset {asset!r}; see `sluice assets list`")
-    _emit(rows, ["id", "timestamp", "source_watcher", "payload", "runs"], as_json)
+        fail(f"no asset {asset!r}; see `sluice assets list`")
+    emit(rows, ["id", "timestamp", "source_watcher", "payload", "runs"], as_json)
 
 
 @click.group()
@@ -246,17 +198,13 @@ def tasks_logs(
     ctx: click.Context, dag_id: str, run_id: str, task_id: str, try_number: int | None
 ) -> None:
     """Print the log of a task's try."""
-    from engine.cli.main import _config
     from engine.executor.task_logs import read_task_log
 
-    ti = _query(ctx, lambda s: runs_sql.find_task_instance(s, dag_id, run_id, task_id))
+    ti = run_query(ctx, lambda s: runs_sql.find_task_instance(s, dag_id, run_id, task_id))
     if ti is None:
-        _fail(f"no task {task_id!r} in run {run_id!r} of DAG {dag_id!r}")
-    folder = _config(ctx).logging.task_log_folder
+        fail(f"no task {task_id!r} in run {run_id!r} of DAG {dag_id!r}")
+    folder = get_config(ctx).logging.task_log_folder
     try:
         click.echo(read_task_log(folder, dag_id, run_id, task_id, try_number), nl=False)
     except FileNotFoundError as exc:
-        _fail(f"no log for that try yet: {exc}")
-
-
-COMMAND_GROUPS = (dags, runs, assets, tasks)
+        fail(f"no log for that try yet: {exc}")

@@ -17,7 +17,7 @@ import click
 from sqlalchemy.exc import SQLAlchemyError
 
 from engine import doctor
-from engine.cli.inspect import _emit, _query, json_option
+from engine.cli.common import emit, get_config, json_option, open_database, run_query
 from engine.db.models import utcnow
 from engine.db.queries import inspection
 from engine.db.queries import streams as streams_sql
@@ -26,12 +26,6 @@ from engine.exceptions import SchemaNotCurrentError, SluiceError
 
 if TYPE_CHECKING:
     from engine.config import Config
-
-
-def _cfg(ctx: click.Context) -> Config:
-    from engine.cli.main import _config
-
-    return _config(ctx)
 
 
 def _thresholds(cfg: Config) -> tuple[inspection.Thresholds, float]:
@@ -54,9 +48,9 @@ def streams() -> None:
 @click.pass_context
 def streams_list(ctx: click.Context, as_json: bool) -> None:
     """Each group: mode, subscribers, backlog per lane, oldest unresolved event, counters."""
-    threshold = _cfg(ctx).triggerer.health_check_threshold_s
+    threshold = get_config(ctx).triggerer.health_check_threshold_s
     query = partial(streams_sql.list_stream_snapshots, threshold_s=threshold, now=utcnow())
-    rows = _query(ctx, query)
+    rows = run_query(ctx, query)
     if not as_json:
         rows = [{**r, "outstanding_by_lane": _lanes(r["outstanding_by_lane"])} for r in rows]
     columns = [
@@ -73,7 +67,7 @@ def streams_list(ctx: click.Context, as_json: bool) -> None:
         "rejects",
         "snapshot_age_s",
     ]
-    _emit(rows, columns, as_json)
+    emit(rows, columns, as_json)
 
 
 @click.group()
@@ -87,7 +81,7 @@ def jobs() -> None:
 @click.pass_context
 def jobs_list(ctx: click.Context, include_ended: bool, as_json: bool) -> None:
     """Each job: host and pid, state, heartbeat age, alive?, load / capacity."""
-    thresholds, default = _thresholds(_cfg(ctx))
+    thresholds, default = _thresholds(get_config(ctx))
     query = partial(
         inspection.list_jobs,
         now=utcnow(),
@@ -96,7 +90,7 @@ def jobs_list(ctx: click.Context, include_ended: bool, as_json: bool) -> None:
         include_ended=include_ended,
     )
     columns = ["id", "type", "hostname", "pid", "state", "heartbeat_age_s", "alive", "load"]
-    _emit(_query(ctx, query), [*columns, "capacity"], as_json)
+    emit(run_query(ctx, query), [*columns, "capacity"], as_json)
 
 
 @click.group()
@@ -109,10 +103,10 @@ def triggers() -> None:
 @click.pass_context
 def triggers_list(ctx: click.Context, as_json: bool) -> None:
     """Each trigger: class, owner triggerer (alive?), age, what it serves, load failure."""
-    threshold = _cfg(ctx).triggerer.health_check_threshold_s
-    rows = _query(ctx, partial(inspection.list_triggers, now=utcnow(), threshold_s=threshold))
+    threshold = get_config(ctx).triggerer.health_check_threshold_s
+    rows = run_query(ctx, partial(inspection.list_triggers, now=utcnow(), threshold_s=threshold))
     columns = ["id", "classpath", "triggerer_id", "owner_alive", "age_s", "serves"]
-    _emit(rows, [*columns, "failures", "last_failure_age_s", "load_failed"], as_json)
+    emit(rows, [*columns, "failures", "last_failure_age_s", "load_failed"], as_json)
 
 
 @click.command("doctor")
@@ -123,7 +117,7 @@ def doctor_command(ctx: click.Context, as_json: bool) -> None:
 
     Exits 0 when nothing is wrong, 1 when any error-level problem is found.
     """
-    cfg = _cfg(ctx)
+    cfg = get_config(ctx)
     findings = _examine(ctx, cfg)
     if as_json:
         click.echo(json.dumps([asdict(f) for f in findings], indent=2))
@@ -136,11 +130,10 @@ def doctor_command(ctx: click.Context, as_json: bool) -> None:
 
 
 def _examine(ctx: click.Context, cfg: Config) -> list[doctor.Finding]:
-    from engine.cli.main import _database
     from engine.db.schema import check_schema
 
     thresholds, default = _thresholds(cfg)
-    database = _database(ctx)
+    database = open_database(ctx)
     findings: list[doctor.Finding] = []
     try:
         try:
@@ -173,6 +166,3 @@ def _unreadable(exc: SluiceError) -> doctor.Finding:
         f"cannot read the metadata database: {exc}",
         "check [core] sql_alchemy_conn and that the database is up; then `sluice db migrate`",
     )
-
-
-COMMAND_GROUPS = (streams, jobs, triggers, doctor_command)

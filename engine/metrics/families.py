@@ -16,8 +16,7 @@ from prometheus_client.core import (
     SummaryMetricFamily,
 )
 
-from engine.db.queries.streams import stream_key_column
-from shared_stream.stats import REPORTED_LANES, busiest_lanes
+from shared_stream.stats import REPORTED_LANES, busiest_lanes, key_label
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -234,7 +233,7 @@ def _group_families(groups: Sequence[GroupStats]) -> list[Metric]:
         labels=labels,
     )
     for g in groups:
-        values = [stream_key_column(g.key), g.mode]
+        values = [key_label(g.key), g.mode]
         for field_name, gauge in gauges.items():
             gauge.add_metric(values, getattr(g, field_name))
         for field_name, counter in counters.items():

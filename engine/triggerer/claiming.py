@@ -24,6 +24,10 @@ first triggerer that loads a row without one), and rows are claimed by *group*:
 Rows without a digest are claimed one by one with what capacity is left. The decisions are
 pure functions of what the round read (``plan_group_claims``); ``claim_round`` reads, plans
 and writes in the caller's transaction, group decisions under the fleet-wide group lock.
+
+A triggerer's round is two transactions: ``prepare_round`` (timed-out deferrals, load errors
+cleared, rows handed back to their group), then ``sync_round`` (``claim_round``, and the
+rows this triggerer owns when they are not what it runs).
 """
 
 from __future__ import annotations
@@ -33,10 +37,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from engine.db.queries import claims as store_claims
-from engine.db.queries import jobs, triggers
+from engine.db.queries import deferrals, jobs, triggers
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping
+    from collections.abc import Collection, Mapping, Set
     from datetime import datetime
 
     from sqlalchemy.orm import Session
@@ -186,3 +190,60 @@ def _plan_locked(
 def _may_be_split(session: Session, mine: set[str], alive: Collection[int]) -> bool:
     holders = store_claims.group_holders(session, digests=mine, alive=alive)
     return any(len(held) > 1 for held in holders.values())
+
+
+def prepare_round(
+    session: Session, *, triggerer_id: int, recovered: Collection[int], rehome: Mapping[int, str]
+) -> None:
+    """The first transaction of a round: fail timed-out deferrals, clear the load errors of
+    the ``recovered`` rows, hand the ``rehome`` rows back to their group (id -> digest)."""
+    # Its own transaction: it locks task instances and deletes trigger rows, and a claim
+    # (which may wait for the fleet-wide group lock, then locks trigger rows) must not hold
+    # those locks meanwhile, nor claim a row deleted here.
+    deferrals.fail_timed_out_deferrals(session)
+    triggers.clear_load_errors(session, recovered)
+    store_claims.rehome_rows(session, triggerer_id=triggerer_id, digests=rehome)
+
+
+@dataclass(slots=True)
+class SyncRound:
+    claim: ClaimResult  # its rows: those claimed, and the ``retry`` rows still owned
+    owned: set[int] | None  # every row the triggerer owns; None when it runs just those
+    served: dict[int, triggers.Served]  # what each row of ``claim.rows`` serves
+
+
+def sync_round(
+    session: Session,
+    *,
+    triggerer_id: int,
+    capacity_left: int,
+    single_limit: int,
+    threshold_s: float,
+    expected: Set[int],
+    retry: Set[int],
+) -> SyncRound:
+    """The second transaction of a round: claim, and check what the triggerer owns.
+
+    ``expected``: the rows it runs (or failed to load); ``retry``: failed ones to load again
+    (fetched again while still owned).
+    """
+    result = claim_round(
+        session,
+        triggerer_id=triggerer_id,
+        capacity_left=capacity_left,
+        single_limit=single_limit,
+        threshold_s=threshold_s,
+    )
+    # The full id list only when the cheap checksum says ours changed: with 100,000 idle
+    # triggers, listing them every second is most of the idle CPU.
+    claimed = {row.id for row in result.rows}
+    local = (len(expected) + len(claimed), sum(expected) + sum(claimed))
+    owned = None
+    if (
+        retry
+        or result.released
+        or triggers.owned_checksum(session, triggerer_id=triggerer_id) != local
+    ):
+        owned = triggers.owned_trigger_ids(session, triggerer_id=triggerer_id)
+        result.rows += triggers.fetch_trigger_rows(session, (retry & owned) - claimed)
+    return SyncRound(result, owned, triggers.triggers_served(session, (r.id for r in result.rows)))

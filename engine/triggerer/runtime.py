@@ -1,31 +1,36 @@
-"""The trigger runtime: thousands of triggers in one event loop, no database.
+"""The trigger runtime: run a trigger or a group subscriber, thousands in one loop, no database.
 
-Theory of operation. ``run()`` hosts the triggers; ``start(spec)`` spawns one asyncio task
-per trigger and keeps its ``TriggerHandle`` in a dict by trigger id until the task ends;
-``stop(trigger_id)`` cancels that task. What a task does (attempts, events, failures,
-watcher restarts, bounded cleanup) is in ``engine.triggerer.runtime``.
+Theory of operation. ``start(spec)`` spawns one asyncio task per trigger and keeps its
+``TriggerHandle`` by trigger id until the task ends; ``stop(trigger_id)`` cancels it; ``run()``
+hosts the tasks until ``aclose()``. A task runs *attempts*: an attempt opens the event source
+(the trigger's own ``run()``, or for an event trigger with a ``shared_stream_key()`` its
+``filter_shared_stream()`` over a subscription to the shared stream) and puts every
+``TriggerEvent`` it yields into the outbox as a ``FiredEvent``, with its dedup key and its
+shared-stream sequence number. A ``TASK`` trigger ends after its first event; a ``WATCHER``
+keeps running. Whatever goes wrong in an attempt is a ``TriggerFailed`` in the outbox and an
+ERROR line; a failed watcher restarts from a fresh instance after a backoff (``failures``).
+After every attempt (event, failure or cancellation) the source is closed, the subscription
+dropped and ``trigger.cleanup()`` awaited, shielded and bounded (``cleanup``).
 
 Why plain asyncio tasks, not ``TaskGroup.start_soon`` (STYLE.md: "no bare
-asyncio.create_task"): a triggerer holds 100,000 idle triggers, and anyio's ``start_soon``
-costs about 2.7 KB per task on top of the task itself (a ``TaskHandle``, its own cancel
-scope with two sets and a task state, a finished event, a wrapper coroutine, a done
-closure), about as much as everything else an idle ``TimeDeltaTrigger`` needs. Measured with
-``bench/triggerer_bench.py`` at 100,000 idle triggers: 6.8 KiB of RSS per trigger with
-``start_soon``, 4.0 KiB with plain tasks.
+asyncio.create_task"): a triggerer holds 100,000 idle triggers, and ``start_soon`` costs
+about 2.7 KB per task on top of the task itself, as much as everything else an idle
+``TimeDeltaTrigger`` needs (``bench/triggerer_bench.py``, 100,000 idle triggers: 6.8 KiB of
+RSS per trigger with ``start_soon``, 4.0 KiB with plain tasks). So the idle path is one frame
+of ours (``_run_trigger``, the attempt inline) above the trigger's ``run()``, and the state
+per trigger is one slotted ``TriggerHandle``.
 
 The runner keeps these tasks structured by hand: it counts every task it spawned, ``run()``
 does not return before all of them ended (cancelling them when it is cancelled or closed,
-again every ``STOP_SLACK_S`` for a trigger that swallowed it), and a task that ends with
-an exception (a bug of the runtime: user code is wrapped at one boundary) is logged, stops
-every other trigger and is raised by ``run()`` (in an ``ExceptionGroup``, as a task group
-would).
+again every ``STOP_SLACK_S`` for a trigger that swallowed it), and a task that ends with an
+exception (a bug of the runtime: user code is wrapped at one boundary) is logged, stops every
+other trigger and is raised by ``run()`` in an ``ExceptionGroup``, as a task group would.
 
 Cancellation is native (``Task.cancel()``, as Airflow's triggerer does): a trigger's own
-anyio cancel scopes (``move_on_after``, task groups) work inside it as usual, but a
-*shielded* scope inside ``run()`` does not hold off ``stop()``; keep such work in
-``cleanup()``, which the runner shields. A task that is cleaning up is not cancelled: it
-ends once its (bounded) cleanup did. Cancellation is never reported as a failure and never
-swallowed.
+anyio cancel scopes work inside it as usual, but a *shielded* scope inside ``run()`` does not
+hold off ``stop()``; keep such work in ``cleanup()``, which the runner shields. A task that
+is cleaning up is not cancelled (``TriggerHandle.cancel`` only marks it stopping): it ends
+once its bounded cleanup did. Cancellation is never reported as a failure, never swallowed.
 """
 
 from __future__ import annotations
@@ -35,31 +40,37 @@ import contextvars
 import inspect
 import logging
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import anyio
 
+from engine.db.models import TriggerKind
 from engine.logs import LOG_FIELDS
-from engine.triggerer.outbox import TriggerKind
-from engine.triggerer.trigger_task import (
+from engine.triggerer.cleanup import Cleanups, call_on_kill
+from engine.triggerer.failures import (
     EXITED_WITHOUT_EVENT,
     RETURNED_EVENT,
     WATCHER_EXITED,
-    SharedStreamSubscriptions,
-    TriggerHandle,
-    TriggerTasks,
-    _Failure,
+    Failure,
+    RestartPolicy,
+    rebuild,
+    report,
 )
-from triggers.base import classpath_of
+from engine.triggerer.handles import TriggerHandle, TriggerSpec
+from engine.triggerer.persister import FiredEvent
+from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+    from types import FrameType
 
     from anyio.abc import TaskStatus
 
-    from engine.triggerer.outbox import Outbox
+    from engine.triggerer.persister import Outbox
     from triggers.base import BaseTrigger
+
+    DedupHook = Callable[[TriggerEvent], str | None]  # a trigger's bound dedup_key
 
 __all__ = (
     "EXITED_WITHOUT_EVENT",
@@ -69,6 +80,7 @@ __all__ = (
     "TriggerKind",
     "TriggerRunner",
     "TriggerSpec",
+    "trigger_in_frame",
 )
 
 logger = logging.getLogger(__name__)
@@ -79,20 +91,21 @@ DEFAULT_HEALTHY_RUN_S: Final = 60.0
 # How long aclose() waits, past its grace, for run() to unwind after cancelling everything;
 # also the pace at which run() cancels again the tasks that are still running as it ends.
 STOP_SLACK_S: Final = 1.0
+_DEFAULT_DEDUP_HOOK: Final = BaseEventTrigger.dedup_key
 
 
-@dataclass(frozen=True, slots=True)
-class TriggerSpec:
-    """A trigger to run: its row id, a built instance, and what it serves."""
+class SharedStreamSubscriptions(Protocol):
+    """The part of ``SharedStreamManager`` the runner uses."""
 
-    trigger_id: int
-    trigger: BaseTrigger
-    kind: TriggerKind
-    #: What the trigger serves (dag_id/run_id/task_id, or asset/watcher): every line logged
-    #: in its task carries these and its trigger_id. None keeps the task's context as is.
-    log_fields: Mapping[str, object] | None = None
-    #: A watcher's (asset id, watcher name): what its fired events are stored for.
-    watcher: tuple[int, str] | None = None
+    def subscribe(
+        self, *, trigger_id: int, trigger: BaseEventTrigger, key: Hashable
+    ) -> AsyncIterator[Any]: ...
+
+    def bind_pending_event(self, *, trigger_id: int, key: Hashable) -> int | None: ...
+
+    async def unsubscribe(
+        self, trigger_id: int, key: Hashable, *, failed: bool = False
+    ) -> None: ...
 
 
 class TriggerRunner:
@@ -108,15 +121,11 @@ class TriggerRunner:
         healthy_run_s: float = DEFAULT_HEALTHY_RUN_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._restarts = RestartPolicy(restart_backoff_s, healthy_run_s)
         self._outbox = outbox
-        self._tasks = TriggerTasks(
-            outbox=outbox,
-            shared_streams=shared_streams,
-            cleanup_timeout_s=cleanup_timeout_s,
-            restart_backoff_s=restart_backoff_s,
-            healthy_run_s=healthy_run_s,
-            clock=clock,
-        )
+        self._shared_streams = shared_streams
+        self._cleanups = Cleanups(cleanup_timeout_s)
+        self._clock = clock
         self._handles: dict[int, TriggerHandle] = {}
         self._live = 0  # tasks spawned and not ended yet (stopped ones cleaning up included)
         self._crashes: list[BaseException] = []
@@ -128,6 +137,9 @@ class TriggerRunner:
         # Every done callback runs in this one (empty) context: no context copy per task.
         self._callback_context = contextvars.Context()
         self._on_task_end = self._task_ended  # one bound method shared by every handle
+        # Totals for the metrics endpoint (plain ints: fired is on the fan-out hot path).
+        self._fired = 0
+        self._failed = 0
 
     # -- service -------------------------------------------------------------------------
 
@@ -160,7 +172,7 @@ class TriggerRunner:
         cancelled task (it shields itself) and more than once.
         """
         self._closing = True
-        self._tasks.close_by(anyio.current_time() + grace_s)
+        self._cleanups.close_by(anyio.current_time() + grace_s)
         for handle in self._handles.values():
             handle.cancel()
         logger.info(
@@ -231,16 +243,12 @@ class TriggerRunner:
                 return
             if previous.done is None:
                 previous.done = anyio.Event()
-        handle = TriggerHandle(
-            spec.trigger_id, spec.trigger, spec.kind, previous, self._on_task_end, spec.watcher
-        )
+        handle = TriggerHandle(spec, previous, self._on_task_end)
         name = f"trigger {spec.trigger_id} {classpath_of(spec.trigger)}"
         # Every line logged by the trigger's task carries its id (and what it serves).
         context = contextvars.copy_context()
         context.run(LOG_FIELDS.set, {"trigger_id": spec.trigger_id, **(spec.log_fields or {})})
-        handle.task = task = loop.create_task(
-            self._tasks.run_trigger(handle), name=name, context=context
-        )
+        handle.task = task = loop.create_task(self._run_trigger(handle), name=name, context=context)
         task.add_done_callback(handle, context=self._callback_context)
         self._handles[spec.trigger_id] = handle
         self._live += 1
@@ -260,24 +268,24 @@ class TriggerRunner:
             extra={"action": "trigger_stop", "trigger_id": trigger_id, "kill": kill},
         )
         if kill:
-            _call_on_kill(handle.trigger, trigger_id)
+            call_on_kill(handle.trigger, trigger_id)
         handle.cancel()
 
     def report_failure(
         self, trigger_id: int, kind: TriggerKind, reason: str, *, traceback: str | None = None
     ) -> None:
         """Report a failure found outside the runner (e.g. the trigger could not be loaded)."""
-        self._tasks.report(trigger_id, kind, _Failure(reason, traceback))
+        self._report(trigger_id, kind, Failure(reason, traceback))
 
     @property
     def events_fired(self) -> int:
         """Trigger events put in the outbox since the runner was created."""
-        return self._tasks.fired
+        return self._fired
 
     @property
     def failures_reported(self) -> int:
         """Trigger failures put in the outbox since the runner was created."""
-        return self._tasks.failed
+        return self._failed
 
     def running_ids(self) -> frozenset[int]:
         """Ids of the triggers that have a task (including ones stopping)."""
@@ -296,8 +304,142 @@ class TriggerRunner:
             state = "running" if self._loop is not None else "idle"
         return (
             f"<TriggerRunner {state} triggers={len(self._handles)} tasks={self._live} "
-            f"outbox={len(self._outbox)}>"
+            f"outbox={len(self._outbox)} cleanups={len(self._cleanups)}>"
         )
+
+    # -- one trigger's task: attempts ----------------------------------------------------
+
+    async def _run_trigger(self, handle: TriggerHandle) -> None:
+        """The body of one trigger's task (``trigger_in_frame`` finds it by its code)."""
+        trigger_id = handle.trigger_id
+        if handle.previous is not None:
+            await handle.wait_for_previous()
+        previous: Failure | None = None  # the last failure of the current streak
+        while True:
+            started = self._clock()
+            trigger = handle.trigger
+            trigger.trigger_id = trigger_id
+            dedup = _dedup_hook(trigger)
+            key: Hashable | None = None
+            source: Any = None
+            failure: Failure | None = None
+            try:
+                key = self._shared_stream_key(trigger)
+                source = self._open_source(trigger_id, trigger, key)
+                if inspect.iscoroutine(source):
+                    failure = Failure.returned(await source)
+                else:
+                    async for item in source:
+                        failure = self._take(handle, item, key, dedup)
+                        if failure is not None or handle.kind is TriggerKind.TASK:
+                            break
+                    else:
+                        failure = Failure.exhausted(is_task=handle.kind is TriggerKind.TASK)
+            except Exception as exc:  # noqa: BLE001 - the user-code boundary: a reported failure
+                failure = Failure.from_exception(exc)
+            finally:
+                unsubscribe = self._unsubscribe(trigger_id, key, failed=failure is not None)
+                await self._cleanups.end_attempt(handle, trigger, source, unsubscribe)
+            if failure is None:
+                return
+            previous = self._restarts.count(previous, failure, ran_s=self._clock() - started)
+            if not await self._after_failure(handle, previous):
+                return
+
+    def _shared_stream_key(self, trigger: BaseTrigger) -> Hashable | None:
+        if self._shared_streams is None or not isinstance(trigger, BaseEventTrigger):
+            return None
+        return trigger.shared_stream_key()
+
+    def _open_source(self, trigger_id: int, trigger: BaseTrigger, key: Hashable | None) -> object:
+        """The trigger's own ``run()``, or its filter over a subscription to the stream."""
+        if key is None:
+            return trigger.run()
+        assert self._shared_streams is not None
+        assert isinstance(trigger, BaseEventTrigger)
+        stream = self._shared_streams.subscribe(trigger_id=trigger_id, trigger=trigger, key=key)
+        return trigger.filter_shared_stream(stream)
+
+    def _unsubscribe(
+        self, trigger_id: int, key: Hashable | None, *, failed: bool
+    ) -> Callable[[], Awaitable[None]] | None:
+        if key is None:
+            return None
+        assert self._shared_streams is not None
+        return partial(self._shared_streams.unsubscribe, trigger_id, key, failed=failed)
+
+    def _take(
+        self, handle: TriggerHandle, item: object, key: Hashable | None, dedup: DedupHook | None
+    ) -> Failure | None:
+        """Fire ``item`` if it is a ``TriggerEvent``; the failure it is otherwise.
+
+        The event's dedup key is computed here, once, and travels on its ``FiredEvent``;
+        ``dedup`` is the trigger's ``dedup_key`` hook (None: the event's own key stands).
+        """
+        if not isinstance(item, TriggerEvent):
+            return Failure.not_an_event(item)
+        # Before binding: a hook that raises fails the trigger with nothing bound to it.
+        dedup_key = item.dedup_key if dedup is None else dedup(item)
+        if dedup is not None and dedup_key is not None and not isinstance(dedup_key, str):
+            if inspect.iscoroutine(dedup_key):
+                dedup_key.close()  # never awaited: say so instead of a RuntimeWarning
+            return Failure.bad_dedup_key(dedup_key)
+        seq: int | None = None
+        if key is not None:
+            assert self._shared_streams is not None
+            seq = self._shared_streams.bind_pending_event(trigger_id=handle.trigger_id, key=key)
+        self._outbox.put_nowait(
+            FiredEvent(handle.trigger_id, item, seq, self._clock(), handle.watcher, dedup_key)
+        )
+        self._fired += 1
+        logger.log(
+            logging.INFO if handle.kind is TriggerKind.TASK else logging.DEBUG,
+            "Trigger %s fired: %r",
+            handle.trigger_id,
+            item,
+            extra={"action": "trigger_fired", "trigger_id": handle.trigger_id, "seq": seq},
+        )
+        return None
+
+    # -- after a failure: report, and restart a watcher ----------------------------------
+
+    async def _after_failure(self, handle: TriggerHandle, failure: Failure) -> bool:
+        """Report ``failure``; for a watcher wait its backoff and rebuild it (False: end)."""
+        if handle.kind is TriggerKind.TASK:
+            self._report(handle.trigger_id, handle.kind, failure)
+            return False
+        self._report(handle.trigger_id, handle.kind, failure, restart_in_s=failure.backoff_s)
+        if handle.stopping:  # stopped while it cleaned up
+            return False
+        await anyio.sleep(failure.backoff_s)
+        return self._recreate(handle)
+
+    def _recreate(self, handle: TriggerHandle) -> bool:
+        """Replace the failed watcher with a fresh instance built from its kwargs."""
+        old = handle.trigger
+        try:
+            handle.trigger = rebuild(old)
+        except Exception as exc:  # noqa: BLE001 - user code: becomes a reported failure
+            self._report(handle.trigger_id, handle.kind, Failure.from_exception(exc).not_rebuilt())
+            return False
+        logger.info(
+            "Restarting watcher trigger %s (%s)",
+            handle.trigger_id,
+            classpath_of(old),
+            extra={"action": "trigger_restart", "trigger_id": handle.trigger_id},
+        )
+        return True
+
+    def _report(
+        self,
+        trigger_id: int,
+        kind: TriggerKind,
+        failure: Failure,
+        *,
+        restart_in_s: float | None = None,
+    ) -> None:
+        self._outbox.put_nowait(report(trigger_id, kind, failure, restart_in_s=restart_in_s))
+        self._failed += 1
 
     # -- task bookkeeping ----------------------------------------------------------------
 
@@ -335,25 +477,32 @@ class TriggerRunner:
             self._wake.set()
 
 
-def _call_on_kill(trigger: BaseTrigger, trigger_id: int) -> None:
-    """Call the trigger's (synchronous) ``on_kill``; a failure is logged, never raised.
+_TASK_BODY_CODE: Final = TriggerRunner._run_trigger.__code__
 
-    An ``async def on_kill`` would only create a coroutine here (``stop`` cannot await):
-    it is closed unrun and reported as an error rather than silently skipped.
+
+def trigger_in_frame(frame: FrameType) -> tuple[int | None, str] | None:
+    """(trigger id, classpath) when ``frame`` is the body of a trigger's task, else None.
+
+    For the loop watchdog, which walks the loop thread's stack from its own thread.
     """
-    extra = {"action": "trigger_on_kill_failed", "trigger_id": trigger_id}
-    on_kill: Callable[[], object] = trigger.on_kill  # a user's may be (wrongly) async
-    try:
-        result = on_kill()
-    except Exception:
-        logger.exception("Trigger %s on_kill() raised; stopping it anyway", trigger_id, extra=extra)
-        return
-    if inspect.iscoroutine(result):
-        result.close()
-        logger.error(
-            "Trigger %s (%s): on_kill() is an async def, so it did not run; make it a plain "
-            "def (release async resources in cleanup(), which is awaited); stopping it anyway",
-            trigger_id,
-            classpath_of(trigger),
-            extra=extra,
-        )
+    if frame.f_code is not _TASK_BODY_CODE:
+        return None
+    local = frame.f_locals
+    handle = local.get("handle")
+    classpath = classpath_of(handle.trigger) if handle is not None else "?"
+    trigger_id = local.get("trigger_id")
+    return (trigger_id if isinstance(trigger_id, int) else None), classpath
+
+
+def _dedup_hook(trigger: BaseTrigger) -> DedupHook | None:
+    """``trigger.dedup_key``, or None where it would return each event's own key.
+
+    Resolved once per attempt: for an event trigger that neither overrides the hook nor sets
+    ``dedup_by_payload`` (and for a deferred task's trigger, which has no hook) the runtime
+    takes ``event.dedup_key`` as is, without a call per event on the fan-out path.
+    """
+    if not isinstance(trigger, BaseEventTrigger):
+        return None
+    if type(trigger).dedup_key is _DEFAULT_DEDUP_HOOK and not trigger.dedup_by_payload:
+        return None
+    return trigger.dedup_key

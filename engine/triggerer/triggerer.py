@@ -18,19 +18,19 @@ from typing import TYPE_CHECKING, Final
 import anyio
 import anyio.lowlevel
 
-from engine.db import models
 from engine.db.heartbeat import heartbeat_forever
 from engine.db.models import JobState, TriggerKind
 from engine.db.queries import claims as store_claims
-from engine.db.queries import deferrals, jobs, streams, triggers
-from engine.exceptions import DecryptionError, SluiceError, TriggerLoadError
-from engine.loader import import_trigger_class, instantiate_trigger, trigger_stream_digest
+from engine.db.queries import jobs, streams, triggers
+from engine.exceptions import SluiceError, TriggerLoadError
+from engine.loader import trigger_stream_digest
 from engine.metrics.readings import HistogramReading, TriggererReading
 from engine.retry import Backoff
 from engine.triggerer import claiming
-from engine.triggerer.outbox import Outbox, TriggerFailed
-from engine.triggerer.persister import BatchResult, Persister
-from engine.triggerer.runtime import TriggerRunner, TriggerSpec
+from engine.triggerer.housekeeping import clean_forever, publish_stream_stats_forever
+from engine.triggerer.loading import Loaded, load_rows
+from engine.triggerer.persister import BatchResult, Outbox, Persister, TriggerFailed
+from engine.triggerer.runtime import TriggerRunner
 from engine.triggerer.watchdog import LoopWatchdog
 from shared_stream import SharedStreamManager
 
@@ -71,17 +71,6 @@ class TriggererSettings:
     new_trigger_poll_s: float = NEW_TRIGGER_POLL_S
     max_asset_event_payload_bytes: int | None = 1_048_576
     keep_events_while_paused: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class _Loaded:
-    """A claimed row made ready to instantiate on the loop: its class and kwargs, or why not."""
-
-    row: triggers.TriggerRow
-    cls: type[BaseTrigger] | None
-    kwargs: dict[str, object] | None
-    error: str | None
-    served: triggers.Served | None = None
 
 
 class Triggerer:
@@ -164,8 +153,23 @@ class Triggerer:
                         part="Triggerer",
                     )
                 )
-                tg.start_soon(self._cleanup_loop)
-                tg.start_soon(self._publish_stats_loop)
+                tg.start_soon(
+                    partial(
+                        clean_forever,
+                        self._db,
+                        threshold_s=self.settings.health_check_threshold_s,
+                        interval_s=self.settings.cleanup_interval_s,
+                    )
+                )
+                tg.start_soon(
+                    partial(
+                        publish_stream_stats_forever,
+                        self._db,
+                        self.shared_streams.stats,
+                        job_id=self.job_id,
+                        interval_s=self.settings.heartbeat_s,
+                    )
+                )
                 await tg.start(self._claim_loop)
                 task_status.started()
                 await self._stopping.wait()
@@ -267,53 +271,6 @@ class Triggerer:
 
     # --- loops --------------------------------------------------------------------------
 
-    async def _cleanup_loop(self) -> None:
-        threshold_s = self.settings.health_check_threshold_s
-
-        def dead_snapshots(session: Session) -> int:
-            # Rows of triggerers that crashed (a clean stop deletes its own rows).
-            return streams.delete_dead_stream_snapshots(
-                session, threshold_s=threshold_s, now=models.utcnow()
-            )
-
-        while True:
-            for what, clean in (
-                ("Trigger", triggers.delete_unreferenced_triggers),
-                ("Shared-stream snapshot", dead_snapshots),
-            ):
-                try:
-                    await self._db.run(clean)
-                except SluiceError as exc:
-                    logger.warning("%s clean-up failed: %s", what, exc, extra={"action": "cleanup"})
-            await anyio.sleep(self.settings.cleanup_interval_s)
-
-    async def _publish_stats_loop(self) -> None:
-        """Every heartbeat, replace this triggerer's ``shared_stream_snapshot`` rows.
-
-        ``sluice streams list`` reads them from anywhere; a failed write is retried next round.
-        """
-        assert self.job_id is not None
-        job_id, written_empty = self.job_id, False
-        while True:
-            stats = self.shared_streams.stats()
-            if stats or not written_empty:
-                publish = partial(
-                    streams.publish_stream_stats,
-                    triggerer_id=job_id,
-                    stats=stats,
-                    now=models.utcnow(),
-                )
-                try:
-                    await self._db.run(publish)
-                    written_empty = not stats
-                except SluiceError as exc:
-                    logger.warning(
-                        "Publishing shared-stream stats failed, retrying: %s",
-                        exc,
-                        extra={"action": "stream_stats_publish_failed", "job_id": job_id},
-                    )
-            await anyio.sleep(self.settings.heartbeat_s)
-
     async def _claim_loop(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
@@ -396,51 +353,29 @@ class Triggerer:
         left = min(room, CLAIM_CHUNK)
         now = time.monotonic()
         retry = {t for t, failed_at in self._load_failed.items() if now - failed_at >= LOAD_RETRY_S}
-
-        expected = self.runner.running_ids() | self._load_failed.keys()
-
+        sync = partial(
+            claiming.sync_round,
+            triggerer_id=job_id,
+            capacity_left=room,
+            single_limit=left,
+            threshold_s=s.health_check_threshold_s,
+            expected=self.runner.running_ids() | self._load_failed.keys(),
+            retry=retry,
+        )
         recovered, self._recovered = self._recovered, set()
         rehome, self._rehome = self._rehome, {}
-
-        def prepare(session: Session) -> None:
-            # Its own transaction: it locks task instances and deletes trigger rows, and a
-            # claim (which may wait for the fleet-wide group lock, then locks trigger rows)
-            # must not hold those locks meanwhile, nor claim a row deleted here.
-            deferrals.fail_timed_out_deferrals(session)
-            triggers.clear_load_errors(session, recovered)
-            store_claims.rehome_rows(session, triggerer_id=job_id, digests=rehome)
-
-        def claim(
-            session: Session,
-        ) -> tuple[set[int] | None, claiming.ClaimResult, dict[int, triggers.Served]]:
-            result = claiming.claim_round(
-                session,
-                triggerer_id=job_id,
-                capacity_left=room,
-                single_limit=left,
-                threshold_s=s.health_check_threshold_s,
-            )
-            # The full id list only when the cheap checksum says ours changed: with 100,000
-            # idle triggers, listing them every second is most of the idle CPU.
-            claimed = {row.id for row in result.rows}
-            local = (len(expected) + len(claimed), sum(expected) + sum(claimed))
-            owned = None
-            if (
-                retry
-                or result.released
-                or triggers.owned_checksum(session, triggerer_id=job_id) != local
-            ):
-                owned = triggers.owned_trigger_ids(session, triggerer_id=job_id)
-                result.rows += triggers.fetch_trigger_rows(session, (retry & owned) - claimed)
-            return owned, result, triggers.triggers_served(session, (r.id for r in result.rows))
-
         try:
-            await self._db.run(prepare)
-            owned, result, served = await self._db.run(claim)
+            await self._db.run(
+                partial(
+                    claiming.prepare_round, triggerer_id=job_id, recovered=recovered, rehome=rehome
+                )
+            )
+            synced = await self._db.run(sync)
         except SluiceError:
             self._recovered |= recovered  # cleared by the next round
             self._rehome = rehome | self._rehome
             raise
+        result, owned, served = synced.claim, synced.owned, synced.served
         rows, self._holds_groups = result.rows, result.holds_groups
         self._report_claim(result)
         if owned is not None:
@@ -450,7 +385,15 @@ class Triggerer:
             self._load_failed.pop(row.id, None)
         self._claims += len(rows)
         # Decrypted and imported after the commit: the claim holds no lock meanwhile.
-        loaded = await anyio.to_thread.run_sync(self._load, rows, served) if rows else []
+        load = partial(
+            load_rows,
+            rows,
+            served,
+            cipher=self._cipher,
+            allowed_modules=s.allowed_modules,
+            plugins_folder=s.plugins_folder,
+        )
+        loaded = await anyio.to_thread.run_sync(load) if rows else []
         for index, item in enumerate(loaded, start=1):
             self._start(item)
             if index % START_CHUNK == 0:
@@ -479,37 +422,6 @@ class Triggerer:
                 extra={"action": "group_split_repaired", "trigger_ids": result.released},
             )
 
-    def _load(
-        self, rows: list[triggers.TriggerRow], served: dict[int, triggers.Served]
-    ) -> list[_Loaded]:
-        """In a worker thread: import each class of the round once (a first import of, say,
-        aiokafka takes a few hundred ms and must not block the loop) and decrypt the kwargs."""
-        classes: dict[str, type[BaseTrigger] | TriggerLoadError] = {}
-        for classpath in {row.classpath for row in rows}:
-            try:
-                classes[classpath] = import_trigger_class(
-                    classpath,
-                    allowed=self.settings.allowed_modules,
-                    plugins_folder=self.settings.plugins_folder,
-                )
-            except TriggerLoadError as exc:
-                classes[classpath] = exc
-        return [self._decrypt(row, classes[row.classpath], served.get(row.id)) for row in rows]
-
-    def _decrypt(
-        self,
-        row: triggers.TriggerRow,
-        cls: type[BaseTrigger] | TriggerLoadError,
-        served: triggers.Served | None,
-    ) -> _Loaded:
-        if isinstance(cls, TriggerLoadError):
-            return _Loaded(row, None, None, str(cls), served)
-        try:
-            kwargs = self._cipher.decrypt_kwargs(row.kwargs, trigger_id=row.id)
-        except DecryptionError as exc:
-            return _Loaded(row, None, None, str(exc), served)
-        return _Loaded(row, cls, kwargs, None, served)
-
     def _stop_unowned(self, owned: set[int]) -> None:
         for trigger_id in self.runner.running_ids() - owned:
             logger.info(
@@ -519,29 +431,16 @@ class Triggerer:
             )
             self.runner.stop(trigger_id)
 
-    def _start(self, item: _Loaded) -> None:
-        row = item.row
-        kind = TriggerKind(row.kind)
+    def _start(self, item: Loaded) -> None:
+        row, kind = item.row, item.kind
         try:
-            if item.error is not None:
-                raise TriggerLoadError(item.error)
-            assert item.cls is not None and item.kwargs is not None
-            trigger = instantiate_trigger(item.cls, row.classpath, item.kwargs)
+            trigger = item.instantiate()
         except TriggerLoadError as exc:
             self._load_failure(row.id, kind, exc)
             return
         if not self._in_its_group(row, trigger):
             return
-        served = item.served
-        self.runner.start(
-            TriggerSpec(
-                trigger_id=row.id,
-                trigger=trigger,
-                kind=kind,
-                log_fields=None if served is None else served.log_fields,
-                watcher=None if served is None else served.watcher,
-            )
-        )
+        self.runner.start(item.spec(trigger))
         if row.has_error and kind is TriggerKind.WATCHER:
             self._recovered.add(row.id)
 

@@ -5,8 +5,8 @@ seconds. A daemon thread wakes at the same pace and checks the age of the stamp:
 loop has not stamped for longer than the threshold, it is blocked right now (a trigger
 made a blocking call, or ran a long CPU-bound stretch), so the thread samples the loop
 thread's stack *while it is blocked* (``sys._current_frames()``), walks it outwards to
-the runner's per-trigger frame (``TriggerTasks.run_trigger``, found by its code object)
-and reads the trigger id and class from that frame's locals. When no trigger frame is on
+the first frame that ``engine.triggerer.runtime.trigger_in_frame`` recognises as a trigger
+task's body, which names the trigger id and class. When no trigger frame is on
 the stack (the block is in the engine itself or in a shared-stream poll), it names the
 asyncio task that is running instead. One warning per blocked stretch.
 
@@ -39,8 +39,7 @@ from typing import TYPE_CHECKING, Final
 
 import anyio
 
-from engine.triggerer.trigger_task import TriggerTasks
-from triggers.base import classpath_of
+from engine.triggerer.runtime import trigger_in_frame
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -54,7 +53,6 @@ logger = logging.getLogger(__name__)
 
 TICKS_PER_THRESHOLD: Final = 4
 THREAD_JOIN_TIMEOUT_S: Final = 2.0
-_TRIGGER_FRAME_CODE: Final = TriggerTasks.run_trigger.__code__
 # select() of every selector asyncio may use: the loop thread in there is idle, not blocked
 _SELECTORS: Final = ("SelectSelector", "PollSelector", "EpollSelector", "DevpollSelector")
 _SELECTOR_WAIT_CODES: Final = frozenset(
@@ -214,12 +212,8 @@ class LoopWatchdog:
         """Who runs on the loop thread right now: (trigger id, classpath) or (None, task)."""
         frame: FrameType | None = sys._current_frames().get(self._loop_thread_id or -1)
         while frame is not None:
-            if frame.f_code is _TRIGGER_FRAME_CODE:
-                local = frame.f_locals
-                handle = local.get("handle")
-                classpath = classpath_of(handle.trigger) if handle is not None else "?"
-                trigger_id = local.get("trigger_id")
-                return (trigger_id if isinstance(trigger_id, int) else None), classpath
+            if (running := trigger_in_frame(frame)) is not None:
+                return running
             frame = frame.f_back
         task = asyncio.current_task(self._loop) if self._loop is not None else None
         return None, (f"task {task.get_name()!r}" if task is not None else "a loop callback")

@@ -36,7 +36,7 @@ from engine.db.queries import jobs as jobs_sql
 from engine.db.schema import migrate
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from shared_stream import GroupStats, SharedStreamManager
-from shared_stream.stats import REPORTED_LANES
+from shared_stream.stats import KEY_LABEL_MAX_CHARS, REPORTED_LANES
 from shared_stream.testing import BlockingProducer, InMemoryProducer, SubscriberHarness
 from tests.waiting import eventually
 from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
@@ -232,7 +232,7 @@ def test_snapshots_of_dead_triggerers_are_not_listed(db: Database) -> None:
         )
     )
     (row,) = _snapshots(db)
-    assert len(row["key"]) <= streams.STREAM_KEY_MAX_CHARS and row["key"].startswith("xxx")
+    assert len(row["key"]) <= KEY_LABEL_MAX_CHARS and row["key"].startswith("xxx")
 
 
 # --- jobs, triggers, DAG details ----------------------------------------------------------

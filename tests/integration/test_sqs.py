@@ -19,6 +19,7 @@ from sqlalchemy import insert, select
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.db.models import Asset, AssetEvent, AssetWatcher, TriggerKind
+from engine.db.queries import triggers as trigger_rows
 from engine.db.schema import migrate
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import SqsMessageTrigger
@@ -394,7 +395,7 @@ def _seed_watchers(
                 insert(Asset).values(name=name, uri=f"test://{name}", extra={}).returning(Asset.id)
             ).scalar_one()
             classpath, kwargs = trigger.serialize()
-            tid = triggers.add_trigger_row(
+            tid = trigger_rows.add_trigger_row(
                 session, cipher, classpath, kwargs, kind=TriggerKind.WATCHER
             )
             session.execute(

@@ -19,7 +19,6 @@ from engine.db import models
 from engine.db.database import Database
 from engine.db.models import Asset, Dag, DagScheduleAsset, DagTask, TriggerKind
 from engine.db.queries import assets
-from engine.db.queries.streams import STREAM_KEY_MAX_CHARS, stream_key_column
 from engine.db.schema import migrate
 from engine.executor import local as executor_module
 from engine.executor.local import ExecutorSettings, LocalExecutor
@@ -32,10 +31,10 @@ from engine.metrics import (
     families,
 )
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
-from engine.triggerer.outbox import FiredEvent
+from engine.triggerer.persister import FiredEvent
 from engine.triggerer.runtime import TriggerSpec
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
-from shared_stream.stats import REPORTED_LANES, GroupStats
+from shared_stream.stats import KEY_LABEL_MAX_CHARS, REPORTED_LANES, GroupStats, key_label
 from tests.waiting import wait_until
 from triggers.base import TriggerEvent
 from triggers.file import DirectoryFileDeleteTrigger
@@ -319,8 +318,8 @@ def test_lane_series_are_bounded_and_the_key_label_is_cut_as_the_database_column
     group = GroupStats(key=long_key, mode="ack", subscribers=1, outstanding_by_lane=lanes)
     samples = exposition(families(reading_with_groups(group)))
 
-    label = stream_key_column(long_key)
-    assert len(label) <= STREAM_KEY_MAX_CHARS
+    label = key_label(long_key)
+    assert len(label) <= KEY_LABEL_MAX_CHARS
     keys = {dict(labels)["key"] for _, labels in samples if "key" in dict(labels)}
     assert keys == {label}
     per_lane = {

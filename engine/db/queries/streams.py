@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import delete, insert, select
@@ -12,7 +11,7 @@ from engine.db.models import (
     SharedStreamSnapshot,
 )
 from engine.db.queries.jobs import age_s, alive_clause
-from shared_stream.stats import busiest_lanes
+from shared_stream.stats import busiest_lanes, key_label
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -21,17 +20,6 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from shared_stream import GroupStats
-
-
-STREAM_KEY_MAX_CHARS: Final = 1000
-
-
-def stream_key_column(key: str) -> str:
-    """The key as stored: a too-long repr keeps its head and a digest (still unique)."""
-    if len(key) <= STREAM_KEY_MAX_CHARS:
-        return key
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return f"{key[: STREAM_KEY_MAX_CHARS - 20]}...#{digest}"
 
 
 #: The ``GroupStats`` fields stored as they are (``key`` and the lanes are converted).
@@ -67,7 +55,7 @@ def publish_stream_stats(
     rows = [
         {
             **{name: getattr(group, name) for name in _SNAPSHOT_FIELDS},
-            "stream_key": stream_key_column(group.key),
+            "stream_key": key_label(group.key),
             "outstanding_by_lane": lanes_column(group.outstanding_by_lane),
             "triggerer_id": triggerer_id,
             "updated_at": now,

@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.triggerer.outbox import FiredEvent, Outbox, TriggerFailed, TriggerKind
+from engine.db.models import TriggerKind
+from engine.triggerer.persister import FiredEvent, Outbox, TriggerFailed
 from triggers.base import TriggerEvent
 
 

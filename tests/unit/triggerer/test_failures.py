@@ -1,0 +1,99 @@
+"""The failure and restart policy of the trigger runtime: pure functions, no loop."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from engine.db.models import TriggerKind
+from engine.triggerer.failures import (
+    RETURNED_EVENT,
+    Failure,
+    RestartPolicy,
+    rebuild,
+    report,
+)
+from engine.triggerer.persister import TriggerFailed
+from triggers.base import BaseTrigger, TriggerEvent
+from triggers.exceptions import TriggerContractError
+from triggers.temporal import DateTimeTrigger, TimeDeltaTrigger
+
+POLICY = RestartPolicy((1.0, 5.0), healthy_run_s=60.0)
+
+
+def _streak(reasons: list[str], ran_s: float = 0.0) -> list[Failure]:
+    counted: list[Failure] = []
+    previous = None
+    for reason in reasons:
+        previous = POLICY.count(previous, Failure(reason), ran_s=ran_s)
+        counted.append(previous)
+    return counted
+
+
+def test_the_backoff_doubles_up_to_its_maximum() -> None:
+    assert [f.backoff_s for f in _streak(["x"] * 5)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+def test_failures_are_numbered_within_their_streak() -> None:
+    streak = _streak(["a", "a", "b"])
+    assert [(f.in_row, f.repeats) for f in streak] == [(1, False), (2, True), (3, False)]
+
+
+def test_a_healthy_run_starts_a_new_streak() -> None:
+    previous = _streak(["a", "a", "a"])[-1]
+    failure = POLICY.count(previous, Failure("a", "tb"), ran_s=60.0)
+    assert failure == Failure("a", "tb", in_row=1, repeats=False, backoff_s=1.0)
+
+
+@pytest.mark.parametrize("backoff", [(-1.0, 5.0), (5.0, 1.0)])
+def test_a_backoff_must_be_initial_then_max(backoff: tuple[float, float]) -> None:
+    with pytest.raises(ValueError, match="restart_backoff_s"):
+        RestartPolicy(backoff, healthy_run_s=1.0)
+
+
+@pytest.mark.parametrize(
+    ("failure", "reason"),
+    [
+        (Failure.returned(TriggerEvent(1)), RETURNED_EVENT),
+        (Failure.returned(None), "run() returned NoneType instead of yielding TriggerEvents"),
+        (Failure.not_an_event(42), "yielded int instead of a TriggerEvent"),
+        (Failure.bad_dedup_key(b"k"), "dedup_key() returned bytes, not a str or None"),
+        (Failure("boom").not_rebuilt(), "could not re-create the trigger to restart it: boom"),
+    ],
+)
+def test_each_failure_says_what_went_wrong(failure: Failure, reason: str) -> None:
+    assert failure.reason.startswith(reason)
+
+
+def test_rebuild_uses_the_class_its_classpath_names_even_a_base() -> None:
+    trigger = TimeDeltaTrigger(timedelta(seconds=5))
+    fresh = rebuild(trigger)
+    assert fresh is not trigger
+    assert type(fresh) is DateTimeTrigger  # what it serializes as
+    assert fresh.serialize() == trigger.serialize()
+
+
+def test_rebuild_refuses_a_classpath_outside_the_triggers_mro() -> None:
+    class Elsewhere(BaseTrigger):
+        def serialize(self) -> tuple[str, dict[str, Any]]:
+            return "somewhere.Else", {}
+
+        async def run(self) -> Any:
+            yield TriggerEvent(None)
+
+    with pytest.raises(TriggerContractError, match=r"somewhere\.Else"):
+        rebuild(Elsewhere())
+
+
+def test_report_logs_under_the_runtime_and_returns_the_outbox_item(caplog) -> None:
+    caplog.set_level(logging.ERROR, logger="engine.triggerer.runtime")
+    failure = Failure("boom", "tb", in_row=2, repeats=True, backoff_s=2.0)
+    item = report(7, TriggerKind.WATCHER, failure, restart_in_s=2.0)
+    assert item == TriggerFailed(7, TriggerKind.WATCHER, "boom", "tb", will_restart=True)
+    (record,) = caplog.records
+    assert record.name == "engine.triggerer.runtime"
+    assert record.__dict__["failures_in_row"] == 2
+    assert "tb" not in record.getMessage()  # a repeat: the traceback was logged before
