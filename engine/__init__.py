@@ -11,36 +11,6 @@ and the leaf utilities (``config``, ``crypto``, ``logs``, ``metrics``, ``excepti
 
 from __future__ import annotations
 
-from engine.authoring import (
-    DAG,
-    Asset,
-    AssetAll,
-    AssetAny,
-    AssetWatcher,
-    BaseAsset,
-    BaseOperator,
-    BaseSensorOperator,
-    Context,
-    DagDefinitionError,
-    PythonOperator,
-    TaskDeferred,
-    resolve_deferrable,
-    task,
-)
-
-__all__: tuple[str, ...] = (
-    "DAG",
-    "Asset",
-    "AssetAll",
-    "AssetAny",
-    "AssetWatcher",
-    "BaseAsset",
-    "BaseOperator",
-    "BaseSensorOperator",
-    "Context",
-    "DagDefinitionError",
-    "PythonOperator",
-    "TaskDeferred",
-    "resolve_deferrable",
-    "task",
-)
+# The authoring API is the package's public surface: one list, kept in engine.authoring.
+from engine.authoring import *  # noqa: F403
+from engine.authoring import __all__ as __all__

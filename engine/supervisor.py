@@ -89,7 +89,8 @@ def build_parts(
     stored events wake the scheduler and executor, scheduled tasks wake the executor, a task
     outcome (e.g. a new deferral) wakes the triggerer's claim loop. Each part is registered
     with ``collector`` (the metrics endpoint), when given."""
-    from engine.executor import ExecutorSettings, LocalExecutor
+    from engine.executor.local import LocalExecutor
+    from engine.executor.task_supervisor import ExecutorSettings
 
     wakers: dict[str, Callable[[], None]] = {}
 

@@ -3,10 +3,8 @@
 Owns the parse loop (``processor``), the child that imports one file (``parsing``) and the
 diff of parse results against the database (``sync``). May import: ``engine.db``,
 ``engine.authoring`` and the leaf utilities; never another runtime part.
+
+Import from the modules themselves: this package imports nothing, so that a child
+process that needs one module (the task runner, the DAG file parser) starts without the
+rest (and without SQLAlchemy).
 """
-
-from __future__ import annotations
-
-from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
-
-__all__: tuple[str, ...] = ("DagProcessor", "DagProcessorSettings")

@@ -4,11 +4,8 @@ Owns the slot manager and claim loop (``local``), the supervision of one step
 (``task_supervisor``), the child process (``task_runner``), the pure judgement of how a step
 ended (``outcomes``) and the task log files (``task_logs``). May import: ``engine.db``,
 ``engine.authoring`` and the leaf utilities; never another runtime part.
+
+Import from the modules themselves: this package imports nothing, so that a child
+process that needs one module (the task runner, the DAG file parser) starts without the
+rest (and without SQLAlchemy).
 """
-
-from __future__ import annotations
-
-from engine.executor.local import LocalExecutor
-from engine.executor.task_supervisor import ExecutorSettings
-
-__all__: tuple[str, ...] = ("ExecutorSettings", "LocalExecutor")

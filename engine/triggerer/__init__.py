@@ -8,10 +8,8 @@ subscription to a shared stream; with ``handles``, ``failures`` and ``cleanup``)
 and the loop ``watchdog``. An event goes one way: runtime -> persister -> ``engine.db``.
 May import: ``engine.db``, ``engine.authoring``, the leaf utilities, ``shared_stream`` and
 ``triggers``; never another runtime part.
+
+Import from the modules themselves: this package imports nothing, so that a child
+process that needs one module (the task runner, the DAG file parser) starts without the
+rest (and without SQLAlchemy).
 """
-
-from __future__ import annotations
-
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
-
-__all__: tuple[str, ...] = ("Triggerer", "TriggererSettings")
