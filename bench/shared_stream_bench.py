@@ -33,7 +33,7 @@ from engine.db.models import TriggerKind
 from engine.db.queries import triggers
 from engine.db.schema import migrate
 from engine.supervisor import tune_gc
-from engine.triggerer.persister import FiredEvent, Outbox
+from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.runtime import TriggerRunner, TriggerSpec
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from shared_stream import SharedStreamManager

@@ -12,7 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from engine import DAG, Asset, task
-from engine.authoring.sensors import FileSensor, TimeDeltaSensor
+from engine.sensors import FileSensor, TimeDeltaSensor
 
 HOME = Path(os.environ.get("SLUICE_HOME", "~/.sluice")).expanduser()
 

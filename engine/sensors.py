@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from engine.authoring.context import SensorTimeout
 from engine.authoring.sensors import (
+    DEFAULT_POKE_INTERVAL_S,
+    DEFAULT_SENSOR_TIMEOUT_S,
+    EXECUTE_COMPLETE,
     BaseSensorOperator,
     DateTimeSensor,
     FileSensor,
@@ -14,6 +17,9 @@ from engine.authoring.sensors import (
 )
 
 __all__: tuple[str, ...] = (
+    "DEFAULT_POKE_INTERVAL_S",
+    "DEFAULT_SENSOR_TIMEOUT_S",
+    "EXECUTE_COMPLETE",
     "BaseSensorOperator",
     "DateTimeSensor",
     "FileSensor",

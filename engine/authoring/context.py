@@ -1,9 +1,10 @@
 """Shared pieces of the authoring API: its errors, ``TaskDeferred`` and the task context.
 
 What a DAG file imports lives in ``engine.authoring.assets`` (``Asset``, ``AssetWatcher``,
-conditions), ``engine.authoring.dag`` (``DAG``), ``engine.authoring.operators``
-(``BaseOperator``, ``@task``) and ``engine.authoring.sensors``; all are re-exported by
-``engine`` (sensors by ``engine.sensors``).
+conditions), ``engine.authoring.dag`` (``DAG``, ``BaseOperator``),
+``engine.authoring.operators`` (``PythonOperator``, ``@task``) and
+``engine.authoring.sensors``; all are re-exported by ``engine`` (sensors by
+``engine.sensors``).
 
 The task context is a plain dict the executor builds for each run of a task. Keys:
 
@@ -41,10 +42,10 @@ Context: TypeAlias = "dict[str, Any]"
 
 DEFAULT_DEFERRABLE_KEY: Final = "default_deferrable"
 TRIGGERING_ASSET_EVENTS_KEY: Final = "triggering_asset_events"
-FAIL_METHOD: Final = "__fail__"  # equal to engine.db.queries.FAIL_METHOD (a test checks it)
+FAIL_METHOD: Final = "__fail__"  # next_method of a task whose trigger failed (engine.db too)
 TRIGGER_TIMEOUT_ERROR: Final = "trigger timeout"
 
-_ENGINE_DIR: Final = str(Path(__file__).resolve().parent) + os.sep
+_ENGINE_DIR: Final = str(Path(__file__).resolve().parents[1]) + os.sep  # all of engine/
 
 
 class DagDefinitionError(DagFileError, ValueError):

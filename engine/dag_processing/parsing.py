@@ -159,7 +159,7 @@ def describe_start_trigger(task: BaseOperator) -> str | None:
 
     The document holds ``classpath``, ``kwargs`` (``dumps_kwargs`` text), ``next_method``,
     ``next_kwargs`` (``dumps`` text) and ``timeout_s``; the scheduler defers the task with
-    it without importing the DAG file (``engine.db.queries.tasks.start_from_trigger``).
+    it without importing the DAG file (``engine.db.queries.deferrals.start_from_trigger``).
     """
     try:
         deferred = task.deferral_at_start()

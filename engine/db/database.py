@@ -1,4 +1,4 @@
-"""Connecting to the metadata database, migrating it, and running sessions off the loop.
+"""Connecting to the metadata database and running sessions off the event loop.
 
 SQLite (the embedded default) is set up so that several processes can write safely:
 autocommit DBAPI connections, WAL, ``busy_timeout``, foreign keys on, and ``BEGIN IMMEDIATE``

@@ -1,4 +1,6 @@
-"""TODO docstring."""
+"""Keeping a job row alive: heartbeat every ``interval_s`` until cancelled; a failed
+heartbeat is logged and retried, never fatal.
+"""
 
 from __future__ import annotations
 

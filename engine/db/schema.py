@@ -1,4 +1,9 @@
-"""TODO docstring."""
+"""The schema's version: migrating with Alembic (``migrations/``), checking that a database
+is at the head revision and matches the models, and resetting it.
+
+SQLite migrations run with foreign keys off (SQLite alters a column by rebuilding its
+table, and the DROP would cascade) and end with ``PRAGMA foreign_key_check``.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Supervising one task step: spawn the child, feed it, log it, judge it, record it.
 
-Used by ``engine.executor.LocalExecutor``, one ``TaskSupervisor.execute`` per claimed task
+Used by ``engine.executor.local.LocalExecutor``, one ``TaskSupervisor.execute`` per claimed task
 instance. The child (``engine.executor.task_runner``) gets its ``TaskSpec`` on stdin; what it prints
 goes to the try's log (``engine.executor.task_logs``); its ``TaskResult`` (or, when it died without
 one, its exit status) becomes an ``Outcome`` (``engine.executor.outcomes``) written in one

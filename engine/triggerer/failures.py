@@ -24,7 +24,7 @@ import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from engine.triggerer.persister import TriggerFailed
+from engine.triggerer.outbox import TriggerFailed
 from triggers.base import BaseTrigger, TriggerEvent, classpath_of
 from triggers.exceptions import TriggerContractError
 

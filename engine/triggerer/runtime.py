@@ -58,7 +58,7 @@ from engine.triggerer.failures import (
     report,
 )
 from engine.triggerer.handles import TriggerHandle, TriggerSpec
-from engine.triggerer.persister import FiredEvent
+from engine.triggerer.outbox import FiredEvent
 from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 
     from anyio.abc import TaskStatus
 
-    from engine.triggerer.persister import Outbox
+    from engine.triggerer.outbox import Outbox
     from triggers.base import BaseTrigger
 
     DedupHook = Callable[[TriggerEvent], str | None]  # a trigger's bound dedup_key

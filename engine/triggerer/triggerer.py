@@ -29,7 +29,8 @@ from engine.retry import Backoff
 from engine.triggerer import claiming
 from engine.triggerer.housekeeping import clean_forever, publish_stream_stats_forever
 from engine.triggerer.loading import Loaded, load_rows
-from engine.triggerer.persister import BatchResult, Outbox, Persister, TriggerFailed
+from engine.triggerer.outbox import Outbox, TriggerFailed
+from engine.triggerer.persister import BatchResult, Persister
 from engine.triggerer.runtime import TriggerRunner
 from engine.triggerer.watchdog import LoopWatchdog
 from shared_stream import SharedStreamManager

@@ -19,7 +19,8 @@ from sqlalchemy import insert, select
 from engine.db.database import Database
 from engine.db.models import Asset, AssetEvent, TriggerKind
 from engine.db.schema import migrate
-from engine.triggerer.persister import FiredEvent, Outbox, Persister
+from engine.triggerer.outbox import FiredEvent, Outbox
+from engine.triggerer.persister import Persister
 from engine.triggerer.runtime import TriggerRunner, TriggerSpec
 from producers import KafkaMessage, KafkaMessageTrigger, SqsMessageTrigger
 from producers.sqs_core import SqsMessage

@@ -40,7 +40,8 @@ from engine.db.schema import migrate
 from engine.executor.local import ExecutorSettings, LocalExecutor
 from engine.executor.task_logs import TaskLogNotFoundError, log_path, read_task_log
 from engine.executor.task_runner import EXIT_PARENT_GONE, TaskSpec, build_context
-from engine.triggerer.persister import FiredEvent, Outbox, Persister
+from engine.triggerer.outbox import FiredEvent, Outbox
+from engine.triggerer.persister import Persister
 from tests.waiting import eventually, wait_until
 from triggers.base import TriggerEvent
 from triggers.serde import deserialize_value, dumps, loads

@@ -31,7 +31,7 @@ from engine.metrics import (
     families,
 )
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
-from engine.triggerer.persister import FiredEvent
+from engine.triggerer.outbox import FiredEvent
 from engine.triggerer.runtime import TriggerSpec
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from shared_stream.stats import KEY_LABEL_MAX_CHARS, REPORTED_LANES, GroupStats, key_label

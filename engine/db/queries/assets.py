@@ -1,4 +1,9 @@
-"""TODO docstring."""
+"""SQL of asset events: which asset a watcher updates, inserting events (deduplicated by
+key), queueing them for the DAGs scheduled on the asset, and listing them.
+
+The persister's last stop on an event's way: ``watcher_assets``, ``insert_asset_events``
+and ``enqueue_asset_events`` run in its batch transaction.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""TODO docstring."""
+"""SQL of DAG processing: DAG files and parse errors, DAGs, their tasks, assets, watchers and
+schedule edges, as the DAG processor's sync reads and writes them; plus the DAG listings
+and pause switch of the CLI.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""TODO docstring."""
+"""SQL of task instances deferred on a trigger: deferring (trigger row and ``deferred`` state
+in one transaction), starting from a trigger, resuming or ending a task when its trigger
+fires or fails, and failing deferrals whose timeout passed.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, select, update
 
+from engine.authoring.context import FAIL_METHOD
 from engine.db.database import rowcount
 from engine.db.models import (
     DagTask,
@@ -29,9 +33,6 @@ if TYPE_CHECKING:
     from engine.crypto import KwargsCipher
 
 logger = logging.getLogger(__name__)
-
-
-FAIL_METHOD: str = "__fail__"
 
 
 def resume_deferred_tasks(

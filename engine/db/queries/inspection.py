@@ -1,8 +1,9 @@
-"""SQL of the operator views: shared-stream snapshots, jobs, triggers, DAG details, doctor.
+"""SQL of the operator views: jobs, triggers and who serves them, DAG details, deferred
+tasks, failing watchers, and the doctor's facts.
 
-Like ``engine.db.queries`` these functions take a ``Session`` and plain values and only read and
-write; the CLI (``engine.cli.ops``) and the doctor (``engine.doctor``) decide what the rows
-mean. Ages are computed here against one ``now`` so a whole view is consistent.
+The CLI (``engine.cli.ops``, ``engine.cli.inspect``) and the doctor (``engine.doctor``)
+decide what the rows mean. Ages are computed here against one ``now`` so a whole view is
+consistent.
 """
 
 from __future__ import annotations

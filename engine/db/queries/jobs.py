@@ -1,4 +1,6 @@
-"""TODO docstring."""
+"""SQL of job rows: start, heartbeat, end, capacity, and which jobs are alive (in Python and
+as a SQL condition, against one threshold).
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""SQL of scheduling: asset-event queues, DAG runs and task-instance progress.
-
-Split from ``engine.db.queries`` by domain (that module owns trigger, job and DAG-sync SQL); the
-two together are the only modules that write SQL.
+"""SQL of scheduling: queued DAGs, DAG runs and their task states, runs' triggering events,
+and the run listings of the CLI.
 """
 
 from __future__ import annotations

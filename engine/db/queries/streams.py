@@ -1,4 +1,6 @@
-"""TODO docstring."""
+"""SQL of shared-stream snapshots: what each triggerer publishes of its groups (one row per
+key and triggerer), read back by ``sluice streams list``, removed with their triggerer.
+"""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
-"""SQL of task execution: claiming, running, finishing, deferring and recovering tasks.
+"""SQL of task execution: claiming, starting, finishing, requeueing and recovering task
+instances the executor holds. Deferral is ``engine.db.queries.deferrals``.
 
-Split from ``engine.db.queries`` by domain, like ``engine.db.queries.runs``. Every write to a task
-instance the executor holds is guarded by ``executor_job_id`` and the state it expects, so
-an executor that was presumed dead (and whose tasks were recovered) cannot overwrite what
-another executor did since. The scheduler reaches ``start_from_trigger`` and
-``recover_orphaned_tasks`` through ``engine.db.queries``.
+Every write to a task instance the executor holds is guarded by ``executor_job_id`` and the
+state it expects, so an executor that was presumed dead (and whose tasks were recovered)
+cannot overwrite what another executor did since.
 """
 
 from __future__ import annotations

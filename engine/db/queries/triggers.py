@@ -1,8 +1,8 @@
-"""All SQL of the metadata database lives here (procrastinate's ``JobManager`` pattern).
+"""SQL of trigger rows: adding them (kwargs encrypted), fetching and counting them, who
+serves which, releasing them, recording load errors and failures, rotating the Fernet key,
+and deleting rows nothing references. Claiming is ``engine.db.queries.claims``.
 
-Functions take a ``Session`` (one transaction, opened by ``engine.db.Database``) and plain
-values; they never decide policy, only read and write. Bulk paths use Core statements so a
-triggerer can claim thousands of rows per second.
+Bulk paths use Core statements so a triggerer can handle thousands of rows per second.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Describing a DAG file as plain data (in-process), and the pure accept/plan of dag_sync."""
+"""Describing a DAG file as plain data (in-process), and the pure accept/plan of the sync."""
 
 from __future__ import annotations
 

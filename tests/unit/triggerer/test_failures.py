@@ -16,7 +16,7 @@ from engine.triggerer.failures import (
     rebuild,
     report,
 )
-from engine.triggerer.persister import TriggerFailed
+from engine.triggerer.outbox import TriggerFailed
 from triggers.base import BaseTrigger, TriggerEvent
 from triggers.exceptions import TriggerContractError
 from triggers.temporal import DateTimeTrigger, TimeDeltaTrigger

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 import pytest
 
-from engine.triggerer.persister import FiredEvent, Outbox, OutboxItem, TriggerFailed
+from engine.triggerer.outbox import FiredEvent, Outbox, OutboxItem, TriggerFailed
 from engine.triggerer.runtime import (
     EXITED_WITHOUT_EVENT,
     RETURNED_EVENT,

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from engine.triggerer import watchdog as watchdog_module
-from engine.triggerer.persister import FiredEvent, Outbox
+from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.runtime import TriggerKind, TriggerRunner, TriggerSpec
 from engine.triggerer.watchdog import LoopBlocked, LoopWatchdog
 from triggers.base import BaseTrigger, TriggerEvent, classpath_of

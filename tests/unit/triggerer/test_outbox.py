@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.db.models import TriggerKind
-from engine.triggerer.persister import FiredEvent, Outbox, TriggerFailed
+from engine.triggerer.outbox import FiredEvent, Outbox, TriggerFailed
 from triggers.base import TriggerEvent
 
 
