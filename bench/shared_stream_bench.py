@@ -30,7 +30,7 @@ from cryptography.fernet import Fernet
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.db.models import TriggerKind
-from engine.db.queries import triggers
+from engine.db.queries import triggers as trigger_rows
 from engine.db.schema import migrate
 from engine.supervisor import tune_gc
 from engine.triggerer.outbox import FiredEvent, Outbox
@@ -246,7 +246,7 @@ def yield_to_advance(subscribers: int, rate: float, total: int) -> dict[str, flo
                     .values(name=f"a{i}", uri=f"bench://{i}", extra={})
                     .returning(Asset.id)
                 ).scalar_one()
-                tid = triggers.add_trigger_row(
+                tid = trigger_rows.add_trigger_row(
                     session,
                     cipher,
                     "sluice_bench_plugin.TimedTrigger",

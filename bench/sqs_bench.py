@@ -40,7 +40,7 @@ from sqlalchemy import create_engine, insert, text
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.db.models import Asset, AssetWatcher, TriggerKind
-from engine.db.queries import triggers
+from engine.db.queries import triggers as trigger_rows
 from engine.db.schema import migrate
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import SqsMessageTrigger
@@ -144,7 +144,7 @@ def seed(db: Database, cipher: KwargsCipher, endpoint: str, url: str, watchers: 
                 queue_url=url, endpoint_url=endpoint, wait_time_s=1, **CREDENTIALS
             )
             classpath, kwargs = trigger.serialize()
-            tid = triggers.add_trigger_row(
+            tid = trigger_rows.add_trigger_row(
                 session, cipher, classpath, kwargs, kind=TriggerKind.WATCHER
             )
             session.execute(

@@ -30,7 +30,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from sqlalchemy import insert, select
 
 from engine.db.models import Asset, AssetEvent, AssetWatcher, TriggerKind
-from engine.db.queries import triggers
+from engine.db.queries import triggers as trigger_rows
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -291,7 +291,7 @@ def seed_watchers(
             asset_id = session.execute(
                 insert(Asset).values(name=name, uri=f"test://{name}", extra={}).returning(Asset.id)
             ).scalar_one()
-            tid = triggers.add_trigger_row(
+            tid = trigger_rows.add_trigger_row(
                 session,
                 cipher,
                 "producers.kafka_trigger.KafkaMessageTrigger",

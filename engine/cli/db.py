@@ -76,13 +76,13 @@ def db_reset(ctx: click.Context, yes: bool) -> None:
 def db_rotate(ctx: click.Context) -> None:
     """Re-encrypt every trigger's kwargs with the first key of [core] fernet_key."""
     from engine.crypto import KwargsCipher
-    from engine.db.queries import triggers
+    from engine.db.queries import triggers as trigger_rows
 
     cfg = get_config(ctx)
     cipher = KwargsCipher.from_config(cfg.core.fernet_key, cfg.home)
     database = open_database(ctx)
     try:
-        rotated, failures = database.call(lambda s: triggers.rotate_trigger_kwargs(s, cipher))
+        rotated, failures = database.call(lambda s: trigger_rows.rotate_trigger_kwargs(s, cipher))
     finally:
         database.dispose()
     click.echo(f"re-encrypted {rotated} value(s)")

@@ -33,7 +33,8 @@ from engine.dag_processing.parsing import (
 from engine.db.models import TriggerKind
 from engine.db.queries import claims as store_claims
 from engine.db.queries import dags as dags_sql
-from engine.db.queries import deferrals, triggers
+from engine.db.queries import deferrals
+from engine.db.queries import triggers as trigger_rows
 from engine.exceptions import DecryptionError
 from triggers.serde import loads_kwargs
 
@@ -400,7 +401,7 @@ class DagSync:
                         self._session, row.trigger_id, spec.stream_digest
                     )
                 continue
-            trigger_id = triggers.add_trigger_row(
+            trigger_id = trigger_rows.add_trigger_row(
                 self._session,
                 self._cipher,
                 spec.classpath,
@@ -416,7 +417,7 @@ class DagSync:
             else:
                 dags_sql.set_watcher_trigger(self._session, row.id, trigger_id)
                 replaced.append(row.trigger_id)
-        triggers.delete_triggers(self._session, replaced)
+        trigger_rows.delete_triggers(self._session, replaced)
         self.report.triggers_deleted = len(replaced)
 
     def _same_trigger(self, row: dags_sql.WatcherRowState, spec: ParsedWatcher) -> bool:

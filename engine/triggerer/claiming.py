@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from engine.db.queries import claims as store_claims
-from engine.db.queries import deferrals, jobs, triggers
+from engine.db.queries import deferrals, jobs
+from engine.db.queries import triggers as trigger_rows
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping, Set
@@ -116,7 +117,7 @@ def _takes_oversized(me: int, size: int, rooms: Mapping[int, int]) -> bool:
 
 @dataclass(slots=True)
 class ClaimResult:
-    rows: list[triggers.TriggerRow]
+    rows: list[trigger_rows.TriggerRow]
     released: list[int]  # row ids of split groups given up to their designated owner
     oversized: list[Oversized]
     holds_groups: bool  # whether the triggerer now holds rows of any group
@@ -201,7 +202,7 @@ def prepare_round(
     # (which may wait for the fleet-wide group lock, then locks trigger rows) must not hold
     # those locks meanwhile, nor claim a row deleted here.
     deferrals.fail_timed_out_deferrals(session)
-    triggers.clear_load_errors(session, recovered)
+    trigger_rows.clear_load_errors(session, recovered)
     store_claims.rehome_rows(session, triggerer_id=triggerer_id, digests=rehome)
 
 
@@ -209,7 +210,7 @@ def prepare_round(
 class SyncRound:
     claim: ClaimResult  # its rows: those claimed, and the ``retry`` rows still owned
     owned: set[int] | None  # every row the triggerer owns; None when it runs just those
-    served: dict[int, triggers.Served]  # what each row of ``claim.rows`` serves
+    served: dict[int, trigger_rows.Served]  # what each row of ``claim.rows`` serves
 
 
 def sync_round(
@@ -242,8 +243,10 @@ def sync_round(
     if (
         retry
         or result.released
-        or triggers.owned_checksum(session, triggerer_id=triggerer_id) != local
+        or trigger_rows.owned_checksum(session, triggerer_id=triggerer_id) != local
     ):
-        owned = triggers.owned_trigger_ids(session, triggerer_id=triggerer_id)
-        result.rows += triggers.fetch_trigger_rows(session, (retry & owned) - claimed)
-    return SyncRound(result, owned, triggers.triggers_served(session, (r.id for r in result.rows)))
+        owned = trigger_rows.owned_trigger_ids(session, triggerer_id=triggerer_id)
+        result.rows += trigger_rows.fetch_trigger_rows(session, (retry & owned) - claimed)
+    return SyncRound(
+        result, owned, trigger_rows.triggers_served(session, (r.id for r in result.rows))
+    )

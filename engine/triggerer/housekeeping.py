@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import anyio
 
 from engine.db import models
-from engine.db.queries import streams, triggers
+from engine.db.queries import streams
+from engine.db.queries import triggers as trigger_rows
 from engine.exceptions import SluiceError
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ async def clean_forever(db: Database, *, threshold_s: float, interval_s: float) 
 
     while True:
         for what, clean in (
-            ("Trigger", triggers.delete_unreferenced_triggers),
+            ("Trigger", trigger_rows.delete_unreferenced_triggers),
             ("Shared-stream snapshot", dead_snapshots),
         ):
             try:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from engine.crypto import KwargsCipher
-    from engine.db.queries import triggers
+    from engine.db.queries import triggers as trigger_rows
     from triggers.base import BaseTrigger
 
 __all__ = ("Loaded", "load_rows")
@@ -33,11 +33,11 @@ __all__ = ("Loaded", "load_rows")
 class Loaded:
     """A claimed row made ready to instantiate on the loop: its class and kwargs, or why not."""
 
-    row: triggers.TriggerRow
+    row: trigger_rows.TriggerRow
     cls: type[BaseTrigger] | None
     kwargs: dict[str, object] | None
     error: str | None
-    served: triggers.Served | None = None
+    served: trigger_rows.Served | None = None
 
     @property
     def kind(self) -> TriggerKind:
@@ -63,8 +63,8 @@ class Loaded:
 
 
 def load_rows(
-    rows: Sequence[triggers.TriggerRow],
-    served: Mapping[int, triggers.Served],
+    rows: Sequence[trigger_rows.TriggerRow],
+    served: Mapping[int, trigger_rows.Served],
     *,
     cipher: KwargsCipher,
     allowed_modules: Sequence[str],
@@ -84,9 +84,9 @@ def load_rows(
 
 def _decrypt(
     cipher: KwargsCipher,
-    row: triggers.TriggerRow,
+    row: trigger_rows.TriggerRow,
     cls: type[BaseTrigger] | TriggerLoadError,
-    served: triggers.Served | None,
+    served: trigger_rows.Served | None,
 ) -> Loaded:
     if isinstance(cls, TriggerLoadError):
         return Loaded(row, None, None, str(cls), served)

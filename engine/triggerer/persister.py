@@ -29,7 +29,8 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from engine.authoring.context import FAIL_METHOD
 from engine.db import models
 from engine.db.models import TriggerKind
-from engine.db.queries import assets, deferrals, triggers
+from engine.db.queries import assets, deferrals
+from engine.db.queries import triggers as trigger_rows
 from engine.exceptions import DatabaseError
 from engine.metrics.readings import Buckets
 from engine.triggerer.outbox import FiredEvent, Outbox, OutboxItem, TriggerFailed
@@ -262,7 +263,7 @@ class Persister:
                 "limit_bytes": limit,
             },
         )
-        triggers.record_trigger_failure(session, item.trigger_id, reason)
+        trigger_rows.record_trigger_failure(session, item.trigger_id, reason)
         return True
 
     def _asset_row(self, item: FiredEvent, asset_id: int, watcher: str) -> dict[str, Any]:
@@ -287,13 +288,13 @@ class Persister:
         else:
             # Each task resumes with the kwargs it gave defer(kwargs=...) plus the event.
             count = deferrals.resume_deferred_tasks_with_event(session, trigger_id, event.payload)
-        triggers.delete_trigger(session, trigger_id)
+        trigger_rows.delete_trigger(session, trigger_id)
         return count
 
     @staticmethod
     def _record_failure(session: Session, item: TriggerFailed, *, is_watcher: bool) -> None:
         if is_watcher or item.kind is not TriggerKind.TASK:
-            triggers.record_trigger_failure(session, item.trigger_id, item.reason)
+            trigger_rows.record_trigger_failure(session, item.trigger_id, item.reason)
             return
         deferrals.resume_deferred_tasks(
             session,
@@ -301,7 +302,7 @@ class Persister:
             next_method=FAIL_METHOD,
             next_kwargs={"error": item.reason, "traceback": item.traceback},
         )
-        triggers.delete_trigger(session, item.trigger_id)
+        trigger_rows.delete_trigger(session, item.trigger_id)
 
 
 def _task_results(event: BaseTaskEndEvent) -> dict[str, Any] | None:

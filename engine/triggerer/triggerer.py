@@ -21,7 +21,8 @@ import anyio.lowlevel
 from engine.db.heartbeat import heartbeat_forever
 from engine.db.models import JobState, TriggerKind
 from engine.db.queries import claims as store_claims
-from engine.db.queries import jobs, streams, triggers
+from engine.db.queries import jobs, streams
+from engine.db.queries import triggers as trigger_rows
 from engine.exceptions import SluiceError, TriggerLoadError
 from engine.loader import trigger_stream_digest
 from engine.metrics.readings import HistogramReading, TriggererReading
@@ -257,7 +258,7 @@ class Triggerer:
         job_id = self.job_id
 
         def release(session: Session) -> int:
-            count = triggers.release_triggers(session, triggerer_id=job_id)
+            count = trigger_rows.release_triggers(session, triggerer_id=job_id)
             streams.delete_stream_snapshots(session, triggerer_id=job_id)
             jobs.end_job(session, job_id, state=JobState.SUCCESS)
             return count
@@ -445,7 +446,7 @@ class Triggerer:
         if row.has_error and kind is TriggerKind.WATCHER:
             self._recovered.add(row.id)
 
-    def _in_its_group(self, row: triggers.TriggerRow, trigger: BaseTrigger) -> bool:
+    def _in_its_group(self, row: trigger_rows.TriggerRow, trigger: BaseTrigger) -> bool:
         """Whether the row was claimed with its shared-stream group. A row written without a
         digest (by an older version, or a path that had no trigger object) whose trigger
         turns out to share a stream is handed back with its digest instead of started: it is
@@ -486,7 +487,7 @@ class Triggerer:
             TriggerFailed(
                 trigger_id=trigger_id,
                 kind=kind,
-                reason=f"{triggers.LOAD_FAILURE_PREFIX}: {exc}",
+                reason=f"{trigger_rows.LOAD_FAILURE_PREFIX}: {exc}",
                 traceback=None,
                 will_restart=False,
             )

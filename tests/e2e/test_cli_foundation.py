@@ -12,7 +12,7 @@ from sqlalchemy import select, update
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.db.models import Trigger, TriggerKind
-from engine.db.queries import triggers
+from engine.db.queries import triggers as trigger_rows
 from tests.e2e.helpers import run_cli, sluice_env
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def test_db_commands_on_both_databases(db_url: str, sluice_home: Path) -> None:
 def _add(db: Database, cipher: KwargsCipher, n: int) -> list[int]:
     return db.call(
         lambda s: [
-            triggers.add_trigger_row(
+            trigger_rows.add_trigger_row(
                 s,
                 cipher,
                 "triggers.file.FileTrigger",

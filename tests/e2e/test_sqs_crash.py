@@ -24,7 +24,7 @@ from sqlalchemy import func, insert, select
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.db.models import Asset, AssetEvent, AssetWatcher, TriggerKind
-from engine.db.queries import triggers
+from engine.db.queries import triggers as trigger_rows
 from engine.db.schema import migrate
 from producers import SqsMessageTrigger
 from tests.e2e.helpers import sluice_env, start_cli, stop, wait_for
@@ -78,7 +78,7 @@ def _seed(db: Database, cipher: KwargsCipher, endpoint: SqsEndpoint, url: str) -
                 **endpoint.client_kwargs(),
             )
             classpath, kwargs = trigger.serialize()
-            tid = triggers.add_trigger_row(
+            tid = trigger_rows.add_trigger_row(
                 session, cipher, classpath, kwargs, kind=TriggerKind.WATCHER
             )
             session.execute(

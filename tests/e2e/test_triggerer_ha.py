@@ -20,7 +20,7 @@ from sqlalchemy import insert, select
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.db.models import Dag, DagRun, TaskInstance, TaskState, Trigger, TriggerKind
-from engine.db.queries import triggers
+from engine.db.queries import triggers as trigger_rows
 from engine.db.schema import migrate
 from tests.e2e.helpers import sluice_env, start_cli, stop, wait_for
 from triggers.serde import loads
@@ -93,7 +93,7 @@ def _seed(db: Database, cipher: KwargsCipher, moment: datetime, log: Path) -> li
         ).scalar_one()
         ids = []
         for i in range(N_TRIGGERS):
-            tid = triggers.add_trigger_row(
+            tid = trigger_rows.add_trigger_row(
                 session,
                 cipher,
                 "ha_plugin.RecordingTrigger",

@@ -15,8 +15,9 @@ from engine.db import models
 from engine.db.database import Database
 from engine.db.models import Job, Trigger, TriggerKind
 from engine.db.queries import claims as store_claims
-from engine.db.queries import inspection, triggers
+from engine.db.queries import inspection
 from engine.db.queries import jobs as jobs_sql
+from engine.db.queries import triggers as trigger_rows
 from engine.db.schema import migrate
 from engine.triggerer.triggerer import claiming
 
@@ -41,7 +42,7 @@ def database(db_url: str):
 def _add(db: Database, n: int, digest: str | None) -> list[int]:
     def add(session):
         return [
-            triggers.add_trigger_row(
+            trigger_rows.add_trigger_row(
                 session,
                 _PlainCipher(),
                 "producers.kafka_trigger.KafkaMessageTrigger",
@@ -198,7 +199,7 @@ def test_concurrent_claims_never_split_a_group(database: Database) -> None:
                 barrier.wait(timeout=30)
                 _claim(database, job, 8)
                 if round_ % 2 == 1 and job == jobs[round_ % len(jobs)]:
-                    database.call(lambda s: triggers.release_triggers(s, triggerer_id=job))
+                    database.call(lambda s: trigger_rows.release_triggers(s, triggerer_id=job))
         except BaseException as exc:
             errors.append(exc)
             barrier.abort()
@@ -271,7 +272,7 @@ class FleetMachine(RuleBasedStateMachine):
         if not running:
             return
         job = data.draw(st.sampled_from(running))
-        held = len(self.db.call(lambda s: triggers.owned_trigger_ids(s, triggerer_id=job)))
+        held = len(self.db.call(lambda s: trigger_rows.owned_trigger_ids(s, triggerer_id=job)))
         _claim(self.db, job, max(0, self.jobs[job] - held), now=self.now)
 
     @rule(data=st.data())
@@ -294,7 +295,7 @@ class FleetMachine(RuleBasedStateMachine):
         job = data.draw(st.sampled_from(running))
         self.stopped.add(job)
         if clean:
-            self.db.call(lambda s: triggers.release_triggers(s, triggerer_id=job))
+            self.db.call(lambda s: trigger_rows.release_triggers(s, triggerer_id=job))
             self.db.call(lambda s: jobs_sql.end_job(s, job))
 
     @rule()
@@ -316,7 +317,7 @@ class FleetMachine(RuleBasedStateMachine):
         for _ in range(2):
             for job in live:
                 held = len(
-                    self.db.call(lambda s, j=job: triggers.owned_trigger_ids(s, triggerer_id=j))
+                    self.db.call(lambda s, j=job: trigger_rows.owned_trigger_ids(s, triggerer_id=j))
                 )
                 _claim(self.db, job, max(0, self.jobs[job] - held), now=self.now)
         waiting = self.db.call(
@@ -329,7 +330,9 @@ class FleetMachine(RuleBasedStateMachine):
         if waiting and live:
             rooms = {
                 job: self.jobs[job]
-                - len(self.db.call(lambda s, j=job: triggers.owned_trigger_ids(s, triggerer_id=j)))
+                - len(
+                    self.db.call(lambda s, j=job: trigger_rows.owned_trigger_ids(s, triggerer_id=j))
+                )
                 for job in live
             }
             assert all(room <= 0 for room in rooms.values()), (waiting, rooms)

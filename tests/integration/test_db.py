@@ -9,7 +9,8 @@ from sqlalchemy.exc import OperationalError
 from engine.db import models
 from engine.db.database import Database, create_db_engine
 from engine.db.models import Job, Trigger, TriggerKind
-from engine.db.queries import jobs, triggers
+from engine.db.queries import jobs
+from engine.db.queries import triggers as trigger_rows
 from engine.db.schema import (
     check_schema,
     current_revision,
@@ -106,7 +107,7 @@ def test_sqlite_read_only_transaction_does_not_wait_for_a_writer(sqlite_url: str
 def _insert_triggers(db: Database, n: int) -> list[int]:
     def add(session):
         return [
-            triggers.add_trigger_row(
+            trigger_rows.add_trigger_row(
                 session,
                 _PlainCipher(),
                 "triggers.temporal.DateTimeTrigger",
@@ -140,7 +141,7 @@ def test_claim_respects_capacity_and_is_disjoint_between_triggerers(database: Da
     assert len(got_b) == 15
     assert {r.id for r in got_a} | {r.id for r in got_b} == set(ids)
     assert not {r.id for r in got_a} & {r.id for r in got_b}
-    assert database.call(lambda s: triggers.owned_trigger_ids(s, triggerer_id=a)) == {
+    assert database.call(lambda s: trigger_rows.owned_trigger_ids(s, triggerer_id=a)) == {
         r.id for r in got_a
     }
 
@@ -171,6 +172,6 @@ def test_rows_of_a_dead_triggerer_are_taken_over(database: Database) -> None:
         lambda s: claiming.claim_round(s, triggerer_id=alive, capacity_left=5, threshold_s=30).rows
     )
     assert len(taken) == 5
-    assert database.call(lambda s: triggers.release_triggers(s, triggerer_id=alive)) == 5
+    assert database.call(lambda s: trigger_rows.release_triggers(s, triggerer_id=alive)) == 5
     owners = database.call(lambda s: set(s.execute(select(Trigger.triggerer_id)).scalars()))
     assert owners == {None}

@@ -16,7 +16,7 @@ from sqlalchemy import insert, select, update
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.db.models import Asset, AssetEvent, AssetWatcher, Trigger, TriggerKind
-from engine.db.queries import triggers
+from engine.db.queries import triggers as trigger_rows
 from engine.db.schema import migrate
 from engine.loader import trigger_stream_digest
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
@@ -46,7 +46,7 @@ def _seed(db: Database, cipher: KwargsCipher, inbox: Path, *, with_digest: bool)
             ).scalar_one()
             classpath, kwargs = trigger.serialize()
             digest = trigger_stream_digest(trigger) if with_digest else None
-            tid = triggers.add_trigger_row(
+            tid = trigger_rows.add_trigger_row(
                 session, cipher, classpath, kwargs, kind=TriggerKind.WATCHER, stream_digest=digest
             )
             session.execute(

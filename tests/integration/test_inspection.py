@@ -31,8 +31,9 @@ from engine.db.models import (
     Trigger,
     TriggerKind,
 )
-from engine.db.queries import dags, inspection, streams, triggers
+from engine.db.queries import dags, inspection, streams
 from engine.db.queries import jobs as jobs_sql
+from engine.db.queries import triggers as trigger_rows
 from engine.db.schema import migrate
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from shared_stream import GroupStats, SharedStreamManager
@@ -68,7 +69,9 @@ def _watcher(session: Any, cipher: KwargsCipher, asset: str, kwargs: dict[str, A
     asset_id = session.execute(
         insert(Asset).values(name=asset, uri=f"test://{asset}", extra={}).returning(Asset.id)
     ).scalar_one()
-    tid = triggers.add_trigger_row(session, cipher, DIR_TRIGGER, kwargs, kind=TriggerKind.WATCHER)
+    tid = trigger_rows.add_trigger_row(
+        session, cipher, DIR_TRIGGER, kwargs, kind=TriggerKind.WATCHER
+    )
     session.execute(insert(AssetWatcher).values(asset_id=asset_id, name="w", trigger_id=tid))
     return int(tid)
 
@@ -94,7 +97,7 @@ def _deferred(session: Any, trigger_id: int | None, *, dag: str = "d", task: str
 
 
 def _task_trigger(session: Any, cipher: KwargsCipher, triggerer_id: int | None = None) -> int:
-    tid = triggers.add_trigger_row(
+    tid = trigger_rows.add_trigger_row(
         session,
         cipher,
         "triggers.temporal.TimeDeltaTrigger",
@@ -273,7 +276,9 @@ def test_triggers_list_says_what_each_trigger_serves(db: Database, cipher: Kwarg
         task_trigger = _task_trigger(session, cipher, dead)
         _deferred(session, task_trigger, dag="dd", task="wait")
         watcher = _watcher(session, cipher, "orders", {"directory": "/x", "filename": "y"})
-        triggers.record_trigger_failure(session, watcher, "cannot load trigger: no module named q")
+        trigger_rows.record_trigger_failure(
+            session, watcher, "cannot load trigger: no module named q"
+        )
         return dead, task_trigger, watcher
 
     dead, task_trigger, watcher = db.call(seed)
@@ -399,7 +404,9 @@ def test_doctor_reports_parse_errors_and_unloadable_watchers(
         row = {"fileloc": "/dags/bad.py", "error": "SyntaxError: invalid syntax", "lineno": 3}
         dags.replace_parse_errors(session, [], [{**row, "timestamp": models.utcnow()}])
         tid = _watcher(session, cipher, "orders", {"directory": "/x", "filename": "y"})
-        triggers.record_trigger_failure(session, tid, "cannot load trigger: module q not allowed")
+        trigger_rows.record_trigger_failure(
+            session, tid, "cannot load trigger: module q not allowed"
+        )
 
     db.call(seed)
     found = _findings(db)
@@ -415,9 +422,9 @@ def test_doctor_reports_watchers_that_keep_failing(db: Database, cipher: KwargsC
         _healthy_parts(session)
         failing = _watcher(session, cipher, "orders", {"directory": "/x", "filename": "y"})
         for _ in range(3):
-            triggers.record_trigger_failure(session, failing, "BrokerUnavailable('kafka down')")
+            trigger_rows.record_trigger_failure(session, failing, "BrokerUnavailable('kafka down')")
         recovered = _watcher(session, cipher, "invoices", {"directory": "/x", "filename": "z"})
-        triggers.record_trigger_failure(session, recovered, "BrokerUnavailable('sqs down')")
+        trigger_rows.record_trigger_failure(session, recovered, "BrokerUnavailable('sqs down')")
         long_ago = models.utcnow() - timedelta(seconds=inspection.FAILING_WATCHER_WINDOW_S + 1)
         session.execute(
             update(Trigger).where(Trigger.id == recovered).values(last_failure_date=long_ago)

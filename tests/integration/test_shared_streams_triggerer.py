@@ -14,7 +14,7 @@ from sqlalchemy import insert, select
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.db.models import Asset, AssetEvent, AssetWatcher, TriggerKind
-from engine.db.queries import triggers
+from engine.db.queries import triggers as trigger_rows
 from engine.db.schema import migrate
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from tests.waiting import wait_until
@@ -112,7 +112,7 @@ def _watchers(
                 .values(name=asset_name, uri=f"test://{asset_name}", extra={})
                 .returning(Asset.id)
             ).scalar_one()
-            tid = triggers.add_trigger_row(
+            tid = trigger_rows.add_trigger_row(
                 session, cipher, classpath, kwargs, kind=TriggerKind.WATCHER
             )
             session.execute(

@@ -28,7 +28,7 @@ from engine.db.models import (
     Trigger,
     TriggerKind,
 )
-from engine.db.queries import triggers
+from engine.db.queries import triggers as trigger_rows
 from engine.db.schema import migrate
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from tests.waiting import eventually as db_eventually
@@ -118,7 +118,9 @@ def _deferred_task(
             .values(dag_id="d", run_id=f"r{models.utcnow().timestamp()}", run_type="manual")
             .returning(DagRun.id)
         ).scalar_one()
-        tid = triggers.add_trigger_row(session, cipher, classpath, kwargs, kind=TriggerKind.TASK)
+        tid = trigger_rows.add_trigger_row(
+            session, cipher, classpath, kwargs, kind=TriggerKind.TASK
+        )
         ti = session.execute(
             insert(TaskInstance)
             .values(
@@ -316,7 +318,7 @@ def _watcher(db: Database, cipher: KwargsCipher, name: str) -> tuple[int, int]:
         asset_id = session.execute(
             insert(Asset).values(name=name, uri=f"test://{name}", extra={}).returning(Asset.id)
         ).scalar_one()
-        tid = triggers.add_trigger_row(
+        tid = trigger_rows.add_trigger_row(
             session,
             cipher,
             "triggers.testing.ManualTrigger",
@@ -403,7 +405,7 @@ async def test_a_watcher_that_loads_again_forgets_its_load_failure(db, key, plug
         # Started with the wrong key only: the watcher cannot load, and the row says why.
         async with asynccontextmanager(lambda: _running(db, key, plugins))():
             error = await eventually(db, last_error)
-        assert error.startswith(triggers.LOAD_FAILURE_PREFIX)
+        assert error.startswith(trigger_rows.LOAD_FAILURE_PREFIX)
         # Restarted with the old key added (a rotation in progress): it runs, the error goes.
         async with asynccontextmanager(lambda: _running(db, f"{key},{old_key}", plugins))():
             await ManualTrigger.channel("rekeyed").wait_subscribed()

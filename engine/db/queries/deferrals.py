@@ -20,7 +20,7 @@ from engine.db.models import (
     TriggerKind,
     utcnow,
 )
-from engine.db.queries import triggers
+from engine.db.queries import triggers as trigger_rows
 from engine.db.queries.tasks import held_by
 from engine.exceptions import DecryptionError
 from triggers.exceptions import SerializationError
@@ -109,7 +109,9 @@ def fail_timed_out_deferrals(session: Session, *, now: datetime | None = None) -
                 trigger_timeout=None,
             )
         )
-        triggers.delete_unused_triggers(session, {int(r.trigger_id) for r in rows if r.trigger_id})
+        trigger_rows.delete_unused_triggers(
+            session, {int(r.trigger_id) for r in rows if r.trigger_id}
+        )
     return ids
 
 
@@ -146,7 +148,7 @@ def defer_task(
     ).scalar()
     if held is None:
         return None
-    trigger_id = triggers.add_trigger_row(
+    trigger_id = trigger_rows.add_trigger_row(
         session,
         cipher,
         deferral.classpath,
@@ -209,7 +211,7 @@ def start_from_trigger(session: Session, cipher: KwargsCipher, ti_id: int) -> bo
     if args is None:
         return False
     now = utcnow()
-    trigger_id = triggers.add_trigger_row(
+    trigger_id = trigger_rows.add_trigger_row(
         session, cipher, str(args["classpath"]), args["kwargs"], kind=TriggerKind.TASK
     )
     result = session.execute(
