@@ -41,3 +41,34 @@ class TriggerClassNotAllowedError(TriggerLoadError):
 
 class DagFileError(SluiceError):
     """A DAG file is broken; names the file and, where known, the line."""
+
+
+# --- the names ported DAG files import (``airflow.sdk.exceptions.X`` -> ``engine.exceptions.X``)
+
+
+class AirflowException(SluiceError):
+    """Base of the exceptions a task raises or catches by Airflow's names."""
+
+
+class AirflowSkipException(AirflowException):
+    """Raised by a task to end as skipped instead of failed (no retry)."""
+
+
+class AirflowFailException(AirflowException):
+    """Raised by a task to fail at once, without using its remaining retries."""
+
+
+class AirflowSensorTimeout(AirflowException):
+    """A sensor did not succeed within its ``timeout``."""
+
+
+class AirflowTaskTimeout(AirflowException):
+    """A task ran past its ``execution_timeout``."""
+
+
+class AirflowNotFoundException(AirflowException):
+    """Something a task asked for (a connection, a variable, a file) does not exist."""
+
+
+class ParamValidationError(AirflowException):
+    """A DAG or task param does not match its ``Param`` schema; names the param and why."""

@@ -1,31 +1,79 @@
-"""The authoring API: what a DAG file declares (DAGs, tasks, operators, sensors, assets).
+"""The authoring API: what a DAG file declares (DAGs, tasks, operators, sensors, assets,
+schedules, task groups, params) and what a running task sees (its context).
 
 Owns the in-memory model of a DAG and the task context; it holds no state beyond the DAG
 being defined and touches no database, process or clock. May import: the leaf utilities
 (``engine.exceptions``) and ``triggers``. Imported by every other part of the engine.
+
+Airflow's names, for ports that change only their imports (``airflow.sdk.X`` ->
+``engine.X``): ``task``, ``DAG``, ``Asset``, ``AssetAlias``, ``Metadata``, ``chain``,
+``TaskGroup``, ``task_group``, ``Param``, ``TriggerRule``, the timetables ... The ``@dag``
+decorator is exported by ``engine`` only (``engine.authoring.decorators.dag``): here the name
+``dag`` stays the module ``engine.authoring.dag``, so ``import engine.authoring.dag`` and
+dotted patch targets keep meaning the module.
 """
 
 from __future__ import annotations
 
-from engine.authoring.assets import Asset, AssetAll, AssetAny, AssetWatcher, BaseAsset
-from engine.authoring.context import Context, DagDefinitionError, TaskDeferred
-from engine.authoring.dag import DAG, BaseOperator, resolve_deferrable
-from engine.authoring.operators import PythonOperator, task
+from engine.authoring.arguments import TriggerRule
+from engine.authoring.assets import (
+    Asset,
+    AssetAlias,
+    AssetAll,
+    AssetAny,
+    AssetWatcher,
+    BaseAsset,
+    Metadata,
+)
+from engine.authoring.context import Context, DagDefinitionError, TaskDeferred, resolve_deferrable
+from engine.authoring.dag import DAG, BaseOperator
+from engine.authoring.groups import TaskGroup, chain, cross_downstream, task_group
+from engine.authoring.operators import EmptyOperator, PythonOperator, task
+from engine.authoring.params import Param
 from engine.authoring.sensors import BaseSensorOperator
+from engine.authoring.timetables import (
+    AssetOrTimeSchedule,
+    ContinuousTimetable,
+    CronDataIntervalTimetable,
+    CronTriggerTimetable,
+    DeltaDataIntervalTimetable,
+    DeltaTriggerTimetable,
+    MultipleCronTriggerTimetable,
+    OnceTimetable,
+    Timetable,
+)
 
 __all__: tuple[str, ...] = (
     "DAG",
     "Asset",
+    "AssetAlias",
     "AssetAll",
     "AssetAny",
+    "AssetOrTimeSchedule",
     "AssetWatcher",
     "BaseAsset",
     "BaseOperator",
     "BaseSensorOperator",
     "Context",
+    "ContinuousTimetable",
+    "CronDataIntervalTimetable",
+    "CronTriggerTimetable",
     "DagDefinitionError",
+    "DeltaDataIntervalTimetable",
+    "DeltaTriggerTimetable",
+    "EmptyOperator",
+    "Metadata",
+    "MultipleCronTriggerTimetable",
+    "OnceTimetable",
+    "Param",
     "PythonOperator",
     "TaskDeferred",
+    "TaskGroup",
+    "Timetable",
+    "TriggerRule",
+    "chain",
+    "cross_downstream",
     "resolve_deferrable",
     "task",
+    "task_group",
 )

@@ -1,14 +1,19 @@
-"""Assets, their watchers, and asset conditions (what an asset-scheduled DAG waits for).
+"""Assets, aliases, their watchers, and asset conditions (what an asset-scheduled DAG waits for).
 
 An ``Asset`` is a named piece of data. Its ``AssetWatcher``s each hold an event trigger
 (a ``BaseEventTrigger``); every event such a trigger fires becomes an asset event, which
-can start the DAGs scheduled on the asset. A DAG's ``schedule`` is an asset condition:
-an ``Asset`` (updated), ``a & b`` / ``AssetAll`` (all updated), ``a | b`` / ``AssetAny``
-(any updated), nested freely; a list of assets means all of them.
+can start the DAGs scheduled on the asset. A task updates an asset too: each asset in its
+``outlets`` gets an event when the task succeeds. An ``AssetAlias`` names assets a task
+only picks at run time (``outlet_events[alias].add(Asset(...))``); a DAG scheduled on the
+alias runs when an event is attached through it. A DAG's ``schedule`` is an asset
+condition: an ``Asset`` or ``AssetAlias`` (updated), ``a & b`` / ``AssetAll`` (all
+updated), ``a | b`` / ``AssetAny`` (any updated), nested freely; a list means all of them.
 
-``evaluate(updated)`` is pure: ``updated`` holds the names of the assets with at least one
-new event since the DAG's last asset-triggered run. Conditions are stored in ``dag.schedule``
-as JSON (``to_json`` / ``BaseAsset.from_json``).
+``evaluate(updated, aliases)`` is pure: ``updated`` holds the names of the assets with at
+least one new event since the DAG's last asset-triggered run, ``aliases`` the names of the
+aliases with such an event. Conditions are stored in ``dag.schedule`` as JSON (``to_json``
+/ ``BaseAsset.from_json``). ``Metadata`` is what a task yields or returns to set the extra
+of an outlet's event (Airflow's ``Metadata``).
 
 Only event triggers may drive a watcher: a trigger that waits for a state (a file exists, a
 job succeeded) stays true once met and would start the DAG again on every check.
@@ -17,6 +22,7 @@ job succeeded) stays true once met and would start the DAG again on every check.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from engine.authoring.context import DagDefinitionError, caller_location
@@ -29,6 +35,8 @@ ASSET_NAME_MAX_CHARS: Final = 1500
 ASSET_TYPE: Final = "asset"
 ASSET_ALL_TYPE: Final = "asset_all"
 ASSET_ANY_TYPE: Final = "asset_any"
+ASSET_ALIAS_TYPE: Final = "asset_alias"
+DEFAULT_ASSET_GROUP: Final = "asset"
 EVENT_TRIGGER_HINT: Final = (
     "only a BaseEventTrigger can drive an asset watcher (a trigger that waits for a state "
     "stays true once met and would start the DAG again and again); use an event trigger such "
@@ -62,17 +70,25 @@ class BaseAsset:
             return NotImplemented
         return AssetAny(*_flatten(AssetAny, (self, other)))
 
-    def evaluate(self, updated: Set[str]) -> bool:
-        """True when the condition is met given the names of the updated assets."""
+    def evaluate(self, updated: Set[str], aliases: Set[str] = frozenset()) -> bool:
+        """True when the condition is met given the names of the updated assets and aliases."""
         raise NotImplementedError
 
     def iter_assets(self) -> Iterator[Asset]:
         """Every ``Asset`` the condition mentions (possibly more than once), in order."""
         raise NotImplementedError
 
+    def iter_aliases(self) -> Iterator[AssetAlias]:
+        """Every ``AssetAlias`` the condition mentions (possibly more than once), in order."""
+        raise NotImplementedError
+
     def asset_names(self) -> list[str]:
         """The distinct names of the assets the condition mentions, in order."""
         return list(dict.fromkeys(asset.name for asset in self.iter_assets()))
+
+    def alias_names(self) -> list[str]:
+        """The distinct names of the aliases the condition mentions, in order."""
+        return list(dict.fromkeys(alias.name for alias in self.iter_aliases()))
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON data; ``BaseAsset.from_json`` rebuilds the condition (without watchers)."""
@@ -125,23 +141,29 @@ class AssetWatcher:
 
 
 class Asset(BaseAsset):
-    """A named piece of data; ``uri`` defaults to the name; ``watchers`` update it."""
+    """A named piece of data; ``uri`` defaults to the name (the name to the uri); ``watchers``
+    update it. ``group`` is stored only (Airflow shows it in its UI)."""
 
-    __slots__ = ("extra", "name", "uri", "watchers")
+    __slots__ = ("extra", "group", "name", "uri", "watchers")
 
     def __init__(
         self,
-        name: str,
+        name: str | None = None,
         uri: str | None = None,
         *,
+        group: str = DEFAULT_ASSET_GROUP,
         extra: dict[str, Any] | None = None,
         watchers: Sequence[AssetWatcher] = (),
     ) -> None:
         where = caller_location()
-        self.name = _check_name("Asset name", name, where=where)
-        self.uri = _check_name(f"asset {name!r} uri", name if uri is None else uri, where=where)
-        self.extra = _check_extra(name, extra, where=where)
-        self.watchers = _check_watchers(name, watchers, where=where)
+        if name is None and uri is None:
+            raise DagDefinitionError(f"{where}: Asset() needs a name or a uri")
+        self.name = _check_name("Asset name", uri if name is None else name, where=where)
+        label = self.name
+        self.uri = _check_name(f"asset {label!r} uri", label if uri is None else uri, where=where)
+        self.group = _check_name(f"asset {label!r} group", group, where=where)
+        self.extra = _check_extra(label, extra, where=where)
+        self.watchers = _check_watchers(label, watchers, where=where)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Asset):
@@ -155,14 +177,56 @@ class Asset(BaseAsset):
         watchers = [watcher.name for watcher in self.watchers]
         return f"Asset(name={self.name!r}, uri={self.uri!r}, watchers={watchers})"
 
-    def evaluate(self, updated: Set[str]) -> bool:
+    def evaluate(self, updated: Set[str], aliases: Set[str] = frozenset()) -> bool:
         return self.name in updated
 
     def iter_assets(self) -> Iterator[Asset]:
         yield self
 
+    def iter_aliases(self) -> Iterator[AssetAlias]:
+        yield from ()
+
     def to_json(self) -> dict[str, Any]:
         return {"__type": ASSET_TYPE, "name": self.name, "uri": self.uri}
+
+
+class AssetAlias(BaseAsset):
+    """A name for the assets a task picks at run time.
+
+    In ``outlets``, the task attaches events to assets through it
+    (``outlet_events[alias].add(Asset("s3://bucket/2024-01-01"), extra={...})``); in a
+    ``schedule``, the DAG runs when an event is attached through the alias.
+    """
+
+    __slots__ = ("group", "name")
+
+    def __init__(self, name: str, *, group: str = DEFAULT_ASSET_GROUP) -> None:
+        where = caller_location()
+        self.name = _check_name("AssetAlias name", name, where=where)
+        self.group = _check_name(f"asset alias {name!r} group", group, where=where)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AssetAlias):
+            return NotImplemented
+        return self.name == other.name
+
+    def __hash__(self) -> int:
+        return hash((AssetAlias, self.name))
+
+    def __repr__(self) -> str:
+        return f"AssetAlias(name={self.name!r})"
+
+    def evaluate(self, updated: Set[str], aliases: Set[str] = frozenset()) -> bool:
+        return self.name in aliases
+
+    def iter_assets(self) -> Iterator[Asset]:
+        yield from ()
+
+    def iter_aliases(self) -> Iterator[AssetAlias]:
+        yield self
+
+    def to_json(self) -> dict[str, Any]:
+        return {"__type": ASSET_ALIAS_TYPE, "name": self.name}
 
 
 class _AssetBooleanCondition(BaseAsset):
@@ -195,6 +259,10 @@ class _AssetBooleanCondition(BaseAsset):
         for item in self.objects:
             yield from item.iter_assets()
 
+    def iter_aliases(self) -> Iterator[AssetAlias]:
+        for item in self.objects:
+            yield from item.iter_aliases()
+
     def to_json(self) -> dict[str, Any]:
         return {"__type": self.json_type, "objects": [item.to_json() for item in self.objects]}
 
@@ -205,8 +273,8 @@ class AssetAll(_AssetBooleanCondition):
     __slots__ = ()
     json_type = ASSET_ALL_TYPE
 
-    def evaluate(self, updated: Set[str]) -> bool:
-        return all(item.evaluate(updated) for item in self.objects)
+    def evaluate(self, updated: Set[str], aliases: Set[str] = frozenset()) -> bool:
+        return all(item.evaluate(updated, aliases) for item in self.objects)
 
 
 class AssetAny(_AssetBooleanCondition):
@@ -215,8 +283,58 @@ class AssetAny(_AssetBooleanCondition):
     __slots__ = ()
     json_type = ASSET_ANY_TYPE
 
-    def evaluate(self, updated: Set[str]) -> bool:
-        return any(item.evaluate(updated) for item in self.objects)
+    def evaluate(self, updated: Set[str], aliases: Set[str] = frozenset()) -> bool:
+        return any(item.evaluate(updated, aliases) for item in self.objects)
+
+
+class Metadata:
+    """The ``extra`` of an outlet's event, yielded or returned by a task (Airflow's ``Metadata``).
+
+    ``yield Metadata(asset, {"rows": 10})`` sets ``outlet_events[asset].extra``; with
+    ``alias=``, the event is also attached to ``asset`` through that alias (the alias must be
+    in the task's ``outlets``). ``asset`` and ``alias`` may be given by name.
+    """
+
+    __slots__ = ("alias", "asset", "extra")
+
+    def __init__(
+        self,
+        asset: Asset | str,
+        extra: Mapping[str, Any] | None = None,
+        alias: AssetAlias | str | None = None,
+    ) -> None:
+        where = caller_location()
+        if not isinstance(asset, Asset | str):
+            raise TypeError(f"{where}: Metadata asset must be an Asset or a name, got {asset!r}")
+        if alias is not None and not isinstance(alias, AssetAlias | str):
+            raise TypeError(
+                f"{where}: Metadata alias must be an AssetAlias, a name or None, got {alias!r}"
+            )
+        if extra is not None and not isinstance(extra, Mapping):
+            raise TypeError(f"{where}: Metadata extra must be a dict, got {extra!r}")
+        self.asset = asset
+        self.extra: dict[str, Any] = dict(extra or {})
+        self.alias = alias
+
+    @property
+    def asset_name(self) -> str:
+        return self.asset if isinstance(self.asset, str) else self.asset.name
+
+    @property
+    def alias_name(self) -> str | None:
+        return self.alias if self.alias is None or isinstance(self.alias, str) else self.alias.name
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Metadata):
+            return NotImplemented
+        mine = (self.asset_name, self.extra, self.alias_name)
+        return mine == (other.asset_name, other.extra, other.alias_name)
+
+    __hash__ = None  # type: ignore[assignment]  # extra is a mutable dict
+
+    def __repr__(self) -> str:
+        alias = "" if self.alias is None else f", alias={self.alias_name!r}"
+        return f"Metadata({self.asset_name!r}, extra={self.extra!r}{alias})"
 
 
 def _flatten(kind: type[_AssetBooleanCondition], items: Iterable[BaseAsset]) -> list[BaseAsset]:
@@ -273,6 +391,11 @@ def _from_json(data: object) -> BaseAsset:
         if not isinstance(name, str) or not isinstance(uri, str):
             raise ValueError(f"stored asset needs string name and uri, got {data!r}")
         return Asset(name, uri)
+    if kind == ASSET_ALIAS_TYPE:
+        name = data.get("name")
+        if not isinstance(name, str):
+            raise ValueError(f"stored asset alias needs a string name, got {data!r}")
+        return AssetAlias(name)
     if kind in (ASSET_ALL_TYPE, ASSET_ANY_TYPE):
         objects = data.get("objects")
         if not isinstance(objects, list) or not objects:
@@ -296,6 +419,20 @@ def as_condition(schedule: object, *, where: str) -> BaseAsset | None:
                 raise DagDefinitionError(f"{where}: a schedule list must hold assets, got {item!r}")
         return schedule[0] if len(schedule) == 1 else AssetAll(*schedule)
     raise DagDefinitionError(
-        f"{where}: schedule must be None, an Asset, a list of assets or an asset condition "
-        f"(a & b, a | b), got {schedule!r}; time-based schedules are not supported"
+        f"{where}: an asset schedule must be an Asset, an AssetAlias, a list of them or an "
+        f"asset condition (a & b, a | b), got {schedule!r}"
     )
+
+
+def as_asset_list(where: str, name: str, value: object) -> list[Asset | AssetAlias]:
+    """``outlets=`` / ``inlets=`` as a list: one asset or alias, or a list of them."""
+    if value is None:
+        return []
+    items = list(value) if isinstance(value, list | tuple | set | frozenset) else [value]
+    for item in items:
+        if not isinstance(item, Asset | AssetAlias):
+            raise DagDefinitionError(
+                f"{where}: {name} takes Asset and AssetAlias objects (or a list of them), "
+                f"got {item!r}"
+            )
+    return items  # type: ignore[return-value]  # checked above

@@ -1,19 +1,21 @@
 """Shared pieces of the authoring API: its errors, ``TaskDeferred`` and the task context.
 
-What a DAG file imports lives in ``engine.authoring.assets`` (``Asset``, ``AssetWatcher``,
-conditions), ``engine.authoring.dag`` (``DAG``, ``BaseOperator``),
-``engine.authoring.operators`` (``PythonOperator``, ``@task``) and
-``engine.authoring.sensors``; all are re-exported by ``engine`` (sensors by
-``engine.sensors``).
+What a DAG file imports lives in ``engine.authoring.assets`` (``Asset``, ``AssetAlias``,
+``AssetWatcher``, ``Metadata``, conditions), ``engine.authoring.dag`` (``DAG``,
+``BaseOperator``), ``engine.authoring.decorators`` (``@dag``),
+``engine.authoring.operators`` (``PythonOperator``, ``EmptyOperator``, ``@task``),
+``engine.authoring.groups`` (``TaskGroup``, ``@task_group``, ``chain``),
+``engine.authoring.params`` (``Param``), ``engine.authoring.arguments`` (``TriggerRule``),
+``engine.authoring.timetables`` and ``engine.authoring.sensors``; all are re-exported by
+``engine`` (sensors by ``engine.sensors``, Airflow's exceptions by ``engine.exceptions``).
 
-The task context is a plain dict the executor builds for each run of a task. Keys:
-
-- ``dag_id``, ``task_id``, ``run_id``: where the task runs;
-- ``triggering_asset_events``: for an asset-triggered run, ``{asset name: [event dict, ...]}``
-  with every asset event that triggered the run (each dict holds ``payload``, ``timestamp``,
-  ``source_watcher`` ...); empty for a manual run;
-- ``default_deferrable``: the ``[operators] default_deferrable`` setting, read by
-  ``resolve_deferrable`` for sensors and operators built with ``deferrable=None``.
+The task context is a dict: the executor sends plain data (``dag_id``, ``task_id``,
+``run_id``, ``try_number``, ``run``, ``triggering_asset_events``, ``inlet_events``,
+``default_deferrable`` ...) and ``engine.authoring.runtime_context.hydrate_context`` turns it
+into what a task sees (``ti``, ``dag_run``, ``params``, ``logical_date``, ``ds``,
+``outlet_events`` ...); that module documents every key. ``default_deferrable`` is the
+``[operators] default_deferrable`` setting, read by ``resolve_deferrable`` for sensors and
+operators built with ``deferrable=None``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
-from engine.exceptions import DagFileError, SluiceError
+from engine.exceptions import AirflowException, AirflowSensorTimeout, DagFileError
 from triggers.base import BaseTrigger
 from triggers.exceptions import SerializationError
 from triggers.serde import dumps, dumps_kwargs
@@ -60,7 +62,7 @@ class DagDefinitionError(DagFileError, ValueError):
         self.lineno = lineno
 
 
-class TaskDeferralError(SluiceError):
+class TaskDeferralError(AirflowException):
     """A deferred task cannot resume: its trigger failed (``next_method == "__fail__"``)."""
 
 
@@ -68,8 +70,8 @@ class TaskDeferralTimeout(TaskDeferralError):
     """A deferred task waited longer than the ``timeout`` given to ``defer``."""
 
 
-class SensorTimeout(SluiceError):
-    """A sensor in poke mode did not succeed within its ``timeout``."""
+class SensorTimeout(AirflowSensorTimeout):
+    """A sensor in poke mode did not succeed within its ``timeout`` (``AirflowSensorTimeout``)."""
 
 
 def caller_file_and_line() -> tuple[str, int]:
@@ -124,6 +126,24 @@ def check_timedelta(owner: str, name: str, value: object) -> timedelta | None:
         )
     if value < timedelta(0):
         raise DagDefinitionError(f"{owner}: {name} must not be negative, got {value}")
+    return value
+
+
+def resolve_deferrable(op: object, default: bool) -> bool:
+    """Whether ``op`` runs deferrable: its own ``deferrable`` unless None, else ``default``.
+
+    ``default`` is ``[operators] default_deferrable``; the executor passes it in the context
+    (``default_deferrable_from(context)``).
+    """
+    own = getattr(op, "deferrable", None)
+    return bool(default) if own is None else bool(own)
+
+
+def default_deferrable_from(context: Mapping[str, Any]) -> bool:
+    """``[operators] default_deferrable`` as the executor put it in the context."""
+    value = context.get(DEFAULT_DEFERRABLE_KEY, False)
+    if not isinstance(value, bool):
+        raise TypeError(f"context[{DEFAULT_DEFERRABLE_KEY!r}] must be a bool, got {value!r}")
     return value
 
 
@@ -243,10 +263,23 @@ class Deferral:
 
 @dataclass(frozen=True, slots=True)
 class EventRow:
-    """One asset event that triggered the run (``payload`` as stored: tagged JSON)."""
+    """One asset event as read for a task's context (``payload`` as stored: tagged JSON).
+
+    The fields after ``source_watcher`` say where an event came from (a watcher, a task's
+    outlet, ``sluice assets emit``); events stored before outlets existed leave them None.
+    """
 
     id: int
     asset_name: str
     payload: Any
     timestamp: datetime
     source_watcher: str | None
+    uri: str | None = None
+    extra: dict[str, Any] | None = None
+    source: str | None = None
+    source_dag_id: str | None = None
+    source_run_id: str | None = None
+    source_task_id: str | None = None
+    source_try_number: int | None = None
+    source_alias: str | None = None
+    created_by: str | None = None

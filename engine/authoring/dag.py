@@ -1,77 +1,109 @@
 """``DAG`` and ``BaseOperator``: a named set of tasks with dependencies, and a task.
 
-A DAG is started manually or by assets.
-Use it as a context manager: every operator (or ``@task`` call) created inside the block
-joins the DAG, and the DAG is registered for the DAG processor even if no variable holds
-it::
+A DAG runs on a time schedule, on assets, or by hand. Use it as a context manager (or the
+``@dag`` decorator): every operator (or ``@task`` call) created inside the block joins the
+DAG, and the DAG is registered for the DAG processor even if no variable holds it::
 
-    with DAG("orders", schedule=orders_asset & customers_asset):
+    with DAG("orders", schedule="@daily", start_date=datetime(2025, 1, 1)):
         extract = PythonOperator(task_id="extract", python_callable=run_extract)
-        load = PythonOperator(task_id="load", python_callable=run_load)
+        load = PythonOperator(task_id="load", python_callable=run_load, outlets=[orders])
         extract >> load
 
-``schedule`` takes None (manual runs only), an ``Asset``, a list of assets (all of them
-updated) or an asset condition built with ``&`` and ``|``. A run started by assets can read
-the asset events that started it from ``context["triggering_asset_events"]``.
+``schedule`` takes None (manual runs only), a cron string or preset (``"@daily"``), a
+``timedelta``, a timetable, an ``Asset`` / ``AssetAlias``, a list of assets (all of them
+updated) or an asset condition built with ``&`` and ``|``
+(``engine.authoring.timetables.resolve_schedule``). A run started by assets can read the
+asset events that started it from ``context["triggering_asset_events"]``.
+
+The arguments are Airflow's. Those Sluice does not implement yet are accepted with one
+warning per name, or refused when ignoring them would change what runs
+(``engine.authoring.arguments``); an unknown name is a ``DagDefinitionError``. A DAG's
+``default_args`` fill the arguments an operator accepts and its caller did not pass (a
+``TaskGroup``'s ``default_args`` over the DAG's).
 
 A task runs in a worker process that imports the DAG file again, finds the task and calls
-``task.execute(context)`` (see ``engine.authoring.context`` for the context keys). A task
-that waits calls ``self.defer(trigger=..., method_name=...)``: that raises ``TaskDeferred``,
-the worker slot is freed, and once the trigger fires a *fresh* instance resumes at
-``task.resume_execution(next_method, next_kwargs, context)``, which calls
-``getattr(task, next_method)(context, event=payload, **defer_kwargs)``.
-
-A task whose class sets ``start_from_trigger = True`` and ``start_trigger_args`` goes to the
-triggerer without running on a worker first (``deferral_at_start``). A trigger that yields
-``TaskSuccessEvent`` / ``TaskFailedEvent`` / ``TaskSkippedEvent`` ends the task on the
-triggerer (``end_from_trigger``).
+``task.execute(context)`` (see ``engine.authoring.runtime_context`` for the context keys).
+How a task waits on a trigger and resumes (``defer``, ``resume_execution``) is
+``engine.authoring.deferral``. A trigger that yields ``TaskSuccessEvent`` /
+``TaskFailedEvent`` / ``TaskSkippedEvent`` ends the task on the triggerer
+(``end_from_trigger``).
 
 DAG and task refer to each other (a task joins the DAG being defined; a DAG holds its
-tasks), so both live here; ``engine.authoring.operators`` builds on them.
+tasks), so both live here; ``engine.authoring.groups`` (task groups, ``chain``) and
+``engine.authoring.operators`` build on them.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NoReturn
+import functools
+import inspect
+import logging
+import re
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from engine.authoring.arguments import (
+    DAG_IGNORED,
+    DAG_REJECTED_WHEN_SET,
+    DAG_REMOVED,
+    OPERATOR_IGNORED,
+    OPERATOR_REJECTED_WHEN_SET,
+    OPERATOR_REMOVED,
+    TriggerRule,
+    check_default_args,
+    check_positive_int,
+    check_tags,
+    check_trigger_rule,
+    check_type,
+    split_unsupported,
+)
+from engine.authoring.assets import Asset, AssetAlias, as_asset_list
 from engine.authoring.context import (
-    DEFAULT_DEFERRABLE_KEY,
-    FAIL_METHOD,
-    TRIGGER_TIMEOUT_ERROR,
     DagDefinitionError,
-    TaskDeferralError,
-    TaskDeferralTimeout,
-    TaskDeferred,
+    caller_file_and_line,
     caller_location,
     check_timedelta,
-    run_to_completion,
 )
+from engine.authoring.deferral import Deferrable
+from engine.authoring.params import Param, as_params
+from engine.authoring.timetables import resolve_schedule, timezone_of, to_utc
 from triggers.base import classpath_of
-from triggers.exceptions import SerializationError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
-    from datetime import timedelta
-
-    from engine.authoring.context import Context
-    from triggers.base import BaseTrigger, StartTriggerArgs
-
-import re
-from typing import TYPE_CHECKING, Final
-
-from engine.authoring.assets import as_condition
-from engine.authoring.context import caller_file_and_line
-
-if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from datetime import tzinfo
     from types import TracebackType
 
     from engine.authoring.assets import BaseAsset
+    from engine.authoring.context import Context
+    from engine.authoring.timetables import Timetable
+
+logger = logging.getLogger(__name__)
 
 ID_MAX_CHARS: Final = 250
+DEFAULT_MAX_ACTIVE_RUNS: Final = 16
+DEFAULT_MAX_ACTIVE_TASKS: Final = 16
+DEFAULT_OWNER: Final = "airflow"
 _ID_PATTERN: Final = re.compile(r"[A-Za-z0-9_.\-]+")
 
 _dag_stack: list[DAG] = []
+_group_stack: list[TaskContainer] = []
 _registered: list[DAG] = []
+_warned: set[tuple[str, str]] = set()
+
+
+class TaskContainer(Protocol):
+    """What a task needs of the ``TaskGroup`` it is created in (``engine.authoring.groups``)."""
+
+    @property
+    def dag(self) -> DAG: ...
+
+    @property
+    def default_args(self) -> dict[str, Any]: ...
+
+    def child_id(self, label: str) -> str: ...
+
+    def add(self, node: BaseOperator) -> None: ...
 
 
 def check_id(kind: str, value: object, *, where: str) -> str:
@@ -90,6 +122,19 @@ def current_dag() -> DAG | None:
     return _dag_stack[-1] if _dag_stack else None
 
 
+def current_group() -> TaskContainer | None:
+    """The innermost ``with TaskGroup(...)`` block, if any."""
+    return _group_stack[-1] if _group_stack else None
+
+
+def push_group(group: TaskContainer) -> None:
+    _group_stack.append(group)
+
+
+def pop_group(group: TaskContainer) -> None:
+    _group_stack.remove(group)
+
+
 def take_registered_dags() -> list[DAG]:
     """The DAGs whose ``with`` block ended since the last call (the DAG processor's hook)."""
     dags = list(_registered)
@@ -97,29 +142,160 @@ def take_registered_dags() -> list[DAG]:
     return dags
 
 
+def warn_once(scope: str, argument: str, message: str, *args: object, **fields: str) -> None:
+    """Log ``message`` once per process for each ``(scope, argument)``."""
+    if (scope, argument) in _warned:
+        return
+    _warned.add((scope, argument))
+    extra = {"action": "argument_ignored", "argument": argument, **fields}
+    logger.warning(message, *args, extra=extra)
+
+
+def forget_warnings() -> None:
+    """Warn again about every argument (for tests)."""
+    _warned.clear()
+
+
+# --- DAG ---------------------------------------------------------------------------------------
+
+
+def _zone_of(where: str, start: object) -> tzinfo:
+    """The DAG's time zone: ``start_date``'s when it is aware, else UTC."""
+    if isinstance(start, datetime) and start.utcoffset() is not None:
+        return timezone_of(start.tzinfo)
+    return timezone_of(None)
+
+
 class DAG:
-    """A DAG: ``dag_id``, a schedule, and tasks linked by ``>>``."""
+    """A DAG: ``dag_id``, a schedule, and tasks linked by ``>>`` (Airflow's arguments)."""
 
     def __init__(
         self,
         dag_id: str,
         *,
-        schedule: BaseAsset | list[BaseAsset] | tuple[BaseAsset, ...] | None = None,
+        schedule: object = None,
+        start_date: datetime | None = None,
+        end_date: datetime | None = None,
+        catchup: bool = False,
+        tags: Iterable[str] | None = None,
         description: str | None = None,
+        doc_md: str | None = None,
+        default_args: Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None,
+        max_active_runs: int = DEFAULT_MAX_ACTIVE_RUNS,
+        max_active_tasks: int = DEFAULT_MAX_ACTIVE_TASKS,
+        dagrun_timeout: timedelta | None = None,
+        dag_display_name: str | None = None,
+        is_paused_upon_creation: bool | None = None,
         auto_register: bool = True,
+        **unsupported: Any,
     ) -> None:
         self.fileloc, self.lineno = caller_file_and_line()
-        where = f"{self.fileloc}:{self.lineno}"
-        self.dag_id = check_id("dag_id", dag_id, where=where)
-        self.schedule: BaseAsset | None = as_condition(schedule, where=where)
-        if description is not None and not isinstance(description, str):
-            raise DagDefinitionError(f"{where}: DAG {dag_id!r} description must be a string")
+        location = f"{self.fileloc}:{self.lineno}"
+        self.dag_id = check_id("dag_id", dag_id, where=location)
+        where = f"{location}: DAG {dag_id!r}"
+        self._warn_unsupported(unsupported, location)
+        self.default_args = check_default_args(where, default_args)
+        self._set_dates(where, start_date, end_date)
+        self.timetable: Timetable | None
+        self.schedule: BaseAsset | None
+        self.timetable, self.schedule = resolve_schedule(
+            schedule, timezone=self.timezone, where=where
+        )
+        check_type(where, "catchup", catchup, bool)
+        self.catchup = catchup
+        self.tags = check_tags(where, tags)
+        for name, text in (("description", description), ("doc_md", doc_md)):
+            if text is not None:
+                check_type(where, name, text, str)
         self.description = description
+        self.doc_md = doc_md
+        shared = as_params(self.default_args.pop("params", None), where=f"{where} default_args")
+        self.params = {**shared, **as_params(params, where=where)}
+        self.max_active_runs = check_positive_int(where, "max_active_runs", max_active_runs)
+        self.max_active_tasks = check_positive_int(where, "max_active_tasks", max_active_tasks)
+        self.dagrun_timeout = check_timedelta(where, "dagrun_timeout", dagrun_timeout)
+        self._warn_not_enforced(location)
+        self.dag_display_name = dag_id if dag_display_name is None else dag_display_name
+        check_type(where, "dag_display_name", self.dag_display_name, str)
+        if is_paused_upon_creation is not None:
+            check_type(where, "is_paused_upon_creation", is_paused_upon_creation, bool)
+        self.is_paused_upon_creation = is_paused_upon_creation
         self.auto_register = auto_register
         self.task_dict: dict[str, BaseOperator] = {}
+        self.task_group_dict: dict[str, TaskContainer] = {}
+        self._check_required_params(where)
+
+    def _warn_unsupported(self, unsupported: Mapping[str, Any], location: str) -> None:
+        names = split_unsupported(
+            unsupported,
+            owner=f"DAG {self.dag_id!r}",
+            where=location,
+            ignored=DAG_IGNORED,
+            rejected=DAG_REJECTED_WHEN_SET,
+            removed=DAG_REMOVED,
+            known=[n for n in inspect.signature(DAG.__init__).parameters if n != "self"],
+        )
+        for name in names:
+            warn_once(
+                "DAG",
+                name,
+                "%s: DAG %r: argument %r is not supported yet and is ignored",
+                location,
+                self.dag_id,
+                name,
+                dag_id=self.dag_id,
+                location=location,
+            )
+
+    def _warn_not_enforced(self, location: str) -> None:
+        for name, is_set in (
+            ("max_active_tasks", self.max_active_tasks != DEFAULT_MAX_ACTIVE_TASKS),
+            ("dagrun_timeout", self.dagrun_timeout is not None),
+        ):
+            if is_set:
+                warn_once(
+                    "DAG",
+                    name,
+                    "%s: DAG %r: %s is stored, not enforced yet",
+                    location,
+                    self.dag_id,
+                    name,
+                    dag_id=self.dag_id,
+                    location=location,
+                )
+
+    def _set_dates(self, where: str, start_date: object, end_date: object) -> None:
+        # Airflow takes the dates from default_args too; operators do not get them.
+        default_start = self.default_args.pop("start_date", None)
+        default_end = self.default_args.pop("end_date", None)
+        start = default_start if start_date is None else start_date
+        end = default_end if end_date is None else end_date
+        self.timezone: tzinfo = _zone_of(where, start)
+        self.start_date: datetime | None = None
+        self.end_date: datetime | None = None
+        if start is not None:
+            self.start_date = to_utc(start, timezone=self.timezone, where=where, name="start_date")
+        if end is not None:
+            self.end_date = to_utc(end, timezone=self.timezone, where=where, name="end_date")
+        if self.start_date and self.end_date and self.end_date < self.start_date:
+            raise DagDefinitionError(
+                f"{where}: end_date {self.end_date} is before start_date {self.start_date}"
+            )
+
+    def _check_required_params(self, where: str) -> None:
+        if self.timetable is None and self.schedule is None:
+            return
+        missing = [name for name, param in self.params.items() if not param.has_value]
+        if missing:
+            raise DagDefinitionError(
+                f"{where}: params {missing} have no default, so a scheduled run could not get "
+                "a value; give them defaults or use schedule=None"
+            )
 
     def __repr__(self) -> str:
-        return f"<DAG {self.dag_id!r} tasks={len(self.task_dict)} schedule={self.schedule!r}>"
+        when = self.timetable.summary if self.timetable is not None else self.schedule
+        return f"<DAG {self.dag_id!r} tasks={len(self.task_dict)} schedule={when!r}>"
 
     def __enter__(self) -> DAG:
         _dag_stack.append(self)
@@ -143,16 +319,27 @@ class DAG:
     def task_ids(self) -> list[str]:
         return list(self.task_dict)
 
+    @property
+    def owner(self) -> str:
+        """The owners of the tasks, as Airflow shows them (``"airflow"`` without tasks)."""
+        owners = dict.fromkeys(task.owner for task in self.task_dict.values())
+        return ", ".join(owners) or DEFAULT_OWNER
+
     def schedule_json(self) -> dict[str, Any] | None:
-        """The schedule as stored in ``dag.schedule`` (None for manual runs only)."""
+        """The asset condition as stored in ``dag.schedule`` (None without one)."""
         return None if self.schedule is None else self.schedule.to_json()
 
     def add_task(self, task: BaseOperator) -> None:
-        """Attach ``task``; its id must be new in this DAG."""
+        """Attach ``task``; its id must be new in this DAG (tasks and task groups)."""
         if task.task_id in self.task_dict and self.task_dict[task.task_id] is not task:
             raise DagDefinitionError(
                 f"DAG {self.dag_id!r} ({self.fileloc}) already has a task {task.task_id!r}; "
                 "task ids must be unique within a DAG"
+            )
+        if task.task_id in self.task_group_dict:
+            raise DagDefinitionError(
+                f"DAG {self.dag_id!r} ({self.fileloc}) already has a task group "
+                f"{task.task_id!r}; a task cannot have the id of a task group"
             )
         self.task_dict[task.task_id] = task
 
@@ -210,153 +397,33 @@ class DAG:
         return sorted(self.task_dict[task_id].downstream_task_ids)
 
 
-def resolve_deferrable(op: object, default: bool) -> bool:
-    """Whether ``op`` runs deferrable: its own ``deferrable`` unless None, else ``default``.
-
-    ``default`` is ``[operators] default_deferrable``; the executor passes it in the context
-    (``default_deferrable_from(context)``).
-    """
-    own = getattr(op, "deferrable", None)
-    return bool(default) if own is None else bool(own)
+# --- dependencies ------------------------------------------------------------------------------
 
 
-def default_deferrable_from(context: Mapping[str, Any]) -> bool:
-    """``[operators] default_deferrable`` as the executor put it in the context."""
-    value = context.get(DEFAULT_DEFERRABLE_KEY, False)
-    if not isinstance(value, bool):
-        raise TypeError(f"context[{DEFAULT_DEFERRABLE_KEY!r}] must be a bool, got {value!r}")
-    return value
-
-
-def _as_list(value: object) -> list[BaseOperator]:
-    items: list[object] = list(value) if isinstance(value, list | tuple | set) else [value]
-    tasks: list[BaseOperator] = []
-    for item in items:
-        if not isinstance(item, BaseOperator):
-            raise DagDefinitionError(
-                f"{caller_location()}: dependencies link tasks, got {item!r}; use operators "
-                "or the result of calling a @task function"
-            )
-        tasks.append(item)
-    return tasks
-
-
-class BaseOperator:
-    """Base of every task. Subclasses implement ``execute(context)``."""
-
-    start_from_trigger: bool = False
-    start_trigger_args: StartTriggerArgs | None = None
-
-    def __init__(
-        self,
-        *,
-        task_id: str,
-        dag: DAG | None = None,
-        retries: int = 0,
-        execution_timeout: timedelta | None = None,
-    ) -> None:
-        where = caller_location()
-        self.task_id = check_id("task_id", task_id, where=where)
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise DagDefinitionError(f"{where}: task {task_id!r} retries must be an int >= 0")
-        self.retries = retries
-        self.execution_timeout = check_timedelta(
-            f"{where}: task {task_id!r}", "execution_timeout", execution_timeout
-        )
-        self.upstream_task_ids: set[str] = set()
-        self.downstream_task_ids: set[str] = set()
-        self.dag: DAG | None = None
-        target = dag if dag is not None else current_dag()
-        if target is not None:
-            self._attach(target)
-
-    def __repr__(self) -> str:
-        return f"<Task({type(self).__name__}): {self.task_id}>"
+class DependencyMixin:
+    """Something ``>>`` links: a task, or a task group (through its roots and leaves)."""
 
     @property
-    def operator_classpath(self) -> str:
-        return classpath_of(self)
+    def roots(self) -> list[BaseOperator]:
+        """The tasks an upstream node links to."""
+        raise NotImplementedError
 
-    def _attach(self, dag: DAG) -> None:
-        if self.dag is not None and self.dag is not dag:
-            raise DagDefinitionError(
-                f"task {self.task_id!r} belongs to DAG {self.dag.dag_id!r}, not {dag.dag_id!r}"
-            )
-        dag.add_task(self)
-        self.dag = dag
+    @property
+    def leaves(self) -> list[BaseOperator]:
+        """The tasks that link to a downstream node."""
+        raise NotImplementedError
 
-    # --- running --------------------------------------------------------------------------
+    def set_downstream(self, other: DependencyMixin | Sequence[DependencyMixin]) -> None:
+        targets = [root for node in _nodes(other) for root in node.roots]
+        for leaf in self.leaves:
+            for root in targets:
+                _link(leaf, root)
 
-    def execute(self, context: Context) -> Any:
-        """Do the work; the return value is the task's result."""
-        raise NotImplementedError(f"{type(self).__name__} must implement execute(context)")
-
-    def defer(
-        self,
-        trigger: BaseTrigger,
-        method_name: str,
-        kwargs: Mapping[str, Any] | None = None,
-        timeout: timedelta | None = None,
-    ) -> NoReturn:
-        """Hand the wait to ``trigger``; resume at ``method_name(context, event=..., **kwargs)``.
-
-        Raises ``TaskDeferred``. The trigger's kwargs and ``kwargs`` are serialized now, so
-        an unserializable value fails here, naming the trigger class and the kwarg.
-        """
-        if not callable(getattr(self, method_name, None)):
-            raise TypeError(
-                f"task {self.task_id!r}: defer(method_name={method_name!r}) does not name a "
-                f"method of {type(self).__name__}"
-            )
-        try:
-            deferred = TaskDeferred(
-                trigger=trigger, method_name=method_name, kwargs=kwargs, timeout=timeout
-            )
-        except SerializationError as exc:
-            raise SerializationError(f"task {self.task_id!r} cannot defer: {exc}") from exc
-        raise deferred
-
-    def resume_execution(
-        self, next_method: str, next_kwargs: Mapping[str, Any] | None, context: Context
-    ) -> Any:
-        """Resume after a deferral: call ``next_method``, or fail for ``__fail__``."""
-        kwargs = dict(next_kwargs or {})
-        if next_method == FAIL_METHOD:
-            error = kwargs.get("error") or "unknown error"
-            if error == TRIGGER_TIMEOUT_ERROR:
-                raise TaskDeferralTimeout(f"task {self.task_id!r}: the deferral timed out")
-            detail = f"\n{kwargs['traceback']}" if kwargs.get("traceback") else ""
-            raise TaskDeferralError(f"task {self.task_id!r}: its trigger failed: {error}{detail}")
-        method = getattr(self, next_method, None)
-        if not callable(method):
-            raise TaskDeferralError(
-                f"task {self.task_id!r} cannot resume: {type(self).__name__} has no method "
-                f"{next_method!r}"
-            )
-        return run_to_completion(
-            method(context, **kwargs), what=f"task {self.task_id!r}: {next_method}()"
-        )
-
-    def deferral_at_start(self) -> TaskDeferred | None:
-        """For ``start_from_trigger`` tasks, the deferral to store instead of running."""
-        if not self.start_from_trigger:
-            return None
-        if self.start_trigger_args is None:
-            raise DagDefinitionError(
-                f"task {self.task_id!r} sets start_from_trigger but no start_trigger_args; "
-                "set start_trigger_args = StartTriggerArgs(trigger_cls=..., ...)"
-            )
-        return TaskDeferred.from_start_trigger_args(self.start_trigger_args)
-
-    # --- dependencies ---------------------------------------------------------------------
-
-    def set_downstream(self, other: BaseOperator | Sequence[BaseOperator]) -> None:
-        for task in _as_list(other):
-            _link(self, task)
-
-    def set_upstream(self, other: BaseOperator | Sequence[BaseOperator]) -> None:
-        for task in _as_list(other):
-            _link(task, self)
+    def set_upstream(self, other: DependencyMixin | Sequence[DependencyMixin]) -> None:
+        sources = [leaf for node in _nodes(other) for leaf in node.leaves]
+        for root in self.roots:
+            for leaf in sources:
+                _link(leaf, root)
 
     def __rshift__(self, other: Any) -> Any:
         self.set_downstream(other)
@@ -366,13 +433,24 @@ class BaseOperator:
         self.set_upstream(other)
         return other
 
-    def __rrshift__(self, other: Any) -> BaseOperator:
+    def __rrshift__(self, other: Any) -> Any:
         self.set_upstream(other)  # [a, b] >> self
         return self
 
-    def __rlshift__(self, other: Any) -> BaseOperator:
+    def __rlshift__(self, other: Any) -> Any:
         self.set_downstream(other)  # [a, b] << self
         return self
+
+
+def _nodes(value: object) -> list[DependencyMixin]:
+    items: list[object] = list(value) if isinstance(value, list | tuple | set) else [value]
+    for item in items:
+        if not isinstance(item, DependencyMixin):
+            raise DagDefinitionError(
+                f"{caller_location()}: dependencies link tasks and task groups, got {item!r}; "
+                "use operators, task groups or the result of calling a @task function"
+            )
+    return items  # type: ignore[return-value]  # checked above
 
 
 def _link(upstream: BaseOperator, downstream: BaseOperator) -> None:
@@ -388,3 +466,209 @@ def _link(upstream: BaseOperator, downstream: BaseOperator) -> None:
     downstream._attach(dag)
     upstream.downstream_task_ids.add(downstream.task_id)
     downstream.upstream_task_ids.add(upstream.task_id)
+
+
+# --- default_args ------------------------------------------------------------------------------
+
+# Never filled from default_args: the task's identity and place, and the DAG's own dates.
+_NOT_DEFAULTED: Final = frozenset(
+    {"self", "task_id", "dag", "task_group", "default_args", "start_date", "end_date"}
+)
+DEFAULT_ARGS_MARK: Final = "_sluice_default_args_applied"
+_KEYWORD_KINDS: Final = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+_accepted: dict[type, frozenset[str]] = {}
+
+
+def accepted_arguments(cls: type[BaseOperator]) -> frozenset[str]:
+    """The argument names ``cls`` accepts (its ``__init__`` chain and Airflow's ignored ones)."""
+    if cls not in _accepted:
+        _accepted[cls] = _accepted_by(cls)
+    return _accepted[cls]
+
+
+def _accepted_by(cls: type[BaseOperator]) -> frozenset[str]:
+    names: set[str] = set(OPERATOR_IGNORED) | OPERATOR_REJECTED_WHEN_SET
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is object:
+            continue
+        parameters = inspect.signature(init).parameters.values()
+        names.update(p.name for p in parameters if p.kind in _KEYWORD_KINDS)
+    return frozenset(names - _NOT_DEFAULTED)
+
+
+def _group_for(dag: object, group: object) -> TaskContainer | None:
+    """The task group a new task joins: ``task_group=``, else the innermost of its DAG."""
+    if group is not None:
+        if not callable(getattr(group, "child_id", None)):
+            raise DagDefinitionError(
+                f"{caller_location()}: task_group must be a TaskGroup, got {group!r}"
+            )
+        return group  # type: ignore[return-value]  # a TaskGroup (checked above)
+    inner = current_group()
+    return inner if inner is not None and (dag is None or inner.dag is dag) else None
+
+
+def _with_default_args(cls: type[BaseOperator], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` plus the default_args (DAG, then groups, then the operator's own) it lacks."""
+    target = kwargs.get("dag") or current_dag()
+    group = _group_for(kwargs.get("dag"), kwargs.get("task_group"))
+    defaults: dict[str, Any] = {}
+    if isinstance(target, DAG):
+        defaults.update(target.default_args)
+    elif group is not None:
+        defaults.update(group.dag.default_args)
+    if group is not None:
+        defaults.update(group.default_args)
+    own = kwargs.pop("default_args", None)
+    defaults.update(check_default_args(caller_location(), own))
+    accepted = accepted_arguments(cls)
+    filled = {k: v for k, v in defaults.items() if k in accepted and k not in kwargs}
+    if isinstance(defaults.get("params"), dict) and isinstance(kwargs.get("params"), dict):
+        filled["params"] = {**defaults["params"], **kwargs["params"]}
+    return {**kwargs, **filled}
+
+
+def applies_default_args(init: Callable[..., None]) -> Callable[..., None]:
+    """Wrap an operator's ``__init__``: the outermost call fills arguments from default_args."""
+
+    @functools.wraps(init)
+    def wrapper(self: BaseOperator, *args: Any, **kwargs: Any) -> None:
+        if self.__dict__.get(DEFAULT_ARGS_MARK):
+            init(self, *args, **kwargs)
+            return
+        self.__dict__[DEFAULT_ARGS_MARK] = True
+        init(self, *args, **_with_default_args(type(self), kwargs))
+
+    setattr(wrapper, DEFAULT_ARGS_MARK, True)
+    return wrapper
+
+
+# --- BaseOperator ------------------------------------------------------------------------------
+
+
+class BaseOperator(DependencyMixin, Deferrable):
+    """Base of every task. Subclasses implement ``execute(context)``.
+
+    Arguments are Airflow's: ``retries``, ``execution_timeout``, ``outlets`` / ``inlets``
+    (assets and aliases), ``owner``, ``doc_md``, ``task_display_name``, ``params``,
+    ``trigger_rule`` (only ``all_success`` today), ``default_args``; others are ignored with
+    a warning or refused (``engine.authoring.arguments``). Each subclass's ``__init__`` is
+    wrapped so that the DAG's (and task group's) ``default_args`` fill what its caller left
+    out.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not getattr(init, DEFAULT_ARGS_MARK, False):
+            cls.__init__ = applies_default_args(init)  # type: ignore[method-assign]
+
+    @applies_default_args
+    def __init__(
+        self,
+        *,
+        task_id: str,
+        dag: DAG | None = None,
+        task_group: TaskContainer | None = None,
+        retries: int = 0,
+        execution_timeout: timedelta | None = None,
+        outlets: Asset | AssetAlias | Sequence[Asset | AssetAlias] | None = None,
+        inlets: Asset | AssetAlias | Sequence[Asset | AssetAlias] | None = None,
+        owner: str = DEFAULT_OWNER,
+        doc_md: str | None = None,
+        task_display_name: str | None = None,
+        trigger_rule: TriggerRule | str = TriggerRule.ALL_SUCCESS,
+        params: Mapping[str, Any] | None = None,
+        default_args: Mapping[str, Any] | None = None,  # applied by the __init__ wrapper
+        **unsupported: Any,
+    ) -> None:
+        location = caller_location()
+        label = check_id("task_id", task_id, where=location)
+        where = f"{location}: task {task_id!r}"
+        self._warn_unsupported(unsupported, location, where)
+        if dag is not None and not isinstance(dag, DAG):
+            raise DagDefinitionError(f"{where}: dag must be a DAG, got {dag!r}")
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise DagDefinitionError(f"{where}: retries must be an int >= 0")
+        self.retries = retries
+        self.execution_timeout = check_timedelta(where, "execution_timeout", execution_timeout)
+        self.outlets = as_asset_list(where, "outlets", outlets)
+        self.inlets = as_asset_list(where, "inlets", inlets)
+        check_type(where, "owner", owner, str)
+        self.owner = owner
+        if doc_md is not None:
+            check_type(where, "doc_md", doc_md, str)
+        self.doc_md = doc_md
+        self.trigger_rule = check_trigger_rule(trigger_rule, where=where)
+        self.params: dict[str, Param] = as_params(params, where=where)
+        self.task_group = _group_for(dag, task_group)
+        self.label = label
+        full_id = label if self.task_group is None else self.task_group.child_id(label)
+        self.task_id = check_id("task_id", full_id, where=location)
+        self._display_name = task_display_name
+        self.upstream_task_ids: set[str] = set()
+        self.downstream_task_ids: set[str] = set()
+        self.dag: DAG | None = None
+        target = dag or (self.task_group.dag if self.task_group is not None else current_dag())
+        if target is not None:
+            self._attach(target)
+        if self.task_group is not None:
+            self.task_group.add(self)
+
+    def _warn_unsupported(self, unsupported: Mapping[str, Any], location: str, where: str) -> None:
+        kind = type(self).__name__
+        names = split_unsupported(
+            unsupported,
+            owner=kind,
+            where=where,
+            ignored=OPERATOR_IGNORED,
+            rejected=OPERATOR_REJECTED_WHEN_SET,
+            removed=OPERATOR_REMOVED,
+            known=accepted_arguments(type(self)) - OPERATOR_IGNORED,
+        )
+        for name in names:
+            warn_once(
+                "operator",
+                name,
+                "%s: %s argument %r is not supported yet and is ignored",
+                where,
+                kind,
+                name,
+                location=location,
+            )
+
+    def __repr__(self) -> str:
+        return f"<Task({type(self).__name__}): {self.task_id}>"
+
+    @property
+    def task_display_name(self) -> str:
+        return self._display_name or self.task_id
+
+    @property
+    def operator_classpath(self) -> str:
+        return classpath_of(self)
+
+    @property
+    def roots(self) -> list[BaseOperator]:
+        return [self]
+
+    @property
+    def leaves(self) -> list[BaseOperator]:
+        return [self]
+
+    def _attach(self, dag: DAG) -> None:
+        if self.dag is not None and self.dag is not dag:
+            raise DagDefinitionError(
+                f"task {self.task_id!r} belongs to DAG {self.dag.dag_id!r}, not {dag.dag_id!r}"
+            )
+        dag.add_task(self)
+        self.dag = dag
+
+    # --- running --------------------------------------------------------------------------
+
+    def execute(self, context: Context) -> Any:
+        """Do the work; the return value is the task's result."""
+        raise NotImplementedError(f"{type(self).__name__} must implement execute(context)")

@@ -1,29 +1,57 @@
-"""Operators on top of ``BaseOperator``: ``PythonOperator`` and the ``@task`` decorator.
+"""Operators on top of ``BaseOperator``: ``PythonOperator``, ``EmptyOperator``, and ``@task``.
 
 ``execute``, a ``python_callable`` / ``@task`` function and a ``next_method`` may be ``async
 def``: as in Airflow 3 they are run to completion in an event loop of the task process
 (``engine.authoring.context.run_to_completion``); what they raise fails the try.
+
+Name injection (Airflow's): a parameter of the callable that ``op_args`` / ``op_kwargs`` do
+not bind and whose name is a context key (``ti``, ``dag_run``, ``params``, ``ds``,
+``logical_date``, ``outlet_events`` ...) receives that value; a callable with ``**kwargs``
+receives the whole context (minus the names already bound). A callable that returns a
+generator is iterated: each ``Metadata`` it yields sets an outlet's extra (or attaches an
+event through an alias), and the generator's return value is the task's result. A returned
+``Metadata`` is applied the same way and the result is None.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any, overload
+import logging
+from typing import TYPE_CHECKING, Any, Final, overload
 
+from engine.authoring.assets import Metadata
 from engine.authoring.context import (
     DagDefinitionError,
     caller_location,
     run_to_completion,
 )
-from engine.authoring.dag import BaseOperator, current_dag
+from engine.authoring.dag import (
+    DAG,
+    BaseOperator,
+    DependencyMixin,
+    TaskContainer,
+    current_dag,
+    current_group,
+)
+from engine.authoring.params import DagParam
+from engine.authoring.runtime_context import outlet_events_of
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
-    from datetime import timedelta
+    from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 
     from engine.authoring.context import Context
-    from engine.authoring.dag import DAG
+
+logger = logging.getLogger(__name__)
+
+_POSITIONAL: Final = (
+    inspect.Parameter.POSITIONAL_ONLY,
+    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+)
+_BY_NAME: Final = (
+    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    inspect.Parameter.KEYWORD_ONLY,
+)
 
 
 def _context_kwargs(
@@ -34,18 +62,23 @@ def _context_kwargs(
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
         return dict(op_kwargs)
+    bound = {p.name for p in params[:n_args] if p.kind in _POSITIONAL} | set(op_kwargs)
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return {**context, **op_kwargs}
-    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    taken = {p.name for p in params[:n_args] if p.kind in positional}
-    named = [p.name for p in params if p.kind is not inspect.Parameter.VAR_POSITIONAL]
-    wanted = {name: context[name] for name in named if name in context and name not in taken}
+        wanted = {name: value for name, value in context.items() if name not in bound}
+    else:
+        names = [p.name for p in params if p.kind in _BY_NAME and p.name not in bound]
+        wanted = {name: context[name] for name in names if name in context}
     return {**wanted, **op_kwargs}
+
+
+def _resolved(value: Any, context: Context) -> Any:
+    return value.resolve(context) if isinstance(value, DagParam) else value
 
 
 class PythonOperator(BaseOperator):
     """Calls ``python_callable(*op_args, **op_kwargs)``; parameters named like context keys
-    (``triggering_asset_events``, ``dag_id`` ...) receive them, ``**kwargs`` gets them all."""
+    (``ti``, ``params``, ``logical_date``, ``outlet_events`` ...) receive them, ``**kwargs``
+    gets them all. Yielded or returned ``Metadata`` sets outlet extras."""
 
     def __init__(
         self,
@@ -65,11 +98,43 @@ class PythonOperator(BaseOperator):
         self.op_kwargs = dict(op_kwargs or {})
 
     def execute(self, context: Context) -> Any:
-        kwargs = _context_kwargs(self.python_callable, len(self.op_args), self.op_kwargs, context)
+        args = [_resolved(value, context) for value in self.op_args]
+        kwargs = {name: _resolved(value, context) for name, value in self.op_kwargs.items()}
+        kwargs = _context_kwargs(self.python_callable, len(args), kwargs, context)
         name = getattr(self.python_callable, "__qualname__", repr(self.python_callable))
-        return run_to_completion(
-            self.python_callable(*self.op_args, **kwargs), what=f"task {self.task_id!r}: {name}"
+        value = run_to_completion(
+            self.python_callable(*args, **kwargs), what=f"task {self.task_id!r}: {name}"
         )
+        if inspect.isgenerator(value):
+            return self._drain(value, context)
+        if isinstance(value, Metadata):
+            outlet_events_of(context, self).apply(value)
+            return None
+        return value
+
+    def _drain(self, generator: Generator[Any, Any, Any], context: Context) -> Any:
+        accessors = outlet_events_of(context, self)
+        while True:
+            try:
+                item = next(generator)
+            except StopIteration as stop:
+                return stop.value
+            if isinstance(item, Metadata):
+                accessors.apply(item)
+            else:
+                logger.warning(
+                    "task %r yielded %s, not a Metadata: ignored",
+                    self.task_id,
+                    type(item).__name__,
+                    extra={"action": "yield_ignored", "task_id": self.task_id},
+                )
+
+
+class EmptyOperator(BaseOperator):
+    """Does nothing: a join point or a placeholder in the graph."""
+
+    def execute(self, context: Context) -> None:
+        return None
 
 
 class TaskFactory:
@@ -90,21 +155,26 @@ class TaskFactory:
         return TaskFactory(self.function, **{**self.operator_kwargs, **operator_kwargs})
 
     def __call__(self, *args: Any, **kwargs: Any) -> PythonOperator:
-        dag = current_dag()
+        group = current_group()
+        dag = current_dag() or (group.dag if group is not None else None)
         if dag is None:
             raise DagDefinitionError(
                 f"{caller_location()}: call @task function "
-                f"{self.function.__name__!r} inside a `with DAG(...)` block"
+                f"{self.function.__name__!r} inside a `with DAG(...)` block or a @dag function"
             )
         for value in _values(args, kwargs):
-            if isinstance(value, BaseOperator):
+            if isinstance(value, DependencyMixin):
                 raise DagDefinitionError(
-                    f"{caller_location()}: task {value.task_id!r} passed as an argument to "
+                    f"{caller_location()}: {value!r} passed as an argument to "
                     f"{self.function.__name__!r}; passing results between tasks is not "
-                    "supported, order tasks with >>"
+                    "supported yet: order the tasks with >> and share data through assets "
+                    "or external storage"
                 )
         options = dict(self.operator_kwargs)
-        task_id = _unique_task_id(dag, options.pop("task_id", None) or self.function.__name__)
+        if options.get("doc_md") is None and self.function.__doc__:
+            options["doc_md"] = inspect.cleandoc(self.function.__doc__)
+        base = options.pop("task_id", None) or self.function.__name__
+        task_id = _unique_task_id(dag, group, base)
         return PythonOperator(
             task_id=task_id,
             python_callable=self.function,
@@ -120,11 +190,18 @@ def _values(args: Iterable[Any], kwargs: Mapping[str, Any]) -> Iterable[Any]:
     yield from kwargs.values()
 
 
-def _unique_task_id(dag: DAG, base: str) -> str:
-    if not dag.has_task(base):
+def _unique_task_id(dag: DAG, group: TaskContainer | None, base: str) -> str:
+    """``base``, or ``base__N`` when the DAG already has that id (inside the group)."""
+
+    def taken(label: str) -> bool:
+        return dag.has_task(
+            label if group is None or group.dag is not dag else group.child_id(label)
+        )
+
+    if not taken(base):
         return base
     suffix = 1
-    while dag.has_task(f"{base}__{suffix}"):
+    while taken(f"{base}__{suffix}"):
         suffix += 1
     return f"{base}__{suffix}"
 
@@ -134,9 +211,7 @@ def task(python_callable: Callable[..., Any], /) -> TaskFactory: ...
 
 
 @overload
-def task(
-    *, task_id: str | None = None, retries: int = 0, execution_timeout: timedelta | None = None
-) -> Callable[[Callable[..., Any]], TaskFactory]: ...
+def task(**operator_kwargs: Any) -> Callable[[Callable[..., Any]], TaskFactory]: ...
 
 
 def task(
@@ -146,8 +221,10 @@ def task(
 ) -> TaskFactory | Callable[[Callable[..., Any]], TaskFactory]:
     """Turn a function into a task: ``@task`` or ``@task(task_id=..., retries=...)``.
 
+    Takes every ``BaseOperator`` argument (``outlets=``, ``inlets=``, ``retries=`` ...).
     Each call of the decorated function inside ``with DAG(...)`` adds one task (a second
-    call gets the id ``name__1``) and returns it, so ``extract() >> load()`` works.
+    call gets the id ``name__1``) and returns it, so ``extract() >> load()`` works. The
+    function's docstring becomes the task's ``doc_md``.
     """
     if python_callable is not None:
         return TaskFactory(python_callable, **operator_kwargs)

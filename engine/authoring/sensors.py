@@ -4,11 +4,18 @@ A sensor built with ``deferrable=True`` hands its wait to a trigger and frees it
 slot; with ``deferrable=False`` it calls ``poke`` every ``poke_interval`` seconds until it
 returns True or ``timeout`` seconds have passed (``SensorTimeout``). ``deferrable=None``
 (the default) follows ``[operators] default_deferrable`` (see ``resolve_deferrable``).
+
+Airflow's sensor arguments: ``soft_fail=True`` ends a sensor that timed out (poking or
+deferred) as skipped instead of failed; ``silent_fail=True`` logs an error raised by
+``poke`` and pokes again. ``mode="reschedule"`` is accepted with one warning: the sensor
+pokes in its worker slot (``deferrable=True`` frees the slot); ``exponential_backoff`` and
+``max_wait`` are ignored with one warning.
 """
 
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import time
 from datetime import UTC, datetime, timedelta
@@ -17,21 +24,42 @@ from typing import TYPE_CHECKING, Any, Final
 from engine.authoring.context import (
     DagDefinitionError,
     SensorTimeout,
+    TaskDeferralTimeout,
     caller_location,
+    default_deferrable_from,
+    resolve_deferrable,
     run_to_completion,
 )
-from engine.authoring.dag import BaseOperator, default_deferrable_from, resolve_deferrable
+from engine.authoring.dag import BaseOperator, warn_once
+from engine.exceptions import (
+    AirflowFailException,
+    AirflowSensorTimeout,
+    AirflowSkipException,
+    AirflowTaskTimeout,
+)
 from triggers.base import StartTriggerArgs, classpath_of
 from triggers.file import FileTrigger
 from triggers.temporal import DateTimeTrigger, TimeDeltaTrigger
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from engine.authoring.context import Context
     from triggers.base import BaseTrigger
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_POKE_INTERVAL_S: Final = 60.0
 DEFAULT_SENSOR_TIMEOUT_S: Final = 7 * 24 * 3600.0
 EXECUTE_COMPLETE: Final = "execute_complete"
+SENSOR_MODES: Final = ("poke", "reschedule")
+# What silent_fail never swallows (as in Airflow): the outcomes a task asks for on purpose.
+_NEVER_SILENCED: Final = (
+    AirflowSensorTimeout,
+    AirflowTaskTimeout,
+    AirflowSkipException,
+    AirflowFailException,
+)
 
 
 def _seconds(where: str, name: str, value: object, *, allow_zero: bool) -> float:
@@ -59,6 +87,11 @@ class BaseSensorOperator(BaseOperator):
         deferrable: bool | None = None,
         poke_interval: float | timedelta = DEFAULT_POKE_INTERVAL_S,
         timeout: float | timedelta = DEFAULT_SENSOR_TIMEOUT_S,
+        mode: str = "poke",
+        soft_fail: bool = False,
+        silent_fail: bool = False,
+        exponential_backoff: bool = False,
+        max_wait: float | timedelta | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -68,6 +101,30 @@ class BaseSensorOperator(BaseOperator):
         self.deferrable = deferrable
         self.poke_interval = _seconds(where, "poke_interval", poke_interval, allow_zero=False)
         self.timeout = _seconds(where, "timeout", timeout, allow_zero=True)
+        if mode not in SENSOR_MODES:
+            raise DagDefinitionError(f"{where}: mode must be one of {SENSOR_MODES}, got {mode!r}")
+        self.mode = mode
+        self.soft_fail = bool(soft_fail)
+        self.silent_fail = bool(silent_fail)
+        self._warn_ignored(
+            where,
+            {
+                "mode": mode == "reschedule",
+                "exponential_backoff": bool(exponential_backoff),
+                "max_wait": max_wait is not None,
+            },
+        )
+
+    def _warn_ignored(self, where: str, is_set: Mapping[str, bool]) -> None:
+        hints = {
+            "mode": "mode='reschedule' pokes in the worker slot like 'poke'; deferrable=True "
+            "frees the slot",
+            "exponential_backoff": "exponential_backoff is ignored: pokes stay poke_interval apart",
+            "max_wait": "max_wait is ignored: pokes stay poke_interval apart",
+        }
+        for name, hint in hints.items():
+            if is_set[name]:
+                warn_once("operator", name, "%s: %s", where, hint, location=where)
 
     def poke(self, context: Context) -> bool:
         """True once the condition holds."""
@@ -78,6 +135,26 @@ class BaseSensorOperator(BaseOperator):
         return None
 
     def execute(self, context: Context) -> Any:
+        try:
+            return self._wait(context)
+        except SensorTimeout as exc:
+            self._skip_if_soft(exc)
+            raise
+
+    def resume_execution(
+        self, next_method: str, next_kwargs: Mapping[str, Any] | None, context: Context
+    ) -> Any:
+        try:
+            return super().resume_execution(next_method, next_kwargs, context)
+        except TaskDeferralTimeout as exc:
+            self._skip_if_soft(exc)
+            raise
+
+    def _skip_if_soft(self, exc: BaseException) -> None:
+        if self.soft_fail:
+            raise AirflowSkipException(f"sensor {self.task_id!r} timed out (soft_fail): {exc}")
+
+    def _wait(self, context: Context) -> Any:
         if resolve_deferrable(self, default_deferrable_from(context)):
             trigger = run_to_completion(
                 self.deferral_trigger(context), what=f"sensor {self.task_id!r}: deferral_trigger()"
@@ -99,7 +176,7 @@ class BaseSensorOperator(BaseOperator):
         """Poke every ``poke_interval`` seconds; ``SensorTimeout`` after ``timeout``."""
         started = self._monotonic()
         what = f"sensor {self.task_id!r}: poke()"
-        while not run_to_completion(self.poke(context), what=what):
+        while not self._poke_once(context, what):
             elapsed = self._monotonic() - started
             if elapsed >= self.timeout:
                 raise SensorTimeout(
@@ -107,6 +184,21 @@ class BaseSensorOperator(BaseOperator):
                     f"(poked every {self.poke_interval:g} s)"
                 )
             self._sleep(min(self.poke_interval, self.timeout - elapsed))
+
+    def _poke_once(self, context: Context, what: str) -> bool:
+        try:
+            return bool(run_to_completion(self.poke(context), what=what))
+        except _NEVER_SILENCED:
+            raise
+        except Exception:
+            if not self.silent_fail:
+                raise
+            logger.exception(
+                "%s failed; silent_fail is set, so the sensor pokes again",
+                what,
+                extra={"action": "poke_failed", "task_id": self.task_id},
+            )
+            return False
 
     def _monotonic(self) -> float:
         return time.monotonic()

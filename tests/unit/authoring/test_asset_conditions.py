@@ -96,7 +96,7 @@ def test_from_json_refuses_bad_data(data: object) -> None:
         BaseAsset.from_json(data)
 
 
-@pytest.mark.parametrize("bad", [[], "0 * * * *", 5])
+@pytest.mark.parametrize("bad", [[], "not a cron", 5])
 def test_invalid_schedules_are_refused(bad: object) -> None:
     with pytest.raises(DagDefinitionError, match="schedule"):
         DAG("bad_schedule", schedule=bad, auto_register=False)  # type: ignore[arg-type]
