@@ -23,10 +23,11 @@ import os
 import sys
 import traceback
 from dataclasses import asdict, dataclass, field
+from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from engine.authoring.assets import Asset
+from engine.authoring.assets import Asset, AssetAlias
 from engine.authoring.context import DagDefinitionError
 from engine.authoring.dag import DAG, take_registered_dags
 from engine.authoring.dag_files import (
@@ -35,11 +36,13 @@ from engine.authoring.dag_files import (
     collect_dags,
     import_dag_file,
 )
+from engine.authoring.timetables import timezone_name
 from engine.loader import trigger_stream_digest
 from triggers.serde import dumps, dumps_kwargs
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
+    from datetime import datetime
     from types import ModuleType
 
     from engine.authoring.assets import AssetWatcher
@@ -78,6 +81,9 @@ class ParsedTask:
     #: tagged JSON text of a start_from_trigger task's trigger (may hold secrets; the
     #: parent stores it encrypted in ``dag_task.start_trigger``)
     start_trigger: str | None = None
+    outlets: tuple[str, ...] = ()  # asset names updated on success
+    outlet_aliases: tuple[str, ...] = ()  # aliases the task may attach events to
+    inlets: tuple[str, ...] = ()  # asset names whose events the task reads
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +91,24 @@ class ParsedDag:
     dag_id: str
     lineno: int | None = None
     description: str | None = None
-    schedule: dict[str, Any] | None = None
+    schedule: dict[str, Any] | None = None  # the asset condition
     schedule_assets: tuple[str, ...] = ()
     tasks: tuple[ParsedTask, ...] = ()
+    schedule_aliases: tuple[str, ...] = ()
+    timetable: dict[str, Any] | None = None  # engine.authoring.timetables serialize()
+    timetable_summary: str | None = None
+    timezone: str = "UTC"
+    start_date: str | None = None  # ISO 8601, UTC
+    end_date: str | None = None
+    catchup: bool = False
+    max_active_runs: int = 16
+    max_active_tasks: int = 16
+    dagrun_timeout_s: float | None = None
+    tags: tuple[str, ...] = ()
+    params: dict[str, Any] | None = None  # name -> default (JSON), for display
+    doc_md: str | None = None
+    display_name: str | None = None
+    is_paused_upon_creation: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,13 +157,19 @@ def _result_from_dict(data: dict[str, Any]) -> FileParseResult:
     )
 
 
+_TASK_TUPLES: Final = ("downstream", "outlets", "outlet_aliases", "inlets")
+_DAG_TUPLES: Final = ("schedule_assets", "schedule_aliases", "tags")
+
+
 def _dag_from_dict(data: dict[str, Any]) -> ParsedDag:
+    """A stored DAG (documents written before a field existed get its default)."""
+    tuples: dict[str, Any] = {key: tuple(data[key]) for key in _DAG_TUPLES if key in data}
     return ParsedDag(
         **{
             **data,
-            "schedule_assets": tuple(data["schedule_assets"]),
+            **tuples,
             "tasks": tuple(
-                ParsedTask(**{**task, "downstream": tuple(task["downstream"])})
+                ParsedTask(**{**task, **{k: tuple(task[k]) for k in _TASK_TUPLES if k in task}})
                 for task in data["tasks"]
             ),
         }
@@ -193,17 +220,59 @@ def describe_dag(dag: DAG) -> ParsedDag:
                 None if task.execution_timeout is None else task.execution_timeout.total_seconds()
             ),
             start_trigger=describe_start_trigger(task),
+            outlets=_names(task.outlets, Asset),
+            outlet_aliases=_names(task.outlets, AssetAlias),
+            inlets=_names(task.inlets, Asset),
         )
         for task in (dag.get_task(tid) for tid in dag.topological_task_ids())
     )
+    timetable = dag.timetable
     return ParsedDag(
         dag_id=dag.dag_id,
         lineno=dag.lineno,
         description=dag.description,
         schedule=dag.schedule_json(),
         schedule_assets=tuple(dag.schedule.asset_names()) if dag.schedule else (),
+        schedule_aliases=tuple(dag.schedule.alias_names()) if dag.schedule else (),
         tasks=tasks,
+        timetable=None if timetable is None else timetable.serialize(),
+        timetable_summary=None if timetable is None else timetable.summary,
+        timezone=timezone_name(dag.timezone),
+        start_date=_iso(dag.start_date),
+        end_date=_iso(dag.end_date),
+        catchup=dag.catchup,
+        max_active_runs=dag.max_active_runs,
+        max_active_tasks=dag.max_active_tasks,
+        dagrun_timeout_s=(
+            None if dag.dagrun_timeout is None else dag.dagrun_timeout.total_seconds()
+        ),
+        tags=tuple(str(tag) for tag in dag.tags),
+        params=_param_defaults(dag),
+        doc_md=dag.doc_md,
+        display_name=dag.dag_display_name,
+        is_paused_upon_creation=dag.is_paused_upon_creation,
     )
+
+
+def _names(items: Iterable[object], kind: type[Asset] | type[AssetAlias]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(item.name for item in items if isinstance(item, kind)))
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).isoformat()
+
+
+def _param_defaults(dag: DAG) -> dict[str, Any] | None:
+    """The params' defaults that are plain JSON (shown by ``sluice dags show``)."""
+    if not dag.params:
+        return None
+    out: dict[str, Any] = {}
+    for name, param in dag.params.items():
+        try:
+            out[name] = json.loads(json.dumps(param.value, allow_nan=False))
+        except (TypeError, ValueError):
+            out[name] = repr(param.value)
+    return out
 
 
 def _describe_watcher(fileloc: str, asset: Asset, watcher: AssetWatcher) -> ParsedWatcher:
@@ -230,6 +299,8 @@ def _file_assets(module: ModuleType, dags: Iterable[DAG]) -> list[Asset]:
     for dag in dags:
         if dag.schedule is not None:
             assets.extend(dag.schedule.iter_assets())
+        for task in dag.tasks:
+            assets.extend(a for a in (*task.outlets, *task.inlets) if isinstance(a, Asset))
     return assets
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from engine.dag_processing.parsing import (
@@ -40,7 +41,6 @@ from triggers.serde import loads_kwargs
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Set
-    from datetime import datetime
 
     from sqlalchemy.orm import Session
 
@@ -157,6 +157,7 @@ class DesiredState:
     dags: dict[str, tuple[str, ParsedDag]] = field(default_factory=dict)  # id -> (file, dag)
     assets: dict[str, ParsedAsset] = field(default_factory=dict)  # without watchers
     edges: set[tuple[str, str]] = field(default_factory=set)  # (dag_id, asset name)
+    alias_edges: set[tuple[str, str]] = field(default_factory=set)  # (dag_id, alias name)
     watchers: dict[tuple[str, str], ParsedWatcher] = field(default_factory=dict)
 
 
@@ -168,6 +169,7 @@ def plan(files: Mapping[str, FileParseResult]) -> DesiredState:
         for dag in files[fileloc].dags:
             state.dags.setdefault(dag.dag_id, (fileloc, dag))
             state.edges.update((dag.dag_id, name) for name in dag.schedule_assets)
+            state.alias_edges.update((dag.dag_id, name) for name in dag.schedule_aliases)
         for asset in files[fileloc].assets:
             state.assets.setdefault(asset.name, ParsedAsset(asset.name, asset.uri, asset.extra))
             for watcher in asset.watchers:
@@ -190,9 +192,37 @@ def task_rows(dag: ParsedDag) -> list[dict[str, Any]]:
                 None if task.execution_timeout_s is None else math.ceil(task.execution_timeout_s)
             ),
             "position": position,
+            "outlets": list(task.outlets),
+            "outlet_aliases": list(task.outlet_aliases),
+            "inlets": list(task.inlets),
         }
         for position, task in enumerate(dag.tasks)
     ]
+
+
+def dag_columns(dag: ParsedDag) -> dict[str, Any]:
+    """The parsed ``dag`` columns (``dags_sql.PARSED_DAG_COLUMNS``) of a parsed DAG."""
+    return {
+        "schedule": dag.schedule,
+        "description": dag.description,
+        "timetable": dag.timetable,
+        "timetable_summary": dag.timetable_summary,
+        "timezone": dag.timezone,
+        "start_date": _datetime(dag.start_date),
+        "end_date": _datetime(dag.end_date),
+        "catchup": dag.catchup,
+        "max_active_runs": dag.max_active_runs,
+        "max_active_tasks": dag.max_active_tasks,
+        "dagrun_timeout_s": dag.dagrun_timeout_s,
+        "tags": list(dag.tags),
+        "params": dag.params,
+        "doc_md": dag.doc_md,
+        "display_name": dag.display_name,
+    }
+
+
+def _datetime(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)
 
 
 # --- the transaction ----------------------------------------------------------------------
@@ -304,19 +334,22 @@ class DagSync:
         stored_tasks = dags_sql.load_dag_tasks(self._session)
         stored_starts = deferrals.load_start_triggers(self._session)
         for dag_id, (fileloc, dag) in sorted(desired.dags.items()):
-            values: dict[str, Any] = {
-                "fileloc": fileloc,
-                "schedule": dag.schedule,
-                "description": dag.description,
-                "is_active": True,
-            }
+            parsed = dag_columns(dag)
             row = rows.get(dag_id)
             if row is None:
+                values = {"fileloc": fileloc, "is_active": True, **parsed}
                 values["last_parsed_time"] = self._now
+                values["is_paused"] = bool(dag.is_paused_upon_creation)
                 dags_sql.insert_dag(self._session, {"dag_id": dag_id, **values})
                 self.report.dags_added.append(dag_id)
             else:
-                changes = {k: v for k, v in values.items() if getattr(row, k) != v}
+                changes = {k: v for k, v in parsed.items() if row.parsed.get(k) != v}
+                if row.fileloc != fileloc:
+                    changes["fileloc"] = fileloc
+                if not row.is_active:
+                    changes["is_active"] = True
+                if not row.is_active or any(k in changes for k in dags_sql.TIME_COLUMNS):
+                    changes["next_dagrun_computed"] = False
                 if fileloc in accepted:
                     changes["last_parsed_time"] = self._now
                 if changes:
@@ -384,6 +417,10 @@ class DagSync:
         existing = dags_sql.load_schedule_edges(self._session)
         dags_sql.delete_schedule_edges(self._session, existing - wanted)
         dags_sql.add_schedule_edges(self._session, wanted - existing)
+        aliases = dags_sql.load_schedule_alias_edges(self._session)
+        dags_sql.replace_schedule_alias_edges(
+            self._session, desired.alias_edges - aliases, aliases - desired.alias_edges
+        )
 
     def _sync_watchers(self, desired: DesiredState, asset_ids: Mapping[str, int]) -> None:
         wanted = {(asset_ids[a], w): spec for (a, w), spec in desired.watchers.items()}

@@ -24,6 +24,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
@@ -146,9 +147,33 @@ class Dag(Base):
     fileloc: Mapped[str] = mapped_column(String(2000))
     is_paused: Mapped[bool] = mapped_column(Boolean, default=False)
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
-    schedule: Mapped[Any | None] = mapped_column(JSON)
+    schedule: Mapped[Any | None] = mapped_column(JSON)  # the asset condition, if any
     description: Mapped[str | None] = mapped_column(Text)
     last_parsed_time: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    # Time schedules (migration 0009). ``timetable`` is the serialized timetable
+    # (engine.authoring.timetables); the ``next_dagrun*`` columns are the scheduler's: the
+    # next time run, computed from the last one when ``next_dagrun_computed`` is false (a new
+    # DAG, a changed schedule, an unpause). NULL with ``next_dagrun_computed``: no next run.
+    timetable: Mapped[Any | None] = mapped_column(JSON(none_as_null=True))
+    timetable_summary: Mapped[str | None] = mapped_column(String(1000))
+    timezone: Mapped[str] = mapped_column(String(100), default="UTC", server_default="UTC")
+    start_date: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    end_date: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    catchup: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    max_active_runs: Mapped[int] = mapped_column(Integer, default=16, server_default="16")
+    max_active_tasks: Mapped[int] = mapped_column(Integer, default=16, server_default="16")
+    dagrun_timeout_s: Mapped[float | None] = mapped_column(Float)
+    tags: Mapped[Any | None] = mapped_column(JSON, default=list)
+    params: Mapped[Any | None] = mapped_column(JSON)
+    doc_md: Mapped[str | None] = mapped_column(Text)
+    display_name: Mapped[str | None] = mapped_column(String(2000))
+    next_dagrun_computed: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=false()
+    )
+    next_dagrun: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    next_dagrun_data_interval_start: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    next_dagrun_data_interval_end: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    next_dagrun_create_after: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
 class Asset(Base):
@@ -192,12 +217,77 @@ class AssetEvent(Base):
     source_trigger_id: Mapped[int | None] = mapped_column(Integer)
     source_watcher: Mapped[str | None] = mapped_column(String(1500))
     timestamp: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, index=True)
+    # Migration 0009: where the event came from ("watcher", "task", "cli", "api"), the
+    # event's ``extra``, the task try that produced it (outlets), the alias it was attached
+    # through, and who emitted it from outside ("cli:user@host").
+    source: Mapped[str | None] = mapped_column(String(20))
+    extra: Mapped[Any | None] = mapped_column(JSON)
+    source_dag_id: Mapped[str | None] = mapped_column(String(250))
+    source_run_id: Mapped[str | None] = mapped_column(String(250))
+    source_task_id: Mapped[str | None] = mapped_column(String(250))
+    source_try_number: Mapped[int | None] = mapped_column(Integer)
+    source_alias: Mapped[str | None] = mapped_column(String(1500))
+    created_by: Mapped[str | None] = mapped_column(String(500))
+
+
+class AssetAlias(Base):
+    """A name that tasks attach asset events to at run time (``outlet_events[alias].add``)."""
+
+    __tablename__ = "asset_alias"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(1500), unique=True)
+
+
+class AssetAliasAsset(Base):
+    """The assets an alias has resolved to (a row per asset an event was attached to)."""
+
+    __tablename__ = "asset_alias_asset"
+
+    alias_id: Mapped[int] = mapped_column(
+        ForeignKey("asset_alias.id", ondelete="CASCADE"), primary_key=True
+    )
+    asset_id: Mapped[int] = mapped_column(
+        ForeignKey("asset.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+
+
+class DagScheduleAssetAlias(Base):
+    """An alias the schedule of an *active* DAG references."""
+
+    __tablename__ = "dag_schedule_asset_alias"
+
+    dag_id: Mapped[str] = mapped_column(
+        ForeignKey("dag.dag_id", ondelete="CASCADE"), primary_key=True
+    )
+    alias_id: Mapped[int] = mapped_column(
+        ForeignKey("asset_alias.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+
+
+class Backfill(Base):
+    """``sluice dags backfill``: the runs of a date range, at most ``max_active_runs`` at once."""
+
+    __tablename__ = "backfill"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dag_id: Mapped[str] = mapped_column(ForeignKey("dag.dag_id", ondelete="CASCADE"))
+    from_date: Mapped[datetime] = mapped_column(UtcDateTime)
+    to_date: Mapped[datetime] = mapped_column(UtcDateTime)
+    reprocess: Mapped[str] = mapped_column(String(20))
+    max_active_runs: Mapped[int] = mapped_column(Integer)
+    created_by: Mapped[str | None] = mapped_column(String(500))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    completed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
 class DagRun(Base):
     __tablename__ = "dag_run"
     __table_args__ = (
         UniqueConstraint("dag_id", "run_id"),
+        # Two schedulers on one database never create one interval twice (NULL for runs
+        # without a logical date, e.g. asset-triggered: never matched).
+        UniqueConstraint("dag_id", "logical_date"),
         Index(None, "dag_id", "state"),
         Index(None, "state", "queued_at"),
     )
@@ -211,6 +301,15 @@ class DagRun(Base):
     queued_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     start_date: Mapped[datetime | None] = mapped_column(UtcDateTime)
     end_date: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    # Migration 0009: the time a run stands for (None for asset-triggered runs, as in
+    # Airflow 3), its data interval, the earliest time it may start, and its backfill.
+    logical_date: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    data_interval_start: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    data_interval_end: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    run_after: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    backfill_id: Mapped[int | None] = mapped_column(
+        ForeignKey("backfill.id", ondelete="SET NULL"), index=True
+    )
 
 
 class DagRunAssetEvent(Base):
@@ -324,6 +423,11 @@ class DagTask(Base):
     # as Fernet-encrypted tagged JSON ({classpath, kwargs, next_method, next_kwargs,
     # timeout_s}), so the scheduler defers it without importing the DAG file.
     start_trigger: Mapped[str | None] = mapped_column(Text)
+    # Migration 0009: asset names the task updates on success, the aliases it may attach
+    # events to, and the asset names it reads (``inlet_events``).
+    outlets: Mapped[Any | None] = mapped_column(JSON, default=list)
+    outlet_aliases: Mapped[Any | None] = mapped_column(JSON, default=list)
+    inlets: Mapped[Any | None] = mapped_column(JSON, default=list)
 
 
 class AssetEventQueue(Base):

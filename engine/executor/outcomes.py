@@ -16,6 +16,7 @@ from engine.authoring.context import FAIL_METHOD
 from engine.db.queries.deferrals import deferral_deadline
 from engine.executor.task_runner import (
     DEFERRED,
+    SKIPPED,
     SUCCESS,
     TaskResult,
     TaskSpec,
@@ -38,6 +39,7 @@ ERROR_IN_HEADER_MAX_CHARS: Final = 500
 
 class Decision(enum.StrEnum):
     SUCCEED = "succeeded"
+    SKIP = "skipped"  # the task raised AirflowSkipException
     FAIL = "failed"
     RETRY = "up_for_retry"
     DEFER = "deferred"
@@ -52,10 +54,16 @@ class Outcome:
     xcoms: dict[str, Any] | None = None
     deferral: Deferral | None = None
     trigger_timeout: datetime | None = None
+    outlet_events: tuple[dict[str, Any], ...] = ()
 
     def describe(self) -> str:
         if self.decision is Decision.SUCCEED:
+            if self.outlet_events:
+                names = sorted({str(e["asset"]) for e in self.outlet_events})
+                return f"task succeeded; asset events for {', '.join(names)}"
             return "task succeeded"
+        if self.decision is Decision.SKIP:
+            return f"task skipped: {self.reason}"
         if self.decision is Decision.FAIL:
             return f"task failed: {self.reason}"
         if self.decision is Decision.RETRY:
@@ -110,7 +118,14 @@ def decide_outcome(
     if result is not None:
         if result.outcome == SUCCESS:
             xcoms = {"return_value": result.return_value} if result.has_return_value else None
-            return Outcome(Decision.SUCCEED, result.elapsed_s, xcoms=xcoms)
+            return Outcome(
+                Decision.SUCCEED,
+                result.elapsed_s,
+                xcoms=xcoms,
+                outlet_events=tuple(result.outlet_events),
+            )
+        if result.outcome == SKIPPED:
+            return Outcome(Decision.SKIP, result.elapsed_s, reason=result.error)
         if result.outcome == DEFERRED:
             assert result.deferral is not None
             timeout_s = result.execution_timeout_s
@@ -122,6 +137,8 @@ def decide_outcome(
             return Outcome(
                 Decision.DEFER, result.elapsed_s, deferral=result.deferral, trigger_timeout=deadline
             )
+        if result.no_retry:  # AirflowFailException: fail now, whatever the retries left
+            return Outcome(Decision.FAIL, result.elapsed_s, reason=result.error)
         return Outcome(failed, result.elapsed_s, reason=result.error)
     if interrupted:
         return Outcome(Decision.REQUEUE, wall_s)
@@ -154,6 +171,8 @@ def build_spec(
         try_number=run.try_number,
         events=run.events,
         default_deferrable=default_deferrable,
+        run=run.run,
+        inlet_events=run.inlet_events,
     )
     return TaskSpec(
         ti_id=run.ti_id,

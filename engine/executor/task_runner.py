@@ -34,6 +34,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from engine.authoring.assets import Metadata
 from engine.authoring.context import (
     DEFAULT_DEFERRABLE_KEY,
     TRIGGERING_ASSET_EVENTS_KEY,
@@ -42,12 +43,13 @@ from engine.authoring.context import (
     TaskDeferred,
     run_to_completion,
 )
-from engine.exceptions import SluiceError
+from engine.authoring.runtime_context import collect_outlet_events, hydrate_context
+from engine.exceptions import AirflowFailException, AirflowSkipException, SluiceError
 from triggers.exceptions import SerializationError
 from triggers.serde import deserialize_value, loads, serialize_value
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from types import FrameType
 
     from engine.authoring.dag import BaseOperator
@@ -59,6 +61,7 @@ EXIT_PARENT_GONE: Final = 4
 SUCCESS: Final = "success"
 FAILED: Final = "failed"
 DEFERRED: Final = "deferred"
+SKIPPED: Final = "skipped"
 
 
 class TaskExecutionTimeout(SluiceError):
@@ -110,6 +113,10 @@ class TaskResult:
     timed_out: bool = False
     execution_timeout_s: float | None = None  # the task's own, exact (the DB rounds it up)
     deferral: Deferral | None = field(default=None)
+    #: on success, the asset events to record: {"asset", "uri", "extra", "alias"}
+    outlet_events: list[dict[str, Any]] = field(default_factory=list)
+    #: a failure that must not be retried (``AirflowFailException``)
+    no_retry: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -123,7 +130,7 @@ class TaskResult:
             result = cls(**data, deferral=None if deferral is None else Deferral(**deferral))
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             raise ValueError(f"malformed task result: {exc}") from exc
-        if result.outcome not in (SUCCESS, FAILED, DEFERRED):
+        if result.outcome not in (SUCCESS, FAILED, DEFERRED, SKIPPED):
             raise ValueError(f"malformed task result: unknown outcome {result.outcome!r}")
         if (result.outcome == DEFERRED) != (result.deferral is not None):
             raise ValueError("malformed task result: a deferral goes with outcome 'deferred'")
@@ -131,6 +138,30 @@ class TaskResult:
 
 
 # --- pure helpers ---------------------------------------------------------------------------
+
+
+def event_dict(event: EventRow) -> dict[str, Any]:
+    """An asset event as the task context carries it (``engine.authoring`` hydrates it)."""
+    try:
+        payload = deserialize_value(event.payload)
+    except SerializationError:
+        payload = event.payload  # stored by another program: hand it over as it is
+    return {
+        "id": event.id,
+        "asset": event.asset_name,
+        "uri": event.uri or event.asset_name,
+        "extra": dict(event.extra or {}),
+        "payload": payload,
+        "timestamp": event.timestamp,
+        "source": event.source,
+        "source_watcher": event.source_watcher,
+        "source_dag_id": event.source_dag_id,
+        "source_run_id": event.source_run_id,
+        "source_task_id": event.source_task_id,
+        "source_try_number": event.source_try_number,
+        "source_alias": event.source_alias,
+        "created_by": event.created_by,
+    }
 
 
 def build_context(
@@ -141,28 +172,26 @@ def build_context(
     try_number: int,
     events: Sequence[EventRow],
     default_deferrable: bool,
+    run: Mapping[str, Any] | None = None,
+    inlet_events: Mapping[str, Sequence[EventRow]] | None = None,
 ) -> dict[str, Any]:
-    """The task context (keys documented in ``engine.authoring``); events in id order."""
+    """The raw task context the executor sends (keys documented in ``engine.authoring``);
+    events in id order. The child hydrates it (``hydrate_context``) into what tasks see."""
     triggering: dict[str, list[dict[str, Any]]] = {}
     for event in sorted(events, key=lambda e: e.id):
-        try:
-            payload = deserialize_value(event.payload)
-        except SerializationError:
-            payload = event.payload  # stored by another program: hand it over as it is
-        triggering.setdefault(event.asset_name, []).append(
-            {
-                "id": event.id,
-                "payload": payload,
-                "timestamp": event.timestamp,
-                "source_watcher": event.source_watcher,
-            }
-        )
+        triggering.setdefault(event.asset_name, []).append(event_dict(event))
     return {
         "dag_id": dag_id,
         "run_id": run_id,
         "task_id": task_id,
         "try_number": try_number,
+        "map_index": -1,
+        "run": {"run_id": run_id, **(run or {})},
         TRIGGERING_ASSET_EVENTS_KEY: triggering,
+        "inlet_events": {
+            name: [event_dict(e) for e in sorted(rows, key=lambda e: e.id)]
+            for name, rows in (inlet_events or {}).items()
+        },
         DEFAULT_DEFERRABLE_KEY: default_deferrable,
     }
 
@@ -275,11 +304,15 @@ def run_task(spec: TaskSpec, *, now: datetime | None = None) -> TaskResult:
         deadline = _Deadline(remaining_s(try_started, timeout, now or datetime.now(UTC)), message)
         if deadline.expired:
             return TaskResult(FAILED, 0.0, error=message(), timed_out=True)
-        context = loads(spec.context)
-        if not isinstance(context, dict):
+        raw = loads(spec.context)
+        if not isinstance(raw, dict):
             raise TypeError("the task context sent by the executor is not a mapping")
+        context = hydrate_context(raw, task)
         with deadline:
             value = _call(task, spec, context)
+        outlet_events = collect_outlet_events(context, task, value)
+        if isinstance(value, Metadata):
+            value = None
     except TaskDeferred as deferred:
         return TaskResult(
             DEFERRED,
@@ -287,11 +320,22 @@ def run_task(spec: TaskSpec, *, now: datetime | None = None) -> TaskResult:
             execution_timeout_s=None if timeout is None else timeout.total_seconds(),
             deferral=Deferral.from_exception(deferred),
         )
+    except AirflowSkipException as exc:
+        logger.info("Task skipped: %s", exc or "AirflowSkipException", extra={"action": "skip"})
+        return TaskResult(SKIPPED, time.monotonic() - started, error=_error_summary(exc))
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - the boundary around user code
         traceback.print_exc()
         error = message() if deadline.fired else _error_summary(exc)
-        return TaskResult(FAILED, time.monotonic() - started, error=error, timed_out=deadline.fired)
-    return _success(value, time.monotonic() - started, spec.task_id)
+        return TaskResult(
+            FAILED,
+            time.monotonic() - started,
+            error=error,
+            timed_out=deadline.fired,
+            no_retry=isinstance(exc, AirflowFailException),
+        )
+    result = _success(value, time.monotonic() - started, spec.task_id)
+    result.outlet_events.extend(outlet_events)
+    return result
 
 
 # --- the process ---------------------------------------------------------------------------

@@ -359,7 +359,18 @@ class TaskSupervisor:
         finish = partial(tasks.finish_task, session, run.ti_id, job_id=job_id, now=now)
         elapsed_s = outcome.elapsed_s
         if outcome.decision is Decision.SUCCEED:
-            return finish(state=TaskState.SUCCESS, elapsed_s=elapsed_s, xcoms=outcome.xcoms)
+            return tasks.succeed_task(
+                session,
+                run,
+                job_id=job_id,
+                elapsed_s=elapsed_s,
+                now=now,
+                xcoms=outcome.xcoms,
+                outlet_events=list(outcome.outlet_events),
+                keep_while_paused=self.settings.keep_events_while_paused,
+            )
+        if outcome.decision is Decision.SKIP:
+            return finish(state=TaskState.SKIPPED, elapsed_s=elapsed_s)
         if outcome.decision is Decision.FAIL:
             return finish(state=TaskState.FAILED, elapsed_s=elapsed_s)
         if outcome.decision is Decision.RETRY:
@@ -395,6 +406,8 @@ class ExecutorSettings:
     kill_grace_s: float = 3.0
     #: configured secrets: kept out of the tasks' environment and replaced in their logs
     secrets: tuple[str, ...] = ()
+    #: ``[scheduler] keep_events_while_paused``, for the events of tasks' outlets
+    keep_events_while_paused: bool = True
 
     @classmethod
     def from_config(cls, config: Config) -> ExecutorSettings:
@@ -409,4 +422,5 @@ class ExecutorSettings:
             poll_interval_s=config.scheduler.loop_interval_sec,
             shutdown_grace_s=config.triggerer.shutdown_grace_period_sec,
             secrets=tuple(config.secret_values()),
+            keep_events_while_paused=config.scheduler.keep_events_while_paused,
         )

@@ -72,7 +72,10 @@ def run_outcome(states: Mapping[str, str]) -> str | None:
     return DagRunState.SUCCESS if ok else DagRunState.FAILED
 
 
-def is_condition_met(condition: BaseAsset | None, updated: Set[str]) -> bool:
+def is_condition_met(
+    condition: BaseAsset | None, updated: Set[str], aliases: Set[str] = frozenset()
+) -> bool:
     """Whether a DAG scheduled on ``condition`` runs, given the assets updated since its last
-    asset-triggered run. A DAG with no asset schedule is never asset-triggered."""
-    return condition is not None and bool(updated) and condition.evaluate(updated)
+    asset-triggered run (and the aliases those assets belong to). A DAG with no asset
+    schedule is never asset-triggered."""
+    return condition is not None and bool(updated) and condition.evaluate(updated, aliases)

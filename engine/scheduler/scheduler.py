@@ -1,17 +1,27 @@
-"""The scheduler: asset events -> DAG runs -> ready task instances -> finished runs.
+"""The scheduler: asset events and clock ticks -> DAG runs -> ready task instances -> finished
+runs.
 
-Each loop (every ``loop_interval_sec``, or at once when nudged by an in-process persister):
+Each loop (every ``loop_interval_sec``, at once when nudged by an in-process part, and never
+later than the next due time run):
 
 1. every active, unpaused DAG with queued asset events whose schedule condition is now met
    gets one asset-triggered run; all its queued events are attached and consumed in the same
    transaction (the DAG row is locked with ``SKIP LOCKED`` on PostgreSQL, so two schedulers
    never create two runs from one event);
-2. each unfinished run's tasks advance (``engine.scheduler.rules.next_task_states``): a ready task
-   becomes ``scheduled`` for the executor (or goes straight to the triggerer when it starts
-   from a trigger); a run whose tasks all finished ends;
-3. deferrals past their timeout fail.
+2. every active, unpaused time-scheduled DAG whose next run is due gets it (a ``scheduled``
+   run for the timetable's next interval; unique per logical date, so two schedulers never
+   create one interval twice), unless ``max_active_runs`` runs are already active; the next
+   one is computed from the timetable (``engine.authoring.timetables``) and stored on the
+   DAG row;
+3. queued runs are admitted (``running``) while their DAG has room under ``max_active_runs``
+   (a backfill's under its own limit); backfills whose runs all ended are completed;
+4. each running run's tasks advance (``engine.scheduler.rules.next_task_states``): a ready
+   task becomes ``scheduled`` for the executor (or goes straight to the triggerer when it
+   starts from a trigger); a run whose tasks all finished ends;
+5. deferrals past their timeout fail.
 
 Paused DAGs keep their queued events; on unpause they create the run they would have created.
+A paused time-scheduled DAG creates no runs; on unpause its next run is computed afresh.
 """
 
 from __future__ import annotations
@@ -26,10 +36,11 @@ from typing import TYPE_CHECKING, Final
 import anyio
 
 from engine.authoring.assets import BaseAsset
+from engine.authoring.timetables import DataInterval, TimeRestriction, timetable_from_json
 from engine.db import models
 from engine.db.heartbeat import heartbeat_forever
-from engine.db.models import DagRunState, JobState, TaskState
-from engine.db.queries import deferrals, jobs, runs, tasks
+from engine.db.models import JobState, TaskState
+from engine.db.queries import backfills, deferrals, jobs, runs, tasks
 from engine.exceptions import SluiceError
 from engine.metrics.readings import SchedulerReading
 from engine.retry import Backoff
@@ -37,9 +48,11 @@ from engine.scheduler.rules import is_condition_met, next_task_states, run_outco
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from datetime import datetime
 
     from sqlalchemy.orm import Session
 
+    from engine.authoring.timetables import DagRunInfo
     from engine.config import Config
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
@@ -70,7 +83,8 @@ class SchedulerSettings:
 @dataclass
 class SchedulerStats:
     loops: int = 0
-    runs_created: int = 0
+    runs_created: int = 0  # asset-triggered
+    time_runs_created: int = 0
     tasks_scheduled: int = 0
     runs_finished: int = 0
 
@@ -83,8 +97,11 @@ class Scheduler:
         cipher: KwargsCipher,
         settings: SchedulerSettings,
         on_tasks_scheduled: Callable[[], None] | None = None,
+        clock: Callable[[], datetime] = models.utcnow,
     ) -> None:
         self._db = db
+        self._clock = clock
+        self._next_time_run: datetime | None = None
         self._on_tasks_scheduled = on_tasks_scheduled
         self._last_recovery = 0.0
         self._last_failure = -math.inf  # monotonic time of the last failed loop
@@ -100,7 +117,7 @@ class Scheduler:
 
     def metrics_reading(self) -> SchedulerReading:
         s = self.stats
-        created = ((runs.ASSET_TRIGGERED, s.runs_created),)
+        created = ((runs.ASSET_TRIGGERED, s.runs_created), (runs.SCHEDULED, s.time_runs_created))
         return SchedulerReading(self.job_id, created, s.tasks_scheduled, s.runs_finished)
 
     def nudge(self) -> None:
@@ -162,9 +179,17 @@ class Scheduler:
                         failures,
                         extra={"action": "scheduler_loop_recovered"},
                     )
-            with anyio.move_on_after(delay):
+            with anyio.move_on_after(self._sleep_s(delay)):
                 await self._nudged.wait()
             self._nudged = anyio.Event()
+
+    def _sleep_s(self, delay: float) -> float:
+        """Sleep ``delay``, but wake for the next due time run."""
+        if self._next_time_run is None:
+            return delay
+        until = (self._next_time_run - self._clock()).total_seconds()
+        # A due run that waits (max_active_runs reached) must not make the loop spin.
+        return delay if until <= 0 else min(delay, until)
 
     async def schedule_once(self) -> None:
         self.stats.loops += 1
@@ -179,6 +204,8 @@ class Scheduler:
                     dag_id,
                     extra={"action": "dag_run_created", "dag_id": dag_id, "run": run_pk},
                 )
+        await self._create_time_runs()
+        await self._start_queued_runs()
         scheduled_before = self.stats.tasks_scheduled
         for run_pk in await self._db.run(runs.unfinished_runs):
             await self._db.run(partial(self._advance_run, run_pk=run_pk))
@@ -212,15 +239,94 @@ class Scheduler:
         if queued is None or not queued.events:
             return None
         condition = BaseAsset.from_json(queued.schedule) if queued.schedule else None
-        if not is_condition_met(condition, {name for _, name in queued.events}):
+        updated = {name for _, name in queued.events}
+        if not is_condition_met(condition, updated, queued.aliases):
             return None
+        now = self._clock()
         return runs.create_run(
             session,
             dag_id,
             run_type=runs.ASSET_TRIGGERED,
-            now=models.utcnow(),
+            now=now,
+            run_after=now,
             asset_event_ids=[event_id for event_id, _ in queued.events],
         )
+
+    # --- time schedules ---------------------------------------------------------------------
+
+    async def _create_time_runs(self) -> None:
+        now = self._clock()
+        for dag_id in await self._db.run(partial(runs.dags_due_for_time_runs, now=now)):
+            try:
+                created = await self._db.run(partial(self._create_time_run, dag_id=dag_id))
+            except ValueError as exc:  # a stored timetable this version cannot read
+                logger.error(
+                    "DAG %s: cannot read its stored schedule, no time runs: %s",
+                    dag_id,
+                    exc,
+                    extra={"action": "timetable_unreadable", "dag_id": dag_id},
+                )
+                continue
+            if created is not None:
+                self.stats.time_runs_created += 1
+                logger.info(
+                    "Created scheduled run %s of DAG %s for %s",
+                    created[0],
+                    dag_id,
+                    created[1].isoformat(),
+                    extra={"action": "dag_run_created", "dag_id": dag_id, "run": created[0]},
+                )
+        self._next_time_run = await self._db.run(runs.next_time_run_at)
+
+    def _create_time_run(self, session: Session, dag_id: str) -> tuple[int, datetime] | None:
+        """Create the DAG's due time run and store the one after it; (run, logical date)."""
+        now = self._clock()
+        dag = runs.lock_time_dag(session, dag_id, now=now)
+        if dag is None:
+            return None
+        timetable = timetable_from_json(dag.timetable)
+        restriction = TimeRestriction(dag.start_date, dag.end_date, dag.catchup)
+        last = runs.last_automated_interval(session, dag_id)
+        info: DagRunInfo | None
+        if not dag.next_dagrun_computed or not timetable.periodic:
+            info = timetable.next_dagrun_info(
+                last_automated_data_interval=None if last is None else DataInterval(*last),
+                restriction=restriction,
+                now=now,
+            )
+        elif dag.next_dagrun is not None and dag.next_data_interval is not None:
+            info = _stored_info(dag)
+        else:
+            info = None
+        if info is None or info.run_after > now:
+            _store_next(session, dag_id, info)
+            return None
+        limit = dag.max_active_runs
+        if timetable.active_runs_limit is not None:
+            limit = min(limit, timetable.active_runs_limit)
+        if runs.count_active_runs(session, dag_id) >= limit:
+            _store_next(session, dag_id, info)  # due; created once a run ends
+            return None
+        run_pk = runs.create_run(
+            session,
+            dag_id,
+            run_type=runs.SCHEDULED,
+            now=now,
+            logical_date=info.logical_date,
+            data_interval=(info.data_interval.start, info.data_interval.end),
+            run_after=info.run_after,
+        )
+        following = timetable.next_dagrun_info(
+            last_automated_data_interval=info.data_interval, restriction=restriction, now=now
+        )
+        _store_next(session, dag_id, following)
+        return None if run_pk is None else (run_pk, info.logical_date)
+
+    async def _start_queued_runs(self) -> None:
+        now = self._clock()
+        for dag_id in await self._db.run(partial(runs.dags_with_queued_runs, now=now)):
+            await self._db.run(partial(runs.start_queued_runs, dag_id=dag_id, now=now))
+        await self._db.run(partial(backfills.complete_finished_backfills, now=now))
 
     def _advance_run(self, session: Session, run_pk: int) -> None:
         state = runs.load_run_state(session, run_pk)
@@ -237,8 +343,6 @@ class Scheduler:
         for task_id in to_trigger:
             self._start_from_trigger(session, state.ti_ids[task_id])
         self.stats.tasks_scheduled += sum(s == TaskState.SCHEDULED for s in changes.values())
-        if changes and state.state == DagRunState.QUEUED:
-            runs.set_run_state(session, run_pk, DagRunState.RUNNING, now=now)
         outcome = run_outcome({**state.task_states, **changes})
         if outcome is not None:
             runs.set_run_state(session, run_pk, outcome, now=now)
@@ -246,3 +350,24 @@ class Scheduler:
 
     def _start_from_trigger(self, session: Session, ti_id: int) -> None:
         deferrals.start_from_trigger(session, self._cipher, ti_id)
+
+
+def _stored_info(dag: runs.TimeDag) -> DagRunInfo:
+    from engine.authoring.timetables import DagRunInfo
+
+    assert dag.next_dagrun is not None and dag.next_data_interval is not None
+    return DagRunInfo(
+        logical_date=dag.next_dagrun,
+        data_interval=DataInterval(*dag.next_data_interval),
+        run_after=dag.next_dagrun_create_after or dag.next_dagrun,
+    )
+
+
+def _store_next(session: Session, dag_id: str, info: DagRunInfo | None) -> None:
+    runs.set_next_dagrun(
+        session,
+        dag_id,
+        logical_date=None if info is None else info.logical_date,
+        data_interval=None if info is None else (info.data_interval.start, info.data_interval.end),
+        run_after=None if info is None else info.run_after,
+    )

@@ -276,14 +276,18 @@ class Persister:
             "dedup_key": None if key is None else key[:512],
             "source_trigger_id": item.trigger_id,
             "source_watcher": watcher,
+            "source": assets.SOURCE_WATCHER,
             "timestamp": models.utcnow(),
         }
 
-    @staticmethod
-    def _finish_task_trigger(session: Session, trigger_id: int, event: TriggerEvent) -> int:
+    def _finish_task_trigger(self, session: Session, trigger_id: int, event: TriggerEvent) -> int:
         if isinstance(event, BaseTaskEndEvent):
             count = deferrals.end_deferred_tasks(
-                session, trigger_id, state=event.task_instance_state, xcoms=_task_results(event)
+                session,
+                trigger_id,
+                state=event.task_instance_state,
+                xcoms=_task_results(event),
+                keep_while_paused=self._keep_events_while_paused,
             )
         else:
             # Each task resumes with the kwargs it gave defer(kwargs=...) plus the event.

@@ -5,10 +5,14 @@
 - ``claims``: claiming trigger rows, single and by shared-stream group;
 - ``deferrals``: task instances deferred on a trigger (defer, resume, fail, time out);
 - ``tasks``: task instances the executor holds (claim, start, finish, requeue, recover);
-- ``runs``: DAG runs and their task states;
-- ``assets``: asset events (insert, queue for DAGs, list);
+- ``runs``: DAG runs (created, admitted under max_active_runs, advanced), their task states,
+  and time-scheduled DAGs' next run;
+- ``backfills``: backfill rows, their runs (create, re-run, plan), completion; the DAG
+  schedule columns the CLI shows;
+- ``assets``: asset events from watchers, task outlets, aliases and the CLI (insert, queue for
+  DAGs, list, recent events for inlets);
 - ``dags``: what the DAG processor syncs (DAG files, parse errors, DAGs, tasks, assets,
-  watchers, schedule edges);
+  watchers, schedule edges to assets and aliases);
 - ``streams``: shared-stream snapshots published by triggerers;
 - ``inspection``: the operator views (jobs, triggers, DAG details, doctor facts);
 - ``clean``: which old rows ``sluice db clean`` may delete.

@@ -1,19 +1,29 @@
 """SQL of asset events: which asset a watcher updates, inserting events (deduplicated by
-key), queueing them for the DAGs scheduled on the asset, and listing them.
+key), queueing them for the DAGs scheduled on the asset (or on an alias the asset belongs
+to), and listing them.
 
-The persister's last stop on an event's way: ``watcher_assets``, ``insert_asset_events``
-and ``enqueue_asset_events`` run in its batch transaction.
+Events come from four sources, and all take the same way to the DAGs they schedule
+(``insert_asset_events`` then ``enqueue_asset_events``, in the writer's transaction):
+
+- a watcher's trigger (the persister's batch transaction);
+- a task's outlets (``record_task_outlet_events``, in the transaction that records the
+  task's success: a task that succeeds once emits once);
+- ``sluice assets emit`` and, later, the REST API (``emit_asset_event``).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, insert, select, update
 
+from engine.db.database import is_postgres
 from engine.db.models import (
     Asset,
+    AssetAlias,
+    AssetAliasAsset,
     AssetEvent,
     AssetEventQueue,
     AssetWatcher,
@@ -21,16 +31,29 @@ from engine.db.models import (
     DagRun,
     DagRunAssetEvent,
     DagScheduleAsset,
+    DagScheduleAssetAlias,
     utcnow,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
+    from datetime import datetime
 
     from sqlalchemy.orm import Session
 
 
 logger = logging.getLogger(__name__)
+
+SOURCE_WATCHER: Final = "watcher"
+SOURCE_TASK: Final = "task"
+SOURCE_CLI: Final = "cli"
+SOURCE_API: Final = "api"
+#: How many of an inlet asset's latest events a task sees in ``inlet_events``.
+INLET_EVENTS_LIMIT: Final = 100
+
+
+class UnknownAssetError(LookupError):
+    """An event was emitted for an asset no DAG file declares."""
 
 
 def watcher_assets(session: Session, trigger_ids: Iterable[int]) -> dict[int, tuple[int, str]]:
@@ -77,17 +100,26 @@ def enqueue_asset_events(
     if not events:
         return 0
     asset_ids = {asset_id for _, asset_id in events}
-    query = (
+    direct = (
         select(DagScheduleAsset.asset_id, DagScheduleAsset.dag_id)
         .join(Dag, Dag.dag_id == DagScheduleAsset.dag_id)
         .where(DagScheduleAsset.asset_id.in_(asset_ids), Dag.is_active.is_(True))
     )
+    through_alias = (
+        select(AssetAliasAsset.asset_id, DagScheduleAssetAlias.dag_id)
+        .join(DagScheduleAssetAlias, DagScheduleAssetAlias.alias_id == AssetAliasAsset.alias_id)
+        .join(Dag, Dag.dag_id == DagScheduleAssetAlias.dag_id)
+        .where(AssetAliasAsset.asset_id.in_(asset_ids), Dag.is_active.is_(True))
+    )
     if not keep_while_paused:
-        query = query.where(Dag.is_paused.is_(False))
-    rows = session.execute(query).all()
+        direct = direct.where(Dag.is_paused.is_(False))
+        through_alias = through_alias.where(Dag.is_paused.is_(False))
     by_asset: dict[int, list[str]] = {}
-    for asset_id, dag_id in rows:
-        by_asset.setdefault(int(asset_id), []).append(str(dag_id))
+    for query in (direct, through_alias):
+        for asset_id, dag_id in session.execute(query).all():
+            dags = by_asset.setdefault(int(asset_id), [])
+            if str(dag_id) not in dags:
+                dags.append(str(dag_id))
     now = utcnow()
     queue = [
         {"dag_id": dag_id, "asset_event_id": event_id, "created_at": now}
@@ -97,6 +129,168 @@ def enqueue_asset_events(
     if queue:
         session.execute(insert(AssetEventQueue), queue)
     return len(queue)
+
+
+def _asset_ids(session: Session, names: Iterable[str]) -> dict[str, int]:
+    wanted = sorted(set(names))
+    if not wanted:
+        return {}
+    rows = session.execute(select(Asset.name, Asset.id).where(Asset.name.in_(wanted)))
+    return {str(n): int(i) for n, i in rows}
+
+
+def _ensure_asset(session: Session, name: str, uri: str, *, now: datetime) -> int:
+    """The id of asset ``name``, created (active, no watchers) when no DAG file declared it
+    (an asset first met through an alias at run time, as in Airflow)."""
+    stmt = (
+        _insert_for(session)(Asset)
+        .values(name=name, uri=uri, extra={}, is_active=True, created_at=now, updated_at=now)
+        .on_conflict_do_nothing(index_elements=["name"])
+    )
+    session.execute(stmt)
+    return int(session.execute(select(Asset.id).where(Asset.name == name)).scalar_one())
+
+
+def _ensure_alias(session: Session, name: str) -> int:
+    stmt = _insert_for(session)(AssetAlias).values(name=name)
+    session.execute(stmt.on_conflict_do_nothing(index_elements=["name"]))
+    return int(session.execute(select(AssetAlias.id).where(AssetAlias.name == name)).scalar_one())
+
+
+def _link_alias(session: Session, alias_id: int, asset_id: int) -> None:
+    stmt = _insert_for(session)(AssetAliasAsset).values(alias_id=alias_id, asset_id=asset_id)
+    session.execute(stmt.on_conflict_do_nothing(index_elements=["alias_id", "asset_id"]))
+
+
+def _insert_for(session: Session) -> Any:
+    if is_postgres(session):
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert  # type: ignore[assignment]
+    return dialect_insert
+
+
+@dataclass(frozen=True, slots=True)
+class TaskTry:
+    """The task try whose success produced outlet events (their recorded source)."""
+
+    ti_id: int
+    dag_id: str
+    run_id: str
+    task_id: str
+    try_number: int
+
+
+def record_task_outlet_events(
+    session: Session,
+    source: TaskTry,
+    events: Sequence[Mapping[str, Any]],
+    *,
+    keep_while_paused: bool = True,
+    now: datetime | None = None,
+) -> int:
+    """Store the events of a task that just succeeded and queue them for their DAGs.
+
+    ``events`` are the child's reports (``{"asset", "uri", "extra", "alias"}``, see
+    ``engine.authoring``). An alias event creates its asset if no DAG file declares it and
+    links it to the alias, so DAGs scheduled on the alias run. Each event's key names the try
+    and its position, so recording a try's success twice stores its events once. Call it in
+    the transaction that records the success. Returns the number of events stored.
+    """
+    if not events:
+        return 0
+    now = now or utcnow()
+    declared = _asset_ids(session, (str(e["asset"]) for e in events))
+    rows: list[dict[str, Any]] = []
+    for position, event in enumerate(events):
+        name = str(event["asset"])
+        alias = event.get("alias")
+        asset_id = declared.get(name)
+        if asset_id is None:
+            if alias is None:
+                logger.warning(
+                    "Task %s.%s declares outlet asset %r, which is not in the database; "
+                    "its event is not stored",
+                    source.dag_id,
+                    source.task_id,
+                    name,
+                    extra={"action": "outlet_asset_unknown", "asset": name},
+                )
+                continue
+            asset_id = declared[name] = _ensure_asset(
+                session, name, str(event.get("uri") or name), now=now
+            )
+        if alias is not None:
+            _link_alias(session, _ensure_alias(session, str(alias)), asset_id)
+        rows.append(
+            {
+                "asset_id": asset_id,
+                "payload": None,
+                "extra": dict(event.get("extra") or {}),
+                "dedup_key": f"ti:{source.ti_id}:try:{source.try_number}:{position}",
+                "source": SOURCE_TASK,
+                "source_dag_id": source.dag_id,
+                "source_run_id": source.run_id,
+                "source_task_id": source.task_id,
+                "source_try_number": source.try_number,
+                "source_alias": None if alias is None else str(alias),
+                "timestamp": now,
+            }
+        )
+    new_events = insert_asset_events(session, rows)
+    enqueue_asset_events(session, new_events, keep_while_paused=keep_while_paused)
+    return len(new_events)
+
+
+def emit_asset_event(
+    session: Session,
+    asset_name: str,
+    *,
+    extra: Mapping[str, Any] | None,
+    source: str,
+    created_by: str,
+    keep_while_paused: bool = True,
+    now: datetime | None = None,
+) -> int:
+    """Record an event of a known asset from outside (CLI, REST API); returns its id.
+
+    Raises ``UnknownAssetError`` for an asset no DAG file declares (a typo would otherwise
+    create an asset nothing reads).
+    """
+    asset_id = _asset_ids(session, [asset_name]).get(asset_name)
+    if asset_id is None:
+        raise UnknownAssetError(
+            f"unknown asset {asset_name!r}; `sluice assets list` shows the declared assets"
+        )
+    row = {
+        "asset_id": asset_id,
+        "payload": None,
+        "extra": dict(extra or {}),
+        "dedup_key": None,
+        "source": source,
+        "created_by": created_by,
+        "timestamp": now or utcnow(),
+    }
+    [(event_id, _)] = insert_asset_events(session, [row])
+    enqueue_asset_events(session, [(event_id, asset_id)], keep_while_paused=keep_while_paused)
+    session.execute(update(Asset).where(Asset.id == asset_id).values(updated_at=row["timestamp"]))
+    return event_id
+
+
+def recent_asset_events(
+    session: Session, names: Iterable[str], *, limit: int = INLET_EVENTS_LIMIT
+) -> dict[str, list[AssetEvent]]:
+    """The latest ``limit`` events of each named asset, oldest first (``inlet_events``)."""
+    out: dict[str, list[AssetEvent]] = {}
+    for name, asset_id in sorted(_asset_ids(session, names).items()):
+        rows = session.execute(
+            select(AssetEvent)
+            .where(AssetEvent.asset_id == asset_id)
+            .order_by(AssetEvent.id.desc())
+            .limit(limit)
+        ).scalars()
+        out[name] = list(reversed(list(rows)))
+    return out
 
 
 def list_asset_events(session: Session, asset_name: str) -> list[dict[str, Any]] | None:
@@ -117,7 +311,15 @@ def list_asset_events(session: Session, asset_name: str) -> list[dict[str, Any]]
             {
                 "id": event.id,
                 "timestamp": event.timestamp.isoformat(),
+                "source": event.source,
                 "source_watcher": event.source_watcher,
+                "source_task": (
+                    None
+                    if event.source_task_id is None
+                    else f"{event.source_dag_id}/{event.source_run_id}/{event.source_task_id}"
+                ),
+                "created_by": event.created_by,
+                "extra": event.extra,
                 "payload": event.payload,
                 "runs": [],
             },

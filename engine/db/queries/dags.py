@@ -13,11 +13,13 @@ from sqlalchemy import delete, insert, select, text, update
 
 from engine.db.models import (
     Asset,
+    AssetAlias,
     AssetWatcher,
     Dag,
     DagFile,
     DagParseError,
     DagScheduleAsset,
+    DagScheduleAssetAlias,
     DagTask,
     Trigger,
 )
@@ -32,14 +34,46 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+#: The ``dag`` columns the DAG processor owns besides fileloc / is_active / is_paused (it
+#: writes them from the parse result; the scheduler owns the ``next_dagrun*`` columns).
+PARSED_DAG_COLUMNS: Final = (
+    "schedule",
+    "description",
+    "timetable",
+    "timetable_summary",
+    "timezone",
+    "start_date",
+    "end_date",
+    "catchup",
+    "max_active_runs",
+    "max_active_tasks",
+    "dagrun_timeout_s",
+    "tags",
+    "params",
+    "doc_md",
+    "display_name",
+)
+#: A change to one of these makes the scheduler compute the next time run again.
+TIME_COLUMNS: Final = ("timetable", "timezone", "start_date", "end_date", "catchup")
+
+
 @dataclass(frozen=True, slots=True)
 class DagRowState:
     dag_id: str
     fileloc: str
     is_active: bool
     is_paused: bool
-    schedule: Any
-    description: str | None
+    parsed: dict[str, Any]  # PARSED_DAG_COLUMNS -> stored value
+
+    @property
+    def schedule(self) -> Any:
+        """The stored asset condition (JSON), None for a DAG not scheduled on assets."""
+        return self.parsed.get("schedule")
+
+    @property
+    def description(self) -> str | None:
+        value = self.parsed.get("description")
+        return None if value is None else str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,10 +162,18 @@ def list_parse_errors(session: Session) -> list[ParseErrorRow]:
 
 
 def load_dags(session: Session) -> dict[str, DagRowState]:
-    rows = session.execute(
-        select(Dag.dag_id, Dag.fileloc, Dag.is_active, Dag.is_paused, Dag.schedule, Dag.description)
-    )
-    return {row[0]: DagRowState(*row) for row in rows}
+    columns = [getattr(Dag, name) for name in PARSED_DAG_COLUMNS]
+    rows = session.execute(select(Dag.dag_id, Dag.fileloc, Dag.is_active, Dag.is_paused, *columns))
+    return {
+        str(row[0]): DagRowState(
+            dag_id=str(row[0]),
+            fileloc=str(row[1]),
+            is_active=bool(row[2]),
+            is_paused=bool(row[3]),
+            parsed=dict(zip(PARSED_DAG_COLUMNS, row[4:], strict=True)),
+        )
+        for row in rows
+    }
 
 
 def insert_dag(session: Session, values: dict[str, Any]) -> None:
@@ -148,6 +190,41 @@ def deactivate_dags(session: Session, dag_ids: Iterable[str]) -> None:
         session.execute(update(Dag).where(Dag.dag_id.in_(wanted)).values(is_active=False))
 
 
+def load_schedule_alias_edges(session: Session) -> set[tuple[str, str]]:
+    """(dag_id, alias name) of every alias a DAG's schedule references."""
+    rows = session.execute(
+        select(DagScheduleAssetAlias.dag_id, AssetAlias.name).join(
+            AssetAlias, AssetAlias.id == DagScheduleAssetAlias.alias_id
+        )
+    )
+    return {(str(d), str(a)) for d, a in rows}
+
+
+def replace_schedule_alias_edges(
+    session: Session, add: Iterable[tuple[str, str]], remove: Iterable[tuple[str, str]]
+) -> None:
+    """Add and remove (dag_id, alias name) schedule edges; aliases are created as needed."""
+    names = {alias for _, alias in (*add, *remove)}
+    if not names:
+        return
+    rows = session.execute(select(AssetAlias.name, AssetAlias.id).where(AssetAlias.name.in_(names)))
+    known = {str(name): int(alias_id) for name, alias_id in rows}
+    for name in sorted(names - known.keys()):
+        known[name] = session.execute(
+            insert(AssetAlias).values(name=name).returning(AssetAlias.id)
+        ).scalar_one()
+    for dag_id, alias in sorted(remove):
+        session.execute(
+            delete(DagScheduleAssetAlias).where(
+                DagScheduleAssetAlias.dag_id == dag_id,
+                DagScheduleAssetAlias.alias_id == known[alias],
+            )
+        )
+    edges = [{"dag_id": d, "alias_id": known[a]} for d, a in sorted(add)]
+    if edges:
+        session.execute(insert(DagScheduleAssetAlias), edges)
+
+
 def load_dag_tasks(session: Session) -> dict[str, list[dict[str, Any]]]:
     """dag_id -> its task rows (as dicts, in ``position`` order)."""
     tasks: dict[str, list[dict[str, Any]]] = {}
@@ -162,6 +239,9 @@ def load_dag_tasks(session: Session) -> dict[str, list[dict[str, Any]]]:
                 "start_from_trigger": row.start_from_trigger,
                 "execution_timeout_s": row.execution_timeout_s,
                 "position": row.position,
+                "outlets": list(row.outlets or []),
+                "outlet_aliases": list(row.outlet_aliases or []),
+                "inlets": list(row.inlets or []),
             }
         )
     return tasks
@@ -282,7 +362,12 @@ def list_dags(session: Session) -> list[dict[str, Any]]:
 
 
 def set_paused(session: Session, dag_id: str, *, paused: bool) -> bool:
-    result = session.execute(update(Dag).where(Dag.dag_id == dag_id).values(is_paused=paused))
+    """Pause or unpause; an unpause makes the scheduler compute the next time run again
+    (with catchup off, a DAG paused for a week runs its latest interval, not a week's)."""
+    values: dict[str, Any] = {"is_paused": paused}
+    if not paused:
+        values["next_dagrun_computed"] = False
+    result = session.execute(update(Dag).where(Dag.dag_id == dag_id).values(**values))
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 

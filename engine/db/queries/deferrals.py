@@ -14,12 +14,14 @@ from sqlalchemy import and_, select, update
 from engine.authoring.context import FAIL_METHOD
 from engine.db.database import rowcount
 from engine.db.models import (
+    DagRun,
     DagTask,
     TaskInstance,
     TaskState,
     TriggerKind,
     utcnow,
 )
+from engine.db.queries import assets
 from engine.db.queries import triggers as trigger_rows
 from engine.db.queries.tasks import held_by
 from engine.exceptions import DecryptionError
@@ -59,26 +61,53 @@ def resume_deferred_tasks(
 
 
 def end_deferred_tasks(
-    session: Session, trigger_id: int, *, state: str, xcoms: dict[str, Any] | None = None
+    session: Session,
+    trigger_id: int,
+    *,
+    state: str,
+    xcoms: dict[str, Any] | None = None,
+    keep_while_paused: bool = True,
 ) -> int:
     """End tasks deferred on ``trigger_id`` from the triggerer (``end_from_trigger``).
 
     ``xcoms`` (tagged JSON per key, as the executor stores a returned value) become the
-    tasks' results; None leaves them as they are.
+    tasks' results; None leaves them as they are. A task that ends in ``success`` updates
+    its outlets' assets in the same transaction, as a task ending on a worker does.
     """
+    now = utcnow()
+    deferred = and_(TaskInstance.trigger_id == trigger_id, TaskInstance.state == TaskState.DEFERRED)
+    ending = session.execute(
+        select(
+            TaskInstance.id,
+            TaskInstance.dag_id,
+            DagRun.run_id,
+            TaskInstance.task_id,
+            TaskInstance.try_number,
+            DagTask.outlets,
+        )
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .outerjoin(
+            DagTask,
+            and_(DagTask.dag_id == TaskInstance.dag_id, DagTask.task_id == TaskInstance.task_id),
+        )
+        .where(deferred)
+    ).all()
     values: dict[str, Any] = {
         "state": state,
-        "end_date": utcnow(),
+        "end_date": now,
         "trigger_id": None,
         "trigger_timeout": None,
     }
     if xcoms is not None:
         values["xcoms"] = xcoms
-    result = session.execute(
-        update(TaskInstance)
-        .where(TaskInstance.trigger_id == trigger_id, TaskInstance.state == TaskState.DEFERRED)
-        .values(**values)
-    )
+    result = session.execute(update(TaskInstance).where(deferred).values(**values))
+    if state == TaskState.SUCCESS:
+        for ti_id, dag_id, run_id, task_id, try_number, outlets in ending:
+            source = assets.TaskTry(int(ti_id), dag_id, run_id, task_id, int(try_number))
+            events = [{"asset": name, "extra": {}, "alias": None} for name in outlets or []]
+            assets.record_task_outlet_events(
+                session, source, events, keep_while_paused=keep_while_paused, now=now
+            )
     return rowcount(result)
 
 

@@ -1,20 +1,29 @@
-"""SQL of scheduling: queued DAGs, DAG runs and their task states, runs' triggering events,
-and the run listings of the CLI.
+"""SQL of scheduling: queued DAGs, time-scheduled DAGs and their next run, DAG runs (created,
+admitted under ``max_active_runs``, advanced, ended), runs' triggering events, and the run
+listings of the CLI.
+
+A run is created ``queued``; ``start_queued_runs`` admits it (``running``) once its DAG has
+room under ``max_active_runs`` (a backfill's runs count against the backfill's own limit
+instead, as in Airflow 3) and its ``run_after`` has passed; only running runs get tasks.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import and_, delete, func, insert, or_, select, update
 
 from engine.db.database import is_postgres
 from engine.db.models import (
     Asset,
+    AssetAlias,
+    AssetAliasAsset,
     AssetEvent,
     AssetEventQueue,
+    Backfill,
     Dag,
     DagRun,
     DagRunAssetEvent,
@@ -32,9 +41,10 @@ if TYPE_CHECKING:
 
 
 ASSET_TRIGGERED = "asset_triggered"
-
-
 MANUAL = "manual"
+SCHEDULED = "scheduled"
+BACKFILL = "backfill"
+_ACTIVE = (DagRunState.QUEUED, DagRunState.RUNNING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +52,7 @@ class QueuedDag:
     dag_id: str
     schedule: Any
     events: tuple[tuple[int, str], ...]  # (asset event id, asset name)
+    aliases: frozenset[str] = frozenset()  # aliases the queued events' assets belong to
 
 
 def dags_with_queued_events(session: Session) -> list[str]:
@@ -70,7 +81,29 @@ def lock_queued_dag(session: Session, dag_id: str) -> QueuedDag | None:
         .where(AssetEventQueue.dag_id == dag_id)
         .order_by(AssetEventQueue.asset_event_id)
     ).all()
-    return QueuedDag(str(row[0]), row[1], tuple((int(e), str(n)) for e, n in events))
+    aliases = session.execute(
+        select(AssetAlias.name)
+        .join(AssetAliasAsset, AssetAliasAsset.alias_id == AssetAlias.id)
+        .join(AssetEvent, AssetEvent.asset_id == AssetAliasAsset.asset_id)
+        .join(AssetEventQueue, AssetEventQueue.asset_event_id == AssetEvent.id)
+        .where(AssetEventQueue.dag_id == dag_id)
+        .distinct()
+    ).scalars()
+    return QueuedDag(
+        str(row[0]),
+        row[1],
+        tuple((int(e), str(n)) for e, n in events),
+        frozenset(str(a) for a in aliases),
+    )
+
+
+def run_id_for(run_type: str, *, logical_date: datetime | None, now: datetime) -> str:
+    """Airflow's run ids: ``scheduled__<logical date>`` for a time run (one per interval);
+    a unique suffix for the others."""
+    if run_type in (SCHEDULED, BACKFILL) and logical_date is not None:
+        return f"{run_type}__{logical_date.isoformat()}"
+    stamp = (logical_date or now).isoformat(timespec="microseconds")
+    return f"{run_type}__{stamp}_{uuid.uuid4().hex[:6]}"
 
 
 def create_run(
@@ -81,16 +114,35 @@ def create_run(
     now: datetime,
     asset_event_ids: Sequence[int] = (),
     conf: Any = None,
-) -> int:
-    """A queued DAG run with its task instances; consumes the given queued asset events."""
-    run_id = f"{run_type}__{now.strftime('%Y-%m-%dT%H:%M:%S.%f')}_{uuid.uuid4().hex[:6]}"
-    run_pk = int(
-        session.execute(
-            insert(DagRun)
-            .values(dag_id=dag_id, run_id=run_id, run_type=run_type, conf=conf, queued_at=now)
-            .returning(DagRun.id)
-        ).scalar_one()
-    )
+    logical_date: datetime | None = None,
+    data_interval: tuple[datetime, datetime] | None = None,
+    run_after: datetime | None = None,
+    backfill_id: int | None = None,
+) -> int | None:
+    """A queued DAG run with its task instances; consumes the given queued asset events.
+
+    None when the DAG already has a run for ``logical_date`` (unique per DAG: two schedulers
+    never create one interval twice; the loser's insert does nothing).
+    """
+    values = {
+        "dag_id": dag_id,
+        "run_id": run_id_for(run_type, logical_date=logical_date, now=now),
+        "run_type": run_type,
+        "conf": conf,
+        "queued_at": now,
+        "logical_date": logical_date,
+        "data_interval_start": None if data_interval is None else data_interval[0],
+        "data_interval_end": None if data_interval is None else data_interval[1],
+        "run_after": run_after or now,
+        "backfill_id": backfill_id,
+    }
+    stmt = _insert_for(session)(DagRun).values(values)
+    if logical_date is not None:
+        stmt = stmt.on_conflict_do_nothing(index_elements=["dag_id", "logical_date"])
+    found = session.execute(stmt.returning(DagRun.id)).scalar()
+    if found is None:
+        return None
+    run_pk = int(found)
     if asset_event_ids:
         session.execute(
             insert(DagRunAssetEvent),
@@ -122,10 +174,252 @@ def create_run(
     return run_pk
 
 
-def unfinished_runs(session: Session) -> list[int]:
-    rows = session.execute(
-        select(DagRun.id).where(DagRun.state.in_([DagRunState.QUEUED, DagRunState.RUNNING]))
+def _insert_for(session: Session) -> Any:
+    """The dialect's INSERT (it has ``on_conflict_do_nothing``)."""
+    if is_postgres(session):
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert  # type: ignore[assignment]
+    return dialect_insert
+
+
+def rerun_run(session: Session, run_pk: int, *, now: datetime, backfill_id: int | None) -> None:
+    """Queue a finished run again (backfill ``--reprocess``): every task starts over."""
+    session.execute(
+        update(DagRun)
+        .where(DagRun.id == run_pk)
+        .values(
+            state=DagRunState.QUEUED,
+            queued_at=now,
+            start_date=None,
+            end_date=None,
+            backfill_id=backfill_id,
+        )
     )
+    session.execute(
+        update(TaskInstance)
+        .where(TaskInstance.dag_run_id == run_pk)
+        .values(
+            state=TaskState.NONE,
+            start_date=None,
+            end_date=None,
+            next_method=None,
+            next_kwargs=None,
+            trigger_id=None,
+            trigger_timeout=None,
+            executor_job_id=None,
+            queued_at=None,
+        )
+    )
+
+
+# --- time schedules ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TimeDag:
+    """A time-scheduled DAG's row as the scheduler needs it (locked while it decides)."""
+
+    dag_id: str
+    timetable: Any
+    start_date: datetime | None
+    end_date: datetime | None
+    catchup: bool
+    max_active_runs: int
+    next_dagrun_computed: bool
+    next_dagrun: datetime | None
+    next_data_interval: tuple[datetime, datetime] | None
+    next_dagrun_create_after: datetime | None
+
+
+def _due(now: datetime) -> Any:
+    return and_(
+        Dag.timetable.is_not(None),
+        Dag.is_active.is_(True),
+        Dag.is_paused.is_(False),
+        or_(
+            Dag.next_dagrun_computed.is_(False),
+            and_(Dag.next_dagrun_create_after.is_not(None), Dag.next_dagrun_create_after <= now),
+        ),
+    )
+
+
+def dags_due_for_time_runs(session: Session, *, now: datetime) -> list[str]:
+    """Active, unpaused time-scheduled DAGs whose next run is due (or not yet computed)."""
+    rows = session.execute(select(Dag.dag_id).where(_due(now)).order_by(Dag.dag_id))
+    return [str(r) for r in rows.scalars()]
+
+
+def next_time_run_at(session: Session) -> datetime | None:
+    """When the earliest next time run of an active, unpaused DAG is due (None: none is)."""
+    value = session.execute(
+        select(func.min(Dag.next_dagrun_create_after)).where(
+            Dag.timetable.is_not(None), Dag.is_active.is_(True), Dag.is_paused.is_(False)
+        )
+    ).scalar()
+    return value if value is None else _aware(value)
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def lock_time_dag(session: Session, dag_id: str, *, now: datetime) -> TimeDag | None:
+    """Lock a due DAG's row (skipped when another scheduler holds it) and read it."""
+    stmt = select(
+        Dag.dag_id,
+        Dag.timetable,
+        Dag.start_date,
+        Dag.end_date,
+        Dag.catchup,
+        Dag.max_active_runs,
+        Dag.next_dagrun_computed,
+        Dag.next_dagrun,
+        Dag.next_dagrun_data_interval_start,
+        Dag.next_dagrun_data_interval_end,
+        Dag.next_dagrun_create_after,
+    ).where(Dag.dag_id == dag_id, _due(now))
+    if is_postgres(session):
+        stmt = stmt.with_for_update(skip_locked=True)
+    row = session.execute(stmt).first()
+    if row is None:
+        return None
+    interval_start, interval_end = row[8], row[9]
+    return TimeDag(
+        dag_id=str(row[0]),
+        timetable=row[1],
+        start_date=row[2],
+        end_date=row[3],
+        catchup=bool(row[4]),
+        max_active_runs=int(row[5]),
+        next_dagrun_computed=bool(row[6]),
+        next_dagrun=row[7],
+        next_data_interval=_interval(interval_start, interval_end),
+        next_dagrun_create_after=row[10],
+    )
+
+
+def _interval(start: datetime | None, end: datetime | None) -> tuple[datetime, datetime] | None:
+    return None if start is None or end is None else (start, end)
+
+
+def last_automated_interval(session: Session, dag_id: str) -> tuple[datetime, datetime] | None:
+    """The data interval of the DAG's latest scheduled run (None before the first)."""
+    row = session.execute(
+        select(DagRun.data_interval_start, DagRun.data_interval_end)
+        .where(
+            DagRun.dag_id == dag_id,
+            DagRun.run_type == SCHEDULED,
+            DagRun.data_interval_start.is_not(None),
+        )
+        .order_by(DagRun.logical_date.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else _interval(row[0], row[1])
+
+
+def set_next_dagrun(
+    session: Session,
+    dag_id: str,
+    *,
+    logical_date: datetime | None,
+    data_interval: tuple[datetime, datetime] | None,
+    run_after: datetime | None,
+) -> None:
+    """Store the DAG's next time run (all None: there is none)."""
+    session.execute(
+        update(Dag)
+        .where(Dag.dag_id == dag_id)
+        .values(
+            next_dagrun_computed=True,
+            next_dagrun=logical_date,
+            next_dagrun_data_interval_start=None if data_interval is None else data_interval[0],
+            next_dagrun_data_interval_end=None if data_interval is None else data_interval[1],
+            next_dagrun_create_after=run_after,
+        )
+    )
+
+
+def count_active_runs(session: Session, dag_id: str) -> int:
+    """Queued and running runs of the DAG that count against its ``max_active_runs``."""
+    return int(
+        session.execute(
+            select(func.count())
+            .select_from(DagRun)
+            .where(
+                DagRun.dag_id == dag_id,
+                DagRun.state.in_(_ACTIVE),
+                DagRun.backfill_id.is_(None),
+            )
+        ).scalar_one()
+    )
+
+
+# --- admission ----------------------------------------------------------------------------
+
+
+def dags_with_queued_runs(session: Session, *, now: datetime) -> list[str]:
+    """Unpaused DAGs with queued runs that may start (a paused DAG's wait, as in Airflow)."""
+    rows = session.execute(
+        select(DagRun.dag_id)
+        .join(Dag, Dag.dag_id == DagRun.dag_id)
+        .where(
+            DagRun.state == DagRunState.QUEUED,
+            Dag.is_paused.is_(False),
+            or_(DagRun.run_after.is_(None), DagRun.run_after <= now),
+        )
+        .distinct()
+    )
+    return sorted(str(r) for r in rows.scalars())
+
+
+def start_queued_runs(session: Session, dag_id: str, *, now: datetime) -> list[int]:
+    """Admit the DAG's queued runs while it has room; returns the runs now ``running``.
+
+    Ordinary runs: at most ``max_active_runs`` running at once (oldest first). A backfill's
+    runs: at most the backfill's own ``max_active_runs``, in logical date order.
+    """
+    stmt = select(Dag.max_active_runs).where(Dag.dag_id == dag_id)
+    if is_postgres(session):
+        stmt = stmt.with_for_update(skip_locked=True)
+    limit = session.execute(stmt).scalar()
+    if limit is None:
+        return []
+    rows = session.execute(
+        select(DagRun.id, DagRun.state, DagRun.backfill_id, Backfill.max_active_runs)
+        .outerjoin(Backfill, Backfill.id == DagRun.backfill_id)
+        .where(
+            DagRun.dag_id == dag_id,
+            DagRun.state.in_(_ACTIVE),
+            or_(DagRun.run_after.is_(None), DagRun.run_after <= now),
+        )
+        .order_by(DagRun.logical_date.is_(None), DagRun.logical_date, DagRun.queued_at, DagRun.id)
+    ).all()
+    running: dict[int | None, int] = {}
+    for _, state, backfill_id, _ in rows:
+        if state == DagRunState.RUNNING:
+            running[backfill_id] = running.get(backfill_id, 0) + 1
+    started: list[int] = []
+    for run_pk, state, backfill_id, backfill_limit in rows:
+        if state != DagRunState.QUEUED:
+            continue
+        cap = int(limit) if backfill_id is None else int(backfill_limit or 1)
+        if running.get(backfill_id, 0) >= cap:
+            continue
+        running[backfill_id] = running.get(backfill_id, 0) + 1
+        started.append(int(run_pk))
+    if started:
+        session.execute(
+            update(DagRun)
+            .where(DagRun.id.in_(started), DagRun.state == DagRunState.QUEUED)
+            .values(state=DagRunState.RUNNING, start_date=now)
+        )
+    return started
+
+
+def unfinished_runs(session: Session) -> list[int]:
+    """Runs whose tasks advance: the admitted (``running``) ones."""
+    rows = session.execute(select(DagRun.id).where(DagRun.state == DagRunState.RUNNING))
     return [int(r) for r in rows.scalars()]
 
 
@@ -232,6 +526,11 @@ def list_runs(session: Session, dag_id: str) -> list[dict[str, Any]]:
             "run_id": r.run_id,
             "run_type": r.run_type,
             "state": r.state,
+            "logical_date": _iso(r.logical_date),
+            "data_interval_start": _iso(r.data_interval_start),
+            "data_interval_end": _iso(r.data_interval_end),
+            "run_after": _iso(r.run_after),
+            "backfill_id": r.backfill_id,
             "queued_at": r.queued_at.isoformat(),
             "end_date": r.end_date.isoformat() if r.end_date else None,
             "asset_events": events.get(r.id, []),
@@ -239,6 +538,10 @@ def list_runs(session: Session, dag_id: str) -> list[dict[str, Any]]:
         }
         for r in runs
     ]
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
 
 
 def find_task_instance(

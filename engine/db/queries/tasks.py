@@ -9,7 +9,7 @@ cannot overwrite what another executor did since.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import and_, case, or_, select, true, update
@@ -27,7 +27,7 @@ from engine.db.models import (
     TaskInstance,
     TaskState,
 )
-from engine.db.queries import jobs
+from engine.db.queries import assets, jobs
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -90,6 +90,11 @@ class TaskRun:
     deferral_count: int
     execution_timeout_s: int | None
     events: tuple[EventRow, ...]
+    #: the run as the task context shows it (``dag_run``): run_id, run_type, logical_date,
+    #: data_interval_start / _end, run_after, conf, queued_at, start_date
+    run: dict[str, Any] = field(default_factory=dict)
+    #: the latest events of each inlet asset, oldest first (``inlet_events``)
+    inlet_events: dict[str, tuple[EventRow, ...]] = field(default_factory=dict)
 
     def log_fields(self) -> dict[str, object]:
         """The structured fields every log line about this try carries."""
@@ -135,16 +140,19 @@ def start_task_run(
     elif ti.start_date is None:
         values["start_date"] = now
     session.execute(update(TaskInstance).where(TaskInstance.id == ti_id).values(**values))
-    run_id, fileloc = session.execute(
-        select(DagRun.run_id, Dag.fileloc)
+    dag_run, fileloc = session.execute(
+        select(DagRun, Dag.fileloc)
         .join(Dag, Dag.dag_id == DagRun.dag_id)
         .where(DagRun.id == ti.dag_run_id)
     ).one()  # foreign keys: a task instance's run and DAG exist
-    timeout_s = session.execute(
-        select(DagTask.execution_timeout_s).where(
+    run_id = dag_run.run_id
+    task_row = session.execute(
+        select(DagTask.execution_timeout_s, DagTask.inlets).where(
             DagTask.dag_id == ti.dag_id, DagTask.task_id == ti.task_id
         )
-    ).scalar()
+    ).first()
+    timeout_s = None if task_row is None else task_row[0]
+    inlets = [] if task_row is None else list(task_row[1] or [])
     return TaskRun(
         ti_id=ti_id,
         dag_id=ti.dag_id,
@@ -159,25 +167,53 @@ def start_task_run(
         deferral_count=ti.deferral_count,
         execution_timeout_s=None if timeout_s is None else int(timeout_s),
         events=tuple(triggering_events(session, ti.dag_run_id)),
+        run={
+            "run_id": dag_run.run_id,
+            "run_type": dag_run.run_type,
+            "logical_date": dag_run.logical_date,
+            "data_interval_start": dag_run.data_interval_start,
+            "data_interval_end": dag_run.data_interval_end,
+            "run_after": dag_run.run_after,
+            "conf": dag_run.conf,
+            "queued_at": dag_run.queued_at,
+            "start_date": dag_run.start_date,
+        },
+        inlet_events={
+            name: tuple(_event_row(event, name) for event in events)
+            for name, events in assets.recent_asset_events(session, inlets).items()
+        },
+    )
+
+
+def _event_row(event: AssetEvent, asset_name: str, uri: str | None = None) -> EventRow:
+    return EventRow(
+        id=event.id,
+        asset_name=asset_name,
+        payload=event.payload,
+        timestamp=event.timestamp,
+        source_watcher=event.source_watcher,
+        uri=uri,
+        extra=event.extra,
+        source=event.source,
+        source_dag_id=event.source_dag_id,
+        source_run_id=event.source_run_id,
+        source_task_id=event.source_task_id,
+        source_try_number=event.source_try_number,
+        source_alias=event.source_alias,
+        created_by=event.created_by,
     )
 
 
 def triggering_events(session: Session, dag_run_id: int) -> list[EventRow]:
     """The asset events that triggered the run, in id order."""
     rows = session.execute(
-        select(
-            AssetEvent.id,
-            Asset.name,
-            AssetEvent.payload,
-            AssetEvent.timestamp,
-            AssetEvent.source_watcher,
-        )
+        select(AssetEvent, Asset.name, Asset.uri)
         .join(DagRunAssetEvent, DagRunAssetEvent.asset_event_id == AssetEvent.id)
         .join(Asset, Asset.id == AssetEvent.asset_id)
         .where(DagRunAssetEvent.dag_run_id == dag_run_id)
         .order_by(AssetEvent.id)
     )
-    return [EventRow(int(i), str(n), p, t, w) for i, n, p, t, w in rows]
+    return [_event_row(event, str(name), str(uri)) for event, name, uri in rows]
 
 
 def finish_task(
@@ -209,6 +245,35 @@ def finish_task(
         update(TaskInstance).where(held_by(ti_id, job_id, TaskState.RUNNING)).values(**values)
     )
     return rowcount(result) == 1
+
+
+def succeed_task(
+    session: Session,
+    run: TaskRun,
+    *,
+    job_id: int,
+    elapsed_s: float,
+    now: datetime,
+    xcoms: dict[str, Any] | None,
+    outlet_events: list[dict[str, Any]],
+    keep_while_paused: bool = True,
+) -> bool:
+    """Record a success and, in the same transaction, the task's outlet asset events."""
+    if not finish_task(
+        session,
+        run.ti_id,
+        job_id=job_id,
+        state=TaskState.SUCCESS,
+        elapsed_s=elapsed_s,
+        now=now,
+        xcoms=xcoms,
+    ):
+        return False
+    source = assets.TaskTry(run.ti_id, run.dag_id, run.run_id, run.task_id, run.try_number)
+    assets.record_task_outlet_events(
+        session, source, outlet_events, keep_while_paused=keep_while_paused, now=now
+    )
+    return True
 
 
 def fail_held_task(session: Session, ti_id: int, *, job_id: int) -> bool:

@@ -1,0 +1,295 @@
+"""Tasks that update assets, with ``sluice run`` as a subprocess: outlets across two DAG files,
+``outlet_events`` extras, ``Metadata``, aliases, inlet events, retries that emit once, a task
+ending from its trigger, and ``sluice assets emit``."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from sqlalchemy import select
+
+from engine.db.database import Database
+from engine.db.models import Asset, AssetEvent, Dag, DagRun, TaskInstance
+from tests.e2e.helpers import engine_env, run_cli, start_engine, stop, wait_for
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+PRODUCER = """
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from engine import Asset, AssetAlias, Metadata, dag, task
+from engine.sensors import DateTimeSensor
+
+orders = Asset("orders", uri="s3://bucket/orders")
+metrics = Asset("metrics")
+FIRST_TRY_FAILS = Path({marker!r})
+
+
+@dag(schedule=None)
+def producer():
+    @task(outlets=[orders])
+    def write_orders(outlet_events):
+        outlet_events[orders].extra = {{"rows": 3}}
+        outlet_events[orders].extra["day"] = "2026-01-05"
+
+    write_orders()
+
+
+@dag(schedule=None)
+def flaky_producer():
+    @task(outlets=[orders], retries=2)
+    def write_once():
+        if not FIRST_TRY_FAILS.exists():
+            FIRST_TRY_FAILS.touch()
+            raise RuntimeError("first try fails")
+
+    write_once()
+
+
+@dag(schedule=None)
+def metadata_producer():
+    @task(outlets=[metrics])
+    def measure():
+        yield Metadata(metrics, {{"count": 7}})
+
+    measure()
+
+
+@dag(schedule=None)
+def alias_producer():
+    @task(outlets=[AssetAlias("daily-files")])
+    def attach(outlet_events):
+        outlet_events[AssetAlias("daily-files")].add(
+            Asset("file-2026-01-05", uri="file:///data/2026-01-05.csv"), extra={{"via": "alias"}}
+        )
+
+    attach()
+
+
+@dag(schedule=None)
+def trigger_ends_it():
+    DateTimeSensor(
+        task_id="wait",
+        target_time=datetime.now(timezone.utc) + timedelta(seconds=1),
+        start_from_trigger=True,
+        end_from_trigger=True,
+        outlets=[metrics],
+    )
+
+
+producer()
+flaky_producer()
+metadata_producer()
+alias_producer()
+trigger_ends_it()
+"""
+
+CONSUMER = """
+from engine import DAG, Asset, AssetAlias, task
+
+orders = Asset("orders", uri="s3://bucket/orders")
+metrics = Asset("metrics")
+
+
+@task(inlets=[orders])
+def report(triggering_asset_events, inlet_events):
+    seen = [
+        {{
+            "asset": e.asset.name,
+            "extra": dict(e.extra),
+            "source": e.source,
+            "source_dag_id": e.source_dag_id,
+            "source_task_id": e.source_task_id,
+        }}
+        for events in triggering_asset_events.values()
+        for e in events
+    ]
+    return {{"seen": seen, "inlet_count": len(inlet_events[orders])}}
+
+
+with DAG("on_orders", schedule=orders):
+    report()
+
+with DAG("on_metrics", schedule=metrics):
+    report()
+
+with DAG("on_alias", schedule=AssetAlias("daily-files")):
+    report()
+"""
+
+DAG_IDS = {
+    "producer",
+    "flaky_producer",
+    "metadata_producer",
+    "alias_producer",
+    "trigger_ends_it",
+    "on_orders",
+    "on_metrics",
+    "on_alias",
+}
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    root = tmp_path_factory.mktemp("outlets")
+    home, dags = root / "home", root / "dags"
+    for folder in (home, dags):
+        folder.mkdir()
+    marker = root / "first-try-failed"
+    (dags / "producers.py").write_text(textwrap.dedent(PRODUCER.format(marker=str(marker))))
+    (dags / "consumers.py").write_text(textwrap.dedent(CONSUMER.format()))
+    url = f"sqlite:///{home / 'sluice.db'}"
+    env = engine_env(home, url=url, dags=dags, parallelism=2)
+    assert run_cli("db", "migrate", env=env).returncode == 0
+    log = root / "engine.log"
+    proc = start_engine(env, log)
+    db = Database(url)
+    try:
+        wait_for(lambda: _dag_ids(db) >= DAG_IDS, timeout=60, what="the DAGs to be parsed")
+        yield {"env": env, "db": db, "log": log}
+    finally:
+        code = stop(proc, timeout=60)
+        db.dispose()
+    assert code == 0, log.read_text()[-3000:]
+
+
+def _dag_ids(db: Database) -> set[str]:
+    return set(db.call(lambda s: s.execute(select(Dag.dag_id)).scalars().all()))
+
+
+def _results(db: Database, dag_id: str) -> list[Any]:
+    """The results of the DAG's successful ``report`` tasks, oldest run first."""
+
+    def read(session: Any) -> list[Any]:
+        rows = session.execute(
+            select(TaskInstance.xcoms)
+            .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+            .where(DagRun.dag_id == dag_id, TaskInstance.state == "success")
+            .order_by(DagRun.id)
+        )
+        return [
+            json.loads(x["return_value"])
+            if isinstance(x["return_value"], str)
+            else x["return_value"]
+            for x in rows.scalars()
+        ]
+
+    return db.call(read)
+
+
+def _events(db: Database, asset: str) -> list[AssetEvent]:
+    return db.call(
+        lambda s: (
+            s.execute(
+                select(AssetEvent)
+                .join(Asset, Asset.id == AssetEvent.asset_id)
+                .where(Asset.name == asset)
+                .order_by(AssetEvent.id)
+            )
+            .scalars()
+            .all()
+        )
+    )
+
+
+def _trigger(env: dict[str, str], dag_id: str) -> None:
+    done = run_cli("dags", "trigger", dag_id, env=env)
+    assert done.returncode == 0, done.stderr
+
+
+def _value(result: Any) -> Any:
+    from triggers.serde import deserialize_value
+
+    return deserialize_value(result)
+
+
+def _wait_results(db: Database, dag_id: str, count: int) -> list[Any]:
+    return wait_for(
+        lambda: (r := _results(db, dag_id)) and len(r) >= count and r,
+        timeout=90,
+        what=f"{count} successful run(s) of {dag_id}",
+    )
+
+
+def test_outlet_of_one_file_runs_the_dag_of_another_with_extra_and_source(engine) -> None:
+    db, env = engine["db"], engine["env"]
+    _trigger(env, "producer")
+    [result] = [_value(r) for r in _wait_results(db, "on_orders", 1)]
+    assert result["seen"] == [
+        {
+            "asset": "orders",
+            "extra": {"rows": 3, "day": "2026-01-05"},
+            "source": "task",
+            "source_dag_id": "producer",
+            "source_task_id": "write_orders",
+        }
+    ]
+    assert result["inlet_count"] >= 1
+    [event] = _events(db, "orders")[:1]
+    assert (event.source_dag_id, event.source_task_id, event.source_try_number) == (
+        "producer",
+        "write_orders",
+        1,
+    )
+
+
+def test_a_task_that_fails_then_succeeds_emits_once(engine) -> None:
+    db, env = engine["db"], engine["env"]
+    before = len(_events(db, "orders"))
+    runs_before = len(_results(db, "on_orders"))
+    _trigger(env, "flaky_producer")
+    _wait_results(db, "on_orders", runs_before + 1)
+    events = [e for e in _events(db, "orders") if e.source_dag_id == "flaky_producer"]
+    assert len(events) == 1 and events[0].source_try_number == 2
+    assert len(_events(db, "orders")) == before + 1
+
+
+def test_yielded_metadata_sets_the_extra(engine) -> None:
+    db, env = engine["db"], engine["env"]
+    _trigger(env, "metadata_producer")
+    results = [_value(r) for r in _wait_results(db, "on_metrics", 1)]
+    extras = [seen["extra"] for r in results for seen in r["seen"]]
+    assert {"count": 7} in extras
+
+
+def test_alias_attaches_an_event_and_runs_the_dag_scheduled_on_the_alias(engine) -> None:
+    db, env = engine["db"], engine["env"]
+    _trigger(env, "alias_producer")
+    [result] = [_value(r) for r in _wait_results(db, "on_alias", 1)]
+    assert result["seen"][0]["asset"] == "file-2026-01-05"
+    assert result["seen"][0]["extra"] == {"via": "alias"}
+    [event] = _events(db, "file-2026-01-05")
+    assert event.source_alias == "daily-files"
+
+
+def test_a_task_ended_by_its_trigger_updates_its_outlets(engine) -> None:
+    db, env = engine["db"], engine["env"]
+    before = len([e for e in _events(db, "metrics") if e.source_dag_id == "trigger_ends_it"])
+    assert before == 0
+    _trigger(env, "trigger_ends_it")
+    wait_for(
+        lambda: [e for e in _events(db, "metrics") if e.source_dag_id == "trigger_ends_it"],
+        timeout=60,
+        what="the end_from_trigger task's outlet event",
+    )
+
+
+def test_assets_emit_records_a_cli_event_that_schedules(engine) -> None:
+    db, env = engine["db"], engine["env"]
+    runs_before = len(_results(db, "on_orders"))
+    done = run_cli("assets", "emit", "orders", "--extra", '{"by": "hand"}', env=env)
+    assert done.returncode == 0, done.stderr
+    results = [_value(r) for r in _wait_results(db, "on_orders", runs_before + 1)]
+    seen = results[-1]["seen"]
+    assert [s["source"] for s in seen] == ["cli"] and seen[0]["extra"] == {"by": "hand"}
+    event = _events(db, "orders")[-1]
+    assert event.created_by is not None and event.created_by.startswith("cli:")
+    unknown = run_cli("assets", "emit", "no-such-asset", env=env)
+    assert unknown.returncode != 0 and "no-such-asset" in unknown.stderr
