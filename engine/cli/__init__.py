@@ -5,7 +5,9 @@
 - ``processes``: ``run``, ``triggerer``, ``scheduler``, ``dag-processor``, ``executor``;
 - ``config``: ``config show``;
 - ``db``: ``db migrate|check|reset|rotate-fernet-key``, and ``db clean`` from ``clean``;
-- ``inspect``: ``dags``, ``runs``, ``assets``, ``tasks``;
+- ``inspect``: ``dags``, ``runs``, ``assets`` (incl. ``assets emit``), ``tasks``;
+- ``backfill``: ``dags backfill`` (added to the dags group by ``inspect``), plus the shared
+  date / JSON-object parsing and ``cli_actor``;
 - ``ops``: ``streams``, ``jobs``, ``triggers`` listings and ``doctor``;
 - ``common``: what they share (config and database of the click context, failing with one
   line, table or JSON output, the ``--json`` option); imports no other module here.

@@ -1,0 +1,336 @@
+"""``sluice dags backfill``: the runs of a DAG's time schedule between two dates, plus what the
+other workflow commands share with it (dates typed on the command line, JSON objects, who
+is acting).
+
+The logical dates come from the DAG's stored timetable; the runs are written in batches
+(``engine.db.queries.backfills``), each in its own transaction, so a killed command leaves
+whole batches behind and the same command run again resumes without duplicates. The
+scheduler admits the runs, at most ``--max-active-runs`` at once, and completes the backfill
+when they have all ended.
+
+``engine.cli.inspect`` adds the command to the ``dags`` group.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import socket
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from engine.authoring.timetables import (
+    TimeRestriction,
+    Timetable,
+    timetable_from_json,
+    timezone_of,
+    to_utc,
+)
+from engine.cli.common import fail, format_table, json_option, open_database, run_query
+from engine.db.models import utcnow
+from engine.db.queries import backfills
+from engine.exceptions import SluiceError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from datetime import tzinfo
+
+    from sqlalchemy.orm import Session
+
+    from engine.authoring.timetables import DagRunInfo
+    from engine.db.database import Database
+
+
+def cli_actor() -> str:
+    """Who acts from this command line: ``cli:<user>@<host>`` (an event's ``created_by``)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no login name and no passwd entry (some containers)
+        user = "unknown"
+    return f"cli:{user}@{socket.gethostname()}"
+
+
+def parse_json_object(text: str | None, option: str) -> dict[str, Any] | None:
+    """``text`` parsed as a JSON object (None when not given); anything else fails."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        fail(f"{option} is not JSON: {exc}")
+    if not isinstance(value, dict):
+        fail(f"{option} must be a JSON object ({{...}}), got {type(value).__name__}: {text}")
+    return value
+
+
+def parse_date(text: str, *, timezone: tzinfo, option: str) -> datetime:
+    """An ISO date or datetime typed on the command line, as aware UTC; a naive one is in
+    ``timezone`` (the DAG's)."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        fail(
+            f"{option} {text!r} is not an ISO date or datetime "
+            "(e.g. 2026-01-31, 2026-01-31T06:00, 2026-01-31T06:00:00+01:00)"
+        )
+    try:
+        return to_utc(value, timezone=timezone, where="the command line", name=option)
+    except ValueError as exc:  # DagDefinitionError: a bad timezone or value
+        fail(str(exc))
+
+
+def stored_timetable(dag_id: str, data: object) -> Timetable:
+    """The DAG's stored timetable; a row this version cannot read fails the command."""
+    try:
+        return timetable_from_json(data)
+    except ValueError as exc:
+        fail(
+            f"the stored schedule of DAG {dag_id!r} cannot be read ({exc}); let the DAG "
+            "processor parse the DAG file again"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillResult:
+    backfill_id: int
+    resumed: bool
+    created: int
+    reprocessed: int
+    skipped: int
+    completed: bool  # nothing left to run (every date was skipped)
+
+
+def write_backfill(
+    db: Database,
+    dag_id: str,
+    infos: Sequence[DagRunInfo],
+    *,
+    from_date: datetime,
+    to_date: datetime,
+    reprocess: str,
+    max_active_runs: int,
+    created_by: str | None,
+    batch_size: int = backfills.BACKFILL_BATCH_SIZE,
+    clock: Callable[[], datetime] = utcnow,
+) -> BackfillResult:
+    """Create (or resume) the backfill, then its runs, ``batch_size`` per transaction.
+
+    Raises ``BackfillConflictError`` when the DAG has an unfinished backfill of another range.
+    """
+
+    def start(session: Any) -> tuple[int, bool]:
+        before = backfills.unfinished_backfill(session, dag_id)
+        backfill_id = backfills.create_or_resume_backfill(
+            session,
+            dag_id,
+            from_date=from_date,
+            to_date=to_date,
+            reprocess=reprocess,
+            max_active_runs=max_active_runs,
+            created_by=created_by,
+            now=clock(),
+        )
+        return backfill_id, before is not None and before.id == backfill_id
+
+    backfill_id, resumed = db.call(start)
+    counts = {"created": 0, "reprocessed": 0, "skipped": 0}
+    for first in range(0, len(infos), batch_size):
+        batch = infos[first : first + batch_size]
+        done = db.call(partial(_add_batch, backfill_id, batch, reprocess, clock))
+        for key, value in done.items():
+            counts[key] += value
+    completed = False
+    if counts["created"] == counts["reprocessed"] == 0:
+        completed = db.call(
+            lambda s: backfills.complete_backfill_if_done(s, backfill_id, now=clock())
+        )
+    return BackfillResult(backfill_id, resumed, completed=completed, **counts)
+
+
+def _add_batch(
+    backfill_id: int,
+    batch: Sequence[DagRunInfo],
+    reprocess: str,
+    clock: Callable[[], datetime],
+    session: Session,
+) -> dict[str, int]:
+    return backfills.add_backfill_runs(
+        session, backfill_id, batch, reprocess=reprocess, now=clock()
+    )
+
+
+@click.command("backfill")
+@click.argument("dag_id")
+@click.option("--from", "from_text", required=True, metavar="DATE", help="First logical date.")
+@click.option("--to", "to_text", required=True, metavar="DATE", help="Last logical date.")
+@click.option(
+    "--max-active-runs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Runs of the backfill at once (default: the DAG's max_active_runs).",
+)
+@click.option(
+    "--reprocess",
+    type=click.Choice(backfills.REPROCESS_BEHAVIORS),
+    default=backfills.REPROCESS_NONE,
+    show_default=True,
+    help="Dates that already have a finished run: run the failed, all, or none again.",
+)
+@click.option("--dry-run", is_flag=True, help="Print what would be done; write nothing.")
+@json_option
+@click.pass_context
+def dags_backfill(
+    ctx: click.Context,
+    dag_id: str,
+    from_text: str,
+    to_text: str,
+    max_active_runs: int | None,
+    reprocess: str,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Run a DAG for every logical date of its schedule from --from to --to (both included).
+
+    DATE is an ISO date or datetime; without an offset it is in the DAG's timezone. Queued
+    and running runs are left alone; --reprocess decides about finished ones.
+    """
+    schedule = _backfill_schedule(ctx, dag_id)
+    timetable = stored_timetable(dag_id, schedule.timetable)
+    timezone = timezone_of(schedule.timezone)
+    from_date = parse_date(from_text, timezone=timezone, option="--from")
+    to_date = parse_date(to_text, timezone=timezone, option="--to")
+    if from_date > to_date:
+        fail(f"--from {from_date.isoformat()} is after --to {to_date.isoformat()}")
+    restriction = TimeRestriction(
+        earliest=schedule.start_date, latest=schedule.end_date, catchup=schedule.catchup
+    )
+    infos = timetable.runs_between(from_date, to_date, restriction=restriction)
+    if not infos:
+        fail(_no_dates(schedule, from_date, to_date))
+    limit = max_active_runs or schedule.max_active_runs
+    summary = {
+        "dag_id": dag_id,
+        "from": from_date.isoformat(),
+        "to": to_date.isoformat(),
+        "logical_dates": len(infos),
+        "max_active_runs": limit,
+        "reprocess": reprocess,
+        "dry_run": dry_run,
+    }
+    if dry_run:
+        plan = run_query(
+            ctx, lambda s: backfills.backfill_plan(s, dag_id, infos, reprocess=reprocess)
+        )
+        _print_plan(summary, plan, as_json)
+        return
+    result = _write(ctx, dag_id, infos, from_date, to_date, reprocess, limit)
+    _print_result(summary, result, as_json)
+    if schedule.is_paused and not as_json:
+        click.echo(
+            f"DAG {dag_id} is paused: its backfill runs wait until `sluice dags unpause {dag_id}`"
+        )
+
+
+def _backfill_schedule(ctx: click.Context, dag_id: str) -> backfills.DagSchedule:
+    schedule: backfills.DagSchedule | None = run_query(
+        ctx, lambda s: backfills.dag_schedules(s, [dag_id])
+    ).get(dag_id)
+    if schedule is None:
+        fail(f"no DAG {dag_id!r}; see `sluice dags list`")
+    if not schedule.is_active:
+        fail(f"DAG {dag_id!r} is no longer defined by a DAG file; nothing to backfill")
+    if schedule.timetable is None:
+        kind = "asset events" if schedule.asset_condition is not None else "manual runs only"
+        fail(
+            f"DAG {dag_id!r} has no time schedule ({kind}); a backfill needs logical dates "
+            "from a cron, timedelta or timetable schedule"
+        )
+    return schedule
+
+
+def _no_dates(schedule: backfills.DagSchedule, from_date: datetime, to_date: datetime) -> str:
+    bounds = ", ".join(
+        f"{name} {value.isoformat()}"
+        for name, value in (("start_date", schedule.start_date), ("end_date", schedule.end_date))
+        if value is not None
+    )
+    return (
+        f"the schedule of DAG {schedule.dag_id!r} ({schedule.timetable_summary}) has no "
+        f"logical date from {from_date.isoformat()} to {to_date.isoformat()}"
+        + (f" within its {bounds}" if bounds else "")
+    )
+
+
+def _write(
+    ctx: click.Context,
+    dag_id: str,
+    infos: Sequence[DagRunInfo],
+    from_date: datetime,
+    to_date: datetime,
+    reprocess: str,
+    limit: int,
+) -> BackfillResult:
+    db = open_database(ctx)
+    try:
+        return write_backfill(
+            db,
+            dag_id,
+            infos,
+            from_date=from_date,
+            to_date=to_date,
+            reprocess=reprocess,
+            max_active_runs=limit,
+            created_by=cli_actor(),
+        )
+    except backfills.BackfillConflictError as exc:
+        fail(str(exc))
+    except SluiceError as exc:
+        fail(
+            f"{str(exc).strip().splitlines()[0]} (database {db!r}); the runs written so far "
+            "stay: run the same command again to resume"
+        )
+    finally:
+        db.dispose()
+
+
+def _print_plan(summary: dict[str, Any], plan: list[dict[str, Any]], as_json: bool) -> None:
+    counts = {
+        action: sum(1 for p in plan if p["action"] == action)
+        for action in (backfills.CREATE, backfills.REPROCESS, backfills.SKIP)
+    }
+    if as_json:
+        click.echo(json.dumps({**summary, **counts, "runs": plan}, indent=2))
+        return
+    click.echo(
+        f"dry run, nothing written: backfill of DAG {summary['dag_id']}, "
+        f"{summary['logical_dates']} logical date(s) from {summary['from']} to {summary['to']}"
+    )
+    click.echo(format_table(plan, ["logical_date", "run_after", "action", "existing_state"]))
+    click.echo(
+        f"would create {counts['create']} run(s), re-run {counts['reprocess']}, "
+        f"skip {counts['skip']}"
+    )
+
+
+def _print_result(summary: dict[str, Any], result: BackfillResult, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({**summary, **asdict(result)}, indent=2))
+        return
+    verb = "resumed" if result.resumed else "created"
+    click.echo(
+        f"{verb} backfill {result.backfill_id} of DAG {summary['dag_id']}: "
+        f"{summary['logical_dates']} logical date(s) from {summary['from']} to {summary['to']}, "
+        f"at most {summary['max_active_runs']} run(s) at once"
+    )
+    click.echo(
+        f"created {result.created} run(s), re-ran {result.reprocessed}, skipped {result.skipped}"
+    )
+    if result.completed:
+        click.echo(
+            "nothing to run: every date already has a run (--reprocess failed or completed "
+            "runs finished ones again)"
+        )
