@@ -44,7 +44,7 @@ from engine.authoring.context import (
     run_to_completion,
 )
 from engine.authoring.runtime_context import collect_outlet_events, hydrate_context
-from engine.exceptions import AirflowFailException, AirflowSkipException, SluiceError
+from engine.exceptions import AirflowFailException, AirflowSkipException, AirflowTaskTimeout
 from triggers.exceptions import SerializationError
 from triggers.serde import deserialize_value, loads, serialize_value
 
@@ -64,7 +64,7 @@ DEFERRED: Final = "deferred"
 SKIPPED: Final = "skipped"
 
 
-class TaskExecutionTimeout(SluiceError):
+class TaskExecutionTimeout(AirflowTaskTimeout):
     """Raised inside a task that ran past its ``execution_timeout`` (deferrals included)."""
 
 
