@@ -1,8 +1,7 @@
 """The scheduler: asset events and clock ticks -> DAG runs -> ready task instances -> finished
 runs.
 
-Each loop (every ``loop_interval_sec``, at once when nudged by an in-process part, and never
-later than the next due time run):
+Each loop (every ``loop_interval_sec``, or at once when nudged by an in-process part):
 
 1. every active, unpaused DAG with queued asset events whose schedule condition is now met
    gets one asset-triggered run; all its queued events are attached and consumed in the same
@@ -12,7 +11,8 @@ later than the next due time run):
    run for the timetable's next interval; unique per logical date, so two schedulers never
    create one interval twice), unless ``max_active_runs`` runs are already active; the next
    one is computed from the timetable (``engine.authoring.timetables``) and stored on the
-   DAG row;
+   DAG row. In ``run`` a clock task of its own does this step, waking at the next tick, so
+   a tick never waits for a long loop;
 3. queued runs are admitted (``running``) while their DAG has room under ``max_active_runs``
    (a backfill's under its own limit); backfills whose runs all ended are completed;
 4. each running run's tasks advance (``engine.scheduler.rules.next_task_states``): a ready
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SCHEDULER_JOB: Final = "scheduler"
+TIME_RUN_BATCH: Final = 50  # due DAGs per transaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +103,9 @@ class Scheduler:
         self._db = db
         self._clock = clock
         self._next_time_run: datetime | None = None
+        #: set while ``run`` has its clock task creating time runs (``schedule_once`` then
+        #: leaves them to it); tests that call ``schedule_once`` alone get them there
+        self._clock_task_running = False
         self._on_tasks_scheduled = on_tasks_scheduled
         self._last_recovery = 0.0
         self._last_failure = -math.inf  # monotonic time of the last failed loop
@@ -149,6 +153,7 @@ class Scheduler:
                         part="Scheduler",
                     )
                 )
+                tg.start_soon(self._clock_loop)
                 await self._loop()
                 tg.cancel_scope.cancel()
         finally:
@@ -179,12 +184,46 @@ class Scheduler:
                         failures,
                         extra={"action": "scheduler_loop_recovered"},
                     )
-            with anyio.move_on_after(self._sleep_s(delay)):
+            with anyio.move_on_after(delay):
                 await self._nudged.wait()
             self._nudged = anyio.Event()
 
-    def _sleep_s(self, delay: float) -> float:
-        """Sleep ``delay``, but wake for the next due time run."""
+    async def _clock_loop(self) -> None:
+        """Create time runs as their ticks come, apart from the main loop.
+
+        The main loop's length grows with the runs it advances; a tick must not wait for
+        it. This task sleeps until the next due time run (at most ``loop_interval_s``, so a
+        new or changed DAG is seen), creates what is due, and nudges the main loop to
+        admit the new runs and schedule their first tasks.
+        """
+        self._clock_task_running = True
+        backoff = Backoff(self.settings.loop_interval_s)
+        try:
+            while not self._stopping.is_set():
+                delay = self.settings.loop_interval_s
+                try:
+                    created = await self._create_time_runs()
+                except SluiceError as exc:
+                    delay = backoff.failed()
+                    logger.warning(
+                        "Creating time runs failed (%d in a row), retrying in %.2fs: %s",
+                        backoff.failures,
+                        delay,
+                        exc,
+                        extra={"action": "time_runs_failed", "failures": backoff.failures},
+                    )
+                else:
+                    backoff.succeeded()
+                    if created:
+                        self.nudge()
+                    delay = self._until_next_tick(delay)
+                with anyio.move_on_after(delay):
+                    await self._stopping.wait()
+        finally:
+            self._clock_task_running = False
+
+    def _until_next_tick(self, delay: float) -> float:
+        """``delay``, or less when the next time run is due sooner."""
         if self._next_time_run is None:
             return delay
         until = (self._next_time_run - self._clock()).total_seconds()
@@ -204,7 +243,8 @@ class Scheduler:
                     dag_id,
                     extra={"action": "dag_run_created", "dag_id": dag_id, "run": run_pk},
                 )
-        await self._create_time_runs()
+        if not self._clock_task_running:
+            await self._create_time_runs()
         await self._start_queued_runs()
         scheduled_before = self.stats.tasks_scheduled
         for run_pk in await self._db.run(runs.unfinished_runs):
@@ -254,29 +294,51 @@ class Scheduler:
 
     # --- time schedules ---------------------------------------------------------------------
 
-    async def _create_time_runs(self) -> None:
+    async def _create_time_runs(self) -> int:
+        """Create every due time run; returns how many were created.
+
+        Due DAGs are handled ``TIME_RUN_BATCH`` to a transaction: at a round hour hundreds
+        of DAGs tick at once, and one commit each would make the last one wait.
+        """
+        created_count = 0
         now = self._clock()
-        for dag_id in await self._db.run(partial(runs.dags_due_for_time_runs, now=now)):
+        due = await self._db.run(partial(runs.dags_due_for_time_runs, now=now))
+        for start in range(0, len(due), TIME_RUN_BATCH):
+            batch = due[start : start + TIME_RUN_BATCH]
+            created = await self._db.run(partial(self._create_time_run_batch, dag_ids=batch))
+            for dag_id, run_pk, logical_date in created:
+                created_count += 1
+                self.stats.time_runs_created += 1
+                logger.info(
+                    "Created scheduled run %s of DAG %s for %s",
+                    run_pk,
+                    dag_id,
+                    logical_date.isoformat(),
+                    extra={"action": "dag_run_created", "dag_id": dag_id, "run": run_pk},
+                )
+        self._next_time_run = await self._db.run(runs.next_time_run_at)
+        return created_count
+
+    def _create_time_run_batch(
+        self, session: Session, dag_ids: list[str]
+    ) -> list[tuple[str, int, datetime]]:
+        created: list[tuple[str, int, datetime]] = []
+        for dag_id in dag_ids:
             try:
-                created = await self._db.run(partial(self._create_time_run, dag_id=dag_id))
+                result = self._create_time_run(session, dag_id)
             except ValueError as exc:  # a stored timetable this version cannot read
                 logger.error(
-                    "DAG %s: cannot read its stored schedule, no time runs: %s",
+                    "DAG %s: cannot read its stored schedule, no time runs until its file "
+                    "changes: %s",
                     dag_id,
                     exc,
                     extra={"action": "timetable_unreadable", "dag_id": dag_id},
                 )
+                _store_next(session, dag_id, None)  # said once, not every loop
                 continue
-            if created is not None:
-                self.stats.time_runs_created += 1
-                logger.info(
-                    "Created scheduled run %s of DAG %s for %s",
-                    created[0],
-                    dag_id,
-                    created[1].isoformat(),
-                    extra={"action": "dag_run_created", "dag_id": dag_id, "run": created[0]},
-                )
-        self._next_time_run = await self._db.run(runs.next_time_run_at)
+            if result is not None:
+                created.append((dag_id, *result))
+        return created
 
     def _create_time_run(self, session: Session, dag_id: str) -> tuple[int, datetime] | None:
         """Create the DAG's due time run and store the one after it; (run, logical date)."""
