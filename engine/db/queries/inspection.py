@@ -204,6 +204,8 @@ def _dag_tasks(session: Session, dag_id: str) -> list[dict[str, Any]]:
             "downstream": list(t.downstream_task_ids or []),
             "retries": t.retries,
             "start_from_trigger": t.start_from_trigger,
+            "outlets": [*(t.outlets or []), *(f"alias:{a}" for a in t.outlet_aliases or [])],
+            "inlets": list(t.inlets or []),
         }
         for t in session.execute(query).scalars()
     ]
@@ -243,6 +245,7 @@ def _last_runs(session: Session, dag_id: str) -> list[dict[str, Any]]:
             "run_id": run.run_id,
             "run_type": run.run_type,
             "state": run.state,
+            "logical_date": None if run.logical_date is None else run.logical_date.isoformat(),
             "queued_at": run.queued_at.isoformat(),
             "end_date": None if run.end_date is None else run.end_date.isoformat(),
         }
