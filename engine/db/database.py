@@ -50,6 +50,16 @@ def is_postgres(session: Session) -> bool:
     return session.get_bind().dialect.name == "postgresql"
 
 
+def upsert_insert(session: Session, table: Any) -> Any:
+    """The dialect's ``INSERT`` into ``table`` (it has ``on_conflict_do_nothing``): the same
+    statement on PostgreSQL and SQLite, where the plain ``insert`` has no conflict clause."""
+    if is_postgres(session):
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert  # type: ignore[assignment]
+    return dialect_insert(table)
+
+
 def rowcount(result: Any) -> int:
     """The number of rows an UPDATE or DELETE matched."""
     return int(result.rowcount)

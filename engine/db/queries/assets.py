@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import func, insert, select, update
 
-from engine.db.database import is_postgres
+from engine.db.database import upsert_insert
 from engine.db.models import (
     Asset,
     AssetAlias,
@@ -75,13 +75,8 @@ def insert_asset_events(session: Session, rows: Sequence[dict[str, Any]]) -> lis
     """
     if not rows:
         return []
-    dialect = session.get_bind().dialect.name
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as dialect_insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert as dialect_insert  # type: ignore[assignment]
     stmt = (
-        dialect_insert(AssetEvent)
+        upsert_insert(session, AssetEvent)
         .on_conflict_do_nothing(index_elements=["asset_id", "dedup_key"])
         .returning(AssetEvent.id, AssetEvent.asset_id)
     )
@@ -143,7 +138,7 @@ def _ensure_asset(session: Session, name: str, uri: str, *, now: datetime) -> in
     """The id of asset ``name``, created (active, no watchers) when no DAG file declared it
     (an asset first met through an alias at run time, as in Airflow)."""
     stmt = (
-        _insert_for(session)(Asset)
+        upsert_insert(session, Asset)
         .values(name=name, uri=uri, extra={}, is_active=True, created_at=now, updated_at=now)
         .on_conflict_do_nothing(index_elements=["name"])
     )
@@ -152,22 +147,14 @@ def _ensure_asset(session: Session, name: str, uri: str, *, now: datetime) -> in
 
 
 def _ensure_alias(session: Session, name: str) -> int:
-    stmt = _insert_for(session)(AssetAlias).values(name=name)
+    stmt = upsert_insert(session, AssetAlias).values(name=name)
     session.execute(stmt.on_conflict_do_nothing(index_elements=["name"]))
     return int(session.execute(select(AssetAlias.id).where(AssetAlias.name == name)).scalar_one())
 
 
 def _link_alias(session: Session, alias_id: int, asset_id: int) -> None:
-    stmt = _insert_for(session)(AssetAliasAsset).values(alias_id=alias_id, asset_id=asset_id)
+    stmt = upsert_insert(session, AssetAliasAsset).values(alias_id=alias_id, asset_id=asset_id)
     session.execute(stmt.on_conflict_do_nothing(index_elements=["alias_id", "asset_id"]))
-
-
-def _insert_for(session: Session) -> Any:
-    if is_postgres(session):
-        from sqlalchemy.dialects.postgresql import insert as dialect_insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert as dialect_insert  # type: ignore[assignment]
-    return dialect_insert
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, delete, func, insert, or_, select, update
 
-from engine.db.database import is_postgres
+from engine.db.database import is_postgres, upsert_insert
 from engine.db.models import (
     Asset,
     AssetAlias,
@@ -136,7 +136,7 @@ def create_run(
         "run_after": run_after or now,
         "backfill_id": backfill_id,
     }
-    stmt = _insert_for(session)(DagRun).values(values)
+    stmt = upsert_insert(session, DagRun).values(values)
     if logical_date is not None:
         stmt = stmt.on_conflict_do_nothing(index_elements=["dag_id", "logical_date"])
     found = session.execute(stmt.returning(DagRun.id)).scalar()
@@ -172,15 +172,6 @@ def create_run(
             ],
         )
     return run_pk
-
-
-def _insert_for(session: Session) -> Any:
-    """The dialect's INSERT (it has ``on_conflict_do_nothing``)."""
-    if is_postgres(session):
-        from sqlalchemy.dialects.postgresql import insert as dialect_insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert as dialect_insert  # type: ignore[assignment]
-    return dialect_insert
 
 
 def rerun_run(session: Session, run_pk: int, *, now: datetime, backfill_id: int | None) -> None:
