@@ -35,7 +35,14 @@ DAGS = """
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from engine import DAG, CronDataIntervalTimetable, task
+from engine import (
+    DAG,
+    Asset,
+    AssetOrTimeSchedule,
+    CronDataIntervalTimetable,
+    CronTriggerTimetable,
+    task,
+)
 
 @task
 def work():
@@ -96,6 +103,15 @@ with DAG("once", schedule="@once", start_date=datetime(2026, 1, 3)):
     work()
 
 with DAG("continuous", schedule="@continuous", start_date=datetime(2026, 1, 1)):
+    work()
+
+with DAG(
+    "assets_or_time",
+    schedule=AssetOrTimeSchedule(
+        timetable=CronTriggerTimetable("0 6 * * *", timezone="UTC"), assets=Asset("landing")
+    ),
+    start_date=datetime(2026, 1, 1),
+):
     work()
 """
 
@@ -358,3 +374,32 @@ def test_two_schedulers_never_create_one_interval_twice(env) -> None:
         return sorted((str(d), int(n), int(u)) for d, n, u in rows)
 
     assert db.call(counts) == [("daily_catchup", 5, 5), ("every_6h", 5, 5)]
+
+
+def test_asset_or_time_schedule_runs_on_whichever_comes(env) -> None:
+    db, cipher = env
+    _only(db, "assets_or_time")
+    clock = Clock(NOW)  # Jan 5, 10:30: the 06:00 tick of the day has passed
+    scheduler = _scheduler(db, cipher, clock)
+    _loop(scheduler, 2)
+    assert _logical_dates(db, "assets_or_time") == [datetime(2026, 1, 5, 6, tzinfo=UTC)]
+
+    def emit(session: Any) -> None:
+        from engine.db.queries import assets
+
+        assets.emit_asset_event(session, "landing", extra={}, source="cli", created_by="test")
+
+    db.call(emit)
+    _loop(scheduler, 2)
+
+    def run_types(session: Any) -> list[str]:
+        rows = session.execute(
+            select(DagRun.run_type).where(DagRun.dag_id == "assets_or_time").order_by(DagRun.id)
+        )
+        return list(rows.scalars())
+
+    assert db.call(run_types) == [runs_sql.SCHEDULED, runs_sql.ASSET_TRIGGERED]
+    clock.now = datetime(2026, 1, 6, 6, 0, 1, tzinfo=UTC)
+    _loop(scheduler, 2)
+    assert db.call(run_types) == [runs_sql.SCHEDULED, runs_sql.ASSET_TRIGGERED, runs_sql.SCHEDULED]
+    assert _logical_dates(db, "assets_or_time")[-1] == datetime(2026, 1, 6, 6, tzinfo=UTC)
