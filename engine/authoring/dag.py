@@ -602,7 +602,7 @@ class BaseOperator(DependencyMixin, Deferrable):
         if doc_md is not None:
             check_type(where, "doc_md", doc_md, str)
         self.doc_md = doc_md
-        self.trigger_rule = check_trigger_rule(trigger_rule, where=where)
+        self._trigger_rule = check_trigger_rule(trigger_rule, where=where)
         self.params: dict[str, Param] = as_params(params, where=where)
         self.task_group = _group_for(dag, task_group)
         self.label = label
@@ -639,6 +639,18 @@ class BaseOperator(DependencyMixin, Deferrable):
                 name,
                 location=location,
             )
+
+    @property
+    def trigger_rule(self) -> TriggerRule:
+        return self._trigger_rule
+
+    @trigger_rule.setter
+    def trigger_rule(self, value: TriggerRule | str) -> None:
+        """Set after construction (``op.trigger_rule = ...``): checked like the argument, so
+        a rule Sluice does not run yet is refused instead of silently ignored."""
+        self._trigger_rule = check_trigger_rule(
+            value, where=f"{caller_location()}: task {self.task_id!r}"
+        )
 
     def __repr__(self) -> str:
         return f"<Task({type(self).__name__}): {self.task_id}>"

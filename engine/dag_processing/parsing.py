@@ -84,6 +84,7 @@ class ParsedTask:
     outlets: tuple[str, ...] = ()  # asset names updated on success
     outlet_aliases: tuple[str, ...] = ()  # aliases the task may attach events to
     inlets: tuple[str, ...] = ()  # asset names whose events the task reads
+    inlet_aliases: tuple[str, ...] = ()  # aliases whose events the task reads
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +158,7 @@ def _result_from_dict(data: dict[str, Any]) -> FileParseResult:
     )
 
 
-_TASK_TUPLES: Final = ("downstream", "outlets", "outlet_aliases", "inlets")
+_TASK_TUPLES: Final = ("downstream", "outlets", "outlet_aliases", "inlets", "inlet_aliases")
 _DAG_TUPLES: Final = ("schedule_assets", "schedule_aliases", "tags")
 
 
@@ -223,6 +224,7 @@ def describe_dag(dag: DAG) -> ParsedDag:
             outlets=_names(task.outlets, Asset),
             outlet_aliases=_names(task.outlets, AssetAlias),
             inlets=_names(task.inlets, Asset),
+            inlet_aliases=_names(task.inlets, AssetAlias),
         )
         for task in (dag.get_task(tid) for tid in dag.topological_task_ids())
     )

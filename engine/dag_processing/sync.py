@@ -195,6 +195,7 @@ def task_rows(dag: ParsedDag) -> list[dict[str, Any]]:
             "outlets": list(task.outlets),
             "outlet_aliases": list(task.outlet_aliases),
             "inlets": list(task.inlets),
+            "inlet_aliases": list(task.inlet_aliases),
         }
         for position, task in enumerate(dag.tasks)
     ]

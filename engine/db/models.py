@@ -424,10 +424,11 @@ class DagTask(Base):
     # timeout_s}), so the scheduler defers it without importing the DAG file.
     start_trigger: Mapped[str | None] = mapped_column(Text)
     # Migration 0009: asset names the task updates on success, the aliases it may attach
-    # events to, and the asset names it reads (``inlet_events``).
+    # events to, and the asset and alias names it reads (``inlet_events``).
     outlets: Mapped[Any | None] = mapped_column(JSON, default=list)
     outlet_aliases: Mapped[Any | None] = mapped_column(JSON, default=list)
     inlets: Mapped[Any | None] = mapped_column(JSON, default=list)
+    inlet_aliases: Mapped[Any | None] = mapped_column(JSON, default=list)
 
 
 class AssetEventQueue(Base):

@@ -122,6 +122,15 @@ with DAG("on_metrics", schedule=metrics):
 
 with DAG("on_alias", schedule=AssetAlias("daily-files")):
     report()
+
+
+@task(inlets=[AssetAlias("daily-files")])
+def read_alias(inlet_events):
+    return [[e.asset.name, e.source_alias] for e in inlet_events[AssetAlias("daily-files")]]
+
+
+with DAG("alias_reader", schedule=AssetAlias("daily-files")):
+    read_alias()
 """
 
 DAG_IDS = {
@@ -133,6 +142,7 @@ DAG_IDS = {
     "on_orders",
     "on_metrics",
     "on_alias",
+    "alias_reader",
 }
 
 
@@ -267,6 +277,8 @@ def test_alias_attaches_an_event_and_runs_the_dag_scheduled_on_the_alias(engine)
     assert result["seen"][0]["extra"] == {"via": "alias"}
     [event] = _events(db, "file-2026-01-05")
     assert event.source_alias == "daily-files"
+    [read] = [_value(r) for r in _wait_results(db, "alias_reader", 1)]
+    assert read == [["file-2026-01-05", "daily-files"]]  # inlet_events[alias]
 
 
 def test_a_task_ended_by_its_trigger_updates_its_outlets(engine) -> None:

@@ -280,6 +280,24 @@ def recent_asset_events(
     return out
 
 
+def recent_alias_events(
+    session: Session, aliases: Iterable[str], *, limit: int = INLET_EVENTS_LIMIT
+) -> dict[str, list[tuple[AssetEvent, str]]]:
+    """The latest ``limit`` events attached through each alias, oldest first, with the name
+    of the asset each one updated (``inlet_events[alias]``)."""
+    out: dict[str, list[tuple[AssetEvent, str]]] = {}
+    for alias in sorted(set(aliases)):
+        rows = session.execute(
+            select(AssetEvent, Asset.name)
+            .join(Asset, Asset.id == AssetEvent.asset_id)
+            .where(AssetEvent.source_alias == alias)
+            .order_by(AssetEvent.id.desc())
+            .limit(limit)
+        ).all()
+        out[alias] = [(event, str(name)) for event, name in reversed(rows)]
+    return out
+
+
 def list_asset_events(session: Session, asset_name: str) -> list[dict[str, Any]] | None:
     asset_id = session.execute(select(Asset.id).where(Asset.name == asset_name)).scalar()
     if asset_id is None:

@@ -242,6 +242,7 @@ def load_dag_tasks(session: Session) -> dict[str, list[dict[str, Any]]]:
                 "outlets": list(row.outlets or []),
                 "outlet_aliases": list(row.outlet_aliases or []),
                 "inlets": list(row.inlets or []),
+                "inlet_aliases": list(row.inlet_aliases or []),
             }
         )
     return tasks

@@ -147,12 +147,13 @@ def start_task_run(
     ).one()  # foreign keys: a task instance's run and DAG exist
     run_id = dag_run.run_id
     task_row = session.execute(
-        select(DagTask.execution_timeout_s, DagTask.inlets).where(
+        select(DagTask.execution_timeout_s, DagTask.inlets, DagTask.inlet_aliases).where(
             DagTask.dag_id == ti.dag_id, DagTask.task_id == ti.task_id
         )
     ).first()
     timeout_s = None if task_row is None else task_row[0]
     inlets = [] if task_row is None else list(task_row[1] or [])
+    inlet_aliases = [] if task_row is None else list(task_row[2] or [])
     return TaskRun(
         ti_id=ti_id,
         dag_id=ti.dag_id,
@@ -179,8 +180,14 @@ def start_task_run(
             "start_date": dag_run.start_date,
         },
         inlet_events={
-            name: tuple(_event_row(event, name) for event in events)
-            for name, events in assets.recent_asset_events(session, inlets).items()
+            **{
+                name: tuple(_event_row(event, name) for event in events)
+                for name, events in assets.recent_asset_events(session, inlets).items()
+            },
+            **{
+                alias: tuple(_event_row(event, asset_name) for event, asset_name in events)
+                for alias, events in assets.recent_alias_events(session, inlet_aliases).items()
+            },
         },
     )
 

@@ -421,3 +421,15 @@ def test_port_file_reaches_the_dag_processor_shape(tmp_path) -> None:
     (parsed,) = collect_dags(import_dag_file(path), str(path))
     assert parsed.timetable is not None and parsed.timetable.summary == "0 * * * *"
     assert parsed.fileloc == str(path)
+
+
+def test_a_trigger_rule_set_after_construction_is_checked_not_ignored() -> None:
+    from engine import DAG, EmptyOperator, TriggerRule
+
+    with DAG("late_rule"):
+        op = EmptyOperator(task_id="t")
+    op.trigger_rule = TriggerRule.ALL_SUCCESS
+    assert op.trigger_rule == TriggerRule.ALL_SUCCESS
+    with pytest.raises(DagDefinitionError, match="'all_done' is not supported yet"):
+        op.trigger_rule = TriggerRule.ALL_DONE
+    assert op.trigger_rule == TriggerRule.ALL_SUCCESS

@@ -10,7 +10,7 @@ Create Date: 2026-11-25 13:00:00.000000
   logical_date), so two schedulers never create one interval twice;
 - ``asset_event``: its source (watcher, task, cli, api), extra, producing task try, alias
   and creator;
-- ``dag_task``: outlets, outlet aliases, inlets;
+- ``dag_task``: outlets, outlet aliases, inlets, inlet aliases;
 - new tables ``asset_alias``, ``asset_alias_asset``, ``dag_schedule_asset_alias``,
   ``backfill``.
 """
@@ -160,10 +160,12 @@ def upgrade() -> None:
         batch.add_column(sa.Column("outlets", sa.JSON(), nullable=True))
         batch.add_column(sa.Column("outlet_aliases", sa.JSON(), nullable=True))
         batch.add_column(sa.Column("inlets", sa.JSON(), nullable=True))
+        batch.add_column(sa.Column("inlet_aliases", sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("dag_task") as batch:
+        batch.drop_column("inlet_aliases")
         batch.drop_column("inlets")
         batch.drop_column("outlet_aliases")
         batch.drop_column("outlets")
