@@ -44,7 +44,12 @@ from engine.authoring.context import (
     run_to_completion,
 )
 from engine.authoring.runtime_context import collect_outlet_events, hydrate_context
-from engine.exceptions import AirflowFailException, AirflowSkipException, AirflowTaskTimeout
+from engine.exceptions import (
+    AirflowFailException,
+    AirflowSkipException,
+    AirflowTaskTimeout,
+    ParamValidationError,
+)
 from triggers.exceptions import SerializationError
 from triggers.serde import deserialize_value, loads, serialize_value
 
@@ -331,7 +336,9 @@ def run_task(spec: TaskSpec, *, now: datetime | None = None) -> TaskResult:
             time.monotonic() - started,
             error=error,
             timed_out=deadline.fired,
-            no_retry=isinstance(exc, AirflowFailException),
+            # AirflowFailException, or params the run's conf made invalid: a retry would fail
+            # the same way
+            no_retry=isinstance(exc, AirflowFailException | ParamValidationError),
         )
     result = _success(value, time.monotonic() - started, spec.task_id)
     result.outlet_events.extend(outlet_events)

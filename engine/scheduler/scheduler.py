@@ -61,6 +61,7 @@ logger = logging.getLogger(__name__)
 
 SCHEDULER_JOB: Final = "scheduler"
 TIME_RUN_BATCH: Final = 50  # due DAGs per transaction
+CLOCK_POLL_S: Final = 1.0  # the clock task's longest sleep (a new DAG waits at most this)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +107,8 @@ class Scheduler:
         #: set while ``run`` has its clock task creating time runs (``schedule_once`` then
         #: leaves them to it); tests that call ``schedule_once`` alone get them there
         self._clock_task_running = False
+        self._clock_wake = anyio.Event()
+        self._backfills_checked = False
         self._on_tasks_scheduled = on_tasks_scheduled
         self._last_recovery = 0.0
         self._last_failure = -math.inf  # monotonic time of the last failed loop
@@ -131,6 +134,7 @@ class Scheduler:
     def shutdown(self) -> None:
         self._stopping.set()
         self._nudged.set()
+        self._clock_wake.set()
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -192,15 +196,17 @@ class Scheduler:
         """Create time runs as their ticks come, apart from the main loop.
 
         The main loop's length grows with the runs it advances; a tick must not wait for
-        it. This task sleeps until the next due time run (at most ``loop_interval_s``, so a
-        new or changed DAG is seen), creates what is due, and nudges the main loop to
-        admit the new runs and schedule their first tasks.
+        it. This task sleeps until the next due time run (at most ``CLOCK_POLL_S``, so a new
+        or changed DAG is seen; at once when the main loop ended a run, which may release a
+        run held by ``max_active_runs``), creates what is due, and nudges the main loop to
+        admit the new runs and schedule their first tasks. It only reads until something is
+        due.
         """
         self._clock_task_running = True
         backoff = Backoff(self.settings.loop_interval_s)
         try:
             while not self._stopping.is_set():
-                delay = self.settings.loop_interval_s
+                delay = CLOCK_POLL_S
                 try:
                     created = await self._create_time_runs()
                 except SluiceError as exc:
@@ -218,7 +224,8 @@ class Scheduler:
                         self.nudge()
                     delay = self._until_next_tick(delay)
                 with anyio.move_on_after(delay):
-                    await self._stopping.wait()
+                    await self._clock_wake.wait()
+                self._clock_wake = anyio.Event()
         finally:
             self._clock_task_running = False
 
@@ -247,10 +254,15 @@ class Scheduler:
             await self._create_time_runs()
         await self._start_queued_runs()
         scheduled_before = self.stats.tasks_scheduled
+        finished_before = self.stats.runs_finished
         for run_pk in await self._db.run(runs.unfinished_runs):
             await self._db.run(partial(self._advance_run, run_pk=run_pk))
         if self.stats.tasks_scheduled > scheduled_before and self._on_tasks_scheduled:
             self._on_tasks_scheduled()
+        if self.stats.runs_finished > finished_before or not self._backfills_checked:
+            self._clock_wake.set()  # a held time run may be due now
+            await self._db.run(partial(backfills.complete_finished_backfills, now=self._clock()))
+            self._backfills_checked = True
         await self._db.run(deferrals.fail_timed_out_deferrals)
         await self._recover_orphans()
 
@@ -302,7 +314,7 @@ class Scheduler:
         """
         created_count = 0
         now = self._clock()
-        due = await self._db.run(partial(runs.dags_due_for_time_runs, now=now))
+        due = await self._db.read(partial(runs.dags_due_for_time_runs, now=now))
         for start in range(0, len(due), TIME_RUN_BATCH):
             batch = due[start : start + TIME_RUN_BATCH]
             created = await self._db.run(partial(self._create_time_run_batch, dag_ids=batch))
@@ -316,7 +328,7 @@ class Scheduler:
                     logical_date.isoformat(),
                     extra={"action": "dag_run_created", "dag_id": dag_id, "run": run_pk},
                 )
-        self._next_time_run = await self._db.run(runs.next_time_run_at)
+        self._next_time_run = await self._db.read(runs.next_time_run_at)
         return created_count
 
     def _create_time_run_batch(
@@ -367,7 +379,9 @@ class Scheduler:
         if timetable.active_runs_limit is not None:
             limit = min(limit, timetable.active_runs_limit)
         if runs.count_active_runs(session, dag_id) >= limit:
-            _store_next(session, dag_id, info)  # due; created once a run ends
+            # Not due while held: no polling. When one of its runs ends, the next run is
+            # computed afresh (with catchup off: the latest tick then, not this stale one).
+            _store_next(session, dag_id, info, held=True)
             return None
         run_pk = runs.create_run(
             session,
@@ -386,9 +400,8 @@ class Scheduler:
 
     async def _start_queued_runs(self) -> None:
         now = self._clock()
-        for dag_id in await self._db.run(partial(runs.dags_with_queued_runs, now=now)):
+        for dag_id in await self._db.read(partial(runs.dags_with_queued_runs, now=now)):
             await self._db.run(partial(runs.start_queued_runs, dag_id=dag_id, now=now))
-        await self._db.run(partial(backfills.complete_finished_backfills, now=now))
 
     def _advance_run(self, session: Session, run_pk: int) -> None:
         state = runs.load_run_state(session, run_pk)
@@ -408,6 +421,7 @@ class Scheduler:
         outcome = run_outcome({**state.task_states, **changes})
         if outcome is not None:
             runs.set_run_state(session, run_pk, outcome, now=now)
+            runs.recompute_next_dagrun(session, state.dag_id)  # a held time run may go now
             self.stats.runs_finished += 1
 
     def _start_from_trigger(self, session: Session, ti_id: int) -> None:
@@ -425,11 +439,14 @@ def _stored_info(dag: runs.TimeDag) -> DagRunInfo:
     )
 
 
-def _store_next(session: Session, dag_id: str, info: DagRunInfo | None) -> None:
+def _store_next(
+    session: Session, dag_id: str, info: DagRunInfo | None, *, held: bool = False
+) -> None:
+    """Store the DAG's next time run; ``held`` (max_active_runs reached): shown, not due."""
     runs.set_next_dagrun(
         session,
         dag_id,
         logical_date=None if info is None else info.logical_date,
         data_interval=None if info is None else (info.data_interval.start, info.data_interval.end),
-        run_after=None if info is None else info.run_after,
+        run_after=None if info is None or held else info.run_after,
     )

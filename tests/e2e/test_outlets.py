@@ -25,6 +25,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from engine import Asset, AssetAlias, Metadata, dag, task
+from engine.exceptions import AirflowFailException, AirflowSkipException
 from engine.sensors import DateTimeSensor
 
 orders = Asset("orders", uri="s3://bucket/orders")
@@ -84,7 +85,31 @@ def trigger_ends_it():
     )
 
 
+@dag(schedule=None)
+def skipper():
+    @task(outlets=[metrics])
+    def maybe():
+        raise AirflowSkipException("nothing to do today")
+
+    @task
+    def after():
+        return 1
+
+    maybe() >> after()
+
+
+@dag(schedule=None)
+def fails_now():
+    @task(retries=3)
+    def broken():
+        raise AirflowFailException("bad input: retrying cannot help")
+
+    broken()
+
+
 producer()
+skipper()
+fails_now()
 flaky_producer()
 metadata_producer()
 alias_producer()
@@ -139,6 +164,8 @@ DAG_IDS = {
     "metadata_producer",
     "alias_producer",
     "trigger_ends_it",
+    "skipper",
+    "fails_now",
     "on_orders",
     "on_metrics",
     "on_alias",
@@ -242,7 +269,7 @@ def test_outlet_of_one_file_runs_the_dag_of_another_with_extra_and_source(engine
         }
     ]
     assert result["inlet_count"] >= 1
-    [event] = _events(db, "orders")[:1]
+    [event] = [e for e in _events(db, "orders") if e.source_dag_id == "producer"]
     assert (event.source_dag_id, event.source_task_id, event.source_try_number) == (
         "producer",
         "write_orders",
@@ -305,3 +332,42 @@ def test_assets_emit_records_a_cli_event_that_schedules(engine) -> None:
     assert event.created_by is not None and event.created_by.startswith("cli:")
     unknown = run_cli("assets", "emit", "no-such-asset", env=env)
     assert unknown.returncode != 0 and "no-such-asset" in unknown.stderr
+
+
+def _task_instances(db: Database, dag_id: str) -> dict[str, TaskInstance]:
+    return {
+        ti.task_id: ti
+        for ti in db.call(
+            lambda s: (
+                s.execute(select(TaskInstance).where(TaskInstance.dag_id == dag_id)).scalars().all()
+            )
+        )
+    }
+
+
+def test_skip_exception_skips_downstream_and_fail_exception_does_not_retry(engine) -> None:
+    db, env = engine["db"], engine["env"]
+    metrics_before = len(_events(db, "metrics"))
+    _trigger(env, "skipper")
+    _trigger(env, "fails_now")
+
+    def ended(dag_id: str) -> list[DagRun]:
+        return db.call(
+            lambda s: (
+                s.execute(
+                    select(DagRun).where(DagRun.dag_id == dag_id, DagRun.end_date.is_not(None))
+                )
+                .scalars()
+                .all()
+            )
+        )
+
+    [skipped_run] = wait_for(lambda: ended("skipper"), timeout=60, what="skipper's run to end")
+    [failed_run] = wait_for(lambda: ended("fails_now"), timeout=60, what="fails_now to end")
+    skipper = _task_instances(db, "skipper")
+    assert (skipper["maybe"].state, skipper["after"].state) == ("skipped", "skipped")
+    assert skipped_run.state == "success"  # Airflow's leaf rule: skipped leaves succeed
+    assert len(_events(db, "metrics")) == metrics_before  # a skipped task updates no outlet
+    broken = _task_instances(db, "fails_now")["broken"]
+    assert (broken.state, broken.try_number, broken.max_tries) == ("failed", 1, 3)
+    assert failed_run.state == "failed"

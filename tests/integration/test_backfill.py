@@ -29,6 +29,7 @@ from engine.db.models import (
     DagRun,
     DagRunState,
     DagScheduleAsset,
+    DagTask,
     TaskInstance,
     TaskState,
 )
@@ -534,3 +535,41 @@ def test_two_transactions_adding_the_same_dates_create_each_run_once(db: Databas
         (50, 0, 0),
     ]
     assert [r.logical_date for r in dag_runs(db, "daily")] == [i.logical_date for i in infos]
+
+
+def test_reprocessed_tasks_get_their_retries_again_and_a_resume_skips_its_own_runs(
+    db: Database, config: Config, history: dict[str, int]
+) -> None:
+    failed = history[str(DagRunState.FAILED)]
+
+    def retries(session: Any) -> None:
+        session.execute(update(DagTask).where(DagTask.dag_id == "daily").values(retries=2))
+        session.execute(
+            update(TaskInstance)
+            .where(TaskInstance.dag_run_id == failed)
+            .values(try_number=3, max_tries=2)
+        )
+
+    db.call(retries)
+    args = ["dags", "backfill", "daily", "--from", "2025-01-01", "--to", "2025-01-05"]
+    first = run_cli(config, *args, "--reprocess", "completed", "--json")
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.stdout)["reprocessed"] == 2
+    tis = db.call(
+        lambda s: (
+            s.execute(select(TaskInstance).where(TaskInstance.dag_run_id == failed)).scalars().all()
+        )
+    )
+    # Tries keep counting; the task may fail twice more before it is failed for good.
+    assert [(ti.try_number, ti.max_tries) for ti in tis] == [(3, 5)]
+    for pk in (failed, history[str(DagRunState.SUCCESS)]):  # the re-runs finish
+        db.call(
+            lambda s, pk=pk: s.execute(
+                update(DagRun).where(DagRun.id == pk).values(state=DagRunState.SUCCESS)
+            )
+        )
+    # The same command again (a resume): the backfill's own runs are its work, not old runs.
+    again = run_cli(config, *args, "--reprocess", "completed", "--json")
+    assert again.exit_code == 0, again.output
+    counts = json.loads(again.stdout)
+    assert (counts["created"], counts["reprocessed"], counts["resumed"]) == (0, 0, True)

@@ -106,6 +106,15 @@ with DAG("continuous", schedule="@continuous", start_date=datetime(2026, 1, 1)):
     work()
 
 with DAG(
+    "hourly_held",
+    schedule="0 * * * *",
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+):
+    work()
+
+with DAG(
     "assets_or_time",
     schedule=AssetOrTimeSchedule(
         timetable=CronTriggerTimetable("0 6 * * *", timezone="UTC"), assets=Asset("landing")
@@ -403,3 +412,26 @@ def test_asset_or_time_schedule_runs_on_whichever_comes(env) -> None:
     _loop(scheduler, 2)
     assert db.call(run_types) == [runs_sql.SCHEDULED, runs_sql.ASSET_TRIGGERED, runs_sql.SCHEDULED]
     assert _logical_dates(db, "assets_or_time")[-1] == datetime(2026, 1, 6, 6, tzinfo=UTC)
+
+
+def test_a_run_held_by_max_active_runs_is_not_polled_and_catchup_off_runs_the_latest(
+    env,
+) -> None:
+    db, cipher = env
+    _only(db, "hourly_held")
+    clock = Clock(datetime(2026, 1, 5, 10, 30, tzinfo=UTC))
+    scheduler = _scheduler(db, cipher, clock)
+    _loop(scheduler, 2)
+    assert _logical_dates(db, "hourly_held") == [datetime(2026, 1, 5, 10, tzinfo=UTC)]
+    clock.now = datetime(2026, 1, 5, 17, 5, tzinfo=UTC)  # the 10:00 run still runs
+    _loop(scheduler, 2)
+    assert len(_logical_dates(db, "hourly_held")) == 1
+    # Held: the DAG is not due (no transaction per loop while it waits) ...
+    assert db.call(lambda s: runs_sql.dags_due_for_time_runs(s, now=clock.now)) == []
+    _finish_runs(db, "hourly_held")
+    _loop(scheduler, 3)
+    # ... and once its run ended, catchup off runs the latest tick, not the 11:00 it held.
+    assert _logical_dates(db, "hourly_held") == [
+        datetime(2026, 1, 5, 10, tzinfo=UTC),
+        datetime(2026, 1, 5, 17, tzinfo=UTC),
+    ]

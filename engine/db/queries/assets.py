@@ -146,7 +146,9 @@ def _ensure_asset(session: Session, name: str, uri: str, *, now: datetime) -> in
     return int(session.execute(select(Asset.id).where(Asset.name == name)).scalar_one())
 
 
-def _ensure_alias(session: Session, name: str) -> int:
+def ensure_alias(session: Session, name: str) -> int:
+    """The id of alias ``name``, created if missing (without conflicting with a concurrent
+    creator)."""
     stmt = upsert_insert(session, AssetAlias).values(name=name)
     session.execute(stmt.on_conflict_do_nothing(index_elements=["name"]))
     return int(session.execute(select(AssetAlias.id).where(AssetAlias.name == name)).scalar_one())
@@ -180,16 +182,18 @@ def record_task_outlet_events(
 
     ``events`` are the child's reports (``{"asset", "uri", "extra", "alias"}``, see
     ``engine.authoring``). An alias event creates its asset if no DAG file declares it and
-    links it to the alias, so DAGs scheduled on the alias run. Each event's key names the try
-    and its position, so recording a try's success twice stores its events once. Call it in
-    the transaction that records the success. Returns the number of events stored.
+    links it to the alias, so DAGs scheduled on the alias run. Call it in the transaction
+    that records the success, and only when that write changed the task's state: that guard
+    is what makes a try that succeeds once emit once (no delivery key: task instance ids can
+    be reused after ``db clean`` on SQLite, and a key would then drop a new event). Returns the
+    number of events stored.
     """
     if not events:
         return 0
     now = now or utcnow()
     declared = _asset_ids(session, (str(e["asset"]) for e in events))
     rows: list[dict[str, Any]] = []
-    for position, event in enumerate(events):
+    for event in events:
         name = str(event["asset"])
         alias = event.get("alias")
         asset_id = declared.get(name)
@@ -208,13 +212,13 @@ def record_task_outlet_events(
                 session, name, str(event.get("uri") or name), now=now
             )
         if alias is not None:
-            _link_alias(session, _ensure_alias(session, str(alias)), asset_id)
+            _link_alias(session, ensure_alias(session, str(alias)), asset_id)
         rows.append(
             {
                 "asset_id": asset_id,
                 "payload": None,
                 "extra": dict(event.get("extra") or {}),
-                "dedup_key": f"ti:{source.ti_id}:try:{source.try_number}:{position}",
+                "dedup_key": None,
                 "source": SOURCE_TASK,
                 "source_dag_id": source.dag_id,
                 "source_run_id": source.run_id,

@@ -233,17 +233,21 @@ def decide(existing_state: str | None, reprocess: str) -> str:
 
 def _existing_runs(
     session: Session, dag_id: str, infos: Sequence[DagRunInfo], *, lock: bool
-) -> dict[datetime, tuple[int, str]]:
-    """logical date -> (run pk, state) of the DAG's runs at the given dates."""
+) -> dict[datetime, tuple[int, str, int | None]]:
+    """logical date -> (run pk, state, backfill id) of the DAG's runs at the given dates."""
     if not infos:
         return {}
-    stmt = select(DagRun.id, DagRun.logical_date, DagRun.state).where(
+    stmt = select(DagRun.id, DagRun.logical_date, DagRun.state, DagRun.backfill_id).where(
         DagRun.dag_id == dag_id, DagRun.logical_date.in_([info.logical_date for info in infos])
     )
     if lock and is_postgres(session):
         stmt = stmt.with_for_update()
     rows = session.execute(stmt).all()
-    return {date: (int(pk), str(state)) for pk, date, state in rows if date is not None}
+    return {
+        date: (int(pk), str(state), None if backfill is None else int(backfill))
+        for pk, date, state, backfill in rows
+        if date is not None
+    }
 
 
 def add_backfill_runs(
@@ -263,8 +267,10 @@ def add_backfill_runs(
     existing = _existing_runs(session, dag_id, infos, lock=True)
     counts = {"created": 0, "reprocessed": 0, "skipped": 0}
     for info in sorted(infos, key=lambda i: i.logical_date):
-        pk, state = existing.get(info.logical_date, (None, None))
-        action = decide(state, reprocess)
+        pk, state, owner = existing.get(info.logical_date, (None, None, None))
+        # A run this backfill already made (or re-ran) is its own work, not one to reprocess:
+        # re-running the same command to resume must not start finished dates again.
+        action = SKIP if pk is not None and owner == backfill_id else decide(state, reprocess)
         if action == CREATE:
             created = runs.create_run(
                 session,
@@ -298,7 +304,7 @@ def backfill_plan(
         batch = infos[start : start + BACKFILL_BATCH_SIZE]
         existing = _existing_runs(session, dag_id, batch, lock=False)
         for info in batch:
-            _, state = existing.get(info.logical_date, (None, None))
+            _, state, _ = existing.get(info.logical_date, (None, None, None))
             plan.append(
                 {
                     "logical_date": info.logical_date.isoformat(),

@@ -23,6 +23,7 @@ from engine.db.models import (
     DagTask,
     Trigger,
 )
+from engine.db.queries import assets
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -207,12 +208,8 @@ def replace_schedule_alias_edges(
     names = {alias for _, alias in (*add, *remove)}
     if not names:
         return
-    rows = session.execute(select(AssetAlias.name, AssetAlias.id).where(AssetAlias.name.in_(names)))
-    known = {str(name): int(alias_id) for name, alias_id in rows}
-    for name in sorted(names - known.keys()):
-        known[name] = session.execute(
-            insert(AssetAlias).values(name=name).returning(AssetAlias.id)
-        ).scalar_one()
+    # A task may create the same alias meanwhile: ensure_alias does not conflict with it.
+    known = {name: assets.ensure_alias(session, name) for name in sorted(names)}
     for dag_id, alias in sorted(remove):
         session.execute(
             delete(DagScheduleAssetAlias).where(

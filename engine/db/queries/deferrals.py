@@ -75,23 +75,6 @@ def end_deferred_tasks(
     its outlets' assets in the same transaction, as a task ending on a worker does.
     """
     now = utcnow()
-    deferred = and_(TaskInstance.trigger_id == trigger_id, TaskInstance.state == TaskState.DEFERRED)
-    ending = session.execute(
-        select(
-            TaskInstance.id,
-            TaskInstance.dag_id,
-            DagRun.run_id,
-            TaskInstance.task_id,
-            TaskInstance.try_number,
-            DagTask.outlets,
-        )
-        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
-        .outerjoin(
-            DagTask,
-            and_(DagTask.dag_id == TaskInstance.dag_id, DagTask.task_id == TaskInstance.task_id),
-        )
-        .where(deferred)
-    ).all()
     values: dict[str, Any] = {
         "state": state,
         "end_date": now,
@@ -100,15 +83,39 @@ def end_deferred_tasks(
     }
     if xcoms is not None:
         values["xcoms"] = xcoms
-    result = session.execute(update(TaskInstance).where(deferred).values(**values))
-    if state == TaskState.SUCCESS:
-        for ti_id, dag_id, run_id, task_id, try_number, outlets in ending:
+    ended = session.execute(
+        update(TaskInstance)
+        .where(TaskInstance.trigger_id == trigger_id, TaskInstance.state == TaskState.DEFERRED)
+        .values(**values)
+        .returning(TaskInstance.id)
+    ).scalars()
+    ended_ids = [int(i) for i in ended]  # what this transaction ended: its outlets, once
+    if state == TaskState.SUCCESS and ended_ids:
+        rows = session.execute(
+            select(
+                TaskInstance.id,
+                TaskInstance.dag_id,
+                DagRun.run_id,
+                TaskInstance.task_id,
+                TaskInstance.try_number,
+                DagTask.outlets,
+            )
+            .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+            .outerjoin(
+                DagTask,
+                and_(
+                    DagTask.dag_id == TaskInstance.dag_id, DagTask.task_id == TaskInstance.task_id
+                ),
+            )
+            .where(TaskInstance.id.in_(ended_ids))
+        ).all()
+        for ti_id, dag_id, run_id, task_id, try_number, outlets in rows:
             source = assets.TaskTry(int(ti_id), dag_id, run_id, task_id, int(try_number))
             events = [{"asset": name, "extra": {}, "alias": None} for name in outlets or []]
             assets.record_task_outlet_events(
                 session, source, events, keep_while_paused=keep_while_paused, now=now
             )
-    return rowcount(result)
+    return len(ended_ids)
 
 
 def fail_timed_out_deferrals(session: Session, *, now: datetime | None = None) -> list[int]:

@@ -175,7 +175,11 @@ def create_run(
 
 
 def rerun_run(session: Session, run_pk: int, *, now: datetime, backfill_id: int | None) -> None:
-    """Queue a finished run again (backfill ``--reprocess``): every task starts over."""
+    """Queue a finished run again (backfill ``--reprocess``): every task starts over.
+
+    ``try_number`` goes on counting (logs of earlier tries stay apart) and each task gets
+    its retries again (``max_tries`` = tries so far + the task's retries, as Airflow's clear).
+    """
     session.execute(
         update(DagRun)
         .where(DagRun.id == run_pk)
@@ -200,6 +204,15 @@ def rerun_run(session: Session, run_pk: int, *, now: datetime, backfill_id: int 
             trigger_timeout=None,
             executor_job_id=None,
             queued_at=None,
+            max_tries=TaskInstance.try_number
+            + func.coalesce(
+                select(DagTask.retries)
+                .where(
+                    DagTask.dag_id == TaskInstance.dag_id, DagTask.task_id == TaskInstance.task_id
+                )
+                .scalar_subquery(),
+                0,
+            ),
         )
     )
 
@@ -331,6 +344,15 @@ def set_next_dagrun(
     )
 
 
+def recompute_next_dagrun(session: Session, dag_id: str) -> None:
+    """Have the scheduler compute a time-scheduled DAG's next run again (a run ended)."""
+    session.execute(
+        update(Dag)
+        .where(Dag.dag_id == dag_id, Dag.timetable.is_not(None), Dag.next_dagrun_computed)
+        .values(next_dagrun_computed=False)
+    )
+
+
 def count_active_runs(session: Session, dag_id: str) -> int:
     """Queued and running runs of the DAG that count against its ``max_active_runs``."""
     return int(
@@ -367,8 +389,10 @@ def dags_with_queued_runs(session: Session, *, now: datetime) -> list[str]:
 def start_queued_runs(session: Session, dag_id: str, *, now: datetime) -> list[int]:
     """Admit the DAG's queued runs while it has room; returns the runs now ``running``.
 
-    Ordinary runs: at most ``max_active_runs`` running at once (oldest first). A backfill's
-    runs: at most the backfill's own ``max_active_runs``, in logical date order.
+    Ordinary runs: at most ``max_active_runs`` running at once, in ``run_after`` order
+    (asset-triggered runs, without a logical date, wait their turn like the others). A
+    backfill's runs: at most the backfill's own ``max_active_runs``, in the same order (their
+    run_after is their logical date's).
     """
     stmt = select(Dag.max_active_runs).where(Dag.dag_id == dag_id)
     if is_postgres(session):
@@ -384,7 +408,7 @@ def start_queued_runs(session: Session, dag_id: str, *, now: datetime) -> list[i
             DagRun.state.in_(_ACTIVE),
             or_(DagRun.run_after.is_(None), DagRun.run_after <= now),
         )
-        .order_by(DagRun.logical_date.is_(None), DagRun.logical_date, DagRun.queued_at, DagRun.id)
+        .order_by(func.coalesce(DagRun.run_after, DagRun.queued_at), DagRun.id)
     ).all()
     running: dict[int | None, int] = {}
     for _, state, backfill_id, _ in rows:
@@ -409,8 +433,13 @@ def start_queued_runs(session: Session, dag_id: str, *, now: datetime) -> list[i
 
 
 def unfinished_runs(session: Session) -> list[int]:
-    """Runs whose tasks advance: the admitted (``running``) ones."""
-    rows = session.execute(select(DagRun.id).where(DagRun.state == DagRunState.RUNNING))
+    """Runs whose tasks advance: the admitted (``running``) ones of unpaused DAGs (as in
+    Airflow, a paused DAG's running runs schedule no further task until it is unpaused)."""
+    rows = session.execute(
+        select(DagRun.id)
+        .join(Dag, Dag.dag_id == DagRun.dag_id)
+        .where(DagRun.state == DagRunState.RUNNING, Dag.is_paused.is_(False))
+    )
     return [int(r) for r in rows.scalars()]
 
 
