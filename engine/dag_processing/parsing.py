@@ -85,6 +85,10 @@ class ParsedTask:
     outlet_aliases: tuple[str, ...] = ()  # aliases the task may attach events to
     inlets: tuple[str, ...] = ()  # asset names whose events the task reads
     inlet_aliases: tuple[str, ...] = ()  # aliases whose events the task reads
+    trigger_rule: str = "all_success"
+    retry_delay_s: float = 300.0
+    retry_exponential_backoff: bool = False
+    max_retry_delay_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +229,12 @@ def describe_dag(dag: DAG) -> ParsedDag:
             outlet_aliases=_names(task.outlets, AssetAlias),
             inlets=_names(task.inlets, Asset),
             inlet_aliases=_names(task.inlets, AssetAlias),
+            trigger_rule=str(task.trigger_rule),
+            retry_delay_s=task.retry_delay.total_seconds(),
+            retry_exponential_backoff=task.retry_exponential_backoff,
+            max_retry_delay_s=(
+                None if task.max_retry_delay is None else task.max_retry_delay.total_seconds()
+            ),
         )
         for task in (dag.get_task(tid) for tid in dag.topological_task_ids())
     )

@@ -196,6 +196,10 @@ def task_rows(dag: ParsedDag) -> list[dict[str, Any]]:
             "outlet_aliases": list(task.outlet_aliases),
             "inlets": list(task.inlets),
             "inlet_aliases": list(task.inlet_aliases),
+            "trigger_rule": task.trigger_rule,
+            "retry_delay_s": task.retry_delay_s,
+            "retry_exponential_backoff": task.retry_exponential_backoff,
+            "max_retry_delay_s": task.max_retry_delay_s,
         }
         for position, task in enumerate(dag.tasks)
     ]

@@ -86,6 +86,7 @@ class TaskState(enum.StrEnum):
     FAILED = "failed"
     SKIPPED = "skipped"
     UPSTREAM_FAILED = "upstream_failed"
+    UP_FOR_RETRY = "up_for_retry"  # failed, waits for next_retry_at without a worker slot
 
 
 class DagRunState(enum.StrEnum):
@@ -359,6 +360,8 @@ class TaskInstance(Base):
     # Added by the executor work (engine.executor):
     #: deferrals of the current try (reset when a fresh try starts)
     deferral_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Migration 0010: when an ``up_for_retry`` try may run again.
+    next_retry_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
 # --- DAG processing (engine.dag_processing) --------------------------------------------
@@ -429,6 +432,15 @@ class DagTask(Base):
     outlet_aliases: Mapped[Any | None] = mapped_column(JSON, default=list)
     inlets: Mapped[Any | None] = mapped_column(JSON, default=list)
     inlet_aliases: Mapped[Any | None] = mapped_column(JSON, default=list)
+    # Migration 0010: the task's trigger rule and how long a failed try waits to retry.
+    trigger_rule: Mapped[str] = mapped_column(
+        String(50), default="all_success", server_default="all_success"
+    )
+    retry_delay_s: Mapped[float] = mapped_column(Float, default=300.0, server_default="300")
+    retry_exponential_backoff: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=false()
+    )
+    max_retry_delay_s: Mapped[float | None] = mapped_column(Float)
 
 
 class AssetEventQueue(Base):

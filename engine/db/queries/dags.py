@@ -240,6 +240,10 @@ def load_dag_tasks(session: Session) -> dict[str, list[dict[str, Any]]]:
                 "outlet_aliases": list(row.outlet_aliases or []),
                 "inlets": list(row.inlets or []),
                 "inlet_aliases": list(row.inlet_aliases or []),
+                "trigger_rule": row.trigger_rule,
+                "retry_delay_s": row.retry_delay_s,
+                "retry_exponential_backoff": row.retry_exponential_backoff,
+                "max_retry_delay_s": row.max_retry_delay_s,
             }
         )
     return tasks
