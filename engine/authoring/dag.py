@@ -84,6 +84,8 @@ ID_MAX_CHARS: Final = 250
 DEFAULT_MAX_ACTIVE_RUNS: Final = 16
 DEFAULT_MAX_ACTIVE_TASKS: Final = 16
 DEFAULT_OWNER: Final = "airflow"
+#: Airflow's default ``retry_delay``: a failed try with tries left waits this long.
+DEFAULT_RETRY_DELAY: Final = timedelta(seconds=300)
 _ID_PATTERN: Final = re.compile(r"[A-Za-z0-9_.\-]+")
 
 _dag_stack: list[DAG] = []
@@ -574,6 +576,9 @@ class BaseOperator(DependencyMixin, Deferrable):
         dag: DAG | None = None,
         task_group: TaskContainer | None = None,
         retries: int = 0,
+        retry_delay: timedelta = DEFAULT_RETRY_DELAY,
+        retry_exponential_backoff: bool = False,
+        max_retry_delay: timedelta | None = None,
         execution_timeout: timedelta | None = None,
         outlets: Asset | AssetAlias | Sequence[Asset | AssetAlias] | None = None,
         inlets: Asset | AssetAlias | Sequence[Asset | AssetAlias] | None = None,
@@ -594,6 +599,10 @@ class BaseOperator(DependencyMixin, Deferrable):
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise DagDefinitionError(f"{where}: retries must be an int >= 0")
         self.retries = retries
+        self.retry_delay = check_timedelta(where, "retry_delay", retry_delay) or timedelta(0)
+        check_type(where, "retry_exponential_backoff", retry_exponential_backoff, bool)
+        self.retry_exponential_backoff = retry_exponential_backoff
+        self.max_retry_delay = check_timedelta(where, "max_retry_delay", max_retry_delay)
         self.execution_timeout = check_timedelta(where, "execution_timeout", execution_timeout)
         self.outlets = as_asset_list(where, "outlets", outlets)
         self.inlets = as_asset_list(where, "inlets", inlets)
