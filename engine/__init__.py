@@ -1,7 +1,7 @@
 """engine package: the authoring API DAG files import, and the engine behind it.
 
 DAG files use ``from engine import dag, task, DAG, Asset, AssetAlias, Metadata, chain,
-TaskGroup, task_group, Param, TriggerRule, CronTriggerTimetable, ...`` (Airflow's names:
+TaskGroup, task_group, Param, TriggerRule, XComArg, CronTriggerTimetable, ...`` (Airflow's names:
 a port changes ``airflow.sdk.X`` to ``engine.X``), sensors from ``engine.sensors`` and
 Airflow's exceptions from ``engine.exceptions``. The parts, from the top:
 ``cli`` and ``supervisor`` (the processes); the runtime parts ``dag_processing``,

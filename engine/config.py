@@ -99,6 +99,11 @@ class CoreConfig:
     )
     dag_file_processor_timeout: float = _key(30.0, _POSITIVE)
     max_asset_event_payload_bytes: int = _key(1_048_576, _AT_LEAST_ONE)
+    #: The largest task result (one XCom value, as JSON) a task may store; a bigger one
+    #: fails the task. Results live in the task instance row and travel to every later task
+    #: of the run, so they are for small data (Airflow sets no limit of its own, only its
+    #: database column does); 1 MiB, like an asset event's payload.
+    max_xcom_size_bytes: int = _key(1_048_576, _AT_LEAST_ONE)
     #: How long ``sluice db clean`` keeps an asset event's dedup key, so that a redelivery of
     #: its broker message is still absorbed (14 days: SQS keeps a message at most 14 days).
     asset_event_dedup_retention_sec: float = _key(1_209_600.0, _NOT_NEGATIVE)

@@ -7,10 +7,10 @@ being defined and touches no database, process or clock. May import: the leaf ut
 
 Airflow's names, for ports that change only their imports (``airflow.sdk.X`` ->
 ``engine.X``): ``task``, ``DAG``, ``Asset``, ``AssetAlias``, ``Metadata``, ``chain``,
-``TaskGroup``, ``task_group``, ``Param``, ``TriggerRule``, the timetables ... The ``@dag``
-decorator is exported by ``engine`` only (``engine.authoring.decorators.dag``): here the name
-``dag`` stays the module ``engine.authoring.dag``, so ``import engine.authoring.dag`` and
-dotted patch targets keep meaning the module.
+``TaskGroup``, ``task_group``, ``Param``, ``TriggerRule``, ``XComArg``, the timetables ...
+The ``@dag`` decorator is exported by ``engine`` only (``engine.authoring.decorators.dag``):
+here the name ``dag`` stays the module ``engine.authoring.dag``, so ``import
+engine.authoring.dag`` and dotted patch targets keep meaning the module.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from engine.authoring.timetables import (
     OnceTimetable,
     Timetable,
 )
+from engine.authoring.xcom import XComArg
 
 __all__: tuple[str, ...] = (
     "DAG",
@@ -71,6 +72,7 @@ __all__: tuple[str, ...] = (
     "TaskGroup",
     "Timetable",
     "TriggerRule",
+    "XComArg",
     "chain",
     "cross_downstream",
     "resolve_deferrable",

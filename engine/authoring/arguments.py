@@ -12,7 +12,8 @@ A ported DAG file passes Airflow's arguments. Each name falls in one of four gro
   replacement.
 
 Any other name is an error naming it, with the closest known name: never a bare
-``TypeError``. ``TriggerRule`` lives here too: only ``all_success`` runs today.
+``TypeError``. ``TriggerRule`` lives here too (the scheduler decides every rule:
+``engine.scheduler.rules``).
 """
 
 from __future__ import annotations
@@ -49,11 +50,13 @@ class TriggerRule(StrEnum):
     ALWAYS = "always"
 
 
-SUPPORTED_TRIGGER_RULES: Final = frozenset({TriggerRule.ALL_SUCCESS})
+#: Every rule runs: ``engine.scheduler.rules`` decides each as Airflow does (a test keeps its
+#: table and this set equal).
+SUPPORTED_TRIGGER_RULES: Final = frozenset(TriggerRule)
 
 
 def check_trigger_rule(value: object, *, where: str) -> TriggerRule:
-    """``value`` as a ``TriggerRule``; an unknown or not yet supported rule is an error."""
+    """``value`` as a ``TriggerRule``; an unknown rule is an error."""
     try:
         rule = TriggerRule(value if isinstance(value, str) else "")
     except ValueError:
@@ -61,11 +64,6 @@ def check_trigger_rule(value: object, *, where: str) -> TriggerRule:
             f"{where}: trigger_rule {value!r} is not a trigger rule; use one of "
             f"{[str(rule) for rule in TriggerRule]}"
         ) from None
-    if rule not in SUPPORTED_TRIGGER_RULES:
-        raise DagDefinitionError(
-            f"{where}: trigger_rule {str(rule)!r} is not supported yet (it would change which "
-            "tasks run); only 'all_success' is"
-        )
     return rule
 
 

@@ -501,6 +501,22 @@ def _accepted_by(cls: type[BaseOperator]) -> frozenset[str]:
     return frozenset(names - _NOT_DEFAULTED)
 
 
+def as_delay(where: str, name: str, value: object) -> timedelta | None:
+    """A delay argument as Airflow takes it (``retry_delay``, ``max_retry_delay``): a
+    ``timedelta`` or a number of seconds; None stays None."""
+    problem = f"{where}: {name} must be a timedelta or a number of seconds, got {value!r}"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if value < 0:
+            raise DagDefinitionError(f"{where}: {name} must not be negative, got {value!r}")
+        try:
+            value = timedelta(seconds=value)
+        except (OverflowError, ValueError) as exc:  # inf, nan, beyond timedelta's range
+            raise DagDefinitionError(problem) from exc
+    elif value is not None and not isinstance(value, timedelta):
+        raise DagDefinitionError(problem)
+    return check_timedelta(where, name, value)
+
+
 def _group_for(dag: object, group: object) -> TaskContainer | None:
     """The task group a new task joins: ``task_group=``, else the innermost of its DAG."""
     if group is not None:
@@ -556,7 +572,7 @@ class BaseOperator(DependencyMixin, Deferrable):
 
     Arguments are Airflow's: ``retries``, ``execution_timeout``, ``outlets`` / ``inlets``
     (assets and aliases), ``owner``, ``doc_md``, ``task_display_name``, ``params``,
-    ``trigger_rule`` (only ``all_success`` today), ``default_args``; others are ignored with
+    ``trigger_rule`` (every Airflow rule), ``default_args``; others are ignored with
     a warning or refused (``engine.authoring.arguments``). Each subclass's ``__init__`` is
     wrapped so that the DAG's (and task group's) ``default_args`` fill what its caller left
     out.
@@ -576,9 +592,9 @@ class BaseOperator(DependencyMixin, Deferrable):
         dag: DAG | None = None,
         task_group: TaskContainer | None = None,
         retries: int = 0,
-        retry_delay: timedelta = DEFAULT_RETRY_DELAY,
+        retry_delay: timedelta | float = DEFAULT_RETRY_DELAY,
         retry_exponential_backoff: bool = False,
-        max_retry_delay: timedelta | None = None,
+        max_retry_delay: timedelta | float | None = None,
         execution_timeout: timedelta | None = None,
         outlets: Asset | AssetAlias | Sequence[Asset | AssetAlias] | None = None,
         inlets: Asset | AssetAlias | Sequence[Asset | AssetAlias] | None = None,
@@ -599,10 +615,10 @@ class BaseOperator(DependencyMixin, Deferrable):
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise DagDefinitionError(f"{where}: retries must be an int >= 0")
         self.retries = retries
-        self.retry_delay = check_timedelta(where, "retry_delay", retry_delay) or timedelta(0)
+        self.retry_delay = as_delay(where, "retry_delay", retry_delay) or timedelta(0)
         check_type(where, "retry_exponential_backoff", retry_exponential_backoff, bool)
         self.retry_exponential_backoff = retry_exponential_backoff
-        self.max_retry_delay = check_timedelta(where, "max_retry_delay", max_retry_delay)
+        self.max_retry_delay = as_delay(where, "max_retry_delay", max_retry_delay)
         self.execution_timeout = check_timedelta(where, "execution_timeout", execution_timeout)
         self.outlets = as_asset_list(where, "outlets", outlets)
         self.inlets = as_asset_list(where, "inlets", inlets)
@@ -655,8 +671,8 @@ class BaseOperator(DependencyMixin, Deferrable):
 
     @trigger_rule.setter
     def trigger_rule(self, value: TriggerRule | str) -> None:
-        """Set after construction (``op.trigger_rule = ...``): checked like the argument, so
-        a rule Sluice does not run yet is refused instead of silently ignored."""
+        """Set after construction (``op.trigger_rule = ...``): checked like the argument (an
+        unknown rule is refused), and the DAG processor stores it like one."""
         self._trigger_rule = check_trigger_rule(
             value, where=f"{caller_location()}: task {self.task_id!r}"
         )

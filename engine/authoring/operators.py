@@ -11,6 +11,13 @@ receives the whole context (minus the names already bound). A callable that retu
 generator is iterated: each ``Metadata`` it yields sets an outlet's extra (or attaches an
 event through an alias), and the generator's return value is the task's result. A returned
 ``Metadata`` is applied the same way and the result is None.
+
+Results between tasks (TaskFlow): a task passed in ``op_args`` / ``op_kwargs`` (or to a
+``@task`` call: ``load(extract())``), ``extract()["key"]`` and ``op.output`` are references
+(``engine.authoring.xcom.XComArg``): the referenced task becomes upstream, and the value
+is passed when the task runs. ``multiple_outputs=True`` (inferred for a ``@task`` whose
+return annotation is a dict type) also stores each key of a dict result as a result of its
+own; ``do_xcom_push=False`` stores no return value.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import typing
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, overload
 
 from engine.authoring.assets import Metadata
@@ -29,16 +38,15 @@ from engine.authoring.context import (
 from engine.authoring.dag import (
     DAG,
     BaseOperator,
-    DependencyMixin,
     TaskContainer,
     current_dag,
     current_group,
 )
-from engine.authoring.params import DagParam
 from engine.authoring.runtime_context import outlet_events_of
+from engine.authoring.xcom import XComArg, as_references, iter_references, resolve_references
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Generator, Sequence
 
     from engine.authoring.context import Context
 
@@ -71,14 +79,11 @@ def _context_kwargs(
     return {**wanted, **op_kwargs}
 
 
-def _resolved(value: Any, context: Context) -> Any:
-    return value.resolve(context) if isinstance(value, DagParam) else value
-
-
 class PythonOperator(BaseOperator):
     """Calls ``python_callable(*op_args, **op_kwargs)``; parameters named like context keys
     (``ti``, ``params``, ``logical_date``, ``outlet_events`` ...) receive them, ``**kwargs``
-    gets them all. Yielded or returned ``Metadata`` sets outlet extras."""
+    gets them all. Yielded or returned ``Metadata`` sets outlet extras. Tasks and their
+    results in ``op_args`` / ``op_kwargs`` become upstream and are passed as values."""
 
     def __init__(
         self,
@@ -86,20 +91,39 @@ class PythonOperator(BaseOperator):
         python_callable: Callable[..., Any],
         op_args: Sequence[Any] | None = None,
         op_kwargs: Mapping[str, Any] | None = None,
+        multiple_outputs: bool = False,
+        do_xcom_push: bool = True,
         **kwargs: Any,
     ) -> None:
+        where = caller_location()
         if not callable(python_callable):
             raise DagDefinitionError(
-                f"{caller_location()}: python_callable must be callable, got {python_callable!r}"
+                f"{where}: python_callable must be callable, got {python_callable!r}"
             )
+        for name, flag in (("multiple_outputs", multiple_outputs), ("do_xcom_push", do_xcom_push)):
+            if not isinstance(flag, bool):
+                raise DagDefinitionError(f"{where}: {name} must be True or False, got {flag!r}")
         super().__init__(**kwargs)
         self.python_callable = python_callable
-        self.op_args = tuple(op_args or ())
-        self.op_kwargs = dict(op_kwargs or {})
+        self.op_args: tuple[Any, ...] = as_references(tuple(op_args or ()))
+        self.op_kwargs: dict[str, Any] = as_references(dict(op_kwargs or {}))
+        self.multiple_outputs = multiple_outputs
+        self.do_xcom_push = do_xcom_push
+        for reference in iter_references((self.op_args, self.op_kwargs)):
+            self.set_upstream(reference)
+
+    @property
+    def output(self) -> XComArg:
+        """This task's return value, for another task's arguments (``op.output``)."""
+        return XComArg(self)
+
+    def __getitem__(self, key: str) -> XComArg:
+        """This task's result ``key`` (``extract()["total"]``, with ``multiple_outputs``)."""
+        return XComArg(self)[key]
 
     def execute(self, context: Context) -> Any:
-        args = [_resolved(value, context) for value in self.op_args]
-        kwargs = {name: _resolved(value, context) for name, value in self.op_kwargs.items()}
+        args = resolve_references(list(self.op_args), context)
+        kwargs = resolve_references(self.op_kwargs, context)
         kwargs = _context_kwargs(self.python_callable, len(args), kwargs, context)
         name = getattr(self.python_callable, "__qualname__", repr(self.python_callable))
         value = run_to_completion(
@@ -162,15 +186,9 @@ class TaskFactory:
                 f"{caller_location()}: call @task function "
                 f"{self.function.__name__!r} inside a `with DAG(...)` block or a @dag function"
             )
-        for value in _values(args, kwargs):
-            if isinstance(value, DependencyMixin):
-                raise DagDefinitionError(
-                    f"{caller_location()}: {value!r} passed as an argument to "
-                    f"{self.function.__name__!r}; passing results between tasks is not "
-                    "supported yet: order the tasks with >> and share data through assets "
-                    "or external storage"
-                )
         options = dict(self.operator_kwargs)
+        if "multiple_outputs" not in options:
+            options["multiple_outputs"] = returns_a_mapping(self.function)
         if options.get("doc_md") is None and self.function.__doc__:
             options["doc_md"] = inspect.cleandoc(self.function.__doc__)
         base = options.pop("task_id", None) or self.function.__name__
@@ -185,9 +203,15 @@ class TaskFactory:
         )
 
 
-def _values(args: Iterable[Any], kwargs: Mapping[str, Any]) -> Iterable[Any]:
-    yield from args
-    yield from kwargs.values()
+def returns_a_mapping(function: Callable[..., Any]) -> bool:
+    """True when ``function``'s return annotation is a dict type (``dict[str, int]``, a
+    ``TypedDict``, ``Mapping``): Airflow then infers ``multiple_outputs=True``."""
+    try:
+        annotation = typing.get_type_hints(function).get("return")
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve infers nothing
+        return False
+    origin = typing.get_origin(annotation) or annotation
+    return isinstance(origin, type) and issubclass(origin, Mapping)
 
 
 def _unique_task_id(dag: DAG, group: TaskContainer | None, base: str) -> str:
@@ -221,10 +245,12 @@ def task(
 ) -> TaskFactory | Callable[[Callable[..., Any]], TaskFactory]:
     """Turn a function into a task: ``@task`` or ``@task(task_id=..., retries=...)``.
 
-    Takes every ``BaseOperator`` argument (``outlets=``, ``inlets=``, ``retries=`` ...).
-    Each call of the decorated function inside ``with DAG(...)`` adds one task (a second
-    call gets the id ``name__1``) and returns it, so ``extract() >> load()`` works. The
-    function's docstring becomes the task's ``doc_md``.
+    Takes every ``BaseOperator`` argument (``outlets=``, ``inlets=``, ``retries=`` ...) and
+    ``multiple_outputs`` (default: True when the return annotation is a dict type). Each call
+    of the decorated function inside ``with DAG(...)`` adds one task (a second call gets the
+    id ``name__1``) and returns it, so ``extract() >> load()`` works; passed to another call,
+    ``load(extract())``, it is ``extract``'s result (and ``extract()["key"]`` one of its
+    ``multiple_outputs``). The function's docstring becomes the task's ``doc_md``.
     """
     if python_callable is not None:
         return TaskFactory(python_callable, **operator_kwargs)

@@ -11,14 +11,16 @@ event dict holds ``id``, ``asset`` (the name), ``uri``, ``extra``, ``payload``,
 ``timestamp``, ``source`` (``watcher`` / ``task`` / ``cli`` / ``api``), ``source_watcher``,
 ``source_dag_id``, ``source_run_id``, ``source_task_id``, ``source_try_number``,
 ``source_alias`` (the alias an event was attached through) and ``created_by``; missing keys
-read as None.
+read as None. ``xcoms``: the results of the run's finished tasks, ``{task_id: {key: tagged
+JSON value}}``, decoded when pulled.
 
 The context holds every raw key plus:
 
 - ``ti`` / ``task_instance`` (``dag_id``, ``task_id``, ``run_id``, ``try_number``,
-  ``map_index``, ``task``), ``task``, ``dag``, ``dag_run`` (``run_id``, ``run_type``,
-  ``logical_date``, ``data_interval_start`` / ``_end``, ``run_after``, ``conf``,
-  ``queued_at``, ``start_date``, ``dag_id``);
+  ``map_index``, ``task``; ``xcom_pull`` reads the run's results, ``xcom_push`` adds one of
+  this task's, stored when the try succeeds), ``task``, ``dag``, ``dag_run`` (``run_id``,
+  ``run_type``, ``logical_date``, ``data_interval_start`` / ``_end``, ``run_after``,
+  ``conf``, ``queued_at``, ``start_date``, ``dag_id``);
 - ``params``: the DAG's params, the task's over them, the run's ``conf`` over those, each
   checked by its ``Param`` (``ParamValidationError`` fails the task);
 - ``logical_date``, ``data_interval_start``, ``data_interval_end``, ``run_after``, and
@@ -41,13 +43,15 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from engine.authoring.assets import Asset, AssetAlias, Metadata
 from engine.authoring.params import resolve_params
+from triggers.exceptions import SerializationError
+from triggers.serde import deserialize_value, serialize_value
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -71,7 +75,8 @@ EVENT_KEYS: Final = (
     "created_by",
 )
 _DATE_KEYS: Final = ("ds", "ds_nodash", "ts", "ts_nodash", "ts_nodash_with_tz")
-XCOM_NOT_YET: Final = "XComs come with results between tasks, in a later release of Sluice"
+#: The key of a task's return value among its results (Airflow's ``XCOM_RETURN_KEY``).
+XCOM_RETURN_KEY: Final = "return_value"
 
 
 @functools.cache
@@ -215,9 +220,19 @@ class DagRun:
 
 
 class RuntimeTaskInstance:
-    """The try of the task that runs (``context["ti"]``)."""
+    """The try of the task that runs (``context["ti"]``): who it is, and the results of the
+    run's finished tasks (``xcom_pull``) and its own (``xcom_push``)."""
 
-    __slots__ = ("dag_id", "map_index", "run_id", "task", "task_id", "try_number")
+    __slots__ = (
+        "_pushed",
+        "_results",
+        "dag_id",
+        "map_index",
+        "run_id",
+        "task",
+        "task_id",
+        "try_number",
+    )
 
     def __init__(
         self,
@@ -228,6 +243,7 @@ class RuntimeTaskInstance:
         try_number: int,
         map_index: int,
         task: BaseOperator,
+        results: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.dag_id = dag_id
         self.task_id = task_id
@@ -235,17 +251,110 @@ class RuntimeTaskInstance:
         self.try_number = try_number
         self.map_index = map_index
         self.task = task
+        self._results = {name: dict(values) for name, values in (results or {}).items()}
+        self._pushed: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return (
-            f"<TaskInstance {self.dag_id}.{self.task_id} run={self.run_id} try={self.try_number}>"
+            f"<TaskInstance {self.dag_id}.{self.task_id} run={self.run_id} try={self.try_number}"
+            f" pushed={sorted(self._pushed)}>"
         )
 
-    def xcom_push(self, key: str, value: Any) -> None:
-        raise NotImplementedError(f"ti.xcom_push(): {XCOM_NOT_YET}")
+    @property
+    def pushed(self) -> dict[str, Any]:
+        """What this try pushed so far: ``{key: tagged JSON}`` (stored if it succeeds)."""
+        return dict(self._pushed)
 
-    def xcom_pull(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"ti.xcom_pull(): {XCOM_NOT_YET}")
+    def xcom_push(self, key: str, value: Any) -> None:
+        """Publish ``value`` as this task's result ``key`` (stored when the try succeeds).
+
+        ``value`` must be storable: JSON data, or the types of ``triggers.serde``
+        (datetimes, tuples, sets, bytes ...); anything else is a ``TypeError`` here.
+        """
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"task {self.task_id!r}: xcom_push() key must be a non-empty str")
+        self._pushed[key] = encode_result(value, task_id=self.task_id, key=key)
+
+    def xcom_pull(
+        self,
+        task_ids: str | Iterable[str] | None = None,
+        dag_id: str | None = None,
+        key: str = XCOM_RETURN_KEY,
+        include_prior_dates: bool = False,
+        *,
+        map_indexes: int | Iterable[int] | None = None,
+        default: Any = None,
+        run_id: str | None = None,
+    ) -> Any:
+        """Results of this run's tasks (Airflow 3's semantics).
+
+        ``task_ids`` None is this task; a str gives one value, a list gives a list (one per
+        task and map index, ``default`` where a task stored nothing under ``key``).
+        ``map_indexes`` None or -1 is the unmapped task. Results of another DAG or run are not
+        available yet: asking for them is a ``NotImplementedError``.
+        """
+        self._check_scope(dag_id, run_id, include_prior_dates)
+        if not isinstance(key, str):
+            raise TypeError(f"task {self.task_id!r}: xcom_pull() key must be a str, got {key!r}")
+        ids = [self.task_id] if task_ids is None else _as_list(task_ids, "task_ids")
+        indexes = [map_indexes] if map_indexes is None else _as_list(map_indexes, "map_indexes")
+        values = [self._lookup(tid, index, key, default) for tid in ids for index in indexes]
+        single = (task_ids is None or isinstance(task_ids, str)) and (
+            map_indexes is None or isinstance(map_indexes, int)
+        )
+        return values[0] if single else values
+
+    def _check_scope(self, dag_id: str | None, run_id: str | None, prior: bool) -> None:
+        where = f"task {self.task_id!r}: xcom_pull()"
+        if dag_id is not None and dag_id != self.dag_id:
+            raise NotImplementedError(
+                f"{where} from DAG {dag_id!r}: only results of this DAG's run can be pulled "
+                "yet; share data across DAGs through assets (outlet_events extra)"
+            )
+        if run_id is not None and run_id != self.run_id:
+            raise NotImplementedError(
+                f"{where} from run {run_id!r}: only results of this run can be pulled yet"
+            )
+        if prior:
+            raise NotImplementedError(
+                f"{where}: include_prior_dates=True is not supported yet (results of this run only)"
+            )
+
+    def _lookup(self, task_id: object, map_index: object, key: str, default: Any) -> Any:
+        if not isinstance(task_id, str):
+            raise TypeError(f"task {self.task_id!r}: xcom_pull() task ids are str, got {task_id!r}")
+        if map_index not in (None, -1):
+            return default  # no mapped tasks yet: nothing is stored under a map index
+        stored = self._results.get(task_id, {})
+        if task_id == self.task_id:
+            stored = {**stored, **self._pushed}
+        if key not in stored:
+            return default
+        return deserialize_value(stored[key])
+
+
+def _as_list(value: object, name: str) -> list[Any]:
+    if isinstance(value, str | int):
+        return [value]
+    if isinstance(value, Iterable) and not isinstance(value, Mapping | bytes):
+        return list(value)
+    raise TypeError(f"xcom_pull(): {name} must be one value or a list of them, got {value!r}")
+
+
+def encode_result(value: Any, *, task_id: str, key: str) -> Any:
+    """``value`` as stored (tagged JSON); a ``TypeError`` naming the task, key and type when
+    it cannot be stored."""
+    what = "its return value" if key == XCOM_RETURN_KEY else f"its result {key!r}"
+    try:
+        return serialize_value(value, where="the value")
+    except SerializationError as exc:
+        raise TypeError(
+            f"task {task_id!r}: {what} of type {type(value).__name__} cannot be stored as a "
+            f"result: {exc}. "
+            "Results are JSON data (dict, list, str, int, float, bool, None) or datetimes, "
+            "dates, timedeltas, tuples, sets, bytes, decimals, UUIDs, paths; keep other objects "
+            "elsewhere (a file, an object store) and return a reference to them"
+        ) from exc
 
 
 # --- outlet events ---------------------------------------------------------------------------
@@ -383,6 +492,11 @@ def _plain_extra(task: BaseOperator, asset_name: str, extra: object) -> dict[str
     return plain
 
 
+def is_metadata_result(returned: object) -> bool:
+    """True when a task returned ``Metadata`` (one or a list): outlet extras, not a result."""
+    return bool(_returned_metadata(returned))
+
+
 def _returned_metadata(returned: object) -> list[Metadata]:
     if isinstance(returned, Metadata):
         return [returned]
@@ -452,6 +566,14 @@ def _dag_run(raw: Mapping[str, Any], task: BaseOperator) -> DagRun:
     )
 
 
+def _results(raw: object) -> dict[str, Mapping[str, Any]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping) or not all(isinstance(v, Mapping) for v in raw.values()):
+        raise TypeError(f"context['xcoms'] must map task ids to {{key: value}}, got {raw!r}")
+    return dict(raw)
+
+
 def hydrate_context(raw: Mapping[str, Any], task: BaseOperator) -> dict[str, Any]:
     """The context ``task`` sees, from the plain data the executor sent (keys above).
 
@@ -466,6 +588,7 @@ def hydrate_context(raw: Mapping[str, Any], task: BaseOperator) -> dict[str, Any
         try_number=int(raw.get("try_number", 1)),
         map_index=int(raw.get("map_index", -1)),
         task=task,
+        results=_results(raw.get("xcoms")),
     )
     dag_params = task.dag.params if task.dag is not None else {}
     context = dict(raw)

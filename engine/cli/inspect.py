@@ -2,7 +2,7 @@
 
 The workflow nouns: DAGs (list, errors, show, pause, unpause, trigger, and backfill from
 ``engine.cli.backfill``), their runs, the assets and their events (list, events, emit), and
-the logs of task instances.
+the logs and results of task instances.
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ from engine.db.queries import backfills as backfills_sql
 from engine.db.queries import dags as dags_sql
 from engine.db.queries import inspection
 from engine.db.queries import runs as runs_sql
+from engine.db.queries import tasks as tasks_sql
+from triggers.exceptions import SerializationError
+from triggers.serde import deserialize_value
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -427,3 +430,81 @@ def tasks_logs(
         click.echo(read_task_log(folder, dag_id, run_id, task_id, try_number), nl=False)
     except FileNotFoundError as exc:
         fail(f"no log for that try yet: {exc}")
+
+
+@tasks.command("result")
+@click.argument("dag_id")
+@click.argument("run_id")
+@click.argument("task_id")
+@click.option("--key", default=None, help="Only this result (default: every one).")
+@json_option
+@click.pass_context
+def tasks_result(
+    ctx: click.Context, dag_id: str, run_id: str, task_id: str, key: str | None, as_json: bool
+) -> None:
+    """Print the results (XComs) a task stored: its return value and what it pushed.
+
+    Each as ``key: JSON``; with ``--key`` only that value (a string as it is); ``--json``
+    prints JSON (datetimes as ISO 8601 text, tuples and sets as lists).
+    """
+    found = run_query(ctx, lambda s: tasks_sql.load_task_results(s, dag_id, run_id, task_id))
+    if found is None:
+        fail(f"no task {task_id!r} in run {run_id!r} of DAG {dag_id!r}; see `sluice runs list`")
+    results = {name: _stored_value(value) for name, value in _ordered(found.xcoms)}
+    if key is not None:
+        if key not in results:
+            fail(_missing_result(task_id, key, found.state, sorted(results)))
+        value = results[key]
+        plain = isinstance(value, str) and not as_json
+        click.echo(value if plain else _result_json(value, indent=2 if as_json else None))
+    elif as_json:
+        shown = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "state": found.state}
+        click.echo(_result_json({**shown, "results": results}, indent=2))
+    elif not results:
+        click.echo(f"(none: {_no_results(found.state)})")
+    else:
+        for name, value in results.items():
+            click.echo(f"{name}: {_result_json(value)}")
+
+
+def _ordered(xcoms: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``return_value`` first, then the other keys by name."""
+    return sorted(xcoms.items(), key=lambda item: (item[0] != "return_value", item[0]))
+
+
+def _stored_value(value: Any) -> Any:
+    """A stored result decoded; one this version cannot decode is shown as stored."""
+    try:
+        return deserialize_value(value)
+    except SerializationError:
+        return value
+
+
+def _plain(value: Any) -> Any:
+    """What ``json.dumps`` cannot write, as JSON: sets as lists, dates as ISO text, bytes and
+    anything else as text."""
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=repr)
+    isoformat = getattr(value, "isoformat", None)
+    if callable(isoformat):
+        return isoformat()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    return str(value)
+
+
+def _result_json(value: Any, *, indent: int | None = None) -> str:
+    return json.dumps(value, default=_plain, indent=indent)
+
+
+def _no_results(state: str) -> str:
+    if state == "success":
+        return "the task returned None and pushed nothing"
+    shown = "not started" if state == "none" else state
+    return f"the task is {shown}; results are stored when it succeeds"
+
+
+def _missing_result(task_id: str, key: str, state: str, keys: list[str]) -> str:
+    if keys:
+        return f"task {task_id!r} has no result {key!r}; it has {', '.join(keys)}"
+    return f"task {task_id!r} has no result {key!r}: {_no_results(state)}"

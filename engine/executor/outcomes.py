@@ -3,13 +3,21 @@
 No I/O and no clock (``now`` is an argument): the executor (``engine.executor``) feeds in
 what happened to the child process, writes what comes out. Also builds the ``TaskSpec``
 sent to the child and the header / closing lines of the task log.
+
+A failed try with tries left is ``up_for_retry`` until ``retry_at`` (``retry_wait_s``:
+Airflow's ``retry_delay`` / ``retry_exponential_backoff`` / ``max_retry_delay``); it holds
+no executor slot meanwhile, and the scheduler makes it ``scheduled`` again once that time
+has passed (``engine.db.queries.runs.release_due_retries``).
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
+import math
 import signal
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from engine.authoring.context import FAIL_METHOD
@@ -27,7 +35,6 @@ from triggers.exceptions import SerializationError
 from triggers.serde import dumps, loads
 
 if TYPE_CHECKING:
-    from datetime import datetime
     from pathlib import Path
 
     from engine.authoring.context import Deferral
@@ -35,6 +42,10 @@ if TYPE_CHECKING:
 
 
 ERROR_IN_HEADER_MAX_CHARS: Final = 500
+#: Airflow's ``[core] max_task_retry_delay``: an exponential backoff waits at most a day.
+MAX_BACKOFF_S: Final = 24 * 60 * 60
+#: Past this many doublings any retry delay is over ``MAX_BACKOFF_S`` (keeps floats finite).
+_MAX_DOUBLINGS: Final = 64
 
 
 class Decision(enum.StrEnum):
@@ -55,6 +66,8 @@ class Outcome:
     deferral: Deferral | None = None
     trigger_timeout: datetime | None = None
     outlet_events: tuple[dict[str, Any], ...] = ()
+    retry_at: datetime | None = None  # RETRY: when the next try may start
+    retry_wait_s: float = 0.0  # RETRY: how long after the failure that is
 
     def describe(self) -> str:
         if self.decision is Decision.SUCCEED:
@@ -67,7 +80,11 @@ class Outcome:
         if self.decision is Decision.FAIL:
             return f"task failed: {self.reason}"
         if self.decision is Decision.RETRY:
-            return f"task failed: {self.reason}; it will be retried"
+            assert self.retry_at is not None
+            return (
+                f"task failed: {self.reason}; it will be retried at {_stamp(self.retry_at)} "
+                f"(in {_duration(self.retry_wait_s)})"
+            )
         if self.decision is Decision.DEFER:
             assert self.deferral is not None
             until = (
@@ -103,6 +120,52 @@ def read_result(out: bytes) -> tuple[TaskResult | None, str | None]:
         return None, f"unreadable task result: {exc}"
 
 
+def retry_wait_s(
+    *,
+    delay_s: float,
+    exponential_backoff: bool,
+    max_delay_s: float | None,
+    try_number: int,
+    key: str,
+) -> float:
+    """Seconds a failed try waits before the next one, by Airflow's rule.
+
+    Without backoff: ``retry_delay`` (``max_retry_delay`` does not apply, as in Airflow).
+    With it, after try ``n``: a base of ``retry_delay * 2 ** (n - 1)`` rounded up to whole
+    seconds (at least 1), plus a jitter in ``[0, base)`` that ``key`` (the task instance and
+    try) fixes, so tasks failing together spread out and the same try always gets the same
+    wait; at most ``MAX_BACKOFF_S``, then at most ``max_retry_delay``.
+    """
+    if not exponential_backoff:
+        return delay_s
+    doublings = min(max(try_number - 1, 0), _MAX_DOUBLINGS)
+    base = max(math.ceil(delay_s * 2.0**doublings), 1)
+    if base >= MAX_BACKOFF_S:
+        wait = float(MAX_BACKOFF_S)
+    else:
+        digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+        wait = float(min(base + int.from_bytes(digest, "big") % base, MAX_BACKOFF_S))
+    return wait if max_delay_s is None else min(wait, max_delay_s)
+
+
+def _retry_or_fail(run: TaskRun, elapsed_s: float, reason: str | None, now: datetime) -> Outcome:
+    """A failed try: retried after its delay while tries remain, else failed."""
+    if run.try_number > run.max_tries:
+        return Outcome(Decision.FAIL, elapsed_s, reason=reason)
+    wait_s = retry_wait_s(
+        delay_s=run.retry_delay_s,
+        exponential_backoff=run.retry_exponential_backoff,
+        max_delay_s=run.max_retry_delay_s,
+        try_number=run.try_number,
+        key=f"{run.dag_id}#{run.task_id}#{run.run_id}#{run.try_number}",
+    )
+    try:
+        retry_at = now + timedelta(seconds=wait_s)
+    except OverflowError:  # a retry_delay of centuries: as late as a datetime goes
+        retry_at = datetime.max.replace(tzinfo=UTC)
+    return Outcome(Decision.RETRY, elapsed_s, reason=reason, retry_at=retry_at, retry_wait_s=wait_s)
+
+
 def decide_outcome(
     result: TaskResult | None,
     run: TaskRun,
@@ -114,7 +177,6 @@ def decide_outcome(
     now: datetime,
 ) -> Outcome:
     """What the step's end means: a reported result wins over how the process ended."""
-    failed = Decision.RETRY if run.try_number <= run.max_tries else Decision.FAIL
     if result is not None:
         if result.outcome == SUCCESS:
             xcoms = {"return_value": result.return_value} if result.has_return_value else None
@@ -139,7 +201,7 @@ def decide_outcome(
             )
         if result.no_retry:  # AirflowFailException: fail now, whatever the retries left
             return Outcome(Decision.FAIL, result.elapsed_s, reason=result.error)
-        return Outcome(failed, result.elapsed_s, reason=result.error)
+        return _retry_or_fail(run, result.elapsed_s, result.error, now)
     if interrupted:
         return Outcome(Decision.REQUEUE, wall_s)
     if killed_for_timeout and run.execution_timeout_s is not None:
@@ -148,8 +210,8 @@ def decide_outcome(
             f"{timeout_message(run.execution_timeout_s, elapsed, run.deferral_count)}; the task "
             "did not stop when interrupted and its process was killed"
         )
-        return Outcome(failed, wall_s, reason=reason)
-    return Outcome(failed, wall_s, reason=exit_reason(returncode))
+        return _retry_or_fail(run, wall_s, reason, now)
+    return _retry_or_fail(run, wall_s, exit_reason(returncode), now)
 
 
 def kill_after_s(run: TaskRun, *, now: datetime, grace_s: float) -> float | None:
@@ -193,6 +255,13 @@ def build_spec(
 
 def _stamp(now: datetime) -> str:
     return now.isoformat(timespec="milliseconds")
+
+
+def _duration(seconds: float) -> str:
+    """``30s``, ``0.5s``; a minute or more as ``0:05:00``, ``1 day, 0:00:00``."""
+    if seconds < 60:
+        return f"{seconds:g}s"
+    return str(timedelta(seconds=round(seconds)))
 
 
 def _deferral_error(next_kwargs: str | None) -> str:

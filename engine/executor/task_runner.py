@@ -11,6 +11,13 @@ the task log; the single ``TaskResult`` (success with the return value, failure,
 deferral to store) goes to the original standard output. The child needs neither the
 database URL nor the Fernet key.
 
+Results. The spec carries the results of the run's finished tasks (``xcoms``: ``{task_id:
+{key: tagged JSON}}``); they join the raw context, where ``ti.xcom_pull`` and the task's
+``XComArg`` arguments read them. On success the child reports the task's own results: what
+it pushed (``ti.xcom_push``), its return value as ``return_value`` unless None (and each
+key of a dict result with ``multiple_outputs``). A result that cannot be stored, or whose
+JSON is over ``max_xcom_size_bytes``, fails the try with an error naming the task and key.
+
 ``execution_timeout`` counts the whole try, deferrals included (as in Airflow: a task can
 time out while deferred or shortly after resuming): the deadline is the try's start plus the
 timeout. The child interrupts the task at the deadline with ``TaskExecutionTimeout`` (a
@@ -29,12 +36,11 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from engine.authoring.assets import Metadata
 from engine.authoring.context import (
     DEFAULT_DEFERRABLE_KEY,
     TRIGGERING_ASSET_EVENTS_KEY,
@@ -43,7 +49,14 @@ from engine.authoring.context import (
     TaskDeferred,
     run_to_completion,
 )
-from engine.authoring.runtime_context import collect_outlet_events, hydrate_context
+from engine.authoring.runtime_context import (
+    XCOM_RETURN_KEY,
+    RuntimeTaskInstance,
+    collect_outlet_events,
+    encode_result,
+    hydrate_context,
+    is_metadata_result,
+)
 from engine.exceptions import (
     AirflowFailException,
     AirflowSkipException,
@@ -51,7 +64,7 @@ from engine.exceptions import (
     ParamValidationError,
 )
 from triggers.exceptions import SerializationError
-from triggers.serde import deserialize_value, loads, serialize_value
+from triggers.serde import deserialize_value, loads
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -93,6 +106,10 @@ class TaskSpec:
     deferral_count: int = 0
     dags_folder: str | None = None
     plugins_folder: str | None = None
+    #: the results of the run's finished tasks: JSON text of {task_id: {key: tagged JSON}}
+    xcoms: str | None = None
+    #: ``[core] max_xcom_size_bytes``: the largest result (its JSON) the task may store
+    max_xcom_size_bytes: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -122,6 +139,8 @@ class TaskResult:
     outlet_events: list[dict[str, Any]] = field(default_factory=list)
     #: a failure that must not be retried (``AirflowFailException``)
     no_retry: bool = False
+    #: on success, the task's results to store: {key: tagged JSON} (``return_value`` too)
+    xcoms: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -201,6 +220,56 @@ def build_context(
     }
 
 
+def with_results(
+    spec: TaskSpec, results: Mapping[str, Mapping[str, Any]], *, max_bytes: int | None
+) -> TaskSpec:
+    """``spec`` carrying the run's results (``{task_id: {key: tagged JSON}}``) and the size
+    limit of the task's own."""
+    text = json.dumps(results, separators=(",", ":")) if results else None
+    return replace(spec, xcoms=text, max_xcom_size_bytes=max_bytes)
+
+
+def result_size_error(task_id: str, key: str, size: int, limit: int) -> str:
+    """Why a result over ``[core] max_xcom_size_bytes`` fails its task."""
+    what = "its return value" if key == XCOM_RETURN_KEY else f"its result {key!r}"
+    return (
+        f"task {task_id!r}: {what} is {size:,} bytes of JSON, over [core] "
+        f"max_xcom_size_bytes = {limit:,}; store the data elsewhere (a file, an object store) "
+        "and return a reference to it (a path, a URL, an object key), or raise the limit"
+    )
+
+
+def collect_results(
+    context: Mapping[str, Any], task: BaseOperator, value: Any, *, max_bytes: int | None
+) -> dict[str, Any]:
+    """The results a successful task stores (``{key: tagged JSON}``): what it pushed, then
+    each key of a dict return value with ``multiple_outputs``, then ``return_value``.
+
+    ``TypeError`` for a value that cannot be stored or a ``multiple_outputs`` result that is
+    not a dict with str keys; ``ValueError`` for one over ``max_bytes``.
+    """
+    ti = context.get("ti")
+    results = dict(ti.pushed) if isinstance(ti, RuntimeTaskInstance) else {}
+    task_id = task.task_id
+    if value is not None and getattr(task, "do_xcom_push", True):
+        if getattr(task, "multiple_outputs", False):
+            if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+                raise TypeError(
+                    f"task {task_id!r} has multiple_outputs=True: it must return a dict with "
+                    f"str keys, got {type(value).__name__}"
+                    + (f" with keys {list(value)[:5]!r}" if isinstance(value, dict) else "")
+                )
+            for key, item in value.items():
+                results[key] = encode_result(item, task_id=task_id, key=key)
+        results[XCOM_RETURN_KEY] = encode_result(value, task_id=task_id, key=XCOM_RETURN_KEY)
+    if max_bytes is not None:
+        for key, encoded in results.items():
+            size = len(json.dumps(encoded, separators=(",", ":")).encode("utf-8"))
+            if size > max_bytes:
+                raise ValueError(result_size_error(task_id, key, size, max_bytes))
+    return results
+
+
 def format_seconds(seconds: float) -> str:
     return f"{seconds:.0f}" if float(seconds).is_integer() else f"{seconds:.1f}"
 
@@ -264,15 +333,23 @@ def _call(task: BaseOperator, spec: TaskSpec, context: dict[str, Any]) -> Any:
     return run_to_completion(task.execute(context), what=f"task {spec.task_id!r}: execute()")
 
 
-def _success(value: Any, elapsed_s: float, task_id: str) -> TaskResult:
-    if value is None:
-        return TaskResult(SUCCESS, elapsed_s)
-    try:
-        encoded = serialize_value(value, where=f"the return value of task {task_id!r}")
-    except SerializationError as exc:
-        logger.warning("Return value not stored: %s", exc, extra={"action": "xcom_skipped"})
-        return TaskResult(SUCCESS, elapsed_s)
-    return TaskResult(SUCCESS, elapsed_s, return_value=encoded, has_return_value=True)
+def _success(results: dict[str, Any], elapsed_s: float) -> TaskResult:
+    return TaskResult(
+        SUCCESS,
+        elapsed_s,
+        return_value=results.get(XCOM_RETURN_KEY),
+        has_return_value=XCOM_RETURN_KEY in results,
+        xcoms=results,
+    )
+
+
+def _raw_context(spec: TaskSpec) -> dict[str, Any]:
+    raw = loads(spec.context)
+    if not isinstance(raw, dict):
+        raise TypeError("the task context sent by the executor is not a mapping")
+    if spec.xcoms is not None:
+        raw["xcoms"] = json.loads(spec.xcoms)
+    return raw
 
 
 def _error_summary(exc: BaseException) -> str:
@@ -309,15 +386,13 @@ def run_task(spec: TaskSpec, *, now: datetime | None = None) -> TaskResult:
         deadline = _Deadline(remaining_s(try_started, timeout, now or datetime.now(UTC)), message)
         if deadline.expired:
             return TaskResult(FAILED, 0.0, error=message(), timed_out=True)
-        raw = loads(spec.context)
-        if not isinstance(raw, dict):
-            raise TypeError("the task context sent by the executor is not a mapping")
-        context = hydrate_context(raw, task)
+        context = hydrate_context(_raw_context(spec), task)
         with deadline:
             value = _call(task, spec, context)
         outlet_events = collect_outlet_events(context, task, value)
-        if isinstance(value, Metadata):
+        if is_metadata_result(value):
             value = None
+        results = collect_results(context, task, value, max_bytes=spec.max_xcom_size_bytes)
     except TaskDeferred as deferred:
         return TaskResult(
             DEFERRED,
@@ -340,7 +415,7 @@ def run_task(spec: TaskSpec, *, now: datetime | None = None) -> TaskResult:
             # the same way
             no_retry=isinstance(exc, AirflowFailException | ParamValidationError),
         )
-    result = _success(value, time.monotonic() - started, spec.task_id)
+    result = _success(results, time.monotonic() - started)
     result.outlet_events.extend(outlet_events)
     return result
 

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from collections import Counter
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Final, TypeVar
 
@@ -39,6 +39,7 @@ from engine.executor.outcomes import (
     read_result,
 )
 from engine.executor.task_logs import TaskLogWriter, log_path
+from engine.executor.task_runner import with_results
 from engine.logs import secret_forms
 
 if TYPE_CHECKING:
@@ -284,6 +285,7 @@ class TaskSupervisor:
             plugins_folder=settings.plugins_folder,
             default_deferrable=settings.default_deferrable,
         )
+        spec = with_results(spec, run.xcoms, max_bytes=settings.max_xcom_size_bytes)
         with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             assert process.stdin is not None
             await process.stdin.send(spec.to_json().encode() + b"\n")
@@ -306,7 +308,7 @@ class TaskSupervisor:
         result, problem = read_result(bytes(out))
         if problem:
             await log.write(f"[executor] {problem}\n".encode())
-        return decide_outcome(
+        outcome = decide_outcome(
             result,
             run,
             returncode=process.returncode,
@@ -315,6 +317,9 @@ class TaskSupervisor:
             wall_s=anyio.current_time() - started,
             now=models.utcnow(),
         )
+        if outcome.decision is Decision.SUCCEED and result is not None and result.xcoms:
+            outcome = replace(outcome, xcoms=dict(result.xcoms))  # pushed ones too
+        return outcome
 
     async def _wait(self, child: TaskProcess, kill_after: float | None) -> None:
         with anyio.move_on_after(math.inf if kill_after is None else kill_after) as scope:
@@ -374,7 +379,15 @@ class TaskSupervisor:
         if outcome.decision is Decision.FAIL:
             return finish(state=TaskState.FAILED, elapsed_s=elapsed_s)
         if outcome.decision is Decision.RETRY:
-            return finish(state=TaskState.SCHEDULED, elapsed_s=elapsed_s)
+            assert outcome.retry_at is not None
+            return tasks.retry_task(
+                session,
+                run.ti_id,
+                job_id=job_id,
+                elapsed_s=elapsed_s,
+                now=now,
+                retry_at=outcome.retry_at,
+            )
         if outcome.decision is Decision.DEFER:
             assert outcome.deferral is not None
             trigger_id = deferrals.defer_task(
@@ -408,6 +421,8 @@ class ExecutorSettings:
     secrets: tuple[str, ...] = ()
     #: ``[scheduler] keep_events_while_paused``, for the events of tasks' outlets
     keep_events_while_paused: bool = True
+    #: ``[core] max_xcom_size_bytes``: the largest result a task may store
+    max_xcom_size_bytes: int | None = 1_048_576
 
     @classmethod
     def from_config(cls, config: Config) -> ExecutorSettings:
@@ -423,4 +438,5 @@ class ExecutorSettings:
             shutdown_grace_s=config.triggerer.shutdown_grace_period_sec,
             secrets=tuple(config.secret_values()),
             keep_events_while_paused=config.scheduler.keep_events_while_paused,
+            max_xcom_size_bytes=config.core.max_xcom_size_bytes,
         )

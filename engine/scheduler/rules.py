@@ -1,24 +1,199 @@
 """Pure scheduling decisions: which tasks become ready, which runs end, which DAGs run.
 
 No database, no clock: the scheduler reads state, asks these functions, writes the answer.
+
+Theory of operation (trigger rules, Airflow 3's semantics). A task waiting in ``none`` is
+decided from the counts of its direct upstream tasks' *finished* states (``success``,
+``skipped``, ``failed``, ``upstream_failed``); a task still ``scheduled``, ``queued``,
+``running``, ``deferred`` or ``up_for_retry`` is not finished and counts for nothing yet.
+Each rule answers in two steps, as Airflow's trigger rule dependency does: first, can the
+rule no longer be met? Then the task ends at once as ``upstream_failed`` or ``skipped``
+(which of the two is Airflow's choice per rule, in the table of ``_DECIDERS``); otherwise,
+is it met? Then the task becomes ``scheduled``; otherwise it waits. A task without upstream
+tasks runs whatever its rule, and ``always`` runs without waiting for anything. Decisions
+propagate in one call: a task marked ``skipped`` or ``upstream_failed`` is an upstream state
+for its own downstream tasks.
+
+The run ends once every task finished, by Airflow's leaf rule: it fails when a leaf task (one
+without downstream tasks) is ``failed`` or ``upstream_failed``, and succeeds otherwise (every
+leaf succeeded or was skipped). So a failed task whose downstream task ran anyway (under
+``all_done``, say) and succeeded does not fail the run. With Airflow's rules every task is
+decided once its upstream tasks finished, so a run always ends; a rule this version does not
+know (parsing refuses one) would leave its task waiting.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Final
 
+from engine.authoring.arguments import TriggerRule
 from engine.db.models import DagRunState, TaskState
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence, Set
+    from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 
     from engine.authoring.assets import BaseAsset
 
 FINISHED: Final = frozenset(
     {TaskState.SUCCESS, TaskState.FAILED, TaskState.SKIPPED, TaskState.UPSTREAM_FAILED}
 )
-_BLOCKING: Final = frozenset({TaskState.FAILED, TaskState.UPSTREAM_FAILED})
-_DONE_OK: Final = frozenset({TaskState.SUCCESS, TaskState.SKIPPED})
+_FAILED: Final = frozenset({TaskState.FAILED, TaskState.UPSTREAM_FAILED})
+_NO_EDGES: Final[Mapping[str, Sequence[str]]] = MappingProxyType({})
+_NO_RULES: Final[Mapping[str, str]] = MappingProxyType({})
+
+_RUN: Final = TaskState.SCHEDULED
+_SKIP: Final = TaskState.SKIPPED
+_UPSTREAM_FAILED: Final = TaskState.UPSTREAM_FAILED
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamCounts:
+    """How many of a task's direct upstream tasks ended in each finished state."""
+
+    total: int
+    success: int = 0
+    skipped: int = 0
+    failed: int = 0
+    upstream_failed: int = 0
+
+    @classmethod
+    def of(cls, states: Iterable[str]) -> UpstreamCounts:
+        listed = list(states)
+        return cls(
+            total=len(listed),
+            success=listed.count(TaskState.SUCCESS),
+            skipped=listed.count(TaskState.SKIPPED),
+            failed=listed.count(TaskState.FAILED),
+            upstream_failed=listed.count(TaskState.UPSTREAM_FAILED),
+        )
+
+    @property
+    def done(self) -> int:
+        return self.success + self.skipped + self.failed + self.upstream_failed
+
+    @property
+    def all_done(self) -> bool:
+        return self.done >= self.total
+
+    @property
+    def any_failed(self) -> bool:
+        """A ``failed`` or ``upstream_failed`` upstream task."""
+        return bool(self.failed or self.upstream_failed)
+
+
+# --- the rules: ``scheduled``, ``skipped``, ``upstream_failed``, or None (wait) ------------
+
+
+def _all_success(c: UpstreamCounts) -> TaskState | None:
+    if c.any_failed:
+        return _UPSTREAM_FAILED
+    if c.skipped:
+        return _SKIP
+    return _RUN if c.success == c.total else None
+
+
+def _all_failed(c: UpstreamCounts) -> TaskState | None:
+    if c.success or c.skipped:
+        return _SKIP
+    return _RUN if c.failed + c.upstream_failed == c.total else None
+
+
+def _all_done(c: UpstreamCounts) -> TaskState | None:
+    # all_done_setup_success is all_done too: Sluice has no setup tasks (Airflow's rule
+    # only differs when a direct upstream task is a setup task).
+    return _RUN if c.all_done else None
+
+
+def _all_skipped(c: UpstreamCounts) -> TaskState | None:
+    if c.success or c.any_failed:
+        return _SKIP
+    return _RUN if c.skipped == c.total else None
+
+
+def _all_done_min_one_success(c: UpstreamCounts) -> TaskState | None:
+    # Airflow counts a skipped upstream task as "not done" for this rule: it skips at once.
+    if c.skipped:
+        return _SKIP
+    if not c.all_done:
+        return None
+    return _RUN if c.success else _UPSTREAM_FAILED
+
+
+def _one_success(c: UpstreamCounts) -> TaskState | None:
+    if c.success:
+        return _RUN
+    if not c.all_done:
+        return None
+    return _SKIP if c.skipped == c.total else _UPSTREAM_FAILED
+
+
+def _one_failed(c: UpstreamCounts) -> TaskState | None:
+    if c.any_failed:
+        return _RUN
+    return _SKIP if c.all_done else None
+
+
+def _one_done(c: UpstreamCounts) -> TaskState | None:
+    # "Done" is success or failed: skipped and upstream_failed upstream tasks do not count.
+    if c.success or c.failed:
+        return _RUN
+    return _SKIP if c.all_done else None
+
+
+def _none_failed(c: UpstreamCounts) -> TaskState | None:
+    if c.any_failed:
+        return _UPSTREAM_FAILED
+    return _RUN if c.success + c.skipped == c.total else None
+
+
+def _none_failed_min_one_success(c: UpstreamCounts) -> TaskState | None:
+    if c.any_failed:
+        return _UPSTREAM_FAILED
+    if c.skipped == c.total:
+        return _SKIP
+    return _RUN if c.success + c.skipped == c.total else None
+
+
+def _none_skipped(c: UpstreamCounts) -> TaskState | None:
+    if c.skipped:
+        return _SKIP
+    return _RUN if c.all_done else None
+
+
+def _always(c: UpstreamCounts) -> TaskState | None:
+    return _RUN
+
+
+_DECIDERS: Final[Mapping[str, Callable[[UpstreamCounts], TaskState | None]]] = MappingProxyType(
+    {
+        TriggerRule.ALL_SUCCESS: _all_success,
+        TriggerRule.ALL_FAILED: _all_failed,
+        TriggerRule.ALL_DONE: _all_done,
+        TriggerRule.ALL_DONE_SETUP_SUCCESS: _all_done,
+        TriggerRule.ALL_DONE_MIN_ONE_SUCCESS: _all_done_min_one_success,
+        TriggerRule.ALL_SKIPPED: _all_skipped,
+        TriggerRule.ONE_SUCCESS: _one_success,
+        TriggerRule.ONE_FAILED: _one_failed,
+        TriggerRule.ONE_DONE: _one_done,
+        TriggerRule.NONE_FAILED: _none_failed,
+        TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS: _none_failed_min_one_success,
+        TriggerRule.NONE_SKIPPED: _none_skipped,
+        TriggerRule.ALWAYS: _always,
+    }
+)
+#: The trigger rules the scheduler decides (every ``TriggerRule``; a test keeps them equal).
+DECIDED_RULES: Final = frozenset(_DECIDERS)
+
+
+def decide(rule: str, counts: UpstreamCounts) -> TaskState | None:
+    """The new state of a task in ``none`` under ``rule`` given its upstream ``counts``:
+    ``scheduled``, ``skipped``, ``upstream_failed``, or None (it waits)."""
+    if counts.total == 0:
+        return _RUN  # no upstream task: nothing to wait for, whatever the rule
+    decider = _DECIDERS.get(rule)
+    return None if decider is None else decider(counts)
 
 
 def upstream_of(downstream: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
@@ -31,13 +206,15 @@ def upstream_of(downstream: Mapping[str, Sequence[str]]) -> dict[str, list[str]]
 
 
 def next_task_states(
-    downstream: Mapping[str, Sequence[str]], states: Mapping[str, str]
+    downstream: Mapping[str, Sequence[str]],
+    states: Mapping[str, str],
+    trigger_rules: Mapping[str, str] = _NO_RULES,
 ) -> dict[str, str]:
-    """New states of tasks still in ``none`` (rule: all upstream succeeded).
+    """New states of tasks still in ``none``, each decided by its trigger rule.
 
-    A task whose upstream failed becomes ``upstream_failed`` (transitively, in one call); one
-    whose upstream all finished with at least one skipped becomes ``skipped``; one whose
-    upstream all succeeded becomes ``scheduled``.
+    ``trigger_rules`` maps task ids to rules; a task missing from it has ``all_success``.
+    Decisions propagate transitively in one call (a skip or an upstream failure reaches the
+    tasks below it at once).
     """
     upstream = upstream_of(downstream)
     current = dict(states)
@@ -48,28 +225,29 @@ def next_task_states(
         for task, state in current.items():
             if state != TaskState.NONE:
                 continue
-            new = _decide(upstream.get(task, []), current)
+            counts = UpstreamCounts.of(
+                current.get(up, TaskState.NONE) for up in upstream.get(task, [])
+            )
+            new = decide(trigger_rules.get(task, TriggerRule.ALL_SUCCESS), counts)
             if new is not None:
                 current[task] = changes[task] = new
                 changed = True
     return changes
 
 
-def _decide(upstream: Sequence[str], states: Mapping[str, str]) -> str | None:
-    up = [states.get(task, TaskState.NONE) for task in upstream]
-    if any(state in _BLOCKING for state in up):
-        return TaskState.UPSTREAM_FAILED
-    if not all(state in _DONE_OK for state in up):
-        return None
-    return TaskState.SKIPPED if TaskState.SKIPPED in up else TaskState.SCHEDULED
+def run_outcome(
+    states: Mapping[str, str], downstream: Mapping[str, Sequence[str]] = _NO_EDGES
+) -> str | None:
+    """The final state of a DAG run by Airflow's leaf rule; None while it goes on.
 
-
-def run_outcome(states: Mapping[str, str]) -> str | None:
-    """The final state of a DAG run once every task finished; None while any is not."""
+    Once every task finished: ``failed`` if a leaf task (no downstream task in
+    ``downstream``; without it every task is a leaf) is ``failed`` or ``upstream_failed``,
+    else ``success`` (every leaf succeeded or was skipped).
+    """
     if not states or not all(state in FINISHED for state in states.values()):
         return None
-    ok = all(state in _DONE_OK for state in states.values())
-    return DagRunState.SUCCESS if ok else DagRunState.FAILED
+    leaves = (state for task, state in states.items() if not downstream.get(task))
+    return DagRunState.FAILED if any(s in _FAILED for s in leaves) else DagRunState.SUCCESS
 
 
 def is_condition_met(

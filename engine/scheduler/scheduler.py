@@ -18,7 +18,8 @@ Each loop (every ``loop_interval_sec``, or at once when nudged by an in-process 
 4. each running run's tasks advance (``engine.scheduler.rules.next_task_states``): a ready
    task becomes ``scheduled`` for the executor (or goes straight to the triggerer when it
    starts from a trigger); a run whose tasks all finished ends;
-5. deferrals past their timeout fail.
+5. tasks ``up_for_retry`` whose retry delay has passed (by the scheduler's clock) are
+   ``scheduled`` again for their next try; deferrals past their timeout fail.
 
 Paused DAGs keep their queued events; on unpause they create the run they would have created.
 A paused time-scheduled DAG creates no runs; on unpause its next run is computed afresh.
@@ -255,6 +256,7 @@ class Scheduler:
         await self._start_queued_runs()
         scheduled_before = self.stats.tasks_scheduled
         finished_before = self.stats.runs_finished
+        await self._release_due_retries()
         for run_pk in await self._db.run(runs.unfinished_runs):
             await self._db.run(partial(self._advance_run, run_pk=run_pk))
         if self.stats.tasks_scheduled > scheduled_before and self._on_tasks_scheduled:
@@ -265,6 +267,20 @@ class Scheduler:
             self._backfills_checked = True
         await self._db.run(deferrals.fail_timed_out_deferrals)
         await self._recover_orphans()
+
+    async def _release_due_retries(self) -> None:
+        """Tasks ``up_for_retry`` whose delay has passed (by the scheduler's clock) become
+        ``scheduled`` again for their next try."""
+        now = self._clock()
+        released = await self._db.run(partial(runs.release_due_retries, now=now))
+        if released:
+            self.stats.tasks_scheduled += len(released)
+            logger.info(
+                "Scheduled %d task instance(s) for their next try after the retry delay: %s",
+                len(released),
+                released,
+                extra={"action": "task_retry_due", "ti_ids": released},
+            )
 
     async def _recover_orphans(self) -> None:
         """Tasks held by an executor that stopped heartbeating go back to ``scheduled``."""
@@ -408,7 +424,7 @@ class Scheduler:
         if state is None:
             return
         now = models.utcnow()
-        changes = next_task_states(state.downstream, state.task_states)
+        changes = next_task_states(state.downstream, state.task_states, state.trigger_rules)
         to_trigger = [
             t
             for t, s in changes.items()
@@ -418,7 +434,7 @@ class Scheduler:
         for task_id in to_trigger:
             self._start_from_trigger(session, state.ti_ids[task_id])
         self.stats.tasks_scheduled += sum(s == TaskState.SCHEDULED for s in changes.values())
-        outcome = run_outcome({**state.task_states, **changes})
+        outcome = run_outcome({**state.task_states, **changes}, state.downstream)
         if outcome is not None:
             runs.set_run_state(session, run_pk, outcome, now=now)
             runs.recompute_next_dagrun(session, state.dag_id)  # a held time run may go now

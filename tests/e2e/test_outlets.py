@@ -45,7 +45,7 @@ def producer():
 
 @dag(schedule=None)
 def flaky_producer():
-    @task(outlets=[orders], retries=2)
+    @task(outlets=[orders], retries=2, retry_delay=timedelta(0))
     def write_once():
         if not FIRST_TRY_FAILS.exists():
             FIRST_TRY_FAILS.touch()

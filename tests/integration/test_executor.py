@@ -141,7 +141,7 @@ def boom():
     raise ValueError("boom went the task")
 
 
-@task(retries=1)
+@task(retries=1, retry_delay=timedelta(0))
 def flaky(try_number):
     if try_number == 1:
         raise RuntimeError("the first try fails")
@@ -358,6 +358,8 @@ async def test_a_failed_try_is_retried_with_a_new_try_number_and_log(env: Env) -
     env.schedule(tis["flaky"])
     with anyio.fail_after(30):
         async with env.executor():
+            await env.until(tis["flaky"], TaskState.UP_FOR_RETRY)
+            env.schedule(tis["flaky"])  # the scheduler's part once the retry delay passed
             ti = await env.until(tis["flaky"], TaskState.SUCCESS)
     assert ti.try_number == 2
     assert deserialize_value(ti.xcoms["return_value"]) == 2

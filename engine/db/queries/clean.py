@@ -55,6 +55,7 @@ ACTIVE_TASK_STATES: Final = (
     TaskState.QUEUED,
     TaskState.RUNNING,
     TaskState.DEFERRED,
+    TaskState.UP_FOR_RETRY,
 )
 #: Cleanable tables, in the order they are cleaned (runs first: that frees their events).
 TABLES: Final = ("dag_run", "asset_event", "trigger", "shared_stream_snapshot", "job")

@@ -204,6 +204,7 @@ def rerun_run(session: Session, run_pk: int, *, now: datetime, backfill_id: int 
             trigger_timeout=None,
             executor_job_id=None,
             queued_at=None,
+            next_retry_at=None,
             max_tries=TaskInstance.try_number
             + func.coalesce(
                 select(DagTask.retries)
@@ -443,6 +444,32 @@ def unfinished_runs(session: Session) -> list[int]:
     return [int(r) for r in rows.scalars()]
 
 
+def release_due_retries(session: Session, *, now: datetime) -> list[int]:
+    """Tasks ``up_for_retry`` whose ``next_retry_at`` has passed go back to ``scheduled``:
+    an executor starts their next try. Only in the runs whose tasks advance (running, DAG
+    not paused: a paused DAG's retry waits like its other tasks). Returns their ids.
+
+    One guarded ``UPDATE``: two schedulers never release a task twice.
+    """
+    advancing = (
+        select(DagRun.id)
+        .join(Dag, Dag.dag_id == DagRun.dag_id)
+        .where(DagRun.state == DagRunState.RUNNING, Dag.is_paused.is_(False))
+    )
+    released = session.execute(
+        update(TaskInstance)
+        .where(
+            TaskInstance.state == TaskState.UP_FOR_RETRY,
+            # None: put in up_for_retry by hand, without a time: due at once
+            or_(TaskInstance.next_retry_at.is_(None), TaskInstance.next_retry_at <= now),
+            TaskInstance.dag_run_id.in_(advancing),
+        )
+        .values(state=TaskState.SCHEDULED, next_retry_at=None)
+        .returning(TaskInstance.id)
+    )
+    return sorted(int(i) for i in released.scalars())
+
+
 @dataclass(frozen=True, slots=True)
 class RunState:
     run_pk: int
@@ -452,6 +479,7 @@ class RunState:
     task_states: dict[str, str]
     start_from_trigger: frozenset[str]
     ti_ids: dict[str, int]
+    trigger_rules: dict[str, str]  # task id -> its trigger rule (``TriggerRule`` value)
 
 
 def load_run_state(session: Session, run_pk: int) -> RunState | None:
@@ -463,9 +491,12 @@ def load_run_state(session: Session, run_pk: int) -> RunState | None:
         return None
     dag_id, state = str(row[0]), str(row[1])
     tasks = session.execute(
-        select(DagTask.task_id, DagTask.downstream_task_ids, DagTask.start_from_trigger).where(
-            DagTask.dag_id == dag_id
-        )
+        select(
+            DagTask.task_id,
+            DagTask.downstream_task_ids,
+            DagTask.start_from_trigger,
+            DagTask.trigger_rule,
+        ).where(DagTask.dag_id == dag_id)
     ).all()
     tis = session.execute(
         select(TaskInstance.task_id, TaskInstance.state, TaskInstance.id).where(
@@ -476,10 +507,11 @@ def load_run_state(session: Session, run_pk: int) -> RunState | None:
         run_pk=run_pk,
         dag_id=dag_id,
         state=state,
-        downstream={str(t): list(d or []) for t, d, _ in tasks},
+        downstream={str(t): list(d or []) for t, d, _, _ in tasks},
         task_states={str(t): str(s) for t, s, _ in tis},
-        start_from_trigger=frozenset(str(t) for t, _, sft in tasks if sft),
+        start_from_trigger=frozenset(str(t) for t, _, sft, _ in tasks if sft),
         ti_ids={str(t): int(i) for t, _, i in tis},
+        trigger_rules={str(t): str(rule) for t, _, _, rule in tasks},
     )
 
 

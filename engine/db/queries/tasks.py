@@ -1,5 +1,6 @@
-"""SQL of task execution: claiming, starting, finishing, requeueing and recovering task
-instances the executor holds. Deferral is ``engine.db.queries.deferrals``.
+"""SQL of task execution: claiming, starting, finishing (or leaving ``up_for_retry``),
+requeueing and recovering task instances the executor holds. Deferral is
+``engine.db.queries.deferrals``.
 
 Every write to a task instance the executor holds is guarded by ``executor_job_id`` and the
 state it expects, so an executor that was presumed dead (and whose tasks were recovered)
@@ -95,6 +96,12 @@ class TaskRun:
     run: dict[str, Any] = field(default_factory=dict)
     #: the latest events of each inlet asset, oldest first (``inlet_events``)
     inlet_events: dict[str, tuple[EventRow, ...]] = field(default_factory=dict)
+    #: how long a failed try waits for the next (``engine.executor.outcomes.retry_wait_s``)
+    retry_delay_s: float = 300.0
+    retry_exponential_backoff: bool = False
+    max_retry_delay_s: float | None = None
+    #: the results of the run's succeeded tasks: {task_id: {key: tagged JSON}}
+    xcoms: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def log_fields(self) -> dict[str, object]:
         """The structured fields every log line about this try carries."""
@@ -135,8 +142,14 @@ def start_task_run(
         "pid": pid,
         "end_date": None,
     }
-    if fresh:
-        values.update(try_number=ti.try_number + 1, start_date=now, runtime_s=0.0, deferral_count=0)
+    if fresh:  # a new try starts without the results of an earlier one (as in Airflow)
+        values.update(
+            try_number=ti.try_number + 1,
+            start_date=now,
+            runtime_s=0.0,
+            deferral_count=0,
+            xcoms=None,
+        )
     elif ti.start_date is None:
         values["start_date"] = now
     session.execute(update(TaskInstance).where(TaskInstance.id == ti_id).values(**values))
@@ -147,9 +160,14 @@ def start_task_run(
     ).one()  # foreign keys: a task instance's run and DAG exist
     run_id = dag_run.run_id
     task_row = session.execute(
-        select(DagTask.execution_timeout_s, DagTask.inlets, DagTask.inlet_aliases).where(
-            DagTask.dag_id == ti.dag_id, DagTask.task_id == ti.task_id
-        )
+        select(
+            DagTask.execution_timeout_s,
+            DagTask.inlets,
+            DagTask.inlet_aliases,
+            DagTask.retry_delay_s,
+            DagTask.retry_exponential_backoff,
+            DagTask.max_retry_delay_s,
+        ).where(DagTask.dag_id == ti.dag_id, DagTask.task_id == ti.task_id)
     ).first()
     timeout_s = None if task_row is None else task_row[0]
     inlets = [] if task_row is None else list(task_row[1] or [])
@@ -167,7 +185,9 @@ def start_task_run(
         next_kwargs=ti.next_kwargs,
         deferral_count=ti.deferral_count,
         execution_timeout_s=None if timeout_s is None else int(timeout_s),
+        **_retry_settings(task_row),
         events=tuple(triggering_events(session, ti.dag_run_id)),
+        xcoms=run_results(session, ti.dag_run_id),
         run={
             "run_id": dag_run.run_id,
             "run_type": dag_run.run_type,
@@ -190,6 +210,20 @@ def start_task_run(
             },
         },
     )
+
+
+def _retry_settings(task_row: Any) -> dict[str, Any]:
+    """The ``TaskRun`` retry fields from the task's row (``start_task_run``); the defaults
+    when the task is gone from its DAG."""
+    if task_row is None:
+        return {}
+    return {
+        "retry_delay_s": float(task_row.retry_delay_s),
+        "retry_exponential_backoff": bool(task_row.retry_exponential_backoff),
+        "max_retry_delay_s": (
+            None if task_row.max_retry_delay_s is None else float(task_row.max_retry_delay_s)
+        ),
+    }
 
 
 def _event_row(event: AssetEvent, asset_name: str, uri: str | None = None) -> EventRow:
@@ -223,6 +257,81 @@ def triggering_events(session: Session, dag_run_id: int) -> list[EventRow]:
     return [_event_row(event, str(name), str(uri)) for event, name, uri in rows]
 
 
+def run_results(session: Session, dag_run_id: int) -> dict[str, dict[str, Any]]:
+    """The results of the run's succeeded tasks: ``{task_id: {key: tagged JSON}}`` (what
+    ``ti.xcom_pull`` and a task's ``XComArg`` arguments read)."""
+    rows = session.execute(
+        select(TaskInstance.task_id, TaskInstance.xcoms).where(
+            TaskInstance.dag_run_id == dag_run_id,
+            TaskInstance.state == TaskState.SUCCESS,
+            TaskInstance.xcoms.is_not(None),
+        )
+    )
+    return {str(task_id): dict(xcoms) for task_id, xcoms in rows if isinstance(xcoms, dict)}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskResults:
+    """A task instance's state and stored results (``sluice tasks result``)."""
+
+    state: str
+    try_number: int
+    xcoms: dict[str, Any]
+
+
+def load_task_results(
+    session: Session, dag_id: str, run_id: str, task_id: str
+) -> TaskResults | None:
+    """The results of one task of one run (``{key: tagged JSON}``); None if no such task."""
+    row = session.execute(
+        select(TaskInstance.state, TaskInstance.try_number, TaskInstance.xcoms)
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .where(DagRun.dag_id == dag_id, DagRun.run_id == run_id, TaskInstance.task_id == task_id)
+    ).first()
+    if row is None:
+        return None
+    state, try_number, xcoms = row
+    return TaskResults(str(state), int(try_number), dict(xcoms or {}))
+
+
+def _try_ended(elapsed_s: float, now: datetime) -> dict[str, Any]:
+    """What every end of a try writes: its run time, no deferral, no executor."""
+    return {
+        "runtime_s": TaskInstance.runtime_s + elapsed_s,
+        "next_method": None,
+        "next_kwargs": None,
+        "trigger_timeout": None,
+        "executor_job_id": None,
+        "end_date": now,
+    }
+
+
+def retry_task(
+    session: Session,
+    ti_id: int,
+    *,
+    job_id: int,
+    elapsed_s: float,
+    now: datetime,
+    retry_at: datetime,
+) -> bool:
+    """End a failed try that has tries left: ``up_for_retry`` until ``retry_at``.
+
+    It holds no executor slot meanwhile; once ``retry_at`` has passed the scheduler makes it
+    ``scheduled`` again (``runs.release_due_retries``) and an executor starts the next try.
+    """
+    values = {
+        "state": TaskState.UP_FOR_RETRY,
+        **_try_ended(elapsed_s, now),
+        "queued_at": None,
+        "next_retry_at": retry_at,
+    }
+    result = session.execute(
+        update(TaskInstance).where(held_by(ti_id, job_id, TaskState.RUNNING)).values(**values)
+    )
+    return rowcount(result) == 1
+
+
 def finish_task(
     session: Session,
     ti_id: int,
@@ -233,19 +342,8 @@ def finish_task(
     now: datetime,
     xcoms: dict[str, Any] | None = None,
 ) -> bool:
-    """End the try: ``success`` / ``failed``, or ``scheduled`` for a retry (a fresh try)."""
-    values: dict[str, Any] = {
-        "state": state,
-        "runtime_s": TaskInstance.runtime_s + elapsed_s,
-        "next_method": None,
-        "next_kwargs": None,
-        "trigger_timeout": None,
-        "executor_job_id": None,
-    }
-    if state == TaskState.SCHEDULED:
-        values["queued_at"] = None
-    else:
-        values["end_date"] = now
+    """End the try: ``success``, ``failed`` or ``skipped`` (a retry: ``retry_task``)."""
+    values: dict[str, Any] = {"state": state, **_try_ended(elapsed_s, now)}
     if xcoms is not None:
         values["xcoms"] = xcoms
     result = session.execute(

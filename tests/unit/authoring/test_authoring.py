@@ -220,8 +220,8 @@ def test_task_decorator_misuse() -> None:
         step()
     with DAG("misuse"):
         upstream = step()
-        with pytest.raises(DagDefinitionError, match="passing results between tasks"):
-            task(lambda value: value).override(task_id="consumer")(upstream)
+        consumer = task(lambda value: value).override(task_id="consumer")(upstream)
+    assert consumer.upstream_task_ids == {"step"}  # a task passed to a call is its result
 
 
 # --- deferral -----------------------------------------------------------------------------------

@@ -210,9 +210,11 @@ def test_a_failure_reports_the_error_and_prints_the_traceback(spec_for, capsys) 
     assert "Traceback (most recent call last)" in capsys.readouterr().err
 
 
-def test_an_unserializable_return_value_still_succeeds(spec_for) -> None:
+def test_an_unserializable_return_value_fails_the_try(spec_for) -> None:
     result = run_task(spec_for("opaque"))
-    assert result.outcome == SUCCESS and not result.has_return_value
+    assert result.outcome == FAILED and not result.has_return_value
+    assert result.error is not None
+    assert result.error.startswith("TypeError: task 'opaque': its return value of type object")
 
 
 def test_a_deferral_carries_the_trigger_kwargs_and_defer_kwargs(spec_for) -> None:
