@@ -102,7 +102,6 @@ OPERATOR_IGNORED: Final = frozenset(
     {
         "allow_nested_operators",
         "depends_on_past",
-        "do_xcom_push",
         "doc",
         "doc_json",
         "doc_rst",
@@ -118,7 +117,6 @@ OPERATOR_IGNORED: Final = frozenset(
         "map_index_template",
         "max_active_tis_per_dag",
         "max_active_tis_per_dagrun",
-        "multiple_outputs",
         "on_execute_callback",
         "on_failure_callback",
         "on_retry_callback",

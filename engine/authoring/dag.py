@@ -596,6 +596,8 @@ class BaseOperator(DependencyMixin, Deferrable):
         retry_exponential_backoff: bool = False,
         max_retry_delay: timedelta | float | None = None,
         execution_timeout: timedelta | None = None,
+        multiple_outputs: bool = False,
+        do_xcom_push: bool = True,
         outlets: Asset | AssetAlias | Sequence[Asset | AssetAlias] | None = None,
         inlets: Asset | AssetAlias | Sequence[Asset | AssetAlias] | None = None,
         owner: str = DEFAULT_OWNER,
@@ -620,6 +622,11 @@ class BaseOperator(DependencyMixin, Deferrable):
         self.retry_exponential_backoff = retry_exponential_backoff
         self.max_retry_delay = as_delay(where, "max_retry_delay", max_retry_delay)
         self.execution_timeout = check_timedelta(where, "execution_timeout", execution_timeout)
+        for name, flag in (("multiple_outputs", multiple_outputs), ("do_xcom_push", do_xcom_push)):
+            check_type(where, name, flag, bool)
+        #: a dict result is also stored key by key; ``do_xcom_push=False`` stores no result
+        self.multiple_outputs = multiple_outputs
+        self.do_xcom_push = do_xcom_push
         self.outlets = as_asset_list(where, "outlets", outlets)
         self.inlets = as_asset_list(where, "inlets", inlets)
         check_type(where, "owner", owner, str)

@@ -91,8 +91,6 @@ class PythonOperator(BaseOperator):
         python_callable: Callable[..., Any],
         op_args: Sequence[Any] | None = None,
         op_kwargs: Mapping[str, Any] | None = None,
-        multiple_outputs: bool = False,
-        do_xcom_push: bool = True,
         **kwargs: Any,
     ) -> None:
         where = caller_location()
@@ -100,15 +98,10 @@ class PythonOperator(BaseOperator):
             raise DagDefinitionError(
                 f"{where}: python_callable must be callable, got {python_callable!r}"
             )
-        for name, flag in (("multiple_outputs", multiple_outputs), ("do_xcom_push", do_xcom_push)):
-            if not isinstance(flag, bool):
-                raise DagDefinitionError(f"{where}: {name} must be True or False, got {flag!r}")
         super().__init__(**kwargs)
         self.python_callable = python_callable
         self.op_args: tuple[Any, ...] = as_references(tuple(op_args or ()))
         self.op_kwargs: dict[str, Any] = as_references(dict(op_kwargs or {}))
-        self.multiple_outputs = multiple_outputs
-        self.do_xcom_push = do_xcom_push
         for reference in iter_references((self.op_args, self.op_kwargs)):
             self.set_upstream(reference)
 

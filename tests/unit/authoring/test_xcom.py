@@ -214,7 +214,7 @@ def test_misuses_of_results_at_definition_time_are_clear() -> None:
             summarize(group)
     with pytest.raises(TypeError, match="refers to a task"):
         XComArg("extract")  # type: ignore[arg-type]
-    with pytest.raises(DagDefinitionError, match="multiple_outputs must be True or False"):
+    with pytest.raises(DagDefinitionError, match="multiple_outputs must be bool"):
         PythonOperator(task_id="x", python_callable=print, multiple_outputs="yes")  # type: ignore[arg-type]
 
 
