@@ -79,10 +79,14 @@ def pull(ti, upstream):
 
 
 with DAG("flow"):
-    parts = split(extract())
+    extracted = extract()
+    parts = split(extracted)
     load(parts["total"], parts["count"], whole=parts, at=parts["at"])
     pusher = PythonOperator(task_id="push", python_callable=push)
-    PythonOperator(task_id="pull", python_callable=pull, op_kwargs={"upstream": pusher.output})
+    puller = PythonOperator(
+        task_id="pull", python_callable=pull, op_kwargs={"upstream": pusher.output}
+    )
+    extracted >> puller  # it pulls extract's result too: it must run after it
 
 
 class Waits(BaseOperator):

@@ -138,7 +138,9 @@ def create_run(
     }
     stmt = upsert_insert(session, DagRun).values(values)
     if logical_date is not None:
-        stmt = stmt.on_conflict_do_nothing(index_elements=["dag_id", "logical_date"])
+        # No conflict target: a run of a logical date also has a deterministic run_id, and
+        # PostgreSQL may meet either unique index first when two writers race.
+        stmt = stmt.on_conflict_do_nothing()
     found = session.execute(stmt.returning(DagRun.id)).scalar()
     if found is None:
         return None
