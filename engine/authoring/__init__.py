@@ -25,6 +25,15 @@ from engine.authoring.assets import (
     BaseAsset,
     Metadata,
 )
+from engine.authoring.bash import BashOperator, bash_task
+from engine.authoring.branching import (
+    BaseBranchOperator,
+    BranchPythonOperator,
+    LatestOnlyOperator,
+    ShortCircuitOperator,
+    branch_task,
+    short_circuit_task,
+)
 from engine.authoring.context import Context, DagDefinitionError, TaskDeferred, resolve_deferrable
 from engine.authoring.dag import DAG, BaseOperator
 from engine.authoring.groups import TaskGroup, chain, cross_downstream, task_group
@@ -44,6 +53,10 @@ from engine.authoring.timetables import (
 )
 from engine.authoring.xcom import XComArg
 
+task.bash = bash_task  # type: ignore[attr-defined]  # @task.bash
+task.branch = branch_task  # type: ignore[attr-defined]  # @task.branch
+task.short_circuit = short_circuit_task  # type: ignore[attr-defined]  # @task.short_circuit
+
 __all__: tuple[str, ...] = (
     "DAG",
     "Asset",
@@ -53,8 +66,11 @@ __all__: tuple[str, ...] = (
     "AssetOrTimeSchedule",
     "AssetWatcher",
     "BaseAsset",
+    "BaseBranchOperator",
     "BaseOperator",
     "BaseSensorOperator",
+    "BashOperator",
+    "BranchPythonOperator",
     "Context",
     "ContinuousTimetable",
     "CronDataIntervalTimetable",
@@ -63,11 +79,13 @@ __all__: tuple[str, ...] = (
     "DeltaDataIntervalTimetable",
     "DeltaTriggerTimetable",
     "EmptyOperator",
+    "LatestOnlyOperator",
     "Metadata",
     "MultipleCronTriggerTimetable",
     "OnceTimetable",
     "Param",
     "PythonOperator",
+    "ShortCircuitOperator",
     "TaskDeferred",
     "TaskGroup",
     "Timetable",

@@ -83,7 +83,13 @@ class PythonOperator(BaseOperator):
     """Calls ``python_callable(*op_args, **op_kwargs)``; parameters named like context keys
     (``ti``, ``params``, ``logical_date``, ``outlet_events`` ...) receive them, ``**kwargs``
     gets them all. Yielded or returned ``Metadata`` sets outlet extras. Tasks and their
-    results in ``op_args`` / ``op_kwargs`` become upstream and are passed as values."""
+    results in ``op_args`` / ``op_kwargs`` become upstream and are passed as values.
+    ``templates_dict``, ``op_args`` and ``op_kwargs`` are templates (rendered before the call;
+    ``templates_exts`` lists the extensions of template files); the rendered
+    ``templates_dict`` is the context key ``templates_dict``."""
+
+    template_fields: Sequence[str] = ("templates_dict", "op_args", "op_kwargs")
+    template_ext: Sequence[str] = ()
 
     def __init__(
         self,
@@ -91,6 +97,8 @@ class PythonOperator(BaseOperator):
         python_callable: Callable[..., Any],
         op_args: Sequence[Any] | None = None,
         op_kwargs: Mapping[str, Any] | None = None,
+        templates_dict: Mapping[str, Any] | None = None,
+        templates_exts: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         where = caller_location()
@@ -104,6 +112,11 @@ class PythonOperator(BaseOperator):
         self.op_kwargs: dict[str, Any] = as_references(dict(op_kwargs or {}))
         for reference in iter_references((self.op_args, self.op_kwargs)):
             self.set_upstream(reference)
+        self.templates_dict: dict[str, Any] | None = (
+            None if templates_dict is None else dict(templates_dict)
+        )
+        if templates_exts is not None:
+            self.template_ext = tuple(templates_exts)
 
     @property
     def output(self) -> XComArg:
@@ -115,6 +128,7 @@ class PythonOperator(BaseOperator):
         return XComArg(self)[key]
 
     def execute(self, context: Context) -> Any:
+        context["templates_dict"] = self.templates_dict
         args = resolve_references(list(self.op_args), context)
         kwargs = resolve_references(self.op_kwargs, context)
         kwargs = _context_kwargs(self.python_callable, len(args), kwargs, context)
@@ -155,7 +169,10 @@ class EmptyOperator(BaseOperator):
 
 
 class TaskFactory:
-    """What ``@task`` returns: calling it inside ``with DAG(...)`` adds a ``PythonOperator``."""
+    """What ``@task`` returns: calling it inside ``with DAG(...)`` adds a ``PythonOperator``
+    (``operator_class``: a subclass's, for ``@task.bash`` and the like)."""
+
+    operator_class: type[PythonOperator] = PythonOperator
 
     def __init__(self, function: Callable[..., Any], **operator_kwargs: Any) -> None:
         if not callable(function):
@@ -169,7 +186,7 @@ class TaskFactory:
 
     def override(self, **operator_kwargs: Any) -> TaskFactory:
         """A copy with other operator arguments (``task_id``, ``retries`` ...)."""
-        return TaskFactory(self.function, **{**self.operator_kwargs, **operator_kwargs})
+        return type(self)(self.function, **{**self.operator_kwargs, **operator_kwargs})
 
     def __call__(self, *args: Any, **kwargs: Any) -> PythonOperator:
         group = current_group()
@@ -186,7 +203,7 @@ class TaskFactory:
             options["doc_md"] = inspect.cleandoc(self.function.__doc__)
         base = options.pop("task_id", None) or self.function.__name__
         task_id = _unique_task_id(dag, group, base)
-        return PythonOperator(
+        return self.operator_class(
             task_id=task_id,
             python_callable=self.function,
             op_args=args,

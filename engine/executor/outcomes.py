@@ -68,13 +68,17 @@ class Outcome:
     outlet_events: tuple[dict[str, Any], ...] = ()
     retry_at: datetime | None = None  # RETRY: when the next try may start
     retry_wait_s: float = 0.0  # RETRY: how long after the failure that is
+    skip_task_ids: tuple[str, ...] = ()  # SUCCEED: tasks of the run a branch skips
 
     def describe(self) -> str:
         if self.decision is Decision.SUCCEED:
+            text = "task succeeded"
             if self.outlet_events:
                 names = sorted({str(e["asset"]) for e in self.outlet_events})
-                return f"task succeeded; asset events for {', '.join(names)}"
-            return "task succeeded"
+                text += f"; asset events for {', '.join(names)}"
+            if self.skip_task_ids:
+                text += f"; skipping {', '.join(self.skip_task_ids)}"
+            return text
         if self.decision is Decision.SKIP:
             return f"task skipped: {self.reason}"
         if self.decision is Decision.FAIL:
@@ -185,6 +189,7 @@ def decide_outcome(
                 result.elapsed_s,
                 xcoms=xcoms,
                 outlet_events=tuple(result.outlet_events),
+                skip_task_ids=tuple(result.skip_task_ids),
             )
         if result.outcome == SKIPPED:
             return Outcome(Decision.SKIP, result.elapsed_s, reason=result.error)

@@ -4,12 +4,13 @@ Theory of operation. The executor (``engine.executor``) owns every database writ
 instance; the child only runs user code. The parent sends one ``TaskSpec`` (a JSON line) on
 the child's standard input and keeps that pipe open: when the parent dies, the pipe closes
 and the child exits at once, so a task whose executor is gone never runs twice. The child
-imports the DAG file (``engine.authoring.dag_files.load_task``) and either starts the task
-(``deferral_at_start()`` then ``execute``) or resumes it (``resume_execution``). Its own
-stdout, stderr and Python logging all go to its standard error, which the parent appends to
-the task log; the single ``TaskResult`` (success with the return value, failure, or the
-deferral to store) goes to the original standard output. The child needs neither the
-database URL nor the Fernet key.
+imports the DAG file (``engine.authoring.dag_files.load_task``), renders the task's
+``template_fields`` with its context (``engine.authoring.templates``: a template error fails
+the try) and either starts the task (``deferral_at_start()`` then ``execute``) or resumes it
+(``resume_execution``). Its own stdout, stderr and Python logging all go to its standard
+error, which the parent appends to the task log; the single ``TaskResult`` (success with
+the return value, failure, or the deferral to store) goes to the original standard output.
+The child needs neither the database URL nor the Fernet key.
 
 Results. The spec carries the results of the run's finished tasks (``xcoms``: ``{task_id:
 {key: tagged JSON}}``); they join the raw context, where ``ti.xcom_pull`` and the task's
@@ -17,6 +18,8 @@ Results. The spec carries the results of the run's finished tasks (``xcoms``: ``
 it pushed (``ti.xcom_push``), its return value as ``return_value`` unless None (and each
 key of a dict result with ``multiple_outputs``). A result that cannot be stored, or whose
 JSON is over ``max_xcom_size_bytes``, fails the try with an error naming the task and key.
+A branching task's success also carries the tasks of the run it skips (``skip_task_ids``,
+``engine.authoring.branching``); the executor skips them with the success.
 
 ``execution_timeout`` counts the whole try, deferrals included (as in Airflow: a task can
 time out while deferred or shortly after resuming): the deadline is the try's start plus the
@@ -41,6 +44,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from engine.authoring.branching import skipped_task_ids
 from engine.authoring.context import (
     DEFAULT_DEFERRABLE_KEY,
     TRIGGERING_ASSET_EVENTS_KEY,
@@ -57,6 +61,7 @@ from engine.authoring.runtime_context import (
     hydrate_context,
     is_metadata_result,
 )
+from engine.authoring.templates import render_template_fields
 from engine.exceptions import (
     AirflowFailException,
     AirflowSkipException,
@@ -141,6 +146,8 @@ class TaskResult:
     no_retry: bool = False
     #: on success, the task's results to store: {key: tagged JSON} (``return_value`` too)
     xcoms: dict[str, Any] = field(default_factory=dict)
+    #: on success, the tasks of the run a branch skips (``engine.authoring.branching``)
+    skip_task_ids: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -322,6 +329,7 @@ class _Deadline:
 
 
 def _call(task: BaseOperator, spec: TaskSpec, context: dict[str, Any]) -> Any:
+    render_template_fields(task, context)  # each step, as Airflow: a resumed task's too
     if spec.next_method is not None:
         kwargs = loads(spec.next_kwargs) if spec.next_kwargs else {}
         if not isinstance(kwargs, dict):
@@ -417,6 +425,7 @@ def run_task(spec: TaskSpec, *, now: datetime | None = None) -> TaskResult:
         )
     result = _success(results, time.monotonic() - started)
     result.outlet_events.extend(outlet_events)
+    result.skip_task_ids.extend(skipped_task_ids(context))
     return result
 
 

@@ -373,6 +373,7 @@ class TaskSupervisor:
                 xcoms=outcome.xcoms,
                 outlet_events=list(outcome.outlet_events),
                 keep_while_paused=self.settings.keep_events_while_paused,
+                skip_task_ids=outcome.skip_task_ids,
             )
         if outcome.decision is Decision.SKIP:
             return finish(state=TaskState.SKIPPED, elapsed_s=elapsed_s)

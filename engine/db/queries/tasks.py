@@ -31,6 +31,7 @@ from engine.db.models import (
 from engine.db.queries import assets, jobs
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from datetime import datetime
 
     from sqlalchemy.orm import Session
@@ -362,8 +363,10 @@ def succeed_task(
     xcoms: dict[str, Any] | None,
     outlet_events: list[dict[str, Any]],
     keep_while_paused: bool = True,
+    skip_task_ids: Sequence[str] = (),
 ) -> bool:
-    """Record a success and, in the same transaction, the task's outlet asset events."""
+    """Record a success and, in the same transaction, the task's outlet asset events and
+    the tasks of the run it skips (a branch's: ``skip_waiting_tasks``)."""
     if not finish_task(
         session,
         run.ti_id,
@@ -378,7 +381,30 @@ def succeed_task(
     assets.record_task_outlet_events(
         session, source, outlet_events, keep_while_paused=keep_while_paused, now=now
     )
+    skip_waiting_tasks(session, run.ti_id, skip_task_ids, now=now)
     return True
+
+
+def skip_waiting_tasks(
+    session: Session, ti_id: int, task_ids: Sequence[str], *, now: datetime
+) -> list[str]:
+    """Mark the tasks ``task_ids`` of task instance ``ti_id``'s run that still wait (``none``)
+    as ``skipped``; returns those it marked. A task already scheduled or finished keeps its
+    state (the trigger rules decided it before the branch did)."""
+    if not task_ids:
+        return []
+    run_pk = select(TaskInstance.dag_run_id).where(TaskInstance.id == ti_id).scalar_subquery()
+    rows = session.execute(
+        update(TaskInstance)
+        .where(
+            TaskInstance.dag_run_id == run_pk,
+            TaskInstance.task_id.in_(list(task_ids)),
+            TaskInstance.state == TaskState.NONE,
+        )
+        .values(state=TaskState.SKIPPED, end_date=now)
+        .returning(TaskInstance.task_id)
+    )
+    return sorted(str(task_id) for task_id in rows.scalars())
 
 
 def fail_held_task(session: Session, ti_id: int, *, job_id: int) -> bool:

@@ -1,0 +1,309 @@
+"""Templates: a task's ``template_fields`` rendered with Jinja2 right before it runs.
+
+Theory of operation (Airflow's, so a ported template renders the same). An operator class
+names the attributes that are templates in ``template_fields`` (a tuple of attribute names)
+and the file extensions in ``template_ext``. In the task process, after the context is
+built and right before ``execute`` (or the method a deferred task resumes in), the task
+runner calls ``render_template_fields(task, context)``: each field's value is rendered and
+set back on the operator instance. A string is a Jinja2 template (one without any ``{`` is
+kept exactly, trailing newline included); a string that ends with
+one of ``template_ext`` (``"etl.sh"``, ``"query.sql"``) names a template file, read
+relative to the DAG file's folder. Lists, tuples, sets and dict values are rendered item by
+item, and an object with ``template_fields`` of its own has those rendered in place; a
+task's result (``XComArg``, ``op.output``) or a ``@dag`` param becomes its value; any other
+value is left as it is.
+
+The names a template sees are the task context's (``ds``, ``ds_nodash``, ``ts``,
+``logical_date``, ``data_interval_start`` / ``_end``, ``params``, ``dag_run``, ``ti``,
+``run_id``, ``task``, ``dag``, ``inlet_events``, ``triggering_asset_events`` ...) plus
+``macros`` (``ds_add``, ``ds_format``, ``datetime``, ``timedelta``, ``time``, ``uuid``,
+``random``, ``json``, ``dateutil``, as Airflow's ``airflow.macros``) and the filters ``ds``,
+``ds_nodash``, ``ts``, ``ts_nodash``, ``ts_nodash_with_tz`` (``{{ data_interval_end | ds
+}}``). As in Airflow 3, a run without a logical date (asset-triggered) has no ``ds``,
+``ts``, ``logical_date`` ... in its templates. Undefined names are errors
+(``StrictUndefined``, Airflow's default): the try fails with ``TemplateRenderError`` naming
+the task, the field and the name. The environment is Airflow's sandbox (attributes that
+start with ``__`` are out of reach) with the ``do`` extension.
+
+Not supported yet (the DAG arguments are ignored with a warning): ``user_defined_macros``,
+``user_defined_filters``, ``template_searchpath``, ``render_template_as_native_obj``,
+``jinja_environment_kwargs``; ``var`` and ``conn`` are not in the context.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+import uuid
+from datetime import datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Final
+
+import dateutil  # type: ignore[import-untyped]  # Airflow's macros.dateutil (croniter's dep)
+import jinja2
+import jinja2.sandbox
+
+from engine.authoring.params import DagParam
+from engine.authoring.xcom import XComArg
+from engine.exceptions import AirflowException
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from engine.authoring.dag import BaseOperator
+
+__all__ = (
+    "MACROS",
+    "TemplateRenderError",
+    "render_template",
+    "render_template_fields",
+    "template_context",
+    "template_fields_of",
+)
+
+#: The context keys a run without a logical date does not have in its templates (Airflow 3).
+LOGICAL_DATE_KEYS: Final = (
+    "logical_date",
+    "ds",
+    "ds_nodash",
+    "ts",
+    "ts_nodash",
+    "ts_nodash_with_tz",
+)
+_UNDEFINED_NAME: Final = re.compile(r"^'([^']+)' is undefined$")
+
+
+class TemplateRenderError(AirflowException):
+    """A template field of a task could not be rendered: an undefined name, bad syntax, a
+    missing template file. The try fails (and is retried like any failure)."""
+
+
+# --- macros and filters (Airflow's airflow.macros, airflow.templates.FILTERS) -------------
+
+
+def ds_add(ds: str, days: int) -> str:
+    """``ds`` (``YYYY-MM-DD``) plus ``days`` (negative to subtract): ``ds_add(ds, -1)``."""
+    if not days:
+        return str(ds)
+    moved = datetime.strptime(str(ds), "%Y-%m-%d") + timedelta(days=days)
+    return moved.strftime("%Y-%m-%d")
+
+
+def ds_format(ds: str, input_format: str, output_format: str) -> str:
+    """``ds`` read with ``input_format`` and written with ``output_format`` (strftime)."""
+    return datetime.strptime(str(ds), input_format).strftime(output_format)
+
+
+def datetime_diff_for_humans(dt: Any, since: Any = None) -> str:
+    """How far ``dt`` is from ``since`` (now by default) in words ("2 days ago"); needs
+    pendulum, as Airflow's."""
+    try:
+        import pendulum
+    except ImportError as exc:  # pragma: no cover - pendulum is an optional extra
+        raise RuntimeError("macros.datetime_diff_for_humans needs pendulum installed") from exc
+    other = None if since is None else pendulum.instance(since)
+    return str(pendulum.instance(dt).diff_for_humans(other))
+
+
+#: ``macros`` in templates: Airflow's ``airflow.macros`` names (``random`` is
+#: ``random.random``, as there).
+MACROS: Final = SimpleNamespace(
+    ds_add=ds_add,
+    ds_format=ds_format,
+    datetime_diff_for_humans=datetime_diff_for_humans,
+    datetime=datetime,
+    timedelta=timedelta,
+    time=time,
+    uuid=uuid,
+    random=random.random,
+    json=json,
+    dateutil=dateutil,
+)
+
+FILTERS: Final = {
+    "ds": lambda value: value.strftime("%Y-%m-%d"),
+    "ds_nodash": lambda value: value.strftime("%Y%m%d"),
+    "ts": lambda value: value.isoformat(),
+    "ts_nodash": lambda value: value.strftime("%Y%m%dT%H%M%S"),
+    "ts_nodash_with_tz": lambda value: value.isoformat().replace("-", "").replace(":", ""),
+}
+
+
+class _Environment(jinja2.sandbox.SandboxedEnvironment):
+    """Airflow's sandbox: attributes starting with one ``_`` are reachable, ``__`` ones not."""
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        return not attr.startswith("__")
+
+
+def template_environment(task: BaseOperator | None) -> jinja2.Environment:
+    """The Jinja2 environment of ``task``'s templates: template files from its DAG file's
+    folder, ``StrictUndefined``, the ``do`` extension and Airflow's filters."""
+    dag = getattr(task, "dag", None)
+    fileloc = getattr(dag, "fileloc", None)
+    searchpath = [str(Path(fileloc).parent)] if fileloc else []
+    env = _Environment(
+        loader=jinja2.FileSystemLoader(searchpath),
+        undefined=jinja2.StrictUndefined,
+        extensions=["jinja2.ext.do"],
+        cache_size=0,
+    )
+    env.filters.update(FILTERS)
+    return env
+
+
+def template_context(context: Mapping[str, Any]) -> dict[str, Any]:
+    """The names templates see: the context, ``macros``, ``task_instance_key_str``; without
+    a logical date, no ``ds`` / ``ts`` / ``logical_date`` ... (as Airflow 3)."""
+    names = dict(context)
+    names.setdefault("macros", MACROS)
+    if names.get("logical_date") is None:
+        for key in LOGICAL_DATE_KEYS:
+            names.pop(key, None)
+    elif names.get("ds_nodash") is not None:
+        task = names.get("task")
+        dag_id = names.get("dag_id") or getattr(getattr(task, "dag", None), "dag_id", None)
+        task_id = getattr(task, "task_id", names.get("task_id"))
+        names.setdefault("task_instance_key_str", f"{dag_id}__{task_id}__{names['ds_nodash']}")
+    return names
+
+
+def template_fields_of(owner: object, attribute: str = "template_fields") -> tuple[str, ...]:
+    """``owner.template_fields`` (or ``template_ext``) as a tuple; a lone str is one name."""
+    value = getattr(owner, attribute, ())
+    if isinstance(value, str):
+        return (value,)
+    if value is None:
+        return ()
+    names = tuple(value)
+    if not all(isinstance(name, str) for name in names):
+        raise TemplateRenderError(
+            f"{type(owner).__name__}.{attribute} must be a tuple of str, got {value!r}"
+        )
+    return names
+
+
+class _Renderer:
+    """Renders the values of one task's template fields (the environment made on first use)."""
+
+    def __init__(self, task: BaseOperator | None, context: Mapping[str, Any]) -> None:
+        self.task = task
+        self.context = context
+        self.names = template_context(context)
+        self.template_ext = template_fields_of(task, "template_ext") if task else ()
+        self._env: jinja2.Environment | None = None
+        self._seen: set[int] = set()
+
+    @property
+    def env(self) -> jinja2.Environment:
+        if self._env is None:
+            self._env = template_environment(self.task)
+        return self._env
+
+    def render(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self._render_text(value)
+        if isinstance(value, XComArg | DagParam):  # its value, not rendered (as Airflow)
+            return value.resolve(self.context)
+        if type(value) is tuple:
+            return tuple(self.render(item) for item in value)
+        if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple
+            return type(value)(*(self.render(item) for item in value))
+        if isinstance(value, list):
+            return [self.render(item) for item in value]
+        if isinstance(value, dict):
+            return {key: self.render(item) for key, item in value.items()}
+        if isinstance(value, set | frozenset):
+            return type(value)(self.render(item) for item in value)
+        self._render_nested(value)
+        return value
+
+    def _render_text(self, text: str) -> str:
+        if self.template_ext and text.endswith(self.template_ext):
+            template = self.env.get_template(text)
+        elif "{" not in text:
+            return text  # every Jinja2 tag starts with "{": nothing to render
+        else:
+            template = self.env.from_string(text)
+        return template.render(self.names)
+
+    def _render_nested(self, value: object) -> None:
+        """An object with ``template_fields`` of its own (not a task) has them rendered."""
+        fields = getattr(value, "template_fields", None)
+        if not fields or id(value) in self._seen or isinstance(value, type):
+            return
+        self._seen.add(id(value))
+        for name in template_fields_of(value):
+            setattr(value, name, self.render(getattr(value, name)))
+
+
+def _explain(exc: jinja2.TemplateError, names: Mapping[str, Any]) -> str:
+    if isinstance(exc, jinja2.TemplateNotFound):
+        return (
+            f"template file {exc.name!r} not found next to the DAG file; a value that ends "
+            "with one of the operator's template_ext is read as a template file relative to "
+            "the DAG file's folder (add a space after it to use it as it is)"
+        )
+    if isinstance(exc, jinja2.TemplateSyntaxError):
+        where = f" (template file {exc.name!r})" if exc.name else ""
+        return f"syntax error on line {exc.lineno}{where}: {exc.message}"
+    text = str(exc.message or type(exc).__name__)
+    match = _UNDEFINED_NAME.match(text)
+    if match and match.group(1) in LOGICAL_DATE_KEYS and "logical_date" not in names:
+        text += " (this run has no logical date, so its templates have no ds, ts, logical_date)"
+    elif isinstance(exc, jinja2.UndefinedError):
+        text += " (templates see the task context: ds, ts, params, ti, dag_run, macros ...)"
+    return text
+
+
+def render_template(
+    value: Any,
+    context: Mapping[str, Any],
+    *,
+    task: BaseOperator | None = None,
+    template_ext: Iterable[str] = (),
+) -> Any:
+    """``value`` rendered with ``context`` (strings inside lists, tuples, sets and dict
+    values too); a string ending with one of ``template_ext`` is a template file's name.
+    Raises Jinja2's errors (``render_template_fields`` turns them into a failure)."""
+    renderer = _Renderer(task, context)
+    renderer.template_ext = tuple(template_ext)
+    return renderer.render(value)
+
+
+def render_field(renderer: _Renderer, owner: Any, name: str) -> None:
+    """Render ``owner.<name>`` and set the result back; errors name the task and field."""
+    task_id = getattr(renderer.task, "task_id", None)
+    where = f"task {task_id!r}: template field {name!r}"
+    try:
+        value = getattr(owner, name)
+    except AttributeError:
+        raise TemplateRenderError(
+            f"{where} is not an attribute of {type(owner).__name__}; set self.{name} in its "
+            "__init__ or remove it from template_fields"
+        ) from None
+    try:
+        rendered = renderer.render(value)
+    except jinja2.TemplateError as exc:
+        raise TemplateRenderError(f"{where}: {_explain(exc, renderer.names)}") from exc
+    except Exception as exc:
+        exc.add_note(f"while rendering {where}")
+        raise
+    setattr(owner, name, rendered)
+
+
+def render_template_fields(task: BaseOperator, context: Mapping[str, Any]) -> None:
+    """Render every ``template_fields`` attribute of ``task`` in place, with ``context``.
+
+    ``TemplateRenderError`` names the task, the field and what went wrong (an undefined
+    name, bad syntax, a missing template file).
+    """
+    fields = template_fields_of(task)
+    if not fields:
+        return
+    renderer = _Renderer(task, context)
+    for name in fields:
+        render_field(renderer, task, name)
