@@ -7,23 +7,24 @@ JSON log (``log_records``) and counting asset events (``asset_event_count``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 
-from engine.db.models import Asset, AssetEvent
+from engine.db.database import Database
+from engine.db.models import Asset, AssetEvent, Dag
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-
-    from engine.db.database import Database
+    from collections.abc import Callable, Iterable, Iterator, Mapping
 
 SLUICE = str(Path(sys.executable).with_name("sluice"))
 READY_LINE = "Sluice ready"
@@ -173,3 +174,38 @@ def stop(proc: subprocess.Popen[bytes], *, timeout: float = 30) -> int:
         raise AssertionError(
             f"process {proc.pid} did not stop within {timeout}s of SIGTERM"
         ) from None
+
+
+@contextlib.contextmanager
+def running_engine(
+    root: Path, files: Mapping[str, str], dag_ids: Iterable[str], *, parallelism: int = 2
+) -> Iterator[dict[str, Any]]:
+    """``sluice run`` on SQLite in ``root`` with the DAG files ``files`` (name -> source),
+    ready once every DAG of ``dag_ids`` is parsed; yields its ``env``, ``db`` and ``log``.
+
+    On exit the engine is stopped with SIGTERM and must exit 0 (its log tail says why not).
+    """
+    home, dags = root / "home", root / "dags"
+    for folder in (home, dags):
+        folder.mkdir()
+    for name, source in files.items():
+        (dags / name).write_text(textwrap.dedent(source))
+    url = f"sqlite:///{home / 'sluice.db'}"
+    env = engine_env(home, url=url, dags=dags, parallelism=parallelism)
+    assert run_cli("db", "migrate", env=env).returncode == 0
+    log = root / "engine.log"
+    proc = start_engine(env, log)
+    db = Database(url)
+    wanted = set(dag_ids)
+
+    def parsed() -> bool:
+        names = db.call(lambda s: set(s.execute(select(Dag.dag_id)).scalars().all()))
+        return names >= wanted
+
+    try:
+        wait_for(parsed, timeout=60, what=f"the DAGs {sorted(wanted)} to be parsed")
+        yield {"env": env, "db": db, "log": log}
+    finally:
+        code = stop(proc, timeout=60)
+        db.dispose()
+    assert code == 0, log.read_text()[-3000:]

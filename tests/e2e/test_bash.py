@@ -5,18 +5,18 @@ log and the last line as the result, a skip through exit code 99, and a failure.
 from __future__ import annotations
 
 import json
-import textwrap
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from sqlalchemy import select
 
-from engine.db.database import Database
-from engine.db.models import Dag, DagRun, TaskInstance
-from tests.e2e.helpers import engine_env, run_cli, start_engine, stop, wait_for
+from engine.db.models import DagRun, TaskInstance
+from tests.e2e.helpers import run_cli, running_engine, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from engine.db.database import Database
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -45,27 +45,8 @@ with DAG("bash_fails", schedule=None):
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("bash")
-    home, dags = root / "home", root / "dags"
-    for folder in (home, dags):
-        folder.mkdir()
-    (dags / "bash_dags.py").write_text(textwrap.dedent(DAGS))
-    url = f"sqlite:///{home / 'sluice.db'}"
-    env = engine_env(home, url=url, dags=dags, parallelism=2)
-    assert run_cli("db", "migrate", env=env).returncode == 0
-    log = root / "engine.log"
-    proc = start_engine(env, log)
-    db = Database(url)
-    try:
-        wait_for(lambda: _parsed(db), timeout=60, what="the DAGs to be parsed")
-        yield {"env": env, "db": db, "log": log}
-    finally:
-        code = stop(proc, timeout=60)
-        db.dispose()
-    assert code == 0, log.read_text()[-3000:]
-
-
-def _parsed(db: Database) -> bool:
-    return all(db.call(lambda s, d=d: s.get(Dag, d)) is not None for d in ("bash_ok", "bash_fails"))
+    with running_engine(root, {"bash_dags.py": DAGS}, ["bash_ok", "bash_fails"]) as running:
+        yield running
 
 
 def _run_state(db: Database, run_id: str) -> str | None:

@@ -5,18 +5,18 @@ ending from its trigger, and ``sluice assets emit``."""
 from __future__ import annotations
 
 import json
-import textwrap
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from sqlalchemy import select
 
-from engine.db.database import Database
-from engine.db.models import Asset, AssetEvent, Dag, DagRun, TaskInstance
-from tests.e2e.helpers import engine_env, run_cli, start_engine, stop, wait_for
+from engine.db.models import Asset, AssetEvent, DagRun, TaskInstance
+from tests.e2e.helpers import run_cli, running_engine, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from engine.db.database import Database
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -176,29 +176,10 @@ DAG_IDS = {
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("outlets")
-    home, dags = root / "home", root / "dags"
-    for folder in (home, dags):
-        folder.mkdir()
-    marker = root / "first-try-failed"
-    (dags / "producers.py").write_text(textwrap.dedent(PRODUCER.format(marker=str(marker))))
-    (dags / "consumers.py").write_text(textwrap.dedent(CONSUMER.format()))
-    url = f"sqlite:///{home / 'sluice.db'}"
-    env = engine_env(home, url=url, dags=dags, parallelism=2)
-    assert run_cli("db", "migrate", env=env).returncode == 0
-    log = root / "engine.log"
-    proc = start_engine(env, log)
-    db = Database(url)
-    try:
-        wait_for(lambda: _dag_ids(db) >= DAG_IDS, timeout=60, what="the DAGs to be parsed")
-        yield {"env": env, "db": db, "log": log}
-    finally:
-        code = stop(proc, timeout=60)
-        db.dispose()
-    assert code == 0, log.read_text()[-3000:]
-
-
-def _dag_ids(db: Database) -> set[str]:
-    return set(db.call(lambda s: s.execute(select(Dag.dag_id)).scalars().all()))
+    producers = PRODUCER.format(marker=str(root / "first-try-failed"))
+    files = {"producers.py": producers, "consumers.py": CONSUMER.format()}
+    with running_engine(root, files, DAG_IDS) as running:
+        yield running
 
 
 def _results(db: Database, dag_id: str) -> list[Any]:

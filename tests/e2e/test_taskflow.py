@@ -4,18 +4,18 @@ classic operator pulling them), then ``sluice tasks result`` printing what was s
 from __future__ import annotations
 
 import json
-import textwrap
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from sqlalchemy import select
 
-from engine.db.database import Database
-from engine.db.models import Dag, DagRun
-from tests.e2e.helpers import engine_env, run_cli, start_engine, stop, wait_for
+from engine.db.models import DagRun
+from tests.e2e.helpers import run_cli, running_engine, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from engine.db.database import Database
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -57,27 +57,8 @@ etl()
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("taskflow")
-    home, dags = root / "home", root / "dags"
-    for folder in (home, dags):
-        folder.mkdir()
-    (dags / "etl.py").write_text(textwrap.dedent(DAGS))
-    url = f"sqlite:///{home / 'sluice.db'}"
-    env = engine_env(home, url=url, dags=dags, parallelism=2)
-    assert run_cli("db", "migrate", env=env).returncode == 0
-    log = root / "engine.log"
-    proc = start_engine(env, log)
-    db = Database(url)
-    try:
-        wait_for(lambda: _parsed(db), timeout=60, what="the DAG to be parsed")
-        yield {"env": env, "db": db, "log": log}
-    finally:
-        code = stop(proc, timeout=60)
-        db.dispose()
-    assert code == 0, log.read_text()[-3000:]
-
-
-def _parsed(db: Database) -> bool:
-    return db.call(lambda s: s.get(Dag, "etl")) is not None
+    with running_engine(root, {"etl.py": DAGS}, ["etl"]) as running:
+        yield running
 
 
 def _run_state(db: Database, run_id: str) -> str | None:
