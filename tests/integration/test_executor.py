@@ -17,14 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
-from cryptography.fernet import Fernet
 from sqlalchemy import insert, select, update
 
-from engine.config import load_config
-from engine.crypto import KwargsCipher
-from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
 from engine.db import models
-from engine.db.database import Database
 from engine.db.models import (
     Dag,
     DagTask,
@@ -36,12 +31,12 @@ from engine.db.models import (
     TriggerKind,
 )
 from engine.db.queries import deferrals, jobs, runs, tasks
-from engine.db.schema import migrate
 from engine.executor.local import ExecutorSettings, LocalExecutor
 from engine.executor.task_logs import TaskLogNotFoundError, log_path, read_task_log
 from engine.executor.task_runner import EXIT_PARENT_GONE, TaskSpec, build_context
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.persister import Persister
+from tests.integration.harness import fast_executor_settings, parsed_database
 from tests.waiting import eventually, wait_until
 from triggers.base import TriggerEvent
 from triggers.serde import deserialize_value, dumps, loads
@@ -49,6 +44,10 @@ from triggers.serde import deserialize_value, dumps, loads
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
+
+    from engine.crypto import KwargsCipher
+    from engine.dag_processing.processor import DagProcessor
+    from engine.db.database import Database
 
 pytestmark = pytest.mark.integration
 
@@ -265,25 +264,8 @@ def env(db_url: str, tmp_path: Path):
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "exec_dag.py").write_text(textwrap.dedent(DAG_FILE))
-    db = Database(db_url)
-    migrate(db.engine)
-    cipher = KwargsCipher(Fernet.generate_key().decode())
-    config = load_config(
-        environ={"SLUICE_HOME": str(tmp_path / "home"), "SLUICE__CORE__DAGS_FOLDER": str(dags)}
-    )
-    processor = DagProcessor(
-        db=db, cipher=cipher, settings=DagProcessorSettings.from_config(config)
-    )
-    report = anyio.run(processor.parse_once)
-    assert report is not None and not report.errors, report
-    settings = replace(
-        ExecutorSettings.from_config(config),
-        parallelism=4,
-        heartbeat_s=0.2,
-        poll_interval_s=0.02,
-        shutdown_grace_s=5,
-        kill_grace_s=0.5,
-    )
+    db, config, cipher, processor = parsed_database(db_url, tmp_path, dags)
+    settings = fast_executor_settings(config)
     yield Env(db, cipher, settings, processor)
     db.dispose()
 

@@ -17,19 +17,16 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import select, update
 
-from engine.config import load_config
 from engine.crypto import KwargsCipher
-from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
 from engine.db import models
-from engine.db.database import Database
 from engine.db.models import DagRun, TaskInstance, TaskState
 from engine.db.queries import runs, tasks
-from engine.db.schema import migrate
 from engine.executor.local import ExecutorSettings, LocalExecutor
 from engine.executor.task_logs import read_task_log
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.persister import Persister
+from tests.integration.harness import fast_executor_settings, parsed_database
 from tests.waiting import eventually
 from triggers.base import TaskSuccessEvent
 from triggers.serde import deserialize_value
@@ -37,6 +34,8 @@ from triggers.serde import deserialize_value
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
+
+    from engine.db.database import Database
 
 pytestmark = pytest.mark.integration
 
@@ -201,24 +200,9 @@ def env(db_url: str, tmp_path: Path):
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "results.py").write_text(textwrap.dedent(DAG_FILE))
-    db = Database(db_url)
-    migrate(db.engine)
-    config = load_config(
-        environ={"SLUICE_HOME": str(tmp_path / "home"), "SLUICE__CORE__DAGS_FOLDER": str(dags)}
-    )
-    cipher = KwargsCipher(Fernet.generate_key().decode())
-    processor = DagProcessor(
-        db=db, cipher=cipher, settings=DagProcessorSettings.from_config(config)
-    )
-    report = anyio.run(processor.parse_once)
-    assert report is not None and not report.errors, report
-    settings = replace(
-        ExecutorSettings.from_config(config),
-        parallelism=4,
-        heartbeat_s=0.2,
-        poll_interval_s=0.02,
-        shutdown_grace_s=5,
-        kill_grace_s=0.5,
+    db, config, _, _ = parsed_database(db_url, tmp_path, dags)
+    settings = fast_executor_settings(
+        config,
         max_xcom_size_bytes=1000,
     )
     yield Env(db, settings, config.logging.task_log_folder)
