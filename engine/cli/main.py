@@ -8,6 +8,7 @@ from importlib.metadata import version as dist_version
 import click
 
 from engine.cli.config import config
+from engine.cli.connections import connections, variables
 from engine.cli.db import db
 from engine.cli.inspect import assets, dags, runs, tasks
 from engine.cli.ops import doctor_command, jobs, streams, triggers
@@ -48,6 +49,8 @@ for _command in (
     runs,
     assets,
     tasks,
+    connections,
+    variables,
     # operator views
     streams,
     jobs,
