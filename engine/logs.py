@@ -139,6 +139,10 @@ class StreamRedactor:
         out, self._pending = data[:cut], data[cut:]
         return out
 
+    def use(self, redactor: Redactor) -> None:
+        """Redact with ``redactor`` from now on (more secrets became known)."""
+        self._redactor = redactor
+
     def flush(self) -> bytes:
         out, self._pending = self._redactor.bytes(self._pending), b""
         return out

@@ -1,5 +1,6 @@
 """The authoring API: what a DAG file declares (DAGs, tasks, operators, sensors, assets,
-schedules, task groups, params) and what a running task sees (its context).
+schedules, task groups, params) and what a running task sees (its context, connections and
+variables).
 
 Owns the in-memory model of a DAG and the task context; it holds no state beyond the DAG
 being defined and touches no database, process or clock. May import: the leaf utilities
@@ -34,6 +35,7 @@ from engine.authoring.branching import (
     branch_task,
     short_circuit_task,
 )
+from engine.authoring.connections import Connection, Variable
 from engine.authoring.context import Context, DagDefinitionError, TaskDeferred, resolve_deferrable
 from engine.authoring.dag import DAG, BaseOperator
 from engine.authoring.groups import TaskGroup, chain, cross_downstream, task_group
@@ -71,6 +73,7 @@ __all__: tuple[str, ...] = (
     "BaseSensorOperator",
     "BashOperator",
     "BranchPythonOperator",
+    "Connection",
     "Context",
     "ContinuousTimetable",
     "CronDataIntervalTimetable",
@@ -90,6 +93,7 @@ __all__: tuple[str, ...] = (
     "TaskGroup",
     "Timetable",
     "TriggerRule",
+    "Variable",
     "XComArg",
     "chain",
     "cross_downstream",

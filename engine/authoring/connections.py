@@ -142,6 +142,16 @@ def sensitive_values(extra: Any) -> Iterator[str]:
 class Connection:
     """A named connection: type, host, schema, login, password, port and an extra (JSON)."""
 
+    conn_id: str
+    conn_type: str
+    description: str | None
+    host: str | None
+    login: str | None
+    password: str | None
+    schema: str | None
+    port: int | None
+    extra: str | None
+
     def __init__(
         self,
         conn_id: str,
@@ -461,3 +471,54 @@ def _port(conn_id: str, port: object) -> int | None:
     if not 0 < value < 65536:
         raise InvalidConnectionError(f"connection {conn_id!r}: port {value} is out of range")
     return value
+
+
+# --- template and context accessors: {{ var.value.key }}, {{ conn.my_id.host }} -----------
+
+
+class _VariableAccessor:
+    """``var.value`` / ``var.json``: ``.<key>`` or ``.get(key, default)``."""
+
+    def __init__(self, *, deserialize_json: bool) -> None:
+        self._json = deserialize_json
+
+    def __repr__(self) -> str:
+        return f"<VariableAccessor json={self._json}>"
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("__"):
+            raise AttributeError(key)
+        return Variable.get(key, deserialize_json=self._json)
+
+    def get(self, key: str, default: Any = _NOT_SET) -> Any:
+        return Variable.get(key, default=default, deserialize_json=self._json)
+
+
+class VariableAccessors:
+    """The ``var`` of templates and the task context: ``var.value.key``, ``var.json.key``."""
+
+    def __init__(self) -> None:
+        self.value = _VariableAccessor(deserialize_json=False)
+        self.json = _VariableAccessor(deserialize_json=True)
+
+    def __repr__(self) -> str:
+        return "<VariableAccessors value json>"
+
+
+class ConnectionAccessor:
+    """The ``conn`` of templates and the task context: ``conn.my_id.host``,
+    ``conn.get("my-id")`` (for ids that are not identifiers)."""
+
+    def __repr__(self) -> str:
+        return "<ConnectionAccessor>"
+
+    def __getattr__(self, conn_id: str) -> Connection:
+        if conn_id.startswith("__"):
+            raise AttributeError(conn_id)
+        return Connection.get(conn_id)
+
+    def get(self, conn_id: str, default_conn: Any = None) -> Any:
+        try:
+            return Connection.get(conn_id)
+        except AirflowNotFoundException:
+            return default_conn

@@ -49,6 +49,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from engine.authoring.assets import Asset, AssetAlias, Metadata
+from engine.authoring.connections import ConnectionAccessor, VariableAccessors
 from engine.authoring.params import resolve_params
 from triggers.exceptions import SerializationError
 from triggers.serde import deserialize_value, serialize_value
@@ -611,5 +612,7 @@ def hydrate_context(raw: Mapping[str, Any], task: BaseOperator) -> dict[str, Any
         outlet_events=OutletEventAccessors(task),
         inlets=list(task.inlets),
         outlets=list(task.outlets),
+        var=VariableAccessors(),
+        conn=ConnectionAccessor(),
     )
     return context

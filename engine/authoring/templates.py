@@ -27,7 +27,13 @@ start with ``__`` are out of reach) with the ``do`` extension.
 
 Not supported yet (the DAG arguments are ignored with a warning): ``user_defined_macros``,
 ``user_defined_filters``, ``template_searchpath``, ``render_template_as_native_obj``,
-``jinja_environment_kwargs``; ``var`` and ``conn`` are not in the context.
+``jinja_environment_kwargs``.
+
+Connections and variables (``engine.authoring.connections``): ``{{ var.value.my_key }}``,
+``{{ var.json.my_key.field }}``, ``{{ var.value.get("my_key", "fallback") }}``, ``{{
+conn.my_id.host }}``, ``{{ conn.get("my-id").login }}``. They are read when the template
+renders (in the task's process, through the executor) and their secrets are masked in the
+task log.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ import dateutil  # type: ignore[import-untyped]  # Airflow's macros.dateutil (cr
 import jinja2
 import jinja2.sandbox
 
+from engine.authoring.connections import ConnectionAccessor, VariableAccessors
 from engine.authoring.params import DagParam
 from engine.authoring.xcom import XComArg
 from engine.exceptions import AirflowException
@@ -160,6 +167,8 @@ def template_context(context: Mapping[str, Any]) -> dict[str, Any]:
     a logical date, no ``ds`` / ``ts`` / ``logical_date`` ... (as Airflow 3)."""
     names = dict(context)
     names.setdefault("macros", MACROS)
+    names.setdefault("var", VariableAccessors())
+    names.setdefault("conn", ConnectionAccessor())
     if names.get("logical_date") is None:
         for key in LOGICAL_DATE_KEYS:
             names.pop(key, None)

@@ -4,7 +4,8 @@ Secrets are never printed unless asked for: a connection's password shows as ``*
 the values of sensitive extra keys (``password``, ``secret``, ``token``, ``api_key``, ...:
 ``engine.authoring.connections.SENSITIVE_NAMES``) too; a variable whose key looks sensitive
 shows ``***`` in ``list`` and ``get``. ``--show-secret`` prints them in clear
-(``connections get``, ``variables get`` and ``variables list``: never by default). Values are stored encrypted with ``[core] fernet_key``.
+(``connections get``, ``variables get`` and ``variables list``: never by default). Values
+are stored encrypted with ``[core] fernet_key``.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def _from_options(conn_id: str, options: dict[str, Any]) -> Connection:
 @click.option("--conn-extra", help="A JSON object")
 @click.option("--conn-description")
 @click.pass_context
-def connections_add(ctx: click.Context, conn_id: str, **options: Any) -> None:
+def connections_add(ctx: click.Context, /, conn_id: str, **options: Any) -> None:
     """Add connection CONN_ID (an existing one is an error: delete it first)."""
     try:
         conn = _from_options(conn_id, options)

@@ -126,7 +126,8 @@ class TaskLogWriter:
         self.path = path
         self._fallback = fallback
         #: the configured secrets never reach the file, whatever the task prints
-        self._redactor = StreamRedactor(Redactor(secrets))
+        self._secrets = list(secrets)
+        self._redactor = StreamRedactor(Redactor(self._secrets))
         self._file: IO[bytes] | None = None
         self.failed: OSError | None = None
         self.bytes_written = 0
@@ -134,6 +135,14 @@ class TaskLogWriter:
     def __repr__(self) -> str:
         state = "failed" if self.failed else "open" if self._file else "closed"
         return f"<TaskLogWriter {self.path} {state} bytes={self.bytes_written}>"
+
+    def add_secrets(self, secrets: Iterable[str]) -> None:
+        """Mask these too from now on: values the task read (a connection's password, a
+        sensitive variable); the executor adds them before the task can print them."""
+        new = [s for s in dict.fromkeys(secrets) if s and s not in self._secrets]
+        if new:
+            self._secrets.extend(new)
+            self._redactor.use(Redactor(self._secrets))
 
     async def write(self, data: bytes) -> None:
         data = self._redactor.feed(data)

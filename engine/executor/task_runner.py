@@ -10,7 +10,9 @@ the try) and either starts the task (``deferral_at_start()`` then ``execute``) o
 (``resume_execution``). Its own stdout, stderr and Python logging all go to its standard
 error, which the parent appends to the task log; the single ``TaskResult`` (success with
 the return value, failure, or the deferral to store) goes to the original standard output.
-The child needs neither the database URL nor the Fernet key.
+The child needs neither the database URL nor the Fernet key: what it needs from the
+database (connections, variables) it asks the parent for over the request channel
+(``engine.executor.task_channel``, a socket passed as ``--channel-fd``).
 
 Results. The spec carries the results of the run's finished tasks (``xcoms``: ``{task_id:
 {key: tagged JSON}}``); they join the raw context, where ``ti.xcom_pull`` and the task's
@@ -446,6 +448,14 @@ def _exit_when_parent_goes(stream: Any) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
+def _open_channel(fd: int) -> None:
+    """Connections and variables come from the parent, over the request channel."""
+    from engine.authoring.connections import install_store
+    from engine.executor.task_channel import TaskChannel
+
+    install_store(TaskChannel.from_fd(fd))
+
+
 def _configure_logging() -> None:
     from engine.logs import configure_logging
 
@@ -478,7 +488,10 @@ def _read_spec(ti_id: int) -> TaskSpec | None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.executor.task_runner")
     parser.add_argument("--ti-id", type=int, required=True, help="the task instance (for ps)")
+    parser.add_argument("--channel-fd", type=int, default=None, help="the request channel")
     args = parser.parse_args(argv)
+    if args.channel_fd is not None:
+        _open_channel(args.channel_fd)
     result_fd = _redirect_output()
     _configure_logging()
     spec = _read_spec(args.ti_id)

@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections import Counter
@@ -39,6 +40,7 @@ from engine.executor.outcomes import (
     read_result,
 )
 from engine.executor.task_logs import TaskLogWriter, log_path
+from engine.executor.task_requests import TaskRequestServer
 from engine.executor.task_runner import with_results
 from engine.logs import secret_forms
 
@@ -74,9 +76,11 @@ class ExecutorStats:
 class TaskProcess:
     """One task process and why the executor stopped it, if it did."""
 
-    def __init__(self, ti_id: int, process: Process) -> None:
+    def __init__(self, ti_id: int, process: Process, channel: socket.socket | None = None) -> None:
         self.ti_id = ti_id
         self.process = process
+        #: the executor's end of the task's request channel (``engine.executor.task_channel``)
+        self.channel = channel
         self.interrupted = False  # stopped by the shutdown
         self.killed_for_timeout = False
 
@@ -203,17 +207,26 @@ class TaskSupervisor:
         finally:
             self.processes.pop(ti_id, None)
 
-    async def _spawn(self, job_id: int, ti_id: int) -> Process | None:
+    async def _spawn(self, job_id: int, ti_id: int) -> TaskProcess | None:
+        ours: socket.socket | None = None
+        theirs: socket.socket | None = None
         try:
-            return await anyio.open_process(
-                [sys.executable, "-P", "-m", "engine.executor.task_runner", "--ti-id", str(ti_id)],
+            ours, theirs = socket.socketpair()  # the task's request channel
+            command = [sys.executable, "-P", "-m", "engine.executor.task_runner"]
+            command += ["--ti-id", str(ti_id), "--channel-fd", str(theirs.fileno())]
+            process = await anyio.open_process(
+                command,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 env=task_environment(os.environ, self.settings.secrets),
+                pass_fds=(theirs.fileno(),),
             )
+            return TaskProcess(ti_id, process, ours)
         except OSError as exc:  # e.g. out of processes or file descriptors: try again later
+            if ours is not None:
+                ours.close()
             logger.error(
                 "Cannot start a process for task instance %s (%s); it goes back to scheduled",
                 ti_id,
@@ -224,12 +237,16 @@ class TaskSupervisor:
             await run_retrying(self._db, requeue)
             await anyio.sleep(SPAWN_RETRY_DELAY_S)  # keeps the slot busy a moment
             return None
+        finally:
+            if theirs is not None:
+                theirs.close()  # the child has its copy
 
     async def _execute(self, job_id: int, ti_id: int) -> None:
-        process = await self._spawn(job_id, ti_id)
-        if process is None:
+        child = await self._spawn(job_id, ti_id)
+        if child is None:
             return
-        child = self.processes[ti_id] = TaskProcess(ti_id, process)
+        process = child.process
+        self.processes[ti_id] = child
         if self.interrupting:
             child.interrupt()  # spawned as the shutdown began: the step reruns later
         async with process:
@@ -246,6 +263,8 @@ class TaskSupervisor:
             finally:
                 if process.returncode is None:
                     child.signal_group(signal.SIGKILL)
+                if child.channel is not None:
+                    child.channel.close()
         await self._record(job_id, run, outcome)
 
     async def _start(self, job_id: int, child: TaskProcess) -> TaskRun | None:
@@ -300,6 +319,15 @@ class TaskSupervisor:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(drain_all)
+            if child.channel is not None:
+                server = TaskRequestServer(
+                    db=self._db,
+                    cipher=self._cipher,
+                    mask=log.add_secrets,
+                    log_fields=run.log_fields(),
+                )
+                channel, child.channel = child.channel, None  # the server owns it now
+                tg.start_soon(server.serve, channel)
             await self._wait(child, kill_after_s(run, now=now, grace_s=settings.kill_grace_s))
             child.signal_group(signal.SIGKILL)  # what the task left running in its group
             with anyio.move_on_after(DRAIN_AFTER_EXIT_S):

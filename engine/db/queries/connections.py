@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from engine.crypto import KwargsCipher
-    from engine.db.queries.triggers import DecryptFailure
 
 _PLAIN_FIELDS = ("conn_type", "description", "host", "schema", "login", "port")
 
@@ -156,11 +155,9 @@ def delete_variable(session: Session, key: str) -> int:
 # --- key rotation -----------------------------------------------------------------------
 
 
-def rotate_secrets(session: Session, cipher: KwargsCipher, failures: list[DecryptFailure]) -> int:
+def rotate_secrets(session: Session, cipher: KwargsCipher, failures: list[str]) -> int:
     """Re-encrypt every connection's secrets and every variable with the first key; what
     no key decrypts is added to ``failures`` (naming the connection or variable)."""
-    from engine.db.queries.triggers import DecryptFailure
-
     count = 0
     for conn in session.execute(select(StoredConnection)).scalars():
         for name in ("password", "extra"):
@@ -171,12 +168,11 @@ def rotate_secrets(session: Session, cipher: KwargsCipher, failures: list[Decryp
                 setattr(conn, name, cipher.rotate(token))
                 count += 1
             except DecryptionError as exc:
-                what = f"connection {conn.conn_id!r} (its {name})"
-                failures.append(DecryptFailure(None, f"{what}: {_hint(exc)}"))
+                failures.append(f"connection {conn.conn_id!r} (its {name}): {_hint(exc)}")
     for var in session.execute(select(StoredVariable)).scalars():
         try:
             var.val = cipher.rotate(var.val)
             count += 1
         except DecryptionError as exc:
-            failures.append(DecryptFailure(None, f"variable {var.key!r}: {_hint(exc)}"))
+            failures.append(f"variable {var.key!r}: {_hint(exc)}")
     return count

@@ -25,6 +25,7 @@ from engine.db.models import (
     TriggerKind,
     utcnow,
 )
+from engine.db.queries.connections import rotate_secrets
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -178,8 +179,9 @@ def rotate_trigger_kwargs(
     """Re-encrypt every encrypted value with the first key; values that fail are reported.
 
     Covers trigger kwargs, the stored last good parse of each DAG file, the start
-    arguments of ``start_from_trigger`` tasks, and connections' and variables' secrets. ``DecryptFailure.trigger_id`` is None for a
-    value that is not a trigger row (its error names what it is).
+    arguments of ``start_from_trigger`` tasks, and connections' and variables' secrets.
+    ``DecryptFailure.trigger_id`` is None for a value that is not a trigger row (its error
+    names what it is).
     """
 
     failures: list[DecryptFailure] = []
@@ -194,9 +196,9 @@ def rotate_trigger_kwargs(
     for task in session.execute(tasks).scalars():
         what = f"start trigger of task {task.dag_id}.{task.task_id}"
         counts.append(_rotate(task, "start_trigger", cipher, failures, what=what))
-    from engine.db.queries.connections import rotate_secrets  # connections and variables
-
-    counts.append(rotate_secrets(session, cipher, failures))
+    errors: list[str] = []  # connections and variables
+    counts.append(rotate_secrets(session, cipher, errors))
+    failures += [DecryptFailure(None, error) for error in errors]
     return sum(counts), failures
 
 

@@ -1,0 +1,201 @@
+"""The executor's side of the task request channel (``engine.executor.task_channel``).
+
+``TaskRequestServer.serve`` reads one JSON request per line from a task's process and
+answers each from the metadata database, until the task closes its end. What it serves is
+the table ``handlers`` (kind -> coroutine function of the request's fields): connections and
+variables now; a later feature adds its kind there (e.g. reading another DAG's task states).
+
+Secrets. Before answering with a connection or a sensitive variable, the server hands its
+secrets to ``mask`` (the try's ``TaskLogWriter.add_secrets``): the task only learns a secret
+after the log masks it, so whatever it prints is written as ``***``.
+
+A request that cannot be read (not JSON, no kind, an unknown kind, over
+``REQUEST_MAX_BYTES``) or that fails (a wrong Fernet key, the database down) gets an error
+answer naming the kind and why; the task sees it as an exception, the executor never fails.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+from anyio.abc import UNIXSocketStream
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from engine.authoring.connections import Connection, InvalidConnectionError, is_sensitive
+from engine.db.queries import connections as store
+from engine.exceptions import SluiceError
+from engine.executor.task_channel import ANSWER_MAX_BYTES, REQUEST_MAX_BYTES
+
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Awaitable, Callable, Iterable
+
+    from engine.crypto import KwargsCipher
+    from engine.db.database import Database
+
+logger = logging.getLogger(__name__)
+
+_CLOSED: Final = (
+    anyio.EndOfStream,
+    anyio.IncompleteRead,
+    anyio.ClosedResourceError,
+    anyio.BrokenResourceError,
+)
+
+
+class NotFoundError(SluiceError, LookupError):
+    """What a request asked for does not exist (the answer says ``not_found``)."""
+
+
+class RequestError(SluiceError, ValueError):
+    """A request that cannot be served as sent (the answer carries the message)."""
+
+
+class TaskRequestServer:
+    """Answers one task process's requests; ``log_fields`` name the task in the engine log."""
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        cipher: KwargsCipher,
+        mask: Callable[[Iterable[str]], None],
+        log_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self._db = db
+        self._cipher = cipher
+        self._mask = mask
+        self._log_fields = log_fields or {}
+        self.served = 0
+        self.handlers: dict[str, Callable[..., Awaitable[Any]]] = {
+            "get_connection": self.get_connection,
+            "get_variable": self.get_variable,
+            "set_variable": self.set_variable,
+            "delete_variable": self.delete_variable,
+            "mask": self.mask,
+        }
+
+    def __repr__(self) -> str:
+        return f"<TaskRequestServer served={self.served} kinds={sorted(self.handlers)}>"
+
+    async def serve(self, sock: socket.socket) -> None:
+        """Answer requests on ``sock`` until the task closes it (takes ownership of it)."""
+        try:
+            stream = await UNIXSocketStream.from_socket(sock)
+        except BaseException:
+            sock.close()
+            raise
+        async with stream:
+            reader = BufferedByteReceiveStream(stream)
+            while True:
+                try:
+                    line = await reader.receive_until(b"\n", REQUEST_MAX_BYTES)
+                except _CLOSED:
+                    return
+                except anyio.DelimiterNotFound:
+                    # cannot find where the next request starts: answer, then hang up
+                    error = f"a request is over the channel's limit of {REQUEST_MAX_BYTES:,} bytes"
+                    await _send(stream, {"id": None, "ok": False, "error": error})
+                    return
+                if not await _send(stream, await self.answer(line)):
+                    return
+
+    async def answer(self, line: bytes) -> dict[str, Any]:
+        """The answer to one request line (never raises for the request's problems)."""
+        request_id: Any = None
+        kind = "?"
+        try:
+            request = json.loads(line)
+            if not isinstance(request, dict) or not isinstance(request.get("kind"), str):
+                raise RequestError("a request must be a JSON object with a 'kind'")
+            request_id, kind = request.pop("id", None), request.pop("kind")
+            handler = self.handlers.get(kind)
+            if handler is None:
+                raise RequestError(
+                    f"unknown request kind {kind!r}; known: {', '.join(sorted(self.handlers))}"
+                )
+            value = await handler(**request)
+        except NotFoundError as exc:
+            return {"id": request_id, "ok": False, "not_found": True, "error": str(exc)}
+        except TypeError as exc:
+            return _error(request_id, f"{kind} request: malformed fields: {exc}")
+        except (SluiceError, ValueError) as exc:
+            return _error(request_id, f"{kind} request: {exc}")
+        self.served += 1
+        answer = {"id": request_id, "ok": True, "value": value}
+        size = len(json.dumps(answer, separators=(",", ":")))
+        if size > ANSWER_MAX_BYTES:
+            return _error(
+                request_id,
+                f"{kind} request: the answer is {size:,} bytes, over the channel's limit of "
+                f"{ANSWER_MAX_BYTES:,}",
+            )
+        return answer
+
+    # --- connections and variables ----------------------------------------------------
+
+    async def get_connection(self, *, conn_id: str) -> dict[str, Any]:
+        fields = await self._db.read(
+            partial(store.get_connection, cipher=self._cipher, conn_id=conn_id)
+        )
+        if fields is None:
+            raise NotFoundError(f"connection {conn_id!r} is not defined")
+        try:
+            conn = Connection.from_dict(conn_id, fields)
+        except InvalidConnectionError as exc:
+            raise RequestError(str(exc)) from exc
+        self._mask(conn.secrets())
+        self._log("task_connection_read", conn_id=conn_id)
+        return fields
+
+    async def get_variable(self, *, key: str) -> str:
+        value = await self._db.read(partial(store.get_variable, cipher=self._cipher, key=key))
+        if value is None:
+            raise NotFoundError(f"variable {key!r} does not exist")
+        if is_sensitive(key):
+            self._mask([value])
+        self._log("task_variable_read", key=key)
+        return value
+
+    async def set_variable(self, *, key: str, value: str, description: str | None) -> bool:
+        if not isinstance(value, str):
+            raise RequestError(f"variable {key!r}: the value must be text")
+        if is_sensitive(key):
+            self._mask([value])
+        write = partial(
+            store.set_variable, cipher=self._cipher, key=key, value=value, description=description
+        )
+        created = await self._db.run(write)
+        self._log("task_variable_set", key=key)
+        return created
+
+    async def delete_variable(self, *, key: str) -> int:
+        deleted = await self._db.run(partial(store.delete_variable, key=key))
+        self._log("task_variable_deleted", key=key)
+        return deleted
+
+    async def mask(self, *, secrets: list[str]) -> None:
+        if not isinstance(secrets, list) or not all(isinstance(s, str) for s in secrets):
+            raise RequestError("mask: 'secrets' must be a list of strings")
+        self._mask(secrets)
+
+    def _log(self, action: str, **fields: Any) -> None:
+        logger.debug(
+            "Task request %s %s", action, fields, extra={"action": action, **self._log_fields}
+        )
+
+
+def _error(request_id: Any, message: str) -> dict[str, Any]:
+    return {"id": request_id, "ok": False, "not_found": False, "error": message}
+
+
+async def _send(stream: UNIXSocketStream, answer: dict[str, Any]) -> bool:
+    try:
+        await stream.send(json.dumps(answer, separators=(",", ":")).encode() + b"\n")
+    except _CLOSED:
+        return False
+    return True
