@@ -143,3 +143,58 @@ def unclean_stop_error(entry: tuple[AdvanceItem, KafkaMessage], where: str) -> U
         f"shared stream stops and the broker redelivers from offset {message.offset}. Set "
         "dead_letter_topic, or on_unclean='commit' to skip such messages"
     )
+
+
+# --- a connection (``kafka_config_id``) as trigger kwargs --------------------------------
+
+#: Keys of a Kafka connection's extra (librdkafka's names, as Airflow's Kafka provider
+#: stores them, or the trigger's own) -> the trigger kwarg they set.
+CONNECTION_EXTRA_KEYS: Final = {
+    "bootstrap.servers": "bootstrap_servers",
+    "bootstrap_servers": "bootstrap_servers",
+    "client.id": "client_id",
+    "client_id": "client_id",
+    "security.protocol": "security_protocol",
+    "security_protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism",
+    "sasl_mechanism": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl_plain_username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "sasl_plain_password": "sasl_plain_password",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl_cafile": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl_certfile": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl_keyfile": "ssl_keyfile",
+    "ssl.key.password": "ssl_password",
+    "ssl_password": "ssl_password",
+}
+
+
+def settings_from_connection(connection: Mapping[str, Any]) -> dict[str, Any]:
+    """``KafkaMessageTrigger`` kwargs from a connection: its extra's client settings
+    (``CONNECTION_EXTRA_KEYS``), else ``host[:port]`` as the bootstrap servers and
+    ``login`` / ``password`` as the SASL user. Only what the connection defines is set;
+    ``ValueError`` when it names no bootstrap server."""
+    extra = connection.get("extra") or {}
+    settings: dict[str, Any] = {}
+    if connection.get("login"):
+        settings["sasl_plain_username"] = connection["login"]
+    if connection.get("password"):
+        settings["sasl_plain_password"] = connection["password"]
+    host, port = connection.get("host"), connection.get("port")
+    if host:
+        settings["bootstrap_servers"] = f"{host}:{port}" if port else host
+    for key, value in extra.items():
+        name = CONNECTION_EXTRA_KEYS.get(key)
+        if name is not None and value not in (None, ""):
+            settings[name] = value
+    if not settings.get("bootstrap_servers"):
+        raise ValueError(
+            f"Kafka connection {connection.get('conn_id')!r} names no bootstrap server: set "
+            "its host (and port) or 'bootstrap.servers' in its extra"
+        )
+    return settings

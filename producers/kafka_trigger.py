@@ -25,6 +25,12 @@ The consumer, group and dead-letter settings of a group come from its first watc
 must agree on them (a watcher whose settings differ logs a warning). Secrets
 (``sasl_plain_password``, ``ssl_password``) are trigger kwargs, stored encrypted and never
 logged.
+
+``kafka_config_id`` (Airflow's name) takes the connection settings from a named connection
+instead (``sluice connections add``; ``producers.kafka_settings.settings_from_connection``):
+the trigger row then stores only the id, and the triggerer resolves it when it builds the
+trigger; what the connection defines wins over the trigger's own kwargs. Watchers share a
+consumer by connection id (key ``("kafka", "connection:<id>", group, topics)``).
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from producers.kafka_settings import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_REBALANCE_TIMEOUT_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
+    settings_from_connection,
 )
 from shared_stream.producer import AdvanceItem, AdvanceOutcome
 from shared_stream.subscriber import reject_shared_stream_event
@@ -77,12 +84,15 @@ _REJECTED: Final = AdvanceOutcome(acked=0, failed=0, rejected=1)
 class KafkaMessageTrigger(BaseEventTrigger):
     """Fires one event per Kafka message of ``topics`` this watcher's filter accepts."""
 
+    connection_kwargs = ("kafka_config_id",)
+
     def __init__(
         self,
         *,
         topics: str | Sequence[str],
-        bootstrap_servers: str | Sequence[str],
         group_id: str,
+        bootstrap_servers: str | Sequence[str] | None = None,
+        kafka_config_id: str | None = None,
         apply_function: str | None = None,
         apply_function_args: Sequence[Any] | None = None,
         apply_function_kwargs: Mapping[str, Any] | None = None,
@@ -118,6 +128,10 @@ class KafkaMessageTrigger(BaseEventTrigger):
                 f"KafkaMessageTrigger value_format must be one of {list(VALUE_FORMATS)}, "
                 f"got {value_format!r}"
             )
+        if not bootstrap_servers and not kafka_config_id:
+            raise ProducerConfigError(
+                "KafkaMessageTrigger needs bootstrap_servers or a kafka_config_id connection"
+            )
         if apply_function is not None and not _is_dotted_path(apply_function):
             raise ProducerConfigError(
                 f"KafkaMessageTrigger apply_function must be a dotted path "
@@ -125,7 +139,10 @@ class KafkaMessageTrigger(BaseEventTrigger):
             )
         self._kwargs: dict[str, Any] = {
             "topics": sorted(dict.fromkeys(names)),
-            "bootstrap_servers": ",".join(split_servers(bootstrap_servers)),
+            "bootstrap_servers": (
+                ",".join(split_servers(bootstrap_servers)) if bootstrap_servers else None
+            ),
+            "kafka_config_id": kafka_config_id,
             "group_id": group_id,
             "apply_function": apply_function,
             "apply_function_args": list(apply_function_args or ()),
@@ -151,7 +168,8 @@ class KafkaMessageTrigger(BaseEventTrigger):
             "ssl_password": ssl_password,
             "consumer_options": dict(consumer_options or {}),
         }
-        self._producer()  # validates the connection, group and dead-letter settings now
+        if bootstrap_servers:  # else the triggerer validates them with the connection's
+            self._producer()  # validates the connection, group and dead-letter settings now
         self.topics: tuple[str, ...] = tuple(self._kwargs["topics"])
         self.group_id = group_id
         self.value_format = value_format
@@ -165,7 +183,14 @@ class KafkaMessageTrigger(BaseEventTrigger):
 
     def shared_stream_key(self) -> Hashable | None:
         kw = self._kwargs
-        return ("kafka", kw["bootstrap_servers"], kw["group_id"], tuple(kw["topics"]))
+        # by connection id: the key is the same before (parse) and after (triggerer) the
+        # connection is resolved
+        where = f"connection:{kw['kafka_config_id']}" if kw["kafka_config_id"] else None
+        return ("kafka", where or kw["bootstrap_servers"], kw["group_id"], tuple(kw["topics"]))
+
+    @classmethod
+    def connection_settings(cls, kwarg: str, connection: Mapping[str, Any]) -> dict[str, Any]:
+        return settings_from_connection(connection)
 
     @classmethod
     def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> KafkaSharedStreamProducer:

@@ -10,6 +10,12 @@ The producer is built from the kwargs of the group's first watcher: give every w
 queue the same connection and producer settings (``on_reject``, ``dead_letter_queue_url``,
 ``visibility_timeout_s``, ``wait_time_s``, ``max_in_flight``). Credentials are trigger
 kwargs, so the engine stores them encrypted; they are never logged.
+
+``aws_conn_id`` (Airflow's name) takes the credentials, region and endpoint from a named
+``aws`` connection instead (``connection_settings``: login / password are the access key id
+/ secret; the extra may hold ``region_name``, ``endpoint_url``, ``aws_session_token``, and
+the keys too): the trigger row stores only the id, the triggerer resolves it. Watchers share
+a queue's consumer by connection id (key ``("sqs", "connection:<id>", queue_url)``).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
 from triggers.exceptions import TriggerContractError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Hashable
+    from collections.abc import AsyncIterator, Hashable, Mapping
 
     from producers.sqs_core import OnReject
 
@@ -90,6 +96,7 @@ class SqsMessageTrigger(BaseEventTrigger):
         self,
         *,
         queue_url: str,
+        aws_conn_id: str | None = None,
         region_name: str | None = None,
         endpoint_url: str | None = None,
         aws_access_key_id: str | None = None,
@@ -120,6 +127,7 @@ class SqsMessageTrigger(BaseEventTrigger):
             aws_secret_access_key=aws_secret_access_key,
             aws_session_token=aws_session_token,
         )
+        self.aws_conn_id = aws_conn_id
         self.body_filter = dict(body_filter or {})
         self.attribute_filter = dict(attribute_filter or {})
         self.on_reject: OnReject = on_reject
@@ -134,6 +142,7 @@ class SqsMessageTrigger(BaseEventTrigger):
             classpath_of(SqsMessageTrigger),
             {
                 "queue_url": c.queue_url,
+                "aws_conn_id": self.aws_conn_id,
                 "region_name": c.region_name,
                 "endpoint_url": c.endpoint_url,
                 "aws_access_key_id": c.aws_access_key_id,
@@ -152,7 +161,27 @@ class SqsMessageTrigger(BaseEventTrigger):
     # -- shared stream --------------------------------------------------------------------
 
     def shared_stream_key(self) -> Hashable:
+        if self.aws_conn_id:  # the same before and after the triggerer resolves it
+            return ("sqs", f"connection:{self.aws_conn_id}", self.connection.queue_url)
         return ("sqs", self.connection.endpoint_url, self.connection.queue_url)
+
+    @classmethod
+    def connection_settings(cls, kwarg: str, connection: Mapping[str, Any]) -> dict[str, Any]:
+        """An ``aws`` connection as client settings: login / password are the access key
+        id / secret; the extra may hold ``region_name``, ``endpoint_url`` (or
+        ``service_config.sqs.endpoint_url``), ``aws_session_token`` and the keys."""
+        extra = dict(connection.get("extra") or {})
+        sqs_config = (extra.get("service_config") or {}).get("sqs") or {}
+        settings = {
+            "aws_access_key_id": connection.get("login") or extra.get("aws_access_key_id"),
+            "aws_secret_access_key": (
+                connection.get("password") or extra.get("aws_secret_access_key")
+            ),
+            "aws_session_token": extra.get("aws_session_token"),
+            "region_name": extra.get("region_name"),
+            "endpoint_url": sqs_config.get("endpoint_url") or extra.get("endpoint_url"),
+        }
+        return {k: v for k, v in settings.items() if v not in (None, "")}
 
     @classmethod
     def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> SqsSharedStreamProducer:

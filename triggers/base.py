@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from triggers.serde import ensure_serializable, payload_digest
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Hashable
+    from collections.abc import AsyncIterator, Hashable, Mapping
     from datetime import timedelta
 
     from shared_stream.producer import SharedStreamProducer
@@ -123,9 +123,24 @@ class BaseTrigger(abc.ABC):
     """
 
     trigger_id: int | None = None
+    #: Kwargs that name a connection (as Airflow's ``kafka_config_id``, ``aws_conn_id``).
+    #: The triggerer looks up each one given (the environment's ``SLUICE_CONN_<ID>``, then
+    #: the metadata database) and builds the trigger with the stored kwargs updated by
+    #: ``connection_settings``: the stored row keeps only the id, never the secrets.
+    connection_kwargs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **kwargs: Any) -> None:
         self.trigger_id = None
+
+    @classmethod
+    def connection_settings(cls, kwarg: str, connection: Mapping[str, Any]) -> dict[str, Any]:
+        """The constructor kwargs the connection named by ``kwarg`` stands for.
+
+        ``connection`` holds ``conn_id``, ``conn_type``, ``host``, ``port``, ``login``,
+        ``password``, ``schema`` and ``extra`` (a dict). Raise ``ValueError`` for a
+        connection that cannot configure this trigger (the message names what is wrong).
+        """
+        raise NotImplementedError(f"{cls.__qualname__} declares no connection kwargs")
 
     @abc.abstractmethod
     def serialize(self) -> tuple[str, dict[str, Any]]:

@@ -4,22 +4,25 @@ The rows of a claim round are loaded in a worker thread (``load_rows``): each cl
 round is imported once, only from the allowed modules (a first import of, say, aiokafka takes
 a few hundred ms and must not block the loop), and each row's kwargs are decrypted. The
 triggerer then instantiates each one on the loop (``Loaded.instantiate``) and starts it
-(``Loaded.spec``). Whatever fails is a ``TriggerLoadError`` naming the row's reason, which
+(``Loaded.spec``). Connection ids among the kwargs (``kafka_config_id``, ...) are resolved
+here too (``engine.triggerer.connections``). Whatever fails is a ``TriggerLoadError``
+naming the row's reason, which
 the triggerer logs and reports; nothing here logs, or touches the database.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from engine.db.models import TriggerKind
 from engine.exceptions import DecryptionError, TriggerLoadError
 from engine.loader import import_trigger_class, instantiate_trigger
+from engine.triggerer.connections import resolve_connections
 from engine.triggerer.handles import TriggerSpec
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
 
     from engine.crypto import KwargsCipher
@@ -69,6 +72,7 @@ def load_rows(
     cipher: KwargsCipher,
     allowed_modules: Sequence[str],
     plugins_folder: Path | None,
+    lookup: Callable[[str], dict[str, Any] | None] | None = None,
 ) -> list[Loaded]:
     """In a worker thread: import each class of the round once and decrypt every row."""
     classes: dict[str, type[BaseTrigger] | TriggerLoadError] = {}
@@ -79,7 +83,24 @@ def load_rows(
             )
         except TriggerLoadError as exc:
             classes[classpath] = exc
-    return [_decrypt(cipher, row, classes[row.classpath], served.get(row.id)) for row in rows]
+    loaded = [_decrypt(cipher, row, classes[row.classpath], served.get(row.id)) for row in rows]
+    return [_with_connections(item, lookup) for item in loaded]
+
+
+def _with_connections(
+    item: Loaded, lookup: Callable[[str], dict[str, Any] | None] | None
+) -> Loaded:
+    if item.cls is None or item.kwargs is None or not getattr(item.cls, "connection_kwargs", ()):
+        return item
+    watcher = item.served.watcher if item.served is not None else None
+    where = f"trigger {item.row.id}" + (f" of watcher {watcher[1]!r}" if watcher else "")
+    if lookup is None:
+        return replace(item, cls=None, kwargs=None, error=f"{where}: no connection lookup")
+    try:
+        kwargs = resolve_connections(item.cls, item.kwargs, lookup, where=where)
+    except TriggerLoadError as exc:
+        return replace(item, cls=None, kwargs=None, error=str(exc))
+    return replace(item, kwargs=kwargs)
 
 
 def _decrypt(

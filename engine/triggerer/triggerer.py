@@ -28,6 +28,7 @@ from engine.loader import trigger_stream_digest
 from engine.metrics.readings import HistogramReading, TriggererReading
 from engine.retry import Backoff
 from engine.triggerer import claiming
+from engine.triggerer.connections import database_lookup
 from engine.triggerer.housekeeping import clean_forever, publish_stream_stats_forever
 from engine.triggerer.loading import Loaded, load_rows
 from engine.triggerer.outbox import Outbox, TriggerFailed
@@ -88,6 +89,7 @@ class Triggerer:
     ) -> None:
         self._db = db
         self._cipher = cipher
+        self._connections = database_lookup(db, cipher)  # kafka_config_id, aws_conn_id, ...
         self.settings = settings
         self.job_id: int | None = None
         self.outbox = Outbox()
@@ -394,6 +396,7 @@ class Triggerer:
             cipher=self._cipher,
             allowed_modules=s.allowed_modules,
             plugins_folder=s.plugins_folder,
+            lookup=self._connections,
         )
         loaded = await anyio.to_thread.run_sync(load) if rows else []
         for index, item in enumerate(loaded, start=1):
