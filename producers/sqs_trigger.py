@@ -92,6 +92,8 @@ class SqsMessageTrigger(BaseEventTrigger):
     when it parses), ``attributes``, ``message_attributes``.
     """
 
+    connection_kwargs = ("aws_conn_id",)
+
     def __init__(
         self,
         *,
