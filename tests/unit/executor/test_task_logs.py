@@ -95,3 +95,14 @@ async def test_an_unusable_log_folder_sends_the_log_to_the_fallback(tmp_path: Pa
         await writer.write(b"hello\n")
         await writer.aclose()
     assert writer.failed is not None and fallback.getvalue().endswith(b"hello\n")
+
+
+async def test_secrets_added_while_a_task_runs_are_masked_from_then_on(tmp_path: Path) -> None:
+    writer = TaskLogWriter(tmp_path / "attempt=1.log")
+    await writer.write(b"before: pw-read-later\n")
+    writer.add_secrets(["pw-read-later", ""])
+    await writer.write(b"after: pw-read-")
+    await writer.write(b"later and again pw-read-later\n")
+    writer.close()
+    text = (tmp_path / "attempt=1.log").read_text()
+    assert text == "before: pw-read-later\nafter: *** and again ***\n"
