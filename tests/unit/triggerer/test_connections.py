@@ -92,7 +92,7 @@ def test_a_missing_connection_names_watcher_trigger_and_id() -> None:
 def test_an_unfit_connection_says_why() -> None:
     _, stored = KafkaMessageTrigger(topics="t", group_id="g", kafka_config_id="k").serialize()
     with pytest.raises(
-        TriggerLoadError, match="cannot configure KafkaMessageTrigger.*no bootstrap"
+        TriggerLoadError, match=r"cannot configure KafkaMessageTrigger.*no bootstrap"
     ):
         resolve_connections(KafkaMessageTrigger, stored, _lookup({"k": {}}), where=WHERE)
 
