@@ -256,3 +256,27 @@ def test_templates_read_var_and_conn(store: Any) -> None:
         {},
     )
     assert rendered == "hello 3 v h.example me dflt"
+
+
+def test_top_level_reads_in_a_dag_file_fail_its_parse_with_a_clear_error(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine.dag_processing.parsing import parse_file
+
+    path = tmp_path / "top_level.py"
+    path.write_text(
+        "from engine import DAG, Variable\n"
+        "limit = Variable.get('limit')\n"
+        "with DAG('d'):\n"
+        "    pass\n"
+    )
+    previous = install_store(None)  # as in the DAG processor's child
+    try:
+        result = parse_file(path)
+        assert result.error is not None
+        assert "Variable.get('limit')" in result.error.message
+        assert "inside a task" in result.error.message and result.error.lineno == 2
+        monkeypatch.setenv("SLUICE_VAR_LIMIT", "10")  # the environment answers everywhere
+        assert parse_file(path).error is None
+    finally:
+        install_store(previous)
