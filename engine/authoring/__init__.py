@@ -35,7 +35,7 @@ from engine.authoring.branching import (
     branch_task,
     short_circuit_task,
 )
-from engine.authoring.connections import Connection, Variable
+from engine.authoring.connections import Connection
 from engine.authoring.context import Context, DagDefinitionError, TaskDeferred, resolve_deferrable
 from engine.authoring.dag import DAG, BaseOperator
 from engine.authoring.groups import TaskGroup, chain, cross_downstream, task_group
@@ -53,6 +53,7 @@ from engine.authoring.timetables import (
     OnceTimetable,
     Timetable,
 )
+from engine.authoring.variables import Variable
 from engine.authoring.xcom import XComArg
 
 task.bash = bash_task  # type: ignore[attr-defined]  # @task.bash

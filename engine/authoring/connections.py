@@ -1,5 +1,5 @@
-"""Connections and Variables, as Airflow 3 tasks use them: ``Connection.get(conn_id)``,
-``Variable.get(key)``, ``Variable.set(key, value)``, ``Variable.delete(key)``.
+"""Connections, as Airflow 3 tasks use them (``Connection.get(conn_id)``), and the store
+connections and variables (``engine.authoring.variables``) come from.
 
 Theory of operation. A value is looked up first in the environment (``SLUICE_CONN_<ID>``:
 a URI or a JSON object; ``SLUICE_VAR_<KEY>``; the id or key upper-cased, as Airflow's
@@ -56,7 +56,6 @@ SENSITIVE_NAMES: Final = frozenset(
     }
 )
 FIELDS: Final = ("conn_type", "description", "host", "schema", "login", "password", "port")
-_NOT_SET: Final = object()
 
 
 class InvalidConnectionError(SluiceError, ValueError):
@@ -95,7 +94,14 @@ def install_store(store: Store | None) -> Store | None:
     return previous
 
 
-def _current_store(what: str) -> Store:
+def mask_secrets(secrets: list[str]) -> None:
+    """Have the store mask ``secrets`` in the task log (nothing without a store)."""
+    if _store is not None and secrets:
+        _store.mask(secrets)
+
+
+def current_store(what: str) -> Store:
+    """The store of this process; ``StoreUnavailableError`` naming ``what`` if none."""
     if _store is None:
         raise StoreUnavailableError(
             f"{what}: connections and variables are not available here (a DAG file's "
@@ -209,10 +215,9 @@ class Connection:
         ``AirflowNotFoundException`` when it is defined nowhere."""
         conn = connection_from_env(conn_id)
         if conn is not None:
-            if _store is not None:
-                _store.mask(list(conn.secrets()))
+            mask_secrets(list(conn.secrets()))
             return conn
-        fields = _current_store(f"Connection.get({conn_id!r})").get_connection(conn_id)
+        fields = current_store(f"Connection.get({conn_id!r})").get_connection(conn_id)
         if fields is None:
             raise AirflowNotFoundException(
                 f"The conn_id `{conn_id}` isn't defined (neither by `sluice connections add` "
@@ -335,52 +340,6 @@ class Connection:
         yield from sensitive_values(self.extra_dejson)
 
 
-class Variable:
-    """A named value (text, or JSON with ``deserialize_json``), Airflow's ``Variable``."""
-
-    def __init__(self, key: str, value: str, description: str | None = None) -> None:
-        self.key = key
-        self.val = value
-        self.description = description
-
-    def __repr__(self) -> str:
-        return f"<Variable {self.key}>"
-
-    @staticmethod
-    def get(key: str, default: Any = _NOT_SET, deserialize_json: bool = False) -> Any:
-        """The variable's value (``SLUICE_VAR_<KEY>`` first); ``default`` when undefined,
-        else ``KeyError``."""
-        text = os.environ.get(var_env_name(key))
-        if text is not None:
-            if _store is not None and is_sensitive(key):
-                _store.mask([text])
-        else:
-            text = _current_store(f"Variable.get({key!r})").get_variable(key)
-        if text is None:
-            if default is _NOT_SET:
-                raise KeyError(f"Variable {key} does not exist")
-            return default
-        if not deserialize_json:
-            return text
-        try:
-            return json.loads(text)
-        except ValueError as exc:
-            raise ValueError(f"Variable {key!r} does not hold valid JSON: {exc}") from exc
-
-    @staticmethod
-    def set(
-        key: str, value: Any, description: str | None = None, serialize_json: bool = False
-    ) -> None:
-        """Create or replace the variable (JSON-encoded with ``serialize_json``)."""
-        text = json.dumps(value, indent=2) if serialize_json else str(value)
-        _current_store(f"Variable.set({key!r})").set_variable(key, text, description)
-
-    @staticmethod
-    def delete(key: str) -> int:
-        """Delete the variable; how many were deleted (0 or 1)."""
-        return _current_store(f"Variable.delete({key!r})").delete_variable(key)
-
-
 # --- the environment ---------------------------------------------------------------------
 
 
@@ -471,54 +430,3 @@ def _port(conn_id: str, port: object) -> int | None:
     if not 0 < value < 65536:
         raise InvalidConnectionError(f"connection {conn_id!r}: port {value} is out of range")
     return value
-
-
-# --- template and context accessors: {{ var.value.key }}, {{ conn.my_id.host }} -----------
-
-
-class _VariableAccessor:
-    """``var.value`` / ``var.json``: ``.<key>`` or ``.get(key, default)``."""
-
-    def __init__(self, *, deserialize_json: bool) -> None:
-        self._json = deserialize_json
-
-    def __repr__(self) -> str:
-        return f"<VariableAccessor json={self._json}>"
-
-    def __getattr__(self, key: str) -> Any:
-        if key.startswith("__"):
-            raise AttributeError(key)
-        return Variable.get(key, deserialize_json=self._json)
-
-    def get(self, key: str, default: Any = _NOT_SET) -> Any:
-        return Variable.get(key, default=default, deserialize_json=self._json)
-
-
-class VariableAccessors:
-    """The ``var`` of templates and the task context: ``var.value.key``, ``var.json.key``."""
-
-    def __init__(self) -> None:
-        self.value = _VariableAccessor(deserialize_json=False)
-        self.json = _VariableAccessor(deserialize_json=True)
-
-    def __repr__(self) -> str:
-        return "<VariableAccessors value json>"
-
-
-class ConnectionAccessor:
-    """The ``conn`` of templates and the task context: ``conn.my_id.host``,
-    ``conn.get("my-id")`` (for ids that are not identifiers)."""
-
-    def __repr__(self) -> str:
-        return "<ConnectionAccessor>"
-
-    def __getattr__(self, conn_id: str) -> Connection:
-        if conn_id.startswith("__"):
-            raise AttributeError(conn_id)
-        return Connection.get(conn_id)
-
-    def get(self, conn_id: str, default_conn: Any = None) -> Any:
-        try:
-            return Connection.get(conn_id)
-        except AirflowNotFoundException:
-            return default_conn

@@ -49,8 +49,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from engine.authoring.assets import Asset, AssetAlias, Metadata
-from engine.authoring.connections import ConnectionAccessor, VariableAccessors
 from engine.authoring.params import resolve_params
+from engine.authoring.variables import ConnectionAccessor, VariableAccessors
 from triggers.exceptions import SerializationError
 from triggers.serde import deserialize_value, serialize_value
 

@@ -52,8 +52,8 @@ import dateutil  # type: ignore[import-untyped]  # Airflow's macros.dateutil (cr
 import jinja2
 import jinja2.sandbox
 
-from engine.authoring.connections import ConnectionAccessor, VariableAccessors
 from engine.authoring.params import DagParam
+from engine.authoring.variables import ConnectionAccessor, VariableAccessors
 from engine.authoring.xcom import XComArg
 from engine.exceptions import AirflowException
 
