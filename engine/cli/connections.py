@@ -22,7 +22,6 @@ from engine.authoring.connections import (
     Connection,
     InvalidConnectionError,
     is_sensitive,
-    parse_connection,
 )
 from engine.cli.common import emit, fail, get_config, json_option, run_query
 from engine.db.queries import connections as store
@@ -83,9 +82,12 @@ def _from_options(conn_id: str, options: dict[str, Any]) -> Connection:
     if uri is not None or text is not None:
         if fields:
             fail(f"--conn-{next(iter(fields))} cannot go with --conn-uri or --conn-json")
-        conn = parse_connection(conn_id, uri if uri is not None else text)
-        if uri is not None and text is None and uri.lstrip().startswith("{"):
+        if uri is not None and uri.lstrip().startswith("{"):
             fail("--conn-uri takes a URI; give a JSON connection with --conn-json")
+        if uri is not None:
+            conn = Connection.from_uri(conn_id, uri)
+        else:
+            conn = Connection.from_json(conn_id, text)
         if description is not None:
             conn.description = description
         return conn
