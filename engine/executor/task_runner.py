@@ -453,6 +453,7 @@ def _open_channel(fd: int) -> None:
     from engine.authoring.connections import install_store
     from engine.executor.task_channel import TaskChannel
 
+    os.set_inheritable(fd, False)  # not for the processes the task starts
     install_store(TaskChannel.from_fd(fd))
 
 

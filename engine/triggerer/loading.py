@@ -5,9 +5,10 @@ round is imported once, only from the allowed modules (a first import of, say, a
 a few hundred ms and must not block the loop), and each row's kwargs are decrypted. The
 triggerer then instantiates each one on the loop (``Loaded.instantiate``) and starts it
 (``Loaded.spec``). Connection ids among the kwargs (``kafka_config_id``, ...) are resolved
-here too (``engine.triggerer.connections``). Whatever fails is a ``TriggerLoadError``
-naming the row's reason, which
-the triggerer logs and reports; nothing here logs, or touches the database.
+here too, through the ``lookup`` the triggerer passes (``engine.triggerer.connections``:
+the environment, then the database). Whatever fails is a ``TriggerLoadError`` naming the
+row's reason, which the triggerer logs and reports; nothing here logs, or touches the
+database but through ``lookup``.
 """
 
 from __future__ import annotations
