@@ -206,7 +206,10 @@ class BaseSensorOperator(BaseOperator):
         except SOFT_FAIL_ERRORS as exc:
             if self.soft_fail or self.never_fail:
                 flag = "soft_fail" if self.soft_fail else "never_fail"
-                raise AirflowSkipException(f"sensor {self.task_id!r}: {exc} ({flag})") from exc
+                what = "timed out" if isinstance(exc, AirflowSensorTimeout) else "skipped"
+                raise AirflowSkipException(
+                    f"sensor {self.task_id!r} {what} ({flag}): {exc}"
+                ) from exc
             raise
         except AirflowSkipException:
             raise
