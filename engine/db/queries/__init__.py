@@ -15,7 +15,9 @@
   watchers, schedule edges to assets and aliases);
 - ``streams``: shared-stream snapshots published by triggerers;
 - ``inspection``: the operator views (jobs, triggers, DAG details, doctor facts);
-- ``clean``: which old rows ``sluice db clean`` may delete.
+- ``clean``: which old rows ``sluice db clean`` may delete;
+- ``external_tasks``: another DAG's run and task states at given logical dates (read by the
+  triggerer for ``ExternalTaskSensor``).
 
 Functions take a ``Session`` (one transaction, opened by ``engine.db.Database``) and plain
 values; they read and write, they decide no policy.
