@@ -166,6 +166,8 @@ class BaseSensorOperator(BaseOperator):
         self.silent_fail = bool(silent_fail)
         self.exponential_backoff = bool(exponential_backoff)
         self.max_wait = None if max_wait is None else as_seconds(where, "max_wait", max_wait)
+        #: when the first poke of this try happened (kept across reschedules); None before
+        self.first_poke_at: datetime | None = None
 
     @property
     def reschedule(self) -> bool:
@@ -247,7 +249,8 @@ class BaseSensorOperator(BaseOperator):
         started = self._monotonic()
         what = f"sensor {self.task_id!r}: poke()"
         poke_count = 1
-        jitter_key = f"{self.dag_id_or_none()}#{self.task_id}#{_utcnow().isoformat()}"
+        self.first_poke_at = self._utcnow()
+        jitter_key = f"{self.dag_id_or_none()}#{self.task_id}#{self.first_poke_at.isoformat()}"
         while not (outcome := self._poke_once(context, what)):
             elapsed = self._monotonic() - started
             if elapsed >= self.timeout:
@@ -268,6 +271,7 @@ class BaseSensorOperator(BaseOperator):
     ) -> Any:
         """Poke once; when not done, defer to a time trigger (the slot is freed) and come
         back at ``RESCHEDULE_METHOD`` with the first poke's time and the next count."""
+        self.first_poke_at = first_poke_at
         outcome = self._poke_once(context, f"sensor {self.task_id!r}: poke()")
         if outcome:
             return self._result_of(outcome)

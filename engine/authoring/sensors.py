@@ -42,7 +42,7 @@ __all__ = (
 
 
 class TimeDeltaSensor(BaseSensorOperator):
-    """Waits ``delta`` from the moment the sensor first runs.
+    """Waits ``delta`` from the sensor's first poke (also across reschedules).
 
     Deferrable: a ``TimeDeltaTrigger``; with ``end_from_trigger=True`` the task ends on the
     triggerer without coming back to a worker.
@@ -56,13 +56,11 @@ class TimeDeltaSensor(BaseSensorOperator):
             )
         self.delta = delta
         self.end_from_trigger = bool(end_from_trigger)
-        self._target: datetime | None = None
 
     def poke(self, context: Context) -> bool:
         now = self._utcnow()
-        if self._target is None:
-            self._target = now + self.delta
-        return now >= self._target
+        started = self.first_poke_at or now  # kept across reschedules
+        return now >= started + self.delta
 
     def deferral_trigger(self, context: Context) -> BaseTrigger | None:
         return TimeDeltaTrigger(self.delta, end_from_trigger=self.end_from_trigger)

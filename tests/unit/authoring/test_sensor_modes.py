@@ -195,3 +195,28 @@ def test_never_fail_also_covers_a_poke_after_a_reschedule() -> None:
         ScriptSensor(**args).execute(POKING)
     with pytest.raises(AirflowSkipException, match="never_fail"):
         resume(args, step.value, clock)
+
+
+def test_time_delta_sensor_counts_its_delta_from_the_first_poke_across_reschedules() -> None:
+    from engine.sensors import TimeDeltaSensor
+
+    clock = Clock()
+
+    class Delta(TimeDeltaSensor):
+        def _utcnow(self) -> datetime:
+            return clock.now
+
+    args = {"task_id": "td", "delta": timedelta(seconds=50), "mode": "reschedule"}
+    args |= {"poke_interval": 20}
+    with pytest.raises(TaskDeferred) as first:
+        Delta(**args).execute(POKING)
+    step = first.value
+    for _ in range(2):  # t=20, t=40: not yet
+        clock.now = step.trigger_kwargs["moment"]
+        with pytest.raises(TaskDeferred) as again:
+            Delta(**args).resume_execution(step.method_name, loads(dumps(step.kwargs)), POKING)
+        step = again.value
+    clock.now = step.trigger_kwargs["moment"]  # t=60: a fresh instance, same first poke
+    assert (
+        Delta(**args).resume_execution(step.method_name, loads(dumps(step.kwargs)), POKING) is None
+    )
