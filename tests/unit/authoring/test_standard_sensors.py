@@ -199,3 +199,76 @@ def test_day_of_week_sensor_uses_today_unless_asked_for_the_logical_date() -> No
     assert sensor.poke(context_for(sensor)) is True  # the logical date is a Monday
     with pytest.raises(DagDefinitionError, match="not a day of the week"):
         DayOfWeekSensor(task_id="bad", week_day="Funday")
+
+
+# The standard provider's sensor example DAG as Airflow 3 writes it; only the imports changed
+# (``airflow.providers.standard.sensors.<module>`` and ``airflow.sdk`` -> ``engine.sensors``).
+PORTED_SENSOR_DAG = """
+import datetime
+
+import pendulum
+
+from engine import DAG, task
+from engine.sensors import (
+    BashSensor,
+    DayOfWeekSensor,
+    ExternalTaskSensor,
+    FileSensor,
+    PokeReturnValue,
+    PythonSensor,
+    TimeDeltaSensor,
+    TimeSensor,
+    WeekDay,
+)
+
+
+def success_callable():
+    return True
+
+
+with DAG(
+    dag_id="example_sensors",
+    schedule=None,
+    start_date=pendulum.datetime(2021, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["example"],
+):
+    t0 = TimeDeltaSensor(task_id="wait_some_seconds", delta=datetime.timedelta(seconds=2))
+    t1 = TimeSensor(
+        task_id="fire_immediately",
+        target_time=datetime.datetime.now(tz=datetime.timezone.utc).time(),
+    )
+    t2 = BashSensor(task_id="Sensor_succeeds", bash_command="exit 0")
+    t3 = BashSensor(task_id="Sensor_fails_after_3_seconds", timeout=3, soft_fail=True,
+                    bash_command="exit 1")
+    t4 = FileSensor(task_id="wait_for_file", filepath="/tmp/temporary_file_for_testing")
+    t5 = PythonSensor(task_id="success_sensor_python", python_callable=success_callable)
+    t6 = DayOfWeekSensor(task_id="week_day_sensor_failing_on_timeout", timeout=3,
+                         soft_fail=True, week_day=WeekDay.MONDAY)
+    t7 = ExternalTaskSensor(task_id="wait_upstream", external_dag_id="other", external_task_id="t",
+                            allowed_states=["success"], failed_states=["failed", "skipped"],
+                            mode="reschedule")
+
+    @task.sensor(poke_interval=60, timeout=3600, mode="reschedule")
+    def wait_for_upstream() -> PokeReturnValue:
+        return PokeReturnValue(is_done=True, xcom_value="xcom_value")
+
+    [t0, t1, t2, t3, t4, t5, t6, t7] >> wait_for_upstream()
+"""
+
+
+def test_a_ported_sensor_dag_parses_without_warnings(tmp_path, caplog) -> None:
+    from engine.authoring.dag import take_registered_dags
+    from engine.authoring.dag_files import collect_dags, import_dag_file
+
+    take_registered_dags()
+    forget_warnings()
+    path = tmp_path / "example_sensors.py"
+    path.write_text(PORTED_SENSOR_DAG)
+    with caplog.at_level(logging.WARNING):
+        (parsed,) = collect_dags(import_dag_file(path), str(path))
+    assert len(parsed.task_ids) == 9
+    assert parsed.get_task("wait_for_upstream").upstream_task_ids == set(parsed.task_ids) - {
+        "wait_for_upstream"
+    }
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
