@@ -256,7 +256,7 @@ class ExternalTaskSensor(BaseSensorOperator):
     # --- waiting ---------------------------------------------------------------------------
 
     def execute(self, context: Context) -> Any:
-        return self._outcome(lambda: self._defer(context))
+        self._defer(context)
 
     def _defer(self, context: Context) -> None:
         deferrable = resolve_deferrable(self, default_deferrable_from(context))

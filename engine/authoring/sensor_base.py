@@ -41,6 +41,7 @@ from engine.authoring.context import (
 )
 from engine.authoring.dag import BaseOperator
 from engine.exceptions import (
+    AirflowException,
     AirflowFailException,
     AirflowSensorTimeout,
     AirflowSkipException,
@@ -49,7 +50,7 @@ from engine.exceptions import (
 from triggers.temporal import DateTimeTrigger
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from engine.authoring.context import Context
     from triggers.base import BaseTrigger
@@ -64,8 +65,6 @@ RESCHEDULE_METHOD: Final = "poke_after_reschedule"
 SENSOR_MODES: Final = ("poke", "reschedule")
 # What soft_fail turns into a skip (Airflow 3): a timeout, or a deliberate failure.
 SOFT_FAIL_ERRORS: Final = (AirflowSensorTimeout, AirflowTaskTimeout, AirflowFailException)
-# What silent_fail never swallows (as in Airflow): the outcomes a task asks for on purpose.
-_NEVER_SILENCED: Final = (*SOFT_FAIL_ERRORS, AirflowSkipException)
 
 
 class PokeReturnValue:
@@ -185,12 +184,20 @@ class BaseSensorOperator(BaseOperator):
     # --- the outcome rules ------------------------------------------------------------------
 
     def execute(self, context: Context) -> Any:
-        return self._outcome(lambda: self._wait(context))
+        return self._skip_timeout_if_soft(lambda: self._wait(context))
 
     def resume_execution(
         self, next_method: str, next_kwargs: Mapping[str, Any] | None, context: Context
     ) -> Any:
-        def resume() -> Any:
+        """Resume after a deferral. Back from a reschedule, the rules of ``execute`` apply;
+        back from a trigger, Airflow's: a deferral that timed out is a sensor timeout,
+        ``soft_fail`` / ``never_fail`` skip a timeout or an ``AirflowFailException``, and
+        ``never_fail`` skips any other failure too."""
+        if next_method == RESCHEDULE_METHOD:
+            return self._skip_timeout_if_soft(
+                lambda: BaseOperator.resume_execution(self, next_method, next_kwargs, context)
+            )
+        try:
             try:
                 return BaseOperator.resume_execution(self, next_method, next_kwargs, context)
             except TaskDeferralTimeout as exc:
@@ -198,30 +205,30 @@ class BaseSensorOperator(BaseOperator):
                     f"sensor {self.task_id!r} did not succeed within {self.timeout:g} s "
                     "(its deferral timed out)"
                 ) from exc
-
-        return self._outcome(resume)
-
-    def _outcome(self, step: Any) -> Any:
-        """Run ``step`` and apply ``soft_fail`` / ``never_fail`` to what it raises."""
-        try:
-            return step()
         except SOFT_FAIL_ERRORS as exc:
             if self.soft_fail or self.never_fail:
-                flag = "soft_fail" if self.soft_fail else "never_fail"
-                what = "timed out" if isinstance(exc, AirflowSensorTimeout) else "skipped"
-                raise AirflowSkipException(
-                    f"sensor {self.task_id!r} {what} ({flag}): {exc}"
-                ) from exc
+                raise self._skip(exc) from exc
             raise
         except AirflowSkipException:
             raise
-        except Exception as exc:
+        except AirflowException as exc:
             if self.never_fail:
-                raise AirflowSkipException(
-                    f"sensor {self.task_id!r} failed ({type(exc).__name__}: {exc}); "
-                    "skipped (never_fail)"
-                ) from exc
+                raise self._skip(exc) from exc
             raise
+
+    def _skip_timeout_if_soft(self, step: Callable[[], Any]) -> Any:
+        """Run ``step``; with ``soft_fail``, its timeout (poke or reschedule) is a skip."""
+        try:
+            return step()
+        except SensorTimeout as exc:
+            if self.soft_fail:
+                raise self._skip(exc) from exc
+            raise
+
+    def _skip(self, exc: BaseException) -> AirflowSkipException:
+        flag = "soft_fail" if self.soft_fail else "never_fail"
+        what = "timed out" if isinstance(exc, AirflowSensorTimeout) else "skipped"
+        return AirflowSkipException(f"sensor {self.task_id!r} {what} ({flag}): {exc}")
 
     # --- waiting --------------------------------------------------------------------------
 
@@ -315,19 +322,29 @@ class BaseSensorOperator(BaseOperator):
         return outcome.xcom_value if isinstance(outcome, PokeReturnValue) else None
 
     def _poke_once(self, context: Context, what: str) -> bool | PokeReturnValue:
+        """One poke; its errors as Airflow 3 treats them (see the module docstring)."""
         try:
             outcome = run_to_completion(self.poke(context), what=what)
-        except _NEVER_SILENCED:
+        except SOFT_FAIL_ERRORS as exc:
+            if self.soft_fail or self.never_fail:
+                raise self._skip(exc) from exc
             raise
-        except Exception:
-            if not self.silent_fail:
-                raise
-            logger.exception(
-                "%s failed; silent_fail is set, so the sensor pokes again",
-                what,
-                extra={"action": "poke_failed", "task_id": self.task_id},
-            )
-            return False
+        except AirflowSkipException:
+            raise
+        except Exception as exc:
+            if self.silent_fail:
+                logger.exception(
+                    "%s failed; silent_fail is set, so the sensor pokes again",
+                    what,
+                    extra={"action": "poke_failed", "task_id": self.task_id},
+                )
+                return False
+            if self.never_fail:
+                raise AirflowSkipException(
+                    f"sensor {self.task_id!r}: {what} failed ({type(exc).__name__}: {exc}); "
+                    "skipped (never_fail)"
+                ) from exc
+            raise
         return outcome if isinstance(outcome, PokeReturnValue) else bool(outcome)
 
     def dag_id_or_none(self) -> str | None:

@@ -220,3 +220,15 @@ def test_time_delta_sensor_counts_its_delta_from_the_first_poke_across_reschedul
     assert (
         Delta(**args).resume_execution(step.method_name, loads(dumps(step.kwargs)), POKING) is None
     )
+
+
+@pytest.mark.parametrize(
+    ("flag", "outcome"), [("soft_fail", AirflowSkipException), ("never_fail", SensorTimeout)]
+)
+def test_a_poke_timeout_skips_with_soft_fail_only(flag: str, outcome: type) -> None:
+    """As Airflow 3: never_fail covers errors of poke, not the sensor timing out."""
+    sensor = ScriptSensor(
+        task_id="t", script=[False] * 3, clock=Clock(), poke_interval=5, timeout=10, **{flag: True}
+    )
+    with pytest.raises(outcome):
+        sensor.execute(POKING)
