@@ -20,6 +20,10 @@ out), capped by ``max_wait`` and by the time left. Outcomes, as in Airflow 3:
 ``soft_fail=True`` turns a timeout, an ``AirflowTaskTimeout`` or an ``AirflowFailException``
 into a skip; ``never_fail=True`` turns any error of ``poke`` into a skip (the two are
 exclusive); ``silent_fail=True`` logs an unexpected error of ``poke`` and pokes again.
+
+Unlike Airflow, a rescheduled sensor shows ``deferred`` between pokes (Airflow's
+``up_for_reschedule``), and its ``execution_timeout`` counts the whole try, waits included
+(as for every deferred task here), where Airflow counts only the pokes.
 """
 
 from __future__ import annotations
