@@ -329,9 +329,7 @@ class TaskSupervisor:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(drain_all)
-            await self._wait(
-                child, kill_after_s(run, now=now, grace_s=settings.kill_grace_s), log
-            )
+            await self._wait(child, kill_after_s(run, now=now, grace_s=settings.kill_grace_s), log)
             child.signal_group(signal.SIGKILL)  # what the task left running in its group
             with anyio.move_on_after(DRAIN_AFTER_EXIT_S):
                 await drained.wait()

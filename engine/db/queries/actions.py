@@ -151,9 +151,12 @@ def _run_pk(session: Session, dag_id: str, run_id: str) -> tuple[int, str]:
 def _task_rows(session: Session, where: Iterable[Any]) -> list[TaskChange]:
     rows = session.execute(
         select(
-            TaskInstance.id, TaskInstance.dag_id, DagRun.run_id, TaskInstance.task_id,
+            TaskInstance.id,
+            TaskInstance.dag_id,
+            DagRun.run_id,
+            TaskInstance.task_id,
             TaskInstance.state,
-        )  # fmt: skip
+        )
         .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
         .where(*where)
         .order_by(DagRun.id, TaskInstance.task_id)
@@ -257,7 +260,7 @@ def _trigger_ids(session: Session, ti_ids: Collection[int]) -> set[int]:
             TaskInstance.id.in_(list(ti_ids)), TaskInstance.trigger_id.is_not(None)
         )
     ).scalars()
-    return {int(i) for i in ids}
+    return {int(i) for i in ids if i is not None}
 
 
 def _delete_triggers(session: Session, trigger_ids: set[int]) -> None:
@@ -481,6 +484,8 @@ def time_out_runs(session: Session, *, now: datetime) -> list[EndedRun]:
     ).all()
     ended: list[EndedRun] = []
     for run_pk, start_date, timeout_s in rows:
+        if start_date is None or timeout_s is None:  # excluded by the query
+            continue
         if start_date + timedelta(seconds=float(timeout_s)) > now:
             continue
         run = end_run(
