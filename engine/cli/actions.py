@@ -142,7 +142,7 @@ def tasks_clear(
 @click.argument("dag_id")
 @click.argument("run_id")
 @click.argument("task_id")
-@click.argument("state", type=click.Choice(actions.SETTABLE_STATES))
+@click.argument("state", type=click.Choice([str(s) for s in actions.SETTABLE_STATES]))
 @click.option("-d", "--downstream", is_flag=True, help="Also its downstream tasks.")
 @click.option("-u", "--upstream", is_flag=True, help="Also its upstream tasks.")
 @json_option
