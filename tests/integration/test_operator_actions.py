@@ -268,23 +268,26 @@ def test_clear_only_failed_with_downstream_reruns_them_and_requeues_the_run(env:
 
 
 def test_a_cleared_task_gets_its_retries_again(env: Env) -> None:
-    run_pk, run_id, tis = env.new_run("etl")
-    for _ in range(3):  # retries=2: three tries, all failed
-        job = env.start(tis["extract"])
-        env.db.call(
-            lambda s, job=job: s.execute(
-                update(TaskInstance)
-                .where(TaskInstance.id == tis["extract"])
-                .values(state=TaskState.SCHEDULED, executor_job_id=None)
+    run_pk, _, tis = env.new_run("etl")
+    extract = tis["extract"]
+    for _ in range(2):  # retries=2: tries 1 and 2 fail and wait up_for_retry ...
+        job = env.start(extract)
+        retry_at = env.clock() + timedelta(minutes=5)
+        assert env.db.call(
+            lambda s, job=job, at=retry_at: tasks.retry_task(
+                s, extract, job_id=job, elapsed_s=1, now=env.clock(), retry_at=at
             )
         )
-    job = env.start(tis["extract"])
-    assert env.finish(tis["extract"], job, TaskState.FAILED)
-    env.schedule_once()
-    assert env.ti(tis["extract"]).try_number == 4
+        env.clock.advance(minutes=5)
+        env.schedule_once()
+    env.run_task(extract, TaskState.FAILED)  # ... try 3 fails for good
+    ti = env.ti(extract)
+    assert (ti.state, ti.try_number, ti.max_tries) == (TaskState.FAILED, 3, 2)  # Airflow: retries
+    assert env.run_state(run_pk) == DagRunState.FAILED
+
     env.cli("tasks", "clear", "etl", "-t", "extract", "--yes")
-    ti = env.ti(tis["extract"])
-    assert (ti.state, ti.try_number, ti.max_tries) == (TaskState.NONE, 4, 6)
+    ti = env.ti(extract)
+    assert (ti.state, ti.try_number, ti.max_tries) == (TaskState.NONE, 3, 5)
     assert env.run_state(run_pk) == DagRunState.QUEUED
 
 
@@ -304,16 +307,14 @@ def test_clearing_a_deferred_task_removes_its_trigger(env: Env) -> None:
 
 
 def test_clearing_a_running_task_waits_for_its_executor_to_stop_it(env: Env) -> None:
-    run_pk, run_id, tis = env.new_run("etl")
+    _, _, tis = env.new_run("etl")
     job = env.start(tis["extract"])
     env.cli("tasks", "clear", "etl", "--only-running", "-y")
     ti = env.ti(tis["extract"])
     assert (ti.state, ti.executor_job_id) == (TaskState.RESTARTING, job)
     env.schedule_once()
     assert env.state(tis["extract"]) == TaskState.RESTARTING  # never a second process
-    changed = env.db.call(
-        lambda s: actions.changed_task_instances(s, [tis["extract"]], job_id=job)
-    )
+    changed = env.db.call(lambda s: actions.changed_task_instances(s, [tis["extract"]], job_id=job))
     assert changed == {tis["extract"]: TaskState.RESTARTING}
     # The process's own outcome is refused; once it is gone, the task is none again.
     assert not env.finish(tis["extract"], job, TaskState.SUCCESS)
@@ -335,9 +336,9 @@ def test_a_restarting_task_of_a_dead_executor_runs_again(env: Env) -> None:
 
 
 def test_clear_by_date_range_and_bad_input(env: Env) -> None:
-    first_pk, _, first = env.new_run("etl")
+    _, _, first = env.new_run("etl")
     env.clock.advance(days=2)
-    second_pk, _, second = env.new_run("etl")
+    _, _, second = env.new_run("etl")
     for tis in (first, second):
         env.run_task(tis["extract"], TaskState.FAILED)
     cutoff = (env.clock() - timedelta(days=1)).isoformat()
@@ -460,7 +461,7 @@ def test_dagrun_timeout_fails_the_run_and_lets_the_next_one_in(
 
 
 def test_dagrun_timeout_leaves_dags_without_one_alone(env: Env) -> None:
-    run_pk, _, tis = env.new_run("etl")
+    run_pk, _, _ = env.new_run("etl")
     env.clock.advance(days=30)
     env.schedule_once()
     assert env.run_state(run_pk) == DagRunState.RUNNING
@@ -471,9 +472,7 @@ def test_dagrun_timeout_leaves_dags_without_one_alone(env: Env) -> None:
 
 @asynccontextmanager
 async def executor(env: Env) -> AsyncIterator[LocalExecutor]:
-    local = LocalExecutor(
-        db=env.db, cipher=env.cipher, settings=fast_executor_settings(env.config)
-    )
+    local = LocalExecutor(db=env.db, cipher=env.cipher, settings=fast_executor_settings(env.config))
     async with anyio.create_task_group() as tg:
         await tg.start(local.run)
         try:
