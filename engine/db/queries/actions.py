@@ -123,11 +123,12 @@ def relatives(
     for task, children in graph.items():
         for child in children:
             up.setdefault(child, []).append(task)
-    found = set(roots)
+    start = set(roots)
+    found = set(start)
     edges = [e for e, wanted in ((graph, downstream), (up, upstream)) if wanted]
-    for edge in edges:
-        todo = list(found)
-        seen = set(found)
+    for edge in edges:  # each direction from the roots alone (as Airflow's partial subset)
+        todo = list(start)
+        seen = set(start)
         while todo:
             for nxt in edge.get(todo.pop(), ()):
                 if nxt not in seen:
