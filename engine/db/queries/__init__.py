@@ -7,6 +7,8 @@
 - ``tasks``: task instances the executor holds (claim, start, finish, requeue, recover);
 - ``runs``: DAG runs (created, admitted under max_active_runs, advanced), their task states,
   and time-scheduled DAGs' next run;
+- ``actions``: operator actions (clear tasks, set a task's state, cancel a run) and runs
+  past their ``dagrun_timeout``; what the executor checks to stop a changed task;
 - ``backfills``: backfill rows, their runs (create, re-run, plan), completion; the DAG
   schedule columns the CLI shows;
 - ``assets``: asset events from watchers, task outlets, aliases and the CLI (insert, queue for
