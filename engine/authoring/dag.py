@@ -253,7 +253,6 @@ class DAG:
     def _warn_not_enforced(self, location: str) -> None:
         for name, is_set in (
             ("max_active_tasks", self.max_active_tasks != DEFAULT_MAX_ACTIVE_TASKS),
-            ("dagrun_timeout", self.dagrun_timeout is not None),
         ):
             if is_set:
                 warn_once(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Final
 import anyio
 import anyio.lowlevel
 
+from engine.authoring.external_task_trigger import MetadataReadingTrigger
 from engine.db.heartbeat import heartbeat_forever
 from engine.db.models import JobState, TriggerKind
 from engine.db.queries import claims as store_claims
@@ -31,6 +32,7 @@ from engine.triggerer import claiming
 from engine.triggerer.connections import database_lookup
 from engine.triggerer.housekeeping import clean_forever, publish_stream_stats_forever
 from engine.triggerer.loading import Loaded, load_rows
+from engine.triggerer.metadata import DatabaseMetadataReader
 from engine.triggerer.outbox import Outbox, TriggerFailed
 from engine.triggerer.persister import BatchResult, Persister
 from engine.triggerer.runtime import TriggerRunner
@@ -91,6 +93,7 @@ class Triggerer:
         self._cipher = cipher
         self._connections = database_lookup(db, cipher)  # kafka_config_id, aws_conn_id, ...
         self.settings = settings
+        self._metadata = DatabaseMetadataReader(db)  # for triggers that read the database
         self.job_id: int | None = None
         self.outbox = Outbox()
         self.shared_streams = SharedStreamManager(
@@ -445,6 +448,8 @@ class Triggerer:
             return
         if not self._in_its_group(row, trigger):
             return
+        if isinstance(trigger, MetadataReadingTrigger):
+            trigger.attach_metadata(self._metadata)
         self.runner.start(item.spec(trigger))
         if row.has_error and kind is TriggerKind.WATCHER:
             self._recovered.add(row.id)
