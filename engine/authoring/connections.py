@@ -6,8 +6,9 @@ a URI or a JSON object; ``SLUICE_VAR_<KEY>``; the id or key upper-cased, as Airf
 ``AIRFLOW_CONN_`` / ``AIRFLOW_VAR_``), then in the *store* of the current process. The
 store is installed by whoever can reach the metadata database for us: in a task's process
 (which has neither the database URL nor the Fernet key) it is a request channel to the
-executor that supervises the task (``engine.executor.task_channel``); in the engine's own
-processes it is the database (``engine.db.queries.connections``). Without a store (a DAG
+executor that supervises the task (``engine.executor.task_channel``). The engine's own
+processes (the CLI, the triggerer resolving ``kafka_config_id`` ...) read the database
+directly (``engine.db.queries.connections``) and install no store. Without a store (a DAG
 file's top-level code at parse time) only the environment answers, and anything else is a
 clear ``StoreUnavailableError`` that says to read connections and variables inside tasks
 or templates.
