@@ -650,6 +650,14 @@ class BaseOperator(DependencyMixin, Deferrable):
         if self.task_group is not None:
             self.task_group.add(self)
 
+    @classmethod
+    def partial(cls, **kwargs: Any) -> Any:
+        """The arguments every copy of a mapped task shares; ``.expand(...)`` or
+        ``.expand_kwargs(...)`` on the result adds the task (``engine.authoring.mapping``)."""
+        from engine.authoring.mapping import OperatorPartial
+
+        return OperatorPartial(cls, kwargs)
+
     def _warn_unsupported(self, unsupported: Mapping[str, Any], location: str, where: str) -> None:
         kind = type(self).__name__
         names = split_unsupported(
