@@ -35,6 +35,7 @@ from engine.authoring.dag import (
     BaseOperator,
     _with_default_args,
     accepted_arguments,
+    set_partial_factory,
 )
 from engine.authoring.params import NOTSET
 from engine.authoring.runtime_context import XCOM_RETURN_KEY
@@ -397,6 +398,9 @@ def _build(
     )
 
 
+set_partial_factory(OperatorPartial)
+
+
 class TaskFlowPartial:
     """``@task`` function ``.partial(**fixed)``: its function's fixed arguments."""
 
@@ -470,9 +474,7 @@ class TaskFlowPartial:
 # --- scheduler side: how many copies ------------------------------------------------------------
 
 
-def _length_of(
-    source: Mapping[str, Any], value_of: Callable[[str, str], Any], task_id: str
-) -> int:
+def _length_of(source: Mapping[str, Any], value_of: Callable[[str, str], Any], task_id: str) -> int:
     if "literal" in source:
         return int(source["literal"])
     upstream = str(source["task_id"])

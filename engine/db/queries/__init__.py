@@ -7,6 +7,7 @@
 - ``tasks``: task instances the executor holds (claim, start, finish, requeue, recover);
 - ``runs``: DAG runs (created, admitted under max_active_runs, advanced), their task states,
   and time-scheduled DAGs' next run;
+- ``mapping``: the copies of mapped tasks (expand, states, results by ``map_index``);
 - ``backfills``: backfill rows, their runs (create, re-run, plan), completion; the DAG
   schedule columns the CLI shows;
 - ``assets``: asset events from watchers, task outlets, aliases and the CLI (insert, queue for

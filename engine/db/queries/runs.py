@@ -10,7 +10,7 @@ instead, as in Airflow 3) and its ``run_after`` has passed; only running runs ge
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ from engine.db.models import (
     TaskInstance,
     TaskState,
 )
+from engine.db.queries import mapping as mapping_sql
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -193,6 +194,7 @@ def rerun_run(session: Session, run_pk: int, *, now: datetime, backfill_id: int 
             backfill_id=backfill_id,
         )
     )
+    mapping_sql.collapse_copies(session, run_pk)
     session.execute(
         update(TaskInstance)
         .where(TaskInstance.dag_run_id == run_pk)
@@ -482,6 +484,11 @@ class RunState:
     start_from_trigger: frozenset[str]
     ti_ids: dict[str, int]
     trigger_rules: dict[str, str]  # task id -> its trigger rule (``TriggerRule`` value)
+    #: expanded mapped tasks: task id -> the states of its copies by ``map_index``
+    #: (``task_states`` holds their summary, ``engine.scheduler.rules.summary_state``)
+    expanded: dict[str, list[str]] = field(default_factory=dict)
+    #: mapped tasks: task id -> what it maps over (``dag_task.mapping``)
+    mappings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def load_run_state(session: Session, run_pk: int) -> RunState | None:
@@ -502,9 +509,10 @@ def load_run_state(session: Session, run_pk: int) -> RunState | None:
     ).all()
     tis = session.execute(
         select(TaskInstance.task_id, TaskInstance.state, TaskInstance.id).where(
-            TaskInstance.dag_run_id == run_pk
+            TaskInstance.dag_run_id == run_pk, TaskInstance.map_index == -1
         )
     ).all()
+    expanded = mapping_sql.mapped_states(session, run_pk)
     return RunState(
         run_pk=run_pk,
         dag_id=dag_id,
@@ -514,6 +522,8 @@ def load_run_state(session: Session, run_pk: int) -> RunState | None:
         start_from_trigger=frozenset(str(t) for t, _, sft, _ in tasks if sft),
         ti_ids={str(t): int(i) for t, _, i in tis},
         trigger_rules={str(t): str(rule) for t, _, _, rule in tasks},
+        expanded=expanded,
+        mappings=mapping_sql.task_mappings(session, dag_id),
     )
 
 
@@ -522,7 +532,7 @@ def set_task_states(
 ) -> None:
     for task_id, state in changes.items():
         values: dict[str, Any] = {"state": state}
-        if state in (TaskState.UPSTREAM_FAILED, TaskState.SKIPPED):
+        if state in (TaskState.UPSTREAM_FAILED, TaskState.SKIPPED, TaskState.FAILED):
             values["end_date"] = now
         session.execute(
             update(TaskInstance)
