@@ -578,13 +578,20 @@ def list_runs(session: Session, dag_id: str) -> list[dict[str, Any]]:
     )
     events = run_asset_events(session, [r.id for r in runs])
     tis = session.execute(
-        select(TaskInstance.dag_run_id, TaskInstance.task_id, TaskInstance.state).where(
-            TaskInstance.dag_run_id.in_([r.id for r in runs])
+        select(
+            TaskInstance.dag_run_id,
+            TaskInstance.task_id,
+            TaskInstance.map_index,
+            TaskInstance.state,
         )
+        .where(TaskInstance.dag_run_id.in_([r.id for r in runs]))
+        .order_by(TaskInstance.id, TaskInstance.map_index)
     ).all()
     by_run: dict[int, dict[str, str]] = {}
-    for run_pk, task_id, state in tis:
-        by_run.setdefault(int(run_pk), {})[str(task_id)] = str(state)
+    for run_pk, task_id, map_index, state in tis:
+        # a copy of a mapped task shows as ``task_id[map_index]``, as Airflow's UI names it
+        name = str(task_id) if map_index < 0 else f"{task_id}[{map_index}]"
+        by_run.setdefault(int(run_pk), {})[name] = str(state)
     return [
         {
             "run_id": r.run_id,
@@ -609,10 +616,16 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def find_task_instance(
-    session: Session, dag_id: str, run_id: str, task_id: str
+    session: Session, dag_id: str, run_id: str, task_id: str, map_index: int = -1
 ) -> TaskInstance | None:
+    """One task instance: the task's, or one copy's of a mapped task (``map_index``)."""
     return session.execute(
         select(TaskInstance)
         .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
-        .where(DagRun.dag_id == dag_id, DagRun.run_id == run_id, TaskInstance.task_id == task_id)
+        .where(
+            DagRun.dag_id == dag_id,
+            DagRun.run_id == run_id,
+            TaskInstance.task_id == task_id,
+            TaskInstance.map_index == map_index,
+        )
     ).scalar()
