@@ -29,8 +29,11 @@ from engine.db.queries import runs
 from engine.executor.local import ExecutorSettings, LocalExecutor
 from engine.executor.task_logs import read_task_log
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
+from engine.triggerer.outbox import FiredEvent, Outbox
+from engine.triggerer.persister import Persister
 from tests.integration.harness import fast_executor_settings, parsed_database
 from tests.waiting import eventually
+from triggers.base import TriggerEvent
 from triggers.serde import deserialize_value
 
 if TYPE_CHECKING:
@@ -45,7 +48,8 @@ pytestmark = pytest.mark.integration
 DAG_FILE = """
 from datetime import timedelta
 
-from engine import DAG, BashOperator, PythonOperator, task
+from engine import DAG, BaseOperator, BashOperator, PythonOperator, task
+from triggers.temporal import TimeDeltaTrigger
 
 
 @task
@@ -162,6 +166,22 @@ def collect(values):
     return list(values)
 
 
+class Waits(BaseOperator):
+    def __init__(self, *, label, **kwargs):
+        super().__init__(**kwargs)
+        self.label = label
+
+    def execute(self, context):
+        self.defer(trigger=TimeDeltaTrigger(timedelta(days=1)), method_name="done")
+
+    def done(self, context, event):
+        return f"{self.label} resumed as copy {context['ti'].map_index} with {event}"
+
+
+with DAG("deferred"):
+    collect(Waits.partial(task_id="waits").expand(label=["a", "b"]))
+
+
 with DAG("retry"):
     collect.override(task_id="sum_up")(flaky.expand(x=[1, 2, 3]))
 
@@ -236,6 +256,21 @@ class Env:
                 yield executor
             finally:
                 executor.shutdown()
+
+    async def until(self, run_pk: int, check: Any) -> Any:
+        """Drive the scheduler until ``check(task instances)`` holds."""
+
+        async def step() -> Any:
+            await self.scheduler.schedule_once()
+            return check(await anyio.to_thread.run_sync(self.instances, run_pk))
+
+        return await eventually(step, within=60, step=0.05)
+
+    def fire(self, trigger_id: int, payload: Any) -> None:
+        """What the persister writes when a deferred task's trigger fires."""
+        persister = Persister(db=self.db, outbox=Outbox())
+        item = FiredEvent(trigger_id=trigger_id, event=TriggerEvent(payload), seq=None, fired_at=0)
+        self.db.call(lambda s: persister.write_batch(s, [item]))
 
     def cli(self, *args: str, code: int = 0) -> str:
         result = CliRunner().invoke(cli, list(args), obj={"config": self.config})
@@ -357,3 +392,23 @@ async def test_the_cli_prints_a_copys_result_and_lists_the_copies(env: Env) -> N
     assert "is mapped: pass --map-index 0..2" in hint
     listed = json.loads(env.cli("runs", "list", "literal", "--json"))
     assert listed[0]["tasks"]["add[1]"] == TaskState.SUCCESS
+
+
+async def test_each_copy_defers_and_resumes_on_its_own(env: Env) -> None:
+    run_pk = env.trigger("deferred")
+
+    def both_deferred(tis: dict[tuple[str, int], TaskInstance]) -> Any:
+        copies = [tis.get(("waits", i)) for i in range(2)]
+        deferred = all(c is not None and c.state == TaskState.DEFERRED for c in copies)
+        return copies if deferred else None
+
+    with anyio.fail_after(120):
+        async with env.executor():
+            copies = await env.until(run_pk, both_deferred)
+            for copy in copies:
+                env.fire(copy.trigger_id, {"copy": copy.map_index})
+            assert await env.run_to_end(run_pk) == "success"
+    assert env.result(run_pk, "collect") == [
+        "a resumed as copy 0 with {'copy': 0}",
+        "b resumed as copy 1 with {'copy': 1}",
+    ]
