@@ -35,11 +35,19 @@ from engine.authoring.dag import (
     BaseOperator,
     _with_default_args,
     accepted_arguments,
+    current_dag,
     set_partial_factory,
 )
 from engine.authoring.params import NOTSET
 from engine.authoring.runtime_context import XCOM_RETURN_KEY
-from engine.authoring.xcom import XComArg, as_references, iter_references, resolve_references
+from engine.authoring.xcom import (
+    MapXComArg,
+    XComArg,
+    ZipXComArg,
+    as_references,
+    iter_references,
+    resolve_references,
+)
 from engine.exceptions import AirflowException
 
 if TYPE_CHECKING:
@@ -107,7 +115,9 @@ class UnmappableXComLengthPushed(AirflowException):
 
 
 def _where(owner: str) -> str:
-    return f"{caller_location()}: {owner}"
+    """``file:line: DAG 'd': owner`` for an error at definition time."""
+    dag = current_dag()
+    return f"{caller_location()}: {'' if dag is None else f'DAG {dag.dag_id!r}: '}{owner}"
 
 
 def _as_mappable(where: str, name: str, value: Any) -> Any:
@@ -195,12 +205,21 @@ class MappedOperator(BaseOperator):
     def __getitem__(self, key: str) -> XComArg:
         return XComArg(self)[key]
 
+    def map(self, function: Callable[[Any], Any]) -> MapXComArg:
+        """The copies' results, ``function`` applied to each."""
+        return self.output.map(function)
+
+    def zip(self, *others: XComArg | BaseOperator, fillvalue: Any = NOTSET) -> ZipXComArg:
+        """The copies' results side by side with ``others``'."""
+        return self.output.zip(*others, fillvalue=fillvalue)
+
     def iter_mapped_sources(self) -> list[XComArg]:
         """The upstream results this task maps over (not those inside literal lists)."""
         if isinstance(self.expand_value, XComArg):
-            return [self.expand_value]
+            return self.expand_value.sources()
         if self.expand_kind == EXPAND:
-            return [v for v in self.expand_value.values() if isinstance(v, XComArg)]
+            args = [v for v in self.expand_value.values() if isinstance(v, XComArg)]
+            return [source for arg in args for source in arg.sources()]
         return []
 
     def mapping_json(self) -> dict[str, Any]:
@@ -253,6 +272,12 @@ class MappedOperator(BaseOperator):
 
 
 def _source_json(value: Any) -> dict[str, Any]:
+    """How the scheduler counts one expanded argument's items."""
+    if isinstance(value, ZipXComArg):
+        parts = [_source_json(arg) for arg in value.args]
+        return {"zip": parts, "longest": value.fillvalue is not NOTSET}
+    if isinstance(value, MapXComArg):
+        return _source_json(value.arg)  # map() keeps the length
     if isinstance(value, XComArg):
         return {"task_id": value.operator.task_id, "key": value.key}
     return {"literal": len(value)}
@@ -477,6 +502,9 @@ class TaskFlowPartial:
 def _length_of(source: Mapping[str, Any], value_of: Callable[[str, str], Any], task_id: str) -> int:
     if "literal" in source:
         return int(source["literal"])
+    if "zip" in source:
+        lengths = [_length_of(part, value_of, task_id) for part in source["zip"]]
+        return (max if source.get("longest") else min)(lengths, default=0)
     upstream = str(source["task_id"])
     value = value_of(upstream, str(source.get("key", XCOM_RETURN_KEY)))
     if value is NOTSET or value is None:

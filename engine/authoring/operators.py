@@ -43,8 +43,16 @@ from engine.authoring.dag import (
     current_group,
 )
 from engine.authoring.mapping import MappedOperator, TaskFlowPartial
+from engine.authoring.params import NOTSET
 from engine.authoring.runtime_context import outlet_events_of
-from engine.authoring.xcom import XComArg, as_references, iter_references, resolve_references
+from engine.authoring.xcom import (
+    MapXComArg,
+    XComArg,
+    ZipXComArg,
+    as_references,
+    iter_references,
+    resolve_references,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator, Sequence
@@ -127,6 +135,14 @@ class PythonOperator(BaseOperator):
     def __getitem__(self, key: str) -> XComArg:
         """This task's result ``key`` (``extract()["total"]``, with ``multiple_outputs``)."""
         return XComArg(self)[key]
+
+    def map(self, function: Callable[[Any], Any]) -> MapXComArg:
+        """This task's list or dict result, ``function`` applied to each item (``.expand``)."""
+        return self.output.map(function)
+
+    def zip(self, *others: XComArg | BaseOperator, fillvalue: Any = NOTSET) -> ZipXComArg:
+        """This task's result side by side with ``others``' (tuples, for ``.expand``)."""
+        return self.output.zip(*others, fillvalue=fillvalue)
 
     def execute(self, context: Context) -> Any:
         context["templates_dict"] = self.templates_dict

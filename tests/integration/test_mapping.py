@@ -107,8 +107,22 @@ with DAG("literal"):
     )
 
 
+@task
+def letters():
+    return ["a", "b"]
+
+
+def shout(item):
+    key, value = item
+    return (key.upper(), value * 10)
+
+
 with DAG("upstream"):
     crossed = add.expand(x=numbers(), y=[100, 200])
+    zipped = show.override(task_id="show_zip").expand(pair=numbers().zip(letters()))
+    joined.override(task_id="zipped")(zipped)
+    shouted = show.override(task_id="show_map").expand(pair=pairs().map(shout))
+    joined.override(task_id="mapped")(shouted)
     total(crossed)
     joined(show.expand(pair=pairs()))
     total.override(task_id="by_kwargs")(add.expand_kwargs(kwargs_rows()))
@@ -330,6 +344,8 @@ async def test_upstream_lists_dicts_and_expand_kwargs_map_over_results(env: Env)
     assert env.result(run_pk, "joined") == "a=1,b=2"
     assert env.result(run_pk, "by_kwargs") == [101, 202]
     assert env.result(run_pk, "by_literal_kwargs") == [10, 12]
+    assert env.result(run_pk, "zipped") == "1=a,2=b"  # as long as the shortest
+    assert env.result(run_pk, "mapped") == "A=10,B=20"
 
 
 async def test_an_empty_input_skips_the_task_and_the_rules_below_decide(env: Env) -> None:

@@ -195,3 +195,24 @@ def test_trigger_rules_count_every_copy_of_a_mapped_upstream() -> None:
     assert changes == {"after": "upstream_failed", "any": "scheduled"}
     assert run_outcome({**states, **changes, "any": "success"}, downstream) == "failed"
     assert summary_state(["skipped", "skipped"]) == "skipped"
+
+
+def test_map_and_zip_transform_what_a_task_maps_over() -> None:
+    with DAG("d"):
+        source, other = numbers(), numbers()
+        mapped = add.partial(y=0).expand(x=source.map(lambda v: v * 2))
+        zipped = add.expand_kwargs(source.zip(other).map(lambda p: {"x": p[0], "y": p[1]}))
+        longest = add.partial(y=0).expand(x=source.zip(other, fillvalue=0))
+    assert zipped.upstream_task_ids == {"numbers", "numbers__1"}
+    results = {"numbers": {"return_value": [1, 2, 3]}, "numbers__1": {"return_value": [7]}}
+    assert mapped.mapped_kwargs(_context(mapped, 2, results), 2) == {"x": 6}
+    assert zipped.mapped_kwargs(_context(zipped, 0, results), 0) == {"x": 1, "y": 7}
+    values = {"numbers": [1, 2, 3], "numbers__1": [7]}
+
+    def value_of(task_id: str, key: str) -> Any:
+        return values[task_id]
+
+    assert map_length(mapped.mapping_json(), value_of, task_id="add") == 3
+    assert map_length(zipped.mapping_json(), value_of, task_id="add") == 1
+    assert map_length(longest.mapping_json(), value_of, task_id="add") == 3
+    assert longest.mapped_kwargs(_context(longest, 2, results), 2) == {"x": (3, 0)}
