@@ -9,6 +9,8 @@ expanded arguments map over their cross product, the last one varying fastest (a
 ``add.expand(x=[1, 2], y=[10, 20])`` runs ``(1, 10), (1, 20), (2, 10), (2, 20)``). A dict
 maps over its ``(key, value)`` items. ``.expand_kwargs(list_of_dicts)`` maps over a list
 whose items are whole sets of keyword arguments (a literal list or an upstream result).
+An upstream result may be transformed item by item (``result.map(fn)``) or zipped with
+others (``a.zip(b, fillvalue=...)``, ``engine.authoring.xcom``).
 
 What the scheduler needs without importing the DAG file is ``MappedOperator.mapping_json()``
 (stored in ``dag_task.mapping``): each expanded argument's literal length, or the upstream
@@ -65,6 +67,7 @@ __all__ = (
     "XComForMappingNotPushed",
     "check_mappable_result",
     "map_length",
+    "mapped_source_ids",
 )
 
 #: Airflow's ``[core] max_map_length``: the most copies one mapped task may have.
@@ -512,6 +515,19 @@ def _length_of(source: Mapping[str, Any], value_of: Callable[[str, str], Any], t
     if not isinstance(value, list | tuple | dict):
         raise UnmappableXComTypePushed(upstream, value, for_task=task_id)
     return len(value)
+
+
+def mapped_source_ids(mapping: Mapping[str, Any]) -> set[str]:
+    """The upstream tasks whose results a mapped task's ``mapping_json()`` maps over."""
+
+    def of(source: Mapping[str, Any]) -> set[str]:
+        if "zip" in source:
+            return {task_id for part in source["zip"] for task_id in of(part)}
+        return {str(source["task_id"])} if "task_id" in source else set()
+
+    if mapping.get("kind") == EXPAND_KWARGS:
+        return of(mapping["source"])
+    return {task_id for arg in mapping.get("args", []) for task_id in of(arg)}
 
 
 def map_length(

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Final
 import anyio
 
 from engine.authoring.assets import BaseAsset
-from engine.authoring.mapping import map_length
+from engine.authoring.mapping import map_length, mapped_source_ids
 from engine.authoring.timetables import DataInterval, TimeRestriction, timetable_from_json
 from engine.db import models
 from engine.db.heartbeat import heartbeat_forever
@@ -48,6 +48,7 @@ from engine.exceptions import AirflowException, SluiceError
 from engine.metrics.readings import SchedulerReading
 from engine.retry import Backoff
 from engine.scheduler.rules import (
+    FINISHED,
     is_condition_met,
     next_task_states,
     run_outcome,
@@ -433,7 +434,7 @@ class Scheduler:
         now = models.utcnow()
         states = {**state.task_states, **summarize(state.expanded)}
         changes = next_task_states(state.downstream, states, state.trigger_rules, state.expanded)
-        changes = self._expand_mapped(session, state, changes, now=now)
+        changes = self._expand_mapped(session, state, {**states, **changes}, changes, now=now)
         to_trigger = [
             t
             for t, s in changes.items()
@@ -450,17 +451,28 @@ class Scheduler:
             self.stats.runs_finished += 1
 
     def _expand_mapped(
-        self, session: Session, state: runs.RunState, changes: dict[str, str], *, now: datetime
+        self,
+        session: Session,
+        state: runs.RunState,
+        states: dict[str, str],
+        changes: dict[str, str],
+        *,
+        now: datetime,
     ) -> dict[str, str]:
         """``changes`` where each mapped task to schedule is expanded into its copies
         (written here, and counted as scheduled); an empty input skips it, an input that
-        cannot be mapped over fails it (``engine.authoring.mapping.map_length``)."""
+        cannot be mapped over fails it (``engine.authoring.mapping.map_length``). A mapped
+        task whose rule lets it start before the tasks it maps over finished (``always``)
+        waits for them."""
         out = dict(changes)
         for task_id, new in changes.items():
             mapping = state.mappings.get(task_id)
             if mapping is None or new != TaskState.SCHEDULED:
                 continue
             del out[task_id]
+            sources = mapped_source_ids(mapping)
+            if any(states.get(source) not in FINISHED for source in sources):
+                continue
             try:
                 length = map_length(
                     mapping,

@@ -112,6 +112,16 @@ def letters():
     return ["a", "b"]
 
 
+@task(trigger_rule="always")
+def eager(x):
+    return x
+
+
+@task
+def collect_all(values):
+    return list(values)
+
+
 def shout(item):
     key, value = item
     return (key.upper(), value * 10)
@@ -123,6 +133,7 @@ with DAG("upstream"):
     joined.override(task_id="zipped")(zipped)
     shouted = show.override(task_id="show_map").expand(pair=pairs().map(shout))
     joined.override(task_id="mapped")(shouted)
+    collect_all(eager.expand(x=numbers()))  # "always" still waits for what it maps over
     total(crossed)
     joined(show.expand(pair=pairs()))
     total.override(task_id="by_kwargs")(add.expand_kwargs(kwargs_rows()))
@@ -346,6 +357,7 @@ async def test_upstream_lists_dicts_and_expand_kwargs_map_over_results(env: Env)
     assert env.result(run_pk, "by_literal_kwargs") == [10, 12]
     assert env.result(run_pk, "zipped") == "1=a,2=b"  # as long as the shortest
     assert env.result(run_pk, "mapped") == "A=10,B=20"
+    assert env.result(run_pk, "collect_all") == [1, 2, 3]
 
 
 async def test_an_empty_input_skips_the_task_and_the_rules_below_decide(env: Env) -> None:
