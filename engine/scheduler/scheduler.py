@@ -37,23 +37,16 @@ from typing import TYPE_CHECKING, Final
 import anyio
 
 from engine.authoring.assets import BaseAsset
-from engine.authoring.mapping import map_length, mapped_source_ids
 from engine.authoring.timetables import DataInterval, TimeRestriction, timetable_from_json
 from engine.db import models
 from engine.db.heartbeat import heartbeat_forever
 from engine.db.models import JobState, TaskState
 from engine.db.queries import backfills, deferrals, jobs, runs, tasks
-from engine.db.queries import mapping as mapping_sql
-from engine.exceptions import AirflowException, SluiceError
+from engine.exceptions import SluiceError
 from engine.metrics.readings import SchedulerReading
 from engine.retry import Backoff
-from engine.scheduler.rules import (
-    FINISHED,
-    is_condition_met,
-    next_task_states,
-    run_outcome,
-    summary_state,
-)
+from engine.scheduler.expansion import expand_mapped, summarize
+from engine.scheduler.rules import is_condition_met, next_task_states, run_outcome
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -434,7 +427,11 @@ class Scheduler:
         now = models.utcnow()
         states = {**state.task_states, **summarize(state.expanded)}
         changes = next_task_states(state.downstream, states, state.trigger_rules, state.expanded)
-        changes = self._expand_mapped(session, state, {**states, **changes}, changes, now=now)
+        expansion = expand_mapped(session, state, {**states, **changes}, changes, now=now)
+        changes = expansion.changes
+        self.stats.tasks_scheduled += expansion.scheduled
+        if expansion.decided:
+            self.nudge()  # a mapped task skipped or failed: decide the tasks below it now
         to_trigger = [
             t
             for t, s in changes.items()
@@ -450,73 +447,8 @@ class Scheduler:
             runs.recompute_next_dagrun(session, state.dag_id)  # a held time run may go now
             self.stats.runs_finished += 1
 
-    def _expand_mapped(
-        self,
-        session: Session,
-        state: runs.RunState,
-        states: dict[str, str],
-        changes: dict[str, str],
-        *,
-        now: datetime,
-    ) -> dict[str, str]:
-        """``changes`` where each mapped task to schedule is expanded into its copies
-        (written here, and counted as scheduled); an empty input skips it, an input that
-        cannot be mapped over fails it (``engine.authoring.mapping.map_length``). A mapped
-        task whose rule lets it start before the tasks it maps over finished (``always``)
-        waits for them."""
-        out = dict(changes)
-        for task_id, new in changes.items():
-            mapping = state.mappings.get(task_id)
-            if mapping is None or new != TaskState.SCHEDULED:
-                continue
-            del out[task_id]
-            sources = mapped_source_ids(mapping)
-            if any(states.get(source) not in FINISHED for source in sources):
-                continue
-            try:
-                length = map_length(
-                    mapping,
-                    partial(mapping_sql.upstream_value, session, state.run_pk),
-                    task_id=task_id,
-                )
-            except AirflowException as exc:
-                logger.error(
-                    "DAG %s run %s: mapped task %s cannot be expanded, it fails: %s",
-                    state.dag_id,
-                    state.run_pk,
-                    task_id,
-                    exc,
-                    extra={
-                        "action": "task_expand_failed",
-                        "dag_id": state.dag_id,
-                        "task_id": task_id,
-                    },
-                )
-                out[task_id] = TaskState.FAILED
-                self.nudge()  # its downstream tasks are decided in the next loop
-                continue
-            copies = mapping_sql.expand_task(session, state.run_pk, task_id, length, now=now)
-            self.stats.tasks_scheduled += len(copies)
-            logger.info(
-                "DAG %s run %s: mapped task %s expanded into %d cop%s",
-                state.dag_id,
-                state.run_pk,
-                task_id,
-                length,
-                "y" if length == 1 else "ies",
-                extra={"action": "task_expanded", "dag_id": state.dag_id, "task_id": task_id},
-            )
-            if length == 0:
-                self.nudge()
-        return out
-
     def _start_from_trigger(self, session: Session, ti_id: int) -> None:
         deferrals.start_from_trigger(session, self._cipher, ti_id)
-
-
-def summarize(expanded: dict[str, list[str]]) -> dict[str, str]:
-    """The summary state of each expanded mapped task (``summary_state``)."""
-    return {task_id: summary_state(copies) for task_id, copies in expanded.items()}
 
 
 def _stored_info(dag: runs.TimeDag) -> DagRunInfo:
