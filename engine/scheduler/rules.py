@@ -243,10 +243,11 @@ def next_task_states(
 
 def summary_state(copies: Sequence[str]) -> str:
     """One state for the copies of a mapped task (the run's leaf rule and its listings):
-    ``running`` while one is unfinished; then ``failed`` if one failed, ``upstream_failed``
-    if one was, ``success`` if one succeeded, else ``skipped``."""
-    if not copies:
-        return TaskState.NONE
+    ``none`` while all wait (to be expanded again), ``running`` while one is unfinished;
+    then ``failed`` if one failed, ``upstream_failed`` if one was, ``success`` if one
+    succeeded, else ``skipped``."""
+    if all(state == TaskState.NONE for state in copies):
+        return TaskState.NONE  # none yet, or a run that starts over: expanded again
     if not all(state in FINISHED for state in copies):
         return TaskState.RUNNING
     for state in (TaskState.FAILED, TaskState.UPSTREAM_FAILED, TaskState.SUCCESS):

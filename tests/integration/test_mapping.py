@@ -440,3 +440,18 @@ async def test_each_copy_defers_and_resumes_on_its_own(env: Env) -> None:
         "a resumed as copy 0 with {'copy': 0}",
         "b resumed as copy 1 with {'copy': 1}",
     ]
+
+
+async def test_a_run_that_starts_over_expands_its_mapped_tasks_afresh(env: Env) -> None:
+    run_pk, state = await env.run_dag("literal")
+    assert state == "success"
+    env.db.call(lambda s: runs.rerun_run(s, run_pk, now=models.utcnow(), backfill_id=None))
+    assert {k: v for k, v in env.states(run_pk).items() if k[0] == "add"} == {
+        ("add", i): TaskState.NONE for i in range(3)
+    }
+    with anyio.fail_after(120):
+        async with env.executor():
+            assert await env.run_to_end(run_pk) == "success"
+    tis = env.instances(run_pk)
+    assert [tis[("add", i)].try_number for i in range(3)] == [2, 2, 2]  # the copies were reused
+    assert env.result(run_pk, "total") == [11, 12, 13]

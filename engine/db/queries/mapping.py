@@ -5,7 +5,9 @@ tasks are done, the scheduler asks ``map_length`` (``engine.authoring.mapping``)
 copies it gets, reading upstream results through ``upstream_value``; ``expand_task`` then
 turns the -1 row into copy 0 and adds copies 1..N-1, all ``scheduled`` (none: the row is
 ``skipped``, as Airflow does for an empty input). Copies are ordinary task instances: the
-executor runs each with its own ``map_index``, retries it and defers it alone.
+executor runs each with its own ``map_index``, retries it and defers it alone. A run that
+starts over (``runs.rerun_run``) puts every copy back in ``none``; the task is expanded
+again then, reusing its copies.
 """
 
 from __future__ import annotations
@@ -70,32 +72,38 @@ def expand_task(
     """Create the copies of mapped task ``task_id`` (``length`` of them, all ``scheduled``);
     ``length`` 0 skips the task. Returns the ids of the scheduled copies.
 
-    Guarded by the -1 row still waiting (``none``): two schedulers never expand twice.
+    The waiting (``none``) rows of the task are reused: the unmapped row becomes copy 0, and
+    the copies of a run that starts over keep their try numbers (copies past ``length`` go,
+    missing ones are added). Guarded by the rows still waiting: two schedulers never expand
+    one task twice.
     """
-    row = session.execute(
-        select(TaskInstance.id, TaskInstance.dag_id, TaskInstance.max_tries).where(
+    rows = session.execute(
+        select(TaskInstance.id, TaskInstance.map_index, TaskInstance.dag_id, TaskInstance.max_tries)
+        .where(
             TaskInstance.dag_run_id == run_pk,
             TaskInstance.task_id == task_id,
-            TaskInstance.map_index == -1,
             TaskInstance.state == TaskState.NONE,
         )
-    ).first()
-    if row is None:
+        .order_by(TaskInstance.map_index)
+    ).all()
+    if not rows:
         return []
-    ti_id, dag_id, max_tries = int(row[0]), str(row[1]), int(row[2])
+    by_index = {int(index): int(ti_id) for ti_id, index, _, _ in rows}
+    dag_id, max_tries = str(rows[0][2]), int(rows[0][3])
+    first = by_index.pop(-1, None) if -1 in by_index else by_index.pop(0)
+    extra = [ti_id for index, ti_id in by_index.items() if index >= max(length, 1)]
+    if extra:
+        session.execute(delete(TaskInstance).where(TaskInstance.id.in_(extra)))
     if length == 0:
         session.execute(
             update(TaskInstance)
-            .where(TaskInstance.id == ti_id)
-            .values(state=TaskState.SKIPPED, end_date=now)
+            .where(TaskInstance.id == first)
+            .values(map_index=-1, state=TaskState.SKIPPED, end_date=now)
         )
         return []
-    session.execute(
-        update(TaskInstance)
-        .where(TaskInstance.id == ti_id)
-        .values(map_index=0, state=TaskState.SCHEDULED)
-    )
-    if length > 1:
+    session.execute(update(TaskInstance).where(TaskInstance.id == first).values(map_index=0))
+    missing = [index for index in range(1, length) if index not in by_index]
+    if missing:
         session.execute(
             insert(TaskInstance),
             [
@@ -105,17 +113,22 @@ def expand_task(
                     "task_id": task_id,
                     "map_index": index,
                     "max_tries": max_tries,
-                    "state": TaskState.SCHEDULED,
+                    "state": TaskState.NONE,
                 }
-                for index in range(1, length)
+                for index in missing
             ],
         )
     ids = session.execute(
-        select(TaskInstance.id)
-        .where(TaskInstance.dag_run_id == run_pk, TaskInstance.task_id == task_id)
-        .order_by(TaskInstance.map_index)
+        update(TaskInstance)
+        .where(
+            TaskInstance.dag_run_id == run_pk,
+            TaskInstance.task_id == task_id,
+            TaskInstance.state == TaskState.NONE,
+        )
+        .values(state=TaskState.SCHEDULED)
+        .returning(TaskInstance.id)
     ).scalars()
-    return [int(i) for i in ids]
+    return sorted(int(i) for i in ids)
 
 
 def fail_unexpandable(session: Session, run_pk: int, task_id: str, *, now: datetime) -> None:
@@ -129,19 +142,6 @@ def fail_unexpandable(session: Session, run_pk: int, task_id: str, *, now: datet
             TaskInstance.state == TaskState.NONE,
         )
         .values(state=TaskState.FAILED, end_date=now)
-    )
-
-
-def collapse_copies(session: Session, run_pk: int) -> None:
-    """Undo the expansion of every mapped task of a run that starts over (its copies go; the
-    first becomes the unmapped row again, to be expanded afresh)."""
-    session.execute(
-        delete(TaskInstance).where(TaskInstance.dag_run_id == run_pk, TaskInstance.map_index > 0)
-    )
-    session.execute(
-        update(TaskInstance)
-        .where(TaskInstance.dag_run_id == run_pk, TaskInstance.map_index == 0)
-        .values(map_index=-1)
     )
 
 

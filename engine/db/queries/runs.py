@@ -194,7 +194,6 @@ def rerun_run(session: Session, run_pk: int, *, now: datetime, backfill_id: int 
             backfill_id=backfill_id,
         )
     )
-    mapping_sql.collapse_copies(session, run_pk)
     session.execute(
         update(TaskInstance)
         .where(TaskInstance.dag_run_id == run_pk)
