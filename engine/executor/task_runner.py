@@ -21,6 +21,12 @@ JSON is over ``max_xcom_size_bytes``, fails the try with an error naming the tas
 A branching task's success also carries the tasks of the run it skips (``skip_task_ids``,
 ``engine.authoring.branching``); the executor skips them with the success.
 
+Mapped tasks. A copy of a mapped task (``map_index`` >= 0 in the context) loads the
+``MappedOperator`` and runs the operator ``unmap`` builds for its index (its slice of the
+expanded arguments); the spec's ``mapped_xcoms`` carry the results of the run's copies, which
+``ti.xcom_pull`` returns as a list by ``map_index``. A task whose result a mapped task maps
+over fails unless it returns a list or a dict (``engine.authoring.mapping``).
+
 ``execution_timeout`` counts the whole try, deferrals included (as in Airflow: a task can
 time out while deferred or shortly after resuming): the deadline is the try's start plus the
 timeout. The child interrupts the task at the deadline with ``TaskExecutionTimeout`` (a
