@@ -66,6 +66,7 @@ __all__ = (
     "UnmappableXComTypePushed",
     "XComForMappingNotPushed",
     "check_mappable_result",
+    "describe_mapping",
     "map_length",
     "mapped_source_ids",
 )
@@ -528,6 +529,28 @@ def mapped_source_ids(mapping: Mapping[str, Any]) -> set[str]:
     if mapping.get("kind") == EXPAND_KWARGS:
         return of(mapping["source"])
     return {task_id for arg in mapping.get("args", []) for task_id in of(arg)}
+
+
+def describe_mapping(mapping: Mapping[str, Any]) -> str:
+    """What a mapped task maps over, for people: ``x <- extract, y [3]`` (an upstream
+    result, a literal of 3 items), ``kwargs <- rows`` (``expand_kwargs``)."""
+
+    def of(source: Mapping[str, Any]) -> str:
+        if "zip" in source:
+            return f"zip({', '.join(of(part) for part in source['zip'])})"
+        if "task_id" in source:
+            return str(source["task_id"])
+        return f"[{source.get('literal', 0)}]"
+
+    if mapping.get("kind") == EXPAND_KWARGS:
+        return f"kwargs <- {of(mapping['source'])}"
+    parts = []
+    for arg in mapping.get("args", []):
+        text = of(arg)
+        parts.append(
+            f"{arg['name']} {text}" if text.startswith("[") else f"{arg['name']} <- {text}"
+        )
+    return ", ".join(parts)
 
 
 def map_length(

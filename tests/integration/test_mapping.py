@@ -420,6 +420,11 @@ async def test_the_cli_prints_a_copys_result_and_lists_the_copies(env: Env) -> N
     assert "is mapped: pass --map-index 0..2" in hint
     listed = json.loads(env.cli("runs", "list", "literal", "--json"))
     assert listed[0]["tasks"]["add[1]"] == TaskState.SUCCESS
+    shown = json.loads(env.cli("dags", "show", "literal", "--json"))
+    mapped = {task["task_id"]: task["mapped"] for task in shown["tasks"]}
+    assert mapped == {"add": "x [3]", "total": None, "pull": None, "echo": "bash_command [2]"}
+    table = env.cli("dags", "show", "literal")
+    assert "x [3]" in table and "bash_command [2]" in table
 
 
 async def test_each_copy_defers_and_resumes_on_its_own(env: Env) -> None:

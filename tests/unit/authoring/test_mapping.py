@@ -18,6 +18,7 @@ from engine.authoring.mapping import (
     XComForMappingNotPushed,
     check_mappable_result,
     cross_product_order,
+    describe_mapping,
     map_length,
 )
 from engine.authoring.params import NOTSET
@@ -216,3 +217,11 @@ def test_map_and_zip_transform_what_a_task_maps_over() -> None:
     assert map_length(zipped.mapping_json(), value_of, task_id="add") == 1
     assert map_length(longest.mapping_json(), value_of, task_id="add") == 3
     assert longest.mapped_kwargs(_context(longest, 2, results), 2) == {"x": (3, 0)}
+
+
+def test_a_mapping_is_described_for_people() -> None:
+    with DAG("d"):
+        crossed = add.expand(x=numbers(), y=[1, 2, 3])
+        by_kwargs = add.expand_kwargs(numbers().zip(numbers()))
+    assert describe_mapping(crossed.mapping_json()) == "x <- numbers, y [3]"
+    assert describe_mapping(by_kwargs.mapping_json()) == "kwargs <- zip(numbers__1, numbers__2)"
