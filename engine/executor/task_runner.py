@@ -415,6 +415,7 @@ def run_task(spec: TaskSpec, *, now: datetime | None = None) -> TaskResult:
             return TaskResult(FAILED, 0.0, error=message(), timed_out=True)
         raw = _raw_context(spec)
         context = hydrate_context(raw, task)
+        is_copy = isinstance(task, MappedOperator)
         if isinstance(task, MappedOperator):  # this copy's operator, its own arguments
             task = task.unmap(context)
             context = hydrate_context(raw, task)
@@ -423,7 +424,8 @@ def run_task(spec: TaskSpec, *, now: datetime | None = None) -> TaskResult:
         outlet_events = collect_outlet_events(context, task, value)
         if is_metadata_result(value):
             value = None
-        check_mappable_result(task, value)
+        if not is_copy:  # a copy's result is one item of what a task below maps over
+            check_mappable_result(task, value)
         results = collect_results(context, task, value, max_bytes=spec.max_xcom_size_bytes)
     except TaskDeferred as deferred:
         return TaskResult(

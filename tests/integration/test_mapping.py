@@ -122,6 +122,11 @@ def collect_all(values):
     return list(values)
 
 
+@task
+def double(x):
+    return x * 2
+
+
 def shout(item):
     key, value = item
     return (key.upper(), value * 10)
@@ -134,6 +139,8 @@ with DAG("upstream"):
     shouted = show.override(task_id="show_map").expand(pair=pairs().map(shout))
     joined.override(task_id="mapped")(shouted)
     collect_all(eager.expand(x=numbers()))  # "always" still waits for what it maps over
+    first = double.override(task_id="double_first").expand(x=[1, 2, 3])
+    collect_all.override(task_id="chained")(double.expand(x=first))  # copies over copies
     total(crossed)
     joined(show.expand(pair=pairs()))
     total.override(task_id="by_kwargs")(add.expand_kwargs(kwargs_rows()))
@@ -358,6 +365,7 @@ async def test_upstream_lists_dicts_and_expand_kwargs_map_over_results(env: Env)
     assert env.result(run_pk, "zipped") == "1=a,2=b"  # as long as the shortest
     assert env.result(run_pk, "mapped") == "A=10,B=20"
     assert env.result(run_pk, "collect_all") == [1, 2, 3]
+    assert env.result(run_pk, "chained") == [4, 8, 12]
 
 
 async def test_an_empty_input_skips_the_task_and_the_rules_below_decide(env: Env) -> None:
