@@ -92,6 +92,14 @@ _dag_stack: list[DAG] = []
 _group_stack: list[TaskContainer] = []
 _registered: list[DAG] = []
 _warned: set[tuple[str, str]] = set()
+#: what ``BaseOperator.partial`` returns (``engine.authoring.mapping.OperatorPartial``)
+_partial_factory: Callable[[type[BaseOperator], dict[str, Any]], Any] | None = None
+
+
+def set_partial_factory(factory: Callable[[type[BaseOperator], dict[str, Any]], Any]) -> None:
+    """Install ``BaseOperator.partial``'s implementation (mapping builds on this module)."""
+    global _partial_factory
+    _partial_factory = factory
 
 
 class TaskContainer(Protocol):
@@ -648,6 +656,14 @@ class BaseOperator(DependencyMixin, Deferrable):
             self._attach(target)
         if self.task_group is not None:
             self.task_group.add(self)
+
+    @classmethod
+    def partial(cls, **kwargs: Any) -> Any:
+        """The arguments every copy of a mapped task shares; ``.expand(...)`` or
+        ``.expand_kwargs(...)`` on the result adds the task (``engine.authoring.mapping``)."""
+        if _partial_factory is None:  # engine.authoring.mapping sets it when imported
+            raise RuntimeError("import engine.authoring (or engine) before calling partial()")
+        return _partial_factory(cls, kwargs)
 
     def _warn_unsupported(self, unsupported: Mapping[str, Any], location: str, where: str) -> None:
         kind = type(self).__name__

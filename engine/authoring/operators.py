@@ -42,8 +42,17 @@ from engine.authoring.dag import (
     current_dag,
     current_group,
 )
+from engine.authoring.mapping import MappedOperator, TaskFlowPartial
+from engine.authoring.params import NOTSET
 from engine.authoring.runtime_context import outlet_events_of
-from engine.authoring.xcom import XComArg, as_references, iter_references, resolve_references
+from engine.authoring.xcom import (
+    MapXComArg,
+    XComArg,
+    ZipXComArg,
+    as_references,
+    iter_references,
+    resolve_references,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator, Sequence
@@ -127,6 +136,14 @@ class PythonOperator(BaseOperator):
         """This task's result ``key`` (``extract()["total"]``, with ``multiple_outputs``)."""
         return XComArg(self)[key]
 
+    def map(self, function: Callable[[Any], Any]) -> MapXComArg:
+        """This task's list or dict result, ``function`` applied to each item (``.expand``)."""
+        return self.output.map(function)
+
+    def zip(self, *others: XComArg | BaseOperator, fillvalue: Any = NOTSET) -> ZipXComArg:
+        """This task's result side by side with ``others``' (tuples, for ``.expand``)."""
+        return self.output.zip(*others, fillvalue=fillvalue)
+
     def execute(self, context: Context) -> Any:
         context["templates_dict"] = self.templates_dict
         args = resolve_references(list(self.op_args), context)
@@ -188,12 +205,13 @@ class TaskFactory:
         """A copy with other operator arguments (``task_id``, ``retries`` ...)."""
         return type(self)(self.function, **{**self.operator_kwargs, **operator_kwargs})
 
-    def __call__(self, *args: Any, **kwargs: Any) -> PythonOperator:
+    def _options(self, verb: str) -> dict[str, Any]:
+        """The operator arguments of a new task: unique ``task_id``, ``dag`` and the rest."""
         group = current_group()
         dag = current_dag() or (group.dag if group is not None else None)
         if dag is None:
             raise DagDefinitionError(
-                f"{caller_location()}: call @task function "
+                f"{caller_location()}: {verb} @task function "
                 f"{self.function.__name__!r} inside a `with DAG(...)` block or a @dag function"
             )
         options = dict(self.operator_kwargs)
@@ -202,15 +220,30 @@ class TaskFactory:
         if options.get("doc_md") is None and self.function.__doc__:
             options["doc_md"] = inspect.cleandoc(self.function.__doc__)
         base = options.pop("task_id", None) or self.function.__name__
-        task_id = _unique_task_id(dag, group, base)
+        return {"task_id": _unique_task_id(dag, group, base), "dag": dag, **options}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> PythonOperator:
+        options = self._options("call")
         return self.operator_class(
-            task_id=task_id,
-            python_callable=self.function,
-            op_args=args,
-            op_kwargs=kwargs,
-            dag=dag,
-            **options,
+            python_callable=self.function, op_args=args, op_kwargs=kwargs, **options
         )
+
+    def partial(self, **fixed: Any) -> TaskFlowPartial:
+        """The function arguments every copy of a mapped task shares (``.expand`` next)."""
+        return TaskFlowPartial(
+            function=self.function,
+            operator_class=self.operator_class,
+            operator_kwargs=self._options("map"),
+            fixed=fixed,
+        )
+
+    def expand(self, **mapped: Any) -> MappedOperator:
+        """A mapped task: one copy per item (``engine.authoring.mapping``)."""
+        return self.partial().expand(**mapped)
+
+    def expand_kwargs(self, kwargs_list: Any) -> MappedOperator:
+        """A mapped task: one copy per dict of keyword arguments."""
+        return self.partial().expand_kwargs(kwargs_list)
 
 
 def returns_a_mapping(function: Callable[..., Any]) -> bool:

@@ -12,7 +12,8 @@ event dict holds ``id``, ``asset`` (the name), ``uri``, ``extra``, ``payload``,
 ``source_dag_id``, ``source_run_id``, ``source_task_id``, ``source_try_number``,
 ``source_alias`` (the alias an event was attached through) and ``created_by``; missing keys
 read as None. ``xcoms``: the results of the run's finished tasks, ``{task_id: {key: tagged
-JSON value}}``, decoded when pulled.
+JSON value}}``, decoded when pulled; ``mapped_xcoms``: those of mapped tasks' copies,
+``{task_id: {map_index: {key: tagged JSON value}}}``.
 
 The context holds every raw key plus:
 
@@ -225,6 +226,7 @@ class RuntimeTaskInstance:
     run's finished tasks (``xcom_pull``) and its own (``xcom_push``)."""
 
     __slots__ = (
+        "_mapped",
         "_pushed",
         "_results",
         "dag_id",
@@ -245,6 +247,7 @@ class RuntimeTaskInstance:
         map_index: int,
         task: BaseOperator,
         results: Mapping[str, Mapping[str, Any]] | None = None,
+        mapped_results: Mapping[str, Mapping[int, Mapping[str, Any]]] | None = None,
     ) -> None:
         self.dag_id = dag_id
         self.task_id = task_id
@@ -254,6 +257,10 @@ class RuntimeTaskInstance:
         self.task = task
         self._results = {name: dict(values) for name, values in (results or {}).items()}
         self._pushed: dict[str, Any] = {}
+        #: results of mapped tasks' copies: {task_id: {map_index: {key: tagged JSON}}}
+        self._mapped = {
+            name: dict(sorted(copies.items())) for name, copies in (mapped_results or {}).items()
+        }
 
     def __repr__(self) -> str:
         return (
@@ -291,8 +298,10 @@ class RuntimeTaskInstance:
 
         ``task_ids`` None is this task; a str gives one value, a list gives a list (one per
         task and map index, ``default`` where a task stored nothing under ``key``).
-        ``map_indexes`` None or -1 is the unmapped task. Results of another DAG or run are not
-        available yet: asking for them is a ``NotImplementedError``.
+        ``map_indexes`` None is the unmapped task, or every copy of a mapped task (a list of
+        the copies' values by ``map_index``, as Airflow's lazy sequence); an int is one copy
+        (-1: the unmapped task). Results of another DAG or run are not available yet: asking
+        for them is a ``NotImplementedError``.
         """
         self._check_scope(dag_id, run_id, include_prior_dates)
         if not isinstance(key, str):
@@ -324,11 +333,18 @@ class RuntimeTaskInstance:
     def _lookup(self, task_id: object, map_index: object, key: str, default: Any) -> Any:
         if not isinstance(task_id, str):
             raise TypeError(f"task {self.task_id!r}: xcom_pull() task ids are str, got {task_id!r}")
-        if map_index not in (None, -1):
-            return default  # no mapped tasks yet: nothing is stored under a map index
-        stored = self._results.get(task_id, {})
-        if task_id == self.task_id:
-            stored = {**stored, **self._pushed}
+        if map_index is not None and not isinstance(map_index, int):
+            raise TypeError(f"task {self.task_id!r}: xcom_pull() map indexes are int")
+        own = task_id == self.task_id and map_index in (None, self.map_index)
+        copies = self._mapped.get(task_id)
+        if copies is not None and map_index is None and not own:
+            return [deserialize_value(c[key]) for c in copies.values() if key in c]
+        if map_index is None or map_index == -1:
+            stored = dict(self._results.get(task_id, {}))
+        else:
+            stored = dict((copies or {}).get(map_index, {}))
+        if own:
+            stored.update(self._pushed)
         if key not in stored:
             return default
         return deserialize_value(stored[key])
@@ -575,6 +591,17 @@ def _results(raw: object) -> dict[str, Mapping[str, Any]]:
     return dict(raw)
 
 
+def _mapped_results(raw: object) -> dict[str, dict[int, Mapping[str, Any]]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"context['mapped_xcoms'] must be a mapping, got {raw!r}")
+    return {
+        str(task_id): {int(index): values for index, values in copies.items()}
+        for task_id, copies in raw.items()
+    }
+
+
 def hydrate_context(raw: Mapping[str, Any], task: BaseOperator) -> dict[str, Any]:
     """The context ``task`` sees, from the plain data the executor sent (keys above).
 
@@ -590,6 +617,7 @@ def hydrate_context(raw: Mapping[str, Any], task: BaseOperator) -> dict[str, Any
         map_index=int(raw.get("map_index", -1)),
         task=task,
         results=_results(raw.get("xcoms")),
+        mapped_results=_mapped_results(raw.get("mapped_xcoms")),
     )
     dag_params = task.dag.params if task.dag is not None else {}
     context = dict(raw)

@@ -15,6 +15,8 @@ in Airflow; another missing key raises ``XComNotFound``.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from engine.authoring.context import DagDefinitionError, caller_location
@@ -24,12 +26,14 @@ from engine.authoring.runtime_context import XCOM_RETURN_KEY
 from engine.exceptions import AirflowException
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping
+    from collections.abc import Callable, Iterator
 
 __all__ = (
     "XCOM_RETURN_KEY",
+    "MapXComArg",
     "XComArg",
     "XComNotFound",
+    "ZipXComArg",
     "as_references",
     "iter_references",
     "resolve_references",
@@ -110,6 +114,21 @@ class XComArg(DependencyMixin):
     def leaves(self) -> list[BaseOperator]:
         return [self.operator]
 
+    def map(self, function: Callable[[Any], Any]) -> MapXComArg:
+        """This result with ``function`` applied to each item when a task receives it (a
+        mapped task maps over the transformed items; a dict's items are ``(key, value)``)."""
+        return MapXComArg(self, function)
+
+    def zip(self, *others: XComArg | BaseOperator, fillvalue: Any = NOTSET) -> ZipXComArg:
+        """The items of this result and of ``others`` side by side, as tuples: as long as the
+        shortest, or the longest with ``fillvalue`` filling in (Python's ``zip`` /
+        ``itertools.zip_longest``)."""
+        return ZipXComArg([self, *others], fillvalue=fillvalue)
+
+    def sources(self) -> list[XComArg]:
+        """The task results this value is made of."""
+        return [self]
+
     def resolve(self, context: Mapping[str, Any]) -> Any:
         """The value in the running task's context (``ti.xcom_pull``)."""
         ti = context["ti"]
@@ -120,6 +139,94 @@ class XComArg(DependencyMixin):
         if self.key == XCOM_RETURN_KEY or getattr(self.operator, "multiple_outputs", False):
             return None
         raise XComNotFound(ti.dag_id, task_id, self.key)
+
+
+def _items(arg: XComArg, context: Mapping[str, Any]) -> list[Any]:
+    """A list or dict result as a list (a dict's ``(key, value)`` items)."""
+    value = arg.resolve(context)
+    if isinstance(value, Mapping):
+        return list(value.items())
+    if not isinstance(value, list | tuple):
+        raise TypeError(
+            f"the result of task {arg.operator.task_id!r} is {type(value).__name__}; map() "
+            "and zip() take a list or a dict"
+        )
+    return list(value)
+
+
+class MapXComArg(XComArg):
+    """``arg.map(function)``: ``function`` applied to each item of a list or dict result."""
+
+    def __init__(self, arg: XComArg, function: Callable[[Any], Any]) -> None:
+        if not callable(function):
+            raise DagDefinitionError(f"{caller_location()}: map() takes a function")
+        super().__init__(arg.operator, arg.key)
+        self.arg = arg
+        self.function = function
+
+    def __repr__(self) -> str:
+        return f"{self.arg!r}.map({getattr(self.function, '__name__', self.function)})"
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    @property
+    def roots(self) -> list[BaseOperator]:
+        return self.arg.roots
+
+    @property
+    def leaves(self) -> list[BaseOperator]:
+        return self.arg.leaves
+
+    def sources(self) -> list[XComArg]:
+        return self.arg.sources()
+
+    def resolve(self, context: Mapping[str, Any]) -> Any:
+        return [self.function(item) for item in _items(self.arg, context)]
+
+
+class ZipXComArg(XComArg):
+    """``a.zip(b, ...)``: tuples of the items of several list or dict results."""
+
+    def __init__(self, args: list[Any], *, fillvalue: Any = NOTSET) -> None:
+        args = [XComArg(a) if isinstance(a, BaseOperator) else a for a in args]
+        for arg in args:
+            if not isinstance(arg, XComArg):
+                raise DagDefinitionError(
+                    f"{caller_location()}: zip() takes task results, got {arg!r}"
+                )
+        super().__init__(args[0].operator, args[0].key)
+        self.args = args
+        self.fillvalue = fillvalue
+
+    def __repr__(self) -> str:
+        return f"zip({', '.join(map(repr, self.args))})"
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    @property
+    def roots(self) -> list[BaseOperator]:
+        return [arg.operator for arg in self.args]
+
+    @property
+    def leaves(self) -> list[BaseOperator]:
+        return [arg.operator for arg in self.args]
+
+    def sources(self) -> list[XComArg]:
+        return [source for arg in self.args for source in arg.sources()]
+
+    def resolve(self, context: Mapping[str, Any]) -> Any:
+        columns = [_items(arg, context) for arg in self.args]
+        if self.fillvalue is NOTSET:
+            return list(zip(*columns, strict=False))
+        return list(itertools.zip_longest(*columns, fillvalue=self.fillvalue))
 
 
 def _walk(value: Any, leaf: Callable[[Any], Any]) -> Any:

@@ -35,6 +35,7 @@ from engine.db.queries import assets as assets_sql
 from engine.db.queries import backfills as backfills_sql
 from engine.db.queries import dags as dags_sql
 from engine.db.queries import inspection
+from engine.db.queries import mapping as mapping_sql
 from engine.db.queries import runs as runs_sql
 from engine.db.queries import tasks as tasks_sql
 from triggers.exceptions import SerializationError
@@ -235,7 +236,10 @@ def _schedule_lines(sched: DagSchedule) -> list[tuple[str, str]]:
 
 
 _SHOW_SECTIONS = (
-    ("tasks", ["task_id", "operator", "downstream", "retries", "start_from_trigger", "outlets"]),
+    (
+        "tasks",
+        ["task_id", "operator", "downstream", "retries", "start_from_trigger", "outlets", "mapped"],
+    ),
     ("watchers", ["asset", "name", "trigger_id", "classpath", "triggerer_id", "last_error"]),
     ("last runs", ["run_id", "run_type", "state", "logical_date", "queued_at", "end_date"]),
 )
@@ -410,24 +414,56 @@ def tasks() -> None:
     """Task instances."""
 
 
+map_index_option = click.option(
+    "--map-index",
+    type=int,
+    default=-1,
+    show_default=True,
+    help="The copy of a mapped task (-1: an unmapped task).",
+)
+
+
+def _no_task_instance(
+    ctx: click.Context, dag_id: str, run_id: str, task_id: str, map_index: int
+) -> str:
+    """Why no task instance matched, with the map indexes of a mapped task."""
+    indexes = run_query(ctx, lambda s: mapping_sql.map_indexes(s, dag_id, run_id, task_id))
+    if indexes and map_index not in indexes:
+        return (
+            f"task {task_id!r} of run {run_id!r} (DAG {dag_id!r}) is mapped: pass --map-index "
+            f"{indexes[0]}..{indexes[-1]}"
+        )
+    copy = f" map_index {map_index}" if map_index >= 0 else ""
+    return f"no task {task_id!r}{copy} in run {run_id!r} of DAG {dag_id!r}; see `sluice runs list`"
+
+
 @tasks.command("logs")
 @click.argument("dag_id")
 @click.argument("run_id")
 @click.argument("task_id")
 @click.option("--try", "try_number", type=int, default=None, help="A given try (default: last).")
+@map_index_option
 @click.pass_context
 def tasks_logs(
-    ctx: click.Context, dag_id: str, run_id: str, task_id: str, try_number: int | None
+    ctx: click.Context,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    try_number: int | None,
+    map_index: int,
 ) -> None:
-    """Print the log of a task's try."""
+    """Print the log of a task's try (of one copy of a mapped task: ``--map-index``)."""
     from engine.executor.task_logs import read_task_log
 
-    ti = run_query(ctx, lambda s: runs_sql.find_task_instance(s, dag_id, run_id, task_id))
+    ti = run_query(
+        ctx, lambda s: runs_sql.find_task_instance(s, dag_id, run_id, task_id, map_index)
+    )
     if ti is None:
-        fail(f"no task {task_id!r} in run {run_id!r} of DAG {dag_id!r}")
+        fail(_no_task_instance(ctx, dag_id, run_id, task_id, map_index))
     folder = get_config(ctx).logging.task_log_folder
     try:
-        click.echo(read_task_log(folder, dag_id, run_id, task_id, try_number), nl=False)
+        text = read_task_log(folder, dag_id, run_id, task_id, try_number, map_index=map_index)
+        click.echo(text, nl=False)
     except FileNotFoundError as exc:
         fail(f"no log for that try yet: {exc}")
 
@@ -437,19 +473,29 @@ def tasks_logs(
 @click.argument("run_id")
 @click.argument("task_id")
 @click.option("--key", default=None, help="Only this result (default: every one).")
+@map_index_option
 @json_option
 @click.pass_context
 def tasks_result(
-    ctx: click.Context, dag_id: str, run_id: str, task_id: str, key: str | None, as_json: bool
+    ctx: click.Context,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    key: str | None,
+    map_index: int,
+    as_json: bool,
 ) -> None:
-    """Print the results (XComs) a task stored: its return value and what it pushed.
+    """Print the results (XComs) a task stored: its return value and what it pushed (of one
+    copy of a mapped task: ``--map-index``).
 
     Each as ``key: JSON``; with ``--key`` only that value (a string as it is); ``--json``
     prints JSON (datetimes as ISO 8601 text, tuples and sets as lists).
     """
-    found = run_query(ctx, lambda s: tasks_sql.load_task_results(s, dag_id, run_id, task_id))
+    found = run_query(
+        ctx, lambda s: tasks_sql.load_task_results(s, dag_id, run_id, task_id, map_index)
+    )
     if found is None:
-        fail(f"no task {task_id!r} in run {run_id!r} of DAG {dag_id!r}; see `sluice runs list`")
+        fail(_no_task_instance(ctx, dag_id, run_id, task_id, map_index))
     results = {name: _stored_value(value) for name, value in _ordered(found.xcoms)}
     if key is not None:
         if key not in results:
@@ -459,6 +505,8 @@ def tasks_result(
         click.echo(value if plain else _result_json(value, indent=2 if as_json else None))
     elif as_json:
         shown = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "state": found.state}
+        if map_index >= 0:
+            shown["map_index"] = map_index
         click.echo(_result_json({**shown, "results": results}, indent=2))
     elif not results:
         click.echo(f"(none: {_no_results(found.state)})")

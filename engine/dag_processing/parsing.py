@@ -36,6 +36,7 @@ from engine.authoring.dag_files import (
     collect_dags,
     import_dag_file,
 )
+from engine.authoring.mapping import MappedOperator
 from engine.authoring.timetables import timezone_name
 from engine.loader import trigger_stream_digest
 from triggers.serde import dumps, dumps_kwargs
@@ -89,6 +90,8 @@ class ParsedTask:
     retry_delay_s: float = 300.0
     retry_exponential_backoff: bool = False
     max_retry_delay_s: float | None = None
+    #: a mapped task's ``mapping_json()`` (engine.authoring.mapping); None when unmapped
+    mapping: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +238,7 @@ def describe_dag(dag: DAG) -> ParsedDag:
             max_retry_delay_s=(
                 None if task.max_retry_delay is None else task.max_retry_delay.total_seconds()
             ),
+            mapping=task.mapping_json() if isinstance(task, MappedOperator) else None,
         )
         for task in (dag.get_task(tid) for tid in dag.topological_task_ids())
     )

@@ -200,6 +200,7 @@ def task_rows(dag: ParsedDag) -> list[dict[str, Any]]:
             "retry_delay_s": task.retry_delay_s,
             "retry_exponential_backoff": task.retry_exponential_backoff,
             "max_retry_delay_s": task.max_retry_delay_s,
+            "mapping": task.mapping,
         }
         for position, task in enumerate(dag.tasks)
     ]

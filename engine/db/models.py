@@ -331,7 +331,7 @@ class DagRunAssetEvent(Base):
 class TaskInstance(Base):
     __tablename__ = "task_instance"
     __table_args__ = (
-        UniqueConstraint("dag_run_id", "task_id"),
+        UniqueConstraint("dag_run_id", "task_id", "map_index"),
         Index(None, "state", "trigger_timeout"),
     )
 
@@ -364,6 +364,9 @@ class TaskInstance(Base):
     deferral_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Migration 0010: when an ``up_for_retry`` try may run again.
     next_retry_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    # Migration 0013: -1 for an unmapped task (and a mapped one not expanded yet), 0..N-1
+    # for the copies of a mapped task (engine.authoring.mapping).
+    map_index: Mapped[int] = mapped_column(Integer, default=-1, server_default="-1")
 
 
 # --- DAG processing (engine.dag_processing) --------------------------------------------
@@ -443,6 +446,9 @@ class DagTask(Base):
         Boolean, default=False, server_default=false()
     )
     max_retry_delay_s: Mapped[float | None] = mapped_column(Float)
+    # Migration 0013: what a mapped task maps over (``MappedOperator.mapping_json()``);
+    # None for an unmapped task.
+    mapping: Mapped[Any | None] = mapped_column(JSON(none_as_null=True))
 
 
 class AssetEventQueue(Base):

@@ -240,6 +240,7 @@ def build_spec(
         default_deferrable=default_deferrable,
         run=run.run,
         inlet_events=run.inlet_events,
+        map_index=run.map_index,
     )
     return TaskSpec(
         ti_id=run.ti_id,
@@ -288,9 +289,14 @@ def header_line(run: TaskRun, *, pid: int, hostname: str, now: datetime) -> str:
     else:
         step = f"resuming at {run.next_method}() after {run.deferral_count} deferral(s)"
     return (
-        f"=== {_stamp(now)} {run.dag_id}.{run.task_id} run {run.run_id} try "
+        f"=== {_stamp(now)} {run.dag_id}.{run.task_id}{_copy(run.map_index)} run {run.run_id} try "
         f"{run.try_number} of {run.max_tries + 1}: {step} on {hostname} (pid {pid}) ===\n"
     )
+
+
+def _copy(map_index: int) -> str:
+    """`` [map_index 3]`` for a copy of a mapped task, nothing otherwise."""
+    return f" [map_index {map_index}]" if map_index >= 0 else ""
 
 
 def outcome_line(outcome: Outcome, run: TaskRun, *, now: datetime) -> str:

@@ -1,4 +1,5 @@
-"""Task logs: one file per try, ``{folder}/{dag_id}/{run_id}/{task_id}/attempt={n}.log``.
+"""Task logs: one file per try, ``{folder}/{dag_id}/{run_id}/{task_id}/attempt={n}.log``
+(a copy of a mapped task: ``{task_id}/map_index={i}/attempt={n}.log``, as Airflow's layout).
 
 A try that defers appends to the same file each time it resumes; the executor writes a
 header line per (re)start and a closing line with the outcome. Everything the task's
@@ -57,20 +58,28 @@ def safe_component(text: str) -> str:
     return safe
 
 
-def task_log_dir(folder: Path, dag_id: str, run_id: str, task_id: str) -> Path:
-    """The directory holding every try's log of one task instance."""
-    return folder / safe_component(dag_id) / safe_component(run_id) / safe_component(task_id)
+def task_log_dir(
+    folder: Path, dag_id: str, run_id: str, task_id: str, *, map_index: int = -1
+) -> Path:
+    """The directory holding every try's log of one task instance (``map_index`` >= 0: of
+    one copy of a mapped task)."""
+    path = folder / safe_component(dag_id) / safe_component(run_id) / safe_component(task_id)
+    return path / f"map_index={int(map_index)}" if map_index >= 0 else path
 
 
-def log_path(folder: Path, dag_id: str, run_id: str, task_id: str, try_number: int) -> Path:
+def log_path(
+    folder: Path, dag_id: str, run_id: str, task_id: str, try_number: int, *, map_index: int = -1
+) -> Path:
     """The log file of one try."""
     name = f"{LOG_FILE_PREFIX}{int(try_number)}{LOG_FILE_SUFFIX}"
-    return task_log_dir(folder, dag_id, run_id, task_id) / name
+    return task_log_dir(folder, dag_id, run_id, task_id, map_index=map_index) / name
 
 
-def logged_tries(folder: Path, dag_id: str, run_id: str, task_id: str) -> list[int]:
+def logged_tries(
+    folder: Path, dag_id: str, run_id: str, task_id: str, *, map_index: int = -1
+) -> list[int]:
     """The try numbers that have a log file, ascending."""
-    directory = task_log_dir(folder, dag_id, run_id, task_id)
+    directory = task_log_dir(folder, dag_id, run_id, task_id, map_index=map_index)
     try:
         names = [entry.name for entry in directory.iterdir()]
     except (FileNotFoundError, NotADirectoryError):
@@ -84,25 +93,29 @@ def read_task_log(
     run_id: str,
     task_id: str,
     try_number: int | None = None,
+    *,
+    map_index: int = -1,
 ) -> str:
-    """The text of one try's log (the latest try by default).
+    """The text of one try's log (the latest try by default) of a task or of one copy of a
+    mapped task (``map_index``).
 
     Raises ``TaskLogNotFoundError`` when there is none.
     """
-    where = f"task {task_id!r} of DAG {dag_id!r} run {run_id!r}"
+    copy = f" map_index {map_index}" if map_index >= 0 else ""
+    where = f"task {task_id!r}{copy} of DAG {dag_id!r} run {run_id!r}"
     if try_number is None:
-        tries = logged_tries(task_log_folder, dag_id, run_id, task_id)
+        tries = logged_tries(task_log_folder, dag_id, run_id, task_id, map_index=map_index)
         if not tries:
             raise TaskLogNotFoundError(
                 f"no log for {where} under {task_log_folder}: the task has not run yet, or "
                 "its logs were written under another [logging] task_log_folder"
             )
         try_number = tries[-1]
-    path = log_path(task_log_folder, dag_id, run_id, task_id, try_number)
+    path = log_path(task_log_folder, dag_id, run_id, task_id, try_number, map_index=map_index)
     try:
         return path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError as exc:
-        tries = logged_tries(task_log_folder, dag_id, run_id, task_id)
+        tries = logged_tries(task_log_folder, dag_id, run_id, task_id, map_index=map_index)
         raise TaskLogNotFoundError(
             f"no log for try {try_number} of {where} ({path}); tries with a log: "
             f"{', '.join(map(str, tries)) or 'none'}"

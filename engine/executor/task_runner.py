@@ -23,6 +23,12 @@ JSON is over ``max_xcom_size_bytes``, fails the try with an error naming the tas
 A branching task's success also carries the tasks of the run it skips (``skip_task_ids``,
 ``engine.authoring.branching``); the executor skips them with the success.
 
+Mapped tasks. A copy of a mapped task (``map_index`` >= 0 in the context) loads the
+``MappedOperator`` and runs the operator ``unmap`` builds for its index (its slice of the
+expanded arguments); the spec's ``mapped_xcoms`` carry the results of the run's copies, which
+``ti.xcom_pull`` returns as a list by ``map_index``. A task whose result a mapped task maps
+over fails unless it returns a list or a dict (``engine.authoring.mapping``).
+
 ``execution_timeout`` counts the whole try, deferrals included (as in Airflow: a task can
 time out while deferred or shortly after resuming): the deadline is the try's start plus the
 timeout. The child interrupts the task at the deadline with ``TaskExecutionTimeout`` (a
@@ -55,6 +61,7 @@ from engine.authoring.context import (
     TaskDeferred,
     run_to_completion,
 )
+from engine.authoring.mapping import MappedOperator, check_mappable_result
 from engine.authoring.runtime_context import (
     XCOM_RETURN_KEY,
     RuntimeTaskInstance,
@@ -117,6 +124,9 @@ class TaskSpec:
     xcoms: str | None = None
     #: ``[core] max_xcom_size_bytes``: the largest result (its JSON) the task may store
     max_xcom_size_bytes: int | None = None
+    #: the results of the run's copies of mapped tasks: JSON text of {task_id: {map_index:
+    #: {key: tagged JSON}}}
+    mapped_xcoms: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -207,6 +217,7 @@ def build_context(
     default_deferrable: bool,
     run: Mapping[str, Any] | None = None,
     inlet_events: Mapping[str, Sequence[EventRow]] | None = None,
+    map_index: int = -1,
 ) -> dict[str, Any]:
     """The raw task context the executor sends (keys documented in ``engine.authoring``);
     events in id order. The child hydrates it (``hydrate_context``) into what tasks see."""
@@ -218,7 +229,7 @@ def build_context(
         "run_id": run_id,
         "task_id": task_id,
         "try_number": try_number,
-        "map_index": -1,
+        "map_index": map_index,
         "run": {"run_id": run_id, **(run or {})},
         TRIGGERING_ASSET_EVENTS_KEY: triggering,
         "inlet_events": {
@@ -230,12 +241,18 @@ def build_context(
 
 
 def with_results(
-    spec: TaskSpec, results: Mapping[str, Mapping[str, Any]], *, max_bytes: int | None
+    spec: TaskSpec,
+    results: Mapping[str, Mapping[str, Any]],
+    *,
+    max_bytes: int | None,
+    mapped: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> TaskSpec:
-    """``spec`` carrying the run's results (``{task_id: {key: tagged JSON}}``) and the size
-    limit of the task's own."""
+    """``spec`` carrying the run's results (``{task_id: {key: tagged JSON}}``; ``mapped``:
+    those of mapped tasks' copies, ``{task_id: {map_index: {key: tagged JSON}}}``) and the
+    size limit of the task's own."""
     text = json.dumps(results, separators=(",", ":")) if results else None
-    return replace(spec, xcoms=text, max_xcom_size_bytes=max_bytes)
+    mapped_text = json.dumps(mapped, separators=(",", ":")) if mapped else None
+    return replace(spec, xcoms=text, max_xcom_size_bytes=max_bytes, mapped_xcoms=mapped_text)
 
 
 def result_size_error(task_id: str, key: str, size: int, limit: int) -> str:
@@ -359,6 +376,8 @@ def _raw_context(spec: TaskSpec) -> dict[str, Any]:
         raise TypeError("the task context sent by the executor is not a mapping")
     if spec.xcoms is not None:
         raw["xcoms"] = json.loads(spec.xcoms)
+    if spec.mapped_xcoms is not None:
+        raw["mapped_xcoms"] = json.loads(spec.mapped_xcoms)
     return raw
 
 
@@ -396,12 +415,19 @@ def run_task(spec: TaskSpec, *, now: datetime | None = None) -> TaskResult:
         deadline = _Deadline(remaining_s(try_started, timeout, now or datetime.now(UTC)), message)
         if deadline.expired:
             return TaskResult(FAILED, 0.0, error=message(), timed_out=True)
-        context = hydrate_context(_raw_context(spec), task)
+        raw = _raw_context(spec)
+        context = hydrate_context(raw, task)
+        is_copy = isinstance(task, MappedOperator)
+        if isinstance(task, MappedOperator):  # this copy's operator, its own arguments
+            task = task.unmap(context)
+            context = hydrate_context(raw, task)
         with deadline:
             value = _call(task, spec, context)
         outlet_events = collect_outlet_events(context, task, value)
         if is_metadata_result(value):
             value = None
+        if not is_copy:  # a copy's result is one item of what a task below maps over
+            check_mappable_result(task, value)
         results = collect_results(context, task, value, max_bytes=spec.max_xcom_size_bytes)
     except TaskDeferred as deferred:
         return TaskResult(

@@ -317,7 +317,9 @@ class TaskSupervisor:
 
     def _log_path(self, run: TaskRun) -> Path:
         folder = self.settings.task_log_folder
-        return log_path(folder, run.dag_id, run.run_id, run.task_id, run.try_number)
+        return log_path(
+            folder, run.dag_id, run.run_id, run.task_id, run.try_number, map_index=run.map_index
+        )
 
     async def _supervise(self, child: TaskProcess, run: TaskRun, log: TaskLogWriter) -> Outcome:
         process = child.process
@@ -333,7 +335,9 @@ class TaskSupervisor:
             plugins_folder=settings.plugins_folder,
             default_deferrable=settings.default_deferrable,
         )
-        spec = with_results(spec, run.xcoms, max_bytes=settings.max_xcom_size_bytes)
+        spec = with_results(
+            spec, run.xcoms, max_bytes=settings.max_xcom_size_bytes, mapped=run.mapped_xcoms
+        )
         with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             assert process.stdin is not None
             await process.stdin.send(spec.to_json().encode() + b"\n")

@@ -209,30 +209,51 @@ def next_task_states(
     downstream: Mapping[str, Sequence[str]],
     states: Mapping[str, str],
     trigger_rules: Mapping[str, str] = _NO_RULES,
+    expanded: Mapping[str, Sequence[str]] = _NO_EDGES,
 ) -> dict[str, str]:
     """New states of tasks still in ``none``, each decided by its trigger rule.
 
     ``trigger_rules`` maps task ids to rules; a task missing from it has ``all_success``.
-    Decisions propagate transitively in one call (a skip or an upstream failure reaches the
-    tasks below it at once).
+    ``expanded`` maps an expanded mapped task to the states of its copies: each copy counts
+    as one upstream task instance of the tasks below it (as in Airflow, where a mapped
+    upstream task's every map index counts). Decisions propagate transitively in one call (a
+    skip or an upstream failure reaches the tasks below it at once).
     """
     upstream = upstream_of(downstream)
     current = dict(states)
     changes: dict[str, str] = {}
+
+    def instances(task: str) -> Sequence[str]:
+        copies = expanded.get(task)
+        return copies if copies is not None else (current.get(task, TaskState.NONE),)
+
     changed = True
     while changed:
         changed = False
         for task, state in current.items():
             if state != TaskState.NONE:
                 continue
-            counts = UpstreamCounts.of(
-                current.get(up, TaskState.NONE) for up in upstream.get(task, [])
-            )
+            counts = UpstreamCounts.of(s for up in upstream.get(task, []) for s in instances(up))
             new = decide(trigger_rules.get(task, TriggerRule.ALL_SUCCESS), counts)
             if new is not None:
                 current[task] = changes[task] = new
                 changed = True
     return changes
+
+
+def summary_state(copies: Sequence[str]) -> str:
+    """One state for the copies of a mapped task (the run's leaf rule and its listings):
+    ``none`` while all wait (to be expanded again), ``running`` while one is unfinished;
+    then ``failed`` if one failed, ``upstream_failed`` if one was, ``success`` if one
+    succeeded, else ``skipped``."""
+    if all(state == TaskState.NONE for state in copies):
+        return TaskState.NONE  # none yet, or a run that starts over: expanded again
+    if not all(state in FINISHED for state in copies):
+        return TaskState.RUNNING
+    for state in (TaskState.FAILED, TaskState.UPSTREAM_FAILED, TaskState.SUCCESS):
+        if state in copies:
+            return state
+    return TaskState.SKIPPED
 
 
 def run_outcome(

@@ -49,6 +49,7 @@ from engine.db.queries import actions, backfills, deferrals, jobs, runs, tasks
 from engine.exceptions import SluiceError
 from engine.metrics.readings import SchedulerReading
 from engine.retry import Backoff
+from engine.scheduler.expansion import expand_mapped, summarize
 from engine.scheduler.rules import is_condition_met, next_task_states, run_outcome
 
 if TYPE_CHECKING:
@@ -460,7 +461,13 @@ class Scheduler:
         if state is None:
             return
         now = models.utcnow()
-        changes = next_task_states(state.downstream, state.task_states, state.trigger_rules)
+        states = {**state.task_states, **summarize(state.expanded)}
+        changes = next_task_states(state.downstream, states, state.trigger_rules, state.expanded)
+        expansion = expand_mapped(session, state, {**states, **changes}, changes, now=now)
+        changes = expansion.changes
+        self.stats.tasks_scheduled += expansion.scheduled
+        if expansion.decided:
+            self.nudge()  # a mapped task skipped or failed: decide the tasks below it now
         to_trigger = [
             t
             for t, s in changes.items()
@@ -470,7 +477,7 @@ class Scheduler:
         for task_id in to_trigger:
             self._start_from_trigger(session, state.ti_ids[task_id])
         self.stats.tasks_scheduled += sum(s == TaskState.SCHEDULED for s in changes.values())
-        outcome = run_outcome({**state.task_states, **changes}, state.downstream)
+        outcome = run_outcome({**states, **changes}, state.downstream)
         if outcome is not None:
             runs.set_run_state(session, run_pk, outcome, now=now)
             runs.recompute_next_dagrun(session, state.dag_id)  # a held time run may go now

@@ -9,6 +9,7 @@
   and time-scheduled DAGs' next run;
 - ``actions``: operator actions (clear tasks, set a task's state, cancel a run) and runs
   past their ``dagrun_timeout``; what the executor checks to stop a changed task;
+- ``mapping``: the copies of mapped tasks (expand, states, results by ``map_index``);
 - ``backfills``: backfill rows, their runs (create, re-run, plan), completion; the DAG
   schedule columns the CLI shows;
 - ``assets``: asset events from watchers, task outlets, aliases and the CLI (insert, queue for

@@ -244,6 +244,7 @@ def load_dag_tasks(session: Session) -> dict[str, list[dict[str, Any]]]:
                 "retry_delay_s": row.retry_delay_s,
                 "retry_exponential_backoff": row.retry_exponential_backoff,
                 "max_retry_delay_s": row.max_retry_delay_s,
+                "mapping": row.mapping,
             }
         )
     return tasks

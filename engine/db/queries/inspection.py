@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import func, select
 
+from engine.authoring.mapping import describe_mapping
 from engine.db.models import (
     Asset,
     AssetWatcher,
@@ -206,6 +207,7 @@ def _dag_tasks(session: Session, dag_id: str) -> list[dict[str, Any]]:
             "start_from_trigger": t.start_from_trigger,
             "outlets": [*(t.outlets or []), *(f"alias:{a}" for a in t.outlet_aliases or [])],
             "inlets": list(t.inlets or []),
+            "mapped": describe_mapping(t.mapping) if t.mapping else None,
         }
         for t in session.execute(query).scalars()
     ]

@@ -10,7 +10,7 @@ instead, as in Airflow 3) and its ``run_after`` has passed; only running runs ge
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ from engine.db.models import (
     TaskInstance,
     TaskState,
 )
+from engine.db.queries import mapping as mapping_sql
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -482,6 +483,11 @@ class RunState:
     start_from_trigger: frozenset[str]
     ti_ids: dict[str, int]
     trigger_rules: dict[str, str]  # task id -> its trigger rule (``TriggerRule`` value)
+    #: expanded mapped tasks: task id -> the states of its copies by ``map_index``
+    #: (``task_states`` holds their summary, ``engine.scheduler.rules.summary_state``)
+    expanded: dict[str, list[str]] = field(default_factory=dict)
+    #: mapped tasks: task id -> what it maps over (``dag_task.mapping``)
+    mappings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def load_run_state(session: Session, run_pk: int) -> RunState | None:
@@ -502,9 +508,10 @@ def load_run_state(session: Session, run_pk: int) -> RunState | None:
     ).all()
     tis = session.execute(
         select(TaskInstance.task_id, TaskInstance.state, TaskInstance.id).where(
-            TaskInstance.dag_run_id == run_pk
+            TaskInstance.dag_run_id == run_pk, TaskInstance.map_index == -1
         )
     ).all()
+    expanded = mapping_sql.mapped_states(session, run_pk)
     return RunState(
         run_pk=run_pk,
         dag_id=dag_id,
@@ -514,6 +521,8 @@ def load_run_state(session: Session, run_pk: int) -> RunState | None:
         start_from_trigger=frozenset(str(t) for t, _, sft, _ in tasks if sft),
         ti_ids={str(t): int(i) for t, _, i in tis},
         trigger_rules={str(t): str(rule) for t, _, _, rule in tasks},
+        expanded=expanded,
+        mappings=mapping_sql.task_mappings(session, dag_id),
     )
 
 
@@ -522,7 +531,7 @@ def set_task_states(
 ) -> None:
     for task_id, state in changes.items():
         values: dict[str, Any] = {"state": state}
-        if state in (TaskState.UPSTREAM_FAILED, TaskState.SKIPPED):
+        if state in (TaskState.UPSTREAM_FAILED, TaskState.SKIPPED, TaskState.FAILED):
             values["end_date"] = now
         session.execute(
             update(TaskInstance)
@@ -568,13 +577,20 @@ def list_runs(session: Session, dag_id: str) -> list[dict[str, Any]]:
     )
     events = run_asset_events(session, [r.id for r in runs])
     tis = session.execute(
-        select(TaskInstance.dag_run_id, TaskInstance.task_id, TaskInstance.state).where(
-            TaskInstance.dag_run_id.in_([r.id for r in runs])
+        select(
+            TaskInstance.dag_run_id,
+            TaskInstance.task_id,
+            TaskInstance.map_index,
+            TaskInstance.state,
         )
+        .where(TaskInstance.dag_run_id.in_([r.id for r in runs]))
+        .order_by(TaskInstance.id, TaskInstance.map_index)
     ).all()
     by_run: dict[int, dict[str, str]] = {}
-    for run_pk, task_id, state in tis:
-        by_run.setdefault(int(run_pk), {})[str(task_id)] = str(state)
+    for run_pk, task_id, map_index, state in tis:
+        # a copy of a mapped task shows as ``task_id[map_index]``, as Airflow's UI names it
+        name = str(task_id) if map_index < 0 else f"{task_id}[{map_index}]"
+        by_run.setdefault(int(run_pk), {})[name] = str(state)
     return [
         {
             "run_id": r.run_id,
@@ -599,10 +615,16 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def find_task_instance(
-    session: Session, dag_id: str, run_id: str, task_id: str
+    session: Session, dag_id: str, run_id: str, task_id: str, map_index: int = -1
 ) -> TaskInstance | None:
+    """One task instance: the task's, or one copy's of a mapped task (``map_index``)."""
     return session.execute(
         select(TaskInstance)
         .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
-        .where(DagRun.dag_id == dag_id, DagRun.run_id == run_id, TaskInstance.task_id == task_id)
+        .where(
+            DagRun.dag_id == dag_id,
+            DagRun.run_id == run_id,
+            TaskInstance.task_id == task_id,
+            TaskInstance.map_index == map_index,
+        )
     ).scalar()

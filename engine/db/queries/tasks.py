@@ -29,6 +29,7 @@ from engine.db.models import (
     TaskState,
 )
 from engine.db.queries import assets, jobs
+from engine.db.queries import mapping as mapping_sql
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -103,6 +104,11 @@ class TaskRun:
     max_retry_delay_s: float | None = None
     #: the results of the run's succeeded tasks: {task_id: {key: tagged JSON}}
     xcoms: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the copy of a mapped task this is (-1: an unmapped task)
+    map_index: int = -1
+    #: the results of the run's succeeded copies of mapped tasks:
+    #: {task_id: {map_index (as text): {key: tagged JSON}}}
+    mapped_xcoms: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def log_fields(self) -> dict[str, object]:
         """The structured fields every log line about this try carries."""
@@ -112,6 +118,7 @@ class TaskRun:
             "run_id": self.run_id,
             "task_id": self.task_id,
             "try_number": self.try_number,
+            "map_index": self.map_index,
         }
 
 
@@ -189,6 +196,8 @@ def start_task_run(
         **_retry_settings(task_row),
         events=tuple(triggering_events(session, ti.dag_run_id)),
         xcoms=run_results(session, ti.dag_run_id),
+        map_index=ti.map_index,
+        mapped_xcoms=mapping_sql.mapped_run_results(session, ti.dag_run_id),
         run={
             "run_id": dag_run.run_id,
             "run_type": dag_run.run_type,
@@ -264,6 +273,7 @@ def run_results(session: Session, dag_run_id: int) -> dict[str, dict[str, Any]]:
     rows = session.execute(
         select(TaskInstance.task_id, TaskInstance.xcoms).where(
             TaskInstance.dag_run_id == dag_run_id,
+            TaskInstance.map_index == -1,  # copies of mapped tasks: mapping.mapped_run_results
             TaskInstance.state == TaskState.SUCCESS,
             TaskInstance.xcoms.is_not(None),
         )
@@ -281,13 +291,19 @@ class TaskResults:
 
 
 def load_task_results(
-    session: Session, dag_id: str, run_id: str, task_id: str
+    session: Session, dag_id: str, run_id: str, task_id: str, map_index: int = -1
 ) -> TaskResults | None:
-    """The results of one task of one run (``{key: tagged JSON}``); None if no such task."""
+    """The results of one task instance of one run (``{key: tagged JSON}``): the task's, or
+    one copy's of a mapped task (``map_index``); None if no such task instance."""
     row = session.execute(
         select(TaskInstance.state, TaskInstance.try_number, TaskInstance.xcoms)
         .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
-        .where(DagRun.dag_id == dag_id, DagRun.run_id == run_id, TaskInstance.task_id == task_id)
+        .where(
+            DagRun.dag_id == dag_id,
+            DagRun.run_id == run_id,
+            TaskInstance.task_id == task_id,
+            TaskInstance.map_index == map_index,
+        )
     ).first()
     if row is None:
         return None
