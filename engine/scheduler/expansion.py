@@ -5,7 +5,8 @@ unmapped row: it counts the copies (``map_length``, from the stored ``dag_task.m
 the upstream results) and writes them, ``map_index`` 0..N-1, all ``scheduled``. An empty
 input skips the task, an input that cannot be mapped over fails it; either way the tasks
 below it can be decided at once. A mapped task whose rule lets it start before the tasks it
-maps over finished (``always``) waits for them.
+maps over finished (``always``) waits for them. A copy cleared by an operator is decided
+again by the trigger rule and runs alone; the task is not expanded again.
 """
 
 from __future__ import annotations
@@ -44,8 +45,19 @@ class Expansion:
 
 
 def summarize(expanded: Mapping[str, list[str]]) -> dict[str, str]:
-    """The summary state of each expanded mapped task (``summary_state``)."""
-    return {task_id: summary_state(copies) for task_id, copies in expanded.items()}
+    """The state the trigger rules see for each expanded mapped task: ``none`` while one of
+    its copies waits (a copy cleared by an operator: the rules decide it again, and
+    ``set_task_states`` applies the decision to the waiting copies only), else its
+    ``summary_state``."""
+    return {
+        task_id: TaskState.NONE if TaskState.NONE in copies else summary_state(copies)
+        for task_id, copies in expanded.items()
+    }
+
+
+def _partly_waiting(copies: list[str] | None) -> bool:
+    """Copies of which some wait and some do not: the task is expanded, not to expand again."""
+    return copies is not None and any(state != TaskState.NONE for state in copies)
 
 
 def expand_mapped(
@@ -66,6 +78,8 @@ def expand_mapped(
         mapping = state.mappings.get(task_id)
         if mapping is None or new != TaskState.SCHEDULED:
             continue
+        if _partly_waiting(state.expanded.get(task_id)):
+            continue  # its waiting copies are scheduled with the other changes
         del out[task_id]
         if any(states.get(source) not in FINISHED for source in mapped_source_ids(mapping)):
             continue

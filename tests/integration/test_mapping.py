@@ -25,7 +25,7 @@ from engine.config import load_config
 from engine.crypto import KwargsCipher
 from engine.db import models
 from engine.db.models import DagRun, TaskInstance, TaskState
-from engine.db.queries import runs
+from engine.db.queries import actions, runs
 from engine.executor.local import ExecutorSettings, LocalExecutor
 from engine.executor.task_logs import read_task_log
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
@@ -468,3 +468,36 @@ async def test_a_run_that_starts_over_expands_its_mapped_tasks_afresh(env: Env) 
     tis = env.instances(run_pk)
     assert [tis[("add", i)].try_number for i in range(3)] == [2, 2, 2]  # the copies were reused
     assert env.result(run_pk, "total") == [11, 12, 13]
+
+
+async def test_clearing_a_failed_copy_reruns_that_copy_only(env: Env) -> None:
+    run_pk, state = await env.run_dag("one_fails")
+    assert state == "failed"
+    run_id = env.run_id(run_pk)
+
+    def clear(session: Any) -> actions.ActionResult:
+        chosen = actions.select_task_instances(
+            session,
+            "one_fails",
+            run_id=run_id,
+            task_regex="^fragile$",
+            only_failed=True,
+            downstream=True,
+        )
+        return actions.clear_task_instances(session, chosen, now=models.utcnow())
+
+    cleared = env.db.call(clear)
+    assert sorted(c.as_dict()["task_id"] for c in cleared.tasks) == ["after", "fragile[1]"]
+    assert cleared.runs == {run_id: "queued"}
+    states = env.states(run_pk)
+    assert [states[("fragile", i)] for i in range(3)] == [
+        TaskState.SUCCESS,
+        TaskState.NONE,
+        TaskState.SUCCESS,
+    ]
+    with anyio.fail_after(120):
+        async with env.executor():
+            assert await env.run_to_end(run_pk) == "failed"  # copy 1 fails again
+    tis = env.instances(run_pk)
+    assert [tis[("fragile", i)].try_number for i in range(3)] == [1, 2, 1]
+    assert tis[("after", -1)].state == TaskState.UPSTREAM_FAILED

@@ -25,7 +25,7 @@ the same functions.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
@@ -69,12 +69,15 @@ class TaskChange:
     task_id: str
     old_state: str
     new_state: str
+    map_index: int = -1  # a copy of a mapped task: its index (shown as ``task[i]``)
 
     def as_dict(self) -> dict[str, Any]:
+        shown = self.task_id if self.map_index < 0 else f"{self.task_id}[{self.map_index}]"
         return {
             "dag_id": self.dag_id,
             "run_id": self.run_id,
-            "task_id": self.task_id,
+            "task_id": shown,
+            "map_index": self.map_index,
             "state": self.old_state,
             "new_state": self.new_state,
         }
@@ -157,12 +160,16 @@ def _task_rows(session: Session, where: Iterable[Any]) -> list[TaskChange]:
             DagRun.run_id,
             TaskInstance.task_id,
             TaskInstance.state,
+            TaskInstance.map_index,
         )
         .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
         .where(*where)
-        .order_by(DagRun.id, TaskInstance.task_id)
+        .order_by(DagRun.id, TaskInstance.task_id, TaskInstance.map_index)
     )
-    return [TaskChange(int(i), str(d), str(r), str(t), str(s), str(s)) for i, d, r, t, s in rows]
+    return [
+        TaskChange(int(i), str(d), str(r), str(t), str(s), str(s), int(m))
+        for i, d, r, t, s, m in rows
+    ]
 
 
 def select_task_instances(
@@ -332,16 +339,18 @@ def clear_task_instances(
     done = restarting | cleared
     changes = tuple(
         _changed(chosen[i], TaskState.RESTARTING if i in restarting else TaskState.NONE)
-        for i in sorted(done, key=lambda i: (chosen[i].run_id, chosen[i].task_id))
+        for i in sorted(done, key=lambda i: _order(chosen[i]))
     )
     requeued = _requeue_finished_runs(session, _run_pks(session, done), now=now)
     return ActionResult(changes, requeued)
 
 
+def _order(change: TaskChange) -> tuple[str, str, int]:
+    return change.run_id, change.task_id, change.map_index
+
+
 def _changed(change: TaskChange, new_state: str) -> TaskChange:
-    return TaskChange(
-        change.ti_id, change.dag_id, change.run_id, change.task_id, change.old_state, new_state
-    )
+    return replace(change, new_state=new_state)
 
 
 # --- setting a state ----------------------------------------------------------------------
@@ -445,7 +454,7 @@ def end_run(
         changes += [_changed(group[i], new_state) for i in done]
     _delete_triggers(session, trigger_ids)
     runs.recompute_next_dagrun(session, dag_id)  # a time run held by max_active_runs may go
-    changes.sort(key=lambda c: c.task_id)
+    changes.sort(key=lambda c: (c.task_id, c.map_index))
     return EndedRun(run_pk, dag_id, run_id, "", tuple(changes))
 
 
