@@ -89,6 +89,8 @@ class ParsedTask:
     retry_delay_s: float = 300.0
     retry_exponential_backoff: bool = False
     max_retry_delay_s: float | None = None
+    pool: str = "default_pool"
+    pool_slots: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +116,8 @@ class ParsedDag:
     doc_md: str | None = None
     display_name: str | None = None
     is_paused_upon_creation: bool | None = None
+    has_on_success_callback: bool = False
+    has_on_failure_callback: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +239,8 @@ def describe_dag(dag: DAG) -> ParsedDag:
             max_retry_delay_s=(
                 None if task.max_retry_delay is None else task.max_retry_delay.total_seconds()
             ),
+            pool=task.pool,
+            pool_slots=task.pool_slots,
         )
         for task in (dag.get_task(tid) for tid in dag.topological_task_ids())
     )
@@ -263,6 +269,8 @@ def describe_dag(dag: DAG) -> ParsedDag:
         doc_md=dag.doc_md,
         display_name=dag.dag_display_name,
         is_paused_upon_creation=dag.is_paused_upon_creation,
+        has_on_success_callback=bool(dag.on_success_callback),
+        has_on_failure_callback=bool(dag.on_failure_callback),
     )
 
 
