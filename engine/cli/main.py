@@ -11,6 +11,7 @@ from engine.cli.config import config
 from engine.cli.db import db
 from engine.cli.inspect import assets, dags, runs, tasks
 from engine.cli.ops import doctor_command, jobs, streams, triggers
+from engine.cli.pools import pools
 from engine.cli.processes import dag_processor, executor, run, scheduler, triggerer
 
 
@@ -48,6 +49,7 @@ for _command in (
     runs,
     assets,
     tasks,
+    pools,
     # operator views
     streams,
     jobs,

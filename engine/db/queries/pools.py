@@ -292,7 +292,7 @@ def _candidates(
         query = query.where(TaskInstance.dag_run_id.not_in(full_runs))
     if is_postgres(session):
         query = query.with_for_update(skip_locked=True, of=TaskInstance)
-    return [Candidate(*row) for row in session.execute(query).tuples()]
+    return [Candidate(*row) for row in session.execute(query)]
 
 
 def warn_unstartable(session: Session, *, now_s: float) -> None:
@@ -310,7 +310,7 @@ def warn_unstartable(session: Session, *, now_s: float) -> None:
         .where(Pool.name.is_(None) | ((Pool.slots != UNLIMITED_SLOTS) & (slots > Pool.slots)))
         .limit(WARN_ROWS_MAX)
     )
-    for *row, pool_size in session.execute(query).tuples():
+    for *row, pool_size in session.execute(query):
         candidate = Candidate(*row)
         if pool_size is None:
             _warn_once(
