@@ -38,6 +38,10 @@ TASK_CALLBACKS: Final = (
     "on_skipped_callback",
 )
 DAG_CALLBACKS: Final = ("on_success_callback", "on_failure_callback")
+SUCCESS_CALLBACK: Final = "on_success_callback"
+FAILURE_CALLBACK: Final = "on_failure_callback"
+RETRY_CALLBACK: Final = "on_retry_callback"
+SKIPPED_CALLBACK: Final = "on_skipped_callback"
 #: ``context["reason"]`` of a DAG callback (Airflow's messages)
 DAG_SUCCESS_REASON: Final = "success"
 DAG_FAILURE_REASON: Final = "task_failure"
@@ -125,3 +129,19 @@ def task_callbacks(task: object, kind: str) -> list[Callback]:
 def dag_callbacks(dag: object, kind: str) -> list[Callback]:
     """The DAG's callbacks of ``kind`` (``on_success_callback`` or ``on_failure_callback``)."""
     return task_callbacks(dag, kind)
+
+
+def outcome_callback_kind(
+    outcome: str, *, no_retry: bool, try_number: int, max_tries: int | None
+) -> str | None:
+    """The task callback an outcome of a try calls: ``success`` / ``skipped`` / ``failed``
+    (``on_retry_callback`` while tries remain and the failure allows a retry, as the
+    executor decides; else ``on_failure_callback``); None for a deferral."""
+    if outcome == "success":
+        return SUCCESS_CALLBACK
+    if outcome == "skipped":
+        return SKIPPED_CALLBACK
+    if outcome != "failed":
+        return None
+    retried = not no_retry and max_tries is not None and try_number <= max_tries
+    return RETRY_CALLBACK if retried else FAILURE_CALLBACK

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from functools import partial
 from typing import TYPE_CHECKING, Final
 
@@ -37,7 +38,13 @@ from engine.db.heartbeat import heartbeat_forever
 from engine.db.models import JobState
 from engine.db.queries import jobs, tasks
 from engine.exceptions import DatabaseError
-from engine.executor.task_supervisor import ExecutorSettings, ExecutorStats, TaskSupervisor
+from engine.executor.callbacks import CallbackRunner
+from engine.executor.task_supervisor import (
+    ExecutorSettings,
+    ExecutorStats,
+    TaskSupervisor,
+    task_environment,
+)
 from engine.metrics.readings import ExecutorReading
 from engine.retry import Backoff
 
@@ -140,6 +147,12 @@ class LocalExecutor:
                         part="Executor",
                     )
                 )
+                callbacks = CallbackRunner(
+                    db=self._db,
+                    settings=settings,
+                    environment=task_environment(os.environ, settings.secrets),
+                )
+                outer.start_soon(callbacks.run, job_id)  # DAG callbacks, lost task callbacks
                 task_status.started()
                 async with anyio.create_task_group() as workers:
                     workers.start_soon(self._stop_children_after_grace)
