@@ -27,7 +27,7 @@ def pools() -> None:
     """Slot pools that cap how many tasks run at once."""
 
 
-@pools.command("set")
+@pools.command("set", context_settings={"ignore_unknown_options": True})  # SLOTS may be -1
 @click.argument("name")
 @click.argument("slots", type=int)
 @click.option("--description", default=None, help="What the pool is for.")
