@@ -10,6 +10,7 @@ cannot overwrite what another executor did since.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -58,6 +59,7 @@ def claim_task_instances(session: Session, *, job_id: int, limit: int, now: date
     """
     if limit <= 0:
         return []
+    pools.warn_unstartable(session, now_s=time.monotonic())  # missing or too small pools
     admitted = pools.admit(session, limit=limit)
     groups: dict[tuple[str, int], list[int]] = {}
     for candidate in admitted:
