@@ -16,6 +16,11 @@ presumed dead (``tasks.recover_orphaned_tasks``, called by the scheduler) is nev
 overwritten. A child outlives neither its executor (it exits when its stdin closes) nor the
 execution deadline (killed ``kill_grace_s`` after it).
 
+Beside the task slots, a ``CallbackRunner`` (``engine.executor.callbacks``) runs the callback
+requests (DAG callbacks of ended runs, callbacks of killed tries) in child processes. Each
+claim admits only task instances that fit their pool and their run's ``max_active_tasks``
+(``engine.db.queries.pools``).
+
 Shutdown (``shutdown()``): stop claiming, let running children finish within
 ``shutdown_grace_s``, then SIGTERM (then SIGKILL) the rest. Their task instances go back to
 ``scheduled`` and rerun the interrupted step as the same try: being stopped is not the

@@ -21,6 +21,12 @@ JSON is over ``max_xcom_size_bytes``, fails the try with an error naming the tas
 A branching task's success also carries the tasks of the run it skips (``skip_task_ids``,
 ``engine.authoring.branching``); the executor skips them with the success.
 
+Callbacks (``engine.authoring.callbacks``). ``on_execute_callback`` runs right before the
+task starts or resumes; once the result is written to the parent, the outcome's callback runs
+(success, skipped, retry or failure: the same rule as the executor's, from ``max_tries``),
+logging to the task log. The parent runs the failure / retry callback of a child that wrote
+no result in a fresh ``engine.executor.callback_runner`` process.
+
 ``execution_timeout`` counts the whole try, deferrals included (as in Airflow: a task can
 time out while deferred or shortly after resuming): the deadline is the try's start plus the
 timeout. The child interrupts the task at the deadline with ``TaskExecutionTimeout`` (a
