@@ -426,9 +426,10 @@ def run_task(
         task = step.task = _load(spec)
         timeout = task.execution_timeout
         deadline = _Deadline(remaining_s(try_started, timeout, now or datetime.now(UTC)), message)
-        if deadline.expired:
-            return TaskResult(FAILED, 0.0, error=message(), timed_out=True)
         context = step.context = hydrate_context(_raw_context(spec), task)
+        if deadline.expired:  # e.g. a slow start: it still fails with its callbacks
+            step.exception = TaskExecutionTimeout(message())
+            return TaskResult(FAILED, 0.0, error=message(), timed_out=True)
         with deadline:
             run_callbacks(
                 task_callbacks(task, "on_execute_callback"),

@@ -123,13 +123,14 @@ with DAG(
         on_retry_callback=mark("retry"),
         on_failure_callback=[mark("failure"), boom],
         on_success_callback=mark("never"),
-    )
+    ) >> PythonOperator(task_id="after", python_callable=ok)  # upstream_failed
 
 with DAG("killed"):
     PythonOperator(
         task_id="hangs",
         python_callable=hangs,
-        execution_timeout=timedelta(seconds=1),
+        # long enough for the task to start on a loaded machine: it is killed, not stopped
+        execution_timeout=timedelta(seconds=10),
         on_failure_callback=mark("timeout_failure"),
     )
     PythonOperator(
@@ -194,7 +195,7 @@ class Env:
                 callbacks.pending_callback_requests
             )
 
-        await eventually(done, within=60, step=0.05)
+        await eventually(done, within=90, step=0.05)
 
     @asynccontextmanager
     async def executor(self, **overrides: Any) -> AsyncIterator[LocalExecutor]:
@@ -225,7 +226,7 @@ async def test_success_skip_and_execute_callbacks_fire_once_and_a_raising_one_ch
     env: Env,
 ) -> None:
     run_pk, run_id = env.trigger("good")
-    with anyio.fail_after(120):
+    with anyio.fail_after(240):
         async with env.executor():
             assert await env.run_to_end(run_pk) == "success"
             await env.callbacks_done("dag_success")
@@ -258,18 +259,21 @@ async def test_retry_then_failure_callbacks_get_the_exception_and_the_dag_failur
     env: Env,
 ) -> None:
     run_pk, run_id = env.trigger("bad")
-    with anyio.fail_after(120):
+    with anyio.fail_after(240):
         async with env.executor():
             assert await env.run_to_end(run_pk) == "failed"
             await env.callbacks_done("dag_failure")
-    ti = env.task_instances(run_pk)["fails"]
+    tis = env.task_instances(run_pk)
+    ti = tis["fails"]
     assert (ti.state, ti.try_number) == (TaskState.FAILED, 2)
+    assert tis["after"].state == TaskState.UPSTREAM_FAILED
     (retry,) = env.marked("retry")
     (failure,) = env.marked("failure")
     assert (retry["try"], retry["exception"], retry["message"]) == (1, "ValueError", "task boom")
     assert (failure["try"], failure["exception"]) == (2, "ValueError")
     assert env.marked("never") == [] and env.marked("dag_success") == []
-    (dag_failure,) = env.marked("dag_failure")  # after a raising callback in the same list
+    # after a raising callback in the same list; the context of the task that failed itself
+    (dag_failure,) = env.marked("dag_failure")
     assert (dag_failure["reason"], dag_failure["task"], dag_failure["run_id"]) == (
         "task_failure",
         "fails",
@@ -279,7 +283,7 @@ async def test_retry_then_failure_callbacks_get_the_exception_and_the_dag_failur
 
 async def test_callbacks_of_a_killed_or_crashed_try_run_in_a_fresh_process(env: Env) -> None:
     run_pk, run_id = env.trigger("killed")
-    with anyio.fail_after(120):
+    with anyio.fail_after(240):
         async with env.executor():
 
             async def settled() -> bool:
@@ -294,7 +298,7 @@ async def test_callbacks_of_a_killed_or_crashed_try_run_in_a_fresh_process(env: 
                 )
                 return tis == {"hangs": TaskState.FAILED, "crashes": TaskState.UP_FOR_RETRY}
 
-            await eventually(settled, within=60, step=0.05)
+            await eventually(settled, within=90, step=0.05)
             await env.callbacks_done("timeout_failure", "crash_retry")
     tis = env.task_instances(run_pk)
     (timeout,) = env.marked("timeout_failure")
@@ -303,7 +307,8 @@ async def test_callbacks_of_a_killed_or_crashed_try_run_in_a_fresh_process(env: 
         1,
         "AirflowTaskTimeout",
     )
-    assert "execution_timeout (1s) exceeded" in timeout["message"]
+    assert "execution_timeout (10s) exceeded" in timeout["message"]
+    assert "did not stop when interrupted and its process was killed" in timeout["message"]
     assert timeout["pid"] != tis["hangs"].pid  # not the killed task process: a fresh one
     (crash,) = env.marked("crash_retry")
     assert (crash["task"], crash["exception"]) == ("crashes", "AirflowException")

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import delete, insert, or_, select, true, update
+from sqlalchemy import case, delete, insert, or_, select, true, update
 
 from engine.db.database import is_postgres
 from engine.db.models import CallbackRequest, Dag, DagRun, DagRunState, TaskInstance, TaskState
@@ -68,11 +68,14 @@ def _context_task(session: Session, run_pk: int, *, failed: bool) -> tuple[str, 
     query = select(TaskInstance.task_id, TaskInstance.try_number).where(
         TaskInstance.dag_run_id == run_pk
     )
-    if failed:
-        query = query.where(TaskInstance.state.in_(_FAILED_STATES))
-    row = session.execute(
-        query.order_by(TaskInstance.end_date.desc(), TaskInstance.id.desc()).limit(1)
-    ).first()
+    if failed:  # a task that failed itself first, then one whose upstream did
+        query = query.where(TaskInstance.state.in_(_FAILED_STATES)).order_by(
+            case((TaskInstance.state == TaskState.FAILED, 0), else_=1)
+        )
+    query = query.order_by(  # NULL end dates last on both databases
+        TaskInstance.end_date.is_(None), TaskInstance.end_date.desc(), TaskInstance.id.desc()
+    )
+    row = session.execute(query.limit(1)).first()
     return None if row is None else (str(row[0]), int(row[1]))
 
 
