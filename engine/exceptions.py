@@ -19,6 +19,11 @@ class SchemaNotCurrentError(DatabaseError):
     """The metadata database schema is not at the current migration head."""
 
 
+class OperatorActionError(SluiceError):
+    """An operator action (clear, set a state, cancel a run) cannot be done as asked: names
+    the DAG, run or task and why."""
+
+
 class EncryptionError(SluiceError):
     """Trigger kwargs cannot be encrypted or decrypted."""
 

@@ -3,7 +3,9 @@
 A trigger row names the class to import. Importing runs module code, so the classpath is
 checked first, without importing anything: its module must sit under one of the dotted
 prefixes of ``[triggerer] allowed_trigger_modules``, or its top-level package must be a
-file or package directly inside the plugins folder.
+file or package directly inside the plugins folder, or it must be one of the engine's own
+trigger modules (``ENGINE_TRIGGER_MODULES``, always allowed: e.g. the trigger
+``ExternalTaskSensor`` defers to).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ALLOWED_MODULES_CONFIG: Final = "[triggerer] allowed_trigger_modules"
+#: The engine's own trigger modules, allowed whatever the configuration (exact names).
+ENGINE_TRIGGER_MODULES: Final = frozenset({"engine.authoring.external_task_trigger"})
 _MISSING: Final = object()
 
 
@@ -53,6 +57,8 @@ def is_module_allowed(module: str, allowed: Sequence[str], *, plugins_folder: Pa
     """
     if not _is_dotted_name(module):
         return False
+    if module in ENGINE_TRIGGER_MODULES:
+        return True
     if any(_matches_prefix(module, prefix) for prefix in allowed):
         return True
     top = module.partition(".")[0]
@@ -124,7 +130,9 @@ def import_trigger_class(
         raise _not_allowed(classpath, allowed, f"module {module!r} is not allowed")
     if plugins_folder is not None and plugins_folder.is_dir():
         _add_to_sys_path(plugins_folder)
-        if not any(_matches_prefix(module, prefix) for prefix in allowed):
+        if module not in ENGINE_TRIGGER_MODULES and not any(
+            _matches_prefix(module, prefix) for prefix in allowed
+        ):
             _check_plugin_origin(classpath, module, allowed, plugins_folder)
     obj = getattr(_import_module(module, classpath), name, _MISSING)
     if obj is _MISSING:

@@ -36,10 +36,19 @@ from engine.authoring.branching import (
 )
 from engine.authoring.context import Context, DagDefinitionError, TaskDeferred, resolve_deferrable
 from engine.authoring.dag import DAG, BaseOperator
+from engine.authoring.external_task import ExternalTaskSensor
 from engine.authoring.groups import TaskGroup, chain, cross_downstream, task_group
 from engine.authoring.operators import EmptyOperator, PythonOperator, task
 from engine.authoring.params import Param
-from engine.authoring.sensors import BaseSensorOperator
+from engine.authoring.sensor_base import BaseSensorOperator, PokeReturnValue
+from engine.authoring.standard_sensors import (
+    BashSensor,
+    DayOfWeekSensor,
+    PythonSensor,
+    TimeSensor,
+    WeekDay,
+    sensor_task,
+)
 from engine.authoring.timetables import (
     AssetOrTimeSchedule,
     ContinuousTimetable,
@@ -56,6 +65,7 @@ from engine.authoring.xcom import XComArg
 task.bash = bash_task  # type: ignore[attr-defined]  # @task.bash
 task.branch = branch_task  # type: ignore[attr-defined]  # @task.branch
 task.short_circuit = short_circuit_task  # type: ignore[attr-defined]  # @task.short_circuit
+task.sensor = sensor_task  # type: ignore[attr-defined]  # @task.sensor
 
 __all__: tuple[str, ...] = (
     "DAG",
@@ -70,26 +80,33 @@ __all__: tuple[str, ...] = (
     "BaseOperator",
     "BaseSensorOperator",
     "BashOperator",
+    "BashSensor",
     "BranchPythonOperator",
     "Context",
     "ContinuousTimetable",
     "CronDataIntervalTimetable",
     "CronTriggerTimetable",
     "DagDefinitionError",
+    "DayOfWeekSensor",
     "DeltaDataIntervalTimetable",
     "DeltaTriggerTimetable",
     "EmptyOperator",
+    "ExternalTaskSensor",
     "LatestOnlyOperator",
     "Metadata",
     "MultipleCronTriggerTimetable",
     "OnceTimetable",
     "Param",
+    "PokeReturnValue",
     "PythonOperator",
+    "PythonSensor",
     "ShortCircuitOperator",
     "TaskDeferred",
     "TaskGroup",
+    "TimeSensor",
     "Timetable",
     "TriggerRule",
+    "WeekDay",
     "XComArg",
     "chain",
     "cross_downstream",

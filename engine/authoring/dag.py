@@ -227,7 +227,6 @@ class DAG:
         self.max_active_runs = check_positive_int(where, "max_active_runs", max_active_runs)
         self.max_active_tasks = check_positive_int(where, "max_active_tasks", max_active_tasks)
         self.dagrun_timeout = check_timedelta(where, "dagrun_timeout", dagrun_timeout)
-        self._warn_not_enforced(location)
         #: run by an executor when the scheduler ends a run (``engine.authoring.callbacks``)
         self.on_success_callback = as_callbacks(where, "on_success_callback", on_success_callback)
         self.on_failure_callback = as_callbacks(where, "on_failure_callback", on_failure_callback)
@@ -262,20 +261,6 @@ class DAG:
                 dag_id=self.dag_id,
                 location=location,
             )
-
-    def _warn_not_enforced(self, location: str) -> None:
-        for name, is_set in (("dagrun_timeout", self.dagrun_timeout is not None),):
-            if is_set:
-                warn_once(
-                    "DAG",
-                    name,
-                    "%s: DAG %r: %s is stored, not enforced yet",
-                    location,
-                    self.dag_id,
-                    name,
-                    dag_id=self.dag_id,
-                    location=location,
-                )
 
     def _set_dates(self, where: str, start_date: object, end_date: object) -> None:
         # Airflow takes the dates from default_args too; operators do not get them.

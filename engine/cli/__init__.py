@@ -9,6 +9,8 @@
 - ``backfill``: ``dags backfill`` (added to the dags group by ``inspect``), plus the shared
   date / JSON-object parsing and ``cli_actor``;
 - ``ops``: ``streams``, ``jobs``, ``triggers`` listings and ``doctor``;
+- ``actions``: operator actions ``tasks clear``, ``tasks set-state``, ``runs cancel`` (added
+  to the ``tasks`` and ``runs`` groups by ``main``);
 - ``common``: what they share (config and database of the click context, failing with one
   line, table or JSON output, the ``--json`` option); imports no other module here.
 

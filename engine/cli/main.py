@@ -7,6 +7,7 @@ from importlib.metadata import version as dist_version
 
 import click
 
+from engine.cli.actions import runs_cancel, tasks_clear, tasks_set_state
 from engine.cli.config import config
 from engine.cli.db import db
 from engine.cli.inspect import assets, dags, runs, tasks
@@ -57,6 +58,11 @@ for _command in (
     doctor_command,
 ):
     cli.add_command(_command)
+
+# operator actions (engine.cli.actions) under their nouns
+tasks.add_command(tasks_clear)
+tasks.add_command(tasks_set_state)
+runs.add_command(runs_cancel)
 
 
 def main() -> None:

@@ -92,6 +92,8 @@ class TaskState(enum.StrEnum):
     SKIPPED = "skipped"
     UPSTREAM_FAILED = "upstream_failed"
     UP_FOR_RETRY = "up_for_retry"  # failed, waits for next_retry_at without a worker slot
+    #: cleared while running: its executor stops the process, then it is ``none`` again
+    RESTARTING = "restarting"
 
 
 class DagRunState(enum.StrEnum):

@@ -14,7 +14,10 @@ slot while it waits.
 Every write is guarded by this executor's job id, so a task recovered from an executor
 presumed dead (``tasks.recover_orphaned_tasks``, called by the scheduler) is never
 overwritten. A child outlives neither its executor (it exits when its stdin closes) nor the
-execution deadline (killed ``kill_grace_s`` after it).
+execution deadline (killed ``kill_grace_s`` after it), nor an operator action that took its
+task instance out of ``running`` (clear, set-state, a cancelled or timed-out run): every
+``heartbeat_s`` the executor looks for such changes and stops those children's process
+groups, and their outcomes are not recorded (``engine.db.queries.actions``).
 
 Beside the task slots, a ``CallbackRunner`` (``engine.executor.callbacks``) runs the callback
 requests (DAG callbacks of ended runs, callbacks of killed tries) in child processes. Each
@@ -152,6 +155,7 @@ class LocalExecutor:
                         part="Executor",
                     )
                 )
+                outer.start_soon(self._watch_external_changes, job_id)
                 callbacks = CallbackRunner(
                     db=self._db,
                     settings=settings,
@@ -221,6 +225,31 @@ class LocalExecutor:
         with anyio.move_on_after(self.settings.kill_grace_s):
             await self._until_idle()
         self._supervisor.kill_all()
+
+    async def _watch_external_changes(self, job_id: int) -> None:
+        """Every ``heartbeat_s``, stop the children whose task instances an operator action
+        changed (``TaskSupervisor.stop_changed``)."""
+        assert self._supervisor is not None
+        while True:
+            await anyio.sleep(self.settings.heartbeat_s)
+            if not self._supervisor.processes:
+                continue
+            try:
+                stopped = await self._supervisor.stop_changed(job_id)
+            except DatabaseError as exc:  # the next round tries again
+                logger.warning(
+                    "Checking running tasks for external state changes failed: %s",
+                    exc,
+                    extra={"action": "external_check_failed"},
+                )
+                continue
+            if stopped:
+                logger.info(
+                    "Stopping %d task(s) whose state was set from outside: %s",
+                    len(stopped),
+                    stopped,
+                    extra={"action": "tasks_externally_changed", "ti_ids": stopped},
+                )
 
     async def _until_idle(self) -> None:
         while self._active:

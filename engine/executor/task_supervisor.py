@@ -26,8 +26,8 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from engine.db import models
 from engine.db.models import TaskState
+from engine.db.queries import actions, deferrals, tasks
 from engine.db.queries import callbacks as callbacks_sql
-from engine.db.queries import deferrals, tasks
 from engine.exceptions import DatabaseError
 from engine.executor.callbacks import lost_callback_spec
 from engine.executor.outcomes import (
@@ -82,6 +82,12 @@ class TaskProcess:
         self.process = process
         self.interrupted = False  # stopped by the shutdown
         self.killed_for_timeout = False
+        #: marked running for this executor (before that, ``queued`` is no external change)
+        self.started = False
+        #: the state an operator action gave its task instance while it ran (clear, set-state,
+        #: cancel, dagrun_timeout): the process is stopped and its outcome not recorded
+        self.external_state: str | None = None
+        self.externally_changed = anyio.Event()
         self.reported = False  # it wrote a result (and so ran its outcome's callbacks)
 
     def __repr__(self) -> str:
@@ -94,6 +100,12 @@ class TaskProcess:
     def interrupt(self) -> None:
         self.interrupted = True
         self.signal_group(signal.SIGTERM)
+
+    def changed_externally(self, state: str) -> None:
+        """Its task instance left ``running`` under this executor: stop it (``_wait``)."""
+        if self.external_state is None:
+            self.external_state = state
+            self.externally_changed.set()
 
 
 def _is_transient(exc: DatabaseError) -> bool:
@@ -189,6 +201,21 @@ class TaskSupervisor:
         for process in list(self.processes.values()):
             process.signal_group(signal.SIGKILL)
 
+    async def stop_changed(self, job_id: int) -> list[int]:
+        """Stop the running children whose task instance an operator action took out of
+        ``running`` under ``job_id`` (cleared, marked, run cancelled or timed out); returns
+        their ti ids."""
+        watched = [ti for ti, p in self.processes.items() if p.started and p.external_state is None]
+        if not watched:
+            return []
+        query = partial(actions.changed_task_instances, ti_ids=watched, job_id=job_id)
+        changed = await self._db.read(query)
+        for ti_id, state in changed.items():
+            child = self.processes.get(ti_id)
+            if child is not None and child.process.returncode is None:
+                child.changed_externally(state)
+        return sorted(changed)
+
     async def execute(self, job_id: int, ti_id: int) -> None:
         """Run the next step of task instance ``ti_id`` (claimed by ``job_id``) and record
         its outcome; the child is killed whatever happens to this coroutine."""
@@ -241,17 +268,21 @@ class TaskSupervisor:
                 run = await self._start(job_id, child)
                 if run is None:
                     return
+                child.started = True
                 log = TaskLogWriter(self._log_path(run), secrets=self.settings.secrets)
                 try:
                     outcome = await self._supervise(child, run, log)
-                    await log.write(outcome_line(outcome, run, now=models.utcnow()).encode())
+                    if child.external_state is None:
+                        await log.write(outcome_line(outcome, run, now=models.utcnow()).encode())
                 finally:
                     log.close()
             finally:
                 if process.returncode is None:
                     child.signal_group(signal.SIGKILL)
-        lost = None if child.reported else lost_callback_spec(run, outcome, self.settings)
-        await self._record(job_id, run, outcome, lost)
+        lost = None
+        if not child.reported and child.external_state is None:  # killed or crashed
+            lost = lost_callback_spec(run, outcome, self.settings)
+        await self._record(job_id, run, outcome, lost, external_state=child.external_state)
 
     async def _start(self, job_id: int, child: TaskProcess) -> TaskRun | None:
         """Mark the task instance running with the child's pid; None if it is not ours."""
@@ -305,7 +336,7 @@ class TaskSupervisor:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(drain_all)
-            await self._wait(child, kill_after_s(run, now=now, grace_s=settings.kill_grace_s))
+            await self._wait(child, kill_after_s(run, now=now, grace_s=settings.kill_grace_s), log)
             child.signal_group(signal.SIGKILL)  # what the task left running in its group
             with anyio.move_on_after(DRAIN_AFTER_EXIT_S):
                 await drained.wait()
@@ -327,31 +358,47 @@ class TaskSupervisor:
             outcome = replace(outcome, xcoms=dict(result.xcoms))  # pushed ones too
         return outcome
 
-    async def _wait(self, child: TaskProcess, kill_after: float | None) -> None:
-        with anyio.move_on_after(math.inf if kill_after is None else kill_after) as scope:
-            await child.process.wait()
+    async def _wait(self, child: TaskProcess, kill_after: float | None, log: TaskLogWriter) -> None:
+        """Until the child exits: killed at its execution deadline, or stopped once an
+        operator action changed its task instance (``_stop_when_changed``)."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._stop_when_changed, child, log)
+            with anyio.move_on_after(math.inf if kill_after is None else kill_after) as scope:
+                await child.process.wait()
+            tg.cancel_scope.cancel()
         if scope.cancelled_caught:
             child.killed_for_timeout = True
             child.signal_group(signal.SIGKILL)
             await child.process.wait()
 
+    async def _stop_when_changed(self, child: TaskProcess, log: TaskLogWriter) -> None:
+        """SIGTERM the child's process group once its state was set from outside, SIGKILL
+        ``kill_grace_s`` later (as the shutdown does)."""
+        await child.externally_changed.wait()
+        await log.write(
+            f"[executor] state externally set to {child.external_state}; stopping\n".encode()
+        )
+        child.signal_group(signal.SIGTERM)
+        await anyio.sleep(self.settings.kill_grace_s)
+        child.signal_group(signal.SIGKILL)
+
     # --- recording the outcome ----------------------------------------------------------
 
     async def _record(
-        self, job_id: int, run: TaskRun, outcome: Outcome, callback: CallbackSpec | None = None
+        self,
+        job_id: int,
+        run: TaskRun,
+        outcome: Outcome,
+        callback: CallbackSpec | None = None,
+        *,
+        external_state: str | None = None,
     ) -> None:
         write = partial(
             self._write_outcome, job_id=job_id, run=run, outcome=outcome, callback=callback
         )
         ok = await run_retrying(self._db, write)
         if not ok:
-            self.stats.discarded += 1
-            logger.warning(
-                "Task instance %s was taken over while it ran here; outcome %s discarded",
-                run.ti_id,
-                outcome.decision,
-                extra={"action": "task_outcome_discarded", **run.log_fields()},
-            )
+            await self._not_recorded(job_id, run, outcome, external_state)
             return
         self.stats.outcomes[outcome.decision] += 1
         if self._on_outcome is not None:
@@ -366,6 +413,37 @@ class TaskSupervisor:
             run.try_number,
             outcome.describe(),
             extra={"action": f"task_{outcome.decision}", **run.log_fields()},
+        )
+
+    async def _not_recorded(
+        self, job_id: int, run: TaskRun, outcome: Outcome, external_state: str | None
+    ) -> None:
+        """The outcome matched no row: an operator action changed the task instance (a
+        cleared one is ``restarting``: now that its process is gone it is ``none`` again), or
+        another executor took it over."""
+        release = partial(actions.release_restarted_task, ti_id=run.ti_id, job_id=job_id)
+        restarted = await run_retrying(self._db, release)
+        if restarted or external_state is not None:
+            state = TaskState.RESTARTING if restarted else external_state
+            logger.info(
+                "Task %s.%s (run %s, try %d): state externally set to %s; its process was "
+                "stopped and its outcome (%s) not recorded%s",
+                run.dag_id,
+                run.task_id,
+                run.run_id,
+                run.try_number,
+                state,
+                outcome.decision,
+                "; it will run again" if restarted else "",
+                extra={"action": "task_externally_changed", "state": state, **run.log_fields()},
+            )
+            return
+        self.stats.discarded += 1
+        logger.warning(
+            "Task instance %s was taken over while it ran here; outcome %s discarded",
+            run.ti_id,
+            outcome.decision,
+            extra={"action": "task_outcome_discarded", **run.log_fields()},
         )
 
     def _write_outcome(

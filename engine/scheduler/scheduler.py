@@ -21,6 +21,10 @@ Each loop (every ``loop_interval_sec``, or at once when nudged by an in-process 
 5. tasks ``up_for_retry`` whose retry delay has passed (by the scheduler's clock) are
    ``scheduled`` again for their next try; deferrals past their timeout fail.
 
+Before queued runs are admitted, running runs older than their DAG's ``dagrun_timeout`` (by
+the scheduler's clock) fail, their unfinished tasks skipped (running ones are stopped by
+their executor), which makes room for the next queued run.
+
 Paused DAGs keep their queued events; on unpause they create the run they would have created.
 A paused time-scheduled DAG creates no runs; on unpause its next run is computed afresh.
 """
@@ -41,7 +45,7 @@ from engine.authoring.timetables import DataInterval, TimeRestriction, timetable
 from engine.db import models
 from engine.db.heartbeat import heartbeat_forever
 from engine.db.models import JobState, TaskState
-from engine.db.queries import backfills, callbacks, deferrals, jobs, runs, tasks
+from engine.db.queries import actions, backfills, callbacks, deferrals, jobs, runs, tasks
 from engine.exceptions import SluiceError
 from engine.metrics.readings import SchedulerReading
 from engine.retry import Backoff
@@ -253,6 +257,7 @@ class Scheduler:
                 )
         if not self._clock_task_running:
             await self._create_time_runs()
+        await self._time_out_runs()
         await self._start_queued_runs()
         scheduled_before = self.stats.tasks_scheduled
         finished_before = self.stats.runs_finished
@@ -282,6 +287,28 @@ class Scheduler:
                 extra={"action": "task_retry_due", "ti_ids": released},
             )
 
+    async def _time_out_runs(self) -> None:
+        """Fail the running runs past their DAG's ``dagrun_timeout`` (Airflow: the run
+        fails, its unfinished tasks are skipped)."""
+        ended = await self._db.run(partial(actions.time_out_runs, now=self._clock()))
+        for run in ended:
+            self.stats.runs_finished += 1
+            logger.warning(
+                "Run %s of DAG %s timed out: started %s, dagrun_timeout %gs; failed, "
+                "%d unfinished task(s) skipped: %s",
+                run.run_id,
+                run.dag_id,
+                run.start_date.isoformat() if run.start_date else "-",
+                run.timeout_s,
+                len(run.tasks),
+                [change.task_id for change in run.tasks],
+                extra={
+                    "action": "dag_run_timed_out",
+                    "dag_id": run.dag_id,
+                    "run_id": run.run_id,
+                },
+            )
+
     async def _recover_orphans(self) -> None:
         """Tasks held by an executor that stopped heartbeating go back to ``scheduled``."""
         now = time.monotonic()
@@ -294,6 +321,15 @@ class Scheduler:
             return
         self._last_recovery = now
         recovered = await self._db.run(partial(tasks.recover_orphaned_tasks, threshold_s=threshold))
+        released = await self._db.run(
+            partial(actions.release_orphaned_restarts, threshold_s=threshold)
+        )
+        if released:
+            logger.warning(
+                "Cleared task(s) of a dead executor are ready to run again: %s",
+                released,
+                extra={"action": "restarts_released", "ti_ids": released},
+            )
         if recovered:
             logger.warning(
                 "Recovered %d task(s) of a dead executor: %s",

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Final
 import anyio
 import anyio.lowlevel
 
+from engine.authoring.external_task_trigger import MetadataReadingTrigger
 from engine.db.heartbeat import heartbeat_forever
 from engine.db.models import JobState, TriggerKind
 from engine.db.queries import claims as store_claims
@@ -30,6 +31,7 @@ from engine.retry import Backoff
 from engine.triggerer import claiming
 from engine.triggerer.housekeeping import clean_forever, publish_stream_stats_forever
 from engine.triggerer.loading import Loaded, load_rows
+from engine.triggerer.metadata import DatabaseMetadataReader
 from engine.triggerer.outbox import Outbox, TriggerFailed
 from engine.triggerer.persister import BatchResult, Persister
 from engine.triggerer.runtime import TriggerRunner
@@ -89,6 +91,7 @@ class Triggerer:
         self._db = db
         self._cipher = cipher
         self.settings = settings
+        self._metadata = DatabaseMetadataReader(db)  # for triggers that read the database
         self.job_id: int | None = None
         self.outbox = Outbox()
         self.shared_streams = SharedStreamManager(
@@ -442,6 +445,8 @@ class Triggerer:
             return
         if not self._in_its_group(row, trigger):
             return
+        if isinstance(trigger, MetadataReadingTrigger):
+            trigger.attach_metadata(self._metadata)
         self.runner.start(item.spec(trigger))
         if row.has_error and kind is TriggerKind.WATCHER:
             self._recovered.add(row.id)

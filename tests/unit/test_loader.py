@@ -257,3 +257,10 @@ def test_plugin_failing_at_import_raises_trigger_load_error(
         import_trigger_class("broken_plugin.T", allowed=ALLOWED, plugins_folder=plugins)
     assert isinstance(info.value.__cause__, cause)
     assert "broken_plugin" not in sys.modules
+
+
+def test_the_engines_own_trigger_modules_are_allowed_whatever_the_configuration() -> None:
+    classpath = "engine.authoring.external_task_trigger.ExternalTaskTrigger"
+    assert is_module_allowed(classpath.rpartition(".")[0], [], plugins_folder=None)
+    assert import_trigger_class(classpath, allowed=[]).__name__ == "ExternalTaskTrigger"
+    assert not is_module_allowed("engine.authoring.dag", [], plugins_folder=None)  # exact names

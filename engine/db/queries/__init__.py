@@ -5,8 +5,13 @@
 - ``claims``: claiming trigger rows, single and by shared-stream group;
 - ``deferrals``: task instances deferred on a trigger (defer, resume, fail, time out);
 - ``tasks``: task instances the executor holds (claim, start, finish, requeue, recover);
+- ``pools``: slot pools, and which scheduled task instances a claim admits (pool open
+  slots, ``max_active_tasks`` per run);
+- ``callbacks``: callback requests (a DAG's when its run ends, a killed try's) executors run;
 - ``runs``: DAG runs (created, admitted under max_active_runs, advanced), their task states,
   and time-scheduled DAGs' next run;
+- ``actions``: operator actions (clear tasks, set a task's state, cancel a run) and runs
+  past their ``dagrun_timeout``; what the executor checks to stop a changed task;
 - ``backfills``: backfill rows, their runs (create, re-run, plan), completion; the DAG
   schedule columns the CLI shows;
 - ``assets``: asset events from watchers, task outlets, aliases and the CLI (insert, queue for
@@ -15,7 +20,9 @@
   watchers, schedule edges to assets and aliases);
 - ``streams``: shared-stream snapshots published by triggerers;
 - ``inspection``: the operator views (jobs, triggers, DAG details, doctor facts);
-- ``clean``: which old rows ``sluice db clean`` may delete.
+- ``clean``: which old rows ``sluice db clean`` may delete;
+- ``external_tasks``: another DAG's run and task states at given logical dates (read by the
+  triggerer for ``ExternalTaskSensor``).
 
 Functions take a ``Session`` (one transaction, opened by ``engine.db.Database``) and plain
 values; they read and write, they decide no policy.

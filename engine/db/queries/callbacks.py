@@ -79,9 +79,12 @@ def _context_task(session: Session, run_pk: int, *, failed: bool) -> tuple[str, 
     return None if row is None else (str(row[0]), int(row[1]))
 
 
-def request_dag_callback(session: Session, run_pk: int, state: str, *, now: datetime) -> bool:
+def request_dag_callback(
+    session: Session, run_pk: int, state: str, *, now: datetime, reason: str | None = None
+) -> bool:
     """When run ``run_pk`` ended in ``state``: request its DAG's callback of that outcome, if
-    the DAG has one. True when a request was written."""
+    the DAG has one (``reason``: Airflow's, ``success`` or ``task_failure`` by default,
+    ``timed_out`` for a run past its ``dagrun_timeout``). True when a request was written."""
     row = session.execute(
         select(
             DagRun.dag_id, DagRun.run_id, Dag.has_on_success_callback, Dag.has_on_failure_callback
@@ -99,7 +102,7 @@ def request_dag_callback(session: Session, run_pk: int, state: str, *, now: date
         session, run_pk, failed=False
     )
     data = {
-        "reason": "task_failure" if failed else "success",
+        "reason": reason or ("task_failure" if failed else "success"),
         "success": not failed,
         "task_id": None if found is None else found[0],
         "try_number": None if found is None else found[1],

@@ -179,8 +179,8 @@ def defer_task(
 ) -> int | None:
     """Store the trigger (kwargs encrypted) and move the task to ``deferred``, in one
     transaction; returns the trigger id, or None if the task is no longer ours."""
-    held = session.execute(
-        select(TaskInstance.id).where(held_by(ti_id, job_id, TaskState.RUNNING))
+    held = session.execute(  # locked: an operator action cannot slip in before the update
+        select(TaskInstance.id).where(held_by(ti_id, job_id, TaskState.RUNNING)).with_for_update()
     ).scalar()
     if held is None:
         return None

@@ -259,7 +259,7 @@ def test_unsupported_dag_arguments_warn_once_each(caplog) -> None:
     assert THIS_FILE in records[0].getMessage() and "'sla_miss_callback'" in records[0].getMessage()
 
 
-def test_stored_but_not_enforced_arguments_warn(caplog) -> None:
+def test_limits_are_stored_without_a_warning(caplog) -> None:
     with caplog.at_level(logging.WARNING, logger=DAG_LOGGER):
         new = DAG(
             "limits", max_active_tasks=4, dagrun_timeout=timedelta(hours=1), auto_register=False
@@ -267,9 +267,8 @@ def test_stored_but_not_enforced_arguments_warn(caplog) -> None:
         DAG("defaults", max_active_tasks=16, auto_register=False)
     assert (new.max_active_tasks, new.dagrun_timeout) == (4, timedelta(hours=1))
     messages = [r.getMessage() for r in _ignored(caplog)]
-    # max_active_tasks is enforced (engine.db.queries.pools): only dagrun_timeout warns
-    assert len(messages) == 1 and "dagrun_timeout" in messages[0]
-    assert "stored, not enforced yet" in messages[0]
+    # both are enforced now: max_active_tasks (engine.db.queries.pools) and dagrun_timeout
+    assert messages == []
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Airflow's sensor arguments: soft_fail, silent_fail, mode and the ignored ones."""
+"""Airflow's sensor arguments: soft_fail, silent_fail, mode, never_fail."""
 
 from __future__ import annotations
 
@@ -76,12 +76,11 @@ def test_silent_fail_logs_a_poke_error_and_pokes_again(caplog) -> None:
         deliberate.execute(POKING)
 
 
-def test_reschedule_mode_and_backoff_are_accepted_with_one_warning(caplog) -> None:
-    with caplog.at_level(logging.WARNING, logger="engine.authoring.dag"):
-        for name in ("a", "b"):
-            ScriptedSensor(
-                task_id=name, script=[], mode="reschedule", exponential_backoff=True, max_wait=60
-            )
-    assert [r.argument for r in caplog.records] == ["mode", "exponential_backoff", "max_wait"]
+def test_mode_must_be_poke_or_reschedule() -> None:
     with pytest.raises(DagDefinitionError, match="mode must be one of"):
         ScriptedSensor(task_id="c", script=[], mode="sleep")
+
+
+def test_soft_fail_and_never_fail_are_exclusive() -> None:
+    with pytest.raises(DagDefinitionError, match="mutually exclusive"):
+        ScriptedSensor(task_id="c", script=[], soft_fail=True, never_fail=True)

@@ -176,7 +176,7 @@ def test_poke_loop_times_out() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"poke_interval": 0}, "poke_interval"),
+        ({"poke_interval": -1}, "poke_interval"),
         ({"timeout": -1}, "timeout"),
         ({"poke_interval": "5"}, "poke_interval"),
         ({"deferrable": "yes"}, "deferrable"),

@@ -1,0 +1,574 @@
+"""SQL of operator actions on task instances and runs (Airflow 3's semantics): clear tasks,
+set a task's state, mark a run failed (cancel), and end runs past their ``dagrun_timeout``.
+
+Theory of operation. An action only writes rows; whatever still runs for a task stops on its
+own because of what was written:
+
+- a task the executor runs is *held*: its writes are guarded by ``executor_job_id`` and the
+  ``running`` state (``tasks.held_by``). An action moves it out of ``running``; the executor
+  notices at its next check (``changed_task_instances``), stops the process group, and its
+  outcome write matches no row, so the new state stands;
+- a task claimed but not started yet (``queued``) leaves ``queued``: ``start_task_run``
+  finds it no longer queued for that executor, and its process is stopped unstarted;
+- a deferred task's trigger row is deleted (unless another task or watcher still uses it):
+  the triggerer stops that trigger at its next sync.
+
+Clearing a running task does not make it ``none`` at once (a second process could start
+before the first is stopped): it becomes ``restarting``, as in Airflow, and the executor
+that held it makes it ``none`` once its process is gone (``release_restarted_task``; if that
+executor died, ``release_orphaned_restarts``). Then the scheduler runs it again.
+
+Every function takes the transaction's ``Session``; the CLI and (later) the REST API call
+the same functions.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+from sqlalchemy import func, or_, select, update
+
+from engine.db.models import Dag, DagRun, DagRunState, DagTask, TaskInstance, TaskState
+from engine.db.queries import callbacks, jobs, runs
+from engine.db.queries import triggers as trigger_rows
+from engine.exceptions import OperatorActionError
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable, Mapping
+    from datetime import datetime
+
+    from sqlalchemy.orm import Session
+
+
+EXECUTOR_JOB: Final = "executor"  # engine.db.queries.tasks.EXECUTOR_JOB
+
+#: states a task that is being worked on is in (its process or its trigger runs)
+ACTIVE_STATES: Final = frozenset({TaskState.RUNNING, TaskState.DEFERRED, TaskState.RESTARTING})
+#: states of a task not started yet, or between tries
+PENDING_STATES: Final = frozenset(
+    {TaskState.NONE, TaskState.SCHEDULED, TaskState.QUEUED, TaskState.UP_FOR_RETRY}
+)
+UNFINISHED_STATES: Final = ACTIVE_STATES | PENDING_STATES
+FAILED_STATES: Final = frozenset({TaskState.FAILED, TaskState.UPSTREAM_FAILED})
+#: what ``sluice tasks set-state`` accepts (Airflow's mark success / failed / skipped)
+SETTABLE_STATES: Final = (TaskState.SUCCESS, TaskState.FAILED, TaskState.SKIPPED)
+_FINISHED_RUN: Final = (DagRunState.SUCCESS, DagRunState.FAILED)
+_REMOVED: Final = "removed"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskChange:
+    """One task instance an action changed (or, dry, would change)."""
+
+    ti_id: int
+    dag_id: str
+    run_id: str
+    task_id: str
+    old_state: str
+    new_state: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "dag_id": self.dag_id,
+            "run_id": self.run_id,
+            "task_id": self.task_id,
+            "state": self.old_state,
+            "new_state": self.new_state,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ActionResult:
+    """What an action did: the task instances changed and the runs whose state changed
+    (``run_id -> new state``)."""
+
+    tasks: tuple[TaskChange, ...]
+    runs: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class EndedRun:
+    """A run ended by ``cancel_run`` or ``time_out_runs``."""
+
+    run_pk: int
+    dag_id: str
+    run_id: str
+    old_state: str
+    tasks: tuple[TaskChange, ...]
+    start_date: datetime | None = None
+    timeout_s: float | None = None
+
+
+# --- which task instances -----------------------------------------------------------------
+
+
+def _dag_graph(session: Session, dag_id: str) -> dict[str, list[str]]:
+    """The DAG's tasks and their direct downstream tasks; an unknown DAG is an error."""
+    if session.get(Dag, dag_id) is None:
+        raise OperatorActionError(f"no DAG {dag_id!r}; see `sluice dags list`")
+    rows = session.execute(
+        select(DagTask.task_id, DagTask.downstream_task_ids).where(DagTask.dag_id == dag_id)
+    )
+    return {str(t): [str(d) for d in downstream or []] for t, downstream in rows}
+
+
+def relatives(
+    graph: Mapping[str, Iterable[str]], roots: Iterable[str], *, downstream: bool, upstream: bool
+) -> set[str]:
+    """``roots`` with, transitively, their downstream and / or upstream tasks."""
+    up: dict[str, list[str]] = {}
+    for task, children in graph.items():
+        for child in children:
+            up.setdefault(child, []).append(task)
+    start = set(roots)
+    found = set(start)
+    edges = [e for e, wanted in ((graph, downstream), (up, upstream)) if wanted]
+    for edge in edges:  # each direction from the roots alone (as Airflow's partial subset)
+        todo = list(start)
+        seen = set(start)
+        while todo:
+            for nxt in edge.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        found |= seen
+    return found
+
+
+def _run_pk(session: Session, dag_id: str, run_id: str) -> tuple[int, str]:
+    row = session.execute(
+        select(DagRun.id, DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)
+    ).first()
+    if row is None:
+        raise OperatorActionError(
+            f"DAG {dag_id!r} has no run {run_id!r}; see `sluice runs list {dag_id}`"
+        )
+    return int(row[0]), str(row[1])
+
+
+def _task_rows(session: Session, where: Iterable[Any]) -> list[TaskChange]:
+    rows = session.execute(
+        select(
+            TaskInstance.id,
+            TaskInstance.dag_id,
+            DagRun.run_id,
+            TaskInstance.task_id,
+            TaskInstance.state,
+        )
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .where(*where)
+        .order_by(DagRun.id, TaskInstance.task_id)
+    )
+    return [TaskChange(int(i), str(d), str(r), str(t), str(s), str(s)) for i, d, r, t, s in rows]
+
+
+def select_task_instances(
+    session: Session,
+    dag_id: str,
+    *,
+    run_id: str | None = None,
+    start_date: datetime | None = None,
+    end_date: datetime | None = None,
+    task_regex: str | None = None,
+    downstream: bool = False,
+    upstream: bool = False,
+    only_failed: bool = False,
+    only_running: bool = False,
+) -> list[TaskChange]:
+    """The task instances ``sluice tasks clear`` would clear, as Airflow's ``tasks clear``.
+
+    Tasks: those whose id matches ``task_regex`` (``re.search``; all when None), plus their
+    downstream / upstream tasks, transitively. Runs: ``run_id``, or those whose logical date
+    (``run_after`` for a run without one) is within ``start_date`` .. ``end_date`` (both
+    included), or all. ``only_failed``: ``failed`` and ``upstream_failed`` ones;
+    ``only_running``: ``running`` ones.
+    """
+    graph = _dag_graph(session, dag_id)
+    try:
+        pattern = None if task_regex is None else re.compile(task_regex)
+    except re.error as exc:
+        raise OperatorActionError(f"--task-regex {task_regex!r} is not a regex: {exc}") from exc
+    roots = [t for t in graph if pattern is None or pattern.search(t)]
+    task_ids = relatives(graph, roots, downstream=downstream, upstream=upstream)
+    where: list[Any] = [TaskInstance.dag_id == dag_id, TaskInstance.task_id.in_(task_ids)]
+    if run_id is not None:
+        where.append(TaskInstance.dag_run_id == _run_pk(session, dag_id, run_id)[0])
+    when = func.coalesce(DagRun.logical_date, DagRun.run_after, DagRun.queued_at)
+    if start_date is not None:
+        where.append(when >= start_date)
+    if end_date is not None:
+        where.append(when <= end_date)
+    states: set[str] = set()
+    if only_failed:
+        states |= FAILED_STATES
+    if only_running:
+        states.add(TaskState.RUNNING)
+    if states:
+        where.append(TaskInstance.state.in_(states))
+    return _task_rows(session, where)
+
+
+# --- clearing -----------------------------------------------------------------------------
+
+
+def _max_tries_again() -> Any:
+    """A cleared task gets its retries again: ``max_tries`` = tries so far + its retries."""
+    retries = (
+        select(DagTask.retries)
+        .where(DagTask.dag_id == TaskInstance.dag_id, DagTask.task_id == TaskInstance.task_id)
+        .scalar_subquery()
+    )
+    return TaskInstance.try_number + func.coalesce(retries, 0)
+
+
+def _not_waiting() -> dict[str, Any]:
+    """What a task that waits for nothing (no trigger, no retry time, no executor) holds."""
+    return {
+        "next_method": None,
+        "next_kwargs": None,
+        "trigger_id": None,
+        "trigger_timeout": None,
+        "next_retry_at": None,
+        "queued_at": None,
+        "executor_job_id": None,
+        "pid": None,
+    }
+
+
+def _update_returning(session: Session, ids: Collection[int], states: Any, values: Any) -> set[int]:
+    """Update the rows of ``ids`` still in one of ``states``; the ids it updated."""
+    if not ids:
+        return set()
+    result = session.execute(
+        update(TaskInstance)
+        .where(TaskInstance.id.in_(list(ids)), TaskInstance.state.in_(list(states)))
+        .values(**values)
+        .returning(TaskInstance.id)
+    )
+    return {int(i) for i in result.scalars()}
+
+
+def _trigger_ids(session: Session, ti_ids: Collection[int]) -> set[int]:
+    """The triggers the task instances ``ti_ids`` wait on (read before they leave
+    ``deferred``; ``_delete_triggers`` deletes them after)."""
+    if not ti_ids:
+        return set()
+    ids = session.execute(
+        select(TaskInstance.trigger_id).where(
+            TaskInstance.id.in_(list(ti_ids)), TaskInstance.trigger_id.is_not(None)
+        )
+    ).scalars()
+    return {int(i) for i in ids if i is not None}
+
+
+def _delete_triggers(session: Session, trigger_ids: set[int]) -> None:
+    """Delete the triggers no deferred task or watcher uses any more: the triggerer stops
+    them at its next sync."""
+    trigger_rows.delete_unused_triggers(session, trigger_ids)
+
+
+def _requeue_finished_runs(
+    session: Session, run_pks: Iterable[int], *, now: datetime
+) -> dict[str, str]:
+    """Finished runs of changed tasks go back to ``queued`` (as Airflow's clear): admitted
+    again under ``max_active_runs``, their tasks re-evaluated by the scheduler."""
+    pks = sorted(set(run_pks))
+    if not pks:
+        return {}
+    rows = session.execute(
+        update(DagRun)
+        .where(DagRun.id.in_(pks), DagRun.state.in_(_FINISHED_RUN))
+        .values(state=DagRunState.QUEUED, queued_at=now, start_date=None, end_date=None)
+        .returning(DagRun.run_id)
+    )
+    return {str(run_id): DagRunState.QUEUED for run_id in rows.scalars()}
+
+
+def _run_pks(session: Session, ti_ids: Collection[int]) -> list[int]:
+    if not ti_ids:
+        return []
+    rows = session.execute(
+        select(TaskInstance.dag_run_id).where(TaskInstance.id.in_(list(ti_ids))).distinct()
+    )
+    return [int(r) for r in rows.scalars()]
+
+
+def clear_task_instances(
+    session: Session, selected: Iterable[TaskChange], *, now: datetime
+) -> ActionResult:
+    """Clear task instances (Airflow's clear): the scheduler runs them again.
+
+    Each goes back to ``none`` with its retries again (``max_tries`` = ``try_number`` +
+    retries; ``try_number`` goes on counting) and nothing it waited for (deferral, retry
+    time, executor). A deferred task's trigger is deleted. A running one becomes
+    ``restarting`` until its executor has stopped its process (module docstring). Finished
+    runs of cleared tasks go back to ``queued``.
+    """
+    chosen = {c.ti_id: c for c in selected}
+    running = {i for i, c in chosen.items() if c.old_state == TaskState.RUNNING}
+    others = set(chosen) - running
+    restarting = _update_returning(
+        session,
+        running,
+        [TaskState.RUNNING],
+        {"state": TaskState.RESTARTING, "max_tries": _max_tries_again(), "end_date": None},
+    )
+    trigger_ids = _trigger_ids(session, others)
+    cleared = _update_returning(
+        session,
+        others,
+        [s for s in TaskState if s not in (TaskState.RUNNING, TaskState.RESTARTING)],
+        {
+            "state": TaskState.NONE,
+            "max_tries": _max_tries_again(),
+            "end_date": None,
+            **_not_waiting(),
+        },
+    )
+    _delete_triggers(session, trigger_ids)
+    done = restarting | cleared
+    changes = tuple(
+        _changed(chosen[i], TaskState.RESTARTING if i in restarting else TaskState.NONE)
+        for i in sorted(done, key=lambda i: (chosen[i].run_id, chosen[i].task_id))
+    )
+    requeued = _requeue_finished_runs(session, _run_pks(session, done), now=now)
+    return ActionResult(changes, requeued)
+
+
+def _changed(change: TaskChange, new_state: str) -> TaskChange:
+    return TaskChange(
+        change.ti_id, change.dag_id, change.run_id, change.task_id, change.old_state, new_state
+    )
+
+
+# --- setting a state ----------------------------------------------------------------------
+
+
+def set_task_state(
+    session: Session,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    state: str,
+    *,
+    downstream: bool = False,
+    upstream: bool = False,
+    now: datetime,
+) -> ActionResult:
+    """Mark a task (and, transitively, its downstream / upstream tasks) ``state``, as
+    Airflow's mark success / failed; returns what changed.
+
+    What runs for a marked task is stopped (module docstring). Marking ``success`` records
+    no outlet asset events (the task did not run; ``sluice assets emit`` records one by
+    hand) and clears the ``failed`` / ``upstream_failed`` tasks downstream of the marked
+    ones, so they run again under their trigger rules. The run is re-evaluated by the
+    scheduler: a finished one goes back to ``queued``.
+    """
+    if state not in SETTABLE_STATES:
+        raise OperatorActionError(
+            f"cannot set a task to {state!r}: one of {', '.join(SETTABLE_STATES)}"
+        )
+    graph = _dag_graph(session, dag_id)
+    if task_id not in graph:
+        raise OperatorActionError(
+            f"DAG {dag_id!r} has no task {task_id!r}; see `sluice dags show {dag_id}`"
+        )
+    run_pk, _ = _run_pk(session, dag_id, run_id)
+    task_ids = relatives(graph, [task_id], downstream=downstream, upstream=upstream)
+    rows = _task_rows(
+        session, [TaskInstance.dag_run_id == run_pk, TaskInstance.task_id.in_(task_ids)]
+    )
+    targets = {c.ti_id: c for c in rows if c.old_state != state}
+    trigger_ids = _trigger_ids(session, targets)
+    marked = _update_returning(
+        session,
+        targets,
+        [s for s in TaskState if s != state],
+        {"state": state, "end_date": now, **_not_waiting()},
+    )
+    _delete_triggers(session, trigger_ids)
+    changes = [_changed(targets[i], state) for i in sorted(marked)]
+    cleared: tuple[TaskChange, ...] = ()
+    if state == TaskState.SUCCESS:
+        below = relatives(graph, task_ids, downstream=True, upstream=False) - task_ids
+        failed = _task_rows(
+            session,
+            [
+                TaskInstance.dag_run_id == run_pk,
+                TaskInstance.task_id.in_(below),
+                TaskInstance.state.in_(FAILED_STATES),
+            ],
+        )
+        cleared = clear_task_instances(session, failed, now=now).tasks
+    run_states = _requeue_finished_runs(session, [run_pk] if marked else [], now=now)
+    return ActionResult((*changes, *cleared), run_states)
+
+
+# --- ending runs --------------------------------------------------------------------------
+
+
+def end_run(
+    session: Session,
+    run_pk: int,
+    *,
+    state: str,
+    active_to: str,
+    pending_to: str,
+    now: datetime,
+) -> EndedRun | None:
+    """End an unfinished run as ``state``: its active tasks (running, deferred, restarting)
+    become ``active_to``, its pending ones (none, scheduled, queued, up_for_retry)
+    ``pending_to``; their processes and triggers stop (module docstring). None when the
+    run was not queued or running (someone ended it first)."""
+    row = session.execute(
+        update(DagRun)
+        .where(DagRun.id == run_pk, DagRun.state.in_([DagRunState.QUEUED, DagRunState.RUNNING]))
+        .values(state=state, end_date=now)
+        .returning(DagRun.dag_id, DagRun.run_id)
+    ).first()
+    if row is None:
+        return None
+    dag_id, run_id = str(row[0]), str(row[1])
+    tis = _task_rows(
+        session, [TaskInstance.dag_run_id == run_pk, TaskInstance.state.in_(UNFINISHED_STATES)]
+    )
+    trigger_ids = _trigger_ids(session, [c.ti_id for c in tis])
+    changes: list[TaskChange] = []
+    for states, new_state in ((ACTIVE_STATES, active_to), (PENDING_STATES, pending_to)):
+        group = {c.ti_id: c for c in tis if c.old_state in states}
+        done = _update_returning(
+            session, group, states, {"state": new_state, "end_date": now, **_not_waiting()}
+        )
+        changes += [_changed(group[i], new_state) for i in done]
+    _delete_triggers(session, trigger_ids)
+    runs.recompute_next_dagrun(session, dag_id)  # a time run held by max_active_runs may go
+    changes.sort(key=lambda c: c.task_id)
+    return EndedRun(run_pk, dag_id, run_id, "", tuple(changes))
+
+
+def cancel_run(session: Session, dag_id: str, run_id: str, *, now: datetime) -> EndedRun:
+    """Mark an unfinished run failed, as Airflow's "mark run as failed": ``running`` and
+    ``deferred`` (and ``restarting``) tasks become ``failed``, tasks not started or waiting
+    for a retry become ``skipped``. A finished run is an error naming its state."""
+    _dag_graph(session, dag_id)
+    run_pk, old_state = _run_pk(session, dag_id, run_id)
+    ended = end_run(
+        session,
+        run_pk,
+        state=DagRunState.FAILED,
+        active_to=TaskState.FAILED,
+        pending_to=TaskState.SKIPPED,
+        now=now,
+    )
+    if ended is None:
+        raise OperatorActionError(f"run {run_id!r} of DAG {dag_id!r} already ended: {old_state}")
+    return EndedRun(ended.run_pk, dag_id, run_id, old_state, ended.tasks)
+
+
+def time_out_runs(session: Session, *, now: datetime) -> list[EndedRun]:
+    """Fail the running runs of unpaused DAGs that started ``dagrun_timeout`` or more
+    before ``now`` (Airflow: the run fails, its unfinished tasks, running ones included,
+    are skipped)."""
+    rows = session.execute(
+        select(DagRun.id, DagRun.start_date, Dag.dagrun_timeout_s)
+        .join(Dag, Dag.dag_id == DagRun.dag_id)
+        .where(
+            DagRun.state == DagRunState.RUNNING,
+            DagRun.start_date.is_not(None),
+            Dag.dagrun_timeout_s.is_not(None),
+            Dag.is_paused.is_(False),
+        )
+        .order_by(DagRun.id)
+    ).all()
+    ended: list[EndedRun] = []
+    for run_pk, start_date, timeout_s in rows:
+        if start_date is None or timeout_s is None:  # excluded by the query
+            continue
+        if start_date + timedelta(seconds=float(timeout_s)) > now:
+            continue
+        run = end_run(
+            session,
+            int(run_pk),
+            state=DagRunState.FAILED,
+            active_to=TaskState.SKIPPED,
+            pending_to=TaskState.SKIPPED,
+            now=now,
+        )
+        if run is not None:
+            callbacks.request_dag_callback(  # its on_failure_callback, as Airflow
+                session, run.run_pk, DagRunState.FAILED, now=now, reason="timed_out"
+            )
+            ended.append(
+                EndedRun(
+                    run.run_pk,
+                    run.dag_id,
+                    run.run_id,
+                    DagRunState.RUNNING,
+                    run.tasks,
+                    start_date=start_date,
+                    timeout_s=float(timeout_s),
+                )
+            )
+    return ended
+
+
+# --- the executor's side ------------------------------------------------------------------
+
+
+def changed_task_instances(
+    session: Session, ti_ids: Collection[int], *, job_id: int
+) -> dict[int, str]:
+    """Of the task instances executor ``job_id`` runs, those no longer ``running`` under
+    it, with their state now (``removed`` when the row is gone: its run was deleted)."""
+    if not ti_ids:
+        return {}
+    rows = session.execute(
+        select(TaskInstance.id, TaskInstance.state, TaskInstance.executor_job_id).where(
+            TaskInstance.id.in_(list(ti_ids))
+        )
+    ).all()
+    found = {int(i): (str(s), j) for i, s, j in rows}
+    changed = {i: _REMOVED for i in ti_ids if i not in found}
+    for ti_id, (state, holder) in found.items():
+        if state != TaskState.RUNNING or holder != job_id:
+            changed[ti_id] = state
+    return changed
+
+
+def _release_values() -> dict[str, Any]:
+    return {"state": TaskState.NONE, "end_date": None, **_not_waiting()}
+
+
+def release_restarted_task(session: Session, ti_id: int, *, job_id: int) -> bool:
+    """A cleared task whose process executor ``job_id`` has stopped: ``restarting`` ->
+    ``none``, for the scheduler to run again. False if it is not restarting under that job."""
+    result = session.execute(
+        update(TaskInstance)
+        .where(
+            TaskInstance.id == ti_id,
+            TaskInstance.executor_job_id == job_id,
+            TaskInstance.state == TaskState.RESTARTING,
+        )
+        .values(**_release_values())
+        .returning(TaskInstance.id)
+    )
+    return result.first() is not None
+
+
+def release_orphaned_restarts(session: Session, *, threshold_s: float) -> list[int]:
+    """``restarting`` tasks whose executor is dead (no heartbeat within ``threshold_s``):
+    their process went with it, so they are ``none`` again."""
+    alive = jobs.alive_job_ids(session, job_type=EXECUTOR_JOB, threshold_s=threshold_s)
+    holder_dead = or_(
+        TaskInstance.executor_job_id.is_(None), TaskInstance.executor_job_id.not_in(alive)
+    )
+    result = session.execute(
+        update(TaskInstance)
+        .where(TaskInstance.state == TaskState.RESTARTING, holder_dead)
+        .values(**_release_values())
+        .returning(TaskInstance.id)
+    )
+    return sorted(int(i) for i in result.scalars())
