@@ -125,6 +125,11 @@ with DAG(
         on_success_callback=mark("never"),
     ) >> PythonOperator(task_id="after", python_callable=ok)  # upstream_failed
 
+with DAG(
+    "slow_run", dagrun_timeout=timedelta(seconds=1), on_failure_callback=mark("dag_timeout")
+):
+    PythonOperator(task_id="sleeps", python_callable=time.sleep, op_args=[120])
+
 with DAG("killed"):
     PythonOperator(
         task_id="hangs",
@@ -315,3 +320,17 @@ async def test_callbacks_of_a_killed_or_crashed_try_run_in_a_fresh_process(env: 
     assert "signal SIGKILL" in crash["message"] and crash["pid"] != tis["crashes"].pid
     log = read_task_log(env.settings.task_log_folder, "killed", run_id, "hangs", 1)
     assert "running on_failure_callback in a fresh process" in log
+
+
+async def test_a_run_past_its_dagrun_timeout_calls_the_dag_failure_callback(env: Env) -> None:
+    run_pk, run_id = env.trigger("slow_run")
+    with anyio.fail_after(240):
+        async with env.executor():
+            assert await env.run_to_end(run_pk) == "failed"
+            await env.callbacks_done("dag_timeout")
+    (timed_out,) = env.marked("dag_timeout")
+    assert (timed_out["dag"], timed_out["reason"], timed_out["run_id"]) == (
+        "slow_run",
+        "timed_out",
+        run_id,
+    )
