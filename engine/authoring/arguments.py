@@ -3,8 +3,8 @@
 A ported DAG file passes Airflow's arguments. Each name falls in one of four groups:
 
 - implemented: a named parameter of ``DAG`` / ``BaseOperator``;
-- ignored: accepted, and one warning per name per process says it is ignored (callbacks,
-  e-mail, pools, templates ...). ``None`` and ``False`` are accepted silently: they ask for
+- ignored: accepted, and one warning per name per process says it is ignored (e-mail,
+  SLAs, templates ...). ``None`` and ``False`` are accepted silently: they ask for
   nothing, so ignoring them changes nothing;
 - rejected when set: ignoring it would change what runs (``fail_fast``, ``pre_execute`` ...),
   so a set value is a ``DagDefinitionError`` saying it is not supported yet;
@@ -76,8 +76,6 @@ DAG_IGNORED: Final = frozenset(
         "deadline",
         "disable_bundle_versioning",
         "jinja_environment_kwargs",
-        "on_failure_callback",
-        "on_success_callback",
         "orientation",
         "owner_links",
         "render_template_as_native_obj",
@@ -117,13 +115,6 @@ OPERATOR_IGNORED: Final = frozenset(
         "map_index_template",
         "max_active_tis_per_dag",
         "max_active_tis_per_dagrun",
-        "on_execute_callback",
-        "on_failure_callback",
-        "on_retry_callback",
-        "on_skipped_callback",
-        "on_success_callback",
-        "pool",
-        "pool_slots",
         "priority_weight",
         "queue",
         "resources",

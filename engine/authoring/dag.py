@@ -58,6 +58,13 @@ from engine.authoring.arguments import (
     split_unsupported,
 )
 from engine.authoring.assets import Asset, AssetAlias, as_asset_list
+from engine.authoring.callbacks import (
+    DEFAULT_POOL,
+    TASK_CALLBACKS,
+    as_callbacks,
+    check_pool,
+    check_pool_slots,
+)
 from engine.authoring.context import (
     DagDefinitionError,
     caller_file_and_line,
@@ -75,6 +82,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from engine.authoring.assets import BaseAsset
+    from engine.authoring.callbacks import Callback
     from engine.authoring.context import Context
     from engine.authoring.timetables import Timetable
 
@@ -198,6 +206,8 @@ class DAG:
         dag_display_name: str | None = None,
         is_paused_upon_creation: bool | None = None,
         auto_register: bool = True,
+        on_success_callback: Callback | Sequence[Callback] | None = None,
+        on_failure_callback: Callback | Sequence[Callback] | None = None,
         **unsupported: Any,
     ) -> None:
         self.fileloc, self.lineno = caller_file_and_line()
@@ -225,7 +235,9 @@ class DAG:
         self.max_active_runs = check_positive_int(where, "max_active_runs", max_active_runs)
         self.max_active_tasks = check_positive_int(where, "max_active_tasks", max_active_tasks)
         self.dagrun_timeout = check_timedelta(where, "dagrun_timeout", dagrun_timeout)
-        self._warn_not_enforced(location)
+        #: run by an executor when the scheduler ends a run (``engine.authoring.callbacks``)
+        self.on_success_callback = as_callbacks(where, "on_success_callback", on_success_callback)
+        self.on_failure_callback = as_callbacks(where, "on_failure_callback", on_failure_callback)
         self.dag_display_name = dag_id if dag_display_name is None else dag_display_name
         check_type(where, "dag_display_name", self.dag_display_name, str)
         if is_paused_upon_creation is not None:
@@ -257,22 +269,6 @@ class DAG:
                 dag_id=self.dag_id,
                 location=location,
             )
-
-    def _warn_not_enforced(self, location: str) -> None:
-        for name, is_set in (
-            ("max_active_tasks", self.max_active_tasks != DEFAULT_MAX_ACTIVE_TASKS),
-        ):
-            if is_set:
-                warn_once(
-                    "DAG",
-                    name,
-                    "%s: DAG %r: %s is stored, not enforced yet",
-                    location,
-                    self.dag_id,
-                    name,
-                    dag_id=self.dag_id,
-                    location=location,
-                )
 
     def _set_dates(self, where: str, start_date: object, end_date: object) -> None:
         # Airflow takes the dates from default_args too; operators do not get them.
@@ -612,6 +608,13 @@ class BaseOperator(DependencyMixin, Deferrable):
         task_display_name: str | None = None,
         trigger_rule: TriggerRule | str = TriggerRule.ALL_SUCCESS,
         params: Mapping[str, Any] | None = None,
+        pool: str = DEFAULT_POOL,
+        pool_slots: int = 1,
+        on_execute_callback: Callback | Sequence[Callback] | None = None,
+        on_success_callback: Callback | Sequence[Callback] | None = None,
+        on_failure_callback: Callback | Sequence[Callback] | None = None,
+        on_retry_callback: Callback | Sequence[Callback] | None = None,
+        on_skipped_callback: Callback | Sequence[Callback] | None = None,
         default_args: Mapping[str, Any] | None = None,  # applied by the __init__ wrapper
         **unsupported: Any,
     ) -> None:
@@ -643,6 +646,18 @@ class BaseOperator(DependencyMixin, Deferrable):
         self.doc_md = doc_md
         self._trigger_rule = check_trigger_rule(trigger_rule, where=where)
         self.params: dict[str, Param] = as_params(params, where=where)
+        #: the executors start the task only while ``pool`` has ``pool_slots`` open
+        self.pool = check_pool(where, pool)
+        self.pool_slots = check_pool_slots(where, pool_slots)
+        given = (
+            on_execute_callback,
+            on_success_callback,
+            on_failure_callback,
+            on_retry_callback,
+            on_skipped_callback,
+        )
+        for name, value in zip(TASK_CALLBACKS, given, strict=True):
+            setattr(self, name, as_callbacks(where, name, value))
         self.task_group = _group_for(dag, task_group)
         self.label = label
         full_id = label if self.task_group is None else self.task_group.child_id(label)

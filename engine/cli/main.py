@@ -13,6 +13,7 @@ from engine.cli.connections import connections, variables
 from engine.cli.db import db
 from engine.cli.inspect import assets, dags, runs, tasks
 from engine.cli.ops import doctor_command, jobs, streams, triggers
+from engine.cli.pools import pools
 from engine.cli.processes import dag_processor, executor, run, scheduler, triggerer
 
 
@@ -52,6 +53,7 @@ for _command in (
     tasks,
     connections,
     variables,
+    pools,
     # operator views
     streams,
     jobs,

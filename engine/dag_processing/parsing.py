@@ -92,6 +92,8 @@ class ParsedTask:
     max_retry_delay_s: float | None = None
     #: a mapped task's ``mapping_json()`` (engine.authoring.mapping); None when unmapped
     mapping: dict[str, Any] | None = None
+    pool: str = "default_pool"
+    pool_slots: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +119,8 @@ class ParsedDag:
     doc_md: str | None = None
     display_name: str | None = None
     is_paused_upon_creation: bool | None = None
+    has_on_success_callback: bool = False
+    has_on_failure_callback: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +243,8 @@ def describe_dag(dag: DAG) -> ParsedDag:
                 None if task.max_retry_delay is None else task.max_retry_delay.total_seconds()
             ),
             mapping=task.mapping_json() if isinstance(task, MappedOperator) else None,
+            pool=task.pool,
+            pool_slots=task.pool_slots,
         )
         for task in (dag.get_task(tid) for tid in dag.topological_task_ids())
     )
@@ -267,6 +273,8 @@ def describe_dag(dag: DAG) -> ParsedDag:
         doc_md=dag.doc_md,
         display_name=dag.dag_display_name,
         is_paused_upon_creation=dag.is_paused_upon_creation,
+        has_on_success_callback=bool(dag.on_success_callback),
+        has_on_failure_callback=bool(dag.on_failure_callback),
     )
 
 

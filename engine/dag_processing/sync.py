@@ -201,6 +201,8 @@ def task_rows(dag: ParsedDag) -> list[dict[str, Any]]:
             "retry_exponential_backoff": task.retry_exponential_backoff,
             "max_retry_delay_s": task.max_retry_delay_s,
             "mapping": task.mapping,
+            "pool": task.pool,
+            "pool_slots": task.pool_slots,
         }
         for position, task in enumerate(dag.tasks)
     ]
@@ -224,6 +226,8 @@ def dag_columns(dag: ParsedDag) -> dict[str, Any]:
         "params": dag.params,
         "doc_md": dag.doc_md,
         "display_name": dag.display_name,
+        "has_on_success_callback": dag.has_on_success_callback,
+        "has_on_failure_callback": dag.has_on_failure_callback,
     }
 
 

@@ -40,6 +40,11 @@ NAMING_CONVENTION = {
 }
 
 
+#: The pool of a task that names none (Airflow's); the migration creates it with 128 slots.
+DEFAULT_POOL = "default_pool"
+DEFAULT_POOL_SLOTS = 128
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -177,6 +182,13 @@ class Dag(Base):
     next_dagrun_data_interval_start: Mapped[datetime | None] = mapped_column(UtcDateTime)
     next_dagrun_data_interval_end: Mapped[datetime | None] = mapped_column(UtcDateTime)
     next_dagrun_create_after: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    # Migration 0012: whether the DAG has run callbacks (the scheduler requests them).
+    has_on_success_callback: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=false()
+    )
+    has_on_failure_callback: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=false()
+    )
 
 
 class Asset(Base):
@@ -333,6 +345,7 @@ class TaskInstance(Base):
     __table_args__ = (
         UniqueConstraint("dag_run_id", "task_id", "map_index"),
         Index(None, "state", "trigger_timeout"),
+        Index(None, "pool", "state"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -367,6 +380,10 @@ class TaskInstance(Base):
     # Migration 0013: -1 for an unmapped task (and a mapped one not expanded yet), 0..N-1
     # for the copies of a mapped task (engine.authoring.mapping).
     map_index: Mapped[int] = mapped_column(Integer, default=-1, server_default="-1")
+    # Migration 0012: the pool and slots the executor claimed it with (queued, running and,
+    # with the pool's ``include_deferred``, deferred instances occupy them).
+    pool: Mapped[str | None] = mapped_column(String(256))
+    pool_slots: Mapped[int | None] = mapped_column(Integer)
 
 
 # --- DAG processing (engine.dag_processing) --------------------------------------------
@@ -449,6 +466,11 @@ class DagTask(Base):
     # Migration 0013: what a mapped task maps over (``MappedOperator.mapping_json()``);
     # None for an unmapped task.
     mapping: Mapped[Any | None] = mapped_column(JSON(none_as_null=True))
+    # Migration 0012: the pool the task runs in and the slots it takes there.
+    pool: Mapped[str] = mapped_column(
+        String(256), default=DEFAULT_POOL, server_default=DEFAULT_POOL
+    )
+    pool_slots: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
 
 
 class AssetEventQueue(Base):
@@ -535,3 +557,36 @@ class StoredVariable(Base):
     val: Mapped[str] = mapped_column(Text)
     description: Mapped[str | None] = mapped_column(Text)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+# --- Pools and callbacks (migration 0012) ------------------------------------------------
+
+
+class Pool(Base):
+    """A named number of slots (Airflow's pools): the executors start a task only while its
+    pool has ``pool_slots`` open (``engine.db.queries.pools``)."""
+
+    __tablename__ = "pool"
+
+    name: Mapped[str] = mapped_column(String(256), primary_key=True)
+    slots: Mapped[int] = mapped_column(Integer)
+    description: Mapped[str | None] = mapped_column(Text)
+    #: deferred task instances occupy their slots too (queued and running ones always do)
+    include_deferred: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
+
+class CallbackRequest(Base):
+    """A callback to run in a child process (``engine.executor.callbacks``): a DAG's
+    ``on_success_callback`` / ``on_failure_callback`` when its run ends, or a task's when its
+    own process could not run it (killed, crashed). Claimed by one live executor
+    (``executor_job_id``) and deleted once run: at least once."""
+
+    __tablename__ = "callback_request"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    kind: Mapped[str] = mapped_column(String(20))  # "dag" or "task"
+    dag_id: Mapped[str] = mapped_column(String(250))
+    run_id: Mapped[str] = mapped_column(String(250))
+    data: Mapped[Any] = mapped_column(JSON)
+    executor_job_id: Mapped[int | None] = mapped_column(Integer, index=True)

@@ -19,6 +19,11 @@ task instance out of ``running`` (clear, set-state, a cancelled or timed-out run
 ``heartbeat_s`` the executor looks for such changes and stops those children's process
 groups, and their outcomes are not recorded (``engine.db.queries.actions``).
 
+Beside the task slots, a ``CallbackRunner`` (``engine.executor.callbacks``) runs the callback
+requests (DAG callbacks of ended runs, callbacks of killed tries) in child processes. Each
+claim admits only task instances that fit their pool and their run's ``max_active_tasks``
+(``engine.db.queries.pools``).
+
 Shutdown (``shutdown()``): stop claiming, let running children finish within
 ``shutdown_grace_s``, then SIGTERM (then SIGKILL) the rest. Their task instances go back to
 ``scheduled`` and rerun the interrupted step as the same try: being stopped is not the
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from functools import partial
 from typing import TYPE_CHECKING, Final
 
@@ -40,7 +46,13 @@ from engine.db.heartbeat import heartbeat_forever
 from engine.db.models import JobState
 from engine.db.queries import jobs, tasks
 from engine.exceptions import DatabaseError
-from engine.executor.task_supervisor import ExecutorSettings, ExecutorStats, TaskSupervisor
+from engine.executor.callbacks import CallbackRunner
+from engine.executor.task_supervisor import (
+    ExecutorSettings,
+    ExecutorStats,
+    TaskSupervisor,
+    task_environment,
+)
 from engine.metrics.readings import ExecutorReading
 from engine.retry import Backoff
 
@@ -144,6 +156,12 @@ class LocalExecutor:
                     )
                 )
                 outer.start_soon(self._watch_external_changes, job_id)
+                callbacks = CallbackRunner(
+                    db=self._db,
+                    settings=settings,
+                    environment=task_environment(os.environ, settings.secrets),
+                )
+                outer.start_soon(callbacks.run, job_id)  # DAG callbacks, lost task callbacks
                 task_status.started()
                 async with anyio.create_task_group() as workers:
                     workers.start_soon(self._stop_children_after_grace)

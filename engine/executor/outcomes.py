@@ -256,6 +256,7 @@ def build_spec(
         deferral_count=run.deferral_count,
         dags_folder=str(dags_folder),
         plugins_folder=None if plugins_folder is None else str(plugins_folder),
+        max_tries=run.max_tries,
     )
 
 

@@ -29,6 +29,12 @@ expanded arguments); the spec's ``mapped_xcoms`` carry the results of the run's 
 ``ti.xcom_pull`` returns as a list by ``map_index``. A task whose result a mapped task maps
 over fails unless it returns a list or a dict (``engine.authoring.mapping``).
 
+Callbacks (``engine.authoring.callbacks``). ``on_execute_callback`` runs right before the
+task starts or resumes; once the result is written to the parent, the outcome's callback runs
+(success, skipped, retry or failure: the same rule as the executor's, from ``max_tries``),
+logging to the task log. The parent runs the failure / retry callback of a child that wrote
+no result in a fresh ``engine.executor.callback_runner`` process.
+
 ``execution_timeout`` counts the whole try, deferrals included (as in Airflow: a task can
 time out while deferred or shortly after resuming): the deadline is the try's start plus the
 timeout. The child interrupts the task at the deadline with ``TaskExecutionTimeout`` (a
@@ -53,6 +59,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from engine.authoring.branching import skipped_task_ids
+from engine.authoring.callbacks import (
+    FAILURE_CALLBACK,
+    RETRY_CALLBACK,
+    outcome_callback_kind,
+    run_callbacks,
+    task_callbacks,
+)
 from engine.authoring.context import (
     DEFAULT_DEFERRABLE_KEY,
     TRIGGERING_ASSET_EVENTS_KEY,
@@ -72,6 +85,7 @@ from engine.authoring.runtime_context import (
 )
 from engine.authoring.templates import render_template_fields
 from engine.exceptions import (
+    AirflowException,
     AirflowFailException,
     AirflowSkipException,
     AirflowTaskTimeout,
@@ -127,6 +141,9 @@ class TaskSpec:
     #: the results of the run's copies of mapped tasks: JSON text of {task_id: {map_index:
     #: {key: tagged JSON}}}
     mapped_xcoms: str | None = None
+    #: retries of the task: a failed try with ``try_number <= max_tries`` is retried (it
+    #: decides between ``on_retry_callback`` and ``on_failure_callback``)
+    max_tries: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -397,8 +414,25 @@ def _load(spec: TaskSpec) -> BaseOperator:
     )
 
 
-def run_task(spec: TaskSpec, *, now: datetime | None = None) -> TaskResult:
-    """Load and run the task described by ``spec``; never raises for the task's errors."""
+@dataclass(slots=True)
+class StepState:
+    """What ``run_task`` got to, for the outcome's callbacks (``run_outcome_callbacks``)."""
+
+    task: BaseOperator | None = None
+    context: dict[str, Any] | None = None
+    exception: BaseException | None = None
+
+
+def run_task(
+    spec: TaskSpec, *, now: datetime | None = None, step: StepState | None = None
+) -> TaskResult:
+    """Load and run the task described by ``spec``; never raises for the task's errors.
+
+    ``step`` receives the task, its context and the exception that failed it (for the
+    callbacks run once the result is reported). ``on_execute_callback`` runs here, before
+    the task starts or resumes.
+    """
+    step = StepState() if step is None else step
     started = time.monotonic()
     try_started = datetime.fromisoformat(spec.try_started_at)
     timeout: timedelta | None = None
@@ -410,18 +444,25 @@ def run_task(spec: TaskSpec, *, now: datetime | None = None) -> TaskResult:
 
     deadline = _Deadline(math.inf, message)
     try:
-        task = _load(spec)
+        task = step.task = _load(spec)
         timeout = task.execution_timeout
         deadline = _Deadline(remaining_s(try_started, timeout, now or datetime.now(UTC)), message)
-        if deadline.expired:
-            return TaskResult(FAILED, 0.0, error=message(), timed_out=True)
         raw = _raw_context(spec)
         context = hydrate_context(raw, task)
         is_copy = isinstance(task, MappedOperator)
         if isinstance(task, MappedOperator):  # this copy's operator, its own arguments
-            task = task.unmap(context)
+            task = step.task = task.unmap(context)
             context = hydrate_context(raw, task)
+        step.context = context
+        if deadline.expired:  # e.g. a slow start: it still fails with its callbacks
+            step.exception = TaskExecutionTimeout(message())
+            return TaskResult(FAILED, 0.0, error=message(), timed_out=True)
         with deadline:
+            run_callbacks(
+                task_callbacks(task, "on_execute_callback"),
+                context,
+                what=f"task {task.task_id!r} on_execute_callback",
+            )
             value = _call(task, spec, context)
         outlet_events = collect_outlet_events(context, task, value)
         if is_metadata_result(value):
@@ -437,10 +478,12 @@ def run_task(spec: TaskSpec, *, now: datetime | None = None) -> TaskResult:
             deferral=Deferral.from_exception(deferred),
         )
     except AirflowSkipException as exc:
+        step.exception = exc
         logger.info("Task skipped: %s", exc or "AirflowSkipException", extra={"action": "skip"})
         return TaskResult(SKIPPED, time.monotonic() - started, error=_error_summary(exc))
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - the boundary around user code
         traceback.print_exc()
+        step.exception = exc
         error = message() if deadline.fired else _error_summary(exc)
         return TaskResult(
             FAILED,
@@ -455,6 +498,26 @@ def run_task(spec: TaskSpec, *, now: datetime | None = None) -> TaskResult:
     result.outlet_events.extend(outlet_events)
     result.skip_task_ids.extend(skipped_task_ids(context))
     return result
+
+
+def run_outcome_callbacks(spec: TaskSpec, result: TaskResult, step: StepState) -> None:
+    """Run the callbacks of the step's outcome (success, skip, retry or failure; none for a
+    deferral) with the task's context; failures get ``context["exception"]``. Their errors
+    are logged, never change the result (it is already reported)."""
+    if step.task is None or step.context is None:
+        return  # the task could not be loaded or its context built: nothing to call
+    kind = outcome_callback_kind(
+        result.outcome,
+        no_retry=result.no_retry,
+        try_number=spec.try_number,
+        max_tries=spec.max_tries,
+    )
+    if kind is None:
+        return
+    context = step.context
+    if kind in (FAILURE_CALLBACK, RETRY_CALLBACK):
+        context["exception"] = step.exception or AirflowException(result.error or "failed")
+    run_callbacks(task_callbacks(step.task, kind), context, what=f"task {spec.task_id!r} {kind}")
 
 
 # --- the process ---------------------------------------------------------------------------
@@ -525,11 +588,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if spec is None:
         return EXIT_BAD_SPEC
     _exit_when_parent_goes(sys.stdin.buffer)
-    result = run_task(spec)
+    step = StepState()
+    result = run_task(spec, step=step)
     sys.stdout.flush()
     sys.stderr.flush()
     with os.fdopen(result_fd, "w", encoding="utf-8") as out:
-        out.write(result.to_json())
+        out.write(result.to_json())  # reported before the callbacks: they cannot change it
+    run_outcome_callbacks(spec, result, step)
     return 0
 
 

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from collections import Counter
 from contextlib import suppress
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Final, TypeVar
 
@@ -28,7 +28,9 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from engine.db import models
 from engine.db.models import TaskState
 from engine.db.queries import actions, deferrals, tasks
+from engine.db.queries import callbacks as callbacks_sql
 from engine.exceptions import DatabaseError
+from engine.executor.callbacks import lost_callback_spec
 from engine.executor.outcomes import (
     Decision,
     Outcome,
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
     from engine.db.queries.tasks import TaskRun
+    from engine.executor.callback_runner import CallbackSpec
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +92,7 @@ class TaskProcess:
         #: cancel, dagrun_timeout): the process is stopped and its outcome not recorded
         self.external_state: str | None = None
         self.externally_changed = anyio.Event()
+        self.reported = False  # it wrote a result (and so ran its outcome's callbacks)
 
     def __repr__(self) -> str:
         return f"<TaskProcess ti={self.ti_id} pid={self.process.pid} rc={self.process.returncode}>"
@@ -294,7 +298,10 @@ class TaskSupervisor:
                     child.signal_group(signal.SIGKILL)
                 if child.channel is not None:
                     child.channel.close()
-        await self._record(job_id, run, outcome, external_state=child.external_state)
+        lost = None
+        if not child.reported and child.external_state is None:  # killed or crashed
+            lost = lost_callback_spec(run, outcome, self.settings)
+        await self._record(job_id, run, outcome, lost, external_state=child.external_state)
 
     async def _start(self, job_id: int, child: TaskProcess) -> TaskRun | None:
         """Mark the task instance running with the child's pid; None if it is not ours."""
@@ -367,6 +374,7 @@ class TaskSupervisor:
                 await drained.wait()
             tg.cancel_scope.cancel()
         result, problem = read_result(bytes(out))
+        child.reported = result is not None
         if problem:
             await log.write(f"[executor] {problem}\n".encode())
         outcome = decide_outcome(
@@ -409,11 +417,18 @@ class TaskSupervisor:
     # --- recording the outcome ----------------------------------------------------------
 
     async def _record(
-        self, job_id: int, run: TaskRun, outcome: Outcome, *, external_state: str | None = None
+        self,
+        job_id: int,
+        run: TaskRun,
+        outcome: Outcome,
+        callback: CallbackSpec | None = None,
+        *,
+        external_state: str | None = None,
     ) -> None:
-        ok = await run_retrying(
-            self._db, partial(self._write_outcome, job_id=job_id, run=run, outcome=outcome)
+        write = partial(
+            self._write_outcome, job_id=job_id, run=run, outcome=outcome, callback=callback
         )
+        ok = await run_retrying(self._db, write)
         if not ok:
             await self._not_recorded(job_id, run, outcome, external_state)
             return
@@ -463,7 +478,28 @@ class TaskSupervisor:
             extra={"action": "task_outcome_discarded", **run.log_fields()},
         )
 
-    def _write_outcome(self, session: Session, job_id: int, run: TaskRun, outcome: Outcome) -> bool:
+    def _write_outcome(
+        self,
+        session: Session,
+        job_id: int,
+        run: TaskRun,
+        outcome: Outcome,
+        callback: CallbackSpec | None = None,
+    ) -> bool:
+        """Record the outcome and, in the same transaction, the request to run the outcome's
+        callback in a fresh process when the task's own could not (``callback``)."""
+        ok = self._write_state(session, job_id, run, outcome)
+        if ok and callback is not None:
+            callbacks_sql.request_task_callback(
+                session,
+                dag_id=run.dag_id,
+                run_id=run.run_id,
+                data={"callback_spec": asdict(callback)},
+                now=models.utcnow(),
+            )
+        return ok
+
+    def _write_state(self, session: Session, job_id: int, run: TaskRun, outcome: Outcome) -> bool:
         now = models.utcnow()
         finish = partial(tasks.finish_task, session, run.ti_id, job_id=job_id, now=now)
         elapsed_s = outcome.elapsed_s

@@ -45,7 +45,7 @@ from engine.authoring.timetables import DataInterval, TimeRestriction, timetable
 from engine.db import models
 from engine.db.heartbeat import heartbeat_forever
 from engine.db.models import JobState, TaskState
-from engine.db.queries import actions, backfills, deferrals, jobs, runs, tasks
+from engine.db.queries import actions, backfills, callbacks, deferrals, jobs, runs, tasks
 from engine.exceptions import SluiceError
 from engine.metrics.readings import SchedulerReading
 from engine.retry import Backoff
@@ -480,6 +480,7 @@ class Scheduler:
         outcome = run_outcome({**states, **changes}, state.downstream)
         if outcome is not None:
             runs.set_run_state(session, run_pk, outcome, now=now)
+            callbacks.request_dag_callback(session, run_pk, outcome, now=now)  # if it has one
             runs.recompute_next_dagrun(session, state.dag_id)  # a held time run may go now
             self.stats.runs_finished += 1
 

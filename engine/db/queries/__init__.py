@@ -5,6 +5,9 @@
 - ``claims``: claiming trigger rows, single and by shared-stream group;
 - ``deferrals``: task instances deferred on a trigger (defer, resume, fail, time out);
 - ``tasks``: task instances the executor holds (claim, start, finish, requeue, recover);
+- ``pools``: slot pools, and which scheduled task instances a claim admits (pool open
+  slots, ``max_active_tasks`` per run);
+- ``callbacks``: callback requests (a DAG's when its run ends, a killed try's) executors run;
 - ``runs``: DAG runs (created, admitted under max_active_runs, advanced), their task states,
   and time-scheduled DAGs' next run;
 - ``actions``: operator actions (clear tasks, set a task's state, cancel a run) and runs

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy import func, or_, select, update
 
 from engine.db.models import Dag, DagRun, DagRunState, DagTask, TaskInstance, TaskState
-from engine.db.queries import jobs, runs
+from engine.db.queries import callbacks, jobs, runs
 from engine.db.queries import triggers as trigger_rows
 from engine.exceptions import OperatorActionError
 
@@ -507,6 +507,9 @@ def time_out_runs(session: Session, *, now: datetime) -> list[EndedRun]:
             now=now,
         )
         if run is not None:
+            callbacks.request_dag_callback(  # its on_failure_callback, as Airflow
+                session, run.run_pk, DagRunState.FAILED, now=now, reason="timed_out"
+            )
             ended.append(
                 EndedRun(
                     run.run_pk,

@@ -53,6 +53,8 @@ PARSED_DAG_COLUMNS: Final = (
     "params",
     "doc_md",
     "display_name",
+    "has_on_success_callback",
+    "has_on_failure_callback",
 )
 #: A change to one of these makes the scheduler compute the next time run again.
 TIME_COLUMNS: Final = ("timetable", "timezone", "start_date", "end_date", "catchup")
@@ -245,6 +247,8 @@ def load_dag_tasks(session: Session) -> dict[str, list[dict[str, Any]]]:
                 "retry_exponential_backoff": row.retry_exponential_backoff,
                 "max_retry_delay_s": row.max_retry_delay_s,
                 "mapping": row.mapping,
+                "pool": row.pool,
+                "pool_slots": row.pool_slots,
             }
         )
     return tasks

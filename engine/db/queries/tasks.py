@@ -10,6 +10,7 @@ cannot overwrite what another executor did since.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -28,7 +29,7 @@ from engine.db.models import (
     TaskInstance,
     TaskState,
 )
-from engine.db.queries import assets, jobs
+from engine.db.queries import assets, jobs, pools
 from engine.db.queries import mapping as mapping_sql
 
 if TYPE_CHECKING:
@@ -49,31 +50,37 @@ _HELD: Final = (TaskState.QUEUED, TaskState.RUNNING)
 
 
 def claim_task_instances(session: Session, *, job_id: int, limit: int, now: datetime) -> list[int]:
-    """Move up to ``limit`` ``scheduled`` task instances to ``queued`` for executor ``job_id``.
+    """Move up to ``limit`` ``scheduled`` task instances to ``queued`` for executor ``job_id``:
+    those that fit their pool's open slots and their run's ``max_active_tasks``
+    (``engine.db.queries.pools.admit``), stamped with their pool and slots.
 
-    ``SKIP LOCKED`` on PostgreSQL: two executors never take the same row; on SQLite the
-    ``BEGIN IMMEDIATE`` transaction serializes claims.
+    On PostgreSQL the pool rows are locked for the transaction (claims of all executors
+    serialize on them) and the rows ``SKIP LOCKED``: two executors never take the same row;
+    on SQLite the ``BEGIN IMMEDIATE`` transaction serializes claims.
     """
     if limit <= 0:
         return []
-    candidates = (
-        select(TaskInstance.id)
-        .where(TaskInstance.state == TaskState.SCHEDULED)
-        .order_by(TaskInstance.id)
-        .limit(limit)
-    )
-    if is_postgres(session):
-        candidates = candidates.with_for_update(skip_locked=True)
-    ids = list(session.execute(candidates).scalars())
-    if not ids:
-        return []
-    rows = session.execute(
-        update(TaskInstance)
-        .where(TaskInstance.id.in_(ids), TaskInstance.state == TaskState.SCHEDULED)
-        .values(state=TaskState.QUEUED, executor_job_id=job_id, queued_at=now)
-        .returning(TaskInstance.id)
-    )
-    return sorted(int(i) for i in rows.scalars())
+    pools.warn_unstartable(session, now_s=time.monotonic())  # missing or too small pools
+    admitted = pools.admit(session, limit=limit)
+    groups: dict[tuple[str, int], list[int]] = {}
+    for candidate in admitted:
+        groups.setdefault((candidate.pool, candidate.pool_slots), []).append(candidate.ti_id)
+    claimed: list[int] = []
+    for (pool, slots), ids in groups.items():
+        rows = session.execute(
+            update(TaskInstance)
+            .where(TaskInstance.id.in_(ids), TaskInstance.state == TaskState.SCHEDULED)
+            .values(
+                state=TaskState.QUEUED,
+                executor_job_id=job_id,
+                queued_at=now,
+                pool=pool,
+                pool_slots=slots,
+            )
+            .returning(TaskInstance.id)
+        )
+        claimed.extend(int(i) for i in rows.scalars())
+    return sorted(claimed)
 
 
 @dataclass(frozen=True, slots=True)

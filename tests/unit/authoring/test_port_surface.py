@@ -248,20 +248,18 @@ def test_unsupported_dag_arguments_warn_once_each(caplog) -> None:
         for dag_id in ("one", "two"):
             DAG(
                 dag_id,
-                on_failure_callback=callback,
+                sla_miss_callback=callback,
                 render_template_as_native_obj=True,
                 access_control=None,  # asks for nothing: no warning
                 auto_register=False,
             )
     records = _ignored(caplog)
-    assert [r.argument for r in records] == ["on_failure_callback", "render_template_as_native_obj"]
+    assert [r.argument for r in records] == ["sla_miss_callback", "render_template_as_native_obj"]
     assert records[0].dag_id == "one" and records[0].name == DAG_LOGGER
-    assert (
-        THIS_FILE in records[0].getMessage() and "'on_failure_callback'" in records[0].getMessage()
-    )
+    assert THIS_FILE in records[0].getMessage() and "'sla_miss_callback'" in records[0].getMessage()
 
 
-def test_stored_but_not_enforced_arguments_warn(caplog) -> None:
+def test_limits_are_stored_without_a_warning(caplog) -> None:
     with caplog.at_level(logging.WARNING, logger=DAG_LOGGER):
         new = DAG(
             "limits", max_active_tasks=4, dagrun_timeout=timedelta(hours=1), auto_register=False
@@ -269,8 +267,8 @@ def test_stored_but_not_enforced_arguments_warn(caplog) -> None:
         DAG("defaults", max_active_tasks=16, auto_register=False)
     assert (new.max_active_tasks, new.dagrun_timeout) == (4, timedelta(hours=1))
     messages = [r.getMessage() for r in _ignored(caplog)]
-    # dagrun_timeout is enforced by the scheduler (tests/integration/test_operator_actions.py)
-    assert len(messages) == 1 and "max_active_tasks is stored, not enforced yet" in messages[0]
+    # both are enforced now: max_active_tasks (engine.db.queries.pools) and dagrun_timeout
+    assert messages == []
 
 
 @pytest.mark.parametrize(
@@ -366,11 +364,12 @@ def test_operator_arguments_of_airflow(caplog) -> None:
             pool="default_pool",
             email_on_failure=False,
         )
-        Noop(task_id="op2", pool="other")
+        Noop(task_id="op2", pool="other", priority_weight=3)
     assert op.outlets == [orders] and op.inlets == [orders, alias]
     assert (op.owner, op.doc_md, op.task_display_name) == ("me", "doc", "Op")
     assert op.trigger_rule is TriggerRule.ALL_SUCCESS and op.params["x"].value == 1
-    assert [r.argument for r in _ignored(caplog)] == ["pool"]
+    assert (op.pool, op.pool_slots) == ("default_pool", 1)
+    assert [r.argument for r in _ignored(caplog)] == ["priority_weight"]
     assert "Noop" in _ignored(caplog)[0].getMessage()
 
 

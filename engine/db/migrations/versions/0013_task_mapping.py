@@ -1,7 +1,7 @@
 """Dynamic task mapping
 
 Revision ID: 0013
-Revises: 0011
+Revises: 0012
 Create Date: 2026-11-25 16:00:00.000000
 
 - ``task_instance``: ``map_index`` (-1: an unmapped task, or a mapped one not expanded yet;
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0013"
-down_revision = "0011"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
