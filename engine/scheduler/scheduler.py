@@ -44,7 +44,7 @@ from engine.authoring.assets import BaseAsset
 from engine.authoring.timetables import DataInterval, TimeRestriction, timetable_from_json
 from engine.db import models
 from engine.db.heartbeat import heartbeat_forever
-from engine.db.models import JobState, TaskState
+from engine.db.models import DagRunState, JobState, TaskState
 from engine.db.queries import actions, backfills, callbacks, deferrals, jobs, runs, tasks
 from engine.exceptions import SluiceError
 from engine.metrics.readings import SchedulerReading
@@ -458,8 +458,8 @@ class Scheduler:
 
     def _advance_run(self, session: Session, run_pk: int) -> None:
         state = runs.load_run_state(session, run_pk)
-        if state is None:
-            return
+        if state is None or state.state != DagRunState.RUNNING:
+            return  # ended since it was listed (cancelled, timed out, another scheduler)
         now = models.utcnow()
         states = {**state.task_states, **summarize(state.expanded)}
         changes = next_task_states(state.downstream, states, state.trigger_rules, state.expanded)
@@ -479,7 +479,8 @@ class Scheduler:
         self.stats.tasks_scheduled += sum(s == TaskState.SCHEDULED for s in changes.values())
         outcome = run_outcome({**states, **changes}, state.downstream)
         if outcome is not None:
-            runs.set_run_state(session, run_pk, outcome, now=now)
+            if not runs.end_running_run(session, run_pk, outcome, now=now):
+                return  # someone else ended it in the meantime: their state stands
             callbacks.request_dag_callback(session, run_pk, outcome, now=now)  # if it has one
             runs.recompute_next_dagrun(session, state.dag_id)  # a held time run may go now
             self.stats.runs_finished += 1

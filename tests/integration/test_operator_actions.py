@@ -419,6 +419,10 @@ def test_cancel_fails_running_and_deferred_tasks_and_skips_the_rest(env: Env) ->
         TaskState.SKIPPED,
     ]
     assert env.run_state(run_pk) == DagRunState.FAILED
+    # A scheduler that listed the run before the cancel advances it afterwards: its leaf is
+    # skipped, so the leaf rule alone would say success; the cancel's state stands.
+    env.db.call(lambda s: env.scheduler._advance_run(s, run_pk))
+    assert env.run_state(run_pk) == DagRunState.FAILED
     assert not env.finish(tis["extract"], job, TaskState.SUCCESS)
     assert "already ended: failed" in env.cli("runs", "cancel", "etl", run_id, code=1)
 

@@ -544,13 +544,16 @@ def set_task_states(
         )
 
 
-def set_run_state(session: Session, run_pk: int, state: str, *, now: datetime) -> None:
-    values: dict[str, Any] = {"state": state}
-    if state == DagRunState.RUNNING:
-        values["start_date"] = now
-    else:
-        values["end_date"] = now
-    session.execute(update(DagRun).where(DagRun.id == run_pk).values(**values))
+def end_running_run(session: Session, run_pk: int, state: str, *, now: datetime) -> bool:
+    """End a ``running`` run as ``state``; False when it is not running any more (an
+    operator cancelled it, its ``dagrun_timeout`` ended it, another scheduler finished it):
+    the first writer's state stands."""
+    ended = session.execute(
+        update(DagRun)
+        .where(DagRun.id == run_pk, DagRun.state == DagRunState.RUNNING)
+        .values(state=state, end_date=now)
+    )
+    return bool(ended.rowcount)  # type: ignore[attr-defined]
 
 
 def run_asset_events(session: Session, run_pks: Iterable[int]) -> dict[int, list[int]]:
