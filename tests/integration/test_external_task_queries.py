@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import insert, select, update
 
 from engine.authoring.external_task_trigger import ExternalQuery
 from engine.db import models
@@ -98,3 +98,44 @@ async def test_the_triggerers_reader_runs_the_query(db: Any) -> None:
     reader = DatabaseMetadataReader(db)
     found = await reader.external_states(ExternalQuery("up", (D2,), task_ids=("load",)))
     assert found.task_states == {D2: {"load": "success"}}
+
+
+def _add_copies(db: Any, logical_date: datetime, task_id: str, *states: str) -> None:
+    """Make ``task_id`` of the run at ``logical_date`` a mapped task's copies in ``states``."""
+
+    def write(session: Any) -> None:
+        pk = session.execute(
+            select(DagRun.id).where(DagRun.dag_id == "up", DagRun.logical_date == logical_date)
+        ).scalar_one()
+        session.execute(
+            update(TaskInstance)
+            .where(TaskInstance.dag_run_id == pk, TaskInstance.task_id == task_id)
+            .values(map_index=0, state=states[0])
+        )
+        session.execute(
+            insert(TaskInstance),
+            [
+                {"dag_run_id": pk, "dag_id": "up", "task_id": task_id, "map_index": i, "state": s}
+                for i, s in enumerate(states[1:], start=1)
+            ],
+        )
+
+    db.call(write)
+
+
+@pytest.mark.parametrize(
+    ("copies", "seen"),
+    [
+        (("success", "running", "success"), "running"),  # not done while one copy runs
+        (("running", "success", "failed"), "failed"),  # a failed copy is seen at once
+        (("skipped", "skipped"), "skipped"),
+        (("success", "skipped", "success"), "success"),
+    ],
+)
+def test_a_mapped_task_is_seen_through_all_its_copies(
+    db: Any, copies: tuple[str, ...], seen: str
+) -> None:
+    make_run(db, D1, "running")
+    _add_copies(db, D1, "load", *copies)
+    found = read(db, ExternalQuery("up", (D1,), task_ids=("load",)))
+    assert found.task_states == {D1: {"load": seen}}

@@ -141,6 +141,8 @@ def test_a_one_slot_pool_admits_one_task_until_it_ends(env: Env) -> None:
     assert (usage.queued, usage.running, usage.open) == (1, 0, 0)
     env.set_state(first[0], TaskState.RUNNING)
     assert env.claim() == [] and env.pool("one").running == 1
+    env.set_state(first[0], TaskState.RESTARTING)  # cleared: its process is being stopped
+    assert env.claim() == [] and env.pool("one").running == 1
     env.set_state(first[0], TaskState.SUCCESS)
     second = env.claim()
     assert len(second) == 1 and second != first and set(second) <= set(tis.values())

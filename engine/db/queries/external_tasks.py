@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 
 from engine.authoring.external_task_trigger import ExternalQuery, ExternalStates
-from engine.db.models import Dag, DagRun, DagTask, TaskInstance
+from engine.db.models import Dag, DagRun, DagTask, TaskInstance, TaskState
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -32,6 +32,27 @@ def _task_filter(
     if query.task_group_id is not None:
         return column.like(_escape_like(query.task_group_id) + ".%", escape="\\")
     return None
+
+
+_ENDED: frozenset[str] = frozenset(
+    {TaskState.SUCCESS, TaskState.FAILED, TaskState.UPSTREAM_FAILED, TaskState.SKIPPED}
+)
+
+
+def _one_state(states: list[str]) -> str:
+    """One state for a task's instances (a mapped task has one per copy): a failure of any
+    copy first, then ``running`` while a copy is unfinished, ``skipped`` when all were,
+    else ``success``."""
+    if len(states) == 1:
+        return states[0]
+    for failed in (TaskState.FAILED, TaskState.UPSTREAM_FAILED):
+        if failed in states:
+            return failed
+    if any(state not in _ENDED for state in states):
+        return TaskState.RUNNING
+    if all(state == TaskState.SKIPPED for state in states):
+        return TaskState.SKIPPED
+    return TaskState.SUCCESS
 
 
 def read_external_states(session: Session, query: ExternalQuery) -> ExternalStates:
@@ -63,8 +84,11 @@ def read_external_states(session: Session, query: ExternalQuery) -> ExternalStat
                 TaskInstance.dag_run_id.in_(list(date_of_run)), ti_filter
             )
         ).all()
+        copies: dict[tuple[datetime, str], list[str]] = {}
         for row in found:
-            task_states[date_of_run[row.dag_run_id]][row.task_id] = row.state
+            copies.setdefault((date_of_run[row.dag_run_id], row.task_id), []).append(row.state)
+        for (date, task_id), states in copies.items():
+            task_states[date][task_id] = _one_state(states)
     return ExternalStates(
         dag_exists=dag_exists,
         known_task_ids=known,

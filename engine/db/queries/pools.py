@@ -51,7 +51,9 @@ UNLIMITED_SLOTS: Final = -1
 CANDIDATES_PER_SLOT: Final = 4
 CANDIDATES_MIN: Final = 64
 
-_ACTIVE: Final = (TaskState.QUEUED, TaskState.RUNNING)
+#: States whose task instances hold their pool slots (and count against max_active_tasks): a
+#: ``restarting`` one keeps its process until its executor has stopped it.
+_ACTIVE: Final = (TaskState.QUEUED, TaskState.RUNNING, TaskState.RESTARTING)
 
 #: Scheduled tasks that cannot start (missing or too small pool) are looked for this often.
 WARN_EVERY_S: Final = 10.0
@@ -126,7 +128,8 @@ def _usage(pool: Pool, counts: dict[tuple[str, str], int]) -> PoolUsage:
         slots=pool.slots,
         description=pool.description,
         include_deferred=pool.include_deferred,
-        running=counts.get((pool.name, TaskState.RUNNING), 0),
+        running=counts.get((pool.name, TaskState.RUNNING), 0)
+        + counts.get((pool.name, TaskState.RESTARTING), 0),  # still has its process
         queued=counts.get((pool.name, TaskState.QUEUED), 0),
         deferred=counts.get((pool.name, TaskState.DEFERRED), 0),
     )
