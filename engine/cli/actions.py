@@ -84,6 +84,7 @@ def _date(ctx: click.Context, dag_id: str, text: str | None, option: str) -> dat
 @click.option("-u", "--upstream", is_flag=True, help="Also their upstream tasks.")
 @click.option("-f", "--only-failed", is_flag=True, help="Only failed and upstream_failed ones.")
 @click.option("-r", "--only-running", is_flag=True, help="Only running ones.")
+@click.option("--map-index", type=int, default=None, help="Only this copy of mapped tasks.")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 @json_option
 @click.pass_context
@@ -98,6 +99,7 @@ def tasks_clear(
     upstream: bool,
     only_failed: bool,
     only_running: bool,
+    map_index: int | None,
     yes: bool,
     as_json: bool,
 ) -> None:
@@ -118,6 +120,7 @@ def tasks_clear(
         upstream=upstream,
         only_failed=only_failed,
         only_running=only_running,
+        map_index=map_index,
     )
     found: list[actions.TaskChange] = _act(ctx, select, writes=False)
     if not found:
@@ -145,6 +148,7 @@ def tasks_clear(
 @click.argument("state", type=click.Choice([str(s) for s in actions.SETTABLE_STATES]))
 @click.option("-d", "--downstream", is_flag=True, help="Also its downstream tasks.")
 @click.option("-u", "--upstream", is_flag=True, help="Also its upstream tasks.")
+@click.option("--map-index", type=int, default=None, help="Only this copy of a mapped task.")
 @json_option
 @click.pass_context
 def tasks_set_state(
@@ -155,6 +159,7 @@ def tasks_set_state(
     state: str,
     downstream: bool,
     upstream: bool,
+    map_index: int | None,
     as_json: bool,
 ) -> None:
     """Mark a task instance success, failed or skipped (Airflow's mark success / failed).
@@ -171,6 +176,7 @@ def tasks_set_state(
         state=state,
         downstream=downstream,
         upstream=upstream,
+        map_index=map_index,
         now=utcnow(),
     )
     result: actions.ActionResult = _act(ctx, mark, writes=True)

@@ -501,3 +501,33 @@ async def test_clearing_a_failed_copy_reruns_that_copy_only(env: Env) -> None:
     tis = env.instances(run_pk)
     assert [tis[("fragile", i)].try_number for i in range(3)] == [1, 2, 1]
     assert tis[("after", -1)].state == TaskState.UPSTREAM_FAILED
+
+
+async def test_marking_one_copy_success_lets_the_task_below_run(env: Env) -> None:
+    run_pk, state = await env.run_dag("one_fails")
+    assert state == "failed"
+    run_id = env.run_id(run_pk)
+    env.cli(
+        "tasks", "set-state", "one_fails", run_id, "fragile", "skipped", "--map-index", "7", code=1
+    )
+    out = json.loads(
+        env.cli(
+            "tasks",
+            "set-state",
+            "one_fails",
+            run_id,
+            "fragile",
+            "success",
+            "--map-index",
+            "1",
+            "--json",
+        )
+    )
+    changed = {t["task_id"]: t["new_state"] for t in out["tasks"]}
+    assert changed == {"fragile[1]": "success", "after": "none"}  # only copy 1 was marked
+    with anyio.fail_after(120):
+        async with env.executor():
+            assert await env.run_to_end(run_pk) == "success"
+    states = env.states(run_pk)
+    assert [states[("fragile", i)] for i in range(3)] == [TaskState.SUCCESS] * 3
+    assert states[("after", -1)] == TaskState.SUCCESS

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import func, or_, select, update
 
+from engine.db.database import is_postgres
 from engine.db.models import Dag, DagRun, DagRunState, DagTask, TaskInstance, TaskState
 from engine.db.queries import callbacks, jobs, runs
 from engine.db.queries import triggers as trigger_rows
@@ -152,8 +153,11 @@ def _run_pk(session: Session, dag_id: str, run_id: str) -> tuple[int, str]:
     return int(row[0]), str(row[1])
 
 
-def _task_rows(session: Session, where: Iterable[Any]) -> list[TaskChange]:
-    rows = session.execute(
+def _task_rows(session: Session, where: Iterable[Any], *, lock: bool = False) -> list[TaskChange]:
+    """The task instances ``where`` selects; ``lock``: locked until the transaction ends
+    (PostgreSQL; SQLite's writers are serialized), so that an executor or a scheduler cannot
+    move one between this read and the action's update."""
+    stmt = (
         select(
             TaskInstance.id,
             TaskInstance.dag_id,
@@ -166,6 +170,9 @@ def _task_rows(session: Session, where: Iterable[Any]) -> list[TaskChange]:
         .where(*where)
         .order_by(DagRun.id, TaskInstance.task_id, TaskInstance.map_index)
     )
+    if lock and is_postgres(session):
+        stmt = stmt.with_for_update(of=TaskInstance)
+    rows = session.execute(stmt)
     return [
         TaskChange(int(i), str(d), str(r), str(t), str(s), str(s), int(m))
         for i, d, r, t, s, m in rows
@@ -184,6 +191,7 @@ def select_task_instances(
     upstream: bool = False,
     only_failed: bool = False,
     only_running: bool = False,
+    map_index: int | None = None,
 ) -> list[TaskChange]:
     """The task instances ``sluice tasks clear`` would clear, as Airflow's ``tasks clear``.
 
@@ -191,7 +199,7 @@ def select_task_instances(
     downstream / upstream tasks, transitively. Runs: ``run_id``, or those whose logical date
     (``run_after`` for a run without one) is within ``start_date`` .. ``end_date`` (both
     included), or all. ``only_failed``: ``failed`` and ``upstream_failed`` ones;
-    ``only_running``: ``running`` ones.
+    ``only_running``: ``running`` ones. ``map_index``: only that copy of each mapped task.
     """
     graph = _dag_graph(session, dag_id)
     try:
@@ -215,6 +223,8 @@ def select_task_instances(
         states.add(TaskState.RUNNING)
     if states:
         where.append(TaskInstance.state.in_(states))
+    if map_index is not None:
+        where.append(TaskInstance.map_index == map_index)
     return _task_rows(session, where)
 
 
@@ -314,7 +324,8 @@ def clear_task_instances(
     ``restarting`` until its executor has stopped its process (module docstring). Finished
     runs of cleared tasks go back to ``queued``.
     """
-    chosen = {c.ti_id: c for c in selected}
+    ids = [c.ti_id for c in selected]  # read again, locked: their states now
+    chosen = {c.ti_id: c for c in _task_rows(session, [TaskInstance.id.in_(ids)], lock=True)}
     running = {i for i, c in chosen.items() if c.old_state == TaskState.RUNNING}
     others = set(chosen) - running
     restarting = _update_returning(
@@ -365,10 +376,12 @@ def set_task_state(
     *,
     downstream: bool = False,
     upstream: bool = False,
+    map_index: int | None = None,
     now: datetime,
 ) -> ActionResult:
     """Mark a task (and, transitively, its downstream / upstream tasks) ``state``, as
-    Airflow's mark success / failed; returns what changed.
+    Airflow's mark success / failed; returns what changed. ``map_index``: only that copy
+    of a mapped task (all of its copies otherwise).
 
     What runs for a marked task is stopped (module docstring). Marking ``success`` records
     no outlet asset events (the task did not run; ``sluice assets emit`` records one by
@@ -387,9 +400,14 @@ def set_task_state(
         )
     run_pk, _ = _run_pk(session, dag_id, run_id)
     task_ids = relatives(graph, [task_id], downstream=downstream, upstream=upstream)
-    rows = _task_rows(
-        session, [TaskInstance.dag_run_id == run_pk, TaskInstance.task_id.in_(task_ids)]
-    )
+    where = [TaskInstance.dag_run_id == run_pk, TaskInstance.task_id.in_(task_ids)]
+    if map_index is not None:  # one copy of the mapped task (its relatives: all copies)
+        where.append(or_(TaskInstance.task_id != task_id, TaskInstance.map_index == map_index))
+    rows = _task_rows(session, where, lock=True)
+    if map_index is not None and not any(c.task_id == task_id for c in rows):
+        raise OperatorActionError(
+            f"task {task_id!r} of run {run_id!r} has no copy with map_index {map_index}"
+        )
     targets = {c.ti_id: c for c in rows if c.old_state != state}
     trigger_ids = _trigger_ids(session, targets)
     marked = _update_returning(
@@ -442,7 +460,9 @@ def end_run(
         return None
     dag_id, run_id = str(row[0]), str(row[1])
     tis = _task_rows(
-        session, [TaskInstance.dag_run_id == run_pk, TaskInstance.state.in_(UNFINISHED_STATES)]
+        session,
+        [TaskInstance.dag_run_id == run_pk, TaskInstance.state.in_(UNFINISHED_STATES)],
+        lock=True,
     )
     trigger_ids = _trigger_ids(session, [c.ti_id for c in tis])
     changes: list[TaskChange] = []
