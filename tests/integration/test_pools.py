@@ -15,6 +15,7 @@ import anyio
 import pytest
 from sqlalchemy import select, update
 
+from engine.authoring.sensor_base import RESCHEDULE_METHOD
 from engine.db import models
 from engine.db.models import DagRun, TaskInstance, TaskState
 from engine.db.queries import pools, runs, tasks
@@ -170,6 +171,14 @@ def test_deferred_tasks_occupy_their_slots_only_with_include_deferred(env: Env) 
     assert env.pool("one").deferred == 1 and env.pool("one").open == 1
     env.set_pool("one", 1, include_deferred=True)
     assert env.pool("one").open == 0 and env.claim() == []
+    env.db.call(  # a sensor in reschedule mode between pokes: Airflow's up_for_reschedule
+        lambda s: s.execute(
+            update(TaskInstance)
+            .where(TaskInstance.id == first)
+            .values(next_method=RESCHEDULE_METHOD)
+        )
+    )
+    assert env.pool("one").open == 1  # holds no slot, even where deferred tasks count
     env.set_pool("one", 1, include_deferred=False)
     (second,) = env.claim()
     assert second != first and second in tis.values()

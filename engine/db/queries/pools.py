@@ -23,8 +23,9 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, or_, select, update
 
+from engine.authoring.sensor_base import RESCHEDULE_METHOD
 from engine.db.database import is_postgres
 from engine.db.models import (
     DEFAULT_POOL,
@@ -114,6 +115,12 @@ def _slot_counts(
         .where(
             TaskInstance.pool.is_not(None),
             TaskInstance.state.in_([*_ACTIVE, TaskState.DEFERRED]),
+            # a sensor in reschedule mode between pokes is Airflow's up_for_reschedule,
+            # which holds no slot, even in a pool that counts deferred tasks
+            or_(
+                TaskInstance.next_method.is_(None),
+                TaskInstance.next_method != RESCHEDULE_METHOD,
+            ),
         )
         .group_by(TaskInstance.pool, TaskInstance.state)
     )
