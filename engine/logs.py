@@ -139,6 +139,11 @@ class StreamRedactor:
         out, self._pending = data[:cut], data[cut:]
         return out
 
+    @property
+    def redactor(self) -> Redactor:
+        """The redactor in use (for text outside the stream)."""
+        return self._redactor
+
     def use(self, redactor: Redactor) -> None:
         """Redact with ``redactor`` from now on (more secrets became known)."""
         self._redactor = redactor

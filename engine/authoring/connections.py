@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
+from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlencode, urlsplit
 
 from engine.exceptions import AirflowNotFoundException, SluiceError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterator
 
 CONN_ENV_PREFIX: Final = "SLUICE_CONN_"
 VAR_ENV_PREFIX: Final = "SLUICE_VAR_"
@@ -246,11 +248,7 @@ class Connection:
         protocol, _, _ = rest.partition("://") if "://" in rest else ("", "", "")
         if protocol:
             rest = rest[len(protocol) + 3 :]
-        try:
-            parts = urlsplit(f"x://{rest}")
-            port = parts.port
-        except ValueError as exc:
-            raise InvalidConnectionError(f"connection {conn_id!r}: invalid URI: {exc}") from exc
+        parts, port = _split(conn_id, rest)
         host = unquote(parts.hostname) if parts.hostname else None
         if protocol:
             host = f"{protocol}://{host or ''}"
@@ -297,7 +295,9 @@ class Connection:
         try:
             data = json.loads(text)
         except ValueError as exc:
-            raise InvalidConnectionError(f"connection {conn_id!r}: invalid JSON: {exc}") from exc
+            raise InvalidConnectionError(
+                f"connection {conn_id!r}: invalid JSON{_where(exc)}"
+            ) from None
         if not isinstance(data, dict):
             raise InvalidConnectionError(f"connection {conn_id!r}: the JSON form must be an object")
         return cls.from_dict(conn_id, data)
@@ -307,7 +307,7 @@ class Connection:
         unknown = sorted(set(data) - {*FIELDS, "extra", "conn_id", "uri"})
         if unknown:
             raise InvalidConnectionError(
-                f"connection {conn_id!r}: unknown field(s) {', '.join(unknown)}; expected "
+                f"connection {conn_id!r}: unknown field(s) {_names(unknown)}; expected "
                 f"{', '.join((*FIELDS, 'extra'))}"
             )
         fields = {k: data.get(k) for k in FIELDS}
@@ -396,8 +396,8 @@ def _extra_of_query(conn_id: str, query: str) -> dict[str, Any] | None:
         extra = json.loads(pairs[EXTRA_KEY])
     except ValueError as exc:
         raise InvalidConnectionError(
-            f"connection {conn_id!r}: {EXTRA_KEY} is not valid JSON: {exc}"
-        ) from exc
+            f"connection {conn_id!r}: {EXTRA_KEY} is not valid JSON{_where(exc)}"
+        ) from None
     if not isinstance(extra, dict):
         raise InvalidConnectionError(f"connection {conn_id!r}: {EXTRA_KEY} must be a JSON object")
     return extra
@@ -411,11 +411,13 @@ def _extra_text(conn_id: str, extra: str | Mapping[str, Any] | None) -> str | No
             value = json.loads(extra)
         except ValueError as exc:
             raise InvalidConnectionError(
-                f"connection {conn_id!r}: extra is not valid JSON: {exc}"
-            ) from exc
+                f"connection {conn_id!r}: extra is not valid JSON{_where(exc)}"
+            ) from None
         if not isinstance(value, dict):
             raise InvalidConnectionError(f"connection {conn_id!r}: extra must be a JSON object")
         return extra
+    if not isinstance(extra, Mapping):
+        raise InvalidConnectionError(f"connection {conn_id!r}: extra must be a JSON object")
     return json.dumps(dict(extra))
 
 
@@ -424,10 +426,66 @@ def _port(conn_id: str, port: object) -> int | None:
         return None
     try:
         value = int(str(port))
-    except ValueError as exc:
+    except ValueError:
         raise InvalidConnectionError(
-            f"connection {conn_id!r}: port must be a number, got {port!r}"
-        ) from exc
+            f"connection {conn_id!r}: port must be a whole number from 1 to 65535"
+        ) from None
     if not 0 < value < 65536:
-        raise InvalidConnectionError(f"connection {conn_id!r}: port {value} is out of range")
+        raise InvalidConnectionError(
+            f"connection {conn_id!r}: port is out of range (it must be from 1 to 65535)"
+        )
     return value
+
+
+# --- errors that echo nothing of the input ---------------------------------------------------
+#
+# Any part of a connection's text may be a secret (a password with an unencoded ``/`` moves
+# into the "port", the "schema" or the query), and these errors reach logs, the trigger row,
+# tracebacks and the CLI before anything knows what to mask. So they name the connection and
+# where the problem is, never the text: no ``{exc}`` of ``urlsplit`` or ``json.loads``, whose
+# messages quote the input (``Port could not be cast to integer value as 's3cr3t'``), and
+# ``from None`` so that a traceback does not print that message either.
+
+_BAD_NETLOC: Final = (
+    "invalid port, or an unencoded special character in the login or password; "
+    "percent-encode it (%2F for /, %23 for #, %3F for ?, %40 for @, %3A for :)"
+)
+
+
+def _split(conn_id: str, rest: str) -> tuple[SplitResult, int | None]:
+    """``urlsplit`` of the URI after its scheme, and its port; errors quote nothing of it.
+
+    A password with an unencoded ``/``, ``#`` or ``?`` ends the authority early: the text
+    after ``user:`` becomes the "port" (an error) and the rest, with its ``@``, the path,
+    query or fragment (a silent misparse that would store part of the password in clear
+    as the schema or extra). Both are the same error, with the remedy."""
+    try:
+        parts = urlsplit(f"x://{rest}")
+        port = parts.port
+    except ValueError:
+        raise InvalidConnectionError(
+            f"connection {conn_id!r}: invalid URI: {_BAD_NETLOC}"
+        ) from None
+    query_keys = (pair.partition("=")[0] for pair in re.split("[&;]", parts.query))
+    if "@" in parts.path or "@" in parts.fragment or any("@" in key for key in query_keys):
+        raise InvalidConnectionError(
+            f"connection {conn_id!r}: invalid URI, an '@' after the host: {_BAD_NETLOC} "
+            "(or %40 for an @ in the schema)"
+        )
+    return parts, port
+
+
+def _where(exc: ValueError) -> str:
+    """Where a JSON text is malformed (line and column), without quoting it."""
+    if isinstance(exc, json.JSONDecodeError):
+        what = exc.msg.partition(":")[0]  # "Invalid \\escape: 'x'" quotes the text
+        return f" ({what} at line {exc.lineno}, column {exc.colno})"
+    return ""
+
+
+def _names(keys: list[str]) -> str:
+    """Unknown field names, quoted only when they look like names (a mangled JSON could
+    turn a value into a key); the others counted."""
+    shown = [k for k in keys if isinstance(k, str) and k.isidentifier() and len(k) <= 32]
+    hidden = len(keys) - len(shown)
+    return ", ".join([*shown, *([f"{hidden} not shown"] if hidden else [])])

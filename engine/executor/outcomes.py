@@ -16,7 +16,7 @@ import enum
 import hashlib
 import math
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
@@ -35,6 +35,7 @@ from triggers.exceptions import SerializationError
 from triggers.serde import dumps, loads
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from engine.authoring.context import Deferral
@@ -69,6 +70,13 @@ class Outcome:
     retry_at: datetime | None = None  # RETRY: when the next try may start
     retry_wait_s: float = 0.0  # RETRY: how long after the failure that is
     skip_task_ids: tuple[str, ...] = ()  # SUCCEED: tasks of the run a branch skips
+
+    def redacted(self, redact: Callable[[str], str]) -> Outcome:
+        """This outcome with its ``reason`` (the task's error text) passed through
+        ``redact``: the reason leaves the task log (the engine's log, callback requests)."""
+        if self.reason is None:
+            return self
+        return replace(self, reason=redact(self.reason))
 
     def describe(self) -> str:
         if self.decision is Decision.SUCCEED:

@@ -157,6 +157,12 @@ class TaskLogWriter:
             self._secrets.extend(new)
             self._redactor.use(Redactor(self._secrets))
 
+    def redact(self, text: str) -> str:
+        """``text`` with every secret this try's log masks (the configured ones and those
+        the task read so far) as ``***``: for what leaves the log about the try (its error
+        in the engine's log, in a callback request)."""
+        return self._redactor.redactor.text(text)
+
     async def write(self, data: bytes) -> None:
         data = self._redactor.feed(data)
         if data:

@@ -288,7 +288,8 @@ class TaskSupervisor:
                 child.started = True
                 log = TaskLogWriter(self._log_path(run), secrets=self.settings.secrets)
                 try:
-                    outcome = await self._supervise(child, run, log)
+                    # the task's error text leaves the log below: mask what the log masks
+                    outcome = (await self._supervise(child, run, log)).redacted(log.redact)
                     if child.external_state is None:
                         await log.write(outcome_line(outcome, run, now=models.utcnow()).encode())
                 finally:

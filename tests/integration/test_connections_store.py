@@ -128,6 +128,9 @@ def test_connections_commands(config: Config, db: Database) -> None:
     _ok(run_cli(config, "connections", "add", "j", "--conn-json", '{"conn_type": "http"}'))
     _failed(run_cli(config, "connections", "add", "wh", "--conn-uri", URI), "already exists")
     _failed(run_cli(config, "connections", "add", "x", "--conn-uri", "nonsense"), "connection 'x'")
+    leaky = run_cli(config, "connections", "add", "x", "--conn-uri", "pg://u:s3cr3tPart/r@h/db")
+    _failed(leaky, "percent-encode it")
+    assert "s3cr3t" not in leaky.output
     _failed(
         run_cli(config, "connections", "add", "x", "--conn-uri", URI, "--conn-host", "h"),
         "cannot go with",

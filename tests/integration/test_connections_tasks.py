@@ -4,10 +4,12 @@ delete variables, meet a missing connection, and whose log masks what they read.
 
 from __future__ import annotations
 
+import logging
 import textwrap
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import anyio
 import pytest
@@ -86,6 +88,15 @@ with DAG("conns"):
 
 with DAG("absent"):
     missing()
+
+
+@task
+def raises_uri():
+    raise RuntimeError("cannot reach " + Connection.get("warehouse").get_uri())
+
+
+with DAG("leaks"):
+    raises_uri()
 """
 
 
@@ -207,3 +218,33 @@ async def test_a_missing_connection_fails_the_task_with_a_clear_error(env: Env) 
     log = env.log(run_pk, "missing")
     assert "AirflowNotFoundException: The conn_id `nowhere` isn't defined" in log
     assert "SLUICE_CONN_NOWHERE" in log
+
+
+async def test_a_task_error_holding_a_secret_it_read_is_masked_outside_its_log(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The task's error text leaves its log (the executor's WARNING, the database): the
+    secrets the task read through its channel are masked there too, not only in its log."""
+    caplog.set_level(logging.DEBUG)
+    run_pk = env.trigger("leaks")
+    with anyio.fail_after(90):
+        async with env.executor():
+            assert await env.run_to_end(run_pk) == "failed"
+    # get_uri() percent-encodes the password and carries the extra's sensitive api_key
+    forms = {PASSWORD, quote(PASSWORD, safe=""), "extra-key-987"}
+    assert "RuntimeError: cannot reach postgres://etl:***@db.example.com" in env.log(
+        run_pk, "raises_uri"
+    )
+    failed = [r for r in caplog.records if getattr(r, "action", None) == "task_failed"]
+    assert failed, "the executor logged no task_failed record"
+    assert "cannot reach postgres://etl:***@db.example.com" in failed[0].getMessage()
+    logged = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)
+    assert not [form for form in forms if form in logged]
+    stored = env.db.call(
+        lambda s: [
+            repr(row)
+            for table in models.Base.metadata.sorted_tables
+            for row in s.execute(select(table)).all()
+        ]
+    )
+    assert not [form for form in forms if any(form in row for row in stored)]

@@ -4,6 +4,7 @@ environment overrides, the store of the current process, and the template access
 from __future__ import annotations
 
 import json
+import traceback
 from typing import Any
 
 import pytest
@@ -159,8 +160,54 @@ def test_the_json_form_and_its_errors() -> None:
         parse_connection("j", '{"conn_type": "http", "hots": "h"}')
     with pytest.raises(InvalidConnectionError, match="connection 'j': invalid JSON"):
         parse_connection("j", "{nope")
-    with pytest.raises(InvalidConnectionError, match="port 70000 is out of range"):
+    with pytest.raises(InvalidConnectionError, match="port is out of range"):
         parse_connection("j", '{"conn_type": "http", "port": 70000}')
+
+
+SECRET = "s3cr3tPart"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"postgres://user:{SECRET}/rest@host/db",  # the password's "/" ends the authority
+        f"postgres://user:{SECRET}#rest@host/db",
+        f"postgres://user:{SECRET}?rest@host/db",
+        f"postgres://user:1234/{SECRET}@host/db",  # a numeric "port": silently misparsed
+        f"postgres://user:1234?{SECRET}@host/db",
+        f"postgres://user:1234#{SECRET}@host/db",
+        f"postgres://user@example.com:1234/{SECRET}@host/db",
+        f"postgres://user:99999/{SECRET}@host/db",  # the "port" is out of range
+        f"postgres://user:[{SECRET}@host/db",
+        f"postgres://[{SECRET}]/db",
+        f"http://h?__extra__=%7B%22password%22%3A%22{SECRET}",
+        f"http://h?__extra__=%5B%22{SECRET}%22%5D",
+        f'{{"conn_type": "x", "password": "{SECRET}}}',
+        f'{{"conn_type": "x", "password": "\\{SECRET}"}}',
+        f'{{"conn_type": "x", "password": "{SECRET}", "port": "{SECRET}"}}',
+        f'{{"conn_type": "x", "password": "a", "{SECRET} b": 1}}',
+        f'{{"conn_type": "x", "extra": "{{\\"password\\": \\"{SECRET}"}}',
+        f'{{"conn_type": "x", "extra": ["{SECRET}"]}}',
+    ],
+)
+def test_an_error_quotes_nothing_of_the_connection_text(text: str) -> None:
+    """Parse errors reach logs, trigger rows, tracebacks and the CLI before anything masks
+    the password: they name the connection, never the text (nor chain an error that does)."""
+    with pytest.raises(InvalidConnectionError) as caught:
+        parse_connection("c", text)
+    shown = "".join(traceback.format_exception(caught.value))
+    assert "connection 'c'" in str(caught.value)
+    assert SECRET not in shown
+    assert "s3cr3t" not in shown.lower()
+
+
+def test_an_unencoded_special_character_in_the_password_says_how_to_encode_it() -> None:
+    with pytest.raises(InvalidConnectionError, match=r"percent-encode it.*%2F for /"):
+        Connection.from_uri("x", "postgres://user:a/b@host/db")
+    encoded = Connection.from_uri("x", "postgres://user:a%2Fb%23c%3Fd@host/db")
+    assert (encoded.password, encoded.host, encoded.schema) == ("a/b#c?d", "host", "db")
+    kept = Connection.from_uri("x", "smtp://mail.example.com:25?from=me@example.com")
+    assert (kept.port, kept.extra_dejson) == (25, {"from": "me@example.com"})
 
 
 # --- masking ----------------------------------------------------------------------------------

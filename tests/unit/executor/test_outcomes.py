@@ -14,6 +14,7 @@ from engine.db.queries.deferrals import deferral_deadline
 from engine.db.queries.tasks import TaskRun
 from engine.executor.outcomes import (
     Decision,
+    Outcome,
     build_spec,
     decide_outcome,
     exit_reason,
@@ -205,3 +206,13 @@ def test_spec_carries_the_context_and_round_trips() -> None:
     assert isinstance(context, dict)
     assert context["default_deferrable"] is True and context["try_number"] == 1
     assert context["triggering_asset_events"]["orders"][0]["timestamp"] == START
+
+
+def test_redacted_passes_only_the_reason_through_the_redactor() -> None:
+    retry_at = datetime(2026, 1, 1, tzinfo=UTC)
+    outcome = Outcome(Decision.RETRY, 1.5, reason="boom pw-123", retry_at=retry_at)
+    redacted = outcome.redacted(lambda text: text.replace("pw-123", "***"))
+    assert redacted == Outcome(Decision.RETRY, 1.5, reason="boom ***", retry_at=retry_at)
+    assert "pw-123" not in redacted.describe()
+    plain = Outcome(Decision.SUCCEED)
+    assert plain.redacted(lambda text: "changed") is plain

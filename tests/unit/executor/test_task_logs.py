@@ -106,3 +106,12 @@ async def test_secrets_added_while_a_task_runs_are_masked_from_then_on(tmp_path:
     writer.close()
     text = (tmp_path / "attempt=1.log").read_text()
     assert text == "before: pw-read-later\nafter: *** and again ***\n"
+
+
+def test_redact_masks_the_configured_secrets_and_those_added(tmp_path: Path) -> None:
+    """What leaves the log about a try (its error) is masked as the log is."""
+    writer = TaskLogWriter(tmp_path / "attempt=1.log", secrets=["configured-pw"])
+    assert writer.redact("a configured-pw and a pw-read-later") == ("a *** and a pw-read-later")
+    writer.add_secrets(["p@ss-read-later"])
+    assert writer.redact("u:p%40ss-read-later@h and p@ss-read-later") == "u:***@h and ***"
+    writer.close()

@@ -3,15 +3,20 @@ errors that name the watcher, the trigger and the connection."""
 
 from __future__ import annotations
 
-from typing import Any
+import traceback
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
 from engine.exceptions import TriggerLoadError
-from engine.triggerer.connections import resolve_connections
+from engine.triggerer.connections import database_lookup, resolve_connections
 from producers import KafkaMessageTrigger, SqsMessageTrigger
 from producers.exceptions import ProducerConfigError
 from producers.kafka_settings import settings_from_connection
+
+if TYPE_CHECKING:
+    from engine.crypto import KwargsCipher
+    from engine.db.database import Database
 
 WHERE = "trigger 7 of watcher 'orders'"
 
@@ -100,3 +105,18 @@ def test_an_unfit_connection_says_why() -> None:
 def test_kwargs_without_a_connection_id_are_left_alone() -> None:
     _, stored = KafkaMessageTrigger(topics="t", group_id="g", bootstrap_servers="b:1").serialize()
     assert resolve_connections(KafkaMessageTrigger, stored, _lookup({}), where=WHERE) == stored
+
+
+def test_a_malformed_connection_uri_quotes_none_of_it_in_the_load_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The load error is logged and stored as the trigger row's error (``dags show``): a
+    password with an unencoded ``/`` must not show up there as the "port"."""
+    monkeypatch.setenv("SLUICE_CONN_K", "kafka://user:s3cr3tPart/rest@broker:9092")
+    _, stored = KafkaMessageTrigger(topics="t", group_id="g", kafka_config_id="k").serialize()
+    lookup = database_lookup(cast("Database", None), cast("KwargsCipher", None))  # env first
+    with pytest.raises(TriggerLoadError) as caught:
+        resolve_connections(KafkaMessageTrigger, stored, lookup, where=WHERE)
+    shown = "".join(traceback.format_exception(caught.value))
+    assert "connection 'k'" in shown and "percent-encode" in shown
+    assert "s3cr3t" not in shown
