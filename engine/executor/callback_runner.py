@@ -9,7 +9,10 @@ hydrates it), adds ``exception`` for a task failure or ``reason`` for a DAG call
 calls the callbacks. Everything it prints, its logging and the tracebacks of failing
 callbacks go to its standard error, which the executor appends to the task's log (a DAG
 callback's to its own log). A failing callback never changes any state: the outcome was
-recorded before. Like the task runner it stays light: no database, no engine settings.
+recorded before. Like the task runner it stays light: no database, no engine settings;
+connections and variables come from the executor over the request channel
+(``engine.executor.task_channel``, a socket passed as ``--channel-fd``), and the secrets
+they hold are masked in the log.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from engine.authoring.callbacks import (
 )
 from engine.authoring.runtime_context import hydrate_context
 from engine.exceptions import AirflowException, AirflowTaskTimeout
-from engine.executor.task_runner import TaskSpec, _raw_context
+from engine.executor.task_runner import TaskSpec, _open_channel, _raw_context
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -59,6 +62,7 @@ class CallbackSpec:
     error: str | None = None  # a task failure: why it failed
     timed_out: bool = False  # ... at its execution_timeout
     reason: str | None = None  # a DAG callback: "success" or "task_failure"
+    map_index: int = -1  # a task callback: the copy of a mapped task (its log), -1 if none
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -92,10 +96,12 @@ def _load_dag(task_spec: TaskSpec) -> DAG:
 
 
 def _context(
-    task_spec: TaskSpec, dag: DAG, task: BaseOperator | None
+    task_spec: TaskSpec, dag: DAG, task: BaseOperator | None, *, kind: str = TASK
 ) -> tuple[dict[str, Any], BaseOperator | None]:
     """The callbacks' context, and the task they belong to (a mapped task's copy: the
-    operator of its own index, as the task runner builds it)."""
+    operator of its own index, as the task runner builds it). A DAG callback built around a
+    mapped task that is no copy (``map_index`` -1: it expanded to nothing) gets the mapped
+    task as it is."""
     from engine.authoring.mapping import MappedOperator
 
     raw = _raw_context(task_spec)
@@ -103,6 +109,8 @@ def _context(
         return {**raw, "dag": dag, "params": dict(dag.params)}, None  # a run without tasks
     context = hydrate_context(raw, task)
     if isinstance(task, MappedOperator):
+        if kind == DAG_KIND and int(raw.get("map_index", -1)) < 0:
+            return context, task
         task = task.unmap(context)
         context = hydrate_context(raw, task)
     return context, task
@@ -119,7 +127,7 @@ def run_callback_spec(spec: CallbackSpec) -> list[str]:
     task = dag.task_dict.get(task_spec.task_id)
     if spec.kind == TASK and task is None:
         raise LookupError(f"DAG {dag.dag_id!r} has no task {task_spec.task_id!r} any more")
-    context, task = _context(task_spec, dag, task)
+    context, task = _context(task_spec, dag, task, kind=spec.kind)
     if spec.kind == TASK:
         assert task is not None
         if spec.error is not None:
@@ -147,7 +155,10 @@ def _exit_when_parent_goes(stream: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.executor.callback_runner")
     parser.add_argument("--request-id", type=int, required=True, help="the request (for ps)")
-    parser.parse_args(argv)
+    parser.add_argument("--channel-fd", type=int, default=None, help="the request channel")
+    args = parser.parse_args(argv)
+    if args.channel_fd is not None:
+        _open_channel(args.channel_fd)
     os.dup2(2, 1)  # prints go to the log
     from engine.logs import configure_logging
 

@@ -9,7 +9,13 @@ request, sends it a ``CallbackSpec``, appends what the child prints to the task'
 DAG callback's to ``dag_callbacks.log`` in the run's log folder), and deletes the request
 when the child has exited. A child that runs past ``timeout_s`` is killed and its request
 deleted too (a callback that hangs would otherwise run again forever). An executor that dies
-leaves its claimed requests to the others: at least once.
+leaves its claimed requests to the others: at least once. A request that cannot start its
+child (out of processes or file descriptors) or fails unexpectedly stays claimed and is
+tried again after ``retry_delay_s``; the executor's tasks keep running.
+
+Like a task's process, the child reads connections and variables over a request channel
+(``engine.executor.task_channel``) that a ``TaskRequestServer`` answers for its lifetime;
+the secrets it hands over are masked in the log the child's output goes to.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import logging
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 from contextlib import suppress
@@ -31,6 +38,7 @@ from engine.exceptions import DatabaseError
 from engine.executor.callback_runner import DAG_KIND, TASK, CallbackSpec
 from engine.executor.outcomes import Decision, build_spec
 from engine.executor.task_logs import TaskLogWriter, log_path, safe_component
+from engine.executor.task_requests import TaskRequestServer
 from engine.executor.task_runner import TaskSpec, build_context, with_results
 from triggers.serde import dumps
 
@@ -38,9 +46,10 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
 
-    from anyio.abc import ByteReceiveStream, TaskGroup
+    from anyio.abc import ByteReceiveStream, Process, TaskGroup
     from sqlalchemy.orm import Session
 
+    from engine.crypto import KwargsCipher
     from engine.db.database import Database
     from engine.db.queries.tasks import TaskRun
     from engine.executor.outcomes import Outcome
@@ -51,6 +60,8 @@ logger = logging.getLogger(__name__)
 CALLBACK_CONCURRENCY: Final = 4
 #: a callback process still running after this long is killed
 CALLBACK_TIMEOUT_S: Final = 300.0
+#: a request whose child could not start (or that failed unexpectedly) is tried again after
+CALLBACK_RETRY_DELAY_S: Final = 5.0
 DAG_CALLBACK_LOG: Final = "dag_callbacks.log"
 
 
@@ -85,6 +96,7 @@ def dag_callback_spec(
 ) -> CallbackSpec:
     """The spec of a DAG callback: the context of the task that ended last, plus ``reason``."""
     task_id = str(request.data.get("task_id") or "")
+    map_index = int(request.data.get("map_index", -1))
     context = build_context(
         dag_id=request.dag_id,
         run_id=request.run_id,
@@ -93,6 +105,7 @@ def dag_callback_spec(
         events=run.events,
         default_deferrable=settings.default_deferrable,
         run=run.run,
+        map_index=map_index,
     )
     task_spec = TaskSpec(
         ti_id=0,
@@ -106,7 +119,7 @@ def dag_callback_spec(
         dags_folder=str(settings.dags_folder),
         plugins_folder=None if settings.plugins_folder is None else str(settings.plugins_folder),
     )
-    task_spec = with_results(task_spec, run.xcoms, max_bytes=None)
+    task_spec = with_results(task_spec, run.xcoms, max_bytes=None, mapped=run.mapped_xcoms)
     success = bool(request.data.get("success"))
     return CallbackSpec(
         kind=DAG_KIND,
@@ -133,7 +146,9 @@ def lost_callback_spec(
         plugins_folder=settings.plugins_folder,
         default_deferrable=settings.default_deferrable,
     )
-    spec = with_results(spec, run.xcoms, max_bytes=settings.max_xcom_size_bytes)
+    spec = with_results(
+        spec, run.xcoms, max_bytes=settings.max_xcom_size_bytes, mapped=run.mapped_xcoms
+    )
     reason = outcome.reason or "the task process ended without reporting an outcome"
     return CallbackSpec(
         kind=TASK,
@@ -141,6 +156,7 @@ def lost_callback_spec(
         spec=spec.to_json(),
         error=reason,
         timed_out=reason.startswith("execution_timeout"),
+        map_index=run.map_index,
     )
 
 
@@ -151,12 +167,16 @@ class CallbackRunner:
         self,
         *,
         db: Database,
+        cipher: KwargsCipher,
         settings: ExecutorSettings,
         environment: Mapping[str, str],
         concurrency: int = CALLBACK_CONCURRENCY,
         timeout_s: float = CALLBACK_TIMEOUT_S,
+        retry_delay_s: float = CALLBACK_RETRY_DELAY_S,
     ) -> None:
         self._db = db
+        self._cipher = cipher
+        self.retry_delay_s = retry_delay_s
         self.settings = settings
         self._environment = dict(environment)
         self.concurrency = concurrency
@@ -206,7 +226,10 @@ class CallbackRunner:
 
     async def _run_request(self, request: callbacks_sql.Request) -> None:
         """Run one request and delete it. A database error leaves it claimed by this
-        executor: it is claimed again at a later poll."""
+        executor: it is claimed again at a later poll. So does a child that cannot start
+        (``OSError``: out of processes, file descriptors) or any other failure of this one
+        request, after ``retry_delay_s``: it never takes the executor down."""
+        fields = {"request_id": request.id, "dag_id": request.dag_id}
         try:
             await self._run_and_delete(request)
         except DatabaseError as exc:
@@ -214,8 +237,26 @@ class CallbackRunner:
                 "Callback request %s: the database failed (%s); it will run again",
                 request.id,
                 exc,
-                extra={"action": "callback_retry", "request_id": request.id},
+                extra={"action": "callback_retry", **fields},
             )
+        except OSError as exc:
+            logger.error(
+                "Callback request %s: cannot start its process (%s); trying again in %gs",
+                request.id,
+                exc,
+                self.retry_delay_s,
+                extra={"action": "callback_spawn_failed", **fields},
+            )
+            await anyio.sleep(self.retry_delay_s)  # keeps the request (and its slot) a moment
+        except Exception as exc:
+            logger.exception(
+                "Callback request %s failed unexpectedly (%s); trying again in %gs",
+                request.id,
+                exc,
+                self.retry_delay_s,
+                extra={"action": "callback_failed", **fields},
+            )
+            await anyio.sleep(self.retry_delay_s)
         finally:
             self._running.discard(request.id)
             self.nudge()
@@ -257,7 +298,12 @@ class CallbackRunner:
         spec = CallbackSpec(**request.data["callback_spec"])
         task_spec = TaskSpec.from_json(spec.spec)
         path = log_path(
-            folder, task_spec.dag_id, task_spec.run_id, task_spec.task_id, task_spec.try_number
+            folder,
+            task_spec.dag_id,
+            task_spec.run_id,
+            task_spec.task_id,
+            task_spec.try_number,
+            map_index=spec.map_index,
         )
         return spec, path
 
@@ -266,27 +312,20 @@ class CallbackRunner:
     ) -> None:
         log = TaskLogWriter(path, secrets=self.settings.secrets)
         try:
-            await log.write(
-                f"=== running {spec.callback} in a fresh process (callback request "
-                f"{request.id}) ===\n".encode()
+            process, channel = await self._spawn(request)  # none: no header in the log
+            server = TaskRequestServer(
+                db=self._db,
+                cipher=self._cipher,
+                mask=log.add_secrets,
+                log_fields={"request_id": request.id, "dag_id": request.dag_id},
             )
-            process = await anyio.open_process(
-                [
-                    sys.executable,
-                    "-P",
-                    "-m",
-                    "engine.executor.callback_runner",
-                    "--request-id",
-                    str(request.id),
-                ],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                env=self._environment,
-            )
-            async with process:
+            async with process, anyio.create_task_group() as tg:
+                tg.start_soon(server.serve, channel)  # owns the channel: closes it when done
                 try:
+                    await log.write(
+                        f"=== running {spec.callback} in a fresh process (callback request "
+                        f"{request.id}) ===\n".encode()
+                    )
                     assert process.stdin is not None
                     with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
                         await process.stdin.send(spec.to_json().encode() + b"\n")
@@ -295,10 +334,41 @@ class CallbackRunner:
                     if process.returncode is None:
                         with suppress(ProcessLookupError, PermissionError):
                             os.killpg(process.pid, signal.SIGKILL)
+                    tg.cancel_scope.cancel()  # what the child left holding its channel
             code = process.returncode
             await log.write(f"=== {spec.callback} process exited with code {code} ===\n".encode())
         finally:
             log.close()
+
+    async def _spawn(self, request: callbacks_sql.Request) -> tuple[Process, socket.socket]:
+        """The child of ``request`` and the executor's end of its request channel;
+        ``OSError`` when it cannot start."""
+        ours, theirs = socket.socketpair()
+        try:
+            process = await anyio.open_process(
+                [
+                    sys.executable,
+                    "-P",
+                    "-m",
+                    "engine.executor.callback_runner",
+                    "--request-id",
+                    str(request.id),
+                    "--channel-fd",
+                    str(theirs.fileno()),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                env=self._environment,
+                pass_fds=(theirs.fileno(),),
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()  # the child has its copy
+        return process, ours
 
     async def _wait(
         self,

@@ -158,6 +158,7 @@ class LocalExecutor:
                 outer.start_soon(self._watch_external_changes, job_id)
                 callbacks = CallbackRunner(
                     db=self._db,
+                    cipher=self._cipher,
                     settings=settings,
                     environment=task_environment(os.environ, settings.secrets),
                 )

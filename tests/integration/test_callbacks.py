@@ -20,7 +20,8 @@ from sqlalchemy import select
 from engine.crypto import KwargsCipher
 from engine.db import models
 from engine.db.models import DagRun, TaskInstance, TaskState
-from engine.db.queries import callbacks, runs
+from engine.db.queries import callbacks, connections, runs
+from engine.executor.callbacks import dag_callback_log
 from engine.executor.local import ExecutorSettings, LocalExecutor
 from engine.executor.task_logs import read_task_log
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
@@ -43,7 +44,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from engine import DAG, PythonOperator
+from engine import DAG, PythonOperator, task
+from engine.authoring import Connection, Variable
 from engine.exceptions import AirflowSkipException
 
 MARKS = Path({marks!r})
@@ -53,9 +55,13 @@ def mark(name):
     def callback(context):
         exception = context.get("exception")
         ti = context.get("ti")
+        task = context.get("task")
+        print(f"callback {{name}} ran")
         line = {{
-            "task": None if context.get("task") is None else context["task"].task_id,
+            "task": None if task is None else task.task_id,
+            "args": getattr(task, "op_kwargs", None),
             "try": None if ti is None else ti.try_number,
+            "map_index": None if ti is None else ti.map_index,
             "run_id": context["run_id"],
             "dag": context["dag"].dag_id,
             "exception": None if exception is None else type(exception).__name__,
@@ -63,6 +69,18 @@ def mark(name):
             "reason": context.get("reason"),
             "pid": os.getpid(),
         }}
+        with open(MARKS / f"{{name}}.jsonl", "a") as out:
+            out.write(json.dumps(line) + "\\n")
+
+    callback.__name__ = name
+    return callback
+
+
+def reads_secrets(name):
+    def callback(context):
+        conn = Connection.get("slack")
+        print(f"the password is {{conn.password}}")
+        line = {{"variable": Variable.get("channel"), "login": conn.login, "pid": os.getpid()}}
         with open(MARKS / f"{{name}}.jsonl", "a") as out:
             out.write(json.dumps(line) + "\\n")
 
@@ -93,6 +111,23 @@ def hangs():
 
 def crashes():
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+@task
+def fails_for(x):
+    if x == 2:
+        raise ValueError(f"copy boom {{x}}")
+    return x
+
+
+@task
+def double(x):
+    return x * 2
+
+
+@task(execution_timeout=timedelta(seconds=10), on_failure_callback=mark("copy_timeout"))
+def hangs_for(x):
+    hangs()
 
 
 with DAG(
@@ -144,6 +179,19 @@ with DAG("killed"):
         retries=1,
         retry_delay=timedelta(days=1),
         on_retry_callback=mark("crash_retry"),
+    )
+
+with DAG("mapped_leaf", on_failure_callback=mark("mapped_dag_failure")):
+    fails_for.expand(x=[1, 2])  # the failed copy (map_index 1) ends the run
+
+with DAG("mapped_killed"):
+    hangs_for.expand(x=double.expand(x=[5]))  # a copy over another mapped task's results
+
+with DAG("secrets", on_failure_callback=reads_secrets("secrets_dag")):
+    PythonOperator(
+        task_id="crashes",
+        python_callable=crashes,
+        on_failure_callback=reads_secrets("secrets_task"),
     )
 """
 
@@ -334,3 +382,71 @@ async def test_a_run_past_its_dagrun_timeout_calls_the_dag_failure_callback(env:
         "timed_out",
         run_id,
     )
+
+
+async def test_a_dag_callback_built_around_a_failed_copy_of_a_mapped_task_runs(env: Env) -> None:
+    run_pk, run_id = env.trigger("mapped_leaf")
+    with anyio.fail_after(240):
+        async with env.executor():
+            assert await env.run_to_end(run_pk) == "failed"
+            await env.callbacks_done("mapped_dag_failure")
+    (failure,) = env.marked("mapped_dag_failure")
+    assert (failure["reason"], failure["task"], failure["run_id"]) == (
+        "task_failure",
+        "fails_for",
+        run_id,
+    )
+    assert (failure["map_index"], failure["args"]) == (1, {"x": 2})  # the copy that failed
+
+
+async def test_a_mapped_copy_killed_at_its_timeout_runs_its_failure_callback_into_its_log(
+    env: Env,
+) -> None:
+    run_pk, run_id = env.trigger("mapped_killed")
+    with anyio.fail_after(240):
+        async with env.executor():
+            assert await env.run_to_end(run_pk) == "failed"
+            await env.callbacks_done("copy_timeout")
+    (timeout,) = env.marked("copy_timeout")
+    assert (timeout["task"], timeout["map_index"], timeout["exception"]) == (
+        "hangs_for",
+        0,
+        "AirflowTaskTimeout",
+    )
+    assert timeout["args"] == {"x": 10}  # unmapped over the results of double's copies
+    folder = env.settings.task_log_folder
+    log = read_task_log(folder, "mapped_killed", run_id, "hangs_for", 1, map_index=0)
+    assert "running on_failure_callback in a fresh process" in log
+    assert "callback copy_timeout ran" in log
+    assert not (folder / "mapped_killed" / run_id / "hangs_for" / "attempt=1.log").exists()
+
+
+async def test_callbacks_in_a_fresh_process_read_connections_and_variables_masked(
+    env: Env,
+) -> None:
+    password = "hunter2-callback-secret"
+
+    def define(session: Any) -> None:
+        fields = {"conn_type": "http", "login": "bot", "password": password}
+        connections.upsert_connection(session, env.cipher, "slack", fields)
+        connections.set_variable(
+            session, cipher=env.cipher, key="channel", value="#alerts", description=None
+        )
+
+    env.db.call(define)
+    run_pk, run_id = env.trigger("secrets")
+    with anyio.fail_after(240):
+        async with env.executor():
+            assert await env.run_to_end(run_pk) == "failed"
+            await env.callbacks_done("secrets_task", "secrets_dag")
+    crashed_pid = env.task_instances(run_pk)["crashes"].pid
+    for name in ("secrets_task", "secrets_dag"):
+        (line,) = env.marked(name)
+        assert (line["variable"], line["login"]) == ("#alerts", "bot")
+        assert line["pid"] != crashed_pid
+    folder = env.settings.task_log_folder
+    task_log = read_task_log(folder, "secrets", run_id, "crashes", 1)
+    dag_log = dag_callback_log(folder, "secrets", run_id).read_text()
+    for log in (task_log, dag_log):
+        assert "the password is ***" in log
+        assert password not in log

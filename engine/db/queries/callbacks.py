@@ -4,8 +4,9 @@ Two kinds, as Airflow's callback requests:
 
 - ``dag``: the scheduler ended a run of a DAG that has an ``on_success_callback`` /
   ``on_failure_callback``; written in the transaction that ends the run. ``data`` holds the
-  ``reason`` (``success`` / ``task_failure``) and the task whose context the callback gets
-  (for a failure the failed task that ended last, else the task that ended last).
+  ``reason`` (``success`` / ``task_failure``) and the task (``task_id``, ``try_number``,
+  ``map_index``) whose context the callback gets (for a failure the failed task that ended
+  last, else the task that ended last).
 - ``task``: a task's process could not run its own outcome callback (killed at its
   ``execution_timeout``, crashed): written in the transaction that records the outcome;
   ``data`` holds the ``callback`` to run, the ``error`` and the task's ``spec``.
@@ -24,6 +25,7 @@ from sqlalchemy import case, delete, insert, or_, select, true, update
 from engine.db.database import is_postgres
 from engine.db.models import CallbackRequest, Dag, DagRun, DagRunState, TaskInstance, TaskState
 from engine.db.queries import jobs
+from engine.db.queries import mapping as mapping_sql
 from engine.db.queries.tasks import EXECUTOR_JOB, run_results, triggering_events
 
 if TYPE_CHECKING:
@@ -62,10 +64,11 @@ def request_task_callback(
     )
 
 
-def _context_task(session: Session, run_pk: int, *, failed: bool) -> tuple[str, int] | None:
-    """(task_id, try_number) whose context a DAG callback gets: the failed task that ended
-    last for a failure, the task that ended last for a success."""
-    query = select(TaskInstance.task_id, TaskInstance.try_number).where(
+def _context_task(session: Session, run_pk: int, *, failed: bool) -> tuple[str, int, int] | None:
+    """(task_id, try_number, map_index) whose context a DAG callback gets: the failed task
+    (or copy of a mapped task) that ended last for a failure, the one that ended last for a
+    success."""
+    query = select(TaskInstance.task_id, TaskInstance.try_number, TaskInstance.map_index).where(
         TaskInstance.dag_run_id == run_pk
     )
     if failed:  # a task that failed itself first, then one whose upstream did
@@ -76,7 +79,7 @@ def _context_task(session: Session, run_pk: int, *, failed: bool) -> tuple[str, 
         TaskInstance.end_date.is_(None), TaskInstance.end_date.desc(), TaskInstance.id.desc()
     )
     row = session.execute(query.limit(1)).first()
-    return None if row is None else (str(row[0]), int(row[1]))
+    return None if row is None else (str(row[0]), int(row[1]), int(row[2]))
 
 
 def request_dag_callback(
@@ -106,6 +109,7 @@ def request_dag_callback(
         "success": not failed,
         "task_id": None if found is None else found[0],
         "try_number": None if found is None else found[1],
+        "map_index": -1 if found is None else found[2],
     }
     session.execute(
         insert(CallbackRequest).values(
@@ -171,6 +175,8 @@ class CallbackRun:
     run: dict[str, Any]
     events: tuple[EventRow, ...]
     xcoms: dict[str, dict[str, Any]]
+    #: the results of the run's copies of mapped tasks (``mapping.mapped_run_results``)
+    mapped_xcoms: dict[str, dict[str, dict[str, Any]]]
 
 
 def load_callback_run(session: Session, dag_id: str, run_id: str) -> CallbackRun | None:
@@ -200,4 +206,5 @@ def load_callback_run(session: Session, dag_id: str, run_id: str) -> CallbackRun
         },
         events=tuple(triggering_events(session, dag_run.id)),
         xcoms=run_results(session, dag_run.id),
+        mapped_xcoms=mapping_sql.mapped_run_results(session, dag_run.id),
     )

@@ -136,3 +136,53 @@ def test_a_dag_callback_gets_the_run_context_and_the_reason(callback_spec_for) -
     )
     assert run_callback_spec(spec) == []
     assert _calls(task_spec) == [("dag_success", "fails", "NoneType", "success")]
+
+
+MAPPED_DAG = """
+from engine import DAG, task
+
+CALLS = []
+
+
+def record(context):
+    CALLS.append((type(context["task"]).__name__, context["ti"].map_index, context["reason"]))
+
+
+@task
+def each(x):
+    return x
+
+
+with DAG("cbmapped", on_failure_callback=record):
+    each.expand(x=[])
+"""
+
+
+def test_a_dag_callback_around_a_mapped_task_that_is_no_copy_gets_it_as_it_is(
+    tmp_path: Path,
+) -> None:
+    dag_file = tmp_path / "cb_mapped_dag.py"
+    dag_file.write_text(textwrap.dedent(MAPPED_DAG))
+    context = build_context(
+        dag_id="cbmapped",
+        run_id="r",
+        task_id="each",
+        try_number=1,
+        events=[],
+        default_deferrable=False,
+    )  # map_index -1: the mapped task expanded to nothing (skipped) and ended the run
+    task_spec = TaskSpec(
+        ti_id=0,
+        dag_id="cbmapped",
+        run_id="r",
+        task_id="each",
+        fileloc=str(dag_file),
+        try_number=1,
+        try_started_at=datetime.now(UTC).isoformat(),
+        context=dumps(context),
+    )
+    spec = CallbackSpec(
+        kind="dag", callback="on_failure_callback", spec=task_spec.to_json(), reason="task_failure"
+    )
+    assert run_callback_spec(spec) == []
+    assert _calls(task_spec) == [("MappedOperator", -1, "task_failure")]
