@@ -104,6 +104,27 @@ _warned: set[tuple[str, str]] = set()
 _partial_factory: Callable[[type[BaseOperator], dict[str, Any]], Any] | None = None
 
 
+#: the task results a value refers to (``engine.authoring.xcom.iter_references``)
+_reference_finder: Callable[[Any], Iterable[DependencyMixin]] | None = None
+
+
+def set_reference_finder(finder: Callable[[Any], Iterable[DependencyMixin]]) -> None:
+    """Install how an operator finds the task results its template fields refer to (the
+    results module builds on this one)."""
+    global _reference_finder
+    _reference_finder = finder
+
+
+def _depend_on_referenced_results(operator: BaseOperator) -> None:
+    """A task result given to a template field (``values=other.output``) makes its task
+    upstream, as in Airflow: the value is pulled when the field is rendered."""
+    if _reference_finder is None:
+        return
+    for name in getattr(operator, "template_fields", ()):
+        for reference in _reference_finder(getattr(operator, name, None)):
+            operator.set_upstream(reference)
+
+
 def set_partial_factory(factory: Callable[[type[BaseOperator], dict[str, Any]], Any]) -> None:
     """Install ``BaseOperator.partial``'s implementation (mapping builds on this module)."""
     global _partial_factory
@@ -562,6 +583,7 @@ def applies_default_args(init: Callable[..., None]) -> Callable[..., None]:
             return
         self.__dict__[DEFAULT_ARGS_MARK] = True
         init(self, *args, **_with_default_args(type(self), kwargs))
+        _depend_on_referenced_results(self)
 
     setattr(wrapper, DEFAULT_ARGS_MARK, True)
     return wrapper

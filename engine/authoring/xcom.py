@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from engine.authoring.context import DagDefinitionError, caller_location
-from engine.authoring.dag import BaseOperator, DependencyMixin
+from engine.authoring.dag import BaseOperator, DependencyMixin, set_reference_finder
 from engine.authoring.params import NOTSET, DagParam
 from engine.authoring.runtime_context import XCOM_RETURN_KEY
 from engine.exceptions import AirflowException
@@ -280,3 +280,6 @@ def resolve_references(value: Any, context: Mapping[str, Any]) -> Any:
         return item
 
     return _walk(value, resolve)
+
+
+set_reference_finder(iter_references)

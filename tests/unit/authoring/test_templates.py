@@ -226,9 +226,8 @@ def test_a_result_or_a_dag_param_in_a_template_field_becomes_its_value() -> None
         )
 
     op = flow().get_task("t")
-    # Airflow links a custom operator's template fields to the results in them; Sluice's
-    # BaseOperator does not yet (BashOperator and PythonOperator do)
-    assert op.upstream_task_ids == set()
+    # as in Airflow, a result in a custom operator's template field makes its task upstream
+    assert op.upstream_task_ids == {"up"}
     context = context_for(op, xcoms={"up": {"return_value": serialize_value(["{{ ds }}"])}})
     render_template_fields(op, context)
     assert op.text == ["{{ ds }}"]  # a result is a value, never rendered

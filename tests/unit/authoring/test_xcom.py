@@ -25,6 +25,7 @@ from engine import (
 from engine.authoring.dag import take_registered_dags
 from engine.authoring.operators import returns_a_mapping
 from engine.authoring.runtime_context import RuntimeTaskInstance, hydrate_context
+from engine.authoring.templates import render_template_fields
 from engine.authoring.xcom import XComNotFound, iter_references
 from engine.executor.task_runner import (
     FAILED,
@@ -176,6 +177,30 @@ def test_references_inside_lists_and_dicts_and_classic_operators() -> None:
         "named": {"x": 5},
         "rest": (7, {1, 2}),
     }
+
+
+class SumIt(BaseOperator):
+    """A custom operator taking a result in a template field (Airflow's mapping example)."""
+
+    template_fields = ("values",)
+
+    def __init__(self, values: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.values = values
+
+    def execute(self, context: Any) -> int:
+        return sum(self.values)
+
+
+def test_a_result_in_a_custom_operators_template_field_makes_its_task_upstream() -> None:
+    with DAG("flow", auto_register=False):
+        numbers = PythonOperator(task_id="numbers", python_callable=lambda: [1, 2])
+        plain = SumIt(task_id="plain", values=[3, 4])
+        summed = SumIt(task_id="summed", values=numbers.output)
+    assert summed.upstream_task_ids == {"numbers"} and plain.upstream_task_ids == set()
+    context = context_for(summed, {"numbers": {"return_value": [1, 2]}})
+    render_template_fields(summed, context)
+    assert summed.execute(context) == 3
 
 
 def test_an_xcom_arg_links_like_its_task() -> None:
