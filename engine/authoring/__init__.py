@@ -42,6 +42,7 @@ from engine.authoring.external_task import ExternalTaskSensor
 from engine.authoring.groups import TaskGroup, chain, cross_downstream, task_group
 from engine.authoring.operators import EmptyOperator, PythonOperator, task
 from engine.authoring.params import Param
+from engine.authoring.runtime_context import get_current_context
 from engine.authoring.sensor_base import BaseSensorOperator, PokeReturnValue
 from engine.authoring.standard_sensors import (
     BashSensor,
@@ -115,6 +116,7 @@ __all__: tuple[str, ...] = (
     "XComArg",
     "chain",
     "cross_downstream",
+    "get_current_context",
     "resolve_deferrable",
     "task",
     "task_group",

@@ -44,7 +44,8 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -602,6 +603,31 @@ def _mapped_results(raw: object) -> dict[str, dict[int, Mapping[str, Any]]]:
     }
 
 
+#: the contexts of the task code running now, innermost last (``get_current_context``)
+_running: list[dict[str, Any]] = []
+
+
+@contextmanager
+def running_with(context: dict[str, Any]) -> Iterator[None]:
+    """Make ``context`` what ``get_current_context()`` returns while the task code runs."""
+    _running.append(context)
+    try:
+        yield
+    finally:
+        _running.pop()
+
+
+def get_current_context() -> dict[str, Any]:
+    """The running task's context, as Airflow's ``get_current_context()``: for code deep
+    inside a task that was not handed the context. Outside a running task it raises."""
+    if not _running:
+        raise RuntimeError(
+            "get_current_context() was called outside a running task: the context exists "
+            "only while a task's execute (or a @task function) runs"
+        )
+    return _running[-1]
+
+
 def hydrate_context(raw: Mapping[str, Any], task: BaseOperator) -> dict[str, Any]:
     """The context ``task`` sees, from the plain data the executor sent (keys above).
 
@@ -643,4 +669,7 @@ def hydrate_context(raw: Mapping[str, Any], task: BaseOperator) -> dict[str, Any
         var=VariableAccessors(),
         conn=ConnectionAccessor(),
     )
+    if context["ds_nodash"] is not None:  # Airflow's, for runs with a logical date
+        key = f"{dag_run.dag_id}__{task.task_id}__{context['ds_nodash']}"
+        context["task_instance_key_str"] = key
     return context

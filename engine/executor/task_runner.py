@@ -82,6 +82,7 @@ from engine.authoring.runtime_context import (
     encode_result,
     hydrate_context,
     is_metadata_result,
+    running_with,
 )
 from engine.authoring.templates import render_template_fields
 from engine.exceptions import (
@@ -463,7 +464,8 @@ def run_task(
                 context,
                 what=f"task {task.task_id!r} on_execute_callback",
             )
-            value = _call(task, spec, context)
+            with running_with(context):
+                value = _call(task, spec, context)
         outlet_events = collect_outlet_events(context, task, value)
         if is_metadata_result(value):
             value = None

@@ -103,6 +103,7 @@ def test_hydrate_context_gives_airflow_keys_with_pendulum_datetimes() -> None:
     assert context["logical_date"] == LOGICAL and context["logical_date"].timezone_name == "UTC"
     assert (context["ds"], context["ds_nodash"]) == ("2026-03-08", "20260308")
     assert context["ts"] == "2026-03-08T07:30:00+00:00"
+    assert context["task_instance_key_str"] == "ctx__work__20260308"  # a @task may take it
     assert (context["ts_nodash"], context["ts_nodash_with_tz"]) == (
         "20260308T073000",
         "20260308T073000+0000",
@@ -134,6 +135,7 @@ def test_a_run_without_logical_date_has_no_date_strings() -> None:
     context = hydrate_context(raw, build())
     assert context["logical_date"] is None
     assert all(context[key] is None for key in ("ds", "ds_nodash", "ts", "ts_nodash"))
+    assert "task_instance_key_str" not in context
     assert context["dag_run"].conf == {} and context["params"] == {"limit": 10, "tag": "a"}
 
 

@@ -20,6 +20,7 @@ from engine import (
     TaskGroup,
     XComArg,
     dag,
+    get_current_context,
     task,
 )
 from engine.authoring.dag import take_registered_dags
@@ -393,7 +394,20 @@ def pushes(ti):
     return ti.xcom_pull(task_ids="parts", key="b")
 
 
+def deep_inside():
+    from engine import get_current_context
+
+    context = get_current_context()
+    return [context["ti"].task_id, context["run_id"]]
+
+
+@task
+def current():
+    return deep_inside()
+
+
 with DAG("unit_results"):
+    current()
     opaque()
     big()
     p = parts()
@@ -477,3 +491,10 @@ def test_with_results_travels_in_the_spec() -> None:
     again = TaskSpec.from_json(carried.to_json())
     assert again.max_xcom_size_bytes == 10 and again.xcoms is not None
     assert deserialize_value(json.loads(again.xcoms)["a"]["return_value"]) == AT
+
+
+def test_get_current_context_gives_the_running_tasks_context(run_in_process) -> None:
+    result = run_in_process("current")
+    assert result.outcome == SUCCESS and result.xcoms == {"return_value": ["current", "r"]}
+    with pytest.raises(RuntimeError, match="outside a running task"):
+        get_current_context()
