@@ -40,6 +40,7 @@ from engine.executor.outcomes import Decision, build_spec
 from engine.executor.task_logs import TaskLogWriter, log_path, safe_component
 from engine.executor.task_requests import TaskRequestServer
 from engine.executor.task_runner import TaskSpec, build_context, with_results
+from engine.retry import Backoff
 from triggers.serde import dumps
 
 if TYPE_CHECKING:
@@ -183,6 +184,7 @@ class CallbackRunner:
         self.timeout_s = timeout_s
         self._running: set[int] = set()
         self._changed = anyio.Event()
+        self._claim_backoff = Backoff(self.settings.poll_interval_s)
         self.ran = 0
 
     def __repr__(self) -> str:
@@ -215,11 +217,18 @@ class CallbackRunner:
         )
         try:
             requests = await self._db.run(claim)
-        except DatabaseError as exc:  # the database is away: try again at the next poll
+        except DatabaseError as exc:  # the database is away: try again, backing off
+            delay = self._claim_backoff.failed()
             logger.warning(
-                "Claiming callback requests failed: %s", exc, extra={"action": "claim_failed"}
+                "Claiming callback requests failed (%d in a row), retrying in %.2fs: %s",
+                self._claim_backoff.failures,
+                delay,
+                exc,
+                extra={"action": "claim_failed", "failures": self._claim_backoff.failures},
             )
+            await anyio.sleep(delay)
             return
+        self._claim_backoff.succeeded()
         for request in requests:
             self._running.add(request.id)
             tg.start_soon(self._run_request, request, name=f"callback request {request.id}")
