@@ -21,6 +21,7 @@ import faulthandler
 import json
 import os
 import sys
+import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from datetime import UTC
@@ -51,6 +52,8 @@ if TYPE_CHECKING:
 
 
 TRACEBACK_MAX_CHARS: Final = 20_000
+#: the stack is dumped at least this long after start, even when the moment has passed
+MIN_DUMP_DELAY_S: Final = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,17 +392,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dags-folder", type=Path)
     parser.add_argument("--plugins-folder", type=Path)
     parser.add_argument(
-        "--dump-stack-after",
+        "--dump-stack-at",
         type=float,
-        help="seconds after which to print every thread's stack to stderr (shows where a "
-        "file hangs before the parent kills this process)",
+        help="the time (Unix seconds) at which to print every thread's stack to stderr (shows "
+        "where a file hangs before the parent kills this process; a moment, not a delay, so "
+        "that the time this process took to start counts)",
     )
     parser.add_argument("file", type=Path)
     args = parser.parse_args(argv)
     result_fd = os.dup(1)
     os.dup2(2, 1)  # what the DAG file prints goes to stderr; stdout carries the result
-    if args.dump_stack_after:
-        faulthandler.dump_traceback_later(args.dump_stack_after, exit=False)
+    if args.dump_stack_at:
+        delay = max(args.dump_stack_at - time.time(), MIN_DUMP_DELAY_S)
+        faulthandler.dump_traceback_later(delay, exit=False)
     add_import_paths(args.dags_folder, args.plugins_folder)
     try:
         result = parse_file(args.file)

@@ -21,6 +21,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -101,7 +102,8 @@ def _child_command(path: Path, settings: DagProcessorSettings) -> list[str]:
     command += ["--dags-folder", str(settings.dags_folder)]
     if settings.plugins_folder is not None:
         command += ["--plugins-folder", str(settings.plugins_folder)]
-    command += ["--dump-stack-after", f"{settings.file_timeout_s * STACK_DUMP_FRACTION:.3f}"]
+    dump_at = time.time() + settings.file_timeout_s * STACK_DUMP_FRACTION
+    command += ["--dump-stack-at", f"{dump_at:.3f}"]
     return [*command, str(path)]
 
 
