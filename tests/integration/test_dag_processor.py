@@ -110,7 +110,7 @@ def processor(database: Database, cipher: KwargsCipher, dags_folder: Path) -> Da
     settings = DagProcessorSettings(
         dags_folder=dags_folder,
         plugins_folder=dags_folder.parent / "plugins",
-        file_timeout_s=2.0,
+        file_timeout_s=5.0,  # several files parse at once on 2 cores: room for slow starts
         refresh_interval_s=60.0,
     )
     return DagProcessor(db=database, cipher=cipher, settings=settings)
