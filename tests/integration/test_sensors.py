@@ -27,7 +27,7 @@ from engine.executor.local import LocalExecutor
 from engine.executor.task_logs import read_task_log
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from tests.integration.harness import fast_executor_settings, parsed_database
-from tests.waiting import eventually
+from tests.waiting import eventually, wait_until
 from triggers.serde import deserialize_value
 
 if TYPE_CHECKING:
@@ -238,6 +238,8 @@ async def test_bash_sensor_pokes_until_exit_zero_and_fails_on_another_code(env: 
             broken = await env.until(tis["bash_broken"], TaskState.SUCCESS, TaskState.FAILED)
             running = await env.until(tis["bash"], TaskState.RUNNING)
             assert running.state == TaskState.RUNNING  # poke mode: it holds its slot
+            not_yet = "Command exited with return code 1"  # a first poke found no flag
+            await wait_until(lambda: not_yet in env.log("sensors", run_id, "bash"), within=30)
             (env.dags / "bash_flag").write_text("")
             done = await env.until(tis["bash"], TaskState.SUCCESS, TaskState.FAILED)
     assert done.state == TaskState.SUCCESS
