@@ -183,9 +183,52 @@ class RedactSecrets(logging.Filter):
         return True
 
 
+#: aiokafka's lines for a bootstrap that found no broker: the Kafka producer raises
+#: ``BrokerUnavailable`` for it, which the triggerer reports (once per watcher)
+_KAFKA_BOOTSTRAP_FAILURES: Final = frozenset(
+    {'Unable connect to "%s:%s": %s', 'Unable to request metadata from "%s:%s": %s'}
+)
+#: a library line repeated within this many seconds is dropped (e.g. aiokafka's reconnects)
+LIBRARY_REPEAT_WINDOW_S: Final = 300.0
+
+
+class QuietLibraries(logging.Filter):
+    """Keeps the retry loops of the broker libraries from flooding the log.
+
+    aiokafka logs every failed connection attempt at ERROR, and retries every 100 ms or so
+    on its own. What Sluice reports itself (a bootstrap that found no broker: the watcher's
+    one warning names its address) is dropped; any other line of these libraries goes
+    through once per ``LIBRARY_REPEAT_WINDOW_S`` per message template.
+    """
+
+    LIBRARIES: Final = ("aiokafka", "botocore", "aiobotocore")
+
+    def __init__(self, window_s: float = LIBRARY_REPEAT_WINDOW_S) -> None:
+        super().__init__()
+        self._window_s = window_s
+        self._last: dict[tuple[str, str], float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        name = record.name
+        if not name.startswith(self.LIBRARIES) or record.levelno < logging.WARNING:
+            return True
+        template = str(record.msg)
+        if name == "aiokafka" and template in _KAFKA_BOOTSTRAP_FAILURES:
+            return False
+        key = (name, template)
+        last = self._last.get(key)
+        if last is not None and record.created - last < self._window_s:
+            return False
+        if len(self._last) > 1000:  # bounded: templates are few, but never grow forever
+            self._last.clear()
+        self._last[key] = record.created
+        return True
+
+
 def configure_logging(level: str = "INFO", fmt: str = "text", secrets: Iterable[str] = ()) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(QuietLibraries())
     handler.addFilter(ContextFields())
     handler.addFilter(RedactSecrets(secrets))
     root = logging.getLogger()

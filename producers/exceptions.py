@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from triggers.exceptions import UpstreamUnavailable
+
 
 class ProducerError(Exception):
     """Root of every error raised by the ``producers`` package."""
 
 
-class BrokerUnavailable(ProducerError):
-    """The broker cannot be reached; the caller retries with backoff."""
+class BrokerUnavailable(ProducerError, UpstreamUnavailable):
+    """The broker cannot be reached; the caller retries with backoff.
+
+    ``address`` names the broker (the Kafka bootstrap servers, the SQS queue URL): the
+    triggerer's one warning for a watcher whose broker is down shows it.
+    """
 
 
 class ProducerConfigError(ProducerError):

@@ -145,6 +145,11 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self.stats = KafkaProducerStats()
 
     @property
+    def address(self) -> str:
+        """The bootstrap servers, ``host:port[,host:port]``: where the broker is."""
+        return self.connection.servers_text
+
+    @property
     def where(self) -> str:
         """``servers group=... topics=...``, for messages."""
         return f"{self.connection.servers_text} group={self.group_id!r} topics={list(self.topics)}"
@@ -163,7 +168,9 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                     timeout_ms=FETCH_WAIT_MS, max_records=self._max_poll_records
                 )
             except (kafka_errors.KafkaError, kafka_errors.ConsumerStoppedError) as exc:
-                raise translate_kafka_error(exc, doing="fetching", where=self.where) from exc
+                raise translate_kafka_error(
+                    exc, doing="fetching", where=self.where, address=self.address
+                ) from exc
             if fetched:
                 logger.debug(
                     "Fetched %d record(s) from %d partition(s)",
@@ -203,7 +210,9 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 await self._dead_letters.start()
         except kafka_errors.KafkaError as exc:
             await self._stop_clients()
-            raise translate_kafka_error(exc, doing="connecting", where=self.where) from exc
+            raise translate_kafka_error(
+                exc, doing="connecting", where=self.where, address=self.address
+            ) from exc
         logger.info(
             "Kafka consumer started for %s (on_unclean=%s, dead_letter_topic=%s)",
             self.where,
@@ -280,7 +289,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         except TimeoutError as exc:
             raise BrokerUnavailable(
                 f"committing offset {offset} of {topic}/{partition} at {self.where} took more "
-                f"than {self._advance_timeout_s}s; the broker is unreachable or overloaded"
+                f"than {self._advance_timeout_s}s; the broker is unreachable or overloaded",
+                address=self.address,
             ) from exc
         except (kafka_errors.CommitFailedError, kafka_errors.IllegalStateError) as exc:
             logger.warning(
@@ -294,7 +304,9 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             )
             return
         except kafka_errors.KafkaError as exc:
-            raise translate_kafka_error(exc, doing="committing", where=self.where) from exc
+            raise translate_kafka_error(
+                exc, doing="committing", where=self.where, address=self.address
+            ) from exc
         self._book.committed(key, offset)
         self.stats.commits += 1
         logger.debug(
@@ -333,11 +345,12 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         except TimeoutError as exc:
             raise BrokerUnavailable(
                 f"sending {len(items)} message(s) to dead-letter topic {topic!r} at "
-                f"{self.where} took more than {self._advance_timeout_s}s"
+                f"{self.where} took more than {self._advance_timeout_s}s",
+                address=self.address,
             ) from exc
         except kafka_errors.KafkaError as exc:
             raise translate_kafka_error(
-                exc, doing=f"dead-lettering to {topic!r}", where=self.where
+                exc, doing=f"dead-lettering to {topic!r}", where=self.where, address=self.address
             ) from exc
         self.stats.dead_lettered += len(items)
         for item, message in items:

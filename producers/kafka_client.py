@@ -202,8 +202,11 @@ def message_from_record(record: Any, settings_digest: str = "") -> KafkaMessage:
     )
 
 
-def translate_kafka_error(exc: BaseException, *, doing: str, where: str) -> ProducerError:
-    """The ``producers.exceptions`` error for an aiokafka failure (raise it ``from exc``)."""
+def translate_kafka_error(
+    exc: BaseException, *, doing: str, where: str, address: str | None = None
+) -> ProducerError:
+    """The ``producers.exceptions`` error for an aiokafka failure (raise it ``from exc``);
+    ``address`` (the bootstrap servers) goes on a ``BrokerUnavailable``."""
     detail = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, _CONFIG_ERRORS):
         return ProducerConfigError(
@@ -213,6 +216,7 @@ def translate_kafka_error(exc: BaseException, *, doing: str, where: str) -> Prod
     if isinstance(exc, _UNAVAILABLE_ERRORS) or getattr(exc, "retriable", False):
         return BrokerUnavailable(
             f"the Kafka broker is unreachable while {doing} at {where}: {detail}; check "
-            "bootstrap_servers and that the broker is up (the watchers restart with backoff)"
+            "bootstrap_servers and that the broker is up (the watchers restart with backoff)",
+            address=address,
         )
     return BrokerRequestFailed(f"Kafka failed {doing} at {where}: {detail}")

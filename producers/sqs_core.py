@@ -151,7 +151,9 @@ def translate_error(exc: BaseException, *, action: str, queue_url: str) -> Produ
                 f"{detail}. Check the trigger's queue_url, region_name and credentials"
             )
         if code in _TRANSIENT_ERROR_CODES or status >= 500:
-            return BrokerUnavailable(f"{detail}; the watchers restart with backoff")
+            return BrokerUnavailable(
+                f"{detail}; the watchers restart with backoff", address=queue_url
+            )
         return BrokerRequestFailed(detail)
     if isinstance(exc, NoCredentialsError | PartialCredentialsError | ParamValidationError):
         return ProducerConfigError(
@@ -160,7 +162,8 @@ def translate_error(exc: BaseException, *, action: str, queue_url: str) -> Produ
         )
     return BrokerUnavailable(
         f"{where} failed: cannot reach the endpoint ({exc}); the watchers restart with "
-        "backoff. Check the trigger's endpoint_url / region_name and the network"
+        "backoff. Check the trigger's endpoint_url / region_name and the network",
+        address=queue_url,
     )
 
 

@@ -39,6 +39,7 @@ from shared_stream.exceptions import (
 from shared_stream.stats import GroupCounters
 from shared_stream.subscriber import SubscriberStream, forget_current_stream
 from shared_stream.timer import DeadlineTimer
+from triggers.exceptions import is_upstream_unavailable
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Hashable, Sequence
@@ -82,6 +83,7 @@ class SharedStreamGroup:
         self.producer: SharedStreamProducer | None = None
         self.stopping = False
         self.terminated = False
+        self.error: BaseException | None = None  # what terminated the group
         self.finished = anyio.Event()
         self._scope = anyio.CancelScope()  # the whole group (terminate, forced stop)
         self._poll_scope = anyio.CancelScope()
@@ -351,9 +353,15 @@ class SharedStreamGroup:
         if self.terminated:
             return
         self.terminated = self.stopping = True
+        self.error = error
         # No traceback here: each subscriber fails with ``error``, and its trigger runtime
-        # reports it with the traceback.
-        logger.error(
+        # reports it (an unreachable upstream: one warning per subscriber's streak, so a
+        # group that could not even connect says so at DEBUG only).
+        level = logging.ERROR
+        if is_upstream_unavailable(error):
+            level = logging.WARNING if self.counters.events_polled else logging.DEBUG
+        logger.log(
+            level,
             "Shared stream group key=%r terminated: %r; its subscribers fail and the broker "
             "redelivers every event not advanced yet",
             self.key,

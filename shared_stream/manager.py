@@ -42,6 +42,7 @@ from shared_stream.routes import BindingRoutes
 from shared_stream.settings import GroupSettings
 from shared_stream.stats import merge, merge_by_key, retired
 from triggers.base import BaseEventTrigger
+from triggers.exceptions import is_upstream_unavailable
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Hashable, Iterable
@@ -90,6 +91,9 @@ class SharedStreamManager:
         # key repr -> counters of its finished groups, kept while a group of the key lives
         self._retired: dict[str, GroupStats] = {}
         self._routes: BindingRoutes[SharedStreamGroup] = BindingRoutes()
+        # keys whose last group ended because its upstream was unreachable: the next group
+        # of such a key is a retry, started quietly (its subscribers' runtime warned once)
+        self._unreachable: set[Hashable] = set()
         self._settings = GroupSettings(
             max_queue=max_subscriber_queue,
             ack_timeout_s=ack_timeout,
@@ -315,9 +319,13 @@ class SharedStreamManager:
         self._groups.pop(key, None)  # a stopping group of the key: the new one comes last
         self._groups[key] = group
         self._live[group] = None
-        logger.info(
-            "Shared stream group started key=%r",
+        retry = key in self._unreachable
+        self._unreachable.discard(key)
+        logger.log(
+            logging.DEBUG if retry else logging.INFO,
+            "Shared stream group started key=%r%s",
             key,
+            " (retrying its unreachable upstream)" if retry else "",
             extra={"action": "shared_stream.group_started", "mode": group.mode},
         )
         tg.start_soon(self._run_group, group, name=f"shared-stream-poll[{key!r}]")
@@ -330,6 +338,8 @@ class SharedStreamManager:
             del self._live[group]
             self._retire(group)
             self._forget_group(group)
+            if group.error is not None and is_upstream_unavailable(group.error):
+                self._unreachable.add(group.key)
 
     def _retire(self, group: SharedStreamGroup) -> None:
         """Keep a finished group's counters while another group of its key lives."""

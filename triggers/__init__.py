@@ -18,7 +18,12 @@ from triggers.base import (
     TriggerEvent,
     classpath_of,
 )
-from triggers.exceptions import SerializationError, TriggerContractError, TriggerError
+from triggers.exceptions import (
+    SerializationError,
+    TriggerContractError,
+    TriggerError,
+    UpstreamUnavailable,
+)
 from triggers.file import DirectoryFileDeleteTrigger, FileDeleteTrigger, FileTrigger
 from triggers.temporal import DateTimeTrigger, TimeDeltaTrigger
 from triggers.watch import DirectoryWatchTrigger
@@ -41,5 +46,6 @@ __all__: tuple[str, ...] = (
     "TriggerContractError",
     "TriggerError",
     "TriggerEvent",
+    "UpstreamUnavailable",
     "classpath_of",
 )

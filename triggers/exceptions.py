@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import socket
+from typing import Final
+
 
 class TriggerError(Exception):
     """Root of every error raised by the ``triggers`` package."""
@@ -13,3 +17,50 @@ class SerializationError(TriggerError, TypeError):
 
 class TriggerContractError(TriggerError):
     """A trigger broke its contract (e.g. ``run()`` returned instead of yielding)."""
+
+
+class UpstreamUnavailable(TriggerError):
+    """What a trigger reads (a broker, an endpoint) cannot be reached now; retrying may work.
+
+    The triggerer treats it as an expected condition, not a bug: a watcher that fails with
+    it logs one warning naming ``address`` and its backoff, then retries quietly (DEBUG)
+    until it connects. Raise it (or a subclass, such as ``producers``' ``BrokerUnavailable``)
+    from a trigger when the other side is down, unreachable, or timing out.
+    """
+
+    def __init__(self, message: str, *, address: str | None = None) -> None:
+        super().__init__(message)
+        self.address = address
+
+
+#: OS error numbers that mean "the other side cannot be reached" (refused, reset, no route).
+_UNREACHABLE_ERRNOS: Final = frozenset(
+    {
+        errno.ECONNREFUSED,
+        errno.ECONNRESET,
+        errno.ECONNABORTED,
+        errno.EHOSTUNREACH,
+        errno.ENETUNREACH,
+        errno.EHOSTDOWN,
+        errno.ENETDOWN,
+        errno.ETIMEDOUT,
+        errno.EPIPE,
+    }
+)
+
+
+def is_upstream_unavailable(exc: BaseException) -> bool:
+    """True when ``exc`` says the upstream cannot be reached (a retry may work).
+
+    ``UpstreamUnavailable`` and the OS's own classes of it: connection refused / reset /
+    aborted, DNS resolution failures (``socket.gaierror``), timeouts, and network errors
+    that carry an unreachable errno.
+    """
+    if isinstance(exc, UpstreamUnavailable | ConnectionError | socket.gaierror | TimeoutError):
+        return True
+    return isinstance(exc, OSError) and exc.errno in _UNREACHABLE_ERRNOS
+
+
+def upstream_address(exc: BaseException) -> str | None:
+    """The address an ``UpstreamUnavailable`` names (None for other errors)."""
+    return exc.address if isinstance(exc, UpstreamUnavailable) else None

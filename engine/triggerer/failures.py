@@ -9,9 +9,16 @@ restarted from a fresh instance (``rebuild``) after a backoff.
 
 ``RestartPolicy.count`` numbers a failure within its *streak* (the failures of a watcher in
 a row): the backoff doubles from the initial to the maximum, and an attempt that ran for
-``healthy_run_s`` starts a new streak. A failure that repeats the reason of the one before
-says so (``repeats``), so that a watcher failing the same way again (a broker that stays
-down) is logged in one line, its traceback only at the first failure of the streak.
+``healthy_run_s`` starts a new streak. The streak also remembers what the log already
+said, so that a watcher failing again the same way (a broker that stays down) stays quiet:
+
+- an *unavailable* upstream (``triggers.exceptions.is_upstream_unavailable``: a broker that
+  refuses connections, a name that does not resolve, a timeout) is an expected condition:
+  the first failure of the streak is one WARNING naming the address and the backoff, with
+  no traceback; the retries after it are DEBUG lines (the producer says at INFO when it
+  connects again);
+- any other error is an ERROR line per failure, with its traceback only the first time the
+  streak meets that error (``seen``), not at every retry.
 
 The policy does no I/O and has no clock: time is an argument (``ran_s``). ``report`` writes
 the ERROR line and returns the ``TriggerFailed`` for the runtime to put in the outbox.
@@ -21,12 +28,12 @@ from __future__ import annotations
 
 import logging
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
 from engine.triggerer.outbox import TriggerFailed
 from triggers.base import BaseTrigger, TriggerEvent, classpath_of
-from triggers.exceptions import TriggerContractError
+from triggers.exceptions import TriggerContractError, is_upstream_unavailable, upstream_address
 
 if TYPE_CHECKING:
     from engine.db.models import TriggerKind
@@ -49,6 +56,9 @@ EXITED_WITHOUT_EVENT: Final = "Trigger exited without sending an event"
 WATCHER_EXITED: Final = "watcher trigger exited; event triggers must keep running"
 _USE_YIELD: Final = "make run() an async generator (use `yield`)"
 RETURNED_EVENT: Final = f"run() returned a TriggerEvent instead of yielding it; {_USE_YIELD}"
+#: in ``Failure.seen``: the streak logged its one warning about an unavailable upstream
+UNAVAILABLE_WARNED: Final = "\x00unavailable-warned"
+_NONE: Final[frozenset[str]] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +70,24 @@ class Failure:
     in_row: int = 1  # failures of this trigger in a row, this one included
     repeats: bool = False  # the one before it failed with the same reason
     backoff_s: float = 0.0  # how long a watcher waits before its restart
+    #: the upstream cannot be reached (an expected condition: a warning, no traceback)
+    unavailable: bool = False
+    address: str | None = None  # where the unreachable upstream is, when the error says
+    #: what the streak logged before this failure: the reasons shown with their traceback,
+    #: and UNAVAILABLE_WARNED once the unavailable upstream was warned about
+    seen: frozenset[str] = frozenset()
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> Failure:
+        if is_upstream_unavailable(exc):
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else repr(exc)
+            return cls(reason, None, unavailable=True, address=upstream_address(exc))
         return cls(repr(exc), "".join(traceback.format_exception(exc)))
+
+    @property
+    def is_warned(self) -> bool:
+        """The streak already warned that the upstream is unavailable: stay quiet."""
+        return UNAVAILABLE_WARNED in self.seen
 
     @classmethod
     def returned(cls, result: object) -> Failure:
@@ -94,7 +118,7 @@ class Failure:
     def not_rebuilt(self) -> Failure:
         """This failure (of ``rebuild``) as the end of a watcher that cannot restart."""
         reason = f"could not re-create the trigger to restart it: {self.reason}"
-        return Failure(reason, self.traceback)
+        return Failure(reason, self.traceback, seen=self.seen)
 
 
 class RestartPolicy:
@@ -114,13 +138,13 @@ class RestartPolicy:
         """``failure`` numbered after ``previous`` (the last of the streak, if any), for an
         attempt that ran ``ran_s`` seconds, with the backoff before the next attempt."""
         if previous is None or ran_s >= self.healthy_run_s:  # a new streak
-            return Failure(failure.reason, failure.traceback, backoff_s=self.initial_s)
-        return Failure(
-            failure.reason,
-            failure.traceback,
+            return replace(failure, in_row=1, repeats=False, backoff_s=self.initial_s, seen=_NONE)
+        return replace(
+            failure,
             in_row=previous.in_row + 1,
             repeats=previous.reason == failure.reason,
             backoff_s=min(previous.backoff_s * 2, self.max_s),
+            seen=previous.seen | _logged(previous),
         )
 
     def __repr__(self) -> str:
@@ -146,30 +170,92 @@ def rebuild(trigger: BaseTrigger) -> BaseTrigger:
     )
 
 
+def _logged(failure: Failure) -> frozenset[str]:
+    """What logging ``failure`` added to its streak's memory."""
+    return frozenset({UNAVAILABLE_WARNED if failure.unavailable else failure.reason})
+
+
 def report(
-    trigger_id: int, kind: TriggerKind, failure: Failure, *, restart_in_s: float | None = None
+    trigger_id: int,
+    kind: TriggerKind,
+    failure: Failure,
+    *,
+    restart_in_s: float | None = None,
+    max_backoff_s: float | None = None,
 ) -> TriggerFailed:
     """Log ``failure``; the ``TriggerFailed`` that carries it to the persister.
 
-    ``restart_in_s`` is the backoff before a restart. A watcher that fails again the same
-    way is logged in one line with its count: the traceback was in the log at the first
-    failure of the streak.
+    ``restart_in_s`` is the backoff before a restart (``max_backoff_s`` its ceiling). See
+    the module docstring for what is logged at which level.
     """
     will_restart = restart_in_s is not None
-    logger.error(
-        "Trigger %s (%s) failed%s: %s%s%s",
-        trigger_id,
-        kind.value,
-        f" ({failure.in_row} times in a row)" if failure.in_row > 1 else "",
-        failure.reason,
-        f"; restarting it in {restart_in_s:.3g}s" if will_restart else "",
-        f"\n{failure.traceback}" if failure.traceback and not failure.repeats else "",
-        extra={
-            "action": "trigger_failed",
-            "trigger_id": trigger_id,
-            "will_restart": will_restart,
-            "backoff_s": restart_in_s,
-            "failures_in_row": failure.in_row,
-        },
-    )
+    extra = {
+        "action": "trigger_failed",
+        "trigger_id": trigger_id,
+        "will_restart": will_restart,
+        "backoff_s": restart_in_s,
+        "failures_in_row": failure.in_row,
+        "unavailable": failure.unavailable,
+    }
+    if failure.unavailable:
+        _log_unavailable(trigger_id, kind, failure, restart_in_s, max_backoff_s, extra)
+    else:
+        logger.error(
+            "Trigger %s (%s) failed%s: %s%s%s",
+            trigger_id,
+            kind.value,
+            f" ({failure.in_row} times in a row)" if failure.in_row > 1 else "",
+            failure.reason,
+            f"; restarting it in {restart_in_s:.3g}s" if will_restart else "",
+            f"\n{failure.traceback}"
+            if failure.traceback and failure.reason not in failure.seen
+            else "",
+            extra=extra,
+        )
     return TriggerFailed(trigger_id, kind, failure.reason, failure.traceback, will_restart)
+
+
+def _log_unavailable(
+    trigger_id: int,
+    kind: TriggerKind,
+    failure: Failure,
+    restart_in_s: float | None,
+    max_backoff_s: float | None,
+    extra: dict[str, object],
+) -> None:
+    """One WARNING per streak (an ERROR for a task's trigger: the task fails), then DEBUG."""
+    where = failure.address or "its upstream"
+    extra["address"] = failure.address
+    if restart_in_s is None:
+        logger.error(
+            "Trigger %s (%s) cannot reach %s: %s",
+            trigger_id,
+            kind.value,
+            where,
+            failure.reason,
+            extra=extra,
+        )
+    elif failure.is_warned:
+        logger.debug(
+            "Trigger %s (%s) still cannot reach %s (attempt %d): %s; retrying in %.3gs",
+            trigger_id,
+            kind.value,
+            where,
+            failure.in_row,
+            failure.reason,
+            restart_in_s,
+            extra=extra,
+        )
+    else:
+        ceiling = restart_in_s if max_backoff_s is None else max(max_backoff_s, restart_in_s)
+        logger.warning(
+            "Trigger %s (%s) cannot reach %s: %s; retrying in %.3gs, then with a backoff "
+            "doubling up to %.3gs; the retries are logged at DEBUG until it connects",
+            trigger_id,
+            kind.value,
+            where,
+            failure.reason,
+            restart_in_s,
+            ceiling,
+            extra=extra,
+        )

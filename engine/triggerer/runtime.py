@@ -7,8 +7,9 @@ hosts the tasks until ``aclose()``. A task runs *attempts*: an attempt opens the
 ``filter_shared_stream()`` over a subscription to the shared stream) and puts every
 ``TriggerEvent`` it yields into the outbox as a ``FiredEvent``, with its dedup key and its
 shared-stream sequence number. A ``TASK`` trigger ends after its first event; a ``WATCHER``
-keeps running. Whatever goes wrong in an attempt is a ``TriggerFailed`` in the outbox and an
-ERROR line; a failed watcher restarts from a fresh instance after a backoff (``failures``).
+keeps running. Whatever goes wrong in an attempt is a ``TriggerFailed`` in the outbox and a
+log line (an ERROR; for an unreachable upstream one WARNING, then DEBUG lines while it stays
+down); a failed watcher restarts from a fresh instance after a backoff (``failures``).
 After every attempt (event, failure or cancellation) the source is closed, the subscription
 dropped and ``trigger.cleanup()`` awaited, shielded and bounded (``cleanup``).
 
@@ -408,21 +409,32 @@ class TriggerRunner:
         if handle.kind is TriggerKind.TASK:
             self._report(handle.trigger_id, handle.kind, failure)
             return False
-        self._report(handle.trigger_id, handle.kind, failure, restart_in_s=failure.backoff_s)
+        self._report(
+            handle.trigger_id,
+            handle.kind,
+            failure,
+            restart_in_s=failure.backoff_s,
+            max_backoff_s=self._restarts.max_s,
+        )
         if handle.stopping:  # stopped while it cleaned up
             return False
         await anyio.sleep(failure.backoff_s)
-        return self._recreate(handle)
+        return self._recreate(handle, quiet=failure.unavailable)
 
-    def _recreate(self, handle: TriggerHandle) -> bool:
-        """Replace the failed watcher with a fresh instance built from its kwargs."""
+    def _recreate(self, handle: TriggerHandle, *, quiet: bool = False) -> bool:
+        """Replace the failed watcher with a fresh instance built from its kwargs.
+
+        ``quiet``: a retry against an unavailable upstream, logged at DEBUG (the failure's
+        warning already said it would retry).
+        """
         old = handle.trigger
         try:
             handle.trigger = rebuild(old)
         except Exception as exc:  # noqa: BLE001 - user code: becomes a reported failure
             self._report(handle.trigger_id, handle.kind, Failure.from_exception(exc).not_rebuilt())
             return False
-        logger.info(
+        logger.log(
+            logging.DEBUG if quiet else logging.INFO,
             "Restarting watcher trigger %s (%s)",
             handle.trigger_id,
             classpath_of(old),
@@ -437,8 +449,13 @@ class TriggerRunner:
         failure: Failure,
         *,
         restart_in_s: float | None = None,
+        max_backoff_s: float | None = None,
     ) -> None:
-        self._outbox.put_nowait(report(trigger_id, kind, failure, restart_in_s=restart_in_s))
+        self._outbox.put_nowait(
+            report(
+                trigger_id, kind, failure, restart_in_s=restart_in_s, max_backoff_s=max_backoff_s
+            )
+        )
         self._failed += 1
 
     # -- task bookkeeping ----------------------------------------------------------------

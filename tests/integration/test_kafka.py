@@ -314,6 +314,8 @@ async def test_unreachable_broker_fails_the_watchers_and_the_runtime_restarts_th
         settings=TriggererSettings(capacity=10, plugins_folder=plugins, shutdown_grace_s=5),
     )
 
+    caplog.set_level(logging.DEBUG, logger="engine.triggerer.runtime")
+
     def failures() -> list[logging.LogRecord]:
         return [r for r in caplog.records if getattr(r, "action", None) == "trigger_failed"]
 
@@ -325,4 +327,12 @@ async def test_unreachable_broker_fails_the_watchers_and_the_runtime_restarts_th
     assert all(r.will_restart for r in failures())
     assert all("BrokerUnavailable" in r.getMessage() for r in failures())
     assert all("unreachable" in r.getMessage() for r in failures())
+    # One warning per watcher naming the broker, then quiet retries; never a traceback.
+    by_trigger: dict[int, list[str]] = {}
+    for record in failures():
+        by_trigger.setdefault(record.trigger_id, []).append(record.levelname)
+    assert all(levels[0] == "WARNING" for levels in by_trigger.values())
+    assert all(set(levels[1:]) <= {"DEBUG"} for levels in by_trigger.values())
+    assert all(r.address == "127.0.0.1:1" for r in failures())
+    assert not [r for r in caplog.records if "Traceback" in r.getMessage()]
     db.dispose()

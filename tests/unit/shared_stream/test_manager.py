@@ -26,7 +26,9 @@ from shared_stream.testing import (
     InMemoryProducer,
     SubscriberHarness,
 )
+from tests.waiting import wait_until
 from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
+from triggers.exceptions import UpstreamUnavailable
 
 POLL_LOG = "Shared stream group started key="
 
@@ -597,6 +599,39 @@ async def test_producer_failures_terminate_the_group(failure):
                 await producer.wait_closed()
                 assert producer.aclose_count == 1
                 assert producer.attempted_batches == []
+
+
+def _group_lines(caplog) -> list[tuple[str, str]]:
+    actions = ("shared_stream.group_started", "shared_stream.group_terminated")
+    return [
+        (r.levelname, r.__dict__["action"].rsplit("_", 1)[1])
+        for r in caplog.records
+        if r.__dict__.get("action") in actions
+    ]
+
+
+@pytest.mark.parametrize(
+    ("error", "levels"),
+    [
+        # unreachable: the subscribers' runtime warns once; the group's retries stay quiet
+        (UpstreamUnavailable("down", address="b:1"), ["INFO", "DEBUG", "DEBUG", "DEBUG"]),
+        (ConnectionRefusedError(111, "refused"), ["INFO", "DEBUG", "DEBUG", "DEBUG"]),
+        # anything else is an error each time, and the next group is started loudly
+        (ValueError("bug"), ["INFO", "ERROR", "INFO", "ERROR"]),
+    ],
+)
+async def test_a_group_that_cannot_reach_its_upstream_retries_quietly(caplog, error, levels):
+    caplog.set_level(logging.DEBUG, logger="shared_stream")
+    with anyio.fail_after(5):
+        register("s", InMemoryProducer(fail_open=error), InMemoryProducer(fail_open=error))
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            for attempt in (1, 2):
+                harness = start(tg, mgr, AckTrigger(source="s"), attempt)
+                await harness.wait_finished()
+                assert harness.error is error
+                await wait_until(lambda: not mgr._live)  # the group's task ends too
+    assert [level for level, _ in _group_lines(caplog)] == levels
+    assert [what for _, what in _group_lines(caplog)] == ["started", "terminated"] * 2
 
 
 async def test_reject_inside_the_window_resolves_at_once():

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 from datetime import timedelta
 from typing import Any
 
@@ -18,7 +20,7 @@ from engine.triggerer.failures import (
 )
 from engine.triggerer.outbox import TriggerFailed
 from triggers.base import BaseTrigger, TriggerEvent
-from triggers.exceptions import TriggerContractError
+from triggers.exceptions import TriggerContractError, UpstreamUnavailable
 from triggers.temporal import DateTimeTrigger, TimeDeltaTrigger
 
 POLICY = RestartPolicy((1.0, 5.0), healthy_run_s=60.0)
@@ -46,6 +48,7 @@ def test_a_healthy_run_starts_a_new_streak() -> None:
     previous = _streak(["a", "a", "a"])[-1]
     failure = POLICY.count(previous, Failure("a", "tb"), ran_s=60.0)
     assert failure == Failure("a", "tb", in_row=1, repeats=False, backoff_s=1.0)
+    assert failure.seen == frozenset()  # a new streak logs its tracebacks again
 
 
 @pytest.mark.parametrize("backoff", [(-1.0, 5.0), (5.0, 1.0)])
@@ -90,10 +93,85 @@ def test_rebuild_refuses_a_classpath_outside_the_triggers_mro() -> None:
 
 def test_report_logs_under_the_runtime_and_returns_the_outbox_item(caplog) -> None:
     caplog.set_level(logging.ERROR, logger="engine.triggerer.runtime")
-    failure = Failure("boom", "tb", in_row=2, repeats=True, backoff_s=2.0)
+    failure = Failure("boom", "tb", in_row=2, repeats=True, backoff_s=2.0, seen=frozenset({"boom"}))
     item = report(7, TriggerKind.WATCHER, failure, restart_in_s=2.0)
     assert item == TriggerFailed(7, TriggerKind.WATCHER, "boom", "tb", will_restart=True)
     (record,) = caplog.records
     assert record.name == "engine.triggerer.runtime"
     assert record.__dict__["failures_in_row"] == 2
-    assert "tb" not in record.getMessage()  # a repeat: the traceback was logged before
+    assert "tb" not in record.getMessage()  # seen: the traceback was logged before
+
+
+def _log_streak(errors: list[BaseException], caplog: pytest.LogCaptureFixture) -> list[Any]:
+    """Count and report each error of one watcher's streak; the records it logged."""
+    caplog.set_level(logging.DEBUG, logger="engine.triggerer.runtime")
+    previous = None
+    for exc in errors:
+        previous = POLICY.count(previous, Failure.from_exception(exc), ran_s=0.5)
+        report(3, TriggerKind.WATCHER, previous, restart_in_s=previous.backoff_s, max_backoff_s=5.0)
+    return [r for r in caplog.records if r.__dict__.get("action") == "trigger_failed"]
+
+
+def _raised(exc: BaseException) -> BaseException:
+    try:
+        raise exc
+    except BaseException as caught:  # to give it a traceback
+        return caught
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        UpstreamUnavailable("the broker is down", address="b1:9092,b2:9092"),
+        ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 9092)"),
+        socket.gaierror(-2, "Name or service not known"),
+        TimeoutError("timed out"),
+        OSError(errno.EHOSTUNREACH, "No route to host"),
+    ],
+)
+def test_an_unavailable_upstream_is_one_warning_then_debug_lines(
+    exc: BaseException, caplog: pytest.LogCaptureFixture
+) -> None:
+    records = _log_streak([_raised(exc) for _ in range(4)], caplog)
+    assert [r.levelname for r in records] == ["WARNING", "DEBUG", "DEBUG", "DEBUG"]
+    assert not any("Traceback" in r.getMessage() for r in records)
+    warning = records[0]
+    assert warning.__dict__["unavailable"] is True
+    assert "retrying in 1s" in warning.getMessage()
+    assert "up to 5s" in warning.getMessage()
+    if isinstance(exc, UpstreamUnavailable):
+        assert "cannot reach b1:9092,b2:9092" in warning.getMessage()
+        assert warning.__dict__["address"] == "b1:9092,b2:9092"
+    assert [r.__dict__["backoff_s"] for r in records] == [1.0, 2.0, 4.0, 5.0]
+
+
+def test_other_errors_show_each_distinct_traceback_once_per_streak(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    errors = [ValueError("a"), KeyError("b"), ValueError("a"), KeyError("b"), ValueError("a")]
+    records = _log_streak([_raised(e) for e in errors], caplog)
+    assert [r.levelname for r in records] == ["ERROR"] * 5
+    with_traceback = ["Traceback" in r.getMessage() for r in records]
+    assert with_traceback == [True, True, False, False, False]
+
+
+def test_an_unexpected_error_amid_an_outage_still_shows_its_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    down = UpstreamUnavailable("down", address="q")
+    records = _log_streak([_raised(down), _raised(RuntimeError("bug")), _raised(down)], caplog)
+    assert [r.levelname for r in records] == ["WARNING", "ERROR", "DEBUG"]
+    assert "Traceback" in records[1].getMessage()
+
+
+def test_a_deferred_tasks_trigger_that_cannot_reach_its_upstream_is_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="engine.triggerer.runtime")
+    failure = Failure.from_exception(_raised(UpstreamUnavailable("down", address="h:1")))
+    item = report(4, TriggerKind.TASK, failure)
+    assert item.will_restart is False
+    (record,) = caplog.records
+    assert record.levelname == "ERROR"
+    assert "cannot reach h:1" in record.getMessage()
+    assert "Traceback" not in record.getMessage()
