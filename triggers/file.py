@@ -74,13 +74,61 @@ def _take_file(path: str) -> os.stat_result | None:
     return info
 
 
-def _list_file_names(directory: str) -> list[str]:
-    """Sorted names of the regular files in ``directory``; empty if it does not exist."""
+def _take_watched_file(path: str) -> tuple[os.stat_result | None, bool]:
+    """``_take_file(path)``, and whether the directory of ``path`` exists."""
+    info = _take_file(path)
+    if info is not None:
+        return info, True
+    return None, os.path.isdir(os.path.dirname(path) or os.curdir)
+
+
+class DirectoryPresence:
+    """Says once that a watched directory does not exist, and once when it appears.
+
+    A watcher on a missing directory is not an error (it may be created later, e.g. by the
+    first upload): one WARNING naming the directory (the line carries the trigger's asset
+    and watcher), then the watcher keeps checking quietly, and an INFO line when it exists.
+    """
+
+    __slots__ = ("directory", "missing", "owner")
+
+    def __init__(self, directory: str, owner: str) -> None:
+        self.directory = directory
+        self.owner = owner
+        self.missing = False
+
+    def saw(self, exists: bool, *, every_s: float) -> None:
+        """Record what the last check found (``every_s``: the checks' cadence, for the line)."""
+        if not exists and not self.missing:
+            self.missing = True
+            logger.warning(
+                "%s: directory %s does not exist; checking again every %.3gs (quietly) and "
+                "watching it once it appears",
+                self.owner,
+                self.directory,
+                every_s,
+                extra={"action": "watch_directory_missing", "directory": self.directory},
+            )
+        elif exists and self.missing:
+            self.missing = False
+            logger.info(
+                "%s: directory %s exists now; watching it",
+                self.owner,
+                self.directory,
+                extra={"action": "watch_directory_appeared", "directory": self.directory},
+            )
+
+    def __repr__(self) -> str:
+        return f"<DirectoryPresence {self.directory!r} missing={self.missing}>"
+
+
+def _list_file_names(directory: str) -> list[str] | None:
+    """Sorted names of the regular files in ``directory``; None if it does not exist."""
     try:
         with os.scandir(directory) as entries:
             return sorted(entry.name for entry in entries if entry.is_file(follow_symlinks=False))
     except FileNotFoundError:
-        return []
+        return None
     except OSError as exc:
         raise TriggerError(
             f"cannot list directory {directory!r} for DirectoryFileDeleteTrigger: {exc}; "
@@ -146,8 +194,11 @@ class FileDeleteTrigger(BaseEventTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        directory = os.path.dirname(self.filepath) or os.curdir
+        presence = DirectoryPresence(directory, f"FileDeleteTrigger for {self.filepath}")
         while True:
-            info = await anyio.to_thread.run_sync(_take_file, self.filepath)
+            info, exists = await anyio.to_thread.run_sync(_take_watched_file, self.filepath)
+            presence.saw(exists, every_s=self.poke_interval)
             if info is not None:
                 logger.debug(
                     "Deleted watched file %s",
@@ -231,10 +282,12 @@ class DirectoryFileDeleteTrigger(BaseEventTrigger):
         """
         directory = os.fspath(kwargs["directory"])
         interval_s = float(kwargs.get("poke_interval", DEFAULT_POKE_INTERVAL_S))
+        presence = DirectoryPresence(directory, "DirectoryFileDeleteTrigger")
         while True:
             names = await anyio.to_thread.run_sync(_list_file_names, directory)
             cls.listing_stats.record(directory)
-            yield {"directory": directory, "names": names}
+            presence.saw(names is not None, every_s=interval_s)
+            yield {"directory": directory, "names": names or []}
             await anyio.sleep(interval_s)
 
     async def filter_shared_stream(

@@ -28,15 +28,17 @@ import watchfiles
 
 from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
 from triggers.exceptions import TriggerError
-from triggers.file import file_dedup_key
+from triggers.file import DirectoryPresence, file_dedup_key
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable
+    from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 
 logger = logging.getLogger(__name__)
 
 WATCH_STEP_MS: Final = 50
 RECENT_WRITES_MAX: Final = 4096
+#: how often a watcher whose directory does not exist checks whether it appeared
+MISSING_DIRECTORY_POLL_S: Final = 2.0
 
 
 class _StopOnCancel(asyncio.Event):
@@ -101,6 +103,10 @@ def _regular_file_versions(paths: Iterable[str]) -> dict[str, str]:
     return versions
 
 
+def _is_directory(path: str) -> bool:
+    return os.path.isdir(path)
+
+
 class DirectoryWatchTrigger(BaseEventTrigger):
     """Fires once per file written in ``directory`` whose name matches ``pattern`` (fnmatch).
 
@@ -142,6 +148,19 @@ class DirectoryWatchTrigger(BaseEventTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         recent = _RecentWrites(RECENT_WRITES_MAX)
+        presence = DirectoryPresence(self.directory, "DirectoryWatchTrigger")
+        while True:
+            exists = await anyio.to_thread.run_sync(_is_directory, self.directory)
+            presence.saw(exists, every_s=MISSING_DIRECTORY_POLL_S)
+            if not exists:  # said once; it may be created later
+                await anyio.sleep(MISSING_DIRECTORY_POLL_S)
+                continue
+            async with aclosing(self._watch(recent)) as events:
+                async for event in events:
+                    yield event
+
+    async def _watch(self, recent: _RecentWrites) -> AsyncGenerator[TriggerEvent, None]:
+        """Events of the directory while it exists; returns when it went away."""
         changes_stream = watchfiles.awatch(
             self.directory,
             debounce=self.debounce_ms,
@@ -160,11 +179,8 @@ class DirectoryWatchTrigger(BaseEventTrigger):
                 async for changes in changes_stream:
                     for event in await self._events_for(changes, recent):
                         yield event
-            except FileNotFoundError as exc:
-                raise TriggerError(
-                    f"DirectoryWatchTrigger cannot watch {self.directory!r}: it does not exist; "
-                    "create the directory before the watcher starts"
-                ) from exc
+            except FileNotFoundError:
+                return  # removed (or not there yet when awatch started): wait for it again
         # awatch only ends when its stop event is set, i.e. when this task is cancelled:
         # let the pending cancellation surface instead of returning without an event.
         await anyio.lowlevel.checkpoint()

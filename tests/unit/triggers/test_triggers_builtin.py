@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
 import os
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
@@ -13,6 +15,7 @@ import anyio
 import pytest
 import watchfiles
 
+from tests.waiting import wait_until
 from triggers import (
     BaseTrigger,
     DateTimeTrigger,
@@ -24,12 +27,12 @@ from triggers import (
     TaskSuccessEvent,
     TimeDeltaTrigger,
     TriggerContractError,
-    TriggerError,
     TriggerEvent,
     classpath_of,
     temporal,
 )
 from triggers import file as file_module
+from triggers import watch as watch_module
 from triggers.file import LISTING_STATS, file_dedup_key
 from triggers.testing import ManualTrigger, collect_events, run_trigger_until_event
 from triggers.watch import RECENT_WRITES_MAX, _RecentWrites
@@ -291,15 +294,73 @@ async def test_directory_trigger_runs_alone_without_the_manager(tmp_path: Path) 
     assert LISTING_STATS.count(str(tmp_path)) - before == 1
 
 
-async def test_missing_directory_lists_as_empty(tmp_path: Path) -> None:
+def _presence_records(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    return [
+        (r.levelname, r.__dict__["action"])
+        for r in caplog.records
+        if r.__dict__.get("action", "").startswith("watch_directory_")
+    ]
+
+
+async def test_missing_directory_lists_as_empty_and_is_reported_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="triggers")
     kwargs = {"directory": str(tmp_path / "later"), "poke_interval": 0.01}
     with anyio.fail_after(5):
         async with aclosing(DirectoryFileDeleteTrigger.open_shared_stream(kwargs)) as stream:
-            assert await anext(stream) == {"directory": kwargs["directory"], "names": []}
+            for _ in range(5):  # several listings of the missing directory: one warning
+                assert await anext(stream) == {"directory": kwargs["directory"], "names": []}
             (tmp_path / "later").mkdir()
             (tmp_path / "later" / "f").write_text("x")
             (tmp_path / "later" / "sub").mkdir()
             assert (await anext(stream))["names"] == ["f"]
+            assert (await anext(stream))["names"] == ["f"]
+    assert _presence_records(caplog) == [
+        ("WARNING", "watch_directory_missing"),
+        ("INFO", "watch_directory_appeared"),
+    ]
+    (warning, _appeared) = [r for r in caplog.records if "directory" in r.__dict__]
+    assert kwargs["directory"] in warning.getMessage()
+    assert "DirectoryFileDeleteTrigger" in warning.getMessage()
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[int]:
+    """Wrap ``module.name`` to count its calls; returns the one-item counter."""
+    calls = [0]
+    original = getattr(module, name)
+
+    def counted(*args: Any) -> Any:
+        calls[0] += 1
+        return original(*args)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+async def test_file_delete_trigger_says_once_that_its_directory_is_missing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.INFO, logger="triggers")
+    pokes = _count_calls(monkeypatch, file_module, "_take_watched_file")
+    flag = tmp_path / "later" / "go.flag"
+    trigger = FileDeleteTrigger(str(flag), poke_interval=0.01)
+    with anyio.fail_after(10):
+        async with aclosing(trigger.run()) as run:
+
+            async def create_after_some_pokes() -> None:
+                await wait_until(lambda: pokes[0] >= 5)  # several pokes, one warning
+                flag.parent.mkdir()
+                flag.write_text("x")
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(create_after_some_pokes)
+                event = await anext(run)
+    assert event.payload["filepath"] == str(flag)
+    assert _presence_records(caplog) == [
+        ("WARNING", "watch_directory_missing"),
+        ("INFO", "watch_directory_appeared"),
+    ]
 
 
 # --- DirectoryWatchTrigger -------------------------------------------------------------------
@@ -396,10 +457,34 @@ async def test_watch_trigger_stops_promptly_when_cancelled(tmp_path: Path) -> No
     assert scope.cancelled_caught
 
 
-async def test_watch_trigger_reports_a_missing_directory(tmp_path: Path) -> None:
-    trigger = DirectoryWatchTrigger(str(tmp_path / "missing"))
-    with pytest.raises(TriggerError, match="does not exist"):
-        await run_trigger_until_event(trigger, timeout=2)
+async def test_watch_trigger_waits_quietly_for_a_missing_directory(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.INFO, logger="triggers")
+    monkeypatch.setattr(watch_module, "MISSING_DIRECTORY_POLL_S", 0.01)
+    checks = _count_calls(monkeypatch, watch_module, "_is_directory")
+    directory = tmp_path / "missing"
+    trigger = DirectoryWatchTrigger(str(directory), "*.csv", debounce_ms=20)
+    with anyio.fail_after(20):
+        async with aclosing(trigger.run()) as run:
+
+            async def create_then_write() -> None:
+                await wait_until(lambda: checks[0] >= 5)  # several checks, one warning
+                directory.mkdir()
+                await wait_until(lambda: len(_presence_records(caplog)) == 2)  # watching it
+                for n in itertools.count():  # until the watch (set up meanwhile) sees one
+                    (directory / "a.csv").write_text(str(n))
+                    await anyio.sleep(0.1)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(create_then_write)
+                event = await anext(run)
+                tg.cancel_scope.cancel()
+    assert event.payload["path"] == str(directory / "a.csv")
+    assert _presence_records(caplog) == [
+        ("WARNING", "watch_directory_missing"),
+        ("INFO", "watch_directory_appeared"),
+    ]
 
 
 # --- triggers.testing ------------------------------------------------------------------------
