@@ -19,7 +19,7 @@ import socket
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import click
 
@@ -63,8 +63,20 @@ def parse_json_object(text: str | None, option: str) -> dict[str, Any] | None:
     except json.JSONDecodeError as exc:
         fail(f"{option} is not JSON: {exc}")
     if not isinstance(value, dict):
-        fail(f"{option} must be a JSON object ({{...}}), got {type(value).__name__}: {text}")
+        kind = _JSON_TYPES.get(type(value), type(value).__name__)
+        fail(f"{option} must be a JSON object ({{...}}), got {kind}: {text}")
     return value
+
+
+#: what a JSON value is called in JSON's own terms (``null``, not ``NoneType``)
+_JSON_TYPES: Final[dict[type, str]] = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
 
 
 def parse_date(text: str, *, timezone: tzinfo, option: str) -> datetime:

@@ -346,6 +346,8 @@ def runs() -> None:
 def runs_list(ctx: click.Context, dag_id: str, as_json: bool) -> None:
     """The runs of a DAG with their state, tasks and triggering asset events."""
     rows = run_query(ctx, lambda s: runs_sql.list_runs(s, dag_id))
+    if not rows:
+        _require_dag(ctx, dag_id)
     columns = ["run_id", "run_type", "state", "logical_date", "run_after", "tasks", "asset_events"]
     emit(rows, columns, as_json)
 
@@ -423,10 +425,17 @@ map_index_option = click.option(
 )
 
 
+def _require_dag(ctx: click.Context, dag_id: str) -> None:
+    """Fail (exit 1) when no DAG has this id: an unknown DAG is not an empty answer."""
+    if not run_query(ctx, lambda s: dags_sql.dag_exists(s, dag_id)):
+        fail(f"no DAG {dag_id!r}; see `sluice dags list`")
+
+
 def _no_task_instance(
     ctx: click.Context, dag_id: str, run_id: str, task_id: str, map_index: int
 ) -> str:
     """Why no task instance matched, with the map indexes of a mapped task."""
+    _require_dag(ctx, dag_id)
     indexes = run_query(ctx, lambda s: mapping_sql.map_indexes(s, dag_id, run_id, task_id))
     if indexes and map_index not in indexes:
         return (

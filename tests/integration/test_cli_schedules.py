@@ -257,8 +257,12 @@ def test_trigger_with_a_logical_date_in_the_dags_timezone(db: Database, config: 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("berlin", "--conf", "[1]"), "--conf must be a JSON object"),
-        (("berlin", "--conf", "3"), "--conf must be a JSON object"),
+        (("berlin", "--conf", "[1]"), "--conf must be a JSON object ({...}), got an array"),
+        (("berlin", "--conf", "3"), "--conf must be a JSON object ({...}), got a number"),
+        (("berlin", "--conf", '"x"'), "--conf must be a JSON object ({...}), got a string"),
+        (("berlin", "--conf", "null"), "--conf must be a JSON object ({...}), got null"),
+        (("berlin", "--conf", "true"), "--conf must be a JSON object ({...}), got a boolean"),
+        (("berlin", "--conf", "{oops"), "--conf is not JSON"),
         (("berlin", "--logical-date", "soon"), "not an ISO date"),
         (("missing",), "no DAG 'missing'"),
     ],
@@ -269,6 +273,20 @@ def test_trigger_refuses_bad_input(
     add_dag(db, "berlin", timetable=BERLIN_HOURLY, timezone="Europe/Berlin")
     _failed(run_cli(config, "dags", "trigger", *args), message)
     assert dag_runs(db, "berlin") == []
+
+
+def test_an_unknown_dag_is_an_error_not_an_empty_answer(db: Database, config: Config) -> None:
+    add_dag(db, "quiet")
+    assert _ok(run_cli(config, "runs", "list", "quiet")).strip() == "(none)"  # known, no runs
+    assert json.loads(_ok(run_cli(config, "runs", "list", "quiet", "--json"))) == []
+    for args in (
+        ("runs", "list", "nope"),
+        ("runs", "list", "nope", "--json"),
+        ("tasks", "logs", "nope", "run", "task"),
+        ("tasks", "result", "nope", "run", "task"),
+        ("dags", "show", "nope"),
+    ):
+        _failed(run_cli(config, *args), "no DAG 'nope'; see `sluice dags list`")
 
 
 def test_runs_list_shows_logical_date_and_run_after(db: Database, config: Config) -> None:
