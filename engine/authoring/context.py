@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from engine.exceptions import AirflowException, AirflowSensorTimeout, DagFileError
-from triggers.base import BaseTrigger
+from triggers.base import BaseTrigger, classpath_of
 from triggers.exceptions import SerializationError
 from triggers.serde import dumps, dumps_kwargs
 
@@ -233,8 +233,23 @@ class TaskDeferred(BaseException):
             f"method={self.method_name} timeout={self.timeout}>"
         )
 
+    @property
+    def trigger_class(self) -> str:
+        """The classpath of the trigger the task deferred to: its own class, which may be
+        a subclass of what it serializes as (``TimeDeltaTrigger`` is stored as a
+        ``DateTimeTrigger``)."""
+        return self.classpath if self.trigger is None else classpath_of(self.trigger)
+
     def __str__(self) -> str:
-        return f"deferred to {self.classpath}, resuming at {self.method_name}()"
+        trigger = describe_trigger(self.trigger_class, self.classpath)
+        return f"deferred to {trigger}, resuming at {self.method_name}()"
+
+
+def describe_trigger(trigger_class: str | None, classpath: str) -> str:
+    """The trigger a task deferred to, and what it is stored (and run) as when that differs."""
+    if trigger_class is None or trigger_class == classpath:
+        return classpath
+    return f"{trigger_class} (stored as {classpath})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,9 +261,16 @@ class Deferral:
     method_name: str
     kwargs: str
     timeout_s: float | None = None
+    #: the class of the trigger the task built (``classpath`` is what it serializes as)
+    trigger_class: str | None = None
 
     def __repr__(self) -> str:  # trigger kwargs may hold secrets
         return f"Deferral({self.classpath} -> {self.method_name}(), timeout_s={self.timeout_s})"
+
+    @property
+    def described(self) -> str:
+        """The trigger for a log line: the class used, and what it is stored as if other."""
+        return describe_trigger(self.trigger_class, self.classpath)
 
     @classmethod
     def from_exception(cls, deferred: TaskDeferred) -> Deferral:
@@ -258,6 +280,7 @@ class Deferral:
             method_name=deferred.method_name,
             kwargs=dumps(deferred.kwargs, where="defer() kwargs"),
             timeout_s=None if deferred.timeout is None else deferred.timeout.total_seconds(),
+            trigger_class=deferred.trigger_class,
         )
 
 

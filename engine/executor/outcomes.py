@@ -103,7 +103,7 @@ class Outcome:
                 "" if self.trigger_timeout is None else f" (times out at {self.trigger_timeout})"
             )
             return (
-                f"task deferred to {self.deferral.classpath}, resuming at "
+                f"task deferred to {self.deferral.described}, resuming at "
                 f"{self.deferral.method_name}(){until}"
             )
         return "task interrupted by the executor shutting down; it will run again"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.authoring.context import Deferral, EventRow
+from engine.authoring.context import Deferral, EventRow, TaskDeferred
 from engine.db.queries.deferrals import deferral_deadline
 from engine.db.queries.tasks import TaskRun
 from engine.executor.outcomes import (
@@ -24,7 +24,9 @@ from engine.executor.outcomes import (
     read_result,
 )
 from engine.executor.task_runner import DEFERRED, FAILED, SUCCESS, TaskResult, TaskSpec
+from triggers.file import FileTrigger
 from triggers.serde import loads
+from triggers.temporal import TimeDeltaTrigger
 
 START = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -193,6 +195,26 @@ def test_log_lines_say_which_step_runs_and_how_it_ended() -> None:
     line = outcome_line(deferred, _run(), now=now)
     assert "task deferred to triggers.temporal.DateTimeTrigger, resuming at done()" in line
     assert '"moment"' not in line  # trigger kwargs never reach logs
+
+
+def test_the_deferral_line_names_the_trigger_class_the_task_used() -> None:
+    """A TimeDeltaTrigger is stored as the DateTimeTrigger it serializes as; the line names
+    both, the one the task used first."""
+    deferred = TaskDeferred(trigger=TimeDeltaTrigger(timedelta(minutes=5)), method_name="done")
+    deferral = Deferral.from_exception(deferred)
+    assert deferral.trigger_class == "triggers.temporal.TimeDeltaTrigger"
+    assert deferral.classpath == "triggers.temporal.DateTimeTrigger"
+    line = outcome_line(_decide(TaskResult(DEFERRED, 0.2, deferral=deferral)), _run(), now=START)
+    assert (
+        "task deferred to triggers.temporal.TimeDeltaTrigger (stored as "
+        "triggers.temporal.DateTimeTrigger), resuming at done()"
+    ) in line
+    assert str(deferred).startswith("deferred to triggers.temporal.TimeDeltaTrigger (stored as")
+    # through the child's result (JSON) and back
+    result = TaskResult.from_json(TaskResult(DEFERRED, 0.2, deferral=deferral).to_json())
+    assert result.deferral == deferral
+    same = Deferral.from_exception(TaskDeferred(trigger=FileTrigger("/x"), method_name="done"))
+    assert same.described == "triggers.file.FileTrigger"
 
 
 def test_spec_carries_the_context_and_round_trips() -> None:
