@@ -4,12 +4,21 @@ A DAG file runs as a fresh module with a name unique to its path (two ``etl.py``
 subfolders do not collide), with the dags and plugins folders on ``sys.path`` after the
 installed packages. ``collect_dags`` finds its DAGs; ``load_task`` returns a fresh instance
 of one task, for the child that runs it.
+
+A DAG file can also run from given source text (``import_dag_file(path, source=...)``): the
+DAG processor's child reads the file once and runs exactly those bytes, so the source it
+reports (and the DAG processor stores as the file's last good version) is the code it
+parsed; a task whose file is broken now runs that stored version (``load_task(...,
+source=...)``). Such a module has the file's name and ``__file__``, and its lines are the
+ones tracebacks show.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.abc
 import importlib.util
+import linecache
 import re
 import sys
 from typing import TYPE_CHECKING, Final
@@ -41,10 +50,48 @@ def add_import_paths(dags_folder: Path | None, plugins_folder: Path | None) -> N
             sys.path.append(str(folder))
 
 
-def import_dag_file(path: Path) -> ModuleType:
-    """Execute the DAG file as a fresh module; exceptions from the file propagate."""
+def source_digest(source: bytes | str) -> str:
+    """The sha256 of a DAG file's source (its bytes; text is hashed as UTF-8)."""
+    data = source.encode("utf-8") if isinstance(source, str) else source
+    return hashlib.sha256(data).hexdigest()
+
+
+def decode_source(data: bytes) -> str:
+    """A DAG file's bytes as text, as Python reads them (a PEP 263 coding line applies)."""
+    return importlib.util.decode_source(data)
+
+
+class _GivenSource(importlib.abc.Loader):
+    """Runs given source text as the module of DAG file ``path``."""
+
+    def __init__(self, path: str, source: str) -> None:
+        self.path = path
+        self.source = source
+
+    def exec_module(self, module: ModuleType) -> None:
+        code = compile(self.source, self.path, "exec", dont_inherit=True)
+        exec(code, module.__dict__)  # running the DAG file is the point
+
+    def get_source(self, fullname: str) -> str:  # inspect and tracebacks read it
+        return self.source
+
+
+def import_dag_file(path: Path, *, source: str | None = None) -> ModuleType:
+    """Execute the DAG file as a fresh module; exceptions from the file propagate.
+
+    ``source``: run this text as the file (e.g. its last good version) instead of what is
+    on disk; tracebacks then show its lines.
+    """
     name = dag_module_name(path)
-    spec = importlib.util.spec_from_file_location(name, path)
+    if source is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+    else:
+        loader = _GivenSource(str(path), source)
+        spec = importlib.util.spec_from_loader(name, loader, origin=str(path))
+        if spec is not None:
+            spec.has_location = True  # __file__ is the DAG file's path
+        lines = source.splitlines(keepends=True)
+        linecache.cache[str(path)] = (len(source), None, lines, str(path))  # never re-read
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}: not a Python source file")
     module = importlib.util.module_from_spec(spec)
@@ -81,10 +128,15 @@ def load_task(
     *,
     dags_folder: Path | None = None,
     plugins_folder: Path | None = None,
+    source: str | None = None,
 ) -> BaseOperator:
-    """Import ``fileloc`` and return a fresh instance of one task (for the executor's child)."""
+    """Import ``fileloc`` and return a fresh instance of one task (for the executor's child).
+
+    ``source``: the file's text to run instead of what is on disk (its last good version).
+    """
     add_import_paths(dags_folder, plugins_folder)
-    module = import_dag_file(fileloc)
+    take_registered_dags()  # nothing a failed import before this one left behind
+    module = import_dag_file(fileloc, source=source)
     for dag in collect_dags(module, str(fileloc)):
         if dag.dag_id == dag_id:
             return dag.get_task(task_id)

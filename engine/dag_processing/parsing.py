@@ -9,7 +9,9 @@ its standard output; anything the DAG file prints goes to standard error instead
 A result holds the DAGs (ids, schedules, tasks and edges) and assets (with each watcher's
 trigger classpath and kwargs, serialized with ``triggers.serde.dumps_kwargs``: they may hold
 secrets, so the parent encrypts them and never logs them), or the error that stopped the
-import, with its line in the file.
+import, with its line in the file. A good result also carries the source the child ran (it
+reads the file once and runs those bytes) and its sha256: the parent stores them as the
+file's last good version, which a task runs when the file on disk is broken.
 
 The executor imports DAG files the same way (``load_task``) to run a task in a child.
 """
@@ -23,7 +25,7 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -35,7 +37,9 @@ from engine.authoring.dag_files import (
     DAG_MODULE_PREFIX,
     add_import_paths,
     collect_dags,
+    decode_source,
     import_dag_file,
+    source_digest,
 )
 from engine.authoring.mapping import MappedOperator
 from engine.authoring.timetables import timezone_name
@@ -145,6 +149,15 @@ class FileParseResult:
     dags: tuple[ParsedDag, ...] = ()
     assets: tuple[ParsedAsset, ...] = ()
     error: ParseError | None = None
+    #: sha256 of the source that parsed (a change of code alone is a new version)
+    source_sha256: str | None = None
+    #: the source text that parsed: from the child to the parent only, which stores it
+    #: apart (``without_source``); not part of a result's identity
+    source: str | None = field(default=None, compare=False, repr=False)
+
+    def without_source(self) -> FileParseResult:
+        """This result as stored in ``dag_file.result`` (the source goes to its own column)."""
+        return replace(self, source=None)
 
     @property
     def ok(self) -> bool:
@@ -169,6 +182,8 @@ def _result_from_dict(data: dict[str, Any]) -> FileParseResult:
         dags=tuple(_dag_from_dict(item) for item in data["dags"]),
         assets=tuple(_asset_from_dict(item) for item in data["assets"]),
         error=None if error is None else ParseError(**error),
+        source_sha256=data.get("source_sha256"),
+        source=data.get("source"),
     )
 
 
@@ -378,13 +393,21 @@ def parse_file(path: Path) -> FileParseResult:
     fileloc = str(path)
     take_registered_dags()
     try:
-        module = import_dag_file(path)
+        data = path.read_bytes()
+        source = decode_source(data)
+        module = import_dag_file(path, source=source)
         dags = collect_dags(module, fileloc)
         parsed_dags = tuple(describe_dag(dag) for dag in dags)
         assets = tuple(describe_assets(fileloc, _file_assets(module, dags)))
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - the boundary around user code
         return FileParseResult(fileloc=fileloc, error=error_from_exception(exc, fileloc))
-    return FileParseResult(fileloc=fileloc, dags=parsed_dags, assets=assets)
+    return FileParseResult(
+        fileloc=fileloc,
+        dags=parsed_dags,
+        assets=assets,
+        source_sha256=source_digest(data),
+        source=source,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -306,9 +306,11 @@ class DagSync:
         present: Set[str],
     ) -> None:
         for fileloc in sorted(acceptance.accepted):
-            if last_good.get(fileloc) != fresh[fileloc]:
-                token = self._cipher.encrypt(fresh[fileloc].to_json())
-                dags_sql.save_dag_file(self._session, fileloc, token, now=self._now)
+            result = fresh[fileloc]
+            if last_good.get(fileloc) != result:  # its source's digest counts, its text not
+                token = self._cipher.encrypt(result.without_source().to_json())
+                source = None if result.source is None else self._cipher.encrypt(result.source)
+                dags_sql.save_dag_file(self._session, fileloc, token, now=self._now, source=source)
         removed = sorted(fileloc for fileloc in stored if fileloc not in present)
         dags_sql.delete_dag_files(self._session, removed)
         self.report.files_removed = removed

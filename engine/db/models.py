@@ -394,7 +394,9 @@ class DagFile(Base):
     """The last good parse of one DAG file, Fernet-encrypted (watcher kwargs hold secrets).
 
     A file that stops importing keeps this row, so its DAGs and watchers keep their last
-    good version; the row goes when the file is deleted.
+    good version, and its tasks run ``source``, the text that parsed (encrypted too: a DAG
+    file may hold secrets; None for a row written before it was kept); the row goes when
+    the file is deleted.
     """
 
     __tablename__ = "dag_file"
@@ -402,6 +404,7 @@ class DagFile(Base):
     fileloc: Mapped[str] = mapped_column(String(2000), primary_key=True)
     result: Mapped[str] = mapped_column(Text)
     parsed_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    source: Mapped[str | None] = mapped_column(Text, deferred=True)
 
 
 class DagParseError(Base):

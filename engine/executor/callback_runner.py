@@ -81,18 +81,26 @@ class CallbackSpec:
 
 
 def _load_dag(task_spec: TaskSpec) -> DAG:
+    """The DAG, from its file; from the file's last good version when it is broken now."""
     from engine.authoring.context import DagDefinitionError
+    from engine.authoring.dag import take_registered_dags
     from engine.authoring.dag_files import add_import_paths, collect_dags, import_dag_file
+    from engine.executor.last_good import load_or_last_good
 
     add_import_paths(
         Path(task_spec.dags_folder) if task_spec.dags_folder else None,
         Path(task_spec.plugins_folder) if task_spec.plugins_folder else None,
     )
-    module = import_dag_file(Path(task_spec.fileloc))
-    for dag in collect_dags(module, task_spec.fileloc):
-        if dag.dag_id == task_spec.dag_id:
-            return dag
-    raise DagDefinitionError(f"{task_spec.fileloc} defines no DAG {task_spec.dag_id!r}")
+
+    def load(source: str | None) -> DAG:
+        take_registered_dags()  # nothing a failed import before this one left behind
+        module = import_dag_file(Path(task_spec.fileloc), source=source)
+        for dag in collect_dags(module, task_spec.fileloc):
+            if dag.dag_id == task_spec.dag_id:
+                return dag
+        raise DagDefinitionError(f"{task_spec.fileloc} defines no DAG {task_spec.dag_id!r}")
+
+    return load_or_last_good(task_spec.fileloc, load)
 
 
 def _context(

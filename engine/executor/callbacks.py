@@ -327,6 +327,7 @@ class CallbackRunner:
                 cipher=self._cipher,
                 mask=log.add_secrets,
                 log_fields={"request_id": request.id, "dag_id": request.dag_id},
+                dag_fileloc=TaskSpec.from_json(spec.spec).fileloc,
             )
             async with process, anyio.create_task_group() as tg:
                 tg.start_soon(server.serve, channel)  # owns the channel: closes it when done

@@ -100,6 +100,18 @@ class TaskChannel:
         if secrets:
             self.request("mask", secrets=secrets)
 
+    # --- the task's DAG file (engine.executor.last_good) --------------------------------
+
+    def last_good_dag_file(self) -> dict[str, Any] | None:
+        """The task's DAG file as last parsed well: ``{"fileloc", "source", "parsed_at"}``;
+        None when no such version is stored."""
+        found = self._maybe("last_good_dag_file")
+        if found is not None and not (
+            isinstance(found, dict) and isinstance(found.get("source"), str)
+        ):
+            raise ChannelError("last_good_dag_file request: the answer is not a DAG file")
+        return found if found is None else dict(found)
+
     def _maybe(self, kind: str, **fields: Any) -> Any:
         try:
             return self.request(kind, **fields)

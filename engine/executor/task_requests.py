@@ -2,8 +2,10 @@
 
 ``TaskRequestServer.serve`` reads one JSON request per line from a task's process and
 answers each from the metadata database, until the task closes its end. What it serves is
-the table ``handlers`` (kind -> coroutine function of the request's fields): connections and
-variables now; a later feature adds its kind there (e.g. reading another DAG's task states).
+the table ``handlers`` (kind -> coroutine function of the request's fields): connections,
+variables, and the last good version of the task's own DAG file (its source as the DAG
+processor last parsed it well, for a task whose file is broken now); a later feature adds
+its kind there (e.g. reading another DAG's task states).
 
 Secrets. Before answering with a connection or a sensitive variable, the server hands its
 secrets to ``mask`` (the try's ``TaskLogWriter.add_secrets``): the task only learns a secret
@@ -27,7 +29,8 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from engine.authoring.connections import Connection, InvalidConnectionError, is_sensitive
 from engine.db.queries import connections as store
-from engine.exceptions import SluiceError
+from engine.db.queries import dags as dags_sql
+from engine.exceptions import DecryptionError, SluiceError
 from engine.executor.task_channel import ANSWER_MAX_BYTES, REQUEST_MAX_BYTES
 
 if TYPE_CHECKING:
@@ -65,11 +68,13 @@ class TaskRequestServer:
         cipher: KwargsCipher,
         mask: Callable[[Iterable[str]], None],
         log_fields: dict[str, Any] | None = None,
+        dag_fileloc: str | None = None,
     ) -> None:
         self._db = db
         self._cipher = cipher
         self._mask = mask
         self._log_fields = log_fields or {}
+        self._dag_fileloc = dag_fileloc  # the one DAG file whose last good version it serves
         self.served = 0
         self.handlers: dict[str, Callable[..., Awaitable[Any]]] = {
             "get_connection": self.get_connection,
@@ -77,6 +82,7 @@ class TaskRequestServer:
             "set_variable": self.set_variable,
             "delete_variable": self.delete_variable,
             "mask": self.mask,
+            "last_good_dag_file": self.last_good_dag_file,
         }
 
     def __repr__(self) -> str:
@@ -182,6 +188,24 @@ class TaskRequestServer:
         if not isinstance(secrets, list) or not all(isinstance(s, str) for s in secrets):
             raise RequestError("mask: 'secrets' must be a list of strings")
         self._mask(secrets)
+
+    # --- the task's DAG file ----------------------------------------------------------
+
+    async def last_good_dag_file(self) -> dict[str, Any]:
+        """The source of the task's DAG file as the DAG processor last parsed it well."""
+        fileloc = self._dag_fileloc
+        if fileloc is None:
+            raise NotFoundError("this process has no DAG file to ask about")
+        found = await self._db.read(partial(dags_sql.last_good_source, fileloc=fileloc))
+        if found is None:
+            raise NotFoundError(f"no last good version of {fileloc} is stored")
+        token, parsed_at = found
+        try:
+            source = self._cipher.decrypt(token)
+        except DecryptionError as exc:
+            raise RequestError(f"the last good version of {fileloc}: {exc}") from exc
+        self._log("task_dag_file_read", fileloc=fileloc)
+        return {"fileloc": fileloc, "source": source, "parsed_at": parsed_at.isoformat()}
 
     def _log(self, action: str, **fields: Any) -> None:
         logger.debug(

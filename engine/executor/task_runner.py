@@ -404,15 +404,22 @@ def _error_summary(exc: BaseException) -> str:
 
 
 def _load(spec: TaskSpec) -> BaseOperator:
+    """The task, from its DAG file; from the file's last good version when it is broken now
+    (``engine.executor.last_good``)."""
     from engine.authoring.dag_files import load_task
+    from engine.executor.last_good import load_or_last_good
 
-    return load_task(
-        Path(spec.fileloc),
-        spec.dag_id,
-        spec.task_id,
-        dags_folder=Path(spec.dags_folder) if spec.dags_folder else None,
-        plugins_folder=Path(spec.plugins_folder) if spec.plugins_folder else None,
-    )
+    def load(source: str | None) -> BaseOperator:
+        return load_task(
+            Path(spec.fileloc),
+            spec.dag_id,
+            spec.task_id,
+            dags_folder=Path(spec.dags_folder) if spec.dags_folder else None,
+            plugins_folder=Path(spec.plugins_folder) if spec.plugins_folder else None,
+            source=source,
+        )
+
+    return load_or_last_good(spec.fileloc, load)
 
 
 @dataclass(slots=True)
@@ -542,10 +549,13 @@ def _exit_when_parent_goes(stream: Any) -> None:
 def _open_channel(fd: int) -> None:
     """Connections and variables come from the parent, over the request channel."""
     from engine.authoring.connections import install_store
+    from engine.executor.last_good import use_channel
     from engine.executor.task_channel import TaskChannel
 
     os.set_inheritable(fd, False)  # not for the processes the task starts
-    install_store(TaskChannel.from_fd(fd))
+    channel = TaskChannel.from_fd(fd)
+    install_store(channel)
+    use_channel(channel)  # and the last good version of a DAG file that is broken now
 
 
 def _configure_logging() -> None:

@@ -366,6 +366,7 @@ class TaskSupervisor:
                     cipher=self._cipher,
                     mask=log.add_secrets,
                     log_fields=run.log_fields(),
+                    dag_fileloc=run.fileloc,
                 )
                 channel, child.channel = child.channel, None  # the server owns it now
                 tg.start_soon(server.serve, channel)

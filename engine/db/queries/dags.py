@@ -125,9 +125,24 @@ def load_dag_files(session: Session) -> dict[str, str]:
     return {str(f): str(r) for f, r in session.execute(select(DagFile.fileloc, DagFile.result))}
 
 
-def save_dag_file(session: Session, fileloc: str, token: str, *, now: datetime) -> None:
+def save_dag_file(
+    session: Session, fileloc: str, token: str, *, now: datetime, source: str | None = None
+) -> None:
+    """Store a file's last good parse (``token``) and the source that gave it (encrypted)."""
     session.execute(delete(DagFile).where(DagFile.fileloc == fileloc))
-    session.execute(insert(DagFile).values(fileloc=fileloc, result=token, parsed_at=now))
+    session.execute(
+        insert(DagFile).values(fileloc=fileloc, result=token, parsed_at=now, source=source)
+    )
+
+
+def last_good_source(session: Session, fileloc: str) -> tuple[str, datetime] | None:
+    """(encrypted source, parsed_at) of the file's last good version; None if not kept."""
+    row = session.execute(
+        select(DagFile.source, DagFile.parsed_at).where(DagFile.fileloc == fileloc)
+    ).first()
+    if row is None or row.source is None:
+        return None
+    return str(row.source), row.parsed_at
 
 
 def delete_dag_files(session: Session, filelocs: Iterable[str]) -> None:

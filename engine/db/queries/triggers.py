@@ -178,7 +178,7 @@ def rotate_trigger_kwargs(
 ) -> tuple[int, list[DecryptFailure]]:
     """Re-encrypt every encrypted value with the first key; values that fail are reported.
 
-    Covers trigger kwargs, the stored last good parse of each DAG file, the start
+    Covers trigger kwargs, the stored last good parse (and source) of each DAG file, the start
     arguments of ``start_from_trigger`` tasks, and connections' and variables' secrets.
     ``DecryptFailure.trigger_id`` is None for a value that is not a trigger row (its error
     names what it is).
@@ -192,6 +192,9 @@ def rotate_trigger_kwargs(
     for dag_file in session.execute(select(DagFile)).scalars():
         what = f"parse result of {dag_file.fileloc}"
         counts.append(_rotate(dag_file, "result", cipher, failures, what=what))
+        if dag_file.source is not None:
+            what = f"last good source of {dag_file.fileloc}"
+            counts.append(_rotate(dag_file, "source", cipher, failures, what=what))
     tasks = select(DagTask).where(DagTask.start_trigger.is_not(None))
     for task in session.execute(tasks).scalars():
         what = f"start trigger of task {task.dag_id}.{task.task_id}"
