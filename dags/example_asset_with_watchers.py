@@ -7,8 +7,8 @@ whose task reports the asset events that triggered its run.
 
 Try it (with ``make run`` going):
 
-    touch ~/.sluice/inbox/eu.flag     # -> one run of process_region_eu
-    touch ~/.sluice/orders.flag       # -> one run of process_orders
+    touch "${SLUICE_HOME:-$HOME/.sluice}/inbox/eu.flag"     # -> one run of process_region_eu
+    touch "${SLUICE_HOME:-$HOME/.sluice}/orders.flag"       # -> one run of process_orders
     .venv/bin/sluice runs list process_region_eu
 """
 

@@ -2,7 +2,8 @@
 
 ``wait_a_bit`` hands its wait to a ``TimeDeltaTrigger`` on the triggerer; ``wait_for_file``
 waits for a file the same way. Runs when the ``orders`` asset is updated
-(``touch ~/.sluice/orders.flag``), then waits 5 s and for ``~/.sluice/ready.flag``.
+(``touch "${SLUICE_HOME:-$HOME/.sluice}/orders.flag"``), then waits 5 s and for
+``$SLUICE_HOME/ready.flag``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """A task that defers once per item: each deferral frees its worker slot.
 
 The resumed method receives the event and the kwargs it passed to ``defer``; it defers again
-until every item is done. Runs when ``region-us`` is updated (``touch ~/.sluice/inbox/us.flag``).
+until every item is done. Runs when ``region-us`` is updated
+(``touch "${SLUICE_HOME:-$HOME/.sluice}/inbox/us.flag"``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Try it (with ``make run`` going):
     .venv/bin/sluice dags show example_report_producer   # schedule and next run time
     .venv/bin/sluice runs list example_report_consumer   # a run after each producer run
     .venv/bin/sluice assets events daily_report          # source: task, with its extra
-    touch ~/.sluice/report.flag                          # -> a consumer run (watcher)
+    touch "${SLUICE_HOME:-$HOME/.sluice}/report.flag"    # -> a consumer run (watcher)
     .venv/bin/sluice assets emit daily_report --extra '{"rows": 1}'   # -> a consumer run
     .venv/bin/sluice dags backfill example_report_producer \\
         --from 2026-01-01T00:00 --to 2026-01-01T00:10    # six past ticks, one run each

@@ -1,0 +1,99 @@
+"""The code of README.md's "A first run" and "Writing DAGs" works as written.
+
+Every Python block there is a DAG file a reader may copy into the dags folder: each is
+parsed by the DAG processor's real child (``python -m engine.dag_processing.parsing``) and
+must import what it uses and define its DAGs without an error. The flag-file command of
+"A first run" must put the file in ``$SLUICE_HOME``'s inbox, or ``~/.sluice``'s without one,
+when ``sh`` runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+SECTIONS = ("A first run", "Writing DAGs")
+
+
+def _section(title: str) -> str:
+    text = README.read_text(encoding="utf-8")
+    start = text.index(f"\n## {title}\n")
+    end = text.index("\n## ", start + len(title) + 4)
+    return text[start:end]
+
+
+def _blocks(language: str) -> list[tuple[str, str]]:
+    """(where, code) of every ```language block of the sections."""
+    found = []
+    for title in SECTIONS:
+        blocks = re.findall(rf"```{language}\n(.*?)```", _section(title), re.DOTALL)
+        found += [(f"{title!r} block {n + 1}", code) for n, code in enumerate(blocks)]
+    return found
+
+
+PYTHON_BLOCKS = _blocks("python")
+
+
+def test_the_sections_have_python_blocks() -> None:
+    assert len(PYTHON_BLOCKS) >= 5
+
+
+@pytest.mark.parametrize(("where", "code"), PYTHON_BLOCKS, ids=[w for w, _ in PYTHON_BLOCKS])
+def test_each_python_block_is_a_dag_file_that_parses(where: str, code: str, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    path = tmp_path / "dags" / "snippet.py"
+    path.parent.mkdir()
+    path.write_text(code, encoding="utf-8")
+    env = {**os.environ, "SLUICE_HOME": str(home)}
+    done = subprocess.run(
+        [sys.executable, "-P", "-m", "engine.dag_processing.parsing", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["error"] is None, f"{where}: {result['error']['message']}\n{code}"
+    assert result["dags"], f"{where} defines no DAG"
+    watched = [w for a in result["assets"] for w in a["watchers"]]
+    assert all(str(home) in w["kwargs"] for w in watched if "directory" in w["kwargs"]), (
+        f"{where}: a watched directory outside $SLUICE_HOME"
+    )
+
+
+def _flag_command() -> str:
+    [command] = [
+        line.split("#")[0].strip()
+        for _, code in _blocks("sh")
+        for line in code.splitlines()
+        if line.startswith("touch ")
+    ]
+    return command
+
+
+@pytest.mark.parametrize("with_sluice_home", [True, False])
+def test_the_flag_file_command_follows_sluice_home(tmp_path: Path, with_sluice_home: bool) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SLUICE_HOME"}
+    env["HOME"] = str(tmp_path / "user")
+    if with_sluice_home:
+        env["SLUICE_HOME"] = str(tmp_path / "sluice home")  # a space: the path is quoted
+        inbox = tmp_path / "sluice home" / "inbox"
+    else:
+        inbox = tmp_path / "user" / ".sluice" / "inbox"
+    inbox.mkdir(parents=True)  # the example DAG creates it
+    done = subprocess.run(
+        ["sh", "-c", _flag_command()], env=env, capture_output=True, text=True, timeout=10
+    )
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in inbox.iterdir()] == ["eu.flag"]
