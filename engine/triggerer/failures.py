@@ -79,10 +79,13 @@ class Failure:
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> Failure:
+        """The failure an exception is; an unavailable upstream's traceback is kept for the
+        outbox (a deferred task's failure carries it) but never logged."""
+        text = "".join(traceback.format_exception(exc))
         if is_upstream_unavailable(exc):
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else repr(exc)
-            return cls(reason, None, unavailable=True, address=upstream_address(exc))
-        return cls(repr(exc), "".join(traceback.format_exception(exc)))
+            return cls(reason, text, unavailable=True, address=upstream_address(exc))
+        return cls(repr(exc), text)
 
     @property
     def is_warned(self) -> bool:
