@@ -223,7 +223,12 @@ class AssetEvent(Base):
     """
 
     __tablename__ = "asset_event"
-    __table_args__ = (UniqueConstraint("asset_id", "dedup_key"),)
+    __table_args__ = (
+        UniqueConstraint("asset_id", "dedup_key"),
+        # Migration 0016: an asset's latest events without a scan of all of them (a task's
+        # inlet_events, `assets events`, the last event of an asset and of each watcher).
+        Index(None, "asset_id", "id"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     asset_id: Mapped[int] = mapped_column(ForeignKey("asset.id", ondelete="CASCADE"))
@@ -527,6 +532,9 @@ class SharedStreamSnapshot(Base):
     ack_timeouts: Mapped[int] = mapped_column(Integer, default=0)
     rejects: Mapped[int] = mapped_column(BigInteger, default=0)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    #: Migration 0016: the key's digest, as ``trigger.stream_digest`` holds it (None: the
+    #: key has no stable digest). Ties a watcher's trigger row to its group's snapshot.
+    stream_digest: Mapped[str | None] = mapped_column(String(64))
 
 
 # --- connections and variables (engine.authoring.connections) ---------------------------

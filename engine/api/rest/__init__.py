@@ -3,13 +3,14 @@ router. Each route depends on ``engine.api.security`` for who may call it and re
 ``engine.db`` (the same functions as the CLI).
 
 - ``health``: ``/health`` (liveness), ``/health/ready`` (readiness);
-- ``auth``: ``/me``, ``/tokens``, ``/users``.
+- ``auth``: ``/me``, ``/tokens``, ``/users``;
+- ``why``: ``/dags/{dag_id}/why`` (``engine.db.views.why``).
 """
 
 from fastapi import APIRouter
 
-from engine.api.rest import auth, health
+from engine.api.rest import auth, health, why
 
-ROUTERS: list[APIRouter] = [health.router, auth.router]
+ROUTERS: list[APIRouter] = [health.router, auth.router, why.router]
 
 __all__ = ("ROUTERS",)
