@@ -36,6 +36,7 @@ from shared_stream.exceptions import (
     SharedStreamTerminated,
     SubscriberOverflow,
 )
+from shared_stream.keys import UnstableKeyError, stream_key_digest
 from shared_stream.stats import GroupCounters
 from shared_stream.subscriber import SubscriberStream, forget_current_stream
 from shared_stream.timer import DeadlineTimer
@@ -71,6 +72,7 @@ class SharedStreamGroup:
     ) -> None:
         self.key = key
         self.label = repr(key)  # the key in reports (stats, logs)
+        self.digest = _digest(key)  # the key as trigger rows store it (stats)
         self.trigger_cls = trigger_cls
         self.kwargs = kwargs
         self.settings = settings
@@ -219,6 +221,7 @@ class SharedStreamGroup:
             queue_depth=depth,
             outstanding_by_lane=outstanding,
             oldest_unresolved_age_s=oldest_age,
+            digest=self.digest,
         )
 
     def _fail_subscriber(self, trigger_id: int, reason: FailReason) -> None:
@@ -485,3 +488,12 @@ async def _aclose(stream: AsyncIterator[Any]) -> None:
     aclose = getattr(stream, "aclose", None)
     if aclose is not None:
         await aclose()
+
+
+def _digest(key: Hashable) -> str | None:
+    """The key's fleet-wide digest; None for a key without a stable one (its triggers still
+    share this group, and the trigger rows hold no digest either)."""
+    try:
+        return stream_key_digest(key)
+    except UnstableKeyError:
+        return None

@@ -69,6 +69,10 @@ class GroupStats:
     overflows: int = 0
     ack_timeouts: int = 0
     rejects: int = 0
+    #: ``shared_stream.keys.stream_key_digest`` of the key, as trigger rows store it
+    #: (``trigger.stream_digest``): what ties a snapshot to its triggers in the database.
+    #: None for a key without a stable digest. Not compared: it follows from ``key``.
+    digest: str | None = field(default=None, compare=False)
 
     @property
     def outstanding_events(self) -> int:
@@ -107,10 +111,12 @@ class GroupCounters:
         queue_depth: int,
         outstanding_by_lane: dict[str, int],
         oldest_unresolved_age_s: float | None,
+        digest: str | None = None,
     ) -> GroupStats:
         """These totals with the gauges read now, as one immutable ``GroupStats``."""
         return GroupStats(
             key=key,
+            digest=digest,
             mode=mode,
             subscribers=subscribers,
             queue_depth=queue_depth,

@@ -405,6 +405,15 @@ def _from_json(data: object) -> BaseAsset:
     raise ValueError(f"unknown asset condition type {kind!r}")
 
 
+def is_condition_met(
+    condition: BaseAsset | None, updated: Set[str], aliases: Set[str] = frozenset()
+) -> bool:
+    """Whether a DAG scheduled on ``condition`` runs, given the assets updated since its last
+    asset-triggered run (and the aliases those assets belong to). A DAG with no asset
+    schedule is never asset-triggered. The scheduler's decision (``engine.scheduler.rules``)."""
+    return condition is not None and bool(updated) and condition.evaluate(updated, aliases)
+
+
 def as_condition(schedule: object, *, where: str) -> BaseAsset | None:
     """Normalize a DAG's ``schedule`` argument to a condition (None: manual runs only)."""
     if schedule is None or isinstance(schedule, BaseAsset):

@@ -15,6 +15,7 @@ from engine.cli.inspect import assets, dags, runs, tasks
 from engine.cli.ops import doctor_command, jobs, streams, triggers
 from engine.cli.pools import pools
 from engine.cli.processes import dag_processor, executor, run, scheduler, triggerer
+from engine.cli.why import dags_why
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -66,6 +67,7 @@ for _command in (
 tasks.add_command(tasks_clear)
 tasks.add_command(tasks_set_state)
 runs.add_command(runs_cancel)
+dags.add_command(dags_why)
 
 
 def main() -> None:

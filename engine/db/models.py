@@ -524,6 +524,9 @@ class SharedStreamSnapshot(Base):
     ack_timeouts: Mapped[int] = mapped_column(Integer, default=0)
     rejects: Mapped[int] = mapped_column(BigInteger, default=0)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    #: Migration 0016: the key's digest, as ``trigger.stream_digest`` holds it (None: the
+    #: key has no stable digest). Ties a watcher's trigger row to its group's snapshot.
+    stream_digest: Mapped[str | None] = mapped_column(String(64))
 
 
 # --- connections and variables (engine.authoring.connections) ---------------------------

@@ -29,12 +29,15 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Final
 
 from engine.authoring.arguments import TriggerRule
+
+# Whether an asset condition is met lives with the conditions (``engine.authoring.assets``)
+# so that ``sluice dags why`` (``engine.db.views.why``) asks the very function the
+# scheduler asks; re-exported here with the scheduler's other decisions.
+from engine.authoring.assets import is_condition_met as is_condition_met
 from engine.db.models import DagRunState, TaskState
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence, Set
-
-    from engine.authoring.assets import BaseAsset
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
 FINISHED: Final = frozenset(
     {TaskState.SUCCESS, TaskState.FAILED, TaskState.SKIPPED, TaskState.UPSTREAM_FAILED}
@@ -269,12 +272,3 @@ def run_outcome(
         return None
     leaves = (state for task, state in states.items() if not downstream.get(task))
     return DagRunState.FAILED if any(s in _FAILED for s in leaves) else DagRunState.SUCCESS
-
-
-def is_condition_met(
-    condition: BaseAsset | None, updated: Set[str], aliases: Set[str] = frozenset()
-) -> bool:
-    """Whether a DAG scheduled on ``condition`` runs, given the assets updated since its last
-    asset-triggered run (and the aliases those assets belong to). A DAG with no asset
-    schedule is never asset-triggered."""
-    return condition is not None and bool(updated) and condition.evaluate(updated, aliases)

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SCHEDULER_JOB: Final = "scheduler"
+SCHEDULER_JOB: Final = jobs.SCHEDULER_JOB
 TIME_RUN_BATCH: Final = 50  # due DAGs per transaction
 CLOCK_POLL_S: Final = 1.0  # the clock task's longest sleep (a new DAG waits at most this)
 

@@ -32,6 +32,9 @@ TRIGGERER_JOB: str = "triggerer"
 DAG_PROCESSOR_JOB: Final = "dag_processor"
 
 
+SCHEDULER_JOB: Final = "scheduler"
+
+
 def start_job(session: Session, *, job_type: str, capacity: int | None = None) -> int:
     now = utcnow()
     result = session.execute(

@@ -59,6 +59,7 @@ def publish_stream_stats(
             **{name: getattr(group, name) for name in _SNAPSHOT_FIELDS},
             "stream_key": key_label(group.key),
             "outstanding_by_lane": lanes_column(group.outstanding_by_lane),
+            "stream_digest": group.digest,
             "triggerer_id": triggerer_id,
             "updated_at": now,
         }
@@ -113,6 +114,7 @@ def list_stream_snapshots(
         {
             "triggerer_id": snap.triggerer_id,
             "key": snap.stream_key,
+            "stream_digest": snap.stream_digest,
             "mode": snap.mode,
             "subscribers": snap.subscribers,
             "outstanding_by_lane": snap.outstanding_by_lane,

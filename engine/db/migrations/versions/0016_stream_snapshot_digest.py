@@ -1,0 +1,31 @@
+"""shared-stream snapshot digest
+
+Revision ID: 0016
+Revises: 0013
+Create Date: 2026-11-27 10:00:00.000000
+
+- ``shared_stream_snapshot``: ``stream_digest``, the digest of the group's key as trigger
+  rows store it (``trigger.stream_digest``), so a watcher's trigger row leads to the
+  snapshot of the group it belongs to (``sluice dags why``). Rows written before it have
+  none until their triggerer publishes again (every heartbeat).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0016"
+down_revision = "0013"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("shared_stream_snapshot") as batch:
+        batch.add_column(sa.Column("stream_digest", sa.String(length=64), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("shared_stream_snapshot") as batch:
+        batch.drop_column("stream_digest")

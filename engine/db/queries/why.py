@@ -1,0 +1,515 @@
+"""SQL of "why did this DAG not run?" (``engine.db.views.why``): one DAG's row and parse
+error, its active and last runs, the asset events queued for it, the assets and aliases of
+its schedule with their watchers (trigger row, owner, failures, last event), the
+shared-stream groups behind those watchers, and the tasks that update the assets.
+
+Reads only. Trigger kwargs are never selected: they are encrypted and may hold secrets.
+Functions return plain dataclasses; the view decides what they mean.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from sqlalchemy import func, select
+
+from engine.db.models import (
+    Asset,
+    AssetAlias,
+    AssetAliasAsset,
+    AssetEvent,
+    AssetEventQueue,
+    AssetWatcher,
+    Dag,
+    DagParseError,
+    DagRun,
+    DagRunState,
+    DagTask,
+    Job,
+    SharedStreamSnapshot,
+    TaskInstance,
+    Trigger,
+)
+from engine.db.queries.jobs import SCHEDULER_JOB, TRIGGERER_JOB, alive_clause
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from datetime import datetime
+
+    from sqlalchemy.orm import Session
+
+_ACTIVE: Final = (DagRunState.QUEUED, DagRunState.RUNNING)
+
+
+@dataclass(frozen=True, slots=True)
+class DagFacts:
+    dag_id: str
+    fileloc: str
+    is_active: bool
+    is_paused: bool
+    last_parsed: datetime | None
+    parse_error: tuple[str, int | None, datetime] | None  # (error, line, at) of its file
+
+
+def dag_facts(session: Session, dag_id: str) -> DagFacts | None:
+    """The DAG's row and the parse error of its file, if any (None: no such DAG)."""
+    row = session.execute(
+        select(Dag.dag_id, Dag.fileloc, Dag.is_active, Dag.is_paused, Dag.last_parsed_time).where(
+            Dag.dag_id == dag_id
+        )
+    ).first()
+    if row is None:
+        return None
+    error = session.execute(
+        select(DagParseError.error, DagParseError.lineno, DagParseError.timestamp).where(
+            DagParseError.fileloc == row.fileloc
+        )
+    ).first()
+    return DagFacts(
+        dag_id=row.dag_id,
+        fileloc=row.fileloc,
+        is_active=bool(row.is_active),
+        is_paused=bool(row.is_paused),
+        last_parsed=row.last_parsed_time,
+        parse_error=None if error is None else (error[0], error[1], error[2]),
+    )
+
+
+def parse_error_count(session: Session) -> int:
+    return int(session.execute(select(func.count()).select_from(DagParseError)).scalar_one())
+
+
+@dataclass(frozen=True, slots=True)
+class RunFacts:
+    run_id: str
+    run_type: str
+    state: str
+    queued_at: datetime
+    start_date: datetime | None
+    end_date: datetime | None
+    logical_date: datetime | None
+    run_after: datetime | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "run_type": self.run_type,
+            "state": self.state,
+            "queued_at": _iso(self.queued_at),
+            "start_date": _iso(self.start_date),
+            "end_date": _iso(self.end_date),
+            "logical_date": _iso(self.logical_date),
+            "run_after": _iso(self.run_after),
+        }
+
+
+_RUN_COLUMNS: Final = (
+    DagRun.run_id,
+    DagRun.run_type,
+    DagRun.state,
+    DagRun.queued_at,
+    DagRun.start_date,
+    DagRun.end_date,
+    DagRun.logical_date,
+    DagRun.run_after,
+)
+
+
+def active_runs(session: Session, dag_id: str) -> list[RunFacts]:
+    """Queued and running runs that count against ``max_active_runs`` (not a backfill's),
+    oldest first."""
+    rows = session.execute(
+        select(*_RUN_COLUMNS)
+        .where(DagRun.dag_id == dag_id, DagRun.state.in_(_ACTIVE), DagRun.backfill_id.is_(None))
+        .order_by(func.coalesce(DagRun.run_after, DagRun.queued_at), DagRun.id)
+    )
+    return [RunFacts(*row) for row in rows]
+
+
+def last_run(session: Session, dag_id: str, *, run_type: str | None = None) -> RunFacts | None:
+    """The DAG's latest run (of ``run_type``, if given), by the time it was queued."""
+    query = select(*_RUN_COLUMNS).where(DagRun.dag_id == dag_id)
+    if run_type is not None:
+        query = query.where(DagRun.run_type == run_type)
+    row = session.execute(
+        query.order_by(DagRun.queued_at.desc(), DagRun.id.desc()).limit(1)
+    ).first()
+    return None if row is None else RunFacts(*row)
+
+
+@dataclass(slots=True)
+class QueuedEvents:
+    """Asset events queued for the DAG (not consumed by a run yet) of one asset or alias."""
+
+    count: int = 0
+    last_at: datetime | None = None
+    by_source: dict[str, int] = field(default_factory=dict)
+
+    def add(self, source: str | None, count: int, last_at: datetime | None) -> None:
+        self.count += count
+        self.by_source[source or "unknown"] = self.by_source.get(source or "unknown", 0) + count
+        if last_at is not None and (self.last_at is None or last_at > self.last_at):
+            self.last_at = last_at
+
+
+def queued_by_asset(session: Session, dag_id: str) -> dict[str, QueuedEvents]:
+    """Asset name -> the events of it queued for the DAG (every asset, in its tree or not:
+    the scheduler evaluates the condition on all of them)."""
+    rows = session.execute(
+        select(Asset.name, AssetEvent.source, func.count(), func.max(AssetEvent.timestamp))
+        .select_from(AssetEventQueue)
+        .join(AssetEvent, AssetEvent.id == AssetEventQueue.asset_event_id)
+        .join(Asset, Asset.id == AssetEvent.asset_id)
+        .where(AssetEventQueue.dag_id == dag_id)
+        .group_by(Asset.name, AssetEvent.source)
+    )
+    out: dict[str, QueuedEvents] = {}
+    for name, source, count, last_at in rows:
+        out.setdefault(str(name), QueuedEvents()).add(source, int(count), _utc(last_at))
+    return out
+
+
+def queued_by_alias(session: Session, dag_id: str) -> dict[str, QueuedEvents]:
+    """Alias name -> the queued events of the assets the alias resolved to (as the
+    scheduler counts an alias updated: ``engine.db.queries.runs.lock_queued_dag``)."""
+    rows = session.execute(
+        select(AssetAlias.name, AssetEvent.source, func.count(), func.max(AssetEvent.timestamp))
+        .select_from(AssetEventQueue)
+        .join(AssetEvent, AssetEvent.id == AssetEventQueue.asset_event_id)
+        .join(AssetAliasAsset, AssetAliasAsset.asset_id == AssetEvent.asset_id)
+        .join(AssetAlias, AssetAlias.id == AssetAliasAsset.alias_id)
+        .where(AssetEventQueue.dag_id == dag_id)
+        .group_by(AssetAlias.name, AssetEvent.source)
+    )
+    out: dict[str, QueuedEvents] = {}
+    for name, source, count, last_at in rows:
+        out.setdefault(str(name), QueuedEvents()).add(source, int(count), _utc(last_at))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class AssetFacts:
+    id: int
+    name: str
+    uri: str
+    last_event_at: datetime | None  # its latest event, queued for this DAG or not
+    last_event_source: str | None
+
+
+def assets_named(session: Session, names: Iterable[str]) -> dict[str, AssetFacts]:
+    """The named assets that exist, with their latest event."""
+    wanted = sorted(set(names))
+    if not wanted:
+        return {}
+    latest = (
+        select(AssetEvent.asset_id, func.max(AssetEvent.id).label("event_id"))
+        .group_by(AssetEvent.asset_id)
+        .subquery()
+    )
+    rows = session.execute(
+        select(Asset.id, Asset.name, Asset.uri, AssetEvent.timestamp, AssetEvent.source)
+        .outerjoin(latest, latest.c.asset_id == Asset.id)
+        .outerjoin(AssetEvent, AssetEvent.id == latest.c.event_id)
+        .where(Asset.name.in_(wanted))
+    )
+    return {
+        str(name): AssetFacts(int(asset_id), str(name), str(uri), _utc(at), source)
+        for asset_id, name, uri, at, source in rows
+    }
+
+
+def alias_assets(session: Session, aliases: Iterable[str]) -> dict[str, list[str]]:
+    """Alias name -> the names of the assets it resolved to so far."""
+    wanted = sorted(set(aliases))
+    out: dict[str, list[str]] = {name: [] for name in wanted}
+    if not wanted:
+        return out
+    rows = session.execute(
+        select(AssetAlias.name, Asset.name)
+        .join(AssetAliasAsset, AssetAliasAsset.alias_id == AssetAlias.id)
+        .join(Asset, Asset.id == AssetAliasAsset.asset_id)
+        .where(AssetAlias.name.in_(wanted))
+        .order_by(AssetAlias.name, Asset.name)
+    )
+    for alias, asset in rows:
+        out[str(alias)].append(str(asset))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerFacts:
+    id: int
+    hostname: str | None
+    pid: int | None
+    state: str
+    latest_heartbeat: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class WatcherFacts:
+    asset_id: int
+    name: str
+    trigger_id: int
+    classpath: str
+    triggerer_id: int | None
+    failure_count: int
+    last_error: str | None
+    last_failure_at: datetime | None
+    stream_digest: str | None
+    owner: OwnerFacts | None  # the job row of ``triggerer_id``
+    last_event_at: datetime | None = None  # its latest event (by watcher name)
+
+
+def watchers_of(session: Session, asset_ids: Iterable[int]) -> list[WatcherFacts]:
+    """The watchers of the assets: trigger row (never its kwargs), owner job, last event."""
+    wanted = sorted(set(asset_ids))
+    if not wanted:
+        return []
+    rows = session.execute(
+        select(
+            AssetWatcher.asset_id,
+            AssetWatcher.name,
+            Trigger.id,
+            Trigger.classpath,
+            Trigger.triggerer_id,
+            Trigger.failure_count,
+            Trigger.last_error,
+            Trigger.last_failure_date,
+            Trigger.stream_digest,
+            Job.id,
+            Job.hostname,
+            Job.pid,
+            Job.state,
+            Job.latest_heartbeat,
+        )
+        .join(Trigger, Trigger.id == AssetWatcher.trigger_id)
+        .outerjoin(Job, Job.id == Trigger.triggerer_id)
+        .where(AssetWatcher.asset_id.in_(wanted))
+        .order_by(AssetWatcher.asset_id, AssetWatcher.name)
+    ).all()
+    last = _last_watcher_events(session, wanted)
+    out = []
+    for row in rows:
+        owner = None
+        if row[9] is not None:
+            owner = OwnerFacts(int(row[9]), row[10] or None, row[11], str(row[12]), row[13])
+        out.append(
+            WatcherFacts(
+                asset_id=int(row[0]),
+                name=str(row[1]),
+                trigger_id=int(row[2]),
+                classpath=str(row[3]),
+                triggerer_id=row[4],
+                failure_count=int(row[5] or 0),
+                last_error=row[6],
+                last_failure_at=row[7],
+                stream_digest=row[8],
+                owner=owner,
+                last_event_at=last.get((int(row[0]), str(row[1]))),
+            )
+        )
+    return out
+
+
+def _last_watcher_events(session: Session, asset_ids: list[int]) -> dict[tuple[int, str], datetime]:
+    """(asset id, watcher name) -> the time of the watcher's latest event (events keep the
+    watcher's name when its trigger row is replaced)."""
+    rows = session.execute(
+        select(AssetEvent.asset_id, AssetEvent.source_watcher, func.max(AssetEvent.timestamp))
+        .where(AssetEvent.asset_id.in_(asset_ids), AssetEvent.source_watcher.is_not(None))
+        .group_by(AssetEvent.asset_id, AssetEvent.source_watcher)
+    )
+    return {(int(a), str(w)): _utc(at) for a, w, at in rows}
+
+
+@dataclass(frozen=True, slots=True)
+class StreamGroupFacts:
+    """The trigger rows of one shared-stream key, and what its owners published of it."""
+
+    digest: str
+    trigger_ids: list[int]
+    holders: list[int]  # triggerer ids holding rows of the group
+    snapshots: list[dict[str, Any]]  # of live holders
+
+
+def stream_groups(
+    session: Session, digests: Iterable[str], *, now: datetime, threshold_s: float
+) -> dict[str, StreamGroupFacts]:
+    wanted = sorted(set(digests))
+    if not wanted:
+        return {}
+    members: dict[str, list[tuple[int, int | None]]] = {d: [] for d in wanted}
+    rows = session.execute(
+        select(Trigger.stream_digest, Trigger.id, Trigger.triggerer_id)
+        .where(Trigger.stream_digest.in_(wanted))
+        .order_by(Trigger.id)
+    )
+    for digest, trigger_id, owner in rows:
+        members[str(digest)].append((int(trigger_id), owner))
+    snaps: dict[str, list[dict[str, Any]]] = {d: [] for d in wanted}
+    query = (
+        select(SharedStreamSnapshot)
+        .join(Job, Job.id == SharedStreamSnapshot.triggerer_id)
+        .where(SharedStreamSnapshot.stream_digest.in_(wanted), alive_clause(now, threshold_s))
+        .order_by(SharedStreamSnapshot.triggerer_id)
+    )
+    for snap in session.execute(query).scalars():
+        snaps[str(snap.stream_digest)].append(_snapshot(snap, now))
+    return {
+        d: StreamGroupFacts(
+            digest=d,
+            trigger_ids=[t for t, _ in members[d]],
+            holders=sorted({o for _, o in members[d] if o is not None}),
+            snapshots=snaps[d],
+        )
+        for d in wanted
+    }
+
+
+def _snapshot(snap: SharedStreamSnapshot, now: datetime) -> dict[str, Any]:
+    lanes = dict(snap.outstanding_by_lane or {})
+    return {
+        "triggerer_id": snap.triggerer_id,
+        "key": snap.stream_key,
+        "mode": snap.mode,
+        "subscribers": snap.subscribers,
+        "outstanding_events": sum(int(n) for n in lanes.values()),
+        "outstanding_by_lane": lanes,
+        "oldest_unresolved_age_s": snap.oldest_unresolved_age_s,
+        "advances": snap.advances,
+        "overflows": snap.overflows,
+        "ack_timeouts": snap.ack_timeouts,
+        "snapshot_age_s": round(max((now - snap.updated_at).total_seconds(), 0.0), 3),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerFacts:
+    """A task of an active DAG that updates an asset (or attaches events through an alias)."""
+
+    dag_id: str
+    task_id: str
+    dag_paused: bool
+    outlets: list[str]
+    outlet_aliases: list[str]
+    last_state: str | None = None
+    last_run_id: str | None = None
+    last_end: datetime | None = None
+
+
+def producers_of(
+    session: Session, assets: Iterable[str], aliases: Iterable[str]
+) -> list[ProducerFacts]:
+    """Tasks of active DAGs whose outlets hold one of ``assets`` or ``aliases``, with the
+    state of their latest task instance.
+
+    The outlets are JSON lists: they are matched here in Python (portable across SQLite and
+    PostgreSQL); only tasks that have outlets are read.
+    """
+    asset_set, alias_set = set(assets), set(aliases)
+    if not asset_set and not alias_set:
+        return []
+    rows = session.execute(
+        select(
+            DagTask.dag_id, DagTask.task_id, Dag.is_paused, DagTask.outlets, DagTask.outlet_aliases
+        )
+        .join(Dag, Dag.dag_id == DagTask.dag_id)
+        .where(Dag.is_active.is_(True))
+        .order_by(DagTask.dag_id, DagTask.position)
+    )
+    found = []
+    for dag_id, task_id, paused, outlets, outlet_aliases in rows:
+        outs = [str(o) for o in outlets or [] if o in asset_set]
+        out_aliases = [str(a) for a in outlet_aliases or [] if a in alias_set]
+        if outs or out_aliases:
+            found.append(ProducerFacts(dag_id, task_id, bool(paused), outs, out_aliases))
+    return _with_last_states(session, found)
+
+
+def _with_last_states(session: Session, found: list[ProducerFacts]) -> list[ProducerFacts]:
+    if not found:
+        return found
+    latest = (
+        select(func.max(TaskInstance.id))
+        .where(
+            TaskInstance.dag_id.in_(sorted({p.dag_id for p in found})),
+            TaskInstance.task_id.in_(sorted({p.task_id for p in found})),
+        )
+        .group_by(TaskInstance.dag_id, TaskInstance.task_id)
+    )
+    rows = session.execute(
+        select(
+            TaskInstance.dag_id,
+            TaskInstance.task_id,
+            TaskInstance.state,
+            DagRun.run_id,
+            TaskInstance.end_date,
+        )
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .where(TaskInstance.id.in_(latest))
+    )
+    states = {(d, t): (s, r, e) for d, t, s, r, e in rows}
+    out = []
+    for p in found:
+        state, run_id, end = states.get((p.dag_id, p.task_id), (None, None, None))
+        out.append(
+            ProducerFacts(
+                p.dag_id, p.task_id, p.dag_paused, p.outlets, p.outlet_aliases, state, run_id, end
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class EngineFacts:
+    """How many schedulers and triggerers are alive, and the live triggerers' room."""
+
+    schedulers_alive: int
+    triggerers_alive: int
+    triggerer_capacity: int | None  # summed capacity of the live triggerers (None: unknown)
+    triggers_held: int  # trigger rows the live triggerers hold
+
+
+def engine_facts(
+    session: Session, *, now: datetime, triggerer_threshold_s: float, scheduler_threshold_s: float
+) -> EngineFacts:
+    def alive(job_type: str, threshold_s: float) -> list[tuple[int, int | None]]:
+        rows = session.execute(
+            select(Job.id, Job.capacity).where(
+                Job.job_type == job_type, alive_clause(now, threshold_s)
+            )
+        )
+        return [(int(i), c) for i, c in rows]
+
+    schedulers = alive(SCHEDULER_JOB, scheduler_threshold_s)
+    triggerers = alive(TRIGGERER_JOB, triggerer_threshold_s)
+    capacities = [c for _, c in triggerers]
+    held = 0
+    if triggerers:
+        held = int(
+            session.execute(
+                select(func.count())
+                .select_from(Trigger)
+                .where(Trigger.triggerer_id.in_([i for i, _ in triggerers]))
+            ).scalar_one()
+        )
+    return EngineFacts(
+        schedulers_alive=len(schedulers),
+        triggerers_alive=len(triggerers),
+        triggerer_capacity=None if None in capacities else sum(c or 0 for c in capacities),
+        triggers_held=held,
+    )
+
+
+def _utc(value: Any) -> Any:
+    """A value read through an aggregate (``max``) skips the column type: make it aware."""
+    from datetime import UTC, datetime
+
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()

@@ -1,0 +1,409 @@
+"""Why did a DAG not run? ``explain_dag`` answers in one JSON-able dict, read by
+``sluice dags why`` (``engine.cli.why``, which also renders it as text), by
+``GET /api/v1/dags/{dag_id}/why`` and by the web UI's "why" page.
+
+It reads the facts in one transaction against one ``now`` and asks the scheduler's own
+decision for the asset condition (``engine.authoring.assets.is_condition_met``, each node
+through ``BaseAsset.evaluate``) and the DAG's own timetable for the next tick: nothing here
+re-implements a scheduling rule. The diagnosis (``engine.db.views.why_findings``) is pure.
+
+The shape (stable: keys are only ever added). Times are ISO 8601 strings in UTC, ``null``
+when unknown::
+
+    {
+      "dag_id": str, "now": time,
+      "verdict": str,                        # one line: the most decisive finding
+      "findings": [{"code": str, "severity": "blocker" | "waiting" | "note",
+                    "message": str}],        # most decisive first (codes: why_findings)
+      "dag": {"fileloc": str, "active": bool, "paused": bool, "last_parsed": time,
+              "parse_error": null | {"error": str, "line": int | null, "at": time}},
+      "runs": {"max_active_runs": int,       # effective limit (the timetable's may be lower)
+               "active": [run], "running": int, "queued": int, "limit_reached": bool,
+               "last": run | null},
+      "schedule": {
+        "kind": "none" | "assets" | "time" | "assets_or_time",
+        "text": str,                         # "a & (b | alias c)", "0 * * * *", "None"
+        "assets": null | {
+          "condition": node | null, "met": bool,
+          "missing": str | null,             # what is still missing: "b", "b or c", ...
+          "last_asset_run": run | null, "error": str | null},
+        "time": null | {
+          "summary": str | null, "description": str | null, "error": str | null,
+          "next_run": null | {"logical_date": time, "data_interval": [time, time] | null,
+                              "run_after": time, "due": bool},
+          "source": "scheduler" | "computed",   # stored by the scheduler, or computed now
+          "held": bool,                      # due but held by max_active_runs
+          "last_scheduled_run": run | null}},
+      "assets": [asset], "aliases": [alias],
+      "engine": {"schedulers_alive": int, "triggerers_alive": int,
+                 "triggerer_capacity": int | null, "triggers_held": int}
+    }
+
+    node:     {"type": "asset" | "alias", "name": str, "satisfied": bool,
+               "queued_events": int}
+              | {"type": "all" | "any", "satisfied": bool, "objects": [node]}
+    run:      {"run_id", "run_type", "state", "queued_at", "start_date", "end_date",
+               "logical_date", "run_after"}
+    queued:   {"count": int, "last_event_at": time, "sources": {source: count}}
+              # events queued for this DAG since its last asset-triggered run
+    asset:    {"name": str, "uri": str | null, "known": bool, "satisfied": bool,
+               "queued": queued, "last_event_at": time, "last_event_source": str | null,
+               "watchers": [watcher], "producers": [producer],
+               "cause": str | null, "cause_is_problem": bool}
+    alias:    {"name": str, "satisfied": bool, "queued": queued, "assets": [str],
+               "producers": [producer], "cause": str | null, "cause_is_problem": bool}
+    watcher:  {"name": str, "trigger_id": int, "classpath": str,   # never the kwargs
+               "claimed": bool, "triggerer_id": int | null,
+               "owner": null | {"id": int, "hostname": str | null, "pid": int | null,
+                                "state": str, "alive": bool, "heartbeat_age_s": float},
+               "last_event_at": time, "failures": int, "last_error": str | null,
+               "last_failure_at": time, "load_failed": bool,
+               "shared_stream": null | {"digest": str, "triggers": int, "holders": [int],
+                                        "split": bool, "snapshot": null | snapshot},
+               "status": "ok" | "unclaimed" | "owner_dead" | "load_failed" | "failing",
+               "problem": str | null}
+    snapshot: {"triggerer_id", "key", "mode", "subscribers", "outstanding_events",
+               "outstanding_by_lane", "oldest_unresolved_age_s", "advances", "overflows",
+               "ack_timeouts", "snapshot_age_s"}   # the group lag, as its owner published it
+    producer: {"dag_id": str, "task_id": str, "dag_paused": bool, "outlets": [str],
+               "outlet_aliases": [str], "last_state": str | null,
+               "last_run_id": str | null, "last_end": time}
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from engine.authoring.assets import (
+    Asset,
+    AssetAlias,
+    AssetAll,
+    AssetAny,
+    BaseAsset,
+    is_condition_met,
+)
+from engine.authoring.timetables import DataInterval, TimeRestriction, timetable_from_json
+from engine.db.queries import backfills, runs
+from engine.db.queries import why as why_sql
+from engine.db.views import why_findings
+from engine.db.views.why_findings import iso
+
+if TYPE_CHECKING:
+    from collections.abc import Set
+    from datetime import datetime
+
+    from sqlalchemy.orm import Session
+
+    from engine.db.queries.backfills import DagSchedule
+
+#: 2.1 x the default 5 s heartbeats (``[triggerer]`` / ``[scheduler] health_check_threshold``)
+DEFAULT_HEALTH_THRESHOLD_S: Final = 10.5
+_ASSET_OR_TIME: Final = "asset_or_time"
+
+
+class UnknownDagError(LookupError):
+    """No DAG has this id (the message says where to look)."""
+
+
+def explain_dag(
+    session: Session,
+    dag_id: str,
+    *,
+    now: datetime,
+    triggerer_threshold_s: float = DEFAULT_HEALTH_THRESHOLD_S,
+    scheduler_threshold_s: float = DEFAULT_HEALTH_THRESHOLD_S,
+) -> dict[str, Any]:
+    """Why ``dag_id`` runs or not at ``now``, in the shape of the module docstring.
+
+    Raises ``UnknownDagError`` when no DAG has that id. The thresholds are the heartbeat ages
+    after which a triggerer / scheduler counts as dead (the configured health thresholds).
+    """
+    facts = why_sql.dag_facts(session, dag_id)
+    if facts is None:
+        raise UnknownDagError(_unknown(session, dag_id))
+    sched = backfills.dag_schedules(session, [dag_id])[dag_id]
+    engine = why_sql.engine_facts(
+        session,
+        now=now,
+        triggerer_threshold_s=triggerer_threshold_s,
+        scheduler_threshold_s=scheduler_threshold_s,
+    )
+    active = why_sql.active_runs(session, dag_id)
+    kind = _kind(sched)
+    time = _time_schedule(session, sched, now, len(active)) if sched.timetable else None
+    limit = sched.max_active_runs if time is None else time.pop("_limit")
+    condition, condition_error = _condition(sched.asset_condition)
+    assets_section, assets, aliases = _asset_schedule(
+        session, dag_id, condition, condition_error, now, triggerer_threshold_s, engine
+    )
+    out: dict[str, Any] = {
+        "dag_id": dag_id,
+        "now": iso(now),
+        "verdict": "",
+        "findings": [],
+        "dag": {
+            "fileloc": facts.fileloc,
+            "active": facts.is_active,
+            "paused": facts.is_paused,
+            "last_parsed": iso(facts.last_parsed),
+            "parse_error": _parse_error(facts.parse_error),
+        },
+        "runs": _runs(session, dag_id, active, limit),
+        "schedule": {
+            "kind": kind,
+            "text": _schedule_text(sched, condition),
+            "assets": assets_section,
+            "time": time,
+        },
+        "assets": assets,
+        "aliases": aliases,
+        "engine": {
+            "schedulers_alive": engine.schedulers_alive,
+            "triggerers_alive": engine.triggerers_alive,
+            "triggerer_capacity": engine.triggerer_capacity,
+            "triggers_held": engine.triggers_held,
+        },
+    }
+    out["findings"] = why_findings.findings(out)
+    out["verdict"] = why_findings.verdict(out["findings"])
+    return out
+
+
+def _unknown(session: Session, dag_id: str) -> str:
+    message = f"no DAG {dag_id!r}; `sluice dags list` shows the DAGs"
+    broken = why_sql.parse_error_count(session)
+    if broken:
+        message += (
+            f", and {broken} DAG file(s) fail to parse (`sluice dags errors`): a DAG defined "
+            "in a file that never parsed is not known yet"
+        )
+    return message
+
+
+def _kind(sched: DagSchedule) -> str:
+    if sched.timetable is not None:
+        is_both = isinstance(sched.timetable, dict) and sched.timetable.get("__type") == (
+            _ASSET_OR_TIME
+        )
+        return "assets_or_time" if is_both else "time"
+    return "none" if sched.asset_condition is None else "assets"
+
+
+def _parse_error(error: tuple[str, int | None, datetime] | None) -> dict[str, Any] | None:
+    if error is None:
+        return None
+    return {"error": error[0], "line": error[1], "at": iso(error[2])}
+
+
+def _runs(
+    session: Session, dag_id: str, active: list[why_sql.RunFacts], limit: int
+) -> dict[str, Any]:
+    last = why_sql.last_run(session, dag_id)
+    return {
+        "max_active_runs": limit,
+        "active": [run.as_dict() for run in active],
+        "running": sum(run.state == "running" for run in active),
+        "queued": sum(run.state == "queued" for run in active),
+        "limit_reached": len(active) >= limit,
+        "last": None if last is None else last.as_dict(),
+    }
+
+
+# --- the asset condition ---------------------------------------------------------------
+
+
+def _condition(stored: Any) -> tuple[BaseAsset | None, str | None]:
+    if stored is None:
+        return None, None
+    try:
+        return BaseAsset.from_json(stored), None
+    except ValueError as exc:
+        return None, f"cannot read the stored asset condition: {exc}"
+
+
+def _asset_schedule(
+    session: Session,
+    dag_id: str,
+    condition: BaseAsset | None,
+    error: str | None,
+    now: datetime,
+    threshold_s: float,
+    engine: why_sql.EngineFacts,
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]]]:
+    if condition is None:
+        if error is None:
+            return None, [], []
+        unread = {"condition": None, "met": False, "missing": None, "last_asset_run": None}
+        return {**unread, "error": error}, [], []
+    queued = why_sql.queued_by_asset(session, dag_id)
+    queued_aliases = why_sql.queued_by_alias(session, dag_id)
+    updated, aliases = frozenset(queued), frozenset(queued_aliases)
+    last_asset_run = why_sql.last_run(session, dag_id, run_type=runs.ASSET_TRIGGERED)
+    section: dict[str, Any] = {
+        "condition": _node(condition, updated, aliases, queued, queued_aliases),
+        "met": is_condition_met(condition, updated, aliases),
+        "missing": _missing(condition, updated, aliases),
+        "last_asset_run": None if last_asset_run is None else last_asset_run.as_dict(),
+        "error": None,
+    }
+    names, alias_names = condition.asset_names(), condition.alias_names()
+    producers = why_sql.producers_of(session, names, alias_names)
+    known = why_sql.assets_named(session, names)
+    watchers = why_sql.watchers_of(session, [a.id for a in known.values()])
+    digests = {w.stream_digest for w in watchers if w.stream_digest}
+    groups = why_sql.stream_groups(session, digests, now=now, threshold_s=threshold_s)
+    context = why_findings.WatcherContext(now, threshold_s, engine, groups)
+    leaves = {a.name: a for a in condition.iter_assets()}
+    alias_leaves = {a.name: a for a in condition.iter_aliases()}
+    assets = [
+        why_findings.asset_entry(
+            name,
+            known.get(name),
+            queued.get(name),
+            satisfied=leaves[name].evaluate(updated, aliases),
+            watchers=[w for w in watchers if name in known and w.asset_id == known[name].id],
+            producers=[p for p in producers if name in p.outlets],
+            context=context,
+        )
+        for name in names
+    ]
+    resolved = why_sql.alias_assets(session, alias_names)
+    alias_entries = [
+        why_findings.alias_entry(
+            name,
+            queued_aliases.get(name),
+            satisfied=alias_leaves[name].evaluate(updated, aliases),
+            assets=resolved.get(name, []),
+            producers=[p for p in producers if name in p.outlet_aliases],
+        )
+        for name in alias_names
+    ]
+    return section, assets, alias_entries
+
+
+def _node(
+    condition: BaseAsset,
+    updated: Set[str],
+    aliases: Set[str],
+    queued: dict[str, why_sql.QueuedEvents],
+    queued_aliases: dict[str, why_sql.QueuedEvents],
+) -> dict[str, Any]:
+    """The stored condition as a tree, each node judged by its own ``evaluate``."""
+    satisfied = condition.evaluate(updated, aliases)
+    if isinstance(condition, Asset | AssetAlias):
+        is_asset = isinstance(condition, Asset)
+        events = (queued if is_asset else queued_aliases).get(condition.name)
+        return {
+            "type": "asset" if is_asset else "alias",
+            "name": condition.name,
+            "satisfied": satisfied,
+            "queued_events": 0 if events is None else events.count,
+        }
+    assert isinstance(condition, AssetAll | AssetAny), condition
+    return {
+        "type": "all" if isinstance(condition, AssetAll) else "any",
+        "satisfied": satisfied,
+        "objects": [_node(o, updated, aliases, queued, queued_aliases) for o in condition.objects],
+    }
+
+
+def _missing(condition: BaseAsset, updated: Set[str], aliases: Set[str]) -> str | None:
+    """What the condition still lacks, in words ("b", "b and c", "b or alias x")."""
+    if condition.evaluate(updated, aliases):
+        return None
+    if isinstance(condition, Asset):
+        return condition.name
+    if isinstance(condition, AssetAlias):
+        return f"alias {condition.name}"
+    assert isinstance(condition, AssetAll | AssetAny), condition
+    parts = []
+    for item in condition.objects:
+        text = _missing(item, updated, aliases)
+        if text is not None:
+            nested = isinstance(item, AssetAll | AssetAny) and len(item.objects) > 1
+            parts.append(f"({text})" if nested and (" and " in text or " or " in text) else text)
+    return (" and " if isinstance(condition, AssetAll) else " or ").join(parts)
+
+
+def _schedule_text(sched: DagSchedule, condition: BaseAsset | None) -> str:
+    parts = []
+    if sched.timetable is not None:
+        parts.append(sched.timetable_summary or "timetable")
+    if condition is not None:
+        parts.append(f"assets {_condition_text(condition)}")
+    return " or ".join(parts) or "None"
+
+
+def _condition_text(condition: BaseAsset, *, nested: bool = False) -> str:
+    if isinstance(condition, Asset):
+        return condition.name
+    if isinstance(condition, AssetAlias):
+        return f"alias {condition.name}"
+    assert isinstance(condition, AssetAll | AssetAny), condition
+    sep = " & " if isinstance(condition, AssetAll) else " | "
+    text = sep.join(_condition_text(o, nested=True) for o in condition.objects)
+    return f"({text})" if nested else text
+
+
+# --- the time schedule -------------------------------------------------------------------
+
+
+def _time_schedule(
+    session: Session, sched: DagSchedule, now: datetime, active: int
+) -> dict[str, Any]:
+    """The next tick: the one the scheduler stored, or (not computed yet, a paused DAG, a
+    one-off timetable) the one the timetable gives now, as the scheduler would compute it."""
+    out: dict[str, Any] = {
+        "summary": sched.timetable_summary,
+        "description": None,
+        "error": None,
+        "next_run": None,
+        "source": "computed",
+        "held": False,
+        "last_scheduled_run": None,
+        "_limit": sched.max_active_runs,
+    }
+    last_run = why_sql.last_run(session, sched.dag_id, run_type=runs.SCHEDULED)
+    out["last_scheduled_run"] = None if last_run is None else last_run.as_dict()
+    try:
+        timetable = timetable_from_json(sched.timetable)
+    except ValueError as exc:
+        out["error"] = f"cannot read the stored timetable: {exc}"
+        return out
+    out["description"] = timetable.description
+    if timetable.active_runs_limit is not None:
+        out["_limit"] = min(sched.max_active_runs, timetable.active_runs_limit)
+    if sched.next_dagrun_computed and timetable.periodic and not sched.is_paused:
+        out["source"] = "scheduler"
+        if sched.next_dagrun is not None:
+            run_after = sched.next_dagrun_create_after
+            out["held"] = run_after is None  # stored without a time: max_active_runs
+            out["next_run"] = _next_run(
+                sched.next_dagrun, sched.next_dagrun_data_interval, run_after, now
+            )
+        return out
+    last = runs.last_automated_interval(session, sched.dag_id)
+    info = timetable.next_dagrun_info(
+        last_automated_data_interval=None if last is None else DataInterval(*last),
+        restriction=TimeRestriction(sched.start_date, sched.end_date, sched.catchup),
+        now=now,
+    )
+    if info is not None:
+        interval = (info.data_interval.start, info.data_interval.end)
+        out["next_run"] = _next_run(info.logical_date, interval, info.run_after, now)
+        out["held"] = info.run_after <= now and active >= out["_limit"]
+    return out
+
+
+def _next_run(
+    logical: datetime,
+    interval: tuple[datetime, datetime] | None,
+    run_after: datetime | None,
+    now: datetime,
+) -> dict[str, Any]:
+    return {
+        "logical_date": iso(logical),
+        "data_interval": None if interval is None else [iso(interval[0]), iso(interval[1])],
+        "run_after": iso(run_after),
+        "due": run_after is None or run_after <= now,
+    }
