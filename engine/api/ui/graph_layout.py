@@ -252,8 +252,8 @@ def _coordinates(nodes: Sequence[Node], graph: _Graph, order: list[list[str]]) -
         start = placed[source]
         points = [(start.x + start.width, start.center_y)]
         for waypoint in waypoints:
-            layer = graph.layer[waypoint]
-            points.append((column_x[layer] + column_width[layer] / 2, centre[waypoint]))
+            column = graph.layer[waypoint]
+            points.append((column_x[column] + column_width[column] / 2, centre[waypoint]))
         points.append((placed[target].x, placed[target].center_y))
         edges.append(_edge(source, target, points, reversed_=was_reversed))
     width = x - COLUMN_GAP + MARGIN if order else 2 * MARGIN
