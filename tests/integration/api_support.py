@@ -40,9 +40,11 @@ class ApiHarness:
     config: Config
     app: FastAPI
 
-    def client(self) -> TestClient:
+    def client(self, base_url: str = "http://testserver") -> TestClient:
         """A new client (its own cookies); errors are answered, not raised."""
-        return TestClient(self.app, raise_server_exceptions=False, follow_redirects=False)
+        return TestClient(
+            self.app, base_url=base_url, raise_server_exceptions=False, follow_redirects=False
+        )
 
     def user(self, username: str, role: str = credentials.ADMIN) -> str:
         add = partial(
