@@ -22,6 +22,8 @@
 - ``streams``: shared-stream snapshots published by triggerers;
 - ``inspection``: the operator views (jobs, triggers, DAG details, doctor facts);
 - ``clean``: which old rows ``sluice db clean`` may delete;
+- ``why``, ``why_watchers``: what ``sluice dags why`` reads (queued events, runs, assets and
+  their producing tasks; watchers, their triggerers and shared-stream groups);
 - ``external_tasks``: another DAG's run and task states at given logical dates (read by the
   triggerer for ``ExternalTaskSensor``).
 

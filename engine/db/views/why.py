@@ -5,7 +5,8 @@
 It reads the facts in one transaction against one ``now`` and asks the scheduler's own
 decision for the asset condition (``engine.authoring.assets.is_condition_met``, each node
 through ``BaseAsset.evaluate``) and the DAG's own timetable for the next tick: nothing here
-re-implements a scheduling rule. The diagnosis (``engine.db.views.why_findings``) is pure.
+re-implements a scheduling rule. The diagnosis is pure: ``why_entries`` judges each watcher,
+asset and alias, ``why_findings`` gives the findings and the verdict.
 
 The shape (stable: keys are only ever added). Times are ISO 8601 strings in UTC, ``null``
 when unknown::
@@ -22,7 +23,7 @@ when unknown::
                "last": run | null},
       "schedule": {
         "kind": "none" | "assets" | "time" | "assets_or_time",
-        "text": str,                         # "a & (b | alias c)", "0 * * * *", "None"
+        "text": str,     # as `dags list`: "assets a & (b | alias c)", "0 * * * *", "None"
         "assets": null | {
           "condition": node | null, "met": bool,
           "missing": str | null,             # what is still missing: "b", "b or c", ...
@@ -85,8 +86,9 @@ from engine.authoring.assets import (
 from engine.authoring.timetables import DataInterval, TimeRestriction, timetable_from_json
 from engine.db.queries import backfills, runs
 from engine.db.queries import why as why_sql
-from engine.db.views import why_findings
-from engine.db.views.why_findings import iso
+from engine.db.queries import why_watchers as watchers_sql
+from engine.db.views import why_entries, why_findings
+from engine.db.views.why_entries import iso
 
 if TYPE_CHECKING:
     from collections.abc import Set
@@ -122,7 +124,7 @@ def explain_dag(
     if facts is None:
         raise UnknownDagError(_unknown(session, dag_id))
     sched = backfills.dag_schedules(session, [dag_id])[dag_id]
-    engine = why_sql.engine_facts(
+    engine = watchers_sql.engine_facts(
         session,
         now=now,
         triggerer_threshold_s=triggerer_threshold_s,
@@ -228,7 +230,7 @@ def _asset_schedule(
     error: str | None,
     now: datetime,
     threshold_s: float,
-    engine: why_sql.EngineFacts,
+    engine: watchers_sql.EngineFacts,
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]]]:
     if condition is None:
         if error is None:
@@ -249,14 +251,14 @@ def _asset_schedule(
     names, alias_names = condition.asset_names(), condition.alias_names()
     producers = why_sql.producers_of(session, names, alias_names)
     known = why_sql.assets_named(session, names)
-    watchers = why_sql.watchers_of(session, [a.id for a in known.values()])
+    watchers = watchers_sql.watchers_of(session, [a.id for a in known.values()])
     digests = {w.stream_digest for w in watchers if w.stream_digest}
-    groups = why_sql.stream_groups(session, digests, now=now, threshold_s=threshold_s)
-    context = why_findings.WatcherContext(now, threshold_s, engine, groups)
+    groups = watchers_sql.stream_groups(session, digests, now=now, threshold_s=threshold_s)
+    context = why_entries.WatcherContext(now, threshold_s, engine, groups)
     leaves = {a.name: a for a in condition.iter_assets()}
     alias_leaves = {a.name: a for a in condition.iter_aliases()}
     assets = [
-        why_findings.asset_entry(
+        why_entries.asset_entry(
             name,
             known.get(name),
             queued.get(name),
@@ -269,7 +271,7 @@ def _asset_schedule(
     ]
     resolved = why_sql.alias_assets(session, alias_names)
     alias_entries = [
-        why_findings.alias_entry(
+        why_entries.alias_entry(
             name,
             queued_aliases.get(name),
             satisfied=alias_leaves[name].evaluate(updated, aliases),

@@ -15,6 +15,7 @@ from shared_stream import (
     reject_shared_stream_event,
 )
 from shared_stream.bookkeeping import AckLedger
+from shared_stream.keys import stream_key_digest
 from shared_stream.stats import (
     REPORTED_LANES,
     busiest_lanes,
@@ -89,6 +90,28 @@ def start(tg, manager, trigger, trigger_id, **kwargs) -> SubscriberHarness:
 def only(manager: SharedStreamManager) -> GroupStats:
     (stats,) = manager.stats()
     return stats
+
+
+class OddKeyTrigger(FeedTrigger):
+    """A key holding an object whose text differs between processes: no digest."""
+
+    token = object()
+
+    def shared_stream_key(self):
+        return (type(self).__name__, self.token)
+
+
+async def test_a_snapshot_carries_the_digest_trigger_rows_store_for_its_key():
+    with anyio.fail_after(5):
+        FeedTrigger.feeds["d"] = InMemoryFeed()
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            start(tg, mgr, FeedTrigger(source="d"), 1)
+            start(tg, mgr, OddKeyTrigger(source="d"), 2)
+            await anyio.wait_all_tasks_blocked()
+            stable, odd = sorted(mgr.stats(), key=lambda s: s.key.startswith("('Odd"))
+            assert stable.digest == stream_key_digest(("FeedTrigger", "d"))
+            assert odd.digest is None
+            tg.cancel_scope.cancel()
 
 
 # -- the pure ledger's read-only questions ------------------------------------------------
