@@ -8,11 +8,14 @@ extend ``ui/layout.html`` (api-core's ``base.html`` with the section links).
 from datetime import datetime
 from typing import Any, Final
 
+from urllib.parse import quote
+
 from fastapi import HTTPException, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse
 
 from engine.api.credentials import OPERATOR
 from engine.api.security import principal_of
+from engine.api.ui.login import safe_next
 from engine.api.ui.states import legend, look
 from engine.api.ui.templating import render, templates
 
@@ -66,3 +69,35 @@ def can_operate(request: Request) -> bool:
 
 def not_found(detail: str) -> HTTPException:
     return HTTPException(404, detail)
+
+
+def redirect_back(target: str) -> RedirectResponse:
+    """After a form action: back to the page it came from (a path of this site only)."""
+    return RedirectResponse(safe_next(target), status_code=303)
+
+
+def part(text: str) -> str:
+    """``text`` as one URL path segment (run ids hold ``:`` and ``+``)."""
+    return quote(text, safe="")
+
+
+def dag_url(dag_id: str) -> str:
+    return f"/dags/{part(dag_id)}"
+
+
+def run_url(dag_id: str, run_id: str) -> str:
+    return f"{dag_url(dag_id)}/runs/{part(run_id)}"
+
+
+def task_url(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
+    copy = f"?map_index={map_index}" if map_index >= 0 else ""
+    return f"{run_url(dag_id, run_id)}/tasks/{part(task_id)}{copy}"
+
+
+def asset_url(name: str) -> str:
+    return "/assets/" + quote(name, safe="/")
+
+
+templates.env.globals.update(
+    dag_url=dag_url, run_url=run_url, task_url=task_url, asset_url=asset_url, url_part=part
+)
