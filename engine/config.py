@@ -172,6 +172,25 @@ class LoggingConfig:
     task_log_folder: Path = field(metadata=_meta(derive=lambda home, _: home / "logs"))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiConfig:
+    """The REST API and web UI part (``sluice api-server``, and ``sluice run``)."""
+
+    #: Loopback unless the operator opens it: the API mutates the engine.
+    host: str = _key("127.0.0.1")
+    port: int = _key(8793, _PORT)
+    #: Reading (GET) without logging in; mutations always need a user or a token.
+    open_read: bool = _key(False)
+    #: Mark the session cookie ``Secure`` (set it when a TLS proxy fronts the API).
+    cookie_secure: bool = _key(False)
+    #: The largest request body accepted; a bigger one is refused with 413.
+    max_body_bytes: int = _key(1_048_576, _AT_LEAST_ONE)
+    #: How long a UI login lasts.
+    session_hours: float = _key(12.0, _POSITIVE)
+    #: The lifetime of a token made by ``sluice tokens create`` without ``--expires-in``.
+    token_expiry_days: float = _key(90.0, _POSITIVE)
+
+
 _SECTIONS: Final[dict[str, type[Any]]] = {
     "core": CoreConfig,
     "triggerer": TriggererConfig,
@@ -179,6 +198,7 @@ _SECTIONS: Final[dict[str, type[Any]]] = {
     "operators": OperatorsConfig,
     "metrics": MetricsConfig,
     "logging": LoggingConfig,
+    "api": ApiConfig,
 }
 # section -> key -> (field, resolved type hint), in declaration order.
 _SCHEMA: Final[dict[str, dict[str, tuple[dataclasses.Field[Any], Any]]]] = {
@@ -215,6 +235,7 @@ class Config:
     operators: OperatorsConfig
     metrics: MetricsConfig
     logging: LoggingConfig
+    api: ApiConfig
     sources: Mapping[tuple[str, str], str]
 
     def secret_values(self) -> list[str]:

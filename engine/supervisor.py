@@ -1,9 +1,10 @@
 """One process, one root task group: the engine parts under a supervisor.
 
-Parts start in order (DAG processor, scheduler, executor, triggerer) and readiness is logged
-once all are up. SIGTERM/SIGINT stops them in order within a bounded grace period: first the
-parts that create work, then the executor, last the triggerer (triggers cleaned up, outbox
-flushed, broker advances drained, rows released). A second signal cancels everything at
+Parts start in order (DAG processor, scheduler, executor, triggerer, API) and readiness is
+logged once all are up, with the address of the API and UI. SIGTERM/SIGINT stops them in
+order within a bounded grace period: first the API (no new requests), then the parts that
+create work, then the executor, last the triggerer (triggers cleaned up, outbox flushed,
+broker advances drained, rows released). A second signal cancels everything at
 once. A part that crashes, or returns when nobody asked it to, is reported and the process
 exits non-zero rather than limping on. With ``[metrics] enabled`` the Prometheus endpoint
 (``engine.metrics``) is bound before any part starts (a port in use fails the start) and
@@ -37,8 +38,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-ALL_PARTS: Final[tuple[str, ...]] = ("dag-processor", "scheduler", "executor", "triggerer")
-SHUTDOWN_ORDER: Final[tuple[str, ...]] = ("dag-processor", "scheduler", "executor", "triggerer")
+ALL_PARTS: Final[tuple[str, ...]] = ("dag-processor", "scheduler", "executor", "triggerer", "api")
+SHUTDOWN_ORDER: Final[tuple[str, ...]] = (
+    "api",
+    "dag-processor",
+    "scheduler",
+    "executor",
+    "triggerer",
+)
 GC_GEN0_THRESHOLD: Final = 10_000
 
 
@@ -53,6 +60,8 @@ class Part:
     shutdown: Callable[[], None] | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
     stopping: bool = False
+    #: Where the part serves users once started (the API's URL), for the readiness line.
+    address: Callable[[], str | None] | None = None
 
 
 def triggerer_settings(config: Config, overrides: dict[str, Any]) -> TriggererSettings:
@@ -144,6 +153,17 @@ def build_parts(
     return [parts[name] for name in ALL_PARTS if name in parts]
 
 
+def _api_part(config: Config, db: Database, overrides: dict[str, Any]) -> Part:
+    from engine.api.server import ApiServer, ApiServerSettings
+
+    settings = ApiServerSettings.from_config(
+        config, host=overrides.get("api_host"), port=overrides.get("api_port")
+    )
+    server = ApiServer(config=config, db=db, settings=settings)
+    server.bind()  # a port in use stops the start here, before any part runs
+    return Part("api", server.run, server.shutdown, address=lambda: server.url)
+
+
 async def _run_part(part: Part, *, task_status: anyio.abc.TaskStatus[None]) -> None:
     try:
         await part.run(task_status=task_status)
@@ -161,6 +181,8 @@ async def _serve(config: Config, names: tuple[str, ...], overrides: dict[str, An
         cipher = KwargsCipher.from_config(config.core.fernet_key, config.home)
         collector = _collector(config)
         parts = build_parts(config, names, db, cipher, overrides, collector=collector)
+        if "api" in names:  # the web part, last to start and first to stop
+            parts.append(_api_part(config, db, overrides))
         if collector is not None:
             from engine.metrics import start_metrics_server
 
@@ -170,11 +192,7 @@ async def _serve(config: Config, names: tuple[str, ...], overrides: dict[str, An
             tg.start_soon(_watch_signals, stop.set, tg.cancel_scope)
             for part in parts:
                 await tg.start(_run_part, part)
-            logger.info(
-                "Sluice ready: running %s",
-                ", ".join(p.name for p in parts),
-                extra={"action": "ready", "parts": [p.name for p in parts]},
-            )
+            _log_ready(parts)
             await stop.wait()
             await _stop_in_order(parts, config.triggerer.shutdown_grace_period_sec)
             tg.cancel_scope.cancel()
@@ -185,6 +203,18 @@ async def _serve(config: Config, names: tuple[str, ...], overrides: dict[str, An
         db.dispose()
     logger.info("Sluice stopped", extra={"action": "stopped"})
     return 0
+
+
+def _log_ready(parts: list[Part]) -> None:
+    names = [p.name for p in parts]
+    urls = [url for p in parts if p.address is not None and (url := p.address())]
+    where = f"; UI and API at {urls[0]}" if urls else ""
+    logger.info(
+        "Sluice ready: running %s%s",
+        ", ".join(names),
+        where,
+        extra={"action": "ready", "parts": names, **({"url": urls[0]} if urls else {})},
+    )
 
 
 def _collector(config: Config) -> EngineCollector | None:

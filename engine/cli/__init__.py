@@ -2,7 +2,9 @@
 
 - ``main``: the root group ``cli``, ``sluice version``, and ``main()`` (the console script);
   it adds every other module's commands to the root group;
-- ``processes``: ``run``, ``triggerer``, ``scheduler``, ``dag-processor``, ``executor``;
+- ``processes``: ``run``, ``triggerer``, ``scheduler``, ``dag-processor``, ``executor``,
+  ``api-server``;
+- ``users``: ``users create|list|delete|set-password|set-role``, ``tokens create|list|revoke``;
 - ``config``: ``config show``;
 - ``db``: ``db migrate|check|reset|rotate-fernet-key``, and ``db clean`` from ``clean``;
 - ``inspect``: ``dags``, ``runs``, ``assets`` (incl. ``assets emit``), ``tasks``;

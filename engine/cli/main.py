@@ -14,7 +14,8 @@ from engine.cli.db import db
 from engine.cli.inspect import assets, dags, runs, tasks
 from engine.cli.ops import doctor_command, jobs, streams, triggers
 from engine.cli.pools import pools
-from engine.cli.processes import dag_processor, executor, run, scheduler, triggerer
+from engine.cli.processes import api_server, dag_processor, executor, run, scheduler, triggerer
+from engine.cli.users import tokens, users
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -43,9 +44,12 @@ for _command in (
     scheduler,
     dag_processor,
     executor,
+    api_server,
     # setup and maintenance
     config,
     db,
+    users,
+    tokens,
     # the workflow nouns
     dags,
     runs,

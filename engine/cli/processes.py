@@ -1,5 +1,5 @@
 """The engine's processes: ``sluice run`` (every part under one supervisor) and
-``sluice triggerer|scheduler|dag-processor|executor`` (one part alone)."""
+``sluice triggerer|scheduler|dag-processor|executor|api-server`` (one part alone)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ def _run_parts(ctx: click.Context, parts: tuple[str, ...], overrides: dict[str, 
 @click.command()
 @click.pass_context
 def run(ctx: click.Context) -> None:
-    """Run the engine: DAG processor, scheduler, executor and triggerer under one supervisor."""
+    """Run the engine: DAG processor, scheduler, executor, triggerer and the API/UI server
+    under one supervisor."""
     from engine.supervisor import ALL_PARTS
 
     _run_parts(ctx, ALL_PARTS, {})
@@ -59,3 +60,17 @@ def dag_processor(ctx: click.Context) -> None:
 def executor(ctx: click.Context) -> None:
     """Run a local executor alone."""
     _run_parts(ctx, ("executor",), {})
+
+
+@click.command("api-server")
+@click.option("--host", default=None, help="Override [api] host (default 127.0.0.1).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="Override [api] port.")
+@click.pass_context
+def api_server(ctx: click.Context, host: str | None, port: int | None) -> None:
+    """Run the REST API and web UI alone (several may run behind a load balancer)."""
+    overrides: dict[str, Any] = {}
+    if host:
+        overrides["api_host"] = host
+    if port is not None:
+        overrides["api_port"] = port
+    _run_parts(ctx, ("api",), overrides)

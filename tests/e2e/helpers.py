@@ -32,9 +32,13 @@ READY_TIMEOUT_S = 60.0  # generous for a loaded 2-core machine
 
 
 def sluice_env(home: Path, **settings: str) -> dict[str, str]:
-    """A clean environment for a sluice process: only SLUICE_HOME and the given settings."""
+    """A clean environment for a sluice process: only SLUICE_HOME, the API on a free port
+    and the given settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE")}
     env["SLUICE_HOME"] = str(home)
+    # The API part of `sluice run` on a free port: tests (and engines of one test) never
+    # compete for [api] port 8793; the readiness line says which port it got.
+    env["SLUICE__API__PORT"] = "0"
     env.update(settings)
     return env
 

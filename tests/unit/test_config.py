@@ -72,6 +72,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert config.scheduler.keep_events_while_paused is True
     assert config.operators == OperatorsConfig(default_deferrable=False)
     assert config.metrics == MetricsConfig(enabled=False, host="127.0.0.1", port=9464)
+    assert (config.api.host, config.api.port, config.api.open_read) == ("127.0.0.1", 8793, False)
     assert config.logging == LoggingConfig(task_log_folder=tmp_path / "logs")
     assert config.logging.level == "INFO"
     assert config.logging.format == "text"
@@ -82,7 +83,7 @@ def test_every_key_has_a_source(tmp_path: Path) -> None:
     config = load_config(environ={}, home=tmp_path)
     expected = {
         (name, f.name)
-        for name in ("core", "triggerer", "scheduler", "operators", "metrics", "logging")
+        for name in ("core", "triggerer", "scheduler", "operators", "metrics", "logging", "api")
         for f in dataclasses.fields(getattr(config, name))
     }
     assert set(config.sources) == expected

@@ -1,0 +1,63 @@
+"""The application: REST routers at ``/api/v1`` (OpenAPI at ``/api/v1/openapi.json``, docs at
+``/api/v1/docs``), the UI's pages at ``/`` and its static files at ``/static``, problem-JSON
+errors, the body limit and security headers (``engine.api.problems``)."""
+
+from __future__ import annotations
+
+import contextlib
+from importlib.metadata import version as dist_version
+from typing import TYPE_CHECKING, Final
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from engine.api import problems
+from engine.api.rest import ROUTERS
+from engine.api.ui import router as ui_router
+from engine.api.ui.templating import STATIC_DIR
+from engine.db.database import Database
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from engine.config import Config
+
+API_PREFIX: Final = "/api/v1"
+
+
+def create_app(config: Config, database: Database | None = None) -> FastAPI:
+    """The API and UI on ``database`` (by default a new one on ``[core] sql_alchemy_conn``,
+    disposed of when the application shuts down)."""
+    owned = database is None
+    db = Database(config.core.sql_alchemy_conn) if database is None else database
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if owned:
+                db.dispose()
+
+    app = FastAPI(
+        title="Sluice",
+        version=dist_version("sluice"),
+        description="The REST API of the Sluice engine. Authenticate with "
+        "`Authorization: Bearer <token>` (`sluice tokens create --user USER`).",
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url=f"{API_PREFIX}/docs",
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.config = config
+    app.state.database = db
+    for router in ROUTERS:
+        app.include_router(router, prefix=API_PREFIX)
+    app.include_router(ui_router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    problems.install_error_handlers(app)
+    # add_middleware wraps: the last added is the outermost.
+    app.add_middleware(problems.BodyLimit, limit=config.api.max_body_bytes)
+    app.add_middleware(problems.UnexpectedErrors)
+    app.add_middleware(problems.SecurityHeaders)
+    return app
