@@ -55,7 +55,9 @@ def graph_items(graph: dict[str, Any]) -> tuple[list[GraphItem], list[tuple[str,
         elif kind == "watcher":
             error = node.get("last_error")
             flagged = bool(error)
-            title = f"watcher {label}: {node.get('classpath')}" + (f"; error: {error}" if error else "")
+            title = f"watcher {label}: {node.get('classpath')}" + (
+                f"; error: {error}" if error else ""
+            )
         items.append(GraphItem(node["id"], kind, label, href, title, flagged))
     edges = [(edge["source"], edge["target"]) for edge in graph["edges"]]
     return items, edges
@@ -75,9 +77,7 @@ async def _asset_page(
 ) -> HTMLResponse:
     def read(session: Any) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         shown = assets_view.show_asset(session, name)
-        events = assets_view.list_asset_events(
-            session, asset=name, limit=PAGE_SIZE, offset=offset
-        )
+        events = assets_view.list_asset_events(session, asset=name, limit=PAGE_SIZE, offset=offset)
         return shown, events
 
     asset, events = await database.read(read)

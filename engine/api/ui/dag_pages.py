@@ -29,7 +29,7 @@ from engine.db.models import utcnow
 from engine.db.queries import dags as dags_sql
 from engine.db.views import dags as dags_view
 from engine.db.views import runs as runs_view
-from engine.exceptions import SluiceError
+from engine.exceptions import NotFoundError, OperatorActionError
 
 #: Runs shown in the grid (the newest; older ones are on the pages of the runs list).
 GRID_RUNS: Final = 25
@@ -158,13 +158,10 @@ async def trigger(
                 operations.trigger_dag, dag_id=dag_id, conf=parsed, logical_date=None, now=utcnow()
             )
         )
-    except (ValueError, SluiceError) as exc:
-        if isinstance(exc, LookupError) or "no DAG" in str(exc):
-            raise not_found(str(exc)) from exc
+    except NotFoundError as exc:
+        raise not_found(str(exc)) from exc
+    except (ValueError, OperatorActionError) as exc:  # bad conf, a run at that date already
         return await _dag_page(
             request, database, dag_id, problem=str(exc), conf_text=conf, status_code=422
         )
-    return RedirectResponse(
-        run_url(dag_id, made["run_id"]), status_code=303
-    )
-
+    return RedirectResponse(run_url(dag_id, made["run_id"]), status_code=303)

@@ -81,5 +81,10 @@ async def streams_page(
         for group in found["items"]
     ]
     return page(
-        request, "streams.html", "/streams", groups=groups, total=found["total"], refresh_s=REFRESH_S
+        request,
+        "streams.html",
+        "/streams",
+        groups=groups,
+        total=found["total"],
+        refresh_s=REFRESH_S,
     )

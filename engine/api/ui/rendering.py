@@ -7,7 +7,6 @@ extend ``ui/layout.html`` (api-core's ``base.html`` with the section links).
 
 from datetime import datetime
 from typing import Any, Final
-
 from urllib.parse import quote
 
 from fastapi import HTTPException, Request

@@ -19,6 +19,7 @@ from engine.db.models import utcnow
 from engine.db.queries import actions
 from engine.db.views import runs as runs_view
 from engine.db.views import tasks as tasks_view
+from engine.exceptions import NotFoundError
 from engine.task_log_files import TaskLogNotFoundError
 
 #: A run page reloads itself this often while the run goes on.
@@ -26,8 +27,11 @@ REFRESH_S: Final = 2
 #: The most of a log shown at once; the page says where the rest is.
 LOG_PAGE_BYTES: Final = 512 * 1024
 LOG_TAIL_BYTES: Final = 64 * 1024
-#: Task states whose try can still write to its log.
-_WRITING: Final = frozenset({"queued", "running", "deferred", "up_for_retry", "restarting"})
+#: Task states whose try can still write to its log (or whose first try is still to come):
+#: the page follows the log, and reloads when the try is over.
+_WRITING: Final = frozenset(
+    {"none", "scheduled", "queued", "running", "deferred", "up_for_retry", "restarting"}
+)
 _RUN_ACTIVE: Final = frozenset({"queued", "running"})
 
 router = APIRouter(include_in_schema=False)
@@ -37,7 +41,9 @@ router = APIRouter(include_in_schema=False)
 async def run_page(
     request: Request, dag_id: str, run_id: str, _principal: UiReaderDep, database: DatabaseDep
 ) -> HTMLResponse:
-    run = await database.read(partial(runs_view.show_run, dag_id=dag_id, run_id=run_id, now=utcnow()))
+    run = await database.read(
+        partial(runs_view.show_run, dag_id=dag_id, run_id=run_id, now=utcnow())
+    )
     if run is None:
         raise not_found(f"DAG {dag_id!r} has no run {run_id!r}")
     going_on = run["state"] in _RUN_ACTIVE
@@ -189,5 +195,8 @@ async def clear(
         )
         return actions.clear_task_instances(session, selected, now=utcnow())
 
-    await database.run(clear_now)
+    try:
+        await database.run(clear_now)
+    except NotFoundError as exc:
+        raise not_found(str(exc)) from exc
     return redirect_back(run_url(dag_id, run_id))
