@@ -10,24 +10,19 @@ the pages go under pytest's temporary folder; their paths are printed at the end
 from __future__ import annotations
 
 import os
-import shutil
 from typing import TYPE_CHECKING
 
 import pytest
 from playwright.sync_api import sync_playwright
 
 from tests.browser.chromium import LAUNCH_ARGS, ChromiumUnavailableError, ensure_chromium
+from tests.browser.screenshots import taken
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
     from playwright.sync_api import Browser
-
-#: Set to a folder (the repo's ``docs``) to also save the DAG list there for the README.
-DOCS_SCREENSHOT_ENV = "SLUICE_DOCS_SCREENSHOTS"
-
-_TAKEN: list[Path] = []
 
 
 @pytest.fixture(scope="session")
@@ -57,17 +52,8 @@ def screenshot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("screenshots")
 
 
-def record_screenshot(path: Path, *, docs_name: str | None = None) -> None:
-    """Note a screenshot for the end-of-run summary; copy it to the docs folder when asked."""
-    _TAKEN.append(path)
-    print(f"screenshot: {path}")
-    docs = os.environ.get(DOCS_SCREENSHOT_ENV)
-    if docs and docs_name:
-        shutil.copyfile(path, os.path.join(docs, docs_name))
-
-
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if _TAKEN:
+    if taken():
         terminalreporter.write_sep("-", "browser screenshots")
-        for path in _TAKEN:
+        for path in taken():
             terminalreporter.write_line(str(path))

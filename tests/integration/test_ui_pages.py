@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import pytest
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import create_engine, select, text, update
 
-from engine.db.models import AssetEvent, Dag, DagRun
+from engine.db.models import AssetEvent, Dag, DagRun, TaskInstance
+from engine.task_log_files import log_path
 from tests.integration.api_support import ApiHarness, api_harness, csrf_of
 from tests.integration.harness import parsed_database
 
@@ -298,6 +299,34 @@ def test_a_task_page_without_a_log_and_its_log_tail(ui: ApiHarness) -> None:
     assert tail.json() == {"text": "", "offset": 0, "finished": False, "state": "none"}
     missing = admin.get(f"/dags/hourly/runs/{run_id}/tasks/nope", headers={"accept": "text/html"})
     assert missing.status_code == 404 and "no task" in missing.text
+
+
+def test_the_log_tail_returns_what_a_running_try_wrote_after_an_offset(ui: ApiHarness) -> None:
+    admin, csrf = logged_in(ui, "ada")
+    admin.post("/dags/producer/trigger", data={"csrf_token": csrf})
+    run_id = run_ids(ui, "producer")[-1]
+    set_state = update(TaskInstance).where(
+        TaskInstance.dag_id == "producer", TaskInstance.task_id == "build"
+    )
+    ui.db.call(lambda s: s.execute(set_state.values(state="running", try_number=1)))
+    path = log_path(ui.config.logging.task_log_folder, "producer", run_id, "build", 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("first line\n")
+    base = f"/dags/producer/runs/{quote(run_id, safe='')}/tasks/build"
+    page = admin.get(base).text
+    assert "first line" in page and 'data-tail-url="' in page and 'data-offset="11"' in page
+    with path.open("a") as log:
+        log.write("second line é\n")
+    tail = admin.get(f"{base}/log", params={"try": 1, "offset": 11}).json()
+    assert tail == {"text": "second line é\n", "offset": 26, "finished": False, "state": "running"}
+    assert admin.get(f"{base}/log", params={"try": 1, "offset": 26}).json()["text"] == ""
+    ui.db.call(lambda s: s.execute(set_state.values(state="success")))
+    done = admin.get(f"{base}/log", params={"try": 1, "offset": 26}).json()
+    assert done == {"text": "", "offset": 26, "finished": True, "state": "success"}
+    finished_page = admin.get(base).text
+    assert "first line" in finished_page and "data-tail-url" not in finished_page
+    escape = admin.get(f"{base}/log", params={"try": 1, "offset": 0}).json()
+    assert escape["text"].startswith("first line")
 
 
 def test_why_names_the_asset_still_missing_and_its_watcher(ui: ApiHarness) -> None:

@@ -21,6 +21,9 @@ from engine.db.queries import assets as assets_sql
 from engine.db.views import assets as assets_view
 
 MAX_EXTRA_CHARS: Final = 65_536
+#: After an event is emitted here, the page reloads itself this often until the runs it
+#: triggers show up (when a DAG is scheduled on the asset).
+REFRESH_S: Final = 2
 
 router = APIRouter(include_in_schema=False)
 
@@ -72,8 +75,20 @@ async def asset_graph(
     return page(request, "asset_graph.html", "/asset-graph", graph=drawn)
 
 
+def awaits_runs(asset: dict[str, Any], events: list[dict[str, Any]], emitted: int | None) -> bool:
+    """Whether the event just emitted (``emitted``) has no run yet though DAGs consume it."""
+    if emitted is None or not asset["consuming_dags"]:
+        return False
+    return any(event["id"] == emitted and not event["runs"] for event in events)
+
+
 async def _asset_page(
-    request: Request, database: DatabaseDep, name: str, offset: int, **extra: Any
+    request: Request,
+    database: DatabaseDep,
+    name: str,
+    offset: int,
+    emitted: int | None = None,
+    **extra: Any,
 ) -> HTMLResponse:
     def read(session: Any) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         shown = assets_view.show_asset(session, name)
@@ -90,6 +105,8 @@ async def _asset_page(
         asset=asset,
         events=events,
         can_operate=can_operate(request),
+        emitted=emitted,
+        refresh_s=REFRESH_S if awaits_runs(asset, events["items"], emitted) else None,
         **extra,
     )
 
@@ -101,8 +118,9 @@ async def asset_page(
     _principal: UiReaderDep,
     database: DatabaseDep,
     offset: Annotated[int, Query(ge=0)] = 0,
+    emitted: Annotated[int | None, Query(ge=1)] = None,
 ) -> HTMLResponse:
-    return await _asset_page(request, database, name, offset)
+    return await _asset_page(request, database, name, offset, emitted)
 
 
 def parse_extra(text: str) -> dict[str, Any] | None:
