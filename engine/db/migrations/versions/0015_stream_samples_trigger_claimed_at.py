@@ -1,7 +1,7 @@
 """Shared-stream samples and when a trigger was claimed
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0014
 Create Date: 2026-11-25 19:00:00.000000
 
 - ``shared_stream_sample``: the last samples of each shared-stream group (outstanding
@@ -18,7 +18,7 @@ from alembic import op
 import engine.db.models
 
 revision = "0015"
-down_revision = "0013"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
