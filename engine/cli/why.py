@@ -215,7 +215,7 @@ def _stream_text(stream: dict[str, Any]) -> str:
     lag = (
         f"{snap['outstanding_events']} outstanding event(s)"
         if snap["mode"] == "ack"
-        else "no lag kept"
+        else "nothing to acknowledge"
     )
     age = "" if oldest is None else f", oldest unresolved {oldest:.1f}s"
     return (

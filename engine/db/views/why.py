@@ -318,12 +318,13 @@ def _missing(condition: BaseAsset, updated: Set[str], aliases: Set[str]) -> str 
     if isinstance(condition, AssetAlias):
         return f"alias {condition.name}"
     assert isinstance(condition, AssetAll | AssetAny), condition
-    parts = []
-    for item in condition.objects:
-        text = _missing(item, updated, aliases)
-        if text is not None:
-            nested = isinstance(item, AssetAll | AssetAny) and len(item.objects) > 1
-            parts.append(f"({text})" if nested and (" and " in text or " or " in text) else text)
+    parts = [
+        text for item in condition.objects if (text := _missing(item, updated, aliases)) is not None
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    # A part that is itself "x and y" / "x or y" is put in parentheses.
+    parts = [f"({p})" if " and " in p or " or " in p else p for p in parts]
     return (" and " if isinstance(condition, AssetAll) else " or ").join(parts)
 
 
