@@ -94,7 +94,7 @@ def test_log_in_and_see_the_example_dags(context: BrowserContext, screenshot_dir
     expect(producer).to_contain_text("*/2 * * * *")
     expect(dag_list.locator(f'tr[data-dag="{WATCHED_DAG}"]')).to_contain_text("assets region-eu")
     expect(page.locator("header")).to_contain_text("ada (admin)")
-    shoot(page, screenshot_dir, "dag-list", docs_name="ui-dag-list.png")
+    shoot(page, screenshot_dir, "dag-list")
 
 
 def test_trigger_a_dag_watch_its_run_turn_green_and_read_a_task_log(
@@ -140,6 +140,9 @@ def test_trigger_a_dag_watch_its_run_turn_green_and_read_a_task_log(
     grid = page.get_by_test_id("runs-grid")
     expect(grid.locator('tr[data-task="archive"] [data-state="success"]').first).to_be_visible()
     shoot(page, screenshot_dir, "runs-grid")
+    page.get_by_role("link", name="DAGs", exact=True).click()
+    expect(page.locator(f'tr[data-dag="{MANUAL_DAG}"] [data-testid="paused"]')).to_be_visible()
+    shoot(page, screenshot_dir, "dag-list-after-a-run", docs_name="ui-dag-list.png")
 
 
 def test_emit_an_asset_event_and_see_the_downstream_run_appear(
