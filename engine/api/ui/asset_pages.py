@@ -6,7 +6,6 @@ Reads through ``engine.db.views.assets`` (what ``GET /api/v1/assets...`` answers
 is emitted through ``queries.assets.emit_asset_event``, as the REST API and the CLI do.
 """
 
-import json
 from functools import partial
 from typing import Annotated, Any, Final
 
@@ -16,7 +15,15 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from engine.api.deps import ConfigDep, DatabaseDep
 from engine.api.security import Principal, UiOperatorDep, UiReaderDep
 from engine.api.ui.drawing import GraphItem, draw
-from engine.api.ui.rendering import PAGE_SIZE, asset_url, can_operate, dag_url, not_found, page
+from engine.api.ui.rendering import (
+    PAGE_SIZE,
+    asset_url,
+    can_operate,
+    dag_url,
+    json_object_field,
+    not_found,
+    page,
+)
 from engine.db.queries import assets as assets_sql
 from engine.db.views import assets as assets_view
 
@@ -123,19 +130,6 @@ async def asset_page(
     return await _asset_page(request, database, name, offset, emitted)
 
 
-def parse_extra(text: str) -> dict[str, Any] | None:
-    """The extra field: empty for none, else a JSON object (a clear error otherwise)."""
-    if not text.strip():
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"extra is not valid JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise ValueError(f"extra must be a JSON object ({{...}}), not {type(value).__name__}")
-    return value
-
-
 def emitted_by(principal: Principal) -> str:
     """Who emitted an event from the UI, as the event's ``created_by`` records it."""
     return f"ui:{principal.username}"
@@ -153,7 +147,7 @@ async def emit_event(
     """Record an event of the asset (source ``api``): the DAGs scheduled on it run. Then the
     asset's page, with the new event marked; bad extra: the page again saying why (422)."""
     try:
-        parsed = parse_extra(extra)
+        parsed = json_object_field(extra, "extra")
         event_id = await database.run(
             partial(
                 assets_sql.emit_asset_event,

@@ -6,7 +6,6 @@ functions the REST API and the CLI call (``queries.dags.set_paused``,
 ``engine.db.operations.trigger_dag``).
 """
 
-import json
 from functools import partial
 from typing import Annotated, Any, Final
 
@@ -19,6 +18,7 @@ from engine.api.ui.grid import grid_rows
 from engine.api.ui.rendering import (
     PAGE_SIZE,
     can_operate,
+    json_object_field,
     not_found,
     page,
     redirect_back,
@@ -129,19 +129,6 @@ async def unpause(
     return redirect_back(next)
 
 
-def parse_conf(text: str) -> dict[str, Any] | None:
-    """The conf field: empty for none, else a JSON object (a clear error otherwise)."""
-    if not text.strip():
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"conf is not valid JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise ValueError(f"conf must be a JSON object ({{...}}), not {type(value).__name__}")
-    return value
-
-
 @router.post("/dags/{dag_id}/trigger", response_model=None)
 async def trigger(
     request: Request,
@@ -152,7 +139,7 @@ async def trigger(
 ) -> Response:
     """A manual run now; then its page. Bad conf: the DAG page again, saying why (422)."""
     try:
-        parsed = parse_conf(conf)
+        parsed = json_object_field(conf, "conf")
         made = await database.run(
             partial(
                 operations.trigger_dag, dag_id=dag_id, conf=parsed, logical_date=None, now=utcnow()

@@ -5,6 +5,7 @@ Page modules render with ``page(request, template, section, **context)``; the te
 extend ``ui/layout.html`` (api-core's ``base.html`` with the section links).
 """
 
+import json
 from datetime import datetime
 from typing import Any, Final
 from urllib.parse import quote
@@ -68,6 +69,20 @@ def can_operate(request: Request) -> bool:
 
 def not_found(detail: str) -> HTTPException:
     return HTTPException(404, detail)
+
+
+def json_object_field(text: str, name: str) -> dict[str, Any] | None:
+    """A form's JSON field (``conf``, ``extra``): empty for none, else a JSON object; a
+    ``ValueError`` that names the field otherwise."""
+    if not text.strip():
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{name} is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a JSON object ({{...}}), not {type(value).__name__}")
+    return value
 
 
 def redirect_back(target: str) -> RedirectResponse:
