@@ -186,11 +186,18 @@ def task_log(
         size = handle.seek(0, 2)
         start = min(max(offset, 0), size)
         handle.seek(start)
-        data = handle.read(max(min(max_bytes, MAX_LOG_CHUNK_BYTES), 0))
-    # a chunk that ends inside a UTF-8 sequence stops before it; the next read starts there
+        data = handle.read(max(min(max_bytes, MAX_LOG_CHUNK_BYTES), 1))
+        # a chunk that ends inside a UTF-8 character takes its last bytes too (at most 3)
+        for _ in range(3):
+            if not _cut_character(data):
+                break
+            more = handle.read(1)
+            if not more:
+                break
+            data += more
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     text = decoder.decode(data, final=False)
-    pending = len(decoder.getstate()[0])
+    pending = len(decoder.getstate()[0])  # a character still being written: read it later
     return {
         "dag_id": dag_id,
         "run_id": run_id,
@@ -203,3 +210,10 @@ def task_log(
         "size": size,
         "content": text,
     }
+
+
+def _cut_character(data: bytes) -> bool:
+    """Whether ``data`` ends inside a UTF-8 character."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    decoder.decode(data, final=False)
+    return bool(decoder.getstate()[0])
