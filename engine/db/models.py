@@ -225,7 +225,12 @@ class AssetEvent(Base):
     """
 
     __tablename__ = "asset_event"
-    __table_args__ = (UniqueConstraint("asset_id", "dedup_key"),)
+    __table_args__ = (
+        UniqueConstraint("asset_id", "dedup_key"),
+        # Migration 0016: an asset's latest events without a scan of all of them (a task's
+        # inlet_events, `assets events`, the last event of an asset and of each watcher).
+        Index(None, "asset_id", "id"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     asset_id: Mapped[int] = mapped_column(ForeignKey("asset.id", ondelete="CASCADE"))

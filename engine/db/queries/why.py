@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, case, func, select
 
 from engine.db.models import (
     Asset,
@@ -111,13 +111,35 @@ _RUN_COLUMNS: Final = (
 )
 
 
-def active_runs(session: Session, dag_id: str) -> list[RunFacts]:
-    """Queued and running runs that count against ``max_active_runs`` (not a backfill's),
-    oldest first."""
+#: How many active runs the view lists (all are counted): a backlog of queued runs can be long.
+ACTIVE_RUNS_SHOWN: Final = 20
+
+
+def _active(dag_id: str) -> Any:
+    return and_(DagRun.dag_id == dag_id, DagRun.state.in_(_ACTIVE), DagRun.backfill_id.is_(None))
+
+
+def active_run_counts(session: Session, dag_id: str) -> dict[str, int]:
+    """State -> how many queued and running runs count against ``max_active_runs`` (a
+    backfill's runs have a limit of their own)."""
+    rows = session.execute(
+        select(DagRun.state, func.count()).where(_active(dag_id)).group_by(DagRun.state)
+    )
+    return {str(state): int(count) for state, count in rows}
+
+
+def active_runs(session: Session, dag_id: str, *, limit: int = ACTIVE_RUNS_SHOWN) -> list[RunFacts]:
+    """The first ``limit`` of those runs: the running ones, then the queued ones in the
+    order they are admitted."""
     rows = session.execute(
         select(*_RUN_COLUMNS)
-        .where(DagRun.dag_id == dag_id, DagRun.state.in_(_ACTIVE), DagRun.backfill_id.is_(None))
-        .order_by(func.coalesce(DagRun.run_after, DagRun.queued_at), DagRun.id)
+        .where(_active(dag_id))
+        .order_by(
+            case((DagRun.state == DagRunState.RUNNING, 0), else_=1),
+            func.coalesce(DagRun.run_after, DagRun.queued_at),
+            DagRun.id,
+        )
+        .limit(limit)
     )
     return [RunFacts(*row) for row in rows]
 
@@ -161,7 +183,7 @@ def queued_by_asset(session: Session, dag_id: str) -> dict[str, QueuedEvents]:
     )
     out: dict[str, QueuedEvents] = {}
     for name, source, count, last_at in rows:
-        out.setdefault(str(name), QueuedEvents()).add(source, int(count), aware(last_at))
+        out.setdefault(str(name), QueuedEvents()).add(source, int(count), last_at)
     return out
 
 
@@ -179,7 +201,7 @@ def queued_by_alias(session: Session, dag_id: str) -> dict[str, QueuedEvents]:
     )
     out: dict[str, QueuedEvents] = {}
     for name, source, count, last_at in rows:
-        out.setdefault(str(name), QueuedEvents()).add(source, int(count), aware(last_at))
+        out.setdefault(str(name), QueuedEvents()).add(source, int(count), last_at)
     return out
 
 
@@ -197,21 +219,22 @@ def assets_named(session: Session, names: Iterable[str]) -> dict[str, AssetFacts
     wanted = sorted(set(names))
     if not wanted:
         return {}
-    latest = (
-        select(AssetEvent.asset_id, func.max(AssetEvent.id).label("event_id"))
-        .group_by(AssetEvent.asset_id)
-        .subquery()
-    )
     rows = session.execute(
-        select(Asset.id, Asset.name, Asset.uri, AssetEvent.timestamp, AssetEvent.source)
-        .outerjoin(latest, latest.c.asset_id == Asset.id)
-        .outerjoin(AssetEvent, AssetEvent.id == latest.c.event_id)
-        .where(Asset.name.in_(wanted))
-    )
-    return {
-        str(name): AssetFacts(int(asset_id), str(name), str(uri), aware(at), source)
-        for asset_id, name, uri, at, source in rows
-    }
+        select(Asset.id, Asset.name, Asset.uri).where(Asset.name.in_(wanted))
+    ).all()
+    out = {}
+    for asset_id, name, uri in rows:
+        # One query per asset (a handful), so that PostgreSQL plans each with its own id:
+        # a correlated subquery is planned for any asset and may walk every event's id.
+        latest = session.execute(
+            select(AssetEvent.timestamp, AssetEvent.source)
+            .where(AssetEvent.asset_id == asset_id)
+            .order_by(AssetEvent.id.desc())
+            .limit(1)
+        ).first()
+        at, source = (None, None) if latest is None else latest
+        out[str(name)] = AssetFacts(int(asset_id), str(name), str(uri), at, source)
+    return out
 
 
 def alias_assets(session: Session, aliases: Iterable[str]) -> dict[str, list[str]]:
@@ -276,46 +299,27 @@ def producers_of(
 
 
 def _with_last_states(session: Session, found: list[ProducerFacts]) -> list[ProducerFacts]:
-    if not found:
-        return found
-    latest = (
-        select(func.max(TaskInstance.id))
-        .where(
-            TaskInstance.dag_id.in_(sorted({p.dag_id for p in found})),
-            TaskInstance.task_id.in_(sorted({p.task_id for p in found})),
-        )
-        .group_by(TaskInstance.dag_id, TaskInstance.task_id)
-    )
-    rows = session.execute(
-        select(
-            TaskInstance.dag_id,
-            TaskInstance.task_id,
-            TaskInstance.state,
-            DagRun.run_id,
-            TaskInstance.end_date,
-        )
-        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
-        .where(TaskInstance.id.in_(latest))
-    )
-    states = {(d, t): (s, r, e) for d, t, s, r, e in rows}
+    """Each producer with the state of its task in the DAG's latest run that has it.
+
+    One small query per producer, led by ``dag_run`` (indexed by DAG) and then the task
+    instance's unique (run, task) index: no scan of the task instances of every DAG.
+    """
     out = []
     for p in found:
-        state, run_id, end = states.get((p.dag_id, p.task_id), (None, None, None))
+        row = session.execute(
+            select(TaskInstance.state, DagRun.run_id, TaskInstance.end_date)
+            .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+            .where(DagRun.dag_id == p.dag_id, TaskInstance.task_id == p.task_id)
+            .order_by(DagRun.id.desc(), TaskInstance.map_index)
+            .limit(1)
+        ).first()
+        state, run_id, end = (None, None, None) if row is None else row
         out.append(
             ProducerFacts(
                 p.dag_id, p.task_id, p.dag_paused, p.outlets, p.outlet_aliases, state, run_id, end
             )
         )
     return out
-
-
-def aware(value: Any) -> Any:
-    """A value read through an aggregate (``max``) skips the column type: make it aware."""
-    from datetime import UTC, datetime
-
-    if isinstance(value, datetime) and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -15,7 +15,6 @@ from sqlalchemy import func, select
 
 from engine.db.models import AssetEvent, AssetWatcher, Job, SharedStreamSnapshot, Trigger
 from engine.db.queries.jobs import SCHEDULER_JOB, TRIGGERER_JOB, age_s, alive_clause
-from engine.db.queries.why import aware
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -75,7 +74,6 @@ def watchers_of(session: Session, asset_ids: Iterable[int]) -> list[WatcherFacts
         .where(AssetWatcher.asset_id.in_(wanted))
         .order_by(AssetWatcher.asset_id, AssetWatcher.name)
     ).all()
-    last = _last_watcher_events(session, wanted)
     out = []
     for row in rows:
         owner = None
@@ -93,21 +91,22 @@ def watchers_of(session: Session, asset_ids: Iterable[int]) -> list[WatcherFacts
                 last_failure_at=row[7],
                 stream_digest=row[8],
                 owner=owner,
-                last_event_at=last.get((int(row[0]), str(row[1]))),
+                last_event_at=_last_event(session, int(row[0]), str(row[1])),
             )
         )
     return out
 
 
-def _last_watcher_events(session: Session, asset_ids: list[int]) -> dict[tuple[int, str], datetime]:
-    """(asset id, watcher name) -> the time of the watcher's latest event (events keep the
-    watcher's name when its trigger row is replaced)."""
-    rows = session.execute(
-        select(AssetEvent.asset_id, AssetEvent.source_watcher, func.max(AssetEvent.timestamp))
-        .where(AssetEvent.asset_id.in_(asset_ids), AssetEvent.source_watcher.is_not(None))
-        .group_by(AssetEvent.asset_id, AssetEvent.source_watcher)
-    )
-    return {(int(a), str(w)): aware(at) for a, w, at in rows}
+def _last_event(session: Session, asset_id: int, watcher: str) -> datetime | None:
+    """The time of the watcher's latest event, by its name (events keep it when the
+    watcher's trigger row is replaced): the asset's events newest first on the
+    (asset_id, id) index, one query per watcher so that each is planned for its asset."""
+    return session.execute(
+        select(AssetEvent.timestamp)
+        .where(AssetEvent.asset_id == asset_id, AssetEvent.source_watcher == watcher)
+        .order_by(AssetEvent.id.desc())
+        .limit(1)
+    ).scalar()
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,8 @@ when unknown::
       "dag": {"fileloc": str, "active": bool, "paused": bool, "last_parsed": time,
               "parse_error": null | {"error": str, "line": int | null, "at": time}},
       "runs": {"max_active_runs": int,       # effective limit (the timetable's may be lower)
-               "active": [run], "running": int, "queued": int, "limit_reached": bool,
+               "active": [run],      # the running, then the next queued ones: 20 at most
+               "running": int, "queued": int, "limit_reached": bool,
                "last": run | null},
       "schedule": {
         "kind": "none" | "assets" | "time" | "assets_or_time",
@@ -84,6 +85,7 @@ from engine.authoring.assets import (
     is_condition_met,
 )
 from engine.authoring.timetables import DataInterval, TimeRestriction, timetable_from_json
+from engine.db.models import DagRunState
 from engine.db.queries import backfills, runs
 from engine.db.queries import why as why_sql
 from engine.db.queries import why_watchers as watchers_sql
@@ -130,9 +132,10 @@ def explain_dag(
         triggerer_threshold_s=triggerer_threshold_s,
         scheduler_threshold_s=scheduler_threshold_s,
     )
-    active = why_sql.active_runs(session, dag_id)
+    counts = why_sql.active_run_counts(session, dag_id)
+    active = sum(counts.values())
     kind = _kind(sched)
-    time = _time_schedule(session, sched, now, len(active)) if sched.timetable else None
+    time = _time_schedule(session, sched, now, active) if sched.timetable else None
     limit = sched.max_active_runs if time is None else time.pop("_limit")
     condition, condition_error = _condition(sched.asset_condition)
     assets_section, assets, aliases = _asset_schedule(
@@ -150,7 +153,7 @@ def explain_dag(
             "last_parsed": iso(facts.last_parsed),
             "parse_error": _parse_error(facts.parse_error),
         },
-        "runs": _runs(session, dag_id, active, limit),
+        "runs": _runs(session, dag_id, counts, limit),
         "schedule": {
             "kind": kind,
             "text": _schedule_text(sched, condition),
@@ -197,16 +200,14 @@ def _parse_error(error: tuple[str, int | None, datetime] | None) -> dict[str, An
     return {"error": error[0], "line": error[1], "at": iso(error[2])}
 
 
-def _runs(
-    session: Session, dag_id: str, active: list[why_sql.RunFacts], limit: int
-) -> dict[str, Any]:
+def _runs(session: Session, dag_id: str, counts: dict[str, int], limit: int) -> dict[str, Any]:
     last = why_sql.last_run(session, dag_id)
     return {
         "max_active_runs": limit,
-        "active": [run.as_dict() for run in active],
-        "running": sum(run.state == "running" for run in active),
-        "queued": sum(run.state == "queued" for run in active),
-        "limit_reached": len(active) >= limit,
+        "active": [run.as_dict() for run in why_sql.active_runs(session, dag_id)],
+        "running": counts.get(DagRunState.RUNNING, 0),
+        "queued": counts.get(DagRunState.QUEUED, 0),
+        "limit_reached": sum(counts.values()) >= limit,
         "last": None if last is None else last.as_dict(),
     }
 

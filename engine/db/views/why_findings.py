@@ -61,7 +61,7 @@ def findings(view: dict[str, Any]) -> list[dict[str, str]]:
         running = [r["run_id"] for r in runs["active"] if r["state"] == "running"]
         message = (
             f"{runs['queued']} run(s) queued: max_active_runs ({runs['max_active_runs']}) "
-            f"reached by {', '.join(running)}"
+            f"reached by {_names(running, runs['running'])}"
         )
         found.append(_finding("runs_queued", WAITING, message))
     found += _asset_findings(view, scheduler=scheduler)
@@ -93,6 +93,12 @@ def findings(view: dict[str, Any]) -> list[dict[str, str]]:
 def verdict(found: list[dict[str, str]]) -> str:
     """One line: the first finding (they come most decisive first)."""
     return found[0]["message"] if found else "nothing stops its next run"
+
+
+def _names(run_ids: list[str], total: int, *, shown: int = 3) -> str:
+    """``r1, r2, r3 and 4 more``."""
+    text = ", ".join(run_ids[:shown]) or "-"
+    return text if total <= shown else f"{text} and {total - shown} more"
 
 
 def _finding(code: str, severity: str, message: str) -> dict[str, str]:
@@ -181,10 +187,11 @@ def _time_findings(view: dict[str, Any], *, scheduler: bool) -> list[dict[str, s
     logical = following["logical_date"]
     if time["held"]:
         runs = view["runs"]
-        active = ", ".join(r["run_id"] for r in runs["active"]) or "-"
+        active = [r["run_id"] for r in runs["active"]]
         message = (
             f"the time run for {logical} is due but held: max_active_runs "
-            f"({runs['max_active_runs']}) reached by {active}"
+            f"({runs['max_active_runs']}) reached by "
+            f"{_names(active, runs['running'] + runs['queued'])}"
         )
         return [_finding("time_held", WAITING, message)]
     if following["due"]:

@@ -1,4 +1,4 @@
-"""shared-stream snapshot digest
+"""shared-stream snapshot digest, asset events by asset and id
 
 Revision ID: 0016
 Revises: 0015
@@ -8,6 +8,9 @@ Create Date: 2026-11-27 10:00:00.000000
   rows store it (``trigger.stream_digest``), so a watcher's trigger row leads to the
   snapshot of the group it belongs to (``sluice dags why``). Rows written before it have
   none until their triggerer publishes again (every heartbeat).
+- ``asset_event``: an index on ``(asset_id, id)``, so an asset's latest events are read
+  without a scan of all its events: ``sluice dags why`` (the last event of each asset and
+  of each watcher), a task's ``inlet_events``, ``sluice assets events``.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("shared_stream_snapshot") as batch:
         batch.add_column(sa.Column("stream_digest", sa.String(length=64), nullable=True))
+    op.create_index("ix_asset_event_asset_id_id", "asset_event", ["asset_id", "id"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_asset_event_asset_id_id", table_name="asset_event")
     with op.batch_alter_table("shared_stream_snapshot") as batch:
         batch.drop_column("stream_digest")
