@@ -329,6 +329,31 @@ def test_the_log_tail_returns_what_a_running_try_wrote_after_an_offset(ui: ApiHa
     assert escape["text"].startswith("first line")
 
 
+def test_clear_a_failed_task_so_that_it_runs_again(ui: ApiHarness) -> None:
+    operator, csrf = logged_in(ui, "otto")
+    operator.post("/dags/producer/trigger", data={"csrf_token": csrf})
+    run_id = run_ids(ui, "producer")[-1]
+    task = (
+        select(TaskInstance.state)
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .where(DagRun.run_id == run_id, TaskInstance.task_id == "build")
+    )
+    fail = update(TaskInstance).where(
+        TaskInstance.dag_run_id.in_(select(DagRun.id).where(DagRun.run_id == run_id))
+    )
+    ui.db.call(lambda s: s.execute(fail.values(state="failed", try_number=1)))
+    run_page = f"/dags/producer/runs/{quote(run_id, safe='')}"
+    assert f"{run_page}/tasks/build/clear" in post_forms(operator.get(run_page).text)
+    viewer, viewer_csrf = logged_in(ui, "vic")
+    refused = viewer.post(f"{run_page}/tasks/build/clear", data={"csrf_token": viewer_csrf})
+    assert refused.status_code == 403
+    assert ui.db.call(lambda s: s.execute(task).scalar_one()) == "failed"
+    answer = operator.post(f"{run_page}/tasks/build/clear", data={"csrf_token": csrf})
+    assert answer.status_code == 303 and answer.headers["location"] == run_page
+    assert ui.db.call(lambda s: s.execute(task).scalar_one()) == "none"
+    assert 'data-state="none"' in operator.get(run_page).text
+
+
 def test_why_names_the_asset_still_missing_and_its_watcher(ui: ApiHarness) -> None:
     client, _ = logged_in(ui, "vic")
     page = client.get("/dags/on_flag_and_report/why")
