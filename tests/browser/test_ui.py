@@ -80,6 +80,7 @@ def test_log_in_and_see_the_example_dags(context: BrowserContext, screenshot_dir
     page = context.new_page()
     page.goto("/dags")
     expect(page).to_have_url(re.compile(r"/login\?next=/dags$"))
+    shoot(page, screenshot_dir, "login")
     page.get_by_label("Username").fill("ada")
     page.get_by_label("Password").fill("not the password")
     page.get_by_role("button", name="Log in").click()
@@ -148,7 +149,13 @@ def test_trigger_a_dag_watch_its_run_turn_green_and_read_a_task_log(
 def test_emit_an_asset_event_and_see_the_downstream_run_appear(
     context: BrowserContext, screenshot_dir: Path
 ) -> None:
-    page = log_in(context, "otto", "/assets/daily_report")
+    page = log_in(context, "otto", "/assets")
+    listed = page.get_by_test_id("asset-list").locator('tr[data-asset="daily_report"]')
+    expect(listed).to_contain_text(f"{REPORT_PRODUCER}/build_report")
+    expect(listed).to_contain_text(REPORT_CONSUMER)
+    shoot(page, screenshot_dir, "asset-list")
+    listed.get_by_role("link", name="daily_report").click()
+    expect(page).to_have_url(re.compile(r"/assets/daily_report$"))
     page.get_by_text("Emit an event…").click()
     page.get_by_label("extra").fill('{"rows": 12, "from": "the browser test"}')
     page.get_by_role("button", name="Emit an event of daily_report").click()
