@@ -1,29 +1,25 @@
 """``sluice dags why`` against a real ``sluice run``: a DAG on ``a & b`` whose watcher of
 ``a`` fired waits for ``b``, and says so with the watchers' triggerer, heartbeat and events;
-the REST endpoint answers the same view from that engine's database; an unknown DAG exits 1.
+``GET /api/v1/dags/both/why`` of that engine's API part answers the same, to a token made by
+``sluice tokens create``; an unknown DAG exits 1 (and is a 404 over the API).
 """
 
 from __future__ import annotations
 
 import json
-from functools import partial
+import re
+import subprocess
+import urllib.error
+import urllib.request
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from fastapi.testclient import TestClient
 
-from engine.api import credentials
-from engine.api.app import create_app
-from engine.config import load_config
-from engine.db.models import utcnow
-from engine.db.queries import users as users_sql
-from tests.e2e.helpers import asset_event_count, run_cli, running_engine, wait_for
+from tests.e2e.helpers import SLUICE, asset_event_count, log_tail, run_cli, running_engine, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
-
-    from engine.db.database import Database
 
 pytestmark = pytest.mark.e2e
 
@@ -93,39 +89,50 @@ def test_dags_why_explains_a_dag_waiting_for_an_asset(tmp_path: Path) -> None:
         assert "engine: 1 scheduler(s) and 1 triggerer(s) alive" in text
         assert "a.flag" not in text  # trigger kwargs are never shown
 
-        rest = _rest_view(env, db)
+        url, token = _api(engine["log"], env)
+        status, rest = _get(f"{url}api/v1/dags/both/why", token)
+        assert status == 200, rest
         assert rest["verdict"] == why_json(env)["verdict"]
         assert rest["schedule"]["assets"]["missing"] == "b"
+        assert "a.flag" not in json.dumps(rest)
+        status, problem = _get(f"{url}api/v1/dags/nope/why", token)
+        assert status == 404 and problem["detail"].startswith("no DAG 'nope'")
+        assert _get(f"{url}api/v1/dags/both/why", None)[0] == 401
 
         unknown = run_cli("dags", "why", "nope", env=env)
         assert unknown.returncode == 1
         assert unknown.stderr.startswith("error: no DAG 'nope'; `sluice dags list`")
 
 
-def _rest_view(env: Mapping[str, str], db: Database) -> dict[str, Any]:
-    """``GET /api/v1/dags/both/why`` from the API application on the engine's database, with a
-    viewer's token made as ``sluice tokens create`` makes one."""
-    add_user = partial(
-        users_sql.add_user,
-        username="viewer",
-        role=credentials.VIEWER,
-        password_hash=credentials.hash_password("correct horse battery"),
-        now=utcnow(),
+URL_IN_READY_LINE = re.compile(r"Sluice ready: .*UI and API at (http://127\.0\.0\.1:\d+/)")
+
+
+def _api(log: Path, env: Mapping[str, str]) -> tuple[str, str]:
+    """The address ``sluice run`` printed at readiness, and a viewer's token made by
+    ``sluice users create`` and ``sluice tokens create``."""
+    match = URL_IN_READY_LINE.search(log.read_text())
+    assert match is not None, log_tail(log)
+    made = subprocess.run(
+        [SLUICE, "users", "create", "--username", "vic", "--role", "viewer", "--password-stdin"],
+        input="a long enough password\n",
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
-    db.call(add_user)
-    token = credentials.new_token()
-    add_token = partial(
-        users_sql.add_token,
-        username="viewer",
-        token_hash=credentials.digest(token),
-        prefix=credentials.shown_prefix(token),
-        name="e2e",
-        expires_at=None,
-        now=utcnow(),
-    )
-    db.call(add_token)
-    app = create_app(load_config(environ=dict(env)), db)
-    with TestClient(app) as client:
-        answer = client.get("/api/v1/dags/both/why", headers={"Authorization": f"Bearer {token}"})
-    assert answer.status_code == 200, answer.text
-    return dict(answer.json())
+    assert made.returncode == 0, made.stderr
+    token = run_cli("tokens", "create", "--user", "vic", env=env)
+    assert token.returncode == 0, token.stderr
+    return match.group(1), token.stdout.strip()
+
+
+def _get(url: str, token: str | None) -> tuple[int, Any]:
+    request = urllib.request.Request(url)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
