@@ -37,9 +37,9 @@ from engine.crypto import KwargsCipher
 from engine.db import models
 from engine.db.database import Database
 from engine.db.models import DagRun, TaskInstance
-from engine.db.queries import dags as dag_queries
 from engine.db.queries import runs
 from engine.db.schema import migrate
+from engine.db.views import dags as dags_view
 from engine.supervisor import build_parts, tune_gc
 
 DAG_FILE = """
@@ -143,7 +143,7 @@ async def _main(home: Path, trials: int, cycles: int) -> dict[str, Any]:
         for part in parts:
             await tg.start(part.run)
         while True:  # the DAG processor parsed the file
-            if len(await db.run(dag_queries.list_dags)) >= 3:
+            if (await db.run(dags_view.list_dags))["total"] >= 3:
                 break
             await anyio.sleep(0.05)
         await anyio.sleep(1.0)  # the watchers are claimed and polling

@@ -24,6 +24,15 @@ class OperatorActionError(SluiceError):
     the DAG, run or task and why."""
 
 
+class NotFoundError(OperatorActionError):
+    """The DAG, run, task or asset an operator action names does not exist."""
+
+
+class InvalidStateError(OperatorActionError):
+    """The operator action does not apply to the current state (a run that already ended,
+    a run that already exists for that logical date)."""
+
+
 class EncryptionError(SluiceError):
     """Trigger kwargs cannot be encrypted or decrypted."""
 

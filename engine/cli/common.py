@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from engine.exceptions import SluiceError
+from engine.exceptions import OperatorActionError, SluiceError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -59,10 +59,13 @@ def open_database(ctx: click.Context) -> Database:
 
 def run_query(ctx: click.Context, fn: Any, *, writes: bool = False) -> Any:
     """``fn(session)`` in one transaction; one that only reads does not hold up the engine's
-    writers (SQLite: no write lock). A database error ends the command with its first line."""
+    writers (SQLite: no write lock). A refused operator action ends the command with its
+    message; a database error with its first line."""
     db = open_database(ctx)
     try:
         return db.call(fn, read_only=not writes)
+    except OperatorActionError as exc:
+        fail(str(exc))
     except SluiceError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
         fail(

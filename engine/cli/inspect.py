@@ -12,15 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from engine.authoring.assets import ASSET_ALIAS_TYPE, ASSET_ALL_TYPE, ASSET_ANY_TYPE, ASSET_TYPE
-from engine.authoring.timetables import DataInterval, timetable_from_json, timezone_of
-from engine.cli.backfill import (
-    cli_actor,
-    dags_backfill,
-    parse_date,
-    parse_json_object,
-    stored_timetable,
-)
+from engine.authoring.timetables import timezone_of
+from engine.cli.backfill import cli_actor, dags_backfill, parse_date, parse_json_object
 from engine.cli.common import (
     emit,
     fail,
@@ -31,19 +24,17 @@ from engine.cli.common import (
     run_query,
 )
 from engine.db import models
+from engine.db import operations as ops_sql
 from engine.db.queries import assets as assets_sql
-from engine.db.queries import backfills as backfills_sql
 from engine.db.queries import dags as dags_sql
-from engine.db.queries import inspection
-from engine.db.queries import mapping as mapping_sql
-from engine.db.queries import runs as runs_sql
-from engine.db.queries import tasks as tasks_sql
-from triggers.exceptions import SerializationError
-from triggers.serde import deserialize_value
+from engine.db.views import assets as assets_view
+from engine.db.views import dags as dags_view
+from engine.db.views import runs as runs_view
+from engine.db.views import tasks as tasks_view
+from engine.db.views.common import iso
+from engine.task_log_files import read_task_log
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from engine.db.queries.backfills import DagSchedule
 
 
@@ -60,85 +51,18 @@ dags.add_command(dags_backfill)
 @click.pass_context
 def dags_list(ctx: click.Context, as_json: bool) -> None:
     """The DAGs found in the dags folder: schedule, next time run, tags."""
-    rows, schedules = run_query(
-        ctx, lambda s: (dags_sql.list_dags(s), backfills_sql.dag_schedules(s))
-    )
+    listed = run_query(ctx, dags_view.list_dags)["items"]
     out = []
-    for row in rows:
-        sched = schedules[row["dag_id"]]
+    for item in listed:
+        row = {k: item[k] for k in ("dag_id", "fileloc", "paused", "active")}
         if as_json:
-            out.append({**row, **_schedule_json(sched)})
+            schedule = {k: item[k] for k in dags_view.SCHEDULE_KEYS}
+            out.append({**row, "schedule": item["asset_condition"], **schedule})
         else:
-            tags = ", ".join(sched.tags) or None
-            out.append(
-                {
-                    **row,
-                    "schedule": _schedule_text(sched),
-                    "next_run": _next_run(sched),
-                    "tags": tags,
-                }
-            )
+            tags = ", ".join(item["tags"]) or None
+            extra = {"schedule": item["schedule"], "next_run": item["next_run"], "tags": tags}
+            out.append({**row, **extra})
     emit(out, ["dag_id", "paused", "active", "schedule", "next_run", "tags", "fileloc"], as_json)
-
-
-def _condition_text(data: Any, *, nested: bool = False) -> str:
-    """An asset condition's JSON as ``a & (b | alias c)``."""
-    kind = data.get("__type") if isinstance(data, dict) else None
-    if kind == ASSET_TYPE:
-        return str(data["name"])
-    if kind == ASSET_ALIAS_TYPE:
-        return f"alias {data['name']}"
-    if kind in (ASSET_ALL_TYPE, ASSET_ANY_TYPE):
-        sep = " & " if kind == ASSET_ALL_TYPE else " | "
-        text = sep.join(_condition_text(o, nested=True) for o in data.get("objects") or [])
-        return f"({text})" if nested else text
-    return json.dumps(data, default=str)
-
-
-def _schedule_text(sched: DagSchedule, *, description: str | None = None) -> str:
-    """The schedule in one line: the timetable's summary (and description) and/or the asset
-    condition."""
-    parts = []
-    if sched.timetable is not None:
-        summary = sched.timetable_summary or "timetable"
-        parts.append(summary if description is None else f"{summary} ({description})")
-    if sched.asset_condition is not None:
-        parts.append(f"assets {_condition_text(sched.asset_condition)}")
-    return " or ".join(parts) or "None"
-
-
-def _next_run(sched: DagSchedule) -> str:
-    """The next time run's logical date, or why there is none."""
-    if sched.timetable is None:
-        return "none"
-    if sched.is_paused:
-        return "paused"
-    if not sched.next_dagrun_computed:
-        return "not computed yet"
-    if sched.next_dagrun is None:
-        return "none"
-    return sched.next_dagrun.isoformat()
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def _schedule_json(sched: DagSchedule) -> dict[str, Any]:
-    interval = sched.next_dagrun_data_interval
-    return {
-        "timetable": sched.timetable_summary if sched.timetable is not None else None,
-        "timezone": sched.timezone,
-        "start_date": _iso(sched.start_date),
-        "end_date": _iso(sched.end_date),
-        "catchup": sched.catchup,
-        "max_active_runs": sched.max_active_runs,
-        "tags": sched.tags,
-        "next_run": _next_run(sched),
-        "next_dagrun": _iso(sched.next_dagrun),
-        "next_dagrun_data_interval": None if interval is None else [_iso(d) for d in interval],
-        "next_dagrun_create_after": _iso(sched.next_dagrun_create_after),
-    }
 
 
 @dags.command("errors")
@@ -165,65 +89,46 @@ def dags_errors(ctx: click.Context, as_json: bool) -> None:
 def dags_show(ctx: click.Context, dag_id: str, as_json: bool) -> None:
     """One DAG: file, schedule, tasks, the watchers of its assets, paused state, last runs."""
 
-    details, schedules = run_query(
-        ctx,
-        lambda s: (inspection.dag_details(s, dag_id), backfills_sql.dag_schedules(s, [dag_id])),
+    shown, sched = run_query(
+        ctx, lambda s: (dags_view.show_dag(s, dag_id), dags_view.dag_schedule(s, dag_id))
     )
-    if details is None:
+    if shown is None or sched is None:
         fail(f"no DAG {dag_id!r}; see `sluice dags list`")
-    sched = schedules[dag_id]
     if as_json:
-        timetable = _timetable_json(sched)
-        shown = {**details, **_schedule_json(sched), "timetable": timetable}
-        click.echo(json.dumps(shown, indent=2, default=str))
+        printed = {k: v for k, v in shown.items() if k not in _SHOW_JSON_LEFT_OUT}
+        click.echo(json.dumps(printed, indent=2, default=str))
         return
     for key in ("dag_id", "fileloc", "description", "paused", "active", "last_parsed"):
-        _show_line(key, format_cell(details[key]))
+        _show_line(key, format_cell(shown[key]))
     for key, value in _schedule_lines(sched):
         _show_line(key, value)
-    _show_line("assets", ", ".join(details["assets"]) or "-")
+    _show_line("assets", ", ".join(shown["assets"]) or "-")
     for title, columns in _SHOW_SECTIONS:
         click.echo(f"\n{title}:")
-        rows = details[title.replace(" ", "_")]
+        rows = shown[title.replace(" ", "_")]
         click.echo(_indent(format_table(rows, columns)) if rows else "  (none)")
+
+
+#: What ``dags show --json`` leaves out of the view (the table shows them otherwise).
+_SHOW_JSON_LEFT_OUT = frozenset({"schedule_text", "run_counts"})
 
 
 def _show_line(key: str, value: str) -> None:
     click.echo(f"{key + ':':<17}{value}")
 
 
-def _description(sched: DagSchedule) -> str | None:
-    """The timetable's sentence; a stored timetable this version cannot read says so (the
-    rest of ``dags show`` is still worth printing)."""
-    if sched.timetable is None:
-        return None
-    try:
-        return timetable_from_json(sched.timetable).description
-    except ValueError as exc:
-        return f"unreadable stored timetable: {exc}"
-
-
-def _timetable_json(sched: DagSchedule) -> dict[str, Any] | None:
-    if sched.timetable is None:
-        return None
-    return {
-        "summary": sched.timetable_summary,
-        "description": _description(sched),
-        "serialized": sched.timetable,
-    }
-
-
 def _schedule_lines(sched: DagSchedule) -> list[tuple[str, str]]:
     """``dags show``: the schedule, its time bounds and limits, and the next time run."""
+    description = dags_view.timetable_description(sched)
     lines = [
-        ("schedule", _schedule_text(sched, description=_description(sched))),
+        ("schedule", dags_view.schedule_text(sched, description=description)),
         ("timezone", sched.timezone),
-        ("start_date", format_cell(_iso(sched.start_date))),
-        ("end_date", format_cell(_iso(sched.end_date))),
+        ("start_date", format_cell(iso(sched.start_date))),
+        ("end_date", format_cell(iso(sched.end_date))),
         ("catchup", str(sched.catchup)),
         ("max_active_runs", str(sched.max_active_runs)),
         ("tags", ", ".join(sched.tags) or "-"),
-        ("next run", _next_run(sched)),
+        ("next run", dags_view.next_run_text(sched)),
     ]
     if sched.next_dagrun is not None and sched.timetable is not None and not sched.is_paused:
         interval = sched.next_dagrun_data_interval
@@ -231,7 +136,7 @@ def _schedule_lines(sched: DagSchedule) -> list[tuple[str, str]]:
             lines.append(
                 ("  data interval", f"{interval[0].isoformat()} .. {interval[1].isoformat()}")
             )
-        lines.append(("  created after", format_cell(_iso(sched.next_dagrun_create_after))))
+        lines.append(("  created after", format_cell(iso(sched.next_dagrun_create_after))))
     return lines
 
 
@@ -292,7 +197,7 @@ def dags_trigger(
     logical date itself). A run with a future logical date waits for it.
     """
     parsed = parse_json_object(conf, "--conf")
-    sched = run_query(ctx, lambda s: backfills_sql.dag_schedules(s, [dag_id])).get(dag_id)
+    sched = run_query(ctx, lambda s: dags_view.dag_schedule(s, dag_id))
     if sched is None:
         fail(f"no DAG {dag_id!r}; see `sluice dags list`")
     now = models.utcnow()
@@ -300,30 +205,11 @@ def dags_trigger(
     if logical_text is not None:
         zone = timezone_of(sched.timezone)
         logical_date = parse_date(logical_text, timezone=zone, option="--logical-date")
-    interval = DataInterval(logical_date, logical_date)
-    if sched.timetable is not None:
-        timetable = stored_timetable(dag_id, sched.timetable)
-        interval = timetable.infer_manual_data_interval(run_after=logical_date)
 
-    def trigger(session: Any) -> str | None:
-        pk = runs_sql.create_run(
-            session,
-            dag_id,
-            run_type=runs_sql.MANUAL,
-            now=now,
-            conf=parsed,
-            logical_date=logical_date,
-            data_interval=(interval.start, interval.end),
-            run_after=max(now, logical_date),
-        )
-        return None if pk is None else runs_sql.run_id_of(session, pk)
+    def trigger(session: Any) -> dict[str, Any]:
+        return ops_sql.trigger_dag(session, dag_id, conf=parsed, logical_date=logical_date, now=now)
 
-    run_id = run_query(ctx, trigger, writes=True)
-    if run_id is None:
-        fail(
-            f"DAG {dag_id!r} already has a run with logical date {logical_date.isoformat()}; "
-            "`sluice runs list` shows it, --logical-date picks another"
-        )
+    run_id = run_query(ctx, trigger, writes=True)["run_id"]
     if as_json:
         click.echo(
             json.dumps(
@@ -345,7 +231,11 @@ def runs() -> None:
 @click.pass_context
 def runs_list(ctx: click.Context, dag_id: str, as_json: bool) -> None:
     """The runs of a DAG with their state, tasks and triggering asset events."""
-    rows = run_query(ctx, lambda s: runs_sql.list_runs(s, dag_id))
+    listed = run_query(
+        ctx,
+        lambda s: runs_view.list_runs(s, now=models.utcnow(), dag_id=dag_id, newest_first=False),
+    )
+    rows = [{k: r[k] for k in runs_view.RUN_KEYS} for r in listed["items"]]
     if not rows:
         _require_dag(ctx, dag_id)
     columns = ["run_id", "run_type", "state", "logical_date", "run_after", "tasks", "asset_events"]
@@ -362,7 +252,9 @@ def assets() -> None:
 @click.pass_context
 def assets_list(ctx: click.Context, as_json: bool) -> None:
     """Every asset with its number of events."""
-    emit(run_query(ctx, assets_sql.list_assets), ["name", "uri", "events"], as_json)
+    listed = run_query(ctx, assets_view.list_assets)["items"]
+    columns = ["name", "uri", "events"]
+    emit([{k: a[k] for k in columns} for a in listed], columns, as_json)
 
 
 @assets.command("events")
@@ -372,11 +264,14 @@ def assets_list(ctx: click.Context, as_json: bool) -> None:
 def assets_events(ctx: click.Context, asset: str, as_json: bool) -> None:
     """The events of an asset: where they came from, extra and payload, the runs they
     created."""
-    rows = run_query(ctx, lambda s: assets_sql.list_asset_events(s, asset))
-    if rows is None:
+    listed = run_query(
+        ctx, lambda s: assets_view.list_asset_events(s, asset=asset, newest_first=False)
+    )
+    if listed is None:
         fail(f"no asset {asset!r}; see `sluice assets list`")
     columns = ["id", "timestamp", "source", "source_watcher", "source_task", "created_by"]
-    emit(rows, [*columns, "extra", "payload", "runs"], as_json)
+    columns += ["extra", "payload", "runs"]
+    emit([{k: e[k] for k in columns} for e in listed["items"]], columns, as_json)
 
 
 @assets.command("emit")
@@ -431,19 +326,21 @@ def _require_dag(ctx: click.Context, dag_id: str) -> None:
         fail(f"no DAG {dag_id!r}; see `sluice dags list`")
 
 
-def _no_task_instance(
+def _missing(
     ctx: click.Context, dag_id: str, run_id: str, task_id: str, map_index: int
-) -> str:
-    """Why no task instance matched, with the map indexes of a mapped task."""
-    _require_dag(ctx, dag_id)
-    indexes = run_query(ctx, lambda s: mapping_sql.map_indexes(s, dag_id, run_id, task_id))
-    if indexes and map_index not in indexes:
-        return (
-            f"task {task_id!r} of run {run_id!r} (DAG {dag_id!r}) is mapped: pass --map-index "
-            f"{indexes[0]}..{indexes[-1]}"
+) -> str | None:
+    """None when the task instance exists, else why none matched (an unknown DAG fails)."""
+
+    def look(session: Any) -> str | None:
+        found = tasks_view.show_task_instance(
+            session, dag_id, run_id, task_id, map_index, now=models.utcnow()
         )
-    copy = f" map_index {map_index}" if map_index >= 0 else ""
-    return f"no task {task_id!r}{copy} in run {run_id!r} of DAG {dag_id!r}; see `sluice runs list`"
+        if found is not None:
+            return None
+        return tasks_view.missing_task_instance(session, dag_id, run_id, task_id, map_index)
+
+    missing: str | None = run_query(ctx, look)
+    return missing
 
 
 @tasks.command("logs")
@@ -462,13 +359,9 @@ def tasks_logs(
     map_index: int,
 ) -> None:
     """Print the log of a task's try (of one copy of a mapped task: ``--map-index``)."""
-    from engine.executor.task_logs import read_task_log
-
-    ti = run_query(
-        ctx, lambda s: runs_sql.find_task_instance(s, dag_id, run_id, task_id, map_index)
-    )
-    if ti is None:
-        fail(_no_task_instance(ctx, dag_id, run_id, task_id, map_index))
+    missing = _missing(ctx, dag_id, run_id, task_id, map_index)
+    if missing is not None:
+        fail(missing)
     folder = get_config(ctx).logging.task_log_folder
     try:
         text = read_task_log(folder, dag_id, run_id, task_id, try_number, map_index=map_index)
@@ -500,41 +393,35 @@ def tasks_result(
     Each as ``key: JSON``; with ``--key`` only that value (a string as it is); ``--json``
     prints JSON (datetimes as ISO 8601 text, tuples and sets as lists).
     """
-    found = run_query(
-        ctx, lambda s: tasks_sql.load_task_results(s, dag_id, run_id, task_id, map_index)
-    )
+
+    def load(session: Any) -> tuple[dict[str, Any] | None, str]:
+        found = tasks_view.task_results(session, dag_id, run_id, task_id, map_index, plain=False)
+        if found is not None:
+            return found, ""
+        return None, tasks_view.missing_task_instance(session, dag_id, run_id, task_id, map_index)
+
+    found, missing = run_query(ctx, load)
     if found is None:
-        fail(_no_task_instance(ctx, dag_id, run_id, task_id, map_index))
-    results = {name: _stored_value(value) for name, value in _ordered(found.xcoms)}
+        fail(missing)
+    results: dict[str, Any] = found["results"]
+    state: str = found["state"]
     if key is not None:
         if key not in results:
-            fail(_missing_result(task_id, key, found.state, sorted(results)))
+            fail(_missing_result(task_id, key, state, sorted(results)))
         value = results[key]
         plain = isinstance(value, str) and not as_json
         click.echo(value if plain else _result_json(value, indent=2 if as_json else None))
     elif as_json:
-        shown = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "state": found.state}
+        shown: dict[str, Any] = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id}
+        shown["state"] = state
         if map_index >= 0:
             shown["map_index"] = map_index
         click.echo(_result_json({**shown, "results": results}, indent=2))
     elif not results:
-        click.echo(f"(none: {_no_results(found.state)})")
+        click.echo(f"(none: {_no_results(state)})")
     else:
         for name, value in results.items():
             click.echo(f"{name}: {_result_json(value)}")
-
-
-def _ordered(xcoms: dict[str, Any]) -> list[tuple[str, Any]]:
-    """``return_value`` first, then the other keys by name."""
-    return sorted(xcoms.items(), key=lambda item: (item[0] != "return_value", item[0]))
-
-
-def _stored_value(value: Any) -> Any:
-    """A stored result decoded; one this version cannot decode is shown as stored."""
-    try:
-        return deserialize_value(value)
-    except SerializationError:
-        return value
 
 
 def _plain(value: Any) -> Any:

@@ -20,18 +20,11 @@ from engine import doctor
 from engine.cli.common import emit, get_config, json_option, open_database, run_query
 from engine.db.models import utcnow
 from engine.db.queries import inspection
-from engine.db.queries import streams as streams_sql
-from engine.db.queries.jobs import TRIGGERER_JOB
+from engine.db.views import ops as ops_view
 from engine.exceptions import SchemaNotCurrentError, SluiceError
 
 if TYPE_CHECKING:
     from engine.config import Config
-
-
-def _thresholds(cfg: Config) -> tuple[inspection.Thresholds, float]:
-    return {TRIGGERER_JOB: cfg.triggerer.health_check_threshold_s}, (
-        cfg.scheduler.health_check_threshold_s
-    )
 
 
 def _lanes(value: dict[str, int]) -> str:
@@ -48,9 +41,10 @@ def streams() -> None:
 @click.pass_context
 def streams_list(ctx: click.Context, as_json: bool) -> None:
     """Each group: mode, subscribers, backlog per lane, oldest unresolved event, counters."""
-    threshold = get_config(ctx).triggerer.health_check_threshold_s
-    query = partial(streams_sql.list_stream_snapshots, threshold_s=threshold, now=utcnow())
-    rows = run_query(ctx, query)
+    query = partial(
+        ops_view.list_stream_groups, now=utcnow(), config=get_config(ctx), history=False
+    )
+    rows = [{k: r[k] for k in _STREAM_KEYS} for r in run_query(ctx, query)["items"]]
     if not as_json:
         rows = [{**r, "outstanding_by_lane": _lanes(r["outstanding_by_lane"])} for r in rows]
     columns = [
@@ -70,6 +64,28 @@ def streams_list(ctx: click.Context, as_json: bool) -> None:
     emit(rows, columns, as_json)
 
 
+#: What ``streams list --json`` prints of each group.
+_STREAM_KEYS = (
+    "triggerer_id",
+    "key",
+    "mode",
+    "subscribers",
+    "outstanding_by_lane",
+    "oldest_unresolved_age_s",
+    "queue_high_water",
+    "events_polled",
+    "deliveries",
+    "advances",
+    "advanced_events",
+    "last_advance_batch",
+    "advance_latency_sum_s",
+    "overflows",
+    "ack_timeouts",
+    "rejects",
+    "snapshot_age_s",
+)
+
+
 @click.group()
 def jobs() -> None:
     """Engine parts (triggerer, scheduler, executor) and their heartbeats."""
@@ -81,16 +97,11 @@ def jobs() -> None:
 @click.pass_context
 def jobs_list(ctx: click.Context, include_ended: bool, as_json: bool) -> None:
     """Each job: host and pid, state, heartbeat age, alive?, load / capacity."""
-    thresholds, default = _thresholds(get_config(ctx))
     query = partial(
-        inspection.list_jobs,
-        now=utcnow(),
-        thresholds=thresholds,
-        default_threshold_s=default,
-        include_ended=include_ended,
+        ops_view.list_jobs, now=utcnow(), config=get_config(ctx), include_ended=include_ended
     )
     columns = ["id", "type", "hostname", "pid", "state", "heartbeat_age_s", "alive", "load"]
-    emit(run_query(ctx, query), [*columns, "capacity"], as_json)
+    emit(run_query(ctx, query)["items"], [*columns, "capacity"], as_json)
 
 
 @click.group()
@@ -103,10 +114,26 @@ def triggers() -> None:
 @click.pass_context
 def triggers_list(ctx: click.Context, as_json: bool) -> None:
     """Each trigger: class, owner triggerer (alive?), age, what it serves, load failure."""
-    threshold = get_config(ctx).triggerer.health_check_threshold_s
-    rows = run_query(ctx, partial(inspection.list_triggers, now=utcnow(), threshold_s=threshold))
+    query = partial(ops_view.list_triggers, now=utcnow(), config=get_config(ctx))
+    rows = [{k: r[k] for k in _TRIGGER_KEYS} for r in run_query(ctx, query)["items"]]
     columns = ["id", "classpath", "triggerer_id", "owner_alive", "age_s", "serves"]
     emit(rows, [*columns, "failures", "last_failure_age_s", "load_failed"], as_json)
+
+
+#: What ``triggers list --json`` prints of each trigger.
+_TRIGGER_KEYS = (
+    "id",
+    "classpath",
+    "kind",
+    "triggerer_id",
+    "owner_alive",
+    "age_s",
+    "serves",
+    "failures",
+    "last_failure_age_s",
+    "load_failed",
+    "last_error",
+)
 
 
 @click.command("doctor")
@@ -132,7 +159,7 @@ def doctor_command(ctx: click.Context, as_json: bool) -> None:
 def _examine(ctx: click.Context, cfg: Config) -> list[doctor.Finding]:
     from engine.db.schema import check_schema
 
-    thresholds, default = _thresholds(cfg)
+    thresholds, default = ops_view.liveness(cfg)
     database = open_database(ctx)
     findings: list[doctor.Finding] = []
     try:

@@ -146,6 +146,8 @@ class Trigger(Base):
     #: was written before the digest existed and no triggerer has loaded it yet). Rows with
     #: one digest are claimed, held and moved as one group: one owner per key, fleet-wide.
     stream_digest: Mapped[str | None] = mapped_column(String(64))
+    #: When its current triggerer claimed it (migration 0015; None while unclaimed).
+    claimed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
 class Dag(Base):
@@ -535,6 +537,26 @@ class SharedStreamSnapshot(Base):
     #: Migration 0016: the key's digest, as ``trigger.stream_digest`` holds it (None: the
     #: key has no stable digest). Ties a watcher's trigger row to its group's snapshot.
     stream_digest: Mapped[str | None] = mapped_column(String(64))
+
+
+class SharedStreamSample(Base):
+    """A short history of each shared-stream group (migration 0015): what its triggerer
+    published at each heartbeat, the last ``SAMPLES_KEPT`` per key, for the advance rate and
+    the UI's sparkline (``engine.db.views.ops``). Counters are totals since the group started
+    on that triggerer, so a rate is taken between samples of one triggerer only."""
+
+    __tablename__ = "shared_stream_sample"
+    __table_args__ = (Index(None, "stream_key", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    triggerer_id: Mapped[int] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"))
+    stream_key: Mapped[str] = mapped_column(String(1000))
+    sampled_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, index=True)
+    outstanding: Mapped[int] = mapped_column(Integer, default=0)
+    oldest_unresolved_age_s: Mapped[float | None] = mapped_column(Float)
+    events_polled: Mapped[int] = mapped_column(BigInteger, default=0)
+    advances: Mapped[int] = mapped_column(BigInteger, default=0)
+    advanced_events: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 # --- connections and variables (engine.authoring.connections) ---------------------------

@@ -1,11 +1,10 @@
-"""Task logs: one file per try, ``{folder}/{dag_id}/{run_id}/{task_id}/attempt={n}.log``
-(a copy of a mapped task: ``{task_id}/map_index={i}/attempt={n}.log``, as Airflow's layout).
+"""Task logs: writing one file per try (the layout, and reading it back, are in
+``engine.task_log_files``, re-exported here).
 
 A try that defers appends to the same file each time it resumes; the executor writes a
 header line per (re)start and a closing line with the outcome. Everything the task's
 process prints (stdout, stderr, Python logging, tracebacks) goes through the executor into
-that file. Path components are made filesystem-safe (``safe_component``), so any dag,
-run or task id maps to one directory and never escapes the folder.
+that file.
 
 A log file that cannot be written (full disk, permissions) never costs the task its
 outcome: ``TaskLogWriter`` switches to the executor's standard error and the executor still
@@ -14,112 +13,28 @@ records the task's state.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import re
 import sys
-from typing import IO, TYPE_CHECKING, Final
-from urllib.parse import quote
+from typing import IO, TYPE_CHECKING
 
 import anyio.to_thread
 
-from engine.exceptions import SluiceError
 from engine.logs import Redactor, StreamRedactor
+from engine.task_log_files import LOG_FILE_PREFIX as LOG_FILE_PREFIX
+from engine.task_log_files import LOG_FILE_SUFFIX as LOG_FILE_SUFFIX
+from engine.task_log_files import MAX_COMPONENT_CHARS as MAX_COMPONENT_CHARS
+from engine.task_log_files import TaskLogNotFoundError as TaskLogNotFoundError
+from engine.task_log_files import log_path as log_path
+from engine.task_log_files import logged_tries as logged_tries
+from engine.task_log_files import read_task_log as read_task_log
+from engine.task_log_files import safe_component as safe_component
+from engine.task_log_files import task_log_dir as task_log_dir
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from pathlib import Path
 
 logger = logging.getLogger(__name__)
-
-LOG_FILE_PREFIX: Final = "attempt="
-LOG_FILE_SUFFIX: Final = ".log"
-MAX_COMPONENT_CHARS: Final = 200
-_SAFE_CHARS: Final = "-_.+=@,"
-_LOG_FILE_RE: Final = re.compile(r"^attempt=(\d+)\.log$")
-
-
-class TaskLogNotFoundError(SluiceError, FileNotFoundError):
-    """No log exists for the task (or the requested try): it has not run yet, or ran under
-    another ``[logging] task_log_folder``."""
-
-
-def safe_component(text: str) -> str:
-    """``text`` as one safe path component: percent-encoded, never ``.``/``..``, bounded.
-
-    Distinct ids give distinct components (long ones keep a digest of the full text).
-    """
-    safe = quote(text, safe=_SAFE_CHARS)
-    if safe in ("", ".", ".."):
-        safe = "%2E" * len(safe) or "%"  # quote() never yields a lone "%"
-    if len(safe) > MAX_COMPONENT_CHARS:
-        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-        safe = f"{safe[: MAX_COMPONENT_CHARS - 17]}~{digest}"
-    return safe
-
-
-def task_log_dir(
-    folder: Path, dag_id: str, run_id: str, task_id: str, *, map_index: int = -1
-) -> Path:
-    """The directory holding every try's log of one task instance (``map_index`` >= 0: of
-    one copy of a mapped task)."""
-    path = folder / safe_component(dag_id) / safe_component(run_id) / safe_component(task_id)
-    return path / f"map_index={int(map_index)}" if map_index >= 0 else path
-
-
-def log_path(
-    folder: Path, dag_id: str, run_id: str, task_id: str, try_number: int, *, map_index: int = -1
-) -> Path:
-    """The log file of one try."""
-    name = f"{LOG_FILE_PREFIX}{int(try_number)}{LOG_FILE_SUFFIX}"
-    return task_log_dir(folder, dag_id, run_id, task_id, map_index=map_index) / name
-
-
-def logged_tries(
-    folder: Path, dag_id: str, run_id: str, task_id: str, *, map_index: int = -1
-) -> list[int]:
-    """The try numbers that have a log file, ascending."""
-    directory = task_log_dir(folder, dag_id, run_id, task_id, map_index=map_index)
-    try:
-        names = [entry.name for entry in directory.iterdir()]
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return sorted(int(m.group(1)) for name in names if (m := _LOG_FILE_RE.match(name)))
-
-
-def read_task_log(
-    task_log_folder: Path,
-    dag_id: str,
-    run_id: str,
-    task_id: str,
-    try_number: int | None = None,
-    *,
-    map_index: int = -1,
-) -> str:
-    """The text of one try's log (the latest try by default) of a task or of one copy of a
-    mapped task (``map_index``).
-
-    Raises ``TaskLogNotFoundError`` when there is none.
-    """
-    copy = f" map_index {map_index}" if map_index >= 0 else ""
-    where = f"task {task_id!r}{copy} of DAG {dag_id!r} run {run_id!r}"
-    if try_number is None:
-        tries = logged_tries(task_log_folder, dag_id, run_id, task_id, map_index=map_index)
-        if not tries:
-            raise TaskLogNotFoundError(
-                f"no log for {where} under {task_log_folder}: the task has not run yet, or "
-                "its logs were written under another [logging] task_log_folder"
-            )
-        try_number = tries[-1]
-    path = log_path(task_log_folder, dag_id, run_id, task_id, try_number, map_index=map_index)
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError as exc:
-        tries = logged_tries(task_log_folder, dag_id, run_id, task_id, map_index=map_index)
-        raise TaskLogNotFoundError(
-            f"no log for try {try_number} of {where} ({path}); tries with a log: "
-            f"{', '.join(map(str, tries)) or 'none'}"
-        ) from exc
 
 
 class TaskLogWriter:

@@ -2,9 +2,10 @@
 
 Two loops, each run until cancelled, as ``engine.db.heartbeat.heartbeat_forever`` is: one
 deletes trigger rows nothing references and the shared-stream snapshots of triggerers that
-died; one replaces this triggerer's ``shared_stream_snapshot`` rows every heartbeat, so that
-``sluice streams list`` reads them from anywhere. A failed write is logged and retried next
-round: neither loop ever stops the triggerer.
+died (and shared-stream samples past their retention); one replaces this triggerer's
+``shared_stream_snapshot`` rows every heartbeat and adds a ``shared_stream_sample`` of each
+group, so that ``sluice streams list`` and the API read them from anywhere. A failed write
+is logged and retried next round: neither loop ever stops the triggerer.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ logger = logging.getLogger("engine.triggerer.triggerer")
 
 
 async def clean_forever(db: Database, *, threshold_s: float, interval_s: float) -> None:
-    """Every ``interval_s``: delete unreferenced trigger rows and dead triggerers' snapshots
-    (``threshold_s``: the heartbeat age of a dead triggerer)."""
+    """Every ``interval_s``: delete unreferenced trigger rows, dead triggerers' snapshots
+    (``threshold_s``: the heartbeat age of a dead triggerer) and stream samples past their
+    retention."""
 
     def dead_snapshots(session: Session) -> int:
         # Rows of triggerers that crashed (a clean stop deletes its own rows).
@@ -44,10 +46,14 @@ async def clean_forever(db: Database, *, threshold_s: float, interval_s: float) 
             session, threshold_s=threshold_s, now=models.utcnow()
         )
 
+    def old_samples(session: Session) -> int:
+        return streams.delete_old_stream_samples(session, now=models.utcnow())
+
     while True:
         for what, clean in (
             ("Trigger", trigger_rows.delete_unreferenced_triggers),
             ("Shared-stream snapshot", dead_snapshots),
+            ("Shared-stream sample", old_samples),
         ):
             try:
                 await db.run(clean)

@@ -4,13 +4,45 @@ router. Each route depends on ``engine.api.security`` for who may call it and re
 
 - ``health``: ``/health`` (liveness), ``/health/ready`` (readiness);
 - ``auth``: ``/me``, ``/tokens``, ``/users``;
+- ``dags``: ``/dags`` (list, show, pause, unpause, trigger);
+- ``runs``: ``/runs``, ``/dags/{dag_id}/runs`` (list, show, cancel);
+- ``tasks``: ``/dags/{dag_id}/runs/{run_id}/tasks`` (list, show, logs, results, clear, set
+  state) and ``/dags/{dag_id}/clear``;
+- ``assets``: ``/assets``, ``/asset-events`` (list, emit), ``/asset-graph``;
+- ``triggers``, ``jobs``, ``streams``: ``/triggers``, ``/jobs``, ``/streams``;
 - ``why``: ``/dags/{dag_id}/why`` (``engine.db.views.why``).
+
+Errors are problem JSON: 404 for an unknown id, 409 for an action the current state does
+not allow, 422 for bad input. Lists are pages: ``?limit=`` (default 50, at most 500) and
+``?offset=``, answered as ``{items, total, limit, offset}``.
 """
 
 from fastapi import APIRouter
 
-from engine.api.rest import auth, health, why
+from engine.api.rest import (
+    assets,
+    auth,
+    dags,
+    health,
+    jobs,
+    runs,
+    streams,
+    tasks,
+    triggers,
+    why,
+)
 
-ROUTERS: list[APIRouter] = [health.router, auth.router, why.router]
+ROUTERS: list[APIRouter] = [
+    health.router,
+    auth.router,
+    dags.router,
+    runs.router,
+    tasks.router,
+    assets.router,
+    triggers.router,
+    jobs.router,
+    streams.router,
+    why.router,
+]
 
 __all__ = ("ROUTERS",)

@@ -35,7 +35,7 @@ from engine.db.database import is_postgres
 from engine.db.models import Dag, DagRun, DagRunState, DagTask, TaskInstance, TaskState
 from engine.db.queries import callbacks, jobs, runs
 from engine.db.queries import triggers as trigger_rows
-from engine.exceptions import OperatorActionError
+from engine.exceptions import InvalidStateError, NotFoundError, OperatorActionError
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Mapping
@@ -112,7 +112,7 @@ class EndedRun:
 def _dag_graph(session: Session, dag_id: str) -> dict[str, list[str]]:
     """The DAG's tasks and their direct downstream tasks; an unknown DAG is an error."""
     if session.get(Dag, dag_id) is None:
-        raise OperatorActionError(f"no DAG {dag_id!r}; see `sluice dags list`")
+        raise NotFoundError(f"no DAG {dag_id!r}; see `sluice dags list`")
     rows = session.execute(
         select(DagTask.task_id, DagTask.downstream_task_ids).where(DagTask.dag_id == dag_id)
     )
@@ -147,7 +147,7 @@ def _run_pk(session: Session, dag_id: str, run_id: str) -> tuple[int, str]:
         select(DagRun.id, DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)
     ).first()
     if row is None:
-        raise OperatorActionError(
+        raise NotFoundError(
             f"DAG {dag_id!r} has no run {run_id!r}; see `sluice runs list {dag_id}`"
         )
     return int(row[0]), str(row[1])
@@ -395,7 +395,7 @@ def set_task_state(
         )
     graph = _dag_graph(session, dag_id)
     if task_id not in graph:
-        raise OperatorActionError(
+        raise NotFoundError(
             f"DAG {dag_id!r} has no task {task_id!r}; see `sluice dags show {dag_id}`"
         )
     run_pk, _ = _run_pk(session, dag_id, run_id)
@@ -405,7 +405,7 @@ def set_task_state(
         where.append(or_(TaskInstance.task_id != task_id, TaskInstance.map_index == map_index))
     rows = _task_rows(session, where, lock=True)
     if map_index is not None and not any(c.task_id == task_id for c in rows):
-        raise OperatorActionError(
+        raise NotFoundError(
             f"task {task_id!r} of run {run_id!r} has no copy with map_index {map_index}"
         )
     targets = {c.ti_id: c for c in rows if c.old_state != state}
@@ -493,7 +493,7 @@ def cancel_run(session: Session, dag_id: str, run_id: str, *, now: datetime) -> 
         now=now,
     )
     if ended is None:
-        raise OperatorActionError(f"run {run_id!r} of DAG {dag_id!r} already ended: {old_state}")
+        raise InvalidStateError(f"run {run_id!r} of DAG {dag_id!r} already ended: {old_state}")
     return EndedRun(ended.run_pk, dag_id, run_id, old_state, ended.tasks)
 
 

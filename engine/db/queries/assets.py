@@ -1,6 +1,6 @@
 """SQL of asset events: which asset a watcher updates, inserting events (deduplicated by
 key), queueing them for the DAGs scheduled on the asset (or on an alias the asset belongs
-to), and listing them.
+to); ``lineage`` lists them.
 
 Events come from four sources, and all take the same way to the DAGs they schedule
 (``insert_asset_events`` then ``enqueue_asset_events``, in the writer's transaction):
@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import insert, select, update
 
 from engine.db.database import upsert_insert
 from engine.db.models import (
@@ -28,8 +28,6 @@ from engine.db.models import (
     AssetEventQueue,
     AssetWatcher,
     Dag,
-    DagRun,
-    DagRunAssetEvent,
     DagScheduleAsset,
     DagScheduleAssetAlias,
     utcnow,
@@ -300,52 +298,3 @@ def recent_alias_events(
         ).all()
         out[alias] = [(event, str(name)) for event, name in reversed(rows)]
     return out
-
-
-def list_asset_events(session: Session, asset_name: str) -> list[dict[str, Any]] | None:
-    asset_id = session.execute(select(Asset.id).where(Asset.name == asset_name)).scalar()
-    if asset_id is None:
-        return None
-    rows = session.execute(
-        select(AssetEvent, DagRun.dag_id, DagRun.run_id)
-        .outerjoin(DagRunAssetEvent, DagRunAssetEvent.asset_event_id == AssetEvent.id)
-        .outerjoin(DagRun, DagRun.id == DagRunAssetEvent.dag_run_id)
-        .where(AssetEvent.asset_id == asset_id)
-        .order_by(AssetEvent.id)
-    ).all()
-    out: dict[int, dict[str, Any]] = {}
-    for event, dag_id, run_id in rows:
-        entry = out.setdefault(
-            event.id,
-            {
-                "id": event.id,
-                "timestamp": event.timestamp.isoformat(),
-                "source": event.source,
-                "source_watcher": event.source_watcher,
-                "source_task": (
-                    None
-                    if event.source_task_id is None
-                    else f"{event.source_dag_id}/{event.source_run_id}/{event.source_task_id}"
-                ),
-                "created_by": event.created_by,
-                "extra": event.extra,
-                "payload": event.payload,
-                "runs": [],
-            },
-        )
-        if run_id is not None:
-            entry["runs"].append(f"{dag_id}/{run_id}")
-    return list(out.values())
-
-
-def list_assets(session: Session) -> list[dict[str, Any]]:
-
-    counts = dict(
-        session.execute(
-            select(AssetEvent.asset_id, func.count()).group_by(AssetEvent.asset_id)
-        ).all()
-    )
-    return [
-        {"name": a.name, "uri": a.uri, "events": int(counts.get(a.id, 0))}
-        for a in session.execute(select(Asset).order_by(Asset.name)).scalars()
-    ]

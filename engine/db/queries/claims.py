@@ -14,10 +14,22 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import Integer, Select, and_, bindparam, func, or_, select, text, update
+from sqlalchemy import (
+    Integer,
+    Select,
+    and_,
+    bindparam,
+    case,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.orm import aliased
 
-from engine.db.models import Job, Trigger
+from engine.db.models import Job, Trigger, UtcDateTime, utcnow
 from engine.db.queries.jobs import TRIGGERER_JOB
 from engine.db.queries.triggers import TRIGGER_ROW_COLUMNS, TriggerRow, trigger_row
 
@@ -197,10 +209,14 @@ def assign_rows(
     if not wanted:
         return []
     free = or_(_unowned(live), Trigger.triggerer_id == triggerer_id)
+    # a row it already holds keeps the time it was first claimed
+    now = literal(utcnow(), UtcDateTime())
+    kept = func.coalesce(Trigger.claimed_at, now)
+    claimed_at = case((Trigger.triggerer_id == triggerer_id, kept), else_=now)
     result = session.execute(
         update(Trigger)
         .where(Trigger.id.in_(wanted), free)
-        .values(triggerer_id=triggerer_id)
+        .values(triggerer_id=triggerer_id, claimed_at=claimed_at)
         .returning(*TRIGGER_ROW_COLUMNS)
     )
     return _rows(result)
@@ -214,7 +230,7 @@ def release_groups(session: Session, *, triggerer_id: int, digests: Iterable[str
     result = session.execute(
         update(Trigger)
         .where(Trigger.triggerer_id == triggerer_id, Trigger.stream_digest.in_(wanted))
-        .values(triggerer_id=None)
+        .values(triggerer_id=None, claimed_at=None)
         .returning(Trigger.id)
     )
     return sorted(int(i) for i in result.scalars())
@@ -227,7 +243,7 @@ def rehome_rows(session: Session, *, triggerer_id: int, digests: Mapping[int, st
         session.execute(
             update(Trigger)
             .where(Trigger.id == trigger_id, Trigger.triggerer_id == triggerer_id)
-            .values(stream_digest=digest, triggerer_id=None)
+            .values(stream_digest=digest, triggerer_id=None, claimed_at=None)
         )
 
 

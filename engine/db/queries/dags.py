@@ -369,20 +369,6 @@ def dags_scheduled_on(session: Session, asset_ids: Iterable[int]) -> dict[str, A
     return {str(dag_id): schedule for dag_id, schedule in rows}
 
 
-def list_dags(session: Session) -> list[dict[str, Any]]:
-    rows = session.execute(select(Dag).order_by(Dag.dag_id)).scalars()
-    return [
-        {
-            "dag_id": d.dag_id,
-            "fileloc": d.fileloc,
-            "paused": d.is_paused,
-            "active": d.is_active,
-            "schedule": d.schedule,
-        }
-        for d in rows
-    ]
-
-
 def set_paused(session: Session, dag_id: str, *, paused: bool) -> bool:
     """Pause or unpause; an unpause makes the scheduler compute the next time run again
     (with catchup off, a DAG paused for a week runs its latest interval, not a week's)."""

@@ -27,6 +27,7 @@ from engine.db.models import (
     TaskState,
     Trigger,
 )
+from engine.db.queries.browse import fetch_page
 from engine.db.queries.dags import list_parse_errors
 from engine.db.queries.jobs import TRIGGERER_JOB, age_s, is_alive
 from engine.db.queries.triggers import LOAD_FAILURE_PREFIX
@@ -77,12 +78,36 @@ def list_jobs(
     include_ended: bool = False,
 ) -> list[dict[str, Any]]:
     """Engine parts with heartbeat age, liveness and load (triggers or tasks they hold)."""
+    return job_page(
+        session,
+        now=now,
+        thresholds=thresholds,
+        default_threshold_s=default_threshold_s,
+        include_ended=include_ended,
+    )[0]
+
+
+def job_page(
+    session: Session,
+    *,
+    now: datetime,
+    thresholds: Thresholds,
+    default_threshold_s: float,
+    include_ended: bool = False,
+    job_type: str | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+) -> tuple[list[dict[str, Any]], int]:
+    """A page of ``list_jobs`` (by type, then id), of one ``job_type``, and the total."""
     query = select(Job).order_by(Job.job_type, Job.id)
     if not include_ended:
         query = query.where(Job.state == JobState.RUNNING)
+    if job_type is not None:
+        query = query.where(Job.job_type == job_type)
     triggers, tasks = _loads(session)
+    found, total = fetch_page(session, query, limit=limit, offset=offset)
     rows = []
-    for job in session.execute(query).scalars():
+    for (job,) in found:
         threshold = thresholds.get(job.job_type, default_threshold_s)
         load: int | None = None
         if job.job_type == TRIGGERER_JOB:
@@ -103,7 +128,7 @@ def list_jobs(
                 "started": job.start_date.isoformat(),
             }
         )
-    return rows
+    return rows, total
 
 
 def _trigger_servers(session: Session) -> tuple[dict[int, str], dict[int, str]]:
@@ -132,20 +157,42 @@ def _append(into: dict[int, str], key: int, text: str) -> None:
 
 def list_triggers(session: Session, *, now: datetime, threshold_s: float) -> list[dict[str, Any]]:
     """Every trigger row: class, owner and its liveness, age, what it serves, load errors."""
+    return trigger_page(session, now=now, threshold_s=threshold_s)[0]
+
+
+def trigger_page(
+    session: Session,
+    *,
+    now: datetime,
+    threshold_s: float,
+    kind: str | None = None,
+    triggerer_id: int | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+) -> tuple[list[dict[str, Any]], int]:
+    """A page of ``list_triggers`` (by id), of one ``kind`` (task / watcher) or one
+    triggerer, and the total; each row also has its owner's host and when it claimed it."""
     jobs = {job.id: job for job in session.execute(select(Job)).scalars()}
     tasks, watchers = _trigger_servers(session)
-    rows = []
     columns = (
         Trigger.id,
         Trigger.classpath,
         Trigger.kind,
         Trigger.triggerer_id,
+        Trigger.claimed_at,
         Trigger.created_date,
         Trigger.failure_count,
         Trigger.last_failure_date,
         Trigger.last_error,
-    )  # not the kwargs: they can be large, and are of no use here
-    for trig in session.execute(select(*columns).order_by(Trigger.id)):
+    )  # never the kwargs: they hold secrets (encrypted), and are of no use here
+    query = select(*columns).order_by(Trigger.id)
+    if kind is not None:
+        query = query.where(Trigger.kind == kind)
+    if triggerer_id is not None:
+        query = query.where(Trigger.triggerer_id == triggerer_id)
+    found, total = fetch_page(session, query, limit=limit, offset=offset)
+    rows = []
+    for trig in found:
         owner = jobs.get(trig.triggerer_id) if trig.triggerer_id is not None else None
         error = trig.last_error
         rows.append(
@@ -161,9 +208,16 @@ def list_triggers(session: Session, *, now: datetime, threshold_s: float) -> lis
                 "last_failure_age_s": age_s(now, trig.last_failure_date),
                 "load_failed": bool(error and error.startswith(LOAD_FAILURE_PREFIX)),
                 "last_error": error,
+                "owner_hostname": None if owner is None else owner.hostname or None,
+                "claimed_at": (
+                    None
+                    if owner is None or trig.claimed_at is None
+                    else trig.claimed_at.isoformat()
+                ),
+                "created_date": trig.created_date.isoformat(),
             }
         )
-    return rows
+    return rows, total
 
 
 def dag_details(session: Session, dag_id: str) -> dict[str, Any] | None:

@@ -1,6 +1,6 @@
 """SQL of scheduling: queued DAGs, time-scheduled DAGs and their next run, DAG runs (created,
-admitted under ``max_active_runs``, advanced, ended), runs' triggering events, and the run
-listings of the CLI.
+admitted under ``max_active_runs``, advanced, ended), and runs' triggering events (the run
+listings are in ``browse``).
 
 A run is created ``queued``; ``start_queued_runs`` admits it (``running``) once its DAG has
 room under ``max_active_runs`` (a backfill's runs count against the backfill's own limit
@@ -570,51 +570,6 @@ def run_asset_events(session: Session, run_pks: Iterable[int]) -> dict[int, list
 
 def run_id_of(session: Session, run_pk: int) -> str:
     return str(session.execute(select(DagRun.run_id).where(DagRun.id == run_pk)).scalar_one())
-
-
-def list_runs(session: Session, dag_id: str) -> list[dict[str, Any]]:
-    runs = (
-        session.execute(select(DagRun).where(DagRun.dag_id == dag_id).order_by(DagRun.id))
-        .scalars()
-        .all()
-    )
-    events = run_asset_events(session, [r.id for r in runs])
-    tis = session.execute(
-        select(
-            TaskInstance.dag_run_id,
-            TaskInstance.task_id,
-            TaskInstance.map_index,
-            TaskInstance.state,
-        )
-        .where(TaskInstance.dag_run_id.in_([r.id for r in runs]))
-        .order_by(TaskInstance.id, TaskInstance.map_index)
-    ).all()
-    by_run: dict[int, dict[str, str]] = {}
-    for run_pk, task_id, map_index, state in tis:
-        # a copy of a mapped task shows as ``task_id[map_index]``, as Airflow's UI names it
-        name = str(task_id) if map_index < 0 else f"{task_id}[{map_index}]"
-        by_run.setdefault(int(run_pk), {})[name] = str(state)
-    return [
-        {
-            "run_id": r.run_id,
-            "run_type": r.run_type,
-            "state": r.state,
-            "logical_date": _iso(r.logical_date),
-            "data_interval_start": _iso(r.data_interval_start),
-            "data_interval_end": _iso(r.data_interval_end),
-            "run_after": _iso(r.run_after),
-            "backfill_id": r.backfill_id,
-            "queued_at": r.queued_at.isoformat(),
-            "end_date": r.end_date.isoformat() if r.end_date else None,
-            "asset_events": events.get(r.id, []),
-            "tasks": by_run.get(r.id, {}),
-        }
-        for r in runs
-    ]
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
 
 
 def find_task_instance(

@@ -1,27 +1,39 @@
 """SQL of shared-stream snapshots: what each triggerer publishes of its groups (one row per
-key and triggerer), read back by ``sluice streams list``, removed with their triggerer.
+key and triggerer), read back by ``sluice streams list``, removed with their triggerer; and
+their samples, a short history per key (the last ``SAMPLES_KEPT``, none older than
+``SAMPLE_RETENTION_S``).
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, func, insert, select
 
 from engine.db.models import (
     Job,
+    SharedStreamSample,
     SharedStreamSnapshot,
 )
+from engine.db.queries.browse import fetch_page
 from engine.db.queries.jobs import age_s, alive_clause
 from shared_stream.stats import busiest_lanes, key_label
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
     from datetime import datetime
 
     from sqlalchemy.orm import Session
 
     from shared_stream import GroupStats
+
+
+#: Samples kept per shared-stream key (one per triggerer heartbeat: minutes of history).
+SAMPLES_KEPT: Final = 60
+
+#: Samples older than this go whatever their number (keys that no longer exist).
+SAMPLE_RETENTION_S: Final = 3600.0
 
 
 #: The ``GroupStats`` fields stored as they are (``key`` and the lanes are converted).
@@ -66,6 +78,63 @@ def publish_stream_stats(
         for group in stats
     ]
     session.execute(insert(SharedStreamSnapshot), rows)
+    add_stream_samples(session, rows)
+
+
+def add_stream_samples(session: Session, snapshots: Sequence[dict[str, Any]]) -> None:
+    """Add a sample of each published snapshot row and keep the last ``SAMPLES_KEPT`` of
+    each key."""
+    samples = [
+        {
+            "triggerer_id": row["triggerer_id"],
+            "stream_key": row["stream_key"],
+            "sampled_at": row["updated_at"],
+            "outstanding": sum(row["outstanding_by_lane"].values()),
+            "oldest_unresolved_age_s": row["oldest_unresolved_age_s"],
+            "events_polled": row["events_polled"],
+            "advances": row["advances"],
+            "advanced_events": row["advanced_events"],
+        }
+        for row in snapshots
+    ]
+    session.execute(insert(SharedStreamSample), samples)
+    rank = (
+        func.row_number()
+        .over(partition_by=SharedStreamSample.stream_key, order_by=SharedStreamSample.id.desc())
+        .label("rank")
+    )
+    ranked = (
+        select(SharedStreamSample.id, rank)
+        .where(SharedStreamSample.stream_key.in_(sorted({r["stream_key"] for r in samples})))
+        .subquery()
+    )
+    old = select(ranked.c.id).where(ranked.c.rank > SAMPLES_KEPT)
+    session.execute(delete(SharedStreamSample).where(SharedStreamSample.id.in_(old)))
+
+
+def delete_old_stream_samples(session: Session, *, now: datetime) -> int:
+    """Delete samples older than ``SAMPLE_RETENTION_S``; returns how many."""
+    cutoff = now - timedelta(seconds=SAMPLE_RETENTION_S)
+    result = session.execute(
+        delete(SharedStreamSample).where(SharedStreamSample.sampled_at < cutoff)
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def stream_samples(session: Session, keys: Iterable[str]) -> dict[str, list[SharedStreamSample]]:
+    """key -> its samples, oldest first."""
+    wanted = sorted(set(keys))
+    if not wanted:
+        return {}
+    rows = session.execute(
+        select(SharedStreamSample)
+        .where(SharedStreamSample.stream_key.in_(wanted))
+        .order_by(SharedStreamSample.stream_key, SharedStreamSample.id)
+    ).scalars()
+    out: dict[str, list[SharedStreamSample]] = {}
+    for sample in rows:
+        out.setdefault(sample.stream_key, []).append(sample)
+    return out
 
 
 def lanes_column(outstanding: dict[str, int]) -> dict[str, int]:
@@ -104,32 +173,50 @@ def list_stream_snapshots(
     session: Session, *, threshold_s: float, now: datetime
 ) -> list[dict[str, Any]]:
     """Snapshots of live triggerers only (a dead one's rows describe nothing running)."""
+    return stream_snapshot_page(session, threshold_s=threshold_s, now=now)[0]
+
+
+def stream_snapshot_page(
+    session: Session,
+    *,
+    threshold_s: float,
+    now: datetime,
+    key: str | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+) -> tuple[list[dict[str, Any]], int]:
+    """A page of the snapshots of live triggerers (by triggerer, then key), and their
+    total; ``key``: only that group's."""
     query = (
         select(SharedStreamSnapshot)
         .join(Job, Job.id == SharedStreamSnapshot.triggerer_id)
         .where(alive_clause(now, threshold_s))
         .order_by(SharedStreamSnapshot.triggerer_id, SharedStreamSnapshot.stream_key)
     )
-    return [
-        {
-            "triggerer_id": snap.triggerer_id,
-            "key": snap.stream_key,
-            "stream_digest": snap.stream_digest,
-            "mode": snap.mode,
-            "subscribers": snap.subscribers,
-            "outstanding_by_lane": snap.outstanding_by_lane,
-            "oldest_unresolved_age_s": snap.oldest_unresolved_age_s,
-            "queue_high_water": snap.queue_high_water,
-            "events_polled": snap.events_polled,
-            "deliveries": snap.deliveries,
-            "advances": snap.advances,
-            "advanced_events": snap.advanced_events,
-            "last_advance_batch": snap.last_advance_batch,
-            "advance_latency_sum_s": snap.advance_latency_sum_s,
-            "overflows": snap.overflows,
-            "ack_timeouts": snap.ack_timeouts,
-            "rejects": snap.rejects,
-            "snapshot_age_s": age_s(now, snap.updated_at),
-        }
-        for snap in session.execute(query).scalars()
-    ]
+    if key is not None:
+        query = query.where(SharedStreamSnapshot.stream_key == key)
+    rows, total = fetch_page(session, query, limit=limit, offset=offset)
+    return [_snapshot_json(row[0], now) for row in rows], total
+
+
+def _snapshot_json(snap: SharedStreamSnapshot, now: datetime) -> dict[str, Any]:
+    return {
+        "triggerer_id": snap.triggerer_id,
+        "key": snap.stream_key,
+        "stream_digest": snap.stream_digest,
+        "mode": snap.mode,
+        "subscribers": snap.subscribers,
+        "outstanding_by_lane": snap.outstanding_by_lane,
+        "oldest_unresolved_age_s": snap.oldest_unresolved_age_s,
+        "queue_high_water": snap.queue_high_water,
+        "events_polled": snap.events_polled,
+        "deliveries": snap.deliveries,
+        "advances": snap.advances,
+        "advanced_events": snap.advanced_events,
+        "last_advance_batch": snap.last_advance_batch,
+        "advance_latency_sum_s": snap.advance_latency_sum_s,
+        "overflows": snap.overflows,
+        "ack_timeouts": snap.ack_timeouts,
+        "rejects": snap.rejects,
+        "snapshot_age_s": age_s(now, snap.updated_at),
+    }

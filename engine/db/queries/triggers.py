@@ -168,7 +168,9 @@ def triggers_served(session: Session, ids: Iterable[int]) -> dict[int, Served]:
 def release_triggers(session: Session, *, triggerer_id: int) -> int:
     """Unassign every row of ``triggerer_id`` so another triggerer takes them at once."""
     result = session.execute(
-        update(Trigger).where(Trigger.triggerer_id == triggerer_id).values(triggerer_id=None)
+        update(Trigger)
+        .where(Trigger.triggerer_id == triggerer_id)
+        .values(triggerer_id=None, claimed_at=None)
     )
     return int(result.rowcount)  # type: ignore[attr-defined]
 

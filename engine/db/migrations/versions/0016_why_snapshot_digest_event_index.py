@@ -1,7 +1,7 @@
 """shared-stream snapshot digest, asset events by asset and id
 
 Revision ID: 0016
-Revises: 0014
+Revises: 0015
 Create Date: 2026-11-27 10:00:00.000000
 
 - ``shared_stream_snapshot``: ``stream_digest``, the digest of the group's key as trigger
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0016"
-down_revision = "0014"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 

@@ -1,7 +1,7 @@
 """The last good source of each DAG file
 
 Revision ID: 0017
-Revises: 0013
+Revises: 0016
 Create Date: 2026-11-25 19:30:00.000000
 
 - ``dag_file``: ``source``, the text of the file that gave its last good parse, Fernet-
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0017"
-down_revision = "0013"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,170 @@
+"""Assets, their events and the asset graph (the CLI's ``sluice assets``).
+
+- ``GET /assets``: a page of assets (``?search=``) with their watchers, last event, the DAGs
+  they schedule and the tasks that update them;
+- ``GET /assets/{name}``: one asset (the name may hold slashes);
+- ``GET /asset-events``: a page of events, newest first (``?asset=&source=&since=``), with
+  where each came from and the runs it triggered;
+- ``POST /asset-events`` (op): record an event of an asset, as ``sluice assets emit`` does
+  (source ``api``, created by ``api:<user>``); the DAGs scheduled on it run;
+- ``GET /asset-graph``: assets, watchers, producing tasks and consuming DAGs as nodes and
+  edges.
+"""
+
+from functools import partial
+from typing import Any, Literal
+
+from fastapi import APIRouter
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from engine.api.deps import ConfigDep, DatabaseDep
+from engine.api.rest.common import Limit, Offset, Page, act, found, read
+from engine.api.security import OperatorDep, ReaderDep
+from engine.db.queries import assets as assets_sql
+from engine.db.views import assets as assets_view
+
+router = APIRouter(tags=["assets"])
+
+SourceName = Literal["watcher", "task", "cli", "api"]
+
+
+class AssetWatcherItem(BaseModel):
+    name: str
+    trigger_id: int
+    classpath: str
+    triggerer_id: int | None = Field(description="The triggerer running it (None: unclaimed)")
+    failures: int
+    last_failure_date: str | None
+    last_error: str | None
+
+
+class LastEvent(BaseModel):
+    id: int
+    timestamp: str
+    source: str | None
+
+
+class AssetItem(BaseModel):
+    name: str
+    uri: str
+    extra: Any
+    events: int = Field(description="Number of events")
+    last_event: LastEvent | None
+    watchers: list[AssetWatcherItem]
+    consuming_dags: list[str] = Field(description="DAGs scheduled on it (or on an alias of it)")
+    producing_tasks: list[str] = Field(description="Tasks (dag_id/task_id) that update it")
+    updated_at: str
+
+
+class AssetEventItem(BaseModel):
+    id: int
+    asset: str
+    timestamp: str
+    source: str | None = Field(description="watcher, task, cli or api")
+    source_watcher: str | None
+    source_task: str | None = Field(description="dag_id/run_id/task_id of the producing task")
+    source_try_number: int | None
+    source_alias: str | None
+    created_by: str | None = Field(description="Who emitted it: cli:user@host, api:user")
+    extra: Any
+    payload: Any
+    runs: list[str] = Field(description="Runs it triggered, as dag_id/run_id")
+
+
+class EmitRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    asset: str = Field(description="The asset's name")
+    extra: dict[str, Any] | None = Field(default=None, description="A JSON object: its extra")
+
+
+class EmittedEvent(BaseModel):
+    asset: str
+    event_id: int
+    created_by: str
+
+
+class GraphNode(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(description="asset:NAME, watcher:ASSET/NAME, task:DAG/TASK or dag:DAG")
+    kind: Literal["asset", "watcher", "task", "dag"]
+    label: str
+
+
+class GraphEdge(BaseModel):
+    source: str
+    target: str
+    kind: Literal["updates", "schedules", "runs"]
+
+
+class AssetGraph(BaseModel):
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+
+
+@router.get("/assets", response_model=Page[AssetItem], summary="Assets")
+async def list_assets(
+    _: ReaderDep,
+    database: DatabaseDep,
+    search: str | None = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> dict[str, Any]:
+    query = partial(assets_view.list_assets, search=search, limit=limit, offset=offset)
+    return await read(database, query)
+
+
+@router.get("/assets/{name:path}", response_model=AssetItem, summary="One asset")
+async def show_asset(_: ReaderDep, database: DatabaseDep, name: str) -> dict[str, Any]:
+    shown = await read(database, partial(assets_view.show_asset, name=name))
+    return found(shown, f"no asset {name!r}")
+
+
+@router.get("/asset-events", response_model=Page[AssetEventItem], summary="Asset events")
+async def list_asset_events(
+    _: ReaderDep,
+    database: DatabaseDep,
+    asset: str | None = None,
+    source: SourceName | None = None,
+    since: AwareDatetime | None = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> dict[str, Any]:
+    query = partial(
+        assets_view.list_asset_events,
+        asset=asset,
+        source=source,
+        since=since,
+        limit=limit,
+        offset=offset,
+    )
+    return found(await read(database, query), f"no asset {asset!r}")
+
+
+@router.post(
+    "/asset-events",
+    response_model=EmittedEvent,
+    status_code=201,
+    summary="Record an event of an asset (its DAGs run)",
+)
+async def emit_asset_event(
+    who: OperatorDep, database: DatabaseDep, config: ConfigDep, body: EmitRequest
+) -> EmittedEvent:
+    actor = f"api:{who.username}"
+    emit = partial(
+        assets_sql.emit_asset_event,
+        asset_name=body.asset,
+        extra=body.extra,
+        source=assets_sql.SOURCE_API,
+        created_by=actor,
+        keep_while_paused=config.scheduler.keep_events_while_paused,
+    )
+    event_id: int = await act(database, emit)
+    return EmittedEvent(asset=body.asset, event_id=event_id, created_by=actor)
+
+
+@router.get("/asset-graph", response_model=AssetGraph, summary="The asset graph")
+async def asset_graph(_: ReaderDep, database: DatabaseDep) -> dict[str, Any]:
+    graph: dict[str, Any] = await read(database, assets_view.asset_graph)
+    return graph

@@ -1,0 +1,167 @@
+"""The asset pages: the list (watchers, last event, who updates and who consumes each), one
+asset's events with their source (watcher, task, API, CLI) and an "emit event" form (op and
+admin), and the asset graph drawn as SVG on the server.
+
+Reads through ``engine.db.views.assets`` (what ``GET /api/v1/assets...`` answers); an event
+is emitted through ``queries.assets.emit_asset_event``, as the REST API and the CLI do.
+"""
+
+from functools import partial
+from typing import Annotated, Any, Final
+
+from fastapi import APIRouter, Form, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from engine.api.deps import ConfigDep, DatabaseDep
+from engine.api.security import Principal, UiOperatorDep, UiReaderDep
+from engine.api.ui.drawing import GraphItem, draw
+from engine.api.ui.rendering import (
+    PAGE_SIZE,
+    asset_url,
+    can_operate,
+    dag_url,
+    json_object_field,
+    not_found,
+    page,
+)
+from engine.db.queries import assets as assets_sql
+from engine.db.views import assets as assets_view
+
+MAX_EXTRA_CHARS: Final = 65_536
+#: After an event is emitted here, the page reloads itself this often until the runs it
+#: triggers show up (when a DAG is scheduled on the asset).
+REFRESH_S: Final = 2
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/assets", response_class=HTMLResponse)
+async def asset_list(
+    request: Request,
+    _principal: UiReaderDep,
+    database: DatabaseDep,
+    search: Annotated[str | None, Query(max_length=250)] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> HTMLResponse:
+    found = await database.read(
+        partial(assets_view.list_assets, search=search or None, limit=PAGE_SIZE, offset=offset)
+    )
+    return page(request, "asset_list.html", "/assets", assets=found, search=search)
+
+
+def graph_items(graph: dict[str, Any]) -> tuple[list[GraphItem], list[tuple[str, str]]]:
+    """``assets_view.asset_graph``'s nodes and edges as items to draw, each with its link."""
+    items = []
+    for node in graph["nodes"]:
+        kind, label = node["kind"], str(node["label"])
+        href, title, flagged = None, label, False
+        if kind == "asset":
+            href, title = asset_url(label), f"asset {label} ({node.get('events', 0)} events)"
+        elif kind == "dag":
+            href = dag_url(label)
+            title = f"DAG {label}" + (" (paused)" if node.get("paused") else "")
+        elif kind == "task":
+            href, title = dag_url(node["dag_id"]), f"task {node['dag_id']}.{label}"
+        elif kind == "watcher":
+            error = node.get("last_error")
+            flagged = bool(error)
+            title = f"watcher {label}: {node.get('classpath')}" + (
+                f"; error: {error}" if error else ""
+            )
+        items.append(GraphItem(node["id"], kind, label, href, title, flagged))
+    edges = [(edge["source"], edge["target"]) for edge in graph["edges"]]
+    return items, edges
+
+
+@router.get("/asset-graph", response_class=HTMLResponse)
+async def asset_graph(
+    request: Request, _principal: UiReaderDep, database: DatabaseDep
+) -> HTMLResponse:
+    graph = await database.read(assets_view.asset_graph)
+    drawn = draw(*graph_items(graph))
+    return page(request, "asset_graph.html", "/asset-graph", graph=drawn)
+
+
+def awaits_runs(asset: dict[str, Any], events: list[dict[str, Any]], emitted: int | None) -> bool:
+    """Whether the event just emitted (``emitted``) has no run yet though DAGs consume it."""
+    if emitted is None or not asset["consuming_dags"]:
+        return False
+    return any(event["id"] == emitted and not event["runs"] for event in events)
+
+
+async def _asset_page(
+    request: Request,
+    database: DatabaseDep,
+    name: str,
+    offset: int,
+    emitted: int | None = None,
+    **extra: Any,
+) -> HTMLResponse:
+    def read(session: Any) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        shown = assets_view.show_asset(session, name)
+        events = assets_view.list_asset_events(session, asset=name, limit=PAGE_SIZE, offset=offset)
+        return shown, events
+
+    asset, events = await database.read(read)
+    if asset is None or events is None:
+        raise not_found(f"no asset {name!r}; the asset list shows the assets")
+    return page(
+        request,
+        "asset.html",
+        "/assets",
+        asset=asset,
+        events=events,
+        can_operate=can_operate(request),
+        emitted=emitted,
+        refresh_s=REFRESH_S if awaits_runs(asset, events["items"], emitted) else None,
+        **extra,
+    )
+
+
+@router.get("/assets/{name:path}", response_class=HTMLResponse)
+async def asset_page(
+    request: Request,
+    name: str,
+    _principal: UiReaderDep,
+    database: DatabaseDep,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    emitted: Annotated[int | None, Query(ge=1)] = None,
+) -> HTMLResponse:
+    return await _asset_page(request, database, name, offset, emitted)
+
+
+def emitted_by(principal: Principal) -> str:
+    """Who emitted an event from the UI, as the event's ``created_by`` records it."""
+    return f"ui:{principal.username}"
+
+
+@router.post("/assets/{name:path}/events", response_model=None)
+async def emit_event(
+    request: Request,
+    name: str,
+    principal: UiOperatorDep,
+    database: DatabaseDep,
+    config: ConfigDep,
+    extra: Annotated[str, Form(max_length=MAX_EXTRA_CHARS)] = "",
+) -> Response:
+    """Record an event of the asset (source ``api``): the DAGs scheduled on it run. Then the
+    asset's page, with the new event marked; bad extra: the page again saying why (422)."""
+    try:
+        parsed = json_object_field(extra, "extra")
+        event_id = await database.run(
+            partial(
+                assets_sql.emit_asset_event,
+                asset_name=name,
+                extra=parsed,
+                source=assets_sql.SOURCE_API,
+                created_by=emitted_by(principal),
+                keep_while_paused=config.scheduler.keep_events_while_paused,
+            )
+        )
+    except assets_sql.UnknownAssetError as exc:
+        raise not_found(str(exc)) from exc
+    except ValueError as exc:
+        return await _asset_page(
+            request, database, name, 0, problem=str(exc), extra_text=extra, status_code=422
+        )
+    return RedirectResponse(f"{asset_url(name)}?emitted={event_id}#event-{event_id}", 303)

@@ -1,0 +1,202 @@
+"""A run's page (its tasks, the asset events that triggered it) and a task instance's page
+(its log by try, streamed while the try runs), and the clear action (op and admin).
+
+Reads through ``engine.db.views.runs`` / ``tasks`` (what ``GET /api/v1/dags/{dag_id}/
+dagRuns/...`` answers), including the log reader that never leaves the log folder.
+"""
+
+import re
+from functools import partial
+from typing import Annotated, Any, Final
+
+from fastapi import APIRouter, Form, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+
+from engine.api.deps import ConfigDep, DatabaseDep
+from engine.api.security import UiOperatorDep, UiReaderDep
+from engine.api.ui.rendering import can_operate, not_found, page, redirect_back, run_url
+from engine.db.models import utcnow
+from engine.db.queries import actions
+from engine.db.views import runs as runs_view
+from engine.db.views import tasks as tasks_view
+from engine.exceptions import NotFoundError
+from engine.task_log_files import TaskLogNotFoundError
+
+#: A run page reloads itself this often while the run goes on.
+REFRESH_S: Final = 2
+#: The most of a log shown at once; the page says where the rest is.
+LOG_PAGE_BYTES: Final = 512 * 1024
+LOG_TAIL_BYTES: Final = 64 * 1024
+#: Task states whose try can still write to its log (or whose first try is still to come):
+#: the page follows the log, and reloads when the try is over.
+_WRITING: Final = frozenset(
+    {"none", "scheduled", "queued", "running", "deferred", "up_for_retry", "restarting"}
+)
+_RUN_ACTIVE: Final = frozenset({"queued", "running"})
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/dags/{dag_id}/runs/{run_id}", response_class=HTMLResponse)
+async def run_page(
+    request: Request, dag_id: str, run_id: str, _principal: UiReaderDep, database: DatabaseDep
+) -> HTMLResponse:
+    run = await database.read(
+        partial(runs_view.show_run, dag_id=dag_id, run_id=run_id, now=utcnow())
+    )
+    if run is None:
+        raise not_found(f"DAG {dag_id!r} has no run {run_id!r}")
+    going_on = run["state"] in _RUN_ACTIVE
+    return page(
+        request,
+        "run.html",
+        "/dags",
+        run=run,
+        dag_id=dag_id,
+        can_operate=can_operate(request),
+        refresh_s=REFRESH_S if going_on else None,
+    )
+
+
+def _read_log(
+    folder: Any, ti: dict[str, Any], try_number: int | None, offset: int, max_bytes: int
+) -> dict[str, Any] | None:
+    try:
+        return tasks_view.task_log(
+            folder,
+            ti["dag_id"],
+            ti["run_id"],
+            ti["task_id"],
+            try_number,
+            map_index=ti["map_index"],
+            offset=offset,
+            max_bytes=max_bytes,
+        )
+    except TaskLogNotFoundError:
+        return None
+
+
+@router.get("/dags/{dag_id}/runs/{run_id}/tasks/{task_id}", response_class=HTMLResponse)
+async def task_page(
+    request: Request,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    _principal: UiReaderDep,
+    database: DatabaseDep,
+    config: ConfigDep,
+    map_index: Annotated[int, Query(ge=-1)] = -1,
+    try_: Annotated[int | None, Query(alias="try", ge=1)] = None,
+) -> HTMLResponse:
+    folder = config.logging.task_log_folder
+    show = partial(
+        tasks_view.show_task_instance,
+        dag_id=dag_id,
+        run_id=run_id,
+        task_id=task_id,
+        map_index=map_index,
+        now=utcnow(),
+        log_folder=folder,
+    )
+    ti = await database.read(show)
+    if ti is None:
+        detail = await database.read(
+            partial(
+                tasks_view.missing_task_instance,
+                dag_id=dag_id,
+                run_id=run_id,
+                task_id=task_id,
+                map_index=map_index,
+                map_option="map_index",
+            )
+        )
+        raise not_found(detail)
+    tries = ti.get("logged_tries") or []
+    shown_try = try_ if try_ is not None else (tries[-1] if tries else None)
+    log = None
+    if shown_try is not None:
+        size_hint = _read_log(folder, ti, shown_try, 0, 0)
+        start = 0 if size_hint is None else max(size_hint["size"] - LOG_PAGE_BYTES, 0)
+        log = _read_log(folder, ti, shown_try, start, LOG_PAGE_BYTES)
+    is_last_try = shown_try is not None and (not tries or shown_try == tries[-1])
+    tailing = log is not None and is_last_try and ti["state"] in _WRITING
+    return page(
+        request,
+        "task.html",
+        "/dags",
+        ti=ti,
+        tries=tries,
+        shown_try=shown_try,
+        log=log,
+        tailing=tailing or (log is None and ti["state"] in _WRITING),
+        can_operate=can_operate(request),
+    )
+
+
+@router.get("/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/log")
+async def log_tail(
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    _principal: UiReaderDep,
+    database: DatabaseDep,
+    config: ConfigDep,
+    map_index: Annotated[int, Query(ge=-1)] = -1,
+    try_: Annotated[int | None, Query(alias="try", ge=1)] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> JSONResponse:
+    """What the try wrote after ``offset`` (``text``, the next ``offset``), whether it is
+    over (``finished``) and the task's ``state``: what ``static/log-tail.js`` polls."""
+    ti = await database.read(
+        partial(
+            tasks_view.show_task_instance,
+            dag_id=dag_id,
+            run_id=run_id,
+            task_id=task_id,
+            map_index=map_index,
+            now=utcnow(),
+        )
+    )
+    if ti is None:
+        raise not_found(f"no task {task_id!r} in run {run_id!r} of DAG {dag_id!r}")
+    log = _read_log(config.logging.task_log_folder, ti, try_, offset, LOG_TAIL_BYTES)
+    text = "" if log is None else log["content"]
+    next_offset = offset if log is None else log["next_offset"]
+    newer_try = log is not None and try_ is not None and log["tries"][-1:] != [try_]
+    finished = (ti["state"] not in _WRITING or newer_try) and (
+        log is None or next_offset >= log["size"]
+    )
+    return JSONResponse(
+        {"text": text, "offset": next_offset, "finished": finished, "state": ti["state"]}
+    )
+
+
+@router.post("/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/clear")
+async def clear(
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    _principal: UiOperatorDep,
+    database: DatabaseDep,
+    map_index: Annotated[int, Form(ge=-1)] = -1,
+    downstream: Annotated[bool, Form()] = False,
+) -> Response:
+    """Clear one task instance (and its downstream tasks if asked): the scheduler runs them
+    again, as ``sluice tasks clear`` and ``POST .../clearTaskInstances`` do."""
+
+    def clear_now(session: Any) -> actions.ActionResult:
+        selected = actions.select_task_instances(
+            session,
+            dag_id,
+            run_id=run_id,
+            task_regex=f"^{re.escape(task_id)}$",
+            downstream=downstream,
+            map_index=None if map_index < 0 else map_index,
+        )
+        return actions.clear_task_instances(session, selected, now=utcnow())
+
+    try:
+        await database.run(clear_now)
+    except NotFoundError as exc:
+        raise not_found(str(exc)) from exc
+    return redirect_back(run_url(dag_id, run_id))

@@ -1,0 +1,127 @@
+"""DAG runs as shown: type, state, dates, the states of their tasks, and the asset events
+that triggered them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from engine.db.queries import browse, lineage
+from engine.db.queries import runs as runs_sql
+from engine.db.views.common import check_page, duration_s, iso, page
+from engine.db.views.tasks import task_instance_json
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from sqlalchemy.orm import Session
+
+    from engine.db.models import DagRun
+
+
+#: The keys of ``run_json``: what ``sluice runs list --json`` prints of each run.
+RUN_KEYS: Final = (
+    "run_id",
+    "run_type",
+    "state",
+    "logical_date",
+    "data_interval_start",
+    "data_interval_end",
+    "run_after",
+    "backfill_id",
+    "queued_at",
+    "end_date",
+    "asset_events",
+    "tasks",
+)
+
+
+def run_json(run: DagRun, *, events: list[int], tasks: dict[str, str]) -> dict[str, Any]:
+    """One run's row of a list (``RUN_KEYS``)."""
+    return {
+        "run_id": run.run_id,
+        "run_type": run.run_type,
+        "state": run.state,
+        "logical_date": iso(run.logical_date),
+        "data_interval_start": iso(run.data_interval_start),
+        "data_interval_end": iso(run.data_interval_end),
+        "run_after": iso(run.run_after),
+        "backfill_id": run.backfill_id,
+        "queued_at": run.queued_at.isoformat(),
+        "end_date": iso(run.end_date),
+        "asset_events": events,
+        "tasks": tasks,
+    }
+
+
+def _details(run: DagRun, now: datetime) -> dict[str, Any]:
+    return {
+        "dag_id": run.dag_id,
+        "start_date": iso(run.start_date),
+        "duration_s": duration_s(run.start_date, run.end_date, now),
+    }
+
+
+def list_runs(
+    session: Session,
+    *,
+    now: datetime,
+    dag_id: str | None = None,
+    state: str | None = None,
+    run_type: str | None = None,
+    since: datetime | None = None,
+    newest_first: bool = True,
+    limit: int | None = None,
+    offset: int = 0,
+) -> dict[str, Any]:
+    """A page of runs (newest first by default): ``run_json`` fields plus ``dag_id``,
+    ``start_date`` and ``duration_s`` (so far, while running)."""
+    check_page(limit, offset)
+    runs, total = browse.run_page(
+        session,
+        dag_id=dag_id,
+        state=state,
+        run_type=run_type,
+        since=since,
+        newest_first=newest_first,
+        limit=limit,
+        offset=offset,
+    )
+    pks = [r.id for r in runs]
+    events = runs_sql.run_asset_events(session, pks)
+    tasks = browse.run_task_states(session, pks)
+    items = [
+        {
+            **run_json(r, events=events.get(r.id, []), tasks=tasks.get(r.id, {})),
+            **_details(r, now),
+        }
+        for r in runs
+    ]
+    return page(items, total, limit, offset)
+
+
+def show_run(session: Session, dag_id: str, run_id: str, *, now: datetime) -> dict[str, Any] | None:
+    """One run, None if unknown: its list fields, ``conf``, the asset events that triggered
+    it (id, asset, source, time) and every task instance (``task_instance_json``)."""
+    run = browse.find_run(session, dag_id, run_id)
+    if run is None:
+        return None
+    events = lineage.run_events(session, run.id)
+    tasks = browse.run_task_states(session, [run.id]).get(run.id, {})
+    instances, _ = browse.task_instance_page(session, run.id)
+    return {
+        **run_json(run, events=[e.id for e, _ in events], tasks=tasks),
+        **_details(run, now),
+        "conf": run.conf,
+        "triggering_events": [
+            {
+                "id": event.id,
+                "asset": asset,
+                "source": event.source,
+                "timestamp": event.timestamp.isoformat(),
+            }
+            for event, asset in events
+        ],
+        "task_instances": [
+            task_instance_json(ti, operator=op, run_id=run.run_id, now=now) for ti, op in instances
+        ],
+    }

@@ -1,0 +1,59 @@
+"""Browser tests: Debian's Chromium driven by Playwright against a real ``sluice run``.
+
+One engine per test module (started once, shared by its tests: engine start-ups are what
+cost time), on the example DAGs of ``dags/`` with a fresh ``SLUICE_HOME``, the API/UI on a
+free loopback port, and one user per role made with ``sluice users create``. Screenshots of
+the pages go under pytest's temporary folder; their paths are printed at the end of the run
+(and as each is taken, with ``-s``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import pytest
+from playwright.sync_api import sync_playwright
+
+from tests.browser.chromium import LAUNCH_ARGS, ChromiumUnavailableError, ensure_chromium
+from tests.browser.screenshots import taken
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from playwright.sync_api import Browser
+
+
+@pytest.fixture(scope="session")
+def chromium_executable() -> Path:
+    try:
+        return ensure_chromium()
+    except ChromiumUnavailableError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def browser(chromium_executable: Path) -> Iterator[Browser]:
+    # Playwright must never fetch a browser of its own: we hand it Debian's.
+    os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=str(chromium_executable), args=list(LAUNCH_ARGS)
+        )
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture(scope="session")
+def screenshot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("screenshots")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if taken():
+        terminalreporter.write_sep("-", "browser screenshots")
+        for path in taken():
+            terminalreporter.write_line(str(path))
