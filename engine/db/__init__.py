@@ -6,7 +6,8 @@ Owns the schema (``models``, ``migrations/``) and the only code that writes SQL:
 ``sluice db clean``. Query functions take a ``Session`` and plain values and decide no
 policy. ``views/`` is the read model the CLI, the REST API and the UI show (it composes
 queries into JSON-able pages, no SQL of its own); ``operations`` the operator actions that
-take more than one query (triggering a DAG). May import: ``engine.authoring``, the leaf utilities, ``triggers`` (serde) and
-``shared_stream`` (statistics types); never a runtime part. Import from the modules
-themselves: this package imports nothing, so that ``engine.db.models`` comes without alembic.
+take more than one query (triggering a DAG). May import: ``engine.authoring``, the leaf
+utilities, ``triggers`` (serde) and ``shared_stream`` (statistics types); never a runtime
+part. Import from the modules themselves: this package imports nothing, so that
+``engine.db.models`` comes without alembic.
 """
