@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-LONG_RUNNING = ("run", "triggerer", "scheduler", "executor", "dag-processor")
+LONG_RUNNING = ("run", "triggerer", "scheduler", "executor", "dag-processor", "api-server")
 
 DAGS = """
 from engine import DAG, Asset, AssetWatcher, task
@@ -76,11 +76,18 @@ def shell_env(tmp_path: Path) -> dict[str, str]:
 
 
 class Substitutions:
-    def __init__(self, pg_url: str, dags: Path, metrics_port: int) -> None:
+    def __init__(
+        self, pg_url: str, dags: Path, metrics_port: int, api_ports: tuple[int, int]
+    ) -> None:
+        secrets = dags.parent
         self.values = {
             "postgresql+psycopg://sluice@db.internal/sluice": pg_url,
             "/srv/dags": str(dags),
             "127.0.0.1:9464": f"127.0.0.1:{metrics_port}",
+            "127.0.0.1:8793": f"127.0.0.1:{api_ports[0]}",  # the API of `sluice run`
+            "--port 8080": f"--port {api_ports[1]}",  # `sluice api-server` beside it
+            "< alice.password": f"< {secrets / 'alice.password'}",
+            "< deployer.password": f"< {secrets / 'deployer.password'}",
             "DAG_ID": "on_flag",
             "TASK_ID": "report",
             "ASSET": "flag",
@@ -118,13 +125,16 @@ def test_every_production_command_of_the_readme_works(
     dags.mkdir()
     inbox.mkdir()
     (dags / "flows.py").write_text(textwrap.dedent(DAGS.format(inbox=str(inbox))))
-    port = _free_port()
-    subs = Substitutions(pg_url, dags, port)
+    port, api_port = _free_port(), _free_port()
+    for user in ("alice", "deployer"):
+        (tmp_path / f"{user}.password").write_text(f"the password of {user}\n")
+    subs = Substitutions(pg_url, dags, port, (api_port, _free_port()))
     env = dict(shell_env)
     env["SLUICE__TRIGGERER__JOB_HEARTBEAT_SEC"] = "1"
     env["SLUICE__SCHEDULER__SCHEDULER_HEARTBEAT_SEC"] = "1"
     env["SLUICE__TRIGGERER__SHUTDOWN_GRACE_PERIOD_SEC"] = "5"
     env["SLUICE__METRICS__PORT"] = str(port)
+    env["SLUICE__API__PORT"] = str(api_port)
     ran: list[str] = []
     flag_run_id: str | None = None  # the run a flag file made (the manual one may be first)
 
@@ -172,7 +182,8 @@ def test_every_production_command_of_the_readme_works(
     # Two engines' worth of parts shared the work: two of each part are alive.
     jobs = json.loads(_sh("sluice jobs list --json", env).stdout)
     alive = Counter(j["type"] for j in jobs if j["alive"])
-    assert alive == dict.fromkeys(("triggerer", "scheduler", "executor", "dag_processor"), 2), jobs
+    parts = ("triggerer", "scheduler", "executor", "dag_processor", "api")
+    assert alive == dict.fromkeys(parts, 2), jobs
 
 
 def _subcommand(words: list[str]) -> str | None:
@@ -217,8 +228,19 @@ def _check_output(raw: str, stdout: str) -> None:
         assert any("directory-scan" in g["key"] for g in groups), groups
     elif raw.startswith("sluice tasks logs"):
         assert "report of on_flag" in stdout
-    elif raw.startswith("curl"):
+    elif raw.startswith("curl") and "/metrics" in raw:
         assert "sluice_triggers_running" in stdout
+    elif raw.startswith("curl") and "/api/v1/me" in raw:
+        assert json.loads(stdout) == {
+            "username": "deployer",
+            "role": "op",
+            "auth": "token",
+            "csrf_token": None,
+        }
+    elif raw.startswith("curl") and "/health/ready" in raw:
+        assert json.loads(stdout)["status"] == "ready"
+    elif raw.startswith("sluice tokens list"):
+        assert "deployer" in stdout and "active" in stdout
     elif raw.startswith("sluice assets events"):
         assert "flag-file" in stdout
 
