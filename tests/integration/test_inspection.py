@@ -31,7 +31,7 @@ from engine.db.models import (
     Trigger,
     TriggerKind,
 )
-from engine.db.queries import dags, inspection, streams
+from engine.db.queries import browse, dags, inspection, streams
 from engine.db.queries import jobs as jobs_sql
 from engine.db.queries import triggers as trigger_rows
 from engine.db.schema import migrate
@@ -311,13 +311,13 @@ def test_dag_details(db: Database, cipher: KwargsCipher) -> None:
         session.execute(insert(DagRun).values(dag_id="flow", run_id="r1", run_type="manual"))
 
     db.call(seed)
-    details = db.call(lambda s: inspection.dag_details(s, "flow"))
+    details = db.call(lambda s: browse.dag_details(s, "flow"))
     assert details["fileloc"] == "/dags/flow.py" and details["paused"] is True
     assert details["schedule"] == {"asset": "orders"} and details["assets"] == ["orders"]
     assert [t["task_id"] for t in details["tasks"]] == ["report"]
     assert [(w["asset"], w["name"]) for w in details["watchers"]] == [("orders", "w")]
     assert [r["run_id"] for r in details["last_runs"]] == ["r1"]
-    assert db.call(lambda s: inspection.dag_details(s, "nope")) is None
+    assert db.call(lambda s: browse.dag_details(s, "nope")) is None
 
 
 # --- the doctor ------------------------------------------------------------------------------

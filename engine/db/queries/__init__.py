@@ -15,12 +15,14 @@
 - ``mapping``: the copies of mapped tasks (expand, states, results by ``map_index``);
 - ``backfills``: backfill rows, their runs (create, re-run, plan), completion; the DAG
   schedule columns the CLI shows;
-- ``assets``: asset events from watchers, task outlets, aliases and the CLI (insert, queue for
-  DAGs, list, recent events for inlets);
+- ``assets``: asset events from watchers, task outlets, aliases, the CLI and the API (insert,
+  queue for DAGs, recent events for inlets);
 - ``dags``: what the DAG processor syncs (DAG files, parse errors, DAGs, tasks, assets,
   watchers, schedule edges to assets and aliases);
-- ``streams``: shared-stream snapshots published by triggerers;
-- ``inspection``: the operator views (jobs, triggers, DAG details, doctor facts);
+- ``streams``: shared-stream snapshots published by triggerers, and their samples;
+- ``inspection``: the operator views (jobs, triggers, doctor facts);
+- ``browse``: the read model's paged DAG, run and task-instance lists and one DAG's details;
+- ``lineage``: the read model's assets, events, watchers, consumers and producers;
 - ``clean``: which old rows ``sluice db clean`` may delete;
 - ``why``, ``why_watchers``: what ``sluice dags why`` reads (queued events, runs, assets and
   their producing tasks; watchers, their triggerers and shared-stream groups);

@@ -1,5 +1,6 @@
 """SQL of the read model's DAG, run and task-instance lists (``engine.db.views``): filtered,
-paged selects with their total, and the per-DAG / per-run summaries shown beside them.
+paged selects with their total, the per-DAG / per-run summaries shown beside them, and one
+DAG's details (tasks, the watchers of its assets, its last runs).
 
 ``fetch_page`` is the one way a list is paged: the total of the filtered select, then the
 requested slice of it in its order.
@@ -8,11 +9,21 @@ requested slice of it in its order.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import String, cast, func, select
 
-from engine.db.models import Dag, DagRun, DagTask, TaskInstance
+from engine.authoring.mapping import describe_mapping
+from engine.db.models import (
+    Asset,
+    AssetWatcher,
+    Dag,
+    DagRun,
+    DagScheduleAsset,
+    DagTask,
+    TaskInstance,
+    Trigger,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -20,6 +31,10 @@ if TYPE_CHECKING:
 
     from sqlalchemy import Select
     from sqlalchemy.orm import Session
+
+
+#: Runs ``dag_details`` shows (newest first).
+LAST_RUNS: Final = 5
 
 
 def fetch_page(
@@ -215,3 +230,92 @@ def find_task_instance_with_operator(
 def dag_task_rows(session: Session, dag_id: str) -> list[DagTask]:
     query = select(DagTask).where(DagTask.dag_id == dag_id).order_by(DagTask.position)
     return list(session.execute(query).scalars())
+
+
+def dag_details(session: Session, dag_id: str) -> dict[str, Any] | None:
+    """One DAG as last parsed: file, schedule, tasks, the watchers of its assets, runs."""
+    dag = session.get(Dag, dag_id)
+    if dag is None:
+        return None
+    return {
+        "dag_id": dag.dag_id,
+        "fileloc": dag.fileloc,
+        "description": dag.description,
+        "paused": dag.is_paused,
+        "active": dag.is_active,
+        "last_parsed": None if dag.last_parsed_time is None else dag.last_parsed_time.isoformat(),
+        "schedule": dag.schedule,
+        "assets": _schedule_assets(session, dag_id),
+        "tasks": _dag_tasks(session, dag_id),
+        "watchers": _dag_watchers(session, dag_id),
+        "last_runs": _last_runs(session, dag_id),
+    }
+
+
+def _schedule_assets(session: Session, dag_id: str) -> list[str]:
+    query = (
+        select(Asset.name)
+        .join(DagScheduleAsset, DagScheduleAsset.asset_id == Asset.id)
+        .where(DagScheduleAsset.dag_id == dag_id)
+        .order_by(Asset.name)
+    )
+    return list(session.execute(query).scalars())
+
+
+def _dag_tasks(session: Session, dag_id: str) -> list[dict[str, Any]]:
+    query = select(DagTask).where(DagTask.dag_id == dag_id).order_by(DagTask.position)
+    return [
+        {
+            "task_id": t.task_id,
+            "operator": t.operator,
+            "downstream": list(t.downstream_task_ids or []),
+            "retries": t.retries,
+            "start_from_trigger": t.start_from_trigger,
+            "outlets": [*(t.outlets or []), *(f"alias:{a}" for a in t.outlet_aliases or [])],
+            "inlets": list(t.inlets or []),
+            "mapped": describe_mapping(t.mapping) if t.mapping else None,
+        }
+        for t in session.execute(query).scalars()
+    ]
+
+
+def _dag_watchers(session: Session, dag_id: str) -> list[dict[str, Any]]:
+    query = (
+        select(Asset.name, AssetWatcher.name, Trigger)
+        .join(DagScheduleAsset, DagScheduleAsset.asset_id == Asset.id)
+        .join(AssetWatcher, AssetWatcher.asset_id == Asset.id)
+        .join(Trigger, Trigger.id == AssetWatcher.trigger_id)
+        .where(DagScheduleAsset.dag_id == dag_id)
+        .order_by(Asset.name, AssetWatcher.name)
+    )
+    return [
+        {
+            "asset": asset,
+            "name": name,
+            "trigger_id": trig.id,
+            "classpath": trig.classpath,
+            "triggerer_id": trig.triggerer_id,
+            "last_error": trig.last_error,
+        }
+        for asset, name, trig in session.execute(query)
+    ]
+
+
+def _last_runs(session: Session, dag_id: str) -> list[dict[str, Any]]:
+    query = (
+        select(DagRun)
+        .where(DagRun.dag_id == dag_id)
+        .order_by(DagRun.queued_at.desc(), DagRun.id.desc())
+        .limit(LAST_RUNS)
+    )
+    return [
+        {
+            "run_id": run.run_id,
+            "run_type": run.run_type,
+            "state": run.state,
+            "logical_date": None if run.logical_date is None else run.logical_date.isoformat(),
+            "queued_at": run.queued_at.isoformat(),
+            "end_date": None if run.end_date is None else run.end_date.isoformat(),
+        }
+        for run in session.execute(query).scalars()
+    ]

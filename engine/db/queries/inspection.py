@@ -1,5 +1,5 @@
-"""SQL of the operator views: jobs, triggers and who serves them, DAG details, deferred
-tasks, failing watchers, and the doctor's facts.
+"""SQL of the operator views: jobs, triggers and who serves them, deferred tasks, failing
+watchers, and the doctor's facts.
 
 The CLI (``engine.cli.ops``, ``engine.cli.inspect``) and the doctor (``engine.doctor``)
 decide what the rows mean. Ages are computed here against one ``now`` so a whole view is
@@ -13,14 +13,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import func, select
 
-from engine.authoring.mapping import describe_mapping
 from engine.db.models import (
     Asset,
     AssetWatcher,
-    Dag,
     DagRun,
-    DagScheduleAsset,
-    DagTask,
     Job,
     JobState,
     TaskInstance,
@@ -39,9 +35,6 @@ if TYPE_CHECKING:
 #: A watcher that failed this recently is reported by the doctor (the runner's restart
 #: backoff is at most 60 s, so one that keeps failing fails well within it).
 FAILING_WATCHER_WINDOW_S: Final = 300.0
-
-
-LAST_RUNS: Final = 5
 
 
 _HELD_STATES: Final = (TaskState.QUEUED, TaskState.RUNNING)
@@ -218,95 +211,6 @@ def trigger_page(
             }
         )
     return rows, total
-
-
-def dag_details(session: Session, dag_id: str) -> dict[str, Any] | None:
-    """One DAG as last parsed: file, schedule, tasks, the watchers of its assets, runs."""
-    dag = session.get(Dag, dag_id)
-    if dag is None:
-        return None
-    return {
-        "dag_id": dag.dag_id,
-        "fileloc": dag.fileloc,
-        "description": dag.description,
-        "paused": dag.is_paused,
-        "active": dag.is_active,
-        "last_parsed": None if dag.last_parsed_time is None else dag.last_parsed_time.isoformat(),
-        "schedule": dag.schedule,
-        "assets": _schedule_assets(session, dag_id),
-        "tasks": _dag_tasks(session, dag_id),
-        "watchers": _dag_watchers(session, dag_id),
-        "last_runs": _last_runs(session, dag_id),
-    }
-
-
-def _schedule_assets(session: Session, dag_id: str) -> list[str]:
-    query = (
-        select(Asset.name)
-        .join(DagScheduleAsset, DagScheduleAsset.asset_id == Asset.id)
-        .where(DagScheduleAsset.dag_id == dag_id)
-        .order_by(Asset.name)
-    )
-    return list(session.execute(query).scalars())
-
-
-def _dag_tasks(session: Session, dag_id: str) -> list[dict[str, Any]]:
-    query = select(DagTask).where(DagTask.dag_id == dag_id).order_by(DagTask.position)
-    return [
-        {
-            "task_id": t.task_id,
-            "operator": t.operator,
-            "downstream": list(t.downstream_task_ids or []),
-            "retries": t.retries,
-            "start_from_trigger": t.start_from_trigger,
-            "outlets": [*(t.outlets or []), *(f"alias:{a}" for a in t.outlet_aliases or [])],
-            "inlets": list(t.inlets or []),
-            "mapped": describe_mapping(t.mapping) if t.mapping else None,
-        }
-        for t in session.execute(query).scalars()
-    ]
-
-
-def _dag_watchers(session: Session, dag_id: str) -> list[dict[str, Any]]:
-    query = (
-        select(Asset.name, AssetWatcher.name, Trigger)
-        .join(DagScheduleAsset, DagScheduleAsset.asset_id == Asset.id)
-        .join(AssetWatcher, AssetWatcher.asset_id == Asset.id)
-        .join(Trigger, Trigger.id == AssetWatcher.trigger_id)
-        .where(DagScheduleAsset.dag_id == dag_id)
-        .order_by(Asset.name, AssetWatcher.name)
-    )
-    return [
-        {
-            "asset": asset,
-            "name": name,
-            "trigger_id": trig.id,
-            "classpath": trig.classpath,
-            "triggerer_id": trig.triggerer_id,
-            "last_error": trig.last_error,
-        }
-        for asset, name, trig in session.execute(query)
-    ]
-
-
-def _last_runs(session: Session, dag_id: str) -> list[dict[str, Any]]:
-    query = (
-        select(DagRun)
-        .where(DagRun.dag_id == dag_id)
-        .order_by(DagRun.queued_at.desc(), DagRun.id.desc())
-        .limit(LAST_RUNS)
-    )
-    return [
-        {
-            "run_id": run.run_id,
-            "run_type": run.run_type,
-            "state": run.state,
-            "logical_date": None if run.logical_date is None else run.logical_date.isoformat(),
-            "queued_at": run.queued_at.isoformat(),
-            "end_date": None if run.end_date is None else run.end_date.isoformat(),
-        }
-        for run in session.execute(query).scalars()
-    ]
 
 
 def deferred_tasks(session: Session) -> list[dict[str, Any]]:

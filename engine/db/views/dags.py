@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Final
 from engine.authoring.assets import ASSET_ALIAS_TYPE, ASSET_ALL_TYPE, ASSET_ANY_TYPE, ASSET_TYPE
 from engine.authoring.timetables import timetable_from_json
 from engine.db.queries import backfills as backfills_sql
-from engine.db.queries import browse, inspection
+from engine.db.queries import browse
 from engine.db.views.common import check_page, iso, page
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ def show_dag(session: Session, dag_id: str) -> dict[str, Any] | None:
     (``SCHEDULE_KEYS``) with ``timetable`` as {summary, description, serialized},
     ``schedule_text``, its tasks, the watchers of its assets, its last runs, and its runs per
     state."""
-    details = inspection.dag_details(session, dag_id)
+    details = browse.dag_details(session, dag_id)
     sched = dag_schedule(session, dag_id)
     if details is None or sched is None:
         return None
