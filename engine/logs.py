@@ -183,11 +183,6 @@ class RedactSecrets(logging.Filter):
         return True
 
 
-#: aiokafka's lines for a bootstrap that found no broker: the Kafka producer raises
-#: ``BrokerUnavailable`` for it, which the triggerer reports (once per watcher)
-_KAFKA_BOOTSTRAP_FAILURES: Final = frozenset(
-    {'Unable connect to "%s:%s": %s', 'Unable to request metadata from "%s:%s": %s'}
-)
 #: a library line repeated within this many seconds is dropped (e.g. aiokafka's reconnects)
 LIBRARY_REPEAT_WINDOW_S: Final = 300.0
 
@@ -196,9 +191,11 @@ class QuietLibraries(logging.Filter):
     """Keeps the retry loops of the broker libraries from flooding the log.
 
     aiokafka logs every failed connection attempt at ERROR, and retries every 100 ms or so
-    on its own. What Sluice reports itself (a bootstrap that found no broker: the watcher's
-    one warning names its address) is dropped; any other line of these libraries goes
-    through once per ``LIBRARY_REPEAT_WINDOW_S`` per message template.
+    on its own. A line of these libraries goes through once per ``LIBRARY_REPEAT_WINDOW_S``
+    per logger and *formatted* message: the same failure repeated is dropped, a different
+    one (another host, another error) is shown. (The per-server failures of a bootstrap
+    the Kafka producer runs are not logged here at all: ``producers.kafka_bootstrap``
+    captures them into the error the watcher reports.)
     """
 
     LIBRARIES: Final = ("aiokafka", "botocore", "aiobotocore")
@@ -212,14 +209,11 @@ class QuietLibraries(logging.Filter):
         name = record.name
         if not name.startswith(self.LIBRARIES) or record.levelno < logging.WARNING:
             return True
-        template = str(record.msg)
-        if name == "aiokafka" and template in _KAFKA_BOOTSTRAP_FAILURES:
-            return False
-        key = (name, template)
+        key = (name, record.getMessage())
         last = self._last.get(key)
         if last is not None and record.created - last < self._window_s:
             return False
-        if len(self._last) > 1000:  # bounded: templates are few, but never grow forever
+        if len(self._last) > 1000:  # bounded: never grows forever
             self._last.clear()
         self._last[key] = record.created
         return True

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from triggers.exceptions import UpstreamUnavailable
+from triggers.exceptions import UpstreamRefused, UpstreamUnavailable
 
 
 class ProducerError(Exception):
@@ -19,6 +19,11 @@ class BrokerUnavailable(ProducerError, UpstreamUnavailable):
 
 class ProducerConfigError(ProducerError):
     """A producer or event trigger was configured in a way that cannot work."""
+
+
+class BrokerRefused(ProducerConfigError, UpstreamRefused):
+    """The broker refused the connection: a SASL login or a TLS handshake failed, or it
+    speaks another protocol. ``address`` names the broker; fix the security settings."""
 
 
 class BrokerRequestFailed(ProducerError):

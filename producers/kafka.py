@@ -43,6 +43,7 @@ from aiokafka import (
 from aiokafka import errors as kafka_errors
 
 from producers.exceptions import BrokerUnavailable
+from producers.kafka_bootstrap import capture_bootstrap_errors
 from producers.kafka_client import (
     KafkaConnection,
     KafkaMessage,
@@ -201,18 +202,23 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             **self.connection.client_kwargs(), **self._consumer_kwargs
         )
         consumer.subscribe(topics=list(self.topics), listener=_RebalanceListener(self))
-        try:
-            await consumer.start()
-            if self.dead_letter_topic is not None:
-                self._dead_letters = AIOKafkaProducer(
-                    **self.connection.client_kwargs(), acks="all", enable_idempotence=False
-                )
-                await self._dead_letters.start()
-        except kafka_errors.KafkaError as exc:
-            await self._stop_clients()
-            raise translate_kafka_error(
-                exc, doing="connecting", where=self.where, address=self.address
-            ) from exc
+        with capture_bootstrap_errors() as bootstrap:
+            try:
+                await consumer.start()
+                if self.dead_letter_topic is not None:
+                    self._dead_letters = AIOKafkaProducer(
+                        **self.connection.client_kwargs(), acks="all", enable_idempotence=False
+                    )
+                    await self._dead_letters.start()
+            except kafka_errors.KafkaError as exc:
+                await self._stop_clients()
+                raise translate_kafka_error(
+                    exc,
+                    doing="connecting",
+                    where=self.where,
+                    address=self.address,
+                    bootstrap=bootstrap,
+                ) from exc
         logger.info(
             "Kafka consumer started for %s (on_unclean=%s, dead_letter_topic=%s)",
             self.where,

@@ -16,11 +16,13 @@ from aiokafka import errors as kafka_errors
 from aiokafka.helpers import create_ssl_context
 
 from producers.exceptions import (
+    BrokerRefused,
     BrokerRequestFailed,
     BrokerUnavailable,
     ProducerConfigError,
     ProducerError,
 )
+from producers.kafka_bootstrap import BootstrapFailure, describe
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -203,11 +205,31 @@ def message_from_record(record: Any, settings_digest: str = "") -> KafkaMessage:
 
 
 def translate_kafka_error(
-    exc: BaseException, *, doing: str, where: str, address: str | None = None
+    exc: BaseException,
+    *,
+    doing: str,
+    where: str,
+    address: str | None = None,
+    bootstrap: Sequence[BootstrapFailure] = (),
 ) -> ProducerError:
     """The ``producers.exceptions`` error for an aiokafka failure (raise it ``from exc``);
-    ``address`` (the bootstrap servers) goes on a ``BrokerUnavailable``."""
+    ``address`` (the bootstrap servers) goes on a ``BrokerUnavailable`` / ``BrokerRefused``.
+
+    ``bootstrap`` are the per-server failures aiokafka logged while bootstrapping
+    (``producers.kafka_bootstrap``): they say why, and a refused login or TLS handshake
+    among them makes the error a ``BrokerRefused`` (retrying will not help), not an
+    unreachable broker.
+    """
     detail = f"{type(exc).__name__}: {exc}"
+    if bootstrap and isinstance(exc, kafka_errors.KafkaConnectionError):
+        refusals = [failure for failure in bootstrap if failure.is_refusal]
+        if refusals:
+            return BrokerRefused(
+                f"Kafka at {address or where} refused {doing}: {describe(refusals)}; check "
+                "security_protocol, the sasl_* and ssl_* settings and the broker's listeners",
+                address=address,
+            )
+        detail = f"{describe(bootstrap)} ({detail})"
     if isinstance(exc, _CONFIG_ERRORS):
         return ProducerConfigError(
             f"Kafka refused {doing} at {where}: {detail}; check the connection, security and "

@@ -22,6 +22,7 @@ from triggers.exceptions import (
     SerializationError,
     TriggerContractError,
     TriggerError,
+    UpstreamRefused,
     UpstreamUnavailable,
 )
 from triggers.file import DirectoryFileDeleteTrigger, FileDeleteTrigger, FileTrigger
@@ -46,6 +47,7 @@ __all__: tuple[str, ...] = (
     "TriggerContractError",
     "TriggerError",
     "TriggerEvent",
+    "UpstreamRefused",
     "UpstreamUnavailable",
     "classpath_of",
 )

@@ -33,6 +33,19 @@ class UpstreamUnavailable(TriggerError):
         self.address = address
 
 
+class UpstreamRefused(TriggerError):
+    """What a trigger reads answered and refused it: a login or a TLS handshake failed, it
+    speaks another protocol. Retrying does not help until the settings change.
+
+    The triggerer logs it as an ERROR with its cause once per distinct error in a watcher's
+    streak of failures (the restarts after it, failing the same way, are DEBUG lines).
+    """
+
+    def __init__(self, message: str, *, address: str | None = None) -> None:
+        super().__init__(message)
+        self.address = address
+
+
 #: OS error numbers that mean "the other side cannot be reached" (refused, reset, no route).
 _UNREACHABLE_ERRNOS: Final = frozenset(
     {
@@ -62,5 +75,5 @@ def is_upstream_unavailable(exc: BaseException) -> bool:
 
 
 def upstream_address(exc: BaseException) -> str | None:
-    """The address an ``UpstreamUnavailable`` names (None for other errors)."""
-    return exc.address if isinstance(exc, UpstreamUnavailable) else None
+    """The address an ``UpstreamUnavailable`` or ``UpstreamRefused`` names (None for others)."""
+    return exc.address if isinstance(exc, UpstreamUnavailable | UpstreamRefused) else None

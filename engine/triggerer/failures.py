@@ -17,6 +17,9 @@ said, so that a watcher failing again the same way (a broker that stays down) st
   the first failure of the streak is one WARNING naming the address and the backoff, with
   no traceback; the retries after it are DEBUG lines (the producer says at INFO when it
   connects again);
+- an upstream that *refused* the trigger (``triggers.exceptions.UpstreamRefused``: a login
+  or a TLS handshake that failed) is an ERROR with its cause, no traceback, once per
+  distinct error in the streak; the retries failing the same way are DEBUG lines;
 - any other error is an ERROR line per failure, with its traceback only the first time the
   streak meets that error (``seen``), not at every retry.
 
@@ -33,7 +36,12 @@ from typing import TYPE_CHECKING, Final
 
 from engine.triggerer.outbox import TriggerFailed
 from triggers.base import BaseTrigger, TriggerEvent, classpath_of
-from triggers.exceptions import TriggerContractError, is_upstream_unavailable, upstream_address
+from triggers.exceptions import (
+    TriggerContractError,
+    UpstreamRefused,
+    is_upstream_unavailable,
+    upstream_address,
+)
 
 if TYPE_CHECKING:
     from engine.db.models import TriggerKind
@@ -72,6 +80,8 @@ class Failure:
     backoff_s: float = 0.0  # how long a watcher waits before its restart
     #: the upstream cannot be reached (an expected condition: a warning, no traceback)
     unavailable: bool = False
+    #: the upstream refused the trigger (login, TLS): an error, but its repeats are quiet
+    refused: bool = False
     address: str | None = None  # where the unreachable upstream is, when the error says
     #: what the streak logged before this failure: the reasons shown with their traceback,
     #: and UNAVAILABLE_WARNED once the unavailable upstream was warned about
@@ -85,6 +95,8 @@ class Failure:
         if is_upstream_unavailable(exc):
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else repr(exc)
             return cls(reason, text, unavailable=True, address=upstream_address(exc))
+        if isinstance(exc, UpstreamRefused):
+            return cls(f"{type(exc).__name__}: {exc}", text, refused=True, address=exc.address)
         return cls(repr(exc), text)
 
     @property
@@ -202,6 +214,19 @@ def report(
     }
     if failure.unavailable:
         _log_unavailable(trigger_id, kind, failure, restart_in_s, max_backoff_s, extra)
+    elif failure.refused:
+        extra["address"] = failure.address
+        logger.log(
+            logging.DEBUG if failure.reason in failure.seen else logging.ERROR,
+            "Trigger %s (%s) was refused by %s%s: %s%s",
+            trigger_id,
+            kind.value,
+            failure.address or "its upstream",
+            f" ({failure.in_row} times in a row)" if failure.in_row > 1 else "",
+            failure.reason,
+            f"; restarting it in {restart_in_s:.3g}s" if will_restart else "",
+            extra=extra,
+        )
     else:
         logger.error(
             "Trigger %s (%s) failed%s: %s%s%s",

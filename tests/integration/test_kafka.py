@@ -9,6 +9,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.abc
 import pytest
 from aiokafka.errors import KafkaConnectionError
 from cryptography.fernet import Fernet
@@ -18,7 +19,7 @@ from engine.db.database import Database
 from engine.db.schema import migrate
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import KafkaMessageTrigger
-from producers.exceptions import BrokerUnavailable, UncleanEventError
+from producers.exceptions import BrokerRefused, BrokerUnavailable, UncleanEventError
 from shared_stream import SharedStreamManager, SharedStreamTerminated
 from shared_stream.testing import SubscriberHarness
 from tests.services_kafka import (
@@ -36,6 +37,7 @@ from tests.services_kafka import (
 from tests.waiting import eventually, wait_until
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
     from pathlib import Path
 
     from producers.kafka_client import KafkaMessage
@@ -182,6 +184,40 @@ async def test_unreachable_broker_fails_the_group_with_broker_unavailable() -> N
     assert isinstance(harness.error, BrokerUnavailable)
     assert isinstance(harness.error.__cause__, KafkaConnectionError)
     assert "127.0.0.1:1" in str(harness.error) and "unreachable" in str(harness.error)
+    # aiokafka only logs why each server failed: the error says it
+    assert "Connect call failed" in str(harness.error)
+
+
+@contextlib.asynccontextmanager
+async def _not_a_tls_broker() -> AsyncIterator[str]:
+    """A TCP server on localhost answering every connection with plain text (no TLS)."""
+
+    async def answer(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await stream.send(b"HTTP/1.0 400 Bad Request\r\n\r\n")
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, answer)
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        yield f"127.0.0.1:{port}"
+        tg.cancel_scope.cancel()
+
+
+async def test_a_failed_tls_handshake_is_a_refusal_with_its_cause_not_unreachable() -> None:
+    async with _not_a_tls_broker() as address:
+        trigger = KafkaMessageTrigger(
+            topics=["t"], bootstrap_servers=address, group_id="g", security_protocol="SSL"
+        )
+        with anyio.fail_after(20):
+            async with SharedStreamManager() as manager:
+                harness = SubscriberHarness(manager, trigger, trigger_id=1)
+                await harness.run()
+    assert isinstance(harness.error, BrokerRefused)
+    assert harness.error.address == address
+    assert "SSL" in str(harness.error) and address in str(harness.error)
+    assert "unreachable" not in str(harness.error)
 
 
 async def test_rebalance_neither_loses_nor_moves_commits_back(
@@ -333,6 +369,8 @@ async def test_unreachable_broker_fails_the_watchers_and_the_runtime_restarts_th
         by_trigger.setdefault(record.trigger_id, []).append(record.levelname)
     assert all(levels[0] == "WARNING" for levels in by_trigger.values())
     assert all(set(levels[1:]) <= {"DEBUG"} for levels in by_trigger.values())
+    # the one warning says why aiokafka could not bootstrap
+    assert all("Connect call failed" in r.getMessage() for r in failures())
     assert all(r.address == "127.0.0.1:1" for r in failures())
     assert not [r for r in caplog.records if "Traceback" in r.getMessage()]
     db.dispose()

@@ -18,11 +18,13 @@ from hypothesis import strategies as st
 
 from producers import KafkaMessage, KafkaMessageTrigger, KafkaSharedStreamProducer
 from producers.exceptions import (
+    BrokerRefused,
     BrokerRequestFailed,
     BrokerUnavailable,
     ProducerConfigError,
     UncleanEventError,
 )
+from producers.kafka_bootstrap import capture_bootstrap_errors
 from producers.kafka_client import KafkaConnection, KafkaOffset, translate_kafka_error
 from producers.kafka_codec import Undecodable, decoded_value, event_payload
 from producers.kafka_partitions import PartitionBook
@@ -279,6 +281,48 @@ def test_aiokafka_errors_are_translated(error: Exception, translated: type[Excep
     result = translate_kafka_error(error, doing="fetching", where="b:9092")
     assert type(result) is translated
     assert "b:9092" in str(result)
+
+
+def _bootstrap_fails(*errors: Exception) -> Exception:
+    """What the producer raises for a bootstrap whose servers failed with ``errors`` (logged
+    on aiokafka's logger as its ``bootstrap()`` does)."""
+    kafka = logging.getLogger("aiokafka")
+    with capture_bootstrap_errors() as failures:
+        for error in errors:
+            kafka.error('Unable connect to "%s:%s": %s', "b", 9092, error)
+    down = kafka_errors.KafkaConnectionError("Unable to bootstrap from [('b', 9092, 0)]")
+    return translate_kafka_error(
+        down, doing="connecting", where="b:9092 group='g'", address="b:9092", bootstrap=failures
+    )
+
+
+def test_a_refused_sasl_login_is_a_refusal_naming_its_cause(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="aiokafka")
+    error = _bootstrap_fails(
+        OSError(111, "Connect call failed"),
+        kafka_errors.SaslAuthenticationFailed("Authentication failed: Invalid credentials"),
+    )
+    assert isinstance(error, BrokerRefused) and error.address == "b:9092"
+    assert "SaslAuthenticationFailed: Authentication failed: Invalid credentials" in str(error)
+    assert "unreachable" not in str(error)
+    assert not caplog.records  # captured into the error, not logged apart from it
+
+
+def test_an_unreachable_bootstrap_says_the_last_error_of_each_server(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="aiokafka")
+    error = _bootstrap_fails(
+        OSError(113, "No route to host"), ConnectionRefusedError(111, "Connect call failed")
+    )
+    assert isinstance(error, BrokerUnavailable)
+    assert "b:9092: ConnectionRefusedError: [Errno 111] Connect call failed" in str(error)
+    assert "No route" not in str(error)
+    # outside a capture, the line is logged as aiokafka says it
+    logging.getLogger("aiokafka").error('Unable connect to "%s:%s": %s', "b", 9092, "x")
+    assert [r.getMessage() for r in caplog.records] == ['Unable connect to "b:9092": x']
 
 
 def test_connection_builds_client_settings() -> None:

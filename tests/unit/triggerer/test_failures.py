@@ -20,7 +20,7 @@ from engine.triggerer.failures import (
 )
 from engine.triggerer.outbox import TriggerFailed
 from triggers.base import BaseTrigger, TriggerEvent
-from triggers.exceptions import TriggerContractError, UpstreamUnavailable
+from triggers.exceptions import TriggerContractError, UpstreamRefused, UpstreamUnavailable
 from triggers.temporal import DateTimeTrigger, TimeDeltaTrigger
 
 POLICY = RestartPolicy((1.0, 5.0), healthy_run_s=60.0)
@@ -175,3 +175,17 @@ def test_a_deferred_tasks_trigger_that_cannot_reach_its_upstream_is_an_error(
     assert record.levelname == "ERROR"
     assert "cannot reach h:1" in record.getMessage()
     assert "Traceback" not in record.getMessage()
+
+
+def test_a_refused_login_is_an_error_with_its_cause_once_per_distinct_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sasl = UpstreamRefused("b:9092: SaslAuthenticationFailed: bad password", address="b:9092")
+    tls = UpstreamRefused("b:9092: SSLCertVerificationError: expired", address="b:9092")
+    records = _log_streak([_raised(e) for e in (sasl, sasl, tls, sasl, tls)], caplog)
+    assert [r.levelname for r in records] == ["ERROR", "DEBUG", "ERROR", "DEBUG", "DEBUG"]
+    assert "refused by b:9092" in records[0].getMessage()
+    assert "bad password" in records[0].getMessage()
+    assert "expired" in records[2].getMessage()
+    assert not any("Traceback" in r.getMessage() for r in records)
+    assert records[0].__dict__["unavailable"] is False
