@@ -230,6 +230,11 @@ def translate_kafka_error(
                 address=address,
             )
         detail = f"{describe(bootstrap)} ({detail})"
+    if isinstance(exc, kafka_errors.UnknownTopicOrPartitionError):
+        return ProducerConfigError(
+            f"Kafka does not know a topic or partition {doing} at {where}: {detail}; check "
+            "the topic names (misspelled? not created yet?)"
+        )
     if isinstance(exc, _CONFIG_ERRORS):
         return ProducerConfigError(
             f"Kafka refused {doing} at {where}: {detail}; check the connection, security and "

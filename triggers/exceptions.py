@@ -46,7 +46,8 @@ class UpstreamRefused(TriggerError):
         self.address = address
 
 
-#: OS error numbers that mean "the other side cannot be reached" (refused, reset, no route).
+#: OS error numbers that mean "the other side cannot be reached" (refused, reset, no route),
+#: as the socket calls set them (a ``TimeoutError`` of a connect carries ETIMEDOUT)
 _UNREACHABLE_ERRNOS: Final = frozenset(
     {
         errno.ECONNREFUSED,
@@ -65,11 +66,14 @@ _UNREACHABLE_ERRNOS: Final = frozenset(
 def is_upstream_unavailable(exc: BaseException) -> bool:
     """True when ``exc`` says the upstream cannot be reached (a retry may work).
 
-    ``UpstreamUnavailable`` and the OS's own classes of it: connection refused / reset /
-    aborted, DNS resolution failures (``socket.gaierror``), timeouts, and network errors
-    that carry an unreachable errno.
+    Only ``UpstreamUnavailable`` (the producers raise it naming the address, their own
+    connect timeouts included) and the socket's own failures: a refused connection, a DNS
+    resolution failure (``socket.gaierror``), an ``OSError`` carrying an unreachable errno
+    (refused, reset, no route, a connect timing out). A ``TimeoutError`` or
+    ``ConnectionError`` raised without an errno (a trigger's own ``asyncio.timeout``, an
+    HTTP client's error class) is not: it may be a bug, reported with its traceback.
     """
-    if isinstance(exc, UpstreamUnavailable | ConnectionError | socket.gaierror | TimeoutError):
+    if isinstance(exc, UpstreamUnavailable | ConnectionRefusedError | socket.gaierror):
         return True
     return isinstance(exc, OSError) and exc.errno in _UNREACHABLE_ERRNOS
 

@@ -12,8 +12,9 @@ a row): the backoff doubles from the initial to the maximum, and an attempt that
 ``healthy_run_s`` starts a new streak. The streak also remembers what the log already
 said, so that a watcher failing again the same way (a broker that stays down) stays quiet:
 
-- an *unavailable* upstream (``triggers.exceptions.is_upstream_unavailable``: a broker that
-  refuses connections, a name that does not resolve, a timeout) is an expected condition:
+- an *unavailable* upstream (``triggers.exceptions.is_upstream_unavailable``: a producer's
+  ``UpstreamUnavailable``, or a socket refused, reset, unreachable, timing out on connect, a
+  name that does not resolve; not a bare ``TimeoutError``) is an expected condition:
   the first failure of the streak is one WARNING naming the address and the backoff, with
   no traceback; the retries after it are DEBUG lines (the producer says at INFO when it
   connects again);

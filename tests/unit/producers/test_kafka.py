@@ -283,6 +283,18 @@ def test_aiokafka_errors_are_translated(error: Exception, translated: type[Excep
     assert "b:9092" in str(result)
 
 
+def test_an_unknown_topic_is_an_error_naming_it_not_an_unreachable_broker() -> None:
+    error = translate_kafka_error(
+        kafka_errors.UnknownTopicOrPartitionError(),
+        doing="fetching",
+        where="b:9092 group='g' topics=['ordrs']",
+        address="b:9092",
+    )
+    assert type(error) is ProducerConfigError
+    assert "topics=['ordrs']" in str(error) and "topic" in str(error)
+    assert "unreachable" not in str(error)
+
+
 def _bootstrap_fails(*errors: Exception) -> Exception:
     """What the producer raises for a bootstrap whose servers failed with ``errors`` (logged
     on aiokafka's logger as its ``bootstrap()`` does)."""

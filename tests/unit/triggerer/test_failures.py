@@ -125,7 +125,8 @@ def _raised(exc: BaseException) -> BaseException:
         UpstreamUnavailable("the broker is down", address="b1:9092,b2:9092"),
         ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 9092)"),
         socket.gaierror(-2, "Name or service not known"),
-        TimeoutError("timed out"),
+        TimeoutError(errno.ETIMEDOUT, "Connection timed out"),  # a socket connect's
+        ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"),
         OSError(errno.EHOSTUNREACH, "No route to host"),
     ],
 )
@@ -188,4 +189,21 @@ def test_a_refused_login_is_an_error_with_its_cause_once_per_distinct_error(
     assert "bad password" in records[0].getMessage()
     assert "expired" in records[2].getMessage()
     assert not any("Traceback" in r.getMessage() for r in records)
+    assert records[0].__dict__["unavailable"] is False
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        TimeoutError(),  # a trigger's own asyncio.timeout / anyio.fail_after
+        ConnectionError("HTTP client: server closed the connection"),
+        OSError("an OSError with no errno"),
+    ],
+)
+def test_a_bare_timeout_or_connection_error_of_a_trigger_is_an_error_with_its_traceback(
+    exc: BaseException, caplog: pytest.LogCaptureFixture
+) -> None:
+    records = _log_streak([_raised(exc) for _ in range(3)], caplog)
+    assert [r.levelname for r in records] == ["ERROR"] * 3
+    assert ["Traceback" in r.getMessage() for r in records] == [True, False, False]
     assert records[0].__dict__["unavailable"] is False
