@@ -2,19 +2,23 @@
 
 Theory of operation. The DAG processor keeps, for each DAG file, the source that gave its
 last good parse (``dag_file.source``, encrypted; ``engine.dag_processing.sync``). A task's
-process (or a callback's) imports the file on disk as usual; when that fails (the file no
-longer imports, or no longer defines the DAG or the task), it asks its executor over the
-request channel for the stored source and, when that differs from what is on disk, runs it
-instead, after one warning in the task log naming the file, the error and when that version
-was parsed. So a run started before the file broke completes with the code it was started
-with, while the DAG processor reports the broken file (``sluice dags errors``); the next
-task that starts after a fix runs the fixed file. (Airflow 3 pins each run to a DAG version
-when its bundle is versioned; for a plain folder of files this is the equivalent that
-matters: a typo saved mid-run does not fail the run.)
+process (or a callback's) imports the file on disk as usual; when that fails, it asks its
+executor over the request channel for the stored source, which the executor gives only
+while the DAG processor has a *parse error* recorded for the file (``dag_parse_error``):
+the file itself is broken. When that source differs from what is on disk, the task runs it
+instead, after one warning in the task log naming the file, the error, the recorded parse
+error and when that version was parsed. So a run started before the file broke completes
+with the code it was started with, while the DAG processor reports the broken file
+(``sluice dags errors``); the next task that starts after a fix runs the fixed file.
+(Airflow 3 pins each run to a DAG version when its bundle is versioned; for a plain folder
+of files this is the equivalent that matters: a typo saved mid-run does not fail the run.)
 
-No fallback without a channel (a test running a spec by hand), without a stored version
-(a file never parsed well, or parsed before this was kept), or when the stored version is
-what is on disk (the file fails for another reason, e.g. a module it imports broke).
+No fallback, the task failing with its own error: without a channel (a test running a
+spec by hand), without a recorded parse error (a module missing on this worker, an
+environment error at import, a timeout, or an edit the DAG processor has not parsed yet:
+the file may be fine, and running an older version of it silently would be wrong), without
+a stored version (a file never parsed well), or when the stored version is what is on disk
+(the file fails for another reason, e.g. a module it imports broke).
 Stdlib only, besides the DAG file import: the task process stays light.
 """
 
@@ -55,11 +59,13 @@ class LastGood:
     fileloc: str
     source: str
     parsed_at: str  # ISO 8601, UTC
+    parse_error: str  # what the DAG processor recorded about the file as it is now
 
 
 def load_or_last_good(fileloc: str, load: Callable[[str | None], T]) -> T:
     """``load(None)`` (the file on disk); when it fails, ``load(source)`` of the file's
-    last good version if one is stored and differs from the disk's.
+    last good version if the DAG processor recorded a parse error for the file and the
+    stored version differs from the disk's.
 
     Raises what ``load(None)`` raised when there is no such version, or when it fails too.
     """
@@ -70,10 +76,12 @@ def load_or_last_good(fileloc: str, load: Callable[[str | None], T]) -> T:
         if stored is None or stored.source == _disk_text(fileloc):
             raise
         logger.warning(
-            "DAG file %s cannot be used now (%s); running the last good version of it, "
-            "parsed at %s (fix the file: `sluice dags errors` shows the error)",
+            "DAG file %s cannot be used now (%s; the DAG processor reports: %s); running the "
+            "last good version of it, parsed at %s (fix the file: `sluice dags errors` shows "
+            "the error)",
             fileloc,
             _summary(exc),
+            stored.parse_error,
             stored.parsed_at,
             extra={"action": "last_good_dag_file", "fileloc": fileloc},
         )
@@ -90,7 +98,8 @@ def load_or_last_good(fileloc: str, load: Callable[[str | None], T]) -> T:
 
 
 def fetch_last_good(fileloc: str) -> LastGood | None:
-    """The stored last good version of ``fileloc`` (None: none, or no channel to ask)."""
+    """The stored last good version of ``fileloc`` while a parse error is recorded for it
+    (None: no parse error, no version, or no channel to ask)."""
     if _channel is None:
         return None
     try:
@@ -105,7 +114,12 @@ def fetch_last_good(fileloc: str) -> LastGood | None:
         return None
     if answer is None or answer.get("fileloc") != fileloc:
         return None
-    return LastGood(fileloc, str(answer["source"]), str(answer.get("parsed_at") or "?"))
+    return LastGood(
+        fileloc,
+        str(answer["source"]),
+        str(answer.get("parsed_at") or "?"),
+        str(answer.get("parse_error") or "?"),
+    )
 
 
 def _disk_text(fileloc: str) -> str | None:

@@ -103,8 +103,9 @@ class TaskChannel:
     # --- the task's DAG file (engine.executor.last_good) --------------------------------
 
     def last_good_dag_file(self) -> dict[str, Any] | None:
-        """The task's DAG file as last parsed well: ``{"fileloc", "source", "parsed_at"}``;
-        None when no such version is stored."""
+        """The task's DAG file as last parsed well: ``{"fileloc", "source", "parsed_at",
+        "parse_error"}``; None unless the DAG processor has a parse error recorded for the
+        file and a version of it stored."""
         found = self._maybe("last_good_dag_file")
         if found is not None and not (
             isinstance(found, dict) and isinstance(found.get("source"), str)

@@ -192,20 +192,31 @@ class TaskRequestServer:
     # --- the task's DAG file ----------------------------------------------------------
 
     async def last_good_dag_file(self) -> dict[str, Any]:
-        """The source of the task's DAG file as the DAG processor last parsed it well."""
+        """The source of the task's DAG file as the DAG processor last parsed it well, only
+        while the DAG processor has a parse error recorded for the file: a task whose file
+        fails for another reason (a module missing on this worker, an edit the processor
+        has not parsed yet) fails with its own error."""
         fileloc = self._dag_fileloc
         if fileloc is None:
             raise NotFoundError("this process has no DAG file to ask about")
         found = await self._db.read(partial(dags_sql.last_good_source, fileloc=fileloc))
         if found is None:
-            raise NotFoundError(f"no last good version of {fileloc} is stored")
-        token, parsed_at = found
+            raise NotFoundError(
+                f"no parse error is recorded for {fileloc} (or no last good version of it is "
+                "stored): the task fails with its own error"
+            )
+        token, parsed_at, parse_error = found
         try:
             source = self._cipher.decrypt(token)
         except DecryptionError as exc:
             raise RequestError(f"the last good version of {fileloc}: {exc}") from exc
         self._log("task_dag_file_read", fileloc=fileloc)
-        return {"fileloc": fileloc, "source": source, "parsed_at": parsed_at.isoformat()}
+        return {
+            "fileloc": fileloc,
+            "source": source,
+            "parsed_at": parsed_at.isoformat(),
+            "parse_error": parse_error,
+        }
 
     def _log(self, action: str, **fields: Any) -> None:
         logger.debug(

@@ -190,19 +190,37 @@ async def test_a_run_started_before_the_file_broke_completes_with_the_last_good_
     [warning] = [line for line in text.splitlines() if LAST_GOOD_LINE in line]
     assert "WARNING" in warning and str(env.file) in warning
     assert "SyntaxError" in warning  # the parse error, with where
+    assert "the DAG processor reports:" in warning
     assert "`sluice dags errors`" in warning
 
 
-async def test_a_task_the_file_no_longer_defines_runs_its_last_good_version(env: Env) -> None:
-    """Changed incompatibly, before the DAG processor saw it: the task runs its old code."""
+async def test_a_task_the_file_no_longer_defines_fails_when_the_file_parses(env: Env) -> None:
+    """Changed incompatibly but the file is fine (no parse error recorded, before the DAG
+    processor saw it or after): the task fails with the real error, not the old code."""
     run_id, tis = env.new_run()
     env.file.write_text(textwrap.dedent(GOOD).replace("first() >> second()", "first()"))
     with anyio.fail_after(60):
         second = await env.run_task(tis["second"])
-    assert second.state == TaskState.SUCCESS, env.log(run_id, "second")
-    assert _value(second) == "v1"
-    [warning] = [line for line in env.log(run_id, "second").splitlines() if LAST_GOOD_LINE in line]
-    assert "has no task 'second'" in warning
+    assert second.state == TaskState.FAILED
+    text = env.log(run_id, "second")
+    assert "has no task 'second'" in text and LAST_GOOD_LINE not in text
+
+
+async def test_an_import_failure_without_a_recorded_parse_error_fails_with_the_real_error(
+    env: Env,
+) -> None:
+    """The file on disk differs from the stored version and fails to import on this worker
+    (a module missing here), but the DAG processor recorded no parse error for it: the task
+    fails with the import error instead of silently running the previous version."""
+    run_id, tis = env.new_run()
+    edited = textwrap.dedent(GOOD).replace("import helper\n", "import helper\nimport not_here\n")
+    env.file.write_text(edited)
+    with anyio.fail_after(60):
+        second = await env.run_task(tis["second"])
+    assert second.state == TaskState.FAILED
+    text = env.log(run_id, "second")
+    assert "ModuleNotFoundError" in text and "not_here" in text
+    assert LAST_GOOD_LINE not in text and "the good version runs" not in text
 
 
 async def test_a_good_change_runs_from_disk_without_a_word(env: Env) -> None:

@@ -135,14 +135,18 @@ def save_dag_file(
     )
 
 
-def last_good_source(session: Session, fileloc: str) -> tuple[str, datetime] | None:
-    """(encrypted source, parsed_at) of the file's last good version; None if not kept."""
+def last_good_source(session: Session, fileloc: str) -> tuple[str, datetime, str] | None:
+    """(encrypted source, parsed_at, parse error) of the file's last good version, only
+    while the DAG processor has a parse error recorded for the file; None otherwise (no
+    error recorded, or no source kept)."""
     row = session.execute(
-        select(DagFile.source, DagFile.parsed_at).where(DagFile.fileloc == fileloc)
+        select(DagFile.source, DagFile.parsed_at, DagParseError.error)
+        .join(DagParseError, DagParseError.fileloc == DagFile.fileloc)
+        .where(DagFile.fileloc == fileloc)
     ).first()
     if row is None or row.source is None:
         return None
-    return str(row.source), row.parsed_at
+    return str(row.source), row.parsed_at, str(row.error)
 
 
 def delete_dag_files(session: Session, filelocs: Iterable[str]) -> None:
