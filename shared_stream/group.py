@@ -40,7 +40,7 @@ from shared_stream.keys import UnstableKeyError, stream_key_digest
 from shared_stream.stats import GroupCounters
 from shared_stream.subscriber import SubscriberStream, forget_current_stream
 from shared_stream.timer import DeadlineTimer
-from triggers.exceptions import is_upstream_unavailable
+from triggers.exceptions import is_reported_by_the_trigger
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Hashable, Sequence
@@ -358,10 +358,11 @@ class SharedStreamGroup:
         self.terminated = self.stopping = True
         self.error = error
         # No traceback here: each subscriber fails with ``error``, and its trigger runtime
-        # reports it (an unreachable upstream: one warning per subscriber's streak, so a
-        # group that could not even connect says so at DEBUG only).
+        # reports it (an unreachable upstream: one warning per subscriber's streak; a refused
+        # login: one error per distinct error and streak), so a group that could not even
+        # connect says so at DEBUG only.
         level = logging.ERROR
-        if is_upstream_unavailable(error):
+        if is_reported_by_the_trigger(error):
             level = logging.WARNING if self.counters.events_polled else logging.DEBUG
         logger.log(
             level,

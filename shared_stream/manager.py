@@ -42,7 +42,7 @@ from shared_stream.routes import BindingRoutes
 from shared_stream.settings import GroupSettings
 from shared_stream.stats import merge, merge_by_key, retired
 from triggers.base import BaseEventTrigger
-from triggers.exceptions import is_upstream_unavailable
+from triggers.exceptions import is_reported_by_the_trigger
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Hashable, Iterable
@@ -338,7 +338,7 @@ class SharedStreamManager:
             del self._live[group]
             self._retire(group)
             self._forget_group(group)
-            if group.error is not None and is_upstream_unavailable(group.error):
+            if group.error is not None and is_reported_by_the_trigger(group.error):
                 self._unreachable.add(group.key)
 
     def _retire(self, group: SharedStreamGroup) -> None:

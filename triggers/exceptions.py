@@ -78,6 +78,13 @@ def is_upstream_unavailable(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in _UNREACHABLE_ERRNOS
 
 
+def is_reported_by_the_trigger(exc: BaseException) -> bool:
+    """True for the upstream conditions the triggerer reports itself, quietly on repeat
+    (``is_upstream_unavailable``, ``UpstreamRefused``): whoever else sees ``exc`` (a shared
+    stream group ending with it) says it at DEBUG only."""
+    return is_upstream_unavailable(exc) or isinstance(exc, UpstreamRefused)
+
+
 def upstream_address(exc: BaseException) -> str | None:
     """The address an ``UpstreamUnavailable`` or ``UpstreamRefused`` names (None for others)."""
     return exc.address if isinstance(exc, UpstreamUnavailable | UpstreamRefused) else None

@@ -28,7 +28,7 @@ from shared_stream.testing import (
 )
 from tests.waiting import wait_until
 from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
-from triggers.exceptions import UpstreamUnavailable
+from triggers.exceptions import UpstreamRefused, UpstreamUnavailable
 
 POLL_LOG = "Shared stream group started key="
 
@@ -616,6 +616,8 @@ def _group_lines(caplog) -> list[tuple[str, str]]:
         # unreachable: the subscribers' runtime warns once; the group's retries stay quiet
         (UpstreamUnavailable("down", address="b:1"), ["INFO", "DEBUG", "DEBUG", "DEBUG"]),
         (ConnectionRefusedError(111, "refused"), ["INFO", "DEBUG", "DEBUG", "DEBUG"]),
+        # refused (a login, a TLS handshake): the runtime reports it, once per distinct error
+        (UpstreamRefused("bad password", address="b:1"), ["INFO", "DEBUG", "DEBUG", "DEBUG"]),
         # anything else is an error each time, and the next group is started loudly
         (ValueError("bug"), ["INFO", "ERROR", "INFO", "ERROR"]),
     ],
