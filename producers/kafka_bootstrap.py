@@ -70,9 +70,18 @@ class BootstrapFailure:
         return bool(_REFUSAL_WORDS.search(f"{name} {self.error}"))
 
 
-_capture: ContextVar[list[BootstrapFailure] | None] = ContextVar(
-    "sluice_kafka_bootstrap_capture", default=None
-)
+class _Capture:
+    """The failures recorded by one ``capture_bootstrap_errors()``, while it is open (the
+    background tasks aiokafka starts inside it inherit the context, not the capture)."""
+
+    __slots__ = ("failures", "open")
+
+    def __init__(self) -> None:
+        self.failures: list[BootstrapFailure] = []
+        self.open = True
+
+
+_capture: ContextVar[_Capture | None] = ContextVar("sluice_kafka_bootstrap_capture", default=None)
 
 
 class _CaptureBootstrapLines(logging.Filter):
@@ -80,14 +89,14 @@ class _CaptureBootstrapLines(logging.Filter):
     (and not logged: the caller reports it); any other line passes."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        captured = _capture.get()
-        if captured is None or str(record.msg) not in BOOTSTRAP_TEMPLATES:
+        capture = _capture.get()
+        if capture is None or not capture.open or str(record.msg) not in BOOTSTRAP_TEMPLATES:
             return True
         args = record.args if isinstance(record.args, tuple) else ()
         if len(args) != 3:
             return True
         host, port, error = args
-        captured.append(BootstrapFailure(f"{host}:{port}", error, record.getMessage()))
+        capture.failures.append(BootstrapFailure(f"{host}:{port}", error, record.getMessage()))
         return False
 
 
@@ -105,11 +114,12 @@ def install() -> None:
 def capture_bootstrap_errors() -> Iterator[list[BootstrapFailure]]:
     """The per-server failures of the aiokafka bootstraps run inside, in order."""
     install()
-    captured: list[BootstrapFailure] = []
-    token = _capture.set(captured)
+    capture = _Capture()
+    token = _capture.set(capture)
     try:
-        yield captured
+        yield capture.failures
     finally:
+        capture.open = False
         _capture.reset(token)
 
 

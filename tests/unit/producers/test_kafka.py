@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 from collections import deque
@@ -335,6 +336,21 @@ def test_an_unreachable_bootstrap_says_the_last_error_of_each_server(
     # outside a capture, the line is logged as aiokafka says it
     logging.getLogger("aiokafka").error('Unable connect to "%s:%s": %s', "b", 9092, "x")
     assert [r.getMessage() for r in caplog.records] == ['Unable connect to "b:9092": x']
+
+
+def test_a_task_started_inside_a_capture_logs_after_it_closed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """aiokafka's background tasks inherit the capture's context: once the capture is
+    closed, their lines are logged, not swallowed into a list nobody reads."""
+    caplog.set_level(logging.DEBUG, logger="aiokafka")
+    with capture_bootstrap_errors() as failures:
+        inherited = contextvars.copy_context()
+    inherited.run(
+        logging.getLogger("aiokafka").error, 'Unable connect to "%s:%s": %s', "b", 9092, "late"
+    )
+    assert failures == []
+    assert [r.getMessage() for r in caplog.records] == ['Unable connect to "b:9092": late']
 
 
 def test_connection_builds_client_settings() -> None:
