@@ -678,7 +678,7 @@ def _open_stream_raises(request: pytest.FixtureRequest) -> None:
             if action_for("trigger_failed", tid)(r) and unreachable in r["message"]
         ]
 
-    # An unreachable broker (a ConnectionError) is an expected condition: one warning with
+    # An unreachable broker (UpstreamUnavailable) is an expected condition: one warning with
     # its backoff, then retries with a growing backoff at DEBUG, which the log leaves out.
     wait_for(
         lambda: engine.failure_count(tid) >= failed_before + 3,

@@ -19,6 +19,7 @@ import anyio
 
 from shared_stream.producer import SharedStreamProducer
 from triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent, classpath_of
+from triggers.exceptions import UpstreamUnavailable
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Hashable, Sequence
@@ -189,7 +190,12 @@ class DirProducer(SharedStreamProducer):
 
     def _check_reachable(self) -> None:
         if (self.base / "open.fail").exists():
-            raise ConnectionError(f"dir broker {self.base} is unreachable (open.fail is present)")
+            # as a broker adapter does: an unreachable broker is UpstreamUnavailable with the
+            # address (a bare ConnectionError would be a trigger's bug, with its traceback)
+            raise UpstreamUnavailable(
+                f"dir broker {self.base} is unreachable (open.fail is present)",
+                address=str(self.base),
+            )
 
     async def open_stream(self) -> AsyncIterator[tuple[Any, Any]]:
         seen: set[str] = set()
