@@ -131,6 +131,8 @@ def test_users_and_tokens_from_the_command_line(env: dict[str, str]) -> None:
     assert run_cli("tokens", "create", "--user", "nobody", env=env).returncode == 1
     bad = run_cli("tokens", "create", "--user", "ada", "--expires-in", "soon", env=env)
     assert bad.returncode == 1 and "invalid duration" in bad.stderr
+    huge = run_cli("tokens", "create", "--user", "ada", "--expires-in", "3000000d", env=env)
+    assert huge.returncode == 1 and "--expires-in" in huge.stderr and "too long" in huge.stderr
 
     listed = run_cli("tokens", "list", "--json", env=env)
     rows = json.loads(listed.stdout)
