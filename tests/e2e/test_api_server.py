@@ -176,6 +176,9 @@ def test_api_server_alone_answers_and_stops_on_sigterm(env: dict[str, str], tmp_
     states = db.call(lambda s: [j.state for j in s.query(Job).filter(Job.job_type == "api")])
     db.dispose()
     assert states == ["success"]  # the job row ended with the process
+    assert not (
+        tmp_path / "home" / "fernet.key"
+    ).exists()  # the API alone decrypts nothing: no key made
 
 
 def test_sluice_run_prints_the_ui_address_at_readiness_and_serves_it(
