@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from engine.api import problems
+from engine.api.login_guard import LoginGuard
 from engine.api.rest import ROUTERS
 from engine.api.ui import router as ui_router
 from engine.api.ui.templating import STATIC_DIR
@@ -51,6 +52,7 @@ def create_app(config: Config, database: Database | None = None) -> FastAPI:
     )
     app.state.config = config
     app.state.database = db
+    app.state.login_guard = LoginGuard()
     for router in ROUTERS:
         app.include_router(router, prefix=API_PREFIX)
     app.include_router(ui_router)
