@@ -228,8 +228,10 @@ class AssetEvent(Base):
     __table_args__ = (
         UniqueConstraint("asset_id", "dedup_key"),
         # Migration 0016: an asset's latest events without a scan of all of them (a task's
-        # inlet_events, `assets events`, the last event of an asset and of each watcher).
+        # inlet_events, `assets events`, the last event of an asset), and a watcher's latest
+        # event even when the watcher has been silent for long (`dags why`).
         Index(None, "asset_id", "id"),
+        Index(None, "asset_id", "source_watcher", "id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
