@@ -187,8 +187,11 @@ class ApiConfig:
     max_body_bytes: int = _key(1_048_576, _AT_LEAST_ONE)
     #: How long a UI login lasts.
     session_hours: float = _key(12.0, _POSITIVE)
-    #: The lifetime of a token made by ``sluice tokens create`` without ``--expires-in``.
-    token_expiry_days: float = _key(90.0, _POSITIVE)
+    #: The lifetime of a token made by ``sluice tokens create`` without ``--expires-in``
+    #: (at most 3650 days, like ``--expires-in``).
+    token_expiry_days: float = _key(
+        90.0, _require(lambda value: 0 < value <= 3650, "must be > 0 and <= 3650 (10 years)")
+    )
 
 
 _SECTIONS: Final[dict[str, type[Any]]] = {

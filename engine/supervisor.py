@@ -175,14 +175,21 @@ async def _run_part(part: Part, *, task_status: anyio.abc.TaskStatus[None]) -> N
 
 async def _serve(config: Config, names: tuple[str, ...], overrides: dict[str, Any]) -> int:
     db = Database(config.core.sql_alchemy_conn)
+    api_db: Database | None = None
     metrics: MetricsServer | None = None
     try:
         await anyio.to_thread.run_sync(check_schema, db.engine)
-        cipher = KwargsCipher.from_config(config.core.fernet_key, config.home)
+        engine_names = tuple(name for name in names if name != "api")
         collector = _collector(config)
-        parts = build_parts(config, names, db, cipher, overrides, collector=collector)
+        parts: list[Part] = []
+        if engine_names:  # `sluice api-server` alone needs no cipher (nor a new key file)
+            cipher = KwargsCipher.from_config(config.core.fernet_key, config.home)
+            parts = build_parts(config, engine_names, db, cipher, overrides, collector=collector)
         if "api" in names:  # the web part, last to start and first to stop
-            parts.append(_api_part(config, db, overrides))
+            # Its own connections and limiters: web traffic never takes the reader slots
+            # (or the SQLite writer turn) the engine's parts wait on.
+            api_db = Database(config.core.sql_alchemy_conn) if engine_names else db
+            parts.append(_api_part(config, api_db, overrides))
         if collector is not None:
             from engine.metrics import start_metrics_server
 
@@ -200,6 +207,8 @@ async def _serve(config: Config, names: tuple[str, ...], overrides: dict[str, An
         if metrics is not None:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(metrics.close)
+        if api_db is not None and api_db is not db:
+            api_db.dispose()
         db.dispose()
     logger.info("Sluice stopped", extra={"action": "stopped"})
     return 0

@@ -39,6 +39,9 @@ MAX_PASSWORD_LENGTH: Final = 1024  # hashing a huge "password" is a denial of se
 USERNAME_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,249}$")
 _DURATION: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_S: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+#: The longest lifetime a duration (a token's ``--expires-in``) may give: past it, dates
+#: overflow, and a token meant to last longer should be made without expiry by an admin.
+MAX_DURATION: Final = timedelta(days=3650)
 
 _hasher: Final = PasswordHasher()
 
@@ -131,11 +134,17 @@ def shown_prefix(token: str) -> str:
 
 
 def parse_duration(text: str) -> timedelta:
-    """``30d``, ``12h``, ``90m``, ``2w``, ``45s`` as a positive ``timedelta``."""
+    """``30d``, ``12h``, ``90m``, ``2w``, ``45s`` as a positive ``timedelta`` of at most
+    ``MAX_DURATION`` (10 years)."""
     match = _DURATION.match(text)
     if match is None or float(match.group(1)) <= 0:
         raise CredentialError(
             f"invalid duration {text!r}: a positive number and a unit s, m, h, d or w "
             "(e.g. 30d, 12h)"
         )
-    return timedelta(seconds=float(match.group(1)) * _UNIT_S[match.group(2)])
+    seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+    if seconds > MAX_DURATION.total_seconds():
+        raise CredentialError(
+            f"duration {text!r} is too long: at most {MAX_DURATION.days}d (10 years)"
+        )
+    return timedelta(seconds=seconds)

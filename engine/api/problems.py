@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 PROBLEM_JSON: Final = "application/problem+json"
 API_PREFIX: Final = "/api/"
-DOCS_PATHS: Final = ("/api/v1/docs",)  # Swagger UI: inline script, assets from a CDN
+STATIC_PREFIX: Final = "/static/"  # the UI's files: the only responses a browser may cache
 CONTENT_SECURITY_POLICY: Final = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
     "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; form-action 'self'; "
@@ -228,9 +228,8 @@ def _security_headers(path: str) -> list[tuple[bytes, bytes]]:
         (b"x-content-type-options", b"nosniff"),
         (b"x-frame-options", b"DENY"),
         (b"referrer-policy", b"same-origin"),
+        (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
     ]
-    if not path.startswith(DOCS_PATHS):
-        headers.append((b"content-security-policy", CONTENT_SECURITY_POLICY.encode()))
-    if path.startswith(API_PREFIX):
+    if not path.startswith(STATIC_PREFIX):  # API answers and pages: user data, CSRF tokens
         headers.append((b"cache-control", b"no-store"))
     return headers

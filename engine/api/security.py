@@ -22,7 +22,7 @@ parameter annotations at run time.
 import logging
 import secrets
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Annotated, Any, Final
 from urllib.parse import quote
@@ -73,6 +73,8 @@ class Principal:
     csrf: str | None = field(default=None, repr=False)  # the session's CSRF token
     session_id: int | None = None
     token_id: int | None = None
+    #: With a token: when it expires (None: never); a token it makes may not outlive it.
+    token_expires: datetime | None = None
 
     @property
     def is_authenticated(self) -> bool:
@@ -143,7 +145,13 @@ async def _token_principal(request: Request, header: str) -> Principal:
     if check.last_used_at is None or now - check.last_used_at > TOKEN_TOUCH_INTERVAL:
         await _touch_token(request, check.token_id)
     identity = check.identity
-    return Principal(identity.username, identity.role, AUTH_TOKEN, token_id=check.token_id)
+    return Principal(
+        identity.username,
+        identity.role,
+        AUTH_TOKEN,
+        token_id=check.token_id,
+        token_expires=check.expires_at,
+    )
 
 
 async def _touch_token(request: Request, token_id: int) -> None:

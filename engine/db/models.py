@@ -228,8 +228,10 @@ class AssetEvent(Base):
     __table_args__ = (
         UniqueConstraint("asset_id", "dedup_key"),
         # Migration 0016: an asset's latest events without a scan of all of them (a task's
-        # inlet_events, `assets events`, the last event of an asset and of each watcher).
+        # inlet_events, `assets events`, the last event of an asset), and a watcher's latest
+        # event even when the watcher has been silent for long (`dags why`).
         Index(None, "asset_id", "id"),
+        Index(None, "asset_id", "source_watcher", "id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -541,12 +543,13 @@ class SharedStreamSnapshot(Base):
 
 class SharedStreamSample(Base):
     """A short history of each shared-stream group (migration 0015): what its triggerer
-    published at each heartbeat, the last ``SAMPLES_KEPT`` per key, for the advance rate and
-    the UI's sparkline (``engine.db.views.ops``). Counters are totals since the group started
-    on that triggerer, so a rate is taken between samples of one triggerer only."""
+    published at each heartbeat, the last ``SAMPLES_KEPT`` per group (triggerer and key: two
+    triggerers may each run a group of one key), for the advance rate and the UI's sparkline
+    (``engine.db.views.ops``). Counters are totals since the group started on that
+    triggerer, so a rate is taken between samples of one triggerer only."""
 
     __tablename__ = "shared_stream_sample"
-    __table_args__ = (Index(None, "stream_key", "id"),)
+    __table_args__ = (Index(None, "triggerer_id", "stream_key", "id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     triggerer_id: Mapped[int] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"))

@@ -7,6 +7,7 @@ table, and the DROP would cascade) and end with ``PRAGMA foreign_key_check``.
 
 from __future__ import annotations
 
+import functools
 import logging
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,7 +40,9 @@ def _alembic_config(connection: Connection) -> AlembicConfig:
     return cfg
 
 
+@functools.cache
 def head_revision() -> str:
+    """The newest migration revision (the scripts are read once per process)."""
     script = ScriptDirectory(MIGRATIONS_LOCATION)
     head = script.get_current_head()
     if head is None:  # pragma: no cover - the project always ships migrations

@@ -131,6 +131,8 @@ def test_users_and_tokens_from_the_command_line(env: dict[str, str]) -> None:
     assert run_cli("tokens", "create", "--user", "nobody", env=env).returncode == 1
     bad = run_cli("tokens", "create", "--user", "ada", "--expires-in", "soon", env=env)
     assert bad.returncode == 1 and "invalid duration" in bad.stderr
+    huge = run_cli("tokens", "create", "--user", "ada", "--expires-in", "3000000d", env=env)
+    assert huge.returncode == 1 and "--expires-in" in huge.stderr and "too long" in huge.stderr
 
     listed = run_cli("tokens", "list", "--json", env=env)
     rows = json.loads(listed.stdout)
@@ -174,6 +176,9 @@ def test_api_server_alone_answers_and_stops_on_sigterm(env: dict[str, str], tmp_
     states = db.call(lambda s: [j.state for j in s.query(Job).filter(Job.job_type == "api")])
     db.dispose()
     assert states == ["success"]  # the job row ended with the process
+    assert not (
+        tmp_path / "home" / "fernet.key"
+    ).exists()  # the API alone decrypts nothing: no key made
 
 
 def test_sluice_run_prints_the_ui_address_at_readiness_and_serves_it(

@@ -421,6 +421,21 @@ def test_security_headers(api: ApiHarness) -> None:
     assert answer.headers["cache-control"] == "no-store"
 
 
+def test_pages_are_never_cached_static_files_may_be(api: ApiHarness) -> None:
+    api.user("ann", "viewer")
+    client = api.client()
+    assert client.get("/login").headers["cache-control"] == "no-store"
+    api.login(client, "ann")
+    for path in ("/", "/dags", "/assets", "/asset-graph"):
+        page = client.get(path, follow_redirects=True)
+        assert page.status_code == 200, path
+        assert page.headers["content-type"].startswith("text/html"), path
+        assert page.headers["cache-control"] == "no-store", path
+        assert "content-security-policy" in page.headers, path
+    static = client.get("/static/sluice.css")
+    assert static.status_code == 200 and "cache-control" not in static.headers
+
+
 # --- secrets never leave -------------------------------------------------------------------
 
 
@@ -464,8 +479,16 @@ def test_readiness_is_503_on_an_old_schema(api: ApiHarness) -> None:
     assert answer.json()["status"] == "not ready" and "0013" in answer.json()["schema"]
 
 
-def test_the_openapi_document_is_served(api: ApiHarness) -> None:
-    document = api.client().get("/api/v1/openapi.json").json()
+def test_the_openapi_document_is_served_to_readers_only_and_no_cdn_docs(
+    api: ApiHarness, open_api: ApiHarness
+) -> None:
+    client = api.client()
+    _problem(client.get("/api/v1/openapi.json"), 401)
+    for path in ("/api/v1/docs", "/docs/oauth2-redirect", "/api/v1/redoc"):
+        assert client.get(path).status_code == 404, path
+    assert open_api.client().get("/api/v1/openapi.json").status_code == 200  # open_read
+    api.user("vic", "viewer")
+    document = client.get("/api/v1/openapi.json", headers=bearer(api.token("vic"))).json()
     assert "/api/v1/health/ready" in document["paths"]
     assert "/api/v1/me" in document["paths"]
     assert document["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"

@@ -87,5 +87,7 @@ def test_why_needs_a_reader_and_knows_unknown_dags(api: ApiHarness) -> None:
 
 
 def test_the_openapi_schema_lists_why(api: ApiHarness) -> None:
-    schema = api.client().get("/api/v1/openapi.json").json()
+    api.user("reader", "viewer")
+    token = bearer(api.token("reader"))
+    schema = api.client().get("/api/v1/openapi.json", headers=token).json()
     assert "get" in schema["paths"]["/api/v1/dags/{dag_id}/why"]

@@ -175,3 +175,32 @@ def test_rows_of_a_dead_triggerer_are_taken_over(database: Database) -> None:
     assert database.call(lambda s: trigger_rows.release_triggers(s, triggerer_id=alive)) == 5
     owners = database.call(lambda s: set(s.execute(select(Trigger.triggerer_id)).scalars()))
     assert owners == {None}
+
+
+def test_a_watchers_last_event_is_read_on_its_own_index(database: Database) -> None:
+    """``sluice dags why`` reads each watcher's latest event: on the (asset_id,
+    source_watcher, id) index of migration 0016, not by scanning its asset's events."""
+    from sqlalchemy.dialects import sqlite
+
+    from engine.db.models import AssetEvent
+
+    indexes = {
+        tuple(ix["column_names"]): ix["name"]
+        for ix in inspect(database.engine).get_indexes("asset_event")
+    }
+    name = "ix_asset_event_asset_id_source_watcher_id"
+    assert indexes.get(("asset_id", "source_watcher", "id")) == name
+    if not database.is_sqlite:
+        return
+    query = (
+        select(AssetEvent.timestamp)
+        .where(AssetEvent.asset_id == 1, AssetEvent.source_watcher == "w")
+        .order_by(AssetEvent.id.desc())
+        .limit(1)
+    )
+    compiled = query.compile(dialect=sqlite.dialect(), compile_kwargs={"literal_binds": True})
+    with database.engine.connect() as conn:
+        plan = " ".join(
+            str(row[-1]) for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}")
+        )
+    assert name in plan, plan

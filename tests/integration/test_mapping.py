@@ -531,3 +531,32 @@ async def test_marking_one_copy_success_lets_the_task_below_run(env: Env) -> Non
     states = env.states(run_pk)
     assert [states[("fragile", i)] for i in range(3)] == [TaskState.SUCCESS] * 3
     assert states[("after", -1)] == TaskState.SUCCESS
+
+
+async def test_clearing_one_copy_with_downstream_clears_every_task_below(env: Env) -> None:
+    """``map_index`` picks the copy of the matched task; the tasks below it (unmapped, so
+    map_index -1) are cleared too, as ``set_task_state`` does."""
+    run_pk, state = await env.run_dag("one_fails")
+    assert state == "failed"
+    run_id = env.run_id(run_pk)
+
+    def clear(session: Any) -> actions.ActionResult:
+        chosen = actions.select_task_instances(
+            session,
+            "one_fails",
+            run_id=run_id,
+            task_regex="^fragile$",
+            downstream=True,
+            map_index=1,
+        )
+        return actions.clear_task_instances(session, chosen, now=models.utcnow())
+
+    cleared = env.db.call(clear)
+    assert sorted(c.as_dict()["task_id"] for c in cleared.tasks) == ["after", "fragile[1]"]
+    states = env.states(run_pk)
+    assert [states[("fragile", i)] for i in range(3)] == [
+        TaskState.SUCCESS,
+        TaskState.NONE,
+        TaskState.SUCCESS,
+    ]
+    assert states[("after", -1)] == TaskState.NONE

@@ -3,7 +3,7 @@ group (written with the snapshots), and when a trigger row was claimed."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import func, select
@@ -14,6 +14,7 @@ from engine.db.queries import claims, streams
 from engine.db.queries import jobs as jobs_sql
 from engine.db.queries import triggers as trigger_rows
 from engine.db.schema import migrate
+from engine.db.views.ops import advance_rate
 from shared_stream import GroupStats
 
 pytestmark = pytest.mark.integration
@@ -33,17 +34,30 @@ def database(db_url: str):
 
 
 def _samples(db: Database) -> dict[str, list[int]]:
+    return {key: advanced for (_, key), advanced in _group_samples(db).items()}
+
+
+def _group_samples(db: Database) -> dict[tuple[int, str], list[int]]:
     rows = db.call(
         lambda s: s.execute(
-            select(SharedStreamSample.stream_key, SharedStreamSample.advanced_events).order_by(
-                SharedStreamSample.id
-            )
+            select(
+                SharedStreamSample.triggerer_id,
+                SharedStreamSample.stream_key,
+                SharedStreamSample.advanced_events,
+            ).order_by(SharedStreamSample.id)
         ).all()
     )
-    out: dict[str, list[int]] = {}
-    for key, advanced in rows:
-        out.setdefault(key, []).append(advanced)
+    out: dict[tuple[int, str], list[int]] = {}
+    for triggerer_id, key, advanced in rows:
+        out.setdefault((triggerer_id, key), []).append(advanced)
     return out
+
+
+def _publish(db: Database, triggerer_id: int, key: str, advanced: int, when: datetime) -> None:
+    stats = [GroupStats(key=key, mode="ack", subscribers=1, advanced_events=advanced)]
+    db.call(
+        lambda s: streams.publish_stream_stats(s, triggerer_id=triggerer_id, stats=stats, now=when)
+    )
 
 
 def test_each_group_keeps_its_last_samples(database: Database) -> None:
@@ -68,9 +82,10 @@ def test_each_group_keeps_its_last_samples(database: Database) -> None:
     kept = _samples(database)
     assert kept["a"] == list(range(5, streams.SAMPLES_KEPT + 5))  # the newest, in order
     assert kept["b"] == [100, 101, 102]
-    newest = database.call(lambda s: streams.stream_samples(s, ["a", "b", "c"]))
-    assert [x.advanced_events for x in newest["a"]][-1] == streams.SAMPLES_KEPT + 4
-    assert "c" not in newest
+    groups = [(one, "a"), (two, "b"), (one, "c"), (two, "a")]
+    newest = database.call(lambda s: streams.stream_samples(s, groups))
+    assert [x.advanced_events for x in newest[one, "a"]][-1] == streams.SAMPLES_KEPT + 4
+    assert set(newest) == {(one, "a"), (two, "b")}
     # a triggerer that stops deletes its snapshot rows; the history stays
     database.call(lambda s: streams.delete_stream_snapshots(s, triggerer_id=one))
     assert len(_samples(database)["a"]) == streams.SAMPLES_KEPT
@@ -108,3 +123,26 @@ def test_a_claim_records_when_and_a_release_clears_it(database: Database) -> Non
     assert claimed_at() == first
     database.call(lambda s: trigger_rows.release_triggers(s, triggerer_id=job))
     assert claimed_at() is None
+
+
+def test_two_triggerers_with_groups_of_one_key_keep_separate_histories(
+    database: Database,
+) -> None:
+    """Each triggerer runs its own group of a key (its triggers of that stream): their
+    samples are trimmed and read per group, so neither pushes out the other's history nor
+    mixes its counters into the other's rate."""
+    one = database.call(lambda s: jobs_sql.start_job(s, job_type=jobs_sql.TRIGGERER_JOB))
+    two = database.call(lambda s: jobs_sql.start_job(s, job_type=jobs_sql.TRIGGERER_JOB))
+    start = utcnow()
+    for i in range(streams.SAMPLES_KEPT):
+        _publish(database, one, "shared", 10 * i, start + timedelta(seconds=i))
+    for i in range(3):
+        _publish(database, two, "shared", 1000 + i, start + timedelta(seconds=i))
+    kept = _group_samples(database)
+    assert kept[one, "shared"] == [10 * i for i in range(streams.SAMPLES_KEPT)]
+    assert kept[two, "shared"] == [1000, 1001, 1002]
+    read = database.call(lambda s: streams.stream_samples(s, [(one, "shared"), (two, "shared")]))
+    assert [x.triggerer_id for x in read[one, "shared"]] == [one] * streams.SAMPLES_KEPT
+    assert [x.advanced_events for x in read[two, "shared"]] == [1000, 1001, 1002]
+    assert advance_rate(read[one, "shared"]) == pytest.approx(10.0)
+    assert advance_rate(read[two, "shared"]) == pytest.approx(1.0)

@@ -4,7 +4,9 @@
   CSRF token, for scripts of the UI; no other origin can read it);
 - ``GET /tokens``: the caller's tokens (an admin: everyone's, or ``?user=``), never a
   token's value or hash;
-- ``POST /tokens``: a new token for the caller (an admin: for ``user``), shown once;
+- ``POST /tokens``: a new token for the caller (an admin: for ``user``), shown once; only
+  an admin may make one that never expires, and a token made with a (non-admin) token
+  expires no later than that token;
 - ``DELETE /tokens/{id}``: revoke one of the caller's tokens (an admin: anyone's);
 - ``GET /users``: the users (admins only), never a password hash.
 """
@@ -18,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from engine.api import credentials
 from engine.api.deps import ConfigDep, DatabaseDep
-from engine.api.security import AdminDep, Principal, ReaderDep, UserDep
+from engine.api.security import AUTH_TOKEN, AdminDep, Principal, ReaderDep, UserDep
 from engine.db.models import utcnow
 from engine.db.queries import users as users_sql
 
@@ -40,7 +42,7 @@ class TokenRequest(BaseModel):
     expires_in: str | None = Field(
         default=None, description="Lifetime like 30d or 12h; default [api] token_expiry_days"
     )
-    no_expiry: bool = Field(default=False, description="A token that never expires")
+    no_expiry: bool = Field(default=False, description="A token that never expires (admins only)")
     user: str | None = Field(default=None, description="Whose token (admins only)")
 
 
@@ -82,10 +84,18 @@ async def list_tokens(
     }
 
 
-def _expiry(request: TokenRequest, default_days: float) -> datetime | None:
+def _expiry(request: TokenRequest, principal: Principal, default_days: float) -> datetime | None:
+    """When the new token expires. Only an admin may make one that never expires; a token
+    made with a token by anyone else may not outlive that token (its expiry is capped at
+    the caller's); from a UI session the lifetime asked or the default applies."""
     if request.no_expiry and request.expires_in is not None:
         raise HTTPException(422, "give expires_in or no_expiry, not both")
+    admin = principal.can(credentials.ADMIN)
     if request.no_expiry:
+        if not admin:
+            raise HTTPException(
+                403, "only an admin may make a token that never expires: give expires_in"
+            )
         return None
     try:
         lifetime = (
@@ -95,7 +105,11 @@ def _expiry(request: TokenRequest, default_days: float) -> datetime | None:
         )
     except credentials.CredentialError as exc:
         raise HTTPException(422, f"expires_in: {exc}") from exc
-    return utcnow() + lifetime
+    expires = utcnow() + lifetime
+    caller_expires = principal.token_expires
+    if not admin and principal.auth == AUTH_TOKEN and caller_expires is not None:
+        expires = min(expires, caller_expires)
+    return expires
 
 
 @router.post("/tokens", status_code=201, response_model=NewToken)
@@ -105,7 +119,7 @@ async def create_token(
     owner = body.user or principal.username
     if owner != principal.username and not principal.can(credentials.ADMIN):
         raise HTTPException(403, "only an admin may make a token for another user")
-    expires = _expiry(body, config.api.token_expiry_days)
+    expires = _expiry(body, principal, config.api.token_expiry_days)
     token = credentials.new_token()
     add = partial(
         users_sql.add_token,

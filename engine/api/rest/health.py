@@ -12,6 +12,7 @@ from typing import Any, Final
 import anyio.to_thread
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
+from sqlalchemy import Engine
 
 from engine.api.deps import ConfigDep, DatabaseDep
 from engine.config import Config
@@ -41,7 +42,7 @@ async def health() -> dict[str, str]:
 async def ready(database: DatabaseDep, config: ConfigDep) -> JSONResponse:
     body: dict[str, Any] = {"status": "ready", "database": "ok", "schema": "current"}
     try:
-        revision = await anyio.to_thread.run_sync(current_revision, database.engine)
+        revision, head = await anyio.to_thread.run_sync(_revisions, database.engine)
     except Exception as exc:  # noqa: BLE001 - any failure to connect means not ready
         logger.warning(
             "Readiness: the metadata database does not answer: %s",
@@ -50,13 +51,16 @@ async def ready(database: DatabaseDep, config: ConfigDep) -> JSONResponse:
         )
         body.update(status="not ready", database="unreachable", schema="unknown")
         return JSONResponse(body, status_code=503)
-    if revision != head_revision():
-        body.update(
-            status="not ready", schema=f"at {revision or 'empty'}, expected {head_revision()}"
-        )
+    if revision != head:
+        body.update(status="not ready", schema=f"at {revision or 'empty'}, expected {head}")
         return JSONResponse(body, status_code=503)
     body["parts"] = await database.read(lambda s: _alive_jobs(s, config))
     return JSONResponse(body)
+
+
+def _revisions(engine: Engine) -> tuple[str | None, str]:
+    """The database's schema revision and the code's (read once, then cached)."""
+    return current_revision(engine), head_revision()
 
 
 def _alive_jobs(session: Any, config: Config) -> dict[str, int]:

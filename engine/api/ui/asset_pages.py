@@ -9,6 +9,7 @@ is emitted through ``queries.assets.emit_asset_event``, as the REST API and the 
 from functools import partial
 from typing import Annotated, Any, Final
 
+import anyio.to_thread
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
@@ -78,7 +79,8 @@ async def asset_graph(
     request: Request, _principal: UiReaderDep, database: DatabaseDep
 ) -> HTMLResponse:
     graph = await database.read(assets_view.asset_graph)
-    drawn = draw(*graph_items(graph))
+    # Laying out a big graph takes CPU time: not on the event loop the engine shares.
+    drawn = await anyio.to_thread.run_sync(lambda: draw(*graph_items(graph)))
     return page(request, "asset_graph.html", "/asset-graph", graph=drawn)
 
 

@@ -22,6 +22,7 @@ Pure: no I/O, no clock. Node widths come from the caller (``text_width`` estimat
 from __future__ import annotations
 
 import itertools
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -107,14 +108,14 @@ def layout(nodes: Sequence[Node], edges: Iterable[tuple[str, str]]) -> Layout:
     if len(set(ids)) != len(ids):
         raise ValueError("graph layout: node ids must be unique")
     known = set(ids)
-    unique: list[tuple[str, str]] = []
+    unique: dict[tuple[str, str], None] = {}  # a set that keeps the input order
     for source, target in edges:
         for end in (source, target):
             if end not in known:
                 raise ValueError(f"graph layout: edge {source!r} -> {target!r} names no node")
-        if source != target and (source, target) not in unique:
-            unique.append((source, target))
-    forward = _break_cycles(ids, unique)
+        if source != target:
+            unique[source, target] = None
+    forward = _break_cycles(ids, list(unique))
     layers = _longest_path_layers(ids, [(s, t) for s, t, _ in forward])
     graph = _with_waypoints(ids, forward, layers)
     order = _order_layers(graph)
@@ -162,9 +163,9 @@ def _longest_path_layers(ids: list[str], edges: list[tuple[str, str]]) -> dict[s
         out[source].append(target)
         indegree[target] += 1
     layer = dict.fromkeys(ids, 0)
-    ready = [i for i in ids if indegree[i] == 0]
+    ready = deque(i for i in ids if indegree[i] == 0)
     while ready:
-        node = ready.pop(0)
+        node = ready.popleft()
         for child in out[node]:
             layer[child] = max(layer[child], layer[node] + 1)
             indegree[child] -= 1

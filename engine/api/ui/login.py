@@ -1,7 +1,8 @@
 """Logging in and out of the UI.
 
 ``GET /login`` shows the form; ``POST /login`` checks the password (Argon2id, in a worker
-thread) and starts a session: a random cookie value, of which the database keeps only the
+thread, a few at once, with a backoff after repeated failures: ``engine.api.login_guard``)
+and starts a session: a random cookie value, of which the database keeps only the
 SHA-256, with its own CSRF token and an expiry (``[api] session_hours``). The cookie is
 ``HttpOnly``, ``SameSite=Lax`` and ``Secure`` with ``[api] cookie_secure``. The login form
 itself is protected by a double-submit token (a cookie of its own and the same value in the
@@ -13,7 +14,7 @@ import logging
 import secrets
 from datetime import timedelta
 from functools import partial
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
 import anyio.to_thread
 from fastapi import APIRouter, Form, Request
@@ -34,6 +35,9 @@ from engine.api.ui.templating import render
 from engine.config import Config
 from engine.db.models import utcnow
 from engine.db.queries import users as users_sql
+
+if TYPE_CHECKING:
+    from engine.api.login_guard import LoginGuard
 
 logger = logging.getLogger(__name__)
 
@@ -96,13 +100,30 @@ async def login(
     expected = request.cookies.get(LOGIN_CSRF_COOKIE, "")
     if not expected or not secrets.compare_digest(csrf_token.encode(), expected.encode()):
         raise forbidden("the login form expired or did not come from this site; reload it")
+    guard: LoginGuard = request.app.state.login_guard
+    keys = guard.keys(username, request.client.host if request.client else None)
+    wait_s = guard.retry_after(keys)
+    if wait_s is not None:
+        logger.warning(
+            "UI login for %r refused for %ss after repeated failures",
+            username,
+            wait_s,
+            extra={"action": "login_throttled", "username": username},
+        )
+        refused = _login_page(
+            request,
+            config,
+            next_url=safe_next(next),
+            error=f"Too many failed logins: try again in {wait_s} seconds.",
+            username=username,
+            status_code=429,
+        )
+        refused.headers["Retry-After"] = str(wait_s)
+        return refused
     found = await database.read(partial(users_sql.user_login, username=username))
-    if found is None:
-        await anyio.to_thread.run_sync(credentials.verify_unknown_user, password)
-        ok = False
-    else:
-        ok = await anyio.to_thread.run_sync(credentials.verify_password, found[1], password)
+    ok = await guard.check_password(None if found is None else found[1], password)
     if found is None or not ok:
+        guard.failed(keys)
         logger.warning(
             "Failed UI login for %r",
             username,
@@ -116,6 +137,7 @@ async def login(
             username=username,
             status_code=401,
         )
+    guard.succeeded(username)
     identity, stored = found
     cookie = await _start_session(database, config, identity.user_id)
     if credentials.needs_rehash(stored):

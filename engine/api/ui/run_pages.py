@@ -9,6 +9,7 @@ import re
 from functools import partial
 from typing import Annotated, Any, Final
 
+import anyio.to_thread
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
@@ -58,7 +59,7 @@ async def run_page(
     )
 
 
-def _read_log(
+def _read_log_now(
     folder: Any, ti: dict[str, Any], try_number: int | None, offset: int, max_bytes: int
 ) -> dict[str, Any] | None:
     try:
@@ -74,6 +75,15 @@ def _read_log(
         )
     except TaskLogNotFoundError:
         return None
+
+
+async def _read_log(
+    folder: Any, ti: dict[str, Any], try_number: int | None, offset: int, max_bytes: int
+) -> dict[str, Any] | None:
+    """A piece of a try's log, read in a worker thread: file IO never blocks the event loop
+    (under ``sluice run`` the engine's other parts share it)."""
+    read = partial(_read_log_now, folder, ti, try_number, offset, max_bytes)
+    return await anyio.to_thread.run_sync(read)
 
 
 @router.get("/dags/{dag_id}/runs/{run_id}/tasks/{task_id}", response_class=HTMLResponse)
@@ -115,9 +125,9 @@ async def task_page(
     shown_try = try_ if try_ is not None else (tries[-1] if tries else None)
     log = None
     if shown_try is not None:
-        size_hint = _read_log(folder, ti, shown_try, 0, 0)
+        size_hint = await _read_log(folder, ti, shown_try, 0, 0)
         start = 0 if size_hint is None else max(size_hint["size"] - LOG_PAGE_BYTES, 0)
-        log = _read_log(folder, ti, shown_try, start, LOG_PAGE_BYTES)
+        log = await _read_log(folder, ti, shown_try, start, LOG_PAGE_BYTES)
     is_last_try = shown_try is not None and (not tries or shown_try == tries[-1])
     tailing = log is not None and is_last_try and ti["state"] in _WRITING
     return page(
@@ -159,7 +169,7 @@ async def log_tail(
     )
     if ti is None:
         raise not_found(f"no task {task_id!r} in run {run_id!r} of DAG {dag_id!r}")
-    log = _read_log(config.logging.task_log_folder, ti, try_, offset, LOG_TAIL_BYTES)
+    log = await _read_log(config.logging.task_log_folder, ti, try_, offset, LOG_TAIL_BYTES)
     text = "" if log is None else log["content"]
     next_offset = offset if log is None else log["next_offset"]
     newer_try = log is not None and try_ is not None and log["tries"][-1:] != [try_]

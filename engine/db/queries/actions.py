@@ -199,7 +199,8 @@ def select_task_instances(
     downstream / upstream tasks, transitively. Runs: ``run_id``, or those whose logical date
     (``run_after`` for a run without one) is within ``start_date`` .. ``end_date`` (both
     included), or all. ``only_failed``: ``failed`` and ``upstream_failed`` ones;
-    ``only_running``: ``running`` ones. ``map_index``: only that copy of each mapped task.
+    ``only_running``: ``running`` ones. ``map_index``: only that copy of each matched mapped
+    task (their downstream / upstream tasks: all of their copies, as ``set_task_state``).
     """
     graph = _dag_graph(session, dag_id)
     try:
@@ -223,8 +224,8 @@ def select_task_instances(
         states.add(TaskState.RUNNING)
     if states:
         where.append(TaskInstance.state.in_(states))
-    if map_index is not None:
-        where.append(TaskInstance.map_index == map_index)
+    if map_index is not None:  # that copy of the matched tasks (their relatives: all copies)
+        where.append(or_(TaskInstance.task_id.not_in(roots), TaskInstance.map_index == map_index))
     return _task_rows(session, where)
 
 

@@ -83,7 +83,7 @@ def publish_stream_stats(
 
 def add_stream_samples(session: Session, snapshots: Sequence[dict[str, Any]]) -> None:
     """Add a sample of each published snapshot row and keep the last ``SAMPLES_KEPT`` of
-    each key."""
+    each group (triggerer and key)."""
     samples = [
         {
             "triggerer_id": row["triggerer_id"],
@@ -98,18 +98,28 @@ def add_stream_samples(session: Session, snapshots: Sequence[dict[str, Any]]) ->
         for row in snapshots
     ]
     session.execute(insert(SharedStreamSample), samples)
-    rank = (
-        func.row_number()
-        .over(partition_by=SharedStreamSample.stream_key, order_by=SharedStreamSample.id.desc())
-        .label("rank")
-    )
-    ranked = (
-        select(SharedStreamSample.id, rank)
-        .where(SharedStreamSample.stream_key.in_(sorted({r["stream_key"] for r in samples})))
-        .subquery()
-    )
-    old = select(ranked.c.id).where(ranked.c.rank > SAMPLES_KEPT)
-    session.execute(delete(SharedStreamSample).where(SharedStreamSample.id.in_(old)))
+    groups: dict[int, set[str]] = {}
+    for sample in samples:
+        groups.setdefault(sample["triggerer_id"], set()).add(sample["stream_key"])
+    for triggerer_id, keys in groups.items():
+        rank = (
+            func.row_number()
+            .over(
+                partition_by=(SharedStreamSample.triggerer_id, SharedStreamSample.stream_key),
+                order_by=SharedStreamSample.id.desc(),
+            )
+            .label("rank")
+        )
+        ranked = (
+            select(SharedStreamSample.id, rank)
+            .where(
+                SharedStreamSample.triggerer_id == triggerer_id,
+                SharedStreamSample.stream_key.in_(sorted(keys)),
+            )
+            .subquery()
+        )
+        old = select(ranked.c.id).where(ranked.c.rank > SAMPLES_KEPT)
+        session.execute(delete(SharedStreamSample).where(SharedStreamSample.id.in_(old)))
 
 
 def delete_old_stream_samples(session: Session, *, now: datetime) -> int:
@@ -121,19 +131,26 @@ def delete_old_stream_samples(session: Session, *, now: datetime) -> int:
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
-def stream_samples(session: Session, keys: Iterable[str]) -> dict[str, list[SharedStreamSample]]:
-    """key -> its samples, oldest first."""
-    wanted = sorted(set(keys))
+def stream_samples(
+    session: Session, groups: Iterable[tuple[int, str]]
+) -> dict[tuple[int, str], list[SharedStreamSample]]:
+    """(triggerer id, key) -> the samples of that group, oldest first."""
+    wanted = set(groups)
     if not wanted:
         return {}
     rows = session.execute(
         select(SharedStreamSample)
-        .where(SharedStreamSample.stream_key.in_(wanted))
-        .order_by(SharedStreamSample.stream_key, SharedStreamSample.id)
+        .where(
+            SharedStreamSample.triggerer_id.in_(sorted({t for t, _ in wanted})),
+            SharedStreamSample.stream_key.in_(sorted({k for _, k in wanted})),
+        )
+        .order_by(SharedStreamSample.id)
     ).scalars()
-    out: dict[str, list[SharedStreamSample]] = {}
+    out: dict[tuple[int, str], list[SharedStreamSample]] = {}
     for sample in rows:
-        out.setdefault(sample.stream_key, []).append(sample)
+        group = (sample.triggerer_id, sample.stream_key)
+        if group in wanted:
+            out.setdefault(group, []).append(sample)
     return out
 
 

@@ -49,6 +49,7 @@ class TokenCheck:
     identity: Identity | None = None
     token_id: int | None = None
     last_used_at: datetime | None = None
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +190,7 @@ def check_token(session: Session, token_hash: str, *, now: datetime) -> TokenChe
         return TokenCheck(TOKEN_UNKNOWN)
     token, user = row
     state = _token_state(token, now)
-    return TokenCheck(state, _identity(user), token.id, token.last_used_at)
+    return TokenCheck(state, _identity(user), token.id, token.last_used_at, token.expires_at)
 
 
 def _token_state(token: ApiToken, now: datetime) -> str:

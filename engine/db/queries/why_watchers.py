@@ -99,8 +99,8 @@ def watchers_of(session: Session, asset_ids: Iterable[int]) -> list[WatcherFacts
 
 def _last_event(session: Session, asset_id: int, watcher: str) -> datetime | None:
     """The time of the watcher's latest event, by its name (events keep it when the
-    watcher's trigger row is replaced): the asset's events newest first on the
-    (asset_id, id) index, one query per watcher so that each is planned for its asset."""
+    watcher's trigger row is replaced): newest first on the (asset_id, source_watcher,
+    id) index, so a long-silent watcher costs no scan of its asset's other events."""
     return session.execute(
         select(AssetEvent.timestamp)
         .where(AssetEvent.asset_id == asset_id, AssetEvent.source_watcher == watcher)

@@ -140,10 +140,11 @@ def list_stream_groups(
         limit=limit,
         offset=offset,
     )
-    samples = streams_sql.stream_samples(session, [r["key"] for r in rows])
+    groups = [(r["triggerer_id"], r["key"]) for r in rows]
+    samples = streams_sql.stream_samples(session, groups)
     items = []
     for row in rows:
-        mine = samples.get(row["key"], [])
+        mine = samples.get((row["triggerer_id"], row["key"]), [])
         item = {
             **row,
             "outstanding": sum(row["outstanding_by_lane"].values()),

@@ -71,3 +71,10 @@ def test_good_usernames(name: str) -> None:
 def test_bad_usernames(name: str) -> None:
     with pytest.raises(c.CredentialError, match="invalid username"):
         c.check_username(name)
+
+
+@pytest.mark.parametrize("text", ["3000000d", "99999999999999999999w", "3651d", "522w"])
+def test_too_long_durations_are_refused_not_overflowed(text: str) -> None:
+    with pytest.raises(c.CredentialError, match="too long: at most 3650d"):
+        c.parse_duration(text)
+    assert c.parse_duration("3650d") == c.MAX_DURATION

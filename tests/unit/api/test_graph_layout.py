@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -73,6 +75,18 @@ def test_two_nodes_pointing_at_each_other_both_edges_are_drawn() -> None:
 def test_self_loops_and_duplicates_are_dropped() -> None:
     placed = layout(nodes("a", "b"), [("a", "a"), ("a", "b"), ("a", "b")])
     assert [(e.source, e.target) for e in placed.edges] == [("a", "b")]
+
+
+def test_many_edges_are_laid_out_quickly() -> None:
+    """Deduplicating edges is linear: 24,000 edges (half of them repeated) among 220 nodes
+    took over 10 s when each edge was searched for in a list; now well under a second (the
+    bound is generous for a loaded machine)."""
+    sources, targets = [f"s{i}" for i in range(120)], [f"t{i}" for i in range(100)]
+    edges = [(s, t) for s in sources for t in targets]
+    started = time.perf_counter()
+    placed = layout(nodes(*sources, *targets), edges + edges)
+    assert time.perf_counter() - started < 5.0
+    assert len(placed.edges) == len(edges)
 
 
 def test_an_edge_to_an_unknown_node_is_an_error_naming_it() -> None:

@@ -4,9 +4,9 @@ Revision ID: 0015
 Revises: 0014
 Create Date: 2026-11-25 19:00:00.000000
 
-- ``shared_stream_sample``: the last samples of each shared-stream group (outstanding
-  events, oldest unresolved age, counters) that triggerers write beside their snapshots, for
-  advance rates and a short history;
+- ``shared_stream_sample``: the last samples of each shared-stream group (a triggerer's
+  group of one stream key: outstanding events, oldest unresolved age, counters) that
+  triggerers write beside their snapshots, for advance rates and a short history;
 - ``trigger.claimed_at``: when the current triggerer claimed the row.
 """
 
@@ -44,9 +44,9 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_shared_stream_sample")),
     )
     op.create_index(
-        op.f("ix_shared_stream_sample_stream_key_id"),
+        op.f("ix_shared_stream_sample_triggerer_id_stream_key_id"),
         "shared_stream_sample",
-        ["stream_key", "id"],
+        ["triggerer_id", "stream_key", "id"],
     )
     op.create_index(
         op.f("ix_shared_stream_sample_sampled_at"), "shared_stream_sample", ["sampled_at"]
@@ -59,5 +59,8 @@ def downgrade() -> None:
     with op.batch_alter_table("trigger") as batch:
         batch.drop_column("claimed_at")
     op.drop_index(op.f("ix_shared_stream_sample_sampled_at"), table_name="shared_stream_sample")
-    op.drop_index(op.f("ix_shared_stream_sample_stream_key_id"), table_name="shared_stream_sample")
+    op.drop_index(
+        op.f("ix_shared_stream_sample_triggerer_id_stream_key_id"),
+        table_name="shared_stream_sample",
+    )
     op.drop_table("shared_stream_sample")

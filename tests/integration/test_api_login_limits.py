@@ -1,0 +1,91 @@
+"""Failed UI logins on SQLite and PostgreSQL: after 5 failures for a username or from one
+client, attempts are refused with 429 and Retry-After for a delay that grows; a fake clock
+stands in for the time that passes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from engine.api.login_guard import BASE_DELAY_S, MAX_FAILURES, LoginGuard
+from tests.integration.api_support import PASSWORD, ApiHarness, api_harness, csrf_of
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from fastapi.testclient import TestClient
+
+pytestmark = pytest.mark.integration
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def api(db_url: str, tmp_path: Path) -> Iterator[tuple[ApiHarness, FakeClock]]:
+    harness = api_harness(db_url, tmp_path)
+    clock = FakeClock()
+    harness.app.state.login_guard = LoginGuard(clock=clock)
+    yield harness, clock
+    harness.db.dispose()
+
+
+def _login(client: TestClient, username: str, password: str) -> Any:
+    form = client.get("/login")
+    return client.post(
+        "/login",
+        data={"username": username, "password": password, "csrf_token": csrf_of(form.text)},
+    )
+
+
+def test_repeated_failures_for_a_user_are_refused_for_a_growing_delay(
+    api: tuple[ApiHarness, FakeClock],
+) -> None:
+    harness, clock = api
+    harness.user("ann", "viewer")
+    client = harness.client()
+    for _ in range(MAX_FAILURES):
+        assert _login(client, "ann", "wrong password").status_code == 401
+    refused = _login(client, "ann", PASSWORD)  # even the right password: nothing is checked
+    assert refused.status_code == 429, refused.text
+    assert int(refused.headers["Retry-After"]) == BASE_DELAY_S + 1
+    assert "Too many failed logins" in refused.text
+    clock.now += BASE_DELAY_S + 1
+    assert _login(client, "ann", "wrong again").status_code == 401
+    again = _login(client, "ann", PASSWORD)
+    assert again.status_code == 429 and int(again.headers["Retry-After"]) == 2 * BASE_DELAY_S + 1
+    clock.now += 2 * BASE_DELAY_S + 1
+    assert _login(client, "ann", PASSWORD).status_code == 303
+    assert client.get("/api/v1/me").json()["username"] == "ann"
+
+
+def test_failures_from_one_client_over_many_usernames_are_refused(
+    api: tuple[ApiHarness, FakeClock],
+) -> None:
+    harness, clock = api
+    harness.user("bob", "viewer")
+    client = harness.client()
+    for index in range(MAX_FAILURES):
+        assert _login(client, f"guess{index}", "wrong password").status_code == 401
+    assert _login(client, "bob", PASSWORD).status_code == 429
+    clock.now += BASE_DELAY_S + 1
+    assert _login(client, "bob", PASSWORD).status_code == 303
+
+
+def test_failures_spread_over_more_than_the_window_do_not_lock(
+    api: tuple[ApiHarness, FakeClock],
+) -> None:
+    harness, clock = api
+    harness.user("cy", "viewer")
+    client = harness.client()
+    for _ in range(2 * MAX_FAILURES):
+        assert _login(client, "cy", "wrong password").status_code == 401
+        clock.now += 100.0  # 5 failures take 400 s: never 5 within 300 s
+    assert _login(client, "cy", PASSWORD).status_code == 303
