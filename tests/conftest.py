@@ -145,5 +145,9 @@ def sluice_home(tmp_path: Path) -> Path:
     return home
 
 
-# Session fixtures of each real server live in their own module, tests/services_<name>.py.
-pytest_plugins = sorted(f"tests.{p.stem}" for p in Path(__file__).parent.glob("services_*.py"))
+# Session fixtures of each real server live in their own module, tests/services_<name>.py;
+# migrated databases copied from a per-session template in tests/db_templates.py.
+pytest_plugins = [
+    *sorted(f"tests.{p.stem}" for p in Path(__file__).parent.glob("services_*.py")),
+    "tests.db_templates",
+]

@@ -22,6 +22,7 @@ from sqlalchemy import func, select
 
 from engine.db.database import Database
 from engine.db.models import Asset, AssetEvent, Dag
+from tests.db_templates import copy_sqlite_template
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -182,10 +183,17 @@ def stop(proc: subprocess.Popen[bytes], *, timeout: float = 30) -> int:
 
 @contextlib.contextmanager
 def running_engine(
-    root: Path, files: Mapping[str, str], dag_ids: Iterable[str], *, parallelism: int = 2
+    root: Path,
+    files: Mapping[str, str],
+    dag_ids: Iterable[str],
+    *,
+    template: Path,
+    parallelism: int = 2,
 ) -> Iterator[dict[str, Any]]:
     """``sluice run`` on SQLite in ``root`` with the DAG files ``files`` (name -> source),
     ready once every DAG of ``dag_ids`` is parsed; yields its ``env``, ``db`` and ``log``.
+    Its database starts as a copy of ``template`` (the session's migrated SQLite file,
+    fixture ``sqlite_template``).
 
     On exit the engine is stopped with SIGTERM and must exit 0 (its log tail says why not).
     """
@@ -194,9 +202,8 @@ def running_engine(
         folder.mkdir()
     for name, source in files.items():
         (dags / name).write_text(textwrap.dedent(source))
-    url = f"sqlite:///{home / 'sluice.db'}"
+    url = copy_sqlite_template(template, home / "sluice.db")
     env = engine_env(home, url=url, dags=dags, parallelism=parallelism)
-    assert run_cli("db", "migrate", env=env).returncode == 0
     log = root / "engine.log"
     proc = start_engine(env, log)
     db = Database(url)

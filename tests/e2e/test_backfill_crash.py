@@ -67,17 +67,16 @@ def _succeeded(db: Database) -> int:
     return sum(run.state == "success" for run in _backfill_runs(db))
 
 
-@pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
+@pytest.mark.parametrize("migrated_db_url", ["sqlite", "postgres"], indirect=True)
 def test_a_backfill_survives_a_killed_engine_without_duplicate_runs(
-    db_url: str, tmp_path: Path
+    migrated_db_url: str, tmp_path: Path
 ) -> None:
     home, dags = tmp_path / "home", tmp_path / "dags"
     for folder in (home, dags):
         folder.mkdir()
     (dags / "nightly.py").write_text(textwrap.dedent(DAG))
-    env = engine_env(home, url=db_url, dags=dags, parallelism=2, heartbeat_s=1.0)
-    assert run_cli("db", "migrate", env=env).returncode == 0
-    db = Database(db_url)
+    env = engine_env(home, url=migrated_db_url, dags=dags, parallelism=2, heartbeat_s=1.0)
+    db = Database(migrated_db_url)
     log = tmp_path / "engine.log"
     first = start_engine(env, log)
     try:

@@ -48,6 +48,7 @@ from engine.db.models import (
     TaskInstance,
     Trigger,
 )
+from tests.db_templates import copy_sqlite_template
 from tests.e2e.helpers import (
     engine_env,
     log_records,
@@ -340,7 +341,8 @@ def _watcher_names() -> set[str]:
 
 
 def launch(root: Path, url: str, dags_text: str, **settings: str) -> Engine:
-    """Migrate, start ``sluice --log-format json run`` on ``root``, wait for readiness."""
+    """Start ``sluice --log-format json run`` on ``root`` with the database at ``url``
+    (already migrated: a copy of the session's template), wait for readiness."""
     home, dags, plugins = root / "home", root / "dags", root / "plugins"
     env = engine_env(
         home,
@@ -360,8 +362,6 @@ def launch(root: Path, url: str, dags_text: str, **settings: str) -> Engine:
         folder.mkdir(exist_ok=True)
     shutil.copy(PLUGIN, plugins / PLUGIN.name)
     (dags / "catalogue.py").write_text(textwrap.dedent(dags_text))
-    migrated = run_cli("db", "migrate", env=env)
-    assert migrated.returncode == 0, migrated.stderr
     engine.proc = start_engine(env, engine.log, json_logs=True)
     return engine
 
@@ -383,7 +383,7 @@ def watcher_count(engine: Engine) -> int:
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+def engine(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[Engine]:
     root = tmp_path_factory.mktemp("bad-runtime")
     (root / "task-logs").mkdir()
     mounted = _mount_tmpfs(root / "task-logs")
@@ -400,7 +400,8 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     )
     engine = None
     try:
-        engine = launch(root, f"sqlite:///{root / 'home' / 'sluice.db'}", text)
+        url = copy_sqlite_template(sqlite_template, root / "home" / "sluice.db")
+        engine = launch(root, url, text)
         engine.env["TMPFS_MOUNTED"] = str(mounted)
         wait_for(
             lambda: watcher_count(engine) == len(_watcher_names()),
@@ -999,7 +1000,10 @@ def _broker_down_at_start(request: pytest.FixtureRequest) -> None:
     )
     broker = None
     try:
-        engine = launch(tmp, f"sqlite:///{tmp / 'home' / 'sluice.db'}", text)
+        url = copy_sqlite_template(
+            request.getfixturevalue("sqlite_template"), tmp / "home" / "sluice.db"
+        )
+        engine = launch(tmp, url, text)
     except BaseException:
         proxy.close()
         raise
@@ -1066,7 +1070,7 @@ def _database_outage(request: pytest.FixtureRequest) -> None:
     """PostgreSQL goes away for 10 s (the TCP proxy between engine and server refuses and
     resets connections) and comes back: the engine says the database is unavailable, keeps
     running, keeps the events fired meanwhile in its outbox and stores them all after."""
-    tmp, pg_url = request.getfixturevalue("tmp_path"), request.getfixturevalue("pg_url")
+    tmp, pg_url = request.getfixturevalue("tmp_path"), request.getfixturevalue("migrated_pg_url")
     real = make_url(pg_url)
     proxy = CuttableProxy((real.host or "127.0.0.1", real.port or 5432))
     proxy.start()

@@ -15,6 +15,7 @@ from tests.e2e.helpers import run_cli, running_engine, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from engine.db.database import Database
 
@@ -43,9 +44,13 @@ with DAG("bash_fails", schedule=None):
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def engine(
+    tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path
+) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("bash")
-    with running_engine(root, {"bash_dags.py": DAGS}, ["bash_ok", "bash_fails"]) as running:
+    with running_engine(
+        root, {"bash_dags.py": DAGS}, ["bash_ok", "bash_fails"], template=sqlite_template
+    ) as running:
         yield running
 
 

@@ -119,17 +119,16 @@ def _live_jobs(db: Database) -> int:
 
 
 def test_clean_while_the_engine_runs_keeps_dedup_and_the_engine_working(
-    tmp_path: Path, db_url: str
+    tmp_path: Path, migrated_db_url: str
 ) -> None:
     home, dags, inbox = tmp_path / "home", tmp_path / "dags", tmp_path / "inbox"
     for folder in (home, dags, inbox):
         folder.mkdir()
     (dags / "flows.py").write_text(textwrap.dedent(DAGS.format(inbox=str(inbox))))
-    env = engine_env(home, url=db_url, dags=dags, parallelism=1, heartbeat_s=0.5)
-    assert run_cli("db", "migrate", env=env).returncode == 0
+    env = engine_env(home, url=migrated_db_url, dags=dags, parallelism=1, heartbeat_s=0.5)
     log = tmp_path / "engine.log"
     proc = start_engine(env, log)
-    db = Database(db_url)
+    db = Database(migrated_db_url)
     try:
         _exercise(tmp_path, env, db, inbox)
         assert proc.poll() is None, "the engine died during the clean"
@@ -200,10 +199,9 @@ def _answer(env: dict[str, str], answer: str) -> subprocess.CompletedProcess[str
     )
 
 
-def test_dry_run_and_the_prompt(tmp_path: Path, sqlite_url: str) -> None:
-    env = engine_env(tmp_path, url=sqlite_url, dags=tmp_path)
-    assert run_cli("db", "migrate", env=env).returncode == 0
-    db = Database(sqlite_url)
+def test_dry_run_and_the_prompt(tmp_path: Path, migrated_sqlite_url: str) -> None:
+    env = engine_env(tmp_path, url=migrated_sqlite_url, dags=tmp_path)
+    db = Database(migrated_sqlite_url)
     try:
         db.call(lambda s: s.add_all([Asset(name="archive", uri="archive"), _dag()]))
         db.call(_seed_old_rows)

@@ -40,7 +40,6 @@ from engine.db.models import (
     Trigger,
 )
 from engine.db.queries import runs
-from engine.db.schema import migrate
 from engine.triggerer.triggerer import CLAIM_IDLE_INTERVAL_S
 from tests.e2e.helpers import (
     asset_event_count,
@@ -244,7 +243,7 @@ def _fire_round(inbox: Path, db: Database, rounds_so_far: int) -> None:
 
 
 def test_two_engines_share_work_and_the_survivor_carries_a_killed_ones(
-    pg_url: str, tmp_path: Path
+    migrated_pg_url: str, tmp_path: Path
 ) -> None:
     dags, inbox, journal = tmp_path / "dags", tmp_path / "inbox", tmp_path / "journal"
     hold_release, defer_release = tmp_path / "hold.release", tmp_path / "defer.release"
@@ -262,13 +261,12 @@ def test_two_engines_share_work_and_the_survivor_carries_a_killed_ones(
         )
     )
     key = Fernet.generate_key().decode()
-    db = Database(pg_url)
-    migrate(db.engine)
+    db = Database(migrated_pg_url)
 
     def env_for(name: str) -> dict[str, str]:
         return engine_env(
             tmp_path / name,
-            url=pg_url,
+            url=migrated_pg_url,
             dags=dags,
             parallelism=SLOTS,
             heartbeat_s=HEARTBEAT_S,

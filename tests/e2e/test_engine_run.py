@@ -13,10 +13,12 @@ from sqlalchemy import select
 from engine.db.database import Database
 from engine.db.models import AssetEvent, DagRun, TaskInstance
 from engine.db.queries.runs import find_task_instance
+from tests.db_templates import copy_sqlite_template
 from tests.e2e.helpers import engine_env, run_cli, start_engine, stop, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 pytestmark = pytest.mark.e2e
 
@@ -108,7 +110,9 @@ DAG_IDS = {
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def engine(
+    tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path
+) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("engine")
     home, dags, inbox = root / "home", root / "dags", root / "inbox"
     for folder in (home, dags, inbox):
@@ -117,9 +121,8 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     (dags / "flows.py").write_text(
         textwrap.dedent(DAGS.format(inbox=str(inbox), release=str(release)))
     )
-    url = f"sqlite:///{home / 'sluice.db'}"
+    url = copy_sqlite_template(sqlite_template, home / "sluice.db")
     env = engine_env(home, url=url, dags=dags, parallelism=1)
-    assert run_cli("db", "migrate", env=env).returncode == 0
     log = root / "engine.log"
     proc = start_engine(env, log)
     db = Database(url)

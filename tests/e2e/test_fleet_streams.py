@@ -49,7 +49,6 @@ from sqlalchemy import func, select
 
 from engine.db.database import Database
 from engine.db.models import Asset, AssetEvent, Dag, Job, Trigger, TriggerKind
-from engine.db.schema import migrate
 from engine.triggerer.triggerer import CLAIM_IDLE_INTERVAL_S
 from tests.e2e.helpers import engine_env, log_tail, run_cli, start_engine, wait_for
 from tests.services_kafka import FAST_GROUP, committed_offsets
@@ -380,9 +379,9 @@ def write_dag(tmp: Path, side: Side) -> None:
 
 
 def new_fleet(pg_url: str, tmp: Path, side: Side, *, capacity: int) -> Fleet:
+    """A fleet on the (migrated) PostgreSQL database at ``pg_url``."""
     write_dag(tmp, side)
     db = Database(pg_url)
-    migrate(db.engine)
     return Fleet(db, pg_url, tmp, Fernet.generate_key().decode(), capacity)
 
 
@@ -565,9 +564,9 @@ def assert_clean(
     [pytest.param(2, 2, id="two-engines-capacity-2"), pytest.param(1, 4, id="one-engine")],
 )
 def test_fleet_serves_every_watcher_once(
-    side: Side, pg_url: str, tmp_path: Path, engines: int, capacity: int
+    side: Side, migrated_pg_url: str, tmp_path: Path, engines: int, capacity: int
 ) -> None:
-    fleet = new_fleet(pg_url, tmp_path, side, capacity=capacity)
+    fleet = new_fleet(migrated_pg_url, tmp_path, side, capacity=capacity)
     indexes = list(range(side.messages))
     want = expected_ids(indexes)
     tally = Tally()
@@ -634,8 +633,8 @@ class Feeder(threading.Thread):
             return dict(self.keys)
 
 
-def test_fleet_owner_killed_mid_stream(side: Side, pg_url: str, tmp_path: Path) -> None:
-    fleet = new_fleet(pg_url, tmp_path, side, capacity=2)
+def test_fleet_owner_killed_mid_stream(side: Side, migrated_pg_url: str, tmp_path: Path) -> None:
+    fleet = new_fleet(migrated_pg_url, tmp_path, side, capacity=2)
     indexes = list(range(side.messages))
     half = len(indexes) // 2
     want = expected_ids(indexes)

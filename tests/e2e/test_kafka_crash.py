@@ -24,7 +24,6 @@ from sqlalchemy import select
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.db.models import AssetEvent
-from engine.db.schema import migrate
 from tests.e2e.helpers import sluice_env, start_cli, stop, wait_for
 from tests.services_kafka import (
     FILTERS_PLUGIN,
@@ -76,15 +75,14 @@ def _asset_event_count(db: Database) -> int:
 
 
 def test_kill_minus_nine_mid_run_neither_loses_nor_duplicates(
-    kafka: KafkaBroker, tmp_path: Path
+    kafka: KafkaBroker, tmp_path: Path, migrated_sqlite_url: str
 ) -> None:
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "kafka_filters.py").write_text(FILTERS_PLUGIN)
     topic, dead = kafka.create_topic(PARTITIONS), kafka.create_topic(1, prefix="dlt")
-    db_path = tmp_path / "sluice.db"
-    db = Database(f"sqlite:///{db_path}")
-    migrate(db.engine)
+    db_path = tmp_path / "sluice.db"  # migrated_sqlite_url's file
+    db = Database(migrated_sqlite_url)
     key = Fernet.generate_key().decode()
     assets = seed_watchers(
         db, KwargsCipher(key), watcher_specs(kafka.bootstrap, topic, "crash", dead)

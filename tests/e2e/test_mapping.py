@@ -23,10 +23,12 @@ EXAMPLE = Path(__file__).parents[2] / "dags" / "example_mapping.py"
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def engine(
+    tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path
+) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("mapping")
     files = {"example_mapping.py": EXAMPLE.read_text()}
-    with running_engine(root, files, ["example_mapping"]) as running:
+    with running_engine(root, files, ["example_mapping"], template=sqlite_template) as running:
         yield running
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.db_templates import copy_sqlite_template
 from tests.e2e.helpers import run_cli, sluice_env, start_cli, stop, wait_for
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ with DAG("on_right", schedule=right):
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-def _setup(root: Path, **settings: str) -> tuple[dict[str, str], Path]:
+def _setup(root: Path, template: Path, **settings: str) -> tuple[dict[str, str], Path]:
     home, dags, inbox = root / "home", root / "dags", root / "inbox"
     for folder in (home, dags, inbox):
         folder.mkdir()
@@ -68,13 +69,12 @@ def _setup(root: Path, **settings: str) -> tuple[dict[str, str], Path]:
     env = sluice_env(
         home,
         SLUICE__CORE__DAGS_FOLDER=str(dags),
-        SLUICE__CORE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'sluice.db'}",
+        SLUICE__CORE__SQL_ALCHEMY_CONN=copy_sqlite_template(template, home / "sluice.db"),
         SLUICE__CORE__PARALLELISM="2",
         SLUICE__TRIGGERER__SHUTDOWN_GRACE_PERIOD_SEC="5",
         SLUICE__METRICS__ENABLED="true",
         **settings,
     )
-    assert run_cli("db", "migrate", env=env).returncode == 0
     return env, inbox
 
 
@@ -127,8 +127,8 @@ def _scrape_when(port: int, what: str, **expected: float) -> Samples:
     return samples
 
 
-def test_scrape_a_running_engine(tmp_path: Path) -> None:
-    env, inbox = _setup(tmp_path, SLUICE__METRICS__PORT="0")
+def test_scrape_a_running_engine(tmp_path: Path, sqlite_template: Path) -> None:
+    env, inbox = _setup(tmp_path, sqlite_template, SLUICE__METRICS__PORT="0")
     log = tmp_path / "engine.log"
     proc = start_cli("--log-format", "json", "run", env=env, log=log)
     try:
@@ -185,12 +185,12 @@ def test_scrape_a_running_engine(tmp_path: Path) -> None:
     assert "Sluice stopped" in log.read_text()
 
 
-def test_a_metrics_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
+def test_a_metrics_port_in_use_is_a_clear_error(tmp_path: Path, sqlite_template: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        env, _ = _setup(tmp_path, SLUICE__METRICS__PORT=str(port))
+        env, _ = _setup(tmp_path, sqlite_template, SLUICE__METRICS__PORT=str(port))
         result = run_cli("run", env=env, timeout=60)
     assert result.returncode != 0
     assert f"127.0.0.1:{port}" in result.stderr

@@ -72,12 +72,16 @@ def _cli(engine: dict[str, Any], *args: str) -> str:
     return done.stdout
 
 
-def test_clear_then_cancel_a_running_task_stops_its_processes(tmp_path: Path) -> None:
+def test_clear_then_cancel_a_running_task_stops_its_processes(
+    tmp_path: Path, sqlite_template: Path
+) -> None:
     pids = tmp_path / "pids"
     pids.mkdir()
     source = DAGS.replace("{PIDS}", str(pids))
     (tmp_path / "engine").mkdir()
-    with running_engine(tmp_path / "engine", {"long.py": source}, ["long"]) as engine:
+    with running_engine(
+        tmp_path / "engine", {"long.py": source}, ["long"], template=sqlite_template
+    ) as engine:
         run_id = json.loads(_cli(engine, "dags", "trigger", "long", "--json"))["run_id"]
         first = wait_for(lambda: _pid(pids, 1), timeout=60, what="try 1 to start")
         assert _alive(first)

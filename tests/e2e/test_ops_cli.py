@@ -17,6 +17,7 @@ from sqlalchemy import select
 
 from engine.db.database import Database
 from engine.db.models import Dag, TaskInstance
+from tests.db_templates import copy_sqlite_template
 from tests.e2e.helpers import engine_env, run_cli, start_engine, stop, wait_for
 
 if TYPE_CHECKING:
@@ -79,21 +80,20 @@ def _deferred(db: Database) -> list[str]:
     return list(db.call(lambda s: s.execute(query).scalars().all()))
 
 
-def _setup(tmp_path: Path) -> tuple[dict[str, str], str]:
+def _setup(tmp_path: Path, template: Path) -> tuple[dict[str, str], str]:
     home, dags, inbox = tmp_path / "home", tmp_path / "dags", tmp_path / "inbox"
     for folder in (home, dags, inbox):
         folder.mkdir()
     (dags / "flows.py").write_text(textwrap.dedent(DAGS.format(inbox=str(inbox))))
-    url = f"sqlite:///{home / 'sluice.db'}"
+    url = copy_sqlite_template(template, home / "sluice.db")
     env = engine_env(home, url=url, dags=dags, parallelism=1, heartbeat_s=0.5)
-    assert run_cli("db", "migrate", env=env).returncode == 0
     return env, url
 
 
 def test_ops_commands_describe_a_running_engine_and_doctor_finds_a_killed_one(
-    tmp_path: Path,
+    tmp_path: Path, sqlite_template: Path
 ) -> None:
-    env, url = _setup(tmp_path)
+    env, url = _setup(tmp_path, sqlite_template)
     proc = start_engine(env, tmp_path / "engine.log", timeout=30)
     db = Database(url)
     try:

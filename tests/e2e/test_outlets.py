@@ -15,6 +15,7 @@ from tests.e2e.helpers import run_cli, running_engine, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from engine.db.database import Database
 
@@ -174,11 +175,13 @@ DAG_IDS = {
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def engine(
+    tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path
+) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("outlets")
     producers = PRODUCER.format(marker=str(root / "first-try-failed"))
     files = {"producers.py": producers, "consumers.py": CONSUMER.format()}
-    with running_engine(root, files, DAG_IDS) as running:
+    with running_engine(root, files, DAG_IDS, template=sqlite_template) as running:
         yield running
 
 

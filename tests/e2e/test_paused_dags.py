@@ -72,7 +72,7 @@ def fire_and_wait_for_witness(env: Mapping[str, str], inbox: Path, witness_runs:
 
 @pytest.mark.parametrize("keep", [True, False], ids=["kept", "dropped"])
 def test_events_while_paused_are_kept_or_dropped(
-    tmp_path: Path, sqlite_url: str, keep: bool
+    tmp_path: Path, migrated_sqlite_url: str, keep: bool
 ) -> None:
     inbox, dags = tmp_path / "inbox", tmp_path / "dags"
     inbox.mkdir()
@@ -80,11 +80,10 @@ def test_events_while_paused_are_kept_or_dropped(
     (dags / "paused.py").write_text(textwrap.dedent(DAGS.format(inbox=str(inbox))))
     env = engine_env(
         tmp_path / "home",
-        url=sqlite_url,
+        url=migrated_sqlite_url,
         dags=dags,
         SLUICE__SCHEDULER__KEEP_EVENTS_WHILE_PAUSED=str(keep).lower(),
     )
-    assert run_cli("db", "migrate", env=env).returncode == 0
     engine = start_engine(env, tmp_path / "engine.log")
     try:
         wait_for(

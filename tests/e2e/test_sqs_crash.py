@@ -25,7 +25,6 @@ from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.db.models import Asset, AssetEvent, AssetWatcher, TriggerKind
 from engine.db.queries import triggers as trigger_rows
-from engine.db.schema import migrate
 from producers import SqsMessageTrigger
 from tests.e2e.helpers import sluice_env, start_cli, stop, wait_for
 
@@ -101,15 +100,14 @@ def _queue_empty(client: Any, url: str) -> bool:
 
 
 def test_kill_9_mid_run_loses_and_duplicates_nothing(
-    sqs_endpoint: SqsEndpoint, sqs_queue_name: str, tmp_path: Path
+    sqs_endpoint: SqsEndpoint, sqs_queue_name: str, tmp_path: Path, migrated_sqlite_url: str
 ) -> None:
     client = _client(sqs_endpoint)
     url = client.create_queue(
         QueueName=sqs_queue_name, Attributes={"VisibilityTimeout": str(VISIBILITY_TIMEOUT_S)}
     )["QueueUrl"]
-    db_url = f"sqlite:///{tmp_path / 'sluice.db'}"
+    db_url = migrated_sqlite_url
     db = Database(db_url)
-    migrate(db.engine)
     key = Fernet.generate_key().decode()
     assets = _seed(db, KwargsCipher(key), sqs_endpoint, url)
     ids = _send(client, url)

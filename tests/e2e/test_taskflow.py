@@ -14,6 +14,7 @@ from tests.e2e.helpers import run_cli, running_engine, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from engine.db.database import Database
 
@@ -55,9 +56,11 @@ etl()
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def engine(
+    tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path
+) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("taskflow")
-    with running_engine(root, {"etl.py": DAGS}, ["etl"]) as running:
+    with running_engine(root, {"etl.py": DAGS}, ["etl"], template=sqlite_template) as running:
         yield running
 
 

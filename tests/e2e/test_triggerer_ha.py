@@ -21,7 +21,6 @@ from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.db.models import Dag, DagRun, TaskInstance, TaskState, Trigger, TriggerKind
 from engine.db.queries import triggers as trigger_rows
-from engine.db.schema import migrate
 from tests.e2e.helpers import sluice_env, start_cli, stop, wait_for
 from triggers.serde import loads
 
@@ -117,21 +116,20 @@ def _seed(db: Database, cipher: KwargsCipher, moment: datetime, log: Path) -> li
 
 
 def test_two_triggerers_share_and_survivor_takes_over_after_kill(
-    pg_url: str, tmp_path: Path
+    migrated_pg_url: str, tmp_path: Path
 ) -> None:
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "ha_plugin.py").write_text(PLUGIN)
     log = tmp_path / "triggers.log"
     key = Fernet.generate_key().decode()
-    db = Database(pg_url)
-    migrate(db.engine)
+    db = Database(migrated_pg_url)
     moment = datetime.now(UTC) + timedelta(seconds=25)
     ids = set(_seed(db, KwargsCipher(key), moment, log))
 
     env = sluice_env(
         tmp_path / "home",
-        SLUICE__CORE__SQL_ALCHEMY_CONN=pg_url,
+        SLUICE__CORE__SQL_ALCHEMY_CONN=migrated_pg_url,
         SLUICE__CORE__FERNET_KEY=key,
         SLUICE__CORE__PLUGINS_FOLDER=str(plugins),
         SLUICE__TRIGGERER__JOB_HEARTBEAT_SEC=str(HEARTBEAT_S),

@@ -1,6 +1,6 @@
 """What the integration tests that run real parts in-process share: a migrated database
-with a dags folder parsed by the real DAG processor, and executor settings fast enough for
-tests."""
+(copied from the session's template, ``tests/db_templates.py``) with a dags folder parsed by
+the real DAG processor, and executor settings fast enough for tests."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from engine.config import Config, load_config
 from engine.crypto import KwargsCipher
 from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
 from engine.db.database import Database
-from engine.db.schema import migrate
 from engine.executor.local import ExecutorSettings
 
 if TYPE_CHECKING:
@@ -29,10 +28,10 @@ class Parsed(NamedTuple):
 
 
 def parsed_database(db_url: str, tmp_path: Path, dags: Path) -> Parsed:
-    """A migrated database holding what the real DAG processor parsed from ``dags``
-    (which must parse without errors), with the config, cipher and processor used."""
+    """The database at ``db_url``, already migrated (the ``migrated_db_url`` fixture),
+    holding what the real DAG processor parsed from ``dags`` (which must parse without
+    errors), with the config, cipher and processor used."""
     db = Database(db_url)
-    migrate(db.engine)
     config = load_config(
         environ={"SLUICE_HOME": str(tmp_path / "home"), "SLUICE__CORE__DAGS_FOLDER": str(dags)}
     )

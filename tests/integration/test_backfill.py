@@ -36,7 +36,6 @@ from engine.db.models import (
 from engine.db.queries import backfills
 from engine.db.queries import dags as dags_sql
 from engine.db.queries import runs as runs_sql
-from engine.db.schema import migrate
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -49,9 +48,8 @@ START = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    migrate(database.engine)
+def db(migrated_db_url: str) -> Iterator[Database]:
+    database = Database(migrated_db_url)
     yield database
     database.dispose()
 
@@ -440,7 +438,7 @@ def test_backfills_complete_when_all_their_runs_have_ended(db: Database, config:
     assert shown["backfill_id"] != backfill.id and (shown["created"], shown["skipped"]) == (1, 2)
 
 
-@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+@pytest.mark.parametrize("migrated_db_url", ["postgres"], indirect=True)
 def test_two_concurrent_backfills_create_each_run_once(db: Database) -> None:
     add_dag(db, "daily")
     infos = DAILY.runs_between(day(1), day(300), restriction=TimeRestriction(START, None, False))
@@ -488,7 +486,7 @@ def test_two_concurrent_backfills_create_each_run_once(db: Database) -> None:
     assert tis == 300
 
 
-@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+@pytest.mark.parametrize("migrated_db_url", ["postgres"], indirect=True)
 def test_two_transactions_adding_the_same_dates_create_each_run_once(db: Database) -> None:
     add_dag(db, "daily")
     infos = DAILY.runs_between(day(1), day(50), restriction=TimeRestriction(START, None, False))

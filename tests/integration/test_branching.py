@@ -153,7 +153,7 @@ class Env:
 
 
 @pytest.fixture
-def env(db_url: str, tmp_path: Path):
+def env(migrated_db_url: str, tmp_path: Path):
     dags = tmp_path / "dags"
     dags.mkdir()
     # The ``latest`` DAG's ticks fall 12 hours from now on either side: runs at now - 60 h,
@@ -161,7 +161,7 @@ def env(db_url: str, tmp_path: Path):
     # the latest, and stays so however long the test takes.
     start = (datetime.now(UTC) - timedelta(hours=60)).replace(microsecond=0)
     (dags / "branching.py").write_text(textwrap.dedent(DAG_FILE.format(start=start.isoformat())))
-    db, config, _, _ = parsed_database(db_url, tmp_path, dags)
+    db, config, _, _ = parsed_database(migrated_db_url, tmp_path, dags)
     settings = fast_executor_settings(config)
     yield Env(db, settings, config.logging.task_log_folder, start)
     db.dispose()

@@ -264,13 +264,13 @@ class Env:
 
 
 @pytest.fixture
-def env(db_url: str, tmp_path: Path):
+def env(migrated_db_url: str, tmp_path: Path):
     dags = tmp_path / "dags"
     dags.mkdir()
     marks = tmp_path / "marks"
     marks.mkdir()
     (dags / "callbacks.py").write_text(textwrap.dedent(DAG_FILE.format(marks=str(marks))))
-    db, config, _, _ = parsed_database(db_url, tmp_path, dags)
+    db, config, _, _ = parsed_database(migrated_db_url, tmp_path, dags)
     yield Env(db, fast_executor_settings(config), marks)
     db.dispose()
 

@@ -18,7 +18,6 @@ from engine.db.queries import claims as store_claims
 from engine.db.queries import inspection
 from engine.db.queries import jobs as jobs_sql
 from engine.db.queries import triggers as trigger_rows
-from engine.db.schema import migrate
 from engine.triggerer.triggerer import claiming
 
 pytestmark = pytest.mark.integration
@@ -32,9 +31,8 @@ class _PlainCipher:
 
 
 @pytest.fixture
-def database(db_url: str):
-    db = Database(db_url)
-    migrate(db.engine)
+def database(migrated_db_url: str):
+    db = Database(migrated_db_url)
     yield db
     db.dispose()
 
@@ -231,7 +229,6 @@ class FleetMachine(RuleBasedStateMachine):
     @initialize(n=st.integers(2, 5))
     def start(self, n) -> None:
         self.db = Database(FleetMachine.url)
-        migrate(self.db.engine)
         # One database serves every example: start each from an empty fleet.
         self.db.call(lambda s: (s.execute(delete(Trigger)), s.execute(delete(Job))))
         for _ in range(n):
@@ -351,8 +348,8 @@ class FleetMachine(RuleBasedStateMachine):
             self.db.dispose()
 
 
-def test_fleet_model_never_serves_a_key_twice(db_url: str) -> None:
-    FleetMachine.url = db_url
+def test_fleet_model_never_serves_a_key_twice(migrated_db_url: str) -> None:
+    FleetMachine.url = migrated_db_url
     # The database is shared by every example; each example adds its own jobs and rows, and
     # the invariant concerns live jobs only, so earlier examples' rows are just more state.
     machine_settings = settings(

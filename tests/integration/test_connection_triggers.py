@@ -18,7 +18,6 @@ from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.db.models import AssetEvent, Trigger
 from engine.db.queries import connections as store
-from engine.db.schema import migrate
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import KafkaMessageTrigger, SqsMessageTrigger
 from tests.services_kafka import FAST_GROUP, produce, seed_watchers
@@ -26,8 +25,6 @@ from tests.services_sqs import create_queue, queue_counts, send_messages
 from tests.waiting import eventually, wait_until
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from tests.services_kafka import KafkaBroker
     from tests.services_sqs import SqsEndpoint
 
@@ -36,9 +33,8 @@ pytestmark = pytest.mark.integration
 SECRET = "aws-s3cr3t-from-connection"
 
 
-def _database(tmp_path: Path) -> tuple[Database, KwargsCipher]:
-    db = Database(f"sqlite:///{tmp_path / 'sluice.db'}")
-    migrate(db.engine)
+def _database(url: str) -> tuple[Database, KwargsCipher]:
+    db = Database(url)
     return db, KwargsCipher(Fernet.generate_key().decode())
 
 
@@ -67,10 +63,10 @@ def _load_failures(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
 
 
 async def test_a_kafka_watcher_by_connection_id_and_a_missing_connection(
-    kafka: KafkaBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    kafka: KafkaBroker, migrated_sqlite_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     topic = kafka.create_topic(2)
-    db, cipher = _database(tmp_path)
+    db, cipher = _database(migrated_sqlite_url)
     host, port = kafka.bootstrap.rsplit(":", 1)
     fields = {"conn_type": "kafka", "host": host, "port": int(port), "extra": {}}
     db.call(lambda s: store.upsert_connection(s, cipher, "kafka_default", fields))
@@ -109,11 +105,11 @@ async def test_a_kafka_watcher_by_connection_id_and_a_missing_connection(
 async def test_an_sqs_watcher_by_connection_id(
     sqs_endpoint: SqsEndpoint,
     sqs_queue_name: str,
-    tmp_path: Path,
+    migrated_sqlite_url: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    db, cipher = _database(tmp_path)
+    db, cipher = _database(migrated_sqlite_url)
     fields = {
         "conn_type": "aws",
         "login": sqs_endpoint.aws_access_key_id,

@@ -148,11 +148,11 @@ class Env:
 
 
 @pytest.fixture
-def env(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def env(migrated_db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "conns.py").write_text(textwrap.dedent(DAG_FILE))
-    db, config, cipher, _ = parsed_database(db_url, tmp_path, dags)
+    db, config, cipher, _ = parsed_database(migrated_db_url, tmp_path, dags)
     fields = {
         "conn_type": "postgres",
         "host": "db.example.com",

@@ -18,7 +18,6 @@ from engine.db.database import Database
 from engine.db.models import Base, TriggerKind
 from engine.db.queries import dags as dags_sql
 from engine.db.queries import triggers as trigger_rows
-from engine.db.schema import migrate
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -86,9 +85,8 @@ VOLATILE_COLUMNS = {"last_parsed_time", "timestamp", "updated_at"}
 
 
 @pytest.fixture
-def database(db_url: str):
-    db = Database(db_url)
-    migrate(db.engine)
+def database(migrated_db_url: str):
+    db = Database(migrated_db_url)
     yield db
     db.dispose()
 

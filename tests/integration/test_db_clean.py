@@ -31,7 +31,6 @@ from engine.db.models import (
 )
 from engine.db.queries import assets
 from engine.db.queries.clean import TABLES
-from engine.db.schema import migrate
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -51,9 +50,8 @@ DEAD_AFTER_S = 60.0
 
 
 @pytest.fixture
-def database(db_url: str) -> Iterator[Database]:
-    db = Database(db_url)
-    migrate(db.engine)
+def database(migrated_db_url: str) -> Iterator[Database]:
+    db = Database(migrated_db_url)
     db.call(_base_rows)
     yield db
     db.dispose()

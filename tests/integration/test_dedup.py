@@ -18,7 +18,6 @@ from sqlalchemy import insert, select
 
 from engine.db.database import Database
 from engine.db.models import Asset, AssetEvent, TriggerKind
-from engine.db.schema import migrate
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.persister import Persister
 from engine.triggerer.runtime import TriggerRunner, TriggerSpec
@@ -42,9 +41,8 @@ OK: dict[str, Any] = {"status": "ok"}
 
 
 @pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    migrate(database.engine)
+def db(migrated_db_url: str) -> Iterator[Database]:
+    database = Database(migrated_db_url)
     yield database
     database.dispose()
 

@@ -260,11 +260,11 @@ class Env:
 
 
 @pytest.fixture
-def env(db_url: str, tmp_path: Path):
+def env(migrated_db_url: str, tmp_path: Path):
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "exec_dag.py").write_text(textwrap.dedent(DAG_FILE))
-    db, config, cipher, processor = parsed_database(db_url, tmp_path, dags)
+    db, config, cipher, processor = parsed_database(migrated_db_url, tmp_path, dags)
     settings = fast_executor_settings(config)
     yield Env(db, cipher, settings, processor)
     db.dispose()

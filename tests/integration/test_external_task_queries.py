@@ -41,11 +41,11 @@ with DAG("up"):
 
 
 @pytest.fixture
-def db(db_url: str, tmp_path: Path):
+def db(migrated_db_url: str, tmp_path: Path):
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "up.py").write_text(textwrap.dedent(UPSTREAM))
-    parsed = parsed_database(db_url, tmp_path, dags)
+    parsed = parsed_database(migrated_db_url, tmp_path, dags)
     yield parsed.db
     parsed.db.dispose()
 

@@ -17,7 +17,6 @@ from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.db.models import Asset, AssetEvent, AssetWatcher, Trigger, TriggerKind
 from engine.db.queries import triggers as trigger_rows
-from engine.db.schema import migrate
 from engine.loader import trigger_stream_digest
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from tests.waiting import wait_until
@@ -84,11 +83,10 @@ def _events(db: Database) -> list[str]:
 
 
 @pytest.fixture
-def setup(tmp_path: Path):
+def setup(tmp_path: Path, migrated_sqlite_url: str):
     inbox = tmp_path / "inbox"
     inbox.mkdir()
-    db = Database(f"sqlite:///{tmp_path / 'sluice.db'}")
-    migrate(db.engine)
+    db = Database(migrated_sqlite_url)
     yield db, KwargsCipher(Fernet.generate_key().decode()), inbox
     db.dispose()
 

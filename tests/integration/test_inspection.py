@@ -34,7 +34,6 @@ from engine.db.models import (
 from engine.db.queries import browse, dags, inspection, streams
 from engine.db.queries import jobs as jobs_sql
 from engine.db.queries import triggers as trigger_rows
-from engine.db.schema import migrate
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from shared_stream import GroupStats, SharedStreamManager
 from shared_stream.stats import KEY_LABEL_MAX_CHARS, REPORTED_LANES
@@ -53,9 +52,8 @@ DIR_TRIGGER = "triggers.file.DirectoryFileDeleteTrigger"
 
 
 @pytest.fixture
-def db(db_url: str):
-    database = Database(db_url)
-    migrate(database.engine)
+def db(migrated_db_url: str):
+    database = Database(migrated_db_url)
     yield database
     database.dispose()
 

@@ -16,7 +16,6 @@ from cryptography.fernet import Fernet
 
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
-from engine.db.schema import migrate
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import KafkaMessageTrigger
 from producers.exceptions import BrokerRefused, BrokerUnavailable, UncleanEventError
@@ -290,12 +289,11 @@ def _filters_importable(plugins: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_three_watchers_share_one_consumer_through_the_triggerer(
-    kafka: KafkaBroker, tmp_path: Path, plugins: Path
+    kafka: KafkaBroker, migrated_sqlite_url: str, plugins: Path
 ) -> None:
     count, partitions = 5000, 4
     topic, dead = kafka.create_topic(partitions), kafka.create_topic(1, prefix="dlt")
-    db = Database(f"sqlite:///{tmp_path / 'sluice.db'}")
-    migrate(db.engine)
+    db = Database(migrated_sqlite_url)
     cipher = KwargsCipher(Fernet.generate_key().decode())
     assets = seed_watchers(db, cipher, watcher_specs(kafka.bootstrap, topic, "wg", dead))
     triggerer = Triggerer(
@@ -337,10 +335,9 @@ async def test_three_watchers_share_one_consumer_through_the_triggerer(
 
 
 async def test_unreachable_broker_fails_the_watchers_and_the_runtime_restarts_them(
-    tmp_path: Path, plugins: Path, caplog: pytest.LogCaptureFixture
+    migrated_sqlite_url: str, plugins: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    db = Database(f"sqlite:///{tmp_path / 'sluice.db'}")
-    migrate(db.engine)
+    db = Database(migrated_sqlite_url)
     cipher = KwargsCipher(Fernet.generate_key().decode())
     down = {"topics": ["t"], "bootstrap_servers": "127.0.0.1:1", "group_id": "g"}
     seed_watchers(db, cipher, {"a": down, "b": down})

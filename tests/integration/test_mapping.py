@@ -311,16 +311,16 @@ class Env:
 
 
 @pytest.fixture
-def env(db_url: str, tmp_path: Path):
+def env(migrated_db_url: str, tmp_path: Path):
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "mapping.py").write_text(textwrap.dedent(DAG_FILE))
-    db, config, _, _ = parsed_database(db_url, tmp_path, dags)
+    db, config, _, _ = parsed_database(migrated_db_url, tmp_path, dags)
     cli_config = load_config(
         environ={
             "SLUICE_HOME": str(tmp_path / "home"),
             "SLUICE__CORE__DAGS_FOLDER": str(dags),
-            "SLUICE__CORE__SQL_ALCHEMY_CONN": db_url,
+            "SLUICE__CORE__SQL_ALCHEMY_CONN": migrated_db_url,
         }
     )
     yield Env(db, fast_executor_settings(config), cli_config)

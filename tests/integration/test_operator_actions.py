@@ -217,12 +217,12 @@ class Env:
 
 
 @pytest.fixture
-def env(db_url: str, tmp_path: Path) -> Iterator[Env]:
+def env(migrated_db_url: str, tmp_path: Path) -> Iterator[Env]:
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "action_dags.py").write_text(textwrap.dedent(DAGS))
-    db, config, cipher, _ = parsed_database(db_url, tmp_path, dags)
-    yield Env(db, cipher, _with_url(config, db_url))  # the CLI's own connection: db_url
+    db, config, cipher, _ = parsed_database(migrated_db_url, tmp_path, dags)
+    yield Env(db, cipher, _with_url(config, migrated_db_url))  # the CLI's own connection
     db.dispose()
 
 

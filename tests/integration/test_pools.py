@@ -113,13 +113,13 @@ class Env:
 
 
 @pytest.fixture
-def env(db_url: str, tmp_path: Path):
+def env(migrated_db_url: str, tmp_path: Path):
     dags = tmp_path / "dags"
     dags.mkdir()
     gate = tmp_path / "gate"
     gate.mkdir()
     (dags / "pools.py").write_text(textwrap.dedent(DAG_FILE.format(gate=str(gate))))
-    db, config, _, _ = parsed_database(db_url, tmp_path, dags)
+    db, config, _, _ = parsed_database(migrated_db_url, tmp_path, dags)
     environment = Env(db, fast_executor_settings(config), gate)
     environment.set_pool("one", 1)
     environment.set_pool("three", 3)

@@ -30,7 +30,6 @@ from engine.db import models
 from engine.db.database import Database
 from engine.db.models import Dag, DagRun, DagRunState, TaskInstance, TaskState
 from engine.db.queries import jobs, runs, tasks
-from engine.db.schema import migrate
 from engine.executor.local import LocalExecutor
 from engine.executor.outcomes import Decision, Outcome, decide_outcome, retry_wait_s
 from engine.executor.task_logs import read_task_log
@@ -244,18 +243,17 @@ class Env:
 
 
 @pytest.fixture
-def env(db_url: str, tmp_path: Path) -> Iterator[Env]:
+def env(migrated_db_url: str, tmp_path: Path) -> Iterator[Env]:
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "retry_dags.py").write_text(textwrap.dedent(DAGS))
-    db = Database(db_url)
-    migrate(db.engine)
+    db = Database(migrated_db_url)
     cipher = KwargsCipher(Fernet.generate_key().decode())
     config = load_config(
         environ={
             "SLUICE_HOME": str(tmp_path / "home"),
             "SLUICE__CORE__DAGS_FOLDER": str(dags),
-            "SLUICE__CORE__SQL_ALCHEMY_CONN": db_url,
+            "SLUICE__CORE__SQL_ALCHEMY_CONN": migrated_db_url,
         }
     )
     processor = DagProcessor(

@@ -17,7 +17,6 @@ from engine.db import models
 from engine.db.database import Database
 from engine.db.models import Asset, Dag, DagRun, DagRunAssetEvent, TaskInstance, TaskState
 from engine.db.queries import assets
-from engine.db.schema import migrate
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
 
 if TYPE_CHECKING:
@@ -50,12 +49,11 @@ with DAG("list_b_c", schedule=[b, c]):
 
 
 @pytest.fixture
-def env(db_url: str, tmp_path: Path):
+def env(migrated_db_url: str, tmp_path: Path):
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "flows.py").write_text(textwrap.dedent(DAGS))
-    db = Database(db_url)
-    migrate(db.engine)
+    db = Database(migrated_db_url)
     cipher = KwargsCipher(Fernet.generate_key().decode())
     processor = DagProcessor(db=db, cipher=cipher, settings=_settings(dags, tmp_path))
     anyio.run(processor.parse_once)
@@ -197,7 +195,7 @@ def test_paused_dag_drops_events_when_configured_to(env) -> None:
     assert _runs(db)["a_or_c"] == [after]
 
 
-@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+@pytest.mark.parametrize("migrated_db_url", ["postgres"], indirect=True)
 def test_two_schedulers_never_create_two_runs_from_one_event(env) -> None:
     db, cipher = env
     one, two = _scheduler(db, cipher), _scheduler(db, cipher)

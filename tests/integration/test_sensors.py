@@ -25,6 +25,7 @@ from engine.db.models import DagRun, TaskInstance, TaskState, Trigger
 from engine.db.queries import runs
 from engine.executor.local import LocalExecutor
 from engine.executor.task_logs import read_task_log
+from engine.triggerer.metadata import DatabaseMetadataReader
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from tests.integration.harness import fast_executor_settings, parsed_database
 from tests.waiting import eventually, wait_until
@@ -32,6 +33,8 @@ from triggers.serde import deserialize_value
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+
+    from engine.authoring.external_task_trigger import ExternalQuery, ExternalStates
 
 pytestmark = pytest.mark.integration
 
@@ -203,10 +206,30 @@ async def pokes_at_least(path: Path, count: int) -> bool:
 
 
 @pytest.fixture
-def env(db_url: str, tmp_path: Path):
-    env = Env(db_url, tmp_path)
+def env(migrated_db_url: str, tmp_path: Path):
+    env = Env(migrated_db_url, tmp_path)
     yield env
     env.db.dispose()
+
+
+@pytest.fixture
+def external_reads(monkeypatch: pytest.MonkeyPatch) -> list[ExternalStates]:
+    """Every snapshot an ``ExternalTaskTrigger`` poll read, in order: the triggerer's real
+    ``MetadataReader``, counted (appended before the trigger judges it)."""
+    reads: list[ExternalStates] = []
+    real = DatabaseMetadataReader.external_states
+
+    async def counted(self: DatabaseMetadataReader, query: ExternalQuery) -> ExternalStates:
+        states = await real(self, query)
+        reads.append(states)
+        return states
+
+    monkeypatch.setattr(DatabaseMetadataReader, "external_states", counted)
+    return reads
+
+
+def saw_task_state(states: ExternalStates, task_id: str, state: str) -> bool:
+    return any(found.get(task_id) == state for found in states.task_states.values())
 
 
 async def test_python_sensor_in_reschedule_mode_frees_its_slot_between_pokes(env: Env) -> None:
@@ -272,7 +295,7 @@ async def test_day_of_week_sensor_succeeds_on_its_day_and_soft_fails_otherwise(e
 
 
 async def test_external_task_sensor_waits_in_the_triggerer_for_another_dags_task(
-    env: Env,
+    env: Env, external_reads: list[ExternalStates]
 ) -> None:
     logical_date = datetime(2026, 3, 1, tzinfo=UTC)
     _, _, up = env.new_run("upstream", logical_date)
@@ -284,7 +307,15 @@ async def test_external_task_sensor_waits_in_the_triggerer_for_another_dags_task
             path = "engine.authoring.external_task_trigger.ExternalTaskTrigger"
             assert env.trigger_classpath(deferred) == path
             env.set_state(TaskState.RUNNING, up["load"])
-            await anyio.sleep(0.3)  # a few polls see it running: still waiting, slot free
+            before = len(external_reads)
+
+            def polls_that_saw_it_running() -> int:
+                later = external_reads[before:]
+                return sum(saw_task_state(states, "load", "running") for states in later)
+
+            # Three polls read it running: the first two were judged "wait" (the trigger
+            # polled again), so no event came of them; still waiting, slot free.
+            await wait_until(lambda: polls_that_saw_it_running() >= 3, within=30)
             assert (await env.until(down["wait"], TaskState.DEFERRED)).deferral_count == 1
             env.set_state(TaskState.SUCCESS, up["load"])
             done = await env.until(down["wait"], TaskState.SUCCESS, TaskState.FAILED)

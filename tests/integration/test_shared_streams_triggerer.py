@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -15,14 +16,12 @@ from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.db.models import Asset, AssetEvent, AssetWatcher, TriggerKind
 from engine.db.queries import triggers as trigger_rows
-from engine.db.schema import migrate
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from tests.waiting import wait_until
 from triggers.file import LISTING_STATS
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
-    from pathlib import Path
 
 pytestmark = pytest.mark.integration
 
@@ -149,11 +148,12 @@ def _events(db: Database) -> list[tuple[int, Any]]:
     )
 
 
-async def test_twenty_siblings_share_one_listing_per_cadence(tmp_path: Path, plugins: Path) -> None:
+async def test_twenty_siblings_share_one_listing_per_cadence(
+    tmp_path: Path, plugins: Path, migrated_sqlite_url: str
+) -> None:
     inbox = tmp_path / "inbox"
     inbox.mkdir()
-    db = Database(f"sqlite:///{tmp_path / 'sluice.db'}")
-    migrate(db.engine)
+    db = Database(migrated_sqlite_url)
     cipher = KwargsCipher(Fernet.generate_key().decode())
     specs = [
         (
@@ -198,13 +198,12 @@ async def test_twenty_siblings_share_one_listing_per_cadence(tmp_path: Path, plu
 
 @asynccontextmanager
 async def _parity_pair(
-    tmp_path: Path, plugins: Path, kwargs: dict[str, Any] | None = None, **settings: Any
+    db_url: str, plugins: Path, kwargs: dict[str, Any] | None = None, **settings: Any
 ) -> AsyncIterator[tuple[Database, Triggerer, Any]]:
     """An "even" and an "odd" ack-mode watcher of one list feed, subscribed and running;
     yields the database, the triggerer and the plugin module (its FEED and ADVANCES)."""
-    db_path = tmp_path / "sluice.db"
-    db = Database(f"sqlite:///{db_path}")
-    migrate(db.engine)
+    db_path = Path(db_url.removeprefix("sqlite:///"))
+    db = Database(db_url)
     cipher = KwargsCipher(Fernet.generate_key().decode())
     base = {"db_path": str(db_path), **(kwargs or {})}
     _watchers(
@@ -235,9 +234,9 @@ async def _parity_pair(
 
 
 async def test_ack_mode_advances_only_after_asset_events_are_committed(
-    tmp_path: Path, plugins: Path
+    migrated_sqlite_url: str, plugins: Path
 ) -> None:
-    async with _parity_pair(tmp_path, plugins) as (db, _, plugin):
+    async with _parity_pair(migrated_sqlite_url, plugins) as (db, _, plugin):
         plugin.FEED.extend({"n": n} for n in range(50))
         await wait_until(lambda: len(plugin.ADVANCES) == 50)
         events = _events(db)
@@ -247,9 +246,11 @@ async def test_ack_mode_advances_only_after_asset_events_are_committed(
     assert len(events) == 50
 
 
-async def test_graceful_shutdown_advances_no_event_as_failed(tmp_path: Path, plugins: Path) -> None:
+async def test_graceful_shutdown_advances_no_event_as_failed(
+    migrated_sqlite_url: str, plugins: Path
+) -> None:
     """Unpulled events at shutdown are abandoned for redelivery, never advanced as failed."""
-    async with _parity_pair(tmp_path, plugins, {"delay": 0.02}) as (_, _, plugin):
+    async with _parity_pair(migrated_sqlite_url, plugins, {"delay": 0.02}) as (_, _, plugin):
         plugin.FEED.extend({"n": n} for n in range(200))  # a backlog the filters lag behind
         await wait_until(lambda: len(plugin.ADVANCES) >= 10)
     offsets = [offset for offset, _, _ in plugin.ADVANCES]
@@ -259,12 +260,12 @@ async def test_graceful_shutdown_advances_no_event_as_failed(tmp_path: Path, plu
 
 
 async def test_an_event_over_the_payload_limit_is_rejected_not_redelivered_forever(
-    tmp_path: Path, plugins: Path
+    migrated_sqlite_url: str, plugins: Path
 ) -> None:
     """The store refuses it: its raw event is advanced as rejected (the producer
     dead-letters it), its siblings' events are stored and advanced clean."""
     limit = {"max_asset_event_payload_bytes": 200}
-    async with _parity_pair(tmp_path, plugins, **limit) as (db, triggerer, plugin):
+    async with _parity_pair(migrated_sqlite_url, plugins, **limit) as (db, triggerer, plugin):
         plugin.FEED.extend({"n": n, "pad": "x" * (500 if n == 3 else 1)} for n in range(6))
         await wait_until(lambda: len(plugin.ADVANCES) >= 6)
         (stats,) = triggerer.shared_streams.stats()

@@ -20,7 +20,6 @@ from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.db.models import Asset, AssetEvent, AssetWatcher, TriggerKind
 from engine.db.queries import triggers as trigger_rows
-from engine.db.schema import migrate
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import SqsMessageTrigger
 from producers.exceptions import BrokerRequestFailed, BrokerUnavailable, ProducerConfigError
@@ -43,7 +42,6 @@ from tests.waiting import eventually, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
-    from pathlib import Path
 
     from tests.services_sqs import SqsEndpoint
 
@@ -414,11 +412,10 @@ def _asset_events(db: Database) -> list[tuple[int, str]]:
 
 
 async def test_three_filtered_watchers_through_the_real_triggerer(
-    sqs_endpoint, sqs, sqs_queue_name, tmp_path: Path, caplog
+    sqs_endpoint, sqs, sqs_queue_name, migrated_sqlite_url: str, caplog
 ) -> None:
     url = await create_queue(sqs, sqs_queue_name)
-    db = Database(f"sqlite:///{tmp_path / 'sluice.db'}")
-    migrate(db.engine)
+    db = Database(migrated_sqlite_url)
     cipher = KwargsCipher(Fernet.generate_key().decode())
     triggers = {
         "orders": _trigger(sqs_endpoint, url, body_filter={"kind": "order"}),

@@ -17,13 +17,11 @@ from cryptography.fernet import Fernet
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.db.queries import connections as store
-from engine.db.schema import migrate
 from engine.executor.task_channel import REQUEST_MAX_BYTES, ChannelError, TaskChannel
 from engine.executor.task_requests import TaskRequestServer
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
-    from pathlib import Path
 
 pytestmark = pytest.mark.integration
 
@@ -40,9 +38,8 @@ class Served:
 
 
 @asynccontextmanager
-async def serving(tmp_path: Path) -> AsyncIterator[Served]:
-    db = Database(f"sqlite:///{tmp_path / 'sluice.db'}")
-    migrate(db.engine)
+async def serving(url: str) -> AsyncIterator[Served]:
+    db = Database(url)
     cipher = KwargsCipher(Fernet.generate_key().decode())
     ours, theirs = socket.socketpair()
     channel = TaskChannel(theirs)
@@ -57,9 +54,9 @@ async def serving(tmp_path: Path) -> AsyncIterator[Served]:
 
 
 async def test_connections_and_variables_are_served_and_secrets_masked_first(
-    tmp_path: Path,
+    migrated_sqlite_url: str,
 ) -> None:
-    async with serving(tmp_path) as served:
+    async with serving(migrated_sqlite_url) as served:
         await _connections_and_variables(served)
 
 
@@ -80,9 +77,9 @@ async def _connections_and_variables(served: Served) -> None:
 
 
 async def test_bad_requests_get_clear_errors_and_the_channel_keeps_working(
-    tmp_path: Path,
+    migrated_sqlite_url: str,
 ) -> None:
-    async with serving(tmp_path) as served:
+    async with serving(migrated_sqlite_url) as served:
         await _bad_requests(served)
 
 
@@ -100,9 +97,10 @@ async def _bad_requests(served: Served) -> None:
     assert await served.call(served.channel.get_variable, "nope") is None  # still answers
 
 
-async def test_an_oversized_line_is_refused_and_the_server_hangs_up(tmp_path: Path) -> None:
-    db = Database(f"sqlite:///{tmp_path / 'sluice.db'}")
-    migrate(db.engine)
+async def test_an_oversized_line_is_refused_and_the_server_hangs_up(
+    migrated_sqlite_url: str,
+) -> None:
+    db = Database(migrated_sqlite_url)
     ours, theirs = socket.socketpair()
     server = TaskRequestServer(
         db=db, cipher=KwargsCipher(Fernet.generate_key().decode()), mask=lambda _: None

@@ -22,7 +22,6 @@ from engine.db.database import Database
 from engine.db.models import Dag, DagRun, DagRunState, TaskInstance, TaskState
 from engine.db.queries import dags as dags_sql
 from engine.db.queries import runs as runs_sql
-from engine.db.schema import migrate
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
 
 if TYPE_CHECKING:
@@ -136,12 +135,11 @@ class Clock:
 
 
 @pytest.fixture
-def env(db_url: str, tmp_path: Path) -> Iterator[tuple[Database, KwargsCipher]]:
+def env(migrated_db_url: str, tmp_path: Path) -> Iterator[tuple[Database, KwargsCipher]]:
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "timed.py").write_text(textwrap.dedent(DAGS))
-    db = Database(db_url)
-    migrate(db.engine)
+    db = Database(migrated_db_url)
     cipher = KwargsCipher(Fernet.generate_key().decode())
     from engine.config import load_config
 
@@ -351,7 +349,7 @@ def test_manual_runs_wait_for_max_active_runs(env) -> None:
     assert db.call(states).count(DagRunState.RUNNING) == 1
 
 
-@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+@pytest.mark.parametrize("migrated_db_url", ["postgres"], indirect=True)
 def test_two_schedulers_never_create_one_interval_twice(env) -> None:
     db, cipher = env
     _only(db, "daily_catchup", "every_6h")

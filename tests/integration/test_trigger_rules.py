@@ -20,7 +20,6 @@ from engine.db import models
 from engine.db.database import Database
 from engine.db.models import DagRun, DagRunState, TaskInstance, TaskState
 from engine.db.queries import runs
-from engine.db.schema import migrate
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
 
 if TYPE_CHECKING:
@@ -85,12 +84,11 @@ with DAG("branch_join"):
 
 
 @pytest.fixture
-def env(db_url: str, tmp_path: Path):
+def env(migrated_db_url: str, tmp_path: Path):
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "rules.py").write_text(textwrap.dedent(DAGS))
-    db = Database(db_url)
-    migrate(db.engine)
+    db = Database(migrated_db_url)
     cipher = KwargsCipher(Fernet.generate_key().decode())
     processor = DagProcessor(db=db, cipher=cipher, settings=_settings(dags, tmp_path))
     anyio.run(processor.parse_once)

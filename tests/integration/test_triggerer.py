@@ -29,7 +29,6 @@ from engine.db.models import (
     TriggerKind,
 )
 from engine.db.queries import triggers as trigger_rows
-from engine.db.schema import migrate
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from tests.waiting import eventually as db_eventually
 from tests.waiting import wait_until
@@ -90,9 +89,8 @@ def key() -> str:
 
 
 @pytest.fixture
-def db(db_url: str):
-    database = Database(db_url)
-    migrate(database.engine)
+def db(migrated_db_url: str):
+    database = Database(migrated_db_url)
     yield database
     database.dispose()
 

@@ -196,11 +196,11 @@ class Env:
 
 
 @pytest.fixture
-def env(db_url: str, tmp_path: Path):
+def env(migrated_db_url: str, tmp_path: Path):
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "results.py").write_text(textwrap.dedent(DAG_FILE))
-    db, config, _, _ = parsed_database(db_url, tmp_path, dags)
+    db, config, _, _ = parsed_database(migrated_db_url, tmp_path, dags)
     settings = fast_executor_settings(
         config,
         max_xcom_size_bytes=1000,

@@ -153,7 +153,15 @@ def test_configured_key_wins_over_the_file(tmp_path: Path) -> None:
     assert not (tmp_path / FERNET_KEY_FILENAME).exists()
 
 
-@pytest.mark.parametrize("configured", ["not-a-key", f"{Fernet.generate_key().decode()},short"])
+# Fixed ids: a random key in a test id differs between two collections (pytest-xdist's
+# workers must collect the same tests).
+@pytest.mark.parametrize(
+    "configured",
+    [
+        pytest.param("not-a-key", id="not-a-key"),
+        pytest.param(f"{Fernet.generate_key().decode()},short", id="a-key-then-short"),
+    ],
+)
 def test_invalid_configured_key_names_the_config_key(configured: str, tmp_path: Path) -> None:
     with pytest.raises(EncryptionError) as info:
         load_or_create_fernet_key(configured, tmp_path)

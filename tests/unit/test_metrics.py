@@ -19,7 +19,6 @@ from engine.db import models
 from engine.db.database import Database
 from engine.db.models import Asset, Dag, DagScheduleAsset, DagTask, TriggerKind
 from engine.db.queries import assets
-from engine.db.schema import migrate
 from engine.executor import local as executor_module
 from engine.executor.local import ExecutorSettings, LocalExecutor
 from engine.metrics import (
@@ -85,9 +84,8 @@ def names(samples: Samples) -> set[str]:
 
 
 @pytest.fixture
-def db(sqlite_url: str) -> Iterator[Database]:
-    database = Database(sqlite_url)
-    migrate(database.engine)
+def db(migrated_sqlite_url: str) -> Iterator[Database]:
+    database = Database(migrated_sqlite_url)
     yield database
     database.dispose()
 

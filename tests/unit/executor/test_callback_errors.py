@@ -21,7 +21,6 @@ from engine.db.models import CallbackRequest
 from engine.db.queries import callbacks as callbacks_sql
 from engine.db.queries import jobs
 from engine.db.queries.tasks import EXECUTOR_JOB
-from engine.db.schema import migrate
 from engine.executor import callbacks as callbacks_module
 from engine.executor.callback_runner import CallbackSpec
 from engine.executor.callbacks import CallbackRunner
@@ -35,9 +34,8 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture
-def db(sqlite_url: str) -> Iterator[Database]:
-    database = Database(sqlite_url)
-    migrate(database.engine)
+def db(migrated_sqlite_url: str) -> Iterator[Database]:
+    database = Database(migrated_sqlite_url)
     yield database
     database.dispose()
 
