@@ -14,6 +14,7 @@ from engine.config import Config, load_config
 from engine.crypto import KwargsCipher
 from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
 from engine.db.database import Database
+from engine.db.schema import migrate
 from engine.executor.local import ExecutorSettings
 
 if TYPE_CHECKING:
@@ -28,10 +29,12 @@ class Parsed(NamedTuple):
 
 
 def parsed_database(db_url: str, tmp_path: Path, dags: Path) -> Parsed:
-    """The database at ``db_url``, already migrated (the ``migrated_db_url`` fixture),
-    holding what the real DAG processor parsed from ``dags`` (which must parse without
+    """The database at ``db_url`` (best a copy of the session's migrated template, the
+    ``migrated_db_url`` fixture; an empty one is migrated here, a migrated one is left as it
+    is), holding what the real DAG processor parsed from ``dags`` (which must parse without
     errors), with the config, cipher and processor used."""
     db = Database(db_url)
+    migrate(db.engine)
     config = load_config(
         environ={"SLUICE_HOME": str(tmp_path / "home"), "SLUICE__CORE__DAGS_FOLDER": str(dags)}
     )
