@@ -9,6 +9,7 @@ the pages go under pytest's temporary folder; their paths are printed at the end
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import TYPE_CHECKING
 
@@ -33,8 +34,14 @@ def chromium_executable() -> Path:
         pytest.fail(str(exc), pytrace=False)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium_executable: Path) -> Iterator[Browser]:
+    """One Chromium per test module, stopped with it.
+
+    Never longer: between its calls Playwright's sync API marks its own event loop as
+    the thread's running loop, so while it is started every ``asyncio.run`` (and every
+    pytest-asyncio test) later in the session would refuse to start.
+    """
     # Playwright must never fetch a browser of its own: we hand it Debian's.
     os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
     with sync_playwright() as playwright:
@@ -45,6 +52,16 @@ def browser(chromium_executable: Path) -> Iterator[Browser]:
             yield launched
         finally:
             launched.close()
+    if _thread_has_running_loop():
+        pytest.fail("Playwright left an event loop marked running in the test thread")
+
+
+def _thread_has_running_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 @pytest.fixture(scope="session")

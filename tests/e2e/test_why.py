@@ -51,11 +51,13 @@ def why_json(env: Mapping[str, str]) -> dict[str, Any]:
     return dict(json.loads(done.stdout))
 
 
-def test_dags_why_explains_a_dag_waiting_for_an_asset(tmp_path: Path) -> None:
+def test_dags_why_explains_a_dag_waiting_for_an_asset(
+    tmp_path: Path, sqlite_template: Path
+) -> None:
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     files = {"both.py": DAGS.replace("INBOX", repr(str(inbox)))}
-    with running_engine(tmp_path, files, ["both"]) as engine:
+    with running_engine(tmp_path, files, ["both"], template=sqlite_template) as engine:
         env, db = engine["env"], engine["db"]
         # Both watchers claimed by the engine's live triggerer, their group published.
         wait_for(
