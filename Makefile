@@ -29,8 +29,10 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(BIN)/mypy
 
+## Two test processes (pytest-xdist), each taking whole files: most tests wait on servers
+## and engine processes rather than on a core.
 pytest: $(STAMP)
-	$(BIN)/pytest -m "not soak" -q
+	$(BIN)/pytest -m "not soak" -q -n 2 --dist loadfile
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -150,4 +150,5 @@ def sluice_home(tmp_path: Path) -> Path:
 pytest_plugins = [
     *sorted(f"tests.{p.stem}" for p in Path(__file__).parent.glob("services_*.py")),
     "tests.db_templates",
+    "tests.reporting",
 ]

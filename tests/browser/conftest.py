@@ -17,7 +17,8 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 from tests.browser.chromium import LAUNCH_ARGS, ChromiumUnavailableError, ensure_chromium
-from tests.browser.screenshots import taken
+from tests.browser.screenshots import drain
+from tests.reporting import SCREENSHOT_PROPERTY
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -69,8 +70,9 @@ def screenshot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("screenshots")
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if taken():
-        terminalreporter.write_sep("-", "browser screenshots")
-        for path in taken():
-            terminalreporter.write_line(str(path))
+@pytest.fixture(autouse=True)
+def _screenshots_in_report(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Hand the test's screenshots to its report (listed by the root conftest)."""
+    yield
+    for path in drain():
+        request.node.user_properties.append((SCREENSHOT_PROPERTY, str(path)))

@@ -1,5 +1,6 @@
-"""The screenshots the browser tests take: listed at the end of the run (conftest's
-terminal summary), and the DAG list also saved for the README when asked.
+"""The screenshots the browser tests take: listed at the end of the run (each test hands its
+own to its report, which also reaches the main process under pytest-xdist; the root
+conftest prints them), and the DAG list also saved for the README when asked.
 
 ``SLUICE_DOCS_SCREENSHOTS=docs pytest tests/browser`` refreshes ``docs/ui-dag-list.png``.
 """
@@ -26,5 +27,8 @@ def record_screenshot(path: Path, *, docs_name: str | None = None) -> None:
         shutil.copyfile(path, Path(docs) / docs_name)
 
 
-def taken() -> list[Path]:
-    return list(_TAKEN)
+def drain() -> list[Path]:
+    """The screenshots taken since the last call."""
+    taken = list(_TAKEN)
+    _TAKEN.clear()
+    return taken
