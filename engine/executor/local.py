@@ -53,6 +53,7 @@ from engine.executor.task_supervisor import (
     TaskSupervisor,
     task_environment,
 )
+from engine.executor.warm_process import WarmRunner
 from engine.metrics.readings import ExecutorReading
 from engine.retry import Backoff
 
@@ -89,6 +90,8 @@ class LocalExecutor:
         self.job_id: int | None = None
         self.stats = ExecutorStats()
         self._supervisor: TaskSupervisor | None = None
+        #: the pre-imported process task steps are forked from (``warm_process``)
+        self.warm_runner: WarmRunner | None = None
         self._active: set[int] = set()  # claimed task instances (slots in use)
         self._stopping = anyio.Event()
         self._changed = anyio.Event()
@@ -126,6 +129,8 @@ class LocalExecutor:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         settings = self.settings
+        environment = partial(task_environment, os.environ, settings.secrets)
+        self.warm_runner = WarmRunner(environment=environment) if settings.warm_runner else None
         self._supervisor = TaskSupervisor(
             db=self._db,
             cipher=self._cipher,
@@ -133,6 +138,7 @@ class LocalExecutor:
             hostname=await anyio.to_thread.run_sync(_hostname),
             stats=self.stats,
             on_outcome=self._on_outcome,
+            warm=self.warm_runner,
         )
         job_id = await self._db.run(
             partial(jobs.start_job, job_type=tasks.EXECUTOR_JOB, capacity=settings.parallelism)
@@ -156,6 +162,8 @@ class LocalExecutor:
                     )
                 )
                 outer.start_soon(self._watch_external_changes, job_id)
+                if self.warm_runner is not None:
+                    await outer.start(self.warm_runner.run)
                 callbacks = CallbackRunner(
                     db=self._db,
                     cipher=self._cipher,

@@ -1,0 +1,392 @@
+"""The executor's side of the warm runner (``engine.executor.warm_runner``): keep one running,
+ask it for task processes, replace it when it dies.
+
+``WarmRunner.run`` is a service of the executor's task group: it starts the warm runner,
+waits for its ``ready``, and starts a new one (after a backoff) whenever it exits while the
+executor is not stopping. ``WarmRunner.spawn`` hands it the pipes of one step and returns a
+``ForkedProcess`` (the task process: its pid, its standard streams, its exit status); it
+returns None when no warm runner is ready or the request failed, and the caller starts the
+step in a cold interpreter instead, so a step never waits for a warm runner to come back.
+
+``ForkedProcess`` offers what ``TaskSupervisor`` uses of an ``anyio`` process. Its exit
+status comes from the step's monitor over the status pipe; if the monitor itself was killed
+the task process is waited for through a pidfd and its exit status is unknown (None).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+from contextlib import suppress
+from typing import TYPE_CHECKING, Final
+
+import anyio
+import anyio.lowlevel
+from anyio.abc import ByteReceiveStream, ByteSendStream
+
+from engine.executor.warm_runner import READY
+from engine.retry import Backoff
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from anyio.abc import Process, TaskStatus
+
+logger = logging.getLogger(__name__)
+
+START_TIMEOUT_S: Final = 60.0  # imports on a loaded machine
+FORK_TIMEOUT_S: Final = 10.0  # request sent -> task pid known
+RESTART_BACKOFF_S: Final = 0.5
+READ_CHUNK_BYTES: Final = 65536
+
+
+class PipeReceiveStream(ByteReceiveStream):
+    """The reading end of a pipe, non-blocking, read when the event loop says so."""
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd = fd
+
+    async def receive(self, max_bytes: int = READ_CHUNK_BYTES) -> bytes:
+        await anyio.lowlevel.checkpoint()
+        while True:
+            if self._fd < 0:
+                raise anyio.ClosedResourceError
+            try:
+                data = os.read(self._fd, max_bytes)
+            except BlockingIOError:
+                await anyio.wait_readable(self._fd)
+                continue
+            if not data:
+                raise anyio.EndOfStream
+            return data
+
+    async def aclose(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            anyio.notify_closing(fd)
+            os.close(fd)
+
+
+class PipeSendStream(ByteSendStream):
+    """The writing end of a pipe; ``BrokenResourceError`` once the reader is gone."""
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd = fd
+
+    async def send(self, item: bytes) -> None:
+        await anyio.lowlevel.checkpoint()
+        view = memoryview(item)
+        while view:
+            if self._fd < 0:
+                raise anyio.ClosedResourceError
+            try:
+                view = view[os.write(self._fd, view) :]
+            except BlockingIOError:
+                await anyio.wait_writable(self._fd)
+            except BrokenPipeError as exc:
+                raise anyio.BrokenResourceError from exc
+
+    async def aclose(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            anyio.notify_closing(fd)
+            os.close(fd)
+
+
+class ForkedProcess:
+    """A task process forked by the warm runner (the subset of ``anyio.abc.Process`` the
+    supervisor uses)."""
+
+    def __init__(
+        self,
+        pid: int,
+        stdin: int,
+        stdout: int,
+        stderr: int,
+        status: PipeReceiveStream,
+        status_read: bytes = b"",
+    ) -> None:
+        self.pid = pid
+        self.stdin: ByteSendStream | None = PipeSendStream(stdin)
+        self.stdout: ByteReceiveStream | None = PipeReceiveStream(stdout)
+        self.stderr: ByteReceiveStream | None = PipeReceiveStream(stderr)
+        self.returncode: int | None = None
+        self._status = status
+        self._status_read = status_read  # what came with the pid line
+        self._exited = anyio.Event()
+        self._waiting = False
+
+    def __repr__(self) -> str:
+        return f"<ForkedProcess pid={self.pid} rc={self.returncode}>"
+
+    async def wait(self) -> int | None:
+        """Until the task process exited; its exit status (None when unknown)."""
+        if not self._waiting:
+            self._waiting = True
+            try:
+                await self._read_exit()
+            except BaseException:
+                self._waiting = False
+                raise
+            self._exited.set()
+        await self._exited.wait()
+        return self.returncode
+
+    async def _read_exit(self) -> None:
+        text = bytearray(self._status_read)
+        with suppress(anyio.EndOfStream, anyio.ClosedResourceError):
+            while True:
+                text += await self._status.receive()
+        for line in text.decode(errors="replace").splitlines():
+            if line.startswith("exit "):
+                self.returncode = int(line.split()[1])
+                return
+        await _until_gone(self.pid)  # the monitor was killed: the status is unknown
+
+    def send_signal(self, signum: int) -> None:
+        with suppress(ProcessLookupError, PermissionError):
+            os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    async def aclose(self) -> None:
+        with anyio.CancelScope(shield=True):
+            for stream in (self.stdin, self.stdout, self.stderr):
+                if stream is not None:
+                    await stream.aclose()
+        try:
+            await self.wait()
+        except BaseException:
+            self.kill()
+            with anyio.CancelScope(shield=True):
+                await self.wait()
+            raise
+        finally:
+            await self._status.aclose()
+
+    async def __aenter__(self) -> ForkedProcess:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+async def _until_gone(pid: int) -> None:
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        await anyio.wait_readable(pidfd)
+    finally:
+        anyio.notify_closing(pidfd)
+        os.close(pidfd)
+
+
+async def _read_pid(status: PipeReceiveStream) -> tuple[int, bytes] | None:
+    """The task process's pid, the first line the monitor writes, and what followed it;
+    None when the status pipe closed first (the request was not served)."""
+    text = bytearray()
+    while b"\n" not in text:
+        try:
+            text += await status.receive()
+        except anyio.EndOfStream:
+            return None
+    line, _, rest = bytes(text).partition(b"\n")
+    if not line.startswith(b"pid "):
+        return None
+    return int(line.split()[1]), rest
+
+
+class WarmRunner:
+    """Starts and restarts the executor's warm runner; forks task processes from it."""
+
+    def __init__(self, *, environment: Callable[[], Mapping[str, str]]) -> None:
+        #: the warm runner's own environment (the tasks' one, without the engine's secrets)
+        self._environment = environment
+        self._control: socket.socket | None = None
+        self._process: Process | None = None
+        self._stopping = False
+        #: set when the current start attempt is over (ready, or failed): a step waits for
+        #: a warm runner that is starting, which costs no more than a cold start would
+        self._settled = anyio.Event()
+        self._settled.set()
+        self.starts = 0  # warm runners started (a restart counts)
+        self.forks = 0  # task processes forked
+        self.fallbacks = 0  # steps started cold because no warm runner could fork them
+
+    def __repr__(self) -> str:
+        pid = None if self._process is None else self._process.pid
+        return (
+            f"<WarmRunner pid={pid} ready={self.ready} starts={self.starts} forks={self.forks} "
+            f"fallbacks={self.fallbacks}>"
+        )
+
+    @property
+    def ready(self) -> bool:
+        return self._control is not None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Keep a warm runner until cancelled; readiness is signalled at once (the first
+        steps wait for the first warm runner's start, steps start cold while it is down)."""
+        self._settled = anyio.Event()  # the first steps wait for the first start
+        task_status.started()
+        backoff = Backoff(RESTART_BACKOFF_S)
+        try:
+            while True:
+                if await self._run_one():
+                    backoff.succeeded()
+                await anyio.sleep(backoff.failed())
+        finally:
+            self._stopping = True
+            self._settled.set()
+
+    async def _run_one(self) -> bool:
+        """Start one warm runner and wait for it to exit; True if it became ready."""
+        if self._settled.is_set():
+            self._settled = anyio.Event()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            command = [sys.executable, "-P", "-m", "engine.executor.warm_runner"]
+            command += ["--control-fd", str(theirs.fileno())]
+            process = await anyio.open_process(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=None,  # its own errors go to the executor's stderr
+                start_new_session=True,  # no terminal signals; tasks get their own sessions
+                env=dict(self._environment()),
+                pass_fds=(theirs.fileno(),),
+            )
+        except OSError as exc:
+            self._settled.set()
+            ours.close()
+            logger.warning("Cannot start the warm task runner: %s", exc)
+            return False
+        finally:
+            theirs.close()
+        self.starts += 1
+        ready = False
+        async with process:
+            try:
+                self._process = process
+                ready = await self._until_ready(ours)
+                if ready:
+                    self._control = ours
+                self._settled.set()
+                await process.wait()
+            finally:
+                self._settled.set()
+                self._control = None
+                anyio.notify_closing(ours)
+                ours.close()
+                if process.returncode is None:
+                    process.kill()
+                    with anyio.CancelScope(shield=True):
+                        await process.wait()
+        if not self._stopping:
+            logger.warning(
+                "The warm task runner (pid %s) exited with code %s; steps start cold until a "
+                "new one is ready",
+                process.pid,
+                process.returncode,
+                extra={"action": "warm_runner_exited", "returncode": process.returncode},
+            )
+        return ready
+
+    async def _until_ready(self, control: socket.socket) -> bool:
+        control.setblocking(False)
+        with anyio.move_on_after(START_TIMEOUT_S):
+            while True:
+                try:
+                    answer = control.recv(4096)
+                except BlockingIOError:
+                    await anyio.wait_readable(control)
+                    continue
+                if answer == READY:
+                    logger.info(
+                        "Warm task runner ready (pid %s)",
+                        self.pid,
+                        extra={"action": "warm_runner_ready"},
+                    )
+                    return True
+                logger.warning(
+                    "The warm task runner cannot serve: %s; steps start cold",
+                    answer.decode(errors="replace") or "it exited",
+                    extra={"action": "warm_runner_refused"},
+                )
+                return False
+        logger.warning("The warm task runner did not get ready in %gs", START_TIMEOUT_S)
+        return False
+
+    async def spawn(
+        self, *, ti_id: int, env: Mapping[str, str], channel_fd: int
+    ) -> ForkedProcess | None:
+        """Fork the task process of one step; None when the caller must start it cold."""
+        await self._settled.wait()
+        control = self._control
+        if control is None:
+            self.fallbacks += 1
+            return None
+        ends: list[int] = []
+        try:
+            for _ in range(4):  # stdin, stdout, stderr, status
+                ends += os.pipe()
+            stdin_r, stdin_w, out_r, out_w, err_r, err_w, status_r, status_w = ends
+            request = {"ti_id": ti_id, "env": dict(env), "cwd": os.getcwd()}
+            message = json.dumps(request).encode()
+            theirs = [stdin_r, out_w, err_w, channel_fd, status_w]
+            sent = await self._send(control, message, theirs)
+            for fd in (stdin_r, out_w, err_w, status_w):  # the task process has its copies
+                ends.remove(fd)
+                os.close(fd)
+            status = PipeReceiveStream(status_r)
+            ends.remove(status_r)
+            started = None
+            if sent:
+                with anyio.move_on_after(FORK_TIMEOUT_S):
+                    started = await _read_pid(status)
+        except BaseException:
+            for fd in ends:
+                os.close(fd)
+            raise
+        if started is None:
+            self.fallbacks += 1
+            await status.aclose()
+            for fd in ends:
+                os.close(fd)
+            logger.warning(
+                "The warm task runner did not fork task instance %s; it starts cold",
+                ti_id,
+                extra={"action": "warm_fork_failed", "ti_id": ti_id},
+            )
+            return None
+        self.forks += 1
+        pid, rest = started
+        return ForkedProcess(pid, stdin_w, out_r, err_r, status, rest)
+
+    async def _send(self, control: socket.socket, message: bytes, fds: list[int]) -> bool:
+        while True:
+            try:
+                socket.send_fds(control, [message], fds)
+                return True
+            except BlockingIOError:
+                await anyio.wait_writable(control)
+            except OSError as exc:  # it died meanwhile: run() starts a new one
+                logger.warning("The warm task runner is gone (%s)", exc)
+                return False
