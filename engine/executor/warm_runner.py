@@ -61,6 +61,9 @@ PRELOAD: Final = (
     "triggers.temporal",
     "triggers.file",
 )
+#: Imported when installed: a running task's dates are pendulum's when it is (its import was
+#: three quarters of a warm step's time: ``engine.authoring.runtime_context.as_moment``).
+OPTIONAL_PRELOAD: Final = ("pendulum",)
 READY: Final = b"ready"
 #: stdin, stdout, stderr, the request channel, the status pipe
 STEP_FDS: Final = 5
@@ -78,11 +81,16 @@ def thread_count() -> int:
         return threading.active_count()
 
 
-def preload(modules: tuple[str, ...]) -> None:
+def preload(modules: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
     for name in modules:
         module = importlib.import_module(name)
         for attr in getattr(module, "__all__", ()):
             getattr(module, attr)  # a lazy package's names load now, not in every step
+    for name in optional:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
 
 
 def _write(fd: int, text: str) -> bool:
@@ -183,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     control = socket.socket(fileno=args.control_fd)
     os.set_inheritable(control.fileno(), False)
-    preload(PRELOAD)
+    preload(PRELOAD, OPTIONAL_PRELOAD)
     threads = thread_count()
     if threads != 1:
         message = f"{threads} threads after the imports: forking is unsafe"
