@@ -41,6 +41,7 @@ logger = logging.getLogger(__name__)
 
 START_TIMEOUT_S: Final = 60.0  # imports on a loaded machine
 FORK_TIMEOUT_S: Final = 10.0  # request sent -> task pid known
+READY_WAIT_S: Final = 5.0  # how long a step waits for a warm runner that is starting
 RESTART_BACKOFF_S: Final = 0.5
 READ_CHUNK_BYTES: Final = 65536
 
@@ -66,11 +67,14 @@ class PipeReceiveStream(ByteReceiveStream):
                 raise anyio.EndOfStream
             return data
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         fd, self._fd = self._fd, -1
         if fd >= 0:
             anyio.notify_closing(fd)
             os.close(fd)
+
+    async def aclose(self) -> None:
+        self.close()
 
 
 class PipeSendStream(ByteSendStream):
@@ -180,6 +184,21 @@ class ForkedProcess:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def _pipe(fds: set[int]) -> tuple[int, int]:
+    read, write = os.pipe()
+    fds.update((read, write))
+    return read, write
+
+
+def _cwd() -> str | None:
+    """The executor's working directory for the task (None if it was removed: the task
+    process keeps the warm runner's, as a cold child would inherit the removed one)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
 
 
 async def _until_gone(pid: int) -> None:
@@ -338,38 +357,39 @@ class WarmRunner:
         self, *, ti_id: int, env: Mapping[str, str], channel_fd: int
     ) -> ForkedProcess | None:
         """Fork the task process of one step; None when the caller must start it cold."""
-        await self._settled.wait()
+        with anyio.move_on_after(READY_WAIT_S):
+            await self._settled.wait()  # a warm runner starting now is as quick as a cold start
         control = self._control
         if control is None:
             self.fallbacks += 1
             return None
-        ends: list[int] = []
+        fds: set[int] = set()  # ours to close if this fails
+        status: PipeReceiveStream | None = None
+        started = None
         try:
-            for _ in range(4):  # stdin, stdout, stderr, status
-                ends += os.pipe()
-            stdin_r, stdin_w, out_r, out_w, err_r, err_w, status_r, status_w = ends
-            request = {"ti_id": ti_id, "env": dict(env), "cwd": os.getcwd()}
-            message = json.dumps(request).encode()
+            stdin_r, stdin_w = _pipe(fds)
+            out_r, out_w = _pipe(fds)
+            err_r, err_w = _pipe(fds)
+            status_r, status_w = _pipe(fds)
+            message = json.dumps({"ti_id": ti_id, "env": dict(env), "cwd": _cwd()}).encode()
             theirs = [stdin_r, out_w, err_w, channel_fd, status_w]
             sent = await self._send(control, message, theirs)
             for fd in (stdin_r, out_w, err_w, status_w):  # the task process has its copies
-                ends.remove(fd)
+                fds.discard(fd)
                 os.close(fd)
+            fds.discard(status_r)
             status = PipeReceiveStream(status_r)
-            ends.remove(status_r)
-            started = None
             if sent:
                 with anyio.move_on_after(FORK_TIMEOUT_S):
                     started = await _read_pid(status)
-        except BaseException:
-            for fd in ends:
-                os.close(fd)
-            raise
+        finally:
+            if started is None:
+                for fd in fds:
+                    os.close(fd)
+                if status is not None:
+                    status.close()
         if started is None:
             self.fallbacks += 1
-            await status.aclose()
-            for fd in ends:
-                os.close(fd)
             logger.warning(
                 "The warm task runner did not fork task instance %s; it starts cold",
                 ti_id,
@@ -387,6 +407,6 @@ class WarmRunner:
                 return True
             except BlockingIOError:
                 await anyio.wait_writable(control)
-            except OSError as exc:  # it died meanwhile: run() starts a new one
-                logger.warning("The warm task runner is gone (%s)", exc)
+            except OSError as exc:  # it died meanwhile (run() starts a new one), or too big
+                logger.warning("Cannot send a step to the warm task runner: %s", exc)
                 return False

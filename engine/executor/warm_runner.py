@@ -113,7 +113,8 @@ def _run_task(request: dict[str, Any], fds: list[int]) -> int:
     os.environ.clear()
     os.environ.update(request["env"])
     time.tzset()
-    os.chdir(request["cwd"])
+    if request.get("cwd") is not None:
+        os.chdir(request["cwd"])
     from engine.executor import task_runner
 
     argv = ["--ti-id", str(request["ti_id"]), "--channel-fd", str(channel)]
