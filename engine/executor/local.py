@@ -130,7 +130,12 @@ class LocalExecutor:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         settings = self.settings
         environment = partial(task_environment, os.environ, settings.secrets)
-        self.warm_runner = WarmRunner(environment=environment) if settings.warm_runner else None
+        folders = [f for f in (settings.dags_folder, settings.plugins_folder) if f is not None]
+        self.warm_runner = (
+            WarmRunner(environment=environment, dag_folders=folders)
+            if settings.warm_runner
+            else None
+        )
         self._supervisor = TaskSupervisor(
             db=self._db,
             cipher=self._cipher,

@@ -33,7 +33,8 @@ from engine.executor.warm_runner import READY
 from engine.retry import Backoff
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
+    from pathlib import Path
 
     from anyio.abc import Process, TaskStatus
 
@@ -231,9 +232,18 @@ async def _read_pid(status: PipeReceiveStream) -> tuple[int, bytes] | None:
 class WarmRunner:
     """Starts and restarts the executor's warm runner; forks task processes from it."""
 
-    def __init__(self, *, environment: Callable[[], Mapping[str, str]]) -> None:
+    def __init__(
+        self,
+        *,
+        environment: Callable[[], Mapping[str, str]],
+        dag_folders: Sequence[Path] = (),
+    ) -> None:
         #: the warm runner's own environment (the tasks' one, without the engine's secrets)
         self._environment = environment
+        #: the installed packages the DAG files there import are imported ahead too
+        self._dag_folders = tuple(dag_folders)
+        #: DAG imports a warm runner refused (they start a thread or open a file)
+        self.skipped: list[str] = []
         self._control: socket.socket | None = None
         self._process: Process | None = None
         self._stopping = False
@@ -283,6 +293,10 @@ class WarmRunner:
         try:
             command = [sys.executable, "-P", "-m", "engine.executor.warm_runner"]
             command += ["--control-fd", str(theirs.fileno())]
+            for folder in self._dag_folders:
+                command += ["--dag-folder", str(folder)]
+            for name in self.skipped:
+                command += ["--skip", name]
             process = await anyio.open_process(
                 command,
                 stdin=subprocess.DEVNULL,
@@ -344,14 +358,25 @@ class WarmRunner:
                         extra={"action": "warm_runner_ready"},
                     )
                     return True
-                logger.warning(
-                    "The warm task runner cannot serve: %s; steps start cold",
-                    answer.decode(errors="replace") or "it exited",
-                    extra={"action": "warm_runner_refused"},
-                )
+                self._refused(answer)
                 return False
         logger.warning("The warm task runner did not get ready in %gs", START_TIMEOUT_S)
         return False
+
+    def _refused(self, answer: bytes) -> None:
+        try:
+            refusal = json.loads(answer)
+            why, skip = str(refusal["refused"]), refusal.get("skip")
+        except (ValueError, TypeError, KeyError):
+            why, skip = answer.decode(errors="replace") or "it exited", None
+        if isinstance(skip, str) and skip not in self.skipped:
+            self.skipped.append(skip)  # the next one imports the rest
+        logger.warning(
+            "The warm task runner cannot serve: %s; steps start cold%s",
+            why,
+            f" until a new one, without {skip}, is ready" if skip else "",
+            extra={"action": "warm_runner_refused", "skip": skip},
+        )
 
     async def spawn(
         self, *, ti_id: int, env: Mapping[str, str], channel_fd: int

@@ -7,9 +7,13 @@ engine's authoring API and the task runner (most of its start-up). The executor
 imports (``PRELOAD``), checks that it is still single-threaded (a fork copies only the
 forking thread: a lock held by another thread would stay locked forever in the child),
 freezes the garbage collector's view of those objects (so children do not copy-on-write
-them) and says ``ready`` on its control socket. It never opens a database connection,
-starts an event loop, imports a DAG file or runs user code: the only state a step inherits
-from it is imported code.
+them) and says ``ready`` on its control socket. It also imports the installed packages
+the DAG files of the dags and plugins folders import (``dag_imports``: read with ``ast``,
+never run; modules inside those folders are left out, as they change with the DAG files),
+one at a time: a package whose import leaves a thread running or a file descriptor open is
+reported (``refused``, with its name) and the executor starts a new warm runner that skips
+it. The warm runner never opens a database connection, starts an event loop, imports a DAG
+file or runs user code: the only state a step inherits from it is imported code.
 
 Per step the executor sends one request (``SOCK_SEQPACKET``: one message, atomic) carrying
 the step's pipes as file descriptors (stdin, stdout, stderr, the request channel, a status
@@ -33,8 +37,10 @@ socket closes (its executor is gone). Everything here is stdlib until ``PRELOAD`
 from __future__ import annotations
 
 import argparse
+import ast
 import gc
 import importlib
+import importlib.util
 import json
 import os
 import signal
@@ -42,7 +48,8 @@ import socket
 import sys
 import time
 import traceback
-from typing import Any, Final
+from pathlib import Path
+from typing import Any, Final, NoReturn
 
 #: What every task step imports: the task runner and the whole authoring surface a DAG file
 #: uses (``from engine import ...``, ``engine.sensors``, the built-in triggers).
@@ -65,6 +72,8 @@ PRELOAD: Final = (
 #: three quarters of a warm step's time: ``engine.authoring.runtime_context.as_moment``).
 OPTIONAL_PRELOAD: Final = ("pendulum",)
 READY: Final = b"ready"
+#: at most this many DAG files are read for the packages they import
+DAG_FILES_SCANNED_MAX: Final = 2000
 #: stdin, stdout, stderr, the request channel, the status pipe
 STEP_FDS: Final = 5
 REQUEST_MAX_BYTES: Final = 4 * 1024 * 1024
@@ -91,6 +100,69 @@ def preload(modules: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
             importlib.import_module(name)
         except ImportError:
             pass
+
+
+def _imported_names(path: Path) -> set[str]:
+    """The top-level names of the absolute imports in a Python file (none if unreadable)."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.partition(".")[0])
+    return names
+
+
+def dag_imports(folders: list[Path]) -> list[str]:
+    """The installed packages the DAG files in ``folders`` import: what a warm runner may
+    import ahead of their tasks. Modules in the folders themselves are left out (they
+    change with the DAG files: the task process imports them fresh)."""
+    folders = [folder for folder in folders if folder.is_dir()]
+    roots = [str(folder.resolve()) for folder in folders]
+    files = (path for folder in folders for path in sorted(folder.rglob("*.py")))
+    names: set[str] = set()
+    for count, path in enumerate(files):
+        if count >= DAG_FILES_SCANNED_MAX:
+            break
+        names |= _imported_names(path)
+    found = []
+    for name in sorted(names - set(sys.modules)):
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        origin = None if spec is None else (spec.origin or "")
+        if origin is not None and not any(origin.startswith(root) for root in roots):
+            found.append(name)
+    return found
+
+
+def open_fds() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
+
+
+def preload_dag_imports(names: list[str], skip: set[str]) -> str | None:
+    """Import ``names`` (installed packages DAG files use) but ``skip``. Returns the first
+    one whose import left a thread running or a file descriptor open (a socket, a file:
+    every task process would share it), after which forking is unsafe; None if none did."""
+    for name in names:
+        if name in skip:
+            continue
+        fds = open_fds()
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - broken or optional: the task imports it itself
+            continue
+        if thread_count() != 1 or open_fds() > fds:
+            return name
+    return None
 
 
 def _write(fd: int, text: str) -> bool:
@@ -186,19 +258,31 @@ def serve(control: socket.socket) -> int:
                 os.close(fd)
 
 
+def _refuse(control: socket.socket, why: str, *, skip: str | None = None) -> NoReturn:
+    """Tell the executor this process cannot fork safely (and, with ``skip``, which DAG
+    import to leave out next time)."""
+    answer = {"refused": f"{why}: forking is unsafe", "skip": skip}
+    control.sendall(json.dumps(answer).encode())
+    sys.stderr.flush()
+    os._exit(1)  # not sys.exit: the stray thread would keep the process alive
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.executor.warm_runner")
     parser.add_argument("--control-fd", type=int, required=True)
+    parser.add_argument("--dag-folder", action="append", default=[], type=Path)
+    parser.add_argument("--skip", action="append", default=[], help="a package not to import")
     args = parser.parse_args(argv)
     control = socket.socket(fileno=args.control_fd)
     os.set_inheritable(control.fileno(), False)
     preload(PRELOAD, OPTIONAL_PRELOAD)
     threads = thread_count()
     if threads != 1:
-        message = f"{threads} threads after the imports: forking is unsafe"
-        control.sendall(b"refused " + message.encode())
-        print(f"engine.executor.warm_runner: {message}", file=sys.stderr)
-        return 1
+        return _refuse(control, f"{threads} threads after the engine's imports")
+    unsafe = preload_dag_imports(dag_imports(args.dag_folder), set(args.skip))
+    if unsafe is not None:
+        why = f"importing {unsafe} (used by DAG files) started a thread or opened a file"
+        return _refuse(control, why, skip=unsafe)
     gc.collect()
     gc.freeze()  # the imported objects stay in the permanent generation: fewer page copies
     control.sendall(READY)

@@ -267,3 +267,71 @@ async def test_the_executor_can_run_without_a_warm_runner(env: Env) -> None:
             assert executor.warm_runner is None
             ti, _ = await env.run_task("ok", TaskState.SUCCESS)
     assert ti.state == TaskState.SUCCESS
+
+
+# --- the warm runner process alone ----------------------------------------------------------
+
+UNSAFE_MODULES = {
+    "a thread": "import threading\nthreading.Thread(target=threading.Event().wait).start()\n",
+    "a file": "HANDLE = open(__file__)\n",
+}
+
+
+def _start_warm_runner(dags: Path, env: dict[str, str], *skip: str) -> bytes:
+    """Start ``python -m engine.executor.warm_runner`` on ``dags``; its first answer."""
+    import socket
+    import subprocess
+    import sys
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    command = [sys.executable, "-P", "-m", "engine.executor.warm_runner"]
+    command += ["--control-fd", str(theirs.fileno()), "--dag-folder", str(dags)]
+    command += [arg for name in skip for arg in ("--skip", name)]
+    with subprocess.Popen(command, pass_fds=(theirs.fileno(),), env=env) as process:
+        theirs.close()
+        try:
+            ours.settimeout(60)
+            return ours.recv(4096)
+        finally:
+            ours.close()  # a ready warm runner exits when its control socket closes
+            process.wait(timeout=60)
+
+
+def test_packages_dag_files_import_are_preloaded_unless_in_the_dags_folder(tmp_path) -> None:
+    from engine.executor.warm_runner import dag_imports
+
+    dags = tmp_path / "dags"
+    (dags / "sub").mkdir(parents=True)
+    (dags / "helpers_mod.py").write_text("X = 1\n")
+    (dags / "sub" / "etl.py").write_text(
+        "import colorsys\nimport helpers_mod\nfrom wave import open as o\nfrom . import x\n"
+        "import no_such_package_here\n\ndef f():\n    import xml.dom.minidom\n"
+    )
+    (dags / "broken.py").write_text("def (:\n")
+    import sys
+
+    sys.path.append(str(dags))  # even when found, a module of the dags folder is left out
+    try:
+        found = dag_imports([dags, tmp_path / "missing"])
+    finally:
+        sys.path.remove(str(dags))
+    assert {"colorsys", "wave", "xml"} - set(sys.modules) <= set(found)
+    assert "helpers_mod" not in found and "no_such_package_here" not in found
+
+
+@pytest.mark.parametrize("what", sorted(UNSAFE_MODULES))
+def test_a_dag_import_leaving_a_thread_or_a_file_open_is_refused_then_skipped(
+    tmp_path, what: str
+) -> None:
+    import json
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "threaded_pkg.py").write_text(UNSAFE_MODULES[what])
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "uses.py").write_text("import threaded_pkg\n")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    refusal = json.loads(_start_warm_runner(dags, env))
+    assert refusal["skip"] == "threaded_pkg" and "forking is unsafe" in refusal["refused"]
+    assert _start_warm_runner(dags, env, "threaded_pkg") == b"ready"
