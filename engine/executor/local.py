@@ -3,9 +3,12 @@
 Theory of operation. The executor registers an ``executor`` job and heartbeats it. Its claim
 loop moves up to ``parallelism - running`` task instances from ``scheduled`` to ``queued``
 (``SKIP LOCKED`` on PostgreSQL) and starts one supervisor task per claim. A supervisor
-spawns ``python -P -m engine.executor.task_runner``, marks the task instance ``running`` (with the
-child's pid), sends it a ``TaskSpec`` and appends what the child prints to the try's log
-file. When the child exits, the supervisor turns its ``TaskResult`` (or its exit status,
+starts the step's child: forked from the executor's warm runner (``warm_process``, a
+pre-imported process; a fork costs a few milliseconds where a fresh interpreter costs ~100)
+or, while none is ready, ``python -P -m engine.executor.task_runner``; either way a task
+process in its own session, running the same code. It marks the task instance ``running``
+(with the child's pid), sends it a ``TaskSpec`` and appends what the child prints to the
+try's log file. When the child exits, the supervisor turns its ``TaskResult`` (or its exit status,
 when it died without one) into an ``Outcome`` (``decide_outcome``, pure) and writes it in one
 transaction: success (with the return value), failure or retry, or a deferral (trigger row
 with encrypted kwargs + ``deferred`` state). Then the slot is free: a deferred task holds no
