@@ -9,12 +9,14 @@ returns None when no warm runner is ready or the request failed, and the caller 
 step in a cold interpreter instead, so a step never waits for a warm runner to come back.
 
 ``ForkedProcess`` offers what ``TaskSupervisor`` uses of an ``anyio`` process. Its exit
-status comes from the step's monitor over the status pipe; if the monitor itself was killed
-the task process is waited for through a pidfd and its exit status is unknown (None).
+status comes from the warm runner over the step's status pipe; if the warm runner died
+meanwhile the task process is waited for through a pidfd and its exit status is unknown
+(None: a result the task reported still decides the outcome).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -45,6 +47,7 @@ FORK_TIMEOUT_S: Final = 10.0  # request sent -> task pid known
 READY_WAIT_S: Final = 5.0  # how long a step waits for a warm runner that is starting
 RESTART_BACKOFF_S: Final = 0.5
 READ_CHUNK_BYTES: Final = 65536
+PID_POLL_S: Final = 0.01
 
 
 class PipeReceiveStream(ByteReceiveStream):
@@ -106,25 +109,15 @@ class PipeSendStream(ByteSendStream):
 
 
 class ForkedProcess:
-    """A task process forked by the warm runner (the subset of ``anyio.abc.Process`` the
-    supervisor uses)."""
+    """A task process forked by the warm runner and reparented to this process (the subset
+    of ``anyio.abc.Process`` the supervisor uses): this process waits for it and reaps it."""
 
-    def __init__(
-        self,
-        pid: int,
-        stdin: int,
-        stdout: int,
-        stderr: int,
-        status: PipeReceiveStream,
-        status_read: bytes = b"",
-    ) -> None:
+    def __init__(self, pid: int, stdin: int, stdout: int, stderr: int) -> None:
         self.pid = pid
         self.stdin: ByteSendStream | None = PipeSendStream(stdin)
         self.stdout: ByteReceiveStream | None = PipeReceiveStream(stdout)
         self.stderr: ByteReceiveStream | None = PipeReceiveStream(stderr)
         self.returncode: int | None = None
-        self._status = status
-        self._status_read = status_read  # what came with the pid line
         self._exited = anyio.Event()
         self._waiting = False
 
@@ -132,32 +125,23 @@ class ForkedProcess:
         return f"<ForkedProcess pid={self.pid} rc={self.returncode}>"
 
     async def wait(self) -> int | None:
-        """Until the task process exited; its exit status (None when unknown)."""
+        """Until the task process exited; its exit status (None if it was not our child)."""
         if not self._waiting:
             self._waiting = True
             try:
-                await self._read_exit()
+                await _until_gone(self.pid)
             except BaseException:
                 self._waiting = False
                 raise
+            self.returncode = _reap(self.pid)
             self._exited.set()
         await self._exited.wait()
         return self.returncode
 
-    async def _read_exit(self) -> None:
-        text = bytearray(self._status_read)
-        with suppress(anyio.EndOfStream, anyio.ClosedResourceError):
-            while True:
-                text += await self._status.receive()
-        for line in text.decode(errors="replace").splitlines():
-            if line.startswith("exit "):
-                self.returncode = int(line.split()[1])
-                return
-        await _until_gone(self.pid)  # the monitor was killed: the status is unknown
-
     def send_signal(self, signum: int) -> None:
-        with suppress(ProcessLookupError, PermissionError):
-            os.kill(self.pid, signum)
+        if self.returncode is None and not self._exited.is_set():
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pid, signum)
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
@@ -178,13 +162,81 @@ class ForkedProcess:
                 await self.wait()
             raise
         finally:
-            await self._status.aclose()
+            _reap_group(self.pid)
 
     async def __aenter__(self) -> ForkedProcess:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def _has_exited(pid: int) -> bool:
+    """Whether our child ``pid`` exited (it is not reaped: ``WNOWAIT``)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _reap(pid: int) -> int | None:
+    """The exit status of our exited child ``pid`` (reaped now); None if not our child."""
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return None
+    return os.waitstatus_to_exitcode(status)
+
+
+def _reap_group(pgid: int) -> None:
+    """Reap what of the task's process group ended up our children (orphaned while a spawn
+    had this process as subreaper) and exited; never blocks."""
+    with suppress(ChildProcessError, OSError):
+        while os.waitid(os.P_PGID, pgid, os.WEXITED | os.WNOHANG) is not None:
+            pass
+
+
+class Subreaper:
+    """This process as the subreaper of its descendants, while at least one spawn needs it
+    (``PR_SET_CHILD_SUBREAPER``: a forked task process is reparented to us, its executor,
+    as a cold one is our child; the window is kept short, as every orphan of this process's
+    descendants comes to us meanwhile)."""
+
+    PR_SET_CHILD_SUBREAPER: Final = 36
+
+    def __init__(self) -> None:
+        self._users = 0
+        self._prctl = _prctl()
+
+    @property
+    def available(self) -> bool:
+        return self._prctl is not None
+
+    def _set(self, on: bool) -> None:
+        assert self._prctl is not None
+        if self._prctl(self.PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+    def __enter__(self) -> None:
+        if self._users == 0:
+            self._set(True)
+        self._users += 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._users -= 1
+        if self._users == 0:
+            self._set(False)
+
+
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl: Callable[..., int] = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    return prctl
 
 
 def _pipe(fds: set[int]) -> tuple[int, int]:
@@ -203,9 +255,14 @@ def _cwd() -> str | None:
 
 
 async def _until_gone(pid: int) -> None:
+    """Until process ``pid`` exited (readable pidfd; without pidfds, polled)."""
     try:
         pidfd = os.pidfd_open(pid)
     except ProcessLookupError:
+        return
+    except OSError:  # no pidfd_open (Linux < 5.3): poll our child without reaping it
+        while not _has_exited(pid):  # noqa: ASYNC110 - nothing to wait on without a pidfd
+            await anyio.sleep(PID_POLL_S)
         return
     try:
         await anyio.wait_readable(pidfd)
@@ -214,19 +271,19 @@ async def _until_gone(pid: int) -> None:
         os.close(pidfd)
 
 
-async def _read_pid(status: PipeReceiveStream) -> tuple[int, bytes] | None:
-    """The task process's pid, the first line the monitor writes, and what followed it;
-    None when the status pipe closed first (the request was not served)."""
+async def _read_pid(status: PipeReceiveStream) -> tuple[int, int] | None:
+    """The task process's pid and parent pid, which it writes once reparented; None when
+    the status pipe closed first (the request was not served)."""
     text = bytearray()
     while b"\n" not in text:
         try:
             text += await status.receive()
         except anyio.EndOfStream:
             return None
-    line, _, rest = bytes(text).partition(b"\n")
-    if not line.startswith(b"pid "):
+    words = bytes(text).partition(b"\n")[0].split()
+    if len(words) != 4 or words[0] != b"pid" or words[2] != b"ppid":
         return None
-    return int(line.split()[1]), rest
+    return int(words[1]), int(words[3])
 
 
 class WarmRunner:
@@ -244,6 +301,8 @@ class WarmRunner:
         self._dag_folders = tuple(dag_folders)
         #: DAG imports a warm runner refused (they start a thread or open a file)
         self.skipped: list[str] = []
+        self._subreaper = Subreaper()
+        self._subreaper_failed = False
         self._control: socket.socket | None = None
         self._process: Process | None = None
         self._stopping = False
@@ -273,6 +332,14 @@ class WarmRunner:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Keep a warm runner until cancelled; readiness is signalled at once (the first
         steps wait for the first warm runner's start, steps start cold while it is down)."""
+        if not self._subreaper.available:
+            logger.info(
+                "No warm task runner: this system cannot make its task processes the "
+                "executor's children (PR_SET_CHILD_SUBREAPER); each step starts cold",
+                extra={"action": "warm_runner_unavailable"},
+            )
+            task_status.started()
+            return
         self._settled = anyio.Event()  # the first steps wait for the first start
         task_status.started()
         backoff = Backoff(RESTART_BACKOFF_S)
@@ -385,11 +452,10 @@ class WarmRunner:
         with anyio.move_on_after(READY_WAIT_S):
             await self._settled.wait()  # a warm runner starting now is as quick as a cold start
         control = self._control
-        if control is None:
+        if control is None or self._subreaper_failed:
             self.fallbacks += 1
             return None
-        fds: set[int] = set()  # ours to close if this fails
-        status: PipeReceiveStream | None = None
+        fds: set[int] = set()  # ours to close unless the task process starts
         started = None
         try:
             stdin_r, stdin_w = _pipe(fds)
@@ -398,21 +464,29 @@ class WarmRunner:
             status_r, status_w = _pipe(fds)
             message = json.dumps({"ti_id": ti_id, "env": dict(env), "cwd": _cwd()}).encode()
             theirs = [stdin_r, out_w, err_w, channel_fd, status_w]
-            sent = await self._send(control, message, theirs)
-            for fd in (stdin_r, out_w, err_w, status_w):  # the task process has its copies
-                fds.discard(fd)
-                os.close(fd)
-            fds.discard(status_r)
-            status = PipeReceiveStream(status_r)
-            if sent:
-                with anyio.move_on_after(FORK_TIMEOUT_S):
-                    started = await _read_pid(status)
+            with self._subreaper:  # until the task process is reparented to us
+                sent = await self._send(control, message, theirs)
+                for fd in (stdin_r, out_w, err_w, status_w):  # the task process has its copies
+                    fds.discard(fd)
+                    os.close(fd)
+                if sent:
+                    with anyio.move_on_after(FORK_TIMEOUT_S):
+                        started = await _read_pid(PipeReceiveStream(status_r))
         finally:
+            if started is not None and started[1] != os.getpid():
+                logger.error(
+                    "A task process forked by the warm task runner is not this executor's "
+                    "child (parent %s); the warm runner is not used any more",
+                    started[1],
+                    extra={"action": "warm_runner_disabled"},
+                )
+                self._subreaper_failed = True
+                started = None  # its stdin closes below: it exits without running anything
+            fds.discard(status_r)
+            os.close(status_r)
             if started is None:
                 for fd in fds:
                     os.close(fd)
-                if status is not None:
-                    status.close()
         if started is None:
             self.fallbacks += 1
             logger.warning(
@@ -422,8 +496,7 @@ class WarmRunner:
             )
             return None
         self.forks += 1
-        pid, rest = started
-        return ForkedProcess(pid, stdin_w, out_r, err_r, status, rest)
+        return ForkedProcess(started[0], stdin_w, out_r, err_r)
 
     async def _send(self, control: socket.socket, message: bytes, fds: list[int]) -> bool:
         while True:

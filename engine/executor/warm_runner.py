@@ -18,20 +18,22 @@ file or runs user code: the only state a step inherits from it is imported code.
 Per step the executor sends one request (``SOCK_SEQPACKET``: one message, atomic) carrying
 the step's pipes as file descriptors (stdin, stdout, stderr, the request channel, a status
 pipe) and, as JSON, the task instance id, the step's environment and working directory. The
-warm runner forks a small *monitor*, which forks the *task process*:
+warm runner forks the *task process*, which starts a new session (its pid is its process
+group, which the executor signals on cancel, clear, timeout and shutdown, as for a cold
+step), closes what it inherited of the warm runner (the control socket, the other steps'
+status pipes), puts the pipes on fds 0/1/2, takes the step's environment and working
+directory, and runs ``engine.executor.task_runner.main`` exactly as a cold ``python -m``
+start would. The DAG file is imported there, fresh from disk for every step, so a changed
+file never runs stale code, and nothing a step does reaches the warm runner or another
+step (each is a fresh copy of the warm runner, which never ran a task).
 
-- the task process starts a new session (its pid is its process group, which the executor
-  signals on cancel, clear, timeout and shutdown, as for a cold step), puts the pipes on
-  fds 0/1/2, takes the step's environment and working directory, and runs
-  ``engine.executor.task_runner.main`` exactly as a cold ``python -m`` start would; the DAG
-  file is imported there, fresh from disk for every step, so a changed file is never stale;
-- the monitor writes ``pid N`` on the status pipe, waits for the task process and writes
-  ``exit RC`` (``RC`` as ``Popen.returncode``: negative for a signal). It is not in the
-  task's process group, so killing the task's group never loses its exit status, and it is
-  not the warm runner, so steps in flight survive the warm runner's death.
-
-The warm runner ignores SIGCHLD (the kernel reaps the monitors) and exits when its control
-socket closes (its executor is gone). Everything here is stdlib until ``PRELOAD``.
+The warm runner writes ``pid N`` on the step's status pipe, and, when it reaps the task
+process (SIGCHLD wakes its ``select`` through the signal wake-up fd), ``exit RC`` (``RC`` as
+``Popen.returncode``: negative for a signal). If the warm runner dies, the steps in flight
+run on (reparented); their status pipes close without an ``exit`` line, and the executor
+waits for their end through a pidfd, with the exit status unknown (a reported result still
+decides the outcome). The warm runner exits when its control socket closes (its executor is
+gone). Everything here is stdlib until ``PRELOAD``.
 """
 
 from __future__ import annotations
@@ -77,7 +79,6 @@ DAG_FILES_SCANNED_MAX: Final = 2000
 #: stdin, stdout, stderr, the request channel, the status pipe
 STEP_FDS: Final = 5
 REQUEST_MAX_BYTES: Final = 4 * 1024 * 1024
-EXIT_MONITOR_FAILED: Final = 70
 
 
 def thread_count() -> int:
@@ -173,14 +174,18 @@ def _write(fd: int, text: str) -> bool:
     return True
 
 
-def _run_task(request: dict[str, Any], fds: list[int]) -> int:
-    """In the task process: become what a cold ``python -m engine.executor.task_runner``
-    would be, then run it."""
+def _run_task(request: dict[str, Any], fds: list[int], forker: int) -> int:
+    """In the task process: become the executor's child and what a cold ``python -m
+    engine.executor.task_runner`` would be, then run it."""
     stdin, stdout, stderr, channel, status = fds
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the task's own children are its own
+    while os.getppid() == forker:  # until the forker's exit made the executor our parent
+        time.sleep(0.0001)
     os.setsid()
     for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
         os.dup2(fd, target)
         os.close(fd)
+    _write(status, f"pid {os.getpid()} ppid {os.getppid()}\n")
     os.close(status)
     os.environ.clear()
     os.environ.update(request["env"])
@@ -200,53 +205,39 @@ def _run_task(request: dict[str, Any], fds: list[int]) -> int:
         sys.stderr.flush()
 
 
-def _monitor(request: dict[str, Any], fds: list[int]) -> int:
-    """In the monitor: fork the task process, report its pid and then its exit status."""
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # wait for our own child
-    os.setpgid(0, 0)  # out of the warm runner's group: a signal to it does not reach us
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            code = _run_task(request, fds)
-        except BaseException:  # noqa: BLE001 - nothing may return into the warm runner's loop
-            traceback.print_exc()
-        finally:
-            os._exit(code)  # threads the task started must not keep the process alive
-    status = fds[4]
-    for fd in fds[:4]:
-        os.close(fd)
-    if not _write(status, f"pid {pid}\n"):
-        os.kill(pid, signal.SIGKILL)
-    _, wait_status = os.waitpid(pid, 0)
-    _write(status, f"exit {os.waitstatus_to_exitcode(wait_status)}\n")
-    return 0
-
-
 def _fork_step(control: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+    """Fork a forker, which forks the task process and exits at once: the task process is
+    reparented to the nearest subreaper, the executor (``warm_process``), as its child."""
     sys.stdout.flush()
     sys.stderr.flush()
     if os.fork() != 0:
         return
-    code = EXIT_MONITOR_FAILED
+    code = 1
     try:
         control.close()
-        code = _monitor(request, fds)
+        forker = os.getpid()
+        if os.fork() == 0:
+            try:
+                code = _run_task(request, fds, forker)
+            except BaseException:  # noqa: BLE001 - nothing may return into the warm runner
+                traceback.print_exc()
+        else:
+            code = 0
     except BaseException:  # noqa: BLE001 - nothing may return into the warm runner's loop
         traceback.print_exc()
     finally:
-        os._exit(code)
+        os._exit(code)  # threads the task started must not keep the process alive
 
 
 def serve(control: socket.socket) -> int:
     """Fork one step per request until the control socket closes."""
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the monitors
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the forkers
     while True:
         message, fds, _, _ = socket.recv_fds(
             control, REQUEST_MAX_BYTES, STEP_FDS, socket.MSG_CMSG_CLOEXEC
         )
         if not message:
-            return 0
+            return 0  # the executor is gone; the tasks in flight see their stdin close
         try:
             request = json.loads(message)
             if len(fds) == STEP_FDS and isinstance(request, dict):

@@ -53,7 +53,7 @@ GATE = Path({gate!r})
 
 @task
 def ok():
-    print("pid", os.getpid(), "pgid", os.getpgid(0), flush=True)
+    print("pid", os.getpid(), "pgid", os.getpgid(0), "ppid", os.getppid(), flush=True)
     return {{"version": VERSION, "pid": os.getpid()}}
 
 
@@ -169,7 +169,8 @@ async def test_a_step_is_forked_into_its_own_session_from_the_warm_runner(env: E
             assert (runner.forks, runner.fallbacks) == (1, 0)
             assert ti.pid not in (runner.pid, os.getpid())
     assert deserialize_value(ti.xcoms["return_value"]) == {"version": 1, "pid": ti.pid}
-    assert f"pid {ti.pid} pgid {ti.pid}" in log  # a session and process group of its own
+    # a session and process group of its own, a child of the executor as a cold one is
+    assert f"pid {ti.pid} pgid {ti.pid} ppid {os.getpid()}" in log
     assert "task succeeded" in log
 
 

@@ -4,7 +4,6 @@ warm runner imports before it forks anything."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 
@@ -15,6 +14,7 @@ from engine.executor.warm_process import (
     ForkedProcess,
     PipeReceiveStream,
     PipeSendStream,
+    Subreaper,
     _read_pid,
 )
 
@@ -48,21 +48,14 @@ async def test_a_pipe_whose_reader_is_gone_is_broken() -> None:
     await sender.aclose()
 
 
-async def test_the_status_pipe_gives_the_pid_then_the_exit_status() -> None:
+async def test_the_status_pipe_gives_the_pid_and_parent_of_the_task_process() -> None:
     read, write = os.pipe()
-    os.write(write, b"pid 4242\nexit -9\n")
+    os.write(write, b"pid 4242 ppid 17\n")
     os.close(write)
     status = PipeReceiveStream(read)
     with anyio.fail_after(5):
-        started = await _read_pid(status)
-        assert started == (4242, b"exit -9\n")
-        pipes = [os.pipe() for _ in range(3)]
-        process = ForkedProcess(4242, pipes[0][1], pipes[1][0], pipes[2][0], status, started[1])
-        assert await process.wait() == -signal.SIGKILL
-        assert process.returncode == -signal.SIGKILL
-        await process.aclose()  # closes its ends of the pipes
-    for fd in (pipes[0][0], pipes[1][1], pipes[2][1]):
-        os.close(fd)
+        assert await _read_pid(status) == (4242, 17)
+    await status.aclose()
 
 
 async def test_a_status_pipe_closed_before_the_fork_is_no_process() -> None:
@@ -74,24 +67,32 @@ async def test_a_status_pipe_closed_before_the_fork_is_no_process() -> None:
     await status.aclose()
 
 
-async def test_an_unknown_exit_status_waits_for_the_process_to_be_gone() -> None:
-    """The monitor died without reporting: the task process is waited for by pidfd."""
-    child = await anyio.open_process([sys.executable, "-c", "import time; time.sleep(0.2)"])
-    read, write = os.pipe()
-    os.write(write, f"pid {child.pid}\n".encode())
-    os.close(write)
-    status = PipeReceiveStream(read)
-    with anyio.fail_after(10):
-        started = await _read_pid(status)
-        assert started is not None
-        pipes = [os.pipe() for _ in range(3)]
-        process = ForkedProcess(child.pid, pipes[0][1], pipes[1][0], pipes[2][0], status)
-        assert await process.wait() is None  # unknown, and only once the process exited
-        assert await child.wait() == 0
-        await process.aclose()
-        await child.aclose()
+@pytest.mark.parametrize(
+    ("code", "returncode"),
+    [("raise SystemExit(7)", 7), ("import os, signal; os.kill(os.getpid(), 9)", -9)],
+)
+async def test_a_forked_process_is_waited_for_and_reaped_by_its_parent(
+    code: str, returncode: int
+) -> None:
+    """Not an asyncio child: the exit status comes from a pidfd and ``waitpid``."""
+    pid = os.posix_spawn(sys.executable, [sys.executable, "-c", code], os.environ)  # noqa: ASYNC221
+    pipes = [os.pipe() for _ in range(3)]
+    process = ForkedProcess(pid, pipes[0][1], pipes[1][0], pipes[2][0])
+    with anyio.fail_after(30):
+        assert await process.wait() == returncode
+        assert await process.wait() == returncode  # again: the same, once reaped
+        await process.aclose()  # closes its ends of the pipes
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 - reaped
     for fd in (pipes[0][0], pipes[1][1], pipes[2][1]):
         os.close(fd)
+
+
+def test_this_process_can_be_a_subreaper_for_a_while() -> None:
+    subreaper = Subreaper()
+    assert subreaper.available
+    with subreaper, subreaper:  # nested: on until the last user leaves
+        pass
 
 
 def test_the_warm_runner_preloads_no_heavy_library_and_stays_single_threaded() -> None:
