@@ -2,7 +2,8 @@
 
 Owns the slot manager and claim loop (``local``), the supervision of one step
 (``task_supervisor``), the child process (``task_runner``), the pre-imported process task
-steps are forked from (``warm_runner``, driven by ``warm_process``), the pure judgement of
+steps are forked from (``warm_runner``, driven by ``warm_process``; the forked processes:
+``forked_process``), the pure judgement of
 how a step ended (``outcomes``) and the task log files (``task_logs``). May import: ``engine.db``,
 ``engine.authoring`` and the leaf utilities; never another runtime part.
 

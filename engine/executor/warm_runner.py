@@ -18,22 +18,20 @@ file or runs user code: the only state a step inherits from it is imported code.
 Per step the executor sends one request (``SOCK_SEQPACKET``: one message, atomic) carrying
 the step's pipes as file descriptors (stdin, stdout, stderr, the request channel, a status
 pipe) and, as JSON, the task instance id, the step's environment and working directory. The
-warm runner forks the *task process*, which starts a new session (its pid is its process
-group, which the executor signals on cancel, clear, timeout and shutdown, as for a cold
-step), closes what it inherited of the warm runner (the control socket, the other steps'
-status pipes), puts the pipes on fds 0/1/2, takes the step's environment and working
-directory, and runs ``engine.executor.task_runner.main`` exactly as a cold ``python -m``
-start would. The DAG file is imported there, fresh from disk for every step, so a changed
-file never runs stale code, and nothing a step does reaches the warm runner or another
-step (each is a fresh copy of the warm runner, which never ran a task).
+warm runner forks a *forker*, which forks the *task process* and exits at once; the
+executor is a subreaper while the spawn is in flight (``warm_process.Subreaper``), so the
+task process is reparented to the executor: its child, as a cold one is (``os.getppid()``,
+exit status by ``waitpid``, reaping), and independent of the warm runner once started. The
+task process waits until it is reparented, starts a new session (its pid is its process
+group, which the executor signals on cancel, clear, timeout and shutdown), writes ``pid N
+ppid M`` on the status pipe, puts the pipes on fds 0/1/2, takes the step's environment and
+working directory, and runs ``engine.executor.task_runner.main`` exactly as a cold ``python
+-m`` start would. The DAG file is imported there, fresh from disk for every step, so a
+changed file never runs stale code, and nothing a step does reaches the warm runner or
+another step (each is a fresh copy of the warm runner, which never ran a task).
 
-The warm runner writes ``pid N`` on the step's status pipe, and, when it reaps the task
-process (SIGCHLD wakes its ``select`` through the signal wake-up fd), ``exit RC`` (``RC`` as
-``Popen.returncode``: negative for a signal). If the warm runner dies, the steps in flight
-run on (reparented); their status pipes close without an ``exit`` line, and the executor
-waits for their end through a pidfd, with the exit status unknown (a reported result still
-decides the outcome). The warm runner exits when its control socket closes (its executor is
-gone). Everything here is stdlib until ``PRELOAD``.
+The warm runner ignores SIGCHLD (the kernel reaps the forkers) and exits when its control
+socket closes (its executor is gone). Everything here is stdlib until ``PRELOAD``.
 """
 
 from __future__ import annotations

@@ -10,13 +10,13 @@ import sys
 import anyio
 import pytest
 
-from engine.executor.warm_process import (
+from engine.executor.forked_process import (
     ForkedProcess,
     PipeReceiveStream,
     PipeSendStream,
     Subreaper,
-    _read_pid,
 )
+from engine.executor.warm_process import _read_pid
 
 
 async def test_pipe_streams_carry_bytes_then_end() -> None:
