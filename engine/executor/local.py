@@ -134,6 +134,7 @@ class LocalExecutor:
         settings = self.settings
         environment = partial(task_environment, os.environ, settings.secrets)
         folders = [f for f in (settings.dags_folder, settings.plugins_folder) if f is not None]
+        folders = folders if settings.warm_runner_dag_imports else []
         self.warm_runner = (
             WarmRunner(environment=environment, dag_folders=folders)
             if settings.warm_runner

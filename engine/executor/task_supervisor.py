@@ -606,6 +606,10 @@ class ExecutorSettings:
     #: fork task steps from a pre-imported warm runner (``engine.executor.warm_runner``)
     #: rather than start a fresh interpreter for each; a cold start stays the fallback
     warm_runner: bool = True
+    #: and import ahead the installed packages the DAG files import. Off by default: a
+    #: package seeded at import (numpy's global random state, say) would give every forked
+    #: step the same state, where fresh interpreters each get their own
+    warm_runner_dag_imports: bool = False
 
     @classmethod
     def from_config(cls, config: Config) -> ExecutorSettings:
