@@ -1,30 +1,47 @@
-"""Engine figures: flag file -> DAG run latency, and defer -> fire -> resume cycle time.
+"""Engine figures: defer -> fire -> resume cycle time, and flag file -> DAG run latency.
 
-Run by hand (never in tests):  .venv/bin/python bench/engine_bench.py [--trials 30] [--cycles 20]
+Run by hand (never in tests):
+    .venv/bin/python bench/engine_bench.py [--reps 3] [--cycles 60] [--trials 20]
 
-Both run the real engine parts in one process (DAG processor, scheduler, executor, triggerer:
-``engine.supervisor.build_parts``, with their in-process wake-ups) on SQLite in a temporary
-SLUICE_HOME.
+Each repetition runs the real engine parts in one process (DAG processor, scheduler,
+executor, triggerer: ``engine.supervisor.build_parts``, with their in-process wake-ups) on
+SQLite in a fresh temporary SLUICE_HOME, once with task steps started as cold interpreters
+(``ExecutorSettings.warm_runner=False``, the baseline) and once forked from the executor's
+warm runner (the default), alternating cold / warm, ``--reps`` times. Figures are
+min / median / max over the repetitions; the machine's load average is printed with them.
 
-1. flag file created -> DAG run row committed: a ``DirectoryFileDeleteTrigger`` watcher
-   (poke_interval 0.05 s: on average half a cadence of the latency is the poll) and a
-   ``DirectoryWatchTrigger`` watcher (inotify); p50 / p90 over ``--trials`` files.
-2. defer -> fire -> resume: one task defers ``--cycles`` times on ``TimeDeltaTrigger(0)``;
-   the cycle time is the task's wall time / cycles. Each cycle: the worker process exits
-   after writing the deferral, the triggerer claims and fires the trigger, the persister
-   resumes the task, the executor starts a fresh worker process that resumes it. The
-   reference guide (001) quotes 300-1400 ms per cycle for Airflow.
+1. defer -> fire -> resume: one task defers ``--cycles`` times on ``TimeDeltaTrigger(0)``
+   and stamps the wall clock at the start of every step; a cycle is the time between two
+   stamps: the step writes its deferral and exits, the triggerer claims and fires the
+   trigger, the persister resumes the task, the executor claims it and starts the next step
+   (a cold interpreter, or a fork of the warm runner), which imports the DAG file and calls
+   the resume method. p50 / p99 per repetition. The reference guide (001) quotes
+   300-1400 ms per cycle for Airflow.
+2. flag file created -> DAG run row committed (in the warm repetitions): a
+   ``DirectoryFileDeleteTrigger`` watcher (poke_interval 0.05 s: on average half a cadence
+   of the latency is the poll) and two ``DirectoryWatchTrigger`` watchers (inotify), one with
+   the trigger's default ``debounce_ms`` and one with ``debounce_ms=5``: watchfiles yields a
+   change once no other came for ``debounce_ms`` (its ``step``), so the default's latency is
+   one to two debounce periods. The price of a short debounce is measured too: the CPU
+   that 100 idle watchers use (watchfiles' thread wakes every ``min(debounce_ms, 50)`` ms),
+   which is why the default stays 50.
+
+Writes bench/results/engine.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
+import os
 import statistics
 import tempfile
 import textwrap
 import time
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +57,17 @@ from engine.db.models import DagRun, TaskInstance
 from engine.db.queries import runs
 from engine.db.schema import migrate
 from engine.db.views import dags as dags_view
+from engine.executor.local import LocalExecutor
 from engine.supervisor import build_parts, tune_gc
+from triggers.serde import deserialize_value
+from triggers.watch import DirectoryWatchTrigger
+
+DEFAULT_DEBOUNCE_MS = DirectoryWatchTrigger("/").debounce_ms
+FAST_DEBOUNCE_MS = 5
+IDLE_WATCHERS = 100
 
 DAG_FILE = """
+import time
 from datetime import timedelta
 from engine import DAG, Asset, AssetWatcher, BaseOperator, task
 from triggers import DirectoryFileDeleteTrigger, DirectoryWatchTrigger, TimeDeltaTrigger
@@ -50,7 +75,9 @@ from triggers import DirectoryFileDeleteTrigger, DirectoryWatchTrigger, TimeDelt
 scan = Asset("scan", watchers=[AssetWatcher("w", DirectoryFileDeleteTrigger(
     directory={scan_dir!r}, filename="go.flag", poke_interval=0.05))])
 watched = Asset("watched", watchers=[AssetWatcher("w", DirectoryWatchTrigger(
-    directory={watch_dir!r}, pattern="*.flag", debounce_ms=5))])
+    directory={watch_dir!r}, pattern="*.flag"))])
+watched_fast = Asset("watched_fast", watchers=[AssetWatcher("w", DirectoryWatchTrigger(
+    directory={fast_dir!r}, pattern="*.flag", debounce_ms={fast_debounce}))])
 
 @task
 def noop():
@@ -62,19 +89,25 @@ with DAG("on_scan", schedule=scan):
 with DAG("on_watch", schedule=watched):
     noop()
 
+with DAG("on_watch_fast", schedule=watched_fast):
+    noop()
+
 class Loop(BaseOperator):
     def execute(self, context):
         self.defer(trigger=TimeDeltaTrigger(timedelta(0)), method_name="again",
-                   kwargs={{"left": {cycles} - 1}})
+                   kwargs={{"stamps": [time.time()]}})
 
-    def again(self, context, event=None, left=0):
-        if left:
+    def again(self, context, event=None, stamps=()):
+        stamps = [*stamps, time.time()]
+        if len(stamps) <= {cycles}:
             self.defer(trigger=TimeDeltaTrigger(timedelta(0)), method_name="again",
-                       kwargs={{"left": left - 1}})
+                       kwargs={{"stamps": stamps}})
+        return stamps
 
 with DAG("defer_loop", schedule=None):
     Loop(task_id="loop")
 """
+FLAG_DAGS = ("on_scan", "on_watch", "on_watch_fast")
 
 
 def _run_count(db: Database, dag_id: str) -> int:
@@ -104,58 +137,78 @@ async def _flag_latency(db: Database, folder: Path, dag_id: str, trials: int) ->
     return latencies
 
 
-async def _cycle_time(db: Database, cycles: int) -> float:
+async def _cycles_ms(db: Database) -> list[float]:
+    """The defer loop's cycle times: the gaps between the stamps of its steps."""
     await db.run(
         lambda s: runs.create_run(s, "defer_loop", run_type=runs.MANUAL, now=models.utcnow())
     )
 
-    def state(session: Any) -> tuple[str, Any, Any]:
+    def state(session: Any) -> tuple[str, Any]:
         ti = session.execute(
             select(TaskInstance).where(TaskInstance.dag_id == "defer_loop")
         ).scalar_one()
-        return ti.state, ti.start_date, ti.end_date
+        return ti.state, ti.xcoms
 
     while True:
-        current, start, end = await db.run(state)
+        current, xcoms = await db.run(state)
         if current in ("success", "failed"):
             break
         await anyio.sleep(0.05)
     if current != "success":
         raise RuntimeError("the defer loop task failed; see its log")
-    return float((end - start).total_seconds()) / cycles
+    stamps = [float(s) for s in deserialize_value(xcoms["return_value"])]  # type: ignore[attr-defined]
+    return [(b - a) * 1000 for a, b in itertools.pairwise(stamps)]
 
 
-async def _main(home: Path, trials: int, cycles: int) -> dict[str, Any]:
-    scan_dir, watch_dir, dags = home / "scan", home / "watch", home / "dags"
-    for folder in (scan_dir, watch_dir, dags):
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+async def _main(home: Path, trials: int, cycles: int, *, warm: bool = True) -> dict[str, Any]:
+    """One engine in ``home``: the defer cycle (and the flag latencies when ``trials``)."""
+    dirs = {name: home / name for name in ("scan", "watch", "fast", "dags")}
+    for folder in dirs.values():
         folder.mkdir(parents=True)
-    text = DAG_FILE.format(scan_dir=str(scan_dir), watch_dir=str(watch_dir), cycles=cycles)
-    (dags / "bench.py").write_text(textwrap.dedent(text))
-    config = load_config(environ={"SLUICE_HOME": str(home), "SLUICE__CORE__DAGS_FOLDER": str(dags)})
+    text = DAG_FILE.format(
+        scan_dir=str(dirs["scan"]),
+        watch_dir=str(dirs["watch"]),
+        fast_dir=str(dirs["fast"]),
+        fast_debounce=FAST_DEBOUNCE_MS,
+        cycles=cycles,
+    )
+    (dirs["dags"] / "bench.py").write_text(textwrap.dedent(text))
+    config = load_config(
+        environ={"SLUICE_HOME": str(home), "SLUICE__CORE__DAGS_FOLDER": str(dirs["dags"])}
+    )
     tune_gc()  # the parts run as `sluice run` runs them
     db = Database(config.core.sql_alchemy_conn)
     migrate(db.engine)
     cipher = KwargsCipher.from_config("", home)
     names = ("dag-processor", "scheduler", "executor", "triggerer")
     parts = build_parts(config, names, db, cipher, {})
-    results: dict[str, Any] = {}
+    executor = next(getattr(p.run, "__self__", None) for p in parts if p.name == "executor")
+    assert isinstance(executor, LocalExecutor)
+    executor.settings = replace(executor.settings, warm_runner=warm)
+    results: dict[str, Any] = {"warm": warm}
     async with anyio.create_task_group() as tg:
         for part in parts:
             await tg.start(part.run)
-        while True:  # the DAG processor parsed the file
-            if (await db.run(dags_view.list_dags))["total"] >= 3:
-                break
-            await anyio.sleep(0.05)
-        await anyio.sleep(1.0)  # the watchers are claimed and polling
-        for dag_id, folder in (("on_scan", scan_dir), ("on_watch", watch_dir)):
-            lat = await _flag_latency(db, folder, dag_id, trials)
-            results[dag_id] = {
-                "p50_ms": statistics.median(lat) * 1000,
-                "p90_ms": statistics.quantiles(lat, n=10)[-1] * 1000,
-                "trials": trials,
-            }
-        results["defer_cycle_ms"] = await _cycle_time(db, cycles) * 1000
+        while (await db.run(dags_view.list_dags))["total"] < len(FLAG_DAGS) + 1:  # noqa: ASYNC110
+            await anyio.sleep(0.05)  # the DAG processor parsed the file
+        await anyio.sleep(1.0)  # the watchers are claimed and polling; the warm runner starts
+        results["cycles_ms"] = await _cycles_ms(db)
+        results["defer_cycle_ms"] = statistics.mean(results["cycles_ms"])
         results["cycles"] = cycles
+        if executor.warm_runner is not None:
+            runner = executor.warm_runner
+            results["forks"], results["cold_fallbacks"] = runner.forks, runner.fallbacks
+        if trials:
+            for dag_id in FLAG_DAGS:
+                folder = dirs[{"on_scan": "scan", "on_watch": "watch"}.get(dag_id, "fast")]
+                results[dag_id] = [
+                    ms * 1000 for ms in await _flag_latency(db, folder, dag_id, trials)
+                ]
         for part in reversed(parts):
             if part.shutdown is not None:
                 part.shutdown()
@@ -164,26 +217,126 @@ async def _main(home: Path, trials: int, cycles: int) -> dict[str, Any]:
     return results
 
 
+async def _idle_watch_cpu(debounce_ms: int, watchers: int, seconds: float) -> float:
+    """Percent of a core that ``watchers`` idle ``DirectoryWatchTrigger``s use: each one's
+    watchfiles thread wakes every ``min(debounce_ms, 50)`` ms to check for a stop."""
+
+    async def watch(trigger: DirectoryWatchTrigger) -> None:
+        async for _ in trigger.run():
+            pass
+
+    anyio.to_thread.current_default_thread_limiter().total_tokens = watchers + 10
+    with tempfile.TemporaryDirectory() as tmp:
+        async with anyio.create_task_group() as tg:
+            for n in range(watchers):
+                folder = Path(tmp) / str(n)
+                folder.mkdir()
+                tg.start_soon(watch, DirectoryWatchTrigger(str(folder), debounce_ms=debounce_ms))
+            await anyio.sleep(1.0)  # all started
+            cpu, wall = time.process_time(), time.monotonic()
+            await anyio.sleep(seconds)
+            share = (time.process_time() - cpu) / (time.monotonic() - wall) * 100
+            tg.cancel_scope.cancel()
+    return share
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def _fmt(spread: dict[str, float]) -> str:
+    return f"{spread['median']:.1f} ms (min {spread['min']:.1f}, max {spread['max']:.1f})"
+
+
+def summarize(reps: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """min / median / max over the repetitions of each figure."""
+    out: dict[str, Any] = {"defer_cycle": {}, "flag_file": {}}
+    for mode in ("cold", "warm"):
+        p50 = [statistics.median(r[mode]["cycles_ms"]) for r in reps]
+        p99 = [_percentile(r[mode]["cycles_ms"], 0.99) for r in reps]
+        out["defer_cycle"][mode] = {"p50_ms": _spread(p50), "p99_ms": _spread(p99)}
+    ratios = [
+        statistics.median(r["cold"]["cycles_ms"]) / statistics.median(r["warm"]["cycles_ms"])
+        for r in reps
+    ]
+    out["defer_cycle"]["p50_cold_over_warm"] = _spread(ratios)
+    for dag_id in FLAG_DAGS:
+        p50 = [statistics.median(r["warm"][dag_id]) for r in reps]
+        p90 = [statistics.quantiles(r["warm"][dag_id], n=10)[-1] for r in reps]
+        out["flag_file"][dag_id] = {"p50_ms": _spread(p50), "p90_ms": _spread(p90)}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--trials", type=int, default=30)
-    parser.add_argument("--cycles", type=int, default=20)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--cycles", type=int, default=60, help="defer cycles per repetition")
+    parser.add_argument("--trials", type=int, default=20, help="flag files per watcher and rep")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    with tempfile.TemporaryDirectory() as tmp:
-        results = anyio.run(_main, Path(tmp) / "home", args.trials, args.cycles)
-    for dag_id, label in (("on_scan", "directory scan, poke 0.05 s"), ("on_watch", "inotify")):
-        fig = results[dag_id]
-        print(
-            f"flag file -> DAG run row ({label}): p50 {fig['p50_ms']:.1f} ms, "
-            f"p90 {fig['p90_ms']:.1f} ms over {fig['trials']} files"
-        )
+    load_before = os.getloadavg()
+    reps: list[dict[str, dict[str, Any]]] = []
+    for rep in range(args.reps):
+        figures: dict[str, dict[str, Any]] = {}
+        for mode in ("cold", "warm"):  # alternating, in the same run
+            with tempfile.TemporaryDirectory() as tmp:
+                trials = args.trials if mode == "warm" else 0
+                run = partial(_main, Path(tmp) / "home", trials, args.cycles, warm=mode == "warm")
+                figures[mode] = anyio.run(run)
+            cycles = figures[mode]["cycles_ms"]
+            print(
+                f"rep {rep + 1} {mode}: defer cycle p50 {statistics.median(cycles):.1f} ms, "
+                f"p99 {_percentile(cycles, 0.99):.1f} ms over {len(cycles)} cycles",
+                flush=True,
+            )
+        reps.append(figures)
+    idle = {
+        debounce: [
+            anyio.run(_idle_watch_cpu, debounce, IDLE_WATCHERS, 3.0) for _ in range(args.reps)
+        ]
+        for debounce in (DEFAULT_DEBOUNCE_MS, FAST_DEBOUNCE_MS)
+    }
+    load_after = os.getloadavg()
+    summary = summarize(reps)
+    summary["idle_watchers_cpu_percent"] = {str(d): _spread(v) for d, v in idle.items()}
+    cycle = summary["defer_cycle"]
+    print(f"\nload average (1/5/15 min) before {load_before}, after {load_after}")
+    print(f"defer -> fire -> resume, over {args.reps} reps x {args.cycles} cycles (SQLite):")
+    for mode, label in (("cold", "cold interpreter per step"), ("warm", "warm runner fork")):
+        print(f"  {label:26}: p50 {_fmt(cycle[mode]['p50_ms'])}; p99 {_fmt(cycle[mode]['p99_ms'])}")
+    ratio = cycle["p50_cold_over_warm"]
     print(
-        f"defer -> fire -> resume: {results['defer_cycle_ms']:.1f} ms per cycle "
-        f"({results['cycles']} cycles; Airflow: 300-1400 ms per the reference guide)"
+        f"  p50 cold / warm: {ratio['median']:.2f}x (min {ratio['min']:.2f}, "
+        f"max {ratio['max']:.2f}); Airflow: 300-1400 ms per the reference guide"
     )
+    print(f"flag file -> DAG run row, warm runs, {args.trials} files per watcher and rep:")
+    labels = {
+        "on_scan": "directory scan, poke_interval 0.05 s",
+        "on_watch": f"inotify, debounce_ms={DEFAULT_DEBOUNCE_MS} (the default)",
+        "on_watch_fast": f"inotify, debounce_ms={FAST_DEBOUNCE_MS}",
+    }
+    for dag_id, label in labels.items():
+        fig = summary["flag_file"][dag_id]
+        print(f"  {label:38}: p50 {_fmt(fig['p50_ms'])}; p90 {_fmt(fig['p90_ms'])}")
+    print(f"  the price of a short debounce: {IDLE_WATCHERS} idle inotify watchers use")
+    for debounce, spread in summary["idle_watchers_cpu_percent"].items():
+        print(
+            f"    debounce_ms={debounce:>3}: {spread['median']:.1f}% of a core (min "
+            f"{spread['min']:.1f}, max {spread['max']:.1f})"
+        )
+    result = {
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "reps": args.reps,
+        "cycles_per_rep": args.cycles,
+        "flag_trials_per_rep": args.trials,
+        "default_debounce_ms": DEFAULT_DEBOUNCE_MS,
+        "fast_debounce_ms": FAST_DEBOUNCE_MS,
+        "summary": summary,
+        "raw": reps,
+    }
     out = Path(__file__).parent / "results" / "engine.json"
-    out.write_text(json.dumps(results, indent=2))
+    out.write_text(json.dumps(result, indent=2))
     print(f"written {out}")
 
 

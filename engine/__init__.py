@@ -13,10 +13,40 @@ and the leaf utilities (``config``, ``crypto``, ``logs``, ``metrics``, ``excepti
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 # The authoring API is the package's public surface: one list, kept in engine.authoring,
 # plus the @dag decorator (in engine.authoring the name `dag` is the module authoring.dag).
-from engine.authoring import *  # noqa: F403
+# Its names load on first use (PEP 562): `import engine.executor.task_runner` or `import
+# engine.db` does not import the whole authoring API first. Type checkers read the imports
+# below; the `__getattr__` is hidden from them, so a misspelt name stays an error.
+if TYPE_CHECKING:
+    from engine.authoring import *  # noqa: F403
+    from engine.authoring.decorators import dag
+
 from engine.authoring import __all__ as _authoring_all
-from engine.authoring.decorators import dag
 
 __all__: tuple[str, ...] = (*_authoring_all, "dag")
+
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        import importlib
+
+        if name == "dag":
+            from engine.authoring.decorators import dag as value
+        elif name in _authoring_all:
+            value = getattr(importlib.import_module("engine.authoring"), name)
+        else:  # a subpackage or module not imported yet (engine.db, engine.config, ...)
+            try:
+                return importlib.import_module(f"{__name__}.{name}")
+            except ModuleNotFoundError as exc:
+                if exc.name != f"{__name__}.{name}":
+                    raise
+                raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+        globals()[name] = value  # the next access is a plain attribute
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

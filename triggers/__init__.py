@@ -3,31 +3,64 @@
 A trigger waits for something outside (a moment, a file, a message) and yields
 ``TriggerEvent``s; see ``triggers.base`` for the contract. Test doubles live in
 ``triggers.testing`` and the storage format in ``triggers.serde``.
+
+The names below load on first use (PEP 562 ``__getattr__``): ``import triggers.base`` (what
+every task step and DAG file parse needs) does not pay for anyio, asyncio and watchfiles,
+which only the triggers that run in the triggerer import. ``from triggers import X`` and
+``triggers.X`` work as before; type checkers read the imports under ``TYPE_CHECKING``.
 """
 
 from __future__ import annotations
 
-from triggers.base import (
-    BaseEventTrigger,
-    BaseTaskEndEvent,
-    BaseTrigger,
-    StartTriggerArgs,
-    TaskFailedEvent,
-    TaskSkippedEvent,
-    TaskSuccessEvent,
-    TriggerEvent,
-    classpath_of,
-)
-from triggers.exceptions import (
-    SerializationError,
-    TriggerContractError,
-    TriggerError,
-    UpstreamRefused,
-    UpstreamUnavailable,
-)
-from triggers.file import DirectoryFileDeleteTrigger, FileDeleteTrigger, FileTrigger
-from triggers.temporal import DateTimeTrigger, TimeDeltaTrigger
-from triggers.watch import DirectoryWatchTrigger
+import importlib
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from triggers.base import (
+        BaseEventTrigger,
+        BaseTaskEndEvent,
+        BaseTrigger,
+        StartTriggerArgs,
+        TaskFailedEvent,
+        TaskSkippedEvent,
+        TaskSuccessEvent,
+        TriggerEvent,
+        classpath_of,
+    )
+    from triggers.exceptions import (
+        SerializationError,
+        TriggerContractError,
+        TriggerError,
+        UpstreamRefused,
+        UpstreamUnavailable,
+    )
+    from triggers.file import DirectoryFileDeleteTrigger, FileDeleteTrigger, FileTrigger
+    from triggers.temporal import DateTimeTrigger, TimeDeltaTrigger
+    from triggers.watch import DirectoryWatchTrigger
+
+#: public name -> the module that defines it
+_MODULE_OF: Final[dict[str, str]] = {
+    "BaseEventTrigger": "triggers.base",
+    "BaseTaskEndEvent": "triggers.base",
+    "BaseTrigger": "triggers.base",
+    "DateTimeTrigger": "triggers.temporal",
+    "DirectoryFileDeleteTrigger": "triggers.file",
+    "DirectoryWatchTrigger": "triggers.watch",
+    "FileDeleteTrigger": "triggers.file",
+    "FileTrigger": "triggers.file",
+    "SerializationError": "triggers.exceptions",
+    "StartTriggerArgs": "triggers.base",
+    "TaskFailedEvent": "triggers.base",
+    "TaskSkippedEvent": "triggers.base",
+    "TaskSuccessEvent": "triggers.base",
+    "TimeDeltaTrigger": "triggers.temporal",
+    "TriggerContractError": "triggers.exceptions",
+    "TriggerError": "triggers.exceptions",
+    "TriggerEvent": "triggers.base",
+    "UpstreamRefused": "triggers.exceptions",
+    "UpstreamUnavailable": "triggers.exceptions",
+    "classpath_of": "triggers.base",
+}
 
 __all__: tuple[str, ...] = (
     "BaseEventTrigger",
@@ -51,3 +84,18 @@ __all__: tuple[str, ...] = (
     "UpstreamUnavailable",
     "classpath_of",
 )
+
+
+if not TYPE_CHECKING:  # type checkers read the imports above: a misspelt name is an error
+
+    def __getattr__(name: str) -> Any:
+        module = _MODULE_OF.get(name)
+        if module is None:
+            raise AttributeError(f"module 'triggers' has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # the next access is a plain attribute
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

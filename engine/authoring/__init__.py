@@ -16,60 +16,127 @@ engine.authoring.dag`` and dotted patch targets keep meaning the module.
 
 from __future__ import annotations
 
-from engine.authoring.arguments import TriggerRule
-from engine.authoring.assets import (
-    Asset,
-    AssetAlias,
-    AssetAll,
-    AssetAny,
-    AssetWatcher,
-    BaseAsset,
-    Metadata,
-)
-from engine.authoring.bash import BashOperator, bash_task
-from engine.authoring.branching import (
-    BaseBranchOperator,
-    BranchPythonOperator,
-    LatestOnlyOperator,
-    ShortCircuitOperator,
-    branch_task,
-    short_circuit_task,
-)
-from engine.authoring.connections import Connection
-from engine.authoring.context import Context, DagDefinitionError, TaskDeferred, resolve_deferrable
-from engine.authoring.dag import DAG, BaseOperator
-from engine.authoring.external_task import ExternalTaskSensor
-from engine.authoring.groups import TaskGroup, chain, cross_downstream, task_group
-from engine.authoring.operators import EmptyOperator, PythonOperator, task
-from engine.authoring.params import Param
-from engine.authoring.runtime_context import get_current_context
-from engine.authoring.sensor_base import BaseSensorOperator, PokeReturnValue
-from engine.authoring.standard_sensors import (
-    BashSensor,
-    DayOfWeekSensor,
-    PythonSensor,
-    TimeSensor,
-    WeekDay,
-    sensor_task,
-)
-from engine.authoring.timetables import (
-    AssetOrTimeSchedule,
-    ContinuousTimetable,
-    CronDataIntervalTimetable,
-    CronTriggerTimetable,
-    DeltaDataIntervalTimetable,
-    DeltaTriggerTimetable,
-    MultipleCronTriggerTimetable,
-    OnceTimetable,
-    Timetable,
-)
-from engine.authoring.variables import Variable
-from engine.authoring.xcom import XComArg
+import importlib
+from typing import TYPE_CHECKING, Any, Final
 
-task.bash = bash_task  # type: ignore[attr-defined]  # @task.bash
-task.branch = branch_task  # type: ignore[attr-defined]  # @task.branch
-task.short_circuit = short_circuit_task  # type: ignore[attr-defined]  # @task.short_circuit
-task.sensor = sensor_task  # type: ignore[attr-defined]  # @task.sensor
+if TYPE_CHECKING:
+    from engine.authoring.arguments import TriggerRule
+    from engine.authoring.assets import (
+        Asset,
+        AssetAlias,
+        AssetAll,
+        AssetAny,
+        AssetWatcher,
+        BaseAsset,
+        Metadata,
+    )
+    from engine.authoring.bash import BashOperator
+    from engine.authoring.branching import (
+        BaseBranchOperator,
+        BranchPythonOperator,
+        LatestOnlyOperator,
+        ShortCircuitOperator,
+    )
+    from engine.authoring.connections import Connection
+    from engine.authoring.context import (
+        Context,
+        DagDefinitionError,
+        TaskDeferred,
+        resolve_deferrable,
+    )
+    from engine.authoring.dag import DAG, BaseOperator
+    from engine.authoring.external_task import ExternalTaskSensor
+    from engine.authoring.groups import TaskGroup, chain, cross_downstream, task_group
+    from engine.authoring.operators import EmptyOperator, PythonOperator, task
+    from engine.authoring.params import Param
+    from engine.authoring.runtime_context import get_current_context
+    from engine.authoring.sensor_base import BaseSensorOperator, PokeReturnValue
+    from engine.authoring.standard_sensors import (
+        BashSensor,
+        DayOfWeekSensor,
+        PythonSensor,
+        TimeSensor,
+        WeekDay,
+    )
+    from engine.authoring.timetables import (
+        AssetOrTimeSchedule,
+        ContinuousTimetable,
+        CronDataIntervalTimetable,
+        CronTriggerTimetable,
+        DeltaDataIntervalTimetable,
+        DeltaTriggerTimetable,
+        MultipleCronTriggerTimetable,
+        OnceTimetable,
+        Timetable,
+    )
+    from engine.authoring.variables import Variable
+    from engine.authoring.xcom import XComArg
+
+#: public name -> the module that defines it. The names load on first use (PEP 562): a
+#: process that needs one part (the task runner, the DAG file parser) does not import the
+#: others (e.g. ``ExternalTaskSensor``'s trigger and anyio). Type checkers read the imports
+#: above; the ``__getattr__`` below is hidden from them, so a misspelt name stays an error.
+_MODULE_OF: Final[dict[str, str]] = {
+    "Asset": "engine.authoring.assets",
+    "AssetAlias": "engine.authoring.assets",
+    "AssetAll": "engine.authoring.assets",
+    "AssetAny": "engine.authoring.assets",
+    "AssetOrTimeSchedule": "engine.authoring.timetables",
+    "AssetWatcher": "engine.authoring.assets",
+    "BaseAsset": "engine.authoring.assets",
+    "BaseBranchOperator": "engine.authoring.branching",
+    "BaseOperator": "engine.authoring.dag",
+    "BaseSensorOperator": "engine.authoring.sensor_base",
+    "BashOperator": "engine.authoring.bash",
+    "BashSensor": "engine.authoring.standard_sensors",
+    "BranchPythonOperator": "engine.authoring.branching",
+    "Connection": "engine.authoring.connections",
+    "Context": "engine.authoring.context",
+    "ContinuousTimetable": "engine.authoring.timetables",
+    "CronDataIntervalTimetable": "engine.authoring.timetables",
+    "CronTriggerTimetable": "engine.authoring.timetables",
+    "DAG": "engine.authoring.dag",
+    "DagDefinitionError": "engine.authoring.context",
+    "DayOfWeekSensor": "engine.authoring.standard_sensors",
+    "DeltaDataIntervalTimetable": "engine.authoring.timetables",
+    "DeltaTriggerTimetable": "engine.authoring.timetables",
+    "EmptyOperator": "engine.authoring.operators",
+    "ExternalTaskSensor": "engine.authoring.external_task",
+    "LatestOnlyOperator": "engine.authoring.branching",
+    "Metadata": "engine.authoring.assets",
+    "MultipleCronTriggerTimetable": "engine.authoring.timetables",
+    "OnceTimetable": "engine.authoring.timetables",
+    "Param": "engine.authoring.params",
+    "PokeReturnValue": "engine.authoring.sensor_base",
+    "PythonOperator": "engine.authoring.operators",
+    "PythonSensor": "engine.authoring.standard_sensors",
+    "ShortCircuitOperator": "engine.authoring.branching",
+    "TaskDeferred": "engine.authoring.context",
+    "TaskGroup": "engine.authoring.groups",
+    "TimeSensor": "engine.authoring.standard_sensors",
+    "Timetable": "engine.authoring.timetables",
+    "TriggerRule": "engine.authoring.arguments",
+    "Variable": "engine.authoring.variables",
+    "WeekDay": "engine.authoring.standard_sensors",
+    "XComArg": "engine.authoring.xcom",
+    "bash_task": "engine.authoring.bash",
+    "branch_task": "engine.authoring.branching",
+    "chain": "engine.authoring.groups",
+    "cross_downstream": "engine.authoring.groups",
+    "get_current_context": "engine.authoring.runtime_context",
+    "resolve_deferrable": "engine.authoring.context",
+    "sensor_task": "engine.authoring.standard_sensors",
+    "short_circuit_task": "engine.authoring.branching",
+    "task": "engine.authoring.operators",
+    "task_group": "engine.authoring.groups",
+}
+#: the modules whose decorators hang off ``task`` (``@task.bash``, ``@task.branch``, ...)
+_TASK_DECORATORS: Final = (
+    ("bash", "engine.authoring.bash", "bash_task"),
+    ("branch", "engine.authoring.branching", "branch_task"),
+    ("short_circuit", "engine.authoring.branching", "short_circuit_task"),
+    ("sensor", "engine.authoring.standard_sensors", "sensor_task"),
+)
 
 __all__: tuple[str, ...] = (
     "DAG",
@@ -121,3 +188,36 @@ __all__: tuple[str, ...] = (
     "task",
     "task_group",
 )
+
+
+def _task() -> Any:
+    """``@task`` with its ``@task.bash``, ``@task.branch``, ``@task.short_circuit`` and
+    ``@task.sensor``."""
+    from engine.authoring.operators import task
+
+    for attr, module, name in _TASK_DECORATORS:
+        if not hasattr(task, attr):
+            setattr(task, attr, getattr(importlib.import_module(module), name))
+    return task
+
+
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        if name == "task":
+            value = _task()
+        elif name in _MODULE_OF:
+            value = getattr(importlib.import_module(_MODULE_OF[name]), name)
+        else:  # a submodule not imported yet (``engine.authoring.dag`` is the module)
+            try:
+                return importlib.import_module(f"{__name__}.{name}")
+            except ModuleNotFoundError as exc:
+                if exc.name != f"{__name__}.{name}":
+                    raise
+                raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+        globals()[name] = value  # the next access is a plain attribute
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

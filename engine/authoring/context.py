@@ -20,7 +20,6 @@ operators built with ``deferrable=None``.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
 import sys
@@ -99,6 +98,8 @@ def run_to_completion(value: object, *, what: str) -> Any:
     passes the result through here. ``what`` names the callable in errors.
     """
     if inspect.iscoroutine(value):
+        import asyncio  # only for an async def: the task runner need not import it
+
         try:
             asyncio.get_running_loop()
         except RuntimeError:

@@ -1,8 +1,10 @@
 """The local executor: task instances run as child processes, one per task step.
 
 Owns the slot manager and claim loop (``local``), the supervision of one step
-(``task_supervisor``), the child process (``task_runner``), the pure judgement of how a step
-ended (``outcomes``) and the task log files (``task_logs``). May import: ``engine.db``,
+(``task_supervisor``), the child process (``task_runner``), the pre-imported process task
+steps are forked from (``warm_runner``, driven by ``warm_process``; the forked processes:
+``forked_process``), the pure judgement of
+how a step ended (``outcomes``) and the task log files (``task_logs``). May import: ``engine.db``,
 ``engine.authoring`` and the leaf utilities; never another runtime part.
 
 Import from the modules themselves: this package imports nothing, so that a child

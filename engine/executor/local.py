@@ -3,9 +3,12 @@
 Theory of operation. The executor registers an ``executor`` job and heartbeats it. Its claim
 loop moves up to ``parallelism - running`` task instances from ``scheduled`` to ``queued``
 (``SKIP LOCKED`` on PostgreSQL) and starts one supervisor task per claim. A supervisor
-spawns ``python -P -m engine.executor.task_runner``, marks the task instance ``running`` (with the
-child's pid), sends it a ``TaskSpec`` and appends what the child prints to the try's log
-file. When the child exits, the supervisor turns its ``TaskResult`` (or its exit status,
+starts the step's child: forked from the executor's warm runner (``warm_process``, a
+pre-imported process; a fork costs a few milliseconds where a fresh interpreter costs ~100)
+or, while none is ready, ``python -P -m engine.executor.task_runner``; either way a task
+process in its own session, running the same code. It marks the task instance ``running``
+(with the child's pid), sends it a ``TaskSpec`` and appends what the child prints to the
+try's log file. When the child exits, the supervisor turns its ``TaskResult`` (or its exit status,
 when it died without one) into an ``Outcome`` (``decide_outcome``, pure) and writes it in one
 transaction: success (with the return value), failure or retry, or a deferral (trigger row
 with encrypted kwargs + ``deferred`` state). Then the slot is free: a deferred task holds no
@@ -53,6 +56,7 @@ from engine.executor.task_supervisor import (
     TaskSupervisor,
     task_environment,
 )
+from engine.executor.warm_process import WarmRunner
 from engine.metrics.readings import ExecutorReading
 from engine.retry import Backoff
 
@@ -89,6 +93,8 @@ class LocalExecutor:
         self.job_id: int | None = None
         self.stats = ExecutorStats()
         self._supervisor: TaskSupervisor | None = None
+        #: the pre-imported process task steps are forked from (``warm_process``)
+        self.warm_runner: WarmRunner | None = None
         self._active: set[int] = set()  # claimed task instances (slots in use)
         self._stopping = anyio.Event()
         self._changed = anyio.Event()
@@ -126,6 +132,14 @@ class LocalExecutor:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         settings = self.settings
+        environment = partial(task_environment, os.environ, settings.secrets)
+        folders = [f for f in (settings.dags_folder, settings.plugins_folder) if f is not None]
+        folders = folders if settings.warm_runner_dag_imports else []
+        self.warm_runner = (
+            WarmRunner(environment=environment, dag_folders=folders)
+            if settings.warm_runner
+            else None
+        )
         self._supervisor = TaskSupervisor(
             db=self._db,
             cipher=self._cipher,
@@ -133,6 +147,7 @@ class LocalExecutor:
             hostname=await anyio.to_thread.run_sync(_hostname),
             stats=self.stats,
             on_outcome=self._on_outcome,
+            warm=self.warm_runner,
         )
         job_id = await self._db.run(
             partial(jobs.start_job, job_type=tasks.EXECUTOR_JOB, capacity=settings.parallelism)
@@ -156,6 +171,8 @@ class LocalExecutor:
                     )
                 )
                 outer.start_soon(self._watch_external_changes, job_id)
+                if self.warm_runner is not None:
+                    await outer.start(self.warm_runner.run)
                 callbacks = CallbackRunner(
                     db=self._db,
                     cipher=self._cipher,

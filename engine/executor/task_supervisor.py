@@ -20,7 +20,7 @@ from collections import Counter
 from contextlib import suppress
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
 import anyio
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
     from pathlib import Path
 
-    from anyio.abc import ByteReceiveStream, Process
+    from anyio.abc import ByteReceiveStream, ByteSendStream
     from sqlalchemy.orm import Session
 
     from engine.config import Config
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from engine.db.database import Database
     from engine.db.queries.tasks import TaskRun
     from engine.executor.callback_runner import CallbackSpec
+    from engine.executor.warm_process import WarmRunner
 
 logger = logging.getLogger(__name__)
 
@@ -76,10 +77,30 @@ class ExecutorStats:
     outcomes: Counter[str] = field(default_factory=Counter)  # Decision -> count
 
 
+class StepProcess(Protocol):
+    """A task process as the supervisor sees it: started cold (``anyio.abc.Process``) or
+    forked by the warm runner (``engine.executor.warm_process.ForkedProcess``)."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def returncode(self) -> int | None: ...
+    @property
+    def stdin(self) -> ByteSendStream | None: ...
+    @property
+    def stdout(self) -> ByteReceiveStream | None: ...
+    @property
+    def stderr(self) -> ByteReceiveStream | None: ...
+    async def wait(self) -> int | None: ...
+    async def aclose(self) -> None: ...
+
+
 class TaskProcess:
     """One task process and why the executor stopped it, if it did."""
 
-    def __init__(self, ti_id: int, process: Process, channel: socket.socket | None = None) -> None:
+    def __init__(
+        self, ti_id: int, process: StepProcess, channel: socket.socket | None = None
+    ) -> None:
         self.ti_id = ti_id
         self.process = process
         #: the executor's end of the task's request channel (``engine.executor.task_channel``)
@@ -132,6 +153,21 @@ async def _drain(stream: ByteReceiveStream | None, sink: bytearray, limit: int) 
 SECRET_ENVIRONMENT: Final = ("SLUICE__CORE__FERNET_KEY", "SLUICE__CORE__SQL_ALCHEMY_CONN")
 
 
+async def _start_cold(ti_id: int, env: dict[str, str], channel_fd: int) -> StepProcess:
+    """The task process as a fresh interpreter: ``python -P -m engine.executor.task_runner``."""
+    command = [sys.executable, "-P", "-m", "engine.executor.task_runner"]
+    command += ["--ti-id", str(ti_id), "--channel-fd", str(channel_fd)]
+    return await anyio.open_process(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env=env,
+        pass_fds=(channel_fd,),
+    )
+
+
 def task_environment(environ: Mapping[str, str], secrets: Iterable[str]) -> dict[str, str]:
     """``environ`` without the engine's secrets: the Fernet key and database URL settings,
     and any other ``SLUICE__`` setting whose value holds a configured secret."""
@@ -182,8 +218,12 @@ class TaskSupervisor:
         hostname: str,
         stats: ExecutorStats,
         on_outcome: Callable[[], None] | None = None,
+        warm: WarmRunner | None = None,
     ) -> None:
         self._db = db
+        #: forks task processes from a pre-imported process; without one (or while it is
+        #: down) each step starts a cold interpreter
+        self._warm = warm
         self._on_outcome = on_outcome
         self._cipher = cipher
         self.settings = settings
@@ -243,17 +283,12 @@ class TaskSupervisor:
         theirs: socket.socket | None = None
         try:
             ours, theirs = socket.socketpair()  # the task's request channel
-            command = [sys.executable, "-P", "-m", "engine.executor.task_runner"]
-            command += ["--ti-id", str(ti_id), "--channel-fd", str(theirs.fileno())]
-            process = await anyio.open_process(
-                command,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                env=task_environment(os.environ, self.settings.secrets),
-                pass_fds=(theirs.fileno(),),
-            )
+            env = task_environment(os.environ, self.settings.secrets)
+            process: StepProcess | None = None
+            if self._warm is not None:
+                process = await self._warm.spawn(ti_id=ti_id, env=env, channel_fd=theirs.fileno())
+            if process is None:
+                process = await _start_cold(ti_id, env, theirs.fileno())
             return TaskProcess(ti_id, process, ours)
         except OSError as exc:  # e.g. out of processes or file descriptors: try again later
             if ours is not None:
@@ -280,7 +315,7 @@ class TaskSupervisor:
         self.processes[ti_id] = child
         if self.interrupting:
             child.interrupt()  # spawned as the shutdown began: the step reruns later
-        async with process:
+        try:
             try:
                 run = await self._start(job_id, child)
                 if run is None:
@@ -299,6 +334,8 @@ class TaskSupervisor:
                     child.signal_group(signal.SIGKILL)
                 if child.channel is not None:
                     child.channel.close()
+        finally:
+            await process.aclose()
         lost = None
         if not child.reported and child.external_state is None:  # killed or crashed
             lost = lost_callback_spec(run, outcome, self.settings)
@@ -566,6 +603,13 @@ class ExecutorSettings:
     keep_events_while_paused: bool = True
     #: ``[core] max_xcom_size_bytes``: the largest result a task may store
     max_xcom_size_bytes: int | None = 1_048_576
+    #: fork task steps from a pre-imported warm runner (``engine.executor.warm_runner``)
+    #: rather than start a fresh interpreter for each; a cold start stays the fallback
+    warm_runner: bool = True
+    #: and import ahead the installed packages the DAG files import. Off by default: a
+    #: package seeded at import (numpy's global random state, say) would give every forked
+    #: step the same state, where fresh interpreters each get their own
+    warm_runner_dag_imports: bool = False
 
     @classmethod
     def from_config(cls, config: Config) -> ExecutorSettings:

@@ -1,0 +1,282 @@
+"""The warm runner: a pre-imported process that forks task steps (``python -P -m
+engine.executor.warm_runner --control-fd N``).
+
+Theory of operation. A cold task step pays for a fresh interpreter and for importing the
+engine's authoring API and the task runner (most of its start-up). The executor
+(``engine.executor.warm_process``) starts this process once: it imports what every task step
+imports (``PRELOAD``), checks that it is still single-threaded (a fork copies only the
+forking thread: a lock held by another thread would stay locked forever in the child),
+freezes the garbage collector's view of those objects (so children do not copy-on-write
+them) and says ``ready`` on its control socket. It also imports the installed packages
+the DAG files of the dags and plugins folders import (``dag_imports``: read with ``ast``,
+never run; modules inside those folders are left out, as they change with the DAG files),
+one at a time: a package whose import leaves a thread running or a file descriptor open is
+reported (``refused``, with its name) and the executor starts a new warm runner that skips
+it. The warm runner never opens a database connection, starts an event loop, imports a DAG
+file or runs user code: the only state a step inherits from it is imported code.
+
+Per step the executor sends one request (``SOCK_SEQPACKET``: one message, atomic) carrying
+the step's pipes as file descriptors (stdin, stdout, stderr, the request channel, a status
+pipe) and, as JSON, the task instance id, the step's environment and working directory. The
+warm runner forks a *forker*, which forks the *task process* and exits at once; the
+executor is a subreaper while the spawn is in flight (``warm_process.Subreaper``), so the
+task process is reparented to the executor: its child, as a cold one is (``os.getppid()``,
+exit status by ``waitpid``, reaping), and independent of the warm runner once started. The
+task process waits until it is reparented, starts a new session (its pid is its process
+group, which the executor signals on cancel, clear, timeout and shutdown), writes ``pid N
+ppid M`` on the status pipe, puts the pipes on fds 0/1/2, takes the step's environment and
+working directory, and runs ``engine.executor.task_runner.main`` exactly as a cold ``python
+-m`` start would. The DAG file is imported there, fresh from disk for every step, so a
+changed file never runs stale code, and nothing a step does reaches the warm runner or
+another step (each is a fresh copy of the warm runner, which never ran a task).
+
+The warm runner ignores SIGCHLD (the kernel reaps the forkers) and exits when its control
+socket closes (its executor is gone). Everything here is stdlib until ``PRELOAD``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import gc
+import importlib
+import importlib.util
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Final, NoReturn
+
+#: What every task step imports: the task runner and the whole authoring surface a DAG file
+#: uses (``from engine import ...``, ``engine.sensors``, the built-in triggers).
+PRELOAD: Final = (
+    "engine.executor.task_runner",
+    "engine.executor.task_channel",
+    "engine.executor.last_good",
+    "engine.authoring.dag_files",
+    "engine.authoring.connections",
+    "engine.logs",
+    "engine",
+    "engine.sensors",
+    "engine.exceptions",
+    "triggers",
+    "triggers.base",
+    "triggers.temporal",
+    "triggers.file",
+)
+#: Imported when installed: a running task's dates are pendulum's when it is (its import was
+#: three quarters of a warm step's time: ``engine.authoring.runtime_context.as_moment``).
+OPTIONAL_PRELOAD: Final = ("pendulum",)
+READY: Final = b"ready"
+#: at most this many DAG files are read for the packages they import
+DAG_FILES_SCANNED_MAX: Final = 2000
+#: stdin, stdout, stderr, the request channel, the status pipe
+STEP_FDS: Final = 5
+REQUEST_MAX_BYTES: Final = 4 * 1024 * 1024
+
+
+def thread_count() -> int:
+    """Threads of this process, native ones included (``/proc``; else Python's count)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        import threading
+
+        return threading.active_count()
+
+
+def preload(modules: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
+    for name in modules:
+        module = importlib.import_module(name)
+        for attr in getattr(module, "__all__", ()):
+            getattr(module, attr)  # a lazy package's names load now, not in every step
+    for name in optional:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+
+
+def _imported_names(path: Path) -> set[str]:
+    """The top-level names of the absolute imports in a Python file (none if unreadable)."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.partition(".")[0])
+    return names
+
+
+def dag_imports(folders: list[Path]) -> list[str]:
+    """The installed packages the DAG files in ``folders`` import: what a warm runner may
+    import ahead of their tasks. Modules in the folders themselves are left out (they
+    change with the DAG files: the task process imports them fresh)."""
+    folders = [folder for folder in folders if folder.is_dir()]
+    roots = [str(folder.resolve()) for folder in folders]
+    files = (path for folder in folders for path in sorted(folder.rglob("*.py")))
+    names: set[str] = set()
+    for count, path in enumerate(files):
+        if count >= DAG_FILES_SCANNED_MAX:
+            break
+        names |= _imported_names(path)
+    found = []
+    for name in sorted(names - set(sys.modules)):
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        origin = None if spec is None else (spec.origin or "")
+        if origin is not None and not any(origin.startswith(root) for root in roots):
+            found.append(name)
+    return found
+
+
+def open_fds() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
+
+
+def preload_dag_imports(names: list[str], skip: set[str]) -> str | None:
+    """Import ``names`` (installed packages DAG files use) but ``skip``. Returns the first
+    one whose import left a thread running or a file descriptor open (a socket, a file:
+    every task process would share it), after which forking is unsafe; None if none did."""
+    for name in names:
+        if name in skip:
+            continue
+        fds = open_fds()
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - broken or optional: the task imports it itself
+            continue
+        if thread_count() != 1 or open_fds() > fds:
+            return name
+    return None
+
+
+def _write(fd: int, text: str) -> bool:
+    try:
+        os.write(fd, text.encode())
+    except OSError:  # the executor is gone: the task process sees its stdin close
+        return False
+    return True
+
+
+def _run_task(request: dict[str, Any], fds: list[int], forker: int) -> int:
+    """In the task process: become the executor's child and what a cold ``python -m
+    engine.executor.task_runner`` would be, then run it."""
+    stdin, stdout, stderr, channel, status = fds
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the task's own children are its own
+    while os.getppid() == forker:  # until the forker's exit made the executor our parent
+        time.sleep(0.0001)
+    os.setsid()
+    for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
+        os.dup2(fd, target)
+        os.close(fd)
+    _write(status, f"pid {os.getpid()} ppid {os.getppid()}\n")
+    os.close(status)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    time.tzset()
+    if request.get("cwd") is not None:
+        os.chdir(request["cwd"])
+    from engine.executor import task_runner
+
+    argv = ["--ti-id", str(request["ti_id"]), "--channel-fd", str(channel)]
+    sys.argv = [task_runner.__file__, *argv]
+    try:
+        return task_runner.main(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def _fork_step(control: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+    """Fork a forker, which forks the task process and exits at once: the task process is
+    reparented to the nearest subreaper, the executor (``warm_process``), as its child."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if os.fork() != 0:
+        return
+    code = 1
+    try:
+        control.close()
+        forker = os.getpid()
+        if os.fork() == 0:
+            try:
+                code = _run_task(request, fds, forker)
+            except BaseException:  # noqa: BLE001 - nothing may return into the warm runner
+                traceback.print_exc()
+        else:
+            code = 0
+    except BaseException:  # noqa: BLE001 - nothing may return into the warm runner's loop
+        traceback.print_exc()
+    finally:
+        os._exit(code)  # threads the task started must not keep the process alive
+
+
+def serve(control: socket.socket) -> int:
+    """Fork one step per request until the control socket closes."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the forkers
+    while True:
+        message, fds, _, _ = socket.recv_fds(
+            control, REQUEST_MAX_BYTES, STEP_FDS, socket.MSG_CMSG_CLOEXEC
+        )
+        if not message:
+            return 0  # the executor is gone; the tasks in flight see their stdin close
+        try:
+            request = json.loads(message)
+            if len(fds) == STEP_FDS and isinstance(request, dict):
+                _fork_step(control, request, fds)
+        except ValueError:
+            pass  # a malformed request: its status pipe closes, the executor starts it cold
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def _refuse(control: socket.socket, why: str, *, skip: str | None = None) -> NoReturn:
+    """Tell the executor this process cannot fork safely (and, with ``skip``, which DAG
+    import to leave out next time)."""
+    answer = {"refused": f"{why}: forking is unsafe", "skip": skip}
+    control.sendall(json.dumps(answer).encode())
+    sys.stderr.flush()
+    os._exit(1)  # not sys.exit: the stray thread would keep the process alive
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine.executor.warm_runner")
+    parser.add_argument("--control-fd", type=int, required=True)
+    parser.add_argument("--dag-folder", action="append", default=[], type=Path)
+    parser.add_argument("--skip", action="append", default=[], help="a package not to import")
+    args = parser.parse_args(argv)
+    control = socket.socket(fileno=args.control_fd)
+    os.set_inheritable(control.fileno(), False)
+    preload(PRELOAD, OPTIONAL_PRELOAD)
+    threads = thread_count()
+    if threads != 1:
+        return _refuse(control, f"{threads} threads after the engine's imports")
+    unsafe = preload_dag_imports(dag_imports(args.dag_folder), set(args.skip))
+    if unsafe is not None:
+        why = f"importing {unsafe} (used by DAG files) started a thread or opened a file"
+        return _refuse(control, why, skip=unsafe)
+    gc.collect()
+    gc.freeze()  # the imported objects stay in the permanent generation: fewer page copies
+    control.sendall(READY)
+    return serve(control)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""The executor's side of the warm runner: pipe streams, the status protocol, and what the
+warm runner imports before it forks anything."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import anyio
+import pytest
+
+from engine.executor.forked_process import (
+    ForkedProcess,
+    PipeReceiveStream,
+    PipeSendStream,
+    Subreaper,
+)
+from engine.executor.warm_process import _read_pid
+
+
+async def test_pipe_streams_carry_bytes_then_end() -> None:
+    read, write = os.pipe()
+    receiver, sender = PipeReceiveStream(read), PipeSendStream(write)
+    received = bytearray()
+
+    async def send() -> None:
+        await sender.send(b"x" * 200_000)  # more than a pipe holds: it waits for the reader
+        await sender.aclose()
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send)
+            while len(received) < 200_000:
+                received += await receiver.receive()
+        with pytest.raises(anyio.EndOfStream):
+            await receiver.receive()
+        await receiver.aclose()
+    assert received == b"x" * 200_000
+
+
+async def test_a_pipe_whose_reader_is_gone_is_broken() -> None:
+    read, write = os.pipe()
+    os.close(read)
+    sender = PipeSendStream(write)
+    with anyio.fail_after(5), pytest.raises(anyio.BrokenResourceError):
+        await sender.send(b"data")
+    await sender.aclose()
+
+
+async def test_the_status_pipe_gives_the_pid_and_parent_of_the_task_process() -> None:
+    read, write = os.pipe()
+    os.write(write, b"pid 4242 ppid 17\n")
+    os.close(write)
+    status = PipeReceiveStream(read)
+    with anyio.fail_after(5):
+        assert await _read_pid(status) == (4242, 17)
+    await status.aclose()
+
+
+async def test_a_status_pipe_closed_before_the_fork_is_no_process() -> None:
+    read, write = os.pipe()
+    os.close(write)
+    status = PipeReceiveStream(read)
+    with anyio.fail_after(5):
+        assert await _read_pid(status) is None
+    await status.aclose()
+
+
+@pytest.mark.parametrize(
+    ("code", "returncode"),
+    [("raise SystemExit(7)", 7), ("import os, signal; os.kill(os.getpid(), 9)", -9)],
+)
+async def test_a_forked_process_is_waited_for_and_reaped_by_its_parent(
+    code: str, returncode: int
+) -> None:
+    """Not an asyncio child: the exit status comes from a pidfd and ``waitpid``."""
+    pid = os.posix_spawn(sys.executable, [sys.executable, "-c", code], os.environ)  # noqa: ASYNC221
+    pipes = [os.pipe() for _ in range(3)]
+    process = ForkedProcess(pid, pipes[0][1], pipes[1][0], pipes[2][0])
+    with anyio.fail_after(30):
+        assert await process.wait() == returncode
+        assert await process.wait() == returncode  # again: the same, once reaped
+        await process.aclose()  # closes its ends of the pipes
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 - reaped
+    for fd in (pipes[0][0], pipes[1][1], pipes[2][1]):
+        os.close(fd)
+
+
+def test_this_process_can_be_a_subreaper_for_a_while() -> None:
+    subreaper = Subreaper()
+    assert subreaper.available
+    with subreaper, subreaper:  # nested: on until the last user leaves
+        pass
+
+
+def test_the_warm_runner_preloads_no_heavy_library_and_stays_single_threaded() -> None:
+    probe = (
+        "import sys\n"
+        "from engine.executor.warm_runner import OPTIONAL_PRELOAD, PRELOAD, preload, "
+        "thread_count\n"
+        "preload(PRELOAD, OPTIONAL_PRELOAD)\n"
+        "heavy = ('sqlalchemy', 'alembic', 'prometheus_client', 'aiokafka', 'click')\n"
+        "print(thread_count(), *[m for m in heavy if m in sys.modules])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.split() == ["1"]

@@ -1,0 +1,57 @@
+"""The packages DAG files import load their names on first use (PEP 562), so a child that
+needs one part (a task step, a DAG file parse) does not import the others; the public
+names keep working and stay visible to type checkers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import engine
+import engine.authoring
+import triggers
+
+
+def _loaded(code: str, modules: tuple[str, ...]) -> list[str]:
+    probe = f"import sys\n{code}\nprint(' '.join(m for m in {modules!r} if m in sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    return out.stdout.split()
+
+
+def test_the_task_runner_imports_no_trigger_runtime() -> None:
+    light = ("anyio", "asyncio", "watchfiles", "triggers.watch", "triggers.file")
+    assert _loaded("import engine.executor.task_runner", light) == []
+
+
+def test_importing_engine_imports_no_authoring_module() -> None:
+    assert _loaded("import engine", ("engine.authoring.dag", "jinja2")) == []
+
+
+def test_a_name_loads_only_its_module() -> None:
+    code = "from engine import DAG, task\nfrom triggers import TimeDeltaTrigger"
+    assert _loaded(code, ("anyio", "watchfiles", "engine.authoring.external_task")) == []
+
+
+@pytest.mark.parametrize("package", [engine, engine.authoring, triggers])
+def test_every_public_name_resolves(package) -> None:
+    for name in package.__all__:
+        assert getattr(package, name) is not None, name
+    assert set(package.__all__) <= set(dir(package))
+
+
+def test_task_carries_its_decorators() -> None:
+    from engine import task
+
+    assert all(callable(getattr(task, a)) for a in ("bash", "branch", "short_circuit", "sensor"))
+
+
+def test_a_submodule_is_an_attribute_and_a_missing_name_an_attribute_error() -> None:
+    assert engine.authoring.dag.__name__ == "engine.authoring.dag"  # the module, not @dag
+    assert callable(engine.dag) and engine.dag.__module__ == "engine.authoring.decorators"
+    for package in (engine, engine.authoring, triggers):
+        with pytest.raises(AttributeError):
+            package.NoSuchName  # noqa: B018
