@@ -125,14 +125,23 @@ class SharedStreamGroup:
         return True
 
     def bind(self, trigger_id: int) -> int | None:
-        """A binding seq for the trigger event the subscriber just yielded (None: none)."""
-        if self.ledger is None or trigger_id not in self.streams:
+        """A binding seq for the trigger event the subscriber just yielded (None: none),
+        routed to this group. The ledger knows exactly the subscribers whose streams the
+        group holds (it dropped the failed ones first), so it alone answers."""
+        ledger = self.ledger
+        if ledger is None:
             return None
-        return self.ledger.bind(trigger_id)
+        seq = ledger.bind(trigger_id)
+        if seq is not None:
+            self.routes.add(seq, self)
+        return seq
 
     def confirm(self, seqs: Sequence[int]) -> None:
-        if self.ledger is not None:
-            self._carry_out(self.ledger.confirm_persisted(seqs))
+        ledger = self.ledger
+        if ledger is not None:
+            effects = ledger.confirm_persisted(seqs)
+            if effects:
+                self._carry_out(effects)
 
     def refuse(self, seqs: Sequence[int]) -> None:
         if self.ledger is not None:
@@ -151,6 +160,14 @@ class SharedStreamGroup:
         ledger = self.ledger
         assert ledger is not None
         ledger.deliver(trigger_id, seq)
+
+    def stepped(self, trigger_id: int, seq: int) -> None:
+        """The subscriber moved past its current event and its stream yielded ``seq``."""
+        ledger = self.ledger
+        assert ledger is not None
+        effects = ledger.step(trigger_id, seq)
+        if effects:
+            self._carry_out(effects)
 
     def moved_past(self, trigger_id: int) -> None:
         """The subscriber asked for its next event: it moved past its current one."""

@@ -220,17 +220,15 @@ class SharedStreamManager:
         event is committed. None (nothing to confirm): fast mode, or no raw event is being
         processed (before the first one, after a reject, subscriber already failed).
         """
-        group = self._taking(key)
-        if group is None:
+        group = self._groups.get(key)
+        if group is None or group.stopping:
             return None
-        seq = group.bind(trigger_id)
-        if seq is not None:
-            self._routes.add(seq, group)
-        return seq
+        return group.bind(trigger_id)  # the group routes the seq to itself
 
     def confirm_persisted(self, seqs: Iterable[int]) -> None:
         """The trigger events bound under these seqs are committed; unknown seqs are ignored."""
-        for group, run in self._routes.take(seqs):  # consecutive seqs of one group together
+        # Taken at once: a confirmation voids no other seq (only refusals and failures do).
+        for group, run in self._routes.take_all(seqs):  # consecutive seqs of one group
             group.confirm(run)
 
     def refuse_persisted(self, seqs: Iterable[int]) -> None:

@@ -59,6 +59,27 @@ class BindingRoutes(Generic[G]):
         if group is not None:
             yield group, run
 
+    def take_all(self, seqs: Iterable[int]) -> list[tuple[G, list[int]]]:
+        """Remove these seqs at once, as ``take`` groups them (unknown seqs are skipped).
+
+        For callers whose handling of a run voids no seq of a later run (confirmations):
+        one pass, no generator, the common single-run case in one list.
+        """
+        pop = self._owner.pop
+        runs: list[tuple[G, list[int]]] = []
+        group: G | None = None
+        run: list[int] = []
+        for seq in seqs:
+            owning = pop(seq, None)
+            if owning is None:
+                continue
+            if owning is group:
+                run.append(seq)
+            else:
+                group, run = owning, [seq]
+                runs.append((owning, run))
+        return runs
+
     def __len__(self) -> int:
         return len(self._owner)
 
