@@ -404,6 +404,11 @@ class AckLedger:
         return tuple(sorted(self._events))
 
     @property
+    def binding_count(self) -> int:
+        """How many binding seqs are neither confirmed nor released."""
+        return len(self._bindings)
+
+    @property
     def outstanding_binding_seqs(self) -> tuple[int, ...]:
         """Binding seqs not yet confirmed nor released."""
         return tuple(self._bindings)

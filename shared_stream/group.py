@@ -77,10 +77,12 @@ class SharedStreamGroup:
         self.trigger_cls = trigger_cls
         self.kwargs = kwargs
         self.settings = settings
-        self.routes = routes  # the group voids the binding seqs its ledger released
+        self.routes = routes
         self.ledger: AckLedger | None = None
+        self.serial = 0  # ack mode: the serial its binding seqs carry (``routes.open``)
         if trigger_cls.uses_ack_mode():
-            self.ledger = AckLedger(ack_timeout_s=settings.ack_timeout_s, binding_seqs=routes.seqs)
+            self.serial, seqs = routes.open(self)
+            self.ledger = AckLedger(ack_timeout_s=settings.ack_timeout_s, binding_seqs=seqs)
         self.streams: dict[int, SubscriberStream] = {}
         self.producer: SharedStreamProducer | None = None
         self.stopping = False
@@ -125,16 +127,16 @@ class SharedStreamGroup:
         return True
 
     def bind(self, trigger_id: int) -> int | None:
-        """A binding seq for the trigger event the subscriber just yielded (None: none),
-        routed to this group. The ledger knows exactly the subscribers whose streams the
-        group holds (it dropped the failed ones first), so it alone answers."""
+        """A binding seq for the trigger event the subscriber just yielded (None: none); it
+        carries this group's serial (``routes``). The ledger knows exactly the subscribers
+        whose streams the group holds (it dropped the failed ones first): it alone answers."""
         ledger = self.ledger
-        if ledger is None:
-            return None
-        seq = ledger.bind(trigger_id)
-        if seq is not None:
-            self.routes.add(seq, self)
-        return seq
+        return None if ledger is None else ledger.bind(trigger_id)
+
+    @property
+    def pending_confirmations(self) -> int:
+        """Binding seqs handed out and neither confirmed nor released."""
+        return 0 if self.ledger is None else self.ledger.binding_count
 
     def confirm(self, seqs: Sequence[int]) -> None:
         ledger = self.ledger

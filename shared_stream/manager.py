@@ -223,7 +223,7 @@ class SharedStreamManager:
         group = self._groups.get(key)
         if group is None or group.stopping:
             return None
-        return group.bind(trigger_id)  # the group routes the seq to itself
+        return group.bind(trigger_id)  # the seq carries the group's serial (``routes``)
 
     def confirm_persisted(self, seqs: Iterable[int]) -> None:
         """The trigger events bound under these seqs are committed; unknown seqs are ignored."""
@@ -278,7 +278,8 @@ class SharedStreamManager:
     @property
     def pending_confirmations(self) -> int:
         """Binding seqs handed out by ``bind_pending_event`` and not confirmed nor dropped."""
-        return len(self._routes)
+        live = sum(group.pending_confirmations for group in self._live)
+        return len(self._routes) + live
 
     @property
     def group_keys(self) -> tuple[Hashable, ...]:
@@ -334,6 +335,7 @@ class SharedStreamManager:
             await group.run()
         finally:
             del self._live[group]
+            self._routes.close(group.serial)
             self._retire(group)
             self._forget_group(group)
             if group.error is not None and is_reported_by_the_trigger(group.error):
@@ -372,7 +374,7 @@ class SharedStreamManager:
         return (
             f"<SharedStreamManager groups={len(self._taking_groups())} live={len(self._live)} "
             f"retired={len(self._retired)} "
-            f"unconfirmed={len(self._routes)} running={self._tg is not None} "
+            f"unconfirmed={self.pending_confirmations} running={self._tg is not None} "
             f"refusing={self._refusing!r}>"
         )
 
