@@ -223,18 +223,20 @@ class AckLedger:
     def confirm_persisted(self, seqs: Iterable[int]) -> Sequence[Effect]:
         """These binding seqs' trigger events are committed; unknown seqs are ignored."""
         ready = False
+        pop, departed = self._bindings.pop, self._departed
         for seq in seqs:
-            entry = self._bindings.pop(seq, None)
+            entry = pop(seq, None)
             if entry is None:
                 continue
             sub, event_seq = entry
-            pending = sub.bound[event_seq]
-            pending.remove(seq)
-            if pending:
+            bound = sub.bound
+            pending = bound[event_seq]
+            if len(pending) > 1:
+                pending.remove(seq)
                 continue
-            del sub.bound[event_seq]
-            if sub in self._departed and not sub.bound:
-                del self._departed[sub]
+            del bound[event_seq]  # its last binding: the one confirmed
+            if departed and not bound and sub in departed:
+                del departed[sub]
             if sub.in_window and sub.position == event_seq:
                 continue  # still processing it: resolves when it moves past
             if self._resolve(self._events[event_seq], _ACKED):
