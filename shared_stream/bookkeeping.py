@@ -196,8 +196,13 @@ class AckLedger:
         if sub.in_window:
             if sub.window_resolved:
                 sub.window_resolved = False
-            elif sub.position not in sub.bound:
-                ready = self._resolve(self._events[sub.position], _ACKED)
+            elif sub.position not in sub.bound:  # acked: ``_resolve(event, _ACKED)`` inlined
+                event = self._events[sub.position]
+                event.acked += 1
+                event.unresolved -= 1
+                if event.unresolved == 0 and self._lanes[event.lane][0] is event:
+                    self._ready[event.lane] = None
+                    ready = True
         sub.position = seq
         sub.in_window = True
         return self._dispatch() if ready else NO_EFFECTS

@@ -43,7 +43,7 @@ from shared_stream.timer import DeadlineTimer
 from triggers.exceptions import is_reported_by_the_trigger
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Hashable, Sequence
+    from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 
     from shared_stream.effects import Effect
     from shared_stream.producer import SharedStreamProducer
@@ -80,9 +80,15 @@ class SharedStreamGroup:
         self.routes = routes
         self.ledger: AckLedger | None = None
         self.serial = 0  # ack mode: the serial its binding seqs carry (``routes.open``)
+        # bind(trigger_id): a binding seq for the trigger event the subscriber just yielded
+        # (None: none), carrying this group's serial. The ledger's own method, no wrapper
+        # (it runs once per delivery): the ledger knows exactly the subscribers whose streams
+        # the group holds (it dropped the failed ones first), so it alone answers.
+        self.bind: Callable[[int], int | None] = _no_binding
         if trigger_cls.uses_ack_mode():
             self.serial, seqs = routes.open(self)
             self.ledger = AckLedger(ack_timeout_s=settings.ack_timeout_s, binding_seqs=seqs)
+            self.bind = self.ledger.bind
         self.streams: dict[int, SubscriberStream] = {}
         self.producer: SharedStreamProducer | None = None
         self.stopping = False
@@ -125,13 +131,6 @@ class SharedStreamGroup:
         if self.ledger is not None:
             self._carry_out(self.ledger.unsubscribe(trigger_id, failed=failed))
         return True
-
-    def bind(self, trigger_id: int) -> int | None:
-        """A binding seq for the trigger event the subscriber just yielded (None: none); it
-        carries this group's serial (``routes``). The ledger knows exactly the subscribers
-        whose streams the group holds (it dropped the failed ones first): it alone answers."""
-        ledger = self.ledger
-        return None if ledger is None else ledger.bind(trigger_id)
 
     @property
     def pending_confirmations(self) -> int:
@@ -510,6 +509,10 @@ class SharedStreamGroup:
             f"<SharedStreamGroup key={self.key!r} mode={self.mode} "
             f"subscribers={len(self.streams)} state={state} ledger={self.ledger!r}>"
         )
+
+
+def _no_binding(trigger_id: int) -> None:
+    """Fast mode: nothing is gated on persistence, nothing to bind."""
 
 
 async def _aclose(stream: AsyncIterator[Any]) -> None:
