@@ -179,8 +179,33 @@ class AckLedger:
             return NO_EFFECTS
         if sub.position in sub.bound:
             return NO_EFFECTS
-        self._resolve(self._events[sub.position], _ACKED)
-        return self._dispatch()
+        ready = self._resolve(self._events[sub.position], _ACKED)
+        return self._dispatch() if ready else NO_EFFECTS
+
+    def step(self, trigger_id: int, seq: int) -> Sequence[Effect]:
+        """``pull`` then ``deliver(seq)`` in one call: the subscriber moved past its current
+        event (if any) and took the next one, ``seq``, already queued (the common path)."""
+        sub = self._subs.get(trigger_id)
+        if sub is None:
+            return NO_EFFECTS
+        if seq != sub.position + 1:
+            raise ValueError(
+                f"trigger {trigger_id!r} got event {seq} out of order (position {sub.position})"
+            )
+        ready = False
+        if sub.in_window:
+            if sub.window_resolved:
+                sub.window_resolved = False
+            elif sub.position not in sub.bound:  # acked: ``_resolve(event, _ACKED)`` inlined
+                event = self._events[sub.position]
+                event.acked += 1
+                event.unresolved -= 1
+                if event.unresolved == 0 and self._lanes[event.lane][0] is event:
+                    self._ready[event.lane] = None
+                    ready = True
+        sub.position = seq
+        sub.in_window = True
+        return self._dispatch() if ready else NO_EFFECTS
 
     def bind(self, trigger_id: int) -> int | None:
         """The subscriber's filter yielded a trigger event; returns the binding seq to confirm.
@@ -202,24 +227,26 @@ class AckLedger:
 
     def confirm_persisted(self, seqs: Iterable[int]) -> Sequence[Effect]:
         """These binding seqs' trigger events are committed; unknown seqs are ignored."""
-        resolved = False
+        ready = False
+        pop, departed = self._bindings.pop, self._departed
         for seq in seqs:
-            entry = self._bindings.pop(seq, None)
+            entry = pop(seq, None)
             if entry is None:
                 continue
             sub, event_seq = entry
-            pending = sub.bound[event_seq]
-            pending.remove(seq)
-            if pending:
+            bound = sub.bound
+            pending = bound[event_seq]
+            if len(pending) > 1:
+                pending.remove(seq)
                 continue
-            del sub.bound[event_seq]
-            if sub in self._departed and not sub.bound:
-                del self._departed[sub]
+            del bound[event_seq]  # its last binding: the one confirmed
+            if departed and not bound and sub in departed:
+                del departed[sub]
             if sub.in_window and sub.position == event_seq:
                 continue  # still processing it: resolves when it moves past
-            self._resolve(self._events[event_seq], _ACKED)
-            resolved = True
-        return self._dispatch() if resolved else NO_EFFECTS
+            if self._resolve(self._events[event_seq], _ACKED):
+                ready = True
+        return self._dispatch() if ready else NO_EFFECTS
 
     def refuse_persisted(self, seqs: Iterable[int]) -> tuple[int, Sequence[Effect]]:
         """The store refused the trigger events bound under these seqs (e.g. a payload over
@@ -384,6 +411,11 @@ class AckLedger:
         return tuple(sorted(self._events))
 
     @property
+    def binding_count(self) -> int:
+        """How many binding seqs are neither confirmed nor released."""
+        return len(self._bindings)
+
+    @property
     def outstanding_binding_seqs(self) -> tuple[int, ...]:
         """Binding seqs not yet confirmed nor released."""
         return tuple(self._bindings)
@@ -425,7 +457,8 @@ class AckLedger:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _resolve(self, event: _Event, how: int) -> None:
+    def _resolve(self, event: _Event, how: int) -> bool:
+        """Count one subscriber's resolution; True when it made its lane's head ready."""
         if how == _ACKED:
             event.acked += 1
         elif how == _FAILED:
@@ -435,6 +468,8 @@ class AckLedger:
         event.unresolved -= 1
         if event.unresolved == 0 and self._lanes[event.lane][0] is event:
             self._ready[event.lane] = None
+            return True
+        return False
 
     def _dispatch(self) -> Sequence[Effect]:
         if self._in_flight is not None or not self._ready:

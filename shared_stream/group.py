@@ -43,7 +43,7 @@ from shared_stream.timer import DeadlineTimer
 from triggers.exceptions import is_reported_by_the_trigger
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Hashable, Sequence
+    from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 
     from shared_stream.effects import Effect
     from shared_stream.producer import SharedStreamProducer
@@ -77,10 +77,18 @@ class SharedStreamGroup:
         self.trigger_cls = trigger_cls
         self.kwargs = kwargs
         self.settings = settings
-        self.routes = routes  # the group voids the binding seqs its ledger released
+        self.routes = routes
         self.ledger: AckLedger | None = None
+        self.serial = 0  # ack mode: the serial its binding seqs carry (``routes.open``)
+        # bind(trigger_id): a binding seq for the trigger event the subscriber just yielded
+        # (None: none), carrying this group's serial. The ledger's own method, no wrapper
+        # (it runs once per delivery): the ledger knows exactly the subscribers whose streams
+        # the group holds (it dropped the failed ones first), so it alone answers.
+        self.bind: Callable[[int], int | None] = _no_binding
         if trigger_cls.uses_ack_mode():
-            self.ledger = AckLedger(ack_timeout_s=settings.ack_timeout_s, binding_seqs=routes.seqs)
+            self.serial, seqs = routes.open(self)
+            self.ledger = AckLedger(ack_timeout_s=settings.ack_timeout_s, binding_seqs=seqs)
+            self.bind = self.ledger.bind
         self.streams: dict[int, SubscriberStream] = {}
         self.producer: SharedStreamProducer | None = None
         self.stopping = False
@@ -124,15 +132,17 @@ class SharedStreamGroup:
             self._carry_out(self.ledger.unsubscribe(trigger_id, failed=failed))
         return True
 
-    def bind(self, trigger_id: int) -> int | None:
-        """A binding seq for the trigger event the subscriber just yielded (None: none)."""
-        if self.ledger is None or trigger_id not in self.streams:
-            return None
-        return self.ledger.bind(trigger_id)
+    @property
+    def pending_confirmations(self) -> int:
+        """Binding seqs handed out and neither confirmed nor released."""
+        return 0 if self.ledger is None else self.ledger.binding_count
 
     def confirm(self, seqs: Sequence[int]) -> None:
-        if self.ledger is not None:
-            self._carry_out(self.ledger.confirm_persisted(seqs))
+        ledger = self.ledger
+        if ledger is not None:
+            effects = ledger.confirm_persisted(seqs)
+            if effects:
+                self._carry_out(effects)
 
     def refuse(self, seqs: Sequence[int]) -> None:
         if self.ledger is not None:
@@ -151,6 +161,14 @@ class SharedStreamGroup:
         ledger = self.ledger
         assert ledger is not None
         ledger.deliver(trigger_id, seq)
+
+    def stepped(self, trigger_id: int, seq: int) -> None:
+        """The subscriber moved past its current event and its stream yielded ``seq``."""
+        ledger = self.ledger
+        assert ledger is not None
+        effects = ledger.step(trigger_id, seq)
+        if effects:
+            self._carry_out(effects)
 
     def moved_past(self, trigger_id: int) -> None:
         """The subscriber asked for its next event: it moved past its current one."""
@@ -491,6 +509,10 @@ class SharedStreamGroup:
             f"<SharedStreamGroup key={self.key!r} mode={self.mode} "
             f"subscribers={len(self.streams)} state={state} ledger={self.ledger!r}>"
         )
+
+
+def _no_binding(trigger_id: int) -> None:
+    """Fast mode: nothing is gated on persistence, nothing to bind."""
 
 
 async def _aclose(stream: AsyncIterator[Any]) -> None:

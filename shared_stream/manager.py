@@ -220,17 +220,15 @@ class SharedStreamManager:
         event is committed. None (nothing to confirm): fast mode, or no raw event is being
         processed (before the first one, after a reject, subscriber already failed).
         """
-        group = self._taking(key)
-        if group is None:
+        group = self._groups.get(key)
+        if group is None or group.stopping:
             return None
-        seq = group.bind(trigger_id)
-        if seq is not None:
-            self._routes.add(seq, group)
-        return seq
+        return group.bind(trigger_id)  # the seq carries the group's serial (``routes``)
 
     def confirm_persisted(self, seqs: Iterable[int]) -> None:
         """The trigger events bound under these seqs are committed; unknown seqs are ignored."""
-        for group, run in self._routes.take(seqs):  # consecutive seqs of one group together
+        # Taken at once: a confirmation voids no other seq (only refusals and failures do).
+        for group, run in self._routes.take_all(seqs):  # consecutive seqs of one group
             group.confirm(run)
 
     def refuse_persisted(self, seqs: Iterable[int]) -> None:
@@ -280,7 +278,8 @@ class SharedStreamManager:
     @property
     def pending_confirmations(self) -> int:
         """Binding seqs handed out by ``bind_pending_event`` and not confirmed nor dropped."""
-        return len(self._routes)
+        live = sum(group.pending_confirmations for group in self._live)
+        return len(self._routes) + live
 
     @property
     def group_keys(self) -> tuple[Hashable, ...]:
@@ -336,6 +335,7 @@ class SharedStreamManager:
             await group.run()
         finally:
             del self._live[group]
+            self._routes.close(group.serial)
             self._retire(group)
             self._forget_group(group)
             if group.error is not None and is_reported_by_the_trigger(group.error):
@@ -374,7 +374,7 @@ class SharedStreamManager:
         return (
             f"<SharedStreamManager groups={len(self._taking_groups())} live={len(self._live)} "
             f"retired={len(self._retired)} "
-            f"unconfirmed={len(self._routes)} running={self._tg is not None} "
+            f"unconfirmed={self.pending_confirmations} running={self._tg is not None} "
             f"refusing={self._refusing!r}>"
         )
 

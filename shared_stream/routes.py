@@ -1,34 +1,58 @@
 """Which group each binding seq belongs to: how a confirmation finds its group.
 
-The binding seqs of every group of one manager come from one counter (``seqs``, handed to
-each group's ledger), so a seq names its group. The manager records the group of each seq
-it hands out (``bind_pending_event``) and routes ``confirm_persisted`` /
-``refuse_persisted`` by it (``take``); a group voids the seqs its ledger released (a
-subscriber failed or rejected, the group stopped), which will never be confirmed.
+A group's binding seqs name it: ``open(group)`` gives the group a serial, never reused
+while the routes live, and a seq counter whose values carry that serial in their high
+bits (``serial << SERIAL_SHIFT | n``). ``confirm_persisted`` / ``refuse_persisted`` find the
+group of a seq with one shift and one lookup: nothing is recorded per seq on the fan-out
+hot path, and a seq of a group already closed is unknown (skipped). Seqs a group's ledger
+released (a subscriber failed or rejected, the group stopped) are still routed to it; its
+ledger ignores seqs it no longer holds.
+
+Seqs below ``1 << SERIAL_SHIFT`` (serial 0) are routed by explicit entries instead
+(``add`` / ``void``, numbered by ``seqs``), one dict entry each.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
 G = TypeVar("G")
 
+# 2**48 binding seqs per group (a million a second for 8.9 years); a group's counter ends
+# there (``bind`` would raise) rather than run into the next serial's range. Seqs stay
+# machine-size ints for the first 2**15 serials (they live in memory only: never stored).
+SERIAL_SHIFT: Final = 48
+
 
 class BindingRoutes(Generic[G]):
-    """Binding seq -> the group that handed it out, for seqs not confirmed nor voided."""
+    """Binding seq -> the group that handed it out (by serial, or by explicit entry)."""
 
-    __slots__ = ("_owner", "seqs")
+    __slots__ = ("_groups", "_owner", "_serials", "seqs")
 
     def __init__(self) -> None:
-        self.seqs: Iterator[int] = itertools.count(1)
-        self._owner: dict[int, G] = {}
+        self.seqs: Iterator[int] = itertools.count(1)  # for explicit entries (serial 0)
+        self._owner: dict[int, G] = {}  # explicit entries
+        self._groups: dict[int, G] = {}  # serial -> open group
+        self._serials = itertools.count(1)
+
+    def open(self, group: G) -> tuple[int, Iterator[int]]:
+        """Route the seqs of a new serial to ``group``; returns the serial and the group's
+        seq counter (1, 2, ... in its serial's range)."""
+        serial = next(self._serials)
+        self._groups[serial] = group
+        base = serial << SERIAL_SHIFT
+        return serial, _bounded_count(base + 1, base + (1 << SERIAL_SHIFT))
+
+    def close(self, serial: int) -> None:
+        """The group of ``serial`` ended: its seqs are unknown from now on."""
+        self._groups.pop(serial, None)
 
     def add(self, seq: int, group: G) -> None:
-        """``group`` handed out ``seq``."""
+        """``group`` handed out ``seq`` (an explicit entry, for seqs of serial 0)."""
         self._owner[seq] = group
 
     def void(self, seqs: Iterable[int]) -> None:
@@ -37,18 +61,21 @@ class BindingRoutes(Generic[G]):
         for seq in seqs:
             owner.pop(seq, None)
 
+    def _owner_of(self, seq: int) -> G | None:
+        serial = seq >> SERIAL_SHIFT
+        return self._groups.get(serial) if serial else self._owner.pop(seq, None)
+
     def take(self, seqs: Iterable[int]) -> Iterator[tuple[G, list[int]]]:
         """Remove these seqs, yielding them as runs of consecutive seqs of one group.
 
         Lazy: a run is yielded when the first seq of the next group is taken, and the seqs
-        after that one are looked up only once the run is handled; seqs that handling voided
-        are then skipped, as are unknown seqs.
+        after that one are looked up only once the run is handled; explicit seqs that
+        handling voided are then skipped, as are unknown seqs.
         """
-        owner = self._owner
         group: G | None = None
         run: list[int] = []
         for seq in seqs:
-            owning = owner.pop(seq, None)
+            owning = self._owner_of(seq)
             if owning is None:
                 continue
             if owning is not group:
@@ -59,8 +86,38 @@ class BindingRoutes(Generic[G]):
         if group is not None:
             yield group, run
 
+    def take_all(self, seqs: Iterable[int]) -> list[tuple[G, list[int]]]:
+        """Remove these seqs at once, as ``take`` groups them (unknown seqs are skipped).
+
+        For callers whose handling of a run voids no seq of a later run (confirmations):
+        one pass, no generator; a serial's seqs cost one shift and one lookup each.
+        """
+        groups = self._groups
+        runs: list[tuple[G, list[int]]] = []
+        group: G | None = None
+        run: list[int] = []
+        for seq in seqs:
+            serial = seq >> SERIAL_SHIFT
+            owning = groups.get(serial) if serial else self._owner.pop(seq, None)
+            if owning is None:
+                continue
+            if owning is group:
+                run.append(seq)
+            else:
+                group, run = owning, [seq]
+                runs.append((owning, run))
+        return runs
+
     def __len__(self) -> int:
+        """Explicit entries not confirmed nor voided (serial-routed seqs are not counted
+        here: their groups' ledgers hold them)."""
         return len(self._owner)
 
     def __repr__(self) -> str:
-        return f"<BindingRoutes unconfirmed={len(self._owner)}>"
+        return f"<BindingRoutes unconfirmed={len(self._owner)} open_groups={len(self._groups)}>"
+
+
+def _bounded_count(start: int, stop: int) -> Iterator[int]:
+    """``itertools.count(start)`` up to ``stop`` (excluded): C speed, ends instead of
+    running into the next range."""
+    return iter(range(start, stop))

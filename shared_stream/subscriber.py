@@ -31,6 +31,9 @@ class GroupPort(Protocol):
     def moved_past(self, trigger_id: int) -> None:
         """The filter asked for the next event: it is done with the current one."""
 
+    def stepped(self, trigger_id: int, seq: int) -> None:
+        """``moved_past`` then ``delivered(seq)``: the next event was already queued."""
+
     def reject_current(self, trigger_id: int) -> bool:
         """Reject the event being processed; False when the group has no window open."""
 
@@ -79,23 +82,34 @@ class SubscriberStream:
     async def __anext__(self) -> Any:
         if _current_stream.get() is not self:
             _current_stream.set(self)
-        group = self.group
-        if self._in_window and group is not None:
-            self._in_window = False
-            group.moved_past(self.trigger_id)
         queue = self.queue
-        while not queue:
-            if self.error is not None:
-                raise self.error
-            if self.closed:
-                raise StopAsyncIteration
-            waiter = self.waiter = asyncio.get_running_loop().create_future()
-            await waiter
+        group = self.group
+        if group is None:  # fast mode: nothing to report
+            while not queue:
+                await self._wait()
+            return queue.popleft()[1]
+        if not queue:
+            if self._in_window:  # moved past its event before waiting for the next one
+                self._in_window = False
+                group.moved_past(self.trigger_id)
+            while not queue:
+                await self._wait()
         seq, raw = queue.popleft()
-        if group is not None:
+        if self._in_window:  # the common path: moved past it and took the next, one report
+            group.stepped(self.trigger_id, seq)
+        else:
             group.delivered(self.trigger_id, seq)
             self._in_window = True
         return raw
+
+    async def _wait(self) -> None:
+        """Wait for the next event; raise when the stream ended (error, closed)."""
+        if self.error is not None:
+            raise self.error
+        if self.closed:
+            raise StopAsyncIteration
+        waiter = self.waiter = asyncio.get_running_loop().create_future()
+        await waiter
 
     def fail(self, error: BaseException, *, drain: bool) -> None:
         """End the stream with ``error``: at once, or after the queued events (``drain``)."""

@@ -4,7 +4,10 @@ Run by bench/compare_airflow.py with the Airflow venv's python:
 
     fanout.py --level INFO --mode ack --subscribers 100 --events 1000
 
-prints one JSON line per layer (``manager`` then ``runtime``):
+prints one JSON line per layer (``manager`` then ``runtime``). Subscribers are
+``realistic`` by default (``--subscriber-kind``): a field predicate over each message and a
+TriggerEvent built from its fields, as bench/shared_stream_bench.py's; ``empty`` ones wrap
+the raw event as it is.
 
 * manager: N subscribers consume ``filter_shared_stream`` of Airflow's own
   ``SharedStreamManager`` directly, bind each trigger event and confirm it at once;
@@ -38,6 +41,9 @@ from airflow.triggers.shared_stream import SharedStreamProducer
 KEY = ("bench",)
 QUEUE_SIZE = int(os.environ.get("BENCH_QUEUE_SIZE", "1024"))
 ACK_TIMEOUT = float(os.environ.get("BENCH_ACK_TIMEOUT", "300"))
+# CPU seconds (process time) of the last run's timed part: on a loaded machine, events per
+# CPU second depend far less on the other processes than events per wall second.
+LAST_CPU_S = [0.0]
 
 
 def _setup_logging(level: str) -> None:
@@ -88,7 +94,35 @@ class Producer(SharedStreamProducer):
             self.reached.set()
 
 
+# The realistic subscriber (the default) and its messages: the same as
+# bench/shared_stream_bench.py's (keep them equal). The raw event is a broker message, the
+# filter runs a field predicate over its value and builds a TriggerEvent from a few of its
+# fields. Sluice's TriggerEvent also gets a dedup_key; Airflow's TriggerEvent has none.
+SUBSCRIBER_KINDS = ("realistic", "empty")
+MATCH = {"kind": "order", "currency": "EUR"}
+
+
+def message(i: int) -> dict[str, Any]:
+    """Raw event ``i``: a broker message with a JSON value."""
+    return {
+        "topic": "orders",
+        "partition": i % 8,
+        "offset": i // 8,
+        "key": f"customer-{i % 100}",
+        "value": {"kind": "order", "id": i, "amount": i % 1000, "currency": "EUR"},
+    }
+
+
+def matches(value: dict[str, Any], match: dict[str, Any]) -> bool:
+    for field, wanted in match.items():
+        if value.get(field) != wanted:
+            return False
+    return True
+
+
 class BenchTrigger(BaseEventTrigger):
+    subscriber_kind = "realistic"
+
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{__name__}.{type(self).__qualname__}", {})
 
@@ -100,8 +134,24 @@ class BenchTrigger(BaseEventTrigger):
         return KEY
 
     async def filter_shared_stream(self, shared_stream: Any) -> Any:
+        if self.subscriber_kind == "empty":
+            async for raw in shared_stream:
+                yield TriggerEvent(raw)
+            return
+        match = MATCH
         async for raw in shared_stream:
-            yield TriggerEvent(raw)
+            value = raw["value"]
+            if not matches(value, match):
+                continue
+            payload = {
+                "topic": raw["topic"],
+                "partition": raw["partition"],
+                "offset": raw["offset"],
+                "key": raw["key"],
+                "order": value["id"],
+                "amount": value["amount"],
+            }
+            yield TriggerEvent(payload)
 
 
 class FastTrigger(BenchTrigger):
@@ -136,10 +186,10 @@ async def _feed(ack: bool, m: int, backlog: Any) -> None:
                 await asyncio.sleep(0)
         if ack:
             assert PRODUCER is not None
-            PRODUCER.feed.put(({"i": i}, i))
+            PRODUCER.feed.put((message(i), i))
         else:
             assert FEED is not None
-            FEED.put({"i": i})
+            FEED.put(message(i))
         if i % 256 == 255:
             await asyncio.sleep(0)  # a broker hands out batches, not one endless burst
 
@@ -170,24 +220,31 @@ async def _until_done(done: asyncio.Event, tasks: list[asyncio.Task[Any]]) -> No
             continue
 
 
-def _fresh(ack: bool, m: int) -> type[BenchTrigger]:
+def _fresh(ack: bool, m: int, kind: str) -> Any:
     global FEED, PRODUCER
     FEED = Feed()
     PRODUCER = Producer()
     PRODUCER.target = m
-    return AckTrigger if ack else FastTrigger
+    cls = AckTrigger if ack else FastTrigger
+
+    def make() -> BenchTrigger:
+        trigger = cls()
+        trigger.subscriber_kind = kind
+        return trigger
+
+    return make
 
 
-async def manager_alone(n: int, m: int, ack: bool) -> float:
+async def manager_alone(n: int, m: int, ack: bool, kind: str) -> float:
     from airflow.triggers.shared_stream import SharedStreamManager
 
-    cls = _fresh(ack, m)
+    make = _fresh(ack, m, kind)
     mgr = SharedStreamManager(max_subscriber_queue=QUEUE_SIZE, ack_timeout=ACK_TIMEOUT)
     done, count = asyncio.Event(), 0
 
     async def subscriber(tid: int) -> None:
         nonlocal count
-        trigger = cls()
+        trigger = make()
         stream = mgr.subscribe(trigger_id=tid, trigger=trigger, key=KEY)
         async for _event in trigger.filter_shared_stream(stream):
             seq = mgr.bind_pending_event(trigger_id=tid, key=KEY)
@@ -199,6 +256,7 @@ async def manager_alone(n: int, m: int, ack: bool) -> float:
 
     tasks = [asyncio.create_task(subscriber(tid)) for tid in range(n)]
     await asyncio.sleep(0.05)  # every subscriber subscribed and waiting
+    cpu_started = time.process_time()
     started = time.perf_counter()
     await _feed(ack, m, _backlog(mgr))
     await _until_done(done, tasks)
@@ -206,6 +264,7 @@ async def manager_alone(n: int, m: int, ack: bool) -> float:
         assert PRODUCER is not None
         await PRODUCER.reached.wait()
     elapsed = time.perf_counter() - started
+    LAST_CPU_S[0] = time.process_time() - cpu_started
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -213,10 +272,10 @@ async def manager_alone(n: int, m: int, ack: bool) -> float:
     return m / elapsed
 
 
-async def through_runtime(n: int, m: int, ack: bool) -> float:
+async def through_runtime(n: int, m: int, ack: bool, kind: str) -> float:
     from airflow.jobs.triggerer_job_runner import TriggerRunner
 
-    cls = _fresh(ack, m)
+    make = _fresh(ack, m, kind)
     runner = TriggerRunner()
     mgr = runner._shared_streams
     done, count = asyncio.Event(), 0
@@ -238,7 +297,7 @@ async def through_runtime(n: int, m: int, ack: bool) -> float:
 
     drain = asyncio.create_task(supervisor_stand_in())
     for tid in range(n):
-        trigger = cls()
+        trigger = make()
         trigger.trigger_id = tid
         runner.triggers[tid] = {
             "task": asyncio.create_task(runner.run_trigger(tid, trigger), name=f"ID {tid}"),
@@ -251,6 +310,7 @@ async def through_runtime(n: int, m: int, ack: bool) -> float:
         if group is not None and len(group._subscribers) >= n:
             break
         await asyncio.sleep(0.001)
+    cpu_started = time.process_time()
     started = time.perf_counter()
     tasks = [d["task"] for d in runner.triggers.values()]
     await _feed(ack, m, _backlog(mgr))
@@ -259,6 +319,7 @@ async def through_runtime(n: int, m: int, ack: bool) -> float:
         assert PRODUCER is not None
         await PRODUCER.reached.wait()
     elapsed = time.perf_counter() - started
+    LAST_CPU_S[0] = time.process_time() - cpu_started
     for task in [*tasks, drain]:
         task.cancel()
     await asyncio.gather(*tasks, drain, return_exceptions=True)
@@ -273,12 +334,13 @@ def main() -> None:
     parser.add_argument("--subscribers", type=int, required=True)
     parser.add_argument("--events", type=int, required=True)
     parser.add_argument("--layers", default="manager,runtime")
+    parser.add_argument("--subscriber-kind", choices=SUBSCRIBER_KINDS, default="realistic")
     args = parser.parse_args()
     _setup_logging(args.level)
     ack, n, m = args.mode == "ack", args.subscribers, args.events
     for layer in args.layers.split(","):
         fn = manager_alone if layer == "manager" else through_runtime
-        raw = asyncio.run(fn(n, m, ack))
+        raw = asyncio.run(fn(n, m, ack, args.subscriber_kind))
         row = {
             "system": "airflow",
             "workload": "fanout",
@@ -286,11 +348,13 @@ def main() -> None:
             "mode": args.mode,
             "subscribers": n,
             "events": m,
+            "subscriber_kind": args.subscriber_kind,
             "log_level": args.level,
             "queue_size": QUEUE_SIZE,
             "ack_timeout_s": ACK_TIMEOUT,
             "raw_per_s": raw,
             "deliveries_per_s": raw * n,
+            "raw_per_cpu_s": m / LAST_CPU_S[0],
         }
         print(json.dumps(row), flush=True)
 
