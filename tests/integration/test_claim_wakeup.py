@@ -22,7 +22,7 @@ from engine.db import models
 from engine.db.database import Database
 from engine.db.models import Dag, DagRun, TaskInstance, TaskState, Trigger, TriggerKind
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
-from tests.waiting import wait_until
+from tests.waiting import eventually, wait_until
 from triggers import TimeDeltaTrigger
 
 if TYPE_CHECKING:
@@ -160,9 +160,7 @@ async def test_rows_released_by_another_triggerer_are_claimed_without_a_poll(
                 ).scalars()
                 return all(owner == triggerer.job_id for owner in owners)
 
-            with anyio.fail_after(30):
-                while not await db.read(reclaimed):
-                    await anyio.sleep(0.02)
+            await eventually(lambda: db.read(reclaimed), within=30)
             triggerer.shutdown()
 
 
