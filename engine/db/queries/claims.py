@@ -31,7 +31,7 @@ from sqlalchemy.orm import aliased
 
 from engine.db.models import Job, Trigger, UtcDateTime, utcnow
 from engine.db.queries.jobs import TRIGGERER_JOB
-from engine.db.queries.triggers import TRIGGER_ROW_COLUMNS, TriggerRow, trigger_row
+from engine.db.queries.triggers import TRIGGER_ROW_COLUMNS, TriggerRow, ids_in, trigger_row
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Mapping
@@ -220,7 +220,7 @@ def assign_rows(
     claimed_at = case((Trigger.triggerer_id == triggerer_id, kept), else_=now)
     result = session.execute(
         update(Trigger)
-        .where(Trigger.id.in_(wanted), free)
+        .where(ids_in(session, Trigger.id, wanted), free)
         .values(triggerer_id=triggerer_id, claimed_at=claimed_at)
         .returning(*TRIGGER_ROW_COLUMNS)
     )
