@@ -398,7 +398,7 @@ class Triggerer:
             capacity_left=room,
             single_limit=left,
             threshold_s=s.health_check_threshold_s,
-            expected=self.runner.running_ids() | self._load_failed.keys(),
+            expected=self._expected_checksum(),
             retry=retry,
         )
         recovered, self._recovered = self._recovered, set()
@@ -442,6 +442,12 @@ class Triggerer:
                 await anyio.lowlevel.checkpoint()
         # Rows to hand back to their group are written by the next round, at once.
         return bool(self._rehome) or (left > 0 and len(loaded) >= left)
+
+    def _expected_checksum(self) -> tuple[int, int]:
+        """(count, sum of ids) of the rows this triggerer runs or failed to load."""
+        count, total = self.runner.id_checksum()
+        failed = [t for t in self._load_failed if t not in self.runner]
+        return count + len(failed), total + sum(failed)
 
     def _report_claim(self, result: claiming.ClaimResult) -> None:
         for group in result.oversized:
