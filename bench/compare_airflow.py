@@ -2,8 +2,9 @@
 
 Run by hand (never in tests):
 
-    .venv/bin/python bench/compare_airflow.py            # full mode, <= 20 min on 2 cores
-    .venv/bin/python bench/compare_airflow.py --quick    # 1 repetition, small sizes
+    .venv/bin/pip install -e '.[bench]'                  # matplotlib, for the chart
+    .venv/bin/python bench/compare_airflow.py            # full mode: 3 reps of every row
+    .venv/bin/python bench/compare_airflow.py --quick    # a smoke run: 1 rep, small sizes
 
 Creates bench/.venv-airflow (ignored by git) with ``apache-airflow-core==3.3.2`` from PyPI if
 it is missing, and a migrated Airflow SQLite template DB in it. Each workload run is a fresh
@@ -11,9 +12,12 @@ subprocess printing one JSON line per figure: the Sluice side is bench/compare_a
 under Sluice's python (it calls the existing Sluice benches), the Airflow side a script of
 bench/_airflow_side/ under the Airflow venv's python (it drives Airflow's own classes and
 CLI). For every configuration the two systems run back to back, alternating which goes
-first, repeated; the summary gives median, min-max and the ratio Sluice/Airflow of medians
-(with the min-max of the per-repetition ratios), because other processes on the machine make
-absolute figures noisy while a ratio taken within one repetition is robust.
+first, repeated (3 times by default, every row); the summary gives median, min-max and the
+ratio Sluice/Airflow of medians (with the min-max of the per-repetition ratios), because
+other processes on the machine make absolute figures noisy while a ratio taken within one
+repetition is robust. Every ratio is between figures of this run: no remembered or
+hard-coded figure of either system is used. A row with fewer than 3 repetitions a side
+(``--quick``, ``--reps 1``) is marked as such in the table.
 
 Workloads (equal settings on both sides; both default to subscriber queue 1024 and ack
 timeout 300 s, which are used):
@@ -49,7 +53,6 @@ import statistics
 import subprocess
 import sys
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +67,7 @@ AIRFLOW_SIDE = BENCH / "_airflow_side"
 SLUICE_SIDE = BENCH / "compare_airflow_sluice.py"
 RESULTS = BENCH / "results"
 RUN_TIMEOUT_S = 1200
+MIN_REPS = 3  # a row's min/median/max needs at least this many repetitions a side
 
 
 # -- environments ------------------------------------------------------------------------
@@ -128,16 +132,17 @@ def ensure_template() -> Path:
     return db
 
 
-def ensure_matplotlib() -> None:
-    """matplotlib is a bench-only extra (``pip install -e '.[bench]'``); install it if missing."""
+def require_matplotlib() -> None:
+    """matplotlib is in the ``bench`` extra; stop at once, saying how to get it, if missing
+    (checked before anything runs, not after twenty minutes of measurements)."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-            "optional-dependencies"
-        ]["bench"]
-        print(f"installing the bench extra into {sys.prefix}: {extras}", flush=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", *extras], check=True)
+        sys.exit(
+            "bench/compare_airflow.py draws its chart with matplotlib, which is not installed "
+            f"in {sys.prefix}: install the bench extra with  {sys.executable} -m pip install "
+            "-e '.[bench]'  (from the repository root), then run this again."
+        )
 
 
 def machine_info(airflow_core: str) -> dict[str, Any]:
@@ -219,7 +224,7 @@ def build_plan(quick: bool, reps: int | None, only: set[str] | None) -> Plan:
                     f"N={subs}",
                     ["--level", "INFO", "latency", *args],
                     [str(AIRFLOW_SIDE / "latency.py"), *tmpl, *args],
-                    min(r, 2),
+                    r,
                 )
             )
     if "claim" in want:
@@ -236,14 +241,14 @@ def build_plan(quick: bool, reps: int | None, only: set[str] | None) -> Plan:
                 )
             )
     if "rss" in want:
-        for n, n_reps in ((2000, r),) if quick else ((10_000, 1), (100_000, 1)):
+        for n in (2000,) if quick else (10_000, 100_000):
             plan.configs.append(
                 Config(
                     "rss",
                     f"{n // 1000}k triggers",
                     ["--level", "WARNING", "rss", "--triggers", str(n)],
                     [str(AIRFLOW_SIDE / "triggerer.py"), "rss", *tmpl, "--triggers", str(n)],
-                    n_reps,
+                    r,
                 )
             )
     if "cycle" in want:
@@ -254,7 +259,7 @@ def build_plan(quick: bool, reps: int | None, only: set[str] | None) -> Plan:
                 f"{cycles} cycles",
                 ["--level", "INFO", "cycle", "--cycles", cycles],
                 [str(AIRFLOW_SIDE / "cycle.py"), *tmpl, "--cycles", cycles],
-                1,
+                r,
             )
         )
     return plan
@@ -417,6 +422,8 @@ def print_summary(summary: list[dict[str, Any]]) -> None:
         if "target" in e:
             t = f"{e['target']}: {'MET' if e['target_met'] else 'MISSED'}"
         name = f"{e['workload']:8s} {e['config']:26s} {e['metric']:18s}"
+        if min(e["sluice_runs"], e["airflow_runs"]) < MIN_REPS:
+            t = f"(only {min(e['sluice_runs'], e['airflow_runs'])} rep(s): no spread) {t}"
         print(f"{name} {s:>30s} {a:>30s} {r:>24s}  {t}")
 
 
@@ -482,14 +489,15 @@ def main() -> None:
     args = parser.parse_args()
     stem = "compare_airflow.quick" if args.quick else "compare_airflow"
     if args.replot:
+        require_matplotlib()
         doc = json.loads((RESULTS / f"{stem}.json").read_text())
         print_summary(doc["summary"])
         chart(doc["summary"], doc["machine"], RESULTS / f"{stem}.png")
         return
+    require_matplotlib()
     started = time.monotonic()
     core = ensure_airflow_venv()
     ensure_template()
-    ensure_matplotlib()
     machine = machine_info(core)
     print(
         f"Sluice {machine['sluice_version']} (Python {machine['python_sluice']}) vs "

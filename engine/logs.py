@@ -7,16 +7,24 @@ import logging
 import sys
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 from urllib.parse import quote, quote_plus
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable
+
+
+class LogFields(Protocol):
+    """Fields for the lines logged in a context: a mapping, or anything with ``items()``
+    (the triggerer's per-trigger handle, which builds them only when a line is logged)."""
+
+    def items(self) -> Iterable[tuple[str, object]]: ...
+
 
 #: Structured fields of whatever runs in the current context: the triggerer sets it in each
 #: trigger's task (trigger_id and the dag/run/task or asset/watcher it serves), so every line
 #: logged there, the trigger's own included, carries them.
-LOG_FIELDS: ContextVar[Mapping[str, object] | None] = ContextVar("sluice_log_fields", default=None)
+LOG_FIELDS: ContextVar[LogFields | None] = ContextVar("sluice_log_fields", default=None)
 
 #: Attributes of every LogRecord; anything else on a record came from ``extra=``.
 _STANDARD_ATTRS: Final = frozenset(
@@ -71,7 +79,7 @@ class ContextFields(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         fields = LOG_FIELDS.get()
-        if fields:
+        if fields is not None:
             for key, value in fields.items():
                 if key not in record.__dict__:
                     setattr(record, key, value)

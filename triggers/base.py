@@ -122,7 +122,10 @@ class BaseTrigger(abc.ABC):
     The runtime sets ``trigger_id`` before ``run`` starts.
     """
 
-    trigger_id: int | None = None
+    # A slot, so that the slotted built-in triggers (``DateTimeTrigger``: a million may sit
+    # idle in one triggerer) carry no ``__dict__``; a subclass without ``__slots__`` has one.
+    __slots__ = ("_trigger_id",)
+
     #: Kwargs that name a connection (as Airflow's ``kafka_config_id``, ``aws_conn_id``).
     #: The triggerer looks up each one given (the environment's ``SLUICE_CONN_<ID>``, then
     #: the metadata database) and builds the trigger with the stored kwargs updated by
@@ -130,7 +133,17 @@ class BaseTrigger(abc.ABC):
     connection_kwargs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **kwargs: Any) -> None:
-        self.trigger_id = None
+        self._trigger_id: int | None = None
+
+    @property
+    def trigger_id(self) -> int | None:
+        """The id of the trigger's row; the runtime sets it before ``run`` starts (None
+        until then, also for a subclass whose ``__init__`` does not call ours)."""
+        return getattr(self, "_trigger_id", None)
+
+    @trigger_id.setter
+    def trigger_id(self, value: int | None) -> None:
+        self._trigger_id = value
 
     @classmethod
     def connection_settings(cls, kwarg: str, connection: Mapping[str, Any]) -> dict[str, Any]:

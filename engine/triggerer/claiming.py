@@ -220,13 +220,14 @@ def sync_round(
     capacity_left: int,
     single_limit: int,
     threshold_s: float,
-    expected: Set[int],
+    expected: tuple[int, int],
     retry: Set[int],
 ) -> SyncRound:
     """The second transaction of a round: claim, and check what the triggerer owns.
 
-    ``expected``: the rows it runs (or failed to load); ``retry``: failed ones to load again
-    (fetched again while still owned).
+    ``expected``: (how many, sum of the ids) of the rows it runs or failed to load, the
+    checksum the owned rows are compared with (no set of a million ids built every round);
+    ``retry``: failed ones to load again (fetched again while still owned).
     """
     result = claim_round(
         session,
@@ -238,7 +239,7 @@ def sync_round(
     # The full id list only when the cheap checksum says ours changed: with 100,000 idle
     # triggers, listing them every second is most of the idle CPU.
     claimed = {row.id for row in result.rows}
-    local = (len(expected) + len(claimed), sum(expected) + sum(claimed))
+    local = (expected[0] + len(claimed), expected[1] + sum(claimed))
     owned = None
     if (
         retry

@@ -2,9 +2,14 @@
 
 A ``TriggerHandle`` is all the runner keeps of one running trigger: 100,000 idle triggers
 hold one each, so it is a class of a few slots, and it is its own task's done callback (no
-closure per task). A trigger stopped while it cleans up may be started again at once: the
-new handle keeps the stopped one as ``previous``, and its task waits until that one ended,
-so there is never more than one live attempt per trigger id.
+closure per task). It is also the trigger's log context (``items()``: its trigger id and
+what it serves), read only when a line is logged: no dict of fields per trigger. A trigger
+that only waits for a moment (``DateTimeTrigger``) has no task while it waits, only a timer
+on the loop (``timer``); its task is spawned when the timer is due.
+
+A trigger stopped while it cleans up may be started again at once: the new handle keeps the
+stopped one as ``previous``, and its task waits until that one ended, so there is never
+more than one live attempt per trigger id.
 """
 
 from __future__ import annotations
@@ -45,10 +50,12 @@ class TriggerHandle:
         "cleaning",
         "done",
         "kind",
+        "log_fields",
         "on_end",
         "previous",
         "stopping",
         "task",
+        "timer",
         "trigger",
         "trigger_id",
         "watcher",
@@ -66,6 +73,9 @@ class TriggerHandle:
         self.trigger = spec.trigger  # replaced by a fresh instance on a watcher restart
         # Set right after spawning, back to None once the task ended and was accounted for.
         self.task: asyncio.Task[None] | None = None
+        # Set while the trigger waits for its moment without a task (see the runner).
+        self.timer: asyncio.TimerHandle | None = None
+        self.log_fields = spec.log_fields  # what it serves, for its log lines
         self.stopping = False
         self.cleaning = False  # in the shielded end of an attempt: not cancelled there
         # Set when this task ended; only created when a successor has to wait for it.
@@ -81,11 +91,26 @@ class TriggerHandle:
     def cancel(self) -> None:
         """Stop the task: cancel it now, or (while it cleans up) let it end after that.
 
-        Calling it again cancels again, for a trigger that swallowed the cancellation.
+        Calling it again cancels again, for a trigger that swallowed the cancellation. A
+        trigger still waiting on its timer has nothing to cancel but the timer.
         """
         self.stopping = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         if not self.cleaning and self.task is not None:
             self.task.cancel()
+
+    @property
+    def is_waiting(self) -> bool:
+        """Whether it waits on its timer, with no task (stopping it ends it at once)."""
+        return self.timer is not None
+
+    def items(self) -> Iterator[tuple[str, object]]:
+        """The fields of every line logged in the trigger's task (``engine.logs.LOG_FIELDS``)."""
+        yield "trigger_id", self.trigger_id
+        if self.log_fields:
+            yield from self.log_fields.items()
 
     def live_chain(self) -> Iterator[TriggerHandle]:
         """This handle and the stopped predecessors it waits for, those not ended yet."""
@@ -105,5 +130,5 @@ class TriggerHandle:
         self.previous = None
 
     def __repr__(self) -> str:
-        state = "stopping" if self.stopping else "running"
+        state = "stopping" if self.stopping else "waiting" if self.timer else "running"
         return f"<TriggerHandle {self.trigger_id} {self.kind.value} {state}>"

@@ -36,6 +36,7 @@ from engine.triggerer.metadata import DatabaseMetadataReader
 from engine.triggerer.outbox import Outbox, TriggerFailed
 from engine.triggerer.persister import BatchResult, Persister
 from engine.triggerer.runtime import TriggerRunner
+from engine.triggerer.wakeup import NewRowsSignal
 from engine.triggerer.watchdog import LoopWatchdog
 from shared_stream import SharedStreamManager
 
@@ -121,7 +122,9 @@ class Triggerer:
         self._rehome: dict[int, str] = {}  # claimed rows to hand back to their group (digest)
         self._holds_groups = False  # as of the last claim round
         self._stopping = anyio.Event()
-        self._wake = anyio.Event()
+        self._wake = anyio.Event()  # set by a nudge, a shutdown or a new-rows signal
+        self._nudged = False  # the wake asks for a full round, not just a probe
+        self.new_rows = NewRowsSignal(db, self._signal_new_rows)
         self._claims = 0
 
     def __repr__(self) -> str:
@@ -177,6 +180,7 @@ class Triggerer:
                         interval_s=self.settings.heartbeat_s,
                     )
                 )
+                await tg.start(self.new_rows.run)
                 await tg.start(self._claim_loop)
                 task_status.started()
                 await self._stopping.wait()
@@ -192,6 +196,7 @@ class Triggerer:
 
     def nudge(self) -> None:
         """Claim now: new trigger rows were written in this process (e.g. a task deferred)."""
+        self._nudged = True
         self._wake.set()
 
     def metrics_reading(self, *, with_groups: bool = True) -> TriggererReading:
@@ -308,15 +313,19 @@ class Triggerer:
                 task_status.started()
                 first = False
             if retry_in is not None:
-                with anyio.move_on_after(retry_in):
-                    await self._wake.wait()
-                self._wake = anyio.Event()
+                await self._wait_for_retry(retry_in)
+                self._reset_wake()
             elif not more:
                 # A probe that found rows this round did not take (a group another triggerer
                 # will take) is not repeated before the next full round: no busy loop.
-                probe = not (probed and self._claims == claims_before)
+                claimed = self._claims > claims_before
+                probe = not (probed and not claimed)
+                if claimed:
+                    # Rows of a burst may still be arriving (written in several commits):
+                    # probe again at once rather than after a poll interval.
+                    self._wake.set()
                 probed = await self._wait_for_work(probe=probe)
-                self._wake = anyio.Event()
+                self._reset_wake()
             if self._stopping.is_set():
                 return
 
@@ -324,17 +333,22 @@ class Triggerer:
         """Until the next full round (``claim_idle_interval_s``), a nudge from this process,
         or a new unassigned row this triggerer would take: with capacity to spare, another
         process deferred a task or added a watcher; even when full, a watcher joins a group
-        this triggerer holds. That check is one indexed probe every ``new_trigger_poll_s``, so a
-        new trigger starts within about that time without a full round (ownership checksum,
-        dead triggerers, timeouts) more often than once per idle interval. True when the
-        probe ended the wait."""
+        this triggerer holds. That check is one indexed probe, run at once when the
+        ``NewRowsSignal`` says another process wrote rows (PostgreSQL NOTIFY, a SQLite
+        commit), and every ``new_trigger_poll_s`` in any case; so a new trigger starts
+        without waiting for a poll, and without a full round (ownership checksum, dead
+        triggerers, timeouts) more often than once per idle interval. True when the probe
+        ended the wait."""
         s, job_id = self.settings, self.job_id
         assert job_id is not None
         with anyio.move_on_after(s.claim_idle_interval_s):
             while True:
                 with anyio.move_on_after(s.new_trigger_poll_s):
                     await self._wake.wait()
-                    return False
+                if self._wake.is_set():
+                    if self._nudged or self._stopping.is_set():
+                        return False
+                    self._wake = anyio.Event()  # a signal: probe, and coalesce those after
                 has_room = len(self.runner) < s.capacity
                 if not probe or (not has_room and not self._holds_groups):
                     continue  # nothing to take: full, and no group of its own to join
@@ -347,6 +361,24 @@ class Triggerer:
                 except SluiceError:
                     return False  # the full round reports it
         return False
+
+    async def _wait_for_retry(self, retry_in_s: float) -> None:
+        """After a failed round: until the retry, a nudge or a shutdown (new-rows signals,
+        e.g. this process's own SQLite commits, do not shorten a backoff)."""
+        with anyio.move_on_after(retry_in_s):
+            while not (self._nudged or self._stopping.is_set()):
+                await self._wake.wait()
+                if not (self._nudged or self._stopping.is_set()):
+                    self._wake = anyio.Event()
+
+    def _signal_new_rows(self) -> None:
+        """``NewRowsSignal``'s callback: probe now (unlike ``nudge``, not a full round)."""
+        self._wake.set()
+
+    def _reset_wake(self) -> None:
+        """Before a round: wakes from now on ask for the next one."""
+        self._wake = anyio.Event()
+        self._nudged = False
 
     # --- one sync: stop what is no longer ours, claim, start ---------------------------
 
@@ -366,7 +398,7 @@ class Triggerer:
             capacity_left=room,
             single_limit=left,
             threshold_s=s.health_check_threshold_s,
-            expected=self.runner.running_ids() | self._load_failed.keys(),
+            expected=self._expected_checksum(),
             retry=retry,
         )
         recovered, self._recovered = self._recovered, set()
@@ -410,6 +442,12 @@ class Triggerer:
                 await anyio.lowlevel.checkpoint()
         # Rows to hand back to their group are written by the next round, at once.
         return bool(self._rehome) or (left > 0 and len(loaded) >= left)
+
+    def _expected_checksum(self) -> tuple[int, int]:
+        """(count, sum of ids) of the rows this triggerer runs or failed to load."""
+        count, total = self.runner.id_checksum()
+        failed = [t for t in self._load_failed if t not in self.runner]
+        return count + len(failed), total + sum(failed)
 
     def _report_claim(self, result: claiming.ClaimResult) -> None:
         for group in result.oversized:

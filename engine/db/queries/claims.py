@@ -31,7 +31,7 @@ from sqlalchemy.orm import aliased
 
 from engine.db.models import Job, Trigger, UtcDateTime, utcnow
 from engine.db.queries.jobs import TRIGGERER_JOB
-from engine.db.queries.triggers import TRIGGER_ROW_COLUMNS, TriggerRow, trigger_row
+from engine.db.queries.triggers import TRIGGER_ROW_COLUMNS, TriggerRow, ids_in, trigger_row
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Mapping
@@ -41,6 +41,11 @@ if TYPE_CHECKING:
 
 #: Key of the PostgreSQL advisory lock that serializes shared-stream group claims fleet-wide.
 GROUP_CLAIM_LOCK_KEY: Final = 0x51_C1A1
+#: The PostgreSQL channel notified (by migration 0018's statement triggers) at the commit of a
+#: transaction that inserted trigger rows or left rows unassigned.
+NEW_TRIGGER_ROWS_CHANNEL: Final = "sluice_trigger_rows"
+#: Run on a connection of its own in autocommit mode (``engine.triggerer.wakeup``).
+LISTEN_NEW_TRIGGER_ROWS: Final = f"LISTEN {NEW_TRIGGER_ROWS_CHANNEL}"
 
 
 def _rows(result: Iterable[Any]) -> list[TriggerRow]:
@@ -215,7 +220,7 @@ def assign_rows(
     claimed_at = case((Trigger.triggerer_id == triggerer_id, kept), else_=now)
     result = session.execute(
         update(Trigger)
-        .where(Trigger.id.in_(wanted), free)
+        .where(ids_in(session, Trigger.id, wanted), free)
         .values(triggerer_id=triggerer_id, claimed_at=claimed_at)
         .returning(*TRIGGER_ROW_COLUMNS)
     )

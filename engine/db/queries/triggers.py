@@ -12,7 +12,8 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import Integer, any_, bindparam, delete, func, insert, select, update
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from engine.db.models import (
     Asset,
@@ -62,6 +63,15 @@ TRIGGER_ROW_COLUMNS: Final = (
 )
 
 
+def ids_in(session: Session, column: Any, ids: list[int]) -> Any:
+    """``column IN ids``; on PostgreSQL ``column = ANY(array)``: one bound array rather than
+    one placeholder per id, which for a claim of 1,000 rows took psycopg and the server
+    longer to parse than to run (about half of a claim round's time)."""
+    if session.get_bind().dialect.name == "postgresql":
+        return column == any_(bindparam(None, ids, type_=ARRAY(Integer)))
+    return column.in_(ids)
+
+
 def trigger_row(row: Any) -> TriggerRow:
     """A ``TriggerRow`` from a result of ``TRIGGER_ROW_COLUMNS``."""
     trigger_id, classpath, kwargs, kind, last_error, digest = row
@@ -102,7 +112,7 @@ def fetch_trigger_rows(session: Session, ids: Iterable[int]) -> list[TriggerRow]
     wanted = list(ids)
     if not wanted:
         return []
-    rows = session.execute(select(*TRIGGER_ROW_COLUMNS).where(Trigger.id.in_(wanted)))
+    rows = session.execute(select(*TRIGGER_ROW_COLUMNS).where(ids_in(session, Trigger.id, wanted)))
     return [trigger_row(row) for row in rows]
 
 
@@ -142,7 +152,7 @@ def triggers_served(session: Session, ids: Iterable[int]) -> dict[int, Served]:
     tasks = session.execute(
         select(TaskInstance.trigger_id, DagRun.dag_id, DagRun.run_id, TaskInstance.task_id)
         .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
-        .where(TaskInstance.trigger_id.in_(wanted))
+        .where(ids_in(session, TaskInstance.trigger_id, wanted))
         .order_by(TaskInstance.id)
     )
     for trigger_id, dag_id, run_id, task_id in tasks:
@@ -157,7 +167,7 @@ def triggers_served(session: Session, ids: Iterable[int]) -> dict[int, Served]:
     watchers = session.execute(
         select(AssetWatcher.trigger_id, AssetWatcher.asset_id, Asset.name, AssetWatcher.name)
         .join(Asset, Asset.id == AssetWatcher.asset_id)
-        .where(AssetWatcher.trigger_id.in_(wanted))
+        .where(ids_in(session, AssetWatcher.trigger_id, wanted))
     )
     for trigger_id, asset_id, asset, watcher in watchers:
         fields = {"asset": asset, "watcher": watcher}

@@ -1,0 +1,138 @@
+"""Wake the claim loop as soon as another process may have written a row it would take.
+
+Without it, a running triggerer finds rows written by other processes (a task deferred by
+an executor, a watcher added by the DAG processor, rows released by a triggerer that shut
+down) at its next probe, every ``new_trigger_poll_s``: a burst of 1,000 new rows waited
+between 0 and a whole poll interval before the first of them was claimed, which was most
+of the time it took to start them all. ``NewRowsSignal`` calls ``on_signal()`` instead:
+
+- PostgreSQL: ``LISTEN`` on ``NEW_TRIGGER_ROWS_CHANNEL`` on a connection of its own; the
+  statement triggers of migration 0018 notify it when a transaction inserts trigger rows
+  or leaves rows unassigned (at commit, one notification per transaction and channel).
+- SQLite in a file: inotify on the database's directory; every commit writes the WAL
+  (``<db>-wal``), whichever process makes it.
+- Otherwise (in-memory SQLite, no inotify): nothing; the poll finds the rows.
+
+A signal only means "look now": the claim loop answers it with its cheap indexed probe, so
+a signal for a row it would not take (or for its own writes, on SQLite) costs one probe,
+and signals that arrive while it probes or claims are coalesced into one. A signal lost
+while the listener reconnects costs at most a poll interval: the poll stays.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import anyio
+from sqlalchemy.engine import make_url
+
+from engine.db.queries import claims as store_claims
+from engine.retry import Backoff
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from anyio.abc import TaskStatus
+
+    from engine.db.database import Database
+
+__all__ = ("NewRowsSignal",)
+
+logger = logging.getLogger(__name__)
+
+RECONNECT_BASE_S: Final = 1.0
+
+
+class NewRowsSignal:
+    """Calls ``on_signal()`` when another process may have written claimable trigger rows."""
+
+    def __init__(self, db: Database, on_signal: Callable[[], None]) -> None:
+        self._db = db
+        self._on_signal = on_signal
+        self.source = _source_of(db)  # "postgresql", "sqlite-wal" or None (poll only)
+        # The SQLite database file (its directory is watched); None on PostgreSQL.
+        self._file = (
+            Path(str(make_url(db.url).database)).expanduser().absolute()
+            if self.source == "sqlite-wal"
+            else None
+        )
+
+    def __repr__(self) -> str:
+        return f"<NewRowsSignal {self.source or 'poll only'}>"
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Listen until cancelled (``task_status`` is started once listening, or at once when
+        there is nothing to listen to)."""
+        if self.source == "postgresql":
+            await self._listen_postgres(task_status)
+        elif self.source == "sqlite-wal":
+            await self._watch_sqlite(task_status)
+        else:
+            task_status.started()
+
+    # -- PostgreSQL ----------------------------------------------------------------------
+
+    async def _listen_postgres(self, task_status: TaskStatus[None]) -> None:
+        import psycopg  # the driver of every PostgreSQL URL this project accepts
+
+        _args, kwargs = self._db.engine.dialect.create_connect_args(self._db.engine.url)
+        backoff, started = Backoff(RECONNECT_BASE_S), False
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(**kwargs, autocommit=True) as conn:
+                    await conn.execute(store_claims.LISTEN_NEW_TRIGGER_ROWS)
+                    backoff.succeeded()
+                    self._on_signal()  # rows written while it was not listening
+                    if not started:
+                        task_status.started()
+                        started = True
+                    async for _notify in conn.notifies():
+                        self._on_signal()
+            except psycopg.Error as exc:
+                retry_in = backoff.failed()
+                logger.warning(
+                    "Cannot listen for new trigger rows (%s); polling meanwhile, retrying in %.1fs",
+                    exc,
+                    retry_in,
+                    extra={"action": "trigger_rows_listen_failed", "failures": backoff.failures},
+                )
+                if not started:
+                    task_status.started()
+                    started = True
+                await anyio.sleep(retry_in)
+
+    # -- SQLite --------------------------------------------------------------------------
+
+    async def _watch_sqlite(self, task_status: TaskStatus[None]) -> None:
+        from asyncinotify import Inotify, Mask
+
+        database = self._file
+        assert database is not None
+        names = {database.name, f"{database.name}-wal"}
+        with Inotify() as inotify:
+            inotify.add_watch(database.parent, Mask.MODIFY | Mask.CREATE | Mask.MOVED_TO)
+            task_status.started()
+            async for event in inotify:
+                if event.name is not None and event.name.name in names:
+                    self._on_signal()
+
+
+def _source_of(db: Database) -> str | None:
+    if db.engine.dialect.name == "postgresql":
+        return "postgresql" if db.engine.dialect.driver == "psycopg" else None
+    if db.is_sqlite:
+        database = make_url(db.url).database
+        if not database or database == ":memory:" or database.startswith("file:"):
+            return None
+        return "sqlite-wal" if _has_inotify() else None
+    return None
+
+
+def _has_inotify() -> bool:
+    try:
+        import asyncinotify  # noqa: F401 - Linux only
+    except (ImportError, OSError):
+        return False
+    return True
