@@ -385,7 +385,7 @@ def _line(row: dict[str, Any]) -> str:
 def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument(
-        "--pg", "--pg-url", dest="pg", default=DEFAULT_PG_URL, help="admin URL of a PostgreSQL server"
+        "--pg", "--pg-url", dest="pg", default=DEFAULT_PG_URL, help="PostgreSQL admin URL"
     )
     parser.add_argument("--no-pg", action="store_true", help="skip the PostgreSQL runs")
     parser.add_argument("--messages", type=int, default=100_000)
