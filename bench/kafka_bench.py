@@ -18,7 +18,9 @@ The baseline is a plain aiokafka consumer on the same topic with a fresh group: 
 a per-partition commit of each batch, from its first record to its last commit. It runs
 alternately with the measured case (raw, sluice, raw, sluice, ...), so both see the same
 machine load. A third figure, the shared stream alone (no database: each trigger event
-confirmed at once), separates the Kafka adapter and fan-out from the persister.
+confirmed at once), separates the Kafka adapter and fan-out from the persister. Each run
+also reports this process's CPU time per message (all threads, not the database server's):
+on a loaded machine it moves far less than the rate.
 
 Every figure is min / median / max of ``--repeat`` (>= 3) repetitions; ratios are medians
 over medians of the same run. Results go to stdout and ``bench/results/kafka.json``.
@@ -166,6 +168,7 @@ class _Timeline(logging.Handler):
         self.committed: dict[int, int] = {}
         self.done_at: float | None = None
         self.fetches = 0
+        self.cpu_at_start = self.cpu_at_done = 0.0  # process CPU time, every thread
         self.finished: anyio.Event | None = None  # set once done (create it inside the run)
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -174,6 +177,7 @@ class _Timeline(logging.Handler):
         action = getattr(record, "action", None)
         if action == "kafka.fetched" and self.started_at is None:
             self.started_at = record.created
+            self.cpu_at_start = time.process_time()
             self.fetches_at_start = FetchCounter.count - 1
         elif action == "kafka.commit":
             self.committed[record.partition] = record.offset  # type: ignore[attr-defined]
@@ -181,6 +185,7 @@ class _Timeline(logging.Handler):
                 offset >= self.per_partition for offset in self.committed.values()
             ):
                 self.done_at = record.created
+                self.cpu_at_done = time.process_time()
                 self.fetches = FetchCounter.count - self.fetches_at_start
                 if self.finished is not None:
                     self.finished.set()
@@ -188,6 +193,10 @@ class _Timeline(logging.Handler):
     def rate(self, count: int) -> float:
         assert self.started_at is not None and self.done_at is not None
         return count / (self.done_at - self.started_at)
+
+    def cpu_us(self, count: int) -> float:
+        """This process's CPU time per message (all threads; not the database server's)."""
+        return (self.cpu_at_done - self.cpu_at_start) * 1e6 / count
 
 
 @contextlib.contextmanager
@@ -259,7 +268,7 @@ def through_triggerer(db_url: str, bootstrap: str, topic: str, watchers: int, co
     stored = db.call(lambda s: s.execute(select(func.count(AssetEvent.id))).scalar_one())
     db.dispose()
     assert stored == count, f"{stored} asset events for {count} messages"
-    return timeline.rate(count), timeline.fetches
+    return timeline.rate(count), timeline.fetches, timeline.cpu_us(count)
 
 
 # -- the shared stream alone (no database) ----------------------------------------------------
@@ -300,7 +309,7 @@ def through_manager(bootstrap: str, topic: str, watchers: int, count: int) -> An
     timeline = _Timeline(f"alone-{uuid.uuid4().hex[:8]}", count // PARTITIONS)
     with _timeline_logging(timeline):
         anyio.run(_run_manager, bootstrap, topic, watchers, timeline)
-    return timeline.rate(count), timeline.fetches
+    return timeline.rate(count), timeline.fetches, timeline.cpu_us(count)
 
 
 # -- databases -------------------------------------------------------------------------------
@@ -349,13 +358,14 @@ def case(
 ) -> dict[str, Any]:
     """Alternate raw aiokafka and the measured case ``args.repeat`` times on ``topic``."""
     measured = _measured(backend, args.pg, tmp)
-    raw, ours, raw_fetches, our_fetches = [], [], [], []
+    raw, ours, raw_fetches, our_fetches, cpu = [], [], [], [], []
     for _ in range(args.repeat):
         rate, fetches = anyio.run(raw_consume, broker.bootstrap, topic, args.messages)
         raw.append(rate)
         raw_fetches.append(fetches)
-        rate, fetches = measured(broker.bootstrap, topic, watchers, args.messages)
+        rate, fetches, cpu_us = measured(broker.bootstrap, topic, watchers, args.messages)
         ours.append(rate)
+        cpu.append(cpu_us)
         our_fetches.append(fetches)
     return {
         "database": None if backend == "none" else backend,
@@ -365,6 +375,7 @@ def case(
         "per_s": _spread(ours),
         "raw_aiokafka_per_s": _spread(raw),
         "ratio_of_medians": round(statistics.median(ours) / statistics.median(raw), 4),
+        "process_cpu_us_per_msg": _spread(cpu),
         "fetch_requests": {"sluice": our_fetches, "raw_aiokafka": raw_fetches},
         "runs_per_s": [round(r) for r in ours],
         "raw_runs_per_s": [round(r) for r in raw],
@@ -378,6 +389,7 @@ def _line(row: dict[str, Any]) -> str:
         f"{name:8s} N={row['watchers']:2d}: {ours['median']:>8,} msg/s "
         f"[{ours['min']:,}..{ours['max']:,}]   raw aiokafka {raw['median']:>8,} "
         f"[{raw['min']:,}..{raw['max']:,}]   ratio {row['ratio_of_medians']:.1%}   "
+        f"cpu {row['process_cpu_us_per_msg']['median']} us/msg   "
         f"fetches {row['fetch_requests']['sluice']} vs {row['fetch_requests']['raw_aiokafka']}"
     )
 
