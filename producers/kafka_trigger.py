@@ -175,6 +175,7 @@ class KafkaMessageTrigger(BaseEventTrigger):
         self.value_format = value_format
         self._function: Callable[..., Any] | None = None
         self._digest_checked = False
+        self._key_or_headers = match_key is not None or bool(self._kwargs["match_headers"])
         # match_fields as (path parts, expected): split once, not for every message.
         self._fields: tuple[tuple[tuple[str, ...], Any], ...] = tuple(
             (tuple(path.split(".")), expected)
@@ -268,6 +269,13 @@ class KafkaMessageTrigger(BaseEventTrigger):
         )
 
     def _matches(self, message: KafkaMessage, encoding: str, value: Any) -> bool:
+        if self._key_or_headers and not self._key_and_headers_match(message):
+            return False
+        if self._fields:
+            return encoding == "json" and isinstance(value, dict) and self._fields_match(value)
+        return True
+
+    def _key_and_headers_match(self, message: KafkaMessage) -> bool:
         kw = self._kwargs
         match_key = kw["match_key"]
         if match_key is not None and text_of(message.key) != match_key:
@@ -275,8 +283,6 @@ class KafkaMessageTrigger(BaseEventTrigger):
         for name, expected in kw["match_headers"].items():
             if not any(h == name and text_of(v) == expected for h, v in message.headers):
                 return False
-        if self._fields:
-            return encoding == "json" and isinstance(value, dict) and self._fields_match(value)
         return True
 
     def _fields_match(self, value: dict[str, Any]) -> bool:

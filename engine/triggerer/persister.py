@@ -77,6 +77,8 @@ class BatchResult:
     fired_task_triggers: list[int]
     refused_seqs: list[int] = field(default_factory=list)  # not stored (over the size limit)
     refused: int = 0  # trigger events not stored (over the size limit), with a seq or not
+    fired: int = 0  # trigger events in the batch (stored or refused)
+    failures: int = 0  # trigger failures in the batch
 
 
 def _is_unavailable(exc: BaseException) -> bool:
@@ -189,9 +191,10 @@ class Persister:
     def _record(self, batch: list[OutboxItem], result: BatchResult, elapsed: float) -> None:
         stats = self.stats
         stats.batches += 1
-        stats.events += sum(isinstance(i, FiredEvent) for i in batch) - result.refused
+        # Counted by the writer thread as it went through the batch: no pass on the loop.
+        stats.events += result.fired - result.refused
         stats.refused += result.refused
-        stats.failures_recorded += sum(isinstance(i, TriggerFailed) for i in batch)
+        stats.failures_recorded += result.failures
         stats.asset_events += result.asset_events
         stats.tasks_resumed += result.tasks_resumed
         stats.last_batch_size = len(batch)
@@ -208,8 +211,10 @@ class Persister:
         refused_seqs: list[int] = []  # over the payload limit: refused (dead-lettered)
         resumed, refused, done_task_triggers = 0, 0, set()
         limit = self._max_payload_bytes
+        failures: list[TriggerFailed] = []
         for item in batch:
             if not isinstance(item, FiredEvent):
+                failures.append(item)
                 continue
             # A watcher whose row was replaced meanwhile (its kwargs were edited) still
             # fired for its asset: the row is gone, the identity it was claimed with is not.
@@ -240,14 +245,20 @@ class Persister:
                 )
             if item.seq is not None:
                 seqs.append(item.seq)
-        for failure in batch:
-            if isinstance(failure, TriggerFailed):
-                self._record_failure(session, failure, is_watcher=failure.trigger_id in watchers)
+        for failure in failures:
+            self._record_failure(session, failure, is_watcher=failure.trigger_id in watchers)
         inserted = watcher_events.store_watcher_events(
             session, rows, keep_while_paused=self._keep_events_while_paused
         )
         return BatchResult(
-            seqs, inserted, resumed, sorted(done_task_triggers), refused_seqs, refused=refused
+            seqs,
+            inserted,
+            resumed,
+            sorted(done_task_triggers),
+            refused_seqs,
+            refused=refused,
+            fired=len(batch) - len(failures),
+            failures=len(failures),
         )
 
     @staticmethod
