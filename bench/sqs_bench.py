@@ -14,7 +14,9 @@ case preloads M messages into a fresh queue, then drains it:
   watchers see every message) until all M x N asset events are committed and all M
   messages are deleted.
 
-Figures: messages/s (M / seconds), asset events/s, and each case's ratio to the bare loop.
+Figures: messages/s (M / seconds) and asset events/s, min / median / max of ``--repeat``
+(>= 3) runs, each case alternating with the bare loop so both see the same load; the ratio
+is of medians of the same run.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -223,23 +227,47 @@ def pg_database(admin_url: str) -> tuple[str, Any]:
     return f"{admin_url.rsplit('/', 1)[0]}/{name}", drop
 
 
-async def run_all(endpoint: str, messages: int, pg: str | None) -> dict[str, dict[str, float]]:
-    results = {"bare": await bare_loop(endpoint, messages)}
-    with tempfile.TemporaryDirectory() as tmp:
+def _spread(values: list[float]) -> dict[str, float]:
+    return {
+        "min": round(min(values), 1),
+        "median": round(statistics.median(values), 1),
+        "max": round(max(values), 1),
+    }
+
+
+async def _case(endpoint: str, messages: int, backend: str, watchers: int, pg: str | None) -> Any:
+    if backend == "sqlite":
+        with tempfile.TemporaryDirectory() as tmp:
+            return await through_triggerer(endpoint, f"sqlite:///{tmp}/q.db", messages, watchers)
+    assert pg is not None
+    db_url, drop = pg_database(pg)
+    try:
+        return await through_triggerer(endpoint, db_url, messages, watchers)
+    finally:
+        drop()
+
+
+async def run_all(
+    endpoint: str, messages: int, pg: str | None, repeat: int
+) -> dict[str, dict[str, Any]]:
+    """Each case alternates with the bare loop ``repeat`` times (same load for both)."""
+    backends = ["sqlite"] + (["postgres"] if pg else [])
+    results: dict[str, dict[str, Any]] = {}
+    for backend in backends:
         for watchers in (1, 10):
-            db_url = f"sqlite:///{tmp}/n{watchers}.db"
-            results[f"sqlite_n{watchers}"] = await through_triggerer(
-                endpoint, db_url, messages, watchers
-            )
-    if pg:
-        for watchers in (1, 10):
-            db_url, drop = pg_database(pg)
-            try:
-                results[f"postgres_n{watchers}"] = await through_triggerer(
-                    endpoint, db_url, messages, watchers
-                )
-            finally:
-                drop()
+            bare, ours, events = [], [], []
+            for _ in range(repeat):
+                bare.append((await bare_loop(endpoint, messages))["msgs_per_s"])
+                fig = await _case(endpoint, messages, backend, watchers, pg)
+                ours.append(fig["msgs_per_s"])
+                events.append(fig["events_per_s"])
+            results[f"{backend}_n{watchers}"] = {
+                "watchers": watchers,
+                "msgs_per_s": _spread(ours),
+                "events_per_s": _spread(events),
+                "bare_msgs_per_s": _spread(bare),
+                "ratio_of_medians": round(statistics.median(ours) / statistics.median(bare), 3),
+            }
     return results
 
 
@@ -247,24 +275,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--messages", type=int, default=2000, help="messages per case")
     parser.add_argument("--pg", default=None, help="PostgreSQL admin URL (a db per case)")
+    parser.add_argument("--repeat", type=int, default=3, help="repetitions per figure (>= 3)")
     args = parser.parse_args()
+    if args.repeat < 3:
+        parser.error("--repeat must be at least 3 (min/median/max of >= 3 runs)")
     proc, endpoint = start_moto()
+    load = os.getloadavg()
     try:
-        results = anyio.run(run_all, endpoint, args.messages, args.pg)
+        results = anyio.run(run_all, endpoint, args.messages, args.pg, args.repeat)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-    bare = results["bare"]["msgs_per_s"]
-    print(f"{args.messages} messages per case, moto (patched) at {endpoint}")
+    print(f"{args.messages} messages per case, moto (patched) at {endpoint}, x{args.repeat}")
     for name, fig in results.items():
-        events = fig.get("events_per_s")
+        ours, bare, events = fig["msgs_per_s"], fig["bare_msgs_per_s"], fig["events_per_s"]
         print(
-            f"{name:12s} {fig['msgs_per_s']:8.0f} msgs/s"
-            + (f"  {events:8.0f} asset events/s" if events else " " * 24)
-            + f"  {fig['seconds']:6.2f} s  ratio to bare {fig['msgs_per_s'] / bare:.2f}"
+            f"{name:12s} {ours['median']:8.0f} msgs/s [{ours['min']:.0f}..{ours['max']:.0f}]  "
+            f"{events['median']:8.0f} asset events/s   bare loop {bare['median']:.0f} "
+            f"[{bare['min']:.0f}..{bare['max']:.0f}]  ratio {fig['ratio_of_medians']:.2f}"
         )
     out = Path(__file__).parent / "results" / "sqs.json"
-    out.write_text(json.dumps({"messages": args.messages, **results}, indent=2))
+    machine = {"cpus": os.cpu_count(), "load_average_before": [round(x, 2) for x in load]}
+    document = {"messages": args.messages, "repetitions": args.repeat, "machine": machine}
+    out.write_text(json.dumps({**document, **results}, indent=2) + "\n")
     print(f"written {out}")
 
 

@@ -190,12 +190,14 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         if epoch is None:
             return
         digest = self.settings_digest
+        topic, partition = key
         for record in records:
             message = message_from_record(record, digest)
             if not self._book.record(key, epoch, message):
                 return  # revoked meanwhile: the next owner reads these again
             self.stats.messages += 1
-            yield message, KafkaOffset(record.topic, record.partition, record.offset)
+            # tuple.__new__: a NamedTuple's own __new__ is a Python function, per record.
+            yield message, tuple.__new__(KafkaOffset, (topic, partition, record.offset))
 
     async def _start_clients(self) -> Any:
         consumer = self._consumer = AIOKafkaConsumer(

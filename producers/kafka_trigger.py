@@ -175,6 +175,12 @@ class KafkaMessageTrigger(BaseEventTrigger):
         self.value_format = value_format
         self._function: Callable[..., Any] | None = None
         self._digest_checked = False
+        self._key_or_headers = match_key is not None or bool(self._kwargs["match_headers"])
+        # match_fields as (path parts, expected): split once, not for every message.
+        self._fields: tuple[tuple[tuple[str, ...], Any], ...] = tuple(
+            (tuple(path.split(".")), expected)
+            for path, expected in self._kwargs["match_fields"].items()
+        )
 
     # -- the contract ---------------------------------------------------------------------
 
@@ -263,6 +269,13 @@ class KafkaMessageTrigger(BaseEventTrigger):
         )
 
     def _matches(self, message: KafkaMessage, encoding: str, value: Any) -> bool:
+        if self._key_or_headers and not self._key_and_headers_match(message):
+            return False
+        if self._fields:
+            return encoding == "json" and isinstance(value, dict) and self._fields_match(value)
+        return True
+
+    def _key_and_headers_match(self, message: KafkaMessage) -> bool:
         kw = self._kwargs
         match_key = kw["match_key"]
         if match_key is not None and text_of(message.key) != match_key:
@@ -270,11 +283,17 @@ class KafkaMessageTrigger(BaseEventTrigger):
         for name, expected in kw["match_headers"].items():
             if not any(h == name and text_of(v) == expected for h, v in message.headers):
                 return False
-        fields = kw["match_fields"]
-        if fields:
-            if encoding != "json" or not isinstance(value, dict):
+        return True
+
+    def _fields_match(self, value: dict[str, Any]) -> bool:
+        for parts, expected in self._fields:
+            current: Any = value
+            for part in parts:
+                if not isinstance(current, dict) or part not in current:
+                    return False
+                current = current[part]
+            if current != expected:
                 return False
-            return all(_field(value, path) == expected for path, expected in fields.items())
         return True
 
     def _call_function(self, message: KafkaMessage) -> Any:
@@ -366,15 +385,3 @@ class KafkaMessageTrigger(BaseEventTrigger):
 def _is_dotted_path(path: str) -> bool:
     parts = path.split(".")
     return len(parts) >= 2 and all(part.isidentifier() for part in parts)
-
-
-def _field(value: dict[str, Any], path: str) -> Any:
-    current: Any = value
-    for part in path.split("."):
-        if not isinstance(current, dict) or part not in current:
-            return _MISSING
-        current = current[part]
-    return current
-
-
-_MISSING: Final = object()

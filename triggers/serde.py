@@ -272,6 +272,22 @@ def serialize_value(value: object, *, where: str = "value") -> JSONValue:
     return _encode_top(value, _Site(where))
 
 
+# One encoder for every call (``json.dumps`` with options builds a new one each time).
+_compact_encode: Final = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+def json_text(value: object, *, where: str = "value") -> str:
+    """Compact JSON text of ``serialize_value(value)``, keys in their own order: what a JSON
+    column stores. Plain JSON data (the usual payload) goes straight to the C encoder, with
+    no Python walk building a copy of it.
+
+    ASCII only, with the separators of ``dumps``: the text is as long as ``dumps(value)``
+    (only the key order may differ), so a size limit measured on either is the same.
+    """
+    data = value if _is_plain_json(value) else serialize_value(value, where=where)
+    return _compact_encode(data)
+
+
 # --- decoding -----------------------------------------------------------------------------
 
 

@@ -37,7 +37,7 @@ __all__ = (
 DEFAULT_BATCH_SIZE: Final = 1000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FiredEvent:
     """A trigger yielded ``event``.
 
@@ -49,6 +49,9 @@ class FiredEvent:
     kwargs were edited) and this row is already gone. ``dedup_key`` is the key the trigger
     gave the event (``BaseEventTrigger.dedup_key``), computed as the event was taken: the
     watcher's asset event is stored once per key, and always when it is None.
+
+    Read-only by contract, not ``frozen``: one is built for every event a trigger fires, on
+    the event loop, and a frozen dataclass's ``__init__`` costs several times a plain one's.
     """
 
     trigger_id: int

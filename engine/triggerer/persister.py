@@ -27,15 +27,14 @@ import anyio.lowlevel
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from engine.authoring.context import FAIL_METHOD
-from engine.db import models
 from engine.db.models import TriggerKind
-from engine.db.queries import assets, deferrals
+from engine.db.queries import assets, deferrals, watcher_events
 from engine.db.queries import triggers as trigger_rows
 from engine.exceptions import DatabaseError
 from engine.metrics.readings import Buckets
 from engine.triggerer.outbox import FiredEvent, Outbox, OutboxItem, TriggerFailed
 from triggers.base import BaseTaskEndEvent
-from triggers.serde import dumps, serialize_value
+from triggers.serde import json_text, serialize_value
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -43,6 +42,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from engine.db.database import Database
+    from engine.db.queries.watcher_events import WatcherEventRow
     from triggers.base import TriggerEvent
 
 logger = logging.getLogger(__name__)
@@ -77,6 +77,8 @@ class BatchResult:
     fired_task_triggers: list[int]
     refused_seqs: list[int] = field(default_factory=list)  # not stored (over the size limit)
     refused: int = 0  # trigger events not stored (over the size limit), with a seq or not
+    fired: int = 0  # trigger events in the batch (stored or refused)
+    failures: int = 0  # trigger failures in the batch
 
 
 def _is_unavailable(exc: BaseException) -> bool:
@@ -189,9 +191,10 @@ class Persister:
     def _record(self, batch: list[OutboxItem], result: BatchResult, elapsed: float) -> None:
         stats = self.stats
         stats.batches += 1
-        stats.events += sum(isinstance(i, FiredEvent) for i in batch) - result.refused
+        # Counted by the writer thread as it went through the batch: no pass on the loop.
+        stats.events += result.fired - result.refused
         stats.refused += result.refused
-        stats.failures_recorded += sum(isinstance(i, TriggerFailed) for i in batch)
+        stats.failures_recorded += result.failures
         stats.asset_events += result.asset_events
         stats.tasks_resumed += result.tasks_resumed
         stats.last_batch_size = len(batch)
@@ -202,50 +205,72 @@ class Persister:
     # --- the transaction (runs in a worker thread) --------------------------------------
 
     def write_batch(self, session: Session, batch: Sequence[OutboxItem]) -> BatchResult:
-        fired = [i for i in batch if isinstance(i, FiredEvent)]
         watchers = assets.watcher_assets(session, {i.trigger_id for i in batch})
-        asset_rows: list[dict[str, Any]] = []
-        resumed, done_task_triggers = 0, set()
-        rejected: set[int] = set()  # id() of events over the payload limit: not stored
-        for item in fired:
+        rows: list[WatcherEventRow] = []
+        seqs: list[int] = []  # confirmed after the commit, in firing order
+        refused_seqs: list[int] = []  # over the payload limit: refused (dead-lettered)
+        resumed, refused, done_task_triggers = 0, 0, set()
+        limit = self._max_payload_bytes
+        failures: list[TriggerFailed] = []
+        for item in batch:
+            if not isinstance(item, FiredEvent):
+                failures.append(item)
+                continue
             # A watcher whose row was replaced meanwhile (its kwargs were edited) still
             # fired for its asset: the row is gone, the identity it was claimed with is not.
             watcher = watchers.get(item.trigger_id) or item.watcher
-            if watcher is not None:
-                if self._reject_oversized(session, item, watcher[1]):
-                    rejected.add(id(item))
+            if watcher is None:
+                if item.trigger_id not in done_task_triggers:
+                    resumed += self._finish_task_trigger(session, item.trigger_id, item.event)
+                    done_task_triggers.add(item.trigger_id)
+            else:
+                # Encoded once: the text measured against the limit is the text stored.
+                payload = json_text(item.event.payload, where="event payload")
+                if limit is not None and len(payload) > limit:
+                    self._reject_oversized(session, item, watcher[1], len(payload), limit)
+                    refused += 1
+                    if item.seq is not None:
+                        refused_seqs.append(item.seq)
                     continue
-                asset_rows.append(self._asset_row(item, *watcher))
-            elif item.trigger_id not in done_task_triggers:
-                resumed += self._finish_task_trigger(session, item.trigger_id, item.event)
-                done_task_triggers.add(item.trigger_id)
-        for failure in batch:
-            if isinstance(failure, TriggerFailed):
-                self._record_failure(session, failure, is_watcher=failure.trigger_id in watchers)
-        new_events = assets.insert_asset_events(session, asset_rows)
-        assets.enqueue_asset_events(
-            session, new_events, keep_while_paused=self._keep_events_while_paused
+                # The key the trigger gave when the event was taken; None is never merged.
+                key = item.dedup_key
+                rows.append(
+                    (
+                        watcher[0],
+                        payload,
+                        None if key is None else key[:512],
+                        item.trigger_id,
+                        watcher[1],
+                    )
+                )
+            if item.seq is not None:
+                seqs.append(item.seq)
+        for failure in failures:
+            self._record_failure(session, failure, is_watcher=failure.trigger_id in watchers)
+        inserted = watcher_events.store_watcher_events(
+            session, rows, keep_while_paused=self._keep_events_while_paused
         )
-        inserted = len(new_events)
-        # A rejected event's raw broker event is refused, not confirmed: dead-lettered.
-        seqs = [i.seq for i in fired if i.seq is not None and id(i) not in rejected]
-        refused = [i.seq for i in fired if i.seq is not None and id(i) in rejected]
         return BatchResult(
-            seqs, inserted, resumed, sorted(done_task_triggers), refused, refused=len(rejected)
+            seqs,
+            inserted,
+            resumed,
+            sorted(done_task_triggers),
+            refused_seqs,
+            refused=refused,
+            fired=len(batch) - len(failures),
+            failures=len(failures),
         )
 
-    def _reject_oversized(self, session: Session, item: FiredEvent, watcher: str) -> bool:
-        """True (logged, and recorded on the trigger row) when the payload is over the limit.
+    @staticmethod
+    def _reject_oversized(
+        session: Session, item: FiredEvent, watcher: str, size: int, limit: int
+    ) -> None:
+        """Log, and record on the trigger row, an event whose payload is over the limit.
 
         ``[core] max_asset_event_payload_bytes`` keeps the database, the scheduler and every
-        task context that receives the event from carrying megabytes per event.
+        task context that receives the event from carrying megabytes per event. ``size`` is
+        the length of the payload's JSON text (ASCII: characters are bytes).
         """
-        limit = self._max_payload_bytes
-        if limit is None:
-            return False
-        size = len(dumps(item.event.payload, where="event payload").encode("utf-8"))
-        if size <= limit:
-            return False
         reason = (
             f"rejected an event of trigger {item.trigger_id} (watcher {watcher!r}): its payload "
             f"is {size:,} bytes of JSON, over [core] max_asset_event_payload_bytes = {limit:,}; "
@@ -264,21 +289,6 @@ class Persister:
             },
         )
         trigger_rows.record_trigger_failure(session, item.trigger_id, reason)
-        return True
-
-    def _asset_row(self, item: FiredEvent, asset_id: int, watcher: str) -> dict[str, Any]:
-        payload = serialize_value(item.event.payload, where="event payload")
-        # The key the trigger gave when the event was taken; None is never deduplicated.
-        key = item.dedup_key
-        return {
-            "asset_id": asset_id,
-            "payload": payload,
-            "dedup_key": None if key is None else key[:512],
-            "source_trigger_id": item.trigger_id,
-            "source_watcher": watcher,
-            "source": assets.SOURCE_WATCHER,
-            "timestamp": models.utcnow(),
-        }
 
     def _finish_task_trigger(self, session: Session, trigger_id: int, event: TriggerEvent) -> int:
         if isinstance(event, BaseTaskEndEvent):

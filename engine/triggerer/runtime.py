@@ -424,13 +424,15 @@ class TriggerRunner:
             FiredEvent(handle.trigger_id, item, seq, self._clock(), handle.watcher, dedup_key)
         )
         self._fired += 1
-        logger.log(
-            logging.INFO if handle.kind is TriggerKind.TASK else logging.DEBUG,
-            "Trigger %s fired: %r",
-            handle.trigger_id,
-            item,
-            extra={"action": "trigger_fired", "trigger_id": handle.trigger_id, "seq": seq},
-        )
+        level = logging.INFO if handle.kind is TriggerKind.TASK else logging.DEBUG
+        if logger.isEnabledFor(level):  # no log record built per watcher event otherwise
+            logger.log(
+                level,
+                "Trigger %s fired: %r",
+                handle.trigger_id,
+                item,
+                extra={"action": "trigger_fired", "trigger_id": handle.trigger_id, "seq": seq},
+            )
         return None
 
     # -- after a failure: report, and restart a watcher ----------------------------------

@@ -17,6 +17,8 @@
   schedule columns the CLI shows;
 - ``assets``: asset events from watchers, task outlets, aliases, the CLI and the API (insert,
   queue for DAGs, recent events for inlets);
+- ``watcher_events``: the persister's bulk write of watcher events as asset events (one
+  fixed-shape statement per batch, payloads as JSON text encoded once);
 - ``dags``: what the DAG processor syncs (DAG files, parse errors, DAGs, tasks, assets,
   watchers, schedule edges to assets and aliases);
 - ``streams``: shared-stream snapshots published by triggerers, and their samples;

@@ -92,17 +92,28 @@ def enqueue_asset_events(
     """
     if not events:
         return 0
-    asset_ids = {asset_id for _, asset_id in events}
+    consumers = asset_consumers(
+        session, {asset_id for _, asset_id in events}, keep_while_paused=keep_while_paused
+    )
+    return queue_asset_events(session, events, consumers)
+
+
+def asset_consumers(
+    session: Session, asset_ids: Iterable[int], *, keep_while_paused: bool = True
+) -> dict[int, list[str]]:
+    """asset id -> the active DAGs scheduled on it (directly or through an alias) that an
+    event of the asset is queued for now; assets no DAG consumes are left out."""
+    ids = set(asset_ids)
     direct = (
         select(DagScheduleAsset.asset_id, DagScheduleAsset.dag_id)
         .join(Dag, Dag.dag_id == DagScheduleAsset.dag_id)
-        .where(DagScheduleAsset.asset_id.in_(asset_ids), Dag.is_active.is_(True))
+        .where(DagScheduleAsset.asset_id.in_(ids), Dag.is_active.is_(True))
     )
     through_alias = (
         select(AssetAliasAsset.asset_id, DagScheduleAssetAlias.dag_id)
         .join(DagScheduleAssetAlias, DagScheduleAssetAlias.alias_id == AssetAliasAsset.alias_id)
         .join(Dag, Dag.dag_id == DagScheduleAssetAlias.dag_id)
-        .where(AssetAliasAsset.asset_id.in_(asset_ids), Dag.is_active.is_(True))
+        .where(AssetAliasAsset.asset_id.in_(ids), Dag.is_active.is_(True))
     )
     if not keep_while_paused:
         direct = direct.where(Dag.is_paused.is_(False))
@@ -113,11 +124,19 @@ def enqueue_asset_events(
             dags = by_asset.setdefault(int(asset_id), [])
             if str(dag_id) not in dags:
                 dags.append(str(dag_id))
+    return by_asset
+
+
+def queue_asset_events(
+    session: Session, events: Iterable[tuple[int, int]], consumers: Mapping[int, Sequence[str]]
+) -> int:
+    """Queue each (event id, asset id) for the DAGs ``consumers`` (``asset_consumers``) lists
+    for its asset; returns the number of queue rows written."""
     now = utcnow()
     queue = [
         {"dag_id": dag_id, "asset_event_id": event_id, "created_at": now}
         for event_id, asset_id in events
-        for dag_id in by_asset.get(asset_id, ())
+        for dag_id in consumers.get(asset_id, ())
     ]
     if queue:
         session.execute(insert(AssetEventQueue), queue)
