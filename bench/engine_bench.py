@@ -307,7 +307,7 @@ def main() -> None:
     ratio = cycle["p50_cold_over_warm"]
     print(
         f"  p50 cold / warm: {ratio['median']:.2f}x (min {ratio['min']:.2f}, "
-        f"max {ratio['max']:.2f}); Airflow: 300-1400 ms per the reference guide"
+        f"max {ratio['max']:.2f}) (Airflow's cycle: bench/compare_airflow.py measures it)"
     )
     print(f"flag file -> DAG run row, warm runs, {args.trials} files per watcher and rep:")
     labels = {

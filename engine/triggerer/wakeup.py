@@ -7,7 +7,7 @@ between 0 and a whole poll interval before the first of them was claimed, which 
 of the time it took to start them all. ``NewRowsSignal`` calls ``on_signal()`` instead:
 
 - PostgreSQL: ``LISTEN`` on ``NEW_TRIGGER_ROWS_CHANNEL`` on a connection of its own; the
-  statement triggers of migration 0018 notify it when a transaction inserts trigger rows
+  row triggers of migration 0018 notify it when a transaction inserts trigger rows
   or leaves rows unassigned (at commit, one notification per transaction and channel).
 - SQLite in a file: inotify on the database's directory; every commit writes the WAL
   (``<db>-wal``), whichever process makes it.

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 #: Key of the PostgreSQL advisory lock that serializes shared-stream group claims fleet-wide.
 GROUP_CLAIM_LOCK_KEY: Final = 0x51_C1A1
-#: The PostgreSQL channel notified (by migration 0018's statement triggers) at the commit of a
+#: The PostgreSQL channel notified (by migration 0018's row triggers) at the commit of a
 #: transaction that inserted trigger rows or left rows unassigned.
 NEW_TRIGGER_ROWS_CHANNEL: Final = "sluice_trigger_rows"
 #: Run on a connection of its own in autocommit mode (``engine.triggerer.wakeup``).
