@@ -131,13 +131,6 @@ _MODULE_OF: Final[dict[str, str]] = {
     "task_group": "engine.authoring.groups",
 }
 #: the modules whose decorators hang off ``task`` (``@task.bash``, ``@task.branch``, ...)
-_TASK_DECORATORS: Final = (
-    ("bash", "engine.authoring.bash", "bash_task"),
-    ("branch", "engine.authoring.branching", "branch_task"),
-    ("short_circuit", "engine.authoring.branching", "short_circuit_task"),
-    ("sensor", "engine.authoring.standard_sensors", "sensor_task"),
-)
-
 __all__: tuple[str, ...] = (
     "DAG",
     "Asset",
@@ -193,11 +186,10 @@ __all__: tuple[str, ...] = (
 def _task() -> Any:
     """``@task`` with its ``@task.bash``, ``@task.branch``, ``@task.short_circuit`` and
     ``@task.sensor``."""
-    from engine.authoring.operators import task
+    from engine.authoring.operators import TASK_SUB_DECORATORS, task
 
-    for attr, module, name in _TASK_DECORATORS:
-        if not hasattr(task, attr):
-            setattr(task, attr, getattr(importlib.import_module(module), name))
+    for attr, module, name in TASK_SUB_DECORATORS:
+        setattr(task, attr, getattr(importlib.import_module(module), name))
     return task
 
 

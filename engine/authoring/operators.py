@@ -23,6 +23,7 @@ own; ``do_xcom_push=False`` stores no return value.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import logging
 import typing
@@ -298,3 +299,26 @@ def task(
     if python_callable is not None:
         return TaskFactory(python_callable, **operator_kwargs)
     return functools.partial(TaskFactory, **operator_kwargs)
+
+
+#: ``@task.bash``, ``@task.branch``, ``@task.short_circuit`` and ``@task.sensor``: attribute,
+#: module, name. Their modules load when one is first used (``engine.authoring``'s ``task``
+#: replaces these stand-ins with the functions themselves).
+TASK_SUB_DECORATORS: Final = (
+    ("bash", "engine.authoring.bash", "bash_task"),
+    ("branch", "engine.authoring.branching", "branch_task"),
+    ("short_circuit", "engine.authoring.branching", "short_circuit_task"),
+    ("sensor", "engine.authoring.standard_sensors", "sensor_task"),
+)
+
+
+def _loaded_on_first_call(module: str, name: str) -> Callable[..., Any]:
+    def sub_decorator(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    sub_decorator.__name__ = sub_decorator.__qualname__ = name
+    return sub_decorator
+
+
+for _attr, _module, _name in TASK_SUB_DECORATORS:
+    setattr(task, _attr, _loaded_on_first_call(_module, _name))

@@ -146,7 +146,12 @@ class WarmRunner:
         """Start one warm runner and wait for it to exit; True if it became ready."""
         if self._settled.is_set():
             self._settled = anyio.Event()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError as exc:  # out of file descriptors: back off and try again
+            self._settled.set()
+            logger.warning("Cannot start the warm task runner: %s", exc)
+            return False
         try:
             command = [sys.executable, "-P", "-m", "engine.executor.warm_runner"]
             command += ["--control-fd", str(theirs.fileno())]
@@ -247,6 +252,7 @@ class WarmRunner:
             return None
         fds: set[int] = set()  # ours to close unless the task process starts
         started = None
+        status_r = -1  # a pipe that cannot be made (no descriptors left) raises OSError
         try:
             stdin_r, stdin_w = _pipe(fds)
             out_r, out_w = _pipe(fds)
@@ -272,8 +278,9 @@ class WarmRunner:
                 )
                 self._subreaper_failed = True
                 started = None  # its stdin closes below: it exits without running anything
-            fds.discard(status_r)
-            os.close(status_r)
+            if status_r >= 0:
+                fds.discard(status_r)
+                os.close(status_r)
             if started is None:
                 for fd in fds:
                     os.close(fd)
@@ -294,7 +301,11 @@ class WarmRunner:
                 socket.send_fds(control, [message], fds)
                 return True
             except BlockingIOError:
-                await anyio.wait_writable(control)
+                try:
+                    await anyio.wait_writable(control)
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    logger.warning("The warm task runner exited while a step was being sent")
+                    return False
             except OSError as exc:  # it died meanwhile (run() starts a new one), or too big
                 logger.warning("Cannot send a step to the warm task runner: %s", exc)
                 return False

@@ -43,6 +43,15 @@ __all__ = ("NewRowsSignal",)
 logger = logging.getLogger(__name__)
 
 RECONNECT_BASE_S: Final = 1.0
+#: libpq parameters of the LISTEN connection unless its URL sets them: a bounded connect, and
+#: a dead peer noticed within about a minute.
+LISTEN_CONNECTION_PARAMS: Final = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
 
 
 class NewRowsSignal:
@@ -78,6 +87,10 @@ class NewRowsSignal:
         import psycopg  # the driver of every PostgreSQL URL this project accepts
 
         _args, kwargs = self._db.engine.dialect.create_connect_args(self._db.engine.url)
+        # A connection that only listens sends nothing: without TCP keepalives one that died
+        # silently (a failover, a NAT timeout) would never raise, and wake-ups would stop.
+        for key, value in LISTEN_CONNECTION_PARAMS.items():
+            kwargs.setdefault(key, value)
         backoff, started = Backoff(RECONNECT_BASE_S), False
         while True:
             try:
@@ -111,12 +124,33 @@ class NewRowsSignal:
         database = self._file
         assert database is not None
         names = {database.name, f"{database.name}-wal"}
-        with Inotify() as inotify:
+        # Either can fail with OSError: the per-user limit of inotify instances or watches.
+        try:
+            inotify = Inotify()
+        except OSError as exc:
+            _cannot_watch(database.parent, exc, task_status)
+            return
+        try:
             inotify.add_watch(database.parent, Mask.MODIFY | Mask.CREATE | Mask.MOVED_TO)
+        except OSError as exc:
+            inotify.close()
+            _cannot_watch(database.parent, exc, task_status)
+            return
+        with inotify:
             task_status.started()
             async for event in inotify:
                 if event.name is not None and event.name.name in names:
                     self._on_signal()
+
+
+def _cannot_watch(folder: Path, exc: OSError, task_status: TaskStatus[None]) -> None:
+    logger.warning(
+        "Cannot watch %s for new trigger rows (%s); new rows are found by the poll",
+        folder,
+        exc,
+        extra={"action": "trigger_rows_watch_failed"},
+    )
+    task_status.started()
 
 
 def _source_of(db: Database) -> str | None:

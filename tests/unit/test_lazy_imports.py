@@ -55,3 +55,27 @@ def test_a_submodule_is_an_attribute_and_a_missing_name_an_attribute_error() -> 
     for package in (engine, engine.authoring, triggers):
         with pytest.raises(AttributeError):
             package.NoSuchName  # noqa: B018
+
+
+def test_task_from_its_own_module_carries_its_decorators_in_a_fresh_interpreter() -> None:
+    # Not through ``engine``'s lazy ``task``: the sub-decorators load on their first call.
+    code = (
+        "from engine.authoring.operators import task\n"
+        "@task.bash\n"
+        "def hello():\n"
+        "    return 'echo hi'\n"
+        "assert type(hello).__name__ == 'BashTaskFactory', type(hello)\n"
+        "@task.short_circuit(ignore_downstream_trigger_rules=False)\n"
+        "def gate():\n"
+        "    return True\n"
+        "assert type(gate).__name__ == 'ShortCircuitTaskFactory', type(gate)"
+    )
+    assert _loaded(code, ("engine.authoring.bash", "engine.authoring.branching")) == [
+        "engine.authoring.bash",
+        "engine.authoring.branching",
+    ]
+
+
+def test_a_triggers_submodule_is_an_attribute_in_a_fresh_interpreter() -> None:
+    code = "import triggers\nassert triggers.temporal.DateTimeTrigger.__name__ == 'DateTimeTrigger'"
+    assert _loaded(code, ("triggers.temporal",)) == ["triggers.temporal"]

@@ -3,7 +3,9 @@ warm runner imports before it forks anything."""
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import subprocess
 import sys
 
@@ -16,7 +18,7 @@ from engine.executor.forked_process import (
     PipeSendStream,
     Subreaper,
 )
-from engine.executor.warm_process import _read_pid
+from engine.executor.warm_process import WarmRunner, _read_pid
 
 
 async def test_pipe_streams_carry_bytes_then_end() -> None:
@@ -108,3 +110,31 @@ def test_the_warm_runner_preloads_no_heavy_library_and_stays_single_threaded() -
         [sys.executable, "-P", "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.split() == ["1"]
+
+
+async def test_no_descriptor_left_for_a_pipe_raises_os_error_and_leaks_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The step is then requeued by the supervisor (it catches OSError), as a cold start is."""
+    runner = WarmRunner(environment=dict)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    runner._control = ours
+    runner._settled.set()
+    real_pipe, made = os.pipe, []
+
+    def pipe() -> tuple[int, int]:
+        if len(made) == 3:  # the status pipe
+            raise OSError(errno.EMFILE, "Too many open files")
+        made.append(real_pipe())
+        return made[-1]
+
+    monkeypatch.setattr(os, "pipe", pipe)
+    try:
+        with anyio.fail_after(10), pytest.raises(OSError, match="Too many open files"):
+            await runner.spawn(ti_id=1, env={}, channel_fd=theirs.fileno())
+        for fd in (fd for pair in made for fd in pair):
+            with pytest.raises(OSError):
+                os.fstat(fd)  # closed again
+    finally:
+        ours.close()
+        theirs.close()
