@@ -122,10 +122,17 @@ def schema_drift(engine: Engine) -> list[Any]:
         return list(compare_metadata(ctx, Base.metadata))
 
 
+#: What migrations create besides tables (PostgreSQL): dropped by ``reset`` with them.
+POSTGRES_FUNCTIONS = ("sluice_notify_trigger_rows()",)  # 0018: new trigger rows -> NOTIFY
+
+
 def reset(engine: Engine) -> None:
-    """Drop every table (ours and Alembic's), then migrate from empty."""
+    """Drop every table (ours and Alembic's) and function, then migrate from empty."""
     with engine.begin() as conn:
         Base.metadata.drop_all(conn)
         if inspect(conn).has_table("alembic_version"):
             conn.exec_driver_sql("DROP TABLE alembic_version")
+        if conn.dialect.name == "postgresql":
+            for function in POSTGRES_FUNCTIONS:
+                conn.exec_driver_sql(f"DROP FUNCTION IF EXISTS {function}")
     migrate(engine)

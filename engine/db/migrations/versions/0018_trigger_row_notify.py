@@ -27,7 +27,7 @@ CHANNEL = "sluice_trigger_rows"
 
 UPGRADE = (
     f"""
-    CREATE FUNCTION sluice_notify_trigger_rows() RETURNS trigger
+    CREATE OR REPLACE FUNCTION sluice_notify_trigger_rows() RETURNS trigger
     LANGUAGE plpgsql AS $$
     BEGIN
         PERFORM pg_notify('{CHANNEL}', '');
