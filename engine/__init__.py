@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from engine.authoring.decorators import dag
 
 from engine.authoring import __all__ as _authoring_all
+from triggers.lazy import submodule
 
 __all__: tuple[str, ...] = (*_authoring_all, "dag")
 
@@ -38,12 +39,7 @@ if not TYPE_CHECKING:
         elif name in _authoring_all:
             value = getattr(importlib.import_module("engine.authoring"), name)
         else:  # a subpackage or module not imported yet (engine.db, engine.config, ...)
-            try:
-                return importlib.import_module(f"{__name__}.{name}")
-            except ModuleNotFoundError as exc:
-                if exc.name != f"{__name__}.{name}":
-                    raise
-                raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+            return submodule(__name__, name)
         globals()[name] = value  # the next access is a plain attribute
         return value
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, Final
 
+from triggers.lazy import submodule
+
 if TYPE_CHECKING:
     from triggers.base import (
         BaseEventTrigger,
@@ -91,12 +93,7 @@ if not TYPE_CHECKING:  # type checkers read the imports above: a misspelt name i
     def __getattr__(name: str) -> Any:
         module = _MODULE_OF.get(name)
         if module is None:  # a submodule not imported yet (``triggers.temporal``, ...)
-            try:
-                return importlib.import_module(f"{__name__}.{name}")
-            except ModuleNotFoundError as exc:
-                if exc.name != f"{__name__}.{name}":
-                    raise
-                raise AttributeError(f"module 'triggers' has no attribute {name!r}") from None
+            return submodule(__name__, name)
         value = getattr(importlib.import_module(module), name)
         globals()[name] = value  # the next access is a plain attribute
         return value

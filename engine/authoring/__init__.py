@@ -19,6 +19,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, Final
 
+from triggers.lazy import submodule
+
 if TYPE_CHECKING:
     from engine.authoring.arguments import TriggerRule
     from engine.authoring.assets import (
@@ -201,12 +203,7 @@ if not TYPE_CHECKING:
         elif name in _MODULE_OF:
             value = getattr(importlib.import_module(_MODULE_OF[name]), name)
         else:  # a submodule not imported yet (``engine.authoring.dag`` is the module)
-            try:
-                return importlib.import_module(f"{__name__}.{name}")
-            except ModuleNotFoundError as exc:
-                if exc.name != f"{__name__}.{name}":
-                    raise
-                raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+            return submodule(__name__, name)
         globals()[name] = value  # the next access is a plain attribute
         return value
 
