@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from engine.config import Config
+    from engine.executor.celery.sender import CelerySender
+    from engine.executor.local import LocalExecutor
     from engine.metrics import EngineCollector, MetricsServer
 
 logger = logging.getLogger(__name__)
@@ -98,9 +100,6 @@ def build_parts(
     stored events wake the scheduler and executor, scheduled tasks wake the executor, a task
     outcome (e.g. a new deferral) wakes the triggerer's claim loop. Each part is registered
     with ``collector`` (the metrics endpoint), when given."""
-    from engine.executor.local import LocalExecutor
-    from engine.executor.task_supervisor import ExecutorSettings
-
     wakers: dict[str, Callable[[], None]] = {}
 
     def wake(*targets: str) -> Callable[..., None]:
@@ -129,12 +128,7 @@ def build_parts(
             collector.scheduler = scheduler
         parts["scheduler"] = Part("scheduler", scheduler.run, scheduler.shutdown)
     if "executor" in names:
-        executor = LocalExecutor(
-            db=db,
-            cipher=cipher,
-            settings=ExecutorSettings.from_config(config),
-            on_outcome=wake("triggerer", "scheduler"),
-        )
+        executor = _executor(config, db, cipher, on_outcome=wake("triggerer", "scheduler"))
         wakers["executor"] = executor.nudge
         if collector is not None:
             collector.executor = executor
@@ -151,6 +145,23 @@ def build_parts(
             collector.triggerer = triggerer
         parts["triggerer"] = Part("triggerer", triggerer.run, triggerer.shutdown)
     return [parts[name] for name in ALL_PARTS if name in parts]
+
+
+def _executor(
+    config: Config, db: Database, cipher: KwargsCipher, *, on_outcome: Callable[[], None]
+) -> LocalExecutor | CelerySender:
+    """The executor part of ``[executor] kind``: local task processes, or a sender of tries
+    to ``sluice celery worker`` processes."""
+    from engine.executor.task_supervisor import ExecutorSettings
+
+    settings = ExecutorSettings.from_config(config)
+    if config.executor.kind == "celery":
+        from engine.executor.celery.sender import CelerySender
+
+        return CelerySender(db=db, cipher=cipher, settings=settings, celery=config.celery)
+    from engine.executor.local import LocalExecutor
+
+    return LocalExecutor(db=db, cipher=cipher, settings=settings, on_outcome=on_outcome)
 
 
 def _api_part(config: Config, db: Database, overrides: dict[str, Any]) -> Part:

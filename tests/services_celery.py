@@ -1,0 +1,194 @@
+"""Session fixtures: the Celery brokers, Redis and RabbitMQ (see ../shared/SERVICES.md).
+
+The machine runs Redis on 127.0.0.1:6379 and RabbitMQ on 127.0.0.1:5672 (guest/guest). When
+one does not answer, the fixture starts it from Debian's package on a free loopback port
+(``redis-server``, ``rabbitmq-server``) or fails saying what is missing; it never skips.
+
+Isolation: Redis database ``REDIS_DB`` and a RabbitMQ vhost of the session's own; each test
+names its queues with a prefix of its own (``queue_prefix``), so tests of two pytest workers
+never take each other's messages. ``PrivateRedis`` is a broker a test may stop and start
+again (a broker restart), on a free port, keeping nothing on disk.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+REDIS_DB = 9
+RABBIT_USER = "guest"
+STARTUP_TIMEOUT_S = 30.0
+
+
+def _answers(port: int, probe: bytes | None = None, expect: bytes = b"") -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
+            if probe is None:
+                return True
+            sock.sendall(probe)
+            return sock.recv(64).startswith(expect)
+    except OSError:
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _need(program: str, package: str) -> str:
+    path = shutil.which(program) or next(
+        (p for p in (f"/usr/bin/{program}", f"/usr/sbin/{program}") if os.access(p, os.X_OK)),
+        None,
+    )
+    if path is None:
+        pytest.fail(
+            f"the Celery tests need a broker and none answers: `{program}` is not installed "
+            f"(apt-get install -y {package})"
+        )
+    return path
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, probe: bytes | None) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while not _answers(port, probe, b"+PONG" if probe else b""):
+        if proc.poll() is not None:
+            pytest.fail(f"{what} exited with {proc.returncode} before accepting connections")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"{what} did not accept connections within {STARTUP_TIMEOUT_S}s")
+        time.sleep(0.05)
+
+
+class PrivateRedis:
+    """A ``redis-server`` of one test on a free loopback port, nothing kept on disk."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __repr__(self) -> str:
+        return f"<PrivateRedis port={self.port} running={self.proc is not None}>"
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        binary = _need("redis-server", "redis-server")
+        command = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        command += ["--appendonly", "no"]
+        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait_port(self.port, self.proc, "redis-server", b"PING\r\n")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """Redis database ``REDIS_DB`` of the machine's Redis, or of one started here."""
+    if _answers(6379, b"PING\r\n", b"+PONG"):
+        yield f"redis://127.0.0.1:6379/{REDIS_DB}"
+        return
+    private = PrivateRedis()
+    private.start()
+    try:
+        yield f"redis://127.0.0.1:{private.port}/{REDIS_DB}"
+    finally:
+        private.stop()
+
+
+@dataclass
+class _Rabbit:
+    port: int
+    ctl: list[str]
+
+
+def _rabbitmqctl(ctl: list[str], *args: str) -> None:
+    result = subprocess.run([*ctl, *args], capture_output=True, text=True, timeout=60, check=False)
+    if result.returncode != 0:
+        pytest.fail(f"rabbitmqctl {' '.join(args)} failed: {result.stderr.strip()[-500:]}")
+
+
+@pytest.fixture(scope="session")
+def _rabbit() -> Iterator[_Rabbit]:
+    ctl = [_need("rabbitmqctl", "rabbitmq-server")]
+    if _answers(5672):
+        yield _Rabbit(5672, ctl)
+        return
+    server = _need("rabbitmq-server", "rabbitmq-server")
+    port = _free_port()
+    base = Path(tempfile.mkdtemp(prefix="rabbit-"))
+    node = f"sluicetest{port}@localhost"
+    env = {
+        **os.environ,
+        "RABBITMQ_NODENAME": node,
+        "RABBITMQ_NODE_PORT": str(port),
+        "RABBITMQ_DIST_PORT": str(_free_port()),
+        "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+        "RABBITMQ_MNESIA_BASE": str(base / "mnesia"),
+        "RABBITMQ_LOG_BASE": str(base / "log"),
+        "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "plugins"),
+    }
+    proc = subprocess.Popen([server], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_port(port, proc, "rabbitmq-server", None)
+        yield _Rabbit(port, [*ctl, "-n", node])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def rabbit_url(_rabbit: _Rabbit) -> Iterator[str]:
+    """A RabbitMQ vhost of this session's own (deleted at the end)."""
+    vhost = f"sluice-test-{uuid.uuid4().hex[:8]}"
+    _rabbitmqctl(_rabbit.ctl, "add_vhost", vhost)
+    _rabbitmqctl(_rabbit.ctl, "set_permissions", "-p", vhost, RABBIT_USER, ".*", ".*", ".*")
+    try:
+        yield f"amqp://{RABBIT_USER}:{RABBIT_USER}@127.0.0.1:{_rabbit.port}/{vhost}"
+    finally:
+        _rabbitmqctl(_rabbit.ctl, "delete_vhost", vhost)
+
+
+@pytest.fixture(params=["redis", "rabbitmq"])
+def broker_url(request: pytest.FixtureRequest) -> str:
+    """Each broker in turn."""
+    name = "redis_url" if request.param == "redis" else "rabbit_url"
+    return str(request.getfixturevalue(name))
+
+
+@pytest.fixture
+def queue_prefix() -> str:
+    """A prefix for the queue names of one test."""
+    return f"t{uuid.uuid4().hex[:8]}-"
+
+
+@pytest.fixture
+def private_redis() -> Iterator[PrivateRedis]:
+    """A Redis of this test's own, started; the test may stop and start it."""
+    redis = PrivateRedis()
+    redis.start()
+    try:
+        yield redis
+    finally:
+        redis.stop()
