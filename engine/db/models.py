@@ -483,6 +483,8 @@ class DagTask(Base):
         String(256), default=DEFAULT_POOL, server_default=DEFAULT_POOL
     )
     pool_slots: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    # Migration 0019: the Celery queue its tries are sent to (None: [celery] default_queue).
+    queue: Mapped[str | None] = mapped_column(String(256))
 
 
 class AssetEventQueue(Base):

@@ -62,11 +62,11 @@ class CeleryWorld:
         self, name: str, queues: tuple[str, ...] = ("default",), concurrency: int = 2
     ) -> tuple[subprocess.Popen[bytes], Path]:
         """A ``sluice celery worker`` on ``queues`` (names without the test's prefix),
-        returned once Celery says it is ready."""
+        returned once Celery says it is ready. Its tasks see ``SLUICE_TEST_WORKER=name``."""
         log = self.root / f"worker-{name}.log"
         names = ",".join(self.queue(q) for q in queues)
         args = ("celery", "worker", "-q", names, "-c", str(concurrency), "-n", f"{name}@test")
-        proc = start_cli(*args, env=self.env, log=log)
+        proc = start_cli(*args, env={**self.env, "SLUICE_TEST_WORKER": name}, log=log)
         self.procs.append(proc)
 
         def ready() -> bool:
@@ -99,6 +99,13 @@ class CeleryWorld:
             TaskInstance.dag_id == dag_id
         )
         return {t: (s, n) for t, s, n in self.db.call(lambda s: s.execute(query).all())}
+
+    def results(self, dag_id: str) -> dict[str, Any]:
+        """The stored results of the DAG's task instances, by task id."""
+        query = select(TaskInstance.task_id, TaskInstance.xcoms).where(
+            TaskInstance.dag_id == dag_id
+        )
+        return dict(self.db.call(lambda s: s.execute(query).all()))
 
     def describe(self, dag_id: str) -> str:
         workers = list(self.root.glob("worker-*.log"))

@@ -11,12 +11,14 @@ from sqlalchemy import select
 
 from engine.db.models import Job
 from engine.db.queries.runs import find_task_instance
-from tests.e2e.celery_world import CeleryWorld, make_world
-from tests.e2e.helpers import run_cli
+from tests.e2e.celery_world import CeleryWorld, kill, make_world
+from tests.e2e.helpers import run_cli, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
+
+    from tests.services_celery import PrivateRedis
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -95,3 +97,163 @@ def test_a_dag_runs_on_a_worker_with_results_outlets_and_logs(
         lambda s: list(s.execute(select(Job.capacity).where(Job.job_type == "executor")).scalars())
     )
     assert 2 in capacities
+
+
+FIFTY_DAG = """
+import os
+
+from engine import DAG, task
+
+HEAVY = {heavy!r}
+
+
+@task
+def light(i):
+    return os.environ["SLUICE_TEST_WORKER"]
+
+
+@task
+def heavy(i):
+    return os.environ["SLUICE_TEST_WORKER"]
+
+
+with DAG("fifty", schedule=None, max_active_tasks=50):
+    for i in range(25):
+        light.override(task_id=f"light_{{i}}")(i)
+        heavy.override(task_id=f"heavy_{{i}}", queue=HEAVY)(i)
+"""
+
+
+def test_fifty_tasks_over_two_workers_and_two_queues(
+    world: Callable[..., CeleryWorld], queue_prefix: str
+) -> None:
+    w = world({"fifty.py": FIFTY_DAG.format(heavy=f"{queue_prefix}heavy")})
+    w.start_engine(("fifty",))
+    w.start_worker("a", queues=("default",), concurrency=2)
+    w.start_worker("b", queues=("default", "heavy"), concurrency=2)
+    run_id = w.trigger("fifty")
+    w.wait_run("fifty", run_id, timeout=180)
+
+    ran_on = {task: xcoms["return_value"] for task, xcoms in w.results("fifty").items()}
+    # the heavy queue has one consumer: every heavy task ran on worker b
+    assert {ran_on[f"heavy_{i}"] for i in range(25)} == {"b"}
+    # the default queue has two; both took some (b was busy with heavy ones meanwhile)
+    assert {ran_on[f"light_{i}"] for i in range(25)} <= {"a", "b"}
+    assert "a" in {ran_on[f"light_{i}"] for i in range(25)}
+    states = w.task_states("fifty")
+    assert len(states) == 50
+    assert {state for state, _ in states.values()} == {"success"}
+    assert {tries for _, tries in states.values()} == {1}  # each ran once
+
+
+CRASH_DAG = """
+import os
+import time
+from pathlib import Path
+
+from engine import DAG, task
+
+RUNS = Path({runs!r})
+
+
+@task(retries=1, retry_delay=0)
+def slow():
+    with RUNS.open("a") as f:
+        f.write(os.environ["SLUICE_TEST_WORKER"] + "\\n")
+    if len(RUNS.read_text().splitlines()) == 1:
+        time.sleep(600)  # the first run is killed with its worker
+    return "done"
+
+
+with DAG("crash", schedule=None):
+    slow()
+"""
+
+
+def test_a_try_whose_worker_is_killed_runs_again_exactly_once(
+    world: Callable[..., CeleryWorld], tmp_path: Path, broker_url: str
+) -> None:
+    runs = tmp_path / "runs.txt"
+    w = world({"crash.py": CRASH_DAG.format(runs=str(runs))})
+    w.start_engine(("crash",))
+    started = {name: w.start_worker(name, concurrency=1) for name in ("a", "b")}
+    workers = {name: proc for name, (proc, _) in started.items()}
+    run_id = w.trigger("crash")
+
+    first = wait_for(
+        lambda: runs.exists() and runs.read_text().split(),
+        timeout=60,
+        what="the first run of the task",
+    )
+    victim = first[0]
+    kill(workers[victim])  # SIGKILL mid-task: no ack, no job end, no outcome
+    w.wait_run("crash", run_id, timeout=90)
+
+    lines = runs.read_text().split()
+    survivor = "b" if victim == "a" else "a"
+    assert lines == [victim, survivor]  # ran again exactly once, on the other worker
+    states = w.task_states("crash")
+    assert states["slow"] == ("success", 2)  # the second try, as the task's retries allow
+    assert w.results("crash")["slow"]["return_value"] == "done"
+    if broker_url.startswith("amqp"):
+        # RabbitMQ redelivered the killed worker's unacknowledged message at once; the
+        # metadata DB said the try was not waiting any more, so it was dropped, not run
+        assert "celery_message_dropped" in started[survivor][1].read_text()
+
+
+RESTART_DAG = """
+import os
+import time
+from pathlib import Path
+
+from engine import DAG, task
+
+RUNS = Path({runs!r})
+
+
+@task
+def step(i):
+    with RUNS.open("a") as f:
+        f.write(f"{{i}}\\n")
+    time.sleep(0.3)
+    return i
+
+
+with DAG("restart", schedule=None, max_active_tasks=20):
+    for i in range(12):
+        step.override(task_id=f"step_{{i}}")(i)
+"""
+
+
+def test_a_broker_restart_mid_run_loses_no_try(
+    tmp_path: Path, sqlite_template: Path, private_redis: PrivateRedis, queue_prefix: str
+) -> None:
+    """Redis here keeps nothing on disk: the messages it held are gone with it, and the
+    tries they named are sent again after ``task_queued_timeout``."""
+    runs = tmp_path / "runs.txt"
+    w = make_world(
+        tmp_path,
+        {"restart.py": RESTART_DAG.format(runs=str(runs))},
+        template=sqlite_template,
+        broker_url=private_redis.url,
+        queue_prefix=queue_prefix,
+        SLUICE__CELERY__TASK_QUEUED_TIMEOUT="3",
+    )
+    try:
+        w.start_engine(("restart",))
+        w.start_worker("a", concurrency=1)
+        run_id = w.trigger("restart")
+        wait_for(
+            lambda: runs.exists() and len(runs.read_text().split()) >= 2,
+            timeout=60,
+            what="a first try to run",
+        )
+        private_redis.stop()  # queued messages lost, the worker's connection gone
+        private_redis.start()
+        w.wait_run("restart", run_id, timeout=120)
+        done = sorted(int(i) for i in runs.read_text().split())
+        assert done == list(range(12))  # every try ran, none twice
+        assert {n for _, n in w.task_states("restart").values()} == {1}
+        assert "celery_tries_resent" in w.log.read_text()
+    finally:
+        w.close()

@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING
 from sqlalchemy import func, select, update
 
 from engine.db.database import rowcount
-from engine.db.models import Job, TaskInstance, TaskState
+from engine.db.models import DagTask, Job, TaskInstance, TaskState
 from engine.db.queries import jobs
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from datetime import datetime
 
     from sqlalchemy.orm import Session
@@ -104,3 +105,16 @@ def stale_queued(
             update(TaskInstance).where(TaskInstance.id.in_(ids), waiting).values(queued_at=now)
         )
     return ids
+
+
+def task_queues(session: Session, ti_ids: Sequence[int]) -> dict[int, str | None]:
+    """The queue of each task instance's task (None: the default queue)."""
+    rows = session.execute(
+        select(TaskInstance.id, DagTask.queue)
+        .outerjoin(
+            DagTask,
+            (DagTask.dag_id == TaskInstance.dag_id) & (DagTask.task_id == TaskInstance.task_id),
+        )
+        .where(TaskInstance.id.in_(ti_ids))
+    )
+    return {int(ti_id): queue for ti_id, queue in rows}

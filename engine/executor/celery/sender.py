@@ -220,7 +220,9 @@ class CelerySender:
     async def _publish(self, job_id: int, ti_ids: list[int]) -> int:
         """Publish one message per try; returns how many went out. A try whose message could
         not be published stays queued: ``task_queued_timeout`` sends it again."""
-        queues = dict.fromkeys(ti_ids, self.celery.default_queue)
+        found = await self._db.read(partial(celery_sql.task_queues, ti_ids=ti_ids))
+        default = self.celery.default_queue
+        queues = {ti_id: found.get(ti_id) or default for ti_id in ti_ids}
         send = partial(self._publish_blocking, job_id, queues)
         return await anyio.to_thread.run_sync(send, limiter=self._publish_limiter)
 

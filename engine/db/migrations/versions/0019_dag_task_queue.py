@@ -1,0 +1,30 @@
+"""The Celery queue of each task
+
+Revision ID: 0019
+Revises: 0018
+Create Date: 2026-11-27 16:00:00.000000
+
+- ``dag_task``: ``queue``, the operator's ``queue=`` (None: ``[celery] default_queue``): the
+  Celery executor sends the task's tries to that queue. Rows written before this revision get
+  it at their file's next parse.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0019"
+down_revision = "0018"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("dag_task") as batch:
+        batch.add_column(sa.Column("queue", sa.String(256), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("dag_task") as batch:
+        batch.drop_column("queue")
