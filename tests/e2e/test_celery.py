@@ -257,3 +257,64 @@ def test_a_broker_restart_mid_run_loses_no_try(
         assert "celery_tries_resent" in w.log.read_text()
     finally:
         w.close()
+
+
+DEFER_DAG = """
+import os
+
+from engine import DAG, BaseOperator, task
+from triggers import FileTrigger
+
+SLOW = {slow!r}
+RELEASE = {release!r}
+
+
+class WaitForRelease(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=FileTrigger(RELEASE, poke_interval=0.1), method_name="resume",
+                   kwargs={{"first": os.environ["SLUICE_TEST_WORKER"]}})
+
+    def resume(self, context, event=None, first=None):
+        return {{"first": first, "resumed": os.environ["SLUICE_TEST_WORKER"]}}
+
+
+@task(queue=SLOW)
+def meanwhile():
+    return os.environ["SLUICE_TEST_WORKER"]
+
+
+with DAG("defer", schedule=None):
+    WaitForRelease(task_id="wait", queue=SLOW)
+    meanwhile()
+"""
+
+
+def test_a_deferred_task_frees_its_slot_and_resumes_on_a_worker_of_its_queue(
+    world: Callable[..., CeleryWorld], tmp_path: Path, queue_prefix: str
+) -> None:
+    release = tmp_path / "release.flag"
+    source = DEFER_DAG.format(slow=f"{queue_prefix}slow", release=str(release))
+    w = world({"defer.py": source})
+    w.start_engine(("defer",))
+    w.start_worker("a", queues=("default",), concurrency=1)
+    _, slow_log = w.start_worker("b", queues=("slow",), concurrency=1)
+    run_id = w.trigger("defer")
+
+    # the one slot of the slow queue's worker ran `meanwhile` while `wait` was deferred
+    def deferred_and_other_done() -> bool:
+        states = w.task_states("defer")
+        return (
+            states.get("wait", ("",))[0] == "deferred"
+            and states.get("meanwhile", ("",))[0] == "success"
+        )
+
+    wait_for(deferred_and_other_done, timeout=60, what="wait deferred, meanwhile done")
+    release.write_text("go")
+    w.wait_run("defer", run_id, timeout=60)
+
+    results = w.results("defer")
+    assert results["meanwhile"]["return_value"] == "b"
+    assert results["wait"]["return_value"] == {"first": "b", "resumed": "b"}
+    assert w.task_states("defer")["wait"] == ("success", 1)  # resumed as the same try
+    # two Celery tasks for `wait`: its first step, then its resume
+    assert slow_log.read_text().count("Task defer.wait") == 2, slow_log.read_text()[-3000:]
