@@ -118,6 +118,9 @@ class Job(Base):
     start_date: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     end_date: Mapped[datetime | None] = mapped_column(UtcDateTime)
     latest_heartbeat: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    # Migration 0019: the Celery queues a `sluice celery worker` consumes, comma-separated
+    # (None for every other part).
+    queues: Mapped[str | None] = mapped_column(String(2000))
 
 
 class Trigger(Base):

@@ -7,9 +7,7 @@ import json
 from typing import TYPE_CHECKING
 
 import pytest
-from sqlalchemy import select
 
-from engine.db.models import Job
 from engine.db.queries.runs import find_task_instance
 from tests.e2e.celery_world import CeleryWorld, kill, make_world
 from tests.e2e.helpers import run_cli, wait_for
@@ -92,11 +90,14 @@ def test_a_dag_runs_on_a_worker_with_results_outlets_and_logs(
     assert "Task small.first" not in w.log.read_text()
     ti = w.db.call(lambda s: find_task_instance(s, "small", run_id, "second"))
     assert ti is not None and ti.try_number == 1
-    # the worker is an executor job with its concurrency as capacity
-    capacities = w.db.call(
-        lambda s: list(s.execute(select(Job.capacity).where(Job.job_type == "executor")).scalars())
-    )
-    assert 2 in capacities
+    # `sluice jobs list` shows the worker: an executor job with its queues, its concurrency
+    # as capacity and the tries it runs as load
+    listed = run_cli("jobs", "list", "--json", env=w.env)
+    workers = [j for j in json.loads(listed.stdout) if j["queues"]]
+    assert [(j["type"], j["queues"], j["capacity"], j["load"]) for j in workers] == [
+        ("executor", [w.queue("default")], 2, 0)
+    ]
+    assert workers[0]["alive"] and workers[0]["hostname"]
 
 
 FIFTY_DAG = """

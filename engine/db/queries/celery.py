@@ -118,3 +118,8 @@ def task_queues(session: Session, ti_ids: Sequence[int]) -> dict[int, str | None
         .where(TaskInstance.id.in_(ti_ids))
     )
     return {int(ti_id): queue for ti_id, queue in rows}
+
+
+def set_worker_queues(session: Session, *, job_id: int, queues: Sequence[str]) -> None:
+    """Record the Celery queues worker job ``job_id`` consumes (``sluice jobs list``)."""
+    session.execute(update(Job).where(Job.id == job_id).values(queues=",".join(queues)))

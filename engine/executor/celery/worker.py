@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
 
     from celery import Celery
+    from sqlalchemy.orm import Session
 
     from engine.config import Config
 
@@ -117,9 +118,7 @@ class WorkerRuntime:
             hostname=await anyio.to_thread.run_sync(_hostname),
             stats=self.stats,
         )
-        job_id = await self._db.run(
-            partial(jobs.start_job, job_type=tasks.EXECUTOR_JOB, capacity=self.settings.parallelism)
-        )
+        job_id = await self._db.run(self._register)
         logger.info(
             "Celery worker started job_id=%s queues=%s concurrency=%d",
             job_id,
@@ -127,6 +126,13 @@ class WorkerRuntime:
             self.settings.parallelism,
             extra={"action": "celery_worker_started", "job_id": job_id, "queues": self.queues},
         )
+        return job_id
+
+    def _register(self, session: Session) -> int:
+        job_id = jobs.start_job(
+            session, job_type=tasks.EXECUTOR_JOB, capacity=self.settings.parallelism
+        )
+        celery_sql.set_worker_queues(session, job_id=job_id, queues=self.queues)
         return job_id
 
     async def _end_job(self, job_id: int) -> None:
