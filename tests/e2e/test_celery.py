@@ -4,6 +4,8 @@ real ``sluice celery worker`` subprocesses, on Redis and on RabbitMQ."""
 from __future__ import annotations
 
 import json
+import socket
+import urllib.request
 from typing import TYPE_CHECKING
 
 import pytest
@@ -42,6 +44,12 @@ with DAG("small", schedule=None):
 """
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 @pytest.fixture
 def world(
     tmp_path: Path, sqlite_template: Path, broker_url: str, queue_prefix: str
@@ -68,7 +76,10 @@ def world(
 def test_a_dag_runs_on_a_worker_with_results_outlets_and_logs(
     world: Callable[..., CeleryWorld],
 ) -> None:
-    w = world({"small.py": SMALL_DAG})
+    port = free_port()
+    w = world(
+        {"small.py": SMALL_DAG}, SLUICE__METRICS__ENABLED="true", SLUICE__METRICS__PORT=str(port)
+    )
     w.start_engine(("small",))
     _, worker_log = w.start_worker("one")
     run_id = w.trigger("small")
@@ -98,6 +109,11 @@ def test_a_dag_runs_on_a_worker_with_results_outlets_and_logs(
         ("executor", [w.queue("default")], 2, 0)
     ]
     assert workers[0]["alive"] and workers[0]["hostname"]
+    # the metrics endpoint counts the messages sent per queue
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    sent = f'sluice_celery_sent_total{{queue="{w.queue("default")}"}} 2.0'
+    assert sent in text, [line for line in text.splitlines() if "celery" in line]
 
 
 FIFTY_DAG = """

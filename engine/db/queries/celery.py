@@ -123,3 +123,27 @@ def task_queues(session: Session, ti_ids: Sequence[int]) -> dict[int, str | None
 def set_worker_queues(session: Session, *, job_id: int, queues: Sequence[str]) -> None:
     """Record the Celery queues worker job ``job_id`` consumes (``sluice jobs list``)."""
     session.execute(update(Job).where(Job.id == job_id).values(queues=",".join(queues)))
+
+
+def queue_counts(session: Session, *, default_queue: str) -> dict[str, tuple[int, int]]:
+    """Queue -> (queued, running) tries of its tasks, across the fleet."""
+    queue = func.coalesce(DagTask.queue, default_queue)
+    rows = session.execute(
+        select(queue, TaskInstance.state, func.count())
+        .select_from(TaskInstance)
+        .outerjoin(
+            DagTask,
+            (DagTask.dag_id == TaskInstance.dag_id) & (DagTask.task_id == TaskInstance.task_id),
+        )
+        .where(TaskInstance.state.in_((TaskState.QUEUED, TaskState.RUNNING)))
+        .group_by(queue, TaskInstance.state)
+    )
+    counts: dict[str, tuple[int, int]] = {}
+    for name, state, count in rows:
+        queued, running = counts.get(str(name), (0, 0))
+        if state == TaskState.QUEUED:
+            queued += int(count)
+        else:
+            running += int(count)
+        counts[str(name)] = (queued, running)
+    return counts

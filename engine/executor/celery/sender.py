@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 from functools import partial
 from typing import TYPE_CHECKING, Final
 
@@ -38,7 +39,7 @@ from engine.exceptions import DatabaseError
 from engine.executor.callbacks import CallbackRunner
 from engine.executor.celery.app import RUN_TRY_TASK, celery_app
 from engine.executor.task_supervisor import ExecutorStats, task_environment
-from engine.metrics.readings import ExecutorReading
+from engine.metrics.readings import ExecutorReading, QueueReading
 from engine.retry import Backoff
 
 if TYPE_CHECKING:
@@ -80,6 +81,9 @@ class CelerySender:
         self.sent = 0
         self.resent = 0
         self.queued = 0  # tries queued under this sender at the last look
+        self.sent_by_queue: Counter[str] = Counter()
+        #: queue -> (queued, running) tries across the fleet, refreshed every heartbeat
+        self._queue_counts: dict[str, tuple[int, int]] = {}
         self._stopping = anyio.Event()
         self._changed = anyio.Event()
 
@@ -97,6 +101,10 @@ class CelerySender:
             slots_total=self.settings.parallelism,
             claimed=self.stats.claimed,
             outcomes=tuple(sorted(self.stats.outcomes.items())),
+            queues=tuple(
+                QueueReading(name, *self._queue_counts.get(name, (0, 0)), self.sent_by_queue[name])
+                for name in sorted(set(self._queue_counts) | set(self.sent_by_queue))
+            ),
         )
 
     def nudge(self) -> None:
@@ -141,6 +149,7 @@ class CelerySender:
                 )
                 outer.start_soon(callbacks.run, job_id)
                 outer.start_soon(self._resend_loop, job_id)
+                outer.start_soon(self._count_queues)
                 task_status.started()
                 await self._claim_loop(job_id)
                 outer.cancel_scope.cancel()
@@ -217,6 +226,20 @@ class CelerySender:
                 )
                 self.resent += await self._publish(job_id, ids)
 
+    async def _count_queues(self) -> None:
+        """Every heartbeat, the tries queued and running per queue (for the metrics)."""
+        count = partial(celery_sql.queue_counts, default_queue=self.celery.default_queue)
+        while True:
+            try:
+                self._queue_counts = await self._db.read(count)
+            except DatabaseError as exc:  # the next round tries again
+                logger.warning(
+                    "Counting tries per queue failed: %s",
+                    exc,
+                    extra={"action": "celery_queue_count_failed"},
+                )
+            await anyio.sleep(self.settings.heartbeat_s)
+
     async def _publish(self, job_id: int, ti_ids: list[int]) -> int:
         """Publish one message per try; returns how many went out. A try whose message could
         not be published stays queued: ``task_queued_timeout`` sends it again."""
@@ -224,11 +247,14 @@ class CelerySender:
         default = self.celery.default_queue
         queues = {ti_id: found.get(ti_id) or default for ti_id in ti_ids}
         send = partial(self._publish_blocking, job_id, queues)
-        return await anyio.to_thread.run_sync(send, limiter=self._publish_limiter)
+        sent = await anyio.to_thread.run_sync(send, limiter=self._publish_limiter)
+        self.sent_by_queue.update(sent)
+        return len(sent)
 
-    def _publish_blocking(self, job_id: int, queues: dict[int, str]) -> int:
+    def _publish_blocking(self, job_id: int, queues: dict[int, str]) -> list[str]:
+        """Publish in order until one fails; the queues of the messages that went out."""
         assert self._app is not None
-        sent = 0
+        sent: list[str] = []
         for ti_id, queue in queues.items():
             try:
                 self._app.send_task(RUN_TRY_TASK, args=(ti_id, job_id), queue=queue)
@@ -242,5 +268,5 @@ class CelerySender:
                     extra={"action": "celery_send_failed", "ti_id": ti_id, "queue": queue},
                 )
                 return sent
-            sent += 1
+            sent.append(queue)
         return sent
