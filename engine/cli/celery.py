@@ -25,6 +25,15 @@ def _queues(value: str | None, default: str) -> tuple[str, ...]:
     return names
 
 
+def _node_name(name: str | None) -> str:
+    from celery.utils.nodenames import host_format
+
+    node = name or f"sluice-{os.getpid()}"
+    if "@" not in node:
+        node = f"{node}@{socket.gethostname()}"
+    return str(host_format(node))
+
+
 @celery.command()
 @click.option(
     "--queues",
@@ -43,7 +52,8 @@ def _queues(value: str | None, default: str) -> tuple[str, ...]:
     "--name",
     "-n",
     default=None,
-    help="The worker's Celery node name (default: sluice-<pid>@<host>).",
+    help="The worker's Celery node name, NAME[@HOST] (%h: the host name; default: "
+    "sluice-<pid>@<host>).",
 )
 @click.pass_context
 def worker(
@@ -65,7 +75,7 @@ def worker(
             cfg,
             queues=_queues(queues, cfg.celery.default_queue),
             concurrency=concurrency or cfg.celery.worker_concurrency,
-            hostname=name or f"sluice-{os.getpid()}@{socket.gethostname()}",
+            hostname=_node_name(name),
             loglevel=(ctx.obj.get("log_level") or cfg.logging.level),
         )
     except SluiceError as exc:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from concurrent.futures import CancelledError
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
@@ -42,7 +43,9 @@ from engine.executor.task_supervisor import (
     ExecutorStats,
     TaskSupervisor,
     run_retrying,
+    task_environment,
 )
+from engine.executor.warm_process import WarmRunner
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -73,6 +76,8 @@ class WorkerRuntime:
         self.job_id: int | None = None
         self.running: set[int] = set()
         self._supervisor: TaskSupervisor | None = None
+        #: the pre-imported process tries are forked from, as in the local executor
+        self._warm = _warm_runner(self.settings)
         self._exits = contextlib.ExitStack()
         self._portal: anyio.from_thread.BlockingPortal | None = None
         self._background: Future[None] | None = None
@@ -117,6 +122,7 @@ class WorkerRuntime:
             settings=self.settings,
             hostname=await anyio.to_thread.run_sync(_hostname),
             stats=self.stats,
+            warm=self._warm,
         )
         job_id = await self._db.run(self._register)
         logger.info(
@@ -142,6 +148,8 @@ class WorkerRuntime:
 
     async def _keep_alive(self, job_id: int) -> None:
         async with anyio.create_task_group() as tg:
+            if self._warm is not None:  # until it is ready, tries start cold interpreters
+                tg.start_soon(self._warm.run)
             tg.start_soon(
                 partial(
                     heartbeat_forever,
@@ -214,9 +222,19 @@ class WorkerRuntime:
 def _with_parallelism(settings: ExecutorSettings, parallelism: int) -> ExecutorSettings:
     from dataclasses import replace
 
-    # a worker forks no warm runner: each try starts a fresh interpreter, as a local
-    # executor does while its warm runner is not ready
-    return replace(settings, parallelism=parallelism, warm_runner=False)
+    return replace(settings, parallelism=parallelism)
+
+
+def _warm_runner(settings: ExecutorSettings) -> WarmRunner | None:
+    """The local executor's warm runner, set up the same way (``LocalExecutor.run``)."""
+    if not settings.warm_runner:
+        return None
+    folders = [f for f in (settings.dags_folder, settings.plugins_folder) if f is not None]
+    environment = partial(task_environment, os.environ, settings.secrets)
+    return WarmRunner(
+        environment=environment,
+        dag_folders=folders if settings.warm_runner_dag_imports else [],
+    )
 
 
 def worker_app(config: Config, runtime: WorkerRuntime) -> Celery:
