@@ -6,8 +6,10 @@ one does not answer, the fixture starts it from Debian's package on a free loopb
 
 Isolation: Redis database ``REDIS_DB`` and a RabbitMQ vhost of the session's own; each test
 names its queues with a prefix of its own (``queue_prefix``), so tests of two pytest workers
-never take each other's messages. ``PrivateRedis`` is a broker a test may stop and start
-again (a broker restart), on a free port, keeping nothing on disk.
+never take each other's messages. ``restartable_broker`` is a broker a test may restart: a
+private ``redis-server`` on a free port keeping nothing on disk, or the RabbitMQ application
+(``rabbitmqctl stop_app`` / ``start_app``: the engine tests of another pytest worker on
+RabbitMQ see the blip too, and survive it like any broker restart).
 """
 
 from __future__ import annotations
@@ -16,17 +18,15 @@ import os
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 REDIS_DB = 9
 RABBIT_USER = "guest"
@@ -121,6 +121,18 @@ class _Rabbit:
     port: int
     ctl: list[str]
 
+    def restart(self) -> None:
+        """Stop the broker application and start it again (durable queues and persistent
+        messages survive; connections do not)."""
+        _rabbitmqctl(self.ctl, "stop_app")
+        _rabbitmqctl(self.ctl, "start_app")
+        _rabbitmqctl(self.ctl, "await_startup")
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not _answers(self.port):
+            if time.monotonic() > deadline:
+                pytest.fail(f"RabbitMQ did not listen again within {STARTUP_TIMEOUT_S}s")
+            time.sleep(0.05)
+
 
 def _rabbitmqctl(ctl: list[str], *args: str) -> None:
     result = subprocess.run([*ctl, *args], capture_output=True, text=True, timeout=60, check=False)
@@ -129,33 +141,22 @@ def _rabbitmqctl(ctl: list[str], *args: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def _rabbit() -> Iterator[_Rabbit]:
+def _rabbit() -> _Rabbit:
+    """The machine's RabbitMQ on 5672, started from Debian's package if it is down."""
     ctl = [_need("rabbitmqctl", "rabbitmq-server")]
-    if _answers(5672):
-        yield _Rabbit(5672, ctl)
-        return
-    server = _need("rabbitmq-server", "rabbitmq-server")
-    port = _free_port()
-    base = Path(tempfile.mkdtemp(prefix="rabbit-"))
-    node = f"sluicetest{port}@localhost"
-    env = {
-        **os.environ,
-        "RABBITMQ_NODENAME": node,
-        "RABBITMQ_NODE_PORT": str(port),
-        "RABBITMQ_DIST_PORT": str(_free_port()),
-        "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
-        "RABBITMQ_MNESIA_BASE": str(base / "mnesia"),
-        "RABBITMQ_LOG_BASE": str(base / "log"),
-        "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "plugins"),
-    }
-    proc = subprocess.Popen([server], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_port(port, proc, "rabbitmq-server", None)
-        yield _Rabbit(port, [*ctl, "-n", node])
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        shutil.rmtree(base, ignore_errors=True)
+    if not _answers(5672):
+        server = _need("rabbitmq-server", "rabbitmq-server")
+        subprocess.run([server, "-detached"], capture_output=True, timeout=60, check=False)
+        deadline = time.monotonic() + 60
+        while not _answers(5672):
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    "RabbitMQ does not answer on 127.0.0.1:5672 and `rabbitmq-server -detached` "
+                    "did not bring it up within 60s (see /var/log/rabbitmq)"
+                )
+            time.sleep(0.2)
+        _rabbitmqctl(ctl, "await_startup")
+    return _Rabbit(5672, ctl)
 
 
 @pytest.fixture(scope="session")
@@ -183,12 +184,31 @@ def queue_prefix() -> str:
     return f"t{uuid.uuid4().hex[:8]}-"
 
 
-@pytest.fixture
-def private_redis() -> Iterator[PrivateRedis]:
-    """A Redis of this test's own, started; the test may stop and start it."""
+@dataclass
+class RestartableBroker:
+    """A broker a test may restart mid-run: ``url`` and ``restart()``."""
+
+    name: str
+    url: str
+    restart: Callable[[], None]
+
+
+@pytest.fixture(params=["redis", "rabbitmq"])
+def restartable_broker(request: pytest.FixtureRequest) -> Iterator[RestartableBroker]:
+    """Redis: a private redis-server, killed and started empty again (it keeps nothing on
+    disk). RabbitMQ: the session's broker application stopped and started again."""
+    if request.param == "rabbitmq":
+        rabbit: _Rabbit = request.getfixturevalue("_rabbit")
+        yield RestartableBroker("rabbitmq", request.getfixturevalue("rabbit_url"), rabbit.restart)
+        return
     redis = PrivateRedis()
     redis.start()
+
+    def restart() -> None:
+        redis.stop()
+        redis.start()
+
     try:
-        yield redis
+        yield RestartableBroker("redis", redis.url, restart)
     finally:
         redis.stop()

@@ -141,6 +141,8 @@ def make_world(
     for name, source in files.items():
         (dags / name).write_text(textwrap.dedent(source))
     url = copy_sqlite_template(template, home / "sluice.db")
+    # a broker blip (another test restarting RabbitMQ) costs seconds, not the default 10 min
+    settings.setdefault("SLUICE__CELERY__TASK_QUEUED_TIMEOUT", "10")
     env = engine_env(
         home,
         url=url,
