@@ -167,6 +167,19 @@ def one_run(kind: str, args: argparse.Namespace) -> tuple[float, float]:
     finally:
         _stop(procs)
         db.dispose()
+        _forget_queue(args.broker, env["SLUICE__CELERY__DEFAULT_QUEUE"])
+
+
+def _forget_queue(broker: str, queue: str) -> None:
+    """Leave nothing of the run's queue in a Redis database."""
+    if broker.startswith("redis://"):
+        import redis
+
+        client = redis.Redis.from_url(broker)
+        keys = list(client.scan_iter(match=f"*{queue}*"))
+        if keys:
+            client.delete(*keys)
+        client.close()
 
 
 def _summary(values: list[float]) -> str:

@@ -212,3 +212,19 @@ def restartable_broker(request: pytest.FixtureRequest) -> Iterator[RestartableBr
         yield RestartableBroker("redis", redis.url, restart)
     finally:
         redis.stop()
+
+
+def forget_queues(broker_url: str, queue_prefix: str) -> None:
+    """Delete what the queues named ``queue_prefix...`` left in a Redis database (queue
+    lists, kombu bindings); a RabbitMQ vhost goes whole at the end of the session."""
+    if not broker_url.startswith("redis://"):
+        return
+    import redis
+
+    client = redis.Redis.from_url(broker_url)
+    try:
+        keys = list(client.scan_iter(match=f"*{queue_prefix}*"))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()

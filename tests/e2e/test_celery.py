@@ -13,6 +13,7 @@ import pytest
 from engine.db.queries.runs import find_task_instance
 from tests.e2e.celery_world import CeleryWorld, kill, make_world
 from tests.e2e.helpers import run_cli, wait_for
+from tests.services_celery import forget_queues
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -71,6 +72,7 @@ def world(
     yield make
     for built in worlds:
         built.close()
+    forget_queues(broker_url, queue_prefix)
 
 
 def test_a_dag_runs_on_a_worker_with_results_outlets_and_logs(
