@@ -36,6 +36,7 @@ from engine.db.heartbeat import heartbeat_forever
 from engine.db.models import JobState
 from engine.db.queries import celery as celery_sql
 from engine.db.queries import jobs, tasks
+from engine.db.schema import check_schema
 from engine.exceptions import DatabaseError
 from engine.executor.celery.app import RUN_TRY_TASK, celery_app
 from engine.executor.task_supervisor import (
@@ -89,7 +90,9 @@ class WorkerRuntime:
         )
 
     def start(self) -> None:
-        """Open the event loop, register the executor job, start its heartbeat."""
+        """Check the schema, open the event loop, register the executor job, start its
+        heartbeat (``SchemaNotCurrentError``: the database needs ``sluice db migrate``)."""
+        check_schema(self._db.engine)
         self._portal = self._exits.enter_context(anyio.from_thread.start_blocking_portal())
         self.job_id = self._portal.call(self._start_job)
         self._background = self._portal.start_task_soon(self._keep_alive, self.job_id)
@@ -255,8 +258,8 @@ def run_worker(
     shutdown, running tries finish first); its exit code."""
     runtime = WorkerRuntime(config, concurrency=concurrency, queues=queues)
     app = worker_app(config, runtime)
-    runtime.start()
     try:
+        runtime.start()
         worker = app.Worker(
             pool_cls="threads",
             concurrency=concurrency,
