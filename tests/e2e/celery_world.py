@@ -133,14 +133,17 @@ def make_world(
     broker_url: str,
     queue_prefix: str,
     parallelism: int = 8,
+    db_url: str | None = None,
     **settings: str,
 ) -> CeleryWorld:
+    """A home and DAG folder in ``root``; the database is ``db_url`` (migrated) or a copy of
+    the SQLite ``template``."""
     home, dags = root / "home", root / "dags"
     for folder in (home, dags):
         folder.mkdir()
     for name, source in files.items():
         (dags / name).write_text(textwrap.dedent(source))
-    url = copy_sqlite_template(template, home / "sluice.db")
+    url = db_url or copy_sqlite_template(template, home / "sluice.db")
     # a broker blip (another test restarting RabbitMQ) costs seconds, not the default 10 min
     settings.setdefault("SLUICE__CELERY__TASK_QUEUED_TIMEOUT", "10")
     env = engine_env(

@@ -57,13 +57,14 @@ def world(
 ) -> Iterator[Callable[..., CeleryWorld]]:
     worlds: list[CeleryWorld] = []
 
-    def make(files: dict[str, str], **settings: str) -> CeleryWorld:
+    def make(files: dict[str, str], db_url: str | None = None, **settings: str) -> CeleryWorld:
         built = make_world(
             tmp_path,
             files,
             template=sqlite_template,
             broker_url=broker_url,
             queue_prefix=queue_prefix,
+            db_url=db_url,
             **settings,
         )
         worlds.append(built)
@@ -144,9 +145,12 @@ with DAG("fifty", schedule=None, max_active_tasks=50):
 
 
 def test_fifty_tasks_over_two_workers_and_two_queues(
-    world: Callable[..., CeleryWorld], queue_prefix: str
+    migrated_pg_url: str, world: Callable[..., CeleryWorld], queue_prefix: str
 ) -> None:
-    w = world({"fifty.py": FIFTY_DAG.format(heavy=f"{queue_prefix}heavy")})
+    """On PostgreSQL, as a fleet of hosts would run it (the database is set up first, so it
+    is dropped after the engine and workers stopped)."""
+    source = FIFTY_DAG.format(heavy=f"{queue_prefix}heavy")
+    w = world({"fifty.py": source}, db_url=migrated_pg_url)
     w.start_engine(("fifty",))
     w.start_worker("a", queues=("default",), concurrency=2)
     w.start_worker("b", queues=("default", "heavy"), concurrency=2)
