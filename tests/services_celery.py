@@ -226,5 +226,12 @@ def forget_queues(broker_url: str, queue_prefix: str) -> None:
         keys = list(client.scan_iter(match=f"*{queue_prefix}*"))
         if keys:
             client.delete(*keys)
+        # messages of a killed worker, never acknowledged: kombu's unacked hash and index
+        tags = [
+            tag for tag, message in client.hscan_iter("unacked") if queue_prefix.encode() in message
+        ]
+        if tags:
+            client.hdel("unacked", *tags)
+            client.zrem("unacked_index", *tags)
     finally:
         client.close()
