@@ -227,26 +227,37 @@ class AckLedger:
 
     def confirm_persisted(self, seqs: Iterable[int]) -> Sequence[Effect]:
         """These binding seqs' trigger events are committed; unknown seqs are ignored."""
+        confirm = self.confirm_binding
         ready = False
-        pop, departed = self._bindings.pop, self._departed
         for seq in seqs:
-            entry = pop(seq, None)
-            if entry is None:
-                continue
-            sub, event_seq = entry
-            bound = sub.bound
-            pending = bound[event_seq]
-            if len(pending) > 1:
-                pending.remove(seq)
-                continue
-            del bound[event_seq]  # its last binding: the one confirmed
-            if departed and not bound and sub in departed:
-                del departed[sub]
-            if sub.in_window and sub.position == event_seq:
-                continue  # still processing it: resolves when it moves past
-            if self._resolve(self._events[event_seq], _ACKED):
+            if confirm(seq):
                 ready = True
         return self._dispatch() if ready else NO_EFFECTS
+
+    def confirm_binding(self, seq: int) -> bool:
+        """``confirm_persisted((seq,))`` without the dispatch: True when this made a lane's
+        head ready, and ``dispatch()`` must then be called (once for several confirmations,
+        so that one batch takes everything they made ready). An unknown seq is ignored."""
+        entry = self._bindings.pop(seq, None)
+        if entry is None:
+            return False
+        sub, event_seq = entry
+        bound = sub.bound
+        pending = bound[event_seq]
+        if len(pending) > 1:
+            pending.remove(seq)
+            return False
+        del bound[event_seq]  # its last binding: the one confirmed
+        departed = self._departed
+        if departed and not bound and sub in departed:
+            del departed[sub]
+        if sub.in_window and sub.position == event_seq:
+            return False  # still processing it: resolves when it moves past
+        return self._resolve(self._events[event_seq], _ACKED)
+
+    def dispatch(self) -> Sequence[Effect]:
+        """The next ready batch, unless one is in flight (after ``confirm_binding``)."""
+        return self._dispatch()
 
     def refuse_persisted(self, seqs: Iterable[int]) -> tuple[int, Sequence[Effect]]:
         """The store refused the trigger events bound under these seqs (e.g. a payload over

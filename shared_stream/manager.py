@@ -38,7 +38,7 @@ import anyio.lowlevel
 
 from shared_stream.exceptions import InvalidSubscription, ManagerNotRunning
 from shared_stream.group import SharedStreamGroup
-from shared_stream.routes import BindingRoutes
+from shared_stream.routes import SERIAL_SHIFT, BindingRoutes
 from shared_stream.settings import GroupSettings
 from shared_stream.stats import merge, merge_by_key, retired
 from triggers.base import BaseEventTrigger
@@ -227,9 +227,25 @@ class SharedStreamManager:
 
     def confirm_persisted(self, seqs: Iterable[int]) -> None:
         """The trigger events bound under these seqs are committed; unknown seqs are ignored."""
-        # Taken at once: a confirmation voids no other seq (only refusals and failures do).
-        for group, run in self._routes.take_all(seqs):  # consecutive seqs of one group
-            group.confirm(run)
+        # Each seq goes straight to its group's ledger (one shift and one lookup, see
+        # ``routes``); each ledger that got a lane ready dispatches once, after all of them,
+        # so one batch takes what they made ready. A confirmation voids no other seq (only
+        # refusals and failures do), so nothing needs re-checking between seqs.
+        routes = self._routes
+        groups, take_explicit = routes.by_serial, routes.take_explicit
+        readied: dict[SharedStreamGroup, None] | None = None
+        for seq in seqs:
+            serial = seq >> SERIAL_SHIFT
+            group = groups.get(serial) if serial else take_explicit(seq)
+            if group is not None and group.confirm_binding(seq):
+                if readied is None:
+                    readied = {}
+                readied[group] = None
+        if readied is not None:
+            for group in readied:
+                effects = group.dispatch()
+                if effects:
+                    group.carry_out(effects)
 
     def refuse_persisted(self, seqs: Iterable[int]) -> None:
         """The store refused the trigger events bound under these seqs (their payload is over

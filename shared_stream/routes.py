@@ -18,7 +18,7 @@ import itertools
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Iterator, Mapping
 
 G = TypeVar("G")
 
@@ -61,6 +61,16 @@ class BindingRoutes(Generic[G]):
         for seq in seqs:
             owner.pop(seq, None)
 
+    @property
+    def by_serial(self) -> Mapping[int, G]:
+        """Serial -> open group (read only): the group of seq ``s`` with a serial is
+        ``by_serial.get(s >> SERIAL_SHIFT)``, the hot path of confirmations."""
+        return self._groups
+
+    def take_explicit(self, seq: int) -> G | None:
+        """Remove the explicit entry of ``seq`` (serial 0); its group, None when unknown."""
+        return self._owner.pop(seq, None)
+
     def _owner_of(self, seq: int) -> G | None:
         serial = seq >> SERIAL_SHIFT
         return self._groups.get(serial) if serial else self._owner.pop(seq, None)
@@ -85,28 +95,6 @@ class BindingRoutes(Generic[G]):
             run.append(seq)
         if group is not None:
             yield group, run
-
-    def take_all(self, seqs: Iterable[int]) -> list[tuple[G, list[int]]]:
-        """Remove these seqs at once, as ``take`` groups them (unknown seqs are skipped).
-
-        For callers whose handling of a run voids no seq of a later run (confirmations):
-        one pass, no generator; a serial's seqs cost one shift and one lookup each.
-        """
-        groups = self._groups
-        runs: list[tuple[G, list[int]]] = []
-        group: G | None = None
-        run: list[int] = []
-        for seq in seqs:
-            serial = seq >> SERIAL_SHIFT
-            owning = groups.get(serial) if serial else self._owner.pop(seq, None)
-            if owning is None:
-                continue
-            if owning is group:
-                run.append(seq)
-            else:
-                group, run = owning, [seq]
-                runs.append((owning, run))
-        return runs
 
     def __len__(self) -> int:
         """Explicit entries not confirmed nor voided (serial-routed seqs are not counted

@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from triggers.serde import ensure_serializable, payload_digest
+from triggers.serde import is_plain_json, payload_digest, serialize_value
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Hashable, Mapping
@@ -45,7 +45,12 @@ class TriggerEvent:
     __slots__ = ("dedup_key", "payload")
 
     def __init__(self, payload: Any, *, dedup_key: str | None = None) -> None:
-        ensure_serializable(payload, where=self._payload_name)
+        # Checked as it is built, so a payload that cannot be stored fails in the trigger's
+        # own code, naming the event and the path inside it. Plain JSON (the usual payload)
+        # passes the one walk of ``is_plain_json``; anything else is encoded, which raises
+        # ``SerializationError`` for what cannot be stored (no name built for a valid one).
+        if not is_plain_json(payload):
+            serialize_value(payload, where=self._payload_name())
         self.payload = payload
         self.dedup_key = dedup_key
 
