@@ -232,11 +232,11 @@ class SharedStreamManager:
         # so one batch takes what they made ready. A confirmation voids no other seq (only
         # refusals and failures do), so nothing needs re-checking between seqs.
         routes = self._routes
-        groups, take_explicit = routes.by_serial, routes.take_explicit
+        groups = routes.by_serial
         readied: dict[SharedStreamGroup, None] | None = None
         for seq in seqs:
             serial = seq >> SERIAL_SHIFT
-            group = groups.get(serial) if serial else take_explicit(seq)
+            group = groups.get(serial) if serial else routes.take_explicit(seq)
             if group is not None and group.confirm_binding(seq):
                 if readied is None:
                     readied = {}

@@ -18,7 +18,7 @@ import itertools
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping
+    from collections.abc import Iterable, Iterator
 
 G = TypeVar("G")
 
@@ -31,25 +31,28 @@ SERIAL_SHIFT: Final = 48
 class BindingRoutes(Generic[G]):
     """Binding seq -> the group that handed it out (by serial, or by explicit entry)."""
 
-    __slots__ = ("_groups", "_owner", "_serials", "seqs")
+    __slots__ = ("_owner", "_serials", "by_serial", "seqs")
 
     def __init__(self) -> None:
         self.seqs: Iterator[int] = itertools.count(1)  # for explicit entries (serial 0)
         self._owner: dict[int, G] = {}  # explicit entries
-        self._groups: dict[int, G] = {}  # serial -> open group
+        # serial -> open group; read it, never change it (``open`` and ``close`` do): the
+        # group of seq ``s`` with a serial is ``by_serial.get(s >> SERIAL_SHIFT)``, the hot
+        # path of confirmations
+        self.by_serial: dict[int, G] = {}
         self._serials = itertools.count(1)
 
     def open(self, group: G) -> tuple[int, Iterator[int]]:
         """Route the seqs of a new serial to ``group``; returns the serial and the group's
         seq counter (1, 2, ... in its serial's range)."""
         serial = next(self._serials)
-        self._groups[serial] = group
+        self.by_serial[serial] = group
         base = serial << SERIAL_SHIFT
         return serial, _bounded_count(base + 1, base + (1 << SERIAL_SHIFT))
 
     def close(self, serial: int) -> None:
         """The group of ``serial`` ended: its seqs are unknown from now on."""
-        self._groups.pop(serial, None)
+        self.by_serial.pop(serial, None)
 
     def add(self, seq: int, group: G) -> None:
         """``group`` handed out ``seq`` (an explicit entry, for seqs of serial 0)."""
@@ -61,19 +64,13 @@ class BindingRoutes(Generic[G]):
         for seq in seqs:
             owner.pop(seq, None)
 
-    @property
-    def by_serial(self) -> Mapping[int, G]:
-        """Serial -> open group (read only): the group of seq ``s`` with a serial is
-        ``by_serial.get(s >> SERIAL_SHIFT)``, the hot path of confirmations."""
-        return self._groups
-
     def take_explicit(self, seq: int) -> G | None:
         """Remove the explicit entry of ``seq`` (serial 0); its group, None when unknown."""
         return self._owner.pop(seq, None)
 
     def _owner_of(self, seq: int) -> G | None:
         serial = seq >> SERIAL_SHIFT
-        return self._groups.get(serial) if serial else self._owner.pop(seq, None)
+        return self.by_serial.get(serial) if serial else self._owner.pop(seq, None)
 
     def take(self, seqs: Iterable[int]) -> Iterator[tuple[G, list[int]]]:
         """Remove these seqs, yielding them as runs of consecutive seqs of one group.
@@ -102,7 +99,7 @@ class BindingRoutes(Generic[G]):
         return len(self._owner)
 
     def __repr__(self) -> str:
-        return f"<BindingRoutes unconfirmed={len(self._owner)} open_groups={len(self._groups)}>"
+        return f"<BindingRoutes unconfirmed={len(self._owner)} open_groups={len(self.by_serial)}>"
 
 
 def _bounded_count(start: int, stop: int) -> Iterator[int]:
