@@ -217,12 +217,13 @@ class AckLedger:
         if sub is None or not sub.in_window or sub.window_resolved:
             return None
         seq = next(self._binding_seqs)
-        pending = sub.bound.get(sub.position)
+        position = sub.position
+        pending = sub.bound.get(position)
         if pending is None:
-            sub.bound[sub.position] = [seq]
+            sub.bound[position] = [seq]
         else:
             pending.append(seq)
-        self._bindings[seq] = (sub, sub.position)
+        self._bindings[seq] = (sub, position)
         return seq
 
     def confirm_persisted(self, seqs: Iterable[int]) -> Sequence[Effect]:

@@ -221,7 +221,8 @@ def _encode_top(value: object, site: _Site) -> JSONValue:
         site.fail("", "nested too deeply")
 
 
-_PLAIN_SCALARS: Final = frozenset({str, int, bool, type(None)})
+# The exact types that are their own JSON form with no check of their value.
+PLAIN_SCALARS: Final = frozenset({str, int, bool, type(None)})
 
 
 def _is_plain_json(value: object, depth: int = 0) -> bool:
@@ -238,11 +239,11 @@ def _is_plain_json(value: object, depth: int = 0) -> bool:
         for key, item in value.items():  # type: ignore[attr-defined]
             # Scalars inline: a call per item is most of the cost of a flat payload.
             if type(key) is not str or (
-                type(item) not in _PLAIN_SCALARS and not _is_plain_json(item, depth + 1)
+                type(item) not in PLAIN_SCALARS and not _is_plain_json(item, depth + 1)
             ):
                 return False
         return True
-    if kind in _PLAIN_SCALARS:
+    if kind in PLAIN_SCALARS:
         return True
     if kind is float:
         return math.isfinite(value)  # type: ignore[arg-type]
@@ -250,7 +251,7 @@ def _is_plain_json(value: object, depth: int = 0) -> bool:
         if depth >= MAX_DEPTH:
             return False
         for item in value:  # type: ignore[attr-defined]
-            if type(item) not in _PLAIN_SCALARS and not _is_plain_json(item, depth + 1):
+            if type(item) not in PLAIN_SCALARS and not _is_plain_json(item, depth + 1):
                 return False
         return True
     return False
