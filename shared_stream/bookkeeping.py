@@ -188,24 +188,28 @@ class AckLedger:
         sub = self._subs.get(trigger_id)
         if sub is None:
             return NO_EFFECTS
-        if seq != sub.position + 1:
+        position = sub.position
+        if seq != position + 1:
             raise ValueError(
-                f"trigger {trigger_id!r} got event {seq} out of order (position {sub.position})"
+                f"trigger {trigger_id!r} got event {seq} out of order (position {position})"
             )
-        ready = False
-        if sub.in_window:
-            if sub.window_resolved:
-                sub.window_resolved = False
-            elif sub.position not in sub.bound:  # acked: ``_resolve(event, _ACKED)`` inlined
-                event = self._events[sub.position]
-                event.acked += 1
-                event.unresolved -= 1
-                if event.unresolved == 0 and self._lanes[event.lane][0] is event:
-                    self._ready[event.lane] = None
-                    ready = True
         sub.position = seq
-        sub.in_window = True
-        return self._dispatch() if ready else NO_EFFECTS
+        if not sub.in_window:
+            sub.in_window = True
+            return NO_EFFECTS
+        if sub.window_resolved:
+            sub.window_resolved = False
+            return NO_EFFECTS
+        if position in sub.bound:
+            return NO_EFFECTS  # resolves when its last binding is confirmed
+        # acked: ``_resolve(event, _ACKED)`` inlined
+        event = self._events[position]
+        event.acked += 1
+        event.unresolved -= 1
+        if event.unresolved or self._lanes[event.lane][0] is not event:
+            return NO_EFFECTS
+        self._ready[event.lane] = None
+        return self._dispatch()
 
     def bind(self, trigger_id: int) -> int | None:
         """The subscriber's filter yielded a trigger event; returns the binding seq to confirm.

@@ -91,6 +91,7 @@ class SharedStreamManager:
         # key repr -> counters of its finished groups, kept while a group of the key lives
         self._retired: dict[str, GroupStats] = {}
         self._routes: BindingRoutes[SharedStreamGroup] = BindingRoutes()
+        self._by_serial = self._routes.by_serial  # read by confirm_persisted, once per seq
         # keys whose last group ended because its upstream was unreachable: the next group
         # of such a key is a retry, started quietly (its subscribers' runtime warned once)
         self._unreachable: set[Hashable] = set()
@@ -231,12 +232,11 @@ class SharedStreamManager:
         # ``routes``); each ledger that got a lane ready dispatches once, after all of them,
         # so one batch takes what they made ready. A confirmation voids no other seq (only
         # refusals and failures do), so nothing needs re-checking between seqs.
-        routes = self._routes
-        groups = routes.by_serial
+        groups = self._by_serial
         readied: dict[SharedStreamGroup, None] | None = None
         for seq in seqs:
             serial = seq >> SERIAL_SHIFT
-            group = groups.get(serial) if serial else routes.take_explicit(seq)
+            group = groups.get(serial) if serial else self._routes.take_explicit(seq)
             if group is not None and group.confirm_binding(seq):
                 if readied is None:
                     readied = {}

@@ -67,6 +67,8 @@ class _Condition:
                 self._waiters.remove(entry)
 
     def notify(self) -> None:
+        if not self._waiters:  # the usual case of a feed: called for every item put
+            return
         ready = [(p, e) for p, e in self._waiters if p()]
         for pair in ready:
             self._waiters.remove(pair)
