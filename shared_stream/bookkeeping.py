@@ -103,7 +103,9 @@ class _Subscriber:
         self.position = position  # seq of the last event delivered (or broadcast before joining)
         self.in_window = False  # the event at ``position`` is being processed
         self.window_resolved = False  # ... and was already resolved (rejected)
-        self.bound: dict[int, list[int]] = {}  # event seq -> unconfirmed binding seqs
+        # event seq -> its unconfirmed binding seq, or a list of them when there are several
+        # (one trigger event per raw event is the usual case: no list per binding)
+        self.bound: dict[int, int | list[int]] = {}
 
 
 class AckLedger:
@@ -222,9 +224,12 @@ class AckLedger:
             return None
         seq = next(self._binding_seqs)
         position = sub.position
-        pending = sub.bound.get(position)
+        bound = sub.bound
+        pending = bound.get(position)
         if pending is None:
-            sub.bound[position] = [seq]
+            bound[position] = seq
+        elif isinstance(pending, int):
+            bound[position] = [pending, seq]
         else:
             pending.append(seq)
         self._bindings[seq] = (sub, position)
@@ -249,9 +254,10 @@ class AckLedger:
         sub, event_seq = entry
         bound = sub.bound
         pending = bound[event_seq]
-        if len(pending) > 1:
+        if type(pending) is list:
             pending.remove(seq)
-            return False
+            if pending:
+                return False
         del bound[event_seq]  # its last binding: the one confirmed
         departed = self._departed
         if departed and not bound and sub in departed:
@@ -279,7 +285,7 @@ class AckLedger:
             if entry is None:
                 continue
             sub, event_seq = entry
-            released.extend(self._release(sub.bound.pop(event_seq)))
+            released.extend(self._release(_seqs_of(sub.bound.pop(event_seq))))
             if sub in self._departed and not sub.bound:
                 del self._departed[sub]
             if sub.in_window and sub.position == event_seq:
@@ -294,7 +300,8 @@ class AckLedger:
         if sub is None or not sub.in_window or sub.window_resolved:
             return NO_EFFECTS
         sub.window_resolved = True
-        released = self._release(sub.bound.pop(sub.position, ()))
+        pending = sub.bound.pop(sub.position, None)
+        released = () if pending is None else self._release(_seqs_of(pending))
         self._resolve(self._events[sub.position], _REJECTED)
         return self._with(released, self._dispatch())
 
@@ -511,7 +518,7 @@ class AckLedger:
         released: list[int] = []
         for event_seq, pending in sub.bound.items():
             self._resolve(self._events[event_seq], _FAILED)
-            released.extend(pending)
+            released.extend(_seqs_of(pending))
         if sub.in_window and not sub.window_resolved and sub.position not in sub.bound:
             self._resolve(self._events[sub.position], _FAILED)
         if undelivered:
@@ -545,3 +552,8 @@ class AckLedger:
         if not first:
             return second
         return (*first, *second) if second else first
+
+
+def _seqs_of(pending: int | list[int]) -> Sequence[int]:
+    """The binding seqs of one ``_Subscriber.bound`` value."""
+    return (pending,) if isinstance(pending, int) else pending

@@ -222,9 +222,11 @@ class SharedStreamManager:
         processed (before the first one, after a reject, subscriber already failed).
         """
         group = self._groups.get(key)
-        if group is None or group.stopping:
+        if group is None:
             return None
-        return group.bind(trigger_id)  # the seq carries the group's serial (``routes``)
+        # The seq carries the group's serial (``routes``). A stopping group binds nothing:
+        # its ledger dropped every subscriber as it stopped (``AckLedger.stop``).
+        return group.bind(trigger_id)
 
     def confirm_persisted(self, seqs: Iterable[int]) -> None:
         """The trigger events bound under these seqs are committed; unknown seqs are ignored."""
