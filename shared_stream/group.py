@@ -192,7 +192,7 @@ class SharedStreamGroup:
 
     def carry_out(self, effects: Sequence[Effect]) -> None:
         """Do what the ledger returned (the manager and the streams hand back what
-        ``confirm_bindings`` and ``step`` returned)."""
+        ``dispatch`` and ``step`` returned)."""
         for effect in effects:
             if isinstance(effect, AdvanceBatch):
                 self._slot.put(effect)
