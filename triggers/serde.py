@@ -221,7 +221,8 @@ def _encode_top(value: object, site: _Site) -> JSONValue:
         site.fail("", "nested too deeply")
 
 
-_PLAIN_SCALARS: Final = frozenset({str, int, bool, type(None)})
+# The exact types that are their own JSON form with no check of their value.
+PLAIN_SCALARS: Final = frozenset({str, int, bool, type(None)})
 
 
 def _is_plain_json(value: object, depth: int = 0) -> bool:
@@ -232,28 +233,33 @@ def _is_plain_json(value: object, depth: int = 0) -> bool:
     common payload is checked at a fraction of the encoder's cost. A cycle ends as too deep.
     """
     kind = type(value)
-    if kind in _PLAIN_SCALARS:
+    if kind is dict:  # the usual payload first
+        if depth >= MAX_DEPTH or TYPE_KEY in value:  # type: ignore[operator]
+            return False
+        for key, item in value.items():  # type: ignore[attr-defined]
+            # Scalars inline: a call per item is most of the cost of a flat payload.
+            if type(key) is not str or (
+                type(item) not in PLAIN_SCALARS and not _is_plain_json(item, depth + 1)
+            ):
+                return False
+        return True
+    if kind in PLAIN_SCALARS:
         return True
     if kind is float:
         return math.isfinite(value)  # type: ignore[arg-type]
-    if depth >= MAX_DEPTH:
-        return False
-    if kind is dict:
-        if TYPE_KEY in value:  # type: ignore[operator]
-            return False
-        for key, item in value.items():  # type: ignore[attr-defined]
-            if type(key) is not str:
-                return False
-            # Scalars inline: a call per item is most of the cost of a flat payload.
-            if type(item) not in _PLAIN_SCALARS and not _is_plain_json(item, depth + 1):
-                return False
-        return True
     if kind is list:
+        if depth >= MAX_DEPTH:
+            return False
         for item in value:  # type: ignore[attr-defined]
-            if type(item) not in _PLAIN_SCALARS and not _is_plain_json(item, depth + 1):
+            if type(item) not in PLAIN_SCALARS and not _is_plain_json(item, depth + 1):
                 return False
         return True
     return False
+
+
+# The check for callers on a hot path (``TriggerEvent``): True when ``value`` needs no
+# encoding; when False, ``serialize_value`` says why (or encodes its tagged values).
+is_plain_json: Final = _is_plain_json
 
 
 def ensure_serializable(value: object, *, where: str | Callable[[], str] = "value") -> None:
