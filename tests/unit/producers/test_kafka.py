@@ -527,3 +527,60 @@ async def test_unclean_policy_without_a_dead_letter_topic(policy: str) -> None:
         await producer.advance(batch)
         assert consumer.commits == [(0, 3)]
         assert producer.stats.committed_unclean == 1
+
+
+class FetchingConsumer(RecordingConsumer):
+    """Every ``getmany`` returns the next two records of partition 0."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fetches = 0
+
+    async def getmany(self, *, timeout_ms: int, max_records: int) -> dict[Any, list[Any]]:
+        self.fetches += 1
+        first = 2 * (self.fetches - 1)
+        return {TP: _records(first, first + 1)}
+
+
+async def test_no_fetch_while_max_inflight_messages_wait_for_their_advance() -> None:
+    producer = KafkaSharedStreamProducer(
+        connection=KafkaConnection(bootstrap_servers=("b:9092",)),
+        group_id="g",
+        topics=["orders"],
+        max_inflight_messages=3,
+    )
+    consumer = FetchingConsumer()
+
+    async def start_clients() -> FetchingConsumer:
+        producer._consumer = consumer
+        producer._assigned({TP})
+        return consumer
+
+    producer._start_clients = start_clients  # type: ignore[method-assign]
+    stream = producer.open_stream()
+    with anyio.fail_after(5):
+        offsets = [(await anext(stream))[1].offset for _ in range(4)]
+        assert offsets == [0, 1, 2, 3] and consumer.fetches == 2
+        async with anyio.create_task_group() as tg:
+            fifth: list[int] = []
+
+            async def pull() -> None:
+                fifth.append((await anext(stream))[1].offset)
+
+            tg.start_soon(pull)
+            await anyio.wait_all_tasks_blocked()
+            assert fifth == [] and consumer.fetches == 2  # 4 in flight >= 3: no fetch
+            await producer.advance(_batch(0, 1))  # 2 in flight: fetching resumes
+        assert fifth == [4] and consumer.fetches == 3
+        await stream.aclose()
+    assert consumer.commits == [(0, 2)]
+
+
+def test_max_inflight_messages_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_inflight_messages"):
+        KafkaSharedStreamProducer(
+            connection=KafkaConnection(bootstrap_servers=("b:9092",)),
+            group_id="g",
+            topics=["orders"],
+            max_inflight_messages=0,
+        )
