@@ -17,7 +17,7 @@ from aiokafka import errors as kafka_errors
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from producers import KafkaMessage, KafkaMessageTrigger, KafkaSharedStreamProducer
+from producers import KafkaMessage, KafkaMessageTrigger, KafkaSharedStreamProducer, kafka_codec
 from producers.exceptions import (
     BrokerRefused,
     BrokerRequestFailed,
@@ -584,3 +584,41 @@ def test_max_inflight_messages_must_be_positive() -> None:
             topics=["orders"],
             max_inflight_messages=0,
         )
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _outcome_of(load: Any, raw: bytes) -> Any:
+    try:
+        return ("value", json.dumps(load(raw), sort_keys=True))
+    except (ValueError, RecursionError) as exc:
+        return ("error", type(exc))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=_JSON_VALUES,
+    around=st.sampled_from(["", " ", "\n", "x", "\ufeff"]),
+    encoding=st.sampled_from(["utf-8", "utf-16", "utf-32"]),
+)
+def test_the_fast_json_decode_agrees_with_json_loads(
+    value: Any, around: str, encoding: str
+) -> None:
+    text = json.dumps(value)
+    for raw in (
+        (around + text).encode(encoding),
+        (text + around).encode(encoding),
+        text.encode(encoding)[:-1],
+    ):
+        assert _outcome_of(kafka_codec._loads, raw) == _outcome_of(json.loads, raw)
+
+
+@settings(max_examples=200, deadline=None)
+@given(raw=st.binary(max_size=40))
+def test_the_fast_json_decode_agrees_with_json_loads_on_any_bytes(raw: bytes) -> None:
+    assert _outcome_of(kafka_codec._loads, raw) == _outcome_of(json.loads, raw)
