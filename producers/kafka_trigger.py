@@ -85,6 +85,7 @@ _FILTER_KWARGS: Final = frozenset(
         "value_format",
     }
 )
+_ABSENT: Final = object()
 _ACCEPTED: Final = AdvanceOutcome(acked=1, failed=0)
 _REJECTED: Final = AdvanceOutcome(acked=0, failed=0, rejected=1)
 
@@ -189,6 +190,13 @@ class KafkaMessageTrigger(BaseEventTrigger):
             (tuple(path.split(".")), expected)
             for path, expected in self._kwargs["match_fields"].items()
         )
+        # ... and, when no path is dotted (the usual case), as (name, expected) pairs that
+        # one dict lookup each checks: every watcher of a shared stream judges every message.
+        self._top_fields: tuple[tuple[str, Any], ...] | None = (
+            tuple((parts[0], expected) for parts, expected in self._fields)
+            if all(len(parts) == 1 for parts, _ in self._fields)
+            else None
+        )
 
     # -- the contract ---------------------------------------------------------------------
 
@@ -265,7 +273,9 @@ class KafkaMessageTrigger(BaseEventTrigger):
         judges every message): a coroutine to await only for an async ``apply_function``."""
         if not self._digest_checked:
             self._check_digest(message)
-        decoded = decoded_value(message, self.value_format)
+        decoded = message.cache.get(self.value_format)  # decoded once for every watcher
+        if decoded is None:
+            decoded = decoded_value(message, self.value_format)
         if isinstance(decoded, Undecodable):
             logger.warning(
                 "Trigger %s rejected Kafka message %s: %s",
@@ -306,8 +316,17 @@ class KafkaMessageTrigger(BaseEventTrigger):
     def _matches(self, message: KafkaMessage, encoding: str, value: Any) -> bool:
         if self._key_or_headers and not self._key_and_headers_match(message):
             return False
-        if self._fields:
-            return encoding == "json" and isinstance(value, dict) and self._fields_match(value)
+        if not self._fields:
+            return True
+        if encoding != "json" or not isinstance(value, dict):
+            return False
+        top = self._top_fields
+        if top is None:
+            return self._fields_match(value)
+        for name, expected in top:
+            found = value.get(name, _ABSENT)
+            if found is _ABSENT or found != expected:
+                return False
         return True
 
     def _key_and_headers_match(self, message: KafkaMessage) -> bool:

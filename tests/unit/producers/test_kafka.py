@@ -622,3 +622,28 @@ def test_the_fast_json_decode_agrees_with_json_loads(
 @given(raw=st.binary(max_size=40))
 def test_the_fast_json_decode_agrees_with_json_loads_on_any_bytes(raw: bytes) -> None:
     assert _outcome_of(kafka_codec._loads, raw) == _outcome_of(json.loads, raw)
+
+
+@pytest.mark.parametrize(
+    ("fields", "value", "matches"),
+    [
+        ({"bucket": 3}, b'{"bucket": 3, "n": 1}', True),
+        ({"bucket": 3}, b'{"bucket": 4}', False),
+        ({"bucket": 3}, b'{"n": 3}', False),
+        ({"bucket": 3, "kind": "a"}, b'{"bucket": 3, "kind": "a"}', True),
+        ({"bucket": 3, "kind": "a"}, b'{"bucket": 3, "kind": "b"}', False),
+        ({"gone": None}, b'{"gone": null}', True),
+        ({"gone": None}, b"{}", False),  # an absent field is not a null one
+        ({"bucket": 3}, b"[3]", False),
+        ({"bucket": 3}, b"3", False),
+        ({"bucket": 3.0}, b'{"bucket": 3}', True),  # equality, as for dotted paths
+    ],
+)
+async def test_top_level_fields_match_by_equality_and_presence(
+    fields: dict[str, Any], value: bytes, matches: bool
+) -> None:
+    top = KafkaMessageTrigger(**BASE, match_fields=fields)
+    dotted = KafkaMessageTrigger(**BASE, match_fields={**fields, "x.y": 1})
+    nested = value.replace(b"{", b'{"x": {"y": 1}, ', 1) if value.startswith(b"{") else value
+    assert bool(await judged(top, msg(value))) is matches
+    assert bool(await judged(dotted, msg(nested.replace(b", }", b"}")))) is matches
