@@ -67,6 +67,7 @@ if TYPE_CHECKING:
 
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
+    from engine.executor.outcomes import Decision
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ class LocalExecutor:
         db: Database,
         cipher: KwargsCipher,
         settings: ExecutorSettings,
-        on_outcome: Callable[[], None] | None = None,
+        on_outcome: Callable[[Decision], None] | None = None,
     ) -> None:
         self._db = db
         self._on_outcome = on_outcome
@@ -97,7 +98,10 @@ class LocalExecutor:
         self.warm_runner: WarmRunner | None = None
         self._active: set[int] = set()  # claimed task instances (slots in use)
         self._stopping = anyio.Event()
-        self._changed = anyio.Event()
+        self._changed = anyio.Event()  # look for scheduled task instances now
+        self._slot_freed = anyio.Event()
+        #: the last claim filled every free slot: a slot freed now may let a waiting task in
+        self._saturated = False
 
     def __repr__(self) -> str:
         return (
@@ -201,6 +205,7 @@ class LocalExecutor:
                 self._active.add(ti_id)
                 workers.start_soon(self._run_ti, job_id, ti_id, name=f"task instance {ti_id}")
             idle_slots = free - len(claimed) > 0
+            self._saturated = not idle_slots
             with anyio.move_on_after(self.settings.poll_interval_s if idle_slots else math.inf):
                 await changed.wait()
 
@@ -271,7 +276,7 @@ class LocalExecutor:
 
     async def _until_idle(self) -> None:
         while self._active:
-            await self._changed.wait()
+            await self._slot_freed.wait()
 
     # --- one task step ------------------------------------------------------------------
 
@@ -281,7 +286,13 @@ class LocalExecutor:
             await self._supervisor.execute(job_id, ti_id)
         finally:
             self._active.discard(ti_id)
-            self.nudge()
+            self._slot_freed.set()
+            self._slot_freed = anyio.Event()
+            # A claim that left slots idle found no more work: until a nudge or the poll
+            # says otherwise there is none, and another claim would only take the write
+            # lock (on SQLite, from the triggerer taking this step's deferral, say).
+            if self._saturated or self._stopping.is_set():
+                self.nudge()
 
 
 def _hostname() -> str:

@@ -217,7 +217,7 @@ class TaskSupervisor:
         settings: ExecutorSettings,
         hostname: str,
         stats: ExecutorStats,
-        on_outcome: Callable[[], None] | None = None,
+        on_outcome: Callable[[Decision], None] | None = None,
         warm: WarmRunner | None = None,
     ) -> None:
         self._db = db
@@ -473,7 +473,8 @@ class TaskSupervisor:
             return
         self.stats.outcomes[outcome.decision] += 1
         if self._on_outcome is not None:
-            self._on_outcome()  # e.g. the triggerer claims a new deferral's trigger at once
+            # e.g. the triggerer claims a new deferral's trigger at once
+            self._on_outcome(outcome.decision)
         level = logging.INFO if outcome.decision is not Decision.FAIL else logging.WARNING
         logger.log(
             level,
