@@ -627,4 +627,6 @@ class ExecutorSettings:
             secrets=tuple(config.secret_values()),
             keep_events_while_paused=config.scheduler.keep_events_while_paused,
             max_xcom_size_bytes=config.core.max_xcom_size_bytes,
+            warm_runner=config.executor.warm_runner,
+            warm_runner_dag_imports=config.executor.warm_runner_dag_imports,
         )
