@@ -136,6 +136,9 @@ def build_parts(
             cipher=cipher,
             settings=ExecutorSettings.from_config(config),
             on_outcome=_after_outcome(wake("triggerer"), wake("triggerer", "scheduler")),
+            # On SQLite, another process's commits are worth a look only if the parts that
+            # schedule tasks are elsewhere: here they wake the executor themselves.
+            watch_commits=not {"scheduler", "triggerer"} <= set(names),
         )
         wakers["executor"] = executor.nudge
         if collector is not None:
