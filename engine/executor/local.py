@@ -8,11 +8,13 @@ was taken, every ``poll_interval_s`` while slots are idle, and at once when anot
 may have made task instances ``scheduled`` (``engine.db.wakeup.RowsSignal``: a PostgreSQL
 notification from migration 0019's row triggers, or on SQLite any commit, answered by a
 cheap read first; a signal for rows the last claim left, e.g. for want of pool slots, is
-not answered: the poll retries them). A supervisor
-starts the step's child: forked from the executor's warm runner (``warm_process``, a
-pre-imported process; a fork costs a few milliseconds where a fresh interpreter costs ~100)
-or, while none is ready, ``python -P -m engine.executor.task_runner``; either way a task
-process in its own session, running the same code. It marks the task instance ``running``
+not answered: the poll retries them).
+
+A supervisor starts the step's child: a standby forked ahead from the executor's warm
+runner (``warm_process``, a pre-imported process; handing a standby its step costs one
+message where a fresh interpreter costs ~100 ms) or, while none is ready, ``python -P -m
+engine.executor.task_runner``; either way a task process in its own session, running the
+same code. It marks the task instance ``running``
 (with the child's pid), sends it a ``TaskSpec`` and appends what the child prints to the
 try's log file. When the child exits, the supervisor turns its ``TaskResult`` (or its exit status,
 when it died without one) into an ``Outcome`` (``decide_outcome``, pure) and writes it in one

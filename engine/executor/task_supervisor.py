@@ -369,9 +369,6 @@ class TaskSupervisor:
     async def _supervise(self, child: TaskProcess, run: TaskRun, log: TaskLogWriter) -> Outcome:
         process = child.process
         now = models.utcnow()
-        await log.write(
-            header_line(run, pid=process.pid, hostname=self._hostname, now=now).encode()
-        )
         started = anyio.current_time()
         settings = self.settings
         spec = build_spec(
@@ -383,9 +380,14 @@ class TaskSupervisor:
         spec = with_results(
             spec, run.xcoms, max_bytes=settings.max_xcom_size_bytes, mapped=run.mapped_xcoms
         )
+        # The spec first: the child starts while the header is written (what it prints
+        # meanwhile waits in its pipes; they are read into the log after the header).
         with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             assert process.stdin is not None
             await process.stdin.send(spec.to_json().encode() + b"\n")
+        await log.write(
+            header_line(run, pid=process.pid, hostname=self._hostname, now=now).encode()
+        )
         out = bytearray()
         drained = anyio.Event()
 
