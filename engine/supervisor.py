@@ -95,8 +95,10 @@ def build_parts(
     collector: EngineCollector | None = None,
 ) -> list[Part]:
     """The parts to run; parts in one process wake each other instead of waiting to poll:
-    stored events wake the scheduler and executor, scheduled tasks wake the executor, a task
-    outcome (e.g. a new deferral) wakes the triggerer's claim loop. Each part is registered
+    stored events wake the executor (first: a resumed task's claim goes ahead of the
+    scheduler's transactions) and the scheduler, scheduled tasks wake the executor, a task
+    outcome wakes the triggerer's claim loop (it claims a new deferral's trigger) and, unless
+    it is a deferral (which readies no other task), the scheduler. Each part is registered
     with ``collector`` (the metrics endpoint), when given."""
     from engine.executor.local import LocalExecutor
     from engine.executor.task_supervisor import ExecutorSettings
@@ -133,7 +135,10 @@ def build_parts(
             db=db,
             cipher=cipher,
             settings=ExecutorSettings.from_config(config),
-            on_outcome=wake("triggerer", "scheduler"),
+            on_outcome=_after_outcome(wake("triggerer"), wake("triggerer", "scheduler")),
+            # On SQLite, another process's commits are worth a look only if the parts that
+            # schedule tasks are elsewhere: here they wake the executor themselves.
+            watch_commits=not {"scheduler", "triggerer"} <= set(names),
         )
         wakers["executor"] = executor.nudge
         if collector is not None:
@@ -144,13 +149,22 @@ def build_parts(
             db=db,
             cipher=cipher,
             settings=triggerer_settings(config, overrides),
-            on_committed=wake("scheduler", "executor"),
+            on_committed=wake("executor", "scheduler"),
         )
         wakers["triggerer"] = triggerer.nudge
         if collector is not None:
             collector.triggerer = triggerer
         parts["triggerer"] = Part("triggerer", triggerer.run, triggerer.shutdown)
     return [parts[name] for name in ALL_PARTS if name in parts]
+
+
+def _after_outcome(
+    deferred: Callable[[], None], other: Callable[[], None]
+) -> Callable[[str], None]:
+    def call(decision: str) -> None:
+        (deferred if decision == "deferred" else other)()
+
+    return call
 
 
 def _api_part(config: Config, db: Database, overrides: dict[str, Any]) -> Part:

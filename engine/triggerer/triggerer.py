@@ -24,6 +24,7 @@ from engine.db.models import JobState, TriggerKind
 from engine.db.queries import claims as store_claims
 from engine.db.queries import jobs, streams
 from engine.db.queries import triggers as trigger_rows
+from engine.db.wakeup import RowsSignal
 from engine.exceptions import SluiceError, TriggerLoadError
 from engine.loader import trigger_stream_digest
 from engine.metrics.readings import HistogramReading, TriggererReading
@@ -37,7 +38,6 @@ from engine.triggerer.metadata import DatabaseMetadataReader
 from engine.triggerer.outbox import Outbox, TriggerFailed
 from engine.triggerer.persister import BatchResult, Persister
 from engine.triggerer.runtime import TriggerRunner
-from engine.triggerer.wakeup import NewRowsSignal
 from engine.triggerer.watchdog import LoopWatchdog
 from shared_stream import SharedStreamManager
 
@@ -127,7 +127,12 @@ class Triggerer:
         self._stopping = anyio.Event()
         self._wake = anyio.Event()  # set by a nudge, a shutdown or a new-rows signal
         self._nudged = False  # the wake asks for a full round, not just a probe
-        self.new_rows = NewRowsSignal(db, self._signal_new_rows)
+        self.new_rows = RowsSignal(
+            db,
+            self._signal_new_rows,
+            listen=store_claims.LISTEN_NEW_TRIGGER_ROWS,
+            what="new trigger rows",
+        )
         self._claims = 0
 
     def __repr__(self) -> str:
@@ -341,7 +346,7 @@ class Triggerer:
         or a new unassigned row this triggerer would take: with capacity to spare, another
         process deferred a task or added a watcher; even when full, a watcher joins a group
         this triggerer holds. That check is one indexed probe, run at once when the
-        ``NewRowsSignal`` says another process wrote rows (PostgreSQL NOTIFY, a SQLite
+        ``RowsSignal`` says another process wrote rows (PostgreSQL NOTIFY, a SQLite
         commit), and every ``new_trigger_poll_s`` in any case; so a new trigger starts
         without waiting for a poll, and without a full round (ownership checksum, dead
         triggerers, timeouts) more often than once per idle interval. True when the probe
@@ -379,7 +384,7 @@ class Triggerer:
                     self._wake = anyio.Event()
 
     def _signal_new_rows(self) -> None:
-        """``NewRowsSignal``'s callback: probe now (unlike ``nudge``, not a full round)."""
+        """``RowsSignal``'s callback: probe now (unlike ``nudge``, not a full round)."""
         self._wake.set()
 
     def _reset_wake(self) -> None:
