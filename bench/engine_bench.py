@@ -26,7 +26,12 @@ min / median / max over the repetitions; the machine's load average is printed w
    that 100 idle watchers use (watchfiles' thread wakes every ``min(debounce_ms, 50)`` ms),
    which is why the default stays 50.
 
-Writes bench/results/engine.json.
+``--trace``: one warm repetition whose cycle is broken down by stage (bench-only
+instrumentation: the engine's transactions, the warm runner's spawn, the child's exit, the
+in-process wake-ups, stamped with the wall clock as the task's stamps are): for each stage,
+the median offset from the start of the previous step at which it began and ended.
+
+Writes bench/results/engine.json (not with ``--trace``).
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ import time
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import anyio.to_thread
@@ -68,6 +73,7 @@ IDLE_WATCHERS = 100
 
 DAG_FILE = """
 import time
+{trace_start}
 from datetime import timedelta
 from engine import DAG, Asset, AssetWatcher, BaseOperator, task
 from triggers import DirectoryFileDeleteTrigger, DirectoryWatchTrigger, TimeDeltaTrigger
@@ -106,7 +112,17 @@ class Loop(BaseOperator):
 
 with DAG("defer_loop", schedule=None):
     Loop(task_id="loop")
+{trace_end}
 """
+#: with ``--trace``: the DAG file stamps the start and end of its import in this file
+TRACE_FILE_ENV: Final = "SLUICE_BENCH_TRACE_FILE"
+TRACE_START = "_started = time.time()"
+TRACE_END = (
+    "import os\n"
+    "if os.environ.get('SLUICE_BENCH_TRACE_FILE'):\n"
+    "    with open(os.environ['SLUICE_BENCH_TRACE_FILE'], 'a') as f:\n"
+    "        f.write(f'{_started} {time.time()}\\n')\n"
+)
 FLAG_DAGS = ("on_scan", "on_watch", "on_watch_fast")
 
 
@@ -137,8 +153,8 @@ async def _flag_latency(db: Database, folder: Path, dag_id: str, trials: int) ->
     return latencies
 
 
-async def _cycles_ms(db: Database) -> list[float]:
-    """The defer loop's cycle times: the gaps between the stamps of its steps."""
+async def _stamps(db: Database) -> list[float]:
+    """The wall-clock stamps of the defer loop's steps (a cycle is the gap between two)."""
     await db.run(
         lambda s: runs.create_run(s, "defer_loop", run_type=runs.MANUAL, now=models.utcnow())
     )
@@ -156,8 +172,7 @@ async def _cycles_ms(db: Database) -> list[float]:
         await anyio.sleep(0.05)
     if current != "success":
         raise RuntimeError("the defer loop task failed; see its log")
-    stamps = [float(s) for s in deserialize_value(xcoms["return_value"])]  # type: ignore[attr-defined]
-    return [(b - a) * 1000 for a, b in itertools.pairwise(stamps)]
+    return [float(s) for s in deserialize_value(xcoms["return_value"])]  # type: ignore[attr-defined]
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -176,6 +191,8 @@ async def _main(home: Path, trials: int, cycles: int, *, warm: bool = True) -> d
         fast_dir=str(dirs["fast"]),
         fast_debounce=FAST_DEBOUNCE_MS,
         cycles=cycles,
+        trace_start=TRACE_START if TRACE_FILE_ENV in os.environ else "",
+        trace_end=TRACE_END if TRACE_FILE_ENV in os.environ else "",
     )
     (dirs["dags"] / "bench.py").write_text(textwrap.dedent(text))
     config = load_config(
@@ -197,7 +214,8 @@ async def _main(home: Path, trials: int, cycles: int, *, warm: bool = True) -> d
         while (await db.run(dags_view.list_dags))["total"] < len(FLAG_DAGS) + 1:  # noqa: ASYNC110
             await anyio.sleep(0.05)  # the DAG processor parsed the file
         await anyio.sleep(1.0)  # the watchers are claimed and polling; the warm runner starts
-        results["cycles_ms"] = await _cycles_ms(db)
+        results["stamps"] = stamps = await _stamps(db)
+        results["cycles_ms"] = [(b - a) * 1000 for a, b in itertools.pairwise(stamps)]
         results["defer_cycle_ms"] = statistics.mean(results["cycles_ms"])
         results["cycles"] = cycles
         if executor.warm_runner is not None:
@@ -240,6 +258,95 @@ async def _idle_watch_cpu(debounce_ms: int, watchers: int, seconds: float) -> fl
     return share
 
 
+class Trace:
+    """Wall-clock stamps of what the engine does in a cycle (``--trace``): the parts'
+    transactions (queued, started, committed), spawns, child exits and wake-ups."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, float, float, float]] = []  # label, queued, start, end
+
+    def add(self, label: str, queued: float, start: float, end: float) -> None:
+        self.events.append((label, queued, start, end))
+
+    def install(self) -> None:
+        from engine.db import database
+        from engine.executor import forked_process, local, warm_process
+
+        trace = self
+
+        def label_of(fn: Any) -> str:
+            while isinstance(fn, partial):
+                fn = fn.func
+            return getattr(fn, "__qualname__", repr(fn))
+
+        def timed(db: Any, fn: Any, read_only: bool, queued: float) -> Any:
+            start = time.time()
+            try:
+                return database.Database.call(db, fn, read_only=read_only)
+            finally:
+                trace.add(("read " if read_only else "") + label_of(fn), queued, start, time.time())
+
+        async def run(db: Any, fn: Any) -> Any:
+            call = partial(timed, db, fn, False, time.time())
+            return await anyio.to_thread.run_sync(call, limiter=db._limiter)
+
+        async def read(db: Any, fn: Any) -> Any:
+            call = partial(timed, db, fn, True, time.time())
+            return await anyio.to_thread.run_sync(call, limiter=db._read_limiter)
+
+        database.Database.run = run  # type: ignore[method-assign]
+        database.Database.read = read  # type: ignore[method-assign]
+        spawn = warm_process.WarmRunner.spawn
+
+        async def traced_spawn(runner: Any, **kwargs: Any) -> Any:
+            start = time.time()
+            try:
+                return await spawn(runner, **kwargs)
+            finally:
+                trace.add("warm spawn", start, start, time.time())
+
+        warm_process.WarmRunner.spawn = traced_spawn  # type: ignore[method-assign]
+        until_gone = forked_process._until_gone
+
+        async def traced_until_gone(pid: int) -> None:
+            start = time.time()
+            await until_gone(pid)
+            trace.add("child exited", start, start, time.time())
+
+        forked_process._until_gone = traced_until_gone
+        nudge = local.LocalExecutor.nudge
+
+        def traced_nudge(executor: Any) -> None:
+            now = time.time()
+            trace.add("executor nudged", now, now, now)
+            nudge(executor)
+
+        local.LocalExecutor.nudge = traced_nudge  # type: ignore[method-assign]
+
+    def report(self, stamps: list[float]) -> None:
+        """Per stage: in how many cycles it ran, the median offsets (ms from the step's
+        stamp) at which it was queued, began and ended, and its median duration."""
+        offsets: dict[str, list[tuple[float, float, float]]] = {}
+        for a, b in itertools.pairwise(stamps):
+            seen: dict[str, int] = {}
+            for label, queued, start, end in sorted(self.events, key=lambda e: e[2]):
+                if a <= start < b:
+                    n = seen[label] = seen.get(label, 0) + 1
+                    key = label if n == 1 else f"{label} #{n}"
+                    offsets.setdefault(key, []).append(
+                        ((queued - a) * 1000, (start - a) * 1000, (end - a) * 1000)
+                    )
+        cycles = len(stamps) - 1
+        print(f"{'stage':58} {'cycles':>6} {'queued':>7} {'start':>7} {'end':>7} {'took':>6}")
+        rows = sorted(offsets.items(), key=lambda kv: statistics.median(o[1] for o in kv[1]))
+        for label, values in rows:
+            if len(values) < cycles / 4:
+                continue
+            q, s, e = (statistics.median(v[i] for v in values) for i in range(3))
+            took = statistics.median(v[2] - v[1] for v in values)
+            print(f"{label[:58]:58} {len(values):>6} {q:7.1f} {s:7.1f} {e:7.1f} {took:6.1f}")
+
+
 def _spread(values: list[float]) -> dict[str, float]:
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
@@ -272,8 +379,27 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--cycles", type=int, default=60, help="defer cycles per repetition")
     parser.add_argument("--trials", type=int, default=20, help="flag files per watcher and rep")
+    parser.add_argument("--trace", action="store_true", help="break one warm run's cycle down")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.trace:
+        trace = Trace()
+        trace.install()
+        with tempfile.TemporaryDirectory() as tmp:
+            imports = Path(tmp) / "imports.txt"
+            os.environ[TRACE_FILE_ENV] = str(imports)
+            figures = anyio.run(partial(_main, Path(tmp) / "home", 0, args.cycles))
+            for line in imports.read_text().splitlines():
+                start, end = (float(word) for word in line.split())
+                trace.add("DAG file imported", start, start, end)
+        cycles = figures["cycles_ms"]
+        print(
+            f"warm: defer cycle p50 {statistics.median(cycles):.1f} ms, "
+            f"p99 {_percentile(cycles, 0.99):.1f} ms over {len(cycles)} cycles, load "
+            f"{os.getloadavg()}"
+        )
+        trace.report(figures["stamps"])
+        return
     load_before = os.getloadavg()
     reps: list[dict[str, dict[str, Any]]] = []
     for rep in range(args.reps):
@@ -283,6 +409,7 @@ def main() -> None:
                 trials = args.trials if mode == "warm" else 0
                 run = partial(_main, Path(tmp) / "home", trials, args.cycles, warm=mode == "warm")
                 figures[mode] = anyio.run(run)
+            del figures[mode]["stamps"]
             cycles = figures[mode]["cycles_ms"]
             print(
                 f"rep {rep + 1} {mode}: defer cycle p50 {statistics.median(cycles):.1f} ms, "

@@ -97,8 +97,10 @@ def build_parts(
     collector: EngineCollector | None = None,
 ) -> list[Part]:
     """The parts to run; parts in one process wake each other instead of waiting to poll:
-    stored events wake the scheduler and executor, scheduled tasks wake the executor, a task
-    outcome (e.g. a new deferral) wakes the triggerer's claim loop. Each part is registered
+    stored events wake the executor (first: a resumed task's claim goes ahead of the
+    scheduler's transactions) and the scheduler, scheduled tasks wake the executor, a task
+    outcome wakes the triggerer's claim loop (it claims a new deferral's trigger) and, unless
+    it is a deferral (which readies no other task), the scheduler. Each part is registered
     with ``collector`` (the metrics endpoint), when given."""
     wakers: dict[str, Callable[[], None]] = {}
 
@@ -128,7 +130,15 @@ def build_parts(
             collector.scheduler = scheduler
         parts["scheduler"] = Part("scheduler", scheduler.run, scheduler.shutdown)
     if "executor" in names:
-        executor = _executor(config, db, cipher, on_outcome=wake("triggerer", "scheduler"))
+        executor = _executor(
+            config,
+            db,
+            cipher,
+            on_outcome=_after_outcome(wake("triggerer"), wake("triggerer", "scheduler")),
+            # On SQLite, another process's commits are worth a look only if the parts that
+            # schedule tasks are elsewhere: here they wake the executor themselves.
+            watch_commits=not {"scheduler", "triggerer"} <= set(names),
+        )
         wakers["executor"] = executor.nudge
         if collector is not None:
             collector.executor = executor
@@ -138,7 +148,7 @@ def build_parts(
             db=db,
             cipher=cipher,
             settings=triggerer_settings(config, overrides),
-            on_committed=wake("scheduler", "executor"),
+            on_committed=wake("executor", "scheduler"),
         )
         wakers["triggerer"] = triggerer.nudge
         if collector is not None:
@@ -148,7 +158,12 @@ def build_parts(
 
 
 def _executor(
-    config: Config, db: Database, cipher: KwargsCipher, *, on_outcome: Callable[[], None]
+    config: Config,
+    db: Database,
+    cipher: KwargsCipher,
+    *,
+    on_outcome: Callable[[str], None],
+    watch_commits: bool,
 ) -> LocalExecutor | CelerySender:
     """The executor part of ``[executor] kind``: local task processes, or a sender of tries
     to ``sluice celery worker`` processes."""
@@ -161,7 +176,22 @@ def _executor(
         return CelerySender(db=db, cipher=cipher, settings=settings, celery=config.celery)
     from engine.executor.local import LocalExecutor
 
-    return LocalExecutor(db=db, cipher=cipher, settings=settings, on_outcome=on_outcome)
+    return LocalExecutor(
+        db=db,
+        cipher=cipher,
+        settings=settings,
+        on_outcome=on_outcome,
+        watch_commits=watch_commits,
+    )
+
+
+def _after_outcome(
+    deferred: Callable[[], None], other: Callable[[], None]
+) -> Callable[[str], None]:
+    def call(decision: str) -> None:
+        (deferred if decision == "deferred" else other)()
+
+    return call
 
 
 def _api_part(config: Config, db: Database, overrides: dict[str, Any]) -> Part:

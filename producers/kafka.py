@@ -6,7 +6,9 @@ Theory of operation
 and yields ``(KafkaMessage, KafkaOffset(topic, partition, offset))`` for every record. Each
 ``(topic, partition)`` is its own advance lane, so a slow message holds back commits of its
 partition only. ``advance`` receives a partition's contiguous resolved prefix and commits
-``offset + 1`` of its last item (Kafka commits are cumulative).
+``offset + 1`` of its last item (Kafka commits are cumulative). Once
+``max_inflight_messages`` yielded messages wait for their advance, no more are fetched
+until advances catch up: the backlog held in memory behind the consumer stays bounded.
 
 Non-clean items (a subscriber rejected or failed the message, or nobody was subscribed) are
 handled by ``on_unclean``, a choice the user makes explicitly:
@@ -56,6 +58,7 @@ from producers.kafka_settings import (
     DEFAULT_ADVANCE_TIMEOUT_S,
     DEFAULT_AUTO_OFFSET_RESET,
     DEFAULT_HEARTBEAT_INTERVAL_MS,
+    DEFAULT_MAX_INFLIGHT_MESSAGES,
     DEFAULT_MAX_POLL_RECORDS,
     DEFAULT_REBALANCE_TIMEOUT_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
@@ -110,6 +113,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         rebalance_timeout_ms: int = DEFAULT_REBALANCE_TIMEOUT_MS,
         revoke_drain_timeout_ms: int | None = None,
         max_poll_records: int = DEFAULT_MAX_POLL_RECORDS,
+        max_inflight_messages: int = DEFAULT_MAX_INFLIGHT_MESSAGES,
         advance_timeout_s: float = DEFAULT_ADVANCE_TIMEOUT_S,
         consumer_options: Mapping[str, Any] | None = None,
         settings_digest: str = "",
@@ -136,6 +140,9 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         )
         self._revoke_drain_s = drain_ms / 1000
         self._max_poll_records = max_poll_records
+        if max_inflight_messages < 1:
+            raise ValueError(f"max_inflight_messages must be >= 1, got {max_inflight_messages}")
+        self._max_inflight = max_inflight_messages
         self._advance_timeout_s = advance_timeout_s
         self._consumer: Any = None
         self._dead_letters: Any = None
@@ -163,7 +170,10 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self._opened = True
         self._progress = anyio.Event()
         consumer = await self._start_clients()
+        book = self._book
         while True:
+            if book.inflight >= self._max_inflight:  # backpressure: let advances catch up
+                await self._wait_for(lambda: self._closing or book.inflight < self._max_inflight)
             try:
                 fetched = await consumer.getmany(
                     timeout_ms=FETCH_WAIT_MS, max_records=self._max_poll_records

@@ -180,7 +180,7 @@ class KafkaMessage:
     headers: tuple[tuple[str, bytes | None], ...] = ()
     timestamp_ms: int | None = None
     settings_digest: str = field(default="", repr=False)
-    rejections: list[Rejection] = field(default_factory=list, repr=False)
+    rejections: tuple[Rejection, ...] = field(default=(), repr=False)  # rare: no list each
     cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -190,7 +190,7 @@ class KafkaMessage:
 
     def note_rejection(self, trigger_id: int | None, reason: str) -> None:
         """Record that ``trigger_id`` rejected this message and why."""
-        self.rejections.append(Rejection(trigger_id, reason))
+        self.rejections = (*self.rejections, Rejection(trigger_id, reason))
 
 
 def message_from_record(record: Any, settings_digest: str = "") -> KafkaMessage:

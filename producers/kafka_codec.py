@@ -52,6 +52,23 @@ def _readable(raw: bytes | None) -> str | dict[str, str] | None:
     return text if text is not None else {"base64": _base64(raw)}
 
 
+_scan_once: Final = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def _loads(raw: bytes) -> Any:
+    """``json.loads(raw)``, through the C scanner alone for the usual value: UTF-8 text
+    that starts with the JSON value and ends with it (``json.loads`` of bytes first guesses
+    the encoding, then goes through two Python-level wrappers). Anything else (another
+    encoding, a BOM, surrounding white space, invalid JSON) takes ``json.loads``, which
+    decodes it or raises exactly as before."""
+    try:
+        text = raw.decode()
+        value, end = _scan_once(text, 0)
+    except (UnicodeDecodeError, StopIteration, ValueError):
+        return json.loads(raw)
+    return value if end == len(text) else json.loads(raw)
+
+
 def _decode(raw: bytes | None, value_format: str) -> Decoded:
     if raw is None:
         return ("null", None)
@@ -59,7 +76,7 @@ def _decode(raw: bytes | None, value_format: str) -> Decoded:
         return ("base64", _base64(raw))
     if value_format in ("auto", "json"):
         try:
-            return ("json", json.loads(raw))
+            return ("json", _loads(raw))
         except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
             if value_format == "json":
                 return Undecodable(f"value is not valid JSON ({exc})")

@@ -25,6 +25,11 @@ DEFAULT_SESSION_TIMEOUT_MS: Final = 10_000
 DEFAULT_HEARTBEAT_INTERVAL_MS: Final = 3_000
 DEFAULT_REBALANCE_TIMEOUT_MS: Final = 20_000
 DEFAULT_MAX_POLL_RECORDS: Final = 1_000
+# Messages yielded and not advanced yet, above which the consumer fetches no more until
+# advances catch up: the pipeline behind it (subscriber queues, outbox, the writer) holds a
+# bounded backlog, not the whole topic (every message held is ~15 Python objects, and the
+# garbage collector's full passes grow with them: unbounded, they took half the CPU).
+DEFAULT_MAX_INFLIGHT_MESSAGES: Final = 8_000
 DEFAULT_ADVANCE_TIMEOUT_S: Final = 30.0
 FETCH_WAIT_MS: Final = 500
 DEAD_LETTER_HEADER: Final = "sluice.dead_letter."

@@ -59,7 +59,15 @@ from shared_stream.subscriber import reject_shared_stream_event
 from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
+    from collections.abc import (
+        AsyncIterator,
+        Awaitable,
+        Callable,
+        Coroutine,
+        Hashable,
+        Mapping,
+        Sequence,
+    )
 
     from producers.kafka_client import KafkaMessage
 
@@ -77,6 +85,7 @@ _FILTER_KWARGS: Final = frozenset(
         "value_format",
     }
 )
+_ABSENT: Final = object()
 _ACCEPTED: Final = AdvanceOutcome(acked=1, failed=0)
 _REJECTED: Final = AdvanceOutcome(acked=0, failed=0, rejected=1)
 
@@ -181,6 +190,13 @@ class KafkaMessageTrigger(BaseEventTrigger):
             (tuple(path.split(".")), expected)
             for path, expected in self._kwargs["match_fields"].items()
         )
+        # ... and, when no path is dotted (the usual case), as (name, expected) pairs that
+        # one dict lookup each checks: every watcher of a shared stream judges every message.
+        self._top_fields: tuple[tuple[str, Any], ...] | None = (
+            tuple((parts[0], expected) for parts, expected in self._fields)
+            if all(len(parts) == 1 for parts, _ in self._fields)
+            else None
+        )
 
     # -- the contract ---------------------------------------------------------------------
 
@@ -206,8 +222,13 @@ class KafkaMessageTrigger(BaseEventTrigger):
         self, shared_stream: AsyncIterator[Any]
     ) -> AsyncIterator[TriggerEvent]:
         self._load_function()
+        verdict_of = self._verdict
         async for message in shared_stream:
-            verdict = await self._evaluate(message)
+            verdict = verdict_of(message)
+            if verdict is None:  # the usual verdict of a filtered watcher
+                continue
+            if not isinstance(verdict, (TriggerEvent, str)):
+                verdict = await verdict  # an async apply_function
             if isinstance(verdict, TriggerEvent):
                 yield verdict
             elif verdict is not None:
@@ -240,9 +261,21 @@ class KafkaMessageTrigger(BaseEventTrigger):
 
     async def _evaluate(self, message: KafkaMessage) -> TriggerEvent | str | None:
         """The event to fire, None to skip the message, or why it is rejected."""
+        verdict = self._verdict(message)
+        if verdict is None or isinstance(verdict, (TriggerEvent, str)):
+            return verdict
+        return await verdict
+
+    def _verdict(
+        self, message: KafkaMessage
+    ) -> TriggerEvent | str | Coroutine[Any, Any, TriggerEvent | str | None] | None:
+        """``_evaluate`` without a coroutine per message (every watcher of a shared stream
+        judges every message): a coroutine to await only for an async ``apply_function``."""
         if not self._digest_checked:
             self._check_digest(message)
-        decoded = decoded_value(message, self.value_format)
+        decoded = message.cache.get(self.value_format)  # decoded once for every watcher
+        if decoded is None:
+            decoded = decoded_value(message, self.value_format)
         if isinstance(decoded, Undecodable):
             logger.warning(
                 "Trigger %s rejected Kafka message %s: %s",
@@ -257,12 +290,24 @@ class KafkaMessageTrigger(BaseEventTrigger):
         if self._function is not None:
             try:
                 accepted = self._call_function(message)
-                if inspect.isawaitable(accepted):
-                    accepted = await accepted
             except Exception as exc:  # noqa: BLE001 - user filter: its error rejects the message
                 return self._filter_failed(message, exc)
+            if inspect.isawaitable(accepted):
+                return self._accepted_later(message, accepted)
             if not accepted:
                 return None
+        return self._event(message)
+
+    async def _accepted_later(
+        self, message: KafkaMessage, pending: Awaitable[Any]
+    ) -> TriggerEvent | str | None:
+        try:
+            accepted = await pending
+        except Exception as exc:  # noqa: BLE001 - user filter: its error rejects the message
+            return self._filter_failed(message, exc)
+        return self._event(message) if accepted else None
+
+    def _event(self, message: KafkaMessage) -> TriggerEvent:
         return TriggerEvent(
             event_payload(message, self.value_format),
             dedup_key=f"kafka:{message.topic}:{message.partition}:{message.offset}",
@@ -271,8 +316,17 @@ class KafkaMessageTrigger(BaseEventTrigger):
     def _matches(self, message: KafkaMessage, encoding: str, value: Any) -> bool:
         if self._key_or_headers and not self._key_and_headers_match(message):
             return False
-        if self._fields:
-            return encoding == "json" and isinstance(value, dict) and self._fields_match(value)
+        if not self._fields:
+            return True
+        if encoding != "json" or not isinstance(value, dict):
+            return False
+        top = self._top_fields
+        if top is None:
+            return self._fields_match(value)
+        for name, expected in top:
+            found = value.get(name, _ABSENT)
+            if found is _ABSENT or found != expected:
+                return False
         return True
 
     def _key_and_headers_match(self, message: KafkaMessage) -> bool:

@@ -68,8 +68,19 @@ __all__ = (
 
 NO_EFFECTS: Final[tuple[Effect, ...]] = ()
 _ACKED: Final = 0
+# Outcomes are immutable: one object per (acked, failed, rejected) is shared by every
+# event advanced with those counts (a frozen dataclass costs ~1 us to build, per event).
+_OUTCOMES: Final[dict[tuple[int, int, int], AdvanceOutcome]] = {}
+_OUTCOMES_MAX: Final = 4096
 _FAILED: Final = 1
 _REJECTED: Final = 2
+
+
+def _outcome(counts: tuple[int, int, int]) -> AdvanceOutcome:
+    if len(_OUTCOMES) >= _OUTCOMES_MAX:
+        _OUTCOMES.clear()
+    outcome = _OUTCOMES[counts] = AdvanceOutcome(*counts)
+    return outcome
 
 
 class _Event:
@@ -103,7 +114,9 @@ class _Subscriber:
         self.position = position  # seq of the last event delivered (or broadcast before joining)
         self.in_window = False  # the event at ``position`` is being processed
         self.window_resolved = False  # ... and was already resolved (rejected)
-        self.bound: dict[int, list[int]] = {}  # event seq -> unconfirmed binding seqs
+        # event seq -> its unconfirmed binding seq, or a list of them when there are several
+        # (one trigger event per raw event is the usual case: no list per binding)
+        self.bound: dict[int, int | list[int]] = {}
 
 
 class AckLedger:
@@ -188,24 +201,28 @@ class AckLedger:
         sub = self._subs.get(trigger_id)
         if sub is None:
             return NO_EFFECTS
-        if seq != sub.position + 1:
+        position = sub.position
+        if seq != position + 1:
             raise ValueError(
-                f"trigger {trigger_id!r} got event {seq} out of order (position {sub.position})"
+                f"trigger {trigger_id!r} got event {seq} out of order (position {position})"
             )
-        ready = False
-        if sub.in_window:
-            if sub.window_resolved:
-                sub.window_resolved = False
-            elif sub.position not in sub.bound:  # acked: ``_resolve(event, _ACKED)`` inlined
-                event = self._events[sub.position]
-                event.acked += 1
-                event.unresolved -= 1
-                if event.unresolved == 0 and self._lanes[event.lane][0] is event:
-                    self._ready[event.lane] = None
-                    ready = True
         sub.position = seq
-        sub.in_window = True
-        return self._dispatch() if ready else NO_EFFECTS
+        if not sub.in_window:
+            sub.in_window = True
+            return NO_EFFECTS
+        if sub.window_resolved:
+            sub.window_resolved = False
+            return NO_EFFECTS
+        if position in sub.bound:
+            return NO_EFFECTS  # resolves when its last binding is confirmed
+        # acked: ``_resolve(event, _ACKED)`` inlined
+        event = self._events[position]
+        event.acked += 1
+        event.unresolved -= 1
+        if event.unresolved or self._lanes[event.lane][0] is not event:
+            return NO_EFFECTS
+        self._ready[event.lane] = None
+        return self._dispatch()
 
     def bind(self, trigger_id: int) -> int | None:
         """The subscriber's filter yielded a trigger event; returns the binding seq to confirm.
@@ -217,36 +234,52 @@ class AckLedger:
         if sub is None or not sub.in_window or sub.window_resolved:
             return None
         seq = next(self._binding_seqs)
-        pending = sub.bound.get(sub.position)
+        position = sub.position
+        bound = sub.bound
+        pending = bound.get(position)
         if pending is None:
-            sub.bound[sub.position] = [seq]
+            bound[position] = seq
+        elif isinstance(pending, int):
+            bound[position] = [pending, seq]
         else:
             pending.append(seq)
-        self._bindings[seq] = (sub, sub.position)
+        self._bindings[seq] = (sub, position)
         return seq
 
     def confirm_persisted(self, seqs: Iterable[int]) -> Sequence[Effect]:
         """These binding seqs' trigger events are committed; unknown seqs are ignored."""
+        confirm = self.confirm_binding
         ready = False
-        pop, departed = self._bindings.pop, self._departed
         for seq in seqs:
-            entry = pop(seq, None)
-            if entry is None:
-                continue
-            sub, event_seq = entry
-            bound = sub.bound
-            pending = bound[event_seq]
-            if len(pending) > 1:
-                pending.remove(seq)
-                continue
-            del bound[event_seq]  # its last binding: the one confirmed
-            if departed and not bound and sub in departed:
-                del departed[sub]
-            if sub.in_window and sub.position == event_seq:
-                continue  # still processing it: resolves when it moves past
-            if self._resolve(self._events[event_seq], _ACKED):
+            if confirm(seq):
                 ready = True
         return self._dispatch() if ready else NO_EFFECTS
+
+    def confirm_binding(self, seq: int) -> bool:
+        """``confirm_persisted((seq,))`` without the dispatch: True when this made a lane's
+        head ready, and ``dispatch()`` must then be called (once for several confirmations,
+        so that one batch takes everything they made ready). An unknown seq is ignored."""
+        entry = self._bindings.pop(seq, None)
+        if entry is None:
+            return False
+        sub, event_seq = entry
+        bound = sub.bound
+        pending = bound[event_seq]
+        if type(pending) is list:
+            pending.remove(seq)
+            if pending:
+                return False
+        del bound[event_seq]  # its last binding: the one confirmed
+        departed = self._departed
+        if departed and not bound and sub in departed:
+            del departed[sub]
+        if sub.in_window and sub.position == event_seq:
+            return False  # still processing it: resolves when it moves past
+        return self._resolve(self._events[event_seq], _ACKED)
+
+    def dispatch(self) -> Sequence[Effect]:
+        """The next ready batch, unless one is in flight (after ``confirm_binding``)."""
+        return self._dispatch()
 
     def refuse_persisted(self, seqs: Iterable[int]) -> tuple[int, Sequence[Effect]]:
         """The store refused the trigger events bound under these seqs (e.g. a payload over
@@ -263,7 +296,7 @@ class AckLedger:
             if entry is None:
                 continue
             sub, event_seq = entry
-            released.extend(self._release(sub.bound.pop(event_seq)))
+            released.extend(self._release(_seqs_of(sub.bound.pop(event_seq))))
             if sub in self._departed and not sub.bound:
                 del self._departed[sub]
             if sub.in_window and sub.position == event_seq:
@@ -278,7 +311,8 @@ class AckLedger:
         if sub is None or not sub.in_window or sub.window_resolved:
             return NO_EFFECTS
         sub.window_resolved = True
-        released = self._release(sub.bound.pop(sub.position, ()))
+        pending = sub.bound.pop(sub.position, None)
+        released = () if pending is None else self._release(_seqs_of(pending))
         self._resolve(self._events[sub.position], _REJECTED)
         return self._with(released, self._dispatch())
 
@@ -479,10 +513,14 @@ class AckLedger:
         queue = self._lanes[lane]
         items: list[AdvanceItem] = []
         seqs: list[int] = []
+        outcomes = _OUTCOMES
         while queue and queue[0].unresolved == 0:
             event = queue.popleft()
             del self._events[event.seq]
-            outcome = AdvanceOutcome(event.acked, event.failed, event.rejected)
+            counts = (event.acked, event.failed, event.rejected)
+            outcome = outcomes.get(counts)
+            if outcome is None:
+                outcome = _outcome(counts)
             items.append(AdvanceItem(event.payload, outcome))
             seqs.append(event.seq)
         if not queue:
@@ -495,7 +533,7 @@ class AckLedger:
         released: list[int] = []
         for event_seq, pending in sub.bound.items():
             self._resolve(self._events[event_seq], _FAILED)
-            released.extend(pending)
+            released.extend(_seqs_of(pending))
         if sub.in_window and not sub.window_resolved and sub.position not in sub.bound:
             self._resolve(self._events[sub.position], _FAILED)
         if undelivered:
@@ -529,3 +567,8 @@ class AckLedger:
         if not first:
             return second
         return (*first, *second) if second else first
+
+
+def _seqs_of(pending: int | list[int]) -> Sequence[int]:
+    """The binding seqs of one ``_Subscriber.bound`` value."""
+    return (pending,) if isinstance(pending, int) else pending

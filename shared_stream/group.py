@@ -85,10 +85,23 @@ class SharedStreamGroup:
         # (it runs once per delivery): the ledger knows exactly the subscribers whose streams
         # the group holds (it dropped the failed ones first), so it alone answers.
         self.bind: Callable[[int], int | None] = _no_binding
+        # The other per-delivery calls are the ledger's own methods too, called by the
+        # manager and the streams; what they return goes to ``carry_out`` (almost always
+        # nothing). step(trigger_id, seq): the subscriber moved past its event and took
+        # ``seq`` (``subscriber.GroupPort``). confirm_binding(seq): that binding is persisted;
+        # True when ``dispatch()`` must follow (once, after the caller's other seqs).
+        self.step: Callable[[int, int], Sequence[Effect]] = _no_effects
+        self.confirm_binding: Callable[[int], bool] = _nothing_bound
+        self.dispatch: Callable[[], Sequence[Effect]] = _no_effects
         if trigger_cls.uses_ack_mode():
             self.serial, seqs = routes.open(self)
-            self.ledger = AckLedger(ack_timeout_s=settings.ack_timeout_s, binding_seqs=seqs)
-            self.bind = self.ledger.bind
+            ledger = self.ledger = AckLedger(
+                ack_timeout_s=settings.ack_timeout_s, binding_seqs=seqs
+            )
+            self.bind = ledger.bind
+            self.step = ledger.step
+            self.confirm_binding = ledger.confirm_binding
+            self.dispatch = ledger.dispatch
         self.streams: dict[int, SubscriberStream] = {}
         self.producer: SharedStreamProducer | None = None
         self.stopping = False
@@ -129,7 +142,7 @@ class SharedStreamGroup:
             return False
         stream.close()
         if self.ledger is not None:
-            self._carry_out(self.ledger.unsubscribe(trigger_id, failed=failed))
+            self.carry_out(self.ledger.unsubscribe(trigger_id, failed=failed))
         return True
 
     @property
@@ -137,22 +150,15 @@ class SharedStreamGroup:
         """Binding seqs handed out and neither confirmed nor released."""
         return 0 if self.ledger is None else self.ledger.binding_count
 
-    def confirm(self, seqs: Sequence[int]) -> None:
-        ledger = self.ledger
-        if ledger is not None:
-            effects = ledger.confirm_persisted(seqs)
-            if effects:
-                self._carry_out(effects)
-
     def refuse(self, seqs: Sequence[int]) -> None:
         if self.ledger is not None:
             rejected, effects = self.ledger.refuse_persisted(seqs)
             self.counters.rejects += rejected
-            self._carry_out(effects)
+            self.carry_out(effects)
 
     def check_timeouts(self, now: float) -> None:
         if self.ledger is not None and not self.stopping:
-            self._carry_out(self.ledger.check_timeouts(now))
+            self.carry_out(self.ledger.check_timeouts(now))
 
     # -- what its streams report (ack mode only: ``subscriber.GroupPort``) -----------------
 
@@ -162,21 +168,13 @@ class SharedStreamGroup:
         assert ledger is not None
         ledger.deliver(trigger_id, seq)
 
-    def stepped(self, trigger_id: int, seq: int) -> None:
-        """The subscriber moved past its current event and its stream yielded ``seq``."""
-        ledger = self.ledger
-        assert ledger is not None
-        effects = ledger.step(trigger_id, seq)
-        if effects:
-            self._carry_out(effects)
-
     def moved_past(self, trigger_id: int) -> None:
         """The subscriber asked for its next event: it moved past its current one."""
         ledger = self.ledger
         assert ledger is not None
         effects = ledger.pull(trigger_id)
         if effects:
-            self._carry_out(effects)
+            self.carry_out(effects)
 
     def reject_current(self, trigger_id: int) -> bool:
         """The subscriber rejected its current raw event (``reject_shared_stream_event``);
@@ -187,12 +185,14 @@ class SharedStreamGroup:
         effects = ledger.reject(trigger_id)
         self.counters.rejects += 1
         if effects:
-            self._carry_out(effects)
+            self.carry_out(effects)
         return True
 
     # -- effects --------------------------------------------------------------------------
 
-    def _carry_out(self, effects: Sequence[Effect]) -> None:
+    def carry_out(self, effects: Sequence[Effect]) -> None:
+        """Do what the ledger returned (the manager and the streams hand back what
+        ``dispatch`` and ``step`` returned)."""
         for effect in effects:
             if isinstance(effect, AdvanceBatch):
                 self._slot.put(effect)
@@ -306,7 +306,7 @@ class SharedStreamGroup:
                 if self.ledger is None:
                     self._fail_subscriber(trigger_id, FailReason.OVERFLOW)
                 else:
-                    self._carry_out(self.ledger.fail_subscriber(trigger_id, FailReason.OVERFLOW))
+                    self.carry_out(self.ledger.fail_subscriber(trigger_id, FailReason.OVERFLOW))
         return 2 * (longest + 1) >= limit
 
     def _broadcast(self, raw: Any, broker_payload: Any, producer: SharedStreamProducer) -> bool:
@@ -316,7 +316,7 @@ class SharedStreamGroup:
         seq, effects = ledger.broadcast(broker_payload, lane=lane, now=self.settings.clock())
         crowded = self.fan_out(seq, raw)
         if effects:
-            self._carry_out(effects)
+            self.carry_out(effects)
         self._timer.poke()
         return crowded
 
@@ -364,7 +364,7 @@ class SharedStreamGroup:
             )
         self.streams.clear()
         if self.ledger is not None:
-            self._carry_out(self.ledger.stop(drain=True))
+            self.carry_out(self.ledger.stop(drain=True))
         self._poll_scope.cancel()
         self._timer_scope.cancel()
         self._slot.wake()
@@ -395,7 +395,7 @@ class SharedStreamGroup:
             stream.fail(error, drain=drain)
         self.streams.clear()
         if self.ledger is not None:
-            self._carry_out(self.ledger.stop(drain=False))
+            self.carry_out(self.ledger.stop(drain=False))
         self._slot.clear()
         self._scope.cancel()
 
@@ -479,7 +479,7 @@ class SharedStreamGroup:
             if not completed or self.terminated:
                 return
             self.counters.count_advance(len(batch.seqs), self.settings.clock() - dispatched_at)
-            self._carry_out(ledger.advance_done(batch))
+            self.carry_out(ledger.advance_done(batch))
 
     async def _timer_loop(self) -> None:
         ledger = self.ledger
@@ -513,6 +513,16 @@ class SharedStreamGroup:
 
 def _no_binding(trigger_id: int) -> None:
     """Fast mode: nothing is gated on persistence, nothing to bind."""
+
+
+def _no_effects(*args: object) -> Sequence[Effect]:
+    """Fast mode: no ledger, nothing to carry out."""
+    return ()
+
+
+def _nothing_bound(seq: int) -> bool:
+    """Fast mode: no binding seq was handed out."""
+    return False
 
 
 async def _aclose(stream: AsyncIterator[Any]) -> None:

@@ -38,7 +38,7 @@ import anyio.lowlevel
 
 from shared_stream.exceptions import InvalidSubscription, ManagerNotRunning
 from shared_stream.group import SharedStreamGroup
-from shared_stream.routes import BindingRoutes
+from shared_stream.routes import SERIAL_SHIFT, BindingRoutes
 from shared_stream.settings import GroupSettings
 from shared_stream.stats import merge, merge_by_key, retired
 from triggers.base import BaseEventTrigger
@@ -91,6 +91,7 @@ class SharedStreamManager:
         # key repr -> counters of its finished groups, kept while a group of the key lives
         self._retired: dict[str, GroupStats] = {}
         self._routes: BindingRoutes[SharedStreamGroup] = BindingRoutes()
+        self._by_serial = self._routes.by_serial  # read by confirm_persisted, once per seq
         # keys whose last group ended because its upstream was unreachable: the next group
         # of such a key is a retry, started quietly (its subscribers' runtime warned once)
         self._unreachable: set[Hashable] = set()
@@ -221,15 +222,32 @@ class SharedStreamManager:
         processed (before the first one, after a reject, subscriber already failed).
         """
         group = self._groups.get(key)
-        if group is None or group.stopping:
+        if group is None:
             return None
-        return group.bind(trigger_id)  # the seq carries the group's serial (``routes``)
+        # The seq carries the group's serial (``routes``). A stopping group binds nothing:
+        # its ledger dropped every subscriber as it stopped (``AckLedger.stop``).
+        return group.bind(trigger_id)
 
     def confirm_persisted(self, seqs: Iterable[int]) -> None:
         """The trigger events bound under these seqs are committed; unknown seqs are ignored."""
-        # Taken at once: a confirmation voids no other seq (only refusals and failures do).
-        for group, run in self._routes.take_all(seqs):  # consecutive seqs of one group
-            group.confirm(run)
+        # Each seq goes straight to its group's ledger (one shift and one lookup, see
+        # ``routes``); each ledger that got a lane ready dispatches once, after all of them,
+        # so one batch takes what they made ready. A confirmation voids no other seq (only
+        # refusals and failures do), so nothing needs re-checking between seqs.
+        groups = self._by_serial
+        readied: dict[SharedStreamGroup, None] | None = None
+        for seq in seqs:
+            serial = seq >> SERIAL_SHIFT
+            group = groups.get(serial) if serial else self._routes.take_explicit(seq)
+            if group is not None and group.confirm_binding(seq):
+                if readied is None:
+                    readied = {}
+                readied[group] = None
+        if readied is not None:
+            for group in readied:
+                effects = group.dispatch()
+                if effects:
+                    group.carry_out(effects)
 
     def refuse_persisted(self, seqs: Iterable[int]) -> None:
         """The store refused the trigger events bound under these seqs (their payload is over

@@ -31,25 +31,28 @@ SERIAL_SHIFT: Final = 48
 class BindingRoutes(Generic[G]):
     """Binding seq -> the group that handed it out (by serial, or by explicit entry)."""
 
-    __slots__ = ("_groups", "_owner", "_serials", "seqs")
+    __slots__ = ("_owner", "_serials", "by_serial", "seqs")
 
     def __init__(self) -> None:
         self.seqs: Iterator[int] = itertools.count(1)  # for explicit entries (serial 0)
         self._owner: dict[int, G] = {}  # explicit entries
-        self._groups: dict[int, G] = {}  # serial -> open group
+        # serial -> open group; read it, never change it (``open`` and ``close`` do): the
+        # group of seq ``s`` with a serial is ``by_serial.get(s >> SERIAL_SHIFT)``, the hot
+        # path of confirmations
+        self.by_serial: dict[int, G] = {}
         self._serials = itertools.count(1)
 
     def open(self, group: G) -> tuple[int, Iterator[int]]:
         """Route the seqs of a new serial to ``group``; returns the serial and the group's
         seq counter (1, 2, ... in its serial's range)."""
         serial = next(self._serials)
-        self._groups[serial] = group
+        self.by_serial[serial] = group
         base = serial << SERIAL_SHIFT
         return serial, _bounded_count(base + 1, base + (1 << SERIAL_SHIFT))
 
     def close(self, serial: int) -> None:
         """The group of ``serial`` ended: its seqs are unknown from now on."""
-        self._groups.pop(serial, None)
+        self.by_serial.pop(serial, None)
 
     def add(self, seq: int, group: G) -> None:
         """``group`` handed out ``seq`` (an explicit entry, for seqs of serial 0)."""
@@ -61,9 +64,13 @@ class BindingRoutes(Generic[G]):
         for seq in seqs:
             owner.pop(seq, None)
 
+    def take_explicit(self, seq: int) -> G | None:
+        """Remove the explicit entry of ``seq`` (serial 0); its group, None when unknown."""
+        return self._owner.pop(seq, None)
+
     def _owner_of(self, seq: int) -> G | None:
         serial = seq >> SERIAL_SHIFT
-        return self._groups.get(serial) if serial else self._owner.pop(seq, None)
+        return self.by_serial.get(serial) if serial else self._owner.pop(seq, None)
 
     def take(self, seqs: Iterable[int]) -> Iterator[tuple[G, list[int]]]:
         """Remove these seqs, yielding them as runs of consecutive seqs of one group.
@@ -86,35 +93,13 @@ class BindingRoutes(Generic[G]):
         if group is not None:
             yield group, run
 
-    def take_all(self, seqs: Iterable[int]) -> list[tuple[G, list[int]]]:
-        """Remove these seqs at once, as ``take`` groups them (unknown seqs are skipped).
-
-        For callers whose handling of a run voids no seq of a later run (confirmations):
-        one pass, no generator; a serial's seqs cost one shift and one lookup each.
-        """
-        groups = self._groups
-        runs: list[tuple[G, list[int]]] = []
-        group: G | None = None
-        run: list[int] = []
-        for seq in seqs:
-            serial = seq >> SERIAL_SHIFT
-            owning = groups.get(serial) if serial else self._owner.pop(seq, None)
-            if owning is None:
-                continue
-            if owning is group:
-                run.append(seq)
-            else:
-                group, run = owning, [seq]
-                runs.append((owning, run))
-        return runs
-
     def __len__(self) -> int:
         """Explicit entries not confirmed nor voided (serial-routed seqs are not counted
         here: their groups' ledgers hold them)."""
         return len(self._owner)
 
     def __repr__(self) -> str:
-        return f"<BindingRoutes unconfirmed={len(self._owner)} open_groups={len(self._groups)}>"
+        return f"<BindingRoutes unconfirmed={len(self._owner)} open_groups={len(self.by_serial)}>"
 
 
 def _bounded_count(start: int, stop: int) -> Iterator[int]:

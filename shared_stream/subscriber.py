@@ -17,7 +17,10 @@ import asyncio
 import logging
 from collections import deque
 from contextvars import ContextVar
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -25,14 +28,19 @@ logger = logging.getLogger(__name__)
 class GroupPort(Protocol):
     """What an ack-mode stream reports to its group (``SharedStreamGroup``)."""
 
+    #: ``moved_past`` then ``delivered(seq)``: the next event was already queued (the
+    #: common path, once per delivery). Its result, the effects to carry out, goes back to
+    #: ``carry_out`` when not empty: the group's ledger answers without a wrapper call.
+    step: Callable[[int, int], Sequence[Any]]
+
+    def carry_out(self, effects: Sequence[Any]) -> None:
+        """Carry out what ``step`` returned."""
+
     def delivered(self, trigger_id: int, seq: int) -> None:
         """The stream yielded event ``seq`` to the subscriber's filter."""
 
     def moved_past(self, trigger_id: int) -> None:
         """The filter asked for the next event: it is done with the current one."""
-
-    def stepped(self, trigger_id: int, seq: int) -> None:
-        """``moved_past`` then ``delivered(seq)``: the next event was already queued."""
 
     def reject_current(self, trigger_id: int) -> bool:
         """Reject the event being processed; False when the group has no window open."""
@@ -96,7 +104,9 @@ class SubscriberStream:
                 await self._wait()
         seq, raw = queue.popleft()
         if self._in_window:  # the common path: moved past it and took the next, one report
-            group.stepped(self.trigger_id, seq)
+            effects = group.step(self.trigger_id, seq)
+            if effects:
+                group.carry_out(effects)
         else:
             group.delivered(self.trigger_id, seq)
             self._in_window = True

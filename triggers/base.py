@@ -14,7 +14,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from triggers.serde import ensure_serializable, payload_digest
+from triggers.serde import (
+    PLAIN_SCALARS,
+    TYPE_KEY,
+    is_plain_json,
+    payload_digest,
+    serialize_value,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Hashable, Mapping
@@ -45,7 +51,22 @@ class TriggerEvent:
     __slots__ = ("dedup_key", "payload")
 
     def __init__(self, payload: Any, *, dedup_key: str | None = None) -> None:
-        ensure_serializable(payload, where=self._payload_name)
+        # Checked as it is built, so a payload that cannot be stored fails in the trigger's
+        # own code, naming the event and the path inside it. The usual payload, a flat dict
+        # of str keys and str/int/bool/None values, is checked inline (one event per
+        # delivery of a shared stream: a call here is a measurable part of a fan-out);
+        # any other goes through ``is_plain_json``, and what is not plain JSON is encoded,
+        # which raises ``SerializationError`` for what cannot be stored.
+        if type(payload) is dict and TYPE_KEY not in payload:
+            for key, item in payload.items():
+                if type(key) is not str or type(item) not in PLAIN_SCALARS:
+                    break
+            else:
+                self.payload = payload
+                self.dedup_key = dedup_key
+                return
+        if not is_plain_json(payload):
+            serialize_value(payload, where=self._payload_name())
         self.payload = payload
         self.dedup_key = dedup_key
 

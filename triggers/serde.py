@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeAlias
 from uuid import UUID
@@ -221,7 +222,8 @@ def _encode_top(value: object, site: _Site) -> JSONValue:
         site.fail("", "nested too deeply")
 
 
-_PLAIN_SCALARS: Final = frozenset({str, int, bool, type(None)})
+# The exact types that are their own JSON form with no check of their value.
+PLAIN_SCALARS: Final = frozenset({str, int, bool, type(None)})
 
 
 def _is_plain_json(value: object, depth: int = 0) -> bool:
@@ -232,28 +234,33 @@ def _is_plain_json(value: object, depth: int = 0) -> bool:
     common payload is checked at a fraction of the encoder's cost. A cycle ends as too deep.
     """
     kind = type(value)
-    if kind in _PLAIN_SCALARS:
+    if kind is dict:  # the usual payload first
+        if depth >= MAX_DEPTH or TYPE_KEY in value:  # type: ignore[operator]
+            return False
+        for key, item in value.items():  # type: ignore[attr-defined]
+            # Scalars inline: a call per item is most of the cost of a flat payload.
+            if type(key) is not str or (
+                type(item) not in PLAIN_SCALARS and not _is_plain_json(item, depth + 1)
+            ):
+                return False
+        return True
+    if kind in PLAIN_SCALARS:
         return True
     if kind is float:
         return math.isfinite(value)  # type: ignore[arg-type]
-    if depth >= MAX_DEPTH:
-        return False
-    if kind is dict:
-        if TYPE_KEY in value:  # type: ignore[operator]
-            return False
-        for key, item in value.items():  # type: ignore[attr-defined]
-            if type(key) is not str:
-                return False
-            # Scalars inline: a call per item is most of the cost of a flat payload.
-            if type(item) not in _PLAIN_SCALARS and not _is_plain_json(item, depth + 1):
-                return False
-        return True
     if kind is list:
+        if depth >= MAX_DEPTH:
+            return False
         for item in value:  # type: ignore[attr-defined]
-            if type(item) not in _PLAIN_SCALARS and not _is_plain_json(item, depth + 1):
+            if type(item) not in PLAIN_SCALARS and not _is_plain_json(item, depth + 1):
                 return False
         return True
     return False
+
+
+# The check for callers on a hot path (``TriggerEvent``): True when ``value`` needs no
+# encoding; when False, ``serialize_value`` says why (or encodes its tagged values).
+is_plain_json: Final = _is_plain_json
 
 
 def ensure_serializable(value: object, *, where: str | Callable[[], str] = "value") -> None:
@@ -272,8 +279,23 @@ def serialize_value(value: object, *, where: str = "value") -> JSONValue:
     return _encode_top(value, _Site(where))
 
 
-# One encoder for every call (``json.dumps`` with options builds a new one each time).
-_compact_encode: Final = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+def _not_json(value: object) -> NoReturn:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# One C encoder built once for every call: ``JSONEncoder.encode`` builds a new one (and a
+# dict of the containers seen, for cycles) on each call, a third of the cost of a small
+# payload. No cycle check: what it encodes is plain JSON data checked by
+# ``_is_plain_json`` (a cycle is too deep there) or the fresh tree ``serialize_value``
+# built. Compact separators, ASCII, no NaN / infinities: as
+# ``JSONEncoder(separators=(",", ":"), allow_nan=False)``.
+_c_encoder: Final = c_make_encoder(
+    None, _not_json, encode_basestring_ascii, None, ":", ",", False, False, False
+)
+
+
+def _compact_encode(data: object) -> str:
+    return "".join(_c_encoder(data, 0))
 
 
 def json_text(value: object, *, where: str = "value") -> str:

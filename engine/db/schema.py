@@ -123,7 +123,10 @@ def schema_drift(engine: Engine) -> list[Any]:
 
 
 #: What migrations create besides tables (PostgreSQL): dropped by ``reset`` with them.
-POSTGRES_FUNCTIONS = ("sluice_notify_trigger_rows()",)  # 0018: new trigger rows -> NOTIFY
+POSTGRES_FUNCTIONS = (
+    "sluice_notify_trigger_rows()",  # 0018: new trigger rows -> NOTIFY
+    "sluice_notify_scheduled_tasks()",  # 0019: task instances made scheduled -> NOTIFY
+)
 
 
 def reset(engine: Engine) -> None:

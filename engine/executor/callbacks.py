@@ -208,14 +208,20 @@ class CallbackRunner:
         free = self.concurrency - len(self._running)
         if free <= 0:
             return
+        running = sorted(self._running)
+        probe = partial(callbacks_sql.has_callback_requests, running=running)
         claim = partial(
             callbacks_sql.claim_callback_requests,
             job_id=job_id,
             limit=free,
-            running=sorted(self._running),
+            running=running,
             threshold_s=self.settings.health_check_threshold_s,
         )
         try:
+            # A read first: polling an empty table takes no write lock (SQLite's only one).
+            if not await self._db.read(probe):
+                self._claim_backoff.succeeded()
+                return
             requests = await self._db.run(claim)
         except DatabaseError as exc:  # the database is away: try again, backing off
             delay = self._claim_backoff.failed()

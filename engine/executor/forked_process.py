@@ -1,16 +1,19 @@
-"""Task processes forked by the warm runner, as the executor sees them: pipe streams, the
-process handle (``ForkedProcess``), and this process as their subreaper while they start.
+"""Task processes forked by the warm runner, as the executor sees them: pipe streams, a
+standby waiting for its step (``Standby``), the process handle of a step (``ForkedProcess``),
+and this process as their subreaper while they start (``SUBREAPER``).
 
-A forked task process is reparented to the executor (``Subreaper``), so, like a child
-started by asyncio, it is waited for through a pidfd (polled without one) and reaped with
-``waitpid``; its exit status is exact and does not depend on the warm runner.
+A forked task process is reparented to the executor, so, like a child started by asyncio,
+it is waited for through a pidfd (polled without one) and reaped with ``waitpid``; its exit
+status is exact and does not depend on the warm runner.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
+import socket
 import sys
 from contextlib import suppress
 from typing import TYPE_CHECKING, Final
@@ -24,6 +27,8 @@ if TYPE_CHECKING:
 
 READ_CHUNK_BYTES: Final = 65536
 PID_POLL_S: Final = 0.01
+#: a discarded standby exits when its step socket closes; after this it is killed
+DISCARD_WAIT_S: Final = 5.0
 
 
 class PipeReceiveStream(ByteReceiveStream):
@@ -82,6 +87,59 @@ class PipeSendStream(ByteSendStream):
         if fd >= 0:
             anyio.notify_closing(fd)
             os.close(fd)
+
+
+class Standby:
+    """A task process forked ahead of its step, this process's child in a session of its
+    own, waiting on its step socket (``engine.executor.warm_runner``): ``start`` hands it a
+    step, ``discard`` lets it exit unused and reaps it."""
+
+    def __init__(self, pid: int, step: socket.socket) -> None:
+        self.pid = pid
+        self._step = step
+
+    def __repr__(self) -> str:
+        return f"<Standby pid={self.pid}>"
+
+    def start(self, request: dict[str, object], channel_fd: int) -> ForkedProcess | None:
+        """Send it its step (``request``, the pipes of its standard streams and the request
+        channel ``channel_fd``, which the caller closes); None if it is gone, OSError when no
+        pipe can be made (either way, discard it)."""
+        made: list[int] = []
+        try:
+            for _ in range(3):
+                made.extend(os.pipe())
+        except OSError:
+            for fd in made:
+                os.close(fd)
+            raise
+        stdin_r, stdin_w, out_r, out_w, err_r, err_w = made
+        ours, theirs = [stdin_w, out_r, err_r], [stdin_r, out_w, err_w]
+        try:
+            message = json.dumps(request).encode()
+            socket.send_fds(self._step, [message], [*theirs, channel_fd])
+        except OSError:  # it died (its socket is closed), or no room: never blocks
+            for fd in ours:
+                os.close(fd)
+            return None
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        self._step.close()  # it reads one step only
+        return ForkedProcess(self.pid, *ours)
+
+    async def discard(self) -> None:
+        """Close its step socket (it exits), wait for it (killed after ``DISCARD_WAIT_S``)
+        and reap it."""
+        self._step.close()
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(DISCARD_WAIT_S):
+                await _until_gone(self.pid)
+            if not _has_exited(self.pid):
+                with suppress(ProcessLookupError, PermissionError):
+                    os.kill(self.pid, signal.SIGKILL)
+                await _until_gone(self.pid)
+            _reap(self.pid)
 
 
 class ForkedProcess:
@@ -173,10 +231,12 @@ def _reap_group(pgid: int) -> None:
 
 
 class Subreaper:
-    """This process as the subreaper of its descendants, while at least one spawn needs it
+    """This process as the subreaper of its descendants, while at least one fork needs it
     (``PR_SET_CHILD_SUBREAPER``: a forked task process is reparented to us, its executor,
     as a cold one is our child; the window is kept short, as every orphan of this process's
-    descendants comes to us meanwhile)."""
+    descendants comes to us meanwhile). The setting is the process's: use ``SUBREAPER``,
+    shared by every warm runner of the process, so that one never turns it off while
+    another's fork needs it."""
 
     PR_SET_CHILD_SUBREAPER: Final = 36
 
@@ -230,3 +290,7 @@ async def _until_gone(pid: int) -> None:
     finally:
         anyio.notify_closing(pidfd)
         os.close(pidfd)
+
+
+#: This process's subreaper setting, shared by all its warm runners.
+SUBREAPER: Final = Subreaper()

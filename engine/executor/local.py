@@ -2,11 +2,19 @@
 
 Theory of operation. The executor registers an ``executor`` job and heartbeats it. Its claim
 loop moves up to ``parallelism - running`` task instances from ``scheduled`` to ``queued``
-(``SKIP LOCKED`` on PostgreSQL) and starts one supervisor task per claim. A supervisor
-starts the step's child: forked from the executor's warm runner (``warm_process``, a
-pre-imported process; a fork costs a few milliseconds where a fresh interpreter costs ~100)
-or, while none is ready, ``python -P -m engine.executor.task_runner``; either way a task
-process in its own session, running the same code. It marks the task instance ``running``
+(``SKIP LOCKED`` on PostgreSQL) and starts one supervisor task per claim. It claims when a
+part of its own process says there is work (``nudge``), when a slot frees while every slot
+was taken, every ``poll_interval_s`` while slots are idle, and at once when another process
+may have made task instances ``scheduled`` (``engine.db.wakeup.RowsSignal``: a PostgreSQL
+notification from migration 0019's row triggers, or on SQLite any commit, answered by a
+cheap read first; a signal for rows the last claim left, e.g. for want of pool slots, is
+not answered: the poll retries them).
+
+A supervisor starts the step's child: a standby forked ahead from the executor's warm
+runner (``warm_process``, a pre-imported process; handing a standby its step costs one
+message where a fresh interpreter costs ~100 ms) or, while none is ready, ``python -P -m
+engine.executor.task_runner``; either way a task process in its own session, running the
+same code. It marks the task instance ``running``
 (with the child's pid), sends it a ``TaskSpec`` and appends what the child prints to the
 try's log file. When the child exits, the supervisor turns its ``TaskResult`` (or its exit status,
 when it died without one) into an ``Outcome`` (``decide_outcome``, pure) and writes it in one
@@ -48,6 +56,7 @@ from engine.db import models
 from engine.db.heartbeat import heartbeat_forever
 from engine.db.models import JobState
 from engine.db.queries import jobs, tasks
+from engine.db.wakeup import RowsSignal
 from engine.exceptions import DatabaseError
 from engine.executor.callbacks import CallbackRunner
 from engine.executor.task_supervisor import (
@@ -67,6 +76,7 @@ if TYPE_CHECKING:
 
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
+    from engine.executor.outcomes import Decision
 
 logger = logging.getLogger(__name__)
 
@@ -83,10 +93,14 @@ class LocalExecutor:
         db: Database,
         cipher: KwargsCipher,
         settings: ExecutorSettings,
-        on_outcome: Callable[[], None] | None = None,
+        on_outcome: Callable[[Decision], None] | None = None,
+        watch_commits: bool = True,
     ) -> None:
         self._db = db
         self._on_outcome = on_outcome
+        #: on SQLite, look for scheduled tasks at every commit (``engine.db.wakeup``); off
+        #: when this process's scheduler and triggerer, which schedule them, wake it anyway
+        self._watch_commits = watch_commits
         self._claim_backoff = Backoff(settings.poll_interval_s)
         self._cipher = cipher
         self.settings = settings
@@ -97,7 +111,16 @@ class LocalExecutor:
         self.warm_runner: WarmRunner | None = None
         self._active: set[int] = set()  # claimed task instances (slots in use)
         self._stopping = anyio.Event()
-        self._changed = anyio.Event()
+        self._changed = anyio.Event()  # look for scheduled task instances now
+        self._slot_freed = anyio.Event()
+        #: the last claim filled every free slot: a slot freed now may let a waiting task in
+        self._saturated = False
+        self._signalled = anyio.Event()  # another process may have made tasks scheduled
+        #: ``tasks.scheduled_tasks_digest`` when a signal asked for the next claim, and of
+        #: the rows such a claim left although slots were free (signals for them are ignored
+        #: until a claim takes something)
+        self._signal_digest: tuple[int, int] | None = None
+        self._left_digest: tuple[int, int] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -171,6 +194,7 @@ class LocalExecutor:
                     )
                 )
                 outer.start_soon(self._watch_external_changes, job_id)
+                await self._start_signal(outer)
                 if self.warm_runner is not None:
                     await outer.start(self.warm_runner.run)
                 callbacks = CallbackRunner(
@@ -196,11 +220,17 @@ class LocalExecutor:
         while not self._stopping.is_set():
             changed = self._changed
             free = self.settings.parallelism - len(self._active)
+            signalled, self._signal_digest = self._signal_digest, None
             claimed = await self._claim(job_id, free) if free > 0 else []
             for ti_id in claimed:
                 self._active.add(ti_id)
                 workers.start_soon(self._run_ti, job_id, ti_id, name=f"task instance {ti_id}")
             idle_slots = free - len(claimed) > 0
+            self._saturated = not idle_slots
+            if claimed:
+                self._left_digest = None
+            elif free > 0 and signalled is not None:
+                self._left_digest = await self._still_left(signalled)
             with anyio.move_on_after(self.settings.poll_interval_s if idle_slots else math.inf):
                 await changed.wait()
 
@@ -224,6 +254,49 @@ class LocalExecutor:
         self._claim_backoff.succeeded()
         self.stats.claimed += len(claimed)
         return claimed
+
+    async def _start_signal(self, tg: TaskGroup) -> None:
+        """Listen for task instances other processes make scheduled (``RowsSignal``)."""
+        signal = RowsSignal(
+            self._db,
+            lambda: self._signalled.set(),  # the current event, not the first one
+            listen=tasks.LISTEN_SCHEDULED_TASKS,
+            what="scheduled task instances",
+        )
+        if signal.source == "sqlite-wal" and not self._watch_commits:
+            return
+        await tg.start(signal.run)
+        tg.start_soon(self._answer_signals, signal.source == "postgresql")
+
+    async def _still_left(self, signalled: tuple[int, int]) -> tuple[int, int] | None:
+        """``signalled`` if the scheduled rows a signal showed are still there after a claim
+        took none of them: rows it cannot take now (pools, limits); signals for them are
+        ignored. (An empty claim may also just have come after another claim took them.)"""
+        try:
+            digest = await self._db.read(tasks.scheduled_tasks_digest)
+        except DatabaseError:
+            return None
+        return digest if digest == signalled else None
+
+    async def _answer_signals(self, exact: bool) -> None:
+        """Claim when another process may have made task instances ``scheduled``: at once
+        when the signal says so (``exact``: PostgreSQL's notification), else (SQLite: any
+        commit) when a read finds scheduled rows other than those the last claim left."""
+        while True:
+            await self._signalled.wait()
+            self._signalled = anyio.Event()  # signals from now on ask for another look
+            if self.running >= self.settings.parallelism:
+                continue  # the slot that frees first claims (``_run_ti``)
+            if exact:
+                self.nudge()
+                continue
+            try:
+                digest = await self._db.read(tasks.scheduled_tasks_digest)
+            except DatabaseError:
+                continue  # the poll claims meanwhile
+            if digest != (0, 0) and digest != self._left_digest:
+                self._signal_digest = digest
+                self.nudge()
 
     async def _stop_children_after_grace(self) -> None:
         await self._stopping.wait()
@@ -271,7 +344,7 @@ class LocalExecutor:
 
     async def _until_idle(self) -> None:
         while self._active:
-            await self._changed.wait()
+            await self._slot_freed.wait()
 
     # --- one task step ------------------------------------------------------------------
 
@@ -281,7 +354,13 @@ class LocalExecutor:
             await self._supervisor.execute(job_id, ti_id)
         finally:
             self._active.discard(ti_id)
-            self.nudge()
+            self._slot_freed.set()
+            self._slot_freed = anyio.Event()
+            # A claim that left slots idle found no more work: until a nudge or the poll
+            # says otherwise there is none, and another claim would only take the write
+            # lock (on SQLite, from the triggerer taking this step's deferral, say).
+            if self._saturated or self._stopping.is_set():
+                self.nudge()
 
 
 def _hostname() -> str:

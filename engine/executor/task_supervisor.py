@@ -217,7 +217,7 @@ class TaskSupervisor:
         settings: ExecutorSettings,
         hostname: str,
         stats: ExecutorStats,
-        on_outcome: Callable[[], None] | None = None,
+        on_outcome: Callable[[Decision], None] | None = None,
         warm: WarmRunner | None = None,
     ) -> None:
         self._db = db
@@ -369,9 +369,6 @@ class TaskSupervisor:
     async def _supervise(self, child: TaskProcess, run: TaskRun, log: TaskLogWriter) -> Outcome:
         process = child.process
         now = models.utcnow()
-        await log.write(
-            header_line(run, pid=process.pid, hostname=self._hostname, now=now).encode()
-        )
         started = anyio.current_time()
         settings = self.settings
         spec = build_spec(
@@ -383,9 +380,14 @@ class TaskSupervisor:
         spec = with_results(
             spec, run.xcoms, max_bytes=settings.max_xcom_size_bytes, mapped=run.mapped_xcoms
         )
+        # The spec first: the child starts while the header is written (what it prints
+        # meanwhile waits in its pipes; they are read into the log after the header).
         with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             assert process.stdin is not None
             await process.stdin.send(spec.to_json().encode() + b"\n")
+        await log.write(
+            header_line(run, pid=process.pid, hostname=self._hostname, now=now).encode()
+        )
         out = bytearray()
         drained = anyio.Event()
 
@@ -473,7 +475,8 @@ class TaskSupervisor:
             return
         self.stats.outcomes[outcome.decision] += 1
         if self._on_outcome is not None:
-            self._on_outcome()  # e.g. the triggerer claims a new deferral's trigger at once
+            # e.g. the triggerer claims a new deferral's trigger at once
+            self._on_outcome(outcome.decision)
         level = logging.INFO if outcome.decision is not Decision.FAIL else logging.WARNING
         logger.log(
             level,
@@ -626,4 +629,6 @@ class ExecutorSettings:
             secrets=tuple(config.secret_values()),
             keep_events_while_paused=config.scheduler.keep_events_while_paused,
             max_xcom_size_bytes=config.core.max_xcom_size_bytes,
+            warm_runner=config.executor.warm_runner,
+            warm_runner_dag_imports=config.executor.warm_runner_dag_imports,
         )

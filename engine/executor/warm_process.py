@@ -3,16 +3,23 @@ ask it for task processes, replace it when it dies.
 
 ``WarmRunner.run`` is a service of the executor's task group: it starts the warm runner,
 waits for its ``ready``, and starts a new one (after a backoff) whenever it exits while the
-executor is not stopping. ``WarmRunner.spawn`` hands it the pipes of one step and returns a
-``ForkedProcess`` (the task process: its pid, its standard streams, its exit status); it
-returns None when no warm runner is ready or the request failed, and the caller starts the
-step in a cold interpreter instead (a step waits at most ``READY_WAIT_S`` for a warm runner
-that is starting, never for one to come back).
+executor is not stopping. While one is ready, it keeps one *standby* task process forked
+ahead (``_keep_standby``): the forks (warm runner, forker, standby) and the standby's
+reparenting happen between steps, not in them. ``WarmRunner.spawn`` takes the standby (or
+waits for the one being forked) and sends it the step: a ``ForkedProcess`` (the task
+process: its pid, its standard streams, its exit status) in one message. It returns None
+when no warm runner is ready or no standby could be had, and the caller starts the step in
+a cold interpreter instead (a step waits at most ``READY_WAIT_S`` for a warm runner that is
+starting, never for one to come back). A standby belongs to the warm runner that forked it:
+when that one exits, its standby is discarded too.
 
 ``ForkedProcess`` offers what ``TaskSupervisor`` uses of an ``anyio`` process. The task
-process is this process's child (reparented to it while ``Subreaper`` is on), so it is
+process is this process's child (reparented to it while ``SUBREAPER`` is on), so it is
 waited for through a pidfd and reaped with ``waitpid``, as asyncio does for a cold one; the
-warm runner dying does not affect the steps it forked.
+warm runner dying does not affect the steps it forked. A standby whose pid was not read in
+time is still read (and reaped) later: the status pipe is read until it gives the pid or
+closes, and a warm runner that does not fork within ``FORK_TIMEOUT_S`` is killed (and
+replaced).
 """
 
 from __future__ import annotations
@@ -23,12 +30,13 @@ import os
 import socket
 import subprocess
 import sys
+from contextlib import suppress
 from typing import TYPE_CHECKING, Final
 
 import anyio
 import anyio.lowlevel
 
-from engine.executor.forked_process import ForkedProcess, PipeReceiveStream, Subreaper
+from engine.executor.forked_process import SUBREAPER, PipeReceiveStream, Standby
 from engine.executor.warm_runner import READY
 from engine.retry import Backoff
 
@@ -38,18 +46,14 @@ if TYPE_CHECKING:
 
     from anyio.abc import Process, TaskStatus
 
+    from engine.executor.forked_process import ForkedProcess
+
 logger = logging.getLogger(__name__)
 
 START_TIMEOUT_S: Final = 60.0  # imports on a loaded machine
-FORK_TIMEOUT_S: Final = 10.0  # request sent -> task pid known
+FORK_TIMEOUT_S: Final = 10.0  # standby requested -> its pid known
 READY_WAIT_S: Final = 5.0  # how long a step waits for a warm runner that is starting
 RESTART_BACKOFF_S: Final = 0.5
-
-
-def _pipe(fds: set[int]) -> tuple[int, int]:
-    read, write = os.pipe()
-    fds.update((read, write))
-    return read, write
 
 
 def _cwd() -> str | None:
@@ -91,8 +95,10 @@ class WarmRunner:
         self._dag_folders = tuple(dag_folders)
         #: DAG imports a warm runner refused (they start a thread or open a file)
         self.skipped: list[str] = []
-        self._subreaper = Subreaper()
         self._subreaper_failed = False
+        #: the task process forked ahead for the next step, and a wake-up for its changes
+        self._standby: Standby | None = None
+        self._changed = anyio.Event()
         self._control: socket.socket | None = None
         self._process: Process | None = None
         self._stopping = False
@@ -122,7 +128,7 @@ class WarmRunner:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Keep a warm runner until cancelled; readiness is signalled at once (the first
         steps wait for the first warm runner's start, steps start cold while it is down)."""
-        if not self._subreaper.available:
+        if not SUBREAPER.available:
             logger.info(
                 "No warm task runner: this system cannot make its task processes the "
                 "executor's children (PR_SET_CHILD_SUBREAPER); each step starts cold",
@@ -184,10 +190,15 @@ class WarmRunner:
                 if ready:
                     self._control = ours
                 self._settled.set()
-                await process.wait()
+                async with anyio.create_task_group() as tg:
+                    if ready:
+                        tg.start_soon(self._keep_standby, ours, process)
+                    await process.wait()
+                    tg.cancel_scope.cancel()
             finally:
                 self._settled.set()
                 self._control = None
+                self._notify()
                 anyio.notify_closing(ours)
                 ours.close()
                 if process.returncode is None:
@@ -240,60 +251,141 @@ class WarmRunner:
             extra={"action": "warm_runner_refused", "skip": skip},
         )
 
+    def _notify(self) -> None:
+        """Wake whoever waits for a change of the standby or of the warm runner."""
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def _keep_standby(self, control: socket.socket, process: Process) -> None:
+        """While this warm runner serves: one standby forked ahead, a new one as soon as a
+        step took it; discarded when the warm runner exits. A warm runner that cannot fork
+        one is killed (``run`` replaces it)."""
+        try:
+            while True:
+                standby = await self._fork_standby(control, process)
+                if standby is None:
+                    if process.returncode is None and not self._subreaper_failed:
+                        with suppress(ProcessLookupError):
+                            process.kill()
+                    return
+                self._standby = standby
+                self._notify()
+                while self._standby is not None:
+                    await self._changed.wait()
+        finally:
+            standby, self._standby = self._standby, None
+            self._notify()
+            if standby is not None:
+                await standby.discard()
+
+    async def _fork_standby(self, control: socket.socket, process: Process) -> Standby | None:
+        """Ask the warm runner for a standby; it is ours once reparented to us (None if
+        the warm runner did not fork one)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            status_r, status_w = os.pipe()
+        except OSError:
+            ours.close()
+            theirs.close()
+            raise
+        status = PipeReceiveStream(status_r)
+        started = None
+        try:
+            with SUBREAPER:  # until the standby is reparented to us
+                try:
+                    sent = await self._send(control, b"standby", [theirs.fileno(), status_w])
+                finally:
+                    theirs.close()  # the warm runner has its copies
+                    os.close(status_w)
+                if sent:
+                    started = await self._standby_pid(status, process)
+        finally:
+            status.close()
+            if started is None:
+                ours.close()
+        if started is None:
+            return None
+        standby = Standby(started[0], ours)
+        if started[1] != os.getpid():
+            logger.error(
+                "A task process forked by the warm task runner is not this executor's "
+                "child (parent %s); the warm runner is not used any more",
+                started[1],
+                extra={"action": "warm_runner_disabled"},
+            )
+            self._subreaper_failed = True
+            await standby.discard()  # it exits; its parent reaps it
+            return None
+        return standby
+
+    async def _standby_pid(
+        self, status: PipeReceiveStream, process: Process
+    ) -> tuple[int, int] | None:
+        """The standby's pid and parent pid. The status pipe is read until it gives them or
+        closes (no forked process holds it any more), even when cancelled: a standby left
+        unread would be a child never reaped. A warm runner that takes longer than
+        ``FORK_TIMEOUT_S`` is killed, after which the pipe closes or the pid comes soon."""
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(FORK_TIMEOUT_S):
+                return await _read_pid(status)
+            logger.warning(
+                "The warm task runner (pid %s) did not fork in %gs; it is replaced",
+                process.pid,
+                FORK_TIMEOUT_S,
+                extra={"action": "warm_fork_timeout"},
+            )
+            if process.returncode is None:
+                with suppress(ProcessLookupError):
+                    process.kill()
+            with anyio.move_on_after(FORK_TIMEOUT_S):
+                return await _read_pid(status)
+        return None
+
+    async def _take_standby(self) -> Standby | None:
+        """The standby, or the one being forked (at most ``FORK_TIMEOUT_S``); None when no
+        warm runner is serving."""
+        with anyio.move_on_after(FORK_TIMEOUT_S):
+            while True:
+                changed = self._changed
+                standby = self._standby
+                if standby is not None:
+                    self._standby = None
+                    self._notify()  # the next one is forked now
+                    return standby
+                if self._control is None or self._subreaper_failed:
+                    return None
+                await changed.wait()
+        return None
+
     async def spawn(
         self, *, ti_id: int, env: Mapping[str, str], channel_fd: int
     ) -> ForkedProcess | None:
-        """Fork the task process of one step; None when the caller must start it cold."""
+        """Start the task process of one step in a standby; None when the caller must start
+        it cold."""
         with anyio.move_on_after(READY_WAIT_S):
             await self._settled.wait()  # a warm runner starting now is as quick as a cold start
-        control = self._control
-        if control is None or self._subreaper_failed:
+        standby = await self._take_standby()
+        if standby is None:
             self.fallbacks += 1
             return None
-        fds: set[int] = set()  # ours to close unless the task process starts
-        started = None
-        status_r = -1  # a pipe that cannot be made (no descriptors left) raises OSError
+        request = {"ti_id": ti_id, "env": dict(env), "cwd": _cwd()}
         try:
-            stdin_r, stdin_w = _pipe(fds)
-            out_r, out_w = _pipe(fds)
-            err_r, err_w = _pipe(fds)
-            status_r, status_w = _pipe(fds)
-            message = json.dumps({"ti_id": ti_id, "env": dict(env), "cwd": _cwd()}).encode()
-            theirs = [stdin_r, out_w, err_w, channel_fd, status_w]
-            with self._subreaper:  # until the task process is reparented to us
-                sent = await self._send(control, message, theirs)
-                for fd in (stdin_r, out_w, err_w, status_w):  # the task process has its copies
-                    fds.discard(fd)
-                    os.close(fd)
-                if sent:
-                    with anyio.move_on_after(FORK_TIMEOUT_S):
-                        started = await _read_pid(PipeReceiveStream(status_r))
-        finally:
-            if started is not None and started[1] != os.getpid():
-                logger.error(
-                    "A task process forked by the warm task runner is not this executor's "
-                    "child (parent %s); the warm runner is not used any more",
-                    started[1],
-                    extra={"action": "warm_runner_disabled"},
-                )
-                self._subreaper_failed = True
-                started = None  # its stdin closes below: it exits without running anything
-            if status_r >= 0:
-                fds.discard(status_r)
-                os.close(status_r)
-            if started is None:
-                for fd in fds:
-                    os.close(fd)
-        if started is None:
+            process = standby.start(request, channel_fd)
+        except OSError:  # no pipe could be made: the supervisor requeues the step
+            await standby.discard()
+            raise
+        if process is None:
+            await standby.discard()
             self.fallbacks += 1
             logger.warning(
-                "The warm task runner did not fork task instance %s; it starts cold",
+                "The standby task process (pid %s) is gone; task instance %s starts cold",
+                standby.pid,
                 ti_id,
                 extra={"action": "warm_fork_failed", "ti_id": ti_id},
             )
             return None
         self.forks += 1
-        return ForkedProcess(started[0], stdin_w, out_r, err_r)
+        return process
 
     async def _send(self, control: socket.socket, message: bytes, fds: list[int]) -> bool:
         while True:

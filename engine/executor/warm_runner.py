@@ -15,20 +15,24 @@ reported (``refused``, with its name) and the executor starts a new warm runner 
 it. The warm runner never opens a database connection, starts an event loop, imports a DAG
 file or runs user code: the only state a step inherits from it is imported code.
 
-Per step the executor sends one request (``SOCK_SEQPACKET``: one message, atomic) carrying
-the step's pipes as file descriptors (stdin, stdout, stderr, the request channel, a status
-pipe) and, as JSON, the task instance id, the step's environment and working directory. The
-warm runner forks a *forker*, which forks the *task process* and exits at once; the
-executor is a subreaper while the spawn is in flight (``warm_process.Subreaper``), so the
-task process is reparented to the executor: its child, as a cold one is (``os.getppid()``,
-exit status by ``waitpid``, reaping), and independent of the warm runner once started. The
-task process waits until it is reparented, starts a new session (its pid is its process
-group, which the executor signals on cancel, clear, timeout and shutdown), writes ``pid N
-ppid M`` on the status pipe, puts the pipes on fds 0/1/2, takes the step's environment and
-working directory, and runs ``engine.executor.task_runner.main`` exactly as a cold ``python
--m`` start would. The DAG file is imported there, fresh from disk for every step, so a
+Ahead of each step the executor asks for a *standby* task process: one request
+(``SOCK_SEQPACKET``: one message, atomic) carrying two file descriptors, the standby's step
+socket and a status pipe. The warm runner forks a *forker*, which forks the standby and
+exits at once; the executor is a subreaper while the fork is in flight
+(``forked_process.SUBREAPER``), so the standby is reparented to the executor: its child, as
+a cold task process is (``os.getppid()``, exit status by ``waitpid``, reaping), and
+independent of the warm runner once started. The standby waits until it is reparented,
+starts a new session (its pid is its process group, which the executor signals on cancel,
+clear, timeout and shutdown), writes ``pid N ppid M`` on the status pipe and waits on its
+step socket. When a step comes, the executor sends it there: one message with the step's
+pipes (stdin, stdout, stderr, the request channel) and, as JSON, the task instance id, the
+step's environment and working directory; the standby puts the pipes on fds 0/1/2, takes
+the environment and working directory, and runs ``engine.executor.task_runner.main`` exactly
+as a cold ``python -m`` start would. So the forks are off the step's path: a step starts
+with one message. The DAG file is imported there, fresh from disk for every step, so a
 changed file never runs stale code, and nothing a step does reaches the warm runner or
-another step (each is a fresh copy of the warm runner, which never ran a task).
+another step (each is a fresh copy of the warm runner, which never ran a task). A standby
+whose step socket closes without a step (the executor discarded it, or is gone) exits.
 
 The warm runner ignores SIGCHLD (the kernel reaps the forkers) and exits when its control
 socket closes (its executor is gone). Everything here is stdlib until ``PRELOAD``.
@@ -74,8 +78,10 @@ OPTIONAL_PRELOAD: Final = ("pendulum",)
 READY: Final = b"ready"
 #: at most this many DAG files are read for the packages they import
 DAG_FILES_SCANNED_MAX: Final = 2000
-#: stdin, stdout, stderr, the request channel, the status pipe
-STEP_FDS: Final = 5
+#: a standby request: the standby's step socket and its status pipe
+STANDBY_FDS: Final = 2
+#: a step: stdin, stdout, stderr, the request channel
+STEP_FDS: Final = 4
 REQUEST_MAX_BYTES: Final = 4 * 1024 * 1024
 
 
@@ -172,19 +178,44 @@ def _write(fd: int, text: str) -> bool:
     return True
 
 
-def _run_task(request: dict[str, Any], fds: list[int], forker: int) -> int:
-    """In the task process: become the executor's child and what a cold ``python -m
-    engine.executor.task_runner`` would be, then run it."""
-    stdin, stdout, stderr, channel, status = fds
+def _become_standby(status: int, forker: int) -> None:
+    """In the standby: become the executor's child in a session of its own, and say so."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the task's own children are its own
     while os.getppid() == forker:  # until the forker's exit made the executor our parent
         time.sleep(0.0001)
     os.setsid()
+    written = _write(status, f"pid {os.getpid()} ppid {os.getppid()}\n")
+    os.close(status)
+    if not written:  # the executor stopped waiting for it: nobody will send it a step
+        os._exit(0)
+
+
+def _receive_step(step: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
+    """The step the executor sends the standby; None when its socket closed first."""
+    try:
+        message, fds, _, _ = socket.recv_fds(
+            step, REQUEST_MAX_BYTES, STEP_FDS, socket.MSG_CMSG_CLOEXEC
+        )
+    except OSError:
+        return None
+    try:
+        request = json.loads(message) if message else None
+    except ValueError:
+        request = None
+    if not isinstance(request, dict) or len(fds) != STEP_FDS:
+        for fd in fds:
+            os.close(fd)
+        return None
+    return request, fds
+
+
+def _run_task(request: dict[str, Any], fds: list[int]) -> int:
+    """In the standby, once its step came: become what a cold ``python -m
+    engine.executor.task_runner`` would be, then run it."""
+    stdin, stdout, stderr, channel = fds
     for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
         os.dup2(fd, target)
         os.close(fd)
-    _write(status, f"pid {os.getpid()} ppid {os.getppid()}\n")
-    os.close(status)
     os.environ.clear()
     os.environ.update(request["env"])
     time.tzset()
@@ -203,9 +234,20 @@ def _run_task(request: dict[str, Any], fds: list[int], forker: int) -> int:
         sys.stderr.flush()
 
 
-def _fork_step(control: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
-    """Fork a forker, which forks the task process and exits at once: the task process is
-    reparented to the nearest subreaper, the executor (``warm_process``), as its child."""
+def _standby(fds: list[int], forker: int) -> int:
+    """The standby's life: reparented, then one step (or none, when discarded)."""
+    step_fd, status = fds
+    _become_standby(status, forker)
+    with socket.socket(fileno=step_fd) as step:
+        received = _receive_step(step)
+    if received is None:
+        return 0
+    return _run_task(*received)
+
+
+def _fork_standby(control: socket.socket, fds: list[int]) -> None:
+    """Fork a forker, which forks the standby and exits at once: the standby is reparented
+    to the nearest subreaper, the executor (``warm_process``), as its child."""
     sys.stdout.flush()
     sys.stderr.flush()
     if os.fork() != 0:
@@ -216,7 +258,7 @@ def _fork_step(control: socket.socket, request: dict[str, Any], fds: list[int]) 
         forker = os.getpid()
         if os.fork() == 0:
             try:
-                code = _run_task(request, fds, forker)
+                code = _standby(fds, forker)
             except BaseException:  # noqa: BLE001 - nothing may return into the warm runner
                 traceback.print_exc()
         else:
@@ -228,20 +270,17 @@ def _fork_step(control: socket.socket, request: dict[str, Any], fds: list[int]) 
 
 
 def serve(control: socket.socket) -> int:
-    """Fork one step per request until the control socket closes."""
+    """Fork one standby per request until the control socket closes."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the forkers
     while True:
         message, fds, _, _ = socket.recv_fds(
-            control, REQUEST_MAX_BYTES, STEP_FDS, socket.MSG_CMSG_CLOEXEC
+            control, REQUEST_MAX_BYTES, STANDBY_FDS, socket.MSG_CMSG_CLOEXEC
         )
         if not message:
-            return 0  # the executor is gone; the tasks in flight see their stdin close
+            return 0  # the executor is gone; the standbys see their step sockets close
         try:
-            request = json.loads(message)
-            if len(fds) == STEP_FDS and isinstance(request, dict):
-                _fork_step(control, request, fds)
-        except ValueError:
-            pass  # a malformed request: its status pipe closes, the executor starts it cold
+            if len(fds) == STANDBY_FDS:
+                _fork_standby(control, fds)
         finally:
             for fd in fds:
                 os.close(fd)

@@ -24,11 +24,13 @@ from engine.db.models import JobState, TriggerKind
 from engine.db.queries import claims as store_claims
 from engine.db.queries import jobs, streams
 from engine.db.queries import triggers as trigger_rows
+from engine.db.wakeup import RowsSignal
 from engine.exceptions import SluiceError, TriggerLoadError
 from engine.loader import trigger_stream_digest
 from engine.metrics.readings import HistogramReading, TriggererReading
 from engine.retry import Backoff
 from engine.triggerer import claiming
+from engine.triggerer.collector import DEFAULT_YOUNG_THRESHOLD, collector_tuned
 from engine.triggerer.connections import database_lookup
 from engine.triggerer.housekeeping import clean_forever, publish_stream_stats_forever
 from engine.triggerer.loading import Loaded, load_rows
@@ -36,7 +38,6 @@ from engine.triggerer.metadata import DatabaseMetadataReader
 from engine.triggerer.outbox import Outbox, TriggerFailed
 from engine.triggerer.persister import BatchResult, Persister
 from engine.triggerer.runtime import TriggerRunner
-from engine.triggerer.wakeup import NewRowsSignal
 from engine.triggerer.watchdog import LoopWatchdog
 from shared_stream import SharedStreamManager
 
@@ -77,6 +78,8 @@ class TriggererSettings:
     new_trigger_poll_s: float = NEW_TRIGGER_POLL_S
     max_asset_event_payload_bytes: int | None = 1_048_576
     keep_events_while_paused: bool = True
+    # gc young-generation threshold while running (None: the interpreter's); see collector
+    gc_young_threshold: int | None = DEFAULT_YOUNG_THRESHOLD
 
 
 class Triggerer:
@@ -124,7 +127,12 @@ class Triggerer:
         self._stopping = anyio.Event()
         self._wake = anyio.Event()  # set by a nudge, a shutdown or a new-rows signal
         self._nudged = False  # the wake asks for a full round, not just a probe
-        self.new_rows = NewRowsSignal(db, self._signal_new_rows)
+        self.new_rows = RowsSignal(
+            db,
+            self._signal_new_rows,
+            listen=store_claims.LISTEN_NEW_TRIGGER_ROWS,
+            what="new trigger rows",
+        )
         self._claims = 0
 
     def __repr__(self) -> str:
@@ -139,7 +147,7 @@ class Triggerer:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         capacity = self.settings.capacity
-        self.job_id = await self._db.run(
+        self.job_id = job_id = await self._db.run(
             lambda s: jobs.start_job(s, job_type=jobs.TRIGGERER_JOB, capacity=capacity)
         )
         logger.info(
@@ -149,45 +157,49 @@ class Triggerer:
             extra={"action": "triggerer_started", "job_id": self.job_id},
         )
         try:
-            async with anyio.create_task_group() as tg:
-                await tg.start(self.watchdog.run)
-                await tg.start(self.shared_streams.run)
-                await tg.start(self.runner.run)
-                tg.start_soon(self.persister.run)
-                tg.start_soon(
-                    partial(
-                        heartbeat_forever,
-                        self._db,
-                        self.job_id,
-                        interval_s=self.settings.heartbeat_s,
-                        part="Triggerer",
-                    )
-                )
-                tg.start_soon(
-                    partial(
-                        clean_forever,
-                        self._db,
-                        threshold_s=self.settings.health_check_threshold_s,
-                        interval_s=self.settings.cleanup_interval_s,
-                    )
-                )
-                tg.start_soon(
-                    partial(
-                        publish_stream_stats_forever,
-                        self._db,
-                        self.shared_streams.stats,
-                        job_id=self.job_id,
-                        interval_s=self.settings.heartbeat_s,
-                    )
-                )
-                await tg.start(self.new_rows.run)
-                await tg.start(self._claim_loop)
-                task_status.started()
-                await self._stopping.wait()
-                await self._drain(tg)
+            with collector_tuned(self.settings.gc_young_threshold):
+                await self._serve(job_id, task_status)
         finally:
             with anyio.CancelScope(shield=True):
                 await self._finish()
+
+    async def _serve(self, job_id: int, task_status: anyio.abc.TaskStatus[None]) -> None:
+        async with anyio.create_task_group() as tg:
+            await tg.start(self.watchdog.run)
+            await tg.start(self.shared_streams.run)
+            await tg.start(self.runner.run)
+            tg.start_soon(self.persister.run)
+            tg.start_soon(
+                partial(
+                    heartbeat_forever,
+                    self._db,
+                    job_id,
+                    interval_s=self.settings.heartbeat_s,
+                    part="Triggerer",
+                )
+            )
+            tg.start_soon(
+                partial(
+                    clean_forever,
+                    self._db,
+                    threshold_s=self.settings.health_check_threshold_s,
+                    interval_s=self.settings.cleanup_interval_s,
+                )
+            )
+            tg.start_soon(
+                partial(
+                    publish_stream_stats_forever,
+                    self._db,
+                    self.shared_streams.stats,
+                    job_id=job_id,
+                    interval_s=self.settings.heartbeat_s,
+                )
+            )
+            await tg.start(self.new_rows.run)
+            await tg.start(self._claim_loop)
+            task_status.started()
+            await self._stopping.wait()
+            await self._drain(tg)
 
     def shutdown(self) -> None:
         """Begin a graceful stop: no more claims, stop triggers, flush, release rows."""
@@ -334,7 +346,7 @@ class Triggerer:
         or a new unassigned row this triggerer would take: with capacity to spare, another
         process deferred a task or added a watcher; even when full, a watcher joins a group
         this triggerer holds. That check is one indexed probe, run at once when the
-        ``NewRowsSignal`` says another process wrote rows (PostgreSQL NOTIFY, a SQLite
+        ``RowsSignal`` says another process wrote rows (PostgreSQL NOTIFY, a SQLite
         commit), and every ``new_trigger_poll_s`` in any case; so a new trigger starts
         without waiting for a poll, and without a full round (ownership checksum, dead
         triggerers, timeouts) more often than once per idle interval. True when the probe
@@ -372,7 +384,7 @@ class Triggerer:
                     self._wake = anyio.Event()
 
     def _signal_new_rows(self) -> None:
-        """``NewRowsSignal``'s callback: probe now (unlike ``nudge``, not a full round)."""
+        """``RowsSignal``'s callback: probe now (unlike ``nudge``, not a full round)."""
         self._wake.set()
 
     def _reset_wake(self) -> None:

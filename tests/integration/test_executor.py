@@ -20,6 +20,7 @@ import pytest
 from sqlalchemy import insert, select, update
 
 from engine.db import models
+from engine.db.database import Database
 from engine.db.models import (
     Dag,
     DagTask,
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
 
     from engine.crypto import KwargsCipher
     from engine.dag_processing.processor import DagProcessor
-    from engine.db.database import Database
 
 pytestmark = pytest.mark.integration
 
@@ -388,6 +388,27 @@ async def test_resumed_task_gets_the_event_and_its_defer_kwargs(env: Env) -> Non
     text = env.log(run_id, "wait")
     assert text.count("=== ") == 4  # start, deferred, resume, succeeded: one file per try
     assert "resuming at done() after 1 deferral(s)" in text
+
+
+async def test_tasks_another_process_schedules_or_resumes_are_claimed_without_a_poll(
+    env: Env, migrated_db_url: str
+) -> None:
+    """With an hour's claim poll, only the wake-up (PostgreSQL LISTEN/NOTIFY from migration
+    0019's row triggers; inotify on a SQLite database's directory) can make the executor
+    claim what another process (a Database of its own) made scheduled: a ready task, then
+    the same task resumed when its trigger fires."""
+    _, _, tis = env.new_run()
+    other = Env(Database(migrated_db_url), env.cipher, env.settings, env.processor)
+    try:
+        with anyio.fail_after(60):
+            async with env.executor(poll_interval_s=3600.0):
+                other.schedule(tis["wait"])
+                wait = await env.until(tis["wait"], TaskState.DEFERRED, within=30)
+                other.fire(wait.trigger_id, {"answer": 42})
+                ti = await env.until(tis["wait"], TaskState.SUCCESS, within=30)
+    finally:
+        other.db.dispose()
+    assert deserialize_value(ti.xcoms["return_value"])["event"] == {"answer": 42}
 
 
 async def test_task_deferring_several_times_through_the_real_triggerer(env: Env) -> None:

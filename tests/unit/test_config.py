@@ -15,6 +15,7 @@ from engine.config import (
     SECRET_KEYS,
     Config,
     CoreConfig,
+    ExecutorConfig,
     LoggingConfig,
     MetricsConfig,
     OperatorsConfig,
@@ -25,6 +26,7 @@ from engine.config import (
     sluice_home,
 )
 from engine.exceptions import ConfigError
+from engine.executor.task_supervisor import ExecutorSettings
 
 NO_HOME = Path("/nonexistent-sluice-home")
 FERNET_KEY = Fernet.generate_key().decode()
@@ -76,6 +78,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert config.logging == LoggingConfig(task_log_folder=tmp_path / "logs")
     assert config.logging.level == "INFO"
     assert config.logging.format == "text"
+    assert config.executor == ExecutorConfig(warm_runner=True, warm_runner_dag_imports=False)
     assert set(config.sources.values()) == {"default"}
 
 
@@ -262,6 +265,15 @@ def test_env_bool(tmp_path: Path, raw: str, expected: bool) -> None:
         load(tmp_path, SLUICE__OPERATORS__DEFAULT_DEFERRABLE=raw).operators.default_deferrable
         is expected
     )
+
+
+def test_the_executor_section_sets_the_warm_runner(tmp_path: Path) -> None:
+    (tmp_path / "sluice.toml").write_text("[executor]\nwarm_runner = false\n")
+    config = load(tmp_path, SLUICE__EXECUTOR__WARM_RUNNER_DAG_IMPORTS="true")
+    settings = ExecutorSettings.from_config(config)
+    assert (settings.warm_runner, settings.warm_runner_dag_imports) == (False, True)
+    with pytest.raises(ConfigError, match=r"executor.warm_runner .* must be true or false"):
+        load(tmp_path, SLUICE__EXECUTOR__WARM_RUNNER="sometimes")
 
 
 @pytest.mark.parametrize(

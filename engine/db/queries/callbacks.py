@@ -119,6 +119,15 @@ def request_dag_callback(
     return True
 
 
+def has_callback_requests(session: Session, *, running: Sequence[int] = ()) -> bool:
+    """Whether there is any request besides ``running`` ones: a read, so that an idle
+    executor's poll does not take the write lock (the claim then decides which to take)."""
+    query = select(CallbackRequest.id)
+    if running:
+        query = query.where(CallbackRequest.id.not_in(list(running)))
+    return session.execute(query.limit(1)).first() is not None
+
+
 def claim_callback_requests(
     session: Session,
     *,

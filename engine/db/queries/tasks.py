@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import and_, case, or_, select, true, update
+from sqlalchemy import and_, case, func, or_, select, true, update
 
 from engine.authoring.context import EventRow
 from engine.db import models
@@ -44,9 +44,26 @@ logger = logging.getLogger(__name__)
 
 
 EXECUTOR_JOB: Final = "executor"
+#: The PostgreSQL channel notified (by migration 0019's row triggers) at the commit of a
+#: transaction that made task instances ``scheduled``.
+SCHEDULED_TASKS_CHANNEL: Final = "sluice_scheduled_tasks"
+#: Run on a connection of its own in autocommit mode (``engine.db.wakeup``).
+LISTEN_SCHEDULED_TASKS: Final = f"LISTEN {SCHEDULED_TASKS_CHANNEL}"
 
 
 _HELD: Final = (TaskState.QUEUED, TaskState.RUNNING)
+
+
+def scheduled_tasks_digest(session: Session) -> tuple[int, int]:
+    """(count, sum of ids) of the task instances waiting for an executor: one indexed read,
+    the cheap answer to a wake-up signal before a claim takes the write lock. (0, 0): none;
+    the same digest as before: most likely the same rows (e.g. ones no pool admits)."""
+    count, total = session.execute(
+        select(func.count(TaskInstance.id), func.coalesce(func.sum(TaskInstance.id), 0)).where(
+            TaskInstance.state == TaskState.SCHEDULED
+        )
+    ).one()
+    return int(count), int(total)
 
 
 def claim_task_instances(session: Session, *, job_id: int, limit: int, now: datetime) -> list[int]:

@@ -12,10 +12,12 @@ import sys
 import anyio
 import pytest
 
+from engine.executor import forked_process
 from engine.executor.forked_process import (
     ForkedProcess,
     PipeReceiveStream,
     PipeSendStream,
+    Standby,
     Subreaper,
 )
 from engine.executor.warm_process import WarmRunner, _read_pid
@@ -115,15 +117,20 @@ def test_the_warm_runner_preloads_no_heavy_library_and_stays_single_threaded() -
 async def test_no_descriptor_left_for_a_pipe_raises_os_error_and_leaks_none(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The step is then requeued by the supervisor (it catches OSError), as a cold start is."""
+    """The step is then requeued by the supervisor (it catches OSError), as a cold start is;
+    the standby it had taken is discarded and reaped."""
+    monkeypatch.setattr(forked_process, "DISCARD_WAIT_S", 0.05)  # it is killed at once
     runner = WarmRunner(environment=dict)
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    runner._control = ours
+    control, warm_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    step, standby_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.posix_spawn("/bin/sleep", ["sleep", "60"], os.environ)  # noqa: ASYNC221
+    runner._control = control
+    runner._standby = Standby(pid, step)
     runner._settled.set()
     real_pipe, made = os.pipe, []
 
     def pipe() -> tuple[int, int]:
-        if len(made) == 3:  # the status pipe
+        if len(made) == 2:  # the standby's stderr
             raise OSError(errno.EMFILE, "Too many open files")
         made.append(real_pipe())
         return made[-1]
@@ -131,10 +138,14 @@ async def test_no_descriptor_left_for_a_pipe_raises_os_error_and_leaks_none(
     monkeypatch.setattr(os, "pipe", pipe)
     try:
         with anyio.fail_after(10), pytest.raises(OSError, match="Too many open files"):
-            await runner.spawn(ti_id=1, env={}, channel_fd=theirs.fileno())
+            await runner.spawn(ti_id=1, env={}, channel_fd=standby_end.fileno())
         for fd in (fd for pair in made for fd in pair):
             with pytest.raises(OSError):
                 os.fstat(fd)  # closed again
+        assert runner._standby is None
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 - killed and reaped
     finally:
-        ours.close()
-        theirs.close()
+        control.close()
+        warm_end.close()
+        standby_end.close()

@@ -17,7 +17,7 @@ from aiokafka import errors as kafka_errors
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from producers import KafkaMessage, KafkaMessageTrigger, KafkaSharedStreamProducer
+from producers import KafkaMessage, KafkaMessageTrigger, KafkaSharedStreamProducer, kafka_codec
 from producers.exceptions import (
     BrokerRefused,
     BrokerRequestFailed,
@@ -527,3 +527,123 @@ async def test_unclean_policy_without_a_dead_letter_topic(policy: str) -> None:
         await producer.advance(batch)
         assert consumer.commits == [(0, 3)]
         assert producer.stats.committed_unclean == 1
+
+
+class FetchingConsumer(RecordingConsumer):
+    """Every ``getmany`` returns the next two records of partition 0."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fetches = 0
+
+    async def getmany(self, *, timeout_ms: int, max_records: int) -> dict[Any, list[Any]]:
+        self.fetches += 1
+        first = 2 * (self.fetches - 1)
+        return {TP: _records(first, first + 1)}
+
+
+async def test_no_fetch_while_max_inflight_messages_wait_for_their_advance() -> None:
+    producer = KafkaSharedStreamProducer(
+        connection=KafkaConnection(bootstrap_servers=("b:9092",)),
+        group_id="g",
+        topics=["orders"],
+        max_inflight_messages=3,
+    )
+    consumer = FetchingConsumer()
+
+    async def start_clients() -> FetchingConsumer:
+        producer._consumer = consumer
+        producer._assigned({TP})
+        return consumer
+
+    producer._start_clients = start_clients  # type: ignore[method-assign]
+    stream = producer.open_stream()
+    with anyio.fail_after(5):
+        offsets = [(await anext(stream))[1].offset for _ in range(4)]
+        assert offsets == [0, 1, 2, 3] and consumer.fetches == 2
+        async with anyio.create_task_group() as tg:
+            fifth: list[int] = []
+
+            async def pull() -> None:
+                fifth.append((await anext(stream))[1].offset)
+
+            tg.start_soon(pull)
+            await anyio.wait_all_tasks_blocked()
+            assert fifth == [] and consumer.fetches == 2  # 4 in flight >= 3: no fetch
+            await producer.advance(_batch(0, 1))  # 2 in flight: fetching resumes
+        assert fifth == [4] and consumer.fetches == 3
+        await stream.aclose()
+    assert consumer.commits == [(0, 2)]
+
+
+def test_max_inflight_messages_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_inflight_messages"):
+        KafkaSharedStreamProducer(
+            connection=KafkaConnection(bootstrap_servers=("b:9092",)),
+            group_id="g",
+            topics=["orders"],
+            max_inflight_messages=0,
+        )
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _outcome_of(load: Any, raw: bytes) -> Any:
+    try:
+        return ("value", json.dumps(load(raw), sort_keys=True))
+    except (ValueError, RecursionError) as exc:
+        return ("error", type(exc))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=_JSON_VALUES,
+    around=st.sampled_from(["", " ", "\n", "x", "\ufeff"]),
+    encoding=st.sampled_from(["utf-8", "utf-16", "utf-32"]),
+)
+def test_the_fast_json_decode_agrees_with_json_loads(
+    value: Any, around: str, encoding: str
+) -> None:
+    text = json.dumps(value)
+    for raw in (
+        (around + text).encode(encoding),
+        (text + around).encode(encoding),
+        text.encode(encoding)[:-1],
+    ):
+        assert _outcome_of(kafka_codec._loads, raw) == _outcome_of(json.loads, raw)
+
+
+@settings(max_examples=200, deadline=None)
+@given(raw=st.binary(max_size=40))
+def test_the_fast_json_decode_agrees_with_json_loads_on_any_bytes(raw: bytes) -> None:
+    assert _outcome_of(kafka_codec._loads, raw) == _outcome_of(json.loads, raw)
+
+
+@pytest.mark.parametrize(
+    ("fields", "value", "matches"),
+    [
+        ({"bucket": 3}, b'{"bucket": 3, "n": 1}', True),
+        ({"bucket": 3}, b'{"bucket": 4}', False),
+        ({"bucket": 3}, b'{"n": 3}', False),
+        ({"bucket": 3, "kind": "a"}, b'{"bucket": 3, "kind": "a"}', True),
+        ({"bucket": 3, "kind": "a"}, b'{"bucket": 3, "kind": "b"}', False),
+        ({"gone": None}, b'{"gone": null}', True),
+        ({"gone": None}, b"{}", False),  # an absent field is not a null one
+        ({"bucket": 3}, b"[3]", False),
+        ({"bucket": 3}, b"3", False),
+        ({"bucket": 3.0}, b'{"bucket": 3}', True),  # equality, as for dotted paths
+    ],
+)
+async def test_top_level_fields_match_by_equality_and_presence(
+    fields: dict[str, Any], value: bytes, matches: bool
+) -> None:
+    top = KafkaMessageTrigger(**BASE, match_fields=fields)
+    dotted = KafkaMessageTrigger(**BASE, match_fields={**fields, "x.y": 1})
+    nested = value.replace(b"{", b'{"x": {"y": 1}, ', 1) if value.startswith(b"{") else value
+    assert bool(await judged(top, msg(value))) is matches
+    assert bool(await judged(dotted, msg(nested.replace(b", }", b"}")))) is matches

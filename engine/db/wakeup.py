@@ -1,22 +1,26 @@
-"""Wake the claim loop as soon as another process may have written a row it would take.
+"""Wake a claim loop as soon as another process may have written a row it would take.
 
 Without it, a running triggerer finds rows written by other processes (a task deferred by
 an executor, a watcher added by the DAG processor, rows released by a triggerer that shut
-down) at its next probe, every ``new_trigger_poll_s``: a burst of 1,000 new rows waited
-between 0 and a whole poll interval before the first of them was claimed, which was most
-of the time it took to start them all. ``NewRowsSignal`` calls ``on_signal()`` instead:
+down) at its next probe, every ``new_trigger_poll_s``, and an executor finds task instances
+another process made ``scheduled`` (the scheduler, a triggerer resuming a deferred task) at
+its next claim poll: a burst of 1,000 new trigger rows waited between 0 and a whole poll
+interval before the first of them was claimed, which was most of the time it took to start
+them all. ``RowsSignal`` calls ``on_signal()`` instead:
 
-- PostgreSQL: ``LISTEN`` on ``NEW_TRIGGER_ROWS_CHANNEL`` on a connection of its own; the
-  row triggers of migration 0018 notify it when a transaction inserts trigger rows
-  or leaves rows unassigned (at commit, one notification per transaction and channel).
+- PostgreSQL: ``LISTEN`` on a channel, on a connection of its own; row triggers notify it
+  when a transaction writes the rows it is about (migration 0018: trigger rows inserted or
+  left unassigned, ``claims.LISTEN_NEW_TRIGGER_ROWS``; migration 0019: task instances made
+  ``scheduled``, ``tasks.LISTEN_SCHEDULED_TASKS``), at commit, one notification per
+  transaction and channel.
 - SQLite in a file: inotify on the database's directory; every commit writes the WAL
   (``<db>-wal``), whichever process makes it.
 - Otherwise (in-memory SQLite, no inotify): nothing; the poll finds the rows.
 
-A signal only means "look now": the claim loop answers it with its cheap indexed probe, so
-a signal for a row it would not take (or for its own writes, on SQLite) costs one probe,
-and signals that arrive while it probes or claims are coalesced into one. A signal lost
-while the listener reconnects costs at most a poll interval: the poll stays.
+A signal only means "look now": a claim loop answers it with a cheap indexed probe, so a
+signal for a row it would not take (or, on SQLite, for any commit, its own ones included)
+costs one probe, and signals that arrive while it probes or claims are coalesced into one.
+A signal lost while the listener reconnects costs at most a poll interval: the poll stays.
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ from typing import TYPE_CHECKING, Final
 import anyio
 from sqlalchemy.engine import make_url
 
-from engine.db.queries import claims as store_claims
 from engine.retry import Backoff
 
 if TYPE_CHECKING:
@@ -38,7 +41,7 @@ if TYPE_CHECKING:
 
     from engine.db.database import Database
 
-__all__ = ("NewRowsSignal",)
+__all__ = ("RowsSignal",)
 
 logger = logging.getLogger(__name__)
 
@@ -54,12 +57,17 @@ LISTEN_CONNECTION_PARAMS: Final = {
 }
 
 
-class NewRowsSignal:
-    """Calls ``on_signal()`` when another process may have written claimable trigger rows."""
+class RowsSignal:
+    """Calls ``on_signal()`` when another process may have written rows of ``what`` (words
+    for the logs, "new trigger rows" say), notified on PostgreSQL by ``listen``'s channel."""
 
-    def __init__(self, db: Database, on_signal: Callable[[], None]) -> None:
+    def __init__(
+        self, db: Database, on_signal: Callable[[], None], *, listen: str, what: str
+    ) -> None:
         self._db = db
         self._on_signal = on_signal
+        self._listen = listen
+        self._what = what
         self.source = _source_of(db)  # "postgresql", "sqlite-wal" or None (poll only)
         # The SQLite database file (its directory is watched); None on PostgreSQL.
         self._file = (
@@ -69,7 +77,7 @@ class NewRowsSignal:
         )
 
     def __repr__(self) -> str:
-        return f"<NewRowsSignal {self.source or 'poll only'}>"
+        return f"<RowsSignal {self._what}: {self.source or 'poll only'}>"
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled (``task_status`` is started once listening, or at once when
@@ -95,7 +103,7 @@ class NewRowsSignal:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(**kwargs, autocommit=True) as conn:
-                    await conn.execute(store_claims.LISTEN_NEW_TRIGGER_ROWS)
+                    await conn.execute(self._listen)
                     backoff.succeeded()
                     self._on_signal()  # rows written while it was not listening
                     if not started:
@@ -106,10 +114,15 @@ class NewRowsSignal:
             except psycopg.Error as exc:
                 retry_in = backoff.failed()
                 logger.warning(
-                    "Cannot listen for new trigger rows (%s); polling meanwhile, retrying in %.1fs",
+                    "Cannot listen for %s (%s); polling meanwhile, retrying in %.1fs",
+                    self._what,
                     exc,
                     retry_in,
-                    extra={"action": "trigger_rows_listen_failed", "failures": backoff.failures},
+                    extra={
+                        "action": "rows_listen_failed",
+                        "rows": self._what,
+                        "failures": backoff.failures,
+                    },
                 )
                 if not started:
                     task_status.started()
@@ -128,13 +141,13 @@ class NewRowsSignal:
         try:
             inotify = Inotify()
         except OSError as exc:
-            _cannot_watch(database.parent, exc, task_status)
+            _cannot_watch(database.parent, self._what, exc, task_status)
             return
         try:
             inotify.add_watch(database.parent, Mask.MODIFY | Mask.CREATE | Mask.MOVED_TO)
         except OSError as exc:
             inotify.close()
-            _cannot_watch(database.parent, exc, task_status)
+            _cannot_watch(database.parent, self._what, exc, task_status)
             return
         with inotify:
             task_status.started()
@@ -143,12 +156,13 @@ class NewRowsSignal:
                     self._on_signal()
 
 
-def _cannot_watch(folder: Path, exc: OSError, task_status: TaskStatus[None]) -> None:
+def _cannot_watch(folder: Path, what: str, exc: OSError, task_status: TaskStatus[None]) -> None:
     logger.warning(
-        "Cannot watch %s for new trigger rows (%s); new rows are found by the poll",
+        "Cannot watch %s for %s (%s); they are found by the poll",
         folder,
+        what,
         exc,
-        extra={"action": "trigger_rows_watch_failed"},
+        extra={"action": "rows_watch_failed", "rows": what},
     )
     task_status.started()
 

@@ -1,8 +1,8 @@
 """The Celery queue of each task, and the queues of each Celery worker
 
-Revision ID: 0019
-Revises: 0018
-Create Date: 2026-11-27 16:00:00.000000
+Revision ID: 0020
+Revises: 0019
+Create Date: 2026-11-27 16:20:00.000000
 
 - ``dag_task``: ``queue``, the operator's ``queue=`` (None: ``[celery] default_queue``): the
   Celery executor sends the task's tries to that queue. Rows written before this revision get
@@ -16,8 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0019"
-down_revision = "0018"
+revision = "0020"
+down_revision = "0019"
 branch_labels = None
 depends_on = None
 
