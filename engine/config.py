@@ -196,8 +196,11 @@ class ApiConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExecutorConfig:
-    """How the local executor starts task steps."""
+    """Where task tries run, and how the local executor starts task steps: ``local`` child
+    processes of ``sluice run`` / ``sluice executor``, or ``celery`` workers (``sluice celery
+    worker``, which start their tries the same way) fed through a broker."""
 
+    kind: str = _key("local", _one_of("local", "celery"))
     #: Fork each step from a pre-imported warm runner (a few milliseconds) rather than start a
     #: fresh interpreter (~100 ms); the same isolation either way (``engine.executor``).
     warm_runner: bool = _key(True)
@@ -205,6 +208,29 @@ class ExecutorConfig:
     #: a package seeded at import (numpy's global random state, say) would give every step
     #: the same state, where fresh interpreters each get their own.
     warm_runner_dag_imports: bool = _key(False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CeleryConfig:
+    """The Celery executor (``[executor] kind = "celery"``): the broker tries are sent
+    through, and the workers' defaults. Task state lives in the metadata DB either way."""
+
+    #: ``redis://host:6379/0`` or ``amqp://user:password@host:5672/vhost``
+    broker_url: str = _key("redis://127.0.0.1:6379/0", secret=True)
+    #: Celery's result backend; empty (the default): none, the metadata DB holds the
+    #: outcome of every try and nothing reads Celery's results
+    result_backend: str = _key("", secret=True)
+    #: task tries one ``sluice celery worker`` runs at a time (``--concurrency``)
+    worker_concurrency: int = _key(8, _AT_LEAST_ONE)
+    #: the queue of a task whose operator names none (``queue=``)
+    default_queue: str = _key("default", _require(bool, "must not be empty"))
+    #: a try ``queued`` this long without a worker starting it is sent again (a message
+    #: lost with a broker that keeps nothing on disk, say); Airflow's task_queued_timeout
+    task_queued_timeout: float = _key(600.0, _POSITIVE)
+    #: Redis only: how long a delivered, unacknowledged message stays invisible before the
+    #: broker hands it out again. Above the longest task; a redelivery of a try that is
+    #: still running is recognised in the metadata DB and dropped anyway.
+    visibility_timeout: float = _key(86_400.0, _POSITIVE)
 
 
 _SECTIONS: Final[dict[str, type[Any]]] = {
@@ -216,6 +242,7 @@ _SECTIONS: Final[dict[str, type[Any]]] = {
     "logging": LoggingConfig,
     "api": ApiConfig,
     "executor": ExecutorConfig,
+    "celery": CeleryConfig,
 }
 # section -> key -> (field, resolved type hint), in declaration order.
 _SCHEMA: Final[dict[str, dict[str, tuple[dataclasses.Field[Any], Any]]]] = {
@@ -236,8 +263,25 @@ def _redact_url(value: str) -> str:
 _REDACTORS: Final[dict[_Key, Callable[[str], str]]] = {
     ("core", "fernet_key"): lambda value: REDACTED if value else "",
     ("core", "sql_alchemy_conn"): _redact_url,
+    ("celery", "broker_url"): lambda value: _redact_url(value) if value else "",
+    ("celery", "result_backend"): lambda value: _redact_url(value) if value else "",
 }
 SECRET_KEYS: Final[frozenset[tuple[str, str]]] = frozenset(_REDACTORS)
+
+
+def _url_secrets(text: str) -> list[str]:
+    """The password of a URL and its ``?password=`` style parameters (psycopg's, say)."""
+    if not text:
+        return []
+    try:
+        url = make_url(text)
+    except ArgumentError:
+        return []
+    values = [str(url.password)] if url.password else []
+    for name, value in url.query.items():
+        if "password" in name.lower():
+            values += [value] if isinstance(value, str) else list(value)
+    return values
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +299,7 @@ class Config:
     api: ApiConfig
     sources: Mapping[tuple[str, str], str]
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    celery: CeleryConfig = field(default_factory=CeleryConfig)
 
     def secret_values(self) -> list[str]:
         """Values that must never reach a log line: the Fernet keys (configured, or in the
@@ -266,12 +311,12 @@ class Config:
         if not values and key_file.is_file():
             with contextlib.suppress(OSError, UnicodeError):
                 values += _items(key_file.read_text().split(","))
-        url = make_url(self.core.sql_alchemy_conn)
-        if url.password:
-            values.append(str(url.password))
-        for name, value in url.query.items():  # e.g. ?password=... for psycopg
-            if "password" in name.lower():
-                values += [value] if isinstance(value, str) else list(value)
+        for text in (
+            self.core.sql_alchemy_conn,
+            self.celery.broker_url,
+            self.celery.result_backend,
+        ):
+            values += _url_secrets(text)
         return values
 
     def as_dict(self, *, redact: bool = True) -> dict[str, dict[str, Any]]:

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from engine.config import Config
+    from engine.executor.celery.sender import CelerySender
+    from engine.executor.local import LocalExecutor
     from engine.metrics import EngineCollector, MetricsServer
 
 logger = logging.getLogger(__name__)
@@ -100,9 +102,6 @@ def build_parts(
     outcome wakes the triggerer's claim loop (it claims a new deferral's trigger) and, unless
     it is a deferral (which readies no other task), the scheduler. Each part is registered
     with ``collector`` (the metrics endpoint), when given."""
-    from engine.executor.local import LocalExecutor
-    from engine.executor.task_supervisor import ExecutorSettings
-
     wakers: dict[str, Callable[[], None]] = {}
 
     def wake(*targets: str) -> Callable[..., None]:
@@ -131,10 +130,10 @@ def build_parts(
             collector.scheduler = scheduler
         parts["scheduler"] = Part("scheduler", scheduler.run, scheduler.shutdown)
     if "executor" in names:
-        executor = LocalExecutor(
-            db=db,
-            cipher=cipher,
-            settings=ExecutorSettings.from_config(config),
+        executor = _executor(
+            config,
+            db,
+            cipher,
             on_outcome=_after_outcome(wake("triggerer"), wake("triggerer", "scheduler")),
             # On SQLite, another process's commits are worth a look only if the parts that
             # schedule tasks are elsewhere: here they wake the executor themselves.
@@ -156,6 +155,34 @@ def build_parts(
             collector.triggerer = triggerer
         parts["triggerer"] = Part("triggerer", triggerer.run, triggerer.shutdown)
     return [parts[name] for name in ALL_PARTS if name in parts]
+
+
+def _executor(
+    config: Config,
+    db: Database,
+    cipher: KwargsCipher,
+    *,
+    on_outcome: Callable[[str], None],
+    watch_commits: bool,
+) -> LocalExecutor | CelerySender:
+    """The executor part of ``[executor] kind``: local task processes, or a sender of tries
+    to ``sluice celery worker`` processes."""
+    from engine.executor.task_supervisor import ExecutorSettings
+
+    settings = ExecutorSettings.from_config(config)
+    if config.executor.kind == "celery":
+        from engine.executor.celery.sender import CelerySender
+
+        return CelerySender(db=db, cipher=cipher, settings=settings, celery=config.celery)
+    from engine.executor.local import LocalExecutor
+
+    return LocalExecutor(
+        db=db,
+        cipher=cipher,
+        settings=settings,
+        on_outcome=on_outcome,
+        watch_commits=watch_commits,
+    )
 
 
 def _after_outcome(

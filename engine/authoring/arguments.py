@@ -116,7 +116,6 @@ OPERATOR_IGNORED: Final = frozenset(
         "max_active_tis_per_dag",
         "max_active_tis_per_dagrun",
         "priority_weight",
-        "queue",
         "resources",
         "run_as_user",
         "show_return_value_in_logs",

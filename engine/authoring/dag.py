@@ -632,6 +632,7 @@ class BaseOperator(DependencyMixin, Deferrable):
         params: Mapping[str, Any] | None = None,
         pool: str = DEFAULT_POOL,
         pool_slots: int = 1,
+        queue: str | None = None,
         on_execute_callback: Callback | Sequence[Callback] | None = None,
         on_success_callback: Callback | Sequence[Callback] | None = None,
         on_failure_callback: Callback | Sequence[Callback] | None = None,
@@ -671,6 +672,11 @@ class BaseOperator(DependencyMixin, Deferrable):
         #: the executors start the task only while ``pool`` has ``pool_slots`` open
         self.pool = check_pool(where, pool)
         self.pool_slots = check_pool_slots(where, pool_slots)
+        if queue is not None and (not isinstance(queue, str) or not queue.strip()):
+            raise DagDefinitionError(f"{where}: queue must be a non-empty string, got {queue!r}")
+        #: the Celery queue its tries are sent to (None: ``[celery] default_queue``); the
+        #: local executor runs every task alike
+        self.queue = queue
         given = (
             on_execute_callback,
             on_success_callback,

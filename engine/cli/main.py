@@ -8,6 +8,7 @@ from importlib.metadata import version as dist_version
 import click
 
 from engine.cli.actions import runs_cancel, tasks_clear, tasks_set_state
+from engine.cli.celery import celery
 from engine.cli.config import config
 from engine.cli.connections import connections, variables
 from engine.cli.db import db
@@ -46,6 +47,7 @@ for _command in (
     dag_processor,
     executor,
     api_server,
+    celery,
     # setup and maintenance
     config,
     db,

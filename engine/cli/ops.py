@@ -96,12 +96,13 @@ def jobs() -> None:
 @json_option
 @click.pass_context
 def jobs_list(ctx: click.Context, include_ended: bool, as_json: bool) -> None:
-    """Each job: host and pid, state, heartbeat age, alive?, load / capacity."""
+    """Each job: host and pid, state, heartbeat age, alive?, load / capacity, and the queues
+    of a Celery worker (its load: the tries it runs)."""
     query = partial(
         ops_view.list_jobs, now=utcnow(), config=get_config(ctx), include_ended=include_ended
     )
     columns = ["id", "type", "hostname", "pid", "state", "heartbeat_age_s", "alive", "load"]
-    emit(run_query(ctx, query)["items"], [*columns, "capacity"], as_json)
+    emit(run_query(ctx, query)["items"], [*columns, "capacity", "queues"], as_json)
 
 
 @click.group()

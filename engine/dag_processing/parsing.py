@@ -101,6 +101,7 @@ class ParsedTask:
     mapping: dict[str, Any] | None = None
     pool: str = "default_pool"
     pool_slots: int = 1
+    queue: str | None = None  # the Celery queue (None: [celery] default_queue)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +264,7 @@ def describe_dag(dag: DAG) -> ParsedDag:
             mapping=task.mapping_json() if isinstance(task, MappedOperator) else None,
             pool=task.pool,
             pool_slots=task.pool_slots,
+            queue=task.queue,
         )
         for task in (dag.get_task(tid) for tid in dag.topological_task_ids())
     )

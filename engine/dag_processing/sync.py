@@ -203,6 +203,7 @@ def task_rows(dag: ParsedDag) -> list[dict[str, Any]]:
             "mapping": task.mapping,
             "pool": task.pool,
             "pool_slots": task.pool_slots,
+            "queue": task.queue,
         }
         for position, task in enumerate(dag.tasks)
     ]

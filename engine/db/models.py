@@ -118,6 +118,9 @@ class Job(Base):
     start_date: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     end_date: Mapped[datetime | None] = mapped_column(UtcDateTime)
     latest_heartbeat: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    # Migration 0020: the Celery queues a `sluice celery worker` consumes, comma-separated
+    # (None for every other part).
+    queues: Mapped[str | None] = mapped_column(String(2000))
 
 
 class Trigger(Base):
@@ -483,6 +486,8 @@ class DagTask(Base):
         String(256), default=DEFAULT_POOL, server_default=DEFAULT_POOL
     )
     pool_slots: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    # Migration 0020: the Celery queue its tries are sent to (None: [celery] default_queue).
+    queue: Mapped[str | None] = mapped_column(String(256))
 
 
 class AssetEventQueue(Base):

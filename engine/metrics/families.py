@@ -273,8 +273,28 @@ def _executor_families(e: ExecutorReading) -> list[Metric]:
     for outcome, count in e.outcomes:
         outcomes.add_metric([outcome], count)
     return [
+        *_queue_families(e),
         _gauge("sluice_task_slots_used", "Executor slots running a task.", e.slots_used),
         _gauge("sluice_task_slots_total", "Executor slots ([core] parallelism).", e.slots_total),
         _counter("sluice_task_instances_claimed", "Task instances claimed to run.", e.claimed),
         outcomes,
     ]
+
+
+def _queue_families(e: ExecutorReading) -> list[Metric]:
+    """Per Celery queue: tries queued and running, messages sent (a rate with ``rate()``)."""
+    if not e.queues:
+        return []
+    tries = GaugeMetricFamily(
+        "sluice_celery_queue_tries",
+        "Task tries of a Celery queue, by state (queued: sent, no worker started it yet).",
+        labels=["queue", "state"],
+    )
+    sent = CounterMetricFamily(
+        "sluice_celery_sent", "Messages published to a Celery queue.", labels=["queue"]
+    )
+    for q in e.queues:
+        tries.add_metric([q.queue, "queued"], q.queued)
+        tries.add_metric([q.queue, "running"], q.running)
+        sent.add_metric([q.queue], q.sent)
+    return [tries, sent]

@@ -86,12 +86,24 @@ class SchedulerReading:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueReading:
+    """One Celery queue as the Celery executor's sender sees it."""
+
+    queue: str
+    queued: int  # tries sent to it that no worker started yet
+    running: int  # tries of its tasks running on a worker
+    sent: int  # messages published to it by this sender (re-sends included)
+
+
+@dataclass(frozen=True, slots=True)
 class ExecutorReading:
     job_id: int | None
     slots_used: int
     slots_total: int
     claimed: int
     outcomes: tuple[tuple[str, int], ...]
+    #: the Celery executor's queues (none for the local executor)
+    queues: tuple[QueueReading, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,11 +95,35 @@ def test_every_key_has_a_source(tmp_path: Path) -> None:
             "logging",
             "api",
             "executor",
+            "celery",
         )
         for f in dataclasses.fields(getattr(config, name))
     }
     assert set(config.sources) == expected
     assert set(config.as_dict()) == {name for name, _ in expected}
+
+
+def test_celery_settings_and_their_secrets(tmp_path: Path) -> None:
+    config = load_config(environ={}, home=tmp_path)
+    assert config.executor.kind == "local"
+    assert config.celery.default_queue == "default"
+    assert config.celery.result_backend == ""
+    config = load_config(
+        environ={
+            "SLUICE__EXECUTOR__KIND": "celery",
+            "SLUICE__CELERY__BROKER_URL": "amqp://guest:s3cret@127.0.0.1:5672/vh",
+            "SLUICE__CELERY__RESULT_BACKEND": "redis://:b4ckend@127.0.0.1:6379/1",
+            "SLUICE__CELERY__WORKER_CONCURRENCY": "3",
+        },
+        home=tmp_path,
+    )
+    assert (config.executor.kind, config.celery.worker_concurrency) == ("celery", 3)
+    assert {"s3cret", "b4ckend"} <= set(config.secret_values())
+    shown = config.as_dict()["celery"]
+    assert "s3cret" not in shown["broker_url"] and "b4ckend" not in shown["result_backend"]
+    assert shown["broker_url"].startswith("amqp://guest:")
+    with pytest.raises(ConfigError, match="kind"):
+        load_config(environ={"SLUICE__EXECUTOR__KIND": "kubernetes"}, home=tmp_path)
 
 
 def test_sluice_home_default_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -420,3 +421,23 @@ async def test_dag_runs_created_and_task_slots_used_follow_the_parts(
             HeldTaskSupervisor.release.set()
             await wait_until(lambda: reads(slots, 0))  # done: the slot is free again
             executor.shutdown()
+
+
+def test_celery_queue_families() -> None:
+    """The Celery executor's sender reports each queue: tries queued and running, sent."""
+    from engine.metrics.readings import ExecutorReading, QueueReading
+
+    executor = ExecutorReading(
+        job_id=3,
+        slots_used=2,
+        slots_total=8,
+        claimed=9,
+        outcomes=(),
+        queues=(QueueReading("default", 2, 1, 7), QueueReading("gpu", 0, 3, 2)),
+    )
+    samples = exposition(families(EngineReading(executor=executor)))
+    assert value(samples, "sluice_celery_queue_tries", queue="default", state="queued") == 2
+    assert value(samples, "sluice_celery_queue_tries", queue="gpu", state="running") == 3
+    assert value(samples, "sluice_celery_sent_total", queue="default") == 7
+    local = exposition(families(EngineReading(executor=replace(executor, queues=()))))
+    assert "sluice_celery_sent_total" not in names(local)

@@ -29,6 +29,9 @@ class JobItem(BaseModel):
     alive: bool
     load: int | None = Field(description="Triggers (triggerer) or tasks (executor) it holds")
     capacity: int | None
+    queues: list[str] | None = Field(
+        default=None, description="The Celery queues it consumes (a `sluice celery worker`)"
+    )
     started: str
 
 

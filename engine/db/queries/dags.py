@@ -268,6 +268,7 @@ def load_dag_tasks(session: Session) -> dict[str, list[dict[str, Any]]]:
                 "mapping": row.mapping,
                 "pool": row.pool,
                 "pool_slots": row.pool_slots,
+                "queue": row.queue,
             }
         )
     return tasks

@@ -118,6 +118,7 @@ def job_page(
                 "alive": is_alive(job, now, threshold),
                 "load": load,
                 "capacity": job.capacity,
+                "queues": job.queues.split(",") if job.queues else None,
                 "started": job.start_date.isoformat(),
             }
         )

@@ -105,3 +105,18 @@ def test_a_raising_callback_is_logged_and_the_next_still_runs(caplog) -> None:
     assert len(errors) == 1 and "RuntimeError: no" in errors[0]
     failed = [r for r in caplog.records if getattr(r, "action", "") == "callback_failed"]
     assert len(failed) == 1 and failed[0].exc_info is not None
+
+
+def test_queue_names_the_celery_queue_of_a_task() -> None:
+    with DAG("q", default_args={"queue": "etl"}, auto_register=False):
+        plain = PythonOperator(task_id="plain", python_callable=print)
+        own = PythonOperator(task_id="own", python_callable=print, queue="gpu")
+    with DAG("none", auto_register=False):
+        default = PythonOperator(task_id="default", python_callable=print)
+    assert (plain.queue, own.queue, default.queue) == ("etl", "gpu", None)
+    for bad in ("", "  ", 3):
+        with (
+            DAG("bad", auto_register=False),
+            pytest.raises(DagDefinitionError, match=r"task 't'.*queue must be a non-empty"),
+        ):
+            PythonOperator(task_id="t", python_callable=print, queue=bad)

@@ -269,3 +269,21 @@ def test_list_dag_files_skips_hidden_caches_and_plugins(tmp_path: Path) -> None:
     found = list_dag_files(tmp_path, skip=tmp_path / "p")
     assert found == [tmp_path / "a.py", tmp_path / "sub" / "b.py"]
     assert list_dag_files(tmp_path / "missing") is None
+
+
+def test_the_queue_of_each_task_is_parsed(tmp_path: Path) -> None:
+    source = """
+    from engine import DAG, task
+
+    @task
+    def noop():
+        return None
+
+    with DAG("queues", schedule=None):
+        noop.override(task_id="gpu", queue="gpu")()
+        noop.override(task_id="plain")()
+    """
+    result = parse_file(write(tmp_path, "queues.py", source))
+    assert result.ok, result.error
+    (dag,) = result.dags
+    assert {t.task_id: t.queue for t in dag.tasks} == {"gpu": "gpu", "plain": None}
