@@ -231,6 +231,10 @@ class LocalExecutor:
                 self._left_digest = None
             elif free > 0 and signalled is not None:
                 self._left_digest = await self._still_left(signalled)
+            if not idle_slots and len(self._active) < self.settings.parallelism:
+                # The claim took all it asked for and a step ended meanwhile (its end saw
+                # idle slots, so it did not nudge): more work may wait for the freed slot.
+                continue
             with anyio.move_on_after(self.settings.poll_interval_s if idle_slots else math.inf):
                 await changed.wait()
 

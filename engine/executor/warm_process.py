@@ -54,6 +54,7 @@ START_TIMEOUT_S: Final = 60.0  # imports on a loaded machine
 FORK_TIMEOUT_S: Final = 10.0  # standby requested -> its pid known
 READY_WAIT_S: Final = 5.0  # how long a step waits for a warm runner that is starting
 RESTART_BACKOFF_S: Final = 0.5
+FORK_RETRY_BACKOFF_S: Final = 0.25  # a standby that could not be forked, doubling
 
 
 def _cwd() -> str | None:
@@ -96,6 +97,8 @@ class WarmRunner:
         #: DAG imports a warm runner refused (they start a thread or open a file)
         self.skipped: list[str] = []
         self._subreaper_failed = False
+        #: set while a standby could not be forked (out of descriptors): steps start cold
+        self._fork_failing = False
         #: the task process forked ahead for the next step, and a wake-up for its changes
         self._standby: Standby | None = None
         self._changed = anyio.Event()
@@ -260,9 +263,15 @@ class WarmRunner:
         """While this warm runner serves: one standby forked ahead, a new one as soon as a
         step took it; discarded when the warm runner exits. A warm runner that cannot fork
         one is killed (``run`` replaces it)."""
+        backoff = Backoff(FORK_RETRY_BACKOFF_S)
         try:
             while True:
-                standby = await self._fork_standby(control, process)
+                try:
+                    standby = await self._fork_standby(control, process)
+                except OSError as exc:  # no descriptor for its socket or pipe, say
+                    await self._fork_failed(exc, backoff)
+                    continue
+                backoff.succeeded()
                 if standby is None:
                     if process.returncode is None and not self._subreaper_failed:
                         with suppress(ProcessLookupError):
@@ -277,6 +286,23 @@ class WarmRunner:
             self._notify()
             if standby is not None:
                 await standby.discard()
+
+    async def _fork_failed(self, exc: OSError, backoff: Backoff) -> None:
+        """No standby could be forked: steps start cold (which may fail the same way; the
+        supervisor then requeues them) until a retry after a backoff forks one."""
+        delay = backoff.failed()
+        logger.warning(
+            "Cannot fork a standby task process: %s; steps start cold, retrying in %.2fs",
+            exc,
+            delay,
+            extra={"action": "warm_standby_failed", "failures": backoff.failures},
+        )
+        self._fork_failing = True
+        self._notify()  # a step waiting for the standby starts cold now
+        try:
+            await anyio.sleep(delay)
+        finally:
+            self._fork_failing = False
 
     async def _fork_standby(self, control: socket.socket, process: Process) -> Standby | None:
         """Ask the warm runner for a standby; it is ours once reparented to us (None if
@@ -352,7 +378,7 @@ class WarmRunner:
                     self._standby = None
                     self._notify()  # the next one is forked now
                     return standby
-                if self._control is None or self._subreaper_failed:
+                if self._control is None or self._subreaper_failed or self._fork_failing:
                     return None
                 await changed.wait()
         return None

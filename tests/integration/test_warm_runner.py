@@ -6,6 +6,7 @@ death finish."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import textwrap
@@ -259,6 +260,35 @@ async def test_a_step_runs_cold_while_no_warm_runner_is_ready(env: Env, monkeypa
             assert (runner.forks, runner.fallbacks) == (0, 1)
     assert "task succeeded" in log
     assert ti.state == TaskState.SUCCESS
+
+
+async def test_a_standby_that_cannot_be_forked_leaves_steps_cold_until_a_retry_forks_one(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of descriptors for the standby's socket or pipe: the executor serves on (cold
+    starts), and the warm runner forks standbys again once it can."""
+    monkeypatch.setattr(warm_process, "FORK_RETRY_BACKOFF_S", 0.05)
+    real_fork = warm_process.WarmRunner._fork_standby
+    failing, failures = [True], [0]
+
+    async def fork(self: WarmRunner, control: Any, process: Any) -> Any:
+        if failing[0]:
+            failures[0] += 1
+            raise OSError(errno.EMFILE, "Too many open files")
+        return await real_fork(self, control, process)
+
+    monkeypatch.setattr(warm_process.WarmRunner, "_fork_standby", fork)
+    with anyio.fail_after(90):
+        async with env.executor() as executor:
+            runner = warm(executor)
+            await wait_until(lambda: runner.ready and failures[0] >= 1, within=30)
+            cold, _ = await env.run_task("ok", TaskState.SUCCESS)
+            assert (runner.forks, runner.fallbacks) == (0, 1)
+            failing[0] = False
+            await wait_until(lambda: runner._standby is not None, within=30)
+            forked, _ = await env.run_task("ok", TaskState.SUCCESS)
+            assert (runner.forks, runner.fallbacks) == (1, 1)
+    assert cold.state == forked.state == TaskState.SUCCESS
 
 
 async def test_the_executor_can_run_without_a_warm_runner(env: Env) -> None:
