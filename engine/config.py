@@ -125,6 +125,9 @@ class TriggererConfig:
     new_trigger_poll_interval_sec: float = _key(0.1, _POSITIVE)
     trigger_cleanup_timeout_sec: float = _key(10.0, _POSITIVE)
     shutdown_grace_period_sec: float = _key(30.0, _NOT_NEGATIVE)
+    #: young-generation threshold of the garbage collector while a triggerer runs
+    #: (``engine.triggerer.collector``); 0 leaves the interpreter's own settings
+    gc_young_threshold: int = _key(50_000, _NOT_NEGATIVE)
 
     @property
     def health_check_threshold_s(self) -> float:

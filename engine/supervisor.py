@@ -84,6 +84,7 @@ def triggerer_settings(config: Config, overrides: dict[str, Any]) -> TriggererSe
         cohort_grace_period_s=t.shared_stream_cohort_grace_period,
         max_asset_event_payload_bytes=config.core.max_asset_event_payload_bytes,
         keep_events_while_paused=config.scheduler.keep_events_while_paused,
+        gc_young_threshold=t.gc_young_threshold or None,
     )
 
 

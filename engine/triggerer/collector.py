@@ -12,7 +12,10 @@ stopped the event loop for up to 0.3 s each.
 ``collector_tuned(young_threshold)`` freezes the objects that exist when the triggerer
 starts (modules, classes, settings: they live as long as the process, ``gc.freeze``) and
 raises the young generation's threshold so that short-lived objects die young; both are
-undone when the last such block (several triggerers may share a process) exits. Reference
+undone when the last such block (several triggerers may share a process) exits. The
+setting is the process's: under ``sluice run`` every part of the process collects at that
+pace while the triggerer runs (``[triggerer] gc_young_threshold``, 0 to leave the
+interpreter's settings). Reference
 counting frees acyclic garbage at once whatever the thresholds: they only pace the
 collection of reference cycles.
 """
@@ -34,6 +37,9 @@ class _Tuning:
 
     holders = 0
     saved: tuple[int, ...] = ()
+    #: False when the process had frozen objects itself: they stay frozen after the last
+    #: block exits (``gc.unfreeze`` cannot tell theirs from ours)
+    unfreeze = True
 
 
 @contextlib.contextmanager
@@ -47,6 +53,8 @@ def collector_tuned(young_threshold: int | None) -> Iterator[None]:
         raise ValueError(f"young_threshold must be >= 1, got {young_threshold}")
     if _Tuning.holders == 0:
         _Tuning.saved = gc.get_threshold()
+        _Tuning.unfreeze = gc.get_freeze_count() == 0
+        gc.collect()  # garbage cycles alive now would be frozen, that is kept, until the end
     _Tuning.holders += 1
     gc.freeze()
     current = gc.get_threshold()
@@ -57,4 +65,5 @@ def collector_tuned(young_threshold: int | None) -> Iterator[None]:
         _Tuning.holders -= 1
         if _Tuning.holders == 0:  # the last one out restores (triggerers may overlap)
             gc.set_threshold(*_Tuning.saved)
-            gc.unfreeze()
+            if _Tuning.unfreeze:
+                gc.unfreeze()

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import gc
+import weakref
 
 import pytest
 
@@ -26,3 +27,22 @@ def test_none_changes_nothing_and_a_bad_threshold_is_refused() -> None:
         assert gc.get_freeze_count() == 0
     with pytest.raises(ValueError, match="young_threshold"), collector_tuned(0):
         pass
+
+
+def test_objects_the_process_froze_itself_stay_frozen_and_garbage_is_not_frozen() -> None:
+    class Node:
+        def __init__(self) -> None:
+            self.me = self  # a reference cycle: only the collector frees it
+
+    gc.freeze()  # the host application's own
+    theirs = gc.get_freeze_count()
+    try:
+        garbage = Node()
+        gone = weakref.ref(garbage)
+        del garbage
+        with collector_tuned(50_000):
+            assert gone() is None  # collected first, not frozen for the process's lifetime
+            assert gc.get_freeze_count() >= theirs
+        assert gc.get_freeze_count() >= theirs  # not unfrozen by the last one out
+    finally:
+        gc.unfreeze()
