@@ -263,17 +263,6 @@ def _is_plain_json(value: object, depth: int = 0) -> bool:
 is_plain_json: Final = _is_plain_json
 
 
-def ensure_serializable(value: object, *, where: str | Callable[[], str] = "value") -> None:
-    """Raise ``SerializationError`` (naming ``where`` and the path inside) unless ``value``
-    can be stored. Plain JSON data, the usual event payload, is accepted without encoding.
-
-    ``where`` may be a function that names the value, called only when it is not plain JSON
-    (events are checked on the fan-out hot path: no string is built for a valid one).
-    """
-    if not _is_plain_json(value):
-        serialize_value(value, where=where if isinstance(where, str) else where())
-
-
 def serialize_value(value: object, *, where: str = "value") -> JSONValue:
     """Turn ``value`` into plain JSON data; ``where`` names the value in error messages."""
     return _encode_top(value, _Site(where))
