@@ -233,16 +233,16 @@ class TriggerRunner:
         A trigger that was stopped and is still cleaning up starts again once that cleanup
         ended, so there is never more than one live attempt per trigger id.
         """
-        loop = self._loop
-        if loop is None:
-            raise RuntimeError("TriggerRunner.start() called while run() is not running")
-        if self._closing:
+        if self._closing:  # also once run() ended: a claim round may end after aclose()
             logger.debug(
                 "Not starting trigger %s: the runner is shutting down",
                 spec.trigger_id,
                 extra={"action": "trigger_start_refused", "trigger_id": spec.trigger_id},
             )
             return
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("TriggerRunner.start() called while run() is not running")
         previous = self._handles.get(spec.trigger_id)
         if previous is not None:
             if not previous.stopping:

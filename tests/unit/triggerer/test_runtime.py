@@ -588,6 +588,9 @@ async def test_start_outside_run_is_an_error_and_after_aclose_a_no_op():
             start(runner, 1, ScriptTrigger("t", "wait"))
             assert len(runner) == 0
         assert "closed triggers=0" in repr(runner)
+        # run() has ended too: a claim round of a stopping triggerer that ends only now
+        start(runner, 2, ScriptTrigger("t", "wait"))
+        assert len(runner) == 0
 
 
 async def test_two_thousand_triggers_start_and_stop_quickly():
