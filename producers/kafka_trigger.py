@@ -21,7 +21,9 @@ the shared-stream machinery works once per batch while every message still fires
 event and is rejected on its own. A subclass that overrides ``filter_shared_stream`` receives
 single ``KafkaMessage`` items, as before (it refuses one with ``reject_shared_stream_event()``):
 its consumer runs in per-message mode, under a ``shared_stream_key`` of its own (a fifth
-element, ``"per-message"``), so the two modes never share a consumer.
+element, ``"per-message"``), so the two modes never share a consumer. Give such a subclass a
+``group_id`` of its own: beside batch-mode watchers of the same group it would be a second
+member of that Kafka consumer group, and the partitions would be split between the two.
 
 One ``TriggerEvent`` per accepted message, deduplicated by ``kafka:<topic>:<partition>:<offset>``
 (a redelivery never makes a second asset event). Payload: ``topic``, ``partition``,
