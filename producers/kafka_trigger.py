@@ -53,6 +53,8 @@ import logging
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, Final
 
+import anyio.lowlevel
+
 from producers.exceptions import ProducerConfigError
 from producers.kafka import KafkaSharedStreamProducer
 from producers.kafka_client import (
@@ -101,6 +103,8 @@ _FILTER_KWARGS: Final = frozenset(
     }
 )
 _ABSENT: Final = object()
+# Messages a watcher judges from its queue of batches before it lets the event loop run.
+YIELD_EVERY_MESSAGES: Final = 2_000
 _ACCEPTED: Final = AdvanceOutcome(acked=1, failed=0)
 _REJECTED: Final = AdvanceOutcome(acked=0, failed=0, rejected=1)
 
@@ -249,9 +253,16 @@ class KafkaMessageTrigger(BaseEventTrigger):
         ``KafkaMessage`` from a per-message consumer): an event for each accepted one."""
         self._load_function()
         verdict_of = self._verdict
+        judged = 0
         async for raw in shared_stream:
             batched = type(raw) is KafkaMessageBatch
-            for message in raw.messages if batched else (raw,):
+            if batched and judged >= YIELD_EVERY_MESSAGES:
+                # A queue of batches is judged without a wait otherwise: let the loop run.
+                judged = 0
+                await anyio.lowlevel.checkpoint()
+            messages = raw.messages if batched else (raw,)
+            judged += len(messages)
+            for message in messages:
                 verdict = verdict_of(message)
                 if verdict is None:  # the usual verdict of a filtered watcher
                     continue

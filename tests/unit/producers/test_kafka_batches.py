@@ -16,6 +16,7 @@ from producers.exceptions import UncleanEventError
 from producers.kafka import KafkaSharedStreamProducer
 from producers.kafka_client import KafkaConnection, KafkaOffset
 from producers.kafka_settings import DEFAULT_BATCH_MESSAGES
+from producers.kafka_trigger import YIELD_EVERY_MESSAGES
 from shared_stream.producer import AdvanceItem, AdvanceOutcome
 from triggers.base import TriggerEvent
 
@@ -190,3 +191,25 @@ def test_the_default_filter_runs_in_batch_mode_and_an_override_per_message() -> 
     single = PerMessage.create_shared_stream_producer(custom.serialize()[1])
     assert (batched.batch_messages, single.batch_messages) == (DEFAULT_BATCH_MESSAGES, None)
     assert default._producer().batch_messages is None  # the standalone run() reads messages
+
+
+async def test_a_watcher_lets_the_loop_run_while_it_judges_a_queue_of_batches() -> None:
+    trigger = KafkaMessageTrigger(**BASE, match_fields={"never": True})
+    size = YIELD_EVERY_MESSAGES // 2
+    batches = [batch_of(*[b"{}"] * size, first=i * size) for i in range(6)]
+    ran: list[int] = []  # how many batches were judged when another task got to run
+
+    async def queued() -> Any:  # a queue that never waits, as a busy subscriber's
+        for judged, batch in enumerate(batches):
+            if judged == 5:
+                assert ran, "the other task never ran"
+            yield batch
+
+    async def other() -> None:
+        await anyio.lowlevel.checkpoint()
+        ran.append(1)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other)
+            assert [e async for e in trigger.filter_shared_stream(queued())] == []
