@@ -32,9 +32,9 @@ event derived from it), or when a subscriber refused that message alone
 (``KafkaMessage.note_rejection``, what ``KafkaMessageTrigger`` does for a filter that
 raises or a value that does not decode): the other messages of its batch stay clean.
 
-Rebalances. Every message yielded is remembered per partition, with the *epoch* of the
-partition's assignment, until its advance. On revocation the producer stops yielding the
-revoked partitions' records, waits (at most ``revoke_drain_timeout_ms``) for what was
+Rebalances. Every message (or batch) yielded is remembered per partition, with the *epoch*
+of the partition's assignment, until its advance. On revocation the producer stops yielding
+the revoked partitions' records, waits (at most ``revoke_drain_timeout_ms``) for what was
 yielded there to be advanced and committed, then gives them up: advances that arrive later
 for an older epoch commit nothing (the new owner gets those messages again; deduplication
 keys absorb the repeats). A commit never moves a partition's offset backwards.
