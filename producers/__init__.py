@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from producers.kafka import KafkaProducerStats, KafkaSharedStreamProducer
-from producers.kafka_client import KafkaConnection, KafkaMessage, KafkaOffset
+from producers.kafka_client import KafkaConnection, KafkaMessage, KafkaMessageBatch, KafkaOffset
 from producers.kafka_trigger import KafkaMessageTrigger
 from producers.sqs import SqsConnection, SqsMessage, SqsReceipt, SqsSharedStreamProducer
 from producers.sqs_trigger import SqsMessageTrigger
@@ -11,6 +11,7 @@ from producers.sqs_trigger import SqsMessageTrigger
 __all__: tuple[str, ...] = (
     "KafkaConnection",
     "KafkaMessage",
+    "KafkaMessageBatch",
     "KafkaMessageTrigger",
     "KafkaOffset",
     "KafkaProducerStats",

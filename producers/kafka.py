@@ -3,12 +3,17 @@
 Theory of operation
 -------------------
 ``open_stream`` starts an ``AIOKafkaConsumer`` (auto-commit off: only ``advance`` commits)
-and yields ``(KafkaMessage, KafkaOffset(topic, partition, offset))`` for every record. Each
-``(topic, partition)`` is its own advance lane, so a slow message holds back commits of its
-partition only. ``advance`` receives a partition's contiguous resolved prefix and commits
-``offset + 1`` of its last item (Kafka commits are cumulative). Once
-``max_inflight_messages`` yielded messages wait for their advance, no more are fetched
-until advances catch up: the backlog held in memory behind the consumer stays bounded.
+and yields ``(KafkaMessage, KafkaOffset(topic, partition, offset))`` for every record; or,
+with ``batch_messages`` set (batch mode), ``(KafkaMessageBatch, KafkaOffset(topic, partition,
+last offset))`` for every run of at most ``batch_messages`` consecutive records of one
+partition from one fetch: the shared-stream machinery (fan-out, ack ledger, subscriber
+queues, advance) then works once per batch instead of once per message, while each
+subscriber still judges, and fires for, every message. Each ``(topic, partition)`` is its
+own advance lane, so a slow message holds back commits of its partition only. ``advance``
+receives a partition's contiguous resolved prefix and commits ``offset + 1`` of its last
+message (Kafka commits are cumulative). Once ``max_inflight_messages`` yielded messages
+wait for their advance, no more are fetched until advances catch up: the backlog held in
+memory behind the consumer stays bounded.
 
 Non-clean items (a subscriber rejected or failed the message, or nobody was subscribed) are
 handled by ``on_unclean``, a choice the user makes explicitly:
@@ -21,9 +26,15 @@ handled by ``on_unclean``, a choice the user makes explicitly:
   watchers fail and restart, and the broker redelivers from that message;
 - ``"commit"``: committed past like a clean message, with a warning.
 
-Rebalances. Every message yielded is remembered per partition, with the *epoch* of the
-partition's assignment, until its advance. On revocation the producer stops yielding the
-revoked partitions' records, waits (at most ``revoke_drain_timeout_ms``) for what was
+In batch mode a message is non-clean when its batch is (every message of it then is: a
+subscriber failed it, e.g. ack timeout, overflow, a crashed filter, or the store refused an
+event derived from it), or when a subscriber refused that message alone
+(``KafkaMessage.note_rejection``, what ``KafkaMessageTrigger`` does for a filter that
+raises or a value that does not decode): the other messages of its batch stay clean.
+
+Rebalances. Every message (or batch) yielded is remembered per partition, with the *epoch*
+of the partition's assignment, until its advance. On revocation the producer stops yielding
+the revoked partitions' records, waits (at most ``revoke_drain_timeout_ms``) for what was
 yielded there to be advanced and committed, then gives them up: advances that arrive later
 for an older epoch commit nothing (the new owner gets those messages again; deduplication
 keys absorb the repeats). A commit never moves a partition's offset backwards.
@@ -49,6 +60,7 @@ from producers.kafka_bootstrap import capture_bootstrap_errors
 from producers.kafka_client import (
     KafkaConnection,
     KafkaMessage,
+    KafkaMessageBatch,
     KafkaOffset,
     message_from_record,
     translate_kafka_error,
@@ -70,12 +82,10 @@ from producers.kafka_settings import (
     resolve_on_unclean,
     unclean_stop_error,
 )
-from shared_stream.producer import SharedStreamProducer
+from shared_stream.producer import AdvanceItem, AdvanceOutcome, SharedStreamProducer
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
-
-    from shared_stream.producer import AdvanceItem
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +125,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         max_poll_records: int = DEFAULT_MAX_POLL_RECORDS,
         max_inflight_messages: int = DEFAULT_MAX_INFLIGHT_MESSAGES,
         advance_timeout_s: float = DEFAULT_ADVANCE_TIMEOUT_S,
+        batch_messages: int | None = None,
         consumer_options: Mapping[str, Any] | None = None,
         settings_digest: str = "",
     ) -> None:
@@ -143,6 +154,9 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         if max_inflight_messages < 1:
             raise ValueError(f"max_inflight_messages must be >= 1, got {max_inflight_messages}")
         self._max_inflight = max_inflight_messages
+        if batch_messages is not None and batch_messages < 1:
+            raise ValueError(f"batch_messages must be >= 1 or None, got {batch_messages}")
+        self.batch_messages = batch_messages
         self._advance_timeout_s = advance_timeout_s
         self._consumer: Any = None
         self._dead_letters: Any = None
@@ -164,7 +178,9 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
 
     # -- the stream -----------------------------------------------------------------------
 
-    async def open_stream(self) -> AsyncGenerator[tuple[KafkaMessage, KafkaOffset], None]:
+    async def open_stream(
+        self,
+    ) -> AsyncGenerator[tuple[KafkaMessage | KafkaMessageBatch, KafkaOffset], None]:
         if self._opened:
             raise RuntimeError(f"{self!r}: open_stream() runs once per producer")
         self._opened = True
@@ -190,8 +206,34 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                     extra={"action": "kafka.fetched", "group_id": self.group_id},
                 )
             for tp, records in fetched.items():
-                for item in self._admit(tp, records):
-                    yield item
+                if self.batch_messages is None:
+                    for item in self._admit(tp, records):
+                        yield item
+                else:
+                    for batch in self._admit_batches(tp, records):
+                        yield batch
+
+    def _admit_batches(
+        self, tp: Any, records: list[Any]
+    ) -> Iterator[tuple[KafkaMessageBatch, KafkaOffset]]:
+        """Yield the records of ``tp`` in batches while this epoch owns the partition."""
+        key = (tp.topic, tp.partition)
+        epoch = self._book.yielding_epoch(key)
+        if epoch is None:
+            return
+        digest = self.settings_digest
+        topic, partition = key
+        size = self.batch_messages
+        assert size is not None
+        for start in range(0, len(records), size):
+            chunk = records[start : start + size]
+            batch = KafkaMessageBatch(
+                topic, partition, [message_from_record(record, digest) for record in chunk]
+            )
+            if not self._book.record(key, epoch, batch):
+                return  # revoked meanwhile: the next owner reads these again
+            self.stats.messages += len(chunk)
+            yield batch, tuple.__new__(KafkaOffset, (topic, partition, chunk[-1].offset))
 
     def _admit(self, tp: Any, records: list[Any]) -> Iterator[tuple[KafkaMessage, KafkaOffset]]:
         """Yield (message, offset) for the records of ``tp`` while this epoch owns it."""
@@ -251,8 +293,9 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         topic, partition, _ = batch[0].broker_payload
         key = (topic, partition)
         try:
+            dropped_before = self._book.dropped
             live = self._book.begin_advance(key, batch)
-            dropped = len(batch) - len(live)
+            dropped = self._book.dropped - dropped_before
             if dropped:
                 self._dropped(key, dropped)
             if live:
@@ -273,8 +316,9 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         )
 
     async def _settle(
-        self, key: tuple[str, int], live: list[tuple[AdvanceItem, KafkaMessage]]
+        self, key: tuple[str, int], raws: list[tuple[AdvanceItem, KafkaMessage | KafkaMessageBatch]]
     ) -> None:
+        live = _per_message(raws)
         unclean = [index for index, (item, _) in enumerate(live) if not item.outcome.is_clean]
         if unclean and self.on_unclean == "stop":
             first = unclean[0]
@@ -463,3 +507,40 @@ class _RebalanceListener(ConsumerRebalanceListener):  # type: ignore[misc]  # un
 
 def _partition_list(tps: set[Any]) -> list[str]:
     return sorted(f"{tp.topic}/{tp.partition}" for tp in tps)
+
+
+def _per_message(
+    raws: list[tuple[AdvanceItem, KafkaMessage | KafkaMessageBatch]],
+) -> list[tuple[AdvanceItem, KafkaMessage]]:
+    """Each message of ``raws`` with the outcome it was resolved with.
+
+    A batch's messages share its outcome, except the ones a subscriber refused alone
+    (``note_rejection``): those count each rejection as a rejected subscriber instead of
+    an acked one. A single message stands for itself (per-message mode).
+    """
+    if all(type(raw) is KafkaMessage for _, raw in raws):
+        return raws  # type: ignore[return-value]  # per-message mode: nothing to split
+    live: list[tuple[AdvanceItem, KafkaMessage]] = []
+    for item, raw in raws:
+        if type(raw) is not KafkaMessageBatch:
+            live.append((item, raw))  # type: ignore[arg-type]
+            continue
+        outcome = item.outcome
+        messages = raw.messages
+        if outcome.is_clean and not any(message.rejections for message in messages):
+            live.append((item, messages[-1]))  # clean throughout: its last one commits it
+            continue
+        for message in messages:
+            rejections = message.rejections
+            if not rejections:
+                live.append((item, message))
+                continue
+            refused = len(rejections)
+            own = AdvanceOutcome(
+                acked=max(outcome.acked - refused, 0),
+                failed=outcome.failed,
+                rejected=outcome.rejected + refused,
+            )
+            offset = tuple.__new__(KafkaOffset, (message.topic, message.partition, message.offset))
+            live.append((AdvanceItem(offset, own), message))
+    return live

@@ -1,9 +1,11 @@
 """What the Kafka producer and trigger share: connection settings, messages, error translation.
 
 ``KafkaConnection`` holds the connection and security settings (secrets are hidden from
-``repr``); ``KafkaMessage`` is the raw event a Kafka shared stream fans out (a plain object,
-so filters are testable without a broker); ``translate_kafka_error`` is the one place where
-aiokafka's exceptions become ``producers.exceptions`` ones.
+``repr``); ``KafkaMessage`` is one consumed record (a plain object, so filters are testable
+without a broker), and ``KafkaMessageBatch`` the consecutive messages of one partition that
+a Kafka shared stream fans out as one raw event (see ``producers.kafka``);
+``translate_kafka_error`` is the one place where aiokafka's exceptions become
+``producers.exceptions`` ones.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from producers.exceptions import (
 from producers.kafka_bootstrap import BootstrapFailure, describe
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -191,6 +193,44 @@ class KafkaMessage:
     def note_rejection(self, trigger_id: int | None, reason: str) -> None:
         """Record that ``trigger_id`` rejected this message and why."""
         self.rejections = (*self.rejections, Rejection(trigger_id, reason))
+
+
+class KafkaMessageBatch:
+    """Consecutive messages of one partition, fetched together: one raw event of a Kafka
+    shared stream in batch mode (``producers.kafka``), fanned out, resolved and advanced as
+    one. Its broker payload is the ``KafkaOffset`` of its last message.
+
+    Read-only by contract, as its messages are: every subscriber receives the same object.
+    A subscriber refuses one message of it with ``message.note_rejection``, not with
+    ``reject_shared_stream_event()`` (which would refuse the whole batch).
+    """
+
+    __slots__ = ("messages", "partition", "topic")
+
+    def __init__(self, topic: str, partition: int, messages: Sequence[KafkaMessage]) -> None:
+        if not messages:
+            raise ValueError(f"a KafkaMessageBatch of {topic}/{partition} needs messages")
+        self.topic = topic
+        self.partition = partition
+        self.messages = messages
+
+    @property
+    def last_offset(self) -> int:
+        """The offset of its last message (its advance commits the next one)."""
+        return self.messages[-1].offset
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def __iter__(self) -> Iterator[KafkaMessage]:
+        return iter(self.messages)
+
+    def __repr__(self) -> str:
+        first = self.messages[0].offset
+        return (
+            f"<KafkaMessageBatch {self.topic}/{self.partition} offsets {first}..{self.last_offset}"
+            f" ({len(self.messages)} messages)>"
+        )
 
 
 def message_from_record(record: Any, settings_digest: str = "") -> KafkaMessage:

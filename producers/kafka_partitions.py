@@ -1,17 +1,21 @@
 """Which Kafka partitions a producer owns, and what it yielded on them: pure bookkeeping.
 
 Each assignment of a partition to this consumer is an *epoch* (counted up on every
-assignment). Every message yielded is remembered with its epoch until its advance; the
-shared-stream manager advances each partition (lane) in yield order, so an advance batch is
-always the oldest remembered messages of its partition. A message may be committed only
-while its epoch is the partition's current one and the partition is owned; a commit never
-moves the offset back. No I/O, no clock: ``KafkaSharedStreamProducer`` drives it.
+assignment). Every raw event yielded (a message, or a ``KafkaMessageBatch`` of consecutive
+messages) is remembered with its epoch until its advance; the shared-stream manager
+advances each partition (lane) in yield order, so an advance batch is always the oldest
+remembered raw events of its partition; ``inflight`` counts messages, not raw events. A
+message may be committed only while its epoch is the partition's current one and the
+partition is owned; a commit never moves the offset back. No I/O, no clock:
+``KafkaSharedStreamProducer`` drives it.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from typing import TYPE_CHECKING
+
+from producers.kafka_client import KafkaMessageBatch
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -31,7 +35,8 @@ class _Partition:
         self.revoking = False
         self.advancing = 0  # advances of this partition running now
         self.committed_to = -1  # offset last committed in this epoch (the next one to read)
-        self.inflight: deque[tuple[int, KafkaMessage]] = deque()  # (epoch, message) yielded
+        # (epoch, raw event) yielded, not advanced yet
+        self.inflight: deque[tuple[int, KafkaMessage | KafkaMessageBatch]] = deque()
 
     def __repr__(self) -> str:
         return (
@@ -46,6 +51,8 @@ class PartitionBook:
 
     def __init__(self) -> None:
         self._partitions: dict[PartitionKey, _Partition] = {}
+        self._inflight = 0  # messages yielded and not advanced yet, every partition
+        self.dropped = 0  # messages advanced after their epoch ended (not committable)
 
     # -- rebalances -----------------------------------------------------------------------
 
@@ -75,7 +82,9 @@ class PartitionBook:
         for key in keys:
             state = self._partitions[key]
             state.owned = state.revoking = False
-            left += len(state.inflight)
+            left += sum(
+                len(raw) if type(raw) is KafkaMessageBatch else 1 for _, raw in state.inflight
+            )
         return left
 
     # -- yielding -------------------------------------------------------------------------
@@ -87,35 +96,44 @@ class PartitionBook:
             return None
         return state.epoch
 
-    def record(self, key: PartitionKey, epoch: int, message: KafkaMessage) -> bool:
-        """Remember a message about to be yielded; False when ``epoch`` no longer owns it."""
+    def record(self, key: PartitionKey, epoch: int, raw: KafkaMessage | KafkaMessageBatch) -> bool:
+        """Remember a raw event about to be yielded; False when ``epoch`` no longer owns it."""
         state = self._partitions[key]
         if state.epoch != epoch or not state.owned or state.revoking:
             return False
-        state.inflight.append((epoch, message))
+        state.inflight.append((epoch, raw))
+        self._inflight += len(raw) if type(raw) is KafkaMessageBatch else 1
         return True
 
     # -- advancing ------------------------------------------------------------------------
 
     def begin_advance(
         self, key: PartitionKey, batch: Sequence[AdvanceItem]
-    ) -> list[tuple[AdvanceItem, KafkaMessage]]:
-        """Forget the batch's messages; returns those still committable (current epoch).
+    ) -> list[tuple[AdvanceItem, KafkaMessage | KafkaMessageBatch]]:
+        """Forget the batch's raw events; returns those still committable (current epoch).
 
         Call ``end_advance(key)`` when the advance is over, whatever happened.
         """
         state = self._partitions[key]
         state.advancing += 1
-        live = []
+        live: list[tuple[AdvanceItem, KafkaMessage | KafkaMessageBatch]] = []
         for item in batch:
-            epoch, message = state.inflight.popleft()
-            if message.offset != item.broker_payload[2]:
+            epoch, raw = state.inflight.popleft()
+            if isinstance(raw, KafkaMessageBatch):
+                offset = raw.last_offset
+                self._inflight -= len(raw)
+            else:
+                offset = raw.offset
+                self._inflight -= 1
+            if offset != item.broker_payload[2]:
                 raise RuntimeError(
-                    f"advance of {item.broker_payload} does not match the next message "
-                    f"yielded on {key[0]}/{key[1]} (offset {message.offset})"
+                    f"advance of {item.broker_payload} does not match the next raw event "
+                    f"yielded on {key[0]}/{key[1]} (last offset {offset})"
                 )
             if epoch == state.epoch and state.owned:
-                live.append((item, message))
+                live.append((item, raw))
+            else:
+                self.dropped += len(raw) if type(raw) is KafkaMessageBatch else 1
         return live
 
     def end_advance(self, key: PartitionKey) -> None:
@@ -138,7 +156,8 @@ class PartitionBook:
 
     @property
     def inflight(self) -> int:
-        return sum(len(state.inflight) for state in self._partitions.values())
+        """Messages yielded and not advanced yet (a batch counts its messages)."""
+        return self._inflight
 
     def __repr__(self) -> str:
         return f"<PartitionBook owned={self.owned} inflight={self.inflight}>"

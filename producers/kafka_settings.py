@@ -30,6 +30,10 @@ DEFAULT_MAX_POLL_RECORDS: Final = 1_000
 # bounded backlog, not the whole topic (every message held is ~15 Python objects, and the
 # garbage collector's full passes grow with them: unbounded, they took half the CPU).
 DEFAULT_MAX_INFLIGHT_MESSAGES: Final = 8_000
+# Messages per raw event of a batch-mode consumer (``producers.kafka``): at most this many
+# consecutive records of one partition from one fetch are fanned out, resolved and advanced
+# as one ``KafkaMessageBatch``.
+DEFAULT_BATCH_MESSAGES: Final = 250
 DEFAULT_ADVANCE_TIMEOUT_S: Final = 30.0
 FETCH_WAIT_MS: Final = 500
 DEAD_LETTER_HEADER: Final = "sluice.dead_letter."

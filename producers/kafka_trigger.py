@@ -12,8 +12,18 @@ stored. Each watcher filters the shared messages on its own:
 
 A message the filter does not accept yields nothing (the watcher has processed it). A filter
 that raises, or a value that does not decode as ``value_format`` (``"json"`` / ``"text"``),
-*rejects* the message (``reject_shared_stream_event()``): it goes the dead-letter path of
+*rejects* the message (``message.note_rejection``): it goes the dead-letter path of
 ``on_unclean`` (see ``producers.kafka``) and the watcher keeps running.
+
+The shared consumer runs in batch mode: each raw event its watchers receive is a
+``KafkaMessageBatch`` (consecutive messages of one partition), judged message by message, so
+the shared-stream machinery works once per batch while every message still fires its own
+event and is rejected on its own. A subclass that overrides ``filter_shared_stream`` receives
+single ``KafkaMessage`` items, as before (it refuses one with ``reject_shared_stream_event()``):
+its consumer runs in per-message mode, under a ``shared_stream_key`` of its own (a fifth
+element, ``"per-message"``), so the two modes never share a consumer. Give such a subclass a
+``group_id`` of its own: beside batch-mode watchers of the same group it would be a second
+member of that Kafka consumer group, and the partitions would be split between the two.
 
 One ``TriggerEvent`` per accepted message, deduplicated by ``kafka:<topic>:<partition>:<offset>``
 (a redelivery never makes a second asset event). Payload: ``topic``, ``partition``,
@@ -43,12 +53,21 @@ import logging
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, Final
 
+import anyio.lowlevel
+
 from producers.exceptions import ProducerConfigError
 from producers.kafka import KafkaSharedStreamProducer
-from producers.kafka_client import DEFAULT_CLIENT_ID, KafkaConnection, split_servers
+from producers.kafka_client import (
+    DEFAULT_CLIENT_ID,
+    KafkaConnection,
+    KafkaMessage,
+    KafkaMessageBatch,
+    split_servers,
+)
 from producers.kafka_codec import VALUE_FORMATS, Undecodable, decoded_value, event_payload, text_of
 from producers.kafka_settings import (
     DEFAULT_AUTO_OFFSET_RESET,
+    DEFAULT_BATCH_MESSAGES,
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_REBALANCE_TIMEOUT_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
@@ -69,8 +88,6 @@ if TYPE_CHECKING:
         Sequence,
     )
 
-    from producers.kafka_client import KafkaMessage
-
 logger = logging.getLogger(__name__)
 
 _SECRETS: Final = frozenset({"sasl_plain_password", "ssl_password"})
@@ -86,6 +103,8 @@ _FILTER_KWARGS: Final = frozenset(
     }
 )
 _ABSENT: Final = object()
+# Messages a watcher judges from its queue of batches before it lets the event loop run.
+YIELD_EVERY_MESSAGES: Final = 2_000
 _ACCEPTED: Final = AdvanceOutcome(acked=1, failed=0)
 _REJECTED: Final = AdvanceOutcome(acked=0, failed=0, rejected=1)
 
@@ -208,32 +227,55 @@ class KafkaMessageTrigger(BaseEventTrigger):
         # by connection id: the key is the same before (parse) and after (triggerer) the
         # connection is resolved
         where = f"connection:{kw['kafka_config_id']}" if kw["kafka_config_id"] else None
-        return ("kafka", where or kw["bootstrap_servers"], kw["group_id"], tuple(kw["topics"]))
+        key = ("kafka", where or kw["bootstrap_servers"], kw["group_id"], tuple(kw["topics"]))
+        # A consumer yields batches or single messages (``judges_batches``): one per mode.
+        return key if type(self).judges_batches() else (*key, "per-message")
 
     @classmethod
     def connection_settings(cls, kwarg: str, connection: Mapping[str, Any]) -> dict[str, Any]:
         return settings_from_connection(connection)
 
     @classmethod
+    def judges_batches(cls) -> bool:
+        """True when the class keeps this ``filter_shared_stream``, which judges the
+        ``KafkaMessageBatch`` raw events of a batch-mode consumer; a subclass that overrides
+        it receives single ``KafkaMessage`` items (per-message mode)."""
+        return cls.filter_shared_stream is KafkaMessageTrigger.filter_shared_stream
+
+    @classmethod
     def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> KafkaSharedStreamProducer:
-        return cls(**kwargs)._producer()
+        return cls(**kwargs)._producer(batched=cls.judges_batches())
 
     async def filter_shared_stream(
         self, shared_stream: AsyncIterator[Any]
     ) -> AsyncIterator[TriggerEvent]:
+        """Judge every message of every raw event (a ``KafkaMessageBatch``, or a single
+        ``KafkaMessage`` from a per-message consumer): an event for each accepted one."""
         self._load_function()
         verdict_of = self._verdict
-        async for message in shared_stream:
-            verdict = verdict_of(message)
-            if verdict is None:  # the usual verdict of a filtered watcher
-                continue
-            if not isinstance(verdict, (TriggerEvent, str)):
-                verdict = await verdict  # an async apply_function
-            if isinstance(verdict, TriggerEvent):
-                yield verdict
-            elif verdict is not None:
-                message.note_rejection(self.trigger_id, verdict)
-                reject_shared_stream_event()
+        judged = 0
+        async for raw in shared_stream:
+            batched = type(raw) is KafkaMessageBatch
+            if batched and judged >= YIELD_EVERY_MESSAGES:
+                # A queue of batches is judged without a wait otherwise: let the loop run.
+                judged = 0
+                await anyio.lowlevel.checkpoint()
+            messages = raw.messages if batched else (raw,)
+            judged += len(messages)
+            for message in messages:
+                verdict = verdict_of(message)
+                if verdict is None:  # the usual verdict of a filtered watcher
+                    continue
+                if not isinstance(verdict, (TriggerEvent, str)):
+                    verdict = await verdict  # an async apply_function
+                if isinstance(verdict, TriggerEvent):
+                    yield verdict
+                elif verdict is not None:
+                    # Refuses this message only; its batch's others stay clean (the
+                    # producer dead-letters what was noted, ``producers.kafka``).
+                    message.note_rejection(self.trigger_id, verdict)
+                    if not batched:
+                        reject_shared_stream_event()
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Alone, without the shared-stream manager: commits each message once moved past.
@@ -242,10 +284,11 @@ class KafkaMessageTrigger(BaseEventTrigger):
         a message is committed when the caller asks for the next event.
         """
         self._load_function()
-        producer = self._producer()
+        producer = self._producer(batched=False)
         try:
             async with aclosing(producer.open_stream()) as stream:
                 async for message, offset in stream:
+                    assert isinstance(message, KafkaMessage)  # a per-message producer's
                     verdict = await self._evaluate(message)
                     outcome = _ACCEPTED
                     if isinstance(verdict, TriggerEvent):
@@ -407,7 +450,7 @@ class KafkaMessageTrigger(BaseEventTrigger):
         text = json.dumps(shared, sort_keys=True, default=repr)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    def _producer(self) -> KafkaSharedStreamProducer:
+    def _producer(self, *, batched: bool = False) -> KafkaSharedStreamProducer:
         kw = self._kwargs
         connection = KafkaConnection(
             bootstrap_servers=split_servers(kw["bootstrap_servers"]),
@@ -431,6 +474,7 @@ class KafkaMessageTrigger(BaseEventTrigger):
             session_timeout_ms=kw["session_timeout_ms"],
             heartbeat_interval_ms=kw["heartbeat_interval_ms"],
             rebalance_timeout_ms=kw["rebalance_timeout_ms"],
+            batch_messages=DEFAULT_BATCH_MESSAGES if batched else None,
             consumer_options=kw["consumer_options"],
             settings_digest=self._settings_digest(),
         )

@@ -20,6 +20,7 @@ from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import KafkaMessageTrigger
 from producers.exceptions import BrokerRefused, BrokerUnavailable, UncleanEventError
 from shared_stream import SharedStreamManager, SharedStreamTerminated
+from shared_stream.subscriber import reject_shared_stream_event
 from shared_stream.testing import SubscriberHarness
 from tests.services_kafka import (
     FAST_GROUP,
@@ -34,6 +35,7 @@ from tests.services_kafka import (
     watcher_specs,
 )
 from tests.waiting import eventually, wait_until
+from triggers.base import TriggerEvent
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -147,6 +149,51 @@ async def test_rejected_messages_go_to_the_dead_letter_topic_with_headers(
     assert "boom on 4242" in json.loads(boom["sluice.dead_letter.errors"])[0]["reason"]
     failed = [r for r in caplog.records if getattr(r, "action", None) == "kafka.filter_failed"]
     assert [r.trigger_id for r in failed] == [12]
+
+
+class OddRefusingTrigger(KafkaMessageTrigger):
+    """A user subclass with its own filter: it receives single messages (per-message mode)
+    and refuses one with ``reject_shared_stream_event()``."""
+
+    seen: list[Any]
+
+    async def filter_shared_stream(self, shared_stream: Any) -> Any:
+        self.seen = []
+        async for message in shared_stream:
+            self.seen.append(message)
+            n = json.loads(message.value)["n"]
+            if n % 2:
+                message.note_rejection(self.trigger_id, "odd")
+                reject_shared_stream_event()
+            else:
+                yield TriggerEvent({"n": n})
+
+
+async def test_a_subclass_with_its_own_filter_gets_single_messages_beside_batches(
+    kafka: KafkaBroker,
+) -> None:
+    topic, dead = kafka.create_topic(1), kafka.create_topic(1, prefix="dlt")
+    await produce(kafka.bootstrap, topic, [(0, None, b'{"n": %d}' % n, []) for n in range(6)])
+    custom = OddRefusingTrigger(**_kwargs(kafka, topic, "custom", dead_letter_topic=dead))
+    default = KafkaMessageTrigger(**_kwargs(kafka, topic, "default"))
+    custom.trigger_id, default.trigger_id = 1, 2
+    assert custom.shared_stream_key() != default.shared_stream_key()
+    with anyio.fail_after(30):
+        async with SharedStreamManager() as manager, anyio.create_task_group() as tg:
+            harnesses = [
+                SubscriberHarness(manager, custom, trigger_id=1),
+                SubscriberHarness(manager, default, trigger_id=2),
+            ]
+            for harness in harnesses:
+                tg.start_soon(harness.run)
+            await _wait_committed(kafka, "custom", topic, {0: 6})
+            await _wait_committed(kafka, "default", topic, {0: 6})
+            await manager.stop_all()
+    assert [type(m).__name__ for m in custom.seen] == ["KafkaMessage"] * 6
+    assert [e.payload["n"] for e in harnesses[0].events] == [0, 2, 4]
+    assert [e.dedup_key for e in harnesses[1].events] == [f"kafka:{topic}:0:{n}" for n in range(6)]
+    dead_letters = await read_topic(kafka.bootstrap, dead, expected=3)
+    assert sorted(json.loads(r.value)["n"] for r in dead_letters) == [1, 3, 5]
 
 
 @pytest.mark.parametrize(
