@@ -13,7 +13,8 @@ own advance lane, so a slow message holds back commits of its partition only. ``
 receives a partition's contiguous resolved prefix and commits ``offset + 1`` of its last
 message (Kafka commits are cumulative). Once ``max_inflight_messages`` yielded messages
 wait for their advance, no more are fetched until advances catch up: the backlog held in
-memory behind the consumer stays bounded.
+memory behind the consumer stays bounded (its ``max_poll_interval_ms`` defaults to an hour,
+so that a consumer waiting so does not leave its group).
 
 Non-clean items (a subscriber rejected or failed the message, or nobody was subscribed) are
 handled by ``on_unclean``, a choice the user makes explicitly:
@@ -71,6 +72,7 @@ from producers.kafka_settings import (
     DEFAULT_AUTO_OFFSET_RESET,
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_MAX_INFLIGHT_MESSAGES,
+    DEFAULT_MAX_POLL_INTERVAL_MS,
     DEFAULT_MAX_POLL_RECORDS,
     DEFAULT_REBALANCE_TIMEOUT_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
@@ -137,6 +139,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self.on_unclean = resolve_on_unclean(on_unclean, dead_letter_topic)
         self.settings_digest = settings_digest
         self._consumer_kwargs: dict[str, Any] = {
+            "max_poll_interval_ms": DEFAULT_MAX_POLL_INTERVAL_MS,
             **check_consumer_options(consumer_options or {}),
             "group_id": group_id,
             "auto_offset_reset": auto_offset_reset,

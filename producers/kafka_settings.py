@@ -34,6 +34,11 @@ DEFAULT_MAX_INFLIGHT_MESSAGES: Final = 8_000
 # consecutive records of one partition from one fetch are fanned out, resolved and advanced
 # as one ``KafkaMessageBatch``.
 DEFAULT_BATCH_MESSAGES: Final = 250
+# aiokafka leaves the group when no records were fetched for this long (its default is 300 s,
+# the shared-stream ack timeout's default too): a consumer held at ``max_inflight_messages``
+# while the store is slow does not fetch, and must not give its partitions up for that
+# (a stuck event loop still leaves, by the session timeout). ``consumer_options`` may set it.
+DEFAULT_MAX_POLL_INTERVAL_MS: Final = 3_600_000
 DEFAULT_ADVANCE_TIMEOUT_S: Final = 30.0
 FETCH_WAIT_MS: Final = 500
 DEAD_LETTER_HEADER: Final = "sluice.dead_letter."

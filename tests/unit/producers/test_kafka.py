@@ -647,3 +647,21 @@ async def test_top_level_fields_match_by_equality_and_presence(
     nested = value.replace(b"{", b'{"x": {"y": 1}, ', 1) if value.startswith(b"{") else value
     assert bool(await judged(top, msg(value))) is matches
     assert bool(await judged(dotted, msg(nested.replace(b", }", b"}")))) is matches
+
+
+@pytest.mark.parametrize(
+    ("options", "interval_ms"), [({}, 3_600_000), ({"max_poll_interval_ms": 600_000}, 600_000)]
+)
+def test_a_consumer_held_back_by_the_in_flight_bound_stays_in_its_group(
+    options: dict[str, Any], interval_ms: int
+) -> None:
+    """aiokafka leaves the group after ``max_poll_interval_ms`` without fetched records (300 s
+    by default, as the ack timeout): the producer's default is an hour, ``consumer_options``
+    may set it."""
+    producer = KafkaSharedStreamProducer(
+        connection=KafkaConnection(bootstrap_servers=("b:9092",)),
+        group_id="g",
+        topics=["orders"],
+        consumer_options=options,
+    )
+    assert producer._consumer_kwargs["max_poll_interval_ms"] == interval_ms
