@@ -71,21 +71,26 @@ def is_celery_worker(job: dict[str, Any]) -> bool:
     return bool(job.get("queues"))
 
 
-def shown_jobs(jobs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def shown_jobs(
+    jobs: list[dict[str, Any]], *, celery: bool = False
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(Celery workers, every other part), each job with its ``status`` and ``part`` name;
-    live ones first, then dead, then ended, by type and id."""
+    live ones first, then dead, then ended, by type and id. With ``celery`` (the executor
+    kind) an executor that is no worker is the sender of the tries."""
     order = {"alive": 0, "dead": 1, "ended": 2}
     shown = [
-        {
-            **job,
-            "status": job_status(job),
-            "part": PART_NAMES.get(job["type"], job["type"]),
-        }
-        for job in jobs
+        {**job, "status": job_status(job), "part": _part_name(job, celery=celery)} for job in jobs
     ]
     shown.sort(key=lambda j: (order[j["status"]], j["type"], j["id"]))
     workers = [j for j in shown if is_celery_worker(j)]
     return workers, [j for j in shown if not is_celery_worker(j)]
+
+
+def _part_name(job: dict[str, Any], *, celery: bool) -> str:
+    if celery and job["type"] == "executor" and not is_celery_worker(job):
+        return "executor (sends tries to Celery)"
+    kind = str(job["type"])
+    return PART_NAMES.get(kind, kind)
 
 
 @router.get("/jobs", response_class=HTMLResponse)
@@ -105,7 +110,7 @@ async def jobs_page(
         return jobs, ops_view.list_queues(session, now=now, config=config)
 
     jobs, queues = await database.read(read)
-    workers, parts = shown_jobs(jobs["items"])
+    workers, parts = shown_jobs(jobs["items"], celery=queues["executor_kind"] == "celery")
     thresholds, default_s = ops_view.liveness(config)
     return page(
         request,

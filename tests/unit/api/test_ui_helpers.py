@@ -97,6 +97,10 @@ def test_the_engine_page_puts_celery_workers_apart_and_live_jobs_first() -> None
         (3, "scheduler", "dead"),
         (1, "DAG processor", "ended"),
     ]
+    _, parts = shown_jobs(jobs, celery=True)  # the executor that is no worker sends tries
+    assert [j["part"] for j in parts if j["type"] == "executor"] == [
+        "executor (sends tries to Celery)"
+    ]
 
 
 def test_graph_items_link_each_node_to_its_page_and_flag_a_failing_watcher() -> None:
