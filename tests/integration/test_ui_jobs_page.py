@@ -193,9 +193,14 @@ def test_names_from_the_outside_are_escaped(fleet: Fleet) -> None:
     assert "<script>alert" not in page and "<img src=x" not in page
 
 
-def test_the_page_needs_a_login(fleet: Fleet) -> None:
-    answer = fleet.api.client().get("/jobs")
+def test_the_page_needs_a_login_and_is_served_like_every_page(fleet: Fleet) -> None:
+    client = fleet.api.client()
+    answer = client.get("/jobs")
     assert answer.status_code in (302, 303, 307) and "/login" in answer.headers["location"]
+    fleet.api.login(client, "vic")
+    answer = client.get("/jobs")
+    assert answer.status_code == 200 and answer.headers["cache-control"] == "no-store"
+    assert "script-src 'self';" in answer.headers["content-security-policy"]
 
 
 def test_the_rest_api_lists_the_running_tries_and_the_queues(fleet: Fleet) -> None:
