@@ -224,6 +224,21 @@ def test_triggers_by_triggerer_and_shared_stream_lag(
     shoot(page, screenshot_dir, "streams")
 
 
+def test_the_engine_page_shows_each_part_alive(
+    context: BrowserContext, screenshot_dir: Path
+) -> None:
+    page = log_in(context, "vic", "/triggers")
+    page.get_by_role("link", name="Engine").click()
+    expect(page.locator("h1")).to_contain_text("Engine parts")
+    parts = page.get_by_test_id("parts")
+    for part in ("scheduler", "executor", "triggerer", "dag_processor", "api"):
+        row = parts.locator(f'tr[data-part="{part}"]').filter(has_text="alive").first
+        expect(row).to_be_visible()
+    # the local executor: no Celery section
+    expect(page.get_by_test_id("workers")).to_have_count(0)
+    shoot(page, screenshot_dir, "engine")
+
+
 def test_a_viewer_sees_no_action_and_a_forged_post_is_refused(
     context: BrowserContext, ui_engine: UiEngine
 ) -> None:

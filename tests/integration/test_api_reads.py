@@ -80,6 +80,7 @@ def _all_get_paths(world: World) -> list[str]:
         "/api/v1/asset-graph",
         "/api/v1/triggers",
         "/api/v1/jobs?include_ended=true",
+        "/api/v1/queues",
         "/api/v1/streams",
         "/api/v1/openapi.json",
     ]

@@ -1,7 +1,10 @@
-"""Engine parts and their heartbeats (the CLI's ``sluice jobs list``).
+"""Engine parts and their heartbeats (the CLI's ``sluice jobs list``), and the Celery queues.
 
 - ``GET /jobs``: a page of jobs by type then id (``?job_type=&include_ended=``): host, pid,
-  state, heartbeat age, alive?, load (triggers or tasks held) and capacity.
+  state, heartbeat age, alive?, load (triggers or tasks held), capacity, a Celery worker's
+  queues and, for an executor job, the tries it runs now;
+- ``GET /queues``: per Celery queue, the tries queued and running and the live workers that
+  consume it (what ``sluice_celery_queue_tries`` counts).
 """
 
 from functools import partial
@@ -19,6 +22,15 @@ from engine.db.views import ops as ops_view
 router = APIRouter(tags=["jobs"])
 
 
+class RunningTry(BaseModel):
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int = Field(description="The copy of a mapped task (-1: an unmapped task)")
+    try_number: int
+    started: str | None
+
+
 class JobItem(BaseModel):
     id: int
     type: str = Field(description="dag_processor, scheduler, executor, triggerer, api")
@@ -33,6 +45,24 @@ class JobItem(BaseModel):
         default=None, description="The Celery queues it consumes (a `sluice celery worker`)"
     )
     started: str
+    ended: str | None = None
+    running_tries: list[RunningTry] | None = Field(
+        default=None,
+        description="An executor's (local or Celery worker) tries running now, oldest first "
+        "(at most 100; `load` counts them all)",
+    )
+
+
+class QueueItem(BaseModel):
+    queue: str
+    queued: int = Field(description="Tries sent to the queue that no worker started yet")
+    running: int
+    workers: list[int] = Field(description="Ids of the live worker jobs that consume it")
+
+
+class Queues(BaseModel):
+    executor_kind: str = Field(description="[executor] kind: local or celery")
+    items: list[QueueItem]
 
 
 @router.get("/jobs", response_model=Page[JobItem], summary="Engine parts and their heartbeats")
@@ -55,3 +85,8 @@ async def list_jobs(
         offset=offset,
     )
     return await read(database, query)
+
+
+@router.get("/queues", response_model=Queues, summary="Celery queues: tries and workers")
+async def list_queues(_: ReaderDep, database: DatabaseDep, config: ConfigDep) -> dict[str, Any]:
+    return await read(database, partial(ops_view.list_queues, now=utcnow(), config=config))

@@ -10,7 +10,8 @@ page's route, mounted at ``/`` by ``engine.api.app``.
 - ``run_pages``: ``/dags/{dag_id}/runs/{run_id}``, a task's page with its log by try
   (``.../tasks/{task_id}``, ``.../log`` for the live tail) and the clear action;
 - ``asset_pages``: ``/assets``, ``/assets/{name}`` (events, emit), ``/asset-graph``;
-- ``fleet_pages``: ``/triggers`` (by triggerer), ``/streams`` (shared-stream groups);
+- ``fleet_pages``: ``/jobs`` (the engine's parts, Celery workers and queues), ``/triggers``
+  (by triggerer), ``/streams`` (shared-stream groups);
 - ``why_page``: ``/dags/{dag_id}/why``;
 - pure helpers: ``grid`` (the runs grid's rows), ``graph_layout`` (a layered layout),
   ``drawing`` (the asset graph as SVG paths), ``sparkline``, ``states`` (a state's colour

@@ -1,11 +1,12 @@
-"""The engine's own pages: triggers grouped by the triggerer that runs them (with the jobs'
-heartbeats), and the shared-stream groups with their lag per lane and a sparkline of their
-recent backlog.
+"""The engine's own pages: its parts and Celery workers with their heartbeats (and the
+Celery queues), triggers grouped by the triggerer that runs them, and the shared-stream
+groups with their lag per lane and a sparkline of their recent backlog.
 
-Reads through ``engine.db.views.ops`` (what ``GET /api/v1/triggers``, ``/jobs`` and
-``/sharedStreams`` answer).
+Reads through ``engine.db.views.ops`` (what ``GET /api/v1/jobs``, ``/queues``,
+``/triggers`` and ``/streams`` answer).
 """
 
+from datetime import timedelta
 from functools import partial
 from typing import Any, Final
 
@@ -23,6 +24,18 @@ from engine.db.views.common import MAX_LIMIT
 
 #: These pages describe a live engine: they reload themselves this often.
 REFRESH_S: Final = 5
+
+#: The jobs page also lists the parts that ended this recently.
+RECENTLY_ENDED_S: Final = 3600.0
+
+#: How each job type is named on the jobs page (an unknown one by its type).
+PART_NAMES: Final = {
+    "scheduler": "scheduler",
+    "executor": "executor",
+    "triggerer": "triggerer",
+    "dag_processor": "DAG processor",
+    "api": "API server",
+}
 
 router = APIRouter(include_in_schema=False)
 
@@ -43,6 +56,78 @@ def by_triggerer(
     owned = [g for key, g in groups.items() if key is not None]
     owned.sort(key=lambda g: (not (g["job"] and g["job"]["alive"]), g["owner_id"]))
     return owned + ([groups[None]] if None in groups else [])
+
+
+def job_status(job: dict[str, Any]) -> str:
+    """``alive`` (heartbeating within the health threshold), ``dead`` (still marked running
+    but silent: killed, or its host lost) or ``ended`` (it stopped and said so)."""
+    if job["alive"]:
+        return "alive"
+    return "dead" if job["ended"] is None else "ended"
+
+
+def is_celery_worker(job: dict[str, Any]) -> bool:
+    """A ``sluice celery worker``: the one kind of job that records the queues it consumes."""
+    return bool(job.get("queues"))
+
+
+def shown_jobs(
+    jobs: list[dict[str, Any]], *, celery: bool = False
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(Celery workers, every other part), each job with its ``status`` and ``part`` name;
+    live ones first, then dead, then ended, by type and id. With ``celery`` (the executor
+    kind) an executor that is no worker is the sender of the tries."""
+    order = {"alive": 0, "dead": 1, "ended": 2}
+    shown = [
+        {**job, "status": job_status(job), "part": _part_name(job, celery=celery)} for job in jobs
+    ]
+    shown.sort(key=lambda j: (order[j["status"]], j["type"], j["id"]))
+    workers = [j for j in shown if is_celery_worker(j)]
+    return workers, [j for j in shown if not is_celery_worker(j)]
+
+
+def _part_name(job: dict[str, Any], *, celery: bool) -> str:
+    if celery and job["type"] == "executor" and not is_celery_worker(job):
+        return "executor (sends tries to Celery)"
+    kind = str(job["type"])
+    return PART_NAMES.get(kind, kind)
+
+
+@router.get("/jobs", response_class=HTMLResponse)
+async def jobs_page(
+    request: Request, _principal: UiReaderDep, database: DatabaseDep, config: ConfigDep
+) -> HTMLResponse:
+    now = utcnow()
+
+    def read(session: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        jobs = ops_view.list_jobs(
+            session,
+            now=now,
+            config=config,
+            ended_since=now - timedelta(seconds=RECENTLY_ENDED_S),
+            limit=MAX_LIMIT,
+        )
+        return jobs, ops_view.list_queues(session, now=now, config=config)
+
+    jobs, queues = await database.read(read)
+    workers, parts = shown_jobs(jobs["items"], celery=queues["executor_kind"] == "celery")
+    thresholds, default_s = ops_view.liveness(config)
+    return page(
+        request,
+        "jobs.html",
+        "/jobs",
+        workers=workers,
+        parts=parts,
+        total=jobs["total"],
+        shown=len(jobs["items"]),
+        live=sum(1 for j in jobs["items"] if j["alive"]),
+        queues=queues["items"],
+        celery=queues["executor_kind"] == "celery" or bool(workers),
+        threshold_s=default_s,
+        triggerer_threshold_s=thresholds[TRIGGERER_JOB],
+        recently_s=RECENTLY_ENDED_S,
+        refresh_s=REFRESH_S,
+    )
 
 
 @router.get("/triggers", response_class=HTMLResponse)

@@ -39,6 +39,9 @@ FAILING_WATCHER_WINDOW_S: Final = 300.0
 
 _HELD_STATES: Final = (TaskState.QUEUED, TaskState.RUNNING)
 
+#: At most this many of one executor job's running tries are listed (its load counts all).
+RUNNING_TRIES_SHOWN: Final = 100
+
 
 #: job type -> seconds of heartbeat age after which it counts as dead
 Thresholds = dict[str, float]
@@ -87,18 +90,26 @@ def job_page(
     thresholds: Thresholds,
     default_threshold_s: float,
     include_ended: bool = False,
+    ended_since: datetime | None = None,
     job_type: str | None = None,
     limit: int | None = None,
     offset: int = 0,
 ) -> tuple[list[dict[str, Any]], int]:
-    """A page of ``list_jobs`` (by type, then id), of one ``job_type``, and the total."""
+    """A page of ``list_jobs`` (by type, then id), of one ``job_type``, and the total; the
+    jobs that ended at or after ``ended_since`` are listed too. Each executor job (local or
+    a Celery worker) also has the tries it is running (``running_tries``, the first
+    ``RUNNING_TRIES_SHOWN``)."""
     query = select(Job).order_by(Job.job_type, Job.id)
-    if not include_ended:
+    if ended_since is not None and not include_ended:
+        query = query.where((Job.state == JobState.RUNNING) | (Job.end_date >= ended_since))
+    elif not include_ended:
         query = query.where(Job.state == JobState.RUNNING)
     if job_type is not None:
         query = query.where(Job.job_type == job_type)
     triggers, tasks = _loads(session)
     found, total = fetch_page(session, query, limit=limit, offset=offset)
+    executors = [job.id for (job,) in found if _runs_tasks(job)]
+    running = _running_tries(session, executors)
     rows = []
     for (job,) in found:
         threshold = thresholds.get(job.job_type, default_threshold_s)
@@ -120,9 +131,65 @@ def job_page(
                 "capacity": job.capacity,
                 "queues": job.queues.split(",") if job.queues else None,
                 "started": job.start_date.isoformat(),
+                "ended": None if job.end_date is None else job.end_date.isoformat(),
+                "running_tries": running.get(job.id, []) if _runs_tasks(job) else None,
             }
         )
     return rows, total
+
+
+def _runs_tasks(job: Job) -> bool:
+    """An executor job (local, a Celery sender or worker): one with slots, not a triggerer."""
+    return job.job_type != TRIGGERER_JOB and job.capacity is not None
+
+
+def _running_tries(session: Session, job_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """Executor job id -> the tries it runs (``running`` under it), oldest first, at most
+    ``RUNNING_TRIES_SHOWN`` each: where to find each one's page and since when it runs."""
+    if not job_ids:
+        return {}
+    query = (
+        select(
+            TaskInstance.executor_job_id,
+            TaskInstance.dag_id,
+            DagRun.run_id,
+            TaskInstance.task_id,
+            TaskInstance.map_index,
+            TaskInstance.try_number,
+            TaskInstance.start_date,
+        )
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .where(TaskInstance.executor_job_id.in_(job_ids), TaskInstance.state == TaskState.RUNNING)
+        .order_by(TaskInstance.executor_job_id, TaskInstance.id)
+    )
+    found: dict[int, list[dict[str, Any]]] = {}
+    for job_id, dag_id, run_id, task_id, map_index, try_number, started in session.execute(query):
+        mine = found.setdefault(job_id or 0, [])  # never None: filtered by job id above
+        if len(mine) < RUNNING_TRIES_SHOWN:
+            mine.append(
+                {
+                    "dag_id": dag_id,
+                    "run_id": run_id,
+                    "task_id": task_id,
+                    "map_index": map_index,
+                    "try_number": try_number,
+                    "started": None if started is None else started.isoformat(),
+                }
+            )
+    return found
+
+
+def queue_consumers(session: Session, *, now: datetime, threshold_s: float) -> dict[str, list[int]]:
+    """Celery queue -> the live worker jobs that consume it (by id)."""
+    query = (
+        select(Job).where(Job.state == JobState.RUNNING, Job.queues.is_not(None)).order_by(Job.id)
+    )
+    consumers: dict[str, list[int]] = {}
+    for job in session.execute(query).scalars():
+        if job.queues and is_alive(job, now, threshold_s):
+            for queue in job.queues.split(","):
+                consumers.setdefault(queue, []).append(job.id)
+    return consumers
 
 
 def _trigger_servers(session: Session) -> tuple[dict[int, str], dict[int, str]]:

@@ -1,4 +1,5 @@
-"""The engine's parts as shown: jobs (host, pid, heartbeat, alive?), triggers and their
+"""The engine's parts as shown: jobs (host, pid, heartbeat, alive?, the tries an executor
+runs), the Celery queues (tries queued and running, live workers), triggers and their
 owners (never their kwargs), and shared-stream groups (lag per lane, oldest unresolved
 event, advance rate, a short history).
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from engine.db.queries import celery as celery_sql
 from engine.db.queries import inspection
 from engine.db.queries import streams as streams_sql
 from engine.db.queries.jobs import TRIGGERER_JOB
@@ -38,12 +40,15 @@ def list_jobs(
     now: datetime,
     config: Config,
     include_ended: bool = False,
+    ended_since: datetime | None = None,
     job_type: str | None = None,
     limit: int | None = None,
     offset: int = 0,
 ) -> dict[str, Any]:
-    """A page of jobs (running ones unless ``include_ended``), by type then id: host, pid,
-    state, heartbeat age, alive?, load (triggers or tasks held) and capacity."""
+    """A page of jobs (running ones, those ended since ``ended_since``, or all with
+    ``include_ended``), by type then id: host, pid, state, heartbeat age, alive?, load
+    (triggers or tasks held), capacity, when it started and ended, a Celery worker's
+    queues and, for an executor job, the tries it runs now."""
     check_page(limit, offset)
     thresholds, default = liveness(config)
     rows, total = inspection.job_page(
@@ -52,11 +57,32 @@ def list_jobs(
         thresholds=thresholds,
         default_threshold_s=default,
         include_ended=include_ended,
+        ended_since=ended_since,
         job_type=job_type,
         limit=limit,
         offset=offset,
     )
     return page(rows, total, limit, offset)
+
+
+def list_queues(session: Session, *, now: datetime, config: Config) -> dict[str, Any]:
+    """The Celery queues, by name: tries ``queued`` (sent, no worker started them) and
+    ``running`` of the tasks routed to each (what ``sluice_celery_queue_tries`` counts),
+    and the live workers that consume it (``workers``, job ids); a queue that only a worker
+    consumes shows zeros. ``executor_kind`` says whether tries go through Celery at all."""
+    _, threshold_s = liveness(config)
+    counts = celery_sql.queue_counts(session, default_queue=config.celery.default_queue)
+    consumers = inspection.queue_consumers(session, now=now, threshold_s=threshold_s)
+    items = [
+        {
+            "queue": name,
+            "queued": counts.get(name, (0, 0))[0],
+            "running": counts.get(name, (0, 0))[1],
+            "workers": consumers.get(name, []),
+        }
+        for name in sorted(set(counts) | set(consumers))
+    ]
+    return {"executor_kind": config.executor.kind, "items": items}
 
 
 def list_triggers(

@@ -1,15 +1,16 @@
 """The web UI's small pure helpers: the runs grid's rows, triggers grouped by triggerer,
-the asset graph's items and links, when an asset page follows new runs, form JSON fields,
-times and durations."""
+the engine page's jobs (Celery workers apart, live ones first), the asset graph's items and
+links, when an asset page follows new runs, form JSON fields, times and durations."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 from engine.api.ui.asset_pages import awaits_runs, graph_items
-from engine.api.ui.fleet_pages import by_triggerer
+from engine.api.ui.fleet_pages import by_triggerer, shown_jobs
 from engine.api.ui.grid import GridRow, grid_rows
 from engine.api.ui.rendering import (
     asset_url,
@@ -61,6 +62,45 @@ def test_triggers_are_grouped_by_triggerer_live_ones_first_then_unclaimed() -> N
         (None, [2]),
     ]
     assert groups[3]["job"] is None
+
+
+def _job(
+    job_id: int, job_type: str, status: str, queues: list[str] | None = None
+) -> dict[str, Any]:
+    return {
+        "id": job_id,
+        "type": job_type,
+        "alive": status == "alive",
+        "ended": "2026-11-27T10:00:00+00:00" if status == "ended" else None,
+        "queues": queues,
+    }
+
+
+def test_the_engine_page_puts_celery_workers_apart_and_live_jobs_first() -> None:
+    jobs = [
+        _job(1, "dag_processor", "ended"),
+        _job(2, "executor", "dead", ["gpu"]),
+        _job(3, "scheduler", "dead"),
+        _job(4, "executor", "alive", ["default", "gpu"]),
+        _job(5, "triggerer", "alive"),
+        _job(6, "executor", "alive"),  # the Celery sender, or a local executor
+        _job(7, "api", "alive"),
+        _job(8, "something_new", "alive"),
+    ]
+    workers, parts = shown_jobs(jobs)
+    assert [(j["id"], j["status"]) for j in workers] == [(4, "alive"), (2, "dead")]
+    assert [(j["id"], j["part"], j["status"]) for j in parts] == [
+        (7, "API server", "alive"),
+        (6, "executor", "alive"),
+        (8, "something_new", "alive"),
+        (5, "triggerer", "alive"),
+        (3, "scheduler", "dead"),
+        (1, "DAG processor", "ended"),
+    ]
+    _, parts = shown_jobs(jobs, celery=True)  # the executor that is no worker sends tries
+    assert [j["part"] for j in parts if j["type"] == "executor"] == [
+        "executor (sends tries to Celery)"
+    ]
 
 
 def test_graph_items_link_each_node_to_its_page_and_flag_a_failing_watcher() -> None:
