@@ -9,7 +9,8 @@ router. Each route depends on ``engine.api.security`` for who may call it and re
 - ``tasks``: ``/dags/{dag_id}/runs/{run_id}/tasks`` (list, show, logs, results, clear, set
   state) and ``/dags/{dag_id}/clear``;
 - ``assets``: ``/assets``, ``/asset-events`` (list, emit), ``/asset-graph``;
-- ``triggers``, ``jobs``, ``streams``: ``/triggers``, ``/jobs``, ``/streams``;
+- ``triggers``, ``jobs``, ``streams``: ``/triggers``, ``/jobs`` and ``/queues`` (tries per
+  Celery queue), ``/streams``;
 - ``why``: ``/dags/{dag_id}/why`` (``engine.db.views.why``).
 
 Errors are problem JSON: 404 for an unknown id, 409 for an action the current state does
