@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import and_, or_, select, true, update
 
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: the key of a callback request's ``data`` that describes a try of a dead executor
-LOST_TRY: str = "lost_try"
+LOST_TRY: Final = "lost_try"
 
 
 @dataclass(frozen=True, slots=True)
