@@ -2,7 +2,9 @@
 
 Theory of operation. The scheduler writes a ``dag`` request when it ends a run of a DAG
 with callbacks; the task supervisor writes a ``task`` request when a task's own process could
-not run its outcome callback (killed, crashed). Every executor runs a ``CallbackRunner``
+not run its outcome callback (killed, crashed); the scheduler writes one when it fails a
+running try whose executor died (built here from the task instance, with a first line for
+the try's log saying why it ended). Every executor runs a ``CallbackRunner``
 beside its task slots: it claims requests no live executor holds
 (``engine.db.queries.callbacks``), at most ``concurrency`` at a time, starts one child per
 request, sends it a ``CallbackSpec``, appends what the child prints to the task's log (a
