@@ -2,7 +2,9 @@
 
 Theory of operation. The scheduler writes a ``dag`` request when it ends a run of a DAG
 with callbacks; the task supervisor writes a ``task`` request when a task's own process could
-not run its outcome callback (killed, crashed). Every executor runs a ``CallbackRunner``
+not run its outcome callback (killed, crashed); the scheduler writes one when it fails a
+running try whose executor died (built here from the task instance, with a first line for
+the try's log saying why it ended). Every executor runs a ``CallbackRunner``
 beside its task slots: it claims requests no live executor holds
 (``engine.db.queries.callbacks``), at most ``concurrency`` at a time, starts one child per
 request, sends it a ``CallbackSpec``, appends what the child prints to the task's log (a
@@ -28,15 +30,18 @@ import socket
 import subprocess
 import sys
 from contextlib import suppress
+from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Final, Protocol
 
 import anyio
 
 from engine.db.queries import callbacks as callbacks_sql
+from engine.db.queries import orphans as orphans_sql
+from engine.db.queries import tasks as tasks_sql
 from engine.exceptions import DatabaseError
 from engine.executor.callback_runner import DAG_KIND, TASK, CallbackSpec
-from engine.executor.outcomes import Decision, build_spec
+from engine.executor.outcomes import Decision, Outcome, build_spec, outcome_line
 from engine.executor.task_logs import TaskLogWriter, log_path, safe_component
 from engine.executor.task_requests import TaskRequestServer
 from engine.executor.task_runner import TaskSpec, build_context, with_results
@@ -53,7 +58,6 @@ if TYPE_CHECKING:
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
     from engine.db.queries.tasks import TaskRun
-    from engine.executor.outcomes import Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -278,9 +282,10 @@ class CallbackRunner:
 
     async def _run_and_delete(self, request: callbacks_sql.Request) -> None:
         try:
-            spec, log_file = await self._db.run(partial(self._prepare, request=request))
+            prepare = partial(self._prepare, request=request)
+            spec, log_file, first_line = await self._db.run(prepare)
         except (KeyError, TypeError, ValueError) as exc:  # written by another version
-            spec, log_file = None, None
+            spec, log_file, first_line = None, None, ""
             logger.error(
                 "Callback request %s cannot be read (%s); dropped",
                 request.id,
@@ -288,7 +293,7 @@ class CallbackRunner:
                 extra={"action": "callback_dropped", "request_id": request.id},
             )
         if spec is not None and log_file is not None:
-            await self._run_child(request, spec, log_file)
+            await self._run_child(request, spec, log_file, first_line)
         elif log_file is not None:
             logger.warning(
                 "Callback request %s: run %s of DAG %s is gone; dropped",
@@ -303,13 +308,17 @@ class CallbackRunner:
 
     def _prepare(
         self, session: Session, request: callbacks_sql.Request
-    ) -> tuple[CallbackSpec | None, Path]:
+    ) -> tuple[CallbackSpec | None, Path, str]:
+        """The request's callback (None: its run or task is gone), the log it writes to, and
+        a line to write there first."""
         folder = self.settings.task_log_folder
         if request.kind == DAG_KIND:
             log_file = dag_callback_log(folder, request.dag_id, request.run_id)
             run = callbacks_sql.load_callback_run(session, request.dag_id, request.run_id)
             spec = None if run is None else dag_callback_spec(request, run, self.settings)
-            return spec, log_file
+            return spec, log_file, ""
+        if orphans_sql.LOST_TRY in request.data:
+            return self._prepare_lost_try(session, request)
         spec = CallbackSpec(**request.data["callback_spec"])
         task_spec = TaskSpec.from_json(spec.spec)
         path = log_path(
@@ -320,13 +329,46 @@ class CallbackRunner:
             task_spec.try_number,
             map_index=spec.map_index,
         )
-        return spec, path
+        return spec, path, ""
+
+    def _prepare_lost_try(
+        self, session: Session, request: callbacks_sql.Request
+    ) -> tuple[CallbackSpec | None, Path, str]:
+        """A running try whose executor died, which the scheduler failed
+        (``engine.db.queries.orphans``): its failure or retry callback, and the line that says
+        why the try ended for its log (its own executor never wrote one)."""
+        data = request.data[orphans_sql.LOST_TRY]
+        try_number = int(data["try_number"])
+        ended_at = datetime.fromisoformat(data["ended_at"])
+        path = log_path(
+            self.settings.task_log_folder,
+            request.dag_id,
+            request.run_id,
+            str(data["task_id"]),
+            try_number,
+            map_index=int(data["map_index"]),
+        )
+        load = tasks_sql.load_task_run
+        run = load(session, int(data["ti_id"]), try_number=try_number, now=ended_at)
+        if run is None:
+            return None, path, ""
+        retry_at = data.get("retry_at")
+        outcome = Outcome(
+            Decision.FAIL if retry_at is None else Decision.RETRY,
+            reason=str(data["reason"]),
+            retry_at=None if retry_at is None else datetime.fromisoformat(retry_at),
+            retry_wait_s=float(data.get("retry_wait_s") or 0.0),
+        )
+        spec = lost_callback_spec(run, outcome, self.settings)
+        return spec, path, outcome_line(outcome, run, now=ended_at)
 
     async def _run_child(
-        self, request: callbacks_sql.Request, spec: CallbackSpec, path: Path
+        self, request: callbacks_sql.Request, spec: CallbackSpec, path: Path, first_line: str = ""
     ) -> None:
         log = TaskLogWriter(path, secrets=self.settings.secrets)
         try:
+            if first_line:
+                await log.write(first_line.encode())
             process, channel = await self._spawn(request)  # none: no header in the log
             server = TaskRequestServer(
                 db=self._db,

@@ -23,8 +23,9 @@ with encrypted kwargs + ``deferred`` state). Then the slot is free: a deferred t
 slot while it waits.
 
 Every write is guarded by this executor's job id, so a task recovered from an executor
-presumed dead (``tasks.recover_orphaned_tasks``, called by the scheduler) is never
-overwritten. A child outlives neither its executor (it exits when its stdin closes) nor the
+presumed dead (``orphans.recover_orphaned_tasks``, called by the scheduler: a queued try
+goes back to ``scheduled``, a running one's try failed, retried per the task's retries) is
+never overwritten. A child outlives neither its executor (it exits when its stdin closes) nor the
 execution deadline (killed ``kill_grace_s`` after it), nor an operator action that took its
 task instance out of ``running`` (clear, set-state, a cancelled or timed-out run): every
 ``heartbeat_s`` the executor looks for such changes and stops those children's process

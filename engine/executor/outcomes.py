@@ -4,7 +4,8 @@ No I/O and no clock (``now`` is an argument): the executor (``engine.executor``)
 what happened to the child process, writes what comes out. Also builds the ``TaskSpec``
 sent to the child and the header / closing lines of the task log.
 
-A failed try with tries left is ``up_for_retry`` until ``retry_at`` (``retry_wait_s``:
+A failed try with tries left is ``up_for_retry`` until ``retry_at`` (the rule of
+``engine.db.queries.retries``, which the scheduler shares for a try whose executor died:
 Airflow's ``retry_delay`` / ``retry_exponential_backoff`` / ``max_retry_delay``); it holds
 no executor slot meanwhile, and the scheduler makes it ``scheduled`` again once that time
 has passed (``engine.db.queries.runs.release_due_retries``).
@@ -13,15 +14,16 @@ has passed (``engine.db.queries.runs.release_due_retries``).
 from __future__ import annotations
 
 import enum
-import hashlib
-import math
 import signal
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from engine.authoring.context import FAIL_METHOD
 from engine.db.queries.deferrals import deferral_deadline
+from engine.db.queries.retries import MAX_BACKOFF_S as MAX_BACKOFF_S
+from engine.db.queries.retries import next_try_at
+from engine.db.queries.retries import retry_wait_s as retry_wait_s
 from engine.executor.task_runner import (
     DEFERRED,
     SKIPPED,
@@ -43,10 +45,6 @@ if TYPE_CHECKING:
 
 
 ERROR_IN_HEADER_MAX_CHARS: Final = 500
-#: Airflow's ``[core] max_task_retry_delay``: an exponential backoff waits at most a day.
-MAX_BACKOFF_S: Final = 24 * 60 * 60
-#: Past this many doublings any retry delay is over ``MAX_BACKOFF_S`` (keeps floats finite).
-_MAX_DOUBLINGS: Final = 64
 
 
 class Decision(enum.StrEnum):
@@ -132,49 +130,22 @@ def read_result(out: bytes) -> tuple[TaskResult | None, str | None]:
         return None, f"unreadable task result: {exc}"
 
 
-def retry_wait_s(
-    *,
-    delay_s: float,
-    exponential_backoff: bool,
-    max_delay_s: float | None,
-    try_number: int,
-    key: str,
-) -> float:
-    """Seconds a failed try waits before the next one, by Airflow's rule.
-
-    Without backoff: ``retry_delay`` (``max_retry_delay`` does not apply, as in Airflow).
-    With it, after try ``n``: a base of ``retry_delay * 2 ** (n - 1)`` rounded up to whole
-    seconds (at least 1), plus a jitter in ``[0, base)`` that ``key`` (the task instance and
-    try) fixes, so tasks failing together spread out and the same try always gets the same
-    wait; at most ``MAX_BACKOFF_S``, then at most ``max_retry_delay``.
-    """
-    if not exponential_backoff:
-        return delay_s
-    doublings = min(max(try_number - 1, 0), _MAX_DOUBLINGS)
-    base = max(math.ceil(delay_s * 2.0**doublings), 1)
-    if base >= MAX_BACKOFF_S:
-        wait = float(MAX_BACKOFF_S)
-    else:
-        digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
-        wait = float(min(base + int.from_bytes(digest, "big") % base, MAX_BACKOFF_S))
-    return wait if max_delay_s is None else min(wait, max_delay_s)
-
-
 def _retry_or_fail(run: TaskRun, elapsed_s: float, reason: str | None, now: datetime) -> Outcome:
     """A failed try: retried after its delay while tries remain, else failed."""
-    if run.try_number > run.max_tries:
-        return Outcome(Decision.FAIL, elapsed_s, reason=reason)
-    wait_s = retry_wait_s(
+    retry = next_try_at(
+        dag_id=run.dag_id,
+        task_id=run.task_id,
+        run_id=run.run_id,
+        try_number=run.try_number,
+        max_tries=run.max_tries,
         delay_s=run.retry_delay_s,
         exponential_backoff=run.retry_exponential_backoff,
         max_delay_s=run.max_retry_delay_s,
-        try_number=run.try_number,
-        key=f"{run.dag_id}#{run.task_id}#{run.run_id}#{run.try_number}",
+        now=now,
     )
-    try:
-        retry_at = now + timedelta(seconds=wait_s)
-    except OverflowError:  # a retry_delay of centuries: as late as a datetime goes
-        retry_at = datetime.max.replace(tzinfo=UTC)
+    if retry is None:
+        return Outcome(Decision.FAIL, elapsed_s, reason=reason)
+    retry_at, wait_s = retry
     return Outcome(Decision.RETRY, elapsed_s, reason=reason, retry_at=retry_at, retry_wait_s=wait_s)
 
 

@@ -45,7 +45,7 @@ from engine.authoring.timetables import DataInterval, TimeRestriction, timetable
 from engine.db import models
 from engine.db.heartbeat import heartbeat_forever
 from engine.db.models import DagRunState, JobState, TaskState
-from engine.db.queries import actions, backfills, callbacks, deferrals, jobs, runs, tasks
+from engine.db.queries import actions, backfills, callbacks, deferrals, jobs, orphans, runs
 from engine.exceptions import SluiceError
 from engine.metrics.readings import SchedulerReading
 from engine.retry import Backoff
@@ -311,7 +311,9 @@ class Scheduler:
             )
 
     async def _recover_orphans(self) -> None:
-        """Tasks held by an executor that stopped heartbeating go back to ``scheduled``."""
+        """Tasks held by an executor that stopped heartbeating: a queued one goes back to
+        ``scheduled``, a running one's try failed (``up_for_retry`` or ``failed`` by its
+        retries: ``engine.db.queries.orphans``)."""
         now = time.monotonic()
         threshold = self.settings.executor_health_check_threshold_s
         if now - self._last_recovery < self.settings.heartbeat_s:
@@ -321,7 +323,8 @@ class Scheduler:
             # either. Give them a threshold to catch up before calling them dead.
             return
         self._last_recovery = now
-        recovered = await self._db.run(partial(tasks.recover_orphaned_tasks, threshold_s=threshold))
+        recover = partial(orphans.recover_orphaned_tasks, threshold_s=threshold, now=self._clock())
+        recovery = await self._db.run(recover)
         released = await self._db.run(
             partial(actions.release_orphaned_restarts, threshold_s=threshold)
         )
@@ -331,13 +334,19 @@ class Scheduler:
                 released,
                 extra={"action": "restarts_released", "ti_ids": released},
             )
-        if recovered:
+        if recovery.requeued:
             logger.warning(
-                "Recovered %d task(s) of a dead executor: %s",
-                len(recovered),
-                recovered,
-                extra={"action": "tasks_recovered"},
+                "Recovered %d queued task(s) of a dead executor: %s",
+                len(recovery.requeued),
+                recovery.requeued,
+                extra={"action": "tasks_recovered", "ti_ids": recovery.requeued},
             )
+            if self._on_tasks_scheduled:
+                self._on_tasks_scheduled()
+        for lost in recovery.lost:
+            _log_lost_try(lost)
+        if recovery.lost:
+            self.nudge()  # decide the runs of the failed tries now
 
     def _create_asset_run(self, session: Session, dag_id: str) -> int | None:
         queued = runs.lock_queued_dag(session, dag_id)
@@ -487,6 +496,24 @@ class Scheduler:
 
     def _start_from_trigger(self, session: Session, ti_id: int) -> None:
         deferrals.start_from_trigger(session, self._cipher, ti_id)
+
+
+def _log_lost_try(lost: orphans.LostTry) -> None:
+    if lost.retry_at is None:
+        outcome = "failed"
+    else:
+        outcome = f"up for retry at {lost.retry_at.isoformat(timespec='milliseconds')}"
+    logger.warning(
+        "Task %s.%s (run %s, try %d of %d): %s; the try failed, %s",
+        lost.dag_id,
+        lost.task_id,
+        lost.run_id,
+        lost.try_number,
+        lost.max_tries + 1,
+        lost.reason,
+        outcome,
+        extra={"action": "task_lost", "state": lost.state, **lost.log_fields()},
+    )
 
 
 def _stored_info(dag: runs.TimeDag) -> DagRunInfo:

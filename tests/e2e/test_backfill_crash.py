@@ -1,6 +1,7 @@
 """``sluice dags backfill`` with a real engine killed (SIGKILL) mid-way and started again, on
 SQLite and PostgreSQL: every logical date runs to success exactly once, never two runs at
-a time (``--max-active-runs 1``), and the backfill completes."""
+a time (``--max-active-runs 1``), and the backfill completes. (A try killed with the engine
+is a failed try: the task's one retry runs it again once the next engine recovers it.)"""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from engine import dag, task
     is_paused_upon_creation=True,
 )
 def nightly():
-    @task
+    @task(retries=1, retry_delay=0)
     def load(ds):
         time.sleep(1.0)
         return ds

@@ -7,7 +7,10 @@ the test sees which process ran what and how often. The checks are the HA promis
 - every DAG run is created once: rounds of distinct flag files fired while both schedulers
   run make exactly one run per asset event (each event consumed by one run, no run without one),
 - every task completes once: the victim is killed while it runs tasks (``hold`` tasks that
-  wait for a release file) and each of those completes once, as try 2, on the survivor,
+  wait for a release file, ``retries=1``): a try whose worker died counts as a failed try, so
+  each of those completes once, as try 2, on the survivor,
+- a task without retries that the victim was running when it died ends ``failed`` (its
+  failure callback runs once, on the survivor, with the reason; its run fails),
 - every deferred task resumes once, also one whose trigger the victim owned when it died,
 - killing an engine loses nothing: the survivor owns every trigger within the health
   threshold (2.1 x the heartbeat) plus one claim interval plus a 2 s margin for a loaded
@@ -40,6 +43,7 @@ from engine.db.models import (
     Trigger,
 )
 from engine.db.queries import runs
+from engine.task_log_files import read_task_log
 from engine.triggerer.triggerer import CLAIM_IDLE_INTERVAL_S
 from tests.e2e.helpers import (
     asset_event_count,
@@ -91,7 +95,8 @@ def journal(line):
         os.close(fd)
 
 
-@task
+# A try killed with its engine is a failed try: one retry, at once, finishes it.
+@task(retries=1, retry_delay=0)
 def record(dag_id, run_id, task_id, try_number):
     key = f"{{dag_id}}/{{run_id}}/{{task_id}}"
     journal(f"start {{key}} {{try_number}} {{os.getppid()}}")
@@ -100,7 +105,7 @@ def record(dag_id, run_id, task_id, try_number):
     return key
 
 
-@task
+@task(retries=1, retry_delay=0)
 def hold(dag_id, run_id, task_id, try_number):
     # Busy until the test releases it: the engine running it is killed mid-work.
     key = f"{{dag_id}}/{{run_id}}/{{task_id}}"
@@ -142,6 +147,23 @@ class DeferThenRecord(BaseOperator):
 
 with DAG("deferring", schedule=None):
     DeferThenRecord(task_id="wait")
+
+
+def failed_once(context):
+    key = f"{{context['dag_id']}}/{{context['run_id']}}/{{context['task_id']}}"
+    message = str(context["exception"]).replace(" ", "_")
+    journal(f"failcb {{key}} {{context['ti'].try_number}} {{os.getppid()}} {{message}}")
+
+
+@task(retries=0, on_failure_callback=failed_once)
+def doomed(dag_id, run_id, task_id, try_number):
+    key = f"{{dag_id}}/{{run_id}}/{{task_id}}"
+    journal(f"start {{key}} {{try_number}} {{os.getppid()}}")
+    time.sleep(HOLD_LIMIT_S)  # until its engine is killed
+
+
+with DAG("doomed", schedule=None):
+    doomed() >> record()
 """
 
 Entry = tuple[str, str, int, int]  # kind, dag_id/run_id/task_id, try number, engine pid
@@ -153,7 +175,7 @@ def _journal(path: Path) -> list[Entry]:
         return []
     rows = []
     for line in path.read_text().split("\n")[:-1]:
-        kind, key, try_number, pid = line.split()
+        kind, key, try_number, pid = line.split()[:4]  # a failcb line: the message follows
         rows.append((kind, key, int(try_number), int(pid)))
     return rows
 
@@ -281,7 +303,7 @@ def test_two_engines_share_work_and_the_survivor_carries_a_killed_ones(
         second = start_engine(env_for("second"), logs[1])
         engines = (first, second)
         wait_for(
-            lambda: _count(db, Dag) == 3 + len(FLAGS), timeout=WAIT_S, what="the DAGs to be parsed"
+            lambda: _count(db, Dag) == 4 + len(FLAGS), timeout=WAIT_S, what="the DAGs to be parsed"
         )
 
         # Both engines alive: manual work, and rounds of every flag file (both schedulers
@@ -392,6 +414,82 @@ def test_two_engines_share_work_and_the_survivor_carries_a_killed_ones(
     listed = run_cli("runs", "list", "deferring", "--json", env=env_for("cli"))
     assert listed.returncode == 0, listed.stderr
     assert len(json.loads(listed.stdout)) == DEFERRING_RUNS
+    db.dispose()
+
+
+def test_a_task_without_retries_killed_with_its_engine_fails_and_its_callback_runs_once(
+    migrated_pg_url: str, tmp_path: Path
+) -> None:
+    dags, journal, logs_folder = tmp_path / "dags", tmp_path / "journal", tmp_path / "task_logs"
+    dags.mkdir()
+    unused = tmp_path / "unused"
+    (dags / "ha_flows.py").write_text(
+        textwrap.dedent(
+            DAGS.format(
+                inbox=str(unused),
+                journal=str(journal),
+                hold_release=str(unused),
+                defer_release=str(unused),
+                flags=(),
+            )
+        )
+    )
+    key = Fernet.generate_key().decode()
+    db = Database(migrated_pg_url)
+
+    def env_for(name: str) -> dict[str, str]:
+        return engine_env(
+            tmp_path / name,
+            url=migrated_pg_url,
+            dags=dags,
+            parallelism=SLOTS,
+            heartbeat_s=HEARTBEAT_S,
+            SLUICE__CORE__FERNET_KEY=key,
+            SLUICE__LOGGING__TASK_LOG_FOLDER=str(logs_folder),  # one host: one log folder
+        )
+
+    logs = (tmp_path / "first.log", tmp_path / "second.log")
+    engines = [start_engine(env_for("first"), logs[0])]
+    try:
+        engines.append(start_engine(env_for("second"), logs[1]))
+        wait_for(lambda: _count(db, Dag) == 4, timeout=WAIT_S, what="the DAGs to be parsed")
+        _create_runs(db, "doomed", 1)
+        (victim_pid, started) = wait_for(
+            lambda: next(iter(_unfinished_by_pid(_journal(journal), "doomed/").items()), None),
+            timeout=WAIT_S,
+            what="the doomed task to start",
+        )
+        victim = next(proc for proc in engines if proc.pid == victim_pid)
+        survivor = next(proc for proc in engines if proc is not victim)
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait()
+        wait_for(
+            lambda: _states(db) == Counter({"failed": 1}), timeout=WAIT_S, what="the run to fail"
+        )
+        wait_for(
+            lambda: any(kind == "failcb" for kind, *_ in _journal(journal)),
+            timeout=WAIT_S,
+            what="the failure callback to run",
+        )
+        survivor_code = stop(survivor, timeout=60)
+    finally:
+        for proc in engines:
+            if proc.poll() is None:
+                stop(proc, timeout=60)
+    assert survivor_code == 0
+    ((task_key, try_number),) = started
+    rows = _journal(journal)
+    assert [r for r in rows if r[0] == "start"] == [("start", task_key, 1, victim.pid)]
+    assert [r for r in rows if r[0] == "failcb"] == [("failcb", task_key, 1, survivor.pid)]
+    (line,) = [ln for ln in journal.read_text().splitlines() if ln.startswith("failcb")]
+    assert "stopped_heartbeating_at" in line  # the reason, as the callback's exception
+    ti = _task_instance(db, task_key)
+    assert (ti.state, ti.try_number, try_number) == ("failed", 1, 1)
+    dag_id, run_id, _ = task_key.split("/")
+    after = _task_instance(db, f"{dag_id}/{run_id}/record")
+    assert after.state == "upstream_failed"
+    log = read_task_log(logs_folder, dag_id, run_id, "doomed", 1)
+    assert "stopped heartbeating at" in log and "running on_failure_callback" in log
     db.dispose()
 
 

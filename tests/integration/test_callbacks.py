@@ -181,6 +181,24 @@ with DAG("killed"):
         on_retry_callback=mark("crash_retry"),
     )
 
+with DAG("orphaned"):
+    PythonOperator(
+        task_id="sleeps",
+        python_callable=time.sleep,
+        op_args=[120],
+        on_failure_callback=mark("orphan_failure"),
+        on_retry_callback=mark("orphan_never"),
+    ) >> PythonOperator(task_id="after", python_callable=ok)  # upstream_failed
+    PythonOperator(
+        task_id="sleeps_again",
+        python_callable=time.sleep,
+        op_args=[120],
+        retries=1,
+        retry_delay=timedelta(days=1),
+        on_retry_callback=mark("orphan_retry"),
+        on_failure_callback=mark("orphan_never"),
+    )
+
 with DAG("mapped_leaf", on_failure_callback=mark("mapped_dag_failure")):
     fails_for.expand(x=[1, 2])  # the failed copy (map_index 1) ends the run
 
@@ -368,6 +386,63 @@ async def test_callbacks_of_a_killed_or_crashed_try_run_in_a_fresh_process(env: 
     assert "signal SIGKILL" in crash["message"] and crash["pid"] != tis["crashes"].pid
     log = read_task_log(env.settings.task_log_folder, "killed", run_id, "hangs", 1)
     assert "running on_failure_callback in a fresh process" in log
+
+
+async def test_the_running_tries_of_a_dead_executor_fail_or_retry_and_run_their_callbacks(
+    env: Env,
+) -> None:
+    run_pk, run_id = env.trigger("orphaned")
+    sleepers = {"sleeps", "sleeps_again"}
+    with anyio.fail_after(240):
+        dying = LocalExecutor(db=env.db, cipher=env.cipher, settings=env.settings)
+        async with anyio.create_task_group() as tg:
+            await tg.start(dying.run)
+
+            async def running() -> bool:
+                await env.scheduler.schedule_once()
+                tis = await env.db.run(lambda s: _states(s, run_pk))
+                return all(tis[t] == TaskState.RUNNING for t in sleepers)
+
+            await eventually(running, within=90, step=0.05)
+            tg.cancel_scope.cancel()  # a hard stop: its children die, no outcome is written
+        assert {t: env.task_instances(run_pk)[t].state for t in sleepers} == dict.fromkeys(
+            sleepers, TaskState.RUNNING
+        )
+        recovering = Scheduler(
+            db=env.db, cipher=env.cipher, settings=SchedulerSettings(heartbeat_s=0.05)
+        )
+        async with env.executor():
+
+            async def settled() -> bool:
+                await recovering.schedule_once()
+                return await env.db.run(lambda s: _states(s, run_pk)) == {
+                    "sleeps": TaskState.FAILED,
+                    "after": TaskState.UPSTREAM_FAILED,
+                    "sleeps_again": TaskState.UP_FOR_RETRY,  # in a day
+                }
+
+            await eventually(settled, within=90, step=0.05)
+            await env.callbacks_done("orphan_failure", "orphan_retry")
+    tis = env.task_instances(run_pk)
+    assert (tis["sleeps"].try_number, tis["sleeps_again"].try_number) == (1, 1)
+    (failure,) = env.marked("orphan_failure")
+    (retry,) = env.marked("orphan_retry")
+    assert env.marked("orphan_never") == []
+    for line, task_id in ((failure, "sleeps"), (retry, "sleeps_again")):
+        assert (line["task"], line["try"], line["run_id"]) == (task_id, 1, run_id)
+        assert "stopped heartbeating at" in line["message"]
+        assert line["pid"] != tis[task_id].pid  # a fresh process
+    folder = env.settings.task_log_folder
+    log = read_task_log(folder, "orphaned", run_id, "sleeps", 1)
+    assert "try 1: task failed: its executor (job" in log
+    assert "running on_failure_callback in a fresh process" in log
+    retried = read_task_log(folder, "orphaned", run_id, "sleeps_again", 1)
+    assert "stopped heartbeating at" in retried and "it will be retried at" in retried
+
+
+def _states(session: Any, run_pk: int) -> dict[str, str]:
+    rows = session.execute(select(TaskInstance).where(TaskInstance.dag_run_id == run_pk))
+    return {ti.task_id: ti.state for ti in rows.scalars()}
 
 
 async def test_a_run_past_its_dagrun_timeout_calls_the_dag_failure_callback(env: Env) -> None:

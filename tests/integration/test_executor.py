@@ -13,6 +13,7 @@ import textwrap
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -31,7 +32,7 @@ from engine.db.models import (
     Trigger,
     TriggerKind,
 )
-from engine.db.queries import deferrals, jobs, runs, tasks
+from engine.db.queries import callbacks, deferrals, jobs, orphans, runs, tasks
 from engine.executor.local import ExecutorSettings, LocalExecutor
 from engine.executor.task_logs import TaskLogNotFoundError, log_path, read_task_log
 from engine.executor.task_runner import EXIT_PARENT_GONE, TaskSpec, build_context
@@ -517,10 +518,12 @@ async def test_cancelling_the_executor_kills_its_children_and_leaves_them_recove
             tg.cancel_scope.cancel()  # a hard stop: no graceful shutdown
     with pytest.raises(ProcessLookupError):
         os.kill(running.pid, 0)  # killed and reaped
-    recovered = env.db.call(lambda s: tasks.recover_orphaned_tasks(s, threshold_s=60))
-    assert recovered == [tis["sleeper"]]  # its executor's job ended with it
-    ti = env.ti(tis["sleeper"])
-    assert (ti.state, ti.try_number, ti.next_method) == ("scheduled", 1, None)
+    now = models.utcnow()
+    recover = partial(orphans.recover_orphaned_tasks, threshold_s=60, now=now)
+    recovery = env.db.call(recover)
+    assert [lost.ti_id for lost in recovery.lost] == [tis["sleeper"]]  # its job ended with it
+    ti = env.ti(tis["sleeper"])  # retries=0: its one try failed with its process
+    assert (ti.state, ti.try_number, ti.next_method, ti.end_date) == ("failed", 1, None, now)
 
 
 async def test_start_from_trigger_defers_without_a_worker_then_resumes(env: Env) -> None:
@@ -633,7 +636,7 @@ def test_a_task_process_exits_when_its_executor_goes(env: Env) -> None:
             child.kill()
 
 
-def test_recovery_requeues_the_tasks_of_a_dead_executor(env: Env) -> None:
+def test_recovery_fails_or_retries_the_running_tries_of_a_dead_executor(env: Env) -> None:
     _, _, tis = env.new_run()
     old = models.utcnow() - timedelta(minutes=5)
 
@@ -645,9 +648,11 @@ def test_recovery_requeues_the_tasks_of_a_dead_executor(env: Env) -> None:
         ).scalar_one()
         alive = jobs.start_job(session, job_type="executor")
         rows = {
-            "ok": (TaskState.RUNNING, dead, None),
-            "wait": (TaskState.QUEUED, dead, "done"),
+            "ok": (TaskState.RUNNING, dead, None),  # retries=0
+            "flaky": (TaskState.RUNNING, dead, "resume"),  # retries=1, a resumed step
+            "wait": (TaskState.QUEUED, dead, "done"),  # never started
             "boom": (TaskState.RUNNING, alive, None),
+            "loop": (TaskState.DEFERRED, None, "step"),  # held by no executor
         }
         for task_id, (state, job, method) in rows.items():
             session.execute(
@@ -657,13 +662,29 @@ def test_recovery_requeues_the_tasks_of_a_dead_executor(env: Env) -> None:
             )
         return dead, alive
 
-    env.db.call(seed)
-    recovered = env.db.call(lambda s: tasks.recover_orphaned_tasks(s, threshold_s=10))
-    assert recovered == sorted([tis["ok"], tis["wait"]])
-    ok, wait, boom = env.ti(tis["ok"]), env.ti(tis["wait"]), env.ti(tis["boom"])
-    assert (ok.state, ok.next_method, ok.executor_job_id) == ("scheduled", None, None)
-    assert (wait.state, wait.next_method) == ("scheduled", "done")  # not started: resumes
-    assert boom.state == "running"  # its executor is alive
+    dead, _ = env.db.call(seed)
+    now = models.utcnow()
+    recovery = env.db.call(partial(orphans.recover_orphaned_tasks, threshold_s=10, now=now))
+    assert recovery.requeued == [tis["wait"]]
+    lost = {t.task_id: t for t in recovery.lost}
+    assert sorted(lost) == ["flaky", "ok"]
+    assert f"executor (job {dead}" in lost["ok"].reason
+    assert "stopped heartbeating at" in lost["ok"].reason
+    ok, flaky, wait = env.ti(tis["ok"]), env.ti(tis["flaky"]), env.ti(tis["wait"])
+    assert (ok.state, ok.try_number, ok.executor_job_id, ok.end_date) == ("failed", 1, None, now)
+    assert (flaky.state, flaky.try_number, flaky.next_method) == ("up_for_retry", 1, None)
+    assert flaky.next_retry_at == now == lost["flaky"].retry_at  # its retry_delay: 0
+    # not started: back to scheduled, its try not consumed, resuming where it deferred
+    assert (wait.state, wait.try_number, wait.next_method) == ("scheduled", 1, "done")
+    assert env.ti(tis["boom"]).state == "running"  # its executor is alive
+    assert env.ti(tis["loop"]).state == "deferred"
+    requests = env.db.call(callbacks.pending_callback_requests)
+    by_ti = {r.data[orphans.LOST_TRY]["ti_id"]: r.data[orphans.LOST_TRY] for r in requests}
+    assert sorted(by_ti) == sorted([tis["ok"], tis["flaky"]])
+    assert (by_ti[tis["ok"]]["state"], by_ti[tis["ok"]]["retry_at"]) == ("failed", None)
+    assert by_ti[tis["flaky"]]["state"] == "up_for_retry"
+    again = env.db.call(partial(orphans.recover_orphaned_tasks, threshold_s=10, now=now))
+    assert (again.requeued, again.lost) == ([], [])  # once
 
 
 def test_claims_never_hand_out_a_task_twice(env: Env) -> None:

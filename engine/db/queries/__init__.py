@@ -4,7 +4,10 @@
 - ``triggers``: trigger rows (add, fetch, ownership, failures, key rotation, delete);
 - ``claims``: claiming trigger rows, single and by shared-stream group;
 - ``deferrals``: task instances deferred on a trigger (defer, resume, fail, time out);
-- ``tasks``: task instances the executor holds (claim, start, finish, requeue, recover);
+- ``tasks``: task instances the executor holds (claim, start, finish, requeue);
+- ``orphans``: the task instances of dead executors (a queued try back to ``scheduled``, a
+  running one failed or retried per its retries);
+- ``retries``: the retry rule of a failed try (pure; the executor and ``orphans`` share it);
 - ``pools``: slot pools, and which scheduled task instances a claim admits (pool open
   slots, ``max_active_tasks`` per run);
 - ``callbacks``: callback requests (a DAG's when its run ends, a killed try's) executors run;

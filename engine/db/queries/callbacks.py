@@ -9,7 +9,10 @@ Two kinds, as Airflow's callback requests:
   last, else the task that ended last).
 - ``task``: a task's process could not run its own outcome callback (killed at its
   ``execution_timeout``, crashed): written in the transaction that records the outcome;
-  ``data`` holds the ``callback`` to run, the ``error`` and the task's ``spec``.
+  ``data`` holds the ``callback`` to run, the ``error`` and the task's ``spec``. Or a
+  running try whose executor died (``engine.db.queries.orphans``): written by the scheduler
+  in the transaction that fails it; ``data["lost_try"]`` says which try, how it ended and
+  why, and the executor builds the callback from the task instance.
 
 Delivery is at least once: an executor claims a request (``executor_job_id``), runs it and
 deletes it; a request held by an executor that stopped heartbeating is claimed again.

@@ -1,6 +1,7 @@
-"""SQL of task execution: claiming, starting, finishing (or leaving ``up_for_retry``),
-requeueing and recovering task instances the executor holds. Deferral is
-``engine.db.queries.deferrals``.
+"""SQL of task execution: claiming, starting, finishing (or leaving ``up_for_retry``) and
+requeueing task instances the executor holds. Deferral is ``engine.db.queries.deferrals``;
+the task instances of dead executors are recovered by ``engine.db.queries.orphans`` (a
+running try whose executor died counts as a failed try).
 
 Every write to a task instance the executor holds is guarded by ``executor_job_id`` and the
 state it expects, so an executor that was presumed dead (and whose tasks were recovered)
@@ -14,11 +15,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import and_, case, func, or_, select, true, update
+from sqlalchemy import and_, case, func, select, update
 
 from engine.authoring.context import EventRow
 from engine.db import models
-from engine.db.database import is_postgres, rowcount
+from engine.db.database import rowcount
 from engine.db.models import (
     Asset,
     AssetEvent,
@@ -29,7 +30,7 @@ from engine.db.models import (
     TaskInstance,
     TaskState,
 )
-from engine.db.queries import assets, jobs, pools
+from engine.db.queries import assets, pools
 from engine.db.queries import mapping as mapping_sql
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ class TaskRun:
     run: dict[str, Any] = field(default_factory=dict)
     #: the latest events of each inlet asset, oldest first (``inlet_events``)
     inlet_events: dict[str, tuple[EventRow, ...]] = field(default_factory=dict)
-    #: how long a failed try waits for the next (``engine.executor.outcomes.retry_wait_s``)
+    #: how long a failed try waits for the next (``engine.db.queries.retries.retry_wait_s``)
     retry_delay_s: float = 300.0
     retry_exponential_backoff: bool = False
     max_retry_delay_s: float | None = None
@@ -185,6 +186,29 @@ def start_task_run(
     elif ti.start_date is None:
         values["start_date"] = now
     session.execute(update(TaskInstance).where(TaskInstance.id == ti_id).values(**values))
+    return _task_run(
+        session,
+        ti,
+        try_number=values.get("try_number", ti.try_number),
+        try_started_at=values.get("start_date") or ti.start_date or now,
+    )
+
+
+def load_task_run(
+    session: Session, ti_id: int, *, try_number: int, now: datetime
+) -> TaskRun | None:
+    """Try ``try_number`` of a task instance as ``start_task_run`` gave it to its process
+    (without changing the row): what a callback of that try, run after its process died,
+    needs. None if the task instance is gone."""
+    ti = session.get(TaskInstance, ti_id)
+    if ti is None:
+        return None
+    return _task_run(session, ti, try_number=try_number, try_started_at=ti.start_date or now)
+
+
+def _task_run(
+    session: Session, ti: TaskInstance, *, try_number: int, try_started_at: datetime
+) -> TaskRun:
     dag_run, fileloc = session.execute(
         select(DagRun, Dag.fileloc)
         .join(Dag, Dag.dag_id == DagRun.dag_id)
@@ -205,14 +229,14 @@ def start_task_run(
     inlets = [] if task_row is None else list(task_row[1] or [])
     inlet_aliases = [] if task_row is None else list(task_row[2] or [])
     return TaskRun(
-        ti_id=ti_id,
+        ti_id=ti.id,
         dag_id=ti.dag_id,
         run_id=str(run_id),
         task_id=ti.task_id,
         fileloc=str(fileloc),
-        try_number=values.get("try_number", ti.try_number),
+        try_number=try_number,
         max_tries=ti.max_tries,
-        try_started_at=values.get("start_date") or ti.start_date or now,
+        try_started_at=try_started_at,
         next_method=ti.next_method,
         next_kwargs=ti.next_kwargs,
         deferral_count=ti.deferral_count,
@@ -461,25 +485,18 @@ def fail_held_task(session: Session, ti_id: int, *, job_id: int) -> bool:
     return rowcount(result) == 1
 
 
-def _requeue_values(*, same_try: bool) -> dict[str, Any]:
-    """Back to ``scheduled``. A running try either reruns its step as the same try
-    (``same_try``) or starts over as a fresh try; a queued one is untouched otherwise."""
-    running = TaskInstance.state == TaskState.RUNNING
-    values: dict[str, Any] = {
+def requeue_values() -> dict[str, Any]:
+    """Back to ``scheduled``: a running try reruns its step as the same try (a fresh one's
+    ``try_number`` is given back: ``start_task_run`` counts it again); a queued one, which
+    never started, is untouched otherwise."""
+    fresh = and_(TaskInstance.state == TaskState.RUNNING, TaskInstance.next_method.is_(None))
+    return {
         "state": TaskState.SCHEDULED,
         "executor_job_id": None,
         "queued_at": None,
         "pid": None,
+        "try_number": case((fresh, TaskInstance.try_number - 1), else_=TaskInstance.try_number),
     }
-    if same_try:
-        fresh = and_(running, TaskInstance.next_method.is_(None))
-        values["try_number"] = case(
-            (fresh, TaskInstance.try_number - 1), else_=TaskInstance.try_number
-        )
-    else:
-        values["next_method"] = case((running, None), else_=TaskInstance.next_method)
-        values["next_kwargs"] = case((running, None), else_=TaskInstance.next_kwargs)
-    return values
 
 
 def requeue_task(session: Session, ti_id: int, *, job_id: int) -> bool:
@@ -491,38 +508,6 @@ def requeue_task(session: Session, ti_id: int, *, job_id: int) -> bool:
             TaskInstance.executor_job_id == job_id,
             TaskInstance.state.in_(_HELD),
         )
-        .values(**_requeue_values(same_try=True))
+        .values(**requeue_values())
     )
     return rowcount(result) == 1
-
-
-def recover_orphaned_tasks(session: Session, *, threshold_s: float) -> list[int]:
-    """Queued / running task instances whose executor is dead go back to ``scheduled``.
-
-    Dead: no executor job with a heartbeat newer than ``threshold_s`` holds them. A running
-    one starts over as a fresh try (its process is gone with its executor).
-    """
-    alive = jobs.alive_job_ids(session, job_type=EXECUTOR_JOB, threshold_s=threshold_s)
-    not_alive = (
-        or_(TaskInstance.executor_job_id.is_(None), TaskInstance.executor_job_id.not_in(alive))
-        if alive
-        else true()
-    )
-    orphaned = and_(TaskInstance.state.in_(_HELD), not_alive)
-    candidates = select(TaskInstance.id).where(orphaned)
-    if is_postgres(session):
-        candidates = candidates.with_for_update(skip_locked=True)
-    ids = sorted(int(i) for i in session.execute(candidates).scalars())
-    if ids:
-        session.execute(
-            update(TaskInstance)
-            .where(TaskInstance.id.in_(ids), orphaned)
-            .values(**_requeue_values(same_try=False))
-        )
-        logger.warning(
-            "Recovered %d task instance(s) of dead executors: %s",
-            len(ids),
-            ids,
-            extra={"action": "tasks_recovered", "ti_ids": ids},
-        )
-    return ids

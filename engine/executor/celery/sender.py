@@ -15,8 +15,9 @@ Beside it, the ``CallbackRunner`` runs the callback requests (DAG callbacks, cal
 tries whose worker died) here, as the local executor does.
 
 Shutdown: stop claiming. Tries already queued stay queued under the sender's ended job: the
-workers still take them over; a later scheduler recovers the rest
-(``recover_orphaned_tasks``) and the next sender sends them again.
+workers still take them over; a later scheduler puts the rest back to ``scheduled``
+(``orphans.recover_orphaned_tasks``: a queued try never started, so it costs no try) and the
+next sender sends them again.
 """
 
 from __future__ import annotations
