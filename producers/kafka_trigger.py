@@ -18,12 +18,10 @@ that raises, or a value that does not decode as ``value_format`` (``"json"`` / `
 The shared consumer runs in batch mode: each raw event its watchers receive is a
 ``KafkaMessageBatch`` (consecutive messages of one partition), judged message by message, so
 the shared-stream machinery works once per batch while every message still fires its own
-event and is rejected on its own. A subclass that overrides ``filter_shared_stream`` receives
-single ``KafkaMessage`` items, as before (it refuses one with ``reject_shared_stream_event()``):
-its consumer runs in per-message mode, under a ``shared_stream_key`` of its own (a fifth
-element, ``"per-message"``), so the two modes never share a consumer. Give such a subclass a
-``group_id`` of its own: beside batch-mode watchers of the same group it would be a second
-member of that Kafka consumer group, and the partitions would be split between the two.
+event and is rejected on its own. A subclass that overrides ``filter_shared_stream`` still
+receives single ``KafkaMessage`` items, as before, and shares the consumer of its siblings:
+its filter is fed the messages of each batch one by one (``_fed_message_by_message``), and
+its ``reject_shared_stream_event()`` refuses the message it is judging, not its batch.
 
 One ``TriggerEvent`` per accepted message, deduplicated by ``kafka:<topic>:<partition>:<offset>``
 (a redelivery never makes a second asset event). Payload: ``topic``, ``partition``,
@@ -45,6 +43,7 @@ consumer by connection id (key ``("kafka", "connection:<id>", group, topics)``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import inspect
@@ -74,7 +73,7 @@ from producers.kafka_settings import (
     settings_from_connection,
 )
 from shared_stream.producer import AdvanceItem, AdvanceOutcome
-from shared_stream.subscriber import reject_shared_stream_event
+from shared_stream.subscriber import route_rejections
 from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
 
 if TYPE_CHECKING:
@@ -227,30 +226,28 @@ class KafkaMessageTrigger(BaseEventTrigger):
         # by connection id: the key is the same before (parse) and after (triggerer) the
         # connection is resolved
         where = f"connection:{kw['kafka_config_id']}" if kw["kafka_config_id"] else None
-        key = ("kafka", where or kw["bootstrap_servers"], kw["group_id"], tuple(kw["topics"]))
-        # A consumer yields batches or single messages (``judges_batches``): one per mode.
-        return key if type(self).judges_batches() else (*key, "per-message")
+        return ("kafka", where or kw["bootstrap_servers"], kw["group_id"], tuple(kw["topics"]))
 
     @classmethod
     def connection_settings(cls, kwarg: str, connection: Mapping[str, Any]) -> dict[str, Any]:
         return settings_from_connection(connection)
 
-    @classmethod
-    def judges_batches(cls) -> bool:
-        """True when the class keeps this ``filter_shared_stream``, which judges the
-        ``KafkaMessageBatch`` raw events of a batch-mode consumer; a subclass that overrides
-        it receives single ``KafkaMessage`` items (per-message mode)."""
-        return cls.filter_shared_stream is KafkaMessageTrigger.filter_shared_stream
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("filter_shared_stream")
+        if own is not None and not getattr(own, "fed_message_by_message", False):
+            cls.filter_shared_stream = _fed_message_by_message(own)  # type: ignore[method-assign,assignment]
 
     @classmethod
     def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> KafkaSharedStreamProducer:
-        return cls(**kwargs)._producer(batched=cls.judges_batches())
+        return cls(**kwargs)._producer(batched=True)
 
     async def filter_shared_stream(
         self, shared_stream: AsyncIterator[Any]
     ) -> AsyncIterator[TriggerEvent]:
         """Judge every message of every raw event (a ``KafkaMessageBatch``, or a single
-        ``KafkaMessage`` from a per-message consumer): an event for each accepted one."""
+        ``KafkaMessage`` when a subclass's filter hands its messages on): an event for each
+        accepted one."""
         self._load_function()
         verdict_of = self._verdict
         judged = 0
@@ -274,8 +271,6 @@ class KafkaMessageTrigger(BaseEventTrigger):
                     # Refuses this message only; its batch's others stay clean (the
                     # producer dead-letters what was noted, ``producers.kafka``).
                     message.note_rejection(self.trigger_id, verdict)
-                    if not batched:
-                        reject_shared_stream_event()
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Alone, without the shared-stream manager: commits each message once moved past.
@@ -483,3 +478,54 @@ class KafkaMessageTrigger(BaseEventTrigger):
 def _is_dotted_path(path: str) -> bool:
     parts = path.split(".")
     return len(parts) >= 2 and all(part.isidentifier() for part in parts)
+
+
+class _MessageRejector:
+    """``reject_shared_stream_event()`` of a subclass's filter while it judges ``message``:
+    refuses that message alone (the producer dead-letters it, its batch's others stay clean)."""
+
+    __slots__ = ("_trigger", "message")
+
+    def __init__(self, trigger: KafkaMessageTrigger, message: KafkaMessage) -> None:
+        self._trigger = trigger
+        self.message = message
+
+    @property
+    def trigger_id(self) -> int | None:
+        return self._trigger.trigger_id
+
+    def reject_current(self) -> bool:
+        self.message.note_rejection(
+            self._trigger.trigger_id, "refused by its filter (reject_shared_stream_event())"
+        )
+        return True
+
+
+async def _messages_of(
+    trigger: KafkaMessageTrigger, shared_stream: AsyncIterator[Any]
+) -> AsyncIterator[Any]:
+    """The messages of the raw events, one by one (a batch's in offset order). The batch is
+    processed, for the ack ledger, when the filter asks for the message after its last."""
+    async for raw in shared_stream:
+        if type(raw) is KafkaMessageBatch:
+            for message in raw.messages:
+                route_rejections(_MessageRejector(trigger, message))
+                yield message
+        else:
+            yield raw
+
+
+def _fed_message_by_message(
+    own: Callable[[Any, AsyncIterator[Any]], AsyncIterator[TriggerEvent]],
+) -> Callable[[Any, AsyncIterator[Any]], AsyncIterator[TriggerEvent]]:
+    """A subclass's own ``filter_shared_stream``, written for single ``KafkaMessage`` items,
+    fed the messages of the shared consumer's batches one by one."""
+
+    @functools.wraps(own)
+    def filter_shared_stream(
+        self: KafkaMessageTrigger, shared_stream: AsyncIterator[Any]
+    ) -> AsyncIterator[TriggerEvent]:
+        return own(self, _messages_of(self, shared_stream))
+
+    filter_shared_stream.fed_message_by_message = True  # type: ignore[attr-defined]
+    return filter_shared_stream

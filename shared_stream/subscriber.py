@@ -46,7 +46,17 @@ class GroupPort(Protocol):
         """Reject the event being processed; False when the group has no window open."""
 
 
-_current_stream: ContextVar[SubscriberStream | None] = ContextVar(
+class CurrentRejector(Protocol):
+    """What ``reject_shared_stream_event()`` refuses: the subscriber stream's current raw
+    event, or (``route_rejections``) one item of it."""
+
+    @property
+    def trigger_id(self) -> int | None: ...
+
+    def reject_current(self) -> bool: ...
+
+
+_current_stream: ContextVar[CurrentRejector | None] = ContextVar(
     "shared_stream_subscriber", default=None
 )
 
@@ -162,6 +172,14 @@ class SubscriberStream:
 def forget_current_stream() -> None:
     """Clear the current subscriber of this context (a task started from a subscriber's)."""
     _current_stream.set(None)
+
+
+def route_rejections(target: CurrentRejector) -> None:
+    """Until the calling filter pulls its next raw event, ``reject_shared_stream_event()``
+    calls ``target.reject_current()`` instead of rejecting the whole raw event: for a raw
+    event that bundles items (a batch of broker messages) handed to a filter one by one,
+    which refuses one of them alone."""
+    _current_stream.set(target)
 
 
 def reject_shared_stream_event() -> None:

@@ -152,8 +152,9 @@ async def test_rejected_messages_go_to_the_dead_letter_topic_with_headers(
 
 
 class OddRefusingTrigger(KafkaMessageTrigger):
-    """A user subclass with its own filter: it receives single messages (per-message mode)
-    and refuses one with ``reject_shared_stream_event()``."""
+    """A user subclass with its own filter: it receives single messages (the batches of the
+    consumer it shares, one message at a time) and refuses one with
+    ``reject_shared_stream_event()``."""
 
     seen: list[Any]
 
@@ -169,15 +170,18 @@ class OddRefusingTrigger(KafkaMessageTrigger):
                 yield TriggerEvent({"n": n})
 
 
-async def test_a_subclass_with_its_own_filter_gets_single_messages_beside_batches(
+async def test_a_subclass_with_its_own_filter_shares_the_consumer_and_gets_single_messages(
     kafka: KafkaBroker,
 ) -> None:
+    """Same group as a default watcher: one consumer (no partition split between two members
+    of the group), the subclass fed the batches' messages one by one."""
     topic, dead = kafka.create_topic(1), kafka.create_topic(1, prefix="dlt")
     await produce(kafka.bootstrap, topic, [(0, None, b'{"n": %d}' % n, []) for n in range(6)])
-    custom = OddRefusingTrigger(**_kwargs(kafka, topic, "custom", dead_letter_topic=dead))
-    default = KafkaMessageTrigger(**_kwargs(kafka, topic, "default"))
+    group = f"shared-{topic}"
+    custom = OddRefusingTrigger(**_kwargs(kafka, topic, group, dead_letter_topic=dead))
+    default = KafkaMessageTrigger(**_kwargs(kafka, topic, group, dead_letter_topic=dead))
     custom.trigger_id, default.trigger_id = 1, 2
-    assert custom.shared_stream_key() != default.shared_stream_key()
+    assert custom.shared_stream_key() == default.shared_stream_key()
     with anyio.fail_after(30):
         async with SharedStreamManager() as manager, anyio.create_task_group() as tg:
             harnesses = [
@@ -186,8 +190,8 @@ async def test_a_subclass_with_its_own_filter_gets_single_messages_beside_batche
             ]
             for harness in harnesses:
                 tg.start_soon(harness.run)
-            await _wait_committed(kafka, "custom", topic, {0: 6})
-            await _wait_committed(kafka, "default", topic, {0: 6})
+            await _wait_committed(kafka, group, topic, {0: 6})
+            assert len(manager.stats()) == 1  # one group: one consumer for both
             await manager.stop_all()
     assert [type(m).__name__ for m in custom.seen] == ["KafkaMessage"] * 6
     assert [e.payload["n"] for e in harnesses[0].events] == [0, 2, 4]

@@ -17,6 +17,7 @@ from producers.kafka import KafkaSharedStreamProducer
 from producers.kafka_client import KafkaConnection, KafkaOffset
 from producers.kafka_settings import DEFAULT_BATCH_MESSAGES
 from producers.kafka_trigger import YIELD_EVERY_MESSAGES
+from shared_stream import reject_shared_stream_event
 from shared_stream.producer import AdvanceItem, AdvanceOutcome
 from triggers.base import TriggerEvent
 
@@ -177,20 +178,43 @@ async def test_every_message_of_a_batch_is_judged_fired_or_refused_on_its_own(
     assert "reject_shared_stream_event() ignored" not in caplog.text  # not called per batch
 
 
-def test_the_default_filter_runs_in_batch_mode_and_an_override_per_message() -> None:
+def test_every_watcher_shares_one_batch_consumer_and_an_override_is_fed_messages() -> None:
     class PerMessage(KafkaMessageTrigger):
         async def filter_shared_stream(self, shared_stream: Any) -> Any:
             async for message in shared_stream:
                 yield TriggerEvent({"offset": message.offset})
 
+    class Deeper(PerMessage):  # inherits the fed filter: not wrapped twice
+        pass
+
     default, custom = KafkaMessageTrigger(**BASE), PerMessage(**BASE)
-    assert KafkaMessageTrigger.judges_batches() and not PerMessage.judges_batches()
     assert default.shared_stream_key() == ("kafka", "b:9092", "g", ("orders",))
-    assert custom.shared_stream_key() == (*default.shared_stream_key(), "per-message")
-    batched = KafkaMessageTrigger.create_shared_stream_producer(default.serialize()[1])
-    single = PerMessage.create_shared_stream_producer(custom.serialize()[1])
-    assert (batched.batch_messages, single.batch_messages) == (DEFAULT_BATCH_MESSAGES, None)
+    assert custom.shared_stream_key() == default.shared_stream_key()  # one consumer
+    for cls, trigger in ((KafkaMessageTrigger, default), (PerMessage, custom)):
+        producer = cls.create_shared_stream_producer(trigger.serialize()[1])
+        assert producer.batch_messages == DEFAULT_BATCH_MESSAGES
+    assert Deeper.filter_shared_stream is PerMessage.filter_shared_stream
     assert default._producer().batch_messages is None  # the standalone run() reads messages
+
+
+async def test_an_overriding_filter_judges_single_messages_and_refuses_one_alone() -> None:
+    class OddRefusing(KafkaMessageTrigger):
+        async def filter_shared_stream(self, shared_stream: Any) -> Any:
+            async for message in shared_stream:
+                if message.offset % 2:
+                    reject_shared_stream_event()
+                else:
+                    yield TriggerEvent({"offset": message.offset})
+
+    trigger = OddRefusing(**BASE)
+    trigger.trigger_id = 4
+    first, second = batch_of(b"{}", b"{}", b"{}"), batch_of(b"{}", b"{}", first=3)
+    with anyio.fail_after(5):
+        events = await judged(trigger, first, second)
+    assert [e.payload["offset"] for e in events] == [0, 2, 4]
+    refused = [m.offset for b in (first, second) for m in b.messages if m.rejections]
+    assert refused == [1, 3]  # each refusal marks its own message, not its batch
+    assert first.messages[1].rejections[0].trigger_id == 4
 
 
 async def test_a_watcher_lets_the_loop_run_while_it_judges_a_queue_of_batches() -> None:
