@@ -147,6 +147,10 @@ class SchedulerConfig:
         None, _POSITIVE, effective=("health_check_threshold_s", "2.1 x scheduler_heartbeat_sec")
     )
     keep_events_while_paused: bool = _key(True)
+    #: a *running* try whose executor has not heartbeaten for this long is failed (retried
+    #: per its retries; Airflow's default, 300 s): a queued one is requeued after
+    #: ``health_check_threshold`` already, a running one only once its executor is surely gone
+    task_instance_heartbeat_timeout: float = _key(300.0, _POSITIVE)
 
     @property
     def health_check_threshold_s(self) -> float:

@@ -76,6 +76,9 @@ class SchedulerSettings:
     heartbeat_s: float = 5.0
     health_check_threshold_s: float = 10.5
     executor_health_check_threshold_s: float = 10.5
+    #: ``[scheduler] task_instance_heartbeat_timeout``: when a running try of a silent
+    #: executor is failed (a queued one is requeued after the health threshold)
+    task_heartbeat_timeout_s: float = 300.0
 
     @classmethod
     def from_config(cls, config: Config) -> SchedulerSettings:
@@ -85,6 +88,7 @@ class SchedulerSettings:
             heartbeat_s=s.scheduler_heartbeat_sec,
             health_check_threshold_s=s.health_check_threshold_s,
             executor_health_check_threshold_s=s.health_check_threshold_s,
+            task_heartbeat_timeout_s=s.task_instance_heartbeat_timeout,
         )
 
 
@@ -323,7 +327,12 @@ class Scheduler:
             # either. Give them a threshold to catch up before calling them dead.
             return
         self._last_recovery = now
-        recover = partial(orphans.recover_orphaned_tasks, threshold_s=threshold, now=self._clock())
+        recover = partial(
+            orphans.recover_orphaned_tasks,
+            threshold_s=threshold,
+            running_threshold_s=max(threshold, self.settings.task_heartbeat_timeout_s),
+            now=self._clock(),
+        )
         recovery = await self._db.run(recover)
         released = await self._db.run(
             partial(actions.release_orphaned_restarts, threshold_s=threshold)

@@ -63,6 +63,9 @@ def engine_env(
         SLUICE__CORE__PARALLELISM=str(parallelism),
         SLUICE__TRIGGERER__JOB_HEARTBEAT_SEC=str(heartbeat_s),
         SLUICE__SCHEDULER__SCHEDULER_HEARTBEAT_SEC=str(heartbeat_s),
+        # a running try of a killed engine or worker is failed as soon as its executor is
+        # called dead (the default waits 300 s, as Airflow does)
+        SLUICE__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT=str(2.1 * heartbeat_s),
         SLUICE__TRIGGERER__SHUTDOWN_GRACE_PERIOD_SEC=str(grace_s),
         **settings,
     )

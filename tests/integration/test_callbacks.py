@@ -409,7 +409,9 @@ async def test_the_running_tries_of_a_dead_executor_fail_or_retry_and_run_their_
             sleepers, TaskState.RUNNING
         )
         recovering = Scheduler(
-            db=env.db, cipher=env.cipher, settings=SchedulerSettings(heartbeat_s=0.05)
+            db=env.db,
+            cipher=env.cipher,
+            settings=SchedulerSettings(heartbeat_s=0.05, task_heartbeat_timeout_s=10.5),
         )
         async with env.executor():
 

@@ -687,6 +687,45 @@ def test_recovery_fails_or_retries_the_running_tries_of_a_dead_executor(env: Env
     assert (again.requeued, again.lost) == ([], [])  # once
 
 
+def test_a_silent_executor_keeps_its_running_tries_until_the_task_heartbeat_timeout(
+    env: Env,
+) -> None:
+    """Silent for 60 s: its queued try is requeued (health threshold 10 s), its running try
+    is kept (it may only have lost the database for a while) until 300 s of silence."""
+    _, _, tis = env.new_run()
+    silent_since = models.utcnow() - timedelta(seconds=60)
+
+    def seed(session: Any) -> None:
+        job = session.execute(
+            insert(Job)
+            .values(
+                job_type="executor",
+                state="running",
+                latest_heartbeat=silent_since,
+                start_date=silent_since,
+            )
+            .returning(Job.id)
+        ).scalar_one()
+        for task_id, state in (("ok", TaskState.RUNNING), ("wait", TaskState.QUEUED)):
+            session.execute(
+                update(TaskInstance)
+                .where(TaskInstance.id == tis[task_id])
+                .values(state=state, executor_job_id=job, try_number=1)
+            )
+
+    env.db.call(seed)
+    now = models.utcnow()
+    recover = partial(
+        orphans.recover_orphaned_tasks, threshold_s=10, running_threshold_s=300, now=now
+    )
+    recovery = env.db.call(recover)
+    assert (recovery.requeued, recovery.lost) == ([tis["wait"]], [])
+    assert env.ti(tis["ok"]).state == "running"
+    later = partial(orphans.recover_orphaned_tasks, threshold_s=10, running_threshold_s=30, now=now)
+    assert [t.task_id for t in env.db.call(later).lost] == ["ok"]
+    assert env.ti(tis["ok"]).state == "failed"
+
+
 def test_claims_never_hand_out_a_task_twice(env: Env) -> None:
     tis = list(env.new_run()[2].values())
     env.schedule(*tis)

@@ -1,12 +1,15 @@
 """SQL of recovering the task instances of dead executors (the scheduler's
 ``_recover_orphans``; Airflow's "task instance heartbeat timeout", once "zombie tasks").
 
-Dead: no executor job with a heartbeat newer than ``threshold_s`` holds the task instance
+Dead: no executor job with a heartbeat newer than a threshold holds the task instance
 (``executor_job_id``). What becomes of a try it held depends on whether it started:
 
-- a ``queued`` try was claimed but never ran (no process started): it goes back to
-  ``scheduled`` and does not consume a try;
-- a ``running`` try lost its process with its executor (or Celery worker): it counts as a
+- a ``queued`` try was claimed but never ran (no process started): after ``threshold_s``
+  (the executors' health threshold) it goes back to ``scheduled`` and does not consume a try;
+- a ``running`` try of an executor silent for ``running_threshold_s`` (``[scheduler]
+  task_instance_heartbeat_timeout``, 300 s by default as in Airflow: an executor that only
+  lost the database for a while keeps its running tries) lost its process with its executor
+  (or Celery worker): it counts as a
   failed try, decided by the executor's own rule (``engine.db.queries.retries``):
   ``up_for_retry`` after the task's retry delay while tries remain, else ``failed``. A
   callback request asks a live executor to run the task's ``on_retry_callback`` /
@@ -75,29 +78,45 @@ class Recovery:
     lost: list[LostTry] = field(default_factory=list)
 
 
-def recover_orphaned_tasks(session: Session, *, threshold_s: float, now: datetime) -> Recovery:
+def recover_orphaned_tasks(
+    session: Session,
+    *,
+    threshold_s: float,
+    now: datetime,
+    running_threshold_s: float | None = None,
+) -> Recovery:
     """Recover the queued and running task instances of dead executors (see the module
-    docstring); ``now`` (the scheduler's clock) ends the failed tries and times retries."""
-    alive = jobs.alive_job_ids(session, job_type=tasks.EXECUTOR_JOB, threshold_s=threshold_s)
-    not_alive = (
-        or_(TaskInstance.executor_job_id.is_(None), TaskInstance.executor_job_id.not_in(alive))
-        if alive
-        else true()
-    )
+    docstring); ``now`` (the scheduler's clock) ends the failed tries and times retries.
+    ``running_threshold_s`` (at least ``threshold_s``; None: the same) is how long an
+    executor is silent before its running tries are failed."""
+    running_threshold_s = max(threshold_s, running_threshold_s or threshold_s)
+    queued_dead = _not_alive(session, threshold_s)
+    running_dead = _not_alive(session, running_threshold_s)
     candidates = select(TaskInstance.id, TaskInstance.state).where(
-        TaskInstance.state.in_((TaskState.QUEUED, TaskState.RUNNING)), not_alive
+        or_(
+            and_(TaskInstance.state == TaskState.QUEUED, queued_dead),
+            and_(TaskInstance.state == TaskState.RUNNING, running_dead),
+        )
     )
     if is_postgres(session):
         candidates = candidates.with_for_update(skip_locked=True)
     rows = session.execute(candidates).all()
     queued = sorted(int(i) for i, state in rows if state == TaskState.QUEUED)
     running = sorted(int(i) for i, state in rows if state == TaskState.RUNNING)
-    recovery = Recovery(_requeue(session, queued, not_alive), [])
+    recovery = Recovery(_requeue(session, queued, queued_dead), [])
     for ti_id in running:
-        lost = _end_lost_try(session, ti_id, not_alive, threshold_s=threshold_s, now=now)
+        lost = _end_lost_try(session, ti_id, running_dead, threshold_s=running_threshold_s, now=now)
         if lost is not None:
             recovery.lost.append(lost)
     return recovery
+
+
+def _not_alive(session: Session, threshold_s: float) -> Any:
+    """Task instances held by no executor with a heartbeat newer than ``threshold_s``."""
+    alive = jobs.alive_job_ids(session, job_type=tasks.EXECUTOR_JOB, threshold_s=threshold_s)
+    if not alive:
+        return true()
+    return or_(TaskInstance.executor_job_id.is_(None), TaskInstance.executor_job_id.not_in(alive))
 
 
 def _requeue(session: Session, ids: list[int], not_alive: Any) -> list[int]:
