@@ -71,6 +71,9 @@ def test_only_one_delivery_takes_a_queued_try_over(db: Database) -> None:
     assert db.call(partial(take, worker_job_id=w1)) is True
     assert db.call(partial(take, worker_job_id=w2)) is False  # the redelivery
     assert _held(db, ids["a"]) == ("queued", w1)
+    # w1 again (its retry after a commit whose answer was lost): already its own
+    assert db.call(partial(take, worker_job_id=w1)) is True
+    assert _held(db, ids["a"]) == ("queued", w1)
     # the try is then the worker's, with the local executor's guarded writes
     run = db.call(
         partial(tasks.start_task_run, ti_id=ids["a"], job_id=w1, pid=1, hostname="h", now=now)

@@ -53,13 +53,18 @@ def take_over_queued(
     session: Session, ti_id: int, *, sender_job_id: int, worker_job_id: int
 ) -> bool:
     """Move a try still ``queued`` under the sender to the worker's job; False when it is not
-    waiting for a worker any more (another delivery took it, it ran, it was recovered)."""
+    waiting for a worker any more (another delivery took it, it ran, it was recovered).
+
+    Already queued under this worker counts as taken: a retry after a commit whose answer was
+    lost (the connection dropped) finds its own take-over done. The worker runs one delivery
+    of a try at a time (``CeleryWorker._run_try``), and starting it is guarded by its state.
+    """
     result = session.execute(
         update(TaskInstance)
         .where(
             TaskInstance.id == ti_id,
             TaskInstance.state == TaskState.QUEUED,
-            TaskInstance.executor_job_id == sender_job_id,
+            TaskInstance.executor_job_id.in_((sender_job_id, worker_job_id)),
         )
         .values(executor_job_id=worker_job_id)
     )

@@ -22,7 +22,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from concurrent.futures import CancelledError
+import signal
+from concurrent.futures import CancelledError, Future
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
@@ -96,6 +97,7 @@ class WorkerRuntime:
         self._portal = self._exits.enter_context(anyio.from_thread.start_blocking_portal())
         self.job_id = self._portal.call(self._start_job)
         self._background = self._portal.start_task_soon(self._keep_alive, self.job_id)
+        self._background.add_done_callback(_stop_when_heartbeat_ends)
 
     def stop(self) -> None:
         """End the executor job (its unfinished tries are recovered) and close the loop."""
@@ -150,6 +152,7 @@ class WorkerRuntime:
         logger.info("Celery worker stopped", extra={"action": "celery_worker_stopped"})
 
     async def _keep_alive(self, job_id: int) -> None:
+        """The warm runner, the heartbeat and the operator-change watch, until ``stop``."""
         async with anyio.create_task_group() as tg:
             if self._warm is not None:  # until it is ready, tries start cold interpreters
                 tg.start_soon(self._warm.run)
@@ -189,11 +192,14 @@ class WorkerRuntime:
             sender_job_id=sender_job_id,
             worker_job_id=self.job_id,
         )
-        if not await run_retrying(self._db, take):
+        if ti_id in self.running:  # another delivery of the try runs here now
             await self._log_dropped(ti_id, sender_job_id)
             return "dropped"
-        self.running.add(ti_id)
+        self.running.add(ti_id)  # before the take-over: one delivery of a try at a time
         try:
+            if not await run_retrying(self._db, take):
+                await self._log_dropped(ti_id, sender_job_id)
+                return "dropped"
             await self._supervisor.execute(self.job_id, ti_id)
         finally:
             self.running.discard(ti_id)
@@ -280,3 +286,21 @@ def _hostname() -> str:
     import socket
 
     return socket.getfqdn()
+
+
+def _stop_when_heartbeat_ends(done: Future[None]) -> None:
+    """The heartbeat (with the warm runner and the change watch) ended before ``stop``: the
+    worker would take tries the scheduler then fails as lost. Say why, and stop it (a warm
+    shutdown: running tries finish)."""
+    if done.cancelled():
+        return
+    error = done.exception()
+    if error is None:
+        return
+    logger.critical(
+        "The Celery worker's heartbeat ended: %s; stopping the worker",
+        error,
+        exc_info=error,
+        extra={"action": "celery_worker_heartbeat_ended"},
+    )
+    os.kill(os.getpid(), signal.SIGTERM)
