@@ -77,6 +77,7 @@ class WorkerRuntime:
         self.stats = ExecutorStats()
         self.job_id: int | None = None
         self.running: set[int] = set()
+        self._try_ended: anyio.Event | None = None  # set as a try ends (while stopping)
         self._supervisor: TaskSupervisor | None = None
         #: the pre-imported process tries are forked from, as in the local executor
         self._warm = _warm_runner(self.settings)
@@ -100,8 +101,11 @@ class WorkerRuntime:
         self._background.add_done_callback(_stop_when_heartbeat_ends)
 
     def stop(self) -> None:
-        """End the executor job (its unfinished tries are recovered) and close the loop."""
+        """Interrupt the tries still running (a cold shutdown does not wait for them: they
+        go back to ``scheduled`` as the same try), end the executor job, close the loop."""
         try:
+            if self._portal is not None and self.running:
+                self._portal.call(self._interrupt_running)
             if self._background is not None:
                 self._background.cancel()
                 with contextlib.suppress(CancelledError):
@@ -145,6 +149,30 @@ class WorkerRuntime:
         )
         celery_sql.set_worker_queues(session, job_id=job_id, queues=self.queues)
         return job_id
+
+    async def _interrupt_running(self) -> None:
+        """SIGTERM the running tries' processes (SIGKILL after ``kill_grace_s``) and wait for
+        their supervisors to record them as interrupted, as the local executor's shutdown
+        does: ending the job under them would make the scheduler fail them as lost while
+        they still run."""
+        assert self._supervisor is not None
+        logger.warning(
+            "Stopping %d running task(s): the worker stops without waiting for them; they "
+            "will run again as the same try",
+            len(self.running),
+            extra={"action": "executor_interrupting", "ti_ids": sorted(self.running)},
+        )
+        self._supervisor.interrupt_all()
+        with anyio.move_on_after(self.settings.kill_grace_s):
+            await self._until_none_running()
+        self._supervisor.kill_all()
+        with anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
+            await self._until_none_running()
+
+    async def _until_none_running(self) -> None:
+        while self.running:
+            self._try_ended = anyio.Event()
+            await self._try_ended.wait()
 
     async def _end_job(self, job_id: int) -> None:
         with anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
@@ -203,6 +231,8 @@ class WorkerRuntime:
             await self._supervisor.execute(self.job_id, ti_id)
         finally:
             self.running.discard(ti_id)
+            if self._try_ended is not None:
+                self._try_ended.set()
         return "ran"
 
     async def _log_dropped(self, ti_id: int, sender_job_id: int) -> None:
