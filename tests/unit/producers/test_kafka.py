@@ -31,6 +31,7 @@ from producers.kafka_codec import Undecodable, decoded_value, event_payload
 from producers.kafka_partitions import PartitionBook
 from producers.kafka_settings import dead_letter_headers, resolve_on_unclean
 from shared_stream.producer import AdvanceItem, AdvanceOutcome
+from tests.unit.producers.kafka_doubles import RecordingConsumer, recording_producer
 
 BASE: dict[str, Any] = {"topics": ["orders"], "bootstrap_servers": "b:9092", "group_id": "g"}
 
@@ -443,27 +444,6 @@ def test_a_commit_moves_forward_over_messages_advanced_in_the_owning_epoch(
 # -- the producer's rebalance handling (a fake consumer records the commits) ----------------
 
 
-class RecordingConsumer:
-    def __init__(self) -> None:
-        self.commits: list[tuple[int, int]] = []
-
-    async def commit(self, offsets: dict[Any, int]) -> None:
-        self.commits.extend((tp.partition, offset) for tp, offset in offsets.items())
-
-
-def _producer(**kwargs: Any) -> tuple[KafkaSharedStreamProducer, RecordingConsumer]:
-    producer = KafkaSharedStreamProducer(
-        connection=KafkaConnection(bootstrap_servers=("b:9092",)),
-        group_id="g",
-        topics=["orders"],
-        **kwargs,
-    )
-    consumer = RecordingConsumer()
-    producer._consumer = consumer  # what open_stream would have started
-    producer._progress = anyio.Event()
-    return producer, consumer
-
-
 def _records(*offsets: int) -> list[SimpleNamespace]:
     return [
         SimpleNamespace(
@@ -482,7 +462,7 @@ TP = TopicPartition("orders", 0)
 
 
 async def test_revocation_drains_what_was_yielded_then_gives_the_partition_up() -> None:
-    producer, consumer = _producer(revoke_drain_timeout_ms=60_000)
+    producer, consumer = recording_producer(revoke_drain_timeout_ms=60_000)
     producer._assigned({TP})
     assert len(list(producer._admit(TP, _records(0, 1, 2)))) == 3
     with anyio.fail_after(5):
@@ -500,7 +480,7 @@ async def test_revocation_drains_what_was_yielded_then_gives_the_partition_up() 
 
 
 async def test_a_cancelled_drain_still_gives_the_partition_up() -> None:
-    producer, consumer = _producer(revoke_drain_timeout_ms=60_000)
+    producer, consumer = recording_producer(revoke_drain_timeout_ms=60_000)
     producer._assigned({TP})
     list(producer._admit(TP, _records(0, 1)))
     with anyio.fail_after(5):
@@ -515,7 +495,7 @@ async def test_a_cancelled_drain_still_gives_the_partition_up() -> None:
 
 @pytest.mark.parametrize("policy", ["stop", "commit"])
 async def test_unclean_policy_without_a_dead_letter_topic(policy: str) -> None:
-    producer, consumer = _producer(on_unclean=policy)
+    producer, consumer = recording_producer(on_unclean=policy)
     producer._assigned({TP})
     list(producer._admit(TP, _records(0, 1, 2)))
     batch = [*_batch(0), *_batch(1, clean=False), *_batch(2)]

@@ -4,7 +4,7 @@ partition, every message still judged, fired, refused and committed on its own."
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
@@ -13,37 +13,24 @@ from aiokafka import TopicPartition
 
 from producers import KafkaMessage, KafkaMessageBatch, KafkaMessageTrigger
 from producers.exceptions import UncleanEventError
-from producers.kafka import KafkaSharedStreamProducer
-from producers.kafka_client import KafkaConnection, KafkaOffset
 from producers.kafka_settings import DEFAULT_BATCH_MESSAGES
 from producers.kafka_trigger import YIELD_EVERY_MESSAGES
 from shared_stream import reject_shared_stream_event
 from shared_stream.producer import AdvanceItem, AdvanceOutcome
+from tests.unit.producers.kafka_doubles import RecordingConsumer, recording_producer
 from triggers.base import TriggerEvent
+
+if TYPE_CHECKING:
+    from producers.kafka import KafkaSharedStreamProducer
+    from producers.kafka_client import KafkaOffset
 
 BASE: dict[str, Any] = {"topics": ["orders"], "bootstrap_servers": "b:9092", "group_id": "g"}
 TP = TopicPartition("orders", 0)
 CLEAN = AdvanceOutcome(acked=2, failed=0)
 
 
-class RecordingConsumer:
-    def __init__(self) -> None:
-        self.commits: list[tuple[int, int]] = []
-
-    async def commit(self, offsets: dict[Any, int]) -> None:
-        self.commits.extend((tp.partition, offset) for tp, offset in offsets.items())
-
-
 def _producer(**kwargs: Any) -> tuple[KafkaSharedStreamProducer, RecordingConsumer]:
-    producer = KafkaSharedStreamProducer(
-        connection=KafkaConnection(bootstrap_servers=("b:9092",)),
-        group_id="g",
-        topics=["orders"],
-        **{"batch_messages": 3, **kwargs},
-    )
-    consumer = RecordingConsumer()
-    producer._consumer = consumer  # what open_stream would have started
-    producer._progress = anyio.Event()
+    producer, consumer = recording_producer(**{"batch_messages": 3, **kwargs})
     producer._assigned({TP})
     return producer, consumer
 
