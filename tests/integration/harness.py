@@ -4,6 +4,7 @@ the real DAG processor, and executor settings fast enough for tests."""
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -15,9 +16,10 @@ from engine.crypto import KwargsCipher
 from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
 from engine.db.database import Database
 from engine.db.schema import migrate
-from engine.executor.local import ExecutorSettings
+from engine.executor.local import ExecutorSettings, LocalExecutor
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
     from pathlib import Path
 
 
@@ -60,3 +62,18 @@ def fast_executor_settings(config: Config, **overrides: Any) -> ExecutorSettings
             **overrides,
         },
     )
+
+
+@asynccontextmanager
+async def running_executor(
+    db: Database, cipher: KwargsCipher, settings: ExecutorSettings
+) -> AsyncIterator[LocalExecutor]:
+    """A real ``LocalExecutor`` running in this event loop until the block ends (then it
+    shuts down as ``sluice run`` stops it)."""
+    executor = LocalExecutor(db=db, cipher=cipher, settings=settings)
+    async with anyio.create_task_group() as tg:
+        await tg.start(executor.run)
+        try:
+            yield executor
+        finally:
+            executor.shutdown()

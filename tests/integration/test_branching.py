@@ -19,10 +19,9 @@ from engine.crypto import KwargsCipher
 from engine.db import models
 from engine.db.models import DagRun, TaskInstance, TaskState
 from engine.db.queries import runs, tasks
-from engine.executor.local import ExecutorSettings, LocalExecutor
 from engine.executor.task_logs import read_task_log
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
-from tests.integration.harness import fast_executor_settings, parsed_database
+from tests.integration.harness import fast_executor_settings, parsed_database, running_executor
 from tests.waiting import eventually
 from triggers.serde import deserialize_value
 
@@ -31,6 +30,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from engine.db.database import Database
+    from engine.executor.local import ExecutorSettings, LocalExecutor
 
 pytestmark = pytest.mark.integration
 
@@ -139,13 +139,8 @@ class Env:
 
     @asynccontextmanager
     async def executor(self) -> AsyncIterator[LocalExecutor]:
-        executor = LocalExecutor(db=self.db, cipher=self.cipher, settings=self.settings)
-        async with anyio.create_task_group() as tg:
-            await tg.start(executor.run)
-            try:
-                yield executor
-            finally:
-                executor.shutdown()
+        async with running_executor(self.db, self.cipher, self.settings) as executor:
+            yield executor
 
     def log(self, run_pk: int, task_id: str) -> str:
         run = self.run_of(run_pk)

@@ -25,7 +25,7 @@ from engine.executor.callbacks import dag_callback_log
 from engine.executor.local import ExecutorSettings, LocalExecutor
 from engine.executor.task_logs import read_task_log
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
-from tests.integration.harness import fast_executor_settings, parsed_database
+from tests.integration.harness import fast_executor_settings, parsed_database, running_executor
 from tests.waiting import eventually
 
 if TYPE_CHECKING:
@@ -270,15 +270,10 @@ class Env:
 
     @asynccontextmanager
     async def executor(self, **overrides: Any) -> AsyncIterator[LocalExecutor]:
-        executor = LocalExecutor(
-            db=self.db, cipher=self.cipher, settings=replace(self.settings, **overrides)
-        )
-        async with anyio.create_task_group() as tg:
-            await tg.start(executor.run)
-            try:
-                yield executor
-            finally:
-                executor.shutdown()
+        async with running_executor(
+            self.db, self.cipher, replace(self.settings, **overrides)
+        ) as executor:
+            yield executor
 
 
 @pytest.fixture

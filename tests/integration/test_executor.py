@@ -38,7 +38,7 @@ from engine.executor.task_logs import TaskLogNotFoundError, log_path, read_task_
 from engine.executor.task_runner import EXIT_PARENT_GONE, TaskSpec, build_context
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.persister import Persister
-from tests.integration.harness import fast_executor_settings, parsed_database
+from tests.integration.harness import fast_executor_settings, parsed_database, running_executor
 from tests.waiting import eventually, wait_until
 from triggers.base import TriggerEvent
 from triggers.serde import deserialize_value, dumps, loads
@@ -250,14 +250,10 @@ class Env:
 
     @asynccontextmanager
     async def executor(self, **overrides: Any) -> AsyncIterator[LocalExecutor]:
-        settings = replace(self.settings, **overrides)
-        executor = LocalExecutor(db=self.db, cipher=self.cipher, settings=settings)
-        async with anyio.create_task_group() as tg:
-            await tg.start(executor.run)
-            try:
-                yield executor
-            finally:
-                executor.shutdown()
+        async with running_executor(
+            self.db, self.cipher, replace(self.settings, **overrides)
+        ) as executor:
+            yield executor
 
 
 @pytest.fixture

@@ -23,9 +23,8 @@ from engine.db import models
 from engine.db.models import DagFile, TaskInstance, TaskState
 from engine.db.queries import runs
 from engine.db.queries.triggers import rotate_trigger_kwargs
-from engine.executor.local import LocalExecutor
 from engine.executor.task_logs import read_task_log
-from tests.integration.harness import fast_executor_settings, parsed_database
+from tests.integration.harness import fast_executor_settings, parsed_database, running_executor
 from tests.waiting import eventually, wait_until
 from triggers.serde import deserialize_value
 
@@ -33,6 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
 
+    from engine.executor.local import LocalExecutor
     from tests.integration.harness import Parsed
 
 pytestmark = pytest.mark.integration
@@ -114,13 +114,8 @@ class Env:
 
     @asynccontextmanager
     async def executor(self) -> AsyncIterator[LocalExecutor]:
-        executor = LocalExecutor(db=self.db, cipher=self.cipher, settings=self.settings)
-        async with anyio.create_task_group() as tg:
-            await tg.start(executor.run)
-            try:
-                yield executor
-            finally:
-                executor.shutdown()
+        async with running_executor(self.db, self.cipher, self.settings) as executor:
+            yield executor
 
     def log(self, run_id: str, task_id: str) -> str:
         return read_task_log(self.settings.task_log_folder, "versions", run_id, task_id, None)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import textwrap
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -26,12 +25,11 @@ from engine.crypto import KwargsCipher
 from engine.db import models
 from engine.db.models import DagRun, TaskInstance, TaskState
 from engine.db.queries import actions, runs
-from engine.executor.local import ExecutorSettings, LocalExecutor
 from engine.executor.task_logs import read_task_log
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.persister import Persister
-from tests.integration.harness import fast_executor_settings, parsed_database
+from tests.integration.harness import fast_executor_settings, parsed_database, running_executor
 from tests.waiting import eventually
 from triggers.base import TriggerEvent
 from triggers.serde import deserialize_value
@@ -42,6 +40,7 @@ if TYPE_CHECKING:
 
     from engine.config import Config
     from engine.db.database import Database
+    from engine.executor.local import ExecutorSettings, LocalExecutor
 
 pytestmark = pytest.mark.integration
 
@@ -281,13 +280,8 @@ class Env:
 
     @asynccontextmanager
     async def executor(self) -> AsyncIterator[LocalExecutor]:
-        executor = LocalExecutor(db=self.db, cipher=self.cipher, settings=replace(self.settings))
-        async with anyio.create_task_group() as tg:
-            await tg.start(executor.run)
-            try:
-                yield executor
-            finally:
-                executor.shutdown()
+        async with running_executor(self.db, self.cipher, self.settings) as executor:
+            yield executor
 
     async def until(self, run_pk: int, check: Any) -> Any:
         """Drive the scheduler until ``check(task instances)`` holds."""

@@ -22,9 +22,8 @@ from engine.db import models
 from engine.db.models import TaskInstance, TaskState
 from engine.db.queries import runs
 from engine.executor import warm_process
-from engine.executor.local import LocalExecutor
 from engine.executor.task_logs import read_task_log
-from tests.integration.harness import fast_executor_settings, parsed_database
+from tests.integration.harness import fast_executor_settings, parsed_database, running_executor
 from tests.waiting import eventually, wait_until
 from triggers.serde import deserialize_value
 
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
 
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
-    from engine.executor.local import ExecutorSettings
+    from engine.executor.local import ExecutorSettings, LocalExecutor
     from engine.executor.warm_process import WarmRunner
 
 pytestmark = pytest.mark.integration
@@ -136,13 +135,8 @@ class Env:
 
     @asynccontextmanager
     async def executor(self) -> AsyncIterator[LocalExecutor]:
-        executor = LocalExecutor(db=self.db, cipher=self.cipher, settings=self.settings)
-        async with anyio.create_task_group() as tg:
-            await tg.start(executor.run)
-            try:
-                yield executor
-            finally:
-                executor.shutdown()
+        async with running_executor(self.db, self.cipher, self.settings) as executor:
+            yield executor
 
 
 @pytest.fixture
