@@ -6,7 +6,8 @@ on every transaction (a deferred BEGIN loses updates or fails with "database is 
 under two writers). PostgreSQL goes through psycopg 3.
 
 ``Database.run(fn)`` runs ``fn(session)`` in a worker thread inside one transaction, so the
-event loop never blocks on the database.
+event loop never blocks on the database; ``Database.run_statement(fn)`` runs a write that is
+one statement, on PostgreSQL in a single round trip.
 """
 
 from __future__ import annotations
@@ -111,6 +112,19 @@ class Database:
         self.engine = engine or create_db_engine(url)
         self.is_sqlite = self.engine.dialect.name == "sqlite"
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # run_statement's connections (PostgreSQL): autocommit, not pinged when taken. Made
+        # by create_engine, which connects only when first used.
+        self._statement_engine = (
+            None
+            if self.is_sqlite
+            else create_engine(
+                self.engine.url,
+                isolation_level="AUTOCOMMIT",
+                pool_pre_ping=False,
+                pool_size=1,
+                max_overflow=1,
+            )
+        )
         read_only = self.engine.execution_options(**{READ_ONLY_OPTION: True})
         self._read_sessions = sessionmaker(read_only, expire_on_commit=False)
         # SQLite has one writer at a time and every transaction takes the write lock.
@@ -142,6 +156,30 @@ class Database:
         """Run ``fn(session)`` in one transaction on a worker thread."""
         return await anyio.to_thread.run_sync(self.call, fn, limiter=self._limiter)
 
+    def call_statement(self, fn: Callable[[Connection], T]) -> T:
+        """``fn(connection)``, whose writes are one statement, committed by itself.
+
+        PostgreSQL: on a connection of a small pool of its own, in autocommit mode and not
+        pinged when taken, so the statement is the only round trip (a transaction adds a
+        BEGIN, a COMMIT and the pool's ping, and under load each costs a thread that waits
+        for the GIL milliseconds). The catch: a connection that died since its last use
+        fails the call (the pool then drops it), so the caller must retry a failed call, as
+        the persister does with every batch. SQLite: one ordinary transaction, which costs
+        no round trip.
+        """
+        if self._statement_engine is None:
+            with self.session() as session:
+                return fn(session.connection())
+        try:
+            with self._statement_engine.connect() as connection:
+                return fn(connection)
+        except SQLAlchemyError as exc:
+            raise DatabaseError(f"metadata database error: {exc}") from exc
+
+    async def run_statement(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn(connection)`` (see ``call_statement``) on a worker thread."""
+        return await anyio.to_thread.run_sync(self.call_statement, fn, limiter=self._limiter)
+
     async def read(self, fn: Callable[[Session], T]) -> T:
         """Run ``fn(session)``, which only reads, on a worker thread: not queued behind this
         process's writes, and on SQLite without the write lock (see ``session``)."""
@@ -151,3 +189,5 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        if self._statement_engine is not None:
+            self._statement_engine.dispose()

@@ -5,6 +5,14 @@ the event-loop thread, and confirms the shared-stream sequence numbers of a batc
 after its commit (through the callback it was given), so the broker is advanced within
 milliseconds of the events being stored.
 
+It works in two stages, each in a worker thread: while one batch is written, the next is
+taken from the outbox and prepared (each watcher event's payload encoded to the JSON text
+that is stored), so the writer goes from one write to the next with no encoding between.
+Batches are written one at a time, in the order they were taken. A batch of watcher events
+only (the stream of a busy broker) is one statement, which on PostgreSQL costs one round
+trip (``watcher_events.store_watcher_events``, ``Database.run_statement``); any other batch
+is one transaction.
+
 A batch that fails because the database is unavailable is retried with backoff and nothing is
 lost; a batch that fails because of one bad item is bisected and the bad item is reported
 (with its trigger id) and dropped; its shared-stream event is left unconfirmed, so the ack
@@ -20,10 +28,11 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from engine.authoring.context import FAIL_METHOD
@@ -34,11 +43,14 @@ from engine.exceptions import DatabaseError
 from engine.metrics.readings import Buckets
 from engine.triggerer.outbox import FiredEvent, Outbox, OutboxItem, TriggerFailed
 from triggers.base import BaseTaskEndEvent
+from triggers.exceptions import SerializationError
 from triggers.serde import json_text, serialize_value
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from anyio.abc import ObjectReceiveStream, ObjectSendStream
+    from sqlalchemy import Connection
     from sqlalchemy.orm import Session
 
     from engine.db.database import Database
@@ -52,6 +64,11 @@ BATCH_MAX_ITEMS: Final = 2000
 RETRY_BACKOFF_S: Final = (0.2, 10.0)
 COMMIT_BUCKETS_S: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 BATCH_SIZE_BUCKETS: Final = (1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2000.0)
+
+
+#: An outbox item with the JSON text of its payload when it is a watcher's event (the
+#: (asset, watcher) it carries says so), else None.
+Prepared: TypeAlias = "tuple[OutboxItem, str | None]"
 
 
 @dataclass
@@ -107,33 +124,62 @@ class Persister:
         self._confirm = confirm
         self._refuse = refuse
         self._on_committed = on_committed
-        self._writing = False
+        self._in_hand = 0  # batches taken from the outbox and not yet written
         self._batch_done: anyio.Event | None = None
         self.stats = PersisterStats()
 
     def __repr__(self) -> str:
         return f"Persister(pending={len(self._outbox)}, stats={self.stats})"
 
+    @property
+    def outbox(self) -> Outbox:
+        """The outbox this persister drains."""
+        return self._outbox
+
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """Drain the outbox until it is closed and empty."""
-        task_status.started()
-        while True:
-            batch = await self._outbox.get_batch(BATCH_MAX_ITEMS)
-            if not batch:
-                return
-            self._writing = True
-            try:
-                await self._write_with_retry(batch)
-            finally:
-                self._writing = False
-                if self._batch_done is not None:
-                    self._batch_done.set()
+        """Drain the outbox until it is closed and empty.
+
+        One task takes and prepares the next batch while this one writes the previous: at
+        most one batch waits, prepared, behind the one being written.
+        """
+        send, receive = anyio.create_memory_object_stream[list[Prepared]](0)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._prepare_batches, send)
+            task_status.started()
+            await self._write_batches(receive)
+
+    async def _prepare_batches(self, send: ObjectSendStream[list[Prepared]]) -> None:
+        async with send:
+            while True:
+                batch = await self._outbox.get_batch(BATCH_MAX_ITEMS)
+                if not batch:
+                    return
+                self._in_hand += 1
+                try:
+                    prepared = await anyio.to_thread.run_sync(self.prepare, batch)
+                    await send.send(prepared)
+                except BaseException:
+                    self._batch_written()
+                    raise
+
+    async def _write_batches(self, receive: ObjectReceiveStream[list[Prepared]]) -> None:
+        async with receive:
+            async for prepared in receive:
+                try:
+                    await self._write_with_retry(prepared)
+                finally:
+                    self._batch_written()
+
+    def _batch_written(self) -> None:
+        self._in_hand -= 1
+        if self._batch_done is not None:
+            self._batch_done.set()
 
     def is_flushed(self) -> bool:
-        """Nothing waits in the outbox and no batch is being written."""
-        return not self._writing and len(self._outbox) == 0
+        """Nothing waits in the outbox and no batch is being prepared or written."""
+        return self._in_hand == 0 and len(self._outbox) == 0
 
     async def wait_flushed(self) -> None:
         """Return once everything put in the outbox so far has been written."""
@@ -141,7 +187,24 @@ class Persister:
             self._batch_done = anyio.Event()
             await self._batch_done.wait()
 
-    async def _write_with_retry(self, batch: list[OutboxItem]) -> None:
+    def prepare(self, batch: Sequence[OutboxItem]) -> list[Prepared]:
+        """Each item with its payload's JSON text when it is a watcher's event (runs in a
+        worker thread). Encoded once: the text measured against the size limit is the text
+        stored. An event whose payload cannot be encoded (changed after the trigger built
+        it) is dropped and reported, as a batch item the database refused would be."""
+        prepared: list[Prepared] = []
+        for item in batch:
+            text = None
+            if type(item) is FiredEvent and item.watcher is not None:
+                try:
+                    text = json_text(item.event.payload, where="event payload")
+                except (SerializationError, TypeError, ValueError, RecursionError) as exc:
+                    self._drop(item, exc)
+                    continue
+            prepared.append((item, text))
+        return prepared
+
+    async def _write_with_retry(self, batch: list[Prepared]) -> None:
         delay = RETRY_BACKOFF_S[0]
         while True:
             try:
@@ -149,7 +212,7 @@ class Persister:
                 return
             except DatabaseError as exc:
                 if not _is_unavailable(exc) and len(batch) == 1:
-                    self._drop(batch[0], exc)
+                    self._drop(batch[0][0], exc)
                     return
                 if not _is_unavailable(exc):
                     middle = len(batch) // 2
@@ -176,9 +239,15 @@ class Persister:
             extra={"action": "persist_drop", "trigger_id": item.trigger_id},
         )
 
-    async def _write(self, batch: list[OutboxItem]) -> None:
+    async def _write(self, batch: list[Prepared]) -> None:
         started = time.perf_counter()
-        result = await self._db.run(lambda session: self.write_batch(session, batch))
+        rows = self._plain_rows(batch)
+        if rows is not None:
+            result = await self._db.run_statement(
+                lambda connection: self._store_rows(connection, *rows)
+            )
+        else:
+            result = await self._db.run(lambda session: self.write_prepared(session, batch))
         elapsed = time.perf_counter() - started
         self._record(batch, result, elapsed)
         if self._confirm is not None and result.seqs:
@@ -188,7 +257,7 @@ class Persister:
         if self._on_committed is not None:
             self._on_committed(result)
 
-    def _record(self, batch: list[OutboxItem], result: BatchResult, elapsed: float) -> None:
+    def _record(self, batch: list[Prepared], result: BatchResult, elapsed: float) -> None:
         stats = self.stats
         stats.batches += 1
         # Counted by the writer thread as it went through the batch: no pass on the loop.
@@ -202,53 +271,78 @@ class Persister:
         stats.commit_s.observe(elapsed)
         stats.batch_size.observe(len(batch))
 
-    # --- the transaction (runs in a worker thread) --------------------------------------
+    # --- the writes (run in a worker thread) ---------------------------------------------
+
+    def _plain_rows(
+        self, batch: Sequence[Prepared]
+    ) -> tuple[list[WatcherEventRow], list[int]] | None:
+        """The rows and seqs of a batch of watcher events only, each within the size limit
+        (the stream of a busy broker): stored by one statement. None for any other batch."""
+        rows: list[WatcherEventRow] = []
+        seqs: list[int] = []
+        limit = self._max_payload_bytes
+        for item, payload in batch:
+            if payload is None or (limit is not None and len(payload) > limit):
+                return None
+            assert type(item) is FiredEvent and item.watcher is not None
+            rows.append(_row(item, item.watcher, payload))
+            if item.seq is not None:
+                seqs.append(item.seq)
+        return rows, seqs
+
+    def _store_rows(
+        self, connection: Connection, rows: list[WatcherEventRow], seqs: list[int]
+    ) -> BatchResult:
+        inserted = watcher_events.store_watcher_events(
+            connection, rows, keep_while_paused=self._keep_events_while_paused
+        )
+        return BatchResult(seqs, inserted, 0, [], fired=len(rows))
 
     def write_batch(self, session: Session, batch: Sequence[OutboxItem]) -> BatchResult:
-        watchers = assets.watcher_assets(session, {i.trigger_id for i in batch})
+        """Prepare ``batch`` and write it in ``session``'s transaction."""
+        return self.write_prepared(session, self.prepare(batch))
+
+    def write_prepared(self, session: Session, batch: Sequence[Prepared]) -> BatchResult:
+        """Write any batch in ``session``'s transaction: watcher events (refusing those over
+        the size limit), resumed or ended deferred tasks, and trigger failures."""
+        # A watcher's event carries the (asset, watcher) its trigger was claimed for, and a
+        # watcher trigger serves one watcher for its whole life (an edit makes a new row):
+        # only the other items (task triggers, failures) need the rows read.
+        unknown = {item.trigger_id for item, payload in batch if payload is None}
+        watchers = assets.watcher_assets(session, unknown) if unknown else {}
         rows: list[WatcherEventRow] = []
         seqs: list[int] = []  # confirmed after the commit, in firing order
         refused_seqs: list[int] = []  # over the payload limit: refused (dead-lettered)
         resumed, refused, done_task_triggers = 0, 0, set()
         limit = self._max_payload_bytes
         failures: list[TriggerFailed] = []
-        for item in batch:
+        for item, payload in batch:
             if not isinstance(item, FiredEvent):
                 failures.append(item)
                 continue
             # A watcher whose row was replaced meanwhile (its kwargs were edited) still
             # fired for its asset: the row is gone, the identity it was claimed with is not.
-            watcher = watchers.get(item.trigger_id) or item.watcher
+            watcher = item.watcher or watchers.get(item.trigger_id)
             if watcher is None:
                 if item.trigger_id not in done_task_triggers:
                     resumed += self._finish_task_trigger(session, item.trigger_id, item.event)
                     done_task_triggers.add(item.trigger_id)
             else:
-                # Encoded once: the text measured against the limit is the text stored.
-                payload = json_text(item.event.payload, where="event payload")
+                if payload is None:  # a watcher's event that did not say so: rare
+                    payload = json_text(item.event.payload, where="event payload")
                 if limit is not None and len(payload) > limit:
                     self._reject_oversized(session, item, watcher[1], len(payload), limit)
                     refused += 1
                     if item.seq is not None:
                         refused_seqs.append(item.seq)
                     continue
-                # The key the trigger gave when the event was taken; None is never merged.
-                key = item.dedup_key
-                rows.append(
-                    (
-                        watcher[0],
-                        payload,
-                        None if key is None else key[:512],
-                        item.trigger_id,
-                        watcher[1],
-                    )
-                )
+                rows.append(_row(item, watcher, payload))
             if item.seq is not None:
                 seqs.append(item.seq)
         for failure in failures:
             self._record_failure(session, failure, is_watcher=failure.trigger_id in watchers)
         inserted = watcher_events.store_watcher_events(
-            session, rows, keep_while_paused=self._keep_events_while_paused
+            session.connection(), rows, keep_while_paused=self._keep_events_while_paused
         )
         return BatchResult(
             seqs,
@@ -317,6 +411,12 @@ class Persister:
             next_kwargs={"error": item.reason, "traceback": item.traceback},
         )
         trigger_rows.delete_trigger(session, item.trigger_id)
+
+
+def _row(item: FiredEvent, watcher: tuple[int, str], payload: str) -> WatcherEventRow:
+    # The key the trigger gave when the event was taken; None is never merged.
+    key = item.dedup_key
+    return (watcher[0], payload, None if key is None else key[:512], item.trigger_id, watcher[1])
 
 
 def _task_results(event: BaseTaskEndEvent) -> dict[str, Any] | None:

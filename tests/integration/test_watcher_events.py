@@ -19,7 +19,16 @@ import pytest
 from sqlalchemy import insert, select
 
 from engine.db.database import Database
-from engine.db.models import Asset, AssetEvent, AssetEventQueue, Dag, DagScheduleAsset
+from engine.db.models import (
+    Asset,
+    AssetAlias,
+    AssetAliasAsset,
+    AssetEvent,
+    AssetEventQueue,
+    Dag,
+    DagScheduleAsset,
+    DagScheduleAssetAlias,
+)
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.persister import Persister
 from triggers.base import TriggerEvent
@@ -155,6 +164,95 @@ def test_new_events_are_queued_for_the_dags_on_their_asset(db: Database) -> None
     assert db.call(queued) == [
         (dag_id, payload) for dag_id in ("d1", "d2") for payload in ({"old": 1}, {"n": 2}, {"n": 4})
     ]
+
+
+async def _write_as_the_persister_does(persister: Persister, items: list[FiredEvent]) -> None:
+    """Through ``run``, on the persister's own outbox: a batch of watcher events only is one
+    statement (on PostgreSQL in autocommit, one round trip), not ``write_batch``'s
+    transaction."""
+    for item in items:
+        persister.outbox.put_nowait(item)
+    persister.outbox.close()
+    with anyio.fail_after(30):
+        await persister.run()
+    assert persister.stats.dropped == 0
+
+
+@pytest.mark.parametrize("keep_while_paused", [True, False])
+@pytest.mark.parametrize("path", ["transaction", "statement"])
+async def test_each_consumer_rule_holds_in_either_write(
+    db: Database, path: str, keep_while_paused: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An event is queued for each active DAG on its asset, directly or through an alias,
+    once even when both; a paused DAG only while ``keep_events_while_paused``; a DAG whose
+    file is gone, never."""
+    asset_id, other = _asset(db, "watched"), _asset(db, "other")
+
+    def add_dags(session: Any) -> None:
+        alias_id = session.execute(
+            insert(AssetAlias).values(name="files").returning(AssetAlias.id)
+        ).scalar_one()
+        session.execute(insert(AssetAliasAsset).values(alias_id=alias_id, asset_id=asset_id))
+        dags = {"direct": {}, "both": {}, "by_alias": {}, "paused": {"is_paused": True}}
+        dags["gone"] = {"is_active": False}
+        for dag_id, state in dags.items():
+            session.execute(insert(Dag).values(dag_id=dag_id, fileloc="/dags/x.py", **state))
+            if dag_id != "by_alias":
+                session.execute(insert(DagScheduleAsset).values(dag_id=dag_id, asset_id=asset_id))
+        for dag_id in ("both", "by_alias"):
+            session.execute(insert(DagScheduleAssetAlias).values(dag_id=dag_id, alias_id=alias_id))
+
+    db.call(add_dags)
+    persister = Persister(db=db, outbox=Outbox(), keep_events_while_paused=keep_while_paused)
+    items = [
+        _fired(asset_id, {"n": 1}, "k1", seq=1),
+        _fired(other, {"n": 2}, "k2", seq=2),
+        _fired(asset_id, {"n": 3}, None, seq=3),
+        _fired(asset_id, {"n": 4}, "k1", seq=4),  # a redelivery of k1: nothing new to queue
+    ]
+    if path == "transaction":
+        result = db.call(lambda s: persister.write_batch(s, items))
+        assert (result.asset_events, result.seqs) == (3, [1, 2, 3, 4])
+    else:
+        statements: list[object] = []
+        call_statement = db.call_statement
+
+        def counted(fn: Any) -> Any:
+            statements.append(fn)
+            return call_statement(fn)
+
+        monkeypatch.setattr(db, "call_statement", counted)
+        await _write_as_the_persister_does(persister, items)
+        assert (persister.stats.asset_events, persister.stats.events) == (3, 4)
+        assert len(statements) == 1  # the whole batch, as one statement
+
+    def queued(session: Any) -> list[tuple[str, Any]]:
+        rows = session.execute(
+            select(AssetEventQueue.dag_id, AssetEvent.payload)
+            .join(AssetEvent, AssetEvent.id == AssetEventQueue.asset_event_id)
+            .order_by(AssetEventQueue.dag_id, AssetEvent.id)
+        )
+        return [(dag_id, payload) for dag_id, payload in rows]
+
+    dag_ids = ["both", "by_alias", "direct"] + (["paused"] if keep_while_paused else [])
+    assert db.call(queued) == [
+        (dag_id, payload) for dag_id in dag_ids for payload in ({"n": 1}, {"n": 3})
+    ]
+    assert _stored(db, other) == [({"n": 2}, "k2")]
+
+
+async def test_a_batch_with_an_event_over_the_limit_is_written_in_a_transaction(
+    db: Database,
+) -> None:
+    """Refusing an event writes to its trigger row, so such a batch is not one statement;
+    the other events of the batch are stored with it, and only the refused one is refused."""
+    asset_id = _asset(db)
+    refused: list[int] = []
+    persister = Persister(db=db, outbox=Outbox(), max_payload_bytes=20, refuse=refused.extend)
+    items = [_fired(asset_id, {"n": 1}, "a", seq=1), _fired(asset_id, {"n": "x" * 30}, "b", seq=2)]
+    await _write_as_the_persister_does(persister, items)
+    assert (refused, persister.stats.refused, persister.stats.events) == ([2], 1, 1)
+    assert _stored(db, asset_id) == [({"n": 1}, "a")]
 
 
 def test_the_size_limit_measures_the_stored_text(db: Database) -> None:

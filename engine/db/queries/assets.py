@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, select, union, update
 
 from engine.db.database import upsert_insert
 from engine.db.models import (
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
     from datetime import datetime
 
+    from sqlalchemy import CompoundSelect, Connection
     from sqlalchemy.orm import Session
 
 
@@ -98,37 +99,42 @@ def enqueue_asset_events(
     return queue_asset_events(session, events, consumers)
 
 
-def asset_consumers(
-    session: Session, asset_ids: Iterable[int], *, keep_while_paused: bool = True
-) -> dict[int, list[str]]:
-    """asset id -> the active DAGs scheduled on it (directly or through an alias) that an
-    event of the asset is queued for now; assets no DAG consumes are left out."""
-    ids = set(asset_ids)
-    direct = (
-        select(DagScheduleAsset.asset_id, DagScheduleAsset.dag_id)
-        .join(Dag, Dag.dag_id == DagScheduleAsset.dag_id)
-        .where(DagScheduleAsset.asset_id.in_(ids), Dag.is_active.is_(True))
+def consumer_pairs(*, keep_while_paused: bool = True) -> CompoundSelect[int, str]:
+    """(asset_id, dag_id) of every active DAG scheduled on an asset, directly or through an
+    alias the asset belongs to, that an event of the asset is queued for now (a paused DAG
+    only when ``keep_while_paused``); each pair once. The one statement of that rule:
+    ``asset_consumers`` filters it by asset, the persister's PostgreSQL insert joins it."""
+    direct = select(DagScheduleAsset.asset_id, DagScheduleAsset.dag_id).join(
+        Dag, Dag.dag_id == DagScheduleAsset.dag_id
     )
     through_alias = (
         select(AssetAliasAsset.asset_id, DagScheduleAssetAlias.dag_id)
         .join(DagScheduleAssetAlias, DagScheduleAssetAlias.alias_id == AssetAliasAsset.alias_id)
         .join(Dag, Dag.dag_id == DagScheduleAssetAlias.dag_id)
-        .where(AssetAliasAsset.asset_id.in_(ids), Dag.is_active.is_(True))
     )
+    live = [Dag.is_active.is_(True)]
     if not keep_while_paused:
-        direct = direct.where(Dag.is_paused.is_(False))
-        through_alias = through_alias.where(Dag.is_paused.is_(False))
+        live.append(Dag.is_paused.is_(False))
+    return union(direct.where(*live), through_alias.where(*live))
+
+
+def asset_consumers(
+    session: Session | Connection, asset_ids: Iterable[int], *, keep_while_paused: bool = True
+) -> dict[int, list[str]]:
+    """asset id -> the active DAGs scheduled on it (directly or through an alias) that an
+    event of the asset is queued for now; assets no DAG consumes are left out."""
+    pairs = consumer_pairs(keep_while_paused=keep_while_paused).subquery()
+    query = select(pairs.c.asset_id, pairs.c.dag_id).where(pairs.c.asset_id.in_(set(asset_ids)))
     by_asset: dict[int, list[str]] = {}
-    for query in (direct, through_alias):
-        for asset_id, dag_id in session.execute(query).all():
-            dags = by_asset.setdefault(int(asset_id), [])
-            if str(dag_id) not in dags:
-                dags.append(str(dag_id))
+    for asset_id, dag_id in session.execute(query).all():
+        by_asset.setdefault(int(asset_id), []).append(str(dag_id))
     return by_asset
 
 
 def queue_asset_events(
-    session: Session, events: Iterable[tuple[int, int]], consumers: Mapping[int, Sequence[str]]
+    session: Session | Connection,
+    events: Iterable[tuple[int, int]],
+    consumers: Mapping[int, Sequence[str]],
 ) -> int:
     """Queue each (event id, asset id) for the DAGs ``consumers`` (``asset_consumers``) lists
     for its asset; returns the number of queue rows written."""

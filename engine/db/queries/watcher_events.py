@@ -6,12 +6,15 @@ as long as a broker has messages, so this path avoids per-row work in Python:
 - the payload arrives as JSON text, encoded once by the caller (it measured it against the
   payload size limit with the same text), and goes to the driver as it is, not through the
   JSON column type's encoder;
-- PostgreSQL: one statement of a fixed shape, ``INSERT ... SELECT`` from the elements of one
-  JSON array per column: its text never changes (psycopg prepares it once), the rows go as
-  five text parameters instead of 7 x N placeholders to re-parse in every batch, each made
-  by one call of the C JSON encoder (the payloads' array is their texts joined with commas;
-  psycopg's array dumper escaped every element in Python), and ``RETURNING`` gives the ids
-  of the rows actually inserted;
+- PostgreSQL: the whole batch is one statement of a fixed shape, so one round trip (with
+  ``Database.run_statement``, not even a BEGIN or a COMMIT: under load every round trip
+  costs the writer thread milliseconds of waiting for the GIL). ``INSERT ... SELECT`` from
+  the elements of one JSON array per column: its text never changes (psycopg prepares it
+  once), the rows go as five text parameters instead of 7 x N placeholders to re-parse in
+  every batch, each made by one call of the C JSON encoder (the payloads' array is their
+  texts joined with commas; psycopg's array dumper escaped every element in Python). The
+  rows it inserted feed, in the same statement, the insert that queues each new event for
+  the DAGs ``assets.consumer_pairs`` names for its asset;
 - SQLite: ``executemany`` of one prepared single-row ``INSERT`` (a C loop in ``sqlite3``),
   then, only when a DAG consumes one of the batch's assets, the new rows are read back by id:
   the writer holds SQLite's write lock for the whole transaction (``BEGIN IMMEDIATE``) and
@@ -27,17 +30,21 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Final, TypeAlias
 
-from sqlalchemy import bindparam, func, select, text
+from sqlalchemy import Integer, bindparam, column, func, insert, select, text
 
-from engine.db.database import is_postgres
-from engine.db.models import AssetEvent, utcnow
-from engine.db.queries.assets import SOURCE_WATCHER, asset_consumers, queue_asset_events
+from engine.db.models import AssetEvent, AssetEventQueue, utcnow
+from engine.db.queries.assets import (
+    SOURCE_WATCHER,
+    asset_consumers,
+    consumer_pairs,
+    queue_asset_events,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
-    from sqlalchemy.orm import Session
+    from sqlalchemy import Connection, Select
 
 #: One watcher event: (asset id, payload as JSON text, dedup key or None, trigger id, watcher).
 WatcherEventRow: TypeAlias = "tuple[int, str, str | None, int, str]"
@@ -46,21 +53,55 @@ _COLUMNS: Final = (
     "asset_id, payload, dedup_key, source_trigger_id, source_watcher, source, timestamp"
 )
 
-_POSTGRES_INSERT: Final = text(
-    f"INSERT INTO asset_event ({_COLUMNS}) "
-    "SELECT CAST(u.asset_id AS integer), u.payload, u.dedup_key, "
-    "CAST(u.trigger_id AS integer), u.watcher, :source, :ts "
-    "FROM ROWS FROM ("
-    "json_array_elements_text(CAST(:asset_ids AS json)), "
-    "json_array_elements(CAST(:payloads AS json)), "
-    "json_array_elements_text(CAST(:dedup_keys AS json)), "
-    "json_array_elements_text(CAST(:trigger_ids AS json)), "
-    "json_array_elements_text(CAST(:watchers AS json))"
-    ") WITH ORDINALITY AS u(asset_id, payload, dedup_key, trigger_id, watcher, n) "
-    "ORDER BY u.n "
-    "ON CONFLICT (asset_id, dedup_key) DO NOTHING "
-    "RETURNING id, asset_id"
-).bindparams(bindparam("ts", type_=AssetEvent.__table__.c.timestamp.type))
+_TIMESTAMP: Final = AssetEvent.__table__.c.timestamp.type
+
+# The rows of the batch, as five JSON arrays; RETURNING gives those actually inserted.
+_POSTGRES_INSERT: Final = (
+    text(
+        f"INSERT INTO asset_event ({_COLUMNS}) "
+        "SELECT CAST(u.asset_id AS integer), u.payload, u.dedup_key, "
+        "CAST(u.trigger_id AS integer), u.watcher, :source, :ts "
+        "FROM ROWS FROM ("
+        "json_array_elements_text(CAST(:asset_ids AS json)), "
+        "json_array_elements(CAST(:payloads AS json)), "
+        "json_array_elements_text(CAST(:dedup_keys AS json)), "
+        "json_array_elements_text(CAST(:trigger_ids AS json)), "
+        "json_array_elements_text(CAST(:watchers AS json))"
+        ") WITH ORDINALITY AS u(asset_id, payload, dedup_key, trigger_id, watcher, n) "
+        "ORDER BY u.n "
+        "ON CONFLICT (asset_id, dedup_key) DO NOTHING "
+        "RETURNING id, asset_id"
+    )
+    .bindparams(bindparam("ts", type_=_TIMESTAMP))
+    .columns(column("id", Integer), column("asset_id", Integer))
+)
+
+
+def _postgres_statement(*, keep_while_paused: bool) -> Select[int]:
+    """The insert, the queue rows of what it inserted, and the number of rows inserted.
+
+    A data-modifying ``WITH`` runs once and to completion whether or not the main query
+    reads it; the foreign key from each queue row to its new event is checked at the end of
+    the statement, when the event is there."""
+    inserted = _POSTGRES_INSERT.cte("inserted")
+    pairs = consumer_pairs(keep_while_paused=keep_while_paused).subquery("consumer")
+    queued = (
+        insert(AssetEventQueue)
+        .from_select(
+            ["dag_id", "asset_event_id", "created_at"],
+            select(pairs.c.dag_id, inserted.c.id, bindparam("ts", type_=_TIMESTAMP)).join_from(
+                inserted, pairs, pairs.c.asset_id == inserted.c.asset_id
+            ),
+        )
+        .cte("queued")
+    )
+    return select(func.count()).select_from(inserted).add_cte(queued)
+
+
+# Built once each: their SQL text is then the same in every batch (compiled once, cached).
+_POSTGRES_STORE: Final = {
+    keep: _postgres_statement(keep_while_paused=keep) for keep in (True, False)
+}
 
 # ``source`` is a constant of this module, inlined so every row's parameters are its own tuple.
 _SQLITE_INSERT: Final = (
@@ -70,7 +111,7 @@ _SQLITE_INSERT: Final = (
 
 
 def store_watcher_events(
-    session: Session,
+    connection: Connection,
     rows: Sequence[WatcherEventRow],
     *,
     keep_while_paused: bool = True,
@@ -79,30 +120,33 @@ def store_watcher_events(
     """Insert ``rows`` (skipping any whose (asset, dedup key) is stored) and queue the new
     events for the DAGs scheduled on their assets; returns how many were inserted.
 
-    ``now`` is every row's timestamp (one per batch). See the module docstring for how.
+    ``now`` is every row's timestamp (one per batch). On PostgreSQL this is one statement,
+    atomic by itself: ``connection`` may be in autocommit mode. See the module docstring.
     """
     if not rows:
         return 0
     now = now or utcnow()
+    if connection.dialect.name == "postgresql":
+        return _store_postgres(connection, rows, now, keep_while_paused=keep_while_paused)
     consumers = asset_consumers(
-        session, {row[0] for row in rows}, keep_while_paused=keep_while_paused
+        connection, {row[0] for row in rows}, keep_while_paused=keep_while_paused
     )
-    if is_postgres(session):
-        new_events = _insert_postgres(session, rows, now)
-        inserted = len(new_events)
-    else:
-        inserted, new_events = _insert_sqlite(session, rows, now, read_back=bool(consumers))
+    inserted, new_events = _insert_sqlite(connection, rows, now, read_back=bool(consumers))
     if consumers:
-        queue_asset_events(session, new_events, consumers)
+        queue_asset_events(connection, new_events, consumers)
     return inserted
 
 
-def _insert_postgres(
-    session: Session, rows: Sequence[WatcherEventRow], now: datetime
-) -> list[tuple[int, int]]:
+def _store_postgres(
+    connection: Connection,
+    rows: Sequence[WatcherEventRow],
+    now: datetime,
+    *,
+    keep_while_paused: bool,
+) -> int:
     asset_ids, payloads, dedup_keys, trigger_ids, watchers = zip(*rows, strict=True)
-    result = session.execute(
-        _POSTGRES_INSERT,
+    result = connection.execute(
+        _POSTGRES_STORE[keep_while_paused],
         {
             "asset_ids": _json_array(asset_ids),
             # Each payload is JSON text already: joined, not encoded again.
@@ -114,7 +158,7 @@ def _insert_postgres(
             "ts": now,
         },
     )
-    return [(int(i), int(a)) for i, a in result.all()]
+    return int(result.one()[0])
 
 
 def _json_array(values: Sequence[object]) -> str:
@@ -122,20 +166,18 @@ def _json_array(values: Sequence[object]) -> str:
 
 
 def _insert_sqlite(
-    session: Session, rows: Sequence[WatcherEventRow], now: datetime, *, read_back: bool
+    connection: Connection, rows: Sequence[WatcherEventRow], now: datetime, *, read_back: bool
 ) -> tuple[int, list[tuple[int, int]]]:
     """(rows inserted, their (id, asset id) if ``read_back``, else [])."""
-    before = int(session.execute(select(func.coalesce(func.max(AssetEvent.id), 0))).scalar_one())
-    connection = session.connection()
+    before = int(connection.execute(select(func.coalesce(func.max(AssetEvent.id), 0))).scalar_one())
     dialect = connection.dialect
-    timestamp_type = AssetEvent.__table__.c.timestamp.type
-    stamp = timestamp_type.dialect_impl(dialect).bind_processor(dialect)
+    stamp = _TIMESTAMP.dialect_impl(dialect).bind_processor(dialect)
     ts = (stamp(now) if stamp is not None else now,)
     result = connection.exec_driver_sql(_SQLITE_INSERT, [row + ts for row in rows])
     inserted = int(result.rowcount)
     if not read_back or not inserted:
         return inserted, []
-    added = session.execute(
+    added = connection.execute(
         select(AssetEvent.id, AssetEvent.asset_id)
         .where(AssetEvent.id > before)
         .order_by(AssetEvent.id)
