@@ -46,9 +46,12 @@ class TriggerEvent:
     key, so a redelivery of the same message is absorbed. Without a key (None, the default)
     every event is its own asset event, even with a payload equal to an earlier one's; see
     ``BaseEventTrigger.dedup_key`` for a trigger that wants equal payloads merged.
+
+    The payload is checked as the event is built and must not be changed after: the engine
+    relies on that check (``plain``: the payload is its own JSON form) when it stores it.
     """
 
-    __slots__ = ("dedup_key", "payload")
+    __slots__ = ("dedup_key", "payload", "plain")
 
     def __init__(self, payload: Any, *, dedup_key: str | None = None) -> None:
         # Checked as it is built, so a payload that cannot be stored fails in the trigger's
@@ -64,11 +67,14 @@ class TriggerEvent:
             else:
                 self.payload = payload
                 self.dedup_key = dedup_key
+                self.plain = True
                 return
-        if not is_plain_json(payload):
+        plain = is_plain_json(payload)
+        if not plain:
             serialize_value(payload, where=self._payload_name())
         self.payload = payload
         self.dedup_key = dedup_key
+        self.plain = plain
 
     def _payload_name(self) -> str:
         return f"{type(self).__name__} payload"

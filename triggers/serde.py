@@ -287,15 +287,17 @@ def _compact_encode(data: object) -> str:
     return "".join(_c_encoder(data, 0))
 
 
-def json_text(value: object, *, where: str = "value") -> str:
+def json_text(value: object, *, where: str = "value", plain: bool = False) -> str:
     """Compact JSON text of ``serialize_value(value)``, keys in their own order: what a JSON
     column stores. Plain JSON data (the usual payload) goes straight to the C encoder, with
-    no Python walk building a copy of it.
+    no Python walk building a copy of it. ``plain``: the caller knows that ``value`` is
+    plain JSON (``TriggerEvent.plain``: checked as the event was built), so it is not
+    walked again.
 
     ASCII only, with the separators of ``dumps``: the text is as long as ``dumps(value)``
     (only the key order may differ), so a size limit measured on either is the same.
     """
-    data = value if _is_plain_json(value) else serialize_value(value, where=where)
+    data = value if plain or _is_plain_json(value) else serialize_value(value, where=where)
     return _compact_encode(data)
 
 

@@ -196,8 +196,9 @@ class Persister:
         for item in batch:
             text = None
             if type(item) is FiredEvent and item.watcher is not None:
+                event = item.event
                 try:
-                    text = json_text(item.event.payload, where="event payload")
+                    text = json_text(event.payload, where="event payload", plain=event.plain)
                 except (SerializationError, TypeError, ValueError, RecursionError) as exc:
                     self._drop(item, exc)
                     continue

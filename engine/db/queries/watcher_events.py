@@ -169,7 +169,9 @@ def _insert_sqlite(
     connection: Connection, rows: Sequence[WatcherEventRow], now: datetime, *, read_back: bool
 ) -> tuple[int, list[tuple[int, int]]]:
     """(rows inserted, their (id, asset id) if ``read_back``, else [])."""
-    before = int(connection.execute(select(func.coalesce(func.max(AssetEvent.id), 0))).scalar_one())
+    # The rows this statement adds are those above the largest id now (see the docstring).
+    last = select(func.coalesce(func.max(AssetEvent.id), 0))
+    before = int(connection.execute(last).scalar_one()) if read_back else 0
     dialect = connection.dialect
     stamp = _TIMESTAMP.dialect_impl(dialect).bind_processor(dialect)
     ts = (stamp(now) if stamp is not None else now,)
