@@ -63,7 +63,13 @@ from producers.kafka_client import (
     KafkaMessageBatch,
     split_servers,
 )
-from producers.kafka_codec import VALUE_FORMATS, Undecodable, decoded_value, event_payload, text_of
+from producers.kafka_codec import (
+    VALUE_FORMATS,
+    Undecodable,
+    decoded_value,
+    message_event,
+    text_of,
+)
 from producers.kafka_settings import (
     DEFAULT_AUTO_OFFSET_RESET,
     DEFAULT_BATCH_MESSAGES,
@@ -346,10 +352,7 @@ class KafkaMessageTrigger(BaseEventTrigger):
         return self._event(message) if accepted else None
 
     def _event(self, message: KafkaMessage) -> TriggerEvent:
-        return TriggerEvent(
-            event_payload(message, self.value_format),
-            dedup_key=f"kafka:{message.topic}:{message.partition}:{message.offset}",
-        )
+        return message_event(message, self.value_format)
 
     def _matches(self, message: KafkaMessage, encoding: str, value: Any) -> bool:
         if self._key_or_headers and not self._key_and_headers_match(message):

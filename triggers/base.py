@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from triggers.serde import (
     PLAIN_SCALARS,
@@ -75,6 +75,20 @@ class TriggerEvent:
         self.payload = payload
         self.dedup_key = dedup_key
         self.plain = plain
+
+    @classmethod
+    def of_plain(cls, payload: Any, *, dedup_key: str | None = None) -> Self:
+        """An event whose payload the caller knows to be plain JSON, built without the
+        check: ``serde.is_plain_json(payload)`` holds (exact dicts with str keys and no
+        reserved type key, lists, str, int, bool, None and finite floats, nested at most
+        ``MAX_DEPTH``). For a producer that decoded the payload from JSON text and judged it
+        as it did (``producers.kafka_codec``); anything else builds ``TriggerEvent(...)``.
+        """
+        event = cls.__new__(cls)
+        event.payload = payload
+        event.dedup_key = dedup_key
+        event.plain = True
+        return event
 
     def _payload_name(self) -> str:
         return f"{type(self).__name__} payload"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import logging
@@ -32,6 +33,9 @@ from producers.kafka_partitions import PartitionBook
 from producers.kafka_settings import dead_letter_headers, resolve_on_unclean
 from shared_stream.producer import AdvanceItem, AdvanceOutcome
 from tests.unit.producers.kafka_doubles import RecordingConsumer, recording_producer
+from triggers.base import TriggerEvent
+from triggers.exceptions import SerializationError
+from triggers.serde import is_plain_json
 
 BASE: dict[str, Any] = {"topics": ["orders"], "bootstrap_servers": "b:9092", "group_id": "g"}
 
@@ -602,6 +606,56 @@ def test_the_fast_json_decode_agrees_with_json_loads(
 @given(raw=st.binary(max_size=40))
 def test_the_fast_json_decode_agrees_with_json_loads_on_any_bytes(raw: bytes) -> None:
     assert _outcome_of(kafka_codec._loads, raw) == _outcome_of(json.loads, raw)
+
+
+_AWKWARD_JSON: list[bytes] = [
+    b'{"__sluice_type__": "datetime", "__sluice_value__": "2026-01-01T00:00:00"}',
+    b'{"a": {"\\u005f_sluice_type__": "set", "__sluice_value__": [1]}}',
+    b'{"n": NaN}',
+    b"[Infinity, -Infinity]",
+    b'{"big": 1e999}',
+    b"-1e400",
+    b"[" * 99 + b"]" * 99,
+    b'{"deep": ' + b"[" * 120 + b"]" * 120 + b"}",
+    b'{"text": "NaN and Infinity are words", "f": 1.5e-3, "neg": -0.0}',
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    raw=st.one_of(
+        st.builds(lambda v: json.dumps(v).encode(), _JSON_VALUES), st.sampled_from(_AWKWARD_JSON)
+    )
+)
+def test_a_value_called_plain_json_is_plain_json(raw: bytes) -> None:
+    """The event of a message whose value is called plain is built without the payload
+    check: whenever the decoder says so, the check would have said so too (and the value is
+    what ``json.loads`` gives)."""
+    value, plain = kafka_codec._loads_plain(raw)
+    assert json.dumps(value, sort_keys=True) == json.dumps(json.loads(raw), sort_keys=True)
+    if plain:
+        assert is_plain_json({"value": value}), raw  # as an event's payload holds it
+
+
+@pytest.mark.parametrize("raw", _AWKWARD_JSON[:-1])
+def test_values_the_check_would_tag_or_refuse_are_not_called_plain(raw: bytes) -> None:
+    assert not kafka_codec._loads_plain(raw)[1]
+    message = KafkaMessage("t", 0, 7, None, raw)
+    payload = kafka_codec.event_payload(message, "auto")
+    if is_plain_json(payload):  # "[[...]]" 99 deep: plain, but too many brackets to know
+        assert kafka_codec.message_event(message, "auto") == TriggerEvent(payload)
+    else:
+        with contextlib.suppress(SerializationError):  # nested too deep: refused as before
+            assert kafka_codec.message_event(message, "auto").plain is False
+
+
+def test_an_ordinary_value_is_called_plain_and_its_event_is_checked_no_further() -> None:
+    assert kafka_codec._loads_plain(_AWKWARD_JSON[-1]) == (json.loads(_AWKWARD_JSON[-1]), True)
+    message = KafkaMessage("t", 0, 7, b"k", b'{"bucket": 3}', (("h", b"\xff"),), 0)
+    event = kafka_codec.message_event(message, "auto")
+    assert event.plain and event.dedup_key == "kafka:t:0:7"
+    assert event == TriggerEvent(event.payload, dedup_key="kafka:t:0:7")
+    assert event.payload["headers"] == [["h", {"base64": "/w=="}]]
 
 
 @pytest.mark.parametrize(
