@@ -88,10 +88,11 @@ def _loads_plain(raw: bytes) -> tuple[Any, bool]:
     value and ends with it (``json.loads`` of bytes first guesses the encoding, then goes
     through two Python-level wrappers). What the scanner returns is plain but for two
     things, judged on the bytes by C searches: a dict key spelling the reserved type key
-    (written out or with escapes), and nesting past ``MAX_DEPTH`` inside an event's payload
-    (fewer brackets than that cannot nest so deep). Anything else (another encoding, a BOM, surrounding white space, a
-    number that is not finite, invalid JSON) takes ``json.loads``, which decodes it or
-    raises exactly as before, and is not known to be plain.
+    (written out or with escapes), and nesting past ``MAX_DEPTH`` inside an event's
+    payload (fewer brackets than that cannot nest so deep). Anything else (another
+    encoding, a BOM, surrounding white space, a number that is not finite, invalid JSON)
+    takes ``json.loads``, which decodes it or raises exactly as before, and is not known
+    to be plain.
     """
     try:
         text = raw.decode()
