@@ -24,6 +24,7 @@ VALUE_FORMATS: Final = ("auto", "json", "text", "bytes")
 _PAYLOAD_CACHE_PREFIX: Final = "payload:"
 _PLAIN_CACHE_PREFIX: Final = "plain:"
 _TYPE_KEY_BYTES: Final = TYPE_KEY.encode()
+_DEEP_BYTES: Final = 2 * (MAX_DEPTH - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +103,10 @@ def _loads_plain(raw: bytes) -> tuple[Any, bool]:
     if end != len(text):
         return json.loads(raw), False
     plain = (
-        _TYPE_KEY_BYTES not in raw
-        and b"\\u" not in raw
-        # The payload holds the value one level down.
-        and raw.count(b"[") + raw.count(b"{") < MAX_DEPTH - 1
+        b"\\u" not in raw
+        and _TYPE_KEY_BYTES not in raw
+        # The payload holds the value one level down; nesting k deep takes 2k bytes.
+        and (len(raw) < _DEEP_BYTES or raw.count(b"[") + raw.count(b"{") < MAX_DEPTH - 1)
     )
     return value, plain
 
