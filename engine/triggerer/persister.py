@@ -5,9 +5,10 @@ the event-loop thread, and confirms the shared-stream sequence numbers of a batc
 after its commit (through the callback it was given), so the broker is advanced within
 milliseconds of the events being stored.
 
-It works in two stages, each in a worker thread: while one batch is written, the next is
-taken from the outbox and prepared (each watcher event's payload encoded to the JSON text
-that is stored), so the writer goes from one write to the next with no encoding between.
+It works in two stages: while one batch is written (in a worker thread), the next is taken
+from the outbox and prepared (each watcher event's payload encoded to the JSON text that is
+stored; in another worker thread unless the batch is small), so the writer goes from one
+write to the next with no encoding between.
 Batches are written one at a time, in the order they were taken. A batch of watcher events
 only (the stream of a busy broker) is one statement, which on PostgreSQL costs one round
 trip (``watcher_events.store_watcher_events``, ``Database.run_statement``); any other batch
@@ -61,6 +62,7 @@ logger = logging.getLogger(__name__)
 
 
 BATCH_MAX_ITEMS: Final = 2000
+PREPARE_ON_LOOP_MAX: Final = 32  # a batch this small is prepared on the event loop
 RETRY_BACKOFF_S: Final = (0.2, 10.0)
 COMMIT_BUCKETS_S: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 BATCH_SIZE_BUCKETS: Final = (1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2000.0)
@@ -158,7 +160,11 @@ class Persister:
                     return
                 self._in_hand += 1
                 try:
-                    prepared = await anyio.to_thread.run_sync(self.prepare, batch)
+                    # A few events are encoded in less time than a thread hop takes.
+                    if len(batch) <= PREPARE_ON_LOOP_MAX:
+                        prepared = self.prepare(batch)
+                    else:
+                        prepared = await anyio.to_thread.run_sync(self.prepare, batch)
                     await send.send(prepared)
                 except BaseException:
                     self._batch_written()
@@ -188,10 +194,11 @@ class Persister:
             await self._batch_done.wait()
 
     def prepare(self, batch: Sequence[OutboxItem]) -> list[Prepared]:
-        """Each item with its payload's JSON text when it is a watcher's event (runs in a
-        worker thread). Encoded once: the text measured against the size limit is the text
-        stored. An event whose payload cannot be encoded (changed after the trigger built
-        it) is dropped and reported, as a batch item the database refused would be."""
+        """Each item with its payload's JSON text when it is a watcher's event (in a worker
+        thread, but for a batch of a few events). Encoded once: the text measured against
+        the size limit is the text stored. An event whose payload cannot be encoded
+        (changed after the trigger built it) is dropped and reported, as a batch item the
+        database refused would be."""
         prepared: list[Prepared] = []
         for item in batch:
             text = None
