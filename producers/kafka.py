@@ -70,6 +70,7 @@ from producers.kafka_partitions import PartitionBook
 from producers.kafka_settings import (
     DEFAULT_ADVANCE_TIMEOUT_S,
     DEFAULT_AUTO_OFFSET_RESET,
+    DEFAULT_FETCH_MAX_WAIT_MS,
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_MAX_INFLIGHT_MESSAGES,
     DEFAULT_MAX_POLL_INTERVAL_MS,
@@ -140,6 +141,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self.settings_digest = settings_digest
         self._consumer_kwargs: dict[str, Any] = {
             "max_poll_interval_ms": DEFAULT_MAX_POLL_INTERVAL_MS,
+            "fetch_max_wait_ms": DEFAULT_FETCH_MAX_WAIT_MS,
             **check_consumer_options(consumer_options or {}),
             "group_id": group_id,
             "auto_offset_reset": auto_offset_reset,
