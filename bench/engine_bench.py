@@ -165,8 +165,10 @@ async def _stamps(db: Database) -> list[float]:
         ).scalar_one()
         return ti.state, ti.xcoms
 
+    # A read (no write lock, and on SQLite not queued behind the engine's own writes in
+    # this process): the probe must not hold up the cycle it measures.
     while True:
-        current, xcoms = await db.run(state)
+        current, xcoms = await db.read(state)
         if current in ("success", "failed"):
             break
         await anyio.sleep(0.05)
