@@ -165,6 +165,9 @@ class Persister:
                         prepared = self.prepare(batch)
                     else:
                         prepared = await anyio.to_thread.run_sync(self.prepare, batch)
+                    if not prepared:  # every event of it was dropped: nothing to write
+                        self._batch_written()
+                        continue
                     await send.send(prepared)
                 except BaseException:
                     self._batch_written()
@@ -279,8 +282,6 @@ class Persister:
         stats.commit_s.observe(elapsed)
         stats.batch_size.observe(len(batch))
 
-    # --- the writes (run in a worker thread) ---------------------------------------------
-
     def _plain_rows(
         self, batch: Sequence[Prepared]
     ) -> tuple[list[WatcherEventRow], list[int]] | None:
@@ -297,6 +298,8 @@ class Persister:
             if item.seq is not None:
                 seqs.append(item.seq)
         return rows, seqs
+
+    # --- the writes (run in a worker thread) ---------------------------------------------
 
     def _store_rows(
         self, connection: Connection, rows: list[WatcherEventRow], seqs: list[int]
