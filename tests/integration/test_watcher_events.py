@@ -87,6 +87,16 @@ def _stored(db: Database, asset_id: int) -> list[tuple[Any, str | None]]:
     return [(payload, key) for payload, key in rows]
 
 
+def _queued(session: Any) -> list[tuple[str, Any]]:
+    """(DAG, payload) of every queued event, by DAG then event."""
+    rows = session.execute(
+        select(AssetEventQueue.dag_id, AssetEvent.payload)
+        .join(AssetEvent, AssetEvent.id == AssetEventQueue.asset_event_id)
+        .order_by(AssetEventQueue.dag_id, AssetEvent.id)
+    )
+    return [(dag_id, payload) for dag_id, payload in rows]
+
+
 def _equal(a: Any, b: Any) -> bool:
     """Equality that takes NaN as equal to itself (through canonical text)."""
     return dumps(a) == dumps(b)
@@ -153,15 +163,7 @@ def test_new_events_are_queued_for_the_dags_on_their_asset(db: Database) -> None
     ]
     assert db.call(lambda s: persister.write_batch(s, items)).asset_events == 4
 
-    def queued(session: Any) -> list[tuple[str, Any]]:
-        rows = session.execute(
-            select(AssetEventQueue.dag_id, AssetEvent.payload)
-            .join(AssetEvent, AssetEvent.id == AssetEventQueue.asset_event_id)
-            .order_by(AssetEventQueue.dag_id, AssetEvent.id)
-        )
-        return [(dag_id, payload) for dag_id, payload in rows]
-
-    assert db.call(queued) == [
+    assert db.call(_queued) == [
         (dag_id, payload) for dag_id in ("d1", "d2") for payload in ({"old": 1}, {"n": 2}, {"n": 4})
     ]
 
@@ -226,16 +228,8 @@ async def test_each_consumer_rule_holds_in_either_write(
         assert (persister.stats.asset_events, persister.stats.events) == (3, 4)
         assert len(statements) == 1  # the whole batch, as one statement
 
-    def queued(session: Any) -> list[tuple[str, Any]]:
-        rows = session.execute(
-            select(AssetEventQueue.dag_id, AssetEvent.payload)
-            .join(AssetEvent, AssetEvent.id == AssetEventQueue.asset_event_id)
-            .order_by(AssetEventQueue.dag_id, AssetEvent.id)
-        )
-        return [(dag_id, payload) for dag_id, payload in rows]
-
     dag_ids = ["both", "by_alias", "direct"] + (["paused"] if keep_while_paused else [])
-    assert db.call(queued) == [
+    assert db.call(_queued) == [
         (dag_id, payload) for dag_id in dag_ids for payload in ({"n": 1}, {"n": 3})
     ]
     assert _stored(db, other) == [({"n": 2}, "k2")]

@@ -7,7 +7,6 @@ cannot be stored fail.
 from __future__ import annotations
 
 import textwrap
-from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -21,21 +20,21 @@ from engine.crypto import KwargsCipher
 from engine.db import models
 from engine.db.models import DagRun, TaskInstance, TaskState
 from engine.db.queries import runs, tasks
-from engine.executor.local import ExecutorSettings, LocalExecutor
 from engine.executor.task_logs import read_task_log
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.persister import Persister
-from tests.integration.harness import fast_executor_settings, parsed_database
+from tests.integration.harness import fast_executor_settings, parsed_database, running_executor
 from tests.waiting import eventually
 from triggers.base import TaskSuccessEvent
 from triggers.serde import deserialize_value
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from contextlib import AbstractAsyncContextManager
     from pathlib import Path
 
     from engine.db.database import Database
+    from engine.executor.local import ExecutorSettings, LocalExecutor
 
 pytestmark = pytest.mark.integration
 
@@ -176,17 +175,8 @@ class Env:
         result: str = await eventually(ended, within=60, step=0.05)
         return result
 
-    @asynccontextmanager
-    async def executor(self, **overrides: Any) -> AsyncIterator[LocalExecutor]:
-        executor = LocalExecutor(
-            db=self.db, cipher=self.cipher, settings=replace(self.settings, **overrides)
-        )
-        async with anyio.create_task_group() as tg:
-            await tg.start(executor.run)
-            try:
-                yield executor
-            finally:
-                executor.shutdown()
+    def executor(self, **overrides: Any) -> AbstractAsyncContextManager[LocalExecutor]:
+        return running_executor(self.db, self.cipher, replace(self.settings, **overrides))
 
     def fire(self, trigger_id: int, event: Any) -> None:
         """What the persister writes when a task's trigger fires."""

@@ -683,6 +683,17 @@ async def test_top_level_fields_match_by_equality_and_presence(
     assert bool(await judged(dotted, msg(nested.replace(b", }", b"}")))) is matches
 
 
+def _consumer_kwargs(options: dict[str, Any]) -> dict[str, Any]:
+    """What the producer hands aiokafka's consumer, given ``consumer_options``."""
+    producer = KafkaSharedStreamProducer(
+        connection=KafkaConnection(bootstrap_servers=("b:9092",)),
+        group_id="g",
+        topics=["orders"],
+        consumer_options=options,
+    )
+    return producer._consumer_kwargs
+
+
 @pytest.mark.parametrize(
     ("options", "interval_ms"), [({}, 3_600_000), ({"max_poll_interval_ms": 600_000}, 600_000)]
 )
@@ -692,13 +703,7 @@ def test_a_consumer_held_back_by_the_in_flight_bound_stays_in_its_group(
     """aiokafka leaves the group after ``max_poll_interval_ms`` without fetched records (300 s
     by default, as the ack timeout): the producer's default is an hour, ``consumer_options``
     may set it."""
-    producer = KafkaSharedStreamProducer(
-        connection=KafkaConnection(bootstrap_servers=("b:9092",)),
-        group_id="g",
-        topics=["orders"],
-        consumer_options=options,
-    )
-    assert producer._consumer_kwargs["max_poll_interval_ms"] == interval_ms
+    assert _consumer_kwargs(options)["max_poll_interval_ms"] == interval_ms
 
 
 @pytest.mark.parametrize(("options", "wait_ms"), [({}, 100), ({"fetch_max_wait_ms": 500}, 500)])
@@ -709,10 +714,4 @@ def test_a_fetch_that_finds_nothing_new_is_not_held_long(
     partitions, a backlogged partition whose records ran out waits (measured: the last
     records of a 100k run came 350 ms late at aiokafka's 500 ms). The producer's default
     is 100 ms; ``consumer_options`` may set it."""
-    producer = KafkaSharedStreamProducer(
-        connection=KafkaConnection(bootstrap_servers=("b:9092",)),
-        group_id="g",
-        topics=["orders"],
-        consumer_options=options,
-    )
-    assert producer._consumer_kwargs["fetch_max_wait_ms"] == wait_ms
+    assert _consumer_kwargs(options)["fetch_max_wait_ms"] == wait_ms
