@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import textwrap
-from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -26,20 +25,21 @@ from engine.cli.main import cli
 from engine.db import models
 from engine.db.models import AssetEvent, DagRun, DagRunState, TaskInstance, TaskState, Trigger
 from engine.db.queries import actions, deferrals, jobs, runs, tasks
-from engine.executor.local import LocalExecutor
 from engine.executor.task_logs import read_task_log
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
-from tests.integration.harness import fast_executor_settings, parsed_database
+from tests.integration.harness import fast_executor_settings, parsed_database, running_executor
 from tests.waiting import eventually
 from triggers import TimeDeltaTrigger
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator
+    from collections.abc import Iterator
+    from contextlib import AbstractAsyncContextManager
     from pathlib import Path
 
     from engine.config import Config
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
+    from engine.executor.local import LocalExecutor
 
 pytestmark = pytest.mark.integration
 
@@ -474,15 +474,8 @@ def test_dagrun_timeout_leaves_dags_without_one_alone(env: Env) -> None:
 # --- the real executor stops what runs for a changed task ---------------------------------
 
 
-@asynccontextmanager
-async def executor(env: Env) -> AsyncIterator[LocalExecutor]:
-    local = LocalExecutor(db=env.db, cipher=env.cipher, settings=fast_executor_settings(env.config))
-    async with anyio.create_task_group() as tg:
-        await tg.start(local.run)
-        try:
-            yield local
-        finally:
-            local.shutdown()
+def executor(env: Env) -> AbstractAsyncContextManager[LocalExecutor]:
+    return running_executor(env.db, env.cipher, fast_executor_settings(env.config))
 
 
 def _alive(pid: int) -> bool:
