@@ -17,6 +17,18 @@ runtime confirms once the trigger event is persisted. The subscriber *resolves* 
 - failed: ack timeout, queue overflow, it unsubscribed before the event was delivered, or
   its filter failed (raised) before it moved past the event.
 
+Where a subscriber is (``position``, and whether its window is open) is kept in its
+*cursor*, the record ``subscribe`` returns. A driver moves it with ``deliver``, ``pull``
+and ``step``; the subscriber's stream, on the fan-out hot path, moves it itself (one
+attribute write per delivery, no call) and reports with ``catch_up`` now and then and
+``pull`` before it waits. The ledger *counts* a subscriber's moves lazily: ``counted`` is
+the last event whose resolution by that subscriber is counted (or which is pending on its
+bindings); events it moved past after that are acked when counted, at ``catch_up``,
+``pull`` and ``step``, and before anything that needs that subscriber's exact state
+(reject, refuse, unsubscribe, failure, stop). A confirmation of an event not counted yet
+leaves it to that count. Questions (``oldest_unresolved_at``, timeouts) read the cursor,
+so they are exact whether or not the moves were counted.
+
 An event is resolved when every subscriber of its snapshot resolved it (at once when the
 snapshot is empty). Each event belongs to a lane; the resolved prefix of a lane (its oldest
 events, up to the first unresolved one) is dispatched as one ``AdvanceBatch``, and at most
@@ -107,13 +119,19 @@ class _Event:
 
 
 class _Subscriber:
-    __slots__ = ("bound", "in_window", "position", "trigger_id", "window_resolved")
+    """One subscriber's cursor and bookkeeping. ``position`` and ``in_window`` are the
+    cursor: the subscriber's stream writes them as it yields events (``subscriber.Cursor``),
+    or ``deliver`` / ``pull`` / ``step`` do; everything else is the ledger's."""
+
+    __slots__ = ("bound", "counted", "in_window", "position", "trigger_id")
 
     def __init__(self, trigger_id: int, position: int) -> None:
         self.trigger_id = trigger_id
         self.position = position  # seq of the last event delivered (or broadcast before joining)
         self.in_window = False  # the event at ``position`` is being processed
-        self.window_resolved = False  # ... and was already resolved (rejected)
+        # the last event whose resolution by this subscriber is counted (or pending on its
+        # bindings); ``counted == position`` while the window is open: it was rejected
+        self.counted = position
         # event seq -> its unconfirmed binding seq, or a list of them when there are several
         # (one trigger event per raw event is the usual case: no list per binding)
         self.bound: dict[int, int | list[int]] = {}
@@ -140,13 +158,17 @@ class AckLedger:
 
     # -- inputs ---------------------------------------------------------------------------
 
-    def subscribe(self, trigger_id: int) -> None:
-        """A subscriber joined; it is in the snapshot of every later broadcast."""
+    def subscribe(self, trigger_id: int) -> _Subscriber:
+        """A subscriber joined; it is in the snapshot of every later broadcast.
+
+        Returns its cursor, for a stream that moves it itself (see the module docstring).
+        """
         if self._stopped:
             raise RuntimeError("cannot subscribe to a stopped AckLedger")
         if trigger_id in self._subs:
             raise ValueError(f"trigger {trigger_id!r} is already subscribed")
-        self._subs[trigger_id] = _Subscriber(trigger_id, self._last_seq)
+        sub = self._subs[trigger_id] = _Subscriber(trigger_id, self._last_seq)
+        return sub
 
     def broadcast(
         self, broker_payload: Any, *, lane: Hashable, now: float
@@ -182,47 +204,36 @@ class AckLedger:
         sub.in_window = True
 
     def pull(self, trigger_id: int) -> Sequence[Effect]:
-        """The subscriber asked for its next raw event: it moved past its current one."""
-        sub = self._subs.get(trigger_id)
-        if sub is None or not sub.in_window:
-            return NO_EFFECTS
-        sub.in_window = False
-        if sub.window_resolved:
-            sub.window_resolved = False
-            return NO_EFFECTS
-        if sub.position in sub.bound:
-            return NO_EFFECTS
-        ready = self._resolve(self._events[sub.position], _ACKED)
-        return self._dispatch() if ready else NO_EFFECTS
+        """The subscriber asked for its next raw event: it moved past its current one.
 
-    def step(self, trigger_id: int, seq: int) -> Sequence[Effect]:
-        """``pull`` then ``deliver(seq)`` in one call: the subscriber moved past its current
-        event (if any) and took the next one, ``seq``, already queued (the common path)."""
+        Everything it moved past is counted now (a stream calls this before it waits)."""
         sub = self._subs.get(trigger_id)
         if sub is None:
             return NO_EFFECTS
-        position = sub.position
-        if seq != position + 1:
+        sub.in_window = False
+        return self._dispatch() if self._catch_up(sub) else NO_EFFECTS
+
+    def step(self, trigger_id: int, seq: int) -> Sequence[Effect]:
+        """``pull`` then ``deliver(seq)`` in one call: the subscriber moved past its current
+        event (if any) and took the next one, ``seq``, already queued."""
+        sub = self._subs.get(trigger_id)
+        if sub is None:
+            return NO_EFFECTS
+        if seq != sub.position + 1:
             raise ValueError(
-                f"trigger {trigger_id!r} got event {seq} out of order (position {position})"
+                f"trigger {trigger_id!r} got event {seq} out of order (position {sub.position})"
             )
         sub.position = seq
-        if not sub.in_window:
-            sub.in_window = True
+        sub.in_window = True
+        return self._dispatch() if self._catch_up(sub) else NO_EFFECTS
+
+    def catch_up(self, trigger_id: int) -> Sequence[Effect]:
+        """Count what the subscriber's stream moved past since its last report (its cursor
+        moved without a call): each such event without a binding is acked."""
+        sub = self._subs.get(trigger_id)
+        if sub is None:
             return NO_EFFECTS
-        if sub.window_resolved:
-            sub.window_resolved = False
-            return NO_EFFECTS
-        if position in sub.bound:
-            return NO_EFFECTS  # resolves when its last binding is confirmed
-        # acked: ``_resolve(event, _ACKED)`` inlined
-        event = self._events[position]
-        event.acked += 1
-        event.unresolved -= 1
-        if event.unresolved or self._lanes[event.lane][0] is not event:
-            return NO_EFFECTS
-        self._ready[event.lane] = None
-        return self._dispatch()
+        return self._dispatch() if self._catch_up(sub) else NO_EFFECTS
 
     def bind(self, trigger_id: int) -> int | None:
         """The subscriber's filter yielded a trigger event; returns the binding seq to confirm.
@@ -231,18 +242,17 @@ class AckLedger:
         reject, or for an unknown subscriber.
         """
         sub = self._subs.get(trigger_id)
-        if sub is None or not sub.in_window or sub.window_resolved:
+        if sub is None or not sub.in_window or sub.counted >= sub.position:
             return None
         seq = next(self._binding_seqs)
         position = sub.position
         bound = sub.bound
-        pending = bound.get(position)
-        if pending is None:
-            bound[position] = seq
-        elif isinstance(pending, int):
-            bound[position] = [pending, seq]
-        else:
-            pending.append(seq)
+        pending = bound.setdefault(position, seq)
+        if pending is not seq:  # its second binding, or later
+            if isinstance(pending, list):
+                pending.append(seq)
+            else:
+                bound[position] = [pending, seq]
         self._bindings[seq] = (sub, position)
         return seq
 
@@ -273,8 +283,8 @@ class AckLedger:
         departed = self._departed
         if departed and not bound and sub in departed:
             del departed[sub]
-        if sub.in_window and sub.position == event_seq:
-            return False  # still processing it: resolves when it moves past
+        if event_seq > sub.counted:
+            return False  # not counted yet (maybe still processed): acked when it is
         return self._resolve(self._events[event_seq], _ACKED)
 
     def dispatch(self) -> Sequence[Effect]:
@@ -296,11 +306,12 @@ class AckLedger:
             if entry is None:
                 continue
             sub, event_seq = entry
+            self._catch_up(sub)  # then the event is counted, or open in its window
             released.extend(self._release(_seqs_of(sub.bound.pop(event_seq))))
             if sub in self._departed and not sub.bound:
                 del self._departed[sub]
-            if sub.in_window and sub.position == event_seq:
-                sub.window_resolved = True  # moving past it later resolves nothing more
+            if event_seq > sub.counted:  # open in its window: moving past it counts nothing
+                sub.counted = event_seq
             self._resolve(self._events[event_seq], _REJECTED)
             rejected += 1
         return rejected, self._with(released, self._dispatch()) if rejected else NO_EFFECTS
@@ -308,9 +319,10 @@ class AckLedger:
     def reject(self, trigger_id: int) -> Sequence[Effect]:
         """The subscriber refused its current event: resolved as rejected, at once."""
         sub = self._subs.get(trigger_id)
-        if sub is None or not sub.in_window or sub.window_resolved:
+        if sub is None or not sub.in_window or sub.counted >= sub.position:
             return NO_EFFECTS
-        sub.window_resolved = True
+        self._catch_up(sub)
+        sub.counted = sub.position  # moving past it later counts nothing more
         pending = sub.bound.pop(sub.position, None)
         released = () if pending is None else self._release(_seqs_of(pending))
         self._resolve(self._events[sub.position], _REJECTED)
@@ -328,9 +340,8 @@ class AckLedger:
             return NO_EFFECTS
         if failed:
             return self._with(self._fail_all(sub, undelivered=True), self._dispatch())
-        if sub.in_window and not sub.window_resolved and sub.position not in sub.bound:
-            self._resolve(self._events[sub.position], _ACKED)
-        sub.in_window = sub.window_resolved = False
+        self._catch_up(sub, through=sub.position)  # it moved past its current event
+        sub.in_window = False
         for seq in range(sub.position + 1, self._last_seq + 1):
             self._resolve(self._events[seq], _FAILED)
         if sub.bound:
@@ -376,6 +387,8 @@ class AckLedger:
         """Freeze the group: abandon unresolved events; ``drain`` keeps resolved prefixes."""
         if self._stopped:
             return NO_EFFECTS
+        for sub in self._subs.values():  # what they moved past is resolved: it drains
+            self._catch_up(sub)
         self._stopped = True
         released = tuple(self._bindings)
         self._bindings.clear()
@@ -416,7 +429,7 @@ class AckLedger:
     def is_in_window(self, trigger_id: int) -> bool:
         """True while the subscriber processes an event it has not resolved yet."""
         sub = self._subs.get(trigger_id)
-        return sub is not None and sub.in_window and not sub.window_resolved
+        return sub is not None and sub.in_window and sub.counted < sub.position
 
     def is_subscribed(self, trigger_id: int) -> bool:
         """True while the subscriber is in the snapshot of new broadcasts."""
@@ -505,6 +518,32 @@ class AckLedger:
             return True
         return False
 
+    def _catch_up(self, sub: _Subscriber, through: int | None = None) -> bool:
+        """Count the events ``sub`` moved past (up to ``through``, by default all of them):
+        each one without a binding is acked, a bound one waits for its confirmations.
+        True when this made a lane's head ready (``_dispatch`` must follow)."""
+        if through is None:
+            through = sub.position - 1 if sub.in_window else sub.position
+        seq = sub.counted
+        if seq >= through:
+            return False
+        sub.counted = through
+        bound = sub.bound
+        events = self._events
+        lanes = self._lanes
+        ready = False
+        while seq < through:
+            seq += 1
+            if seq in bound:
+                continue  # resolves when its last binding is confirmed
+            event = events[seq]
+            event.acked += 1
+            event.unresolved -= 1
+            if not event.unresolved and lanes[event.lane][0] is event:
+                self._ready[event.lane] = None
+                ready = True
+        return ready
+
     def _dispatch(self) -> Sequence[Effect]:
         if self._in_flight is not None or not self._ready:
             return NO_EFFECTS
@@ -529,18 +568,22 @@ class AckLedger:
         return (batch,)
 
     def _fail_all(self, sub: _Subscriber, *, undelivered: bool) -> tuple[Effect, ...]:
-        """Resolve as failed every event ``sub`` has not resolved; release its bindings."""
+        """Resolve as failed every event ``sub`` has not resolved; release its bindings.
+
+        What it moved past without a binding is acked first: it did finish those."""
+        self._catch_up(sub)
         released: list[int] = []
         for event_seq, pending in sub.bound.items():
             self._resolve(self._events[event_seq], _FAILED)
             released.extend(_seqs_of(pending))
-        if sub.in_window and not sub.window_resolved and sub.position not in sub.bound:
+        if sub.in_window and sub.counted < sub.position and sub.position not in sub.bound:
             self._resolve(self._events[sub.position], _FAILED)
         if undelivered:
             for seq in range(sub.position + 1, self._last_seq + 1):
                 self._resolve(self._events[seq], _FAILED)
         sub.bound = {}
-        sub.in_window = sub.window_resolved = False
+        sub.in_window = False
+        sub.counted = sub.position
         return self._release(released)
 
     def _release(self, seqs: Iterable[int]) -> tuple[Effect, ...]:
@@ -550,9 +593,10 @@ class AckLedger:
         return (ReleaseBindings(released),) if released else ()
 
     def _oldest_unresolved_of(self, sub: _Subscriber) -> _Event | None:
+        # from the cursor and the bindings: exact whether or not its moves were counted
         if sub.bound:
             return self._events[next(iter(sub.bound))]
-        if sub.in_window and not sub.window_resolved:
+        if sub.in_window and sub.counted < sub.position:
             return self._events[sub.position]
         if sub.position < self._last_seq:
             return self._events[sub.position + 1]

@@ -87,10 +87,10 @@ class SharedStreamGroup:
         self.bind: Callable[[int], int | None] = _no_binding
         # The other per-delivery calls are the ledger's own methods too, called by the
         # manager and the streams; what they return goes to ``carry_out`` (almost always
-        # nothing). step(trigger_id, seq): the subscriber moved past its event and took
-        # ``seq`` (``subscriber.GroupPort``). confirm_binding(seq): that binding is persisted;
-        # True when ``dispatch()`` must follow (once, after the caller's other seqs).
-        self.step: Callable[[int, int], Sequence[Effect]] = _no_effects
+        # nothing). catch_up(trigger_id): count what the subscriber's stream moved past
+        # (``subscriber.GroupPort``). confirm_binding(seq): that binding is persisted; True
+        # when ``dispatch()`` must follow (once, after the caller's other seqs).
+        self.catch_up: Callable[[int], Sequence[Effect]] = _no_effects
         self.confirm_binding: Callable[[int], bool] = _nothing_bound
         self.dispatch: Callable[[], Sequence[Effect]] = _no_effects
         if trigger_cls.uses_ack_mode():
@@ -99,7 +99,7 @@ class SharedStreamGroup:
                 ack_timeout_s=settings.ack_timeout_s, binding_seqs=seqs
             )
             self.bind = ledger.bind
-            self.step = ledger.step
+            self.catch_up = ledger.catch_up
             self.confirm_binding = ledger.confirm_binding
             self.dispatch = ledger.dispatch
         self.streams: dict[int, SubscriberStream] = {}
@@ -129,10 +129,13 @@ class SharedStreamGroup:
                 f"trigger {trigger_id!r} is already subscribed to shared stream key="
                 f"{self.key!r}; unsubscribe it before subscribing it again"
             )
-        if self.ledger is not None:
-            self.ledger.subscribe(trigger_id)
-        port = None if self.ledger is None else self
-        stream = SubscriberStream(trigger_id=trigger_id, key=self.key, group=port)
+        if self.ledger is None:
+            stream = SubscriberStream(trigger_id=trigger_id, key=self.key, group=None)
+        else:
+            cursor = self.ledger.subscribe(trigger_id)
+            stream = SubscriberStream(
+                trigger_id=trigger_id, key=self.key, group=self, cursor=cursor
+            )
         self.streams[trigger_id] = stream
         return stream
 
@@ -162,14 +165,9 @@ class SharedStreamGroup:
 
     # -- what its streams report (ack mode only: ``subscriber.GroupPort``) -----------------
 
-    def delivered(self, trigger_id: int, seq: int) -> None:
-        """The subscriber's stream yielded event ``seq``: its binding window opens."""
-        ledger = self.ledger
-        assert ledger is not None
-        ledger.deliver(trigger_id, seq)
-
     def moved_past(self, trigger_id: int) -> None:
-        """The subscriber asked for its next event: it moved past its current one."""
+        """The subscriber asked for its next event and waits: it moved past its current
+        one; the ledger counts its moves."""
         ledger = self.ledger
         assert ledger is not None
         effects = ledger.pull(trigger_id)
@@ -192,7 +190,7 @@ class SharedStreamGroup:
 
     def carry_out(self, effects: Sequence[Effect]) -> None:
         """Do what the ledger returned (the manager and the streams hand back what
-        ``dispatch`` and ``step`` returned)."""
+        ``dispatch`` and ``catch_up`` returned)."""
         for effect in effects:
             if isinstance(effect, AdvanceBatch):
                 self._slot.put(effect)

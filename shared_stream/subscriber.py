@@ -1,10 +1,12 @@
 """One subscriber's view of a shared stream: a bounded queue read as an async iterator.
 
 The iterator is what ``filter_shared_stream`` consumes. Its group fills the queue
-(``fan_out``) and ends the stream (``fail``, ``close``). In ack mode the stream tells its
-group, and only its group, where the subscriber is: yielding an event opens its binding
-window (``GroupPort.delivered``), asking for the next one closes it
-(``GroupPort.moved_past``). The group owns the ack ledger; this module never sees it.
+(``fan_out``) and ends the stream (``fail``, ``close``). In ack mode the stream moves its
+subscriber's *cursor* (``Cursor``: the event it yielded last, and whether that one is
+still being processed) as it yields events, one attribute write each, and reports to its
+group, and only its group, now and then (``GroupPort.catch_up``) and before it waits for
+the next event (``GroupPort.moved_past``): the group's ack ledger reads the cursor and
+counts what the subscriber moved past. This module never sees the ledger.
 
 The stream records itself in a context variable each time it is pulled, so that
 ``reject_shared_stream_event()``, called from the filter body (same task, same context as
@@ -17,7 +19,7 @@ import asyncio
 import logging
 from collections import deque
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -25,22 +27,38 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+# An ack-mode stream reports its moves at least this often while it never waits, so its
+# group advances what every subscriber moved past even when no queue ever runs dry.
+CATCH_UP_EVERY: Final = 64
+
+
+class Cursor(Protocol):
+    """Where an ack-mode subscriber is; the stream writes ``position`` and ``in_window``,
+    its group's ledger reads them (``bookkeeping.AckLedger.subscribe`` makes it)."""
+
+    position: int  # seq of the last event yielded (or broadcast before subscribing)
+    in_window: bool  # the event at ``position`` is still being processed
+
+    @property
+    def counted(self) -> int:
+        """The last event the ledger counted for this subscriber (read-only here)."""
+        ...
+
+
 class GroupPort(Protocol):
     """What an ack-mode stream reports to its group (``SharedStreamGroup``)."""
 
-    #: ``moved_past`` then ``delivered(seq)``: the next event was already queued (the
-    #: common path, once per delivery). Its result, the effects to carry out, goes back to
-    #: ``carry_out`` when not empty: the group's ledger answers without a wrapper call.
-    step: Callable[[int, int], Sequence[Any]]
+    #: The ledger counts what the subscriber moved past (its cursor moved without a
+    #: call). Its result, the effects to carry out, goes back to ``carry_out`` when not
+    #: empty: the group's ledger answers without a wrapper call.
+    catch_up: Callable[[int], Sequence[Any]]
 
     def carry_out(self, effects: Sequence[Any]) -> None:
-        """Carry out what ``step`` returned."""
-
-    def delivered(self, trigger_id: int, seq: int) -> None:
-        """The stream yielded event ``seq`` to the subscriber's filter."""
+        """Carry out what ``catch_up`` returned."""
 
     def moved_past(self, trigger_id: int) -> None:
-        """The filter asked for the next event: it is done with the current one."""
+        """The filter asked for the next event and none is queued: it is done with the
+        current one, and the stream waits."""
 
     def reject_current(self, trigger_id: int) -> bool:
         """Reject the event being processed; False when the group has no window open."""
@@ -66,13 +84,13 @@ class SubscriberStream:
 
     The group appends ``(event_seq, raw_event)`` to ``queue`` and sets ``waiter``; the
     stream ends with ``error`` raised (after the queue drains, or at once when the queue
-    was cleared) or, once closed, with ``StopAsyncIteration``. ``group`` is None in fast
-    mode: there is nothing to report.
+    was cleared) or, once closed, with ``StopAsyncIteration``. ``group`` and ``cursor``
+    are None in fast mode: there is nothing to report.
     """
 
     __slots__ = (
-        "_in_window",
         "closed",
+        "cursor",
         "error",
         "group",
         "key",
@@ -81,10 +99,20 @@ class SubscriberStream:
         "waiter",
     )
 
-    def __init__(self, *, trigger_id: int, key: object, group: GroupPort | None) -> None:
+    def __init__(
+        self,
+        *,
+        trigger_id: int,
+        key: object,
+        group: GroupPort | None,
+        cursor: Cursor | None = None,
+    ) -> None:
+        if (group is None) != (cursor is None):
+            raise ValueError("an ack-mode stream needs both its group and its cursor")
         self.trigger_id = trigger_id
         self.key = key
         self.group = group
+        self.cursor = cursor
         self.queue: deque[tuple[int, Any]] = deque()
         # A bare future of the running asyncio loop: created per wait on the fan-out hot
         # path, it costs a fraction of an ``anyio.Event`` (asyncio is the only backend the
@@ -92,7 +120,6 @@ class SubscriberStream:
         self.waiter: asyncio.Future[None] | None = None
         self.error: BaseException | None = None
         self.closed = False
-        self._in_window = False  # an event was yielded and the next one not asked for yet
 
     def __aiter__(self) -> SubscriberStream:
         return self
@@ -101,25 +128,29 @@ class SubscriberStream:
         if _current_stream.get() is not self:
             _current_stream.set(self)
         queue = self.queue
-        group = self.group
-        if group is None:  # fast mode: nothing to report
+        cursor = self.cursor
+        if cursor is None:  # fast mode: nothing to report
             while not queue:
                 await self._wait()
             return queue.popleft()[1]
         if not queue:
-            if self._in_window:  # moved past its event before waiting for the next one
-                self._in_window = False
+            if cursor.in_window and not self.closed:  # done with its event; waits
+                cursor.in_window = False
+                group = self.group
+                assert group is not None
                 group.moved_past(self.trigger_id)
             while not queue:
                 await self._wait()
         seq, raw = queue.popleft()
-        if self._in_window:  # the common path: moved past it and took the next, one report
-            effects = group.step(self.trigger_id, seq)
+        # the common path: the cursor moves, the ledger counts the moves later
+        cursor.position = seq
+        cursor.in_window = True
+        if seq - cursor.counted > CATCH_UP_EVERY:
+            group = self.group
+            assert group is not None
+            effects = group.catch_up(self.trigger_id)
             if effects:
                 group.carry_out(effects)
-        else:
-            group.delivered(self.trigger_id, seq)
-            self._in_window = True
         return raw
 
     async def _wait(self) -> None:
@@ -140,15 +171,15 @@ class SubscriberStream:
             self.wake()
 
     def close(self) -> None:
-        """End the stream (unsubscribed): pending events are dropped."""
+        """End the stream (unsubscribed): pending events are dropped. The cursor stays as
+        it is: the ledger reads it as the subscriber leaves."""
         self.closed = True
         self.queue.clear()
-        self._in_window = False
         self.wake()
 
     def reject_current(self) -> bool:
         """Reject the event being processed; False when no ack-mode window is open."""
-        if self.group is None or not self._in_window:
+        if self.group is None or self.cursor is None or not self.cursor.in_window:
             return False
         return self.group.reject_current(self.trigger_id)
 
@@ -162,10 +193,12 @@ class SubscriberStream:
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "failed" if self.error is not None else "open"
+        cursor = self.cursor
+        window = "-" if cursor is None else f"{cursor.position}:{cursor.in_window}"
         return (
             f"<SubscriberStream trigger_id={self.trigger_id!r} key={self.key!r} "
             f"mode={'fast' if self.group is None else 'ack'} queued={len(self.queue)} "
-            f"in_window={self._in_window} state={state}>"
+            f"window={window} state={state}>"
         )
 
 

@@ -6,10 +6,12 @@ in one call), binds trigger events to some, rejects some, and the persister conf
 bindings of a whole commit at once, in any order, with seqs the ledger never handed out.
 This drives ``test_properties.LedgerMachine``'s reference model with those batch inputs
 (random subscribers, lanes, processing orders, rejections, refusals, confirmations, ack
-timeouts) and checks, on top of its checks, the persistence gate directly: an event is
-advanced only once every subscriber of its snapshot moved past it and every trigger event
-bound to it was confirmed stored (or that subscriber rejected it, failed or timed out);
-advances come out in lane order, contiguously, never twice.
+timeouts), and again with the subscribers moving their cursors as the streams do, the
+moves counted later (``CursorLedgerMachine``), and checks, on top of its checks, the
+persistence gate directly: an event is advanced only once every subscriber of its
+snapshot moved past it and every trigger event bound to it was confirmed stored (or that
+subscriber rejected it, failed or timed out); advances come out in lane order,
+contiguously, never twice.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ class BatchLedgerMachine(LedgerMachine):
             return
         next_seq = model.queue[0]
         effects = list(self.ledger.step(tid, next_seq))
+        self.count_moves(tid)
         if not model.current_rejected and not model.unconfirmed.get(model.current):
             self.set_status(tid, model.current, ACKED)
         model.current, model.current_rejected = model.queue.popleft(), False
@@ -107,6 +110,7 @@ class BatchLedgerMachine(LedgerMachine):
         model = self.active[tid]
         effects = list(self.ledger.reject(tid))
         if model.current is not None and not model.current_rejected:
+            self.count_moves(tid)  # the ledger counts its moves first
             self.set_status(tid, model.current, "rejected")
             self.drop_bindings(tid, model.current)
             model.current_rejected = True
@@ -133,8 +137,8 @@ class BatchLedgerMachine(LedgerMachine):
             del model.unconfirmed[seq]
             if tid in self.departed and not model.unconfirmed:
                 del self.departed[tid]
-            if not (tid in self.active and model.current == seq):
-                self.set_status(tid, seq, ACKED)
+            if not (tid in self.active and (model.current == seq or seq in model.uncounted)):
+                self.set_status(tid, seq, ACKED)  # counted: resolves now (else when counted)
         self.apply(effects)
 
     @precondition(lambda self: self.in_flight is not None)
@@ -155,3 +159,39 @@ BatchLedgerMachine.TestCase.settings = settings(
     max_examples=150, stateful_step_count=40, deadline=None
 )
 test_ack_ledger_in_batches = BatchLedgerMachine.TestCase
+
+
+class CursorLedgerMachine(BatchLedgerMachine):
+    """The same, driven as a subscriber's stream drives the ledger on the hot path: each
+    take moves the subscriber's cursor without a call (``subscriber.Cursor``), and the
+    ledger counts the moves only when told (``catch_up``, a ``pull`` before a wait) or
+    before whatever needs them counted. Checks, on top of the batch checks: nothing is
+    advanced that was not counted, confirmations of events not counted yet resolve them
+    when they are counted, and timeouts see moves whether or not they were counted."""
+
+    def step_as(self, tid: int) -> None:
+        model = self.active[tid]
+        if not model.queue:  # the stream waits: it reports first
+            self.pull_as(tid)
+            return
+        if model.current is not None and not model.current_rejected:
+            model.uncounted.append(model.current)
+        model.current, model.current_rejected = model.queue.popleft(), False
+        cursor = self.cursors[tid]
+        cursor.position = model.current  # type: ignore[attr-defined]
+        cursor.in_window = True  # type: ignore[attr-defined]
+
+    @precondition(lambda self: self.active)
+    @rule(data=st.data())
+    def catch_up(self, data: st.DataObject) -> None:
+        """The stream reports its moves (every ``CATCH_UP_EVERY`` events on the hot path)."""
+        tid = data.draw(st.sampled_from(sorted(self.active)))
+        effects = list(self.ledger.catch_up(tid))
+        self.count_moves(tid)
+        self.apply(effects)
+
+
+CursorLedgerMachine.TestCase.settings = settings(
+    max_examples=200, stateful_step_count=50, deadline=None
+)
+test_ack_ledger_driven_by_cursor = CursorLedgerMachine.TestCase

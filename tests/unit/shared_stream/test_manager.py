@@ -19,6 +19,7 @@ from shared_stream import (
     SubscriptionError,
     reject_shared_stream_event,
 )
+from shared_stream.subscriber import CATCH_UP_EVERY
 from shared_stream.testing import (
     BlockingProducer,
     FakeClock,
@@ -508,6 +509,47 @@ async def test_advance_waits_for_confirm_persisted():
             harness.confirm_all()
             await producer.wait_for_advanced(1)
             assert outcome_counts(producer) == [("p1", (1, 0, 0))]
+            tg.cancel_scope.cancel()
+
+
+class GatedTrigger(AckTrigger):
+    """Waits at the raw events named in ``gates`` (by ``n``) inside its binding window."""
+
+    def __init__(self, *, source: str, match: str | None = None) -> None:
+        super().__init__(source=source, match=match)
+        self.gates: dict[int, anyio.Event] = {}
+
+    async def filter_shared_stream(self, shared_stream):
+        async for raw in shared_stream:
+            gate = self.gates.get(raw["n"])
+            if gate is not None:
+                await gate.wait()
+            yield TriggerEvent(raw)
+
+
+async def test_a_subscriber_that_never_runs_dry_still_gets_its_events_advanced():
+    """The stream moves its cursor without telling the ledger, and reports when it waits;
+    one that always has a next event queued reports every CATCH_UP_EVERY events instead."""
+    every = CATCH_UP_EVERY
+    total = 2 * every + 5
+    with anyio.fail_after(10):
+        producer = register("s", InMemoryProducer())
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            trigger = GatedTrigger(source="s")
+            first, held = anyio.Event(), anyio.Event()
+            trigger.gates = {0: first, every + 2: held}
+            start(tg, mgr, trigger, 1)
+            for n in range(total):
+                await producer.put({"n": n}, f"p{n}")
+            await wait_until(lambda: mgr.stats()[0].queue_depth == total - 1)
+            first.set()  # it takes them one after the other, never finding its queue empty
+            await producer.wait_for_advanced(every)
+            await anyio.wait_all_tasks_blocked()
+            assert mgr.stats()[0].queue_depth > 0  # it never waited
+            assert producer.advanced_payloads == [f"p{n}" for n in range(every)]
+            held.set()
+            await producer.wait_for_advanced(total)
+            assert producer.advanced_payloads == [f"p{n}" for n in range(total)]
             tg.cancel_scope.cancel()
 
 
