@@ -97,13 +97,13 @@ def _outcome(counts: tuple[int, int, int]) -> AdvanceOutcome:
 
 class _Event:
     __slots__ = (
-        "acked",
         "broadcast_at",
         "failed",
         "lane",
         "payload",
         "rejected",
         "seq",
+        "snapshot",
         "unresolved",
     )
 
@@ -112,8 +112,9 @@ class _Event:
         self.payload = payload
         self.lane = lane
         self.broadcast_at = at
+        self.snapshot = snapshot
         self.unresolved = snapshot
-        self.acked = 0
+        # acked: ``snapshot - failed - rejected`` once resolved (an ack only counts down)
         self.failed = 0
         self.rejected = 0
 
@@ -506,12 +507,11 @@ class AckLedger:
 
     def _resolve(self, event: _Event, how: int) -> bool:
         """Count one subscriber's resolution; True when it made its lane's head ready."""
-        if how == _ACKED:
-            event.acked += 1
-        elif how == _FAILED:
+        if how == _FAILED:
             event.failed += 1
-        else:
+        elif how == _REJECTED:
             event.rejected += 1
+        # acked: nothing to count (``snapshot - failed - rejected``)
         event.unresolved -= 1
         if event.unresolved == 0 and self._lanes[event.lane][0] is event:
             self._ready[event.lane] = None
@@ -537,7 +537,6 @@ class AckLedger:
             if seq in bound:
                 continue  # resolves when its last binding is confirmed
             event = events[seq]
-            event.acked += 1
             event.unresolved -= 1
             if not event.unresolved and lanes[event.lane][0] is event:
                 self._ready[event.lane] = None
@@ -556,7 +555,8 @@ class AckLedger:
         while queue and queue[0].unresolved == 0:
             event = queue.popleft()
             del self._events[event.seq]
-            counts = (event.acked, event.failed, event.rejected)
+            failed, rejected = event.failed, event.rejected
+            counts = (event.snapshot - failed - rejected, failed, rejected)
             outcome = outcomes.get(counts)
             if outcome is None:
                 outcome = _outcome(counts)

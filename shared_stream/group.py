@@ -275,23 +275,27 @@ class SharedStreamGroup:
         Returns True when some queue is at least half full (the poll should yield now).
         """
         item = (seq, raw)
+        counters = self.counters
         limit = self.settings.max_queue
-        longest = 0
+        # A queue shorter than both the high-water mark and half the limit needs no check
+        # (the usual case): only a longer one can overflow, crowd the poll or raise the mark.
+        watch = min(counters.queue_high_water, (limit + 1) // 2 - 1)
+        longest = -1  # the longest queue that was checked, before this event
         overflowed: list[int] | None = None
         for stream in self.streams.values():
             queue = stream.queue
-            length = len(queue)
-            if length >= limit:
-                if overflowed is None:
-                    overflowed = []
-                overflowed.append(stream.trigger_id)
-                continue
-            if length > longest:
-                longest = length
+            if len(queue) >= watch:
+                length = len(queue)
+                if length >= limit:
+                    if overflowed is None:
+                        overflowed = []
+                    overflowed.append(stream.trigger_id)
+                    continue
+                if length > longest:
+                    longest = length
             queue.append(item)
             if stream.waiter is not None:
                 stream.wake()
-        counters = self.counters
         delivered = len(self.streams)
         if overflowed is not None:
             delivered -= len(overflowed)
@@ -300,12 +304,15 @@ class SharedStreamGroup:
             if longest >= counters.queue_high_water:
                 counters.queue_high_water = longest + 1
         if overflowed is not None:
-            for trigger_id in overflowed:
-                if self.ledger is None:
-                    self._fail_subscriber(trigger_id, FailReason.OVERFLOW)
-                else:
-                    self.carry_out(self.ledger.fail_subscriber(trigger_id, FailReason.OVERFLOW))
+            self._fail_overflowed(overflowed)
         return 2 * (longest + 1) >= limit
+
+    def _fail_overflowed(self, trigger_ids: list[int]) -> None:
+        for trigger_id in trigger_ids:
+            if self.ledger is None:
+                self._fail_subscriber(trigger_id, FailReason.OVERFLOW)
+            else:
+                self.carry_out(self.ledger.fail_subscriber(trigger_id, FailReason.OVERFLOW))
 
     def _broadcast(self, raw: Any, broker_payload: Any, producer: SharedStreamProducer) -> bool:
         ledger = self.ledger

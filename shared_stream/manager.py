@@ -237,9 +237,14 @@ class SharedStreamManager:
         groups = self._by_serial
         readied: dict[SharedStreamGroup, None] | None = None
         for seq in seqs:
-            serial = seq >> SERIAL_SHIFT
-            group = groups.get(serial) if serial else self._routes.take_explicit(seq)
-            if group is not None and group.confirm_binding(seq):
+            group = groups.get(seq >> SERIAL_SHIFT)  # serials start at 1
+            if group is None:
+                if seq >> SERIAL_SHIFT:
+                    continue  # its group ended
+                group = self._routes.take_explicit(seq)
+                if group is None:
+                    continue
+            if group.confirm_binding(seq):
                 if readied is None:
                     readied = {}
                 readied[group] = None
