@@ -115,6 +115,8 @@ class SharedStreamGroup:
         self._timer = DeadlineTimer(settings.clock)
         self.counters = GroupCounters()
         self._drain_deadline = math.inf
+        # the queue length from which the poll yields to the subscribers (half full)
+        self._crowded_at = (settings.max_queue + 1) // 2 - 1
 
     @property
     def mode(self) -> Literal["fast", "ack"]:
@@ -279,7 +281,9 @@ class SharedStreamGroup:
         limit = self.settings.max_queue
         # A queue shorter than both the high-water mark and half the limit needs no check
         # (the usual case): only a longer one can overflow, crowd the poll or raise the mark.
-        watch = min(counters.queue_high_water, (limit + 1) // 2 - 1)
+        watch = counters.queue_high_water
+        if watch > self._crowded_at:
+            watch = self._crowded_at
         longest = -1  # the longest queue that was checked, before this event
         overflowed: list[int] | None = None
         for stream in self.streams.values():
