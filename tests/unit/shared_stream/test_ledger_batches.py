@@ -128,17 +128,8 @@ class BatchLedgerMachine(LedgerMachine):
         seqs = data.draw(st.permutations([*chosen, *noise]))
         effects = list(self.ledger.confirm_persisted(seqs))
         for binding in chosen:
-            tid, seq = self.bindings.pop(binding)
             self.stored.add(binding)
-            model = self.sub(tid)
-            model.unconfirmed[seq].discard(binding)
-            if model.unconfirmed[seq]:
-                continue
-            del model.unconfirmed[seq]
-            if tid in self.departed and not model.unconfirmed:
-                del self.departed[tid]
-            if not (tid in self.active and (model.current == seq or seq in model.uncounted)):
-                self.set_status(tid, seq, ACKED)  # counted: resolves now (else when counted)
+            self.confirm_in_model(binding)
         self.apply(effects)
 
     @precondition(lambda self: self.in_flight is not None)

@@ -239,17 +239,22 @@ class LedgerMachine(RuleBasedStateMachine):
         chosen = list(dict.fromkeys(chosen))
         effects = list(self.ledger.confirm_persisted([*chosen, 10**9]))
         for binding in chosen:
-            tid, seq = self.bindings.pop(binding)
-            model = self.sub(tid)
-            model.unconfirmed[seq].discard(binding)
-            if model.unconfirmed[seq]:
-                continue
-            del model.unconfirmed[seq]
-            if tid in self.departed and not model.unconfirmed:
-                del self.departed[tid]
-            if not (tid in self.active and (model.current == seq or seq in model.uncounted)):
-                self.set_status(tid, seq, ACKED)  # counted: resolves now (else when counted)
+            self.confirm_in_model(binding)
         self.apply(effects)
+
+    def confirm_in_model(self, binding: int) -> None:
+        """The model's side of a confirmed binding: its raw event resolves for that
+        subscriber with its last binding, once the ledger counted it (else when it does)."""
+        tid, seq = self.bindings.pop(binding)
+        model = self.sub(tid)
+        model.unconfirmed[seq].discard(binding)
+        if model.unconfirmed[seq]:
+            return
+        del model.unconfirmed[seq]
+        if tid in self.departed and not model.unconfirmed:
+            del self.departed[tid]
+        if not (tid in self.active and (model.current == seq or seq in model.uncounted)):
+            self.set_status(tid, seq, ACKED)
 
     @precondition(lambda self: self.bindings)
     @rule(data=st.data())
