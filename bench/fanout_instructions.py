@@ -5,12 +5,14 @@ Run by hand (never in tests; needs valgrind):  .venv/bin/python bench/fanout_ins
 The wall-clock ratio of bench/compare_airflow.py's fan-out row moves with the machine (the
 same code has measured 2.5x and 3.0x on two evenings, and a CPU-bound loop here takes
 0.56-0.88 s from one run to the next). valgrind's callgrind counts the instructions a
-process executes instead: the same count for the same code and input whatever else the
-machine does. This bench runs the fan-out row's workload (ack mode, 100 subscribers,
-manager alone, realistic subscribers, INFO; bench/shared_stream_bench.py ``one`` and
-bench/_airflow_side/fanout.py) under callgrind at two run lengths, and reports
-instructions per delivery = (count of the long run - count of the short one) / (extra raw
-events x subscribers): start-up, imports and the feed's warm-up cancel out.
+process executes instead: for the same code and input, the same count (to a fraction of a
+percent: the Airflow side's feed polls with ``sleep(0)``, so its path depends a little on
+timing) whatever else the machine does. This bench runs the fan-out row's workload (ack
+mode, 100 subscribers, manager alone, realistic subscribers, INFO;
+bench/shared_stream_bench.py ``one`` and bench/_airflow_side/fanout.py) under callgrind at
+two run lengths, and reports instructions per delivery = (count of the long run - count of
+the short one) / (extra raw events x subscribers): start-up, imports and the feed's warm-up
+cancel out.
 
 It also counts Sluice's run with one part of a delivery removed (``--without``), to show
 what each part costs:
