@@ -21,6 +21,8 @@ what each part costs:
   ``TriggerEvent`` does: it checks nothing);
 * ``binding``: ``bind_pending_event`` returns None (no ack bookkeeping per trigger event:
   nothing bound, nothing confirmed; the events are still acked as the subscribers move on).
+* ``dedup-key``: the subscriber builds its ``TriggerEvent`` without a dedup key (Airflow's
+  has none; every broker trigger of Sluice sets one).
 
 Instructions are not seconds: an instruction that misses the cache costs more. The
 figures are for reasoning about where the work is, next to (not instead of) the
@@ -45,7 +47,7 @@ BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
 AIRFLOW_PY = BENCH / ".venv-airflow" / "bin" / "python"
 SUBSCRIBERS = 100
-PARTS = ("payload-check", "binding")
+PARTS = ("payload-check", "binding", "dedup-key")
 
 
 def child(events: int, without: list[str]) -> None:
@@ -64,6 +66,8 @@ def child(events: int, without: list[str]) -> None:
             return None
 
         SharedStreamManager.bind_pending_event = no_binding  # type: ignore[method-assign]
+    if "dedup-key" in without:
+        bench._BenchTrigger.dedup_keys = False
     bench.one(
         argparse.Namespace(
             mode="ack",

@@ -94,6 +94,8 @@ def matches(value: dict[str, Any], match: dict[str, Any]) -> bool:
 
 class _BenchTrigger(BaseEventTrigger):
     subscriber_kind = "realistic"
+    # bench/fanout_instructions.py turns it off to count what the dedup key costs
+    dedup_keys = True
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{__name__}.{type(self).__qualname__}", {})
@@ -111,6 +113,7 @@ class _BenchTrigger(BaseEventTrigger):
                 yield TriggerEvent(raw)
             return
         match = MATCH
+        keyed = self.dedup_keys
         async for raw in shared_stream:
             value = raw["value"]
             if not matches(value, match):
@@ -124,7 +127,10 @@ class _BenchTrigger(BaseEventTrigger):
                 "amount": value["amount"],
             }
             yield TriggerEvent(
-                payload, dedup_key=f"bench:{raw['topic']}:{raw['partition']}:{raw['offset']}"
+                payload,
+                dedup_key=f"bench:{raw['topic']}:{raw['partition']}:{raw['offset']}"
+                if keyed
+                else None,
             )
 
 
