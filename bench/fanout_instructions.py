@@ -20,7 +20,7 @@ what each part costs:
 * ``payload-check``: ``TriggerEvent`` built without checking its payload (what Airflow's
   ``TriggerEvent`` does: it checks nothing);
 * ``binding``: ``bind_pending_event`` returns None (no ack bookkeeping per trigger event:
-  nothing bound, nothing confirmed; the events are still acked as the subscribers move on).
+  nothing bound, nothing confirmed; the events are still acked as the subscribers move on);
 * ``dedup-key``: the subscriber builds its ``TriggerEvent`` without a dedup key (Airflow's
   has none; every broker trigger of Sluice sets one).
 
