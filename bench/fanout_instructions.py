@@ -44,15 +44,17 @@ from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from shared_stream_bench import AIRFLOW_PY, fanout_command  # noqa: E402
+
 RESULTS = BENCH / "results"
-AIRFLOW_PY = BENCH / ".venv-airflow" / "bin" / "python"
 SUBSCRIBERS = 100
 PARTS = ("payload-check", "binding", "dedup-key")
 
 
 def child(events: int, without: list[str]) -> None:
     """One Sluice run of the fan-out row's workload, with the named parts removed."""
-    sys.path.insert(0, str(BENCH))
     import shared_stream_bench as bench
 
     from shared_stream.manager import SharedStreamManager
@@ -82,20 +84,10 @@ def child(events: int, without: list[str]) -> None:
 
 def _command(side: str, events: int, without: list[str]) -> list[str]:
     if side == "airflow":
-        return [
-            str(AIRFLOW_PY),
-            str(BENCH / "_airflow_side" / "fanout.py"),
-            "--level",
-            "INFO",
-            "--mode",
-            "ack",
-            "--subscribers",
-            str(SUBSCRIBERS),
-            "--events",
-            str(events),
-            "--layers",
-            "manager",
-        ]
+        return fanout_command("airflow", SUBSCRIBERS, events, "realistic", "INFO")
+    # Every Sluice count, with or without parts, runs through ``child``: the same harness,
+    # so that the counts compare (around the same workload, another harness's start-up and
+    # per-delivery count differ a little).
     command = [sys.executable, __file__, "child", "--events", str(events)]
     return [*command, "--without", ",".join(without)] if without else command
 

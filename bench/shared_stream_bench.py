@@ -375,17 +375,22 @@ BENCH = Path(__file__).resolve().parent
 AIRFLOW_PY = BENCH / ".venv-airflow" / "bin" / "python"
 
 
+def fanout_command(system: str, n: int, m: int, kind: str, level: str) -> list[str]:
+    """The command of one fan-out run (ack mode, manager level) of ``system`` ("sluice" or
+    "airflow"); it prints one JSON line per layer, the manager's last."""
+    common = ["--mode", "ack", "--subscribers", str(n), "--events", str(m)]
+    common += ["--subscriber-kind", kind, "--level", level, "--layers", "manager"]
+    if system == "airflow":
+        return [str(AIRFLOW_PY), str(BENCH / "_airflow_side" / "fanout.py"), *common]
+    return [sys.executable, str(Path(__file__).resolve()), "one", *common]
+
+
 def _one_run(
     system: str, args: argparse.Namespace, n: int, m: int, kind: str
 ) -> tuple[float, float]:
     """One fan-out run (ack mode, manager level) in a fresh process: raw events per wall
     second and per CPU second of the process."""
-    common = ["--mode", "ack", "--subscribers", str(n), "--events", str(m)]
-    common += ["--subscriber-kind", kind, "--level", args.level, "--layers", "manager"]
-    if system == "airflow":
-        cmd = [str(AIRFLOW_PY), str(BENCH / "_airflow_side" / "fanout.py"), *common]
-    else:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "one", *common]
+    cmd = fanout_command(system, n, m, kind, args.level)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     row = json.loads(out.strip().splitlines()[-1])
     return float(row["raw_per_s"]), float(row["raw_per_cpu_s"])
