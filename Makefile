@@ -29,10 +29,11 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(BIN)/mypy
 
-## Two test processes (pytest-xdist), each taking whole files: most tests wait on servers
-## and engine processes rather than on a core.
+## Two test processes (pytest-xdist); an idle one steals tests queued for the other, so the
+## slow end-to-end tests do not leave the tail of the run on one process. The property tests
+## run their fixed "ci" budget (tests/conftest.py); every run lists its 25 slowest tests.
 pytest: $(STAMP)
-	$(BIN)/pytest -m "not soak" -q -n 2 --dist loadfile
+	$(BIN)/pytest -q -n 2 --dist worksteal --hypothesis-profile=ci
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -15,9 +15,10 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import pytest
+from hypothesis import settings
 from sqlalchemy import create_engine, text
 
 if TYPE_CHECKING:
@@ -26,6 +27,18 @@ if TYPE_CHECKING:
 PG_ADMIN_URL = os.environ.get(
     "SLUICE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
+
+
+# Property tests: a budget of examples set once per profile, not per test (a test states its
+# own only where an example is expensive). `make test` runs the "ci" profile (a fixed,
+# derandomized budget: the same examples every run, nothing stored between runs); a plain
+# `pytest` explores at random ("dev"); `--hypothesis-profile deep` searches harder by hand.
+settings.register_profile(
+    "ci", max_examples=100, derandomize=True, database=None, deadline=None, print_blob=True
+)
+settings.register_profile("dev", max_examples=200, deadline=None)
+settings.register_profile("deep", max_examples=2000, deadline=None)
+settings.load_profile("dev")
 
 
 def _pg_answers(url: str) -> bool:
@@ -130,9 +143,37 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'sluice.db'}"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+#: The databases a test may run on. A test that asks for ``db_url`` or ``migrated_db_url``
+#: runs on SQLite; marked ``both_databases`` (itself, its class or its module) it runs on
+#: both. Only what depends on the dialect is marked: see ``pytest_generate_tests``.
+DATABASES: Final = ("sqlite", "postgres")
+_DATABASE_FIXTURES: Final = ("db_url", "migrated_db_url")
+
+
+def _parametrized_names(metafunc: pytest.Metafunc) -> set[str]:
+    names: set[str] = set()
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        argnames = marker.args[0] if marker.args else marker.kwargs["argnames"]
+        if isinstance(argnames, str):
+            argnames = argnames.split(",")
+        names.update(name.strip() for name in argnames)
+    return names
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run each test that takes a database on SQLite, and also on PostgreSQL when marked
+    ``both_databases``; a test that parametrizes the fixture itself chooses on its own."""
+    both = metafunc.definition.get_closest_marker("both_databases") is not None
+    chosen = _parametrized_names(metafunc)
+    for name in _DATABASE_FIXTURES:
+        if name in metafunc.fixturenames and name not in chosen:
+            metafunc.parametrize(name, DATABASES if both else DATABASES[:1], indirect=True)
+
+
+@pytest.fixture
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Each test using this runs on SQLite and on PostgreSQL."""
+    """An empty database for one test: SQLite, or PostgreSQL too where the test is marked
+    ``both_databases``."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'sluice.db'}"
     return str(request.getfixturevalue("pg_url"))

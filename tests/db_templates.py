@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -92,24 +93,47 @@ def migrated_sqlite_url(tmp_path: Path, sqlite_template: Path) -> str:
     return copy_sqlite_template(sqlite_template, tmp_path / "sluice.db")
 
 
-@pytest.fixture
-def migrated_pg_url(pg_admin_url: str, pg_template: str) -> Iterator[str]:
-    """A PostgreSQL database at head for one test, dropped afterwards."""
+@contextmanager
+def pg_copy(admin_url: str, template: str) -> Iterator[str]:
+    """A new PostgreSQL database made from ``template``; its URL, dropped at the end."""
     name = f"t_{uuid.uuid4().hex[:16]}"
-    admin = create_engine(pg_admin_url, isolation_level="AUTOCOMMIT")
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"'))
+        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
     try:
-        yield f"{pg_admin_url.rsplit('/', 1)[0]}/{name}"
+        yield f"{admin_url.rsplit('/', 1)[0]}/{name}"
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@contextmanager
+def migrated_copy(request: pytest.FixtureRequest, backend: str, folder: Path) -> Iterator[str]:
+    """A database at head on ``backend`` ("sqlite": a file in ``folder``; "postgres"), for
+    fixtures of any scope (a module's world) that choose their backend themselves."""
+    if backend == "sqlite":
+        yield copy_sqlite_template(request.getfixturevalue("sqlite_template"), folder / "sluice.db")
+        return
+    admin_url, template = (
+        request.getfixturevalue("pg_admin_url"),
+        request.getfixturevalue("pg_template"),
+    )
+    with pg_copy(admin_url, template) as url:
+        yield url
+
+
+@pytest.fixture
+def migrated_pg_url(pg_admin_url: str, pg_template: str) -> Iterator[str]:
+    """A PostgreSQL database at head for one test, dropped afterwards."""
+    with pg_copy(pg_admin_url, pg_template) as url:
+        yield url
+
+
+@pytest.fixture
 def migrated_db_url(request: pytest.FixtureRequest) -> str:
-    """A database at head for one test, on SQLite and on PostgreSQL (as ``db_url``)."""
+    """A database at head for one test: SQLite, or PostgreSQL too where the test is marked
+    ``both_databases`` (``tests/conftest.py``)."""
     if request.param == "sqlite":
         return str(request.getfixturevalue("migrated_sqlite_url"))
     return str(request.getfixturevalue("migrated_pg_url"))

@@ -1,10 +1,11 @@
 """Browser tests: Debian's Chromium driven by Playwright against a real ``sluice run``.
 
 One engine per test module (started once, shared by its tests: engine start-ups are what
-cost time), on the example DAGs of ``dags/`` with a fresh ``SLUICE_HOME``, the API/UI on a
-free loopback port, and one user per role made with ``sluice users create``. Screenshots of
-the pages go under pytest's temporary folder; their paths are printed at the end of the run
-(and as each is taken, with ``-s``).
+cost time), on the example DAGs of ``dags/`` with a fresh ``SLUICE_HOME`` and a copy of the
+migrated template database, the API/UI on a free loopback port, and one user per role made
+with ``sluice users create`` (run in process, ``tests/cli.py``). Screenshots of the pages go
+under pytest's temporary folder; their paths are printed at the end of the run (and as each
+is taken, with ``-s``).
 """
 
 from __future__ import annotations

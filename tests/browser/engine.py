@@ -1,12 +1,12 @@
 """A real engine for the browser tests: ``sluice run`` on the example DAGs of ``dags/``
-with a fresh ``SLUICE_HOME``, the API/UI on a free loopback port, and users made with
-``sluice users create`` (one per role, a known password)."""
+with a fresh ``SLUICE_HOME`` and a copy of the migrated template database, the API/UI on a
+free loopback port, and users made with ``sluice users create`` (one per role, a known
+password; run in this process)."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -15,7 +15,9 @@ from sqlalchemy import select
 
 from engine.db.database import Database
 from engine.db.models import Dag
-from tests.e2e.helpers import SLUICE, engine_env, run_cli, start_engine, stop, wait_for
+from tests.cli import invoke
+from tests.db_templates import copy_sqlite_template
+from tests.e2e.helpers import engine_env, start_engine, stop, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -47,29 +49,24 @@ def free_port() -> int:
 
 
 def create_user(env: dict[str, str], username: str, role: str) -> None:
-    done = subprocess.run(
-        [SLUICE, "users", "create", "--username", username, "--role", role, "--password-stdin"],
+    done = invoke(
+        *("users", "create", "--username", username, "--role", role, "--password-stdin"),
         env=env,
         input=PASSWORD + "\n",
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
     )
     assert done.returncode == 0, f"sluice users create {username}: {done.stdout}{done.stderr}"
 
 
 @contextlib.contextmanager
-def running_ui_engine(root: Path, wanted: set[str]) -> Iterator[UiEngine]:
-    """``sluice run`` in ``root`` on the example DAGs, ready once the API answers and every
-    DAG of ``wanted`` is parsed. Stopped with SIGTERM at the end (and must exit 0)."""
+def running_ui_engine(root: Path, wanted: set[str], *, template: Path) -> Iterator[UiEngine]:
+    """``sluice run`` in ``root`` on the example DAGs, its database a copy of the migrated
+    ``template``, ready once the API answers and every DAG of ``wanted`` is parsed. Stopped
+    with SIGTERM at the end (and must exit 0)."""
     home = root / "home"
     home.mkdir()
     port = free_port()
-    url = f"sqlite:///{home / 'sluice.db'}"
+    url = copy_sqlite_template(template, home / "sluice.db")
     env = engine_env(home, url=url, dags=EXAMPLE_DAGS, parallelism=4, SLUICE__API__PORT=str(port))
-    migrated = run_cli("db", "migrate", env=env)
-    assert migrated.returncode == 0, migrated.stderr
     for username, role in USERS.items():
         create_user(env, username, role)
     log = root / "engine.log"

@@ -39,8 +39,12 @@ PAGE_S: Final = 30.0
 
 
 @pytest.fixture(scope="module")
-def ui_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiEngine]:
-    with running_ui_engine(tmp_path_factory.mktemp("ui"), WANTED) as engine:
+def ui_engine(
+    tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path
+) -> Iterator[UiEngine]:
+    with running_ui_engine(
+        tmp_path_factory.mktemp("ui"), WANTED, template=sqlite_template
+    ) as engine:
         yield engine
 
 

@@ -13,11 +13,11 @@ from sqlalchemy import select
 
 from engine.db.database import Database
 from engine.db.models import Dag, DagRun, TaskInstance
+from tests.cli import invoke
 from tests.db_templates import copy_sqlite_template
 from tests.e2e.helpers import (
     engine_env,
     log_tail,
-    run_cli,
     start_cli,
     start_engine,
     stop,
@@ -77,7 +77,7 @@ class CeleryWorld:
         return proc, log
 
     def trigger(self, dag_id: str) -> str:
-        result = run_cli("dags", "trigger", dag_id, env=self.env)
+        result = invoke("dags", "trigger", dag_id, env=self.env)
         assert result.returncode == 0, result.stderr
         return result.stdout.strip().rsplit(": ", 1)[1]
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-import subprocess
 import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Any
@@ -16,8 +15,9 @@ import pytest
 
 from engine.db.database import Database
 from engine.db.models import Job
+from tests.cli import invoke
+from tests.db_templates import copy_sqlite_template
 from tests.e2e.helpers import (
-    SLUICE,
     engine_env,
     log_tail,
     run_cli,
@@ -57,13 +57,12 @@ def _ready_url(log: Path) -> str:
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
+def env(tmp_path: Path, sqlite_template: Path) -> dict[str, str]:
     home = tmp_path / "home"
     home.mkdir()
     (tmp_path / "dags").mkdir()
-    environ = engine_env(home, url=f"sqlite:///{home / 'sluice.db'}", dags=tmp_path / "dags")
-    assert run_cli("db", "migrate", env=environ).returncode == 0
-    return environ
+    url = copy_sqlite_template(sqlite_template, home / "sluice.db")
+    return engine_env(home, url=url, dags=tmp_path / "dags")
 
 
 def _create_user(env: dict[str, str], username: str, role: str) -> None:
@@ -82,15 +81,7 @@ def _create_user(env: dict[str, str], username: str, role: str) -> None:
 
 
 def _cli_input(env: dict[str, str], text: str, *args: str) -> Any:
-    return subprocess.run(
-        [SLUICE, *args],
-        input=text,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return invoke(*args, env=env, input=text)
 
 
 def test_users_and_tokens_from_the_command_line(env: dict[str, str]) -> None:
@@ -119,44 +110,44 @@ def test_users_and_tokens_from_the_command_line(env: dict[str, str]) -> None:
         "--password-stdin",
     )
     assert short.returncode == 1 and "at least 8 characters" in short.stderr
-    assert run_cli("users", "create", "--username", "x", "--role", "root", env=env).returncode == 2
+    assert invoke("users", "create", "--username", "x", "--role", "root", env=env).returncode == 2
 
-    made = run_cli(
+    made = invoke(
         "tokens", "create", "--user", "ada", "--name", "ci", "--expires-in", "7d", env=env
     )
     assert made.returncode == 0, made.stderr
     token = made.stdout.strip()
     assert token.startswith("sluice_") and "\n" not in token  # stdout: the token alone
     assert "shown only now" in made.stderr
-    assert run_cli("tokens", "create", "--user", "nobody", env=env).returncode == 1
-    bad = run_cli("tokens", "create", "--user", "ada", "--expires-in", "soon", env=env)
+    assert invoke("tokens", "create", "--user", "nobody", env=env).returncode == 1
+    bad = invoke("tokens", "create", "--user", "ada", "--expires-in", "soon", env=env)
     assert bad.returncode == 1 and "invalid duration" in bad.stderr
-    huge = run_cli("tokens", "create", "--user", "ada", "--expires-in", "3000000d", env=env)
+    huge = invoke("tokens", "create", "--user", "ada", "--expires-in", "3000000d", env=env)
     assert huge.returncode == 1 and "--expires-in" in huge.stderr and "too long" in huge.stderr
 
-    listed = run_cli("tokens", "list", "--json", env=env)
+    listed = invoke("tokens", "list", "--json", env=env)
     rows = json.loads(listed.stdout)
     assert [(r["user"], r["name"], r["state"]) for r in rows] == [("ada", "ci", "active")]
     assert token not in listed.stdout and token[len(rows[0]["prefix"]) :] not in listed.stdout
-    users = run_cli("users", "list", "--json", env=env)
+    users = invoke("users", "list", "--json", env=env)
     assert json.loads(users.stdout) == [
         {**json.loads(users.stdout)[0], "username": "ada", "role": "admin", "active_tokens": 1}
     ]
     assert "argon2" not in users.stdout
 
-    assert run_cli("tokens", "revoke", str(rows[0]["id"]), env=env).returncode == 0
-    revoked = json.loads(run_cli("tokens", "list", "--json", env=env).stdout)
+    assert invoke("tokens", "revoke", str(rows[0]["id"]), env=env).returncode == 0
+    revoked = json.loads(invoke("tokens", "list", "--json", env=env).stdout)
     assert revoked[0]["state"] == "revoked"
-    assert run_cli("tokens", "revoke", "999", env=env).returncode == 1
-    assert run_cli("users", "set-role", "ada", "viewer", env=env).returncode == 0
-    assert run_cli("users", "delete", "ada", env=env).returncode == 0
-    assert run_cli("users", "delete", "ada", env=env).returncode == 1
-    assert json.loads(run_cli("users", "list", "--json", env=env).stdout) == []
+    assert invoke("tokens", "revoke", "999", env=env).returncode == 1
+    assert invoke("users", "set-role", "ada", "viewer", env=env).returncode == 0
+    assert invoke("users", "delete", "ada", env=env).returncode == 0
+    assert invoke("users", "delete", "ada", env=env).returncode == 1
+    assert json.loads(invoke("users", "list", "--json", env=env).stdout) == []
 
 
 def test_api_server_alone_answers_and_stops_on_sigterm(env: dict[str, str], tmp_path: Path) -> None:
     _create_user(env, "ada", "op")
-    token = run_cli("tokens", "create", "--user", "ada", env=env).stdout.strip()
+    token = invoke("tokens", "create", "--user", "ada", env=env).stdout.strip()
     log = tmp_path / "api.log"
     proc = start_cli("api-server", "--port", "0", env=env, log=log)
     try:
@@ -210,13 +201,10 @@ def test_a_port_in_use_fails_the_start_naming_it(env: dict[str, str], tmp_path: 
         assert "Traceback" not in answer.stderr
 
 
-def test_open_read_on_a_public_address_warns(tmp_path: Path) -> None:
+def test_open_read_on_a_public_address_warns(tmp_path: Path, migrated_sqlite_url: str) -> None:
     env = sluice_env(
-        tmp_path,
-        SLUICE__CORE__SQL_ALCHEMY_CONN=f"sqlite:///{tmp_path / 'x.db'}",
-        SLUICE__API__OPEN_READ="true",
+        tmp_path, SLUICE__CORE__SQL_ALCHEMY_CONN=migrated_sqlite_url, SLUICE__API__OPEN_READ="true"
     )
-    assert run_cli("db", "migrate", env=env).returncode == 0
     log = tmp_path / "api.log"
     proc = start_cli("api-server", "--host", "0.0.0.0", "--port", "0", env=env, log=log)
     try:

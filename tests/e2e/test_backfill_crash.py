@@ -17,7 +17,8 @@ from sqlalchemy import select
 
 from engine.db.database import Database
 from engine.db.models import Backfill, Dag, DagRun
-from tests.e2e.helpers import engine_env, run_cli, start_engine, stop, wait_for
+from tests.cli import invoke
+from tests.e2e.helpers import engine_env, start_engine, stop, wait_for
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -86,7 +87,7 @@ def test_a_backfill_survives_a_killed_engine_without_duplicate_runs(
             timeout=60,
             what="the DAG to be parsed",
         )
-        done = run_cli(
+        done = invoke(
             "dags",
             "backfill",
             "nightly",
@@ -101,7 +102,7 @@ def test_a_backfill_survives_a_killed_engine_without_duplicate_runs(
         assert done.returncode == 0, done.stderr
         assert f"created {DAYS} run(s)" in done.stdout, done.stdout
         assert "paused" in done.stdout  # is_paused_upon_creation: the runs wait
-        assert run_cli("dags", "unpause", "nightly", env=env).returncode == 0
+        assert invoke("dags", "unpause", "nightly", env=env).returncode == 0
         wait_for(lambda: _succeeded(db) >= 2, timeout=90, what="two backfill runs to succeed")
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=30)
@@ -110,7 +111,7 @@ def test_a_backfill_survives_a_killed_engine_without_duplicate_runs(
             first.kill()
             first.wait()
     # A second command for the same range while nothing runs: resumes, adds nothing.
-    again = run_cli(
+    again = invoke(
         "dags",
         "backfill",
         "nightly",
@@ -138,7 +139,7 @@ def test_a_backfill_survives_a_killed_engine_without_duplicate_runs(
     runs = _backfill_runs(db)
     dates = [run.logical_date.date().isoformat() for run in runs]
     assert dates == [f"2026-01-0{day}" for day in range(1, DAYS + 1)]  # once each
-    listed = run_cli("runs", "list", "nightly", "--json", env=env)
+    listed = invoke("runs", "list", "nightly", "--json", env=env)
     assert listed.returncode == 0, listed.stderr
     assert sum(r["backfill_id"] is not None for r in _json(listed.stdout)) == DAYS
     # --max-active-runs 1: a run started only after the previous one ended, kill included

@@ -48,12 +48,12 @@ from engine.db.models import (
     TaskInstance,
     Trigger,
 )
+from tests.cli import invoke
 from tests.db_templates import copy_sqlite_template
 from tests.e2e.helpers import (
     engine_env,
     log_records,
     log_tail,
-    run_cli,
     start_engine,
     stop,
     wait_for,
@@ -289,7 +289,7 @@ class Engine:
         self.alive()
 
     def trigger_dag(self, dag_id: str) -> None:
-        done = run_cli("dags", "trigger", dag_id, env=self.env)
+        done = invoke("dags", "trigger", dag_id, env=self.env)
         assert done.returncode == 0, done.stderr
 
     def task_instance(self, dag_id: str, task_id: str = "wait") -> TaskInstance | None:
@@ -319,7 +319,7 @@ class Engine:
                 select(DagRun.run_id).where(DagRun.dag_id == dag_id).order_by(DagRun.id.desc())
             ).scalar()
         )
-        done = run_cli("tasks", "logs", dag_id, run_id, task_id, env=self.env)
+        done = invoke("tasks", "logs", dag_id, run_id, task_id, env=self.env)
         assert done.returncode == 0, done.stderr
         return done.stdout
 

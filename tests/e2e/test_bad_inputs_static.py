@@ -31,6 +31,7 @@ from engine.db.models import (
     Trigger,
 )
 from engine.db.models import AssetWatcher as WatcherRow
+from tests.cli import invoke
 from tests.db_templates import copy_sqlite_template
 from tests.e2e.helpers import (
     asset_event_count,
@@ -272,7 +273,7 @@ class Engine:
         return stop(self.proc, timeout=60)
 
     def cli(self, *args: str) -> Any:
-        return run_cli(*args, env=self.env)
+        return invoke(*args, env=self.env)
 
     def query(self, fn: Any) -> Any:
         return self.db.call(fn)

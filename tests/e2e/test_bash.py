@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy import select
 
 from engine.db.models import DagRun, TaskInstance
-from tests.e2e.helpers import run_cli, running_engine, wait_for
+from tests.cli import invoke
+from tests.e2e.helpers import running_engine, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -69,7 +70,7 @@ def _task_states(db: Database, dag_id: str, run_id: str) -> dict[str, str]:
 
 
 def _trigger(env: dict[str, str], dag_id: str, *options: str) -> str:
-    done = run_cli("dags", "trigger", dag_id, "--json", *options, env=env)
+    done = invoke("dags", "trigger", dag_id, "--json", *options, env=env)
     assert done.returncode == 0, done.stderr
     run_id: str = json.loads(done.stdout)["run_id"]
     return run_id
@@ -84,7 +85,7 @@ def _finish(engine: dict[str, Any], dag_id: str, *options: str) -> str:
 
 
 def _cli(env: dict[str, str], *args: str) -> str:
-    done = run_cli(*args, env=env)
+    done = invoke(*args, env=env)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

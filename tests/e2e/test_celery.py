@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from engine.db.queries.runs import find_task_instance
+from tests.cli import invoke
 from tests.e2e.celery_world import CeleryWorld, kill, make_world
-from tests.e2e.helpers import run_cli, wait_for
+from tests.e2e.helpers import wait_for
 from tests.services_celery import forget_queues
 
 if TYPE_CHECKING:
@@ -89,14 +90,14 @@ def test_a_dag_runs_on_a_worker_with_results_outlets_and_logs(
     w.wait_run("small", run_id, timeout=90)
 
     # the result of `first` reached `second`, whose return value is stored
-    result = run_cli("tasks", "result", "small", run_id, "second", "--json", env=w.env)
+    result = invoke("tasks", "result", "small", run_id, "second", "--json", env=w.env)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["results"]["return_value"] == 42
     # its outlet's asset event was written with its success
-    events = run_cli("assets", "events", "celery_done", "--json", env=w.env)
+    events = invoke("assets", "events", "celery_done", "--json", env=w.env)
     assert len(json.loads(events.stdout)) == 1, events.stdout
     # the task's log is the try's log file, as under the local executor
-    logs = run_cli("tasks", "logs", "small", run_id, "first", env=w.env)
+    logs = invoke("tasks", "logs", "small", run_id, "first", env=w.env)
     assert "first ran here" in logs.stdout, logs.stdout
     # the tries ran in the worker, none in `sluice run`
     worker_text = worker_log.read_text()
@@ -106,7 +107,7 @@ def test_a_dag_runs_on_a_worker_with_results_outlets_and_logs(
     assert ti is not None and ti.try_number == 1
     # `sluice jobs list` shows the worker: an executor job with its queues, its concurrency
     # as capacity and the tries it runs as load
-    listed = run_cli("jobs", "list", "--json", env=w.env)
+    listed = invoke("jobs", "list", "--json", env=w.env)
     workers = [j for j in json.loads(listed.stdout) if j["queues"]]
     assert [(j["type"], j["queues"], j["capacity"], j["load"]) for j in workers] == [
         ("executor", [w.queue("default")], 2, 0)

@@ -13,6 +13,7 @@ from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.db.models import Trigger, TriggerKind
 from engine.db.queries import triggers as trigger_rows
+from tests.cli import invoke
 from tests.e2e.helpers import run_cli, sluice_env
 
 if TYPE_CHECKING:
@@ -39,13 +40,13 @@ def test_config_show_precedence_sources_and_redaction(sluice_home: Path) -> None
         "[triggerer]\ncapacity = 50\njob_heartbeat_sec = 2\n"
     )
     env = sluice_env(sluice_home, SLUICE__TRIGGERER__CAPACITY="70")
-    result = run_cli("config", "show", "--json", env=env)
+    result = invoke("config", "show", "--json", env=env)
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
     assert shown["triggerer"]["capacity"] == 70  # env over file
     assert shown["triggerer"]["job_heartbeat_sec"] == 2.0  # file over default
     assert shown["triggerer"]["shared_stream_ack_timeout"] == 300.0  # default
-    text = run_cli("config", "show", env=env).stdout
+    text = invoke("config", "show", env=env).stdout
     assert "env SLUICE__TRIGGERER__CAPACITY" in text
     for leaked in (key, "hunter2"):
         assert leaked not in result.stdout
@@ -66,28 +67,29 @@ def test_bad_config_is_an_error_naming_key_and_source(
     sluice_home: Path, toml: str, env: dict[str, str], needle: str
 ) -> None:
     (sluice_home / "sluice.toml").write_text(toml)
-    result = run_cli("config", "show", env=sluice_env(sluice_home, **env))
+    result = invoke("config", "show", env=sluice_env(sluice_home, **env))
     assert result.returncode == 1
     assert needle in result.stderr
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.both_databases
 def test_db_commands_on_both_databases(db_url: str, sluice_home: Path) -> None:
     env = sluice_env(sluice_home, SLUICE__CORE__SQL_ALCHEMY_CONN=db_url)
-    before = run_cli("db", "check", env=env)
+    before = invoke("db", "check", env=env)
     assert before.returncode == 1
     assert "sluice db migrate" in before.stderr
-    migrated = run_cli("db", "migrate", env=env)
+    migrated = invoke("db", "migrate", env=env)
     assert migrated.returncode == 0, migrated.stderr
     assert "to 0001" in migrated.stdout or "from empty" in migrated.stdout
-    check = run_cli("db", "check", env=env)
+    check = invoke("db", "check", env=env)
     assert check.returncode == 0, check.stderr
     assert "current" in check.stdout
-    refused = run_cli("db", "reset", env=env)
+    refused = invoke("db", "reset", env=env)
     assert refused.returncode == 1
     assert "--yes" in refused.stderr
-    assert run_cli("db", "reset", "--yes", env=env).returncode == 0
-    assert run_cli("db", "check", env=env).returncode == 0
+    assert invoke("db", "reset", "--yes", env=env).returncode == 0
+    assert invoke("db", "check", env=env).returncode == 0
 
 
 def _add(db: Database, cipher: KwargsCipher, n: int) -> list[int]:
@@ -108,7 +110,7 @@ def _add(db: Database, cipher: KwargsCipher, n: int) -> list[int]:
 def test_no_plaintext_kwarg_reaches_the_sqlite_file(sluice_home: Path) -> None:
     url = f"sqlite:///{sluice_home / 'sluice.db'}"
     env = sluice_env(sluice_home, SLUICE__CORE__SQL_ALCHEMY_CONN=url)
-    assert run_cli("db", "migrate", env=env).returncode == 0
+    assert invoke("db", "migrate", env=env).returncode == 0
     db = Database(url)
     _add(db, KwargsCipher.from_config("", sluice_home), 20)
     db.dispose()
@@ -121,16 +123,17 @@ def test_no_plaintext_kwarg_reaches_the_sqlite_file(sluice_home: Path) -> None:
     assert (sluice_home / "fernet.key").stat().st_mode & 0o777 == 0o600
 
 
+@pytest.mark.both_databases
 def test_rotate_fernet_key_reencrypts_and_reports_bad_rows(db_url: str, sluice_home: Path) -> None:
     old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
     env = sluice_env(sluice_home, SLUICE__CORE__SQL_ALCHEMY_CONN=db_url)
-    assert run_cli("db", "migrate", env=env).returncode == 0
+    assert invoke("db", "migrate", env=env).returncode == 0
     db = Database(db_url)
     ids = _add(db, KwargsCipher(old), 5)
     bad = ids[2]
     db.call(lambda s: s.execute(update(Trigger).where(Trigger.id == bad).values(kwargs="garbage")))
 
-    result = run_cli(
+    result = invoke(
         "db", "rotate-fernet-key", env={**env, "SLUICE__CORE__FERNET_KEY": f"{new},{old}"}
     )
     assert result.returncode == 1

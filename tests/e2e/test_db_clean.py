@@ -22,11 +22,11 @@ from sqlalchemy import func, insert, select
 from engine.db import models
 from engine.db.database import Database
 from engine.db.models import Asset, AssetEvent, Dag, DagRun, Job, TaskInstance
+from tests.cli import CliResult, invoke
 from tests.e2e.helpers import (
     SLUICE,
     asset_event_count,
     engine_env,
-    run_cli,
     start_engine,
     stop,
     wait_for,
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy.orm import Session
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.both_databases]
 
 DAGS = """
 from engine import DAG, Asset, AssetWatcher, task
@@ -192,11 +192,8 @@ def _dag() -> Dag:
     return Dag(dag_id="on_flag", fileloc="flows.py")
 
 
-def _answer(env: dict[str, str], answer: str) -> subprocess.CompletedProcess[str]:
-    args = [SLUICE, "db", "clean", "--before", "7d", "--tables", "asset_event"]
-    return subprocess.run(
-        args, env=env, input=answer, capture_output=True, text=True, timeout=60, check=False
-    )
+def _answer(env: dict[str, str], answer: str) -> CliResult:
+    return invoke("db", "clean", "--before", "7d", "--tables", "asset_event", env=env, input=answer)
 
 
 def test_dry_run_and_the_prompt(tmp_path: Path, migrated_sqlite_url: str) -> None:
@@ -205,7 +202,7 @@ def test_dry_run_and_the_prompt(tmp_path: Path, migrated_sqlite_url: str) -> Non
     try:
         db.call(lambda s: s.add_all([Asset(name="archive", uri="archive"), _dag()]))
         db.call(_seed_old_rows)
-        dry = run_cli("db", "clean", "--before", "7d", "--dry-run", env=env)
+        dry = invoke("db", "clean", "--before", "7d", "--dry-run", env=env)
         assert dry.returncode == 0, dry.stderr
         assert re.search(
             rf"^asset_event +{OLD_EVENTS} row\(s\) would be deleted$", dry.stdout, re.M
@@ -237,6 +234,6 @@ def test_bad_values_are_refused_naming_the_option(
     tmp_path: Path, args: tuple[str, ...], option: str
 ) -> None:
     env = engine_env(tmp_path, url=f"sqlite:///{tmp_path / 'db.sqlite'}", dags=tmp_path)
-    result = run_cli("db", "clean", *args, "--yes", env=env)
+    result = invoke("db", "clean", *args, "--yes", env=env)
     assert result.returncode == 2
     assert "Invalid value for" in result.stderr and option in result.stderr

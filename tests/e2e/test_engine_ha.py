@@ -45,11 +45,11 @@ from engine.db.models import (
 from engine.db.queries import runs
 from engine.task_log_files import read_task_log
 from engine.triggerer.triggerer import CLAIM_IDLE_INTERVAL_S
+from tests.cli import invoke
 from tests.e2e.helpers import (
     asset_event_count,
     engine_env,
     log_tail,
-    run_cli,
     start_engine,
     stop,
     wait_for,
@@ -411,7 +411,7 @@ def test_two_engines_share_work_and_the_survivor_carries_a_killed_ones(
     assert _count(db, Trigger, Trigger.kind == "task") == 0
     # Both engines' executors ran tasks (a worker's parent is its engine process).
     assert {pid for _, _, _, pid in rows} == {first.pid, second.pid}
-    listed = run_cli("runs", "list", "deferring", "--json", env=env_for("cli"))
+    listed = invoke("runs", "list", "deferring", "--json", env=env_for("cli"))
     assert listed.returncode == 0, listed.stderr
     assert len(json.loads(listed.stdout)) == DEFERRING_RUNS
     db.dispose()

@@ -13,8 +13,9 @@ from sqlalchemy import select
 from engine.db.database import Database
 from engine.db.models import AssetEvent, DagRun, TaskInstance
 from engine.db.queries.runs import find_task_instance
+from tests.cli import invoke
 from tests.db_templates import copy_sqlite_template
-from tests.e2e.helpers import engine_env, run_cli, start_engine, stop, wait_for
+from tests.e2e.helpers import engine_env, start_engine, stop, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -173,7 +174,7 @@ def test_flag_file_makes_one_asset_event_and_one_run_that_sees_it(engine) -> Non
 
 def test_two_sibling_watchers_share_one_scan(engine) -> None:
     def shared_group() -> list[dict[str, Any]] | None:
-        listed = run_cli("streams", "list", "--json", env=engine["env"])
+        listed = invoke("streams", "list", "--json", env=engine["env"])
         assert listed.returncode == 0, listed.stderr
         groups = json.loads(listed.stdout)
         return groups if groups and groups[0]["subscribers"] == 2 else None
@@ -189,13 +190,13 @@ def test_two_sibling_watchers_share_one_scan(engine) -> None:
 
 def test_deferred_task_frees_its_slot_and_resumes_with_the_payload(engine) -> None:
     db, env, release = engine["db"], engine["env"], engine["release"]
-    assert run_cli("dags", "trigger", "deferrer", env=env).returncode == 0
+    assert invoke("dags", "trigger", "deferrer", env=env).returncode == 0
     wait_for(
         lambda: (t := _ti(db, "deferrer", "wait")) and t.state == "deferred",
         timeout=30,
         what="the task to defer",
     )
-    assert run_cli("dags", "trigger", "quick", env=env).returncode == 0
+    assert invoke("dags", "trigger", "quick", env=env).returncode == 0
     # parallelism = 1: quick can only run because the deferred task gave its slot back
     wait_for(
         lambda: (t := _ti(db, "quick", "hello")) and t.state == "success",
@@ -215,7 +216,7 @@ def test_deferred_task_frees_its_slot_and_resumes_with_the_payload(engine) -> No
 
 def test_deferred_task_resumes_with_a_datetime_payload(engine) -> None:
     db, env = engine["db"], engine["env"]
-    assert run_cli("dags", "trigger", "deferrer_clock", env=env).returncode == 0
+    assert invoke("dags", "trigger", "deferrer_clock", env=env).returncode == 0
     ti = wait_for(
         lambda: (t := _ti(db, "deferrer_clock", "wait")) and t.state == "success" and t,
         timeout=30,
@@ -228,21 +229,21 @@ def test_deferred_task_resumes_with_a_datetime_payload(engine) -> None:
 
 def test_deferral_timeout_fails_the_task(engine) -> None:
     db, env = engine["db"], engine["env"]
-    assert run_cli("dags", "trigger", "times_out", env=env).returncode == 0
+    assert invoke("dags", "trigger", "times_out", env=env).returncode == 0
     ti = wait_for(
         lambda: (t := _ti(db, "times_out", "wait")) and t.state == "failed" and t,
         timeout=30,
         what="the deferral to time out",
     )
     runs = _runs(db, "times_out")
-    logs = run_cli("tasks", "logs", "times_out", runs[-1].run_id, "wait", env=env)
+    logs = invoke("tasks", "logs", "times_out", runs[-1].run_id, "wait", env=env)
     assert "trigger timeout" in logs.stdout
     assert ti.end_date is not None
 
 
 def test_end_from_trigger_ends_a_task_without_a_worker(engine) -> None:
     db, env = engine["db"], engine["env"]
-    assert run_cli("dags", "trigger", "from_trigger", env=env).returncode == 0
+    assert invoke("dags", "trigger", "from_trigger", env=env).returncode == 0
     ti = wait_for(
         lambda: (t := _ti(db, "from_trigger", "sensor")) and t.state == "success" and t,
         timeout=30,

@@ -50,7 +50,8 @@ from sqlalchemy import func, select
 from engine.db.database import Database
 from engine.db.models import Asset, AssetEvent, Dag, Job, Trigger, TriggerKind
 from engine.triggerer.triggerer import CLAIM_IDLE_INTERVAL_S
-from tests.e2e.helpers import engine_env, log_tail, run_cli, start_engine, wait_for
+from tests.cli import invoke
+from tests.e2e.helpers import engine_env, log_tail, start_engine, wait_for
 from tests.services_kafka import FAST_GROUP, committed_offsets
 
 if TYPE_CHECKING:
@@ -433,7 +434,7 @@ def bring_up(fleet: Fleet, engines: int) -> dict[int, int | None]:
         timeout=30,
         what="the DAG file to be parsed",
     )
-    paused = run_cli("dags", "pause", DAG_ID, env=fleet.env("cli"))
+    paused = invoke("dags", "pause", DAG_ID, env=fleet.env("cli"))
     assert paused.returncode == 0, paused.stdout + paused.stderr
 
     def all_claimed() -> dict[int, int | None] | None:

@@ -12,7 +12,8 @@ import pytest
 from sqlalchemy import select
 
 from engine.db.models import DagRun
-from tests.e2e.helpers import run_cli, running_engine, wait_for
+from tests.cli import invoke
+from tests.e2e.helpers import running_engine, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -34,7 +35,7 @@ def engine(
 
 def test_the_example_mapping_dag_runs_and_the_cli_shows_each_copy(engine) -> None:
     db, env, log = engine["db"], engine["env"], engine["log"]
-    done = run_cli("dags", "trigger", "example_mapping", "--json", env=env)
+    done = invoke("dags", "trigger", "example_mapping", "--json", env=env)
     assert done.returncode == 0, done.stderr
     run_id = json.loads(done.stdout)["run_id"]
 
@@ -46,7 +47,7 @@ def test_the_example_mapping_dag_runs_and_the_cli_shows_each_copy(engine) -> Non
     assert state == "success", log.read_text()[-3000:]
 
     def result(task_id: str, *options: str) -> str:
-        printed = run_cli("tasks", "result", "example_mapping", run_id, task_id, *options, env=env)
+        printed = invoke("tasks", "result", "example_mapping", run_id, task_id, *options, env=env)
         assert printed.returncode == 0, printed.stderr
         return printed.stdout
 
@@ -54,9 +55,9 @@ def test_the_example_mapping_dag_runs_and_the_cli_shows_each_copy(engine) -> Non
     assert result("total", "--key", "return_value") == f"{sum(len(n) * 10 for n in names)}\n"
     assert result("count_lines", "--map-index", "1", "--key", "return_value") == "130\n"
     assert result("shout", "--map-index", "1", "--key", "return_value") == "world\n"
-    logs = run_cli(
+    logs = invoke(
         "tasks", "logs", "example_mapping", run_id, "count_lines", "--map-index", "2", env=env
     )
     assert logs.returncode == 0 and "copy 2 counts returns.csv" in logs.stdout
-    listed = json.loads(run_cli("runs", "list", "example_mapping", "--json", env=env).stdout)
+    listed = json.loads(invoke("runs", "list", "example_mapping", "--json", env=env).stdout)
     assert {f"count_lines[{i}]" for i in range(3)} <= set(listed[0]["tasks"])

@@ -13,7 +13,8 @@ from sqlalchemy import select
 
 from engine.db.models import DagRun, TaskInstance
 from engine.executor.task_logs import read_task_log
-from tests.e2e.helpers import run_cli, running_engine, wait_for
+from tests.cli import invoke
+from tests.e2e.helpers import running_engine, wait_for
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -67,7 +68,7 @@ def _ti(engine: dict[str, Any], run_id: str) -> tuple[str, int, str]:
 
 
 def _cli(engine: dict[str, Any], *args: str) -> str:
-    done = run_cli(*args, env=engine["env"])
+    done = invoke(*args, env=engine["env"])
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 

@@ -17,8 +17,9 @@ from sqlalchemy import select
 
 from engine.db.database import Database
 from engine.db.models import Dag, TaskInstance
+from tests.cli import invoke
 from tests.db_templates import copy_sqlite_template
-from tests.e2e.helpers import engine_env, run_cli, start_engine, stop, wait_for
+from tests.e2e.helpers import engine_env, start_engine, stop, wait_for
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -65,7 +66,7 @@ with DAG("deferrer", schedule=None):
 
 
 def _json(*args: str, env: dict[str, str]) -> Any:
-    result = run_cli(*args, "--json", env=env)
+    result = invoke(*args, "--json", env=env)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -102,7 +103,7 @@ def test_ops_commands_describe_a_running_engine_and_doctor_finds_a_killed_one(
             timeout=30,
             what="the DAGs to be parsed",
         )
-        assert run_cli("dags", "trigger", "deferrer", env=env).returncode == 0
+        assert invoke("dags", "trigger", "deferrer", env=env).returncode == 0
         wait_for(lambda: _deferred(db), timeout=30, what="the task to defer")
         _check_running_engine(env, db)
         proc.send_signal(signal.SIGKILL)
@@ -151,17 +152,17 @@ def _check_running_engine(env: dict[str, str], db: Database) -> None:
     assert serves[0].startswith("task deferrer/") and serves[0].endswith("/wait")
     assert serves[1:] == ["watcher north/north-flag", "watcher south/south-flag"]
 
-    shown = run_cli("dags", "show", "on_north", env=env)
+    shown = invoke("dags", "show", "on_north", env=env)
     assert shown.returncode == 0, shown.stderr
     for text in ("flows.py", "north flags", "north-flag", "DirectoryFileDeleteTrigger", "report"):
         assert text in shown.stdout
-    assert json.loads(run_cli("dags", "show", "on_north", "--json", env=env).stdout)["assets"] == [
+    assert json.loads(invoke("dags", "show", "on_north", "--json", env=env).stdout)["assets"] == [
         "north"
     ]
 
-    healthy = run_cli("doctor", env=env)
+    healthy = invoke("doctor", env=env)
     assert (healthy.returncode, healthy.stdout.strip()) == (0, "no problems found"), healthy.stdout
-    table = run_cli("streams", "list", env=env).stdout
+    table = invoke("streams", "list", env=env).stdout
     assert "directory-scan" in table and "SUBSCRIBERS" in table
 
 
@@ -177,7 +178,7 @@ def _check_killed_engine(env: dict[str, str]) -> None:
     }
 
     def doctor_sees_it() -> Any:
-        result = run_cli("doctor", "--json", env=env)
+        result = invoke("doctor", "--json", env=env)
         checks = {f["check"]: f for f in json.loads(result.stdout)}
         return (result, checks) if expected <= set(checks) else None
 
@@ -186,7 +187,7 @@ def _check_killed_engine(env: dict[str, str]) -> None:
     owner = checks["trigger_owner_dead"]
     assert owner["severity"] == "error" and "task deferrer/" in owner["problem"]
     assert "start a triggerer" in owner["action"]
-    text = run_cli("doctor", env=env)
+    text = invoke("doctor", env=env)
     assert text.returncode == 1 and "ERROR [trigger_owner_dead]" in text.stdout
     assert "-> start a triggerer" in text.stdout
     assert _json("streams", "list", env=env) == []  # a dead triggerer's groups are not shown

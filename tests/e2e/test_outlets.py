@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy import select
 
 from engine.db.models import Asset, AssetEvent, DagRun, TaskInstance
-from tests.e2e.helpers import run_cli, running_engine, wait_for
+from tests.cli import invoke
+from tests.e2e.helpers import running_engine, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -221,7 +222,7 @@ def _events(db: Database, asset: str) -> list[AssetEvent]:
 
 
 def _trigger(env: dict[str, str], dag_id: str) -> None:
-    done = run_cli("dags", "trigger", dag_id, env=env)
+    done = invoke("dags", "trigger", dag_id, env=env)
     assert done.returncode == 0, done.stderr
 
 
@@ -307,14 +308,14 @@ def test_a_task_ended_by_its_trigger_updates_its_outlets(engine) -> None:
 def test_assets_emit_records_a_cli_event_that_schedules(engine) -> None:
     db, env = engine["db"], engine["env"]
     runs_before = len(_results(db, "on_orders"))
-    done = run_cli("assets", "emit", "orders", "--extra", '{"by": "hand"}', env=env)
+    done = invoke("assets", "emit", "orders", "--extra", '{"by": "hand"}', env=env)
     assert done.returncode == 0, done.stderr
     results = [_value(r) for r in _wait_results(db, "on_orders", runs_before + 1)]
     seen = results[-1]["seen"]
     assert [s["source"] for s in seen] == ["cli"] and seen[0]["extra"] == {"by": "hand"}
     event = _events(db, "orders")[-1]
     assert event.created_by is not None and event.created_by.startswith("cli:")
-    unknown = run_cli("assets", "emit", "no-such-asset", env=env)
+    unknown = invoke("assets", "emit", "no-such-asset", env=env)
     assert unknown.returncode != 0 and "no-such-asset" in unknown.stderr
 
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.e2e.helpers import engine_env, run_cli, start_engine, stop, wait_for
+from tests.cli import invoke
+from tests.e2e.helpers import engine_env, start_engine, stop, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -44,7 +45,7 @@ with DAG("witness", schedule=flags):
 
 
 def cli_json(env: Mapping[str, str], *args: str) -> Any:
-    done = run_cli(*args, "--json", env=env)
+    done = invoke(*args, "--json", env=env)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -93,13 +94,13 @@ def test_events_while_paused_are_kept_or_dropped(
             timeout=30,
             what="both DAGs parsed",
         )
-        assert run_cli("dags", "pause", "paused_one", env=env).returncode == 0
+        assert invoke("dags", "pause", "paused_one", env=env).returncode == 0
         assert cli_json(env, "dags", "show", "paused_one")["paused"] is True
 
         while_paused = fire_and_wait_for_witness(env, inbox, witness_runs=1)
         assert runs(env, "paused_one") == [], "a paused DAG ran"
 
-        assert run_cli("dags", "unpause", "paused_one", env=env).returncode == 0
+        assert invoke("dags", "unpause", "paused_one", env=env).returncode == 0
         after = fire_and_wait_for_witness(env, inbox, witness_runs=2)
         expected = [[while_paused], [after]] if keep else [[after]]
         wait_for(

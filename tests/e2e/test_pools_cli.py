@@ -1,5 +1,5 @@
 """``sluice pools`` as a user runs it: set, list, get, change, delete; ``default_pool`` is
-there after ``db migrate`` and cannot be deleted; bad input is an error naming it."""
+there in a migrated database and cannot be deleted; bad input is an error naming it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.e2e.helpers import run_cli, sluice_env
+from tests.cli import invoke
+from tests.e2e.helpers import sluice_env
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -16,14 +17,11 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.e2e
 
 
-def test_pools_commands(tmp_path: Path) -> None:
-    env = sluice_env(
-        tmp_path / "home", SLUICE__CORE__SQL_ALCHEMY_CONN=f"sqlite:///{tmp_path / 'sluice.db'}"
-    )
-    assert run_cli("db", "migrate", env=env).returncode == 0
+def test_pools_commands(tmp_path: Path, migrated_sqlite_url: str) -> None:
+    env = sluice_env(tmp_path / "home", SLUICE__CORE__SQL_ALCHEMY_CONN=migrated_sqlite_url)
 
     def ok(*args: str) -> str:
-        done = run_cli(*args, env=env)
+        done = invoke(*args, env=env)
         assert done.returncode == 0, done.stderr
         return done.stdout
 
@@ -50,14 +48,14 @@ def test_pools_commands(tmp_path: Path) -> None:
     table = ok("pools", "list")
     assert "OPEN" in table.splitlines()[0] and "warehouse" in table
 
-    refused = run_cli("pools", "delete", "default_pool", env=env)
+    refused = invoke("pools", "delete", "default_pool", env=env)
     assert refused.returncode == 1 and "default_pool cannot be deleted" in refused.stderr
-    bad = run_cli("pools", "set", "tiny", "-2", env=env)
+    bad = invoke("pools", "set", "tiny", "-2", env=env)
     assert bad.returncode == 1 and "pool slots must be >= 0, or -1" in bad.stderr
     ok("pools", "set", "open_bar", "-1")
     (open_bar,) = as_json("pools", "get", "open_bar")
     assert (open_bar["slots"], open_bar["open"]) == (-1, "unlimited")
     assert "Deleted pool warehouse" in ok("pools", "delete", "warehouse")
-    missing = run_cli("pools", "get", "warehouse", env=env)
+    missing = invoke("pools", "get", "warehouse", env=env)
     assert missing.returncode == 1 and "no pool named 'warehouse'" in missing.stderr
     assert [p["pool"] for p in as_json("pools", "list")] == ["default_pool", "open_bar"]

@@ -10,7 +10,8 @@ import pytest
 from sqlalchemy import select
 
 from engine.db.models import DagRun
-from tests.e2e.helpers import run_cli, running_engine, wait_for
+from tests.cli import invoke
+from tests.e2e.helpers import running_engine, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -71,14 +72,14 @@ def _run_state(db: Database, run_id: str) -> str | None:
 
 def _trigger(env: dict[str, str], conf: str | None = None) -> str:
     args = ["dags", "trigger", "etl", "--json"] + ([] if conf is None else ["--conf", conf])
-    done = run_cli(*args, env=env)
+    done = invoke(*args, env=env)
     assert done.returncode == 0, done.stderr
     run_id: str = json.loads(done.stdout)["run_id"]
     return run_id
 
 
 def _result(env: dict[str, str], run_id: str, task_id: str, *options: str) -> Any:
-    done = run_cli("tasks", "result", "etl", run_id, task_id, *options, env=env)
+    done = invoke("tasks", "result", "etl", run_id, task_id, *options, env=env)
     return done
 
 

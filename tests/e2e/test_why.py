@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.e2e.helpers import SLUICE, asset_event_count, log_tail, run_cli, running_engine, wait_for
+from tests.cli import invoke
+from tests.e2e.helpers import asset_event_count, log_tail, running_engine, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -46,7 +46,7 @@ with DAG("both", schedule=watched("a") & watched("b")):
 
 
 def why_json(env: Mapping[str, str]) -> dict[str, Any]:
-    done = run_cli("dags", "why", "both", "--json", env=env)
+    done = invoke("dags", "why", "both", "--json", env=env)
     assert done.returncode == 0, done.stderr
     return dict(json.loads(done.stdout))
 
@@ -72,7 +72,7 @@ def test_dags_why_explains_a_dag_waiting_for_an_asset(
         (inbox / "a.flag").touch()
         wait_for(lambda: asset_event_count(db, "a") == 1, timeout=30, what="the event of a")
 
-        done = run_cli("dags", "why", "both", env=env)
+        done = invoke("dags", "why", "both", env=env)
         assert done.returncode == 0, done.stderr
         text = done.stdout
         verdict = next(line for line in text.splitlines() if line.startswith("verdict: "))
@@ -101,7 +101,7 @@ def test_dags_why_explains_a_dag_waiting_for_an_asset(
         assert status == 404 and problem["detail"].startswith("no DAG 'nope'")
         assert _get(f"{url}api/v1/dags/both/why", None)[0] == 401
 
-        unknown = run_cli("dags", "why", "nope", env=env)
+        unknown = invoke("dags", "why", "nope", env=env)
         assert unknown.returncode == 1
         assert unknown.stderr.startswith("error: no DAG 'nope'; `sluice dags list`")
 
@@ -114,17 +114,13 @@ def _api(log: Path, env: Mapping[str, str]) -> tuple[str, str]:
     ``sluice users create`` and ``sluice tokens create``."""
     match = URL_IN_READY_LINE.search(log.read_text())
     assert match is not None, log_tail(log)
-    made = subprocess.run(
-        [SLUICE, "users", "create", "--username", "vic", "--role", "viewer", "--password-stdin"],
+    made = invoke(
+        *("users", "create", "--username", "vic", "--role", "viewer", "--password-stdin"),
+        env=env,
         input="a long enough password\n",
-        env=dict(env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
     )
     assert made.returncode == 0, made.stderr
-    token = run_cli("tokens", "create", "--user", "vic", env=env)
+    token = invoke("tokens", "create", "--user", "vic", env=env)
     assert token.returncode == 0, token.stderr
     return match.group(1), token.stdout.strip()
 

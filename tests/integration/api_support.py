@@ -1,7 +1,8 @@
 """What API tests share: the real application on a migrated database (SQLite or PostgreSQL),
 in process through FastAPI's TestClient, and users, tokens and logins made the real way.
 
-``api_harness(db_url, tmp_path, **settings)`` returns an ``ApiHarness``; ``settings`` are
+``api_harness(db_url, tmp_path, **settings)`` returns an ``ApiHarness`` on a database already
+at head (the ``migrated_db_url`` fixture: a copy of the session's template); ``settings`` are
 ``[api]`` keys (``open_read="true"``...). ``harness.user(name, role)`` adds a user (password
 ``PASSWORD``), ``harness.token(name)`` makes a token for it, ``harness.login(client, name)``
 logs a TestClient in through ``/login`` and returns the session's CSRF token.
@@ -22,7 +23,6 @@ from engine.config import Config, load_config
 from engine.db.database import Database
 from engine.db.models import utcnow
 from engine.db.queries import users as users_sql
-from engine.db.schema import migrate
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -98,7 +98,6 @@ def bearer(token: str) -> dict[str, str]:
 
 def api_harness(db_url: str, tmp_path: Path, **settings: Any) -> ApiHarness:
     db = Database(db_url)
-    migrate(db.engine)
     environ = {"SLUICE_HOME": str(tmp_path / "home")}
     environ.update({f"SLUICE__API__{key.upper()}": str(value) for key, value in settings.items()})
     config = load_config(environ=environ)

@@ -12,12 +12,11 @@ encrypted) and ``CONN_SECRET`` as a connection's password. No answer may hold ei
 from __future__ import annotations
 
 import textwrap
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import create_engine, select, text, update
+from sqlalchemy import select, update
 
 from engine.api import credentials
 from engine.api.app import create_app
@@ -31,6 +30,7 @@ from engine.db.queries import runs as runs_sql
 from engine.db.queries import streams as streams_sql
 from engine.task_log_files import log_path
 from shared_stream import GroupStats
+from tests.db_templates import migrated_copy
 from tests.integration.api_support import ApiHarness
 from tests.integration.harness import parsed_database
 from triggers.serde import serialize_value
@@ -239,19 +239,7 @@ def _triggerer(session: Session, now: datetime) -> tuple[int, int]:
 
 
 def world_database(request: Any, tmp_path_factory: Any, name: str) -> Iterator[str]:
-    """A database URL for a module's world: SQLite in a temporary folder, or a new
+    """A database URL at head for a module's world: SQLite in a temporary folder, or a new
     PostgreSQL database (dropped afterwards), as ``request.param`` says."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path_factory.mktemp(name) / 'sluice.db'}"
-        return
-    admin_url = request.getfixturevalue("pg_admin_url")
-    database = f"t_{uuid.uuid4().hex[:16]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{database}"'))
-    try:
-        yield f"{admin_url.rsplit('/', 1)[0]}/{database}"
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
-        admin.dispose()
+    with migrated_copy(request, request.param, tmp_path_factory.mktemp(name)) as url:
+        yield url

@@ -1,11 +1,13 @@
 """What the integration tests that run real parts in-process share: a migrated database
-(copied from the session's template, ``tests/db_templates.py``) with a dags folder parsed by
-the real DAG processor, and executor settings fast enough for tests."""
+(copied from the session's template, ``tests/db_templates.py``) with a dags folder parsed as
+the real DAG processor parses it, and executor settings fast enough for tests."""
 
 from __future__ import annotations
 
+import sys
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
@@ -13,9 +15,10 @@ from cryptography.fernet import Fernet
 
 from engine.config import Config, load_config
 from engine.crypto import KwargsCipher
-from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
+from engine.dag_processing.parsing import FileParseResult, parse_file
+from engine.dag_processing.processor import DagProcessor, DagProcessorSettings, list_dag_files
+from engine.dag_processing.sync import SyncReport, sync_parse_results
 from engine.db.database import Database
-from engine.db.schema import migrate
 from engine.executor.local import ExecutorSettings, LocalExecutor
 
 if TYPE_CHECKING:
@@ -31,12 +34,11 @@ class Parsed(NamedTuple):
 
 
 def parsed_database(db_url: str, tmp_path: Path, dags: Path) -> Parsed:
-    """The database at ``db_url`` (best a copy of the session's migrated template, the
-    ``migrated_db_url`` fixture; an empty one is migrated here, a migrated one is left as it
-    is), holding what the real DAG processor parsed from ``dags`` (which must parse without
-    errors), with the config, cipher and processor used."""
+    """The database at ``db_url`` (at head: the ``migrated_db_url`` fixture) holding what one
+    pass of the DAG processor stores for ``dags`` (which must parse without errors), with
+    the config, cipher and a processor for later passes (``processor.parse_once()`` parses
+    in child processes, as the engine does)."""
     db = Database(db_url)
-    migrate(db.engine)
     config = load_config(
         environ={"SLUICE_HOME": str(tmp_path / "home"), "SLUICE__CORE__DAGS_FOLDER": str(dags)}
     )
@@ -44,9 +46,31 @@ def parsed_database(db_url: str, tmp_path: Path, dags: Path) -> Parsed:
     processor = DagProcessor(
         db=db, cipher=cipher, settings=DagProcessorSettings.from_config(config)
     )
-    report = anyio.run(processor.parse_once)
-    assert report is not None and not report.errors, report
+    report = parse_in_process(db, cipher, dags)
+    assert not report.errors, report
     return Parsed(db, config, cipher, processor)
+
+
+def parse_in_process(db: Database, cipher: KwargsCipher, dags: Path) -> SyncReport:
+    """One DAG processor pass over ``dags`` with each file imported in this process by the
+    child's own ``parse_file`` (its result through the same JSON the child prints), synced
+    by the processor's own ``sync_parse_results``: what a pass stores, without a process
+    per file. The DAG processor's children are tested as such in ``test_dag_processor.py``
+    and the e2e tests. Modules the files imported from ``dags`` are forgotten afterwards, so
+    that another test's file of the same name is imported afresh."""
+    files = list_dag_files(dags) or []
+    path, modules = sys.path[:], set(sys.modules)
+    sys.path.append(str(dags))
+    try:
+        results = {str(f): FileParseResult.from_json(parse_file(f).to_json()) for f in files}
+    finally:
+        sys.path[:] = path
+        for name in set(sys.modules) - modules:
+            if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(dags)):
+                del sys.modules[name]
+    present = {str(f) for f in files}
+    now = datetime.now(UTC)
+    return db.call(lambda s: sync_parse_results(s, cipher, results, present, now=now))
 
 
 def fast_executor_settings(config: Config, **overrides: Any) -> ExecutorSettings:

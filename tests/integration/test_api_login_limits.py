@@ -29,8 +29,8 @@ class FakeClock:
 
 
 @pytest.fixture
-def api(db_url: str, tmp_path: Path) -> Iterator[tuple[ApiHarness, FakeClock]]:
-    harness = api_harness(db_url, tmp_path)
+def api(migrated_db_url: str, tmp_path: Path) -> Iterator[tuple[ApiHarness, FakeClock]]:
+    harness = api_harness(migrated_db_url, tmp_path)
     clock = FakeClock()
     harness.app.state.login_guard = LoginGuard(clock=clock)
     yield harness, clock
@@ -45,6 +45,7 @@ def _login(client: TestClient, username: str, password: str) -> Any:
     )
 
 
+@pytest.mark.both_databases
 def test_repeated_failures_for_a_user_are_refused_for_a_growing_delay(
     api: tuple[ApiHarness, FakeClock],
 ) -> None:

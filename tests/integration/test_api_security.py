@@ -84,13 +84,13 @@ def _harness(db_url: str, tmp_path: Path, **settings: Any) -> Iterator[ApiHarnes
 
 
 @pytest.fixture
-def api(db_url: str, tmp_path: Path) -> Iterator[ApiHarness]:
-    yield from _harness(db_url, tmp_path, max_body_bytes=2000)
+def api(migrated_db_url: str, tmp_path: Path) -> Iterator[ApiHarness]:
+    yield from _harness(migrated_db_url, tmp_path, max_body_bytes=2000)
 
 
 @pytest.fixture
-def open_api(db_url: str, tmp_path: Path) -> Iterator[ApiHarness]:
-    yield from _harness(db_url, tmp_path, open_read="true")
+def open_api(migrated_db_url: str, tmp_path: Path) -> Iterator[ApiHarness]:
+    yield from _harness(migrated_db_url, tmp_path, open_read="true")
 
 
 def _problem(answer: Any, status: int) -> dict[str, Any]:
@@ -104,6 +104,7 @@ def _problem(answer: Any, status: int) -> dict[str, Any]:
 # --- bearer tokens ---------------------------------------------------------------------
 
 
+@pytest.mark.both_databases
 def test_a_bearer_token_authenticates(api: ApiHarness) -> None:
     api.user("ann", "op")
     token = api.token("ann")
@@ -222,6 +223,7 @@ def _login(client: TestClient, username: str, password: str = PASSWORD, **extra:
     return client.post("/login", data={**data, **extra})
 
 
+@pytest.mark.both_databases
 def test_login_sets_a_session_that_reads_the_api(api: ApiHarness) -> None:
     api.user("bob", "viewer")
     client = api.client()
@@ -255,8 +257,8 @@ def test_login_needs_the_form_token_and_stays_on_this_site(api: ApiHarness) -> N
     assert _login(api.client(), "bob", next="https://evil.example").headers["location"] == "/"
 
 
-def test_cookie_secure_marks_the_session_cookie(db_url: str, tmp_path: Path) -> None:
-    for harness in _harness(db_url, tmp_path, cookie_secure="true"):
+def test_cookie_secure_marks_the_session_cookie(migrated_db_url: str, tmp_path: Path) -> None:
+    for harness in _harness(migrated_db_url, tmp_path, cookie_secure="true"):
         harness.user("bob", "viewer")
         # Secure cookies travel over https only (the login form's too).
         cookie = _login(harness.client("https://testserver"), "bob").headers["set-cookie"]

@@ -19,8 +19,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def api(db_url: str, tmp_path: Path) -> Iterator[ApiHarness]:
-    harness = api_harness(db_url, tmp_path)
+def api(migrated_db_url: str, tmp_path: Path) -> Iterator[ApiHarness]:
+    harness = api_harness(migrated_db_url, tmp_path)
     yield harness
     harness.db.dispose()
 
@@ -30,6 +30,7 @@ def _expires(answer: object) -> datetime | None:
     return None if body["expires"] is None else datetime.fromisoformat(body["expires"])
 
 
+@pytest.mark.both_databases
 def test_a_short_lived_token_cannot_mint_a_longer_lived_one(api: ApiHarness) -> None:
     api.user("vic", "viewer")
     caller_expiry = utcnow() + timedelta(minutes=5)

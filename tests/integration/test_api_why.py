@@ -44,15 +44,16 @@ with DAG("both", schedule=a & b):
 
 
 @pytest.fixture
-def api(db_url: str, tmp_path: Path) -> Iterator[ApiHarness]:
+def api(migrated_db_url: str, tmp_path: Path) -> Iterator[ApiHarness]:
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "both.py").write_text(DAGS.replace("INBOX", repr(str(tmp_path))))
-    parsed = parsed_database(db_url, tmp_path, dags)
+    parsed = parsed_database(migrated_db_url, tmp_path, dags)
     yield ApiHarness(db=parsed.db, config=parsed.config, app=create_app(parsed.config, parsed.db))
     parsed.db.dispose()
 
 
+@pytest.mark.both_databases
 def test_why_answers_the_view_to_a_reader(api: ApiHarness) -> None:
     api.db.call(
         lambda s: assets_sql.emit_asset_event(s, "a", extra=None, source="api", created_by="t")

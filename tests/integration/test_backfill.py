@@ -162,6 +162,7 @@ def _task_states(db: Database, run_pk: int) -> set[str]:
 # --- creating ------------------------------------------------------------------------------
 
 
+@pytest.mark.both_databases
 def test_backfill_creates_a_queued_run_per_logical_date(db: Database, config: Config) -> None:
     add_dag(db, "daily", max_active_runs=3)
     result = run_cli(
@@ -326,6 +327,7 @@ def test_every_date_skipped_completes_the_backfill_at_once(
 # --- resuming, conflicts, completion ---------------------------------------------------------
 
 
+@pytest.mark.both_databases
 def test_a_killed_backfill_resumes_without_duplicates(db: Database, config: Config) -> None:
     add_dag(db, "daily")
     first, last = day(1), day(250)

@@ -162,6 +162,7 @@ def env(migrated_db_url: str, tmp_path: Path):
     db.dispose()
 
 
+@pytest.mark.both_databases
 async def test_a_branch_skips_the_other_path_and_its_join_runs(env: Env) -> None:
     left = env.trigger("branch")
     right = env.trigger("branch", conf={"go": ["right"]})

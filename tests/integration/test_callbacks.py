@@ -383,6 +383,7 @@ async def test_callbacks_of_a_killed_or_crashed_try_run_in_a_fresh_process(env: 
     assert "running on_failure_callback in a fresh process" in log
 
 
+@pytest.mark.both_databases
 async def test_the_running_tries_of_a_dead_executor_fail_or_retry_and_run_their_callbacks(
     env: Env,
 ) -> None:

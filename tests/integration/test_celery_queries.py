@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy.orm import Session
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.both_databases]
 
 
 @pytest.fixture

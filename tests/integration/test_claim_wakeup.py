@@ -28,7 +28,7 @@ from triggers import TimeDeltaTrigger
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.both_databases]
 
 HOUR_S = 3600.0
 

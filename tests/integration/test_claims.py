@@ -20,7 +20,7 @@ from engine.db.queries import jobs as jobs_sql
 from engine.db.queries import triggers as trigger_rows
 from engine.triggerer.triggerer import claiming
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.both_databases]
 
 THRESHOLD_S = 30.0
 

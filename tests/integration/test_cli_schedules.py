@@ -49,6 +49,7 @@ def _failed(result: Result, message: str) -> None:
 # --- assets emit / events ------------------------------------------------------------------
 
 
+@pytest.mark.both_databases
 def test_assets_emit_records_a_cli_event_and_queues_it_for_the_dag(
     db: Database, config: Config
 ) -> None:
@@ -289,6 +290,7 @@ def test_an_unknown_dag_is_an_error_not_an_empty_answer(db: Database, config: Co
         _failed(run_cli(config, *args), "no DAG 'nope'; see `sluice dags list`")
 
 
+@pytest.mark.both_databases
 def test_runs_list_shows_logical_date_and_run_after(db: Database, config: Config) -> None:
     add_dag(db, "daily")
     _ok(run_cli(config, "dags", "backfill", "daily", "--from", "2025-01-01", "--to", "2025-01-02"))

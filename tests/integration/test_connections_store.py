@@ -52,6 +52,7 @@ def _cipher(config: Config) -> KwargsCipher:
     return KwargsCipher.from_config(config.core.fernet_key, config.home)
 
 
+@pytest.mark.both_databases
 def test_secrets_are_encrypted_at_rest_and_read_back(db: Database) -> None:
     cipher = KwargsCipher(Fernet.generate_key().decode())
     fields = {
@@ -94,6 +95,7 @@ def test_a_wrong_key_names_the_connection_or_variable(db: Database) -> None:
         db.call(lambda s: store.get_variable(s, wrong, "v"))
 
 
+@pytest.mark.both_databases
 def test_key_rotation_re_encrypts_connections_and_variables(db: Database) -> None:
     from engine.db.queries.triggers import rotate_trigger_kwargs
 

@@ -167,6 +167,7 @@ def env(migrated_db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     db.dispose()
 
 
+@pytest.mark.both_databases
 async def test_tasks_read_and_write_connections_and_variables(env: Env) -> None:
     run_pk = env.trigger("conns")
     with anyio.fail_after(90):

@@ -143,6 +143,7 @@ def errors_by_file(db: Database) -> dict[str, dags_sql.ParseErrorRow]:
     return {row.fileloc: row for row in db.call(dags_sql.list_parse_errors)}
 
 
+@pytest.mark.both_databases
 async def test_parse_stores_dags_assets_watchers_and_errors(
     processor: DagProcessor, database: Database, cipher: KwargsCipher, dags_folder: Path
 ) -> None:
@@ -214,6 +215,7 @@ async def test_reparsing_unchanged_files_changes_nothing(
     assert len(before["trigger"]) == 2  # the unscheduled asset's watcher does not run
 
 
+@pytest.mark.both_databases
 async def test_changed_watcher_kwargs_replace_only_that_trigger(
     processor: DagProcessor, database: Database, cipher: KwargsCipher, dags_folder: Path
 ) -> None:
@@ -234,6 +236,7 @@ async def test_changed_watcher_kwargs_replace_only_that_trigger(
     assert before["orders_flag"].trigger_id not in trigger_ids
 
 
+@pytest.mark.both_databases
 async def test_removed_dag_is_retired_and_its_watchers_deleted(
     processor: DagProcessor, database: Database, dags_folder: Path
 ) -> None:

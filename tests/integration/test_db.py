@@ -22,7 +22,7 @@ from engine.db.schema import (
 from engine.exceptions import SchemaNotCurrentError
 from engine.triggerer.triggerer import claiming
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.both_databases]
 
 TABLES = {
     "trigger",

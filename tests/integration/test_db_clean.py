@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy.orm import Session
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.both_databases]
 
 NOW = models.utcnow()
 BEFORE = NOW - timedelta(days=1)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from triggers.base import BaseTrigger
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.both_databases]
 
 OK: dict[str, Any] = {"status": "ok"}
 

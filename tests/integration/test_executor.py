@@ -267,6 +267,7 @@ def env(migrated_db_url: str, tmp_path: Path):
     db.dispose()
 
 
+@pytest.mark.both_databases
 async def test_success_stores_the_return_value_and_the_output_in_the_log(env: Env) -> None:
     _, run_id, tis = env.new_run()
     env.schedule(tis["ok"])
@@ -349,6 +350,7 @@ async def test_a_failed_try_is_retried_with_a_new_try_number_and_log(env: Env) -
         env.log(run_id, "flaky", 3)
 
 
+@pytest.mark.both_databases
 async def test_deferral_frees_the_slot_and_stores_an_encrypted_trigger(env: Env) -> None:
     _, run_id, tis = env.new_run()
     env.schedule(tis["wait"])
@@ -387,6 +389,7 @@ async def test_resumed_task_gets_the_event_and_its_defer_kwargs(env: Env) -> Non
     assert "resuming at done() after 1 deferral(s)" in text
 
 
+@pytest.mark.both_databases
 async def test_tasks_another_process_schedules_or_resumes_are_claimed_without_a_poll(
     env: Env, migrated_db_url: str
 ) -> None:
@@ -560,6 +563,7 @@ async def test_start_from_trigger_defers_without_a_worker_then_resumes(env: Env)
     assert done.try_number == 1
 
 
+@pytest.mark.both_databases
 async def test_two_executors_never_run_the_same_task(env: Env) -> None:
     tis = [env.new_run()[2]["ok"] for _ in range(6)]
     env.schedule(*tis)
@@ -632,6 +636,7 @@ def test_a_task_process_exits_when_its_executor_goes(env: Env) -> None:
             child.kill()
 
 
+@pytest.mark.both_databases
 def test_recovery_fails_or_retries_the_running_tries_of_a_dead_executor(env: Env) -> None:
     _, _, tis = env.new_run()
     old = models.utcnow() - timedelta(minutes=5)
@@ -722,6 +727,7 @@ def test_a_silent_executor_keeps_its_running_tries_until_the_task_heartbeat_time
     assert env.ti(tis["ok"]).state == "failed"
 
 
+@pytest.mark.both_databases
 def test_claims_never_hand_out_a_task_twice(env: Env) -> None:
     tis = list(env.new_run()[2].values())
     env.schedule(*tis)

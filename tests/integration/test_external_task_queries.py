@@ -70,6 +70,7 @@ def read(db: Any, query: ExternalQuery) -> Any:
     return db.call(lambda s: read_external_states(s, query), read_only=True)
 
 
+@pytest.mark.both_databases
 def test_task_ids_are_matched_by_logical_date(db: Any) -> None:
     make_run(db, D1, "success", load="success")
     make_run(db, D2, "running", load="failed")
@@ -132,6 +133,7 @@ def _add_copies(db: Any, logical_date: datetime, task_id: str, *states: str) -> 
         (("success", "skipped", "success"), "success"),
     ],
 )
+@pytest.mark.both_databases
 def test_a_mapped_task_is_seen_through_all_its_copies(
     db: Any, copies: tuple[str, ...], seen: str
 ) -> None:

@@ -148,6 +148,7 @@ def _triggerer(db: Database, cipher: KwargsCipher) -> Triggerer:
 # --- the triggerer publishes its groups ------------------------------------------------
 
 
+@pytest.mark.both_databases
 async def test_triggerer_publishes_group_snapshots_and_removes_them(
     db: Database, cipher: KwargsCipher, tmp_path: Path
 ) -> None:
@@ -239,6 +240,7 @@ def test_snapshots_of_dead_triggerers_are_not_listed(db: Database) -> None:
 # --- jobs, triggers, DAG details ----------------------------------------------------------
 
 
+@pytest.mark.both_databases
 def test_jobs_list_shows_liveness_and_load(db: Database, cipher: KwargsCipher) -> None:
     def seed(session: Any) -> tuple[int, int, int]:
         trig = jobs_sql.start_job(session, job_type="triggerer", capacity=4)
@@ -345,6 +347,7 @@ def test_doctor_with_nothing_running_names_each_missing_part(db: Database) -> No
     assert all(f.severity == "error" for fs in found.values() for f in fs)
 
 
+@pytest.mark.both_databases
 def test_doctor_deferred_task_whose_triggerer_died(db: Database, cipher: KwargsCipher) -> None:
     def seed(session: Any) -> int:
         dead = jobs_sql.start_job(session, job_type="triggerer", capacity=10)

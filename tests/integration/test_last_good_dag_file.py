@@ -122,12 +122,12 @@ class Env:
 
 
 @pytest.fixture
-def env(db_url: str, tmp_path: Path):
+def env(migrated_db_url: str, tmp_path: Path):
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "versions.py").write_text(textwrap.dedent(GOOD))
     (dags / "helper.py").write_text(HELPER)
-    parsed = parsed_database(db_url, tmp_path, dags)
+    parsed = parsed_database(migrated_db_url, tmp_path, dags)
     yield Env(parsed, dags)
     parsed.db.dispose()
 
@@ -137,6 +137,7 @@ def _value(ti: TaskInstance) -> Any:
     return deserialize_value(ti.xcoms["return_value"])
 
 
+@pytest.mark.both_databases
 def test_a_good_parse_stores_the_source_it_ran_and_a_broken_one_keeps_it(env: Env) -> None:
     good = textwrap.dedent(GOOD)
     result, source = env.stored()

@@ -341,6 +341,7 @@ async def test_literal_lists_map_and_the_results_reach_the_task_below(env: Env) 
     assert [env.result(run_pk, "echo", i) for i in range(2)] == ["first", "second"]
 
 
+@pytest.mark.both_databases
 async def test_upstream_lists_dicts_and_expand_kwargs_map_over_results(env: Env) -> None:
     run_pk, state = await env.run_dag("upstream")
     assert state == "success"

@@ -17,7 +17,7 @@ from engine.db.database import Database
 from engine.db.models import AssetEventQueue, DagRunAssetEvent, TaskInstance, Trigger
 from engine.db.schema import current_revision, head_revision, migrate
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.both_databases]
 
 NOW = datetime(2026, 11, 25, tzinfo=UTC).replace(tzinfo=None)
 

@@ -233,6 +233,7 @@ def _with_url(config: Config, url: str) -> Config:
 # --- clear --------------------------------------------------------------------------------
 
 
+@pytest.mark.both_databases
 def test_clear_only_failed_with_downstream_reruns_them_and_requeues_the_run(env: Env) -> None:
     run_pk, run_id, tis = env.new_run("etl")
     env.run_task(tis["extract"], TaskState.SUCCESS)
@@ -408,6 +409,7 @@ def test_set_state_of_a_deferred_task_removes_its_trigger(env: Env) -> None:
 # --- cancel -------------------------------------------------------------------------------
 
 
+@pytest.mark.both_databases
 def test_cancel_fails_running_and_deferred_tasks_and_skips_the_rest(env: Env) -> None:
     run_pk, run_id, tis = env.new_run("etl")
     job = env.start(tis["extract"])

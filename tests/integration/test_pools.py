@@ -214,6 +214,7 @@ def test_max_active_tasks_caps_each_run_of_the_dag(env: Env) -> None:
     assert len(env.claim()) == 1
 
 
+@pytest.mark.both_databases
 def test_concurrent_claims_of_many_executors_never_overfill_a_pool(env: Env) -> None:
     for _ in range(3):
         env.new_run("pooled")  # 9 tasks in the one-slot pool
@@ -235,6 +236,7 @@ def test_concurrent_claims_of_many_executors_never_overfill_a_pool(env: Env) -> 
     assert env.pool("one").queued == 2
 
 
+@pytest.mark.both_databases
 async def test_the_executor_never_runs_two_tasks_of_a_one_slot_pool_at_once(env: Env) -> None:
     run_pk = env.db.call(
         lambda s: runs.create_run(s, "pooled", run_type=runs.MANUAL, now=models.utcnow())

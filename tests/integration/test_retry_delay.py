@@ -284,6 +284,7 @@ async def engine_parts(env: Env, scheduler: Scheduler, **executor: Any) -> Async
 # --- the scheduler on a fake clock --------------------------------------------------------
 
 
+@pytest.mark.both_databases
 def test_a_failed_try_waits_up_for_retry_until_its_delay_has_passed(env: Env) -> None:
     clock = env.clock
     scheduler = env.scheduler()

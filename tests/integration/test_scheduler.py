@@ -129,6 +129,7 @@ def test_conditions_decide_which_dags_run_and_all_events_are_attached(env) -> No
     assert _runs(db) == runs  # consumed events never create a second run
 
 
+@pytest.mark.both_databases
 def test_tasks_become_ready_in_dependency_order_and_runs_finish(env) -> None:
     db, cipher = env
     scheduler = _scheduler(db, cipher)

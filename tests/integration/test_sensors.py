@@ -232,6 +232,7 @@ def saw_task_state(states: ExternalStates, task_id: str, state: str) -> bool:
     return any(found.get(task_id) == state for found in states.task_states.values())
 
 
+@pytest.mark.both_databases
 async def test_python_sensor_in_reschedule_mode_frees_its_slot_between_pokes(env: Env) -> None:
     _, run_id, tis = env.new_run("sensors")
     sensor_id = tis["python_reschedule"]

@@ -13,11 +13,10 @@ from engine.db.models import SharedStreamSample, Trigger, TriggerKind, utcnow
 from engine.db.queries import claims, streams
 from engine.db.queries import jobs as jobs_sql
 from engine.db.queries import triggers as trigger_rows
-from engine.db.schema import migrate
 from engine.db.views.ops import advance_rate
 from shared_stream import GroupStats
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.both_databases]
 
 
 class _PlainCipher:
@@ -26,9 +25,8 @@ class _PlainCipher:
 
 
 @pytest.fixture
-def database(db_url: str):
-    db = Database(db_url)
-    migrate(db.engine)
+def database(migrated_db_url: str):
+    db = Database(migrated_db_url)
     yield db
     db.dispose()
 

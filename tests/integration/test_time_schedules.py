@@ -220,6 +220,7 @@ def test_catchup_off_runs_the_latest_tick_then_each_new_one(env) -> None:
     ]
 
 
+@pytest.mark.both_databases
 def test_catchup_on_creates_every_missed_interval_once(env) -> None:
     db, cipher = env
     _only(db, "daily_catchup")

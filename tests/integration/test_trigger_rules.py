@@ -170,6 +170,7 @@ def _rules(db: Database, dag_id: str) -> dict[str, str]:
     return db.call(read)
 
 
+@pytest.mark.both_databases
 def test_all_family(env) -> None:
     db, scheduler = env
     run = Run(db, scheduler, "all_family")

@@ -168,6 +168,7 @@ def running(db: Database, key: str, plugins: Path):
     return asynccontextmanager(lambda **kw: _running(db, key, plugins, **kw))
 
 
+@pytest.mark.both_databases
 async def test_served_deferred_tasks_leave_nothing_behind_in_the_triggerer(
     db, key, running
 ) -> None:
@@ -198,6 +199,7 @@ async def test_served_deferred_tasks_leave_nothing_behind_in_the_triggerer(
     assert {name: size for name, size in sizes.items() if size >= served} == {}
 
 
+@pytest.mark.both_databases
 async def test_deferred_task_resumes_with_the_event_payload(db, key, running) -> None:
     moment = datetime.now(UTC) - timedelta(seconds=1)
     trigger_id, ti_id = _deferred_task(
@@ -329,6 +331,7 @@ def _watcher(db: Database, cipher: KwargsCipher, name: str) -> tuple[int, int]:
     return db.call(seed)
 
 
+@pytest.mark.both_databases
 async def test_watcher_events_become_deduplicated_asset_events(db, key, running) -> None:
     ManualTrigger.reset()
     asset_id, _ = _watcher(db, KwargsCipher(key), "orders")
@@ -361,6 +364,7 @@ async def test_watcher_events_become_deduplicated_asset_events(db, key, running)
     assert all(r.source_watcher == "w" for r in rows)
 
 
+@pytest.mark.both_databases
 async def test_graceful_shutdown_releases_rows_and_ends_the_job(db, key, running) -> None:
     far = datetime.now(UTC) + timedelta(days=1)
     trigger_id, _ = _deferred_task(
@@ -377,6 +381,7 @@ async def test_graceful_shutdown_releases_rows_and_ends_the_job(db, key, running
     assert job.end_date is not None
 
 
+@pytest.mark.both_databases
 async def test_deleted_row_stops_its_running_trigger(db, key, running) -> None:
     far = datetime.now(UTC) + timedelta(days=1)
     trigger_id, ti_id = _deferred_task(
@@ -440,6 +445,7 @@ async def test_lines_logged_in_a_trigger_carry_what_it_serves(db, key, running, 
     assert not hasattr(watcher_line, "dag_id")
 
 
+@pytest.mark.both_databases
 async def test_a_row_added_by_another_process_is_claimed_before_the_next_full_round(
     db, key, running
 ) -> None:

@@ -153,6 +153,7 @@ def _section(page: str, testid: str) -> str:
     return found.group(1)
 
 
+@pytest.mark.both_databases
 def test_the_engine_page_shows_the_celery_workers_queues_and_parts(fleet: Fleet) -> None:
     page = _viewer_page(fleet.api)
     task_page = f"/dags/d/runs/{quote(RUN_ID, safe='')}/tasks/crunch"

@@ -7,20 +7,21 @@ from __future__ import annotations
 
 import re
 import textwrap
-import uuid
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import pytest
-from sqlalchemy import create_engine, select, text, update
+from sqlalchemy import select, update
 
 from engine.db.models import AssetEvent, Dag, DagRun, TaskInstance
 from engine.task_log_files import log_path
+from tests.db_templates import migrated_copy
 from tests.integration.api_support import ApiHarness, api_harness, csrf_of
 from tests.integration.harness import parsed_database
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from fastapi.testclient import TestClient
 
@@ -71,17 +72,11 @@ def ui(
     dags.mkdir()
     inbox.mkdir()
     (dags / "flows.py").write_text(textwrap.dedent(DAGS.format(inbox=str(inbox))))
-    admin_url, name = None, None
-    if request.param == "sqlite":
-        url = f"sqlite:///{root / 'sluice.db'}"
-    else:
-        admin_url = request.getfixturevalue("pg_admin_url")
-        name = f"t_{uuid.uuid4().hex[:16]}"
-        admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-        admin.dispose()
-        url = f"{admin_url.rsplit('/', 1)[0]}/{name}"
+    with migrated_copy(request, request.param, root) as url:
+        yield from _ui_on(url, root, dags)
+
+
+def _ui_on(url: str, root: Path, dags: Path) -> Iterator[ApiHarness]:
     parsed_database(url, root, dags).db.dispose()
     api = api_harness(url, root)
     api.user("ada", "admin")
@@ -91,11 +86,6 @@ def ui(
         yield api
     finally:
         api.db.dispose()
-        if admin_url is not None:
-            admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-            with admin.connect() as conn:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            admin.dispose()
 
 
 def logged_in(api: ApiHarness, username: str) -> tuple[TestClient, str]:

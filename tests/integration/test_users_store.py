@@ -17,15 +17,14 @@ from engine.db.schema import check_schema, migrate
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.both_databases]
 
 TABLES = {"users", "api_token", "ui_session"}
 
 
 @pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    migrate(database.engine)
+def db(migrated_db_url: str) -> Iterator[Database]:
+    database = Database(migrated_db_url)
     yield database
     database.dispose()
 

@@ -37,7 +37,7 @@ from triggers.serde import deserialize_value, dumps, json_text, serialize_value
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.both_databases]
 
 ODD_PAYLOADS: list[Any] = [
     None,

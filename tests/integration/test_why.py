@@ -87,12 +87,12 @@ with DAG("hourly", schedule="0 * * * *", start_date=datetime(2026, 1, 1, tzinfo=
 
 
 @pytest.fixture
-def parsed(db_url: str, tmp_path: Path) -> Iterator[Parsed]:
+def parsed(migrated_db_url: str, tmp_path: Path) -> Iterator[Parsed]:
     inbox, dags = tmp_path / "inbox", tmp_path / "dags"
     inbox.mkdir()
     dags.mkdir()
     (dags / "why_dags.py").write_text(DAGS.replace("INBOX", repr(str(inbox))))
-    found = parsed_database(db_url, tmp_path, dags)
+    found = parsed_database(migrated_db_url, tmp_path, dags)
     yield found
     found.db.dispose()
 
@@ -154,6 +154,7 @@ def own(parsed: Parsed, watcher_name: str, job_id: int) -> int:
 # --- the asset condition --------------------------------------------------------------
 
 
+@pytest.mark.both_databases
 def test_an_and_condition_names_the_asset_still_missing(parsed: Parsed) -> None:
     emit(parsed, "a")
     view = explain(parsed, "both")
@@ -420,6 +421,7 @@ def _asset_id(parsed: Parsed, name: str) -> int:
     return int(parsed.db.call(lambda s: s.execute(query).scalar_one()))
 
 
+@pytest.mark.both_databases
 def test_the_lag_of_a_watchers_shared_stream_group(parsed: Parsed) -> None:
     job = start_job(parsed, jobs_sql.TRIGGERER_JOB, capacity=10)
     for name in ("a-w", "b-w"):

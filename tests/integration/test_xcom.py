@@ -199,6 +199,7 @@ def env(migrated_db_url: str, tmp_path: Path):
     db.dispose()
 
 
+@pytest.mark.both_databases
 async def test_taskflow_results_flow_downstream_and_are_stored_key_by_key(env: Env) -> None:
     run_pk = env.trigger("flow")
     with anyio.fail_after(90):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from cryptography.fernet import Fernet
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.config import (
@@ -658,7 +658,6 @@ def test_core_config_needs_its_home_relative_keys() -> None:
 # --- invariants
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     file_value=st.integers(min_value=1, max_value=10**9) | st.none(),
     env_value=st.integers(min_value=1, max_value=10**9) | st.none(),
@@ -686,7 +685,6 @@ def test_env_beats_file_beats_default(
         assert source == "default"
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.floats(allow_nan=False, allow_infinity=False, min_value=1e-6, max_value=1e9))
 def test_float_env_values_round_trip(value: float) -> None:
     config = load_config(

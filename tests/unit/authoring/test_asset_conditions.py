@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from engine import DAG, Asset, AssetAll, AssetAny, BaseAsset, DagDefinitionError
@@ -133,7 +133,6 @@ def reference(data: dict, updated: frozenset[str]) -> bool:
     return all(results) if data["__type"] == "asset_all" else any(results)
 
 
-@settings(max_examples=200, deadline=None)
 @given(conditions, st.sampled_from(ALL_UPDATES))
 def test_evaluation_matches_reference_and_json(condition: BaseAsset, updated: frozenset) -> None:
     data = condition.to_json()

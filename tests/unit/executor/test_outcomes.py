@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.authoring.context import Deferral, EventRow, TaskDeferred
@@ -136,7 +136,6 @@ def test_exit_reason(returncode: int | None, text: str) -> None:
     assert exit_reason(returncode) == text
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     try_number=st.integers(1, 20),
     max_tries=st.integers(0, 20),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.executor.task_logs import (
@@ -39,7 +39,6 @@ def test_long_ids_are_bounded_and_stay_distinct() -> None:
     assert len(one) == len(two) == MAX_COMPONENT_CHARS and one != two
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.text(max_size=300), st.text(max_size=300))
 def test_safe_component_is_one_bounded_component_and_injective(a: str, b: str) -> None:
     safe = safe_component(a)

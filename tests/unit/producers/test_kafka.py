@@ -15,7 +15,7 @@ import anyio.lowlevel
 import pytest
 from aiokafka import TopicPartition
 from aiokafka import errors as kafka_errors
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from producers import KafkaMessage, KafkaMessageTrigger, KafkaSharedStreamProducer, kafka_codec
@@ -409,7 +409,6 @@ STEPS = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.lists(STEPS, max_size=80))
 def test_a_commit_moves_forward_over_messages_advanced_in_the_owning_epoch(
     steps: list[tuple[str, int]],
@@ -584,7 +583,6 @@ def _outcome_of(load: Any, raw: bytes) -> Any:
         return ("error", type(exc))
 
 
-@settings(max_examples=300, deadline=None)
 @given(
     value=_JSON_VALUES,
     around=st.sampled_from(["", " ", "\n", "x", "\ufeff"]),
@@ -602,7 +600,6 @@ def test_the_fast_json_decode_agrees_with_json_loads(
         assert _outcome_of(kafka_codec._loads, raw) == _outcome_of(json.loads, raw)
 
 
-@settings(max_examples=200, deadline=None)
 @given(raw=st.binary(max_size=40))
 def test_the_fast_json_decode_agrees_with_json_loads_on_any_bytes(raw: bytes) -> None:
     assert _outcome_of(kafka_codec._loads, raw) == _outcome_of(json.loads, raw)
@@ -621,7 +618,6 @@ _AWKWARD_JSON: list[bytes] = [
 ]
 
 
-@settings(max_examples=300, deadline=None)
 @given(
     raw=st.one_of(
         st.builds(lambda v: json.dumps(v).encode(), _JSON_VALUES), st.sampled_from(_AWKWARD_JSON)

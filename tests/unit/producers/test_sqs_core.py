@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from producers import SqsConnection, SqsMessage, SqsMessageTrigger, SqsReceipt
@@ -165,7 +165,6 @@ def test_a_stale_entry_is_no_longer_extended_but_still_advanced() -> None:
     assert len(tracker) == 0
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["add", "pop", "beat"]), st.integers(0, 9))))
 def test_next_due_is_always_the_oldest_extension(ops: list[tuple[str, int]]) -> None:
     tracker = InFlightMessages()

@@ -146,9 +146,7 @@ class BatchLedgerMachine(LedgerMachine):
             assert seqs == self.lanes[lane][: len(seqs)], f"lane {lane} skipped an event"
 
 
-BatchLedgerMachine.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=40, deadline=None
-)
+BatchLedgerMachine.TestCase.settings = settings(stateful_step_count=40)
 test_ack_ledger_in_batches = BatchLedgerMachine.TestCase
 
 
@@ -182,7 +180,5 @@ class CursorLedgerMachine(BatchLedgerMachine):
         self.apply(effects)
 
 
-CursorLedgerMachine.TestCase.settings = settings(
-    max_examples=200, stateful_step_count=50, deadline=None
-)
+CursorLedgerMachine.TestCase.settings = settings(stateful_step_count=50)
 test_ack_ledger_driven_by_cursor = CursorLedgerMachine.TestCase

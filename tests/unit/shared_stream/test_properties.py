@@ -416,5 +416,5 @@ class LedgerMachine(RuleBasedStateMachine):
         assert self.ledger.outstanding_binding_seqs == ()
 
 
-LedgerMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
+LedgerMachine.TestCase.settings = settings(stateful_step_count=40)
 test_ack_ledger_properties = LedgerMachine.TestCase

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import anyio
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.db.models import TriggerKind
@@ -116,7 +116,6 @@ async def test_cancelled_get_batch_leaves_items_for_the_next_call():
         assert await outbox.get_batch() == [fired(1)]
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(st.none(), st.integers(1, 5)), max_size=40))
 def test_batches_preserve_order_and_lose_nothing(script: list[int | None]) -> None:
     """None puts the next item; n takes a batch of at most n (when items are queued)."""

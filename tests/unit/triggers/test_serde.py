@@ -10,7 +10,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from triggers.base import TriggerEvent
@@ -139,14 +139,12 @@ def rebuilt(value: Any) -> Any:
 # --- round trip and determinism -----------------------------------------------------------
 
 
-@settings(max_examples=200, deadline=None)
 @given(VALUES)
 def test_round_trip_keeps_values_and_types(value: object) -> None:
     assert_same(value, loads(dumps(value)))
     assert_same(value, deserialize_value(serialize_value(value)))
 
 
-@settings(max_examples=200, deadline=None)
 @given(VALUES)
 def test_equal_values_give_equal_strings(value: object) -> None:
     text = dumps(value)
@@ -154,7 +152,6 @@ def test_equal_values_give_equal_strings(value: object) -> None:
     assert dumps(loads(text)) == text
 
 
-@settings(max_examples=100, deadline=None)
 @given(st.dictionaries(st.text(max_size=8) | st.just(TYPE_KEY), VALUES, max_size=5))
 def test_kwargs_round_trip(kwargs: dict[str, object]) -> None:
     text = dumps_kwargs(kwargs, owner="plugins.MyTrigger")
@@ -366,7 +363,6 @@ PLAIN = st.recursive(
 
 
 @given(PLAIN | VALUES)
-@settings(max_examples=300)
 def test_the_fast_check_accepts_only_what_is_its_own_json_form(value: Any) -> None:
     from triggers.serde import _is_plain_json
 
@@ -376,7 +372,6 @@ def test_the_fast_check_accepts_only_what_is_its_own_json_form(value: Any) -> No
 
 
 @given(PLAIN | VALUES)
-@settings(max_examples=300)
 def test_an_event_payload_is_accepted_exactly_when_it_serializes(value: Any) -> None:
     try:
         serialize_value(value, where="TriggerEvent payload")

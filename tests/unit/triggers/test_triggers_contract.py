@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import anyio
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from triggers import (
@@ -95,7 +95,6 @@ def test_date_time_trigger_stores_the_instant_in_utc() -> None:
     assert trigger.moment.utcoffset() == timedelta(0)
 
 
-@settings(max_examples=100, deadline=None)
 @given(
     moment=st.datetimes(
         min_value=datetime(1900, 1, 1),
@@ -114,7 +113,6 @@ def test_date_time_trigger_round_trips_any_aware_moment(
     assert rebuild(classpath, loads(dumps(kwargs))) == trigger  # type: ignore[arg-type]
 
 
-@settings(max_examples=100, deadline=None)
 @given(filepath=st.text(min_size=1, max_size=40), interval=st.floats(0.001, 1e6))
 def test_file_triggers_round_trip_any_path(filepath: str, interval: float) -> None:
     for trigger in (
