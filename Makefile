@@ -29,11 +29,12 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(BIN)/mypy
 
-## Two test processes (pytest-xdist); an idle one steals tests queued for the other, so the
-## slow end-to-end tests do not leave the tail of the run on one process. The property tests
-## run their fixed "ci" budget (tests/conftest.py); every run lists its 25 slowest tests.
+## Two test processes (pytest-xdist) fed one test at a time, the slow directories first and
+## the tests that share a module's engine or world as one unit (tests/conftest.py), so that
+## no long test runs alone at the end. The property tests run their fixed "ci" budget; every
+## run lists its 25 slowest tests.
 pytest: $(STAMP)
-	$(BIN)/pytest -q -n 2 --dist worksteal --hypothesis-profile=ci
+	$(BIN)/pytest -q -n 2 --dist loadgroup --hypothesis-profile=ci
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

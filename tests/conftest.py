@@ -170,6 +170,40 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize(name, DATABASES if both else DATABASES[:1], indirect=True)
 
 
+#: Where a test lives -> when it is handed to a test process: the slow ones first, so that the
+#: quick ones fill the gaps at the end of the run instead of a long one running alone.
+_START_ORDER: Final = ("tests/browser/", "tests/e2e/", "tests/integration/")
+_SHARED_SCOPES: Final = frozenset({"package", "module", "class"})
+
+
+def _shares_a_fixture(item: pytest.Item) -> bool:
+    """Does the test use a fixture of the test suite that outlives it (a module's engine or
+    world)? Such tests run in one process, in their order (they may build on each other)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        definition.scope in _SHARED_SCOPES and definition.func.__module__.startswith("tests.")
+        for definitions in info.name2fixturedefs.values()
+        for definition in definitions
+    )
+
+
+def _start_rank(item: pytest.Item) -> int:
+    path = item.nodeid
+    return next((i for i, prefix in enumerate(_START_ORDER) if path.startswith(prefix)), 99)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Keep the tests that share a module's fixture together (``--dist loadgroup`` sends an
+    ``xdist_group`` to one process) and start the slow directories first."""
+    for item in items:
+        if _shares_a_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    items.sort(key=_start_rank)
+
+
 @pytest.fixture
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """An empty database for one test: SQLite, or PostgreSQL too where the test is marked
