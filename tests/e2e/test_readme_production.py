@@ -1,6 +1,6 @@
-"""Every command of the README's "Running in production" section, run as written.
+"""Every command of the "Running in production" page (docs/production.md), run as written.
 
-The commands are read from README.md itself (so the README cannot drift from what works):
+The commands are read from the page itself (so the documentation cannot drift from what works):
 the environment lines are evaluated by the shell, the engine processes (`sluice run` and
 each part alone) run side by side on one PostgreSQL database, and every operator command
 must exit 0 against them. Only the placeholders are substituted: the database URL, the
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "production.md"
 LONG_RUNNING = ("run", "triggerer", "scheduler", "executor", "dag-processor", "api-server")
 
 DAGS = """
@@ -53,10 +53,10 @@ with DAG("on_flag", schedule=flag):
 
 
 def production_commands() -> list[str]:
-    """The lines of the section's ``sh`` blocks, in order."""
-    text = README.read_text()
-    section = text.split("## Running in production", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL)
+    """The lines of the page's ``sh`` blocks, in order."""
+    text = PAGE.read_text()
+    assert text.startswith("# Running in production\n"), "the page the test expects"
+    blocks = re.findall(r"```sh\n(.*?)```", text, flags=re.DOTALL)
     return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
 
 
@@ -113,14 +113,14 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
     assert codes == [0] * len(started), codes
 
 
-def test_every_production_command_of_the_readme_works(
+def test_every_production_command_of_the_docs_works(
     pg_url: str,
     tmp_path: Path,
     shell_env: dict[str, str],
     processes: list[subprocess.Popen[bytes]],
 ) -> None:
     commands = production_commands()
-    assert len(commands) >= 20, commands  # the section is where the test expects it
+    assert len(commands) >= 20, commands  # the page holds what the test expects
     dags, inbox = tmp_path / "dags", tmp_path / "inbox"
     dags.mkdir()
     inbox.mkdir()

@@ -1,10 +1,10 @@
-"""The code of README.md's "A first run" and "Writing DAGs" works as written.
+"""The code of the README's "A first run" and of the DAG pages of docs/ works as written.
 
-Every Python block there is a DAG file a reader may copy into the dags folder: each is
-parsed by the DAG processor's real child (``python -m engine.dag_processing.parsing``) and
-must import what it uses and define its DAGs without an error. The flag-file command of
-"A first run" must put the file in ``$SLUICE_HOME``'s inbox, or ``~/.sluice``'s without one,
-when ``sh`` runs it.
+Every Python block of ``docs/writing-dags.md`` and ``docs/brokers.md`` is a DAG file a reader
+may copy into the dags folder: each is parsed by the DAG processor's real child (``python -m
+engine.dag_processing.parsing``) and must import what it uses and define its DAGs without an
+error. The flag-file command of the README's "A first run" must put the file in
+``$SLUICE_HOME``'s inbox, or ``~/.sluice``'s without one, when ``sh`` runs it.
 """
 
 from __future__ import annotations
@@ -20,31 +20,41 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-SECTIONS = ("A first run", "Writing DAGs")
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DAG_PAGES = (ROOT / "docs" / "writing-dags.md", ROOT / "docs" / "brokers.md")
+README_SECTION = "A first run"
 
 
-def _section(title: str) -> str:
+def _readme_section(title: str) -> str:
     text = README.read_text(encoding="utf-8")
     start = text.index(f"\n## {title}\n")
     end = text.index("\n## ", start + len(title) + 4)
     return text[start:end]
 
 
+def _texts() -> list[tuple[str, str]]:
+    """(where, text) of the README's first run and of every DAG page, whole."""
+    found = [(f"README {README_SECTION!r}", _readme_section(README_SECTION))]
+    return found + [(f"docs/{page.name}", page.read_text(encoding="utf-8")) for page in DAG_PAGES]
+
+
 def _blocks(language: str) -> list[tuple[str, str]]:
-    """(where, code) of every ```language block of the sections."""
+    """(where, code) of every ```language block of the README's first run and the DAG pages."""
     found = []
-    for title in SECTIONS:
-        blocks = re.findall(rf"```{language}\n(.*?)```", _section(title), re.DOTALL)
-        found += [(f"{title!r} block {n + 1}", code) for n, code in enumerate(blocks)]
+    for where, text in _texts():
+        blocks = re.findall(rf"```{language}\n(.*?)```", text, re.DOTALL)
+        found += [(f"{where} block {n + 1}", code) for n, code in enumerate(blocks)]
     return found
 
 
 PYTHON_BLOCKS = _blocks("python")
 
 
-def test_the_sections_have_python_blocks() -> None:
-    assert len(PYTHON_BLOCKS) >= 5
+def test_the_pages_have_python_blocks() -> None:
+    assert len(PYTHON_BLOCKS) >= 7
+    for page in DAG_PAGES:
+        assert any(where.startswith(f"docs/{page.name}") for where, _ in PYTHON_BLOCKS), page
 
 
 @pytest.mark.parametrize(("where", "code"), PYTHON_BLOCKS, ids=[w for w, _ in PYTHON_BLOCKS])
