@@ -14,14 +14,13 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import click
-from sqlalchemy.exc import SQLAlchemyError
 
 from engine import doctor
 from engine.cli.common import emit, get_config, json_option, open_database, run_query
 from engine.db.models import utcnow
 from engine.db.queries import inspection
 from engine.db.views import ops as ops_view
-from engine.exceptions import SchemaNotCurrentError, SluiceError
+from engine.exceptions import DatabaseError, SchemaNotCurrentError, SluiceError
 
 if TYPE_CHECKING:
     from engine.config import Config
@@ -168,7 +167,7 @@ def _examine(ctx: click.Context, cfg: Config) -> list[doctor.Finding]:
             check_schema(database.engine)
         except SchemaNotCurrentError as exc:
             findings.append(doctor.Finding("error", "schema", str(exc), "run `sluice db migrate`"))
-        except SQLAlchemyError:
+        except DatabaseError:
             pass  # the database cannot be read: the read below says so, once
         read = partial(
             inspection.doctor_facts,
