@@ -29,6 +29,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from engine.authoring.callbacks import DEFAULT_POOL
+
 if TYPE_CHECKING:
     from sqlalchemy.engine import Dialect
 
@@ -38,11 +40,6 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
-
-
-#: The pool of a task that names none (Airflow's); the migration creates it with 128 slots.
-DEFAULT_POOL = "default_pool"
-DEFAULT_POOL_SLOTS = 128
 
 
 def utcnow() -> datetime:

@@ -145,11 +145,6 @@ def unfinished_backfill(session: Session, dag_id: str) -> BackfillRow | None:
     return None if row is None else _backfill_row(row)
 
 
-def get_backfill(session: Session, backfill_id: int) -> BackfillRow | None:
-    row = session.get(Backfill, backfill_id)
-    return None if row is None else _backfill_row(row)
-
-
 def _backfill_row(row: Backfill) -> BackfillRow:
     return BackfillRow(
         id=row.id,

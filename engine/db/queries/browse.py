@@ -114,17 +114,6 @@ def run_summaries(
     return out
 
 
-def newest_runs(session: Session, dag_id: str, *, last: int) -> list[DagRun]:
-    """The ``last`` runs of a DAG queued most recently, newest first."""
-    query = (
-        select(DagRun)
-        .where(DagRun.dag_id == dag_id)
-        .order_by(DagRun.queued_at.desc(), DagRun.id.desc())
-        .limit(last)
-    )
-    return list(session.execute(query).scalars())
-
-
 def run_page(
     session: Session,
     *,
@@ -225,11 +214,6 @@ def find_task_instance_with_operator(
         )
     ).first()
     return None if row is None else (row[0], row[1])
-
-
-def dag_task_rows(session: Session, dag_id: str) -> list[DagTask]:
-    query = select(DagTask).where(DagTask.dag_id == dag_id).order_by(DagTask.position)
-    return list(session.execute(query).scalars())
 
 
 def dag_details(session: Session, dag_id: str) -> dict[str, Any] | None:

@@ -29,7 +29,7 @@ from engine.db.database import is_postgres
 from engine.db.models import CallbackRequest, Dag, DagRun, DagRunState, TaskInstance, TaskState
 from engine.db.queries import jobs
 from engine.db.queries import mapping as mapping_sql
-from engine.db.queries.tasks import EXECUTOR_JOB, run_results, triggering_events
+from engine.db.queries.tasks import EXECUTOR_JOB, context_run, run_results, triggering_events
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -203,19 +203,7 @@ def load_callback_run(session: Session, dag_id: str, run_id: str) -> CallbackRun
     dag_run, fileloc = row
     return CallbackRun(
         fileloc=str(fileloc),
-        run={
-            "run_id": dag_run.run_id,
-            "run_type": dag_run.run_type,
-            "logical_date": dag_run.logical_date,
-            "data_interval_start": dag_run.data_interval_start,
-            "data_interval_end": dag_run.data_interval_end,
-            "run_after": dag_run.run_after,
-            "conf": dag_run.conf,
-            "queued_at": dag_run.queued_at,
-            "start_date": dag_run.start_date,
-            "end_date": dag_run.end_date,
-            "state": dag_run.state,
-        },
+        run={**context_run(dag_run), "end_date": dag_run.end_date, "state": dag_run.state},
         events=tuple(triggering_events(session, dag_run.id)),
         xcoms=run_results(session, dag_run.id),
         mapped_xcoms=mapping_sql.mapped_run_results(session, dag_run.id),

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Final
 
 from sqlalchemy import delete, func, insert, or_, select, update
 
+from engine.authoring.callbacks import DEFAULT_POOL
 from engine.authoring.sensor_base import RESCHEDULE_METHOD
 from engine.db.database import is_postgres
 from engine.db.models import (
-    DEFAULT_POOL,
     Dag,
     DagRun,
     DagTask,

@@ -570,19 +570,3 @@ def run_asset_events(session: Session, run_pks: Iterable[int]) -> dict[int, list
 
 def run_id_of(session: Session, run_pk: int) -> str:
     return str(session.execute(select(DagRun.run_id).where(DagRun.id == run_pk)).scalar_one())
-
-
-def find_task_instance(
-    session: Session, dag_id: str, run_id: str, task_id: str, map_index: int = -1
-) -> TaskInstance | None:
-    """One task instance: the task's, or one copy's of a mapped task (``map_index``)."""
-    return session.execute(
-        select(TaskInstance)
-        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
-        .where(
-            DagRun.dag_id == dag_id,
-            DagRun.run_id == run_id,
-            TaskInstance.task_id == task_id,
-            TaskInstance.map_index == map_index,
-        )
-    ).scalar()

@@ -246,17 +246,7 @@ def _task_run(
         xcoms=run_results(session, ti.dag_run_id),
         map_index=ti.map_index,
         mapped_xcoms=mapping_sql.mapped_run_results(session, ti.dag_run_id),
-        run={
-            "run_id": dag_run.run_id,
-            "run_type": dag_run.run_type,
-            "logical_date": dag_run.logical_date,
-            "data_interval_start": dag_run.data_interval_start,
-            "data_interval_end": dag_run.data_interval_end,
-            "run_after": dag_run.run_after,
-            "conf": dag_run.conf,
-            "queued_at": dag_run.queued_at,
-            "start_date": dag_run.start_date,
-        },
+        run=context_run(dag_run),
         inlet_events={
             **{
                 name: tuple(_event_row(event, name) for event in events)
@@ -268,6 +258,21 @@ def _task_run(
             },
         },
     )
+
+
+def context_run(dag_run: DagRun) -> dict[str, Any]:
+    """The run as a task's context shows it (``dag_run``): ids, type, dates, conf."""
+    return {
+        "run_id": dag_run.run_id,
+        "run_type": dag_run.run_type,
+        "logical_date": dag_run.logical_date,
+        "data_interval_start": dag_run.data_interval_start,
+        "data_interval_end": dag_run.data_interval_end,
+        "run_after": dag_run.run_after,
+        "conf": dag_run.conf,
+        "queued_at": dag_run.queued_at,
+        "start_date": dag_run.start_date,
+    }
 
 
 def _retry_settings(task_row: Any) -> dict[str, Any]:
