@@ -602,7 +602,7 @@ class StoredVariable(Base):
 
 class Pool(Base):
     """A named number of slots (Airflow's pools): the executors start a task only while its
-    pool has ``pool_slots`` open (``engine.db.queries.pools``)."""
+    pool has ``pool_slots`` open (``engine.executor.admission``)."""
 
     __tablename__ = "pool"
 

@@ -32,10 +32,12 @@ from engine.db.models import (
     Trigger,
     TriggerKind,
 )
-from engine.db.queries import callbacks, deferrals, jobs, orphans, runs, tasks
+from engine.db.queries import callbacks, deferrals, jobs, runs
+from engine.executor import admission
 from engine.executor.local import ExecutorSettings, LocalExecutor
 from engine.executor.task_logs import TaskLogNotFoundError, log_path, read_task_log
 from engine.executor.task_runner import EXIT_PARENT_GONE, TaskSpec, build_context
+from engine.scheduler import orphans
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.persister import Persister
 from tests.integration.harness import fast_executor_settings, parsed_database, running_executor
@@ -675,7 +677,7 @@ def test_recovery_fails_or_retries_the_running_tries_of_a_dead_executor(env: Env
     assert env.ti(tis["boom"]).state == "running"  # its executor is alive
     assert env.ti(tis["loop"]).state == "deferred"
     requests = env.db.call(callbacks.pending_callback_requests)
-    by_ti = {r.data[orphans.LOST_TRY]["ti_id"]: r.data[orphans.LOST_TRY] for r in requests}
+    by_ti = {r.data[callbacks.LOST_TRY]["ti_id"]: r.data[callbacks.LOST_TRY] for r in requests}
     assert sorted(by_ti) == sorted([tis["ok"], tis["flaky"]])
     assert (by_ti[tis["ok"]]["state"], by_ti[tis["ok"]]["retry_at"]) == ("failed", None)
     assert by_ti[tis["flaky"]]["state"] == "up_for_retry"
@@ -726,8 +728,8 @@ def test_claims_never_hand_out_a_task_twice(env: Env) -> None:
     tis = list(env.new_run()[2].values())
     env.schedule(*tis)
     now = models.utcnow()
-    first = env.db.call(lambda s: tasks.claim_task_instances(s, job_id=1, limit=3, now=now))
-    rest = env.db.call(lambda s: tasks.claim_task_instances(s, job_id=2, limit=50, now=now))
+    first = env.db.call(lambda s: admission.claim_task_instances(s, job_id=1, limit=3, now=now))
+    rest = env.db.call(lambda s: admission.claim_task_instances(s, job_id=2, limit=50, now=now))
     assert len(first) == 3 and not set(first) & set(rest)
     assert sorted(first + rest) == sorted(tis)
 

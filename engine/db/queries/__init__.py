@@ -4,20 +4,20 @@
 - ``triggers``: trigger rows (add, fetch, ownership, failures, key rotation, delete);
 - ``claims``: claiming trigger rows, single and by shared-stream group;
 - ``deferrals``: task instances deferred on a trigger (defer, resume, fail, time out);
-- ``tasks``: task instances the executor holds (claim, start, finish, requeue);
-- ``orphans``: the task instances of dead executors (a queued try back to ``scheduled``, a
-  running one failed or retried per its retries);
-- ``retries``: the retry rule of a failed try (pure; the executor and ``orphans`` share it);
-- ``pools``: slot pools, and which scheduled task instances a claim admits (pool open
-  slots, ``max_active_tasks`` per run);
+- ``tasks``: task instances the executor holds (queue what a claim admitted, start, finish,
+  requeue);
+- ``orphans``: the task instances of dead executors (find them, a queued try back to
+  ``scheduled``, a running one ended as the scheduler decided);
+- ``pools``: slot pools, and what a claim reads to admit scheduled task instances (slots
+  taken, active tasks per run, candidates);
 - ``callbacks``: callback requests (a DAG's when its run ends, a killed try's) executors run;
 - ``runs``: DAG runs (created, admitted under max_active_runs, advanced), their task states,
   and time-scheduled DAGs' next run;
 - ``actions``: operator actions (clear tasks, set a task's state, cancel a run) and runs
   past their ``dagrun_timeout``; what the executor checks to stop a changed task;
 - ``mapping``: the copies of mapped tasks (expand, states, results by ``map_index``);
-- ``backfills``: backfill rows, their runs (create, re-run, plan), completion; the DAG
-  schedule columns the CLI shows;
+- ``backfills``: backfill rows, the runs at their dates, completion; the DAG schedule
+  columns the CLI shows;
 - ``assets``: asset events from watchers, task outlets, aliases, the CLI and the API (insert,
   queue for DAGs, recent events for inlets);
 - ``watcher_events``: the persister's bulk write of watcher events as asset events (one
@@ -35,5 +35,8 @@
   triggerer for ``ExternalTaskSensor``).
 
 Functions take a ``Session`` (one transaction, opened by ``engine.db.Database``) and plain
-values; they read and write, they decide no policy.
+values; they read and write, they decide no policy: which task a claim admits
+(``engine.executor.admission``), when a failed try runs again (``engine.task_retries``),
+what becomes of a dead executor's tries (``engine.scheduler.orphans``) and of a backfill's
+dates (``engine.scheduler.backfills``) are decided by the parts that own them.
 """

@@ -10,8 +10,8 @@ Two kinds, as Airflow's callback requests:
 - ``task``: a task's process could not run its own outcome callback (killed at its
   ``execution_timeout``, crashed): written in the transaction that records the outcome;
   ``data`` holds the ``callback`` to run, the ``error`` and the task's ``spec``. Or a
-  running try whose executor died (``engine.db.queries.orphans``): written by the scheduler
-  in the transaction that fails it; ``data["lost_try"]`` says which try, how it ended and
+  running try whose executor died (``engine.scheduler.orphans``): written by the scheduler
+  in the transaction that fails it; ``data[LOST_TRY]`` says which try, how it ended and
   why, and the executor builds the callback from the task instance.
 
 Delivery is at least once: an executor claims a request (``executor_job_id``), runs it and
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 DAG_KIND: Final = "dag"
 TASK_KIND: Final = "task"
+#: the key of a task request's ``data`` that describes a try of a dead executor
+LOST_TRY: Final = "lost_try"
 
 _FAILED_STATES: Final = (TaskState.FAILED, TaskState.UPSTREAM_FAILED)
 

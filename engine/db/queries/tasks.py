@@ -1,7 +1,8 @@
-"""SQL of task execution: claiming, starting, finishing (or leaving ``up_for_retry``) and
-requeueing task instances the executor holds. Deferral is ``engine.db.queries.deferrals``;
-the task instances of dead executors are recovered by ``engine.db.queries.orphans`` (a
-running try whose executor died counts as a failed try).
+"""SQL of task execution: queueing the task instances a claim admitted, starting,
+finishing (or leaving ``up_for_retry``) and requeueing those the executor holds. Which ones
+a claim admits is ``engine.executor.admission``'s decision; deferral is
+``engine.db.queries.deferrals``; the task instances of dead executors are recovered by
+``engine.scheduler.orphans`` (a running try whose executor died counts as a failed try).
 
 Every write to a task instance the executor holds is guarded by ``executor_job_id`` and the
 state it expects, so an executor that was presumed dead (and whose tasks were recovered)
@@ -11,7 +12,6 @@ cannot overwrite what another executor did since.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -30,15 +30,17 @@ from engine.db.models import (
     TaskInstance,
     TaskState,
 )
-from engine.db.queries import assets, pools
+from engine.db.queries import assets
 from engine.db.queries import mapping as mapping_sql
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
     from datetime import datetime
 
     from sqlalchemy.orm import Session
     from sqlalchemy.sql.elements import ColumnElement
+
+    from engine.db.queries.pools import Candidate
 
 
 logger = logging.getLogger(__name__)
@@ -67,19 +69,12 @@ def scheduled_tasks_digest(session: Session) -> tuple[int, int]:
     return int(count), int(total)
 
 
-def claim_task_instances(session: Session, *, job_id: int, limit: int, now: datetime) -> list[int]:
-    """Move up to ``limit`` ``scheduled`` task instances to ``queued`` for executor ``job_id``:
-    those that fit their pool's open slots and their run's ``max_active_tasks``
-    (``engine.db.queries.pools.admit``), stamped with their pool and slots.
-
-    On PostgreSQL the pool rows are locked for the transaction (claims of all executors
-    serialize on them) and the rows ``SKIP LOCKED``: two executors never take the same row;
-    on SQLite the ``BEGIN IMMEDIATE`` transaction serializes claims.
-    """
-    if limit <= 0:
-        return []
-    pools.warn_unstartable(session, now_s=time.monotonic())  # missing or too small pools
-    admitted = pools.admit(session, limit=limit)
+def queue_task_instances(
+    session: Session, admitted: Iterable[Candidate], *, job_id: int, now: datetime
+) -> list[int]:
+    """Move the ``admitted`` task instances (``engine.executor.admission`` chose them) that
+    are still ``scheduled`` to ``queued`` for executor ``job_id``, stamped with their pool
+    and slots; returns their ids, sorted."""
     groups: dict[tuple[str, int], list[int]] = {}
     for candidate in admitted:
         groups.setdefault((candidate.pool, candidate.pool_slots), []).append(candidate.ti_id)
@@ -123,7 +118,7 @@ class TaskRun:
     run: dict[str, Any] = field(default_factory=dict)
     #: the latest events of each inlet asset, oldest first (``inlet_events``)
     inlet_events: dict[str, tuple[EventRow, ...]] = field(default_factory=dict)
-    #: how long a failed try waits for the next (``engine.db.queries.retries.retry_wait_s``)
+    #: how long a failed try waits for the next (``engine.task_retries.retry_wait_s``)
     retry_delay_s: float = 300.0
     retry_exponential_backoff: bool = False
     max_retry_delay_s: float | None = None
