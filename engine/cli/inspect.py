@@ -24,15 +24,15 @@ from engine.cli.common import (
     run_query,
 )
 from engine.db import models
-from engine.db import operations as ops_sql
 from engine.db.queries import assets as assets_sql
 from engine.db.queries import dags as dags_sql
-from engine.db.views import assets as assets_view
-from engine.db.views import dags as dags_view
-from engine.db.views import runs as runs_view
-from engine.db.views import tasks as tasks_view
-from engine.db.views.common import iso
 from engine.task_log_files import read_task_log
+from engine.views import assets as assets_view
+from engine.views import dags as dags_view
+from engine.views import operations
+from engine.views import runs as runs_view
+from engine.views import tasks as tasks_view
+from engine.views.common import iso
 
 if TYPE_CHECKING:
     from engine.db.queries.backfills import DagSchedule
@@ -207,7 +207,9 @@ def dags_trigger(
         logical_date = parse_date(logical_text, timezone=zone, option="--logical-date")
 
     def trigger(session: Any) -> dict[str, Any]:
-        return ops_sql.trigger_dag(session, dag_id, conf=parsed, logical_date=logical_date, now=now)
+        return operations.trigger_dag(
+            session, dag_id, conf=parsed, logical_date=logical_date, now=now
+        )
 
     run_id = run_query(ctx, trigger, writes=True)["run_id"]
     if as_json:

@@ -19,8 +19,8 @@ from engine import doctor
 from engine.cli.common import emit, get_config, json_option, open_database, run_query
 from engine.db.models import utcnow
 from engine.db.queries import inspection
-from engine.db.views import ops as ops_view
 from engine.exceptions import DatabaseError, SchemaNotCurrentError, SluiceError
+from engine.views import ops as ops_view
 
 if TYPE_CHECKING:
     from engine.config import Config

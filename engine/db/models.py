@@ -547,7 +547,7 @@ class SharedStreamSample(Base):
     """A short history of each shared-stream group (migration 0015): what its triggerer
     published at each heartbeat, the last ``SAMPLES_KEPT`` per group (triggerer and key: two
     triggerers may each run a group of one key), for the advance rate and the UI's sparkline
-    (``engine.db.views.ops``). Counters are totals since the group started on that
+    (``engine.views.ops``). Counters are totals since the group started on that
     triggerer, so a rate is taken between samples of one triggerer only."""
 
     __tablename__ = "shared_stream_sample"

@@ -22,8 +22,8 @@ from engine.db.queries import jobs as jobs_sql
 from engine.db.queries import runs as runs_sql
 from engine.db.queries import streams as streams_sql
 from engine.db.queries import triggers as trigger_rows
-from engine.db.views.why import UnknownDagError, explain_dag
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.views.why import UnknownDagError, explain_dag
 from shared_stream import GroupStats
 from tests.integration.harness import Parsed, parsed_database
 from tests.waiting import eventually

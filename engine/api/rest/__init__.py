@@ -11,7 +11,7 @@ router. Each route depends on ``engine.api.security`` for who may call it and re
 - ``assets``: ``/assets``, ``/asset-events`` (list, emit), ``/asset-graph``;
 - ``triggers``, ``jobs``, ``streams``: ``/triggers``, ``/jobs`` and ``/queues`` (tries per
   Celery queue), ``/streams``;
-- ``why``: ``/dags/{dag_id}/why`` (``engine.db.views.why``).
+- ``why``: ``/dags/{dag_id}/why`` (``engine.views.why``).
 
 Errors are problem JSON: 404 for an unknown id, 409 for an action the current state does
 not allow, 422 for bad input. Lists are pages: ``?limit=`` (default 50, at most 500) and

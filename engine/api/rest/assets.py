@@ -21,7 +21,7 @@ from engine.api.deps import ConfigDep, DatabaseDep
 from engine.api.rest.common import Limit, Offset, Page, act, found, read
 from engine.api.security import OperatorDep, ReaderDep
 from engine.db.queries import assets as assets_sql
-from engine.db.views import assets as assets_view
+from engine.views import assets as assets_view
 
 router = APIRouter(tags=["assets"])
 

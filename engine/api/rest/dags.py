@@ -18,10 +18,10 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from engine.api.deps import DatabaseDep
 from engine.api.rest.common import Limit, Offset, Page, act, found, not_found, read
 from engine.api.security import OperatorDep, ReaderDep
-from engine.db import operations
 from engine.db.models import utcnow
 from engine.db.queries import dags as dags_sql
-from engine.db.views import dags as dags_view
+from engine.views import dags as dags_view
+from engine.views import operations
 
 router = APIRouter(tags=["dags"])
 

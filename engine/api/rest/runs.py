@@ -22,7 +22,7 @@ from engine.api.security import OperatorDep, ReaderDep
 from engine.db.models import DagRunState, utcnow
 from engine.db.queries import actions
 from engine.db.queries import dags as dags_sql
-from engine.db.views import runs as runs_view
+from engine.views import runs as runs_view
 
 router = APIRouter(tags=["runs"])
 

@@ -16,7 +16,7 @@ from engine.api.deps import ConfigDep, DatabaseDep
 from engine.api.rest.common import Limit, Offset, Page, read
 from engine.api.security import ReaderDep
 from engine.db.models import utcnow
-from engine.db.views import ops as ops_view
+from engine.views import ops as ops_view
 
 router = APIRouter(tags=["shared streams"])
 

@@ -37,8 +37,8 @@ from engine.api.rest.common import (
 from engine.api.security import OperatorDep, ReaderDep
 from engine.db.models import utcnow
 from engine.db.queries import actions
-from engine.db.views import tasks as tasks_view
 from engine.task_log_files import TaskLogNotFoundError
+from engine.views import tasks as tasks_view
 
 router = APIRouter(tags=["task instances"])
 

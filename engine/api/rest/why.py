@@ -1,6 +1,6 @@
 """Why did a DAG not run: ``GET /dags/{dag_id}/why``.
 
-Answers ``engine.db.views.why.explain_dag`` as it is (the same dict ``sluice dags why
+Answers ``engine.views.why.explain_dag`` as it is (the same dict ``sluice dags why
 --json`` prints; its shape is documented there): the verdict, the findings, the schedule
 (asset condition tree with each asset's queued events and what is missing, or the next
 tick), the watchers behind the assets (trigger class, claim, owner heartbeat, last event,
@@ -16,7 +16,7 @@ from fastapi import APIRouter, HTTPException
 from engine.api.deps import ConfigDep, DatabaseDep
 from engine.api.security import ReaderDep
 from engine.db.models import utcnow
-from engine.db.views.why import UnknownDagError, explain_dag
+from engine.views.why import UnknownDagError, explain_dag
 
 router = APIRouter(tags=["dags"])
 

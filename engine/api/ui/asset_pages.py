@@ -2,7 +2,7 @@
 asset's events with their source (watcher, task, API, CLI) and an "emit event" form (op and
 admin), and the asset graph drawn as SVG on the server.
 
-Reads through ``engine.db.views.assets`` (what ``GET /api/v1/assets...`` answers); an event
+Reads through ``engine.views.assets`` (what ``GET /api/v1/assets...`` answers); an event
 is emitted through ``queries.assets.emit_asset_event``, as the REST API and the CLI do.
 """
 
@@ -26,7 +26,7 @@ from engine.api.ui.rendering import (
     page,
 )
 from engine.db.queries import assets as assets_sql
-from engine.db.views import assets as assets_view
+from engine.views import assets as assets_view
 
 MAX_EXTRA_CHARS: Final = 65_536
 #: After an event is emitted here, the page reloads itself this often until the runs it

@@ -2,7 +2,7 @@
 Celery queues), triggers grouped by the triggerer that runs them, and the shared-stream
 groups with their lag per lane and a sparkline of their recent backlog.
 
-Reads through ``engine.db.views.ops`` (what ``GET /api/v1/jobs``, ``/queues``,
+Reads through ``engine.views.ops`` (what ``GET /api/v1/jobs``, ``/queues``,
 ``/triggers`` and ``/streams`` answer).
 """
 
@@ -19,8 +19,8 @@ from engine.api.ui.rendering import page
 from engine.api.ui.sparkline import sparkline
 from engine.db.models import utcnow
 from engine.db.queries.jobs import TRIGGERER_JOB
-from engine.db.views import ops as ops_view
-from engine.db.views.common import MAX_LIMIT
+from engine.views import ops as ops_view
+from engine.views.common import MAX_LIMIT
 
 #: These pages describe a live engine: they reload themselves this often.
 REFRESH_S: Final = 5

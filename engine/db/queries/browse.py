@@ -1,4 +1,4 @@
-"""SQL of the read model's DAG, run and task-instance lists (``engine.db.views``): filtered,
+"""SQL of the read model's DAG, run and task-instance lists (``engine.views``): filtered,
 paged selects with their total, the per-DAG / per-run summaries shown beside them, and one
 DAG's details (tasks, the watchers of its assets, its last runs).
 

@@ -1,4 +1,4 @@
-"""SQL of "why did this DAG not run?" (``engine.db.views.why``): one DAG's row and the parse
+"""SQL of "why did this DAG not run?" (``engine.views.why``): one DAG's row and the parse
 error of its file, its active and last runs, the asset events queued for it (by asset and by
 alias), the assets of its schedule with their latest event, what the aliases resolved to,
 and the tasks that update the assets. The watchers and triggerers behind the assets are

@@ -1,4 +1,4 @@
-"""SQL of "why did this DAG not run?" behind its assets (``engine.db.views.why``): the
+"""SQL of "why did this DAG not run?" behind its assets (``engine.views.why``): the
 watchers of the assets (trigger row without its kwargs, the owner's job row, the last event
 by watcher name), the shared-stream groups of their triggers (members, holders, the live
 holders' snapshots: the group lag), and which schedulers and triggerers are alive.

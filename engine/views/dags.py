@@ -10,7 +10,7 @@ from engine.authoring.assets import ASSET_ALIAS_TYPE, ASSET_ALL_TYPE, ASSET_ANY_
 from engine.authoring.timetables import timetable_from_json
 from engine.db.queries import backfills as backfills_sql
 from engine.db.queries import browse
-from engine.db.views.common import check_page, iso, page
+from engine.views.common import check_page, iso, page
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session

@@ -16,7 +16,7 @@ from engine.db.queries import celery as celery_sql
 from engine.db.queries import inspection
 from engine.db.queries import streams as streams_sql
 from engine.db.queries.jobs import TRIGGERER_JOB
-from engine.db.views.common import check_page, page
+from engine.views.common import check_page, page
 
 if TYPE_CHECKING:
     from datetime import datetime

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from engine.db.queries import browse, lineage
 from engine.db.queries import runs as runs_sql
-from engine.db.views.common import check_page, duration_s, iso, page
-from engine.db.views.tasks import task_instance_json
+from engine.views.common import check_page, duration_s, iso, page
+from engine.views.tasks import task_instance_json
 
 if TYPE_CHECKING:
     from datetime import datetime

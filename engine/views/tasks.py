@@ -10,8 +10,8 @@ from engine.db.queries import browse
 from engine.db.queries import dags as dags_sql
 from engine.db.queries import mapping as mapping_sql
 from engine.db.queries import tasks as tasks_sql
-from engine.db.views.common import check_page, duration_s, iso, jsonable, page
 from engine.task_log_files import find_log_file, logged_tries
+from engine.views.common import check_page, duration_s, iso, jsonable, page
 from triggers.exceptions import SerializationError
 from triggers.serde import deserialize_value
 

@@ -89,8 +89,8 @@ from engine.db.models import DagRunState
 from engine.db.queries import backfills, runs
 from engine.db.queries import why as why_sql
 from engine.db.queries import why_watchers as watchers_sql
-from engine.db.views import why_entries, why_findings
-from engine.db.views.why_entries import iso
+from engine.views import why_entries, why_findings
+from engine.views.why_entries import iso
 
 if TYPE_CHECKING:
     from collections.abc import Set

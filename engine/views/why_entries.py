@@ -1,4 +1,4 @@
-"""The entries of ``engine.db.views.why`` for the assets and aliases of a DAG's schedule:
+"""The entries of ``engine.views.why`` for the assets and aliases of a DAG's schedule:
 each watcher's state in words (``status`` and ``problem``), each asset's and alias's
 updaters (watchers, producing tasks) and what keeps it from being updated (``cause``).
 

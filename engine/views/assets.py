@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.db.queries import browse, lineage
-from engine.db.views.common import check_page, iso, page
+from engine.views.common import check_page, iso, page
 
 if TYPE_CHECKING:
     from datetime import datetime

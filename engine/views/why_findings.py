@@ -1,7 +1,7 @@
-"""The findings of ``engine.db.views.why`` (what stops or delays a DAG's next run) and its
+"""The findings of ``engine.views.why`` (what stops or delays a DAG's next run) and its
 one-line verdict.
 
-Pure: the view's dict in (``engine.db.views.why`` composes it, ``why_entries`` judges its
+Pure: the view's dict in (``engine.views.why`` composes it, ``why_entries`` judges its
 watchers and assets), findings out. Findings, most decisive first, with their severity:
 
 - ``dag_inactive`` (blocker): no DAG file defines the DAG any more;
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from engine.db.views.why_entries import first_line
+from engine.views.why_entries import first_line
 
 BLOCKER: Final = "blocker"
 WAITING: Final = "waiting"
