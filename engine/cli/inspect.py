@@ -206,7 +206,7 @@ def dags_trigger(
         zone = timezone_of(sched.timezone)
         logical_date = parse_date(logical_text, timezone=zone, option="--logical-date")
 
-    def trigger(session: Any) -> dict[str, Any]:
+    def trigger(session: Any) -> operations.TriggeredRun:
         return operations.trigger_dag(
             session, dag_id, conf=parsed, logical_date=logical_date, now=now
         )
@@ -396,7 +396,7 @@ def tasks_result(
     prints JSON (datetimes as ISO 8601 text, tuples and sets as lists).
     """
 
-    def load(session: Any) -> tuple[dict[str, Any] | None, str]:
+    def load(session: Any) -> tuple[tasks_view.TaskResultsShown | None, str]:
         found = tasks_view.task_results(session, dag_id, run_id, task_id, map_index, plain=False)
         if found is not None:
             return found, ""

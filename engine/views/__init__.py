@@ -1,9 +1,11 @@
 """The read model: what the CLI, the REST API and the web UI show, composed once.
 
-Each function takes a ``Session`` (one read transaction) and plain values and returns
-JSON-able dicts and lists; a list is a page ``{items, total, limit, offset}`` with its
-filters. The SQL is in ``engine.db.queries`` (``browse``, ``lineage``, ``inspection``,
-``streams``); these modules decide what the rows mean and how they are shown:
+Each function takes a ``Session`` (one transaction) and plain values and returns typed
+records: ``TypedDict``s, since their JSON shape is the contract the REST API answers and
+``--json`` prints (keys are only ever added). A list is a ``common.Page`` ``{items, total,
+limit, offset}`` with its filters. The SQL is in ``engine.db.queries`` (``browse``,
+``lineage``, ``inspection``, ``streams``, ``why``, ``why_watchers``); these modules decide
+what the rows mean and say it in words:
 
 - ``common``: pages, limits, ISO dates, JSON-able values;
 - ``dags``: DAGs (schedule text, next run, paused, tags, last run states and counts; one
@@ -14,9 +16,15 @@ filters. The SQL is in ``engine.db.queries`` (``browse``, ``lineage``, ``inspect
   results (XComs), and the log file of a try, resolved safely inside the log folder;
 - ``assets``: assets (watchers, last event, consuming DAGs, producing tasks), asset events
   (source watcher / task / API / CLI, payload, runs triggered), the asset graph;
-- ``ops``: jobs (alive?), triggers and their owners (never their kwargs), shared-stream
-  groups (lag per lane, advance rates, a short history);
-- ``why``: why a DAG has not run (``explain_dag``).
+- ``jobs``: the engine's jobs (alive?, load, the tries an executor runs) and the Celery
+  queues; ``triggers``: trigger rows and their owners (never their kwargs); ``streams``:
+  shared-stream groups (lag per lane, advance rate, a short history);
+- ``doctor``: the facts ``sluice doctor`` judges (``engine.doctor``);
+- ``why``: why a DAG has not run (``explain_dag``; its shape ``why_records``, its
+  judgements ``why_entries`` and ``why_findings``);
+- ``operations``: what an operator does that takes more than one statement (trigger a run).
 
-Imports nothing, as ``engine.db`` does: import the modules themselves.
+May import ``engine.db``, ``engine.authoring`` and the leaf utilities; imported by
+``engine.api`` and ``engine.cli``, never by a runtime part (the import contracts say so).
+Imports nothing itself: import the modules.
 """

@@ -14,7 +14,7 @@ from engine.db.queries import claims, streams
 from engine.db.queries import jobs as jobs_sql
 from engine.db.queries import triggers as trigger_rows
 from engine.db.schema import migrate
-from engine.views.ops import advance_rate
+from engine.views.streams import advance_rate
 from shared_stream import GroupStats
 
 pytestmark = pytest.mark.integration

@@ -30,6 +30,7 @@ from engine.exceptions import NotFoundError, OperatorActionError
 from engine.views import dags as dags_view
 from engine.views import operations
 from engine.views import runs as runs_view
+from engine.views.common import Page as ViewPage
 
 #: Runs shown in the grid (the newest; older ones are on the pages of the runs list).
 GRID_RUNS: Final = 25
@@ -70,7 +71,7 @@ async def dag_list(
 async def _dag_page(
     request: Request, database: DatabaseDep, dag_id: str, **extra: Any
 ) -> HTMLResponse:
-    def read(session: Any) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    def read(session: Any) -> tuple[dags_view.DagDetails | None, ViewPage[runs_view.RunItem]]:
         shown = dags_view.show_dag(session, dag_id)
         runs = runs_view.list_runs(session, now=utcnow(), dag_id=dag_id, limit=GRID_RUNS)
         return shown, runs

@@ -60,8 +60,12 @@ async def run_page(
 
 
 def _read_log_now(
-    folder: Any, ti: dict[str, Any], try_number: int | None, offset: int, max_bytes: int
-) -> dict[str, Any] | None:
+    folder: Any,
+    ti: tasks_view.TaskInstanceItem,
+    try_number: int | None,
+    offset: int,
+    max_bytes: int,
+) -> tasks_view.TaskLogChunk | None:
     try:
         return tasks_view.task_log(
             folder,
@@ -78,8 +82,12 @@ def _read_log_now(
 
 
 async def _read_log(
-    folder: Any, ti: dict[str, Any], try_number: int | None, offset: int, max_bytes: int
-) -> dict[str, Any] | None:
+    folder: Any,
+    ti: tasks_view.TaskInstanceItem,
+    try_number: int | None,
+    offset: int,
+    max_bytes: int,
+) -> tasks_view.TaskLogChunk | None:
     """A piece of a try's log, read in a worker thread: file IO never blocks the event loop
     (under ``sluice run`` the engine's other parts share it)."""
     read = partial(_read_log_now, folder, ti, try_number, offset, max_bytes)

@@ -86,18 +86,6 @@ class RunFacts:
     logical_date: datetime | None
     run_after: datetime | None
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "run_type": self.run_type,
-            "state": self.state,
-            "queued_at": _iso(self.queued_at),
-            "start_date": _iso(self.start_date),
-            "end_date": _iso(self.end_date),
-            "logical_date": _iso(self.logical_date),
-            "run_after": _iso(self.run_after),
-        }
-
 
 _RUN_COLUMNS: Final = (
     DagRun.run_id,
@@ -320,7 +308,3 @@ def _with_last_states(session: Session, found: list[ProducerFacts]) -> list[Prod
             )
         )
     return out
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()

@@ -18,7 +18,7 @@ from engine.task_log_files import (
     resolve_inside,
 )
 from engine.views.common import MAX_LIMIT, PageError, check_page, jsonable, page
-from engine.views.ops import advance_rate
+from engine.views.streams import advance_rate
 from engine.views.tasks import task_log
 
 if TYPE_CHECKING:
