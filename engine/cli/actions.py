@@ -18,7 +18,7 @@ from engine.authoring.timetables import timezone_of
 from engine.cli.backfill import parse_date
 from engine.cli.common import emit, fail, format_table, json_option, run_query
 from engine.db.models import utcnow
-from engine.db.queries import actions
+from engine.db.queries import actions, run_ends
 from engine.db.queries import backfills as backfills_sql
 
 if TYPE_CHECKING:
@@ -178,8 +178,8 @@ def runs_cancel(ctx: click.Context, dag_id: str, run_id: str, as_json: bool) -> 
     Running and deferred tasks become failed (their processes and triggers stopped);
     tasks not started, or waiting for a retry, become skipped.
     """
-    cancel = partial(actions.cancel_run, dag_id=dag_id, run_id=run_id, now=utcnow())
-    ended: actions.EndedRun = run_query(ctx, cancel, writes=True)
+    cancel = partial(run_ends.cancel_run, dag_id=dag_id, run_id=run_id, now=utcnow())
+    ended: run_ends.EndedRun = run_query(ctx, cancel, writes=True)
     if as_json:
         click.echo(
             json.dumps(

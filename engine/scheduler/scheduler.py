@@ -44,7 +44,16 @@ from engine.authoring.assets import BaseAsset
 from engine.db import models
 from engine.db.heartbeat import heartbeat_forever
 from engine.db.models import DagRunState, JobState, TaskState
-from engine.db.queries import actions, backfills, callbacks, deferrals, jobs, runs
+from engine.db.queries import (
+    actions,
+    backfills,
+    callbacks,
+    deferrals,
+    jobs,
+    run_ends,
+    runs,
+    time_schedules,
+)
 from engine.exceptions import SluiceError
 from engine.metrics.readings import SchedulerReading
 from engine.retry import Backoff
@@ -295,7 +304,7 @@ class Scheduler:
     async def _time_out_runs(self) -> None:
         """Fail the running runs past their DAG's ``dagrun_timeout`` (Airflow: the run
         fails, its unfinished tasks are skipped)."""
-        ended = await self._db.run(partial(actions.time_out_runs, now=self._clock()))
+        ended = await self._db.run(partial(run_ends.time_out_runs, now=self._clock()))
         for run in ended:
             self.stats.runs_finished += 1
             logger.warning(
@@ -385,7 +394,7 @@ class Scheduler:
         """
         created_count = 0
         now = self._clock()
-        due = await self._db.read(partial(runs.dags_due_for_time_runs, now=now))
+        due = await self._db.read(partial(time_schedules.dags_due_for_time_runs, now=now))
         for start in range(0, len(due), TIME_RUN_BATCH):
             batch = due[start : start + TIME_RUN_BATCH]
             created = await self._db.run(partial(self._create_time_run_batch, dag_ids=batch))
@@ -399,7 +408,7 @@ class Scheduler:
                     logical_date.isoformat(),
                     extra={"action": "dag_run_created", "dag_id": dag_id, "run": run_pk},
                 )
-        self._next_time_run = await self._db.read(runs.next_time_run_at)
+        self._next_time_run = await self._db.read(time_schedules.next_time_run_at)
         return created_count
 
     def _create_time_run_batch(
@@ -454,7 +463,9 @@ class Scheduler:
             if not runs.end_running_run(session, run_pk, outcome, now=now):
                 return  # someone else ended it in the meantime: their state stands
             callbacks.request_dag_callback(session, run_pk, outcome, now=now)  # if it has one
-            runs.recompute_next_dagrun(session, state.dag_id)  # a held time run may go now
+            time_schedules.recompute_next_dagrun(
+                session, state.dag_id
+            )  # a held time run may go now
             self.stats.runs_finished += 1
 
     def _start_from_trigger(self, session: Session, ti_id: int) -> None:

@@ -18,7 +18,7 @@ from engine.authoring.timetables import (
     TimeRestriction,
     timetable_from_json,
 )
-from engine.db.queries import runs
+from engine.db.queries import runs, time_schedules
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -30,12 +30,12 @@ def create_time_run(session: Session, dag_id: str, *, now: datetime) -> tuple[in
     """Create the DAG's due time run and store the one after it; (run, logical date).
 
     Raises ``ValueError`` when the DAG's stored timetable cannot be read."""
-    dag = runs.lock_time_dag(session, dag_id, now=now)
+    dag = time_schedules.lock_time_dag(session, dag_id, now=now)
     if dag is None:
         return None
     timetable = timetable_from_json(dag.timetable)
     restriction = TimeRestriction(dag.start_date, dag.end_date, dag.catchup)
-    last = runs.last_automated_interval(session, dag_id)
+    last = time_schedules.last_automated_interval(session, dag_id)
     info: DagRunInfo | None
     if not dag.next_dagrun_computed or not timetable.periodic:
         info = timetable.next_dagrun_info(
@@ -74,7 +74,7 @@ def create_time_run(session: Session, dag_id: str, *, now: datetime) -> tuple[in
     return None if run_pk is None else (run_pk, info.logical_date)
 
 
-def _stored_info(dag: runs.TimeDag) -> DagRunInfo:
+def _stored_info(dag: time_schedules.TimeDag) -> DagRunInfo:
     assert dag.next_dagrun is not None and dag.next_data_interval is not None
     return DagRunInfo(
         logical_date=dag.next_dagrun,
@@ -87,7 +87,7 @@ def store_next(
     session: Session, dag_id: str, info: DagRunInfo | None, *, held: bool = False
 ) -> None:
     """Store the DAG's next time run; ``held`` (max_active_runs reached): shown, not due."""
-    runs.set_next_dagrun(
+    time_schedules.set_next_dagrun(
         session,
         dag_id,
         logical_date=None if info is None else info.logical_date,

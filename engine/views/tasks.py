@@ -6,10 +6,9 @@ from __future__ import annotations
 import codecs
 from typing import TYPE_CHECKING, Any, Final, TypedDict
 
-from engine.db.queries import browse
+from engine.db.queries import browse, run_context
 from engine.db.queries import dags as dags_sql
 from engine.db.queries import mapping as mapping_sql
-from engine.db.queries import tasks as tasks_sql
 from engine.task_log_files import find_log_file, logged_tries
 from engine.views.common import Page, check_page, duration_s, iso, jsonable, page
 from triggers.exceptions import SerializationError
@@ -211,7 +210,7 @@ def task_results(
     """The results (XComs) a task instance stored, None if it is unknown: its state and
     try, and ``results`` {key: value}, ``return_value`` first then by key. ``plain``: the
     values as JSON types (``jsonable``); else as decoded (datetimes, tuples, sets)."""
-    found = tasks_sql.load_task_results(session, dag_id, run_id, task_id, map_index)
+    found = run_context.load_task_results(session, dag_id, run_id, task_id, map_index)
     if found is None:
         return None
     ordered = sorted(found.xcoms.items(), key=lambda item: (item[0] != "return_value", item[0]))

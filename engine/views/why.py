@@ -23,7 +23,7 @@ from engine.authoring.assets import (
 )
 from engine.authoring.timetables import DataInterval, TimeRestriction, timetable_from_json
 from engine.db.models import DagRunState
-from engine.db.queries import backfills, runs
+from engine.db.queries import backfills, runs, time_schedules
 from engine.db.queries import why as why_sql
 from engine.db.queries import why_watchers as watchers_sql
 from engine.views import why_entries, why_findings
@@ -363,7 +363,7 @@ def _time_schedule(
                 sched.next_dagrun, sched.next_dagrun_data_interval, run_after, now
             )
         return out, limit
-    last = runs.last_automated_interval(session, sched.dag_id)
+    last = time_schedules.last_automated_interval(session, sched.dag_id)
     info = timetable.next_dagrun_info(
         last_automated_data_interval=None if last is None else DataInterval(*last),
         restriction=TimeRestriction(sched.start_date, sched.end_date, sched.catchup),

@@ -20,8 +20,8 @@ from engine.api.rest.common import Limit, Offset, Page, act, found, not_found, r
 from engine.api.rest.tasks import TaskChangeItem, TaskInstanceItem
 from engine.api.security import OperatorDep, ReaderDep
 from engine.db.models import DagRunState, utcnow
-from engine.db.queries import actions
 from engine.db.queries import dags as dags_sql
+from engine.db.queries import run_ends
 from engine.views import runs as runs_view
 from engine.views.common import Page as ViewPage
 
@@ -158,8 +158,8 @@ async def show_run(
 async def cancel_run(
     _: OperatorDep, database: DatabaseDep, dag_id: str, run_id: str
 ) -> dict[str, Any]:
-    cancel = partial(actions.cancel_run, dag_id=dag_id, run_id=run_id, now=utcnow())
-    ended: actions.EndedRun = await act(database, cancel)
+    cancel = partial(run_ends.cancel_run, dag_id=dag_id, run_id=run_id, now=utcnow())
+    ended: run_ends.EndedRun = await act(database, cancel)
     return {
         "dag_id": dag_id,
         "run_id": run_id,

@@ -29,7 +29,8 @@ from engine.db.database import is_postgres
 from engine.db.models import CallbackRequest, Dag, DagRun, DagRunState, TaskInstance, TaskState
 from engine.db.queries import jobs
 from engine.db.queries import mapping as mapping_sql
-from engine.db.queries.tasks import EXECUTOR_JOB, context_run, run_results, triggering_events
+from engine.db.queries.run_context import context_run, run_results, triggering_events
+from engine.db.queries.tasks import EXECUTOR_JOB
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -17,20 +17,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import and_, case, func, select, update
 
-from engine.authoring.context import EventRow
 from engine.db import models
 from engine.db.database import rowcount
 from engine.db.models import (
-    Asset,
-    AssetEvent,
     Dag,
     DagRun,
-    DagRunAssetEvent,
     DagTask,
     TaskInstance,
     TaskState,
 )
-from engine.db.queries import assets
+from engine.db.queries import assets, run_context
 from engine.db.queries import mapping as mapping_sql
 
 if TYPE_CHECKING:
@@ -40,6 +36,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
     from sqlalchemy.sql.elements import ColumnElement
 
+    from engine.authoring.context import EventRow
     from engine.db.queries.pools import Candidate
 
 
@@ -237,37 +234,24 @@ def _task_run(
         deferral_count=ti.deferral_count,
         execution_timeout_s=None if timeout_s is None else int(timeout_s),
         **_retry_settings(task_row),
-        events=tuple(triggering_events(session, ti.dag_run_id)),
-        xcoms=run_results(session, ti.dag_run_id),
+        events=tuple(run_context.triggering_events(session, ti.dag_run_id)),
+        xcoms=run_context.run_results(session, ti.dag_run_id),
         map_index=ti.map_index,
         mapped_xcoms=mapping_sql.mapped_run_results(session, ti.dag_run_id),
-        run=context_run(dag_run),
+        run=run_context.context_run(dag_run),
         inlet_events={
             **{
-                name: tuple(_event_row(event, name) for event in events)
+                name: tuple(run_context.event_row(event, name) for event in events)
                 for name, events in assets.recent_asset_events(session, inlets).items()
             },
             **{
-                alias: tuple(_event_row(event, asset_name) for event, asset_name in events)
+                alias: tuple(
+                    run_context.event_row(event, asset_name) for event, asset_name in events
+                )
                 for alias, events in assets.recent_alias_events(session, inlet_aliases).items()
             },
         },
     )
-
-
-def context_run(dag_run: DagRun) -> dict[str, Any]:
-    """The run as a task's context shows it (``dag_run``): ids, type, dates, conf."""
-    return {
-        "run_id": dag_run.run_id,
-        "run_type": dag_run.run_type,
-        "logical_date": dag_run.logical_date,
-        "data_interval_start": dag_run.data_interval_start,
-        "data_interval_end": dag_run.data_interval_end,
-        "run_after": dag_run.run_after,
-        "conf": dag_run.conf,
-        "queued_at": dag_run.queued_at,
-        "start_date": dag_run.start_date,
-    }
 
 
 def _retry_settings(task_row: Any) -> dict[str, Any]:
@@ -282,81 +266,6 @@ def _retry_settings(task_row: Any) -> dict[str, Any]:
             None if task_row.max_retry_delay_s is None else float(task_row.max_retry_delay_s)
         ),
     }
-
-
-def _event_row(event: AssetEvent, asset_name: str, uri: str | None = None) -> EventRow:
-    return EventRow(
-        id=event.id,
-        asset_name=asset_name,
-        payload=event.payload,
-        timestamp=event.timestamp,
-        source_watcher=event.source_watcher,
-        uri=uri,
-        extra=event.extra,
-        source=event.source,
-        source_dag_id=event.source_dag_id,
-        source_run_id=event.source_run_id,
-        source_task_id=event.source_task_id,
-        source_try_number=event.source_try_number,
-        source_alias=event.source_alias,
-        created_by=event.created_by,
-    )
-
-
-def triggering_events(session: Session, dag_run_id: int) -> list[EventRow]:
-    """The asset events that triggered the run, in id order."""
-    rows = session.execute(
-        select(AssetEvent, Asset.name, Asset.uri)
-        .join(DagRunAssetEvent, DagRunAssetEvent.asset_event_id == AssetEvent.id)
-        .join(Asset, Asset.id == AssetEvent.asset_id)
-        .where(DagRunAssetEvent.dag_run_id == dag_run_id)
-        .order_by(AssetEvent.id)
-    )
-    return [_event_row(event, str(name), str(uri)) for event, name, uri in rows]
-
-
-def run_results(session: Session, dag_run_id: int) -> dict[str, dict[str, Any]]:
-    """The results of the run's succeeded tasks: ``{task_id: {key: tagged JSON}}`` (what
-    ``ti.xcom_pull`` and a task's ``XComArg`` arguments read)."""
-    rows = session.execute(
-        select(TaskInstance.task_id, TaskInstance.xcoms).where(
-            TaskInstance.dag_run_id == dag_run_id,
-            TaskInstance.map_index == -1,  # copies of mapped tasks: mapping.mapped_run_results
-            TaskInstance.state == TaskState.SUCCESS,
-            TaskInstance.xcoms.is_not(None),
-        )
-    )
-    return {str(task_id): dict(xcoms) for task_id, xcoms in rows if isinstance(xcoms, dict)}
-
-
-@dataclass(frozen=True, slots=True)
-class TaskResults:
-    """A task instance's state and stored results (``sluice tasks result``)."""
-
-    state: str
-    try_number: int
-    xcoms: dict[str, Any]
-
-
-def load_task_results(
-    session: Session, dag_id: str, run_id: str, task_id: str, map_index: int = -1
-) -> TaskResults | None:
-    """The results of one task instance of one run (``{key: tagged JSON}``): the task's, or
-    one copy's of a mapped task (``map_index``); None if no such task instance."""
-    row = session.execute(
-        select(TaskInstance.state, TaskInstance.try_number, TaskInstance.xcoms)
-        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
-        .where(
-            DagRun.dag_id == dag_id,
-            DagRun.run_id == run_id,
-            TaskInstance.task_id == task_id,
-            TaskInstance.map_index == map_index,
-        )
-    ).first()
-    if row is None:
-        return None
-    state, try_number, xcoms = row
-    return TaskResults(str(state), int(try_number), dict(xcoms or {}))
 
 
 def _try_ended(elapsed_s: float, now: datetime) -> dict[str, Any]:
