@@ -24,6 +24,7 @@ from engine.db.models import DagRunState
 from engine.db.queries import backfills as backfills_sql
 from engine.db.queries import runs
 from engine.db.queries.backfills import REPROCESS_COMPLETED, REPROCESS_FAILED
+from engine.scheduler.time_runs import create_run_at
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -89,15 +90,8 @@ def add_backfill_runs(
         found = existing.get(info.logical_date)
         action = _action(found, backfill_id, reprocess)
         if action == CREATE:
-            created = runs.create_run(
-                session,
-                dag_id,
-                run_type=runs.BACKFILL,
-                now=now,
-                logical_date=info.logical_date,
-                data_interval=(info.data_interval.start, info.data_interval.end),
-                run_after=info.run_after,
-                backfill_id=backfill_id,
+            created = create_run_at(
+                session, dag_id, info, run_type=runs.BACKFILL, now=now, backfill_id=backfill_id
             )
             counts["skipped" if created is None else "created"] += 1
         elif action == REPROCESS and found is not None:

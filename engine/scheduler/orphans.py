@@ -43,29 +43,17 @@ DEFAULT_RETRY_DELAY_S = 300.0
 
 @dataclass(frozen=True, slots=True)
 class LostTry:
-    """A running try of a dead executor, ended as ``failed`` or ``up_for_retry``."""
+    """A running try of a dead executor (``facts``: its row), ended as ``state``:
+    ``failed``, or ``up_for_retry`` until ``retry_at`` (``retry_wait_s`` after its end)."""
 
-    ti_id: int
-    dag_id: str
-    run_id: str
-    task_id: str
-    map_index: int
-    try_number: int
-    max_tries: int
+    facts: LostTryFacts
     state: str
     reason: str
     retry_at: datetime | None = None
     retry_wait_s: float = 0.0
 
     def log_fields(self) -> dict[str, object]:
-        return {
-            "ti_id": self.ti_id,
-            "dag_id": self.dag_id,
-            "run_id": self.run_id,
-            "task_id": self.task_id,
-            "try_number": self.try_number,
-            "map_index": self.map_index,
-        }
+        return tasks.try_log_fields(self.facts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +93,7 @@ def recover_orphaned_tasks(
         if ended:
             data = {callbacks.LOST_TRY: _callback_data(lost, now)}
             callbacks.request_task_callback(
-                session, dag_id=lost.dag_id, run_id=lost.run_id, data=data, now=now
+                session, dag_id=facts.dag_id, run_id=facts.run_id, data=data, now=now
             )
             recovery.lost.append(lost)
     return recovery
@@ -130,13 +118,7 @@ def lost_try(facts: LostTryFacts, *, threshold_s: float, now: datetime) -> LostT
         now=now,
     )
     return LostTry(
-        ti_id=facts.ti_id,
-        dag_id=facts.dag_id,
-        run_id=facts.run_id,
-        task_id=facts.task_id,
-        map_index=facts.map_index,
-        try_number=facts.try_number,
-        max_tries=facts.max_tries,
+        facts,
         state=TaskState.FAILED if retry is None else TaskState.UP_FOR_RETRY,
         reason=_reason(facts, threshold_s),
         retry_at=None if retry is None else retry[0],
@@ -159,10 +141,10 @@ def _reason(facts: LostTryFacts, threshold_s: float) -> str:
 def _callback_data(lost: LostTry, now: datetime) -> dict[str, Any]:
     """What a callback request says of ``lost`` (read by ``engine.executor.callbacks``)."""
     return {
-        "ti_id": lost.ti_id,
-        "task_id": lost.task_id,
-        "map_index": lost.map_index,
-        "try_number": lost.try_number,
+        "ti_id": lost.facts.ti_id,
+        "task_id": lost.facts.task_id,
+        "map_index": lost.facts.map_index,
+        "try_number": lost.facts.try_number,
         "state": lost.state,
         "reason": lost.reason,
         "retry_at": None if lost.retry_at is None else lost.retry_at.isoformat(),

@@ -479,11 +479,11 @@ def _log_lost_try(lost: orphans.LostTry) -> None:
         outcome = f"up for retry at {lost.retry_at.isoformat(timespec='milliseconds')}"
     logger.warning(
         "Task %s.%s (run %s, try %d of %d): %s; the try failed, %s",
-        lost.dag_id,
-        lost.task_id,
-        lost.run_id,
-        lost.try_number,
-        lost.max_tries + 1,
+        lost.facts.dag_id,
+        lost.facts.task_id,
+        lost.facts.run_id,
+        lost.facts.try_number,
+        lost.facts.max_tries + 1,
         lost.reason,
         outcome,
         extra={"action": "task_lost", "state": lost.state, **lost.log_fields()},

@@ -58,20 +58,35 @@ def create_time_run(session: Session, dag_id: str, *, now: datetime) -> tuple[in
         # computed afresh (with catchup off: the latest tick then, not this stale one).
         store_next(session, dag_id, info, held=True)
         return None
-    run_pk = runs.create_run(
-        session,
-        dag_id,
-        run_type=runs.SCHEDULED,
-        now=now,
-        logical_date=info.logical_date,
-        data_interval=(info.data_interval.start, info.data_interval.end),
-        run_after=info.run_after,
-    )
+    run_pk = create_run_at(session, dag_id, info, run_type=runs.SCHEDULED, now=now)
     following = timetable.next_dagrun_info(
         last_automated_data_interval=info.data_interval, restriction=restriction, now=now
     )
     store_next(session, dag_id, following)
     return None if run_pk is None else (run_pk, info.logical_date)
+
+
+def create_run_at(
+    session: Session,
+    dag_id: str,
+    info: DagRunInfo,
+    *,
+    run_type: str,
+    now: datetime,
+    backfill_id: int | None = None,
+) -> int | None:
+    """Create the DAG's run at a tick of its timetable (``info``: logical date, data
+    interval, earliest start); None when the DAG has a run at that logical date."""
+    return runs.create_run(
+        session,
+        dag_id,
+        run_type=run_type,
+        now=now,
+        logical_date=info.logical_date,
+        data_interval=(info.data_interval.start, info.data_interval.end),
+        run_after=info.run_after,
+        backfill_id=backfill_id,
+    )
 
 
 def _stored_info(dag: time_schedules.TimeDag) -> DagRunInfo:

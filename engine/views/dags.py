@@ -115,9 +115,7 @@ class LastRun(TypedDict):
     end_date: str | None
 
 
-class DagDetails(ScheduleBounds):
-    """One DAG of ``show_dag``."""
-
+class _Details(TypedDict):
     dag_id: str
     fileloc: str
     description: str | None
@@ -129,6 +127,11 @@ class DagDetails(ScheduleBounds):
     tasks: list[TaskShown]
     watchers: list[WatcherShown]
     last_runs: list[LastRun]  # newest first
+
+
+class DagDetails(_Details, ScheduleBounds):
+    """One DAG of ``show_dag``."""
+
     timetable: TimetableShown | None
     schedule_text: str
     run_counts: dict[str, int]
@@ -278,20 +281,6 @@ def show_dag(session: Session, dag_id: str) -> DagDetails | None:
         "schedule_text": schedule_text(sched, description=timetable_description(sched)),
         "run_counts": browse.run_summaries(session, [dag_id], last=0)[dag_id].run_counts,
     }
-
-
-class _Details(TypedDict):
-    dag_id: str
-    fileloc: str
-    description: str | None
-    paused: bool
-    active: bool
-    last_parsed: str | None
-    schedule: Any
-    assets: list[str]
-    tasks: list[TaskShown]
-    watchers: list[WatcherShown]
-    last_runs: list[LastRun]
 
 
 def _details(session: Session, dag: Dag) -> _Details:

@@ -519,7 +519,7 @@ async def test_cancelling_the_executor_kills_its_children_and_leaves_them_recove
     now = models.utcnow()
     recover = partial(orphans.recover_orphaned_tasks, threshold_s=60, now=now)
     recovery = env.db.call(recover)
-    assert [lost.ti_id for lost in recovery.lost] == [tis["sleeper"]]  # its job ended with it
+    assert [lost.facts.ti_id for lost in recovery.lost] == [tis["sleeper"]]  # its job ended with it
     ti = env.ti(tis["sleeper"])  # retries=0: its one try failed with its process
     assert (ti.state, ti.try_number, ti.next_method, ti.end_date) == ("failed", 1, None, now)
 
@@ -664,7 +664,7 @@ def test_recovery_fails_or_retries_the_running_tries_of_a_dead_executor(env: Env
     now = models.utcnow()
     recovery = env.db.call(partial(orphans.recover_orphaned_tasks, threshold_s=10, now=now))
     assert recovery.requeued == [tis["wait"]]
-    lost = {t.task_id: t for t in recovery.lost}
+    lost = {t.facts.task_id: t for t in recovery.lost}
     assert sorted(lost) == ["flaky", "ok"]
     assert f"executor (job {dead}" in lost["ok"].reason
     assert "stopped heartbeating at" in lost["ok"].reason
@@ -720,7 +720,7 @@ def test_a_silent_executor_keeps_its_running_tries_until_the_task_heartbeat_time
     assert (recovery.requeued, recovery.lost) == ([tis["wait"]], [])
     assert env.ti(tis["ok"]).state == "running"
     later = partial(orphans.recover_orphaned_tasks, threshold_s=10, running_threshold_s=30, now=now)
-    assert [t.task_id for t in env.db.call(later).lost] == ["ok"]
+    assert [t.facts.task_id for t in env.db.call(later).lost] == ["ok"]
     assert env.ti(tis["ok"]).state == "failed"
 
 

@@ -22,6 +22,7 @@ from engine.exceptions import NotFoundError
 from engine.task_log_files import TaskLogNotFoundError
 from engine.views import runs as runs_view
 from engine.views import tasks as tasks_view
+from engine.views.tasks import TaskInstanceItem, TaskLogChunk
 
 #: A run page reloads itself this often while the run goes on.
 REFRESH_S: Final = 2
@@ -60,12 +61,8 @@ async def run_page(
 
 
 def _read_log_now(
-    folder: Any,
-    ti: tasks_view.TaskInstanceItem,
-    try_number: int | None,
-    offset: int,
-    max_bytes: int,
-) -> tasks_view.TaskLogChunk | None:
+    folder: Any, ti: TaskInstanceItem, try_number: int | None, offset: int, max_bytes: int
+) -> TaskLogChunk | None:
     try:
         return tasks_view.task_log(
             folder,
@@ -82,12 +79,8 @@ def _read_log_now(
 
 
 async def _read_log(
-    folder: Any,
-    ti: tasks_view.TaskInstanceItem,
-    try_number: int | None,
-    offset: int,
-    max_bytes: int,
-) -> tasks_view.TaskLogChunk | None:
+    folder: Any, ti: TaskInstanceItem, try_number: int | None, offset: int, max_bytes: int
+) -> TaskLogChunk | None:
     """A piece of a try's log, read in a worker thread: file IO never blocks the event loop
     (under ``sluice run`` the engine's other parts share it)."""
     read = partial(_read_log_now, folder, ti, try_number, offset, max_bytes)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from sqlalchemy import and_, case, func, select, update
 
@@ -129,14 +129,36 @@ class TaskRun:
 
     def log_fields(self) -> dict[str, object]:
         """The structured fields every log line about this try carries."""
-        return {
-            "ti_id": self.ti_id,
-            "dag_id": self.dag_id,
-            "run_id": self.run_id,
-            "task_id": self.task_id,
-            "try_number": self.try_number,
-            "map_index": self.map_index,
-        }
+        return try_log_fields(self)
+
+
+class ATry(Protocol):
+    """What names one try of a task instance."""
+
+    @property
+    def ti_id(self) -> int: ...
+    @property
+    def dag_id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def try_number(self) -> int: ...
+    @property
+    def map_index(self) -> int: ...
+
+
+def try_log_fields(a_try: ATry) -> dict[str, object]:
+    """The structured fields every log line about a try carries."""
+    return {
+        "ti_id": a_try.ti_id,
+        "dag_id": a_try.dag_id,
+        "run_id": a_try.run_id,
+        "task_id": a_try.task_id,
+        "try_number": a_try.try_number,
+        "map_index": a_try.map_index,
+    }
 
 
 def held_by(ti_id: int, job_id: int, state: str) -> ColumnElement[bool]:
