@@ -61,9 +61,9 @@ from engine.db.database import Database
 from engine.db.models import DagRun, TaskInstance
 from engine.db.queries import runs
 from engine.db.schema import migrate
-from engine.db.views import dags as dags_view
 from engine.executor.local import LocalExecutor
 from engine.supervisor import build_parts, tune_gc
+from engine.views import dags as dags_view
 from triggers.serde import deserialize_value
 from triggers.watch import DirectoryWatchTrigger
 

@@ -5,10 +5,11 @@ TaskGroup, task_group, Param, TriggerRule, XComArg, CronTriggerTimetable, ...`` 
 a port changes ``airflow.sdk.X`` to ``engine.X``), sensors from ``engine.sensors`` and
 Airflow's exceptions from ``engine.exceptions``. The parts, from the top:
 ``cli`` and ``supervisor`` (the processes); the runtime parts ``dag_processing``,
-``scheduler``, ``executor`` and ``triggerer``, which never import each other; ``db`` (the
-metadata database: models, migrations, every query); ``authoring`` (what DAG files import);
-and the leaf utilities (``config``, ``crypto``, ``logs``, ``metrics``, ``exceptions``,
-``retry``, ``loader``, ``doctor``). Each package's ``__init__`` says what it owns.
+``scheduler``, ``executor`` and ``triggerer``, which never import each other, and ``api``;
+``views`` (the read model ``api`` and ``cli`` show); ``db`` (the metadata database: models,
+migrations, every statement); ``authoring`` (what DAG files import); and the leaf utilities
+(``config``, ``crypto``, ``logs``, ``metrics``, ``exceptions``, ``retry``,
+``task_retries``, ``loader``, ``doctor``). Each package's ``__init__`` says what it owns.
 """
 
 from __future__ import annotations

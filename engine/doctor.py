@@ -1,6 +1,6 @@
 """``sluice doctor``: the "task stuck deferred" debugging guide as one pure function.
 
-``diagnose(facts)`` takes what ``store_inspect.doctor_facts`` read in one transaction and
+``diagnose(facts)`` takes what ``engine.views.doctor.doctor_facts`` read in one transaction and
 returns findings (severity, what is wrong naming the culprit, what to do); it does no I/O
 and reads no clock, so every rule is tested with plain dictionaries. The rules, in the
 order of the guide: does the deferred task's trigger row exist, is it assigned, is its
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from datetime import datetime
 
 ERROR: Final = "error"
@@ -38,7 +39,7 @@ class Finding:
     action: str
 
 
-def diagnose(facts: dict[str, Any], *, claim_grace_s: float) -> list[Finding]:
+def diagnose(facts: Mapping[str, Any], *, claim_grace_s: float) -> list[Finding]:
     """Every problem ``facts`` show; ``claim_grace_s``: how long a claim may normally take."""
     jobs = facts["jobs"]
     findings = _missing_parts(jobs) + _no_dag_processor(jobs) + _dead_jobs(jobs)
@@ -131,7 +132,7 @@ def _dead_jobs(jobs: list[dict[str, Any]]) -> list[Finding]:
     ]
 
 
-def _capacity(facts: dict[str, Any], jobs: list[dict[str, Any]]) -> list[Finding]:
+def _capacity(facts: Mapping[str, Any], jobs: list[dict[str, Any]]) -> list[Finding]:
     live = _live(jobs, "triggerer")
     waiting = int(facts["unassigned_triggers"])
     if not live or not waiting or any(_spare(j) > 0 for j in live):

@@ -12,7 +12,14 @@ class ConfigError(SluiceError):
 
 
 class DatabaseError(SluiceError):
-    """The metadata database cannot be used (unreachable, locked, schema mismatch)."""
+    """The metadata database cannot be used (unreachable, locked, schema mismatch, a statement
+    it refused). Raised by ``engine.db`` with the driver's error as ``__cause__``."""
+
+
+class DatabaseUnavailable(DatabaseError):
+    """The metadata database cannot be reached for now (connection refused, lost or reset,
+    locked for too long): the same work may succeed once it is back, so retrying loops retry
+    on this one and give up on any other ``DatabaseError``."""
 
 
 class SchemaNotCurrentError(DatabaseError):

@@ -1,7 +1,8 @@
 """The REST API and the web UI: one FastAPI application served by uvicorn.
 
 A runtime part beside the DAG processor, scheduler, executor and triggerer (it never imports
-them; they meet in ``engine.db``). ``sluice api-server`` runs it alone and ``sluice run`` with
+them; they meet in ``engine.db``); it shows the read model, ``engine.views``, as the CLI
+does. ``sluice api-server`` runs it alone and ``sluice run`` with
 the other parts; its processes keep no state of their own (sessions and tokens live in the
 metadata database), so several can run behind a load balancer.
 

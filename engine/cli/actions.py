@@ -10,40 +10,24 @@ from __future__ import annotations
 
 import json
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from engine.authoring.timetables import timezone_of
 from engine.cli.backfill import parse_date
-from engine.cli.common import emit, fail, format_table, json_option, open_database
+from engine.cli.common import emit, fail, format_table, json_option, run_query
 from engine.db.models import utcnow
-from engine.db.queries import actions
+from engine.db.queries import actions, run_ends
 from engine.db.queries import backfills as backfills_sql
-from engine.exceptions import OperatorActionError, SluiceError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
     from datetime import datetime
 
     from sqlalchemy.orm import Session
 
 _COLUMNS = ["run_id", "task_id", "state", "new_state"]
-
-
-def _act(ctx: click.Context, fn: Callable[[Session], Any], *, writes: bool) -> Any:
-    """``fn(session)`` in one transaction; a refused action or a database error ends the
-    command with one line saying why."""
-    db = open_database(ctx)
-    try:
-        return db.call(fn, read_only=not writes)
-    except OperatorActionError as exc:
-        fail(str(exc))
-    except SluiceError as exc:
-        first = (str(exc).strip().splitlines() or [repr(exc)])[0]
-        fail(f"{first} (database {db!r}; check [core] sql_alchemy_conn and `sluice db check`)")
-    finally:
-        db.dispose()
 
 
 def _print_changes(
@@ -66,7 +50,7 @@ def _date(ctx: click.Context, dag_id: str, text: str | None, option: str) -> dat
     """A ``--start-date`` / ``--end-date``; a naive one is in the DAG's time zone."""
     if text is None:
         return None
-    sched = _act(ctx, lambda s: backfills_sql.dag_schedules(s, [dag_id]), writes=False)
+    sched = run_query(ctx, lambda s: backfills_sql.dag_schedules(s, [dag_id]), writes=False)
     if dag_id not in sched:
         fail(f"no DAG {dag_id!r}; see `sluice dags list`")
     return parse_date(text, timezone=timezone_of(sched[dag_id].timezone), option=option)
@@ -122,7 +106,7 @@ def tasks_clear(
         only_running=only_running,
         map_index=map_index,
     )
-    found: list[actions.TaskChange] = _act(ctx, select, writes=False)
+    found: list[actions.TaskChange] = run_query(ctx, select, writes=False)
     if not found:
         click.echo("no task instances to clear", err=as_json)
         if as_json:
@@ -137,7 +121,7 @@ def tasks_clear(
         selected = select(session)  # again, in the writing transaction: states move on
         return actions.clear_task_instances(session, selected, now=utcnow())
 
-    result: actions.ActionResult = _act(ctx, clear, writes=True)
+    result: actions.ActionResult = run_query(ctx, clear, writes=True)
     _print_changes(result.tasks, result.runs, as_json)
 
 
@@ -179,7 +163,7 @@ def tasks_set_state(
         map_index=map_index,
         now=utcnow(),
     )
-    result: actions.ActionResult = _act(ctx, mark, writes=True)
+    result: actions.ActionResult = run_query(ctx, mark, writes=True)
     _print_changes(result.tasks, result.runs, as_json)
 
 
@@ -194,8 +178,8 @@ def runs_cancel(ctx: click.Context, dag_id: str, run_id: str, as_json: bool) -> 
     Running and deferred tasks become failed (their processes and triggers stopped);
     tasks not started, or waiting for a retry, become skipped.
     """
-    cancel = partial(actions.cancel_run, dag_id=dag_id, run_id=run_id, now=utcnow())
-    ended: actions.EndedRun = _act(ctx, cancel, writes=True)
+    cancel = partial(run_ends.cancel_run, dag_id=dag_id, run_id=run_id, now=utcnow())
+    ended: run_ends.EndedRun = run_query(ctx, cancel, writes=True)
     if as_json:
         click.echo(
             json.dumps(

@@ -3,7 +3,7 @@ other workflow commands share with it (dates typed on the command line, JSON obj
 is acting).
 
 The logical dates come from the DAG's stored timetable; the runs are written in batches
-(``engine.db.queries.backfills``), each in its own transaction, so a killed command leaves
+(``engine.scheduler.backfills``), each in its own transaction, so a killed command leaves
 whole batches behind and the same command run again resumes without duplicates. The
 scheduler admits the runs, at most ``--max-active-runs`` at once, and completes the backfill
 when they have all ended.
@@ -34,6 +34,7 @@ from engine.cli.common import fail, format_table, json_option, open_database, ru
 from engine.db.models import utcnow
 from engine.db.queries import backfills
 from engine.exceptions import SluiceError
+from engine.scheduler import backfills as backfill_rules
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -126,7 +127,7 @@ def write_backfill(
     reprocess: str,
     max_active_runs: int,
     created_by: str | None,
-    batch_size: int = backfills.BACKFILL_BATCH_SIZE,
+    batch_size: int = backfill_rules.BACKFILL_BATCH_SIZE,
     clock: Callable[[], datetime] = utcnow,
 ) -> BackfillResult:
     """Create (or resume) the backfill, then its runs, ``batch_size`` per transaction.
@@ -170,7 +171,7 @@ def _add_batch(
     clock: Callable[[], datetime],
     session: Session,
 ) -> dict[str, int]:
-    return backfills.add_backfill_runs(
+    return backfill_rules.add_backfill_runs(
         session, backfill_id, batch, reprocess=reprocess, now=clock()
     )
 
@@ -235,7 +236,7 @@ def dags_backfill(
     }
     if dry_run:
         plan = run_query(
-            ctx, lambda s: backfills.backfill_plan(s, dag_id, infos, reprocess=reprocess)
+            ctx, lambda s: backfill_rules.backfill_plan(s, dag_id, infos, reprocess=reprocess)
         )
         _print_plan(summary, plan, as_json)
         return
@@ -312,7 +313,7 @@ def _write(
 def _print_plan(summary: dict[str, Any], plan: list[dict[str, Any]], as_json: bool) -> None:
     counts = {
         action: sum(1 for p in plan if p["action"] == action)
-        for action in (backfills.CREATE, backfills.REPROCESS, backfills.SKIP)
+        for action in (backfill_rules.CREATE, backfill_rules.REPROCESS, backfill_rules.SKIP)
     }
     if as_json:
         click.echo(json.dumps({**summary, **counts, "runs": plan}, indent=2))

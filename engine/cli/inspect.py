@@ -24,15 +24,15 @@ from engine.cli.common import (
     run_query,
 )
 from engine.db import models
-from engine.db import operations as ops_sql
 from engine.db.queries import assets as assets_sql
 from engine.db.queries import dags as dags_sql
-from engine.db.views import assets as assets_view
-from engine.db.views import dags as dags_view
-from engine.db.views import runs as runs_view
-from engine.db.views import tasks as tasks_view
-from engine.db.views.common import iso
 from engine.task_log_files import read_task_log
+from engine.views import assets as assets_view
+from engine.views import dags as dags_view
+from engine.views import operations
+from engine.views import runs as runs_view
+from engine.views import tasks as tasks_view
+from engine.views.common import iso
 
 if TYPE_CHECKING:
     from engine.db.queries.backfills import DagSchedule
@@ -206,8 +206,10 @@ def dags_trigger(
         zone = timezone_of(sched.timezone)
         logical_date = parse_date(logical_text, timezone=zone, option="--logical-date")
 
-    def trigger(session: Any) -> dict[str, Any]:
-        return ops_sql.trigger_dag(session, dag_id, conf=parsed, logical_date=logical_date, now=now)
+    def trigger(session: Any) -> operations.TriggeredRun:
+        return operations.trigger_dag(
+            session, dag_id, conf=parsed, logical_date=logical_date, now=now
+        )
 
     run_id = run_query(ctx, trigger, writes=True)["run_id"]
     if as_json:
@@ -394,7 +396,7 @@ def tasks_result(
     prints JSON (datetimes as ISO 8601 text, tuples and sets as lists).
     """
 
-    def load(session: Any) -> tuple[dict[str, Any] | None, str]:
+    def load(session: Any) -> tuple[tasks_view.TaskResultsShown | None, str]:
         found = tasks_view.task_results(session, dag_id, run_id, task_id, map_index, plain=False)
         if found is not None:
             return found, ""

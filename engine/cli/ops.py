@@ -11,17 +11,18 @@ import json
 import sys
 from dataclasses import asdict
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
-from sqlalchemy.exc import SQLAlchemyError
 
 from engine import doctor
 from engine.cli.common import emit, get_config, json_option, open_database, run_query
 from engine.db.models import utcnow
-from engine.db.queries import inspection
-from engine.db.views import ops as ops_view
-from engine.exceptions import SchemaNotCurrentError, SluiceError
+from engine.exceptions import DatabaseError, SchemaNotCurrentError, SluiceError
+from engine.views import doctor as doctor_view
+from engine.views import jobs as jobs_view
+from engine.views import streams as streams_view
+from engine.views import triggers as triggers_view
 
 if TYPE_CHECKING:
     from engine.config import Config
@@ -42,7 +43,7 @@ def streams() -> None:
 def streams_list(ctx: click.Context, as_json: bool) -> None:
     """Each group: mode, subscribers, backlog per lane, oldest unresolved event, counters."""
     query = partial(
-        ops_view.list_stream_groups, now=utcnow(), config=get_config(ctx), history=False
+        streams_view.list_stream_groups, now=utcnow(), config=get_config(ctx), history=False
     )
     rows = [{k: r[k] for k in _STREAM_KEYS} for r in run_query(ctx, query)["items"]]
     if not as_json:
@@ -99,7 +100,7 @@ def jobs_list(ctx: click.Context, include_ended: bool, as_json: bool) -> None:
     """Each job: host and pid, state, heartbeat age, alive?, load / capacity, and the queues
     of a Celery worker (its load: the tries it runs)."""
     query = partial(
-        ops_view.list_jobs, now=utcnow(), config=get_config(ctx), include_ended=include_ended
+        jobs_view.list_jobs, now=utcnow(), config=get_config(ctx), include_ended=include_ended
     )
     columns = ["id", "type", "hostname", "pid", "state", "heartbeat_age_s", "alive", "load"]
     emit(run_query(ctx, query)["items"], [*columns, "capacity", "queues"], as_json)
@@ -115,7 +116,7 @@ def triggers() -> None:
 @click.pass_context
 def triggers_list(ctx: click.Context, as_json: bool) -> None:
     """Each trigger: class, owner triggerer (alive?), age, what it serves, load failure."""
-    query = partial(ops_view.list_triggers, now=utcnow(), config=get_config(ctx))
+    query = partial(triggers_view.list_triggers, now=utcnow(), config=get_config(ctx))
     rows = [{k: r[k] for k in _TRIGGER_KEYS} for r in run_query(ctx, query)["items"]]
     columns = ["id", "classpath", "triggerer_id", "owner_alive", "age_s", "serves"]
     emit(rows, [*columns, "failures", "last_failure_age_s", "load_failed"], as_json)
@@ -160,7 +161,7 @@ def doctor_command(ctx: click.Context, as_json: bool) -> None:
 def _examine(ctx: click.Context, cfg: Config) -> list[doctor.Finding]:
     from engine.db.schema import check_schema
 
-    thresholds, default = ops_view.liveness(cfg)
+    thresholds, default = jobs_view.liveness(cfg)
     database = open_database(ctx)
     findings: list[doctor.Finding] = []
     try:
@@ -168,16 +169,16 @@ def _examine(ctx: click.Context, cfg: Config) -> list[doctor.Finding]:
             check_schema(database.engine)
         except SchemaNotCurrentError as exc:
             findings.append(doctor.Finding("error", "schema", str(exc), "run `sluice db migrate`"))
-        except SQLAlchemyError:
+        except DatabaseError:
             pass  # the database cannot be read: the read below says so, once
         read = partial(
-            inspection.doctor_facts,
+            doctor_view.doctor_facts,
             now=utcnow(),
             thresholds=thresholds,
             default_threshold_s=default,
         )
         try:
-            facts: dict[str, Any] = database.call(read, read_only=True)
+            facts = database.call(read, read_only=True)
         except SluiceError as exc:
             findings.append(_unreadable(exc))
             return findings

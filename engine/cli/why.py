@@ -1,4 +1,4 @@
-"""``sluice dags why DAG``: why a DAG did not run (or will), from ``engine.db.views.why``.
+"""``sluice dags why DAG``: why a DAG did not run (or will), from ``engine.views.why``.
 
 Prints the verdict, then the facts behind it: the DAG's state and runs, its schedule (the
 asset condition tree with each asset's queued events, or the next tick), every asset of the
@@ -17,7 +17,7 @@ import click
 
 from engine.cli.common import fail, get_config, json_option, run_query
 from engine.db.models import utcnow
-from engine.db.views.why import UnknownDagError, explain_dag
+from engine.views.why import UnknownDagError, explain_dag
 
 
 @click.command("why")

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from engine.authoring.assets import Asset, AssetAlias
+from engine.authoring.callbacks import DEFAULT_POOL
 from engine.authoring.context import DagDefinitionError
 from engine.authoring.dag import DAG, take_registered_dags
 from engine.authoring.dag_files import (
@@ -99,7 +100,7 @@ class ParsedTask:
     max_retry_delay_s: float | None = None
     #: a mapped task's ``mapping_json()`` (engine.authoring.mapping); None when unmapped
     mapping: dict[str, Any] | None = None
-    pool: str = "default_pool"
+    pool: str = DEFAULT_POOL
     pool_slots: int = 1
     queue: str | None = None  # the Celery queue (None: [celery] default_queue)
 

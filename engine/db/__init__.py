@@ -1,13 +1,20 @@
 """The metadata database: connection, models, migrations, and every SQL statement.
 
-Owns the schema (``models``, ``migrations/``) and the only code that writes SQL:
-``queries/``, one module per table family. ``database`` opens sessions off the event loop,
-``schema`` migrates and checks, ``heartbeat`` keeps a job row alive, ``clean`` runs
-``sluice db clean``. Query functions take a ``Session`` and plain values and decide no
-policy. ``views/`` is the read model the CLI, the REST API and the UI show (it composes
-queries into JSON-able pages, no SQL of its own); ``operations`` the operator actions that
-take more than one query (triggering a DAG). May import: ``engine.authoring``, the leaf
-utilities, ``triggers`` (serde) and ``shared_stream`` (statistics types); never a runtime
-part. Import from the modules themselves: this package imports nothing, so that
+Owns the schema (``models/``, one module per table family; ``migrations/``) and the only
+code that writes SQL: ``queries/``, one module per table family. ``database`` opens sessions
+off the event loop, ``schema`` migrates and checks. Statements, not decisions: a query
+function takes a ``Session`` and plain values, reads or writes, and returns rows or small
+records; what they mean is decided by the part that owns the decision (which task a claim
+admits: ``engine.executor``; what becomes of a dead executor's tries or a backfill's dates:
+``engine.scheduler``) and shown by the read model (``engine.views``).
+
+Raises its own errors: a database that cannot be reached for now is
+``engine.exceptions.DatabaseUnavailable`` (retry), any other failure ``DatabaseError``, each
+with SQLAlchemy's error as ``__cause__``; no SQLAlchemy exception leaves this package.
+
+Also, for now, services that keep rows alive or signal them (``heartbeat``, ``wakeup``,
+``clean`` behind ``sluice db clean``). May import: ``engine.authoring``, the leaf utilities,
+``triggers`` (serde) and ``shared_stream`` (statistics types); never a runtime part, nor the
+read model. Import from the modules themselves: this package imports nothing, so that
 ``engine.db.models`` comes without alembic.
 """

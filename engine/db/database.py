@@ -8,6 +8,10 @@ under two writers). PostgreSQL goes through psycopg 3.
 ``Database.run(fn)`` runs ``fn(session)`` in a worker thread inside one transaction, so the
 event loop never blocks on the database; ``Database.run_statement(fn)`` runs a write that is
 one statement, on PostgreSQL in a single round trip.
+
+No SQLAlchemy error leaves ``engine.db``: ``translated_errors`` raises the engine's
+``DatabaseUnavailable`` (the database cannot be reached for now: retry) or ``DatabaseError``
+(anything else) instead, with SQLAlchemy's as ``__cause__``.
 """
 
 from __future__ import annotations
@@ -21,10 +25,10 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import anyio.to_thread
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from engine.exceptions import DatabaseError
+from engine.exceptions import DatabaseError, DatabaseUnavailable
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -64,6 +68,26 @@ def upsert_insert(session: Session, table: Any) -> Any:
 def rowcount(result: Any) -> int:
     """The number of rows an UPDATE or DELETE matched."""
     return int(result.rowcount)
+
+
+def database_error(exc: SQLAlchemyError) -> DatabaseError:
+    """SQLAlchemy's ``exc`` as the engine's error (raise it ``from exc``):
+    ``DatabaseUnavailable`` when the database cannot be reached for now (an operational
+    error: refused, reset, locked; or a connection found dead), else ``DatabaseError``."""
+    message = f"metadata database error: {exc}"
+    unavailable = isinstance(exc, OperationalError) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    )
+    return DatabaseUnavailable(message) if unavailable else DatabaseError(message)
+
+
+@contextmanager
+def translated_errors() -> Iterator[None]:
+    """Raise SQLAlchemy's errors inside as ``database_error``'s, the original as cause."""
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise database_error(exc) from exc
 
 
 def is_sqlite(url: str) -> bool:
@@ -142,11 +166,8 @@ class Database:
         lock (it must then not write: a write in it can fail with "database is locked").
         """
         sessions = self._read_sessions if read_only else self._sessions
-        try:
-            with sessions.begin() as session:
-                yield session
-        except SQLAlchemyError as exc:
-            raise DatabaseError(f"metadata database error: {exc}") from exc
+        with translated_errors(), sessions.begin() as session:
+            yield session
 
     def call(self, fn: Callable[[Session], T], *, read_only: bool = False) -> T:
         with self.session(read_only=read_only) as session:
@@ -170,11 +191,8 @@ class Database:
         if self._statement_engine is None:
             with self.session() as session:
                 return fn(session.connection())
-        try:
-            with self._statement_engine.connect() as connection:
-                return fn(connection)
-        except SQLAlchemyError as exc:
-            raise DatabaseError(f"metadata database error: {exc}") from exc
+        with translated_errors(), self._statement_engine.connect() as connection:
+            return fn(connection)
 
     async def run_statement(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(connection)`` (see ``call_statement``) on a worker thread."""

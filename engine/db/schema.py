@@ -2,7 +2,9 @@
 is at the head revision and matches the models, and resetting it.
 
 SQLite migrations run with foreign keys off (SQLite alters a column by rebuilding its
-table, and the DROP would cascade) and end with ``PRAGMA foreign_key_check``.
+table, and the DROP would cascade) and end with ``PRAGMA foreign_key_check``. A database
+that cannot be reached or refuses raises ``DatabaseUnavailable`` / ``DatabaseError``
+(``engine.db.database.translated_errors``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
+from engine.db.database import translated_errors
 from engine.db.models import Base
 from engine.exceptions import DatabaseError, SchemaNotCurrentError
 
@@ -51,7 +54,7 @@ def head_revision() -> str:
 
 
 def current_revision(engine: Engine) -> str | None:
-    with engine.connect() as conn:
+    with translated_errors(), engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
 
 
@@ -59,7 +62,7 @@ def migrate(engine: Engine, revision: str = "head") -> tuple[str | None, str]:
     """Upgrade the schema to ``revision`` (a ``-N`` or older revision downgrades); returns
     (revision before, head)."""
     before = current_revision(engine)
-    with engine.connect() as conn, _foreign_keys_off(conn):
+    with translated_errors(), engine.connect() as conn, _foreign_keys_off(conn):
         with conn.begin():
             if revision.startswith("-") or _is_older(revision, before):
                 command.downgrade(_alembic_config(conn), revision)
@@ -117,7 +120,7 @@ def schema_drift(engine: Engine) -> list[Any]:
     """Differences between the live schema and the models (empty when they agree)."""
     from alembic.autogenerate import compare_metadata
 
-    with engine.connect() as conn:
+    with translated_errors(), engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"compare_type": False})
         return list(compare_metadata(ctx, Base.metadata))
 
@@ -131,7 +134,7 @@ POSTGRES_FUNCTIONS = (
 
 def reset(engine: Engine) -> None:
     """Drop every table (ours and Alembic's) and function, then migrate from empty."""
-    with engine.begin() as conn:
+    with translated_errors(), engine.begin() as conn:
         Base.metadata.drop_all(conn)
         if inspect(conn).has_table("alembic_version"):
             conn.exec_driver_sql("DROP TABLE alembic_version")

@@ -1,6 +1,7 @@
 """The local executor: task instances run as child processes, one per task step.
 
-Owns the slot manager and claim loop (``local``), the supervision of one step
+Owns the slot manager and claim loop (``local``), which scheduled task instances a claim
+admits (``admission``: pools, ``max_active_tasks``), the supervision of one step
 (``task_supervisor``), the child process (``task_runner``), the pre-imported process task
 steps are forked from (``warm_runner``, driven by ``warm_process``; the forked processes:
 ``forked_process``), the pure judgement of

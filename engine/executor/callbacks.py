@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Final, Protocol
 import anyio
 
 from engine.db.queries import callbacks as callbacks_sql
-from engine.db.queries import orphans as orphans_sql
 from engine.db.queries import tasks as tasks_sql
 from engine.exceptions import DatabaseError
 from engine.executor.callback_runner import DAG_KIND, TASK, CallbackSpec
@@ -317,7 +316,7 @@ class CallbackRunner:
             run = callbacks_sql.load_callback_run(session, request.dag_id, request.run_id)
             spec = None if run is None else dag_callback_spec(request, run, self.settings)
             return spec, log_file, ""
-        if orphans_sql.LOST_TRY in request.data:
+        if callbacks_sql.LOST_TRY in request.data:
             return self._prepare_lost_try(session, request)
         spec = CallbackSpec(**request.data["callback_spec"])
         task_spec = TaskSpec.from_json(spec.spec)
@@ -335,9 +334,9 @@ class CallbackRunner:
         self, session: Session, request: callbacks_sql.Request
     ) -> tuple[CallbackSpec | None, Path, str]:
         """A running try whose executor died, which the scheduler failed
-        (``engine.db.queries.orphans``): its failure or retry callback, and the line that says
+        (``engine.scheduler.orphans``): its failure or retry callback, and the line that says
         why the try ended for its log (its own executor never wrote one)."""
-        data = request.data[orphans_sql.LOST_TRY]
+        data = request.data[callbacks_sql.LOST_TRY]
         try_number = int(data["try_number"])
         ended_at = datetime.fromisoformat(data["ended_at"])
         path = log_path(

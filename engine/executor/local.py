@@ -34,7 +34,7 @@ groups, and their outcomes are not recorded (``engine.db.queries.actions``).
 Beside the task slots, a ``CallbackRunner`` (``engine.executor.callbacks``) runs the callback
 requests (DAG callbacks of ended runs, callbacks of killed tries) in child processes. Each
 claim admits only task instances that fit their pool and their run's ``max_active_tasks``
-(``engine.db.queries.pools``).
+(``engine.executor.admission``).
 
 Shutdown (``shutdown()``): stop claiming, let running children finish within
 ``shutdown_grace_s``, then SIGTERM (then SIGKILL) the rest. Their task instances go back to
@@ -59,6 +59,7 @@ from engine.db.models import JobState
 from engine.db.queries import jobs, tasks
 from engine.db.wakeup import RowsSignal
 from engine.exceptions import DatabaseError
+from engine.executor import admission
 from engine.executor.callbacks import CallbackRunner
 from engine.executor.task_supervisor import (
     ExecutorSettings,
@@ -103,6 +104,7 @@ class LocalExecutor:
         #: when this process's scheduler and triggerer, which schedule them, wake it anyway
         self._watch_commits = watch_commits
         self._claim_backoff = Backoff(settings.poll_interval_s)
+        self._pool_warnings = admission.PoolWarnings()
         self._cipher = cipher
         self.settings = settings
         self.job_id: int | None = None
@@ -243,7 +245,13 @@ class LocalExecutor:
         now = models.utcnow()
         try:
             claimed = await self._db.run(
-                partial(tasks.claim_task_instances, job_id=job_id, limit=free, now=now)
+                partial(
+                    admission.claim_task_instances,
+                    job_id=job_id,
+                    limit=free,
+                    now=now,
+                    warnings=self._pool_warnings,
+                )
             )
         except DatabaseError as exc:
             delay = self._claim_backoff.failed()

@@ -5,7 +5,7 @@ what happened to the child process, writes what comes out. Also builds the ``Tas
 sent to the child and the header / closing lines of the task log.
 
 A failed try with tries left is ``up_for_retry`` until ``retry_at`` (the rule of
-``engine.db.queries.retries``, which the scheduler shares for a try whose executor died:
+``engine.task_retries``, which the scheduler shares for a try whose executor died:
 Airflow's ``retry_delay`` / ``retry_exponential_backoff`` / ``max_retry_delay``); it holds
 no executor slot meanwhile, and the scheduler makes it ``scheduled`` again once that time
 has passed (``engine.db.queries.runs.release_due_retries``).
@@ -21,9 +21,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 from engine.authoring.context import FAIL_METHOD
 from engine.db.queries.deferrals import deferral_deadline
-from engine.db.queries.retries import MAX_BACKOFF_S as MAX_BACKOFF_S
-from engine.db.queries.retries import next_try_at
-from engine.db.queries.retries import retry_wait_s as retry_wait_s
 from engine.executor.task_runner import (
     DEFERRED,
     SKIPPED,
@@ -33,6 +30,7 @@ from engine.executor.task_runner import (
     build_context,
     timeout_message,
 )
+from engine.task_retries import next_try_at
 from triggers.exceptions import SerializationError
 from triggers.serde import dumps, loads
 

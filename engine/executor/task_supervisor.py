@@ -23,13 +23,12 @@ from functools import partial
 from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
 import anyio
-from sqlalchemy.exc import DBAPIError, OperationalError
 
 from engine.db import models
 from engine.db.models import TaskState
 from engine.db.queries import actions, deferrals, tasks
 from engine.db.queries import callbacks as callbacks_sql
-from engine.exceptions import DatabaseError
+from engine.exceptions import DatabaseError, DatabaseUnavailable
 from engine.executor.callbacks import lost_callback_spec
 from engine.executor.outcomes import (
     Decision,
@@ -133,13 +132,6 @@ class TaskProcess:
             self.externally_changed.set()
 
 
-def _is_transient(exc: DatabaseError) -> bool:
-    cause = exc.__cause__
-    return isinstance(cause, OperationalError) or (
-        isinstance(cause, DBAPIError) and cause.connection_invalidated
-    )
-
-
 async def _drain(stream: ByteReceiveStream | None, sink: bytearray, limit: int) -> None:
     if stream is None:
         return
@@ -193,9 +185,7 @@ async def run_retrying(db: Database, fn: Callable[[Session], T]) -> T:
     while True:
         try:
             return await db.run(fn)
-        except DatabaseError as exc:
-            if not _is_transient(exc):
-                raise
+        except DatabaseUnavailable as exc:
             logger.warning(
                 "Metadata database unavailable, retrying a task state write in %.1fs: %s",
                 delay,

@@ -1,7 +1,9 @@
 """The scheduler: asset conditions -> DAG runs -> ready task instances -> finished runs.
 
-Owns the scheduling loop (``scheduler``), its pure decisions (``rules``) and the expansion
-of mapped tasks into their copies (``expansion``). May import:
+Owns the scheduling loop (``scheduler``), its pure decisions (``rules``), the expansion of
+mapped tasks into their copies (``expansion``), a time-scheduled DAG's due run
+(``time_runs``), the tries of dead executors (``orphans``) and what a backfill does with each
+of its dates (``backfills``, also run by ``sluice dags backfill``). May import:
 ``engine.db``, ``engine.authoring`` and the leaf utilities; never another runtime part.
 
 Import from the modules themselves: like every runtime part, this package imports

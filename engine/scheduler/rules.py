@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Final
 from engine.authoring.arguments import TriggerRule
 
 # Whether an asset condition is met lives with the conditions (``engine.authoring.assets``)
-# so that ``sluice dags why`` (``engine.db.views.why``) asks the very function the
+# so that ``sluice dags why`` (``engine.views.why``) asks the very function the
 # scheduler asks; re-exported here with the scheduler's other decisions.
 from engine.authoring.assets import is_condition_met as is_condition_met
 from engine.db.models import DagRunState, TaskState

@@ -41,16 +41,26 @@ from typing import TYPE_CHECKING, Final
 import anyio
 
 from engine.authoring.assets import BaseAsset
-from engine.authoring.timetables import DataInterval, TimeRestriction, timetable_from_json
 from engine.db import models
 from engine.db.heartbeat import heartbeat_forever
 from engine.db.models import DagRunState, JobState, TaskState
-from engine.db.queries import actions, backfills, callbacks, deferrals, jobs, orphans, runs
+from engine.db.queries import (
+    actions,
+    backfills,
+    callbacks,
+    deferrals,
+    jobs,
+    run_ends,
+    runs,
+    time_schedules,
+)
 from engine.exceptions import SluiceError
 from engine.metrics.readings import SchedulerReading
 from engine.retry import Backoff
+from engine.scheduler import orphans
 from engine.scheduler.expansion import expand_mapped, summarize
 from engine.scheduler.rules import is_condition_met, next_task_states, run_outcome
+from engine.scheduler.time_runs import create_time_run, store_next
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -58,7 +68,6 @@ if TYPE_CHECKING:
 
     from sqlalchemy.orm import Session
 
-    from engine.authoring.timetables import DagRunInfo
     from engine.config import Config
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
@@ -295,7 +304,7 @@ class Scheduler:
     async def _time_out_runs(self) -> None:
         """Fail the running runs past their DAG's ``dagrun_timeout`` (Airflow: the run
         fails, its unfinished tasks are skipped)."""
-        ended = await self._db.run(partial(actions.time_out_runs, now=self._clock()))
+        ended = await self._db.run(partial(run_ends.time_out_runs, now=self._clock()))
         for run in ended:
             self.stats.runs_finished += 1
             logger.warning(
@@ -317,7 +326,7 @@ class Scheduler:
     async def _recover_orphans(self) -> None:
         """Tasks held by an executor that stopped heartbeating: a queued one goes back to
         ``scheduled``, a running one's try failed (``up_for_retry`` or ``failed`` by its
-        retries: ``engine.db.queries.orphans``)."""
+        retries: ``engine.scheduler.orphans``)."""
         now = time.monotonic()
         threshold = self.settings.executor_health_check_threshold_s
         if now - self._last_recovery < self.settings.heartbeat_s:
@@ -385,7 +394,7 @@ class Scheduler:
         """
         created_count = 0
         now = self._clock()
-        due = await self._db.read(partial(runs.dags_due_for_time_runs, now=now))
+        due = await self._db.read(partial(time_schedules.dags_due_for_time_runs, now=now))
         for start in range(0, len(due), TIME_RUN_BATCH):
             batch = due[start : start + TIME_RUN_BATCH]
             created = await self._db.run(partial(self._create_time_run_batch, dag_ids=batch))
@@ -399,7 +408,7 @@ class Scheduler:
                     logical_date.isoformat(),
                     extra={"action": "dag_run_created", "dag_id": dag_id, "run": run_pk},
                 )
-        self._next_time_run = await self._db.read(runs.next_time_run_at)
+        self._next_time_run = await self._db.read(time_schedules.next_time_run_at)
         return created_count
 
     def _create_time_run_batch(
@@ -408,7 +417,7 @@ class Scheduler:
         created: list[tuple[str, int, datetime]] = []
         for dag_id in dag_ids:
             try:
-                result = self._create_time_run(session, dag_id)
+                result = create_time_run(session, dag_id, now=self._clock())
             except ValueError as exc:  # a stored timetable this version cannot read
                 logger.error(
                     "DAG %s: cannot read its stored schedule, no time runs until its file "
@@ -417,57 +426,11 @@ class Scheduler:
                     exc,
                     extra={"action": "timetable_unreadable", "dag_id": dag_id},
                 )
-                _store_next(session, dag_id, None)  # said once, not every loop
+                store_next(session, dag_id, None)  # said once, not every loop
                 continue
             if result is not None:
                 created.append((dag_id, *result))
         return created
-
-    def _create_time_run(self, session: Session, dag_id: str) -> tuple[int, datetime] | None:
-        """Create the DAG's due time run and store the one after it; (run, logical date)."""
-        now = self._clock()
-        dag = runs.lock_time_dag(session, dag_id, now=now)
-        if dag is None:
-            return None
-        timetable = timetable_from_json(dag.timetable)
-        restriction = TimeRestriction(dag.start_date, dag.end_date, dag.catchup)
-        last = runs.last_automated_interval(session, dag_id)
-        info: DagRunInfo | None
-        if not dag.next_dagrun_computed or not timetable.periodic:
-            info = timetable.next_dagrun_info(
-                last_automated_data_interval=None if last is None else DataInterval(*last),
-                restriction=restriction,
-                now=now,
-            )
-        elif dag.next_dagrun is not None and dag.next_data_interval is not None:
-            info = _stored_info(dag)
-        else:
-            info = None
-        if info is None or info.run_after > now:
-            _store_next(session, dag_id, info)
-            return None
-        limit = dag.max_active_runs
-        if timetable.active_runs_limit is not None:
-            limit = min(limit, timetable.active_runs_limit)
-        if runs.count_active_runs(session, dag_id) >= limit:
-            # Not due while held: no polling. When one of its runs ends, the next run is
-            # computed afresh (with catchup off: the latest tick then, not this stale one).
-            _store_next(session, dag_id, info, held=True)
-            return None
-        run_pk = runs.create_run(
-            session,
-            dag_id,
-            run_type=runs.SCHEDULED,
-            now=now,
-            logical_date=info.logical_date,
-            data_interval=(info.data_interval.start, info.data_interval.end),
-            run_after=info.run_after,
-        )
-        following = timetable.next_dagrun_info(
-            last_automated_data_interval=info.data_interval, restriction=restriction, now=now
-        )
-        _store_next(session, dag_id, following)
-        return None if run_pk is None else (run_pk, info.logical_date)
 
     async def _start_queued_runs(self) -> None:
         now = self._clock()
@@ -500,7 +463,9 @@ class Scheduler:
             if not runs.end_running_run(session, run_pk, outcome, now=now):
                 return  # someone else ended it in the meantime: their state stands
             callbacks.request_dag_callback(session, run_pk, outcome, now=now)  # if it has one
-            runs.recompute_next_dagrun(session, state.dag_id)  # a held time run may go now
+            time_schedules.recompute_next_dagrun(
+                session, state.dag_id
+            )  # a held time run may go now
             self.stats.runs_finished += 1
 
     def _start_from_trigger(self, session: Session, ti_id: int) -> None:
@@ -514,36 +479,12 @@ def _log_lost_try(lost: orphans.LostTry) -> None:
         outcome = f"up for retry at {lost.retry_at.isoformat(timespec='milliseconds')}"
     logger.warning(
         "Task %s.%s (run %s, try %d of %d): %s; the try failed, %s",
-        lost.dag_id,
-        lost.task_id,
-        lost.run_id,
-        lost.try_number,
-        lost.max_tries + 1,
+        lost.facts.dag_id,
+        lost.facts.task_id,
+        lost.facts.run_id,
+        lost.facts.try_number,
+        lost.facts.max_tries + 1,
         lost.reason,
         outcome,
         extra={"action": "task_lost", "state": lost.state, **lost.log_fields()},
-    )
-
-
-def _stored_info(dag: runs.TimeDag) -> DagRunInfo:
-    from engine.authoring.timetables import DagRunInfo
-
-    assert dag.next_dagrun is not None and dag.next_data_interval is not None
-    return DagRunInfo(
-        logical_date=dag.next_dagrun,
-        data_interval=DataInterval(*dag.next_data_interval),
-        run_after=dag.next_dagrun_create_after or dag.next_dagrun,
-    )
-
-
-def _store_next(
-    session: Session, dag_id: str, info: DagRunInfo | None, *, held: bool = False
-) -> None:
-    """Store the DAG's next time run; ``held`` (max_active_runs reached): shown, not due."""
-    runs.set_next_dagrun(
-        session,
-        dag_id,
-        logical_date=None if info is None else info.logical_date,
-        data_interval=None if info is None else (info.data_interval.start, info.data_interval.end),
-        run_after=None if info is None or held else info.run_after,
     )

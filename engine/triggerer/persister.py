@@ -34,13 +34,12 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
-from sqlalchemy.exc import DBAPIError, OperationalError
 
 from engine.authoring.context import FAIL_METHOD
 from engine.db.models import TriggerKind
 from engine.db.queries import assets, deferrals, watcher_events
 from engine.db.queries import triggers as trigger_rows
-from engine.exceptions import DatabaseError
+from engine.exceptions import DatabaseError, DatabaseUnavailable
 from engine.metrics.readings import Buckets
 from engine.triggerer.outbox import FiredEvent, Outbox, OutboxItem, TriggerFailed
 from triggers.base import BaseTaskEndEvent
@@ -98,13 +97,6 @@ class BatchResult:
     refused: int = 0  # trigger events not stored (over the size limit), with a seq or not
     fired: int = 0  # trigger events in the batch (stored or refused)
     failures: int = 0  # trigger failures in the batch
-
-
-def _is_unavailable(exc: BaseException) -> bool:
-    cause = exc.__cause__ if isinstance(exc, DatabaseError) else exc
-    return isinstance(cause, OperationalError) or (
-        isinstance(cause, DBAPIError) and cause.connection_invalidated
-    )
 
 
 class Persister:
@@ -221,15 +213,7 @@ class Persister:
             try:
                 await self._write(batch)
                 return
-            except DatabaseError as exc:
-                if not _is_unavailable(exc) and len(batch) == 1:
-                    self._drop(batch[0][0], exc)
-                    return
-                if not _is_unavailable(exc):
-                    middle = len(batch) // 2
-                    await self._write_with_retry(batch[:middle])
-                    await self._write_with_retry(batch[middle:])
-                    return
+            except DatabaseUnavailable as exc:
                 logger.warning(
                     "Metadata database unavailable, retrying %d event(s) in %.1fs: %s",
                     len(batch),
@@ -239,6 +223,14 @@ class Persister:
                 )
                 await anyio.sleep(delay)
                 delay = min(delay * 2, RETRY_BACKOFF_S[1])
+            except DatabaseError as exc:  # refused: drop that one event, keep the others
+                if len(batch) == 1:
+                    self._drop(batch[0][0], exc)
+                    return
+                middle = len(batch) // 2
+                await self._write_with_retry(batch[:middle])
+                await self._write_with_retry(batch[middle:])
+                return
 
     def _drop(self, item: OutboxItem, exc: BaseException) -> None:
         self.stats.dropped += 1

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from engine.db.queries.runs import find_task_instance
 from tests.cli import invoke
+from tests.db_reads import find_task_instance
 from tests.e2e.celery_world import CeleryWorld, kill, make_world
 from tests.e2e.helpers import wait_for
 from tests.services_celery import forget_queues

@@ -12,8 +12,8 @@ from sqlalchemy import select
 
 from engine.db.database import Database
 from engine.db.models import AssetEvent, DagRun, TaskInstance
-from engine.db.queries.runs import find_task_instance
 from tests.cli import invoke
+from tests.db_reads import find_task_instance
 from tests.db_templates import copy_sqlite_template
 from tests.e2e.helpers import engine_env, start_engine, stop, wait_for
 

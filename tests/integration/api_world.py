@@ -20,7 +20,6 @@ from sqlalchemy import select, update
 
 from engine.api import credentials
 from engine.api.app import create_app
-from engine.db import operations
 from engine.db.models import DagRun, TaskInstance, Trigger, utcnow
 from engine.db.queries import actions, claims, mapping
 from engine.db.queries import assets as assets_sql
@@ -29,6 +28,7 @@ from engine.db.queries import jobs as jobs_sql
 from engine.db.queries import runs as runs_sql
 from engine.db.queries import streams as streams_sql
 from engine.task_log_files import log_path
+from engine.views import operations
 from shared_stream import GroupStats
 from tests.db_templates import migrated_copy
 from tests.integration.api_support import ApiHarness

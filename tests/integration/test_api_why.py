@@ -13,7 +13,7 @@ from engine.api import credentials
 from engine.api.app import create_app
 from engine.db.models import Trigger, utcnow
 from engine.db.queries import assets as assets_sql
-from engine.db.views.why import explain_dag
+from engine.views.why import explain_dag
 from tests.integration.api_support import ApiHarness, bearer
 from tests.integration.harness import parsed_database
 

@@ -36,6 +36,7 @@ from engine.db.models import (
 from engine.db.queries import backfills
 from engine.db.queries import dags as dags_sql
 from engine.db.queries import runs as runs_sql
+from engine.scheduler import backfills as backfill_rules
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -345,10 +346,10 @@ def test_a_killed_backfill_resumes_without_duplicates(db: Database, config: Conf
             created_by="cli:test@host",
             now=datetime.now(UTC),
         )
-        backfills.add_backfill_runs(
+        backfill_rules.add_backfill_runs(
             session,
             backfill_id,
-            infos[: backfills.BACKFILL_BATCH_SIZE],
+            infos[: backfill_rules.BACKFILL_BATCH_SIZE],
             reprocess="none",
             now=first,
         )
@@ -511,7 +512,7 @@ def test_two_transactions_adding_the_same_dates_create_each_run_once(db: Databas
     def add(session: Any) -> dict[str, int]:
         session.execute(select(1))  # both transactions are open before either writes
         barrier.wait()
-        return backfills.add_backfill_runs(
+        return backfill_rules.add_backfill_runs(
             session, backfill_id, infos, reprocess="completed", now=day(1)
         )
 

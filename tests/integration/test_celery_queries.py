@@ -16,6 +16,7 @@ from engine.db.database import Database
 from engine.db.models import Dag, DagRun, DagTask, Job, TaskInstance, TaskState
 from engine.db.queries import celery as celery_sql
 from engine.db.queries import jobs, tasks
+from engine.executor import admission
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -64,7 +65,7 @@ def test_only_one_delivery_takes_a_queued_try_over(db: Database) -> None:
     ids = db.call(lambda s: _seed(s, {"a": None}))
     sender, w1, w2 = (db.call(_job) for _ in range(3))
     now = models.utcnow()
-    assert db.call(partial(tasks.claim_task_instances, job_id=sender, limit=10, now=now)) == [
+    assert db.call(partial(admission.claim_task_instances, job_id=sender, limit=10, now=now)) == [
         ids["a"]
     ]
     take = partial(celery_sql.take_over_queued, ti_id=ids["a"], sender_job_id=sender)
@@ -89,7 +90,7 @@ def test_only_one_delivery_takes_a_queued_try_over(db: Database) -> None:
 def test_a_message_of_another_sender_takes_nothing(db: Database) -> None:
     ids = db.call(lambda s: _seed(s, {"a": None}))
     sender, other, worker = (db.call(_job) for _ in range(3))
-    db.call(partial(tasks.claim_task_instances, job_id=sender, limit=10, now=models.utcnow()))
+    db.call(partial(admission.claim_task_instances, job_id=sender, limit=10, now=models.utcnow()))
     take = partial(celery_sql.take_over_queued, ti_id=ids["a"], worker_job_id=worker)
     assert db.call(partial(take, sender_job_id=other)) is False
     assert _held(db, ids["a"]) == ("queued", sender)
@@ -99,7 +100,7 @@ def test_tries_queued_past_the_timeout_are_sent_again_once_per_timeout(db: Datab
     ids = db.call(lambda s: _seed(s, {"a": None, "b": None, "c": None}))
     sender, worker = db.call(_job), db.call(_job)
     t0 = models.utcnow()
-    db.call(partial(tasks.claim_task_instances, job_id=sender, limit=10, now=t0))
+    db.call(partial(admission.claim_task_instances, job_id=sender, limit=10, now=t0))
     db.call(
         partial(
             celery_sql.take_over_queued, ti_id=ids["c"], sender_job_id=sender, worker_job_id=worker
@@ -120,7 +121,7 @@ def test_queues_of_tries_and_counts_per_queue(db: Database) -> None:
     sender = db.call(_job)
     queues = db.call(partial(celery_sql.task_queues, ti_ids=list(ids.values())))
     assert queues == {ids["a"]: None, ids["b"]: "gpu", ids["c"]: "gpu"}
-    db.call(partial(tasks.claim_task_instances, job_id=sender, limit=10, now=models.utcnow()))
+    db.call(partial(admission.claim_task_instances, job_id=sender, limit=10, now=models.utcnow()))
     db.call(
         lambda s: s.execute(
             update(TaskInstance).where(TaskInstance.id == ids["c"]).values(state="running")

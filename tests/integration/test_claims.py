@@ -15,10 +15,10 @@ from engine.db import models
 from engine.db.database import Database
 from engine.db.models import Job, Trigger, TriggerKind
 from engine.db.queries import claims as store_claims
-from engine.db.queries import inspection
 from engine.db.queries import jobs as jobs_sql
 from engine.db.queries import triggers as trigger_rows
 from engine.triggerer.triggerer import claiming
+from engine.views import doctor as doctor_view
 
 pytestmark = [pytest.mark.integration, pytest.mark.both_databases]
 
@@ -165,7 +165,7 @@ def test_a_split_group_is_repaired_to_the_holder_of_most_rows(database: Database
     splits = database.call(lambda s: store_claims.stream_splits(s, alive={a, b}))
     assert splits == {"g": {a: 3, b: 1}}
     facts = database.call(
-        lambda s: inspection.doctor_facts(
+        lambda s: doctor_view.doctor_facts(
             s, now=models.utcnow(), thresholds={}, default_threshold_s=THRESHOLD_S
         )
     )

@@ -17,7 +17,7 @@ from engine.dag_processing.processor import TIMEOUT_ERROR, DagProcessor, DagProc
 from engine.db.database import Database
 from engine.db.models import Base, TriggerKind
 from engine.db.queries import dags as dags_sql
-from engine.db.queries import triggers as trigger_rows
+from tests.db_reads import count_triggers
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -232,7 +232,7 @@ async def test_changed_watcher_kwargs_replace_only_that_trigger(
     assert after["orders_flag"].id == before["orders_flag"].id
     assert cipher.decrypt_kwargs(after["orders_flag"].kwargs)["filepath"] == "/flags/orders-v2.flag"
     trigger_ids = {row.trigger_id for row in after.values()}
-    assert database.call(trigger_rows.count_triggers) == 2
+    assert database.call(count_triggers) == 2
     assert before["orders_flag"].trigger_id not in trigger_ids
 
 
@@ -249,7 +249,7 @@ async def test_removed_dag_is_retired_and_its_watchers_deleted(
         assert not database.call(dags_sql.load_dags)["orders_etl"].is_active
         assert database.call(dags_sql.load_schedule_edges) == set()
         assert database.call(dags_sql.load_asset_watchers) == []
-        assert database.call(trigger_rows.count_triggers) == 0
+        assert database.call(count_triggers) == 0
         assets = database.call(dags_sql.load_assets)
         assert assets["orders"].is_active and not assets["customers"].is_active
 
@@ -265,7 +265,7 @@ async def test_asset_watchers_run_only_while_an_active_dag_schedules_on_it(
     write(dags_folder, "assets.py", ASSETS_ONLY)
     with anyio.fail_after(15):
         await processor.parse_once()
-        assert database.call(trigger_rows.count_triggers) == 0
+        assert database.call(count_triggers) == 0
         consumer = (
             "from engine import DAG, Asset\ndag = DAG('consumer', schedule=Asset('orders'))\n"
         )
@@ -274,7 +274,7 @@ async def test_asset_watchers_run_only_while_an_active_dag_schedules_on_it(
         assert set(watchers_by_name(database)) == {"orders_flag"}
         path.unlink()
         await processor.parse_once()
-    assert database.call(trigger_rows.count_triggers) == 0
+    assert database.call(count_triggers) == 0
     assert not database.call(dags_sql.load_dags)["consumer"].is_active
 
 
@@ -294,7 +294,7 @@ async def test_dag_files_share_assets_from_the_plugins_folder(
     assert report is not None and report.errors == {}
     assert report.dags_active == 2
     assert set(watchers_by_name(database)) == {"orders_flag"}
-    assert database.call(trigger_rows.count_triggers) == 1
+    assert database.call(count_triggers) == 1
 
 
 async def test_a_file_that_now_fails_keeps_its_last_good_version(

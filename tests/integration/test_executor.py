@@ -32,10 +32,12 @@ from engine.db.models import (
     Trigger,
     TriggerKind,
 )
-from engine.db.queries import callbacks, deferrals, jobs, orphans, runs, tasks
+from engine.db.queries import callbacks, deferrals, jobs, runs
+from engine.executor import admission
 from engine.executor.local import ExecutorSettings, LocalExecutor
 from engine.executor.task_logs import TaskLogNotFoundError, log_path, read_task_log
 from engine.executor.task_runner import EXIT_PARENT_GONE, TaskSpec, build_context
+from engine.scheduler import orphans
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.persister import Persister
 from tests.integration.harness import fast_executor_settings, parsed_database, running_executor
@@ -520,7 +522,7 @@ async def test_cancelling_the_executor_kills_its_children_and_leaves_them_recove
     now = models.utcnow()
     recover = partial(orphans.recover_orphaned_tasks, threshold_s=60, now=now)
     recovery = env.db.call(recover)
-    assert [lost.ti_id for lost in recovery.lost] == [tis["sleeper"]]  # its job ended with it
+    assert [lost.facts.ti_id for lost in recovery.lost] == [tis["sleeper"]]  # its job ended with it
     ti = env.ti(tis["sleeper"])  # retries=0: its one try failed with its process
     assert (ti.state, ti.try_number, ti.next_method, ti.end_date) == ("failed", 1, None, now)
 
@@ -667,7 +669,7 @@ def test_recovery_fails_or_retries_the_running_tries_of_a_dead_executor(env: Env
     now = models.utcnow()
     recovery = env.db.call(partial(orphans.recover_orphaned_tasks, threshold_s=10, now=now))
     assert recovery.requeued == [tis["wait"]]
-    lost = {t.task_id: t for t in recovery.lost}
+    lost = {t.facts.task_id: t for t in recovery.lost}
     assert sorted(lost) == ["flaky", "ok"]
     assert f"executor (job {dead}" in lost["ok"].reason
     assert "stopped heartbeating at" in lost["ok"].reason
@@ -680,7 +682,7 @@ def test_recovery_fails_or_retries_the_running_tries_of_a_dead_executor(env: Env
     assert env.ti(tis["boom"]).state == "running"  # its executor is alive
     assert env.ti(tis["loop"]).state == "deferred"
     requests = env.db.call(callbacks.pending_callback_requests)
-    by_ti = {r.data[orphans.LOST_TRY]["ti_id"]: r.data[orphans.LOST_TRY] for r in requests}
+    by_ti = {r.data[callbacks.LOST_TRY]["ti_id"]: r.data[callbacks.LOST_TRY] for r in requests}
     assert sorted(by_ti) == sorted([tis["ok"], tis["flaky"]])
     assert (by_ti[tis["ok"]]["state"], by_ti[tis["ok"]]["retry_at"]) == ("failed", None)
     assert by_ti[tis["flaky"]]["state"] == "up_for_retry"
@@ -723,7 +725,7 @@ def test_a_silent_executor_keeps_its_running_tries_until_the_task_heartbeat_time
     assert (recovery.requeued, recovery.lost) == ([tis["wait"]], [])
     assert env.ti(tis["ok"]).state == "running"
     later = partial(orphans.recover_orphaned_tasks, threshold_s=10, running_threshold_s=30, now=now)
-    assert [t.task_id for t in env.db.call(later).lost] == ["ok"]
+    assert [t.facts.task_id for t in env.db.call(later).lost] == ["ok"]
     assert env.ti(tis["ok"]).state == "failed"
 
 
@@ -732,8 +734,8 @@ def test_claims_never_hand_out_a_task_twice(env: Env) -> None:
     tis = list(env.new_run()[2].values())
     env.schedule(*tis)
     now = models.utcnow()
-    first = env.db.call(lambda s: tasks.claim_task_instances(s, job_id=1, limit=3, now=now))
-    rest = env.db.call(lambda s: tasks.claim_task_instances(s, job_id=2, limit=50, now=now))
+    first = env.db.call(lambda s: admission.claim_task_instances(s, job_id=1, limit=3, now=now))
+    rest = env.db.call(lambda s: admission.claim_task_instances(s, job_id=2, limit=50, now=now))
     assert len(first) == 3 and not set(first) & set(rest)
     assert sorted(first + rest) == sorted(tis)
 

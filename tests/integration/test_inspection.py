@@ -31,10 +31,15 @@ from engine.db.models import (
     Trigger,
     TriggerKind,
 )
-from engine.db.queries import browse, dags, inspection, streams
+from engine.db.queries import dags, streams
 from engine.db.queries import jobs as jobs_sql
 from engine.db.queries import triggers as trigger_rows
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.views import dags as dags_view
+from engine.views import doctor as doctor_view
+from engine.views import jobs as jobs_view
+from engine.views import streams as streams_view
+from engine.views import triggers as triggers_view
 from shared_stream import GroupStats, SharedStreamManager
 from shared_stream.stats import KEY_LABEL_MAX_CHARS, REPORTED_LANES
 from shared_stream.testing import BlockingProducer, InMemoryProducer, SubscriberHarness
@@ -114,14 +119,14 @@ def _stale(session: Any, job_id: int, age_s: float = 60) -> None:
 
 def _snapshots(db: Database) -> list[dict[str, Any]]:
     now = models.utcnow()
-    return db.call(lambda s: streams.list_stream_snapshots(s, threshold_s=THRESHOLD_S, now=now))
+    return db.call(lambda s: streams_view.snapshot_page(s, threshold_s=THRESHOLD_S, now=now)[0])
 
 
 def _facts(db: Database) -> dict[str, Any]:
     thresholds = {"triggerer": THRESHOLD_S}
     now = models.utcnow()
     return db.call(
-        lambda s: inspection.doctor_facts(
+        lambda s: doctor_view.doctor_facts(
             s, now=now, thresholds=thresholds, default_threshold_s=THRESHOLD_S
         )
     )
@@ -254,7 +259,7 @@ def test_jobs_list_shows_liveness_and_load(db: Database, cipher: KwargsCipher) -
     trig, dead, sched = db.call(seed)
     now = models.utcnow()
     rows = db.call(
-        lambda s: inspection.list_jobs(
+        lambda s: jobs_view.all_jobs(
             s, now=now, thresholds={"triggerer": THRESHOLD_S}, default_threshold_s=THRESHOLD_S
         )
     )
@@ -283,7 +288,7 @@ def test_triggers_list_says_what_each_trigger_serves(db: Database, cipher: Kwarg
 
     dead, task_trigger, watcher = db.call(seed)
     now = models.utcnow()
-    rows = db.call(lambda s: inspection.list_triggers(s, now=now, threshold_s=THRESHOLD_S))
+    rows = db.call(lambda s: triggers_view.all_triggers(s, now=now, threshold_s=THRESHOLD_S))
     by_id = {r["id"]: r for r in rows}
     assert by_id[task_trigger]["serves"] == "task dd/r-wait/wait"
     assert (by_id[task_trigger]["triggerer_id"], by_id[task_trigger]["owner_alive"]) == (
@@ -311,13 +316,13 @@ def test_dag_details(db: Database, cipher: KwargsCipher) -> None:
         session.execute(insert(DagRun).values(dag_id="flow", run_id="r1", run_type="manual"))
 
     db.call(seed)
-    details = db.call(lambda s: browse.dag_details(s, "flow"))
+    details = db.call(lambda s: dags_view.show_dag(s, "flow"))
     assert details["fileloc"] == "/dags/flow.py" and details["paused"] is True
     assert details["schedule"] == {"asset": "orders"} and details["assets"] == ["orders"]
     assert [t["task_id"] for t in details["tasks"]] == ["report"]
     assert [(w["asset"], w["name"]) for w in details["watchers"]] == [("orders", "w")]
     assert [r["run_id"] for r in details["last_runs"]] == ["r1"]
-    assert db.call(lambda s: browse.dag_details(s, "nope")) is None
+    assert db.call(lambda s: dags_view.show_dag(s, "nope")) is None
 
 
 # --- the doctor ------------------------------------------------------------------------------
@@ -426,7 +431,7 @@ def test_doctor_reports_watchers_that_keep_failing(db: Database, cipher: KwargsC
             trigger_rows.record_trigger_failure(session, failing, "BrokerUnavailable('kafka down')")
         recovered = _watcher(session, cipher, "invoices", {"directory": "/x", "filename": "z"})
         trigger_rows.record_trigger_failure(session, recovered, "BrokerUnavailable('sqs down')")
-        long_ago = models.utcnow() - timedelta(seconds=inspection.FAILING_WATCHER_WINDOW_S + 1)
+        long_ago = models.utcnow() - timedelta(seconds=doctor_view.FAILING_WATCHER_WINDOW_S + 1)
         session.execute(
             update(Trigger).where(Trigger.id == recovered).values(last_failure_date=long_ago)
         )
@@ -441,10 +446,10 @@ def test_doctor_reports_watchers_that_keep_failing(db: Database, cipher: KwargsC
     assert found == {}
     now = models.utcnow()
     rows = {
-        r["id"]: r for r in db.call(lambda s: inspection.list_triggers(s, now=now, threshold_s=9))
+        r["id"]: r for r in db.call(lambda s: triggers_view.all_triggers(s, now=now, threshold_s=9))
     }
     assert rows[failing]["failures"] == 3 and rows[failing]["last_failure_age_s"] < 60
-    assert rows[recovered]["last_failure_age_s"] > inspection.FAILING_WATCHER_WINDOW_S
+    assert rows[recovered]["last_failure_age_s"] > doctor_view.FAILING_WATCHER_WINDOW_S
 
 
 # --- shared-stream snapshots: one row per key, bounded lanes, crashed triggerers ---------

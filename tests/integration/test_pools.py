@@ -18,7 +18,8 @@ from sqlalchemy import select, update
 from engine.authoring.sensor_base import RESCHEDULE_METHOD
 from engine.db import models
 from engine.db.models import DagRun, TaskInstance, TaskState
-from engine.db.queries import pools, runs, tasks
+from engine.db.queries import pools, runs
+from engine.executor import admission
 from engine.executor.local import LocalExecutor
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
 from tests.integration.harness import fast_executor_settings, parsed_database
@@ -93,7 +94,7 @@ class Env:
     def claim(self, limit: int = 10, job_id: int = 1) -> list[int]:
         now = models.utcnow()
         return self.db.call(
-            lambda s: tasks.claim_task_instances(s, job_id=job_id, limit=limit, now=now)
+            lambda s: admission.claim_task_instances(s, job_id=job_id, limit=limit, now=now)
         )
 
     def set_state(self, ti_id: int, state: str) -> None:
@@ -188,12 +189,11 @@ def test_a_task_in_a_missing_pool_waits_scheduled_and_is_warned_about_once(
     env: Env, caplog: pytest.LogCaptureFixture
 ) -> None:
     tis = env.new_run("lost")
-    caplog.set_level(logging.WARNING, logger="engine.db.queries.pools")
-    pools._last_warned_s = -float("inf")  # a fresh process
-    pools._warned.clear()
+    caplog.set_level(logging.WARNING, logger="engine.executor.admission")
+    warned = admission.PoolWarnings()  # an executor's
     assert env.claim() == []
-    env.db.call(lambda s: pools.warn_unstartable(s, now_s=1e9))
-    env.db.call(lambda s: pools.warn_unstartable(s, now_s=2e9))
+    env.db.call(lambda s: admission.warn_unstartable(s, warned, now_s=1e9))
+    env.db.call(lambda s: admission.warn_unstartable(s, warned, now_s=2e9))
     warnings = [r for r in caplog.records if getattr(r, "action", "") == "pool_missing"]
     assert len(warnings) == 1
     record = warnings[0]

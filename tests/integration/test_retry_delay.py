@@ -30,12 +30,14 @@ from engine.db import models
 from engine.db.database import Database
 from engine.db.models import Dag, DagRun, DagRunState, TaskInstance, TaskState
 from engine.db.queries import jobs, runs, tasks
+from engine.executor import admission
 from engine.executor.local import LocalExecutor
-from engine.executor.outcomes import Decision, Outcome, decide_outcome, retry_wait_s
+from engine.executor.outcomes import Decision, Outcome, decide_outcome
 from engine.executor.task_logs import read_task_log
 from engine.executor.task_runner import FAILED, TaskResult
 from engine.executor.task_supervisor import ExecutorSettings
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
+from engine.task_retries import retry_wait_s
 from tests.waiting import eventually
 
 if TYPE_CHECKING:
@@ -169,7 +171,7 @@ class Env:
 
         def step(session: Any) -> Outcome:
             job_id = jobs.start_job(session, job_type=tasks.EXECUTOR_JOB)
-            claimed = tasks.claim_task_instances(session, job_id=job_id, limit=10, now=now)
+            claimed = admission.claim_task_instances(session, job_id=job_id, limit=10, now=now)
             assert claimed == [ti_id]
             run = tasks.start_task_run(
                 session, ti_id, job_id=job_id, pid=None, hostname="h", now=now
@@ -335,7 +337,7 @@ def test_a_task_waiting_for_its_retry_is_not_claimed_and_shows_in_runs_list(env:
 
     def claim(session: Any) -> list[int]:
         job_id = jobs.start_job(session, job_type=tasks.EXECUTOR_JOB)
-        return tasks.claim_task_instances(session, job_id=job_id, limit=10, now=env.clock())
+        return admission.claim_task_instances(session, job_id=job_id, limit=10, now=env.clock())
 
     assert env.db.call(claim) == []  # no executor takes it, so it holds no slot
     (listed,) = json.loads(env.cli("runs", "list", "retrying", "--json"))

@@ -13,7 +13,7 @@ from engine.db.models import SharedStreamSample, Trigger, TriggerKind, utcnow
 from engine.db.queries import claims, streams
 from engine.db.queries import jobs as jobs_sql
 from engine.db.queries import triggers as trigger_rows
-from engine.db.views.ops import advance_rate
+from engine.views.streams import advance_rate
 from shared_stream import GroupStats
 
 pytestmark = [pytest.mark.integration, pytest.mark.both_databases]

@@ -22,6 +22,7 @@ from engine.db.database import Database
 from engine.db.models import Dag, DagRun, DagRunState, TaskInstance, TaskState
 from engine.db.queries import dags as dags_sql
 from engine.db.queries import runs as runs_sql
+from engine.db.queries import time_schedules
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
 
 if TYPE_CHECKING:
@@ -426,7 +427,7 @@ def test_a_run_held_by_max_active_runs_is_not_polled_and_catchup_off_runs_the_la
     _loop(scheduler, 2)
     assert len(_logical_dates(db, "hourly_held")) == 1
     # Held: the DAG is not due (no transaction per loop while it waits) ...
-    assert db.call(lambda s: runs_sql.dags_due_for_time_runs(s, now=clock.now)) == []
+    assert db.call(lambda s: time_schedules.dags_due_for_time_runs(s, now=clock.now)) == []
     _finish_runs(db, "hourly_held")
     _loop(scheduler, 3)
     # ... and once its run ended, catchup off runs the latest tick, not the 11:00 it held.

@@ -27,6 +27,7 @@ from engine.db.queries import celery as celery_sql
 from engine.db.queries import jobs as jobs_sql
 from engine.db.queries import tasks as tasks_sql
 from engine.db.queries.jobs import DAG_PROCESSOR_JOB, SCHEDULER_JOB, TRIGGERER_JOB
+from engine.executor import admission
 from tests.integration.api_support import ApiHarness, bearer
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def _seed_fleet(session: Session) -> dict[str, int]:
     worker = jobs_sql.start_job(session, job_type=tasks_sql.EXECUTOR_JOB, capacity=2)
     celery_sql.set_worker_queues(session, job_id=worker, queues=("default", EVIL_QUEUE))
     session.execute(update(Job).where(Job.id == worker).values(hostname=EVIL_HOST))
-    assert sorted(tasks_sql.claim_task_instances(session, job_id=sender, limit=10, now=now)) == [
+    assert sorted(admission.claim_task_instances(session, job_id=sender, limit=10, now=now)) == [
         ids["crunch"],
         ids["load"],
     ]
@@ -249,7 +250,7 @@ def _seed_local(session: Session) -> tuple[int, int]:
     ids = _dag(session, {"crunch": None})
     now = models.utcnow()
     executor = jobs_sql.start_job(session, job_type=tasks_sql.EXECUTOR_JOB, capacity=8)
-    tasks_sql.claim_task_instances(session, job_id=executor, limit=10, now=now)
+    admission.claim_task_instances(session, job_id=executor, limit=10, now=now)
     started = tasks_sql.start_task_run(
         session, ids["crunch"], job_id=executor, pid=99, hostname="h", now=now
     )

@@ -21,9 +21,10 @@ from engine.db.queries import dags as dags_sql
 from engine.db.queries import jobs as jobs_sql
 from engine.db.queries import runs as runs_sql
 from engine.db.queries import streams as streams_sql
+from engine.db.queries import time_schedules
 from engine.db.queries import triggers as trigger_rows
-from engine.db.views.why import UnknownDagError, explain_dag
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.views.why import UnknownDagError, explain_dag
 from shared_stream import GroupStats
 from tests.integration.harness import Parsed, parsed_database
 from tests.waiting import eventually
@@ -328,10 +329,10 @@ def test_the_next_cron_tick_at_a_fixed_now(parsed: Parsed) -> None:
     # What the scheduler stored wins; stored without a time: held by max_active_runs.
     noon = datetime(2026, 3, 1, 12, tzinfo=UTC)
     store = {"logical_date": noon, "data_interval": (noon, noon)}
-    parsed.db.call(lambda s: runs_sql.set_next_dagrun(s, "hourly", **store, run_after=noon))
+    parsed.db.call(lambda s: time_schedules.set_next_dagrun(s, "hourly", **store, run_after=noon))
     time = explain(parsed, "hourly", now)["schedule"]["time"]
     assert time["source"] == "scheduler" and time["next_run"]["run_after"] == noon.isoformat()
-    parsed.db.call(lambda s: runs_sql.set_next_dagrun(s, "hourly", **store, run_after=None))
+    parsed.db.call(lambda s: time_schedules.set_next_dagrun(s, "hourly", **store, run_after=None))
     view = explain(parsed, "hourly", now)
     assert view["schedule"]["time"]["held"] is True and "time_held" in codes(view)
 

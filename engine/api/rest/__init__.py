@@ -1,6 +1,6 @@
 """The REST API, mounted at ``/api/v1`` by ``engine.api.app``: ``ROUTERS`` lists every
-router. Each route depends on ``engine.api.security`` for who may call it and reads through
-``engine.db`` (the same functions as the CLI).
+router. Each route depends on ``engine.api.security`` for who may call it, reads through
+``engine.views`` and acts through ``engine.db`` (the same functions as the CLI).
 
 - ``health``: ``/health`` (liveness), ``/health/ready`` (readiness);
 - ``auth``: ``/me``, ``/tokens``, ``/users``;
@@ -11,7 +11,7 @@ router. Each route depends on ``engine.api.security`` for who may call it and re
 - ``assets``: ``/assets``, ``/asset-events`` (list, emit), ``/asset-graph``;
 - ``triggers``, ``jobs``, ``streams``: ``/triggers``, ``/jobs`` and ``/queues`` (tries per
   Celery queue), ``/streams``;
-- ``why``: ``/dags/{dag_id}/why`` (``engine.db.views.why``).
+- ``why``: ``/dags/{dag_id}/why`` (``engine.views.why``).
 
 Errors are problem JSON: 404 for an unknown id, 409 for an action the current state does
 not allow, 422 for bad input. Lists are pages: ``?limit=`` (default 50, at most 500) and

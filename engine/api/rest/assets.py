@@ -21,7 +21,8 @@ from engine.api.deps import ConfigDep, DatabaseDep
 from engine.api.rest.common import Limit, Offset, Page, act, found, read
 from engine.api.security import OperatorDep, ReaderDep
 from engine.db.queries import assets as assets_sql
-from engine.db.views import assets as assets_view
+from engine.views import assets as assets_view
+from engine.views.common import Page as ViewPage
 
 router = APIRouter(tags=["assets"])
 
@@ -110,13 +111,13 @@ async def list_assets(
     search: str | None = None,
     limit: Limit = 50,
     offset: Offset = 0,
-) -> dict[str, Any]:
+) -> ViewPage[assets_view.AssetItem]:
     query = partial(assets_view.list_assets, search=search, limit=limit, offset=offset)
     return await read(database, query)
 
 
 @router.get("/assets/{name:path}", response_model=AssetItem, summary="One asset")
-async def show_asset(_: ReaderDep, database: DatabaseDep, name: str) -> dict[str, Any]:
+async def show_asset(_: ReaderDep, database: DatabaseDep, name: str) -> assets_view.AssetItem:
     shown = await read(database, partial(assets_view.show_asset, name=name))
     return found(shown, f"no asset {name!r}")
 
@@ -130,7 +131,7 @@ async def list_asset_events(
     since: AwareDatetime | None = None,
     limit: Limit = 50,
     offset: Offset = 0,
-) -> dict[str, Any]:
+) -> ViewPage[assets_view.AssetEventItem]:
     query = partial(
         assets_view.list_asset_events,
         asset=asset,
@@ -165,6 +166,5 @@ async def emit_asset_event(
 
 
 @router.get("/asset-graph", response_model=AssetGraph, summary="The asset graph")
-async def asset_graph(_: ReaderDep, database: DatabaseDep) -> dict[str, Any]:
-    graph: dict[str, Any] = await read(database, assets_view.asset_graph)
-    return graph
+async def asset_graph(_: ReaderDep, database: DatabaseDep) -> assets_view.AssetGraph:
+    return await read(database, assets_view.asset_graph)

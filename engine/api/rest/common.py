@@ -1,5 +1,5 @@
 """What the resource routers share: the page parameters and the page model, reading through
-the read model (``engine.db.views``) and acting through ``engine.db`` off the event loop,
+the read model (``engine.views``) and acting through ``engine.db`` off the event loop,
 and the errors those raise as HTTP answers.
 
 - an unknown DAG, run, task, asset or log: 404;
@@ -17,8 +17,8 @@ from sqlalchemy.orm import Session
 
 from engine.db.database import Database
 from engine.db.queries.assets import UnknownAssetError
-from engine.db.views.common import MAX_LIMIT, PageError
 from engine.exceptions import InvalidStateError, NotFoundError, OperatorActionError
+from engine.views.common import MAX_LIMIT, PageError
 
 T = TypeVar("T")
 R = TypeVar("R")

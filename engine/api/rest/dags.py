@@ -18,10 +18,11 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from engine.api.deps import DatabaseDep
 from engine.api.rest.common import Limit, Offset, Page, act, found, not_found, read
 from engine.api.security import OperatorDep, ReaderDep
-from engine.db import operations
 from engine.db.models import utcnow
 from engine.db.queries import dags as dags_sql
-from engine.db.views import dags as dags_view
+from engine.views import dags as dags_view
+from engine.views import operations
+from engine.views.common import Page as ViewPage
 
 router = APIRouter(tags=["dags"])
 
@@ -144,7 +145,7 @@ async def list_dags(
     search: str | None = None,
     limit: Limit = 50,
     offset: Offset = 0,
-) -> dict[str, Any]:
+) -> ViewPage[dags_view.DagItem]:
     query = partial(
         dags_view.list_dags,
         paused=paused,
@@ -158,7 +159,7 @@ async def list_dags(
 
 
 @router.get("/dags/{dag_id}", response_model=DagDetail, summary="One DAG")
-async def show_dag(_: ReaderDep, database: DatabaseDep, dag_id: str) -> dict[str, Any]:
+async def show_dag(_: ReaderDep, database: DatabaseDep, dag_id: str) -> dags_view.DagDetails:
     shown = await read(database, partial(dags_view.show_dag, dag_id=dag_id))
     return found(shown, f"no DAG {dag_id!r}")
 
@@ -188,7 +189,7 @@ async def unpause_dag(_: OperatorDep, database: DatabaseDep, dag_id: str) -> Pau
 )
 async def trigger_dag(
     _: OperatorDep, database: DatabaseDep, dag_id: str, request: TriggerRequest | None = None
-) -> dict[str, Any]:
+) -> operations.TriggeredRun:
     body = request or TriggerRequest()
     logical = None if body.logical_date is None else body.logical_date.astimezone(UTC)
     trigger = partial(
@@ -199,5 +200,4 @@ async def trigger_dag(
         now=utcnow(),
         date_option="logical_date",
     )
-    triggered: dict[str, Any] = await act(database, trigger)
-    return triggered
+    return await act(database, trigger)

@@ -17,9 +17,9 @@ from sqlalchemy import Engine
 from engine.api.deps import ConfigDep, DatabaseDep
 from engine.config import Config
 from engine.db.models import utcnow
-from engine.db.queries import inspection
 from engine.db.queries.jobs import DAG_PROCESSOR_JOB, TRIGGERER_JOB
 from engine.db.schema import current_revision, head_revision
+from engine.views import jobs as jobs_view
 
 logger = logging.getLogger(__name__)
 
@@ -64,12 +64,9 @@ def _revisions(engine: Engine) -> tuple[str | None, str]:
 
 
 def _alive_jobs(session: Any, config: Config) -> dict[str, int]:
-    thresholds = {TRIGGERER_JOB: config.triggerer.health_check_threshold_s}
-    jobs = inspection.list_jobs(
-        session,
-        now=utcnow(),
-        thresholds=thresholds,
-        default_threshold_s=config.scheduler.health_check_threshold_s,
+    thresholds, default_s = jobs_view.liveness(config)
+    jobs = jobs_view.all_jobs(
+        session, now=utcnow(), thresholds=thresholds, default_threshold_s=default_s
     )
     alive = dict.fromkeys(PART_JOBS, 0)
     for job in jobs:

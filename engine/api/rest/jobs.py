@@ -8,7 +8,6 @@
 """
 
 from functools import partial
-from typing import Any
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
@@ -17,7 +16,8 @@ from engine.api.deps import ConfigDep, DatabaseDep
 from engine.api.rest.common import Limit, Offset, Page, read
 from engine.api.security import ReaderDep
 from engine.db.models import utcnow
-from engine.db.views import ops as ops_view
+from engine.views import jobs as jobs_view
+from engine.views.common import Page as ViewPage
 
 router = APIRouter(tags=["jobs"])
 
@@ -74,9 +74,9 @@ async def list_jobs(
     include_ended: bool = False,
     limit: Limit = 50,
     offset: Offset = 0,
-) -> dict[str, Any]:
+) -> ViewPage[jobs_view.JobItem]:
     query = partial(
-        ops_view.list_jobs,
+        jobs_view.list_jobs,
         now=utcnow(),
         config=config,
         include_ended=include_ended,
@@ -88,5 +88,5 @@ async def list_jobs(
 
 
 @router.get("/queues", response_model=Queues, summary="Celery queues: tries and workers")
-async def list_queues(_: ReaderDep, database: DatabaseDep, config: ConfigDep) -> dict[str, Any]:
-    return await read(database, partial(ops_view.list_queues, now=utcnow(), config=config))
+async def list_queues(_: ReaderDep, database: DatabaseDep, config: ConfigDep) -> jobs_view.Queues:
+    return await read(database, partial(jobs_view.list_queues, now=utcnow(), config=config))

@@ -20,9 +20,10 @@ from engine.api.rest.common import Limit, Offset, Page, act, found, not_found, r
 from engine.api.rest.tasks import TaskChangeItem, TaskInstanceItem
 from engine.api.security import OperatorDep, ReaderDep
 from engine.db.models import DagRunState, utcnow
-from engine.db.queries import actions
 from engine.db.queries import dags as dags_sql
-from engine.db.views import runs as runs_view
+from engine.db.queries import run_ends
+from engine.views import runs as runs_view
+from engine.views.common import Page as ViewPage
 
 router = APIRouter(tags=["runs"])
 
@@ -78,7 +79,7 @@ async def _runs(
     since: AwareDatetime | None,
     limit: int,
     offset: int,
-) -> dict[str, Any]:
+) -> ViewPage[runs_view.RunItem]:
     query = partial(
         runs_view.list_runs,
         now=utcnow(),
@@ -102,7 +103,7 @@ async def list_runs(
     since: AwareDatetime | None = None,
     limit: Limit = 50,
     offset: Offset = 0,
-) -> dict[str, Any]:
+) -> ViewPage[runs_view.RunItem]:
     return await _runs(
         database,
         dag_id=dag_id,
@@ -124,7 +125,7 @@ async def list_dag_runs(
     since: AwareDatetime | None = None,
     limit: Limit = 50,
     offset: Offset = 0,
-) -> dict[str, Any]:
+) -> ViewPage[runs_view.RunItem]:
     if not await read(database, partial(dags_sql.dag_exists, dag_id=dag_id)):
         not_found(f"no DAG {dag_id!r}")
     return await _runs(
@@ -139,7 +140,9 @@ async def list_dag_runs(
 
 
 @router.get("/dags/{dag_id}/runs/{run_id}", response_model=RunDetail, summary="One run")
-async def show_run(_: ReaderDep, database: DatabaseDep, dag_id: str, run_id: str) -> dict[str, Any]:
+async def show_run(
+    _: ReaderDep, database: DatabaseDep, dag_id: str, run_id: str
+) -> runs_view.RunDetails:
     shown = await read(
         database, partial(runs_view.show_run, dag_id=dag_id, run_id=run_id, now=utcnow())
     )
@@ -155,8 +158,8 @@ async def show_run(_: ReaderDep, database: DatabaseDep, dag_id: str, run_id: str
 async def cancel_run(
     _: OperatorDep, database: DatabaseDep, dag_id: str, run_id: str
 ) -> dict[str, Any]:
-    cancel = partial(actions.cancel_run, dag_id=dag_id, run_id=run_id, now=utcnow())
-    ended: actions.EndedRun = await act(database, cancel)
+    cancel = partial(run_ends.cancel_run, dag_id=dag_id, run_id=run_id, now=utcnow())
+    ended: run_ends.EndedRun = await act(database, cancel)
     return {
         "dag_id": dag_id,
         "run_id": run_id,

@@ -7,7 +7,6 @@
 """
 
 from functools import partial
-from typing import Any
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
@@ -16,7 +15,8 @@ from engine.api.deps import ConfigDep, DatabaseDep
 from engine.api.rest.common import Limit, Offset, Page, read
 from engine.api.security import ReaderDep
 from engine.db.models import utcnow
-from engine.db.views import ops as ops_view
+from engine.views import streams as streams_view
+from engine.views.common import Page as ViewPage
 
 router = APIRouter(tags=["shared streams"])
 
@@ -63,9 +63,9 @@ async def list_streams(
     history: bool = True,
     limit: Limit = 50,
     offset: Offset = 0,
-) -> dict[str, Any]:
+) -> ViewPage[streams_view.StreamGroup]:
     query = partial(
-        ops_view.list_stream_groups,
+        streams_view.list_stream_groups,
         now=utcnow(),
         config=config,
         key=key,

@@ -37,8 +37,9 @@ from engine.api.rest.common import (
 from engine.api.security import OperatorDep, ReaderDep
 from engine.db.models import utcnow
 from engine.db.queries import actions
-from engine.db.views import tasks as tasks_view
 from engine.task_log_files import TaskLogNotFoundError
+from engine.views import tasks as tasks_view
+from engine.views.common import Page as ViewPage
 
 router = APIRouter(tags=["task instances"])
 
@@ -166,7 +167,7 @@ async def list_task_instances(
     task_id: str | None = None,
     limit: Limit = 50,
     offset: Offset = 0,
-) -> dict[str, Any]:
+) -> ViewPage[tasks_view.TaskInstanceItem]:
     query = partial(
         tasks_view.list_task_instances,
         dag_id=dag_id,
@@ -204,7 +205,7 @@ async def show_task_instance(
     run_id: str,
     task_id: str,
     map_index: MapIndex = -1,
-) -> dict[str, Any]:
+) -> tasks_view.TaskInstanceDetails:
     query = partial(
         tasks_view.show_task_instance,
         dag_id=dag_id,
@@ -236,7 +237,7 @@ async def task_log(
     try_number: Annotated[int | None, Query(ge=1, description="Default: the latest")] = None,
     map_index: MapIndex = -1,
     offset: Annotated[int, Query(ge=0, description="From this byte")] = 0,
-) -> dict[str, Any]:
+) -> tasks_view.TaskLogChunk:
     exists = partial(
         tasks_view.show_task_instance,
         dag_id=dag_id,
@@ -249,7 +250,7 @@ async def task_log(
         not_found(await _missing(database, dag_id, run_id, task_id, map_index))
     folder = config.logging.task_log_folder
     try:
-        text: dict[str, Any] = await anyio.to_thread.run_sync(
+        text = await anyio.to_thread.run_sync(
             partial(
                 tasks_view.task_log,
                 folder,
@@ -276,7 +277,7 @@ async def task_results(
     run_id: str,
     task_id: str,
     map_index: MapIndex = -1,
-) -> dict[str, Any]:
+) -> tasks_view.TaskResultsShown:
     query = partial(
         tasks_view.task_results, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index
     )

@@ -6,7 +6,7 @@
 """
 
 from functools import partial
-from typing import Any, Literal
+from typing import Literal
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
@@ -15,7 +15,8 @@ from engine.api.deps import ConfigDep, DatabaseDep
 from engine.api.rest.common import Limit, Offset, Page, read
 from engine.api.security import ReaderDep
 from engine.db.models import utcnow
-from engine.db.views import ops as ops_view
+from engine.views import triggers as triggers_view
+from engine.views.common import Page as ViewPage
 
 router = APIRouter(tags=["triggers"])
 
@@ -46,9 +47,9 @@ async def list_triggers(
     triggerer_id: int | None = None,
     limit: Limit = 50,
     offset: Offset = 0,
-) -> dict[str, Any]:
+) -> ViewPage[triggers_view.TriggerItem]:
     query = partial(
-        ops_view.list_triggers,
+        triggers_view.list_triggers,
         now=utcnow(),
         config=config,
         kind=kind,

@@ -1,11 +1,11 @@
 """Why did a DAG not run: ``GET /dags/{dag_id}/why``.
 
-Answers ``engine.db.views.why.explain_dag`` as it is (the same dict ``sluice dags why
---json`` prints; its shape is documented there): the verdict, the findings, the schedule
-(asset condition tree with each asset's queued events and what is missing, or the next
-tick), the watchers behind the assets (trigger class, claim, owner heartbeat, last event,
-last error, shared-stream lag; never trigger kwargs), the producing tasks, the runs. An
-unknown DAG is a 404 problem.
+Answers ``engine.views.why.explain_dag`` as it is (the same record ``sluice dags why
+--json`` prints; its shape is ``engine.views.why_records.WhyAnswer``): the verdict, the
+findings, the schedule (asset condition tree with each asset's queued events and what is
+missing, or the next tick), the watchers behind the assets (trigger class, claim, owner
+heartbeat, last event, last error, shared-stream lag; never trigger kwargs), the producing
+tasks, the runs. An unknown DAG is a 404 problem.
 """
 
 from functools import partial
@@ -16,7 +16,7 @@ from fastapi import APIRouter, HTTPException
 from engine.api.deps import ConfigDep, DatabaseDep
 from engine.api.security import ReaderDep
 from engine.db.models import utcnow
-from engine.db.views.why import UnknownDagError, explain_dag
+from engine.views.why import UnknownDagError, explain_dag
 
 router = APIRouter(tags=["dags"])
 
@@ -37,6 +37,7 @@ async def why(
         scheduler_threshold_s=config.scheduler.health_check_threshold_s,
     )
     try:
-        return await database.read(explain)
+        answer = await database.read(explain)
     except UnknownDagError as exc:
         raise HTTPException(404, str(exc)) from exc
+    return dict(answer)  # no response model: FastAPI answers the dict as it is

@@ -2,10 +2,11 @@
 asset's events with their source (watcher, task, API, CLI) and an "emit event" form (op and
 admin), and the asset graph drawn as SVG on the server.
 
-Reads through ``engine.db.views.assets`` (what ``GET /api/v1/assets...`` answers); an event
+Reads through ``engine.views.assets`` (what ``GET /api/v1/assets...`` answers); an event
 is emitted through ``queries.assets.emit_asset_event``, as the REST API and the CLI do.
 """
 
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Annotated, Any, Final
 
@@ -26,7 +27,8 @@ from engine.api.ui.rendering import (
     page,
 )
 from engine.db.queries import assets as assets_sql
-from engine.db.views import assets as assets_view
+from engine.views import assets as assets_view
+from engine.views.common import Page as ViewPage
 
 MAX_EXTRA_CHARS: Final = 65_536
 #: After an event is emitted here, the page reloads itself this often until the runs it
@@ -50,28 +52,30 @@ async def asset_list(
     return page(request, "asset_list.html", "/assets", assets=found, search=search)
 
 
-def graph_items(graph: dict[str, Any]) -> tuple[list[GraphItem], list[tuple[str, str]]]:
+def graph_items(
+    graph: assets_view.AssetGraph,
+) -> tuple[list[GraphItem], list[tuple[str, str]]]:
     """``assets_view.asset_graph``'s nodes and edges as items to draw, each with its link."""
-    items = []
-    for node in graph["nodes"]:
-        kind, label = node["kind"], str(node["label"])
-        href, title, flagged = None, label, False
-        if kind == "asset":
-            href, title = asset_url(label), f"asset {label} ({node.get('events', 0)} events)"
-        elif kind == "dag":
-            href = dag_url(label)
-            title = f"DAG {label}" + (" (paused)" if node.get("paused") else "")
-        elif kind == "task":
-            href, title = dag_url(node["dag_id"]), f"task {node['dag_id']}.{label}"
-        elif kind == "watcher":
-            error = node.get("last_error")
-            flagged = bool(error)
-            title = f"watcher {label}: {node.get('classpath')}" + (
-                f"; error: {error}" if error else ""
-            )
-        items.append(GraphItem(node["id"], kind, label, href, title, flagged))
+    items = [_graph_item(node) for node in graph["nodes"]]
     edges = [(edge["source"], edge["target"]) for edge in graph["edges"]]
     return items, edges
+
+
+def _graph_item(node: assets_view.GraphNode) -> GraphItem:
+    label = str(node["label"])
+    href, title, flagged = None, label, False
+    if node["kind"] == "asset":
+        href, title = asset_url(label), f"asset {label} ({node['events']} events)"
+    elif node["kind"] == "dag":
+        href = dag_url(label)
+        title = f"DAG {label}" + (" (paused)" if node["paused"] else "")
+    elif node["kind"] == "task":
+        href, title = dag_url(node["dag_id"]), f"task {node['dag_id']}.{label}"
+    else:
+        error = node["last_error"]
+        flagged = bool(error)
+        title = f"watcher {label}: {node['classpath']}" + (f"; error: {error}" if error else "")
+    return GraphItem(node["id"], node["kind"], label, href, title, flagged)
 
 
 @router.get("/asset-graph", response_class=HTMLResponse)
@@ -84,7 +88,9 @@ async def asset_graph(
     return page(request, "asset_graph.html", "/asset-graph", graph=drawn)
 
 
-def awaits_runs(asset: dict[str, Any], events: list[dict[str, Any]], emitted: int | None) -> bool:
+def awaits_runs(
+    asset: Mapping[str, Any], events: Sequence[Mapping[str, Any]], emitted: int | None
+) -> bool:
     """Whether the event just emitted (``emitted``) has no run yet though DAGs consume it."""
     if emitted is None or not asset["consuming_dags"]:
         return False
@@ -99,7 +105,9 @@ async def _asset_page(
     emitted: int | None = None,
     **extra: Any,
 ) -> HTMLResponse:
-    def read(session: Any) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    def read(
+        session: Any,
+    ) -> tuple[assets_view.AssetItem | None, ViewPage[assets_view.AssetEventItem] | None]:
         shown = assets_view.show_asset(session, name)
         events = assets_view.list_asset_events(session, asset=name, limit=PAGE_SIZE, offset=offset)
         return shown, events

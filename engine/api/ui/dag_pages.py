@@ -1,9 +1,9 @@
 """The DAG pages: the list (schedule, next run, paused, last run states), one DAG's runs
 grid (runs x tasks), and the actions pause / unpause / trigger (op and admin, CSRF-checked).
 
-Reads through ``engine.db.views`` (what ``GET /api/v1/dags`` answers); actions through the
+Reads through ``engine.views`` (what ``GET /api/v1/dags`` answers); actions through the
 functions the REST API and the CLI call (``queries.dags.set_paused``,
-``engine.db.operations.trigger_dag``).
+``engine.views.operations.trigger_dag``).
 """
 
 from functools import partial
@@ -24,12 +24,13 @@ from engine.api.ui.rendering import (
     redirect_back,
     run_url,
 )
-from engine.db import operations
 from engine.db.models import utcnow
 from engine.db.queries import dags as dags_sql
-from engine.db.views import dags as dags_view
-from engine.db.views import runs as runs_view
 from engine.exceptions import NotFoundError, OperatorActionError
+from engine.views import dags as dags_view
+from engine.views import operations
+from engine.views import runs as runs_view
+from engine.views.common import Page as ViewPage
 
 #: Runs shown in the grid (the newest; older ones are on the pages of the runs list).
 GRID_RUNS: Final = 25
@@ -70,7 +71,7 @@ async def dag_list(
 async def _dag_page(
     request: Request, database: DatabaseDep, dag_id: str, **extra: Any
 ) -> HTMLResponse:
-    def read(session: Any) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    def read(session: Any) -> tuple[dags_view.DagDetails | None, ViewPage[runs_view.RunItem]]:
         shown = dags_view.show_dag(session, dag_id)
         runs = runs_view.list_runs(session, now=utcnow(), dag_id=dag_id, limit=GRID_RUNS)
         return shown, runs

@@ -2,10 +2,11 @@
 Celery queues), triggers grouped by the triggerer that runs them, and the shared-stream
 groups with their lag per lane and a sparkline of their recent backlog.
 
-Reads through ``engine.db.views.ops`` (what ``GET /api/v1/jobs``, ``/queues``,
-``/triggers`` and ``/streams`` answer).
+Reads through ``engine.views.jobs``, ``triggers`` and ``streams`` (what ``GET
+/api/v1/jobs``, ``/queues``, ``/triggers`` and ``/streams`` answer).
 """
 
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from functools import partial
 from typing import Any, Final
@@ -19,8 +20,11 @@ from engine.api.ui.rendering import page
 from engine.api.ui.sparkline import sparkline
 from engine.db.models import utcnow
 from engine.db.queries.jobs import TRIGGERER_JOB
-from engine.db.views import ops as ops_view
-from engine.db.views.common import MAX_LIMIT
+from engine.views import jobs as jobs_view
+from engine.views import streams as streams_view
+from engine.views import triggers as triggers_view
+from engine.views.common import MAX_LIMIT
+from engine.views.common import Page as ViewPage
 
 #: These pages describe a live engine: they reload themselves this often.
 REFRESH_S: Final = 5
@@ -41,7 +45,7 @@ router = APIRouter(include_in_schema=False)
 
 
 def by_triggerer(
-    triggers: list[dict[str, Any]], jobs: list[dict[str, Any]]
+    triggers: Sequence[Mapping[str, Any]], jobs: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
     """One group per triggerer job (live ones first, by id), then the unclaimed triggers;
     each ``{"job": job | None, "triggers": [...]}``. A trigger whose owner is not a listed
@@ -58,7 +62,7 @@ def by_triggerer(
     return owned + ([groups[None]] if None in groups else [])
 
 
-def job_status(job: dict[str, Any]) -> str:
+def job_status(job: Mapping[str, Any]) -> str:
     """``alive`` (heartbeating within the health threshold), ``dead`` (still marked running
     but silent: killed, or its host lost) or ``ended`` (it stopped and said so)."""
     if job["alive"]:
@@ -66,13 +70,13 @@ def job_status(job: dict[str, Any]) -> str:
     return "dead" if job["ended"] is None else "ended"
 
 
-def is_celery_worker(job: dict[str, Any]) -> bool:
+def is_celery_worker(job: Mapping[str, Any]) -> bool:
     """A ``sluice celery worker``: the one kind of job that records the queues it consumes."""
     return bool(job.get("queues"))
 
 
 def shown_jobs(
-    jobs: list[dict[str, Any]], *, celery: bool = False
+    jobs: Sequence[Mapping[str, Any]], *, celery: bool = False
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(Celery workers, every other part), each job with its ``status`` and ``part`` name;
     live ones first, then dead, then ended, by type and id. With ``celery`` (the executor
@@ -86,7 +90,7 @@ def shown_jobs(
     return workers, [j for j in shown if not is_celery_worker(j)]
 
 
-def _part_name(job: dict[str, Any], *, celery: bool) -> str:
+def _part_name(job: Mapping[str, Any], *, celery: bool) -> str:
     if celery and job["type"] == "executor" and not is_celery_worker(job):
         return "executor (sends tries to Celery)"
     kind = str(job["type"])
@@ -99,19 +103,19 @@ async def jobs_page(
 ) -> HTMLResponse:
     now = utcnow()
 
-    def read(session: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        jobs = ops_view.list_jobs(
+    def read(session: Any) -> tuple[ViewPage[jobs_view.JobItem], jobs_view.Queues]:
+        jobs = jobs_view.list_jobs(
             session,
             now=now,
             config=config,
             ended_since=now - timedelta(seconds=RECENTLY_ENDED_S),
             limit=MAX_LIMIT,
         )
-        return jobs, ops_view.list_queues(session, now=now, config=config)
+        return jobs, jobs_view.list_queues(session, now=now, config=config)
 
     jobs, queues = await database.read(read)
     workers, parts = shown_jobs(jobs["items"], celery=queues["executor_kind"] == "celery")
-    thresholds, default_s = ops_view.liveness(config)
+    thresholds, default_s = jobs_view.liveness(config)
     return page(
         request,
         "jobs.html",
@@ -136,9 +140,11 @@ async def triggers_page(
 ) -> HTMLResponse:
     now = utcnow()
 
-    def read(session: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        found = ops_view.list_triggers(session, now=now, config=config, limit=MAX_LIMIT)
-        jobs = ops_view.list_jobs(
+    def read(
+        session: Any,
+    ) -> tuple[ViewPage[triggers_view.TriggerItem], ViewPage[jobs_view.JobItem]]:
+        found = triggers_view.list_triggers(session, now=now, config=config, limit=MAX_LIMIT)
+        jobs = jobs_view.list_jobs(
             session, now=now, config=config, job_type=TRIGGERER_JOB, limit=MAX_LIMIT
         )
         return found, jobs
@@ -159,10 +165,10 @@ async def triggers_page(
 async def streams_page(
     request: Request, _principal: UiReaderDep, database: DatabaseDep, config: ConfigDep
 ) -> HTMLResponse:
-    read = partial(ops_view.list_stream_groups, now=utcnow(), config=config, limit=MAX_LIMIT)
+    read = partial(streams_view.list_stream_groups, now=utcnow(), config=config, limit=MAX_LIMIT)
     found = await database.read(read)
     groups = [
-        {**group, "spark": sparkline([s["outstanding"] for s in group.get("history") or []])}
+        {**group, "spark": sparkline([s["outstanding"] for s in group["history"] or []])}
         for group in found["items"]
     ]
     return page(

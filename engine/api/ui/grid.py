@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
 _COPY: Final = re.compile(r"^(?P<task>.+)\[(?P<index>\d+)\]$")
 
@@ -23,7 +23,7 @@ class GridRow:
     map_index: int = -1
 
 
-def grid_rows(task_ids: Sequence[str], runs: Iterable[dict[str, Any]]) -> list[GridRow]:
+def grid_rows(task_ids: Sequence[str], runs: Iterable[Mapping[str, Any]]) -> list[GridRow]:
     """The rows for ``runs`` (each with ``tasks``: {name: state}) of a DAG with ``task_ids``."""
     known = set(task_ids)
     copies: dict[str, set[int]] = {}

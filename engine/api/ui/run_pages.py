@@ -1,7 +1,7 @@
 """A run's page (its tasks, the asset events that triggered it) and a task instance's page
 (its log by try, streamed while the try runs), and the clear action (op and admin).
 
-Reads through ``engine.db.views.runs`` / ``tasks`` (what ``GET /api/v1/dags/{dag_id}/
+Reads through ``engine.views.runs`` / ``tasks`` (what ``GET /api/v1/dags/{dag_id}/
 dagRuns/...`` answers), including the log reader that never leaves the log folder.
 """
 
@@ -18,10 +18,11 @@ from engine.api.security import UiOperatorDep, UiReaderDep
 from engine.api.ui.rendering import can_operate, not_found, page, redirect_back, run_url
 from engine.db.models import utcnow
 from engine.db.queries import actions
-from engine.db.views import runs as runs_view
-from engine.db.views import tasks as tasks_view
 from engine.exceptions import NotFoundError
 from engine.task_log_files import TaskLogNotFoundError
+from engine.views import runs as runs_view
+from engine.views import tasks as tasks_view
+from engine.views.tasks import TaskInstanceItem, TaskLogChunk
 
 #: A run page reloads itself this often while the run goes on.
 REFRESH_S: Final = 2
@@ -60,8 +61,8 @@ async def run_page(
 
 
 def _read_log_now(
-    folder: Any, ti: dict[str, Any], try_number: int | None, offset: int, max_bytes: int
-) -> dict[str, Any] | None:
+    folder: Any, ti: TaskInstanceItem, try_number: int | None, offset: int, max_bytes: int
+) -> TaskLogChunk | None:
     try:
         return tasks_view.task_log(
             folder,
@@ -78,8 +79,8 @@ def _read_log_now(
 
 
 async def _read_log(
-    folder: Any, ti: dict[str, Any], try_number: int | None, offset: int, max_bytes: int
-) -> dict[str, Any] | None:
+    folder: Any, ti: TaskInstanceItem, try_number: int | None, offset: int, max_bytes: int
+) -> TaskLogChunk | None:
     """A piece of a try's log, read in a worker thread: file IO never blocks the event loop
     (under ``sluice run`` the engine's other parts share it)."""
     read = partial(_read_log_now, folder, ti, try_number, offset, max_bytes)

@@ -1,4 +1,4 @@
-"""The "why (not)" page of a DAG: ``engine.db.views.why.explain_dag`` drawn as HTML (the
+"""The "why (not)" page of a DAG: ``engine.views.why.explain_dag`` drawn as HTML (the
 same dict ``sluice dags why`` prints and ``GET /api/v1/dags/{dag_id}/why`` returns)."""
 
 from functools import partial
@@ -11,7 +11,7 @@ from engine.api.deps import ConfigDep, DatabaseDep
 from engine.api.security import UiReaderDep
 from engine.api.ui.rendering import not_found, page
 from engine.db.models import utcnow
-from engine.db.views.why import UnknownDagError, explain_dag
+from engine.views.why import UnknownDagError, explain_dag
 
 #: The page reloads itself: the answer changes as events arrive and watchers recover.
 REFRESH_S: Final = 10

@@ -4,20 +4,24 @@
 - ``triggers``: trigger rows (add, fetch, ownership, failures, key rotation, delete);
 - ``claims``: claiming trigger rows, single and by shared-stream group;
 - ``deferrals``: task instances deferred on a trigger (defer, resume, fail, time out);
-- ``tasks``: task instances the executor holds (claim, start, finish, requeue);
-- ``orphans``: the task instances of dead executors (a queued try back to ``scheduled``, a
-  running one failed or retried per its retries);
-- ``retries``: the retry rule of a failed try (pure; the executor and ``orphans`` share it);
-- ``pools``: slot pools, and which scheduled task instances a claim admits (pool open
-  slots, ``max_active_tasks`` per run);
+- ``tasks``: task instances the executor holds (queue what a claim admitted, start, finish,
+  requeue);
+- ``run_context``: what a task's or callback's context reads of its run (the run, its
+  triggering events, its tasks' results) and one task instance's results;
+- ``orphans``: the task instances of dead executors (find them, a queued try back to
+  ``scheduled``, a running one ended as the scheduler decided);
+- ``pools``: slot pools, and what a claim reads to admit scheduled task instances (slots
+  taken, active tasks per run, candidates);
 - ``callbacks``: callback requests (a DAG's when its run ends, a killed try's) executors run;
-- ``runs``: DAG runs (created, admitted under max_active_runs, advanced), their task states,
-  and time-scheduled DAGs' next run;
-- ``actions``: operator actions (clear tasks, set a task's state, cancel a run) and runs
-  past their ``dagrun_timeout``; what the executor checks to stop a changed task;
+- ``runs``: DAG runs (created, admitted under max_active_runs, advanced), their task states;
+- ``time_schedules``: time-scheduled DAGs (which are due, the row locked while deciding,
+  the next run stored on the DAG row);
+- ``actions``: operator actions on task instances (clear tasks, set a task's state); what the
+  executor checks to stop a changed task;
+- ``run_ends``: ending a run early (cancel, past its ``dagrun_timeout``);
 - ``mapping``: the copies of mapped tasks (expand, states, results by ``map_index``);
-- ``backfills``: backfill rows, their runs (create, re-run, plan), completion; the DAG
-  schedule columns the CLI shows;
+- ``backfills``: backfill rows, the runs at their dates, completion; the DAG schedule
+  columns the CLI shows;
 - ``assets``: asset events from watchers, task outlets, aliases, the CLI and the API (insert,
   queue for DAGs, recent events for inlets);
 - ``watcher_events``: the persister's bulk write of watcher events as asset events (one
@@ -25,8 +29,9 @@
 - ``dags``: what the DAG processor syncs (DAG files, parse errors, DAGs, tasks, assets,
   watchers, schedule edges to assets and aliases);
 - ``streams``: shared-stream snapshots published by triggerers, and their samples;
-- ``inspection``: the operator views (jobs, triggers, doctor facts);
-- ``browse``: the read model's paged DAG, run and task-instance lists and one DAG's details;
+- ``inspection``: what the operator views read (jobs and their load, running tries, Celery
+  queue consumers, trigger rows, deferred tasks, failing watchers);
+- ``browse``: the read model's paged DAG, run and task-instance lists and one DAG's rows;
 - ``lineage``: the read model's assets, events, watchers, consumers and producers;
 - ``clean``: which old rows ``sluice db clean`` may delete;
 - ``why``, ``why_watchers``: what ``sluice dags why`` reads (queued events, runs, assets and
@@ -35,5 +40,9 @@
   triggerer for ``ExternalTaskSensor``).
 
 Functions take a ``Session`` (one transaction, opened by ``engine.db.Database``) and plain
-values; they read and write, they decide no policy.
+values and return rows or small records; they read and write, they decide no policy and
+word nothing (the read model, ``engine.views``, says what rows mean): which task a claim admits
+(``engine.executor.admission``), when a failed try runs again (``engine.task_retries``),
+what becomes of a dead executor's tries (``engine.scheduler.orphans``) and of a backfill's
+dates (``engine.scheduler.backfills``) are decided by the parts that own them.
 """

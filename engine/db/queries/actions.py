@@ -1,5 +1,6 @@
-"""SQL of operator actions on task instances and runs (Airflow 3's semantics): clear tasks,
-set a task's state, mark a run failed (cancel), and end runs past their ``dagrun_timeout``.
+"""SQL of operator actions on task instances (Airflow 3's semantics): clear tasks, set a
+task's state; and what the executor checks to stop a task an action changed. Ending a whole
+run (cancel, ``dagrun_timeout``) is ``engine.db.queries.run_ends``, on the helpers here.
 
 Theory of operation. An action only writes rows; whatever still runs for a task stops on its
 own because of what was written:
@@ -18,24 +19,23 @@ before the first is stopped): it becomes ``restarting``, as in Airflow, and the 
 that held it makes it ``none`` once its process is gone (``release_restarted_task``; if that
 executor died, ``release_orphaned_restarts``). Then the scheduler runs it again.
 
-Every function takes the transaction's ``Session``; the CLI and (later) the REST API call
-the same functions.
+Every function takes the transaction's ``Session``; the CLI and the REST API call the same
+functions.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import func, or_, select, update
 
 from engine.db.database import is_postgres
 from engine.db.models import Dag, DagRun, DagRunState, DagTask, TaskInstance, TaskState
-from engine.db.queries import callbacks, jobs, runs
+from engine.db.queries import jobs
 from engine.db.queries import triggers as trigger_rows
-from engine.exceptions import InvalidStateError, NotFoundError, OperatorActionError
+from engine.exceptions import NotFoundError, OperatorActionError
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Mapping
@@ -93,23 +93,10 @@ class ActionResult:
     runs: dict[str, str]
 
 
-@dataclass(frozen=True, slots=True)
-class EndedRun:
-    """A run ended by ``cancel_run`` or ``time_out_runs``."""
-
-    run_pk: int
-    dag_id: str
-    run_id: str
-    old_state: str
-    tasks: tuple[TaskChange, ...]
-    start_date: datetime | None = None
-    timeout_s: float | None = None
-
-
 # --- which task instances -----------------------------------------------------------------
 
 
-def _dag_graph(session: Session, dag_id: str) -> dict[str, list[str]]:
+def dag_graph(session: Session, dag_id: str) -> dict[str, list[str]]:
     """The DAG's tasks and their direct downstream tasks; an unknown DAG is an error."""
     if session.get(Dag, dag_id) is None:
         raise NotFoundError(f"no DAG {dag_id!r}; see `sluice dags list`")
@@ -142,7 +129,7 @@ def relatives(
     return found
 
 
-def _run_pk(session: Session, dag_id: str, run_id: str) -> tuple[int, str]:
+def run_pk_of(session: Session, dag_id: str, run_id: str) -> tuple[int, str]:
     row = session.execute(
         select(DagRun.id, DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)
     ).first()
@@ -153,7 +140,7 @@ def _run_pk(session: Session, dag_id: str, run_id: str) -> tuple[int, str]:
     return int(row[0]), str(row[1])
 
 
-def _task_rows(session: Session, where: Iterable[Any], *, lock: bool = False) -> list[TaskChange]:
+def task_rows(session: Session, where: Iterable[Any], *, lock: bool = False) -> list[TaskChange]:
     """The task instances ``where`` selects; ``lock``: locked until the transaction ends
     (PostgreSQL; SQLite's writers are serialized), so that an executor or a scheduler cannot
     move one between this read and the action's update."""
@@ -202,7 +189,7 @@ def select_task_instances(
     ``only_running``: ``running`` ones. ``map_index``: only that copy of each matched mapped
     task (their downstream / upstream tasks: all of their copies, as ``set_task_state``).
     """
-    graph = _dag_graph(session, dag_id)
+    graph = dag_graph(session, dag_id)
     try:
         pattern = None if task_regex is None else re.compile(task_regex)
     except re.error as exc:
@@ -211,7 +198,7 @@ def select_task_instances(
     task_ids = relatives(graph, roots, downstream=downstream, upstream=upstream)
     where: list[Any] = [TaskInstance.dag_id == dag_id, TaskInstance.task_id.in_(task_ids)]
     if run_id is not None:
-        where.append(TaskInstance.dag_run_id == _run_pk(session, dag_id, run_id)[0])
+        where.append(TaskInstance.dag_run_id == run_pk_of(session, dag_id, run_id)[0])
     when = func.coalesce(DagRun.logical_date, DagRun.run_after, DagRun.queued_at)
     if start_date is not None:
         where.append(when >= start_date)
@@ -226,7 +213,7 @@ def select_task_instances(
         where.append(TaskInstance.state.in_(states))
     if map_index is not None:  # that copy of the matched tasks (their relatives: all copies)
         where.append(or_(TaskInstance.task_id.not_in(roots), TaskInstance.map_index == map_index))
-    return _task_rows(session, where)
+    return task_rows(session, where)
 
 
 # --- clearing -----------------------------------------------------------------------------
@@ -242,7 +229,7 @@ def _max_tries_again() -> Any:
     return TaskInstance.try_number + func.coalesce(retries, 0)
 
 
-def _not_waiting() -> dict[str, Any]:
+def not_waiting() -> dict[str, Any]:
     """What a task that waits for nothing (no trigger, no retry time, no executor) holds."""
     return {
         "next_method": None,
@@ -256,7 +243,7 @@ def _not_waiting() -> dict[str, Any]:
     }
 
 
-def _update_returning(session: Session, ids: Collection[int], states: Any, values: Any) -> set[int]:
+def update_returning(session: Session, ids: Collection[int], states: Any, values: Any) -> set[int]:
     """Update the rows of ``ids`` still in one of ``states``; the ids it updated."""
     if not ids:
         return set()
@@ -269,9 +256,9 @@ def _update_returning(session: Session, ids: Collection[int], states: Any, value
     return {int(i) for i in result.scalars()}
 
 
-def _trigger_ids(session: Session, ti_ids: Collection[int]) -> set[int]:
+def trigger_ids_of(session: Session, ti_ids: Collection[int]) -> set[int]:
     """The triggers the task instances ``ti_ids`` wait on (read before they leave
-    ``deferred``; ``_delete_triggers`` deletes them after)."""
+    ``deferred``; ``delete_triggers`` deletes them after)."""
     if not ti_ids:
         return set()
     ids = session.execute(
@@ -282,7 +269,7 @@ def _trigger_ids(session: Session, ti_ids: Collection[int]) -> set[int]:
     return {int(i) for i in ids if i is not None}
 
 
-def _delete_triggers(session: Session, trigger_ids: set[int]) -> None:
+def delete_triggers(session: Session, trigger_ids: set[int]) -> None:
     """Delete the triggers no deferred task or watcher uses any more: the triggerer stops
     them at its next sync."""
     trigger_rows.delete_unused_triggers(session, trigger_ids)
@@ -326,17 +313,17 @@ def clear_task_instances(
     runs of cleared tasks go back to ``queued``.
     """
     ids = [c.ti_id for c in selected]  # read again, locked: their states now
-    chosen = {c.ti_id: c for c in _task_rows(session, [TaskInstance.id.in_(ids)], lock=True)}
+    chosen = {c.ti_id: c for c in task_rows(session, [TaskInstance.id.in_(ids)], lock=True)}
     running = {i for i, c in chosen.items() if c.old_state == TaskState.RUNNING}
     others = set(chosen) - running
-    restarting = _update_returning(
+    restarting = update_returning(
         session,
         running,
         [TaskState.RUNNING],
         {"state": TaskState.RESTARTING, "max_tries": _max_tries_again(), "end_date": None},
     )
-    trigger_ids = _trigger_ids(session, others)
-    cleared = _update_returning(
+    trigger_ids = trigger_ids_of(session, others)
+    cleared = update_returning(
         session,
         others,
         [s for s in TaskState if s not in (TaskState.RUNNING, TaskState.RESTARTING)],
@@ -344,13 +331,13 @@ def clear_task_instances(
             "state": TaskState.NONE,
             "max_tries": _max_tries_again(),
             "end_date": None,
-            **_not_waiting(),
+            **not_waiting(),
         },
     )
-    _delete_triggers(session, trigger_ids)
+    delete_triggers(session, trigger_ids)
     done = restarting | cleared
     changes = tuple(
-        _changed(chosen[i], TaskState.RESTARTING if i in restarting else TaskState.NONE)
+        with_state(chosen[i], TaskState.RESTARTING if i in restarting else TaskState.NONE)
         for i in sorted(done, key=lambda i: _order(chosen[i]))
     )
     requeued = _requeue_finished_runs(session, _run_pks(session, done), now=now)
@@ -361,7 +348,7 @@ def _order(change: TaskChange) -> tuple[str, str, int]:
     return change.run_id, change.task_id, change.map_index
 
 
-def _changed(change: TaskChange, new_state: str) -> TaskChange:
+def with_state(change: TaskChange, new_state: str) -> TaskChange:
     return replace(change, new_state=new_state)
 
 
@@ -394,35 +381,35 @@ def set_task_state(
         raise OperatorActionError(
             f"cannot set a task to {state!r}: one of {', '.join(SETTABLE_STATES)}"
         )
-    graph = _dag_graph(session, dag_id)
+    graph = dag_graph(session, dag_id)
     if task_id not in graph:
         raise NotFoundError(
             f"DAG {dag_id!r} has no task {task_id!r}; see `sluice dags show {dag_id}`"
         )
-    run_pk, _ = _run_pk(session, dag_id, run_id)
+    run_pk, _ = run_pk_of(session, dag_id, run_id)
     task_ids = relatives(graph, [task_id], downstream=downstream, upstream=upstream)
     where = [TaskInstance.dag_run_id == run_pk, TaskInstance.task_id.in_(task_ids)]
     if map_index is not None:  # one copy of the mapped task (its relatives: all copies)
         where.append(or_(TaskInstance.task_id != task_id, TaskInstance.map_index == map_index))
-    rows = _task_rows(session, where, lock=True)
+    rows = task_rows(session, where, lock=True)
     if map_index is not None and not any(c.task_id == task_id for c in rows):
         raise NotFoundError(
             f"task {task_id!r} of run {run_id!r} has no copy with map_index {map_index}"
         )
     targets = {c.ti_id: c for c in rows if c.old_state != state}
-    trigger_ids = _trigger_ids(session, targets)
-    marked = _update_returning(
+    trigger_ids = trigger_ids_of(session, targets)
+    marked = update_returning(
         session,
         targets,
         [s for s in TaskState if s != state],
-        {"state": state, "end_date": now, **_not_waiting()},
+        {"state": state, "end_date": now, **not_waiting()},
     )
-    _delete_triggers(session, trigger_ids)
-    changes = [_changed(targets[i], state) for i in sorted(marked)]
+    delete_triggers(session, trigger_ids)
+    changes = [with_state(targets[i], state) for i in sorted(marked)]
     cleared: tuple[TaskChange, ...] = ()
     if state == TaskState.SUCCESS:
         below = relatives(graph, task_ids, downstream=True, upstream=False) - task_ids
-        failed = _task_rows(
+        failed = task_rows(
             session,
             [
                 TaskInstance.dag_run_id == run_pk,
@@ -433,116 +420,6 @@ def set_task_state(
         cleared = clear_task_instances(session, failed, now=now).tasks
     run_states = _requeue_finished_runs(session, [run_pk] if marked else [], now=now)
     return ActionResult((*changes, *cleared), run_states)
-
-
-# --- ending runs --------------------------------------------------------------------------
-
-
-def end_run(
-    session: Session,
-    run_pk: int,
-    *,
-    state: str,
-    active_to: str,
-    pending_to: str,
-    now: datetime,
-) -> EndedRun | None:
-    """End an unfinished run as ``state``: its active tasks (running, deferred, restarting)
-    become ``active_to``, its pending ones (none, scheduled, queued, up_for_retry)
-    ``pending_to``; their processes and triggers stop (module docstring). None when the
-    run was not queued or running (someone ended it first)."""
-    row = session.execute(
-        update(DagRun)
-        .where(DagRun.id == run_pk, DagRun.state.in_([DagRunState.QUEUED, DagRunState.RUNNING]))
-        .values(state=state, end_date=now)
-        .returning(DagRun.dag_id, DagRun.run_id)
-    ).first()
-    if row is None:
-        return None
-    dag_id, run_id = str(row[0]), str(row[1])
-    tis = _task_rows(
-        session,
-        [TaskInstance.dag_run_id == run_pk, TaskInstance.state.in_(UNFINISHED_STATES)],
-        lock=True,
-    )
-    trigger_ids = _trigger_ids(session, [c.ti_id for c in tis])
-    changes: list[TaskChange] = []
-    for states, new_state in ((ACTIVE_STATES, active_to), (PENDING_STATES, pending_to)):
-        group = {c.ti_id: c for c in tis if c.old_state in states}
-        done = _update_returning(
-            session, group, states, {"state": new_state, "end_date": now, **_not_waiting()}
-        )
-        changes += [_changed(group[i], new_state) for i in done]
-    _delete_triggers(session, trigger_ids)
-    runs.recompute_next_dagrun(session, dag_id)  # a time run held by max_active_runs may go
-    changes.sort(key=lambda c: (c.task_id, c.map_index))
-    return EndedRun(run_pk, dag_id, run_id, "", tuple(changes))
-
-
-def cancel_run(session: Session, dag_id: str, run_id: str, *, now: datetime) -> EndedRun:
-    """Mark an unfinished run failed, as Airflow's "mark run as failed": ``running`` and
-    ``deferred`` (and ``restarting``) tasks become ``failed``, tasks not started or waiting
-    for a retry become ``skipped``. A finished run is an error naming its state."""
-    _dag_graph(session, dag_id)
-    run_pk, old_state = _run_pk(session, dag_id, run_id)
-    ended = end_run(
-        session,
-        run_pk,
-        state=DagRunState.FAILED,
-        active_to=TaskState.FAILED,
-        pending_to=TaskState.SKIPPED,
-        now=now,
-    )
-    if ended is None:
-        raise InvalidStateError(f"run {run_id!r} of DAG {dag_id!r} already ended: {old_state}")
-    return EndedRun(ended.run_pk, dag_id, run_id, old_state, ended.tasks)
-
-
-def time_out_runs(session: Session, *, now: datetime) -> list[EndedRun]:
-    """Fail the running runs of unpaused DAGs that started ``dagrun_timeout`` or more
-    before ``now`` (Airflow: the run fails, its unfinished tasks, running ones included,
-    are skipped)."""
-    rows = session.execute(
-        select(DagRun.id, DagRun.start_date, Dag.dagrun_timeout_s)
-        .join(Dag, Dag.dag_id == DagRun.dag_id)
-        .where(
-            DagRun.state == DagRunState.RUNNING,
-            DagRun.start_date.is_not(None),
-            Dag.dagrun_timeout_s.is_not(None),
-            Dag.is_paused.is_(False),
-        )
-        .order_by(DagRun.id)
-    ).all()
-    ended: list[EndedRun] = []
-    for run_pk, start_date, timeout_s in rows:
-        if start_date is None or timeout_s is None:  # excluded by the query
-            continue
-        if start_date + timedelta(seconds=float(timeout_s)) > now:
-            continue
-        run = end_run(
-            session,
-            int(run_pk),
-            state=DagRunState.FAILED,
-            active_to=TaskState.SKIPPED,
-            pending_to=TaskState.SKIPPED,
-            now=now,
-        )
-        if run is not None:
-            callbacks.request_dag_callback(  # its on_failure_callback, as Airflow
-                session, run.run_pk, DagRunState.FAILED, now=now, reason="timed_out"
-            )
-            ended.append(
-                EndedRun(
-                    run.run_pk,
-                    run.dag_id,
-                    run.run_id,
-                    DagRunState.RUNNING,
-                    run.tasks,
-                    start_date=start_date,
-                    timeout_s=float(timeout_s),
-                )
-            )
-    return ended
 
 
 # --- the executor's side ------------------------------------------------------------------
@@ -569,7 +446,7 @@ def changed_task_instances(
 
 
 def _release_values() -> dict[str, Any]:
-    return {"state": TaskState.NONE, "end_date": None, **_not_waiting()}
+    return {"state": TaskState.NONE, "end_date": None, **not_waiting()}
 
 
 def release_restarted_task(session: Session, ti_id: int, *, job_id: int) -> bool:

@@ -1,21 +1,12 @@
-"""SQL of backfills (``sluice dags backfill``): the backfill row, its runs, and when it ends;
-plus the schedule columns of DAGs as the backfill, ``dags show`` and ``dags list`` read them.
+"""SQL of backfills (``sluice dags backfill``): the backfill row, the runs at its dates,
+and when it ends; plus the schedule columns of DAGs as the backfill, ``dags show`` and
+``dags list`` read them.
 
-Theory of operation. A backfill stands for the runs of one DAG between two logical dates.
-The CLI computes those dates from the DAG's timetable and hands them over in batches, each
-in its own transaction (``add_backfill_runs``), so a killed command leaves whole batches
-behind. Running the same command again resumes the same backfill
-(``create_or_resume_backfill``) and skips every date that already has a run: the unique
-(dag_id, logical_date) of ``dag_run`` makes a repeated or concurrent insert do nothing.
-
-For a date that already has a run, ``reprocess`` decides (Airflow 3's ``--reprocess``):
-
-- ``none``: leave every existing run alone;
-- ``failed``: queue failed runs again;
-- ``completed``: queue failed and successful runs again.
-
-Queued and running runs are never touched. A re-queued run joins the backfill, so it counts
-against the backfill's ``max_active_runs`` (``runs.start_queued_runs``).
+A backfill stands for the runs of one DAG between two logical dates; the command hands
+them over in batches, each in its own transaction, and what a backfill does with each date
+is the scheduler's rule (``engine.scheduler.backfills``). Running the same command again
+resumes the same backfill (``create_or_resume_backfill``); the unique (dag_id,
+logical_date) of ``dag_run`` makes a repeated or concurrent insert do nothing.
 
 A backfill is complete once it has runs and none of them is queued or running
 (``complete_finished_backfills``, each scheduler loop). One without runs (every date was
@@ -32,7 +23,6 @@ from sqlalchemy import and_, exists, insert, select, update
 
 from engine.db.database import is_postgres
 from engine.db.models import Backfill, Dag, DagRun, DagRunState
-from engine.db.queries import runs
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -40,21 +30,13 @@ if TYPE_CHECKING:
 
     from sqlalchemy.orm import Session
 
-    from engine.authoring.timetables import DagRunInfo
 
-
-#: Runs created per transaction by ``sluice dags backfill``.
-BACKFILL_BATCH_SIZE: Final = 100
-
+#: What a backfill does with a date whose run has finished (Airflow 3's ``--reprocess``):
+#: leave it, queue it again if it failed, or if it failed or succeeded.
 REPROCESS_NONE: Final = "none"
 REPROCESS_FAILED: Final = "failed"
 REPROCESS_COMPLETED: Final = "completed"
 REPROCESS_BEHAVIORS: Final = (REPROCESS_NONE, REPROCESS_FAILED, REPROCESS_COMPLETED)
-
-#: What a backfill does with one logical date (``backfill_plan``'s ``action``).
-CREATE: Final = "create"
-REPROCESS: Final = "reprocess"
-SKIP: Final = "skip"
 
 _ACTIVE: Final = (DagRunState.QUEUED, DagRunState.RUNNING)
 
@@ -145,11 +127,6 @@ def unfinished_backfill(session: Session, dag_id: str) -> BackfillRow | None:
     return None if row is None else _backfill_row(row)
 
 
-def get_backfill(session: Session, backfill_id: int) -> BackfillRow | None:
-    row = session.get(Backfill, backfill_id)
-    return None if row is None else _backfill_row(row)
-
-
 def _backfill_row(row: Backfill) -> BackfillRow:
     return BackfillRow(
         id=row.id,
@@ -216,104 +193,39 @@ def create_or_resume_backfill(
     )
 
 
-def decide(existing_state: str | None, reprocess: str) -> str:
-    """What a backfill does with a logical date whose run is in ``existing_state`` (None: no
-    run): ``CREATE``, ``REPROCESS`` or ``SKIP``."""
-    if existing_state is None:
-        return CREATE
-    if existing_state == DagRunState.FAILED and reprocess in (
-        REPROCESS_FAILED,
-        REPROCESS_COMPLETED,
-    ):
-        return REPROCESS
-    if existing_state == DagRunState.SUCCESS and reprocess == REPROCESS_COMPLETED:
-        return REPROCESS
-    return SKIP
+def backfill_dag_id(session: Session, backfill_id: int) -> str:
+    return str(
+        session.execute(select(Backfill.dag_id).where(Backfill.id == backfill_id)).scalar_one()
+    )
 
 
-def _existing_runs(
-    session: Session, dag_id: str, infos: Sequence[DagRunInfo], *, lock: bool
-) -> dict[datetime, tuple[int, str, int | None]]:
-    """logical date -> (run pk, state, backfill id) of the DAG's runs at the given dates."""
-    if not infos:
+@dataclass(frozen=True, slots=True)
+class ExistingRun:
+    """The run a DAG already has at a logical date."""
+
+    pk: int
+    state: str
+    backfill_id: int | None
+
+
+def existing_runs(
+    session: Session, dag_id: str, dates: Sequence[datetime], *, lock: bool
+) -> dict[datetime, ExistingRun]:
+    """logical date -> the DAG's run at it, for the given dates (``lock``: ``FOR UPDATE``
+    on PostgreSQL, for a transaction that re-queues some of them)."""
+    if not dates:
         return {}
     stmt = select(DagRun.id, DagRun.logical_date, DagRun.state, DagRun.backfill_id).where(
-        DagRun.dag_id == dag_id, DagRun.logical_date.in_([info.logical_date for info in infos])
+        DagRun.dag_id == dag_id, DagRun.logical_date.in_(list(dates))
     )
     if lock and is_postgres(session):
         stmt = stmt.with_for_update()
     rows = session.execute(stmt).all()
     return {
-        date: (int(pk), str(state), None if backfill is None else int(backfill))
+        date: ExistingRun(int(pk), str(state), None if backfill is None else int(backfill))
         for pk, date, state, backfill in rows
         if date is not None
     }
-
-
-def add_backfill_runs(
-    session: Session,
-    backfill_id: int,
-    infos: Sequence[DagRunInfo],
-    *,
-    reprocess: str,
-    now: datetime,
-) -> dict[str, int]:
-    """Create or re-queue the backfill's runs at ``infos`` (one batch, one transaction).
-
-    Returns the counts ``created``, ``reprocessed`` and ``skipped``. A date whose run another
-    command created meanwhile is skipped (the insert does nothing).
-    """
-    dag_id = session.execute(select(Backfill.dag_id).where(Backfill.id == backfill_id)).scalar_one()
-    existing = _existing_runs(session, dag_id, infos, lock=True)
-    counts = {"created": 0, "reprocessed": 0, "skipped": 0}
-    for info in sorted(infos, key=lambda i: i.logical_date):
-        pk, state, owner = existing.get(info.logical_date, (None, None, None))
-        # A run this backfill already made (or re-ran) is its own work, not one to reprocess:
-        # re-running the same command to resume must not start finished dates again.
-        action = SKIP if pk is not None and owner == backfill_id else decide(state, reprocess)
-        if action == CREATE:
-            created = runs.create_run(
-                session,
-                dag_id,
-                run_type=runs.BACKFILL,
-                now=now,
-                logical_date=info.logical_date,
-                data_interval=(info.data_interval.start, info.data_interval.end),
-                run_after=info.run_after,
-                backfill_id=backfill_id,
-            )
-            counts["skipped" if created is None else "created"] += 1
-        elif action == REPROCESS and pk is not None:
-            runs.rerun_run(session, pk, now=now, backfill_id=backfill_id)
-            counts["reprocessed"] += 1
-        else:
-            counts["skipped"] += 1
-    return counts
-
-
-def backfill_plan(
-    session: Session, dag_id: str, infos: Sequence[DagRunInfo], *, reprocess: str
-) -> list[dict[str, Any]]:
-    """What ``add_backfill_runs`` would do at each date (``--dry-run``); writes nothing.
-
-    One dict per date: ``logical_date``, ``run_after`` (ISO strings), ``action`` (create,
-    reprocess, skip) and ``existing_state`` (the state of the date's run, or None).
-    """
-    plan: list[dict[str, Any]] = []
-    for start in range(0, len(infos), BACKFILL_BATCH_SIZE):
-        batch = infos[start : start + BACKFILL_BATCH_SIZE]
-        existing = _existing_runs(session, dag_id, batch, lock=False)
-        for info in batch:
-            _, state, _ = existing.get(info.logical_date, (None, None, None))
-            plan.append(
-                {
-                    "logical_date": info.logical_date.isoformat(),
-                    "run_after": info.run_after.isoformat(),
-                    "action": decide(state, reprocess),
-                    "existing_state": state,
-                }
-            )
-    return plan
 
 
 def _has_active_run() -> Any:

@@ -1,6 +1,7 @@
-"""SQL of the read model's DAG, run and task-instance lists (``engine.db.views``): filtered,
-paged selects with their total, the per-DAG / per-run summaries shown beside them, and one
-DAG's details (tasks, the watchers of its assets, its last runs).
+"""SQL of the read model's DAG, run and task-instance lists (``engine.views``): filtered,
+paged selects with their total, the per-DAG / per-run summaries shown beside them, and the
+rows of one DAG (the assets of its schedule, its tasks, the watchers of its assets, its
+last runs).
 
 ``fetch_page`` is the one way a list is paged: the total of the filtered select, then the
 requested slice of it in its order.
@@ -9,11 +10,11 @@ requested slice of it in its order.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Final
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import String, cast, func, select
 
-from engine.authoring.mapping import describe_mapping
 from engine.db.models import (
     Asset,
     AssetWatcher,
@@ -31,10 +32,6 @@ if TYPE_CHECKING:
 
     from sqlalchemy import Select
     from sqlalchemy.orm import Session
-
-
-#: Runs ``dag_details`` shows (newest first).
-LAST_RUNS: Final = 5
 
 
 def fetch_page(
@@ -78,13 +75,18 @@ def get_dag(session: Session, dag_id: str) -> Dag | None:
     return session.get(Dag, dag_id)
 
 
-def run_summaries(
-    session: Session, dag_ids: Iterable[str], *, last: int
-) -> dict[str, dict[str, Any]]:
-    """dag_id -> ``last_run_states`` (of its ``last`` newest runs, newest first) and
-    ``run_counts`` (runs per state)."""
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """A DAG's newest runs' states (newest first) and its number of runs per state."""
+
+    last_run_states: list[str] = field(default_factory=list)
+    run_counts: dict[str, int] = field(default_factory=dict)
+
+
+def run_summaries(session: Session, dag_ids: Iterable[str], *, last: int) -> dict[str, RunSummary]:
+    """dag_id -> the states of its ``last`` newest runs and its runs per state."""
     wanted = sorted(set(dag_ids))
-    out: dict[str, dict[str, Any]] = {d: {"last_run_states": [], "run_counts": {}} for d in wanted}
+    out = {d: RunSummary() for d in wanted}
     if not wanted:
         return out
     counts = session.execute(
@@ -93,7 +95,7 @@ def run_summaries(
         .group_by(DagRun.dag_id, DagRun.state)
     )
     for dag_id, state, count in counts:
-        out[dag_id]["run_counts"][str(state)] = int(count)
+        out[dag_id].run_counts[str(state)] = int(count)
     rank = (
         func.row_number()
         .over(partition_by=DagRun.dag_id, order_by=(DagRun.queued_at.desc(), DagRun.id.desc()))
@@ -110,19 +112,8 @@ def run_summaries(
         .order_by(ranked.c.dag_id, ranked.c.rank)
     )
     for dag_id, state in newest:
-        out[dag_id]["last_run_states"].append(str(state))
+        out[dag_id].last_run_states.append(str(state))
     return out
-
-
-def newest_runs(session: Session, dag_id: str, *, last: int) -> list[DagRun]:
-    """The ``last`` runs of a DAG queued most recently, newest first."""
-    query = (
-        select(DagRun)
-        .where(DagRun.dag_id == dag_id)
-        .order_by(DagRun.queued_at.desc(), DagRun.id.desc())
-        .limit(last)
-    )
-    return list(session.execute(query).scalars())
 
 
 def run_page(
@@ -227,32 +218,8 @@ def find_task_instance_with_operator(
     return None if row is None else (row[0], row[1])
 
 
-def dag_task_rows(session: Session, dag_id: str) -> list[DagTask]:
-    query = select(DagTask).where(DagTask.dag_id == dag_id).order_by(DagTask.position)
-    return list(session.execute(query).scalars())
-
-
-def dag_details(session: Session, dag_id: str) -> dict[str, Any] | None:
-    """One DAG as last parsed: file, schedule, tasks, the watchers of its assets, runs."""
-    dag = session.get(Dag, dag_id)
-    if dag is None:
-        return None
-    return {
-        "dag_id": dag.dag_id,
-        "fileloc": dag.fileloc,
-        "description": dag.description,
-        "paused": dag.is_paused,
-        "active": dag.is_active,
-        "last_parsed": None if dag.last_parsed_time is None else dag.last_parsed_time.isoformat(),
-        "schedule": dag.schedule,
-        "assets": _schedule_assets(session, dag_id),
-        "tasks": _dag_tasks(session, dag_id),
-        "watchers": _dag_watchers(session, dag_id),
-        "last_runs": _last_runs(session, dag_id),
-    }
-
-
-def _schedule_assets(session: Session, dag_id: str) -> list[str]:
+def schedule_assets(session: Session, dag_id: str) -> list[str]:
+    """The names of the assets the DAG is scheduled on, by name."""
     query = (
         select(Asset.name)
         .join(DagScheduleAsset, DagScheduleAsset.asset_id == Asset.id)
@@ -262,24 +229,15 @@ def _schedule_assets(session: Session, dag_id: str) -> list[str]:
     return list(session.execute(query).scalars())
 
 
-def _dag_tasks(session: Session, dag_id: str) -> list[dict[str, Any]]:
+def dag_tasks(session: Session, dag_id: str) -> list[DagTask]:
+    """The DAG's tasks in their order."""
     query = select(DagTask).where(DagTask.dag_id == dag_id).order_by(DagTask.position)
-    return [
-        {
-            "task_id": t.task_id,
-            "operator": t.operator,
-            "downstream": list(t.downstream_task_ids or []),
-            "retries": t.retries,
-            "start_from_trigger": t.start_from_trigger,
-            "outlets": [*(t.outlets or []), *(f"alias:{a}" for a in t.outlet_aliases or [])],
-            "inlets": list(t.inlets or []),
-            "mapped": describe_mapping(t.mapping) if t.mapping else None,
-        }
-        for t in session.execute(query).scalars()
-    ]
+    return list(session.execute(query).scalars())
 
 
-def _dag_watchers(session: Session, dag_id: str) -> list[dict[str, Any]]:
+def dag_watchers(session: Session, dag_id: str) -> list[tuple[str, str, Trigger]]:
+    """(asset name, watcher name, its trigger row) of the assets the DAG is scheduled on, by
+    asset and watcher name."""
     query = (
         select(Asset.name, AssetWatcher.name, Trigger)
         .join(DagScheduleAsset, DagScheduleAsset.asset_id == Asset.id)
@@ -288,34 +246,15 @@ def _dag_watchers(session: Session, dag_id: str) -> list[dict[str, Any]]:
         .where(DagScheduleAsset.dag_id == dag_id)
         .order_by(Asset.name, AssetWatcher.name)
     )
-    return [
-        {
-            "asset": asset,
-            "name": name,
-            "trigger_id": trig.id,
-            "classpath": trig.classpath,
-            "triggerer_id": trig.triggerer_id,
-            "last_error": trig.last_error,
-        }
-        for asset, name, trig in session.execute(query)
-    ]
+    return [(str(asset), str(name), trig) for asset, name, trig in session.execute(query)]
 
 
-def _last_runs(session: Session, dag_id: str) -> list[dict[str, Any]]:
+def last_runs(session: Session, dag_id: str, *, last: int) -> list[DagRun]:
+    """The DAG's ``last`` runs queued most recently, newest first."""
     query = (
         select(DagRun)
         .where(DagRun.dag_id == dag_id)
         .order_by(DagRun.queued_at.desc(), DagRun.id.desc())
-        .limit(LAST_RUNS)
+        .limit(last)
     )
-    return [
-        {
-            "run_id": run.run_id,
-            "run_type": run.run_type,
-            "state": run.state,
-            "logical_date": None if run.logical_date is None else run.logical_date.isoformat(),
-            "queued_at": run.queued_at.isoformat(),
-            "end_date": None if run.end_date is None else run.end_date.isoformat(),
-        }
-        for run in session.execute(query).scalars()
-    ]
+    return list(session.execute(query).scalars())

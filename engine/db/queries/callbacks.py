@@ -10,8 +10,8 @@ Two kinds, as Airflow's callback requests:
 - ``task``: a task's process could not run its own outcome callback (killed at its
   ``execution_timeout``, crashed): written in the transaction that records the outcome;
   ``data`` holds the ``callback`` to run, the ``error`` and the task's ``spec``. Or a
-  running try whose executor died (``engine.db.queries.orphans``): written by the scheduler
-  in the transaction that fails it; ``data["lost_try"]`` says which try, how it ended and
+  running try whose executor died (``engine.scheduler.orphans``): written by the scheduler
+  in the transaction that fails it; ``data[LOST_TRY]`` says which try, how it ended and
   why, and the executor builds the callback from the task instance.
 
 Delivery is at least once: an executor claims a request (``executor_job_id``), runs it and
@@ -29,7 +29,8 @@ from engine.db.database import is_postgres
 from engine.db.models import CallbackRequest, Dag, DagRun, DagRunState, TaskInstance, TaskState
 from engine.db.queries import jobs
 from engine.db.queries import mapping as mapping_sql
-from engine.db.queries.tasks import EXECUTOR_JOB, run_results, triggering_events
+from engine.db.queries.run_context import context_run, run_results, triggering_events
+from engine.db.queries.tasks import EXECUTOR_JOB
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 
 DAG_KIND: Final = "dag"
 TASK_KIND: Final = "task"
+#: the key of a task request's ``data`` that describes a try of a dead executor
+LOST_TRY: Final = "lost_try"
 
 _FAILED_STATES: Final = (TaskState.FAILED, TaskState.UPSTREAM_FAILED)
 
@@ -203,19 +206,7 @@ def load_callback_run(session: Session, dag_id: str, run_id: str) -> CallbackRun
     dag_run, fileloc = row
     return CallbackRun(
         fileloc=str(fileloc),
-        run={
-            "run_id": dag_run.run_id,
-            "run_type": dag_run.run_type,
-            "logical_date": dag_run.logical_date,
-            "data_interval_start": dag_run.data_interval_start,
-            "data_interval_end": dag_run.data_interval_end,
-            "run_after": dag_run.run_after,
-            "conf": dag_run.conf,
-            "queued_at": dag_run.queued_at,
-            "start_date": dag_run.start_date,
-            "end_date": dag_run.end_date,
-            "state": dag_run.state,
-        },
+        run={**context_run(dag_run), "end_date": dag_run.end_date, "state": dag_run.state},
         events=tuple(triggering_events(session, dag_run.id)),
         xcoms=run_results(session, dag_run.id),
         mapped_xcoms=mapping_sql.mapped_run_results(session, dag_run.id),

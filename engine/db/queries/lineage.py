@@ -1,4 +1,4 @@
-"""SQL of the read model's assets (``engine.db.views.assets``): assets and their events
+"""SQL of the read model's assets (``engine.views.assets``): assets and their events
 (filtered, paged), the watchers behind each asset, the DAGs an asset schedules and the tasks
 that update it.
 

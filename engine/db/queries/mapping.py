@@ -131,20 +131,6 @@ def expand_task(
     return sorted(int(i) for i in ids)
 
 
-def fail_unexpandable(session: Session, run_pk: int, task_id: str, *, now: datetime) -> None:
-    """Fail mapped task ``task_id``: what it maps over cannot be mapped over."""
-    session.execute(
-        update(TaskInstance)
-        .where(
-            TaskInstance.dag_run_id == run_pk,
-            TaskInstance.task_id == task_id,
-            TaskInstance.map_index == -1,
-            TaskInstance.state == TaskState.NONE,
-        )
-        .values(state=TaskState.FAILED, end_date=now)
-    )
-
-
 def mapped_run_results(session: Session, dag_run_id: int) -> dict[str, dict[str, dict[str, Any]]]:
     """The results of the run's succeeded copies of mapped tasks: ``{task_id: {map_index (as
     text): {key: tagged JSON}}}`` (what ``ti.xcom_pull`` reads for a mapped task)."""

@@ -1,4 +1,5 @@
-"""SQL of pools, and which scheduled task instances an executor may start (the admission).
+"""SQL of pools, and what an executor's claim reads to decide which scheduled task
+instances it may start (``engine.executor.admission`` decides).
 
 Pools are Airflow's: a name and a number of slots (``-1``: unlimited). A task takes
 ``pool_slots`` of its ``pool`` (``default_pool`` unless it names another) while it is
@@ -6,29 +7,24 @@ Pools are Airflow's: a name and a number of slots (``-1``: unlimited). A task ta
 The executor stamps ``pool`` / ``pool_slots`` on the task instance when it claims it, so an
 instance keeps counting against the pool it was started in.
 
-A DAG's ``max_active_tasks`` caps the ``queued`` + ``running`` task instances of each of its
-runs (Airflow 3 counts it per DAG run, no longer across the DAG's runs).
-
-Admission (``admit``) runs inside the claim transaction. On PostgreSQL it first locks every
-pool row ``FOR UPDATE`` in name order: claims of all executors serialize there, and each
-reads the counts only once it holds the locks, so the others' committed claims are in them
-(under READ COMMITTED a statement sees what was committed before it started). On SQLite the
-``BEGIN IMMEDIATE`` transaction serializes claims already. A task whose pool does not exist
-stays ``scheduled``; a warning naming the task and the pool is logged once per process.
+The claim's reads run inside the claim transaction. On PostgreSQL ``lock_pools`` locks
+every pool row ``FOR UPDATE`` in name order: claims of all executors serialize there, and
+each reads the counts only once it holds the locks, so the others' committed claims are in
+them (under READ COMMITTED a statement sees what was committed before it started). On
+SQLite the ``BEGIN IMMEDIATE`` transaction serializes claims already.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from sqlalchemy import delete, func, insert, or_, select, update
 
+from engine.authoring.callbacks import DEFAULT_POOL
 from engine.authoring.sensor_base import RESCHEDULE_METHOD
 from engine.db.database import is_postgres
 from engine.db.models import (
-    DEFAULT_POOL,
     Dag,
     DagRun,
     DagTask,
@@ -44,25 +40,12 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
     from sqlalchemy.sql.elements import ColumnElement
 
-logger = logging.getLogger(__name__)
-
 #: A pool of this many slots never fills (Airflow's ``-1``).
 UNLIMITED_SLOTS: Final = -1
-#: How many scheduled candidates a claim looks at per free slot (some wait for their pool).
-CANDIDATES_PER_SLOT: Final = 4
-CANDIDATES_MIN: Final = 64
 
 #: States whose task instances hold their pool slots (and count against max_active_tasks): a
 #: ``restarting`` one keeps its process until its executor has stopped it.
 _ACTIVE: Final = (TaskState.QUEUED, TaskState.RUNNING, TaskState.RESTARTING)
-
-#: Scheduled tasks that cannot start (missing or too small pool) are looked for this often.
-WARN_EVERY_S: Final = 10.0
-WARN_ROWS_MAX: Final = 100
-
-#: (dag_id, task_id, pool, problem) already warned about: each is said once per process
-_warned: set[tuple[str, str, str, str]] = set()
-_last_warned_s = -float("inf")
 
 
 class PoolError(ValueError):
@@ -106,10 +89,9 @@ class PoolUsage:
 # --- pools (the CLI) ------------------------------------------------------------------------
 
 
-def _slot_counts(
-    session: Session, names: Iterable[str] | None = None
-) -> dict[tuple[str, str], int]:
-    """(pool, state) -> slots the task instances in that state take."""
+def slots_taken(session: Session, names: Iterable[str] | None = None) -> dict[tuple[str, str], int]:
+    """(pool, state) -> slots the task instances in that state take (queued, running,
+    restarting, deferred), of every pool or of the named ones."""
     query = (
         select(TaskInstance.pool, TaskInstance.state, func.sum(TaskInstance.pool_slots))
         .where(
@@ -145,13 +127,13 @@ def _usage(pool: Pool, counts: dict[tuple[str, str], int]) -> PoolUsage:
 def list_pools(session: Session) -> list[PoolUsage]:
     """Every pool with its occupancy, by name."""
     pools = list(session.execute(select(Pool).order_by(Pool.name)).scalars())
-    counts = _slot_counts(session)
+    counts = slots_taken(session)
     return [_usage(pool, counts) for pool in pools]
 
 
 def get_pool(session: Session, name: str) -> PoolUsage | None:
     pool = session.get(Pool, name)
-    return None if pool is None else _usage(pool, _slot_counts(session, [name]))
+    return None if pool is None else _usage(pool, slots_taken(session, [name]))
 
 
 def check_slots(slots: int) -> int:
@@ -205,7 +187,7 @@ def delete_pool(session: Session, name: str) -> bool:
     return result.first() is not None
 
 
-# --- admission (the executor's claim) -------------------------------------------------------
+# --- what the executor's claim reads (engine.executor.admission) -----------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,25 +203,27 @@ class Candidate:
     max_active_tasks: int
 
 
-def _lock_pools(session: Session) -> dict[str, Pool]:
+@dataclass(frozen=True, slots=True)
+class PoolRoom:
+    """A pool's size and whether its deferred task instances take slots."""
+
+    slots: int
+    include_deferred: bool
+
+
+def lock_pools(session: Session) -> dict[str, PoolRoom]:
+    """Every pool by name; on PostgreSQL its row locked for the transaction."""
     query = select(Pool).order_by(Pool.name)
     if is_postgres(session):
         query = query.with_for_update()
-    return {pool.name: pool for pool in session.execute(query).scalars()}
+    return {
+        pool.name: PoolRoom(pool.slots, pool.include_deferred)
+        for pool in session.execute(query).scalars()
+    }
 
 
-def _occupied(session: Session, pools: dict[str, Pool]) -> dict[str, int]:
-    """Pool name -> slots occupied now."""
-    counts = _slot_counts(session, pools)
-    occupied: dict[str, int] = {}
-    for (name, state), slots in counts.items():
-        if state != TaskState.DEFERRED or pools[name].include_deferred:
-            occupied[name] = occupied.get(name, 0) + slots
-    return occupied
-
-
-def _active_per_run(session: Session) -> dict[int, tuple[int, int]]:
-    """Run pk -> (queued + running task instances, its DAG's max_active_tasks)."""
+def active_per_run(session: Session) -> dict[int, tuple[int, int]]:
+    """Run pk -> (its queued + running task instances, its DAG's max_active_tasks)."""
     rows = session.execute(
         select(TaskInstance.dag_run_id, func.count(), Dag.max_active_tasks)
         .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
@@ -248,10 +232,6 @@ def _active_per_run(session: Session) -> dict[int, tuple[int, int]]:
         .group_by(TaskInstance.dag_run_id, Dag.max_active_tasks)
     )
     return {int(run): (int(n), int(cap)) for run, n, cap in rows}
-
-
-def _is_full(pool: Pool, occupied: int) -> bool:
-    return pool.slots != UNLIMITED_SLOTS and occupied >= pool.slots
 
 
 def _task_pool() -> tuple[ColumnElement[str], ColumnElement[int]]:
@@ -282,19 +262,20 @@ def _scheduled() -> Select[int, int, str, str, str, int, int]:
     )
 
 
-def _candidates(
-    session: Session, *, limit: int, full_pools: list[str], full_runs: list[int]
+def candidates(
+    session: Session, *, window: int, full_pools: list[str], full_runs: list[int]
 ) -> list[Candidate]:
-    """Scheduled task instances in id order whose pool exists, is not full and is big enough
-    for them, in runs below their ``max_active_tasks``: those that cannot start now are left
-    out here, so that they never crowd out of the window those that can."""
+    """The first ``window`` scheduled task instances in id order whose pool exists, is not
+    one of ``full_pools`` and is big enough for them, in runs not among ``full_runs``:
+    those that cannot start now are left out here, so that they never crowd out of the
+    window those that can. On PostgreSQL their rows are locked, ``SKIP LOCKED``."""
     pool, slots = _task_pool()
     query = (
         _scheduled()
         .join(Pool, Pool.name == pool)
         .where((Pool.slots == UNLIMITED_SLOTS) | (slots <= Pool.slots))
         .order_by(TaskInstance.id)
-        .limit(max(limit * CANDIDATES_PER_SLOT, CANDIDATES_MIN))
+        .limit(window)
     )
     if full_pools:
         query = query.where(pool.not_in(full_pools))
@@ -305,96 +286,15 @@ def _candidates(
     return [Candidate(*row) for row in session.execute(query)]
 
 
-def warn_unstartable(session: Session, *, now_s: float) -> None:
-    """Log once per task a warning for scheduled tasks that wait for a pool that does not
-    exist or is smaller than their ``pool_slots`` (looked for every ``WARN_EVERY_S``)."""
-    global _last_warned_s
-    if now_s - _last_warned_s < WARN_EVERY_S:
-        return
-    _last_warned_s = now_s
+def unstartable(session: Session, *, limit: int) -> list[tuple[Candidate, int | None]]:
+    """Up to ``limit`` scheduled task instances whose pool does not exist (size None) or is
+    smaller than their ``pool_slots``, with the size of their pool."""
     pool, slots = _task_pool()
     query = (
         _scheduled()
         .outerjoin(Pool, Pool.name == pool)
         .add_columns(Pool.slots)
         .where(Pool.name.is_(None) | ((Pool.slots != UNLIMITED_SLOTS) & (slots > Pool.slots)))
-        .limit(WARN_ROWS_MAX)
+        .limit(limit)
     )
-    for *row, pool_size in session.execute(query):
-        candidate = Candidate(*row)
-        if pool_size is None:
-            _warn_once(
-                candidate,
-                "missing",
-                "Task %s.%s is in pool %r, which does not exist; it stays scheduled until "
-                "the pool is created (sluice pools set %s SLOTS)",
-                candidate.dag_id,
-                candidate.task_id,
-                candidate.pool,
-                candidate.pool,
-            )
-        else:
-            _warn_once(
-                candidate,
-                "too_small",
-                "Task %s.%s needs %d slots of pool %r, which has only %d; it stays "
-                "scheduled until the pool is given more slots",
-                candidate.dag_id,
-                candidate.task_id,
-                candidate.pool_slots,
-                candidate.pool,
-                pool_size,
-            )
-
-
-def _warn_once(candidate: Candidate, problem: str, message: str, *args: object) -> None:
-    key = (candidate.dag_id, candidate.task_id, candidate.pool, problem)
-    if key in _warned:
-        return
-    _warned.add(key)
-    logger.warning(
-        message,
-        *args,
-        extra={
-            "action": f"pool_{problem}",
-            "dag_id": candidate.dag_id,
-            "task_id": candidate.task_id,
-            "pool": candidate.pool,
-        },
-    )
-
-
-def admit(session: Session, *, limit: int) -> list[Candidate]:
-    """Up to ``limit`` scheduled task instances that fit their pool and their run's
-    ``max_active_tasks`` now, in id order (the caller moves them to ``queued``)."""
-    pools = _lock_pools(session)
-    occupied = _occupied(session, pools)
-    active = _active_per_run(session)
-    full_pools = [name for name, pool in pools.items() if _is_full(pool, occupied.get(name, 0))]
-    full_runs = [run for run, (n, cap) in active.items() if n >= cap]
-    admitted: list[Candidate] = []
-    for candidate in _candidates(session, limit=limit, full_pools=full_pools, full_runs=full_runs):
-        if len(admitted) >= limit:
-            break
-        if _fits(candidate, pools, occupied, active):
-            admitted.append(candidate)
-            occupied[candidate.pool] = occupied.get(candidate.pool, 0) + candidate.pool_slots
-            n, cap = active.get(candidate.dag_run_id, (0, candidate.max_active_tasks))
-            active[candidate.dag_run_id] = (n + 1, cap)
-    return admitted
-
-
-def _fits(
-    candidate: Candidate,
-    pools: dict[str, Pool],
-    occupied: dict[str, int],
-    active: dict[int, tuple[int, int]],
-) -> bool:
-    """Whether the candidate fits its pool's open slots and its run's ``max_active_tasks``,
-    counting those admitted before it in this claim."""
-    pool = pools[candidate.pool]  # the candidates' pools exist (joined)
-    if pool.slots != UNLIMITED_SLOTS:
-        if occupied.get(candidate.pool, 0) + candidate.pool_slots > pool.slots:
-            return False
-    n, cap = active.get(candidate.dag_run_id, (0, candidate.max_active_tasks))
-    return n < cap
+    return [(Candidate(*row), size) for *row, size in session.execute(query)]

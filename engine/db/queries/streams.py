@@ -1,7 +1,7 @@
 """SQL of shared-stream snapshots: what each triggerer publishes of its groups (one row per
-key and triggerer), read back by ``sluice streams list``, removed with their triggerer; and
-their samples, a short history per key (the last ``SAMPLES_KEPT``, none older than
-``SAMPLE_RETENTION_S``).
+key and triggerer), read back for ``sluice streams list`` (``engine.views.streams``),
+removed with their triggerer; and their samples, a short history per key (the last
+``SAMPLES_KEPT``, none older than ``SAMPLE_RETENTION_S``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from engine.db.models import (
     SharedStreamSnapshot,
 )
 from engine.db.queries.browse import fetch_page
-from engine.db.queries.jobs import age_s, alive_clause
+from engine.db.queries.jobs import alive_clause
 from shared_stream.stats import busiest_lanes, key_label
 
 if TYPE_CHECKING:
@@ -186,13 +186,6 @@ def delete_dead_stream_snapshots(session: Session, *, threshold_s: float, now: d
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
-def list_stream_snapshots(
-    session: Session, *, threshold_s: float, now: datetime
-) -> list[dict[str, Any]]:
-    """Snapshots of live triggerers only (a dead one's rows describe nothing running)."""
-    return stream_snapshot_page(session, threshold_s=threshold_s, now=now)[0]
-
-
 def stream_snapshot_page(
     session: Session,
     *,
@@ -201,9 +194,9 @@ def stream_snapshot_page(
     key: str | None = None,
     limit: int | None = None,
     offset: int = 0,
-) -> tuple[list[dict[str, Any]], int]:
-    """A page of the snapshots of live triggerers (by triggerer, then key), and their
-    total; ``key``: only that group's."""
+) -> tuple[list[SharedStreamSnapshot], int]:
+    """A page of the snapshots of live triggerers only (a dead one's rows describe nothing
+    running), by triggerer then key, and their total; ``key``: only that group's."""
     query = (
         select(SharedStreamSnapshot)
         .join(Job, Job.id == SharedStreamSnapshot.triggerer_id)
@@ -213,27 +206,4 @@ def stream_snapshot_page(
     if key is not None:
         query = query.where(SharedStreamSnapshot.stream_key == key)
     rows, total = fetch_page(session, query, limit=limit, offset=offset)
-    return [_snapshot_json(row[0], now) for row in rows], total
-
-
-def _snapshot_json(snap: SharedStreamSnapshot, now: datetime) -> dict[str, Any]:
-    return {
-        "triggerer_id": snap.triggerer_id,
-        "key": snap.stream_key,
-        "stream_digest": snap.stream_digest,
-        "mode": snap.mode,
-        "subscribers": snap.subscribers,
-        "outstanding_by_lane": snap.outstanding_by_lane,
-        "oldest_unresolved_age_s": snap.oldest_unresolved_age_s,
-        "queue_high_water": snap.queue_high_water,
-        "events_polled": snap.events_polled,
-        "deliveries": snap.deliveries,
-        "advances": snap.advances,
-        "advanced_events": snap.advanced_events,
-        "last_advance_batch": snap.last_advance_batch,
-        "advance_latency_sum_s": snap.advance_latency_sum_s,
-        "overflows": snap.overflows,
-        "ack_timeouts": snap.ack_timeouts,
-        "rejects": snap.rejects,
-        "snapshot_age_s": age_s(now, snap.updated_at),
-    }
+    return [row[0] for row in rows], total

@@ -1,7 +1,8 @@
-"""SQL of task execution: claiming, starting, finishing (or leaving ``up_for_retry``) and
-requeueing task instances the executor holds. Deferral is ``engine.db.queries.deferrals``;
-the task instances of dead executors are recovered by ``engine.db.queries.orphans`` (a
-running try whose executor died counts as a failed try).
+"""SQL of task execution: queueing the task instances a claim admitted, starting,
+finishing (or leaving ``up_for_retry``) and requeueing those the executor holds. Which ones
+a claim admits is ``engine.executor.admission``'s decision; deferral is
+``engine.db.queries.deferrals``; the task instances of dead executors are recovered by
+``engine.scheduler.orphans`` (a running try whose executor died counts as a failed try).
 
 Every write to a task instance the executor holds is guarded by ``executor_job_id`` and the
 state it expects, so an executor that was presumed dead (and whose tasks were recovered)
@@ -11,34 +12,32 @@ cannot overwrite what another executor did since.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from sqlalchemy import and_, case, func, select, update
 
-from engine.authoring.context import EventRow
 from engine.db import models
 from engine.db.database import rowcount
 from engine.db.models import (
-    Asset,
-    AssetEvent,
     Dag,
     DagRun,
-    DagRunAssetEvent,
     DagTask,
     TaskInstance,
     TaskState,
 )
-from engine.db.queries import assets, pools
+from engine.db.queries import assets, run_context
 from engine.db.queries import mapping as mapping_sql
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
     from datetime import datetime
 
     from sqlalchemy.orm import Session
     from sqlalchemy.sql.elements import ColumnElement
+
+    from engine.authoring.context import EventRow
+    from engine.db.queries.pools import Candidate
 
 
 logger = logging.getLogger(__name__)
@@ -67,19 +66,12 @@ def scheduled_tasks_digest(session: Session) -> tuple[int, int]:
     return int(count), int(total)
 
 
-def claim_task_instances(session: Session, *, job_id: int, limit: int, now: datetime) -> list[int]:
-    """Move up to ``limit`` ``scheduled`` task instances to ``queued`` for executor ``job_id``:
-    those that fit their pool's open slots and their run's ``max_active_tasks``
-    (``engine.db.queries.pools.admit``), stamped with their pool and slots.
-
-    On PostgreSQL the pool rows are locked for the transaction (claims of all executors
-    serialize on them) and the rows ``SKIP LOCKED``: two executors never take the same row;
-    on SQLite the ``BEGIN IMMEDIATE`` transaction serializes claims.
-    """
-    if limit <= 0:
-        return []
-    pools.warn_unstartable(session, now_s=time.monotonic())  # missing or too small pools
-    admitted = pools.admit(session, limit=limit)
+def queue_task_instances(
+    session: Session, admitted: Iterable[Candidate], *, job_id: int, now: datetime
+) -> list[int]:
+    """Move the ``admitted`` task instances (``engine.executor.admission`` chose them) that
+    are still ``scheduled`` to ``queued`` for executor ``job_id``, stamped with their pool
+    and slots; returns their ids, sorted."""
     groups: dict[tuple[str, int], list[int]] = {}
     for candidate in admitted:
         groups.setdefault((candidate.pool, candidate.pool_slots), []).append(candidate.ti_id)
@@ -123,7 +115,7 @@ class TaskRun:
     run: dict[str, Any] = field(default_factory=dict)
     #: the latest events of each inlet asset, oldest first (``inlet_events``)
     inlet_events: dict[str, tuple[EventRow, ...]] = field(default_factory=dict)
-    #: how long a failed try waits for the next (``engine.db.queries.retries.retry_wait_s``)
+    #: how long a failed try waits for the next (``engine.task_retries.retry_wait_s``)
     retry_delay_s: float = 300.0
     retry_exponential_backoff: bool = False
     max_retry_delay_s: float | None = None
@@ -137,14 +129,36 @@ class TaskRun:
 
     def log_fields(self) -> dict[str, object]:
         """The structured fields every log line about this try carries."""
-        return {
-            "ti_id": self.ti_id,
-            "dag_id": self.dag_id,
-            "run_id": self.run_id,
-            "task_id": self.task_id,
-            "try_number": self.try_number,
-            "map_index": self.map_index,
-        }
+        return try_log_fields(self)
+
+
+class ATry(Protocol):
+    """What names one try of a task instance."""
+
+    @property
+    def ti_id(self) -> int: ...
+    @property
+    def dag_id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def try_number(self) -> int: ...
+    @property
+    def map_index(self) -> int: ...
+
+
+def try_log_fields(a_try: ATry) -> dict[str, object]:
+    """The structured fields every log line about a try carries."""
+    return {
+        "ti_id": a_try.ti_id,
+        "dag_id": a_try.dag_id,
+        "run_id": a_try.run_id,
+        "task_id": a_try.task_id,
+        "try_number": a_try.try_number,
+        "map_index": a_try.map_index,
+    }
 
 
 def held_by(ti_id: int, job_id: int, state: str) -> ColumnElement[bool]:
@@ -242,28 +256,20 @@ def _task_run(
         deferral_count=ti.deferral_count,
         execution_timeout_s=None if timeout_s is None else int(timeout_s),
         **_retry_settings(task_row),
-        events=tuple(triggering_events(session, ti.dag_run_id)),
-        xcoms=run_results(session, ti.dag_run_id),
+        events=tuple(run_context.triggering_events(session, ti.dag_run_id)),
+        xcoms=run_context.run_results(session, ti.dag_run_id),
         map_index=ti.map_index,
         mapped_xcoms=mapping_sql.mapped_run_results(session, ti.dag_run_id),
-        run={
-            "run_id": dag_run.run_id,
-            "run_type": dag_run.run_type,
-            "logical_date": dag_run.logical_date,
-            "data_interval_start": dag_run.data_interval_start,
-            "data_interval_end": dag_run.data_interval_end,
-            "run_after": dag_run.run_after,
-            "conf": dag_run.conf,
-            "queued_at": dag_run.queued_at,
-            "start_date": dag_run.start_date,
-        },
+        run=run_context.context_run(dag_run),
         inlet_events={
             **{
-                name: tuple(_event_row(event, name) for event in events)
+                name: tuple(run_context.event_row(event, name) for event in events)
                 for name, events in assets.recent_asset_events(session, inlets).items()
             },
             **{
-                alias: tuple(_event_row(event, asset_name) for event, asset_name in events)
+                alias: tuple(
+                    run_context.event_row(event, asset_name) for event, asset_name in events
+                )
                 for alias, events in assets.recent_alias_events(session, inlet_aliases).items()
             },
         },
@@ -282,81 +288,6 @@ def _retry_settings(task_row: Any) -> dict[str, Any]:
             None if task_row.max_retry_delay_s is None else float(task_row.max_retry_delay_s)
         ),
     }
-
-
-def _event_row(event: AssetEvent, asset_name: str, uri: str | None = None) -> EventRow:
-    return EventRow(
-        id=event.id,
-        asset_name=asset_name,
-        payload=event.payload,
-        timestamp=event.timestamp,
-        source_watcher=event.source_watcher,
-        uri=uri,
-        extra=event.extra,
-        source=event.source,
-        source_dag_id=event.source_dag_id,
-        source_run_id=event.source_run_id,
-        source_task_id=event.source_task_id,
-        source_try_number=event.source_try_number,
-        source_alias=event.source_alias,
-        created_by=event.created_by,
-    )
-
-
-def triggering_events(session: Session, dag_run_id: int) -> list[EventRow]:
-    """The asset events that triggered the run, in id order."""
-    rows = session.execute(
-        select(AssetEvent, Asset.name, Asset.uri)
-        .join(DagRunAssetEvent, DagRunAssetEvent.asset_event_id == AssetEvent.id)
-        .join(Asset, Asset.id == AssetEvent.asset_id)
-        .where(DagRunAssetEvent.dag_run_id == dag_run_id)
-        .order_by(AssetEvent.id)
-    )
-    return [_event_row(event, str(name), str(uri)) for event, name, uri in rows]
-
-
-def run_results(session: Session, dag_run_id: int) -> dict[str, dict[str, Any]]:
-    """The results of the run's succeeded tasks: ``{task_id: {key: tagged JSON}}`` (what
-    ``ti.xcom_pull`` and a task's ``XComArg`` arguments read)."""
-    rows = session.execute(
-        select(TaskInstance.task_id, TaskInstance.xcoms).where(
-            TaskInstance.dag_run_id == dag_run_id,
-            TaskInstance.map_index == -1,  # copies of mapped tasks: mapping.mapped_run_results
-            TaskInstance.state == TaskState.SUCCESS,
-            TaskInstance.xcoms.is_not(None),
-        )
-    )
-    return {str(task_id): dict(xcoms) for task_id, xcoms in rows if isinstance(xcoms, dict)}
-
-
-@dataclass(frozen=True, slots=True)
-class TaskResults:
-    """A task instance's state and stored results (``sluice tasks result``)."""
-
-    state: str
-    try_number: int
-    xcoms: dict[str, Any]
-
-
-def load_task_results(
-    session: Session, dag_id: str, run_id: str, task_id: str, map_index: int = -1
-) -> TaskResults | None:
-    """The results of one task instance of one run (``{key: tagged JSON}``): the task's, or
-    one copy's of a mapped task (``map_index``); None if no such task instance."""
-    row = session.execute(
-        select(TaskInstance.state, TaskInstance.try_number, TaskInstance.xcoms)
-        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
-        .where(
-            DagRun.dag_id == dag_id,
-            DagRun.run_id == run_id,
-            TaskInstance.task_id == task_id,
-            TaskInstance.map_index == map_index,
-        )
-    ).first()
-    if row is None:
-        return None
-    state, try_number, xcoms = row
-    return TaskResults(str(state), int(try_number), dict(xcoms or {}))
 
 
 def _try_ended(elapsed_s: float, now: datetime) -> dict[str, Any]:

@@ -276,10 +276,6 @@ def delete_unreferenced_triggers(session: Session) -> int:
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
-def count_triggers(session: Session) -> int:
-    return int(session.execute(select(func.count()).select_from(Trigger)).scalar_one())
-
-
 def delete_unused_triggers(session: Session, trigger_ids: set[int]) -> None:
     if not trigger_ids:
         return

@@ -1,4 +1,4 @@
-"""SQL of "why did this DAG not run?" (``engine.db.views.why``): one DAG's row and the parse
+"""SQL of "why did this DAG not run?" (``engine.views.why``): one DAG's row and the parse
 error of its file, its active and last runs, the asset events queued for it (by asset and by
 alias), the assets of its schedule with their latest event, what the aliases resolved to,
 and the tasks that update the assets. The watchers and triggerers behind the assets are
@@ -85,18 +85,6 @@ class RunFacts:
     end_date: datetime | None
     logical_date: datetime | None
     run_after: datetime | None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "run_type": self.run_type,
-            "state": self.state,
-            "queued_at": _iso(self.queued_at),
-            "start_date": _iso(self.start_date),
-            "end_date": _iso(self.end_date),
-            "logical_date": _iso(self.logical_date),
-            "run_after": _iso(self.run_after),
-        }
 
 
 _RUN_COLUMNS: Final = (
@@ -320,7 +308,3 @@ def _with_last_states(session: Session, found: list[ProducerFacts]) -> list[Prod
             )
         )
     return out
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()

@@ -1,4 +1,4 @@
-"""SQL of "why did this DAG not run?" behind its assets (``engine.db.views.why``): the
+"""SQL of "why did this DAG not run?" behind its assets (``engine.views.why``): the
 watchers of the assets (trigger row without its kwargs, the owner's job row, the last event
 by watcher name), the shared-stream groups of their triggers (members, holders, the live
 holders' snapshots: the group lag), and which schedulers and triggerers are alive.
@@ -9,12 +9,12 @@ Reads only; returns plain dataclasses.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sqlalchemy import func, select
 
 from engine.db.models import AssetEvent, AssetWatcher, Job, SharedStreamSnapshot, Trigger
-from engine.db.queries.jobs import SCHEDULER_JOB, TRIGGERER_JOB, age_s, alive_clause
+from engine.db.queries.jobs import SCHEDULER_JOB, TRIGGERER_JOB, alive_clause
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -116,7 +116,7 @@ class StreamGroupFacts:
     digest: str
     trigger_ids: list[int]
     holders: list[int]  # triggerer ids holding rows of the group
-    snapshots: list[dict[str, Any]]  # of live holders
+    snapshots: list[SharedStreamSnapshot]  # of live holders, by triggerer
 
 
 def stream_groups(
@@ -133,7 +133,7 @@ def stream_groups(
     )
     for digest, trigger_id, owner in rows:
         members[str(digest)].append((int(trigger_id), owner))
-    snaps: dict[str, list[dict[str, Any]]] = {d: [] for d in wanted}
+    snaps: dict[str, list[SharedStreamSnapshot]] = {d: [] for d in wanted}
     query = (
         select(SharedStreamSnapshot)
         .join(Job, Job.id == SharedStreamSnapshot.triggerer_id)
@@ -141,7 +141,7 @@ def stream_groups(
         .order_by(SharedStreamSnapshot.triggerer_id)
     )
     for snap in session.execute(query).scalars():
-        snaps[str(snap.stream_digest)].append(_snapshot(snap, now))
+        snaps[str(snap.stream_digest)].append(snap)
     return {
         d: StreamGroupFacts(
             digest=d,
@@ -150,23 +150,6 @@ def stream_groups(
             snapshots=snaps[d],
         )
         for d in wanted
-    }
-
-
-def _snapshot(snap: SharedStreamSnapshot, now: datetime) -> dict[str, Any]:
-    lanes = dict(snap.outstanding_by_lane or {})
-    return {
-        "triggerer_id": snap.triggerer_id,
-        "key": snap.stream_key,
-        "mode": snap.mode,
-        "subscribers": snap.subscribers,
-        "outstanding_events": sum(int(n) for n in lanes.values()),
-        "outstanding_by_lane": lanes,
-        "oldest_unresolved_age_s": snap.oldest_unresolved_age_s,
-        "advances": snap.advances,
-        "overflows": snap.overflows,
-        "ack_timeouts": snap.ack_timeouts,
-        "snapshot_age_s": age_s(now, snap.updated_at),
     }
 
 

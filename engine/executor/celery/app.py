@@ -11,7 +11,7 @@ guarantee Celery gives "at least once" enough:
   broker hands it out again (RabbitMQ at once, when the connection drops; Redis after
   ``visibility_timeout``). The redelivery finds the try held by the dead worker and is
   dropped; the try itself is recovered from the DB like any dead executor's
-  (``engine.db.queries.orphans.recover_orphaned_tasks``): it counts as a failed try,
+  (``engine.scheduler.orphans.recover_orphaned_tasks``): it counts as a failed try,
   ``up_for_retry`` (then sent again as the next try) while the task has retries left, else
   ``failed``.
 - ``task_acks_on_failure_or_timeout``: a task that raised is acknowledged (the try's failure

@@ -4,7 +4,7 @@ Celery workers instead of starting task processes.
 Theory of operation. The sender registers an ``executor`` job and heartbeats it. Its claim
 loop keeps up to ``parallelism`` tries ``queued`` under its job: it moves ``scheduled`` task
 instances to ``queued`` with the local executor's claim (pools, ``max_active_tasks``:
-``engine.db.queries.tasks.claim_task_instances``) and publishes one message per try,
+``engine.executor.admission.claim_task_instances``) and publishes one message per try,
 ``RUN_TRY_TASK(ti_id, sender_job_id)``, to the try's queue (the operator's ``queue=``, else
 ``[celery] default_queue``). A worker that takes a try over moves it to its own job, which
 frees the sender's room for the next. A try still ``queued`` under the sender after
@@ -37,6 +37,7 @@ from engine.db.models import JobState
 from engine.db.queries import celery as celery_sql
 from engine.db.queries import jobs, tasks
 from engine.exceptions import DatabaseError
+from engine.executor import admission
 from engine.executor.callbacks import CallbackRunner
 from engine.executor.celery.app import RUN_TRY_TASK, celery_app
 from engine.executor.task_supervisor import ExecutorStats, task_environment
@@ -75,6 +76,7 @@ class CelerySender:
         self.settings = settings
         self.celery = celery
         self._backoff = Backoff(settings.poll_interval_s)
+        self._pool_warnings = admission.PoolWarnings()
         self._app: Celery | None = None
         self._publish_limiter = anyio.CapacityLimiter(1)  # one kombu producer at a time
         self.job_id: int | None = None
@@ -187,7 +189,13 @@ class CelerySender:
         free = self.settings.parallelism - self.queued
         if free <= 0:
             return
-        claim = partial(tasks.claim_task_instances, job_id=job_id, limit=free, now=models.utcnow())
+        claim = partial(
+            admission.claim_task_instances,
+            job_id=job_id,
+            limit=free,
+            now=models.utcnow(),
+            warnings=self._pool_warnings,
+        )
         claimed = await self._db.run(claim)
         if not claimed:
             return

@@ -267,7 +267,7 @@ def test_limits_are_stored_without_a_warning(caplog) -> None:
         DAG("defaults", max_active_tasks=16, auto_register=False)
     assert (new.max_active_tasks, new.dagrun_timeout) == (4, timedelta(hours=1))
     messages = [r.getMessage() for r in _ignored(caplog)]
-    # both are enforced now: max_active_tasks (engine.db.queries.pools) and dagrun_timeout
+    # both are enforced now: max_active_tasks (engine.executor.admission) and dagrun_timeout
     assert messages == []
 
 

@@ -16,14 +16,13 @@ from engine.authoring.dag import DAG, DEFAULT_RETRY_DELAY, BaseOperator, take_re
 from engine.dag_processing.parsing import describe_dag
 from engine.db.queries.tasks import TaskRun
 from engine.executor.outcomes import (
-    MAX_BACKOFF_S,
     Decision,
     Outcome,
     decide_outcome,
     outcome_line,
-    retry_wait_s,
 )
 from engine.executor.task_runner import FAILED, TaskResult
+from engine.task_retries import MAX_BACKOFF_S, retry_wait_s
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

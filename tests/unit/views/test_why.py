@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from engine.authoring.assets import Asset, AssetAlias
-from engine.db.views import why_findings
-from engine.db.views.why import _missing, _node
+from engine.views import why_findings
+from engine.views.why import _missing, _node
 
 a, b, c = Asset("a"), Asset("b"), Asset("c")
 

@@ -4,14 +4,13 @@ results (XComs, decoded); and the log of a try, read only from inside the log fo
 from __future__ import annotations
 
 import codecs
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
-from engine.db.queries import browse
+from engine.db.queries import browse, run_context
 from engine.db.queries import dags as dags_sql
 from engine.db.queries import mapping as mapping_sql
-from engine.db.queries import tasks as tasks_sql
-from engine.db.views.common import check_page, duration_s, iso, jsonable, page
 from engine.task_log_files import find_log_file, logged_tries
+from engine.views.common import Page, check_page, duration_s, iso, jsonable, page
 from triggers.exceptions import SerializationError
 from triggers.serde import deserialize_value
 
@@ -27,9 +26,68 @@ if TYPE_CHECKING:
 MAX_LOG_CHUNK_BYTES: Final = 1 << 20
 
 
+class TaskInstanceItem(TypedDict):
+    """A task instance as lists show it."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int  # -1: an unmapped task
+    operator: str | None  # None: a task its DAG no longer has
+    state: str
+    try_number: int
+    max_tries: int
+    queued_at: str | None
+    start_date: str | None
+    end_date: str | None
+    duration_s: float | None  # so far, while running
+    runtime_s: float
+    hostname: str | None
+    pid: int | None
+    pool: str | None
+    pool_slots: int | None
+    trigger_id: int | None
+    trigger_timeout: str | None
+    next_retry_at: str | None
+
+
+class TaskInstanceDetails(TaskInstanceItem):
+    """One task instance of ``show_task_instance``."""
+
+    map_indexes: list[int]  # of its task's copies (empty: an unmapped task)
+    logged_tries: list[int] | None  # the tries that have a log (None: no log folder given)
+
+
+class TaskResultsShown(TypedDict):
+    """The results (XComs) a task instance stored."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    state: str
+    try_number: int
+    results: dict[str, Any]  # ``return_value`` first, then by key
+
+
+class TaskLogChunk(TypedDict):
+    """A chunk of the log of a try."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    try_number: int
+    tries: list[int]  # the tries that have a log
+    offset: int
+    next_offset: int  # where to read on as the try writes more
+    size: int
+    content: str
+
+
 def task_instance_json(
     ti: TaskInstance, *, operator: str | None, run_id: str, now: datetime
-) -> dict[str, Any]:
+) -> TaskInstanceItem:
     """One task instance: ids, state, try, times, ``duration_s`` (so far while running),
     where it runs, its pool, and the trigger it waits on."""
     return {
@@ -66,7 +124,7 @@ def list_task_instances(
     task_id: str | None = None,
     limit: int | None = None,
     offset: int = 0,
-) -> dict[str, Any] | None:
+) -> Page[TaskInstanceItem] | None:
     """A page of one run's task instances in task order, None if the run is unknown."""
     check_page(limit, offset)
     run = browse.find_run(session, dag_id, run_id)
@@ -88,7 +146,7 @@ def show_task_instance(
     *,
     now: datetime,
     log_folder: Path | None = None,
-) -> dict[str, Any] | None:
+) -> TaskInstanceDetails | None:
     """One task instance (``task_instance_json``), None if unknown, with the map indexes of
     its task's copies and (given the log folder) the tries that have a log."""
     run = browse.find_run(session, dag_id, run_id)
@@ -100,13 +158,14 @@ def show_task_instance(
     if found is None:
         return None
     ti, operator = found
-    shown = task_instance_json(ti, operator=operator, run_id=run_id, now=now)
-    shown["map_indexes"] = mapping_sql.map_indexes(session, dag_id, run_id, task_id)
+    tries = None
     if log_folder is not None:
-        shown["logged_tries"] = logged_tries(
-            log_folder, dag_id, run_id, task_id, map_index=map_index
-        )
-    return shown
+        tries = logged_tries(log_folder, dag_id, run_id, task_id, map_index=map_index)
+    return {
+        **task_instance_json(ti, operator=operator, run_id=run_id, now=now),
+        "map_indexes": mapping_sql.map_indexes(session, dag_id, run_id, task_id),
+        "logged_tries": tries,
+    }
 
 
 def missing_task_instance(
@@ -147,11 +206,11 @@ def task_results(
     map_index: int = -1,
     *,
     plain: bool = True,
-) -> dict[str, Any] | None:
+) -> TaskResultsShown | None:
     """The results (XComs) a task instance stored, None if it is unknown: its state and
     try, and ``results`` {key: value}, ``return_value`` first then by key. ``plain``: the
     values as JSON types (``jsonable``); else as decoded (datetimes, tuples, sets)."""
-    found = tasks_sql.load_task_results(session, dag_id, run_id, task_id, map_index)
+    found = run_context.load_task_results(session, dag_id, run_id, task_id, map_index)
     if found is None:
         return None
     ordered = sorted(found.xcoms.items(), key=lambda item: (item[0] != "return_value", item[0]))
@@ -177,7 +236,7 @@ def task_log(
     map_index: int = -1,
     offset: int = 0,
     max_bytes: int = MAX_LOG_CHUNK_BYTES,
-) -> dict[str, Any]:
+) -> TaskLogChunk:
     """The log of a try from byte ``offset`` (at most ``max_bytes``): ``content`` and
     ``next_offset`` (where to read on as the try writes more), ``size``, ``try_number``,
     ``tries``. Raises ``TaskLogNotFoundError`` when there is no such log, and its subclass

@@ -1,9 +1,9 @@
-"""The entries of ``engine.db.views.why`` for the assets and aliases of a DAG's schedule:
+"""The entries of ``engine.views.why`` for the assets and aliases of a DAG's schedule:
 each watcher's state in words (``status`` and ``problem``), each asset's and alias's
 updaters (watchers, producing tasks) and what keeps it from being updated (``cause``).
 
-Pure: the facts read by ``engine.db.queries.why`` / ``why_watchers`` in, dicts out; ``now``
-is a parameter. A watcher's status, the first that applies:
+Pure: the facts read by ``engine.db.queries.why`` / ``why_watchers`` in, records
+(``why_records``) out; ``now`` is a parameter. A watcher's status, the first that applies:
 
 - ``load_failed``: the triggerer cannot load its trigger (class, kwargs, Fernet key);
 - ``unclaimed``: no triggerer holds its trigger row (none alive, or all full);
@@ -16,24 +16,34 @@ is a parameter. A watcher's status, the first that applies:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from engine.db.models import JobState, TaskState
-from engine.db.queries.inspection import FAILING_WATCHER_WINDOW_S
+from engine.db.queries.jobs import age_s
 from engine.db.queries.triggers import LOAD_FAILURE_PREFIX
+from engine.views.common import iso
+from engine.views.doctor import FAILING_WATCHER_WINDOW_S
 
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from engine.db.models import SharedStreamSnapshot
     from engine.db.queries.why import AssetFacts, ProducerFacts, QueuedEvents
     from engine.db.queries.why_watchers import EngineFacts, StreamGroupFacts, WatcherFacts
+    from engine.views.why_records import (
+        AliasEntry,
+        AssetEntry,
+        Owner,
+        Producer,
+        Queued,
+        SharedStream,
+        Snapshot,
+        Watcher,
+        WatcherStatus,
+    )
 
 _START_TRIGGERER: Final = "start one: `sluice triggerer` or `sluice run`"
 _FAILED: Final = (TaskState.FAILED, TaskState.UPSTREAM_FAILED)
-
-
-def iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
 
 
 def first_line(text: str | None) -> str:
@@ -52,17 +62,16 @@ class WatcherContext:
 # --- watchers, assets, aliases ------------------------------------------------------------
 
 
-def watcher_entry(w: WatcherFacts, ctx: WatcherContext) -> dict[str, Any]:
-    owner, alive = None, False
+def watcher_entry(w: WatcherFacts, ctx: WatcherContext) -> Watcher:
+    owner: Owner | None = None
     if w.owner is not None:
         age = round(max((ctx.now - w.owner.latest_heartbeat).total_seconds(), 0.0), 3)
-        alive = w.owner.state == JobState.RUNNING and age < ctx.threshold_s
         owner = {
             "id": w.owner.id,
             "hostname": w.owner.hostname,
             "pid": w.owner.pid,
             "state": w.owner.state,
-            "alive": alive,
+            "alive": w.owner.state == JobState.RUNNING and age < ctx.threshold_s,
             "heartbeat_age_s": age,
         }
     status, problem = _watcher_status(w, owner, ctx)
@@ -89,8 +98,8 @@ def _load_failed(w: WatcherFacts) -> bool:
 
 
 def _watcher_status(
-    w: WatcherFacts, owner: dict[str, Any] | None, ctx: WatcherContext
-) -> tuple[str, str | None]:
+    w: WatcherFacts, owner: Owner | None, ctx: WatcherContext
+) -> tuple[WatcherStatus, str | None]:
     """(status, what is wrong as a predicate: "is not claimed: ...") of one watcher."""
     engine = ctx.engine
     if _load_failed(w):
@@ -137,21 +146,38 @@ def _is_failing(w: WatcherFacts, now: datetime) -> bool:
     return w.last_event_at is None or w.last_event_at < failed
 
 
-def _stream(w: WatcherFacts, ctx: WatcherContext) -> dict[str, Any] | None:
+def _stream(w: WatcherFacts, ctx: WatcherContext) -> SharedStream | None:
     group = ctx.groups.get(w.stream_digest) if w.stream_digest else None
     if group is None:
         return None
-    mine = [s for s in group.snapshots if s["triggerer_id"] == w.triggerer_id]
+    mine = [s for s in group.snapshots if s.triggerer_id == w.triggerer_id]
     return {
         "digest": group.digest,
         "triggers": len(group.trigger_ids),
         "holders": group.holders,
         "split": len(group.holders) > 1,
-        "snapshot": mine[0] if mine else None,
+        "snapshot": _snapshot(mine[0], ctx.now) if mine else None,
     }
 
 
-def queued_entry(queued: QueuedEvents | None) -> dict[str, Any]:
+def _snapshot(snap: SharedStreamSnapshot, now: datetime) -> Snapshot:
+    lanes = dict(snap.outstanding_by_lane or {})
+    return {
+        "triggerer_id": snap.triggerer_id,
+        "key": snap.stream_key,
+        "mode": snap.mode,
+        "subscribers": snap.subscribers,
+        "outstanding_events": sum(int(n) for n in lanes.values()),
+        "outstanding_by_lane": lanes,
+        "oldest_unresolved_age_s": snap.oldest_unresolved_age_s,
+        "advances": snap.advances,
+        "overflows": snap.overflows,
+        "ack_timeouts": snap.ack_timeouts,
+        "snapshot_age_s": age_s(now, snap.updated_at),
+    }
+
+
+def queued_entry(queued: QueuedEvents | None) -> Queued:
     if queued is None:
         return {"count": 0, "last_event_at": None, "sources": {}}
     return {
@@ -161,7 +187,7 @@ def queued_entry(queued: QueuedEvents | None) -> dict[str, Any]:
     }
 
 
-def producer_entry(p: ProducerFacts) -> dict[str, Any]:
+def producer_entry(p: ProducerFacts) -> Producer:
     return {
         "dag_id": p.dag_id,
         "task_id": p.task_id,
@@ -183,8 +209,14 @@ def asset_entry(
     watchers: list[WatcherFacts],
     producers: list[ProducerFacts],
     context: WatcherContext,
-) -> dict[str, Any]:
-    entry: dict[str, Any] = {
+) -> AssetEntry:
+    watcher_entries = [watcher_entry(w, context) for w in watchers]
+    producer_entries = [producer_entry(p) for p in producers]
+    cause: str | None = "it is not in the database: no DAG file declares it"
+    problem = True
+    if facts is not None:
+        cause, problem = _asset_cause(name, watcher_entries, producer_entries)
+    return {
         "name": name,
         "uri": None if facts is None else facts.uri,
         "known": facts is not None,
@@ -192,20 +224,17 @@ def asset_entry(
         "queued": queued_entry(queued),
         "last_event_at": None if facts is None else iso(facts.last_event_at),
         "last_event_source": None if facts is None else facts.last_event_source,
-        "watchers": [watcher_entry(w, context) for w in watchers],
-        "producers": [producer_entry(p) for p in producers],
+        "watchers": watcher_entries,
+        "producers": producer_entries,
+        "cause": cause,
+        "cause_is_problem": problem,
     }
-    cause: str | None = "it is not in the database: no DAG file declares it"
-    problem = True
-    if facts is not None:
-        cause, problem = _asset_cause(entry)
-    entry.update(cause=cause, cause_is_problem=problem)
-    return entry
 
 
-def _asset_cause(entry: dict[str, Any]) -> tuple[str | None, bool]:
+def _asset_cause(
+    name: str, watchers: list[Watcher], producers: list[Producer]
+) -> tuple[str | None, bool]:
     """What updates the asset, and whether that has a problem."""
-    watchers = entry["watchers"]
     if watchers:
         ok = [w for w in watchers if w["status"] == "ok"]
         if not ok:
@@ -220,9 +249,8 @@ def _asset_cause(entry: dict[str, Any]) -> tuple[str | None, bool]:
             f"its watcher {w['name']} runs on triggerer {w['triggerer_id']}; last event: {last}",
             False,
         )
-    if entry["producers"]:
-        return _producer_cause(entry["producers"])
-    name = entry["name"]
+    if producers:
+        return _producer_cause(producers)
     return (
         "nothing updates it: no watcher, no task outlet; "
         f"`sluice assets emit {name}` or the REST API can",
@@ -230,7 +258,7 @@ def _asset_cause(entry: dict[str, Any]) -> tuple[str | None, bool]:
     )
 
 
-def _producer_cause(producers: list[dict[str, Any]]) -> tuple[str, bool]:
+def _producer_cause(producers: list[Producer]) -> tuple[str, bool]:
     for p in producers:
         task = f"{p['dag_id']}.{p['task_id']}"
         if p["dag_paused"]:
@@ -257,7 +285,7 @@ def alias_entry(
     satisfied: bool,
     assets: list[str],
     producers: list[ProducerFacts],
-) -> dict[str, Any]:
+) -> AliasEntry:
     entries = [producer_entry(p) for p in producers]
     if entries:
         cause, problem = _producer_cause(entries)

@@ -10,9 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from engine.db.views.common import MAX_LIMIT, PageError, check_page, jsonable, page
-from engine.db.views.ops import advance_rate
-from engine.db.views.tasks import task_log
 from engine.task_log_files import (
     LogPathOutsideFolderError,
     TaskLogNotFoundError,
@@ -20,6 +17,9 @@ from engine.task_log_files import (
     read_task_log,
     resolve_inside,
 )
+from engine.views.common import MAX_LIMIT, PageError, check_page, jsonable, page
+from engine.views.streams import advance_rate
+from engine.views.tasks import task_log
 
 if TYPE_CHECKING:
     from pathlib import Path

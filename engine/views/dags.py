@@ -4,21 +4,25 @@ time run or why there is none, paused / active, tags, and the states of the last
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 from engine.authoring.assets import ASSET_ALIAS_TYPE, ASSET_ALL_TYPE, ASSET_ANY_TYPE, ASSET_TYPE
+from engine.authoring.mapping import describe_mapping
 from engine.authoring.timetables import timetable_from_json
 from engine.db.queries import backfills as backfills_sql
 from engine.db.queries import browse
-from engine.db.views.common import check_page, iso, page
+from engine.views.common import Page, check_page, iso, page
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
+    from engine.db.models import Dag, DagRun, DagTask, Trigger
     from engine.db.queries.backfills import DagSchedule
 
 #: Runs whose states the DAG list shows (newest first).
 LAST_RUN_STATES: Final = 5
+#: Runs ``show_dag`` shows (newest first).
+LAST_RUNS: Final = 5
 
 #: The keys ``schedule_json`` gives, in order.
 SCHEDULE_KEYS: Final = (
@@ -34,6 +38,103 @@ SCHEDULE_KEYS: Final = (
     "next_dagrun_data_interval",
     "next_dagrun_create_after",
 )
+
+
+class ScheduleBounds(TypedDict):
+    """The schedule's fields after its timetable: zone, bounds, limits, tags, next run."""
+
+    timezone: str
+    start_date: str | None
+    end_date: str | None
+    catchup: bool
+    max_active_runs: int
+    tags: list[str]
+    next_run: str  # the next time run's logical date, or why there is none
+    next_dagrun: str | None
+    next_dagrun_data_interval: list[str | None] | None
+    next_dagrun_create_after: str | None
+
+
+class ScheduleFields(ScheduleBounds):
+    """``SCHEDULE_KEYS``: the timetable's summary, then ``ScheduleBounds``."""
+
+    timetable: str | None
+
+
+class DagItem(ScheduleFields):
+    """A DAG of ``list_dags``."""
+
+    dag_id: str
+    display_name: str
+    description: str | None
+    fileloc: str
+    paused: bool
+    active: bool
+    schedule: str  # in words
+    asset_condition: Any  # as stored (JSON), None without one
+    last_run_states: list[str]  # newest first
+    run_counts: dict[str, int]  # runs per state
+
+
+class TimetableShown(TypedDict):
+    summary: str | None
+    description: str | None
+    serialized: Any
+
+
+class TaskShown(TypedDict):
+    """A task of ``show_dag``."""
+
+    task_id: str
+    operator: str
+    downstream: list[str]
+    retries: int
+    start_from_trigger: bool
+    outlets: list[str]  # asset names, then ``alias:<name>`` for outlet aliases
+    inlets: list[str]
+    mapped: str | None  # what it maps over, in words
+
+
+class WatcherShown(TypedDict):
+    """A watcher of an asset the DAG is scheduled on (never its trigger's kwargs)."""
+
+    asset: str
+    name: str
+    trigger_id: int
+    classpath: str
+    triggerer_id: int | None
+    last_error: str | None
+
+
+class LastRun(TypedDict):
+    run_id: str
+    run_type: str
+    state: str
+    logical_date: str | None
+    queued_at: str
+    end_date: str | None
+
+
+class _Details(TypedDict):
+    dag_id: str
+    fileloc: str
+    description: str | None
+    paused: bool
+    active: bool
+    last_parsed: str | None
+    schedule: Any  # the asset condition as stored (JSON), None without one
+    assets: list[str]  # the assets the schedule names
+    tasks: list[TaskShown]
+    watchers: list[WatcherShown]
+    last_runs: list[LastRun]  # newest first
+
+
+class DagDetails(_Details, ScheduleBounds):
+    """One DAG of ``show_dag``."""
+
+    timetable: TimetableShown | None
+    schedule_text: str
+    run_counts: dict[str, int]
 
 
 def condition_text(data: Any, *, nested: bool = False) -> str:
@@ -75,12 +176,16 @@ def next_run_text(sched: DagSchedule) -> str:
     return sched.next_dagrun.isoformat()
 
 
-def schedule_json(sched: DagSchedule) -> dict[str, Any]:
+def schedule_json(sched: DagSchedule) -> ScheduleFields:
     """The schedule's fields (``SCHEDULE_KEYS``): timetable summary, bounds, limits, tags and
     the next time run."""
+    summary = sched.timetable_summary if sched.timetable is not None else None
+    return {"timetable": summary, **_schedule_bounds(sched)}
+
+
+def _schedule_bounds(sched: DagSchedule) -> ScheduleBounds:
     interval = sched.next_dagrun_data_interval
     return {
-        "timetable": sched.timetable_summary if sched.timetable is not None else None,
         "timezone": sched.timezone,
         "start_date": iso(sched.start_date),
         "end_date": iso(sched.end_date),
@@ -105,7 +210,7 @@ def timetable_description(sched: DagSchedule) -> str | None:
         return f"unreadable stored timetable: {exc}"
 
 
-def timetable_json(sched: DagSchedule) -> dict[str, Any] | None:
+def timetable_json(sched: DagSchedule) -> TimetableShown | None:
     if sched.timetable is None:
         return None
     return {
@@ -124,7 +229,7 @@ def list_dags(
     search: str | None = None,
     limit: int | None = None,
     offset: int = 0,
-) -> dict[str, Any]:
+) -> Page[DagItem]:
     """A page of DAGs by id: file, paused / active, ``schedule`` (text) and its fields
     (``SCHEDULE_KEYS``), the ``asset_condition`` JSON, the states of the last runs (newest
     first) and the number of runs per state."""
@@ -135,7 +240,7 @@ def list_dags(
     ids = [d.dag_id for d in dags]
     schedules = backfills_sql.dag_schedules(session, ids)
     runs = browse.run_summaries(session, ids, last=LAST_RUN_STATES)
-    items = [
+    items: list[DagItem] = [
         {
             "dag_id": dag.dag_id,
             "display_name": dag.display_name or dag.dag_id,
@@ -146,7 +251,8 @@ def list_dags(
             "schedule": schedule_text(schedules[dag.dag_id]),
             "asset_condition": dag.schedule,
             **schedule_json(schedules[dag.dag_id]),
-            **runs[dag.dag_id],
+            "last_run_states": runs[dag.dag_id].last_run_states,
+            "run_counts": runs[dag.dag_id].run_counts,
         }
         for dag in dags
     ]
@@ -158,21 +264,73 @@ def dag_schedule(session: Session, dag_id: str) -> DagSchedule | None:
     return backfills_sql.dag_schedules(session, [dag_id]).get(dag_id)
 
 
-def show_dag(session: Session, dag_id: str) -> dict[str, Any] | None:
+def show_dag(session: Session, dag_id: str) -> DagDetails | None:
     """One DAG as last parsed, None if unknown: file, description, paused / active, when
-    parsed, the asset condition (``schedule``) and the assets in it, the schedule's fields
-    (``SCHEDULE_KEYS``) with ``timetable`` as {summary, description, serialized},
-    ``schedule_text``, its tasks, the watchers of its assets, its last runs, and its runs per
-    state."""
-    details = browse.dag_details(session, dag_id)
+    parsed, the asset condition (``schedule``) and the assets in it, its tasks, the watchers
+    of its assets, its last runs, the schedule's fields (``SCHEDULE_KEYS``) with
+    ``timetable`` as {summary, description, serialized}, ``schedule_text``, and its runs
+    per state."""
+    dag = browse.get_dag(session, dag_id)
     sched = dag_schedule(session, dag_id)
-    if details is None or sched is None:
+    if dag is None or sched is None:
         return None
-    counts = browse.run_summaries(session, [dag_id], last=0)[dag_id]["run_counts"]
     return {
-        **details,
-        **schedule_json(sched),
+        **_details(session, dag),
         "timetable": timetable_json(sched),
+        **_schedule_bounds(sched),
         "schedule_text": schedule_text(sched, description=timetable_description(sched)),
-        "run_counts": counts,
+        "run_counts": browse.run_summaries(session, [dag_id], last=0)[dag_id].run_counts,
+    }
+
+
+def _details(session: Session, dag: Dag) -> _Details:
+    """One DAG as last parsed: file, schedule, tasks, the watchers of its assets, runs."""
+    dag_id = dag.dag_id
+    return {
+        "dag_id": dag_id,
+        "fileloc": dag.fileloc,
+        "description": dag.description,
+        "paused": dag.is_paused,
+        "active": dag.is_active,
+        "last_parsed": iso(dag.last_parsed_time),
+        "schedule": dag.schedule,
+        "assets": browse.schedule_assets(session, dag_id),
+        "tasks": [_task(t) for t in browse.dag_tasks(session, dag_id)],
+        "watchers": [_watcher(*row) for row in browse.dag_watchers(session, dag_id)],
+        "last_runs": [_last_run(r) for r in browse.last_runs(session, dag_id, last=LAST_RUNS)],
+    }
+
+
+def _task(t: DagTask) -> TaskShown:
+    return {
+        "task_id": t.task_id,
+        "operator": t.operator,
+        "downstream": list(t.downstream_task_ids or []),
+        "retries": t.retries,
+        "start_from_trigger": t.start_from_trigger,
+        "outlets": [*(t.outlets or []), *(f"alias:{a}" for a in t.outlet_aliases or [])],
+        "inlets": list(t.inlets or []),
+        "mapped": describe_mapping(t.mapping) if t.mapping else None,
+    }
+
+
+def _watcher(asset: str, name: str, trig: Trigger) -> WatcherShown:
+    return {
+        "asset": asset,
+        "name": name,
+        "trigger_id": trig.id,
+        "classpath": trig.classpath,
+        "triggerer_id": trig.triggerer_id,
+        "last_error": trig.last_error,
+    }
+
+
+def _last_run(run: DagRun) -> LastRun:
+    return {
+        "run_id": run.run_id,
+        "run_type": run.run_type,
+        "state": run.state,
+        "logical_date": iso(run.logical_date),
+        "queued_at": run.queued_at.isoformat(),
+        "end_date": iso(run.end_date),
     }

@@ -1,9 +1,12 @@
-"""The retry rule of a failed try, shared by the executor (a try that failed or whose
-process died: ``engine.executor.outcomes``) and the scheduler (a try whose executor died:
-``engine.db.queries.orphans``). Pure: no SQL, no clock (``now`` is an argument).
+"""The retry rule of a failed task try, Airflow's: ``retry_delay``,
+``retry_exponential_backoff`` and ``max_retry_delay``. Pure: no SQL, no clock (``now`` is an
+argument).
 
-A failed try with tries left is ``up_for_retry`` until ``retry_at`` (Airflow's
-``retry_delay`` / ``retry_exponential_backoff`` / ``max_retry_delay``), else ``failed``.
+A failed try with tries left is ``up_for_retry`` until ``retry_at``, else ``failed``. Two
+parts decide it and must agree: the executor for a try that failed or whose process died
+(``engine.executor.outcomes``), the scheduler for a try whose executor died
+(``engine.scheduler.orphans``). They never import each other, so the rule is a leaf below
+both.
 """
 
 from __future__ import annotations

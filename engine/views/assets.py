@@ -4,10 +4,10 @@ it triggered; and the asset graph (assets, watchers, producing tasks, consuming 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from engine.db.queries import browse, lineage
-from engine.db.views.common import check_page, iso, page
+from engine.views.common import Page, check_page, iso, page
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -15,6 +15,95 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from engine.db.models import Asset, AssetEvent, AssetWatcher
+
+
+class WatcherItem(TypedDict):
+    """A watcher of an asset: its trigger's class, owner and failures (never its kwargs)."""
+
+    name: str
+    trigger_id: int
+    classpath: str
+    triggerer_id: int | None
+    failures: int
+    last_failure_date: str | None
+    last_error: str | None
+
+
+class LastEvent(TypedDict):
+    id: int
+    timestamp: str
+    source: str | None
+
+
+class AssetItem(TypedDict):
+    """An asset of ``list_assets`` / ``show_asset``."""
+
+    name: str
+    uri: str
+    extra: Any
+    events: int
+    last_event: LastEvent | None
+    watchers: list[WatcherItem]
+    consuming_dags: list[str]
+    producing_tasks: list[str]  # ``dag_id/task_id``
+    updated_at: str
+
+
+class AssetEventItem(TypedDict):
+    """An asset event: where it came from, its extra and payload, the runs it triggered."""
+
+    id: int
+    asset: str
+    timestamp: str
+    source: str | None  # watcher, task, cli, api
+    source_watcher: str | None
+    source_task: str | None  # ``dag_id/run_id/task_id``
+    source_try_number: int | None
+    source_alias: str | None
+    created_by: str | None
+    extra: Any
+    payload: Any
+    runs: list[str]  # ``dag_id/run_id``
+
+
+class _Node(TypedDict):
+    id: str  # ``<kind>:<name>``
+    label: str
+
+
+class AssetNode(_Node):
+    kind: Literal["asset"]
+    uri: str
+    events: int
+    last_event: LastEvent | None
+
+
+class WatcherNode(_Node, WatcherItem):
+    kind: Literal["watcher"]
+
+
+class TaskNode(_Node):
+    kind: Literal["task"]
+    dag_id: str
+
+
+class DagNode(_Node):
+    kind: Literal["dag"]
+    paused: bool | None  # None: a DAG not in the database
+
+
+GraphNode = AssetNode | WatcherNode | TaskNode | DagNode
+
+
+class GraphEdge(TypedDict):
+    source: str
+    target: str
+    kind: Literal["updates", "schedules", "runs"]
+
+
+class AssetGraph(TypedDict):
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
 
 
 def _producers(session: Session) -> dict[str, list[tuple[str, str]]]:
@@ -29,7 +118,7 @@ def _producers(session: Session) -> dict[str, list[tuple[str, str]]]:
     return out
 
 
-def _watcher_json(watcher: AssetWatcher, trigger: Any) -> dict[str, Any]:
+def _watcher_json(watcher: AssetWatcher, trigger: Any) -> WatcherItem:
     trigger_id, classpath, triggerer_id, failures, last_failure, last_error = trigger
     return {
         "name": watcher.name,
@@ -42,7 +131,7 @@ def _watcher_json(watcher: AssetWatcher, trigger: Any) -> dict[str, Any]:
     }
 
 
-def _last_event_json(event: AssetEvent | None) -> dict[str, Any] | None:
+def _last_event_json(event: AssetEvent | None) -> LastEvent | None:
     if event is None:
         return None
     return {"id": event.id, "timestamp": event.timestamp.isoformat(), "source": event.source}
@@ -50,7 +139,7 @@ def _last_event_json(event: AssetEvent | None) -> dict[str, Any] | None:
 
 def _assets_json(
     session: Session, assets: list[Asset], producers: dict[str, list[tuple[str, str]]]
-) -> list[dict[str, Any]]:
+) -> list[AssetItem]:
     ids = [a.id for a in assets]
     counts = lineage.event_counts(session, ids)
     last = lineage.last_events(session, ids)
@@ -74,7 +163,7 @@ def _assets_json(
 
 def list_assets(
     session: Session, *, search: str | None = None, limit: int | None = None, offset: int = 0
-) -> dict[str, Any]:
+) -> Page[AssetItem]:
     """A page of assets by name: uri, extra, number of events, the last event, watchers
     (trigger class, owner, failures; never the trigger's kwargs), the DAGs they schedule and
     the tasks that update them."""
@@ -83,13 +172,13 @@ def list_assets(
     return page(_assets_json(session, assets, _producers(session)), total, limit, offset)
 
 
-def show_asset(session: Session, name: str) -> dict[str, Any] | None:
+def show_asset(session: Session, name: str) -> AssetItem | None:
     """One asset as ``list_assets`` shows it, None if unknown."""
     asset = lineage.asset_by_name(session, name)
     return None if asset is None else _assets_json(session, [asset], _producers(session))[0]
 
 
-def event_json(event: AssetEvent, asset: str, runs: list[tuple[str, str]]) -> dict[str, Any]:
+def event_json(event: AssetEvent, asset: str, runs: list[tuple[str, str]]) -> AssetEventItem:
     """One asset event: where it came from (``source``: watcher, task, cli, api; the watcher,
     the task try, or who emitted it), its extra and payload, and the runs it triggered."""
     task = (
@@ -122,7 +211,7 @@ def list_asset_events(
     newest_first: bool = True,
     limit: int | None = None,
     offset: int = 0,
-) -> dict[str, Any] | None:
+) -> Page[AssetEventItem] | None:
     """A page of asset events (newest first by default), of one asset (None if that asset
     is unknown), from one source, since a time."""
     check_page(limit, offset)
@@ -146,7 +235,7 @@ def list_asset_events(
     return page(items, total, limit, offset)
 
 
-def asset_graph(session: Session) -> dict[str, Any]:
+def asset_graph(session: Session) -> AssetGraph:
     """Every asset with what updates it and what it schedules, as ``nodes`` (``id``,
     ``kind``: asset / watcher / task / dag, ``label`` and details) and ``edges`` (``source``,
     ``target``, ``kind``): watcher -updates-> asset, task -updates-> asset,
@@ -155,17 +244,15 @@ def asset_graph(session: Session) -> dict[str, Any]:
     producers = _producers(session)
     shown = _assets_json(session, assets, producers)
     dags = {d.dag_id: d for d in browse.dag_page(session)[0]}
-    nodes: dict[str, dict[str, Any]] = {}
-    edges: list[dict[str, str]] = []
+    nodes: dict[str, GraphNode] = {}
+    edges: list[GraphEdge] = []
 
     def dag_node(dag_id: str) -> str:
         dag = dags.get(dag_id)
         paused = None if dag is None else dag.is_paused
-        nodes.setdefault(
-            f"dag:{dag_id}",
-            {"id": f"dag:{dag_id}", "kind": "dag", "label": dag_id, "paused": paused},
-        )
-        return f"dag:{dag_id}"
+        node: DagNode = {"id": f"dag:{dag_id}", "kind": "dag", "label": dag_id, "paused": paused}
+        nodes.setdefault(node["id"], node)
+        return node["id"]
 
     for a in shown:
         node = f"asset:{a['name']}"

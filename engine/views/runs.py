@@ -3,12 +3,12 @@ that triggered them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 from engine.db.queries import browse, lineage
 from engine.db.queries import runs as runs_sql
-from engine.db.views.common import check_page, duration_s, iso, page
-from engine.db.views.tasks import task_instance_json
+from engine.views.common import Page, check_page, duration_s, iso, page
+from engine.views.tasks import TaskInstanceItem, task_instance_json
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -35,7 +35,50 @@ RUN_KEYS: Final = (
 )
 
 
-def run_json(run: DagRun, *, events: list[int], tasks: dict[str, str]) -> dict[str, Any]:
+class RunRow(TypedDict):
+    """``RUN_KEYS``: a run's type, state and dates, the asset events that triggered it and
+    its tasks' states (a copy of a mapped task named ``task_id[i]``)."""
+
+    run_id: str
+    run_type: str
+    state: str
+    logical_date: str | None
+    data_interval_start: str | None
+    data_interval_end: str | None
+    run_after: str | None
+    backfill_id: int | None
+    queued_at: str
+    end_date: str | None
+    asset_events: list[int]
+    tasks: dict[str, str]
+
+
+class _RunTimes(TypedDict):
+    dag_id: str
+    start_date: str | None
+    duration_s: float | None  # so far, while running
+
+
+class RunItem(RunRow, _RunTimes):
+    """A run of ``list_runs``."""
+
+
+class TriggeringEvent(TypedDict):
+    id: int
+    asset: str
+    source: str | None
+    timestamp: str
+
+
+class RunDetails(RunItem):
+    """One run of ``show_run``."""
+
+    conf: Any
+    triggering_events: list[TriggeringEvent]
+    task_instances: list[TaskInstanceItem]
+
+
+def run_json(run: DagRun, *, events: list[int], tasks: dict[str, str]) -> RunRow:
     """One run's row of a list (``RUN_KEYS``)."""
     return {
         "run_id": run.run_id,
@@ -53,7 +96,7 @@ def run_json(run: DagRun, *, events: list[int], tasks: dict[str, str]) -> dict[s
     }
 
 
-def _details(run: DagRun, now: datetime) -> dict[str, Any]:
+def _details(run: DagRun, now: datetime) -> _RunTimes:
     return {
         "dag_id": run.dag_id,
         "start_date": iso(run.start_date),
@@ -72,7 +115,7 @@ def list_runs(
     newest_first: bool = True,
     limit: int | None = None,
     offset: int = 0,
-) -> dict[str, Any]:
+) -> Page[RunItem]:
     """A page of runs (newest first by default): ``run_json`` fields plus ``dag_id``,
     ``start_date`` and ``duration_s`` (so far, while running)."""
     check_page(limit, offset)
@@ -89,7 +132,7 @@ def list_runs(
     pks = [r.id for r in runs]
     events = runs_sql.run_asset_events(session, pks)
     tasks = browse.run_task_states(session, pks)
-    items = [
+    items: list[RunItem] = [
         {
             **run_json(r, events=events.get(r.id, []), tasks=tasks.get(r.id, {})),
             **_details(r, now),
@@ -99,7 +142,7 @@ def list_runs(
     return page(items, total, limit, offset)
 
 
-def show_run(session: Session, dag_id: str, run_id: str, *, now: datetime) -> dict[str, Any] | None:
+def show_run(session: Session, dag_id: str, run_id: str, *, now: datetime) -> RunDetails | None:
     """One run, None if unknown: its list fields, ``conf``, the asset events that triggered
     it (id, asset, source, time) and every task instance (``task_instance_json``)."""
     run = browse.find_run(session, dag_id, run_id)

@@ -4,11 +4,13 @@ JSON-able."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Generic, TypedDict, TypeVar
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
+
+T = TypeVar("T")
 
 #: A page's size when none is asked for, and the largest one served.
 DEFAULT_LIMIT: Final = 50
@@ -27,8 +29,16 @@ def check_page(limit: int | None, offset: int) -> None:
         raise PageError(f"offset must be 0 or more, not {offset}")
 
 
-def page(items: Sequence[Any], total: int, limit: int | None, offset: int) -> dict[str, Any]:
+class Page(TypedDict, Generic[T]):
     """One page of a list: its items, the total of the filtered list, and the bounds."""
+
+    items: list[T]
+    total: int
+    limit: int | None
+    offset: int
+
+
+def page(items: Sequence[T], total: int, limit: int | None, offset: int) -> Page[T]:
     return {"items": list(items), "total": total, "limit": limit, "offset": offset}
 
 

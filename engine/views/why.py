@@ -1,5 +1,5 @@
-"""Why did a DAG not run? ``explain_dag`` answers in one JSON-able dict, read by
-``sluice dags why`` (``engine.cli.why``, which also renders it as text), by
+"""Why did a DAG not run? ``explain_dag`` answers in one record (``why_records.WhyAnswer``),
+read by ``sluice dags why`` (``engine.cli.why``, which also renders it as text), by
 ``GET /api/v1/dags/{dag_id}/why`` and by the web UI's "why" page.
 
 It reads the facts in one transaction against one ``now`` and asks the scheduler's own
@@ -7,74 +7,11 @@ decision for the asset condition (``engine.authoring.assets.is_condition_met``, 
 through ``BaseAsset.evaluate``) and the DAG's own timetable for the next tick: nothing here
 re-implements a scheduling rule. The diagnosis is pure: ``why_entries`` judges each watcher,
 asset and alias, ``why_findings`` gives the findings and the verdict.
-
-The shape (stable: keys are only ever added). Times are ISO 8601 strings in UTC, ``null``
-when unknown::
-
-    {
-      "dag_id": str, "now": time,
-      "verdict": str,                        # one line: the most decisive finding
-      "findings": [{"code": str, "severity": "blocker" | "waiting" | "note",
-                    "message": str}],        # most decisive first (codes: why_findings)
-      "dag": {"fileloc": str, "active": bool, "paused": bool, "last_parsed": time,
-              "parse_error": null | {"error": str, "line": int | null, "at": time}},
-      "runs": {"max_active_runs": int,       # effective limit (the timetable's may be lower)
-               "active": [run],      # the running, then the next queued ones: 20 at most
-               "running": int, "queued": int, "limit_reached": bool,
-               "last": run | null},
-      "schedule": {
-        "kind": "none" | "assets" | "time" | "assets_or_time",
-        "text": str,     # as `dags list`: "assets a & (b | alias c)", "0 * * * *", "None"
-        "assets": null | {
-          "condition": node | null, "met": bool,
-          "missing": str | null,             # what is still missing: "b", "b or c", ...
-          "last_asset_run": run | null, "error": str | null},
-        "time": null | {
-          "summary": str | null, "description": str | null, "error": str | null,
-          "next_run": null | {"logical_date": time, "data_interval": [time, time] | null,
-                              "run_after": time, "due": bool},
-          "source": "scheduler" | "computed",   # stored by the scheduler, or computed now
-          "held": bool,                      # due but held by max_active_runs
-          "last_scheduled_run": run | null}},
-      "assets": [asset], "aliases": [alias],
-      "engine": {"schedulers_alive": int, "triggerers_alive": int,
-                 "triggerer_capacity": int | null, "triggers_held": int}
-    }
-
-    node:     {"type": "asset" | "alias", "name": str, "satisfied": bool,
-               "queued_events": int}
-              | {"type": "all" | "any", "satisfied": bool, "objects": [node]}
-    run:      {"run_id", "run_type", "state", "queued_at", "start_date", "end_date",
-               "logical_date", "run_after"}
-    queued:   {"count": int, "last_event_at": time, "sources": {source: count}}
-              # events queued for this DAG since its last asset-triggered run
-    asset:    {"name": str, "uri": str | null, "known": bool, "satisfied": bool,
-               "queued": queued, "last_event_at": time, "last_event_source": str | null,
-               "watchers": [watcher], "producers": [producer],
-               "cause": str | null, "cause_is_problem": bool}
-    alias:    {"name": str, "satisfied": bool, "queued": queued, "assets": [str],
-               "producers": [producer], "cause": str | null, "cause_is_problem": bool}
-    watcher:  {"name": str, "trigger_id": int, "classpath": str,   # never the kwargs
-               "claimed": bool, "triggerer_id": int | null,
-               "owner": null | {"id": int, "hostname": str | null, "pid": int | null,
-                                "state": str, "alive": bool, "heartbeat_age_s": float},
-               "last_event_at": time, "failures": int, "last_error": str | null,
-               "last_failure_at": time, "load_failed": bool,
-               "shared_stream": null | {"digest": str, "triggers": int, "holders": [int],
-                                        "split": bool, "snapshot": null | snapshot},
-               "status": "ok" | "unclaimed" | "owner_dead" | "load_failed" | "failing",
-               "problem": str | null}
-    snapshot: {"triggerer_id", "key", "mode", "subscribers", "outstanding_events",
-               "outstanding_by_lane", "oldest_unresolved_age_s", "advances", "overflows",
-               "ack_timeouts", "snapshot_age_s"}   # the group lag, as its owner published it
-    producer: {"dag_id": str, "task_id": str, "dag_paused": bool, "outlets": [str],
-               "outlet_aliases": [str], "last_state": str | null,
-               "last_run_id": str | null, "last_end": time}
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal, overload
 
 from engine.authoring.assets import (
     Asset,
@@ -86,11 +23,11 @@ from engine.authoring.assets import (
 )
 from engine.authoring.timetables import DataInterval, TimeRestriction, timetable_from_json
 from engine.db.models import DagRunState
-from engine.db.queries import backfills, runs
+from engine.db.queries import backfills, runs, time_schedules
 from engine.db.queries import why as why_sql
 from engine.db.queries import why_watchers as watchers_sql
-from engine.db.views import why_entries, why_findings
-from engine.db.views.why_entries import iso
+from engine.views import why_entries, why_findings
+from engine.views.common import iso
 
 if TYPE_CHECKING:
     from collections.abc import Set
@@ -99,6 +36,20 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from engine.db.queries.backfills import DagSchedule
+    from engine.db.queries.why import RunFacts
+    from engine.views.why_records import (
+        AliasEntry,
+        AssetEntry,
+        AssetSchedule,
+        LeafNode,
+        NextRun,
+        Node,
+        ParseError,
+        Run,
+        Runs,
+        TimeSchedule,
+        WhyAnswer,
+    )
 
 #: 2.1 x the default 5 s heartbeats (``[triggerer]`` / ``[scheduler] health_check_threshold``)
 DEFAULT_HEALTH_THRESHOLD_S: Final = 10.5
@@ -116,8 +67,8 @@ def explain_dag(
     now: datetime,
     triggerer_threshold_s: float = DEFAULT_HEALTH_THRESHOLD_S,
     scheduler_threshold_s: float = DEFAULT_HEALTH_THRESHOLD_S,
-) -> dict[str, Any]:
-    """Why ``dag_id`` runs or not at ``now``, in the shape of the module docstring.
+) -> WhyAnswer:
+    """Why ``dag_id`` runs or not at ``now`` (``why_records.WhyAnswer``).
 
     Raises ``UnknownDagError`` when no DAG has that id. The thresholds are the heartbeat ages
     after which a triggerer / scheduler counts as dead (the configured health thresholds).
@@ -135,13 +86,14 @@ def explain_dag(
     counts = why_sql.active_run_counts(session, dag_id)
     active = sum(counts.values())
     kind = _kind(sched)
-    time = _time_schedule(session, sched, now, active) if sched.timetable else None
-    limit = sched.max_active_runs if time is None else time.pop("_limit")
+    time, limit = None, sched.max_active_runs
+    if sched.timetable:
+        time, limit = _time_schedule(session, sched, now, active)
     condition, condition_error = _condition(sched.asset_condition)
     assets_section, assets, aliases = _asset_schedule(
         session, dag_id, condition, condition_error, now, triggerer_threshold_s, engine
     )
-    out: dict[str, Any] = {
+    out: WhyAnswer = {
         "dag_id": dag_id,
         "now": iso(now),
         "verdict": "",
@@ -185,7 +137,7 @@ def _unknown(session: Session, dag_id: str) -> str:
     return message
 
 
-def _kind(sched: DagSchedule) -> str:
+def _kind(sched: DagSchedule) -> Literal["none", "assets", "time", "assets_or_time"]:
     if sched.timetable is not None:
         is_both = isinstance(sched.timetable, dict) and sched.timetable.get("__type") == (
             _ASSET_OR_TIME
@@ -194,21 +146,39 @@ def _kind(sched: DagSchedule) -> str:
     return "none" if sched.asset_condition is None else "assets"
 
 
-def _parse_error(error: tuple[str, int | None, datetime] | None) -> dict[str, Any] | None:
+def _parse_error(error: tuple[str, int | None, datetime] | None) -> ParseError | None:
     if error is None:
         return None
     return {"error": error[0], "line": error[1], "at": iso(error[2])}
 
 
-def _runs(session: Session, dag_id: str, counts: dict[str, int], limit: int) -> dict[str, Any]:
-    last = why_sql.last_run(session, dag_id)
+def _runs(session: Session, dag_id: str, counts: dict[str, int], limit: int) -> Runs:
     return {
         "max_active_runs": limit,
-        "active": [run.as_dict() for run in why_sql.active_runs(session, dag_id)],
+        "active": [_run(run) for run in why_sql.active_runs(session, dag_id)],
         "running": counts.get(DagRunState.RUNNING, 0),
         "queued": counts.get(DagRunState.QUEUED, 0),
         "limit_reached": sum(counts.values()) >= limit,
-        "last": None if last is None else last.as_dict(),
+        "last": _run(why_sql.last_run(session, dag_id)),
+    }
+
+
+@overload
+def _run(run: RunFacts) -> Run: ...
+@overload
+def _run(run: None) -> None: ...
+def _run(run: RunFacts | None) -> Run | None:
+    if run is None:
+        return None
+    return {
+        "run_id": run.run_id,
+        "run_type": run.run_type,
+        "state": run.state,
+        "queued_at": iso(run.queued_at),
+        "start_date": iso(run.start_date),
+        "end_date": iso(run.end_date),
+        "logical_date": iso(run.logical_date),
+        "run_after": iso(run.run_after),
     }
 
 
@@ -232,21 +202,27 @@ def _asset_schedule(
     now: datetime,
     threshold_s: float,
     engine: watchers_sql.EngineFacts,
-) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[AssetSchedule | None, list[AssetEntry], list[AliasEntry]]:
     if condition is None:
         if error is None:
             return None, [], []
-        unread = {"condition": None, "met": False, "missing": None, "last_asset_run": None}
-        return {**unread, "error": error}, [], []
+        unread: AssetSchedule = {
+            "condition": None,
+            "met": False,
+            "missing": None,
+            "last_asset_run": None,
+            "error": error,
+        }
+        return unread, [], []
     queued = why_sql.queued_by_asset(session, dag_id)
     queued_aliases = why_sql.queued_by_alias(session, dag_id)
     updated, aliases = frozenset(queued), frozenset(queued_aliases)
     last_asset_run = why_sql.last_run(session, dag_id, run_type=runs.ASSET_TRIGGERED)
-    section: dict[str, Any] = {
+    section: AssetSchedule = {
         "condition": _node(condition, updated, aliases, queued, queued_aliases),
         "met": is_condition_met(condition, updated, aliases),
         "missing": _missing(condition, updated, aliases),
-        "last_asset_run": None if last_asset_run is None else last_asset_run.as_dict(),
+        "last_asset_run": _run(last_asset_run),
         "error": None,
     }
     names, alias_names = condition.asset_names(), condition.alias_names()
@@ -290,18 +266,19 @@ def _node(
     aliases: Set[str],
     queued: dict[str, why_sql.QueuedEvents],
     queued_aliases: dict[str, why_sql.QueuedEvents],
-) -> dict[str, Any]:
+) -> Node:
     """The stored condition as a tree, each node judged by its own ``evaluate``."""
     satisfied = condition.evaluate(updated, aliases)
     if isinstance(condition, Asset | AssetAlias):
         is_asset = isinstance(condition, Asset)
         events = (queued if is_asset else queued_aliases).get(condition.name)
-        return {
+        leaf: LeafNode = {
             "type": "asset" if is_asset else "alias",
             "name": condition.name,
             "satisfied": satisfied,
             "queued_events": 0 if events is None else events.count,
         }
+        return leaf
     assert isinstance(condition, AssetAll | AssetAny), condition
     return {
         "type": "all" if isinstance(condition, AssetAll) else "any",
@@ -354,29 +331,29 @@ def _condition_text(condition: BaseAsset, *, nested: bool = False) -> str:
 
 def _time_schedule(
     session: Session, sched: DagSchedule, now: datetime, active: int
-) -> dict[str, Any]:
+) -> tuple[TimeSchedule, int]:
     """The next tick: the one the scheduler stored, or (not computed yet, a paused DAG, a
-    one-off timetable) the one the timetable gives now, as the scheduler would compute it."""
-    out: dict[str, Any] = {
+    one-off timetable) the one the timetable gives now, as the scheduler would compute it;
+    and the effective ``max_active_runs`` (the timetable's own limit may be lower)."""
+    last_run = why_sql.last_run(session, sched.dag_id, run_type=runs.SCHEDULED)
+    out: TimeSchedule = {
         "summary": sched.timetable_summary,
         "description": None,
         "error": None,
         "next_run": None,
         "source": "computed",
         "held": False,
-        "last_scheduled_run": None,
-        "_limit": sched.max_active_runs,
+        "last_scheduled_run": _run(last_run),
     }
-    last_run = why_sql.last_run(session, sched.dag_id, run_type=runs.SCHEDULED)
-    out["last_scheduled_run"] = None if last_run is None else last_run.as_dict()
+    limit = sched.max_active_runs
     try:
         timetable = timetable_from_json(sched.timetable)
     except ValueError as exc:
         out["error"] = f"cannot read the stored timetable: {exc}"
-        return out
+        return out, limit
     out["description"] = timetable.description
     if timetable.active_runs_limit is not None:
-        out["_limit"] = min(sched.max_active_runs, timetable.active_runs_limit)
+        limit = min(sched.max_active_runs, timetable.active_runs_limit)
     if sched.next_dagrun_computed and timetable.periodic and not sched.is_paused:
         out["source"] = "scheduler"
         if sched.next_dagrun is not None:
@@ -385,8 +362,8 @@ def _time_schedule(
             out["next_run"] = _next_run(
                 sched.next_dagrun, sched.next_dagrun_data_interval, run_after, now
             )
-        return out
-    last = runs.last_automated_interval(session, sched.dag_id)
+        return out, limit
+    last = time_schedules.last_automated_interval(session, sched.dag_id)
     info = timetable.next_dagrun_info(
         last_automated_data_interval=None if last is None else DataInterval(*last),
         restriction=TimeRestriction(sched.start_date, sched.end_date, sched.catchup),
@@ -395,8 +372,8 @@ def _time_schedule(
     if info is not None:
         interval = (info.data_interval.start, info.data_interval.end)
         out["next_run"] = _next_run(info.logical_date, interval, info.run_after, now)
-        out["held"] = info.run_after <= now and active >= out["_limit"]
-    return out
+        out["held"] = info.run_after <= now and active >= limit
+    return out, limit
 
 
 def _next_run(
@@ -404,7 +381,7 @@ def _next_run(
     interval: tuple[datetime, datetime] | None,
     run_after: datetime | None,
     now: datetime,
-) -> dict[str, Any]:
+) -> NextRun:
     return {
         "logical_date": iso(logical),
         "data_interval": None if interval is None else [iso(interval[0]), iso(interval[1])],

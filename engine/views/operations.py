@@ -8,7 +8,7 @@ clearing tasks, setting a task's state, cancelling a run (``queries.actions``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from engine.authoring.timetables import DataInterval, timetable_from_json
 from engine.db.queries import backfills as backfills_sql
@@ -22,6 +22,12 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 
+class TriggeredRun(TypedDict):
+    dag_id: str
+    run_id: str
+    logical_date: str
+
+
 def trigger_dag(
     session: Session,
     dag_id: str,
@@ -30,7 +36,7 @@ def trigger_dag(
     logical_date: datetime | None,
     now: datetime,
     date_option: str = "--logical-date",
-) -> dict[str, Any]:
+) -> TriggeredRun:
     """Create a manual run of ``dag_id`` at ``logical_date`` (default: ``now``); returns
     {dag_id, run_id, logical_date}. Its data interval is the one the DAG's time schedule
     gives that date (none: the date itself); a future date makes the run wait for it.

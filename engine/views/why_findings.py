@@ -1,7 +1,7 @@
-"""The findings of ``engine.db.views.why`` (what stops or delays a DAG's next run) and its
+"""The findings of ``engine.views.why`` (what stops or delays a DAG's next run) and its
 one-line verdict.
 
-Pure: the view's dict in (``engine.db.views.why`` composes it, ``why_entries`` judges its
+Pure: the view's answer in (``engine.views.why`` composes it, ``why_entries`` judges its
 watchers and assets), findings out. Findings, most decisive first, with their severity:
 
 - ``dag_inactive`` (blocker): no DAG file defines the DAG any more;
@@ -26,9 +26,13 @@ of the first note.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
 
-from engine.db.views.why_entries import first_line
+from engine.views.why_entries import first_line
+
+if TYPE_CHECKING:
+    from engine.views.why_records import Finding, LeafNode, Node, Run, Severity, WhyAnswer
 
 BLOCKER: Final = "blocker"
 WAITING: Final = "waiting"
@@ -39,12 +43,12 @@ _RANK: Final = {BLOCKER: 0, WAITING: 1, NOTE: 2}
 # --- findings and verdict -------------------------------------------------------------------
 
 
-def findings(view: dict[str, Any]) -> list[dict[str, str]]:
+def findings(view: WhyAnswer) -> list[Finding]:
     """What stops or delays the DAG's next run, most decisive first (see the module doc)."""
     dag, runs, schedule = view["dag"], view["runs"], view["schedule"]
     dag_id = view["dag_id"]
     scheduler = view["engine"]["schedulers_alive"] > 0
-    found: list[dict[str, str]] = []
+    found: list[Finding] = []
     if not dag["active"]:
         found.append(
             _finding(
@@ -90,7 +94,7 @@ def findings(view: dict[str, Any]) -> list[dict[str, str]]:
     return sorted(found, key=lambda f: _RANK[f["severity"]])
 
 
-def verdict(found: list[dict[str, str]]) -> str:
+def verdict(found: list[Finding]) -> str:
     """One line: the first finding (they come most decisive first)."""
     return found[0]["message"] if found else "nothing stops its next run"
 
@@ -101,11 +105,11 @@ def _names(run_ids: list[str], total: int, *, shown: int = 3) -> str:
     return text if total <= shown else f"{text} and {total - shown} more"
 
 
-def _finding(code: str, severity: str, message: str) -> dict[str, str]:
+def _finding(code: str, severity: Severity, message: str) -> Finding:
     return {"code": code, "severity": severity, "message": message}
 
 
-def _asset_findings(view: dict[str, Any], *, scheduler: bool) -> list[dict[str, str]]:
+def _asset_findings(view: WhyAnswer, *, scheduler: bool) -> list[Finding]:
     section = view["schedule"]["assets"]
     if section is None:
         return []
@@ -124,6 +128,7 @@ def _asset_findings(view: dict[str, Any], *, scheduler: bool) -> list[dict[str, 
             f"{head}, but no live scheduler creates the run (`sluice scheduler` or `sluice run`)"
         )
         return [_finding("condition_met", BLOCKER, message)]
+    assert section["condition"] is not None  # read, or ``error`` says why not
     leaf, entry = _decisive_leaf(view, section["condition"])
     label = f"{leaf['type']} {leaf['name']}"
     since = _since(entry, section["last_asset_run"])
@@ -132,47 +137,59 @@ def _asset_findings(view: dict[str, Any], *, scheduler: bool) -> list[dict[str, 
         message = f"waiting for {label} ({since})"
     else:
         message = f"waiting for {missing}; {label}: {since}"
-    if entry["cause"]:
-        message += f"; {entry['cause']}"
+    if entry.cause:
+        message += f"; {entry.cause}"
     time = view["schedule"]["time"]
     if time is not None and time["next_run"] is not None and not time["next_run"]["due"]:
         message += f"; or the time run at {time['next_run']['run_after']}"
-    severity = BLOCKER if entry["cause_is_problem"] else WAITING
+    severity: Severity = BLOCKER if entry.cause_is_problem else WAITING
     return [_finding("assets_missing", severity, message)]
 
 
-def _decisive_leaf(
-    view: dict[str, Any], condition: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class _Updater:
+    """What the entry of a missing asset or alias says of what updates it."""
+
+    cause: str | None
+    cause_is_problem: bool
+    last_event_at: str | None  # an asset's; None for an alias
+
+
+def _decisive_leaf(view: WhyAnswer, condition: Node) -> tuple[LeafNode, _Updater]:
     """The missing asset or alias to explain: the first whose updater has a problem, else
-    the first missing one; with its entry in ``assets`` / ``aliases``."""
-    leaves = []
-    for leaf in _missing_leaves(condition):
-        entries = view["assets"] if leaf["type"] == "asset" else view["aliases"]
-        leaves.append((leaf, next(e for e in entries if e["name"] == leaf["name"])))
-    return next((pair for pair in leaves if pair[1]["cause_is_problem"]), leaves[0])
+    the first missing one; with what its entry in ``assets`` / ``aliases`` says."""
+    leaves = [(leaf, _updater(view, leaf)) for leaf in _missing_leaves(condition)]
+    return next((pair for pair in leaves if pair[1].cause_is_problem), leaves[0])
 
 
-def _missing_leaves(node: dict[str, Any]) -> list[dict[str, Any]]:
+def _updater(view: WhyAnswer, leaf: LeafNode) -> _Updater:
+    if leaf["type"] == "asset":
+        a = next(e for e in view["assets"] if e["name"] == leaf["name"])
+        return _Updater(a["cause"], a["cause_is_problem"], a["last_event_at"])
+    alias = next(e for e in view["aliases"] if e["name"] == leaf["name"])
+    return _Updater(alias["cause"], alias["cause_is_problem"], None)
+
+
+def _missing_leaves(node: Node) -> list[LeafNode]:
     """The assets and aliases of an unmet tree that would help meet it, in order."""
     if node["satisfied"]:
         return []
-    if "objects" not in node:
+    if node["type"] == "asset" or node["type"] == "alias":
         return [node]
     return [leaf for item in node["objects"] for leaf in _missing_leaves(item)]
 
 
-def _since(entry: dict[str, Any], last_run: dict[str, Any] | None) -> str:
+def _since(entry: _Updater, last_run: Run | None) -> str:
     if last_run is not None:
         text = f"no event since the last asset-triggered run, queued at {last_run['queued_at']}"
     else:
         text = "no event queued for this DAG yet"
-    if entry.get("last_event_at"):
-        text += f"; its last event was at {entry['last_event_at']}"
+    if entry.last_event_at:
+        text += f"; its last event was at {entry.last_event_at}"
     return text
 
 
-def _time_findings(view: dict[str, Any], *, scheduler: bool) -> list[dict[str, str]]:
+def _time_findings(view: WhyAnswer, *, scheduler: bool) -> list[Finding]:
     time = view["schedule"]["time"]
     if time is None:
         return []

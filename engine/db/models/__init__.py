@@ -1,0 +1,82 @@
+"""SQLAlchemy models of the metadata database, one module per table family: ``base``
+(``Base``, ``UtcDateTime``, the states stored in rows), ``jobs`` (jobs, trigger rows,
+shared-stream snapshots), ``dags``, ``assets``, ``runs`` (backfills, DAG runs, task
+instances, pools, callback requests), ``secrets`` (connections, variables) and ``users``.
+
+Importing the package registers every table with ``Base.metadata`` (migrations and schema
+checks compare against it); the models are imported from here.
+"""
+
+from engine.db.models.assets import (
+    Asset,
+    AssetAlias,
+    AssetAliasAsset,
+    AssetEvent,
+    AssetEventQueue,
+    AssetWatcher,
+)
+from engine.db.models.base import (
+    Base,
+    DagRunState,
+    JobState,
+    TaskState,
+    TriggerKind,
+    UtcDateTime,
+    utcnow,
+)
+from engine.db.models.dags import (
+    Dag,
+    DagFile,
+    DagParseError,
+    DagScheduleAsset,
+    DagScheduleAssetAlias,
+    DagTask,
+)
+from engine.db.models.jobs import Job, SharedStreamSample, SharedStreamSnapshot, Trigger
+from engine.db.models.runs import (
+    Backfill,
+    CallbackRequest,
+    DagRun,
+    DagRunAssetEvent,
+    Pool,
+    TaskInstance,
+)
+from engine.db.models.secrets import StoredConnection, StoredVariable
+from engine.db.models.users import ApiToken, UiSession, User
+
+__all__ = (
+    "ApiToken",
+    "Asset",
+    "AssetAlias",
+    "AssetAliasAsset",
+    "AssetEvent",
+    "AssetEventQueue",
+    "AssetWatcher",
+    "Backfill",
+    "Base",
+    "CallbackRequest",
+    "Dag",
+    "DagFile",
+    "DagParseError",
+    "DagRun",
+    "DagRunAssetEvent",
+    "DagRunState",
+    "DagScheduleAsset",
+    "DagScheduleAssetAlias",
+    "DagTask",
+    "Job",
+    "JobState",
+    "Pool",
+    "SharedStreamSample",
+    "SharedStreamSnapshot",
+    "StoredConnection",
+    "StoredVariable",
+    "TaskInstance",
+    "TaskState",
+    "Trigger",
+    "TriggerKind",
+    "UiSession",
+    "User",
+    "UtcDateTime",
+    "utcnow",
+)

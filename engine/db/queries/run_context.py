@@ -1,0 +1,108 @@
+"""SQL of what a task's (or callback's) context reads of its run: the run as the context shows
+it (``dag_run``), the asset events that triggered it, the results of its succeeded tasks;
+and the results one task instance stored, as ``sluice tasks result`` shows them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+
+from engine.authoring.context import EventRow
+from engine.db.models import Asset, AssetEvent, DagRun, DagRunAssetEvent, TaskInstance, TaskState
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+
+def context_run(dag_run: DagRun) -> dict[str, Any]:
+    """The run as a task's context shows it (``dag_run``): ids, type, dates, conf."""
+    return {
+        "run_id": dag_run.run_id,
+        "run_type": dag_run.run_type,
+        "logical_date": dag_run.logical_date,
+        "data_interval_start": dag_run.data_interval_start,
+        "data_interval_end": dag_run.data_interval_end,
+        "run_after": dag_run.run_after,
+        "conf": dag_run.conf,
+        "queued_at": dag_run.queued_at,
+        "start_date": dag_run.start_date,
+    }
+
+
+def event_row(event: AssetEvent, asset_name: str, uri: str | None = None) -> EventRow:
+    """An asset event as a task's context shows it."""
+    return EventRow(
+        id=event.id,
+        asset_name=asset_name,
+        payload=event.payload,
+        timestamp=event.timestamp,
+        source_watcher=event.source_watcher,
+        uri=uri,
+        extra=event.extra,
+        source=event.source,
+        source_dag_id=event.source_dag_id,
+        source_run_id=event.source_run_id,
+        source_task_id=event.source_task_id,
+        source_try_number=event.source_try_number,
+        source_alias=event.source_alias,
+        created_by=event.created_by,
+    )
+
+
+def triggering_events(session: Session, dag_run_id: int) -> list[EventRow]:
+    """The asset events that triggered the run, in id order."""
+    rows = session.execute(
+        select(AssetEvent, Asset.name, Asset.uri)
+        .join(DagRunAssetEvent, DagRunAssetEvent.asset_event_id == AssetEvent.id)
+        .join(Asset, Asset.id == AssetEvent.asset_id)
+        .where(DagRunAssetEvent.dag_run_id == dag_run_id)
+        .order_by(AssetEvent.id)
+    )
+    return [event_row(event, str(name), str(uri)) for event, name, uri in rows]
+
+
+def run_results(session: Session, dag_run_id: int) -> dict[str, dict[str, Any]]:
+    """The results of the run's succeeded tasks: ``{task_id: {key: tagged JSON}}`` (what
+    ``ti.xcom_pull`` and a task's ``XComArg`` arguments read)."""
+    rows = session.execute(
+        select(TaskInstance.task_id, TaskInstance.xcoms).where(
+            TaskInstance.dag_run_id == dag_run_id,
+            TaskInstance.map_index == -1,  # copies of mapped tasks: mapping.mapped_run_results
+            TaskInstance.state == TaskState.SUCCESS,
+            TaskInstance.xcoms.is_not(None),
+        )
+    )
+    return {str(task_id): dict(xcoms) for task_id, xcoms in rows if isinstance(xcoms, dict)}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskResults:
+    """A task instance's state and stored results (``sluice tasks result``)."""
+
+    state: str
+    try_number: int
+    xcoms: dict[str, Any]
+
+
+def load_task_results(
+    session: Session, dag_id: str, run_id: str, task_id: str, map_index: int = -1
+) -> TaskResults | None:
+    """The results of one task instance of one run (``{key: tagged JSON}``): the task's, or
+    one copy's of a mapped task (``map_index``); None if no such task instance."""
+    row = session.execute(
+        select(TaskInstance.state, TaskInstance.try_number, TaskInstance.xcoms)
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .where(
+            DagRun.dag_id == dag_id,
+            DagRun.run_id == run_id,
+            TaskInstance.task_id == task_id,
+            TaskInstance.map_index == map_index,
+        )
+    ).first()
+    if row is None:
+        return None
+    state, try_number, xcoms = row
+    return TaskResults(str(state), int(try_number), dict(xcoms or {}))
