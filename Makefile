@@ -33,9 +33,12 @@ types: $(STAMP)
 ## Two test processes (pytest-xdist) fed one test at a time, the slow directories first and
 ## the tests that share a module's engine or world as one unit (tests/conftest.py), so that
 ## no long test runs alone at the end. The property tests run their fixed "ci" budget; every
-## run lists its 25 slowest tests.
+## run lists its 25 slowest tests. Python may cache bytecode (in the ignored __pycache__
+## folders) even where the environment says PYTHONDONTWRITEBYTECODE: otherwise each of the
+## run's engine, parser and CLI processes compiles the engine anew, and each test process
+## rewrites every test module.
 pytest: $(STAMP)
-	$(BIN)/pytest -q -n 2 --dist loadgroup --hypothesis-profile=ci
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -q -n 2 --dist loadgroup --hypothesis-profile=ci
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
