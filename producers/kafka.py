@@ -64,8 +64,8 @@ from producers.kafka_client import (
     KafkaMessageBatch,
     KafkaOffset,
     message_from_record,
-    translate_kafka_error,
 )
+from producers.kafka_errors import translate_kafka_error
 from producers.kafka_partitions import PartitionBook
 from producers.kafka_settings import (
     DEFAULT_ADVANCE_TIMEOUT_S,

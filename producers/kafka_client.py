@@ -1,11 +1,10 @@
-"""What the Kafka producer and trigger share: connection settings, messages, error translation.
+"""What the Kafka producer and trigger share: connection settings and messages.
 
 ``KafkaConnection`` holds the connection and security settings (secrets are hidden from
 ``repr``); ``KafkaMessage`` is one consumed record (a plain object, so filters are testable
 without a broker), and ``KafkaMessageBatch`` the consecutive messages of one partition that
-a Kafka shared stream fans out as one raw event (see ``producers.kafka``);
-``translate_kafka_error`` is the one place where aiokafka's exceptions become
-``producers.exceptions`` ones.
+a Kafka shared stream fans out as one raw event (see ``producers.kafka``). Nothing here
+imports aiokafka but ``KafkaConnection.client_kwargs``, which builds a client's settings.
 """
 
 from __future__ import annotations
@@ -14,17 +13,7 @@ import ssl
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from aiokafka import errors as kafka_errors
-from aiokafka.helpers import create_ssl_context
-
-from producers.exceptions import (
-    BrokerRefused,
-    BrokerRequestFailed,
-    BrokerUnavailable,
-    ProducerConfigError,
-    ProducerError,
-)
-from producers.kafka_bootstrap import BootstrapFailure, describe
+from producers.exceptions import ProducerConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -32,26 +21,6 @@ if TYPE_CHECKING:
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 DEFAULT_CLIENT_ID: Final = "sluice"
-
-_CONFIG_ERRORS: Final = (
-    kafka_errors.AuthenticationFailedError,
-    kafka_errors.AuthenticationMethodNotSupported,
-    kafka_errors.KafkaConfigurationError,
-    kafka_errors.TopicAuthorizationFailedError,
-    kafka_errors.GroupAuthorizationFailedError,
-    kafka_errors.ClusterAuthorizationFailedError,
-    kafka_errors.InvalidGroupIdError,
-    kafka_errors.InvalidSessionTimeoutError,
-    kafka_errors.InvalidTopicError,
-    kafka_errors.IncompatibleBrokerVersion,
-    kafka_errors.UnsupportedCodecError,
-    kafka_errors.IllegalArgumentError,
-)
-_UNAVAILABLE_ERRORS: Final = (
-    kafka_errors.KafkaTimeoutError,
-    kafka_errors.KafkaUnavailableError,
-    kafka_errors.BrokerNotAvailableError,
-)
 
 
 def split_servers(bootstrap_servers: str | Sequence[str]) -> tuple[str, ...]:
@@ -128,6 +97,8 @@ class KafkaConnection:
         return kwargs
 
     def _ssl_context(self) -> ssl.SSLContext:
+        from aiokafka.helpers import create_ssl_context
+
         try:
             context: ssl.SSLContext = create_ssl_context(
                 cafile=self.ssl_cafile,
@@ -246,48 +217,3 @@ def message_from_record(record: Any, settings_digest: str = "") -> KafkaMessage:
         record.timestamp,
         settings_digest,
     )
-
-
-def translate_kafka_error(
-    exc: BaseException,
-    *,
-    doing: str,
-    where: str,
-    address: str | None = None,
-    bootstrap: Sequence[BootstrapFailure] = (),
-) -> ProducerError:
-    """The ``producers.exceptions`` error for an aiokafka failure (raise it ``from exc``);
-    ``address`` (the bootstrap servers) goes on a ``BrokerUnavailable`` / ``BrokerRefused``.
-
-    ``bootstrap`` are the per-server failures aiokafka logged while bootstrapping
-    (``producers.kafka_bootstrap``): they say why, and a refused login or TLS handshake
-    among them makes the error a ``BrokerRefused`` (retrying will not help), not an
-    unreachable broker.
-    """
-    detail = f"{type(exc).__name__}: {exc}"
-    if bootstrap and isinstance(exc, kafka_errors.KafkaConnectionError):
-        refusals = [failure for failure in bootstrap if failure.is_refusal]
-        if refusals:
-            return BrokerRefused(
-                f"Kafka at {address or where} refused {doing}: {describe(refusals)}; check "
-                "security_protocol, the sasl_* and ssl_* settings and the broker's listeners",
-                address=address,
-            )
-        detail = f"{describe(bootstrap)} ({detail})"
-    if isinstance(exc, kafka_errors.UnknownTopicOrPartitionError):
-        return ProducerConfigError(
-            f"Kafka does not know a topic or partition {doing} at {where}: {detail}; check "
-            "the topic names (misspelled? not created yet?)"
-        )
-    if isinstance(exc, _CONFIG_ERRORS):
-        return ProducerConfigError(
-            f"Kafka refused {doing} at {where}: {detail}; check the connection, security and "
-            "group settings and the broker's ACLs"
-        )
-    if isinstance(exc, _UNAVAILABLE_ERRORS) or getattr(exc, "retriable", False):
-        return BrokerUnavailable(
-            f"the Kafka broker is unreachable while {doing} at {where}: {detail}; check "
-            "bootstrap_servers and that the broker is up (the watchers restart with backoff)",
-            address=address,
-        )
-    return BrokerRequestFailed(f"Kafka failed {doing} at {where}: {detail}")

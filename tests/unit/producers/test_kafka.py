@@ -27,8 +27,9 @@ from producers.exceptions import (
     UncleanEventError,
 )
 from producers.kafka_bootstrap import capture_bootstrap_errors
-from producers.kafka_client import KafkaConnection, KafkaOffset, translate_kafka_error
+from producers.kafka_client import KafkaConnection, KafkaOffset
 from producers.kafka_codec import Undecodable, decoded_value, event_payload
+from producers.kafka_errors import translate_kafka_error
 from producers.kafka_partitions import PartitionBook
 from producers.kafka_settings import dead_letter_headers, resolve_on_unclean
 from shared_stream.producer import AdvanceItem, AdvanceOutcome
