@@ -56,39 +56,29 @@ from aiokafka import (
 )
 from aiokafka import errors as kafka_errors
 
-from producers.exceptions import BrokerUnavailable
+from producers.exceptions import BrokerUnavailable, ProducerConfigError
 from producers.kafka_bootstrap import capture_bootstrap_errors
-from producers.kafka_client import (
-    KafkaConnection,
+from producers.kafka_errors import translate_kafka_error
+from producers.kafka_messages import (
     KafkaMessage,
     KafkaMessageBatch,
     KafkaOffset,
     message_from_record,
 )
-from producers.kafka_errors import translate_kafka_error
 from producers.kafka_partitions import PartitionBook
 from producers.kafka_settings import (
     DEFAULT_ADVANCE_TIMEOUT_S,
-    DEFAULT_AUTO_OFFSET_RESET,
-    DEFAULT_FETCH_MAX_WAIT_MS,
-    DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_MAX_INFLIGHT_MESSAGES,
-    DEFAULT_MAX_POLL_INTERVAL_MS,
     DEFAULT_MAX_POLL_RECORDS,
-    DEFAULT_REBALANCE_TIMEOUT_MS,
-    DEFAULT_SESSION_TIMEOUT_MS,
     FETCH_WAIT_MS,
-    check_consumer_options,
-    check_group,
-    dead_letter_headers,
-    outcome_text,
-    resolve_on_unclean,
-    unclean_stop_error,
 )
+from producers.kafka_unclean import dead_letter_headers, outcome_text, unclean_stop_error
 from shared_stream.producer import AdvanceItem, AdvanceOutcome, SharedStreamProducer
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
+    from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+
+    from producers.kafka_settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +96,8 @@ class KafkaProducerStats:
 
 
 class KafkaSharedStreamProducer(SharedStreamProducer):
-    """Consumes ``topics`` as a member of ``group_id``; commits per partition in ``advance``.
+    """Consumes the topics of ``settings`` as a member of its group; commits per partition in
+    ``advance``. The tuning keywords are the producer's own, not trigger settings.
 
     See the module docstring for lanes, ``on_unclean`` and rebalances. The consumer and the
     dead-letter producer are opened in ``open_stream`` and closed in ``aclose``.
@@ -114,43 +105,28 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
 
     def __init__(
         self,
+        settings: KafkaSettings,
         *,
-        connection: KafkaConnection,
-        group_id: str,
-        topics: Sequence[str],
-        dead_letter_topic: str | None = None,
-        on_unclean: str | None = None,
-        auto_offset_reset: str = DEFAULT_AUTO_OFFSET_RESET,
-        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
-        heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
-        rebalance_timeout_ms: int = DEFAULT_REBALANCE_TIMEOUT_MS,
         revoke_drain_timeout_ms: int | None = None,
         max_poll_records: int = DEFAULT_MAX_POLL_RECORDS,
         max_inflight_messages: int = DEFAULT_MAX_INFLIGHT_MESSAGES,
         advance_timeout_s: float = DEFAULT_ADVANCE_TIMEOUT_S,
         batch_messages: int | None = None,
-        consumer_options: Mapping[str, Any] | None = None,
-        settings_digest: str = "",
     ) -> None:
-        check_group(group_id, topics, dead_letter_topic, auto_offset_reset)
-        self.connection = connection
-        self.group_id = group_id
-        self.topics = tuple(topics)
-        self.dead_letter_topic = dead_letter_topic
-        self.on_unclean = resolve_on_unclean(on_unclean, dead_letter_topic)
-        self.settings_digest = settings_digest
-        self._consumer_kwargs: dict[str, Any] = {
-            "max_poll_interval_ms": DEFAULT_MAX_POLL_INTERVAL_MS,
-            "fetch_max_wait_ms": DEFAULT_FETCH_MAX_WAIT_MS,
-            **check_consumer_options(consumer_options or {}),
-            "group_id": group_id,
-            "auto_offset_reset": auto_offset_reset,
-            "session_timeout_ms": session_timeout_ms,
-            "heartbeat_interval_ms": heartbeat_interval_ms,
-            "rebalance_timeout_ms": rebalance_timeout_ms,
-        }
+        if not settings.bootstrap_servers:  # unresolved: its connection was not looked up
+            raise ProducerConfigError(
+                f"Kafka group {settings.group_id!r} has no bootstrap servers: a trigger's "
+                "connection (kafka_config_id) is looked up before its consumer is built"
+            )
+        self.settings = settings
+        self.group_id = settings.group_id
+        self.topics = settings.topics
+        self.dead_letter_topic = settings.dead_letter_topic
+        self.on_unclean = settings.effective_on_unclean
+        self.settings_digest = settings.digest()
+        self._consumer_kwargs = settings.consumer_kwargs()
         drain_ms = (
-            rebalance_timeout_ms // 2
+            settings.rebalance_timeout_ms // 2
             if revoke_drain_timeout_ms is None
             else revoke_drain_timeout_ms
         )
@@ -174,12 +150,12 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
     @property
     def address(self) -> str:
         """The bootstrap servers, ``host:port[,host:port]``: where the broker is."""
-        return self.connection.servers_text
+        return self.settings.servers_text
 
     @property
     def where(self) -> str:
         """``servers group=... topics=...``, for messages."""
-        return f"{self.connection.servers_text} group={self.group_id!r} topics={list(self.topics)}"
+        return f"{self.address} group={self.group_id!r} topics={list(self.topics)}"
 
     # -- the stream -----------------------------------------------------------------------
 
@@ -257,16 +233,15 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             yield message, tuple.__new__(KafkaOffset, (topic, partition, record.offset))
 
     async def _start_clients(self) -> Any:
-        consumer = self._consumer = AIOKafkaConsumer(
-            **self.connection.client_kwargs(), **self._consumer_kwargs
-        )
+        client_kwargs = self.settings.client_kwargs()
+        consumer = self._consumer = AIOKafkaConsumer(**client_kwargs, **self._consumer_kwargs)
         consumer.subscribe(topics=list(self.topics), listener=_RebalanceListener(self))
         with capture_bootstrap_errors() as bootstrap:
             try:
                 await consumer.start()
                 if self.dead_letter_topic is not None:
                     self._dead_letters = AIOKafkaProducer(
-                        **self.connection.client_kwargs(), acks="all", enable_idempotence=False
+                        **client_kwargs, acks="all", enable_idempotence=False
                     )
                     await self._dead_letters.start()
             except kafka_errors.KafkaError as exc:

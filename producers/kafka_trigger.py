@@ -44,10 +44,8 @@ consumer by connection id (key ``("kafka", "connection:<id>", group, topics)``).
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib
 import inspect
-import json
 import logging
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, Final
@@ -55,14 +53,6 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio.lowlevel
 
 from producers.exceptions import ProducerConfigError
-from producers.kafka import KafkaSharedStreamProducer
-from producers.kafka_client import (
-    DEFAULT_CLIENT_ID,
-    KafkaConnection,
-    KafkaMessage,
-    KafkaMessageBatch,
-    split_servers,
-)
 from producers.kafka_codec import (
     VALUE_FORMATS,
     Undecodable,
@@ -70,13 +60,17 @@ from producers.kafka_codec import (
     message_event,
     text_of,
 )
+from producers.kafka_messages import KafkaMessage, KafkaMessageBatch
 from producers.kafka_settings import (
     DEFAULT_AUTO_OFFSET_RESET,
     DEFAULT_BATCH_MESSAGES,
+    DEFAULT_CLIENT_ID,
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_REBALANCE_TIMEOUT_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
+    KafkaSettings,
     settings_from_connection,
+    split_servers,
 )
 from shared_stream.producer import AdvanceItem, AdvanceOutcome
 from shared_stream.subscriber import route_rejections
@@ -93,20 +87,10 @@ if TYPE_CHECKING:
         Sequence,
     )
 
+    from producers.kafka import KafkaSharedStreamProducer
+
 logger = logging.getLogger(__name__)
 
-_SECRETS: Final = frozenset({"sasl_plain_password", "ssl_password"})
-_FILTER_KWARGS: Final = frozenset(
-    {
-        "apply_function",
-        "apply_function_args",
-        "apply_function_kwargs",
-        "match_key",
-        "match_headers",
-        "match_fields",
-        "value_format",
-    }
-)
 _ABSENT: Final = object()
 # Messages a watcher judges from its queue of batches before it lets the event loop run.
 YIELD_EVERY_MESSAGES: Final = 2_000
@@ -170,13 +154,32 @@ class KafkaMessageTrigger(BaseEventTrigger):
                 f"KafkaMessageTrigger apply_function must be a dotted path "
                 f"'package.module.function', got {apply_function!r}"
             )
-        self._kwargs: dict[str, Any] = {
-            "topics": sorted(dict.fromkeys(names)),
-            "bootstrap_servers": (
-                ",".join(split_servers(bootstrap_servers)) if bootstrap_servers else None
-            ),
-            "kafka_config_id": kafka_config_id,
-            "group_id": group_id,
+        # Checked now, unless the servers come from the connection: the triggerer looks it up
+        # and builds the trigger again with its settings.
+        self.settings = KafkaSettings(
+            topics=tuple(sorted(dict.fromkeys(names))),
+            group_id=group_id,
+            bootstrap_servers=split_servers(bootstrap_servers) if bootstrap_servers else (),
+            client_id=client_id,
+            security_protocol=security_protocol,
+            sasl_mechanism=sasl_mechanism,
+            sasl_plain_username=sasl_plain_username,
+            sasl_plain_password=sasl_plain_password,
+            ssl_cafile=ssl_cafile,
+            ssl_certfile=ssl_certfile,
+            ssl_keyfile=ssl_keyfile,
+            ssl_password=ssl_password,
+            dead_letter_topic=dead_letter_topic,
+            on_unclean=on_unclean,
+            auto_offset_reset=auto_offset_reset,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            consumer_options=dict(consumer_options or {}),
+        )
+        self.kafka_config_id = kafka_config_id
+        # What this watcher accepts: its own, never shared with its siblings.
+        self._filter: dict[str, Any] = {
             "apply_function": apply_function,
             "apply_function_args": list(apply_function_args or ()),
             "apply_function_kwargs": dict(apply_function_kwargs or {}),
@@ -184,35 +187,17 @@ class KafkaMessageTrigger(BaseEventTrigger):
             "match_headers": dict(match_headers or {}),
             "match_fields": dict(match_fields or {}),
             "value_format": value_format,
-            "dead_letter_topic": dead_letter_topic,
-            "on_unclean": on_unclean,
-            "auto_offset_reset": auto_offset_reset,
-            "session_timeout_ms": session_timeout_ms,
-            "heartbeat_interval_ms": heartbeat_interval_ms,
-            "rebalance_timeout_ms": rebalance_timeout_ms,
-            "client_id": client_id,
-            "security_protocol": security_protocol,
-            "sasl_mechanism": sasl_mechanism,
-            "sasl_plain_username": sasl_plain_username,
-            "sasl_plain_password": sasl_plain_password,
-            "ssl_cafile": ssl_cafile,
-            "ssl_certfile": ssl_certfile,
-            "ssl_keyfile": ssl_keyfile,
-            "ssl_password": ssl_password,
-            "consumer_options": dict(consumer_options or {}),
         }
-        if bootstrap_servers:  # else the triggerer validates them with the connection's
-            self._producer()  # validates the connection, group and dead-letter settings now
-        self.topics: tuple[str, ...] = tuple(self._kwargs["topics"])
+        self.topics: tuple[str, ...] = self.settings.topics
         self.group_id = group_id
         self.value_format = value_format
         self._function: Callable[..., Any] | None = None
         self._digest_checked = False
-        self._key_or_headers = match_key is not None or bool(self._kwargs["match_headers"])
+        self._key_or_headers = match_key is not None or bool(self._filter["match_headers"])
         # match_fields as (path parts, expected): split once, not for every message.
         self._fields: tuple[tuple[tuple[str, ...], Any], ...] = tuple(
             (tuple(path.split(".")), expected)
-            for path, expected in self._kwargs["match_fields"].items()
+            for path, expected in self._filter["match_fields"].items()
         )
         # ... and, when no path is dotted (the usual case), as (name, expected) pairs that
         # one dict lookup each checks: every watcher of a shared stream judges every message.
@@ -225,14 +210,15 @@ class KafkaMessageTrigger(BaseEventTrigger):
     # -- the contract ---------------------------------------------------------------------
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return classpath_of(self), dict(self._kwargs)
+        kwargs = {**self.settings.as_kwargs(), "kafka_config_id": self.kafka_config_id}
+        return classpath_of(self), {**kwargs, **self._filter}
 
     def shared_stream_key(self) -> Hashable | None:
-        kw = self._kwargs
         # by connection id: the key is the same before (parse) and after (triggerer) the
         # connection is resolved
-        where = f"connection:{kw['kafka_config_id']}" if kw["kafka_config_id"] else None
-        return ("kafka", where or kw["bootstrap_servers"], kw["group_id"], tuple(kw["topics"]))
+        config_id = self.kafka_config_id
+        where = f"connection:{config_id}" if config_id else self.settings.servers_text
+        return ("kafka", where, self.group_id, self.topics)
 
     @classmethod
     def connection_settings(cls, kwarg: str, connection: Mapping[str, Any]) -> dict[str, Any]:
@@ -371,7 +357,7 @@ class KafkaMessageTrigger(BaseEventTrigger):
         return True
 
     def _key_and_headers_match(self, message: KafkaMessage) -> bool:
-        kw = self._kwargs
+        kw = self._filter
         match_key = kw["match_key"]
         if match_key is not None and text_of(message.key) != match_key:
             return False
@@ -393,7 +379,7 @@ class KafkaMessageTrigger(BaseEventTrigger):
 
     def _call_function(self, message: KafkaMessage) -> Any:
         assert self._function is not None
-        kw = self._kwargs
+        kw = self._filter
         return self._function(message, *kw["apply_function_args"], **kw["apply_function_kwargs"])
 
     def _filter_failed(self, message: KafkaMessage, exc: Exception) -> str:
@@ -401,7 +387,7 @@ class KafkaMessageTrigger(BaseEventTrigger):
             "Trigger %s: apply_function %s raised on Kafka message %s: %r; the message is "
             "rejected (dead-letter path) and the watcher keeps running",
             self.trigger_id,
-            self._kwargs["apply_function"],
+            self._filter["apply_function"],
             message.coordinates,
             exc,
             exc_info=exc,
@@ -410,7 +396,7 @@ class KafkaMessageTrigger(BaseEventTrigger):
         return f"apply_function raised {type(exc).__name__}: {exc}"
 
     def _load_function(self) -> None:
-        path = self._kwargs["apply_function"]
+        path = self._filter["apply_function"]
         if path is None or self._function is not None:
             return
         module_name, _, name = path.rpartition(".")
@@ -429,7 +415,7 @@ class KafkaMessageTrigger(BaseEventTrigger):
 
     def _check_digest(self, message: KafkaMessage) -> None:
         self._digest_checked = True
-        if message.settings_digest and message.settings_digest != self._settings_digest():
+        if message.settings_digest and message.settings_digest != self.settings.digest():
             logger.warning(
                 "Trigger %s shares the Kafka consumer of key %r but its connection, consumer or "
                 "dead-letter settings differ from the ones the consumer was built with (those "
@@ -441,41 +427,11 @@ class KafkaMessageTrigger(BaseEventTrigger):
 
     # -- the producer ---------------------------------------------------------------------
 
-    def _settings_digest(self) -> str:
-        shared = {
-            k: v for k, v in self._kwargs.items() if k not in _FILTER_KWARGS and k not in _SECRETS
-        }
-        text = json.dumps(shared, sort_keys=True, default=repr)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-
     def _producer(self, *, batched: bool = False) -> KafkaSharedStreamProducer:
-        kw = self._kwargs
-        connection = KafkaConnection(
-            bootstrap_servers=split_servers(kw["bootstrap_servers"]),
-            client_id=kw["client_id"],
-            security_protocol=kw["security_protocol"],
-            sasl_mechanism=kw["sasl_mechanism"],
-            sasl_plain_username=kw["sasl_plain_username"],
-            sasl_plain_password=kw["sasl_plain_password"],
-            ssl_cafile=kw["ssl_cafile"],
-            ssl_certfile=kw["ssl_certfile"],
-            ssl_keyfile=kw["ssl_keyfile"],
-            ssl_password=kw["ssl_password"],
-        )
-        return KafkaSharedStreamProducer(
-            connection=connection,
-            group_id=kw["group_id"],
-            topics=kw["topics"],
-            dead_letter_topic=kw["dead_letter_topic"],
-            on_unclean=kw["on_unclean"],
-            auto_offset_reset=kw["auto_offset_reset"],
-            session_timeout_ms=kw["session_timeout_ms"],
-            heartbeat_interval_ms=kw["heartbeat_interval_ms"],
-            rebalance_timeout_ms=kw["rebalance_timeout_ms"],
-            batch_messages=DEFAULT_BATCH_MESSAGES if batched else None,
-            consumer_options=kw["consumer_options"],
-            settings_digest=self._settings_digest(),
-        )
+        from producers.kafka import KafkaSharedStreamProducer
+
+        batch_messages = DEFAULT_BATCH_MESSAGES if batched else None
+        return KafkaSharedStreamProducer(self.settings, batch_messages=batch_messages)
 
 
 def _is_dotted_path(path: str) -> bool:
