@@ -75,6 +75,7 @@ from producers.kafka_settings import (
 from shared_stream.producer import AdvanceItem, AdvanceOutcome
 from shared_stream.subscriber import route_rejections
 from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
+from triggers.extras import importing_extra, require_extra
 
 if TYPE_CHECKING:
     from collections.abc import (
@@ -135,6 +136,7 @@ class KafkaMessageTrigger(BaseEventTrigger):
         consumer_options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        require_extra("aiokafka", needed_by="KafkaMessageTrigger")
         names = [topics] if isinstance(topics, str) else list(topics)
         if not names or not all(isinstance(t, str) and t for t in names):
             raise ProducerConfigError(
@@ -428,7 +430,8 @@ class KafkaMessageTrigger(BaseEventTrigger):
     # -- the producer ---------------------------------------------------------------------
 
     def _producer(self, *, batched: bool = False) -> KafkaSharedStreamProducer:
-        from producers.kafka import KafkaSharedStreamProducer
+        with importing_extra("KafkaMessageTrigger"):
+            from producers.kafka import KafkaSharedStreamProducer
 
         batch_messages = DEFAULT_BATCH_MESSAGES if batched else None
         return KafkaSharedStreamProducer(self.settings, batch_messages=batch_messages)

@@ -12,10 +12,9 @@ which only the triggers that run in the triggerer import. ``from triggers import
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
-from triggers.lazy import submodule
+from triggers.lazy import load_on_first_use
 
 if TYPE_CHECKING:
     from triggers.base import (
@@ -30,6 +29,7 @@ if TYPE_CHECKING:
         classpath_of,
     )
     from triggers.exceptions import (
+        MissingExtraError,
         SerializationError,
         TriggerContractError,
         TriggerError,
@@ -50,6 +50,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "DirectoryWatchTrigger": "triggers.watch",
     "FileDeleteTrigger": "triggers.file",
     "FileTrigger": "triggers.file",
+    "MissingExtraError": "triggers.exceptions",
     "SerializationError": "triggers.exceptions",
     "StartTriggerArgs": "triggers.base",
     "TaskFailedEvent": "triggers.base",
@@ -73,6 +74,7 @@ __all__: tuple[str, ...] = (
     "DirectoryWatchTrigger",
     "FileDeleteTrigger",
     "FileTrigger",
+    "MissingExtraError",
     "SerializationError",
     "StartTriggerArgs",
     "TaskFailedEvent",
@@ -89,15 +91,4 @@ __all__: tuple[str, ...] = (
 
 
 if not TYPE_CHECKING:  # type checkers read the imports above: a misspelt name is an error
-
-    def __getattr__(name: str) -> Any:
-        module = _MODULE_OF.get(name)
-        if module is None:  # a submodule not imported yet (``triggers.temporal``, ...)
-            return submodule(__name__, name)
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value  # the next access is a plain attribute
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    __getattr__, __dir__ = load_on_first_use(__name__, _MODULE_OF)
