@@ -72,8 +72,13 @@ from producers.kafka_settings import (
     DEFAULT_MAX_POLL_RECORDS,
     FETCH_WAIT_MS,
 )
-from producers.kafka_unclean import dead_letter_headers, outcome_text, unclean_stop_error
-from shared_stream.producer import AdvanceItem, AdvanceOutcome, SharedStreamProducer
+from producers.kafka_unclean import (
+    outcome_text,
+    per_message,
+    send_dead_letters,
+    unclean_stop_error,
+)
+from shared_stream.producer import AdvanceItem, SharedStreamProducer
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
@@ -298,7 +303,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
     async def _settle(
         self, key: tuple[str, int], raws: list[tuple[AdvanceItem, KafkaMessage | KafkaMessageBatch]]
     ) -> None:
-        live = _per_message(raws)
+        live = per_message(raws)
         unclean = [index for index, (item, _) in enumerate(live) if not item.outcome.is_clean]
         if unclean and self.on_unclean == "stop":
             first = unclean[0]
@@ -366,34 +371,17 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         )
 
     async def _dead_letter(self, items: list[tuple[AdvanceItem, KafkaMessage]]) -> None:
-        producer = self._dead_letters
         topic = self.dead_letter_topic
-        try:
-            with anyio.fail_after(self._advance_timeout_s):
-                sent = [
-                    await producer.send(
-                        topic,
-                        value=message.value,
-                        key=message.key,
-                        headers=[
-                            *message.headers,
-                            *dead_letter_headers(item, message, self.group_id),
-                        ],
-                    )
-                    for item, message in items
-                ]
-                for future in sent:
-                    await future
-        except TimeoutError as exc:
-            raise BrokerUnavailable(
-                f"sending {len(items)} message(s) to dead-letter topic {topic!r} at "
-                f"{self.where} took more than {self._advance_timeout_s}s",
-                address=self.address,
-            ) from exc
-        except kafka_errors.KafkaError as exc:
-            raise translate_kafka_error(
-                exc, doing=f"dead-lettering to {topic!r}", where=self.where, address=self.address
-            ) from exc
+        assert topic is not None
+        await send_dead_letters(
+            self._dead_letters,
+            topic,
+            items,
+            group_id=self.group_id,
+            timeout_s=self._advance_timeout_s,
+            where=self.where,
+            address=self.address,
+        )
         self.stats.dead_lettered += len(items)
         for item, message in items:
             logger.warning(
@@ -487,40 +475,3 @@ class _RebalanceListener(ConsumerRebalanceListener):  # type: ignore[misc]  # un
 
 def _partition_list(tps: set[Any]) -> list[str]:
     return sorted(f"{tp.topic}/{tp.partition}" for tp in tps)
-
-
-def _per_message(
-    raws: list[tuple[AdvanceItem, KafkaMessage | KafkaMessageBatch]],
-) -> list[tuple[AdvanceItem, KafkaMessage]]:
-    """Each message of ``raws`` with the outcome it was resolved with.
-
-    A batch's messages share its outcome, except the ones a subscriber refused alone
-    (``note_rejection``): those count each rejection as a rejected subscriber instead of
-    an acked one. A single message stands for itself (per-message mode).
-    """
-    if all(type(raw) is KafkaMessage for _, raw in raws):
-        return raws  # type: ignore[return-value]  # per-message mode: nothing to split
-    live: list[tuple[AdvanceItem, KafkaMessage]] = []
-    for item, raw in raws:
-        if type(raw) is not KafkaMessageBatch:
-            live.append((item, raw))  # type: ignore[arg-type]
-            continue
-        outcome = item.outcome
-        messages = raw.messages
-        if outcome.is_clean and not any(message.rejections for message in messages):
-            live.append((item, messages[-1]))  # clean throughout: its last one commits it
-            continue
-        for message in messages:
-            rejections = message.rejections
-            if not rejections:
-                live.append((item, message))
-                continue
-            refused = len(rejections)
-            own = AdvanceOutcome(
-                acked=max(outcome.acked - refused, 0),
-                failed=outcome.failed,
-                rejected=outcome.rejected + refused,
-            )
-            offset = tuple.__new__(KafkaOffset, (message.topic, message.partition, message.offset))
-            live.append((AdvanceItem(offset, own), message))
-    return live

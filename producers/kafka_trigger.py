@@ -20,7 +20,7 @@ The shared consumer runs in batch mode: each raw event its watchers receive is a
 the shared-stream machinery works once per batch while every message still fires its own
 event and is rejected on its own. A subclass that overrides ``filter_shared_stream`` still
 receives single ``KafkaMessage`` items, as before, and shares the consumer of its siblings:
-its filter is fed the messages of each batch one by one (``_fed_message_by_message``), and
+its filter is fed the messages of each batch one by one (``producers.kafka_message_feed``), and
 its ``reject_shared_stream_event()`` refuses the message it is judging, not its batch.
 
 One ``TriggerEvent`` per accepted message, deduplicated by ``kafka:<topic>:<partition>:<offset>``
@@ -43,7 +43,6 @@ consumer by connection id (key ``("kafka", "connection:<id>", group, topics)``).
 
 from __future__ import annotations
 
-import functools
 import importlib
 import inspect
 import logging
@@ -60,6 +59,7 @@ from producers.kafka_codec import (
     message_event,
     text_of,
 )
+from producers.kafka_message_feed import fed_message_by_message
 from producers.kafka_messages import KafkaMessage, KafkaMessageBatch
 from producers.kafka_settings import (
     DEFAULT_AUTO_OFFSET_RESET,
@@ -73,7 +73,6 @@ from producers.kafka_settings import (
     split_servers,
 )
 from shared_stream.producer import AdvanceItem, AdvanceOutcome
-from shared_stream.subscriber import route_rejections
 from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
 from triggers.extras import importing_extra, require_extra
 
@@ -230,7 +229,7 @@ class KafkaMessageTrigger(BaseEventTrigger):
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("filter_shared_stream")
         if own is not None and not getattr(own, "fed_message_by_message", False):
-            cls.filter_shared_stream = _fed_message_by_message(own)  # type: ignore[method-assign,assignment]
+            cls.filter_shared_stream = fed_message_by_message(own)  # type: ignore[method-assign,assignment]
 
     @classmethod
     def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> KafkaSharedStreamProducer:
@@ -440,54 +439,3 @@ class KafkaMessageTrigger(BaseEventTrigger):
 def _is_dotted_path(path: str) -> bool:
     parts = path.split(".")
     return len(parts) >= 2 and all(part.isidentifier() for part in parts)
-
-
-class _MessageRejector:
-    """``reject_shared_stream_event()`` of a subclass's filter while it judges ``message``:
-    refuses that message alone (the producer dead-letters it, its batch's others stay clean)."""
-
-    __slots__ = ("_trigger", "message")
-
-    def __init__(self, trigger: KafkaMessageTrigger, message: KafkaMessage) -> None:
-        self._trigger = trigger
-        self.message = message
-
-    @property
-    def trigger_id(self) -> int | None:
-        return self._trigger.trigger_id
-
-    def reject_current(self) -> bool:
-        self.message.note_rejection(
-            self._trigger.trigger_id, "refused by its filter (reject_shared_stream_event())"
-        )
-        return True
-
-
-async def _messages_of(
-    trigger: KafkaMessageTrigger, shared_stream: AsyncIterator[Any]
-) -> AsyncIterator[Any]:
-    """The messages of the raw events, one by one (a batch's in offset order). The batch is
-    processed, for the ack ledger, when the filter asks for the message after its last."""
-    async for raw in shared_stream:
-        if type(raw) is KafkaMessageBatch:
-            for message in raw.messages:
-                route_rejections(_MessageRejector(trigger, message))
-                yield message
-        else:
-            yield raw
-
-
-def _fed_message_by_message(
-    own: Callable[[Any, AsyncIterator[Any]], AsyncIterator[TriggerEvent]],
-) -> Callable[[Any, AsyncIterator[Any]], AsyncIterator[TriggerEvent]]:
-    """A subclass's own ``filter_shared_stream``, written for single ``KafkaMessage`` items,
-    fed the messages of the shared consumer's batches one by one."""
-
-    @functools.wraps(own)
-    def filter_shared_stream(
-        self: KafkaMessageTrigger, shared_stream: AsyncIterator[Any]
-    ) -> AsyncIterator[TriggerEvent]:
-        return own(self, _messages_of(self, shared_stream))
-
-    filter_shared_stream.fed_message_by_message = True  # type: ignore[attr-defined]
-    return filter_shared_stream

@@ -1,19 +1,21 @@
-"""What happens to a Kafka message that was not cleanly delivered: the texts that say why.
-
-``dead_letter_headers`` are the ``sluice.dead_letter.*`` headers of a dead-lettered copy;
-``unclean_stop_error`` is the error of ``on_unclean="stop"`` (see ``producers.kafka``).
+"""What happens to Kafka messages that were not cleanly delivered (``on_unclean``, see
+``producers.kafka``): which ones are (``per_message``), their copies on the dead-letter
+topic with ``sluice.dead_letter.*`` headers (``send_dead_letters``, ``dead_letter_headers``),
+and the error of ``on_unclean="stop"`` (``unclean_stop_error``).
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Final
+from typing import Any, Final
 
-from producers.exceptions import UncleanEventError
+import anyio
+from aiokafka import errors as kafka_errors
 
-if TYPE_CHECKING:
-    from producers.kafka_messages import KafkaMessage
-    from shared_stream.producer import AdvanceItem
+from producers.exceptions import BrokerUnavailable, UncleanEventError
+from producers.kafka_errors import translate_kafka_error
+from producers.kafka_messages import KafkaMessage, KafkaMessageBatch, KafkaOffset
+from shared_stream.producer import AdvanceItem, AdvanceOutcome
 
 DEAD_LETTER_HEADER: Final = "sluice.dead_letter."
 DEAD_LETTER_ERRORS_MAX_CHARS: Final = 4_000
@@ -60,3 +62,77 @@ def unclean_stop_error(entry: tuple[AdvanceItem, KafkaMessage], where: str) -> U
         f"shared stream stops and the broker redelivers from offset {message.offset}. Set "
         "dead_letter_topic, or on_unclean='commit' to skip such messages"
     )
+
+
+async def send_dead_letters(
+    client: Any,
+    topic: str,
+    items: list[tuple[AdvanceItem, KafkaMessage]],
+    *,
+    group_id: str,
+    timeout_s: float,
+    where: str,
+    address: str,
+) -> None:
+    """Copy each message to ``topic`` with its dead-letter headers through ``client`` (an
+    ``AIOKafkaProducer``) and wait for every send, at most ``timeout_s``."""
+    try:
+        with anyio.fail_after(timeout_s):
+            sent = [
+                await client.send(
+                    topic,
+                    value=message.value,
+                    key=message.key,
+                    headers=[*message.headers, *dead_letter_headers(item, message, group_id)],
+                )
+                for item, message in items
+            ]
+            for future in sent:
+                await future
+    except TimeoutError as exc:
+        raise BrokerUnavailable(
+            f"sending {len(items)} message(s) to dead-letter topic {topic!r} at "
+            f"{where} took more than {timeout_s}s",
+            address=address,
+        ) from exc
+    except kafka_errors.KafkaError as exc:
+        raise translate_kafka_error(
+            exc, doing=f"dead-lettering to {topic!r}", where=where, address=address
+        ) from exc
+
+
+def per_message(
+    raws: list[tuple[AdvanceItem, KafkaMessage | KafkaMessageBatch]],
+) -> list[tuple[AdvanceItem, KafkaMessage]]:
+    """Each message of ``raws`` with the outcome it was resolved with.
+
+    A batch's messages share its outcome, except the ones a subscriber refused alone
+    (``note_rejection``): those count each rejection as a rejected subscriber instead of
+    an acked one. A single message stands for itself (per-message mode).
+    """
+    if all(type(raw) is KafkaMessage for _, raw in raws):
+        return raws  # type: ignore[return-value]  # per-message mode: nothing to split
+    live: list[tuple[AdvanceItem, KafkaMessage]] = []
+    for item, raw in raws:
+        if type(raw) is not KafkaMessageBatch:
+            live.append((item, raw))  # type: ignore[arg-type]
+            continue
+        outcome = item.outcome
+        messages = raw.messages
+        if outcome.is_clean and not any(message.rejections for message in messages):
+            live.append((item, messages[-1]))  # clean throughout: its last one commits it
+            continue
+        for message in messages:
+            rejections = message.rejections
+            if not rejections:
+                live.append((item, message))
+                continue
+            refused = len(rejections)
+            own = AdvanceOutcome(
+                acked=max(outcome.acked - refused, 0),
+                failed=outcome.failed,
+                rejected=outcome.rejected + refused,
+            )
+            offset = tuple.__new__(KafkaOffset, (message.topic, message.partition, message.offset))
+            live.append((AdvanceItem(offset, own), message))
+    return live
