@@ -46,10 +46,15 @@ def test_only_the_group_drives_the_ledger():
     assert {m for m in MODULES if "bookkeeping" in package_imports(m)} == {"group"}
 
 
+def test_only_the_ledger_drives_its_event_lanes():
+    assert {m for m in MODULES if "lanes" in package_imports(m)} == {"bookkeeping"}
+
+
 def test_only_the_group_carries_out_effects():
     users = {m for m in MODULES if "effects" in package_imports(m)}
-    # the ledger makes them; the advancer only names the type of the batch it holds
-    assert users == {"advancer", "bookkeeping", "group"}, users
+    # the ledger (bookkeeping and its lanes) makes them; the advancer only names the type of
+    # the batch it holds
+    assert users == {"advancer", "bookkeeping", "group", "lanes"}, users
 
 
 def test_a_subscriber_stream_knows_nothing_but_itself():
