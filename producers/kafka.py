@@ -143,7 +143,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         if batch_messages is not None and batch_messages < 1:
             raise ValueError(f"batch_messages must be >= 1 or None, got {batch_messages}")
         self.batch_messages = batch_messages
-        self._advance_timeout_s = advance_timeout_s
+        self.advance_timeout_s = advance_timeout_s
         self._consumer: Any = None
         self._dead_letters: Any = None
         self._book = PartitionBook()
@@ -331,12 +331,12 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             return
         topic, partition = key
         try:
-            with anyio.fail_after(self._advance_timeout_s):
+            with anyio.fail_after(self.advance_timeout_s):
                 await consumer.commit({TopicPartition(topic, partition): offset})
         except TimeoutError as exc:
             raise BrokerUnavailable(
                 f"committing offset {offset} of {topic}/{partition} at {self.where} took more "
-                f"than {self._advance_timeout_s}s; the broker is unreachable or overloaded",
+                f"than {self.advance_timeout_s}s; the broker is unreachable or overloaded",
                 address=self.address,
             ) from exc
         except (kafka_errors.CommitFailedError, kafka_errors.IllegalStateError) as exc:
@@ -371,24 +371,14 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         )
 
     async def _dead_letter(self, items: list[tuple[AdvanceItem, KafkaMessage]]) -> None:
-        topic = self.dead_letter_topic
-        assert topic is not None
-        await send_dead_letters(
-            self._dead_letters,
-            topic,
-            items,
-            group_id=self.group_id,
-            timeout_s=self._advance_timeout_s,
-            where=self.where,
-            address=self.address,
-        )
+        await send_dead_letters(self, self._dead_letters, items)
         self.stats.dead_lettered += len(items)
         for item, message in items:
             logger.warning(
                 "Kafka message %s was not cleanly delivered (%s); sent to dead-letter topic %s",
                 message.coordinates,
                 outcome_text(item),
-                topic,
+                self.dead_letter_topic,
                 extra={"action": "kafka.dead_lettered", "group_id": self.group_id},
             )
 

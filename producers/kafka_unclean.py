@@ -7,7 +7,7 @@ and the error of ``on_unclean="stop"`` (``unclean_stop_error``).
 from __future__ import annotations
 
 import json
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import anyio
 from aiokafka import errors as kafka_errors
@@ -64,20 +64,31 @@ def unclean_stop_error(entry: tuple[AdvanceItem, KafkaMessage], where: str) -> U
     )
 
 
+class DeadLetterSource(Protocol):
+    """The producer whose messages are dead-lettered (``producers.kafka``)."""
+
+    group_id: str
+    dead_letter_topic: str | None
+    advance_timeout_s: float
+
+    @property
+    def where(self) -> str: ...
+
+    @property
+    def address(self) -> str: ...
+
+
 async def send_dead_letters(
-    client: Any,
-    topic: str,
-    items: list[tuple[AdvanceItem, KafkaMessage]],
-    *,
-    group_id: str,
-    timeout_s: float,
-    where: str,
-    address: str,
+    source: DeadLetterSource, client: Any, items: list[tuple[AdvanceItem, KafkaMessage]]
 ) -> None:
-    """Copy each message to ``topic`` with its dead-letter headers through ``client`` (an
-    ``AIOKafkaProducer``) and wait for every send, at most ``timeout_s``."""
+    """Copy each message to ``source``'s dead-letter topic, with its dead-letter headers,
+    through ``client`` (an ``AIOKafkaProducer``); wait for every send, at most
+    ``source.advance_timeout_s``."""
+    topic = source.dead_letter_topic
+    assert topic is not None
+    group_id, where, address = source.group_id, source.where, source.address
     try:
-        with anyio.fail_after(timeout_s):
+        with anyio.fail_after(source.advance_timeout_s):
             sent = [
                 await client.send(
                     topic,
@@ -92,7 +103,7 @@ async def send_dead_letters(
     except TimeoutError as exc:
         raise BrokerUnavailable(
             f"sending {len(items)} message(s) to dead-letter topic {topic!r} at "
-            f"{where} took more than {timeout_s}s",
+            f"{where} took more than {source.advance_timeout_s}s",
             address=address,
         ) from exc
     except kafka_errors.KafkaError as exc:

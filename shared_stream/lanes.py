@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from shared_stream.effects import AdvanceBatch
@@ -42,30 +43,21 @@ def _outcome(counts: tuple[int, int, int]) -> AdvanceOutcome:
     return outcome
 
 
+@dataclass(slots=True, eq=False)
 class Event:
-    """One broadcast event: its broker payload, lane, broadcast time and snapshot counts."""
+    """One broadcast event: its broker payload, lane, broadcast time and snapshot counts.
 
-    __slots__ = (
-        "broadcast_at",
-        "failed",
-        "lane",
-        "payload",
-        "rejected",
-        "seq",
-        "snapshot",
-        "unresolved",
-    )
+    ``unresolved`` starts at ``snapshot`` and counts down; once it is 0 the event was acked
+    by ``snapshot - failed - rejected`` subscribers (an ack is not counted otherwise)."""
 
-    def __init__(self, seq: int, payload: Any, lane: Hashable, at: float, snapshot: int) -> None:
-        self.seq = seq
-        self.payload = payload
-        self.lane = lane
-        self.broadcast_at = at
-        self.snapshot = snapshot
-        self.unresolved = snapshot
-        # acked: ``snapshot - failed - rejected`` once resolved (an ack only counts down)
-        self.failed = 0
-        self.rejected = 0
+    seq: int
+    payload: Any
+    lane: Hashable
+    broadcast_at: float
+    snapshot: int
+    unresolved: int
+    failed: int = 0
+    rejected: int = 0
 
 
 class EventLanes:
@@ -85,7 +77,7 @@ class EventLanes:
         resolve it (an empty snapshot: ``dispatch`` may follow)."""
         seq = next(self._seqs)
         self.last_seq = seq
-        event = Event(seq, payload, lane, at, snapshot)
+        event = Event(seq, payload, lane, at, snapshot, snapshot)
         self.events[seq] = event
         queue = self._queues.get(lane)
         if queue is None:
