@@ -2,7 +2,10 @@
 
 A trigger waits for something outside (a moment, a file, a message) and yields
 ``TriggerEvent``s; see ``triggers.base`` for the contract. Test doubles live in
-``triggers.testing`` and the storage format in ``triggers.serde``.
+``triggers.testing``, the storage format in ``triggers.serde``, which extra of the ``sluice``
+distribution installs which client in ``triggers.extras``, and what the lazily loading
+packages share in ``triggers.lazy``. Imports nothing of ``shared_stream``, ``producers`` or
+``engine`` (but the type of ``create_shared_stream_producer``); every other package imports it.
 
 The names below load on first use (PEP 562 ``__getattr__``): ``import triggers.base`` (what
 every task step and DAG file parse needs) does not pay for anyio, asyncio and watchfiles,
