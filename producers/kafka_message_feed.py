@@ -15,7 +15,6 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from producers.kafka_messages import KafkaMessageBatch
-from shared_stream.subscriber import route_rejections
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -52,6 +51,8 @@ async def _messages_of(
 ) -> AsyncIterator[Any]:
     """The messages of the raw events, one by one (a batch's in offset order). The batch is
     processed, for the ack ledger, when the filter asks for the message after its last."""
+    from shared_stream.subscriber import route_rejections  # where it runs (the triggerer)
+
     async for raw in shared_stream:
         if type(raw) is KafkaMessageBatch:
             for message in raw.messages:

@@ -49,8 +49,6 @@ import logging
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, Final
 
-import anyio.lowlevel
-
 from producers.exceptions import ProducerConfigError
 from producers.kafka_codec import (
     VALUE_FORMATS,
@@ -241,6 +239,8 @@ class KafkaMessageTrigger(BaseEventTrigger):
         """Judge every message of every raw event (a ``KafkaMessageBatch``, or a single
         ``KafkaMessage`` when a subclass's filter hands its messages on): an event for each
         accepted one."""
+        import anyio.lowlevel  # where it runs (the triggerer), not where a DAG file imports
+
         self._load_function()
         verdict_of = self._verdict
         judged = 0

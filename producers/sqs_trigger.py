@@ -31,7 +31,6 @@ from producers.sqs_core import (
     SqsMessage,
     check_settings,
 )
-from shared_stream import reject_shared_stream_event
 from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
 from triggers.exceptions import TriggerContractError
 from triggers.extras import importing_extra, require_extra
@@ -207,6 +206,8 @@ class SqsMessageTrigger(BaseEventTrigger):
     async def filter_shared_stream(
         self, shared_stream: AsyncIterator[Any]
     ) -> AsyncIterator[TriggerEvent]:
+        from shared_stream.subscriber import reject_shared_stream_event  # where it runs
+
         async for message in shared_stream:
             try:
                 matched = self.matches(message)
