@@ -6,14 +6,32 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test lint types pytest clean
 
-$(STAMP): pyproject.toml
+# The installs come from uv.lock (`uv lock` after a change of pyproject.toml's dependencies;
+# `make lint` fails on a stale lock), by uv, pinned once in pyproject.toml's dev group and
+# bootstrapped into the venv with pip.
+UV       := $(BIN)/uv
+UV_PIN   := $(shell sed -n 's/^ *"\(uv==[^"]*\)",*$$/\1/p' pyproject.toml)
+UV_SYNC  := UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync --frozen --extra all
+RUN_STAMP := $(VENV)/.installed-run
+
+$(UV):
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet '$(UV_PIN)'
+
+# The test environment: every extra and the dev group, exactly what the lock says (uv
+# removes what it does not list).
+$(STAMP): pyproject.toml uv.lock | $(UV)
+	$(UV_SYNC) --group dev
 	touch $(STAMP)
 
+# What `make run` needs: every extra (the example DAGs watch Kafka and SQS), no dev tool.
+# --inexact: a venv `make test` set up keeps its dev tools (and uv).
+$(RUN_STAMP): pyproject.toml uv.lock | $(UV)
+	$(UV_SYNC) --no-dev --inexact
+	touch $(RUN_STAMP)
+
 ## Set up, create the SQLite metadata DB if missing, run the engine on dags/.
-run: $(STAMP)
+run: $(RUN_STAMP)
 	SLUICE__CORE__DAGS_FOLDER=$${SLUICE__CORE__DAGS_FOLDER:-$(CURDIR)/dags} $(BIN)/sluice db migrate
 	SLUICE__CORE__DAGS_FOLDER=$${SLUICE__CORE__DAGS_FOLDER:-$(CURDIR)/dags} $(BIN)/sluice run
 
@@ -25,6 +43,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
+	$(UV) lock --check
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
 types: $(STAMP)
@@ -41,4 +60,4 @@ pytest: $(STAMP)
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -q -n 2 --dist loadgroup --hypothesis-profile=ci
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis site

@@ -144,18 +144,6 @@ def import_trigger_class(
     return obj
 
 
-def build_trigger(
-    classpath: str,
-    kwargs: Mapping[str, object],
-    *,
-    allowed: Sequence[str],
-    plugins_folder: Path | None = None,
-) -> BaseTrigger:
-    """Import ``classpath`` (see ``import_trigger_class``) and instantiate it with ``kwargs``."""
-    cls = import_trigger_class(classpath, allowed=allowed, plugins_folder=plugins_folder)
-    return instantiate_trigger(cls, classpath, kwargs)
-
-
 def instantiate_trigger(
     cls: type[BaseTrigger], classpath: str, kwargs: Mapping[str, object]
 ) -> BaseTrigger:

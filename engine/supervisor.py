@@ -26,9 +26,10 @@ from engine.crypto import KwargsCipher
 from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
 from engine.db.database import Database
 from engine.db.schema import check_schema
-from engine.exceptions import SluiceError
+from engine.exceptions import ConfigError, SluiceError
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from triggers.extras import missing_extra
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -172,6 +173,9 @@ def _executor(
 
     settings = ExecutorSettings.from_config(config)
     if config.executor.kind == "celery":
+        problem = missing_extra("celery", needed_by='[executor] kind = "celery"')
+        if problem is not None:
+            raise ConfigError(problem)
         from engine.executor.celery.sender import CelerySender
 
         return CelerySender(db=db, cipher=cipher, settings=settings, celery=config.celery)

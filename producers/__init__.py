@@ -1,20 +1,57 @@
-"""producers package."""
+"""Broker adapters: ``SharedStreamProducer``s for Kafka and SQS, and the event triggers that
+use them (``KafkaMessageTrigger``, ``SqsMessageTrigger``).
+
+Owns each broker's consumer, its ack-mode advance (commits, deletes, dead letters) and the
+translation of its client's errors into ``producers.exceptions``. May import
+``shared_stream`` and ``triggers``; imported by DAG files (the trigger classes), by the
+triggerer through the trigger classpaths its rows store, and by tests and benches.
+
+A broker client is imported where a trigger runs (its producer is built), never where the
+trigger class is defined: a DAG file that declares a watcher, parsed or re-imported by every
+task process, imports neither aiokafka nor aiobotocore. The names below load on first use
+(PEP 562 ``__getattr__``, as in ``triggers``): ``from producers import KafkaMessageTrigger``
+imports ``producers.kafka_trigger`` alone. Each client comes with an extra of the ``sluice``
+distribution (``triggers.extras``).
+"""
 
 from __future__ import annotations
 
-from producers.kafka import KafkaProducerStats, KafkaSharedStreamProducer
-from producers.kafka_client import KafkaConnection, KafkaMessage, KafkaMessageBatch, KafkaOffset
-from producers.kafka_trigger import KafkaMessageTrigger
-from producers.sqs import SqsConnection, SqsMessage, SqsReceipt, SqsSharedStreamProducer
-from producers.sqs_trigger import SqsMessageTrigger
+from typing import TYPE_CHECKING, Final
+
+from triggers.lazy import load_on_first_use
+
+if TYPE_CHECKING:
+    from producers.kafka import KafkaProducerStats, KafkaSharedStreamProducer
+    from producers.kafka_messages import KafkaMessage, KafkaMessageBatch, KafkaOffset
+    from producers.kafka_settings import KafkaSettings
+    from producers.kafka_trigger import KafkaMessageTrigger
+    from producers.sqs import SqsSharedStreamProducer
+    from producers.sqs_core import SqsConnection, SqsMessage, SqsReceipt
+    from producers.sqs_trigger import SqsMessageTrigger
+
+#: public name -> the module that defines it
+_MODULE_OF: Final[dict[str, str]] = {
+    "KafkaMessage": "producers.kafka_messages",
+    "KafkaMessageBatch": "producers.kafka_messages",
+    "KafkaMessageTrigger": "producers.kafka_trigger",
+    "KafkaOffset": "producers.kafka_messages",
+    "KafkaProducerStats": "producers.kafka",
+    "KafkaSettings": "producers.kafka_settings",
+    "KafkaSharedStreamProducer": "producers.kafka",
+    "SqsConnection": "producers.sqs_core",
+    "SqsMessage": "producers.sqs_core",
+    "SqsMessageTrigger": "producers.sqs_trigger",
+    "SqsReceipt": "producers.sqs_core",
+    "SqsSharedStreamProducer": "producers.sqs",
+}
 
 __all__: tuple[str, ...] = (
-    "KafkaConnection",
     "KafkaMessage",
     "KafkaMessageBatch",
     "KafkaMessageTrigger",
     "KafkaOffset",
     "KafkaProducerStats",
+    "KafkaSettings",
     "KafkaSharedStreamProducer",
     "SqsConnection",
     "SqsMessage",
@@ -22,3 +59,7 @@ __all__: tuple[str, ...] = (
     "SqsReceipt",
     "SqsSharedStreamProducer",
 )
+
+
+if not TYPE_CHECKING:  # type checkers read the imports above: a misspelt name is an error
+    __getattr__, __dir__ = load_on_first_use(__name__, _MODULE_OF)

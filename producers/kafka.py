@@ -56,39 +56,34 @@ from aiokafka import (
 )
 from aiokafka import errors as kafka_errors
 
-from producers.exceptions import BrokerUnavailable
+from producers.exceptions import BrokerUnavailable, ProducerConfigError
 from producers.kafka_bootstrap import capture_bootstrap_errors
-from producers.kafka_client import (
-    KafkaConnection,
+from producers.kafka_errors import translate_kafka_error
+from producers.kafka_messages import (
     KafkaMessage,
     KafkaMessageBatch,
     KafkaOffset,
     message_from_record,
-    translate_kafka_error,
 )
 from producers.kafka_partitions import PartitionBook
 from producers.kafka_settings import (
     DEFAULT_ADVANCE_TIMEOUT_S,
-    DEFAULT_AUTO_OFFSET_RESET,
-    DEFAULT_FETCH_MAX_WAIT_MS,
-    DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_MAX_INFLIGHT_MESSAGES,
-    DEFAULT_MAX_POLL_INTERVAL_MS,
     DEFAULT_MAX_POLL_RECORDS,
-    DEFAULT_REBALANCE_TIMEOUT_MS,
-    DEFAULT_SESSION_TIMEOUT_MS,
     FETCH_WAIT_MS,
-    check_consumer_options,
-    check_group,
-    dead_letter_headers,
+)
+from producers.kafka_unclean import (
     outcome_text,
-    resolve_on_unclean,
+    per_message,
+    send_dead_letters,
     unclean_stop_error,
 )
-from shared_stream.producer import AdvanceItem, AdvanceOutcome, SharedStreamProducer
+from shared_stream.producer import AdvanceItem, SharedStreamProducer
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
+    from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+
+    from producers.kafka_settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +101,8 @@ class KafkaProducerStats:
 
 
 class KafkaSharedStreamProducer(SharedStreamProducer):
-    """Consumes ``topics`` as a member of ``group_id``; commits per partition in ``advance``.
+    """Consumes the topics of ``settings`` as a member of its group; commits per partition in
+    ``advance``. The tuning keywords are the producer's own, not trigger settings.
 
     See the module docstring for lanes, ``on_unclean`` and rebalances. The consumer and the
     dead-letter producer are opened in ``open_stream`` and closed in ``aclose``.
@@ -114,43 +110,28 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
 
     def __init__(
         self,
+        settings: KafkaSettings,
         *,
-        connection: KafkaConnection,
-        group_id: str,
-        topics: Sequence[str],
-        dead_letter_topic: str | None = None,
-        on_unclean: str | None = None,
-        auto_offset_reset: str = DEFAULT_AUTO_OFFSET_RESET,
-        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
-        heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
-        rebalance_timeout_ms: int = DEFAULT_REBALANCE_TIMEOUT_MS,
         revoke_drain_timeout_ms: int | None = None,
         max_poll_records: int = DEFAULT_MAX_POLL_RECORDS,
         max_inflight_messages: int = DEFAULT_MAX_INFLIGHT_MESSAGES,
         advance_timeout_s: float = DEFAULT_ADVANCE_TIMEOUT_S,
         batch_messages: int | None = None,
-        consumer_options: Mapping[str, Any] | None = None,
-        settings_digest: str = "",
     ) -> None:
-        check_group(group_id, topics, dead_letter_topic, auto_offset_reset)
-        self.connection = connection
-        self.group_id = group_id
-        self.topics = tuple(topics)
-        self.dead_letter_topic = dead_letter_topic
-        self.on_unclean = resolve_on_unclean(on_unclean, dead_letter_topic)
-        self.settings_digest = settings_digest
-        self._consumer_kwargs: dict[str, Any] = {
-            "max_poll_interval_ms": DEFAULT_MAX_POLL_INTERVAL_MS,
-            "fetch_max_wait_ms": DEFAULT_FETCH_MAX_WAIT_MS,
-            **check_consumer_options(consumer_options or {}),
-            "group_id": group_id,
-            "auto_offset_reset": auto_offset_reset,
-            "session_timeout_ms": session_timeout_ms,
-            "heartbeat_interval_ms": heartbeat_interval_ms,
-            "rebalance_timeout_ms": rebalance_timeout_ms,
-        }
+        if not settings.bootstrap_servers:  # unresolved: its connection was not looked up
+            raise ProducerConfigError(
+                f"Kafka group {settings.group_id!r} has no bootstrap servers: a trigger's "
+                "connection (kafka_config_id) is looked up before its consumer is built"
+            )
+        self.settings = settings
+        self.group_id = settings.group_id
+        self.topics = settings.topics
+        self.dead_letter_topic = settings.dead_letter_topic
+        self.on_unclean = settings.effective_on_unclean
+        self.settings_digest = settings.digest()
+        self._consumer_kwargs = settings.consumer_kwargs()
         drain_ms = (
-            rebalance_timeout_ms // 2
+            settings.rebalance_timeout_ms // 2
             if revoke_drain_timeout_ms is None
             else revoke_drain_timeout_ms
         )
@@ -162,7 +143,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         if batch_messages is not None and batch_messages < 1:
             raise ValueError(f"batch_messages must be >= 1 or None, got {batch_messages}")
         self.batch_messages = batch_messages
-        self._advance_timeout_s = advance_timeout_s
+        self.advance_timeout_s = advance_timeout_s
         self._consumer: Any = None
         self._dead_letters: Any = None
         self._book = PartitionBook()
@@ -174,12 +155,12 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
     @property
     def address(self) -> str:
         """The bootstrap servers, ``host:port[,host:port]``: where the broker is."""
-        return self.connection.servers_text
+        return self.settings.servers_text
 
     @property
     def where(self) -> str:
         """``servers group=... topics=...``, for messages."""
-        return f"{self.connection.servers_text} group={self.group_id!r} topics={list(self.topics)}"
+        return f"{self.address} group={self.group_id!r} topics={list(self.topics)}"
 
     # -- the stream -----------------------------------------------------------------------
 
@@ -257,16 +238,15 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             yield message, tuple.__new__(KafkaOffset, (topic, partition, record.offset))
 
     async def _start_clients(self) -> Any:
-        consumer = self._consumer = AIOKafkaConsumer(
-            **self.connection.client_kwargs(), **self._consumer_kwargs
-        )
+        client_kwargs = self.settings.client_kwargs()
+        consumer = self._consumer = AIOKafkaConsumer(**client_kwargs, **self._consumer_kwargs)
         consumer.subscribe(topics=list(self.topics), listener=_RebalanceListener(self))
         with capture_bootstrap_errors() as bootstrap:
             try:
                 await consumer.start()
                 if self.dead_letter_topic is not None:
                     self._dead_letters = AIOKafkaProducer(
-                        **self.connection.client_kwargs(), acks="all", enable_idempotence=False
+                        **client_kwargs, acks="all", enable_idempotence=False
                     )
                     await self._dead_letters.start()
             except kafka_errors.KafkaError as exc:
@@ -323,7 +303,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
     async def _settle(
         self, key: tuple[str, int], raws: list[tuple[AdvanceItem, KafkaMessage | KafkaMessageBatch]]
     ) -> None:
-        live = _per_message(raws)
+        live = per_message(raws)
         unclean = [index for index, (item, _) in enumerate(live) if not item.outcome.is_clean]
         if unclean and self.on_unclean == "stop":
             first = unclean[0]
@@ -351,12 +331,12 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             return
         topic, partition = key
         try:
-            with anyio.fail_after(self._advance_timeout_s):
+            with anyio.fail_after(self.advance_timeout_s):
                 await consumer.commit({TopicPartition(topic, partition): offset})
         except TimeoutError as exc:
             raise BrokerUnavailable(
                 f"committing offset {offset} of {topic}/{partition} at {self.where} took more "
-                f"than {self._advance_timeout_s}s; the broker is unreachable or overloaded",
+                f"than {self.advance_timeout_s}s; the broker is unreachable or overloaded",
                 address=self.address,
             ) from exc
         except (kafka_errors.CommitFailedError, kafka_errors.IllegalStateError) as exc:
@@ -391,41 +371,14 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         )
 
     async def _dead_letter(self, items: list[tuple[AdvanceItem, KafkaMessage]]) -> None:
-        producer = self._dead_letters
-        topic = self.dead_letter_topic
-        try:
-            with anyio.fail_after(self._advance_timeout_s):
-                sent = [
-                    await producer.send(
-                        topic,
-                        value=message.value,
-                        key=message.key,
-                        headers=[
-                            *message.headers,
-                            *dead_letter_headers(item, message, self.group_id),
-                        ],
-                    )
-                    for item, message in items
-                ]
-                for future in sent:
-                    await future
-        except TimeoutError as exc:
-            raise BrokerUnavailable(
-                f"sending {len(items)} message(s) to dead-letter topic {topic!r} at "
-                f"{self.where} took more than {self._advance_timeout_s}s",
-                address=self.address,
-            ) from exc
-        except kafka_errors.KafkaError as exc:
-            raise translate_kafka_error(
-                exc, doing=f"dead-lettering to {topic!r}", where=self.where, address=self.address
-            ) from exc
+        await send_dead_letters(self, self._dead_letters, items)
         self.stats.dead_lettered += len(items)
         for item, message in items:
             logger.warning(
                 "Kafka message %s was not cleanly delivered (%s); sent to dead-letter topic %s",
                 message.coordinates,
                 outcome_text(item),
-                topic,
+                self.dead_letter_topic,
                 extra={"action": "kafka.dead_lettered", "group_id": self.group_id},
             )
 
@@ -512,40 +465,3 @@ class _RebalanceListener(ConsumerRebalanceListener):  # type: ignore[misc]  # un
 
 def _partition_list(tps: set[Any]) -> list[str]:
     return sorted(f"{tp.topic}/{tp.partition}" for tp in tps)
-
-
-def _per_message(
-    raws: list[tuple[AdvanceItem, KafkaMessage | KafkaMessageBatch]],
-) -> list[tuple[AdvanceItem, KafkaMessage]]:
-    """Each message of ``raws`` with the outcome it was resolved with.
-
-    A batch's messages share its outcome, except the ones a subscriber refused alone
-    (``note_rejection``): those count each rejection as a rejected subscriber instead of
-    an acked one. A single message stands for itself (per-message mode).
-    """
-    if all(type(raw) is KafkaMessage for _, raw in raws):
-        return raws  # type: ignore[return-value]  # per-message mode: nothing to split
-    live: list[tuple[AdvanceItem, KafkaMessage]] = []
-    for item, raw in raws:
-        if type(raw) is not KafkaMessageBatch:
-            live.append((item, raw))  # type: ignore[arg-type]
-            continue
-        outcome = item.outcome
-        messages = raw.messages
-        if outcome.is_clean and not any(message.rejections for message in messages):
-            live.append((item, messages[-1]))  # clean throughout: its last one commits it
-            continue
-        for message in messages:
-            rejections = message.rejections
-            if not rejections:
-                live.append((item, message))
-                continue
-            refused = len(rejections)
-            own = AdvanceOutcome(
-                acked=max(outcome.acked - refused, 0),
-                failed=outcome.failed,
-                rejected=outcome.rejected + refused,
-            )
-            offset = tuple.__new__(KafkaOffset, (message.topic, message.partition, message.offset))
-            live.append((AdvanceItem(offset, own), message))
-    return live

@@ -18,7 +18,7 @@ from triggers.base import TriggerEvent
 from triggers.serde import MAX_DEPTH, TYPE_KEY
 
 if TYPE_CHECKING:
-    from producers.kafka_client import KafkaMessage
+    from producers.kafka_messages import KafkaMessage
 
 VALUE_FORMATS: Final = ("auto", "json", "text", "bytes")
 _PAYLOAD_CACHE_PREFIX: Final = "payload:"

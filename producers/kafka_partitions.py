@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from producers.kafka_client import KafkaMessageBatch
+from producers.kafka_messages import KafkaMessageBatch
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from producers.kafka_client import KafkaMessage
+    from producers.kafka_messages import KafkaMessage
     from shared_stream.producer import AdvanceItem
 
 PartitionKey = tuple[str, int]

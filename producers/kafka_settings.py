@@ -1,22 +1,29 @@
-"""Kafka shared-stream settings: defaults, validation, and the dead-letter headers.
+"""What a Kafka shared consumer is built from: ``KafkaSettings``, its defaults and checks.
 
-See ``producers.kafka`` for what ``on_unclean`` does; this module only checks settings and
-builds texts, without I/O.
+``KafkaMessageTrigger`` builds a ``KafkaSettings`` from its keyword arguments (the fields
+are named as those are, and ``as_kwargs`` gives them back for ``serialize()``);
+``KafkaSharedStreamProducer`` takes it. A connection's settings (``kafka_config_id``) become
+trigger kwargs in ``settings_from_connection``. See ``producers.kafka`` for what
+``on_unclean`` does. No I/O here, and no aiokafka but where ``client_kwargs`` builds a TLS
+context for a client.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import ssl
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
-from producers.exceptions import ProducerConfigError, UncleanEventError
+from producers.exceptions import ProducerConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from producers.kafka_client import KafkaMessage
-    from shared_stream.producer import AdvanceItem
-
+SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+DEFAULT_CLIENT_ID: Final = "sluice"
 OnUnclean = Literal["commit", "dead_letter", "stop"]
 ON_UNCLEAN_CHOICES: Final = ("commit", "dead_letter", "stop")
 OFFSET_RESETS: Final = ("earliest", "latest", "none")
@@ -49,8 +56,6 @@ DEFAULT_MAX_POLL_INTERVAL_MS: Final = 3_600_000
 DEFAULT_FETCH_MAX_WAIT_MS: Final = 100
 DEFAULT_ADVANCE_TIMEOUT_S: Final = 30.0
 FETCH_WAIT_MS: Final = 500
-DEAD_LETTER_HEADER: Final = "sluice.dead_letter."
-DEAD_LETTER_ERRORS_MAX_CHARS: Final = 4_000
 # Consumer options the producer sets itself (``consumer_options`` may not override them).
 _MANAGED_OPTIONS: Final = frozenset(
     {
@@ -70,6 +75,156 @@ _MANAGED_OPTIONS: Final = frozenset(
         "value_deserializer",
     }
 )
+
+#: Settings that are secrets: left out of ``repr`` and of the settings digest.
+_SECRETS: Final = frozenset({"sasl_plain_password", "ssl_password"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KafkaSettings:
+    """One shared consumer's connection, group, dead-letter and consumer settings.
+
+    ``bootstrap_servers`` is empty while they come from a connection (``kafka_config_id``)
+    the triggerer has not looked up yet: such settings are only stored, and checked once the
+    trigger is built again with the connection's. Otherwise a setting that cannot work
+    raises ``ProducerConfigError`` at construction. ``security_protocol``: PLAINTEXT, SSL,
+    SASL_PLAINTEXT or SASL_SSL; SASL needs ``sasl_mechanism`` (PLAIN, SCRAM-SHA-256,
+    SCRAM-SHA-512) with a user name and password; SSL uses the optional CA / certificate /
+    key files. Secrets never show in ``repr``.
+    """
+
+    topics: tuple[str, ...]
+    group_id: str
+    bootstrap_servers: tuple[str, ...] = ()
+    client_id: str = DEFAULT_CLIENT_ID
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_plain_username: str | None = None
+    sasl_plain_password: str | None = field(default=None, repr=False)
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_password: str | None = field(default=None, repr=False)
+    dead_letter_topic: str | None = None
+    on_unclean: str | None = None
+    auto_offset_reset: str = DEFAULT_AUTO_OFFSET_RESET
+    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
+    rebalance_timeout_ms: int = DEFAULT_REBALANCE_TIMEOUT_MS
+    consumer_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.bootstrap_servers:
+            self._check_connection()
+            check_group(self.group_id, self.topics, self.dead_letter_topic, self.auto_offset_reset)
+            resolve_on_unclean(self.on_unclean, self.dead_letter_topic)
+            check_consumer_options(self.consumer_options)
+
+    def _check_connection(self) -> None:
+        problems = []
+        if self.security_protocol not in SECURITY_PROTOCOLS:
+            problems.append(
+                f"security_protocol must be one of {list(SECURITY_PROTOCOLS)}, "
+                f"got {self.security_protocol!r}"
+            )
+        if self.security_protocol.startswith("SASL_"):
+            if self.sasl_mechanism not in SASL_MECHANISMS:
+                problems.append(
+                    f"sasl_mechanism must be one of {list(SASL_MECHANISMS)} with "
+                    f"{self.security_protocol}, got {self.sasl_mechanism!r}"
+                )
+            if not self.sasl_plain_username or self.sasl_plain_password is None:
+                problems.append("SASL needs sasl_plain_username and sasl_plain_password")
+        if problems:
+            raise ProducerConfigError(
+                f"Kafka connection to {self.servers_text}: " + "; ".join(problems)
+            )
+
+    @property
+    def servers_text(self) -> str:
+        """``host:port[,host:port]``: where the brokers are."""
+        return ",".join(self.bootstrap_servers)
+
+    @property
+    def effective_on_unclean(self) -> OnUnclean:
+        """``on_unclean``, or its default (``resolve_on_unclean``)."""
+        return resolve_on_unclean(self.on_unclean, self.dead_letter_topic)
+
+    def as_kwargs(self) -> dict[str, Any]:
+        """The settings as ``KafkaMessageTrigger`` keyword arguments, as its ``serialize()``
+        stores them (servers as ``"a:1,b:2"``, None while they come from a connection)."""
+        kwargs = {f.name: getattr(self, f.name) for f in fields(self)}
+        kwargs["topics"] = list(self.topics)
+        kwargs["bootstrap_servers"] = self.servers_text or None
+        kwargs["consumer_options"] = dict(self.consumer_options)
+        return kwargs
+
+    def digest(self) -> str:
+        """Identifies these settings, secrets left out: the messages of a consumer carry it,
+        and a watcher whose own settings differ warns (``KafkaMessageTrigger``)."""
+        shared = {k: v for k, v in self.as_kwargs().items() if k not in _SECRETS}
+        text = json.dumps(shared, sort_keys=True, default=repr)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``AIOKafkaConsumer`` / ``AIOKafkaProducer``."""
+        kwargs: dict[str, Any] = {
+            "bootstrap_servers": list(self.bootstrap_servers),
+            "client_id": self.client_id,
+            "security_protocol": self.security_protocol,
+        }
+        if self.security_protocol.startswith("SASL_"):
+            kwargs["sasl_mechanism"] = self.sasl_mechanism
+            kwargs["sasl_plain_username"] = self.sasl_plain_username
+            kwargs["sasl_plain_password"] = self.sasl_plain_password
+        if self.security_protocol in ("SSL", "SASL_SSL"):
+            kwargs["ssl_context"] = self._ssl_context()
+        return kwargs
+
+    def consumer_kwargs(self) -> dict[str, Any]:
+        """The consumer's own settings for ``AIOKafkaConsumer`` (besides ``client_kwargs``)."""
+        return {
+            "max_poll_interval_ms": DEFAULT_MAX_POLL_INTERVAL_MS,
+            "fetch_max_wait_ms": DEFAULT_FETCH_MAX_WAIT_MS,
+            **check_consumer_options(self.consumer_options),
+            "group_id": self.group_id,
+            "auto_offset_reset": self.auto_offset_reset,
+            "session_timeout_ms": self.session_timeout_ms,
+            "heartbeat_interval_ms": self.heartbeat_interval_ms,
+            "rebalance_timeout_ms": self.rebalance_timeout_ms,
+        }
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        from aiokafka.helpers import create_ssl_context
+
+        try:
+            context: ssl.SSLContext = create_ssl_context(
+                cafile=self.ssl_cafile,
+                certfile=self.ssl_certfile,
+                keyfile=self.ssl_keyfile,
+                password=self.ssl_password,
+            )
+        except (OSError, ssl.SSLError) as exc:
+            raise ProducerConfigError(
+                f"cannot build the TLS context for Kafka at {self.servers_text} from "
+                f"ssl_cafile={self.ssl_cafile!r}, ssl_certfile={self.ssl_certfile!r}, "
+                f"ssl_keyfile={self.ssl_keyfile!r}: {exc}; check the files and the key password"
+            ) from exc
+        return context
+
+
+def split_servers(bootstrap_servers: str | Sequence[str]) -> tuple[str, ...]:
+    """``"a:9092,b:9092"`` or ``["a:9092", "b:9092"]`` as a normalized tuple of host:port."""
+    items = (
+        bootstrap_servers.split(",") if isinstance(bootstrap_servers, str) else bootstrap_servers
+    )
+    servers = tuple(dict.fromkeys(item.strip() for item in items if item.strip()))
+    if not servers:
+        raise ProducerConfigError(
+            f"Kafka bootstrap_servers is empty ({bootstrap_servers!r}); give host:port "
+            "entries, e.g. 'broker1:9092,broker2:9092'"
+        )
+    return servers
 
 
 def check_group(
@@ -122,49 +277,6 @@ def check_consumer_options(options: Mapping[str, Any]) -> dict[str, Any]:
             "arguments"
         )
     return {**options, "enable_auto_commit": False}
-
-
-def outcome_text(item: AdvanceItem) -> str:
-    o = item.outcome
-    return f"acked={o.acked} failed={o.failed} rejected={o.rejected}"
-
-
-def _reason(item: AdvanceItem) -> str:
-    if item.outcome.rejected:
-        return "rejected"
-    return "failed" if item.outcome.failed else "no_subscribers"
-
-
-def dead_letter_headers(
-    item: AdvanceItem, message: KafkaMessage, group_id: str
-) -> list[tuple[str, bytes]]:
-    """The ``sluice.dead_letter.*`` headers added to a dead-lettered copy of ``message``."""
-    rejected_by = ",".join(str(r.trigger_id) for r in message.rejections)
-    errors = json.dumps(
-        [{"trigger_id": r.trigger_id, "reason": r.reason} for r in message.rejections]
-    )
-    if len(errors) > DEAD_LETTER_ERRORS_MAX_CHARS:
-        errors = errors[: DEAD_LETTER_ERRORS_MAX_CHARS - 3] + "..."
-    pairs = {
-        "reason": _reason(item),
-        "outcome": outcome_text(item),
-        "source": message.coordinates,
-        "group": group_id,
-        "rejected_by": rejected_by,
-        "errors": errors,
-    }
-    return [(DEAD_LETTER_HEADER + name, text.encode()) for name, text in pairs.items()]
-
-
-def unclean_stop_error(entry: tuple[AdvanceItem, KafkaMessage], where: str) -> UncleanEventError:
-    item, message = entry
-    reasons = "; ".join(f"trigger {r.trigger_id}: {r.reason}" for r in message.rejections)
-    return UncleanEventError(
-        f"Kafka message {message.coordinates} ({where}) was not cleanly delivered "
-        f"({outcome_text(item)}{'; ' + reasons if reasons else ''}) and on_unclean='stop': the "
-        f"shared stream stops and the broker redelivers from offset {message.offset}. Set "
-        "dead_letter_topic, or on_unclean='commit' to skip such messages"
-    )
 
 
 # --- a connection (``kafka_config_id``) as trigger kwargs --------------------------------

@@ -20,7 +20,7 @@ The shared consumer runs in batch mode: each raw event its watchers receive is a
 the shared-stream machinery works once per batch while every message still fires its own
 event and is rejected on its own. A subclass that overrides ``filter_shared_stream`` still
 receives single ``KafkaMessage`` items, as before, and shares the consumer of its siblings:
-its filter is fed the messages of each batch one by one (``_fed_message_by_message``), and
+its filter is fed the messages of each batch one by one (``producers.kafka_message_feed``), and
 its ``reject_shared_stream_event()`` refuses the message it is judging, not its batch.
 
 One ``TriggerEvent`` per accepted message, deduplicated by ``kafka:<topic>:<partition>:<offset>``
@@ -43,26 +43,13 @@ consumer by connection id (key ``("kafka", "connection:<id>", group, topics)``).
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import importlib
 import inspect
-import json
 import logging
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, Final
 
-import anyio.lowlevel
-
 from producers.exceptions import ProducerConfigError
-from producers.kafka import KafkaSharedStreamProducer
-from producers.kafka_client import (
-    DEFAULT_CLIENT_ID,
-    KafkaConnection,
-    KafkaMessage,
-    KafkaMessageBatch,
-    split_servers,
-)
 from producers.kafka_codec import (
     VALUE_FORMATS,
     Undecodable,
@@ -70,17 +57,22 @@ from producers.kafka_codec import (
     message_event,
     text_of,
 )
+from producers.kafka_message_feed import fed_message_by_message
+from producers.kafka_messages import KafkaMessage, KafkaMessageBatch
 from producers.kafka_settings import (
     DEFAULT_AUTO_OFFSET_RESET,
     DEFAULT_BATCH_MESSAGES,
+    DEFAULT_CLIENT_ID,
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_REBALANCE_TIMEOUT_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
+    KafkaSettings,
     settings_from_connection,
+    split_servers,
 )
 from shared_stream.producer import AdvanceItem, AdvanceOutcome
-from shared_stream.subscriber import route_rejections
 from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
+from triggers.extras import importing_extra, require_extra
 
 if TYPE_CHECKING:
     from collections.abc import (
@@ -93,20 +85,10 @@ if TYPE_CHECKING:
         Sequence,
     )
 
+    from producers.kafka import KafkaSharedStreamProducer
+
 logger = logging.getLogger(__name__)
 
-_SECRETS: Final = frozenset({"sasl_plain_password", "ssl_password"})
-_FILTER_KWARGS: Final = frozenset(
-    {
-        "apply_function",
-        "apply_function_args",
-        "apply_function_kwargs",
-        "match_key",
-        "match_headers",
-        "match_fields",
-        "value_format",
-    }
-)
 _ABSENT: Final = object()
 # Messages a watcher judges from its queue of batches before it lets the event loop run.
 YIELD_EVERY_MESSAGES: Final = 2_000
@@ -151,6 +133,7 @@ class KafkaMessageTrigger(BaseEventTrigger):
         consumer_options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        require_extra("aiokafka", needed_by="KafkaMessageTrigger")
         names = [topics] if isinstance(topics, str) else list(topics)
         if not names or not all(isinstance(t, str) and t for t in names):
             raise ProducerConfigError(
@@ -170,13 +153,32 @@ class KafkaMessageTrigger(BaseEventTrigger):
                 f"KafkaMessageTrigger apply_function must be a dotted path "
                 f"'package.module.function', got {apply_function!r}"
             )
-        self._kwargs: dict[str, Any] = {
-            "topics": sorted(dict.fromkeys(names)),
-            "bootstrap_servers": (
-                ",".join(split_servers(bootstrap_servers)) if bootstrap_servers else None
-            ),
-            "kafka_config_id": kafka_config_id,
-            "group_id": group_id,
+        # Checked now, unless the servers come from the connection: the triggerer looks it up
+        # and builds the trigger again with its settings.
+        self.settings = KafkaSettings(
+            topics=tuple(sorted(dict.fromkeys(names))),
+            group_id=group_id,
+            bootstrap_servers=split_servers(bootstrap_servers) if bootstrap_servers else (),
+            client_id=client_id,
+            security_protocol=security_protocol,
+            sasl_mechanism=sasl_mechanism,
+            sasl_plain_username=sasl_plain_username,
+            sasl_plain_password=sasl_plain_password,
+            ssl_cafile=ssl_cafile,
+            ssl_certfile=ssl_certfile,
+            ssl_keyfile=ssl_keyfile,
+            ssl_password=ssl_password,
+            dead_letter_topic=dead_letter_topic,
+            on_unclean=on_unclean,
+            auto_offset_reset=auto_offset_reset,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            consumer_options=dict(consumer_options or {}),
+        )
+        self.kafka_config_id = kafka_config_id
+        # What this watcher accepts: its own, never shared with its siblings.
+        self._filter: dict[str, Any] = {
             "apply_function": apply_function,
             "apply_function_args": list(apply_function_args or ()),
             "apply_function_kwargs": dict(apply_function_kwargs or {}),
@@ -184,35 +186,17 @@ class KafkaMessageTrigger(BaseEventTrigger):
             "match_headers": dict(match_headers or {}),
             "match_fields": dict(match_fields or {}),
             "value_format": value_format,
-            "dead_letter_topic": dead_letter_topic,
-            "on_unclean": on_unclean,
-            "auto_offset_reset": auto_offset_reset,
-            "session_timeout_ms": session_timeout_ms,
-            "heartbeat_interval_ms": heartbeat_interval_ms,
-            "rebalance_timeout_ms": rebalance_timeout_ms,
-            "client_id": client_id,
-            "security_protocol": security_protocol,
-            "sasl_mechanism": sasl_mechanism,
-            "sasl_plain_username": sasl_plain_username,
-            "sasl_plain_password": sasl_plain_password,
-            "ssl_cafile": ssl_cafile,
-            "ssl_certfile": ssl_certfile,
-            "ssl_keyfile": ssl_keyfile,
-            "ssl_password": ssl_password,
-            "consumer_options": dict(consumer_options or {}),
         }
-        if bootstrap_servers:  # else the triggerer validates them with the connection's
-            self._producer()  # validates the connection, group and dead-letter settings now
-        self.topics: tuple[str, ...] = tuple(self._kwargs["topics"])
+        self.topics: tuple[str, ...] = self.settings.topics
         self.group_id = group_id
         self.value_format = value_format
         self._function: Callable[..., Any] | None = None
         self._digest_checked = False
-        self._key_or_headers = match_key is not None or bool(self._kwargs["match_headers"])
+        self._key_or_headers = match_key is not None or bool(self._filter["match_headers"])
         # match_fields as (path parts, expected): split once, not for every message.
         self._fields: tuple[tuple[tuple[str, ...], Any], ...] = tuple(
             (tuple(path.split(".")), expected)
-            for path, expected in self._kwargs["match_fields"].items()
+            for path, expected in self._filter["match_fields"].items()
         )
         # ... and, when no path is dotted (the usual case), as (name, expected) pairs that
         # one dict lookup each checks: every watcher of a shared stream judges every message.
@@ -225,14 +209,15 @@ class KafkaMessageTrigger(BaseEventTrigger):
     # -- the contract ---------------------------------------------------------------------
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return classpath_of(self), dict(self._kwargs)
+        kwargs = {**self.settings.as_kwargs(), "kafka_config_id": self.kafka_config_id}
+        return classpath_of(self), {**kwargs, **self._filter}
 
     def shared_stream_key(self) -> Hashable | None:
-        kw = self._kwargs
         # by connection id: the key is the same before (parse) and after (triggerer) the
         # connection is resolved
-        where = f"connection:{kw['kafka_config_id']}" if kw["kafka_config_id"] else None
-        return ("kafka", where or kw["bootstrap_servers"], kw["group_id"], tuple(kw["topics"]))
+        config_id = self.kafka_config_id
+        where = f"connection:{config_id}" if config_id else self.settings.servers_text
+        return ("kafka", where, self.group_id, self.topics)
 
     @classmethod
     def connection_settings(cls, kwarg: str, connection: Mapping[str, Any]) -> dict[str, Any]:
@@ -242,7 +227,7 @@ class KafkaMessageTrigger(BaseEventTrigger):
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("filter_shared_stream")
         if own is not None and not getattr(own, "fed_message_by_message", False):
-            cls.filter_shared_stream = _fed_message_by_message(own)  # type: ignore[method-assign,assignment]
+            cls.filter_shared_stream = fed_message_by_message(own)  # type: ignore[method-assign,assignment]
 
     @classmethod
     def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> KafkaSharedStreamProducer:
@@ -254,6 +239,8 @@ class KafkaMessageTrigger(BaseEventTrigger):
         """Judge every message of every raw event (a ``KafkaMessageBatch``, or a single
         ``KafkaMessage`` when a subclass's filter hands its messages on): an event for each
         accepted one."""
+        import anyio.lowlevel  # where it runs (the triggerer), not where a DAG file imports
+
         self._load_function()
         verdict_of = self._verdict
         judged = 0
@@ -371,7 +358,7 @@ class KafkaMessageTrigger(BaseEventTrigger):
         return True
 
     def _key_and_headers_match(self, message: KafkaMessage) -> bool:
-        kw = self._kwargs
+        kw = self._filter
         match_key = kw["match_key"]
         if match_key is not None and text_of(message.key) != match_key:
             return False
@@ -393,7 +380,7 @@ class KafkaMessageTrigger(BaseEventTrigger):
 
     def _call_function(self, message: KafkaMessage) -> Any:
         assert self._function is not None
-        kw = self._kwargs
+        kw = self._filter
         return self._function(message, *kw["apply_function_args"], **kw["apply_function_kwargs"])
 
     def _filter_failed(self, message: KafkaMessage, exc: Exception) -> str:
@@ -401,7 +388,7 @@ class KafkaMessageTrigger(BaseEventTrigger):
             "Trigger %s: apply_function %s raised on Kafka message %s: %r; the message is "
             "rejected (dead-letter path) and the watcher keeps running",
             self.trigger_id,
-            self._kwargs["apply_function"],
+            self._filter["apply_function"],
             message.coordinates,
             exc,
             exc_info=exc,
@@ -410,7 +397,7 @@ class KafkaMessageTrigger(BaseEventTrigger):
         return f"apply_function raised {type(exc).__name__}: {exc}"
 
     def _load_function(self) -> None:
-        path = self._kwargs["apply_function"]
+        path = self._filter["apply_function"]
         if path is None or self._function is not None:
             return
         module_name, _, name = path.rpartition(".")
@@ -429,7 +416,7 @@ class KafkaMessageTrigger(BaseEventTrigger):
 
     def _check_digest(self, message: KafkaMessage) -> None:
         self._digest_checked = True
-        if message.settings_digest and message.settings_digest != self._settings_digest():
+        if message.settings_digest and message.settings_digest != self.settings.digest():
             logger.warning(
                 "Trigger %s shares the Kafka consumer of key %r but its connection, consumer or "
                 "dead-letter settings differ from the ones the consumer was built with (those "
@@ -441,94 +428,14 @@ class KafkaMessageTrigger(BaseEventTrigger):
 
     # -- the producer ---------------------------------------------------------------------
 
-    def _settings_digest(self) -> str:
-        shared = {
-            k: v for k, v in self._kwargs.items() if k not in _FILTER_KWARGS and k not in _SECRETS
-        }
-        text = json.dumps(shared, sort_keys=True, default=repr)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-
     def _producer(self, *, batched: bool = False) -> KafkaSharedStreamProducer:
-        kw = self._kwargs
-        connection = KafkaConnection(
-            bootstrap_servers=split_servers(kw["bootstrap_servers"]),
-            client_id=kw["client_id"],
-            security_protocol=kw["security_protocol"],
-            sasl_mechanism=kw["sasl_mechanism"],
-            sasl_plain_username=kw["sasl_plain_username"],
-            sasl_plain_password=kw["sasl_plain_password"],
-            ssl_cafile=kw["ssl_cafile"],
-            ssl_certfile=kw["ssl_certfile"],
-            ssl_keyfile=kw["ssl_keyfile"],
-            ssl_password=kw["ssl_password"],
-        )
-        return KafkaSharedStreamProducer(
-            connection=connection,
-            group_id=kw["group_id"],
-            topics=kw["topics"],
-            dead_letter_topic=kw["dead_letter_topic"],
-            on_unclean=kw["on_unclean"],
-            auto_offset_reset=kw["auto_offset_reset"],
-            session_timeout_ms=kw["session_timeout_ms"],
-            heartbeat_interval_ms=kw["heartbeat_interval_ms"],
-            rebalance_timeout_ms=kw["rebalance_timeout_ms"],
-            batch_messages=DEFAULT_BATCH_MESSAGES if batched else None,
-            consumer_options=kw["consumer_options"],
-            settings_digest=self._settings_digest(),
-        )
+        with importing_extra("KafkaMessageTrigger"):
+            from producers.kafka import KafkaSharedStreamProducer
+
+        batch_messages = DEFAULT_BATCH_MESSAGES if batched else None
+        return KafkaSharedStreamProducer(self.settings, batch_messages=batch_messages)
 
 
 def _is_dotted_path(path: str) -> bool:
     parts = path.split(".")
     return len(parts) >= 2 and all(part.isidentifier() for part in parts)
-
-
-class _MessageRejector:
-    """``reject_shared_stream_event()`` of a subclass's filter while it judges ``message``:
-    refuses that message alone (the producer dead-letters it, its batch's others stay clean)."""
-
-    __slots__ = ("_trigger", "message")
-
-    def __init__(self, trigger: KafkaMessageTrigger, message: KafkaMessage) -> None:
-        self._trigger = trigger
-        self.message = message
-
-    @property
-    def trigger_id(self) -> int | None:
-        return self._trigger.trigger_id
-
-    def reject_current(self) -> bool:
-        self.message.note_rejection(
-            self._trigger.trigger_id, "refused by its filter (reject_shared_stream_event())"
-        )
-        return True
-
-
-async def _messages_of(
-    trigger: KafkaMessageTrigger, shared_stream: AsyncIterator[Any]
-) -> AsyncIterator[Any]:
-    """The messages of the raw events, one by one (a batch's in offset order). The batch is
-    processed, for the ack ledger, when the filter asks for the message after its last."""
-    async for raw in shared_stream:
-        if type(raw) is KafkaMessageBatch:
-            for message in raw.messages:
-                route_rejections(_MessageRejector(trigger, message))
-                yield message
-        else:
-            yield raw
-
-
-def _fed_message_by_message(
-    own: Callable[[Any, AsyncIterator[Any]], AsyncIterator[TriggerEvent]],
-) -> Callable[[Any, AsyncIterator[Any]], AsyncIterator[TriggerEvent]]:
-    """A subclass's own ``filter_shared_stream``, written for single ``KafkaMessage`` items,
-    fed the messages of the shared consumer's batches one by one."""
-
-    @functools.wraps(own)
-    def filter_shared_stream(
-        self: KafkaMessageTrigger, shared_stream: AsyncIterator[Any]
-    ) -> AsyncIterator[TriggerEvent]:
-        return own(self, _messages_of(self, shared_stream))
-
-    filter_shared_stream.fed_message_by_message = True  # type: ignore[attr-defined]
-    return filter_shared_stream

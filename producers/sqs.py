@@ -54,8 +54,8 @@ from producers.sqs_core import (
     check_settings,
     disposition_of,
     parse_message,
-    translated,
 )
+from producers.sqs_errors import translated
 from shared_stream.producer import SharedStreamProducer
 
 if TYPE_CHECKING:

@@ -1,38 +1,26 @@
-"""The pure pieces of the SQS adapter: message types, settings, dispositions, errors.
+"""The pure pieces of the SQS adapter: message types, settings, dispositions.
 
-No I/O here. ``InFlightMessages`` keeps the messages received and not advanced yet in the
-order they were last made invisible (received, or extended by the heartbeat), so the next
-one due for an extension is always the first: ``next_due`` is O(1) and ``due`` stops at the
-first entry that is not due. An entry whose extension failed is *stale*: still in flight
-(its advance will come) but no longer extended.
+No I/O here, and no botocore: a DAG file that declares an ``SqsMessageTrigger`` imports this
+module, never the client (``producers.sqs``, ``producers.sqs_errors``).
+
+``InFlightMessages`` keeps the messages received and not advanced yet in the order they were
+last made invisible (received, or extended by the heartbeat), so the next one due for an
+extension is always the first: ``next_due`` is O(1) and ``due`` stops at the first entry
+that is not due. An entry whose extension failed is *stale*: still in flight (its advance
+will come) but no longer extended.
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
-import aiohttp
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-    NoCredentialsError,
-    ParamValidationError,
-    PartialCredentialsError,
-)
-
-from producers.exceptions import (
-    BrokerRequestFailed,
-    BrokerUnavailable,
-    ProducerConfigError,
-    ProducerError,
-)
+from producers.exceptions import ProducerConfigError, ProducerError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable
 
     from shared_stream.producer import AdvanceOutcome
 
@@ -50,24 +38,6 @@ REQUEST_ATTEMPTS: Final = 3
 CLOSE_TIMEOUT_S: Final = 5.0
 # Visibility-change failures that only mean "already visible / already gone": nothing to do.
 HARMLESS_VISIBILITY_CODES: Final = frozenset({"MessageNotInflight"})
-_CONFIG_ERROR_CODES: Final = frozenset(
-    {
-        "AWS.SimpleQueueService.NonExistentQueue",
-        "QueueDoesNotExist",
-        "AccessDenied",
-        "AccessDeniedException",
-        "InvalidClientTokenId",
-        "SignatureDoesNotMatch",
-        "UnrecognizedClientException",
-        "InvalidSecurity",
-        "InvalidAddress",
-        "KMS.AccessDeniedException",
-    }
-)
-_TRANSIENT_ERROR_CODES: Final = frozenset(
-    {"ThrottlingException", "RequestThrottled", "ServiceUnavailable", "InternalError"}
-)
-_TRANSLATED: Final = (ClientError, BotoCoreError, aiohttp.ClientError, OSError, TimeoutError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,43 +106,6 @@ def disposition_of(outcome: AdvanceOutcome, on_reject: OnReject) -> Disposition:
             "dead_letter": Disposition.DEAD_LETTER,
         }[on_reject]
     return Disposition.MAKE_VISIBLE
-
-
-def translate_error(exc: BaseException, *, action: str, queue_url: str) -> ProducerError:
-    """The ``producers.exceptions`` error for a botocore / aiohttp / OS error of ``action``."""
-    where = f"SQS {action} on {queue_url}"
-    if isinstance(exc, ClientError):
-        error = exc.response.get("Error", {})
-        code = str(error.get("Code", ""))
-        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-        detail = f"{where} failed: {code}: {error.get('Message', '')}"
-        if code in _CONFIG_ERROR_CODES or error.get("QueryErrorCode") in _CONFIG_ERROR_CODES:
-            return ProducerConfigError(
-                f"{detail}. Check the trigger's queue_url, region_name and credentials"
-            )
-        if code in _TRANSIENT_ERROR_CODES or status >= 500:
-            return BrokerUnavailable(
-                f"{detail}; the watchers restart with backoff", address=queue_url
-            )
-        return BrokerRequestFailed(detail)
-    if isinstance(exc, NoCredentialsError | PartialCredentialsError | ParamValidationError):
-        return ProducerConfigError(
-            f"{where}: {exc}. Give the trigger aws_access_key_id / aws_secret_access_key "
-            "(or configure the default AWS credential chain)"
-        )
-    return BrokerUnavailable(
-        f"{where} failed: cannot reach the endpoint ({exc}); the watchers restart with "
-        "backoff. Check the trigger's endpoint_url / region_name and the network",
-        address=queue_url,
-    )
-
-
-@contextlib.contextmanager
-def translated(action: str, queue_url: str) -> Iterator[None]:
-    try:
-        yield
-    except _TRANSLATED as exc:
-        raise translate_error(exc, action=action, queue_url=queue_url) from exc
 
 
 def _message_attributes(raw: dict[str, Any]) -> dict[str, Any]:

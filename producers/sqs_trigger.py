@@ -24,7 +24,6 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from producers.exceptions import EventFilterError
-from producers.sqs import SqsSharedStreamProducer
 from producers.sqs_core import (
     DEFAULT_MAX_IN_FLIGHT,
     MAX_WAIT_TIME_S,
@@ -32,13 +31,14 @@ from producers.sqs_core import (
     SqsMessage,
     check_settings,
 )
-from shared_stream import reject_shared_stream_event
 from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
 from triggers.exceptions import TriggerContractError
+from triggers.extras import importing_extra, require_extra
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Hashable, Mapping
 
+    from producers.sqs import SqsSharedStreamProducer
     from producers.sqs_core import OnReject
 
 logger = logging.getLogger(__name__)
@@ -113,6 +113,7 @@ class SqsMessageTrigger(BaseEventTrigger):
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
         super().__init__()
+        require_extra("aiobotocore", needed_by="SqsMessageTrigger")
         check_settings(
             on_reject=on_reject,
             dead_letter_queue_url=dead_letter_queue_url,
@@ -191,6 +192,8 @@ class SqsMessageTrigger(BaseEventTrigger):
 
     def build_producer(self) -> SqsSharedStreamProducer:
         """The queue's producer, with this trigger's connection and producer settings."""
+        with importing_extra("SqsMessageTrigger"):
+            from producers.sqs import SqsSharedStreamProducer
         return SqsSharedStreamProducer(
             self.connection,
             on_reject=self.on_reject,
@@ -203,6 +206,8 @@ class SqsMessageTrigger(BaseEventTrigger):
     async def filter_shared_stream(
         self, shared_stream: AsyncIterator[Any]
     ) -> AsyncIterator[TriggerEvent]:
+        from shared_stream.subscriber import reject_shared_stream_event  # where it runs
+
         async for message in shared_stream:
             try:
                 matched = self.matches(message)

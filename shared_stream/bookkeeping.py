@@ -32,7 +32,9 @@ so they are exact whether or not the moves were counted.
 An event is resolved when every subscriber of its snapshot resolved it (at once when the
 snapshot is empty). Each event belongs to a lane; the resolved prefix of a lane (its oldest
 events, up to the first unresolved one) is dispatched as one ``AdvanceBatch``, and at most
-one batch is in flight per group: the next is dispatched by ``advance_done``.
+one batch is in flight per group: the next is dispatched by ``advance_done``. The events,
+their counts and lanes are kept by ``lanes.EventLanes``; this module keeps the subscribers,
+their cursors and bindings, and decides who resolved what.
 
 Timeouts are deadlines, not timers: ``check_timeouts(now)`` fails every subscriber whose
 oldest unresolved event was broadcast ``ack_timeout_s`` or more before ``now`` (one that
@@ -49,8 +51,7 @@ awaits, reads a clock or does I/O.
 from __future__ import annotations
 
 import itertools
-from collections import deque
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from shared_stream.effects import (
     AbandonEvents,
@@ -61,7 +62,7 @@ from shared_stream.effects import (
     FailSubscriber,
     ReleaseBindings,
 )
-from shared_stream.producer import AdvanceItem, AdvanceOutcome
+from shared_stream.lanes import ACKED, FAILED, NO_EFFECTS, REJECTED, EventLanes
 
 if TYPE_CHECKING:
     from collections.abc import Hashable, Iterable, Iterator, Sequence
@@ -76,47 +77,6 @@ __all__ = (
     "FailSubscriber",
     "ReleaseBindings",
 )
-
-
-NO_EFFECTS: Final[tuple[Effect, ...]] = ()
-_ACKED: Final = 0
-# Outcomes are immutable: one object per (acked, failed, rejected) is shared by every
-# event advanced with those counts (a frozen dataclass costs ~1 us to build, per event).
-_OUTCOMES: Final[dict[tuple[int, int, int], AdvanceOutcome]] = {}
-_OUTCOMES_MAX: Final = 4096
-_FAILED: Final = 1
-_REJECTED: Final = 2
-
-
-def _outcome(counts: tuple[int, int, int]) -> AdvanceOutcome:
-    if len(_OUTCOMES) >= _OUTCOMES_MAX:
-        _OUTCOMES.clear()
-    outcome = _OUTCOMES[counts] = AdvanceOutcome(*counts)
-    return outcome
-
-
-class _Event:
-    __slots__ = (
-        "broadcast_at",
-        "failed",
-        "lane",
-        "payload",
-        "rejected",
-        "seq",
-        "snapshot",
-        "unresolved",
-    )
-
-    def __init__(self, seq: int, payload: Any, lane: Hashable, at: float, snapshot: int) -> None:
-        self.seq = seq
-        self.payload = payload
-        self.lane = lane
-        self.broadcast_at = at
-        self.snapshot = snapshot
-        self.unresolved = snapshot
-        # acked: ``snapshot - failed - rejected`` once resolved (an ack only counts down)
-        self.failed = 0
-        self.rejected = 0
 
 
 class _Subscriber:
@@ -146,15 +106,11 @@ class AckLedger:
             raise ValueError(f"ack_timeout_s must be positive, got {ack_timeout_s!r}")
         self.ack_timeout_s = ack_timeout_s
         self._binding_seqs = binding_seqs if binding_seqs is not None else itertools.count(1)
-        self._event_seqs = itertools.count(1)
-        self._last_seq = 0
-        self._events: dict[int, _Event] = {}  # broadcast, neither dispatched nor abandoned
-        self._lanes: dict[Hashable, deque[_Event]] = {}
-        self._ready: dict[Hashable, None] = {}  # lanes whose head is resolved (ordered set)
+        self._lanes = EventLanes()
+        self._events = self._lanes.events  # read on the hot path (``_catch_up``)
         self._subs: dict[int, _Subscriber] = {}
         self._departed: dict[_Subscriber, None] = {}  # unsubscribed, bindings unconfirmed
         self._bindings: dict[int, tuple[_Subscriber, int]] = {}
-        self._in_flight: AdvanceBatch | None = None
         self._stopped = False
 
     # -- inputs ---------------------------------------------------------------------------
@@ -168,7 +124,7 @@ class AckLedger:
             raise RuntimeError("cannot subscribe to a stopped AckLedger")
         if trigger_id in self._subs:
             raise ValueError(f"trigger {trigger_id!r} is already subscribed")
-        sub = self._subs[trigger_id] = _Subscriber(trigger_id, self._last_seq)
+        sub = self._subs[trigger_id] = _Subscriber(trigger_id, self._lanes.last_seq)
         return sub
 
     def broadcast(
@@ -177,19 +133,8 @@ class AckLedger:
         """A raw event is fanned out to the current subscribers; returns its event seq."""
         if self._stopped:
             raise RuntimeError("cannot broadcast on a stopped AckLedger")
-        seq = next(self._event_seqs)
-        self._last_seq = seq
-        event = _Event(seq, broker_payload, lane, now, len(self._subs))
-        self._events[seq] = event
-        queue = self._lanes.get(lane)
-        if queue is None:
-            queue = self._lanes[lane] = deque()
-        queue.append(event)
-        if event.unresolved:
-            return seq, NO_EFFECTS
-        if len(queue) == 1:
-            self._ready[lane] = None
-        return seq, self._dispatch()
+        seq, resolved = self._lanes.add(broker_payload, lane=lane, at=now, snapshot=len(self._subs))
+        return seq, self._lanes.dispatch() if resolved else NO_EFFECTS
 
     def deliver(self, trigger_id: int, seq: int) -> None:
         """The subscriber's stream yielded event ``seq``: its binding window opens."""
@@ -212,7 +157,7 @@ class AckLedger:
         if sub is None:
             return NO_EFFECTS
         sub.in_window = False
-        return self._dispatch() if self._catch_up(sub) else NO_EFFECTS
+        return self._lanes.dispatch() if self._catch_up(sub) else NO_EFFECTS
 
     def step(self, trigger_id: int, seq: int) -> Sequence[Effect]:
         """``pull`` then ``deliver(seq)`` in one call: the subscriber moved past its current
@@ -226,7 +171,7 @@ class AckLedger:
             )
         sub.position = seq
         sub.in_window = True
-        return self._dispatch() if self._catch_up(sub) else NO_EFFECTS
+        return self._lanes.dispatch() if self._catch_up(sub) else NO_EFFECTS
 
     def catch_up(self, trigger_id: int) -> Sequence[Effect]:
         """Count what the subscriber's stream moved past since its last report (its cursor
@@ -234,7 +179,7 @@ class AckLedger:
         sub = self._subs.get(trigger_id)
         if sub is None:
             return NO_EFFECTS
-        return self._dispatch() if self._catch_up(sub) else NO_EFFECTS
+        return self._lanes.dispatch() if self._catch_up(sub) else NO_EFFECTS
 
     def bind(self, trigger_id: int) -> int | None:
         """The subscriber's filter yielded a trigger event; returns the binding seq to confirm.
@@ -264,7 +209,7 @@ class AckLedger:
         for seq in seqs:
             if confirm(seq):
                 ready = True
-        return self._dispatch() if ready else NO_EFFECTS
+        return self._lanes.dispatch() if ready else NO_EFFECTS
 
     def confirm_binding(self, seq: int) -> bool:
         """``confirm_persisted((seq,))`` without the dispatch: True when this made a lane's
@@ -286,11 +231,11 @@ class AckLedger:
             del departed[sub]
         if event_seq > sub.counted:
             return False  # not counted yet (maybe still processed): acked when it is
-        return self._resolve(self._events[event_seq], _ACKED)
+        return self._lanes.resolve(event_seq, ACKED)
 
     def dispatch(self) -> Sequence[Effect]:
         """The next ready batch, unless one is in flight (after ``confirm_binding``)."""
-        return self._dispatch()
+        return self._lanes.dispatch()
 
     def refuse_persisted(self, seqs: Iterable[int]) -> tuple[int, Sequence[Effect]]:
         """The store refused the trigger events bound under these seqs (e.g. a payload over
@@ -313,9 +258,9 @@ class AckLedger:
                 del self._departed[sub]
             if event_seq > sub.counted:  # open in its window: moving past it counts nothing
                 sub.counted = event_seq
-            self._resolve(self._events[event_seq], _REJECTED)
+            self._lanes.resolve(event_seq, REJECTED)
             rejected += 1
-        return rejected, self._with(released, self._dispatch()) if rejected else NO_EFFECTS
+        return rejected, self._with(released, self._lanes.dispatch()) if rejected else NO_EFFECTS
 
     def reject(self, trigger_id: int) -> Sequence[Effect]:
         """The subscriber refused its current event: resolved as rejected, at once."""
@@ -326,8 +271,8 @@ class AckLedger:
         sub.counted = sub.position  # moving past it later counts nothing more
         pending = sub.bound.pop(sub.position, None)
         released = () if pending is None else self._release(_seqs_of(pending))
-        self._resolve(self._events[sub.position], _REJECTED)
-        return self._with(released, self._dispatch())
+        self._lanes.resolve(sub.position, REJECTED)
+        return self._with(released, self._lanes.dispatch())
 
     def unsubscribe(self, trigger_id: int, *, failed: bool = False) -> Sequence[Effect]:
         """The subscriber left: it moved past its current event, undelivered ones fail.
@@ -340,14 +285,13 @@ class AckLedger:
         if sub is None:
             return NO_EFFECTS
         if failed:
-            return self._with(self._fail_all(sub, undelivered=True), self._dispatch())
+            return self._with(self._fail_all(sub, undelivered=True), self._lanes.dispatch())
         self._catch_up(sub, through=sub.position)  # it moved past its current event
         sub.in_window = False
-        for seq in range(sub.position + 1, self._last_seq + 1):
-            self._resolve(self._events[seq], _FAILED)
+        self._lanes.fail_after(sub.position)
         if sub.bound:
             self._departed[sub] = None  # its bindings may still be confirmed (or time out)
-        return self._dispatch()
+        return self._lanes.dispatch()
 
     def fail_subscriber(self, trigger_id: int, reason: FailReason) -> Sequence[Effect]:
         """Force-fail a subscriber (overflow, timeout): every event it has not resolved fails."""
@@ -355,7 +299,7 @@ class AckLedger:
         if sub is None:
             return NO_EFFECTS
         released = self._fail_all(sub, undelivered=True)
-        return self._with((FailSubscriber(trigger_id, reason), *released), self._dispatch())
+        return self._with((FailSubscriber(trigger_id, reason), *released), self._lanes.dispatch())
 
     def check_timeouts(self, now: float) -> Sequence[Effect]:
         """Fail every subscriber whose oldest unresolved event is ``ack_timeout_s`` old or more.
@@ -375,14 +319,11 @@ class AckLedger:
             del self._departed[sub]
             effects.append(ExpireDeparted(sub.trigger_id, len(sub.bound)))
             effects.extend(self._fail_all(sub, undelivered=False))
-        return self._with(tuple(effects), self._dispatch())
+        return self._with(tuple(effects), self._lanes.dispatch())
 
     def advance_done(self, batch: AdvanceBatch) -> Sequence[Effect]:
         """``producer.advance(batch.items)`` returned: dispatch the next ready batch, if any."""
-        if batch is not self._in_flight:
-            raise ValueError(f"{batch!r} is not the advance in flight ({self._in_flight!r})")
-        self._in_flight = None
-        return self._dispatch()
+        return self._lanes.advance_done(batch)
 
     def stop(self, *, drain: bool = True) -> Sequence[Effect]:
         """Freeze the group: abandon unresolved events; ``drain`` keeps resolved prefixes."""
@@ -395,50 +336,28 @@ class AckLedger:
         self._bindings.clear()
         self._subs.clear()
         self._departed.clear()
-        abandoned: list[int] = []
-        for lane, queue in list(self._lanes.items()):
-            keep = 0
-            if drain:
-                while keep < len(queue) and queue[keep].unresolved == 0:
-                    keep += 1
-            while len(queue) > keep:
-                abandoned.append(queue.pop().seq)
-            if not queue:
-                del self._lanes[lane]
-        for seq in abandoned:
-            del self._events[seq]
-        if not drain:
-            self._ready.clear()
-            self._in_flight = None
+        abandoned = self._lanes.abandon(drain=drain)
         effects: list[Effect] = []
         if released:
             effects.append(ReleaseBindings(released))
         if abandoned:
-            effects.append(AbandonEvents(tuple(sorted(abandoned))))
-        return self._with(tuple(effects), self._dispatch())
+            effects.append(AbandonEvents(abandoned))
+        return self._with(tuple(effects), self._lanes.dispatch())
 
     # -- questions ------------------------------------------------------------------------
 
-    def is_stopped(self) -> bool:
-        """True once ``stop()`` was called."""
-        return self._stopped
-
     def is_drained(self) -> bool:
         """True when stopped and nothing is in flight or left to advance."""
-        return self._stopped and self._in_flight is None and not self._lanes
+        return self._stopped and self._lanes.is_empty()
 
     def is_in_window(self, trigger_id: int) -> bool:
         """True while the subscriber processes an event it has not resolved yet."""
         sub = self._subs.get(trigger_id)
         return sub is not None and sub.in_window and sub.counted < sub.position
 
-    def is_subscribed(self, trigger_id: int) -> bool:
-        """True while the subscriber is in the snapshot of new broadcasts."""
-        return trigger_id in self._subs
-
     def has_advance_in_flight(self) -> bool:
         """True between a dispatched ``AdvanceBatch`` and its ``advance_done``."""
-        return self._in_flight is not None
+        return self._lanes.in_flight is not None
 
     def next_deadline(self) -> float | None:
         """When ``check_timeouts`` may next fail someone (None: nothing is unresolved).
@@ -473,11 +392,7 @@ class AckLedger:
 
         O(lanes): what ``sluice streams list`` and the metrics show as backlog per lane.
         """
-        counts = {lane: len(queue) for lane, queue in self._lanes.items()}
-        flight = self._in_flight
-        if flight is not None:
-            counts[flight.lane] = counts.get(flight.lane, 0) + len(flight.seqs)
-        return counts
+        return self._lanes.outstanding_by_lane()
 
     def oldest_unresolved_at(self) -> float | None:
         """When the oldest event some subscriber of its snapshot has not resolved was broadcast.
@@ -488,40 +403,23 @@ class AckLedger:
         """
         oldest: float | None = None
         for sub in itertools.chain(self._subs.values(), self._departed):
-            event = self._oldest_unresolved_of(sub)
-            if event is not None and (oldest is None or event.broadcast_at < oldest):
-                oldest = event.broadcast_at
+            at = self._oldest_unresolved_at(sub)
+            if at is not None and (oldest is None or at < oldest):
+                oldest = at
         return oldest
 
     def __repr__(self) -> str:
-        flight = self._in_flight
-        in_flight = "none" if flight is None else f"lane={flight.lane!r}x{len(flight.seqs)}"
         return (
             f"<AckLedger subscribers={len(self._subs)} departed={len(self._departed)} "
-            f"outstanding={len(self._events)} lanes={len(self._lanes)} ready={len(self._ready)} "
-            f"bindings={len(self._bindings)} in_flight={in_flight} last_seq={self._last_seq} "
-            f"stopped={self._stopped}>"
+            f"bindings={len(self._bindings)} stopped={self._stopped} {self._lanes!r}>"
         )
 
     # -- internals ------------------------------------------------------------------------
 
-    def _resolve(self, event: _Event, how: int) -> bool:
-        """Count one subscriber's resolution; True when it made its lane's head ready."""
-        if how == _FAILED:
-            event.failed += 1
-        elif how == _REJECTED:
-            event.rejected += 1
-        # acked: nothing to count (``snapshot - failed - rejected``)
-        event.unresolved -= 1
-        if event.unresolved == 0 and self._lanes[event.lane][0] is event:
-            self._ready[event.lane] = None
-            return True
-        return False
-
     def _catch_up(self, sub: _Subscriber, through: int | None = None) -> bool:
         """Count the events ``sub`` moved past (up to ``through``, by default all of them):
         each one without a binding is acked, a bound one waits for its confirmations.
-        True when this made a lane's head ready (``_dispatch`` must follow)."""
+        True when this made a lane's head ready (a dispatch must follow)."""
         if through is None:
             through = sub.position - 1 if sub.in_window else sub.position
         seq = sub.counted
@@ -530,42 +428,16 @@ class AckLedger:
         sub.counted = through
         bound = sub.bound
         events = self._events
-        lanes = self._lanes
         ready = False
-        while seq < through:
+        while seq < through:  # each event moved past without a binding is acked
             seq += 1
             if seq in bound:
                 continue  # resolves when its last binding is confirmed
             event = events[seq]
-            event.unresolved -= 1
-            if not event.unresolved and lanes[event.lane][0] is event:
-                self._ready[event.lane] = None
+            event.unresolved -= 1  # ``EventLanes.resolve(seq, ACKED)``, without a call each
+            if not event.unresolved and self._lanes.resolved(event):
                 ready = True
         return ready
-
-    def _dispatch(self) -> Sequence[Effect]:
-        if self._in_flight is not None or not self._ready:
-            return NO_EFFECTS
-        lane = next(iter(self._ready))
-        del self._ready[lane]
-        queue = self._lanes[lane]
-        items: list[AdvanceItem] = []
-        seqs: list[int] = []
-        outcomes = _OUTCOMES
-        while queue and queue[0].unresolved == 0:
-            event = queue.popleft()
-            del self._events[event.seq]
-            failed, rejected = event.failed, event.rejected
-            counts = (event.snapshot - failed - rejected, failed, rejected)
-            outcome = outcomes.get(counts)
-            if outcome is None:
-                outcome = _outcome(counts)
-            items.append(AdvanceItem(event.payload, outcome))
-            seqs.append(event.seq)
-        if not queue:
-            del self._lanes[lane]
-        batch = self._in_flight = AdvanceBatch(lane, tuple(items), tuple(seqs))
-        return (batch,)
 
     def _fail_all(self, sub: _Subscriber, *, undelivered: bool) -> tuple[Effect, ...]:
         """Resolve as failed every event ``sub`` has not resolved; release its bindings.
@@ -573,14 +445,14 @@ class AckLedger:
         What it moved past without a binding is acked first: it did finish those."""
         self._catch_up(sub)
         released: list[int] = []
+        lanes = self._lanes
         for event_seq, pending in sub.bound.items():
-            self._resolve(self._events[event_seq], _FAILED)
+            lanes.resolve(event_seq, FAILED)
             released.extend(_seqs_of(pending))
         if sub.in_window and sub.counted < sub.position and sub.position not in sub.bound:
-            self._resolve(self._events[sub.position], _FAILED)
+            lanes.resolve(sub.position, FAILED)
         if undelivered:
-            for seq in range(sub.position + 1, self._last_seq + 1):
-                self._resolve(self._events[seq], _FAILED)
+            lanes.fail_after(sub.position)
         sub.bound = {}
         sub.in_window = False
         sub.counted = sub.position
@@ -592,19 +464,20 @@ class AckLedger:
             del self._bindings[seq]
         return (ReleaseBindings(released),) if released else ()
 
-    def _oldest_unresolved_of(self, sub: _Subscriber) -> _Event | None:
+    def _oldest_unresolved_at(self, sub: _Subscriber) -> float | None:
         # from the cursor and the bindings: exact whether or not its moves were counted
+        events = self._events
         if sub.bound:
-            return self._events[next(iter(sub.bound))]
+            return events[next(iter(sub.bound))].broadcast_at
         if sub.in_window and sub.counted < sub.position:
-            return self._events[sub.position]
-        if sub.position < self._last_seq:
-            return self._events[sub.position + 1]
+            return events[sub.position].broadcast_at
+        if sub.position < self._lanes.last_seq:
+            return events[sub.position + 1].broadcast_at
         return None
 
     def _has_expired(self, sub: _Subscriber, now: float) -> bool:
-        event = self._oldest_unresolved_of(sub)
-        return event is not None and now - event.broadcast_at >= self.ack_timeout_s
+        at = self._oldest_unresolved_at(sub)
+        return at is not None and now - at >= self.ack_timeout_s
 
     @staticmethod
     def _with(first: Sequence[Effect], second: Sequence[Effect]) -> Sequence[Effect]:

@@ -1,26 +1,20 @@
-"""One shared-stream group: the poll, the fan-out, and (ack mode) the advancer and timer.
+"""One shared-stream group: its subscribers, the fan-out, and (ack mode) its ledger.
 
-``SharedStreamGroup.run()`` is the group's task (named ``shared-stream-poll[<key repr>]``).
-It polls the upstream and fans each raw event out to every subscriber's bounded queue; in
-ack mode it also runs one advancer task (at most one ``advance`` in flight, see
-``advancer``) and one timer task (ack timeouts by deadline, see ``timer``).
-
-The group owns its subscribers' streams, its counters and, in ack mode, its ``AckLedger``:
-it alone feeds the ledger (the manager's calls, and what its streams report through
-``subscriber.GroupPort``) and carries out the effects the ledger returns, never awaiting
-between the two. All bookkeeping is the ledger's; this module only awaits I/O.
+The group fans each raw event its task polls (``group_task.GroupTask``, which ``run()``
+runs) out to every subscriber's bounded queue. It owns its subscribers' streams, its
+counters and, in ack mode, its ``AckLedger``: it alone feeds the ledger (the manager's
+calls, what its streams report through ``subscriber.GroupPort`` and what its task reports
+through ``group_task.TaskPort``) and carries out the effects the ledger returns, never
+awaiting between the two. All bookkeeping is the ledger's; nothing here awaits but ``run``.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
-import anyio.lowlevel
 
-from shared_stream.advancer import AdvanceSlot, send_advance
 from shared_stream.bookkeeping import AckLedger
 from shared_stream.effects import (
     AbandonEvents,
@@ -36,14 +30,14 @@ from shared_stream.exceptions import (
     SharedStreamTerminated,
     SubscriberOverflow,
 )
+from shared_stream.group_task import GroupTask
 from shared_stream.keys import UnstableKeyError, stream_key_digest
 from shared_stream.stats import GroupCounters
-from shared_stream.subscriber import SubscriberStream, forget_current_stream
-from shared_stream.timer import DeadlineTimer
+from shared_stream.subscriber import SubscriberStream
 from triggers.exceptions import is_reported_by_the_trigger
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+    from collections.abc import Callable, Hashable, Sequence
 
     from shared_stream.effects import Effect
     from shared_stream.producer import SharedStreamProducer
@@ -53,10 +47,6 @@ if TYPE_CHECKING:
     from triggers.base import BaseEventTrigger
 
 logger = logging.getLogger(__name__)
-
-# The poll yields to the subscribers after this many broadcasts at most (or as soon as a
-# queue is half full): bursts are fanned out in batches, each subscriber wakes once per batch.
-YIELD_EVERY_EVENTS: Final = 64
 
 
 class SharedStreamGroup:
@@ -103,18 +93,12 @@ class SharedStreamGroup:
             self.confirm_binding = ledger.confirm_binding
             self.dispatch = ledger.dispatch
         self.streams: dict[int, SubscriberStream] = {}
-        self.producer: SharedStreamProducer | None = None
         self.stopping = False
         self.terminated = False
         self.error: BaseException | None = None  # what terminated the group
         self.finished = anyio.Event()
-        self._scope = anyio.CancelScope()  # the whole group (terminate, forced stop)
-        self._poll_scope = anyio.CancelScope()
-        self._timer_scope = anyio.CancelScope()
-        self._slot = AdvanceSlot(settings.clock)
-        self._timer = DeadlineTimer(settings.clock)
         self.counters = GroupCounters()
-        self._drain_deadline = math.inf
+        self.task = GroupTask(self)
         # the queue length from which the poll yields to the subscribers (half full)
         self._crowded_at = (settings.max_queue + 1) // 2 - 1
 
@@ -195,7 +179,7 @@ class SharedStreamGroup:
         ``dispatch`` and ``catch_up`` returned)."""
         for effect in effects:
             if isinstance(effect, AdvanceBatch):
-                self._slot.put(effect)
+                self.task.slot.put(effect)
             elif isinstance(effect, FailSubscriber):
                 self._fail_subscriber(effect.trigger_id, effect.reason)
             elif isinstance(effect, ReleaseBindings):
@@ -318,7 +302,10 @@ class SharedStreamGroup:
             else:
                 self.carry_out(self.ledger.fail_subscriber(trigger_id, FailReason.OVERFLOW))
 
-    def _broadcast(self, raw: Any, broker_payload: Any, producer: SharedStreamProducer) -> bool:
+    def broadcast(self, item: tuple[Any, Any], producer: SharedStreamProducer) -> bool:
+        """Ack mode: a raw event and its broker payload, polled from ``producer``: into the
+        ledger, then out to the subscribers (see ``fan_out``)."""
+        raw, broker_payload = item
         ledger = self.ledger
         assert ledger is not None
         lane = producer.get_advance_lane(broker_payload)
@@ -326,35 +313,27 @@ class SharedStreamGroup:
         crowded = self.fan_out(seq, raw)
         if effects:
             self.carry_out(effects)
-        self._timer.poke()
+        self.task.timer.poke()
         return crowded
+
+    def next_deadline(self) -> float | None:
+        """Ack mode: when the ledger may next time a subscriber out."""
+        assert self.ledger is not None
+        return self.ledger.next_deadline()
+
+    def advanced(self, batch: AdvanceBatch, elapsed_s: float) -> None:
+        """Ack mode: ``producer.advance`` returned for ``batch``, dispatched ``elapsed_s`` ago."""
+        assert self.ledger is not None
+        self.counters.count_advance(len(batch.seqs), elapsed_s)
+        self.carry_out(self.ledger.advance_done(batch))
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def run(self) -> None:
         """The group's task: poll until stopped or failed, then close the producer."""
-        forget_current_stream()  # inherited from the subscribing task; not ours
         try:
-            with self._scope:
-                async with anyio.create_task_group() as tg:
-                    if self.ledger is not None:
-                        tg.start_soon(
-                            self._advance_loop, name=f"shared-stream-advance[{self.key!r}]"
-                        )
-                        tg.start_soon(self._timer_loop, name=f"shared-stream-timer[{self.key!r}]")
-                    with self._poll_scope:
-                        await self._poll()
-            if self._scope.cancelled_caught and not self.terminated:
-                logger.warning(
-                    "Shared stream group key=%r did not drain within the stop grace period of "
-                    "%ss; cancelled it (events not advanced yet are redelivered)",
-                    self.key,
-                    self.settings.stop_grace_s,
-                    extra={"action": "shared_stream.drain_timeout"},
-                )
+            await self.task.run()
         finally:
-            with anyio.CancelScope(shield=True):
-                await self._close_producer()
             self.finished.set()
 
     def begin_stop(self, reason: str) -> None:
@@ -365,8 +344,6 @@ class SharedStreamGroup:
         if self.stopping:
             return
         self.stopping = True
-        self._drain_deadline = anyio.current_time() + self.settings.stop_grace_s
-        self._scope.deadline = self._drain_deadline
         for stream in self.streams.values():
             stream.fail(
                 SharedStreamTerminated(f"shared stream key={self.key!r} {reason}"), drain=False
@@ -374,9 +351,7 @@ class SharedStreamGroup:
         self.streams.clear()
         if self.ledger is not None:
             self.carry_out(self.ledger.stop(drain=True))
-        self._poll_scope.cancel()
-        self._timer_scope.cancel()
-        self._slot.wake()
+        self.task.stop()
 
     def terminate(self, error: BaseException) -> None:
         """The group failed: subscribers get ``error``, nothing more is advanced."""
@@ -405,112 +380,7 @@ class SharedStreamGroup:
         self.streams.clear()
         if self.ledger is not None:
             self.carry_out(self.ledger.stop(drain=False))
-        self._slot.clear()
-        self._scope.cancel()
-
-    async def _poll(self) -> None:
-        try:
-            if self.settings.cohort_grace_s > 0:
-                await anyio.sleep(self.settings.cohort_grace_s)
-            if self.ledger is None:
-                await self._poll_source()
-            else:
-                await self._poll_producer()
-        except Exception as exc:  # noqa: BLE001 - user-code boundary: any error ends the group
-            if not self.stopping:
-                self.terminate(exc)
-            else:
-                logger.warning(
-                    "Shared stream poll key=%r raised while stopping: %r",
-                    self.key,
-                    exc,
-                    extra={"action": "shared_stream.poll_error_on_stop"},
-                )
-            return
-        if self.stopping:
-            return
-        self.terminate(
-            SharedStreamTerminated(
-                f"the shared stream poll of key={self.key!r} ended; open_shared_stream() / "
-                "open_stream() must yield for the group's whole lifetime (loop forever)"
-            )
-        )
-
-    async def _poll_source(self) -> None:
-        stream = self.trigger_cls.open_shared_stream(self.kwargs)
-        unyielded = 0
-        try:
-            async for raw in stream:
-                self.counters.events_polled += 1
-                unyielded += 1
-                if self.fan_out(0, raw) or unyielded >= YIELD_EVERY_EVENTS:
-                    unyielded = 0
-                    await anyio.lowlevel.checkpoint()
-        finally:
-            await _aclose(stream)
-
-    async def _poll_producer(self) -> None:
-        producer = self.producer = self.trigger_cls.create_shared_stream_producer(self.kwargs)
-        stream = producer.open_stream()
-        unyielded = 0
-        try:
-            async for raw, broker_payload in stream:
-                self.counters.events_polled += 1
-                unyielded += 1
-                if (
-                    self._broadcast(raw, broker_payload, producer)
-                    or unyielded >= YIELD_EVERY_EVENTS
-                ):
-                    unyielded = 0
-                    await anyio.lowlevel.checkpoint()
-        finally:
-            await _aclose(stream)
-
-    async def _advance_loop(self) -> None:
-        ledger = self.ledger
-        assert ledger is not None
-        while True:
-            taken = self._slot.take()
-            if taken is None:
-                if self.stopping:
-                    return
-                await self._slot.wait()
-                continue
-            batch, dispatched_at = taken
-            producer = self.producer
-            assert producer is not None
-            drain_deadline = self._drain_deadline if self.stopping else None
-            try:
-                completed = await send_advance(producer, batch, drain_deadline=drain_deadline)
-            except Exception as exc:  # noqa: BLE001 - user-code boundary: any error ends the group
-                self.terminate(exc)
-                return
-            if not completed or self.terminated:
-                return
-            self.counters.count_advance(len(batch.seqs), self.settings.clock() - dispatched_at)
-            self.carry_out(ledger.advance_done(batch))
-
-    async def _timer_loop(self) -> None:
-        ledger = self.ledger
-        assert ledger is not None
-        with self._timer_scope:
-            while True:
-                if await self._timer.wait_until(ledger.next_deadline()):
-                    self.check_timeouts(self.settings.clock())
-
-    async def _close_producer(self) -> None:
-        producer = self.producer
-        if producer is None:
-            return
-        with anyio.move_on_after(self.settings.stop_grace_s):
-            try:
-                await producer.aclose()
-            except Exception:
-                logger.exception(
-                    "Closing the producer of shared stream key=%r failed",
-                    self.key,
-                    extra={"action": "shared_stream.aclose_failed"},
-                )
+        self.task.cancel()
 
     def __repr__(self) -> str:
         state = "terminated" if self.terminated else "stopping" if self.stopping else "running"
@@ -532,12 +402,6 @@ def _no_effects(*args: object) -> Sequence[Effect]:
 def _nothing_bound(seq: int) -> bool:
     """Fast mode: no binding seq was handed out."""
     return False
-
-
-async def _aclose(stream: AsyncIterator[Any]) -> None:
-    aclose = getattr(stream, "aclose", None)
-    if aclose is not None:
-        await aclose()
 
 
 def _digest(key: Hashable) -> str | None:

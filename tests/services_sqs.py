@@ -81,7 +81,7 @@ def start_moto(log: Path) -> tuple[subprocess.Popen[bytes], str]:
             pytest.fail(
                 f"the moto SQS server did not start on {url} (exit code {proc.returncode}); "
                 f"its output is in {log}. It needs the packages moto, flask and flask-cors "
-                "(`pip install -e '.[test]'`)",
+                "(the dev group: `make .venv/.installed`, as `make test` does)",
                 pytrace=False,
             )
         time.sleep(0.05)

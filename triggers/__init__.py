@@ -2,7 +2,10 @@
 
 A trigger waits for something outside (a moment, a file, a message) and yields
 ``TriggerEvent``s; see ``triggers.base`` for the contract. Test doubles live in
-``triggers.testing`` and the storage format in ``triggers.serde``.
+``triggers.testing``, the storage format in ``triggers.serde``, which extra of the ``sluice``
+distribution installs which client in ``triggers.extras``, and what the lazily loading
+packages share in ``triggers.lazy``. Imports nothing of ``shared_stream``, ``producers`` or
+``engine`` (but the type of ``create_shared_stream_producer``); every other package imports it.
 
 The names below load on first use (PEP 562 ``__getattr__``): ``import triggers.base`` (what
 every task step and DAG file parse needs) does not pay for anyio, asyncio and watchfiles,
@@ -12,10 +15,9 @@ which only the triggers that run in the triggerer import. ``from triggers import
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
-from triggers.lazy import submodule
+from triggers.lazy import load_on_first_use
 
 if TYPE_CHECKING:
     from triggers.base import (
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
         classpath_of,
     )
     from triggers.exceptions import (
+        MissingExtraError,
         SerializationError,
         TriggerContractError,
         TriggerError,
@@ -50,6 +53,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "DirectoryWatchTrigger": "triggers.watch",
     "FileDeleteTrigger": "triggers.file",
     "FileTrigger": "triggers.file",
+    "MissingExtraError": "triggers.exceptions",
     "SerializationError": "triggers.exceptions",
     "StartTriggerArgs": "triggers.base",
     "TaskFailedEvent": "triggers.base",
@@ -73,6 +77,7 @@ __all__: tuple[str, ...] = (
     "DirectoryWatchTrigger",
     "FileDeleteTrigger",
     "FileTrigger",
+    "MissingExtraError",
     "SerializationError",
     "StartTriggerArgs",
     "TaskFailedEvent",
@@ -89,15 +94,4 @@ __all__: tuple[str, ...] = (
 
 
 if not TYPE_CHECKING:  # type checkers read the imports above: a misspelt name is an error
-
-    def __getattr__(name: str) -> Any:
-        module = _MODULE_OF.get(name)
-        if module is None:  # a submodule not imported yet (``triggers.temporal``, ...)
-            return submodule(__name__, name)
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value  # the next access is a plain attribute
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    __getattr__, __dir__ = load_on_first_use(__name__, _MODULE_OF)

@@ -19,6 +19,12 @@ class TriggerContractError(TriggerError):
     """A trigger broke its contract (e.g. ``run()`` returned instead of yielding)."""
 
 
+class MissingExtraError(TriggerError, ImportError):
+    """A package this code needs is not installed: the message names what needs it, the
+    package and the extra of the ``sluice`` distribution that installs it
+    (``triggers.extras``). Installing the extra fixes it; retrying does not."""
+
+
 class UpstreamUnavailable(TriggerError):
     """What a trigger reads (a broker, an endpoint) cannot be reached now; retrying may work.
 

@@ -11,6 +11,7 @@ import click
 
 from engine.cli.common import fail, get_config
 from engine.exceptions import SluiceError
+from triggers.extras import missing_extra
 
 
 @click.group()
@@ -62,6 +63,9 @@ def worker(
     """Run a Celery worker: it takes the tries `sluice run` sends to its queues and runs
     each with the same task runner as the local executor. SIGTERM stops it after its
     running tries finished."""
+    problem = missing_extra("celery", needed_by="sluice celery worker")
+    if problem is not None:
+        fail(problem)
     from engine.executor.celery.worker import run_worker
 
     cfg = get_config(ctx)

@@ -21,6 +21,7 @@ from engine.cli.why import dags_why
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="sluice", prog_name="sluice", message="%(prog)s %(version)s")
 @click.option("--log-level", default=None, help="Override [logging] level.")
 @click.option(
     "--log-format", type=click.Choice(["text", "json"]), default=None, help="Log line format."

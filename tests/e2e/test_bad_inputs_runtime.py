@@ -988,7 +988,8 @@ def _broker_down_at_start(request: pytest.FixtureRequest) -> None:
     The watcher's bootstrap address is a proxy that refuses connections until the broker
     runs and has its topic; then the proxy opens (the broker advertises its own address, so
     only the bootstrap goes through the proxy)."""
-    from producers import kafka_trigger  # noqa: F401 - fail early if the extra is missing
+    import aiokafka  # noqa: F401 - fail early if the kafka extra is missing
+
     from tests import services_kafka
 
     tmp = request.getfixturevalue("tmp_path")

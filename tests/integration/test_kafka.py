@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
 
-    from producers.kafka_client import KafkaMessage
+    from producers.kafka_messages import KafkaMessage
     from tests.services_kafka import KafkaBroker
 
 pytestmark = pytest.mark.integration

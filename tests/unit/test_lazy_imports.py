@@ -11,6 +11,8 @@ import pytest
 
 import engine
 import engine.authoring
+import producers
+import shared_stream
 import triggers
 
 
@@ -36,7 +38,7 @@ def test_a_name_loads_only_its_module() -> None:
     assert _loaded(code, ("anyio", "watchfiles", "engine.authoring.external_task")) == []
 
 
-@pytest.mark.parametrize("package", [engine, engine.authoring, triggers])
+@pytest.mark.parametrize("package", [engine, engine.authoring, triggers, shared_stream, producers])
 def test_every_public_name_resolves(package) -> None:
     for name in package.__all__:
         assert getattr(package, name) is not None, name
@@ -52,7 +54,7 @@ def test_task_carries_its_decorators() -> None:
 def test_a_submodule_is_an_attribute_and_a_missing_name_an_attribute_error() -> None:
     assert engine.authoring.dag.__name__ == "engine.authoring.dag"  # the module, not @dag
     assert callable(engine.dag) and engine.dag.__module__ == "engine.authoring.decorators"
-    for package in (engine, engine.authoring, triggers):
+    for package in (engine, engine.authoring, triggers, shared_stream, producers):
         with pytest.raises(AttributeError):
             package.NoSuchName  # noqa: B018
 

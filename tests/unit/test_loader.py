@@ -3,12 +3,12 @@ from __future__ import annotations
 import importlib
 import sys
 import textwrap
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from engine.exceptions import TriggerClassNotAllowedError, TriggerLoadError
-from engine.loader import build_trigger, import_trigger_class, is_module_allowed
+from engine.loader import import_trigger_class, instantiate_trigger, is_module_allowed
 from triggers.base import BaseTrigger
 
 if TYPE_CHECKING:
@@ -16,6 +16,13 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 ALLOWED = ("triggers", "producers.kafka")
+
+
+def build(classpath: str, kwargs: dict[str, object], **where: Any) -> BaseTrigger:
+    """What the triggerer does with a row: import the class (allowed modules only), then
+    instantiate it."""
+    return instantiate_trigger(import_trigger_class(classpath, **where), classpath, kwargs)
+
 
 ECHO_PLUGIN = """
 from triggers.base import BaseTrigger, TriggerEvent
@@ -150,7 +157,7 @@ def test_plugin_module_is_imported_and_built(plugins: Path) -> None:
     assert issubclass(cls, BaseTrigger)
     assert sys.modules["echo_plugin"].__file__ == str(plugins / "echo_plugin.py")
 
-    trigger = build_trigger(
+    trigger = build(
         "pkg_plugin.echo.EchoTrigger",
         {"message": "hi"},
         allowed=ALLOWED,
@@ -158,7 +165,7 @@ def test_plugin_module_is_imported_and_built(plugins: Path) -> None:
     )
     classpath, kwargs = trigger.serialize()
     assert (classpath, kwargs) == ("pkg_plugin.echo.EchoTrigger", {"message": "hi"})
-    assert build_trigger(classpath, kwargs, allowed=ALLOWED, plugins_folder=plugins) == trigger
+    assert build(classpath, kwargs, allowed=ALLOWED, plugins_folder=plugins) == trigger
     assert sys.path.count(str(plugins)) == 1
 
 
@@ -200,7 +207,7 @@ def test_plugin_named_like_an_imported_module_is_refused(plugins: Path) -> None:
 
 def test_bad_kwargs_name_the_class_and_error_but_not_values(plugins: Path) -> None:
     with pytest.raises(TriggerLoadError) as info:
-        build_trigger(
+        build(
             "echo_plugin.EchoTrigger",
             {"message": "x", "password": "s3cret-value"},
             allowed=ALLOWED,

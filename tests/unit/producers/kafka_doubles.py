@@ -7,7 +7,7 @@ from typing import Any
 import anyio
 
 from producers import KafkaSharedStreamProducer
-from producers.kafka_client import KafkaConnection
+from producers.kafka_settings import KafkaSettings
 
 
 class RecordingConsumer:
@@ -18,14 +18,14 @@ class RecordingConsumer:
         self.commits.extend((tp.partition, offset) for tp, offset in offsets.items())
 
 
-def recording_producer(**kwargs: Any) -> tuple[KafkaSharedStreamProducer, RecordingConsumer]:
+def recording_producer(
+    *, on_unclean: str | None = None, **kwargs: Any
+) -> tuple[KafkaSharedStreamProducer, RecordingConsumer]:
     """A producer of group ``g`` on topic ``orders`` whose consumer records its commits."""
-    producer = KafkaSharedStreamProducer(
-        connection=KafkaConnection(bootstrap_servers=("b:9092",)),
-        group_id="g",
-        topics=["orders"],
-        **kwargs,
+    settings = KafkaSettings(
+        bootstrap_servers=("b:9092",), group_id="g", topics=("orders",), on_unclean=on_unclean
     )
+    producer = KafkaSharedStreamProducer(settings, **kwargs)
     consumer = RecordingConsumer()
     producer._consumer = consumer  # what open_stream would have started
     producer._progress = anyio.Event()

@@ -7,6 +7,7 @@ import contextvars
 import json
 import logging
 from collections import deque
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,17 +28,20 @@ from producers.exceptions import (
     UncleanEventError,
 )
 from producers.kafka_bootstrap import capture_bootstrap_errors
-from producers.kafka_client import KafkaConnection, KafkaOffset, translate_kafka_error
 from producers.kafka_codec import Undecodable, decoded_value, event_payload
+from producers.kafka_errors import translate_kafka_error
+from producers.kafka_messages import KafkaOffset
 from producers.kafka_partitions import PartitionBook
-from producers.kafka_settings import dead_letter_headers, resolve_on_unclean
+from producers.kafka_settings import KafkaSettings, resolve_on_unclean
+from producers.kafka_unclean import dead_letter_headers
 from shared_stream.producer import AdvanceItem, AdvanceOutcome
 from tests.unit.producers.kafka_doubles import RecordingConsumer, recording_producer
 from triggers.base import TriggerEvent
 from triggers.exceptions import SerializationError
-from triggers.serde import is_plain_json
+from triggers.serde import dumps_kwargs, is_plain_json, loads_kwargs
 
 BASE: dict[str, Any] = {"topics": ["orders"], "bootstrap_servers": "b:9092", "group_id": "g"}
+ORDERS = KafkaSettings(topics=("orders",), group_id="g", bootstrap_servers=("b:9092",))
 
 
 def msg(
@@ -207,6 +211,69 @@ def test_serialize_round_trips_and_siblings_share_one_key() -> None:
     assert producer.get_advance_lane(KafkaOffset("orders", 3, 9)) == ("orders", 3)
 
 
+# Trigger kwargs exactly as the trigger rows of users' databases hold them (written by
+# KafkaMessageTrigger.serialize() before its settings became a KafkaSettings): each must
+# load and serialize back to the same canonical text.
+STORED_WITH_SERVERS: dict[str, Any] = {
+    "topics": ["audit", "orders"],
+    "bootstrap_servers": "b:9092,c:9093",
+    "kafka_config_id": None,
+    "group_id": "g",
+    "apply_function": "json.loads",
+    "apply_function_args": [1],
+    "apply_function_kwargs": {"a": 2},
+    "match_key": "k",
+    "match_headers": {"h": "v"},
+    "match_fields": {"order.status": "paid"},
+    "value_format": "json",
+    "dead_letter_topic": "dlt",
+    "on_unclean": None,
+    "auto_offset_reset": "latest",
+    "session_timeout_ms": 10000,
+    "heartbeat_interval_ms": 3000,
+    "rebalance_timeout_ms": 20000,
+    "client_id": "sluice",
+    "security_protocol": "SASL_SSL",
+    "sasl_mechanism": "PLAIN",
+    "sasl_plain_username": "u",
+    "sasl_plain_password": "pw",
+    "ssl_cafile": None,
+    "ssl_certfile": None,
+    "ssl_keyfile": None,
+    "ssl_password": None,
+    "consumer_options": {"max_poll_interval_ms": 600000},
+}
+# servers from a connection the triggerer looks up: stored unchecked, filters at defaults
+STORED_WITH_CONNECTION: dict[str, Any] = {
+    **STORED_WITH_SERVERS,
+    "topics": ["orders"],
+    "bootstrap_servers": None,
+    "kafka_config_id": "kafka_prod",
+    "apply_function": None,
+    "apply_function_args": [],
+    "apply_function_kwargs": {},
+    "match_key": None,
+    "match_headers": {},
+    "match_fields": {},
+    "value_format": "auto",
+    "dead_letter_topic": None,
+    "sasl_mechanism": None,
+    "sasl_plain_username": None,
+    "sasl_plain_password": None,
+    "consumer_options": {},
+}
+STORED_KWARGS = [STORED_WITH_SERVERS, STORED_WITH_CONNECTION]
+
+
+@pytest.mark.parametrize("stored", STORED_KWARGS, ids=["servers", "connection"])
+def test_stored_kwargs_load_and_serialize_to_the_same_text(stored: dict[str, Any]) -> None:
+    loaded = loads_kwargs(dumps_kwargs(stored, owner="a trigger row"))
+    classpath, kwargs = KafkaMessageTrigger(**loaded).serialize()
+    assert classpath == "producers.kafka_trigger.KafkaMessageTrigger"
+    assert kwargs == stored
+    assert dumps_kwargs(kwargs, owner="t") == dumps_kwargs(stored, owner="t")
+
+
 def test_secrets_never_show_in_reprs() -> None:
     trigger = KafkaMessageTrigger(
         **BASE,
@@ -216,8 +283,8 @@ def test_secrets_never_show_in_reprs() -> None:
         sasl_plain_password="hunter2",
     )
     producer = KafkaMessageTrigger.create_shared_stream_producer(trigger.serialize()[1])
-    assert "hunter2" not in repr(trigger) + repr(producer) + repr(producer.connection)
-    assert producer.connection.client_kwargs()["sasl_plain_password"] == "hunter2"
+    assert "hunter2" not in repr(trigger) + repr(producer) + repr(producer.settings)
+    assert producer.settings.client_kwargs()["sasl_plain_password"] == "hunter2"
 
 
 @pytest.mark.parametrize(
@@ -358,17 +425,15 @@ def test_a_task_started_inside_a_capture_logs_after_it_closed(
     assert [r.getMessage() for r in caplog.records] == ['Unable connect to "b:9092": late']
 
 
-def test_connection_builds_client_settings() -> None:
-    connection = KafkaConnection(bootstrap_servers=("a:1", "b:2"), client_id="c")
-    assert connection.client_kwargs() == {
+def test_settings_build_client_settings() -> None:
+    servers = replace(ORDERS, bootstrap_servers=("a:1", "b:2"))
+    assert replace(servers, client_id="c").client_kwargs() == {
         "bootstrap_servers": ["a:1", "b:2"],
         "client_id": "c",
         "security_protocol": "PLAINTEXT",
     }
     with pytest.raises(ProducerConfigError, match="TLS context"):
-        KafkaConnection(
-            bootstrap_servers=("a:1",), security_protocol="SSL", ssl_cafile="/nonexistent/ca.pem"
-        ).client_kwargs()
+        replace(servers, security_protocol="SSL", ssl_cafile="/nonexistent/ca.pem").client_kwargs()
 
 
 # -- partition epochs -----------------------------------------------------------------------
@@ -526,12 +591,7 @@ class FetchingConsumer(RecordingConsumer):
 
 
 async def test_no_fetch_while_max_inflight_messages_wait_for_their_advance() -> None:
-    producer = KafkaSharedStreamProducer(
-        connection=KafkaConnection(bootstrap_servers=("b:9092",)),
-        group_id="g",
-        topics=["orders"],
-        max_inflight_messages=3,
-    )
+    producer = KafkaSharedStreamProducer(ORDERS, max_inflight_messages=3)
     consumer = FetchingConsumer()
 
     async def start_clients() -> FetchingConsumer:
@@ -561,12 +621,7 @@ async def test_no_fetch_while_max_inflight_messages_wait_for_their_advance() -> 
 
 def test_max_inflight_messages_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_inflight_messages"):
-        KafkaSharedStreamProducer(
-            connection=KafkaConnection(bootstrap_servers=("b:9092",)),
-            group_id="g",
-            topics=["orders"],
-            max_inflight_messages=0,
-        )
+        KafkaSharedStreamProducer(ORDERS, max_inflight_messages=0)
 
 
 _JSON_VALUES = st.recursive(
@@ -681,12 +736,7 @@ async def test_top_level_fields_match_by_equality_and_presence(
 
 def _consumer_kwargs(options: dict[str, Any]) -> dict[str, Any]:
     """What the producer hands aiokafka's consumer, given ``consumer_options``."""
-    producer = KafkaSharedStreamProducer(
-        connection=KafkaConnection(bootstrap_servers=("b:9092",)),
-        group_id="g",
-        topics=["orders"],
-        consumer_options=options,
-    )
+    producer = KafkaSharedStreamProducer(replace(ORDERS, consumer_options=options))
     return producer._consumer_kwargs
 
 

@@ -22,7 +22,7 @@ from triggers.base import TriggerEvent
 
 if TYPE_CHECKING:
     from producers.kafka import KafkaSharedStreamProducer
-    from producers.kafka_client import KafkaOffset
+    from producers.kafka_messages import KafkaOffset
 
 BASE: dict[str, Any] = {"topics": ["orders"], "bootstrap_servers": "b:9092", "group_id": "g"}
 TP = TopicPartition("orders", 0)

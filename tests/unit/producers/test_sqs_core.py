@@ -26,9 +26,8 @@ from producers.sqs_core import (
     check_settings,
     disposition_of,
     parse_message,
-    translate_error,
-    translated,
 )
+from producers.sqs_errors import translate_error, translated
 from shared_stream import AdvanceOutcome
 from triggers.exceptions import TriggerContractError
 

@@ -7,7 +7,7 @@ import inspect
 
 import pytest
 
-from shared_stream import bookkeeping
+from shared_stream import bookkeeping, lanes
 from shared_stream.bookkeeping import (
     AbandonEvents,
     AckLedger,
@@ -57,8 +57,13 @@ def outcomes(batch: AdvanceBatch) -> list[tuple[object, tuple[int, int, int]]]:
 # -- the module's shape -------------------------------------------------------------------
 
 
-def test_bookkeeping_imports_no_async_library_nor_clock():
-    tree = ast.parse(inspect.getsource(bookkeeping))
+# The pure core: the ledger and the event lanes it drives.
+PURE_CORE = (bookkeeping, lanes)
+
+
+@pytest.mark.parametrize("module", PURE_CORE, ids=lambda m: m.__name__)
+def test_the_pure_core_imports_no_async_library_nor_clock(module):
+    tree = ast.parse(inspect.getsource(module))
     imported: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -68,11 +73,17 @@ def test_bookkeeping_imports_no_async_library_nor_clock():
     assert imported.isdisjoint({"asyncio", "anyio", "aiokafka", "trio", "time"}), imported
 
 
-def test_bookkeeping_never_awaits_and_opens_with_a_theory_of_operation():
-    tree = ast.parse(inspect.getsource(bookkeeping))
+@pytest.mark.parametrize("module", PURE_CORE, ids=lambda m: m.__name__)
+def test_the_pure_core_never_awaits(module):
+    tree = ast.parse(inspect.getsource(module))
     forbidden = (ast.Await, ast.AsyncFunctionDef, ast.AsyncFor, ast.AsyncWith)
     assert not [node for node in ast.walk(tree) if isinstance(node, forbidden)]
-    assert "Theory of operation" in (ast.get_docstring(tree) or "")
+
+
+def test_the_ledger_opens_with_a_theory_of_operation():
+    assert "Theory of operation" in (
+        ast.get_docstring(ast.parse(inspect.getsource(bookkeeping))) or ""
+    )
 
 
 @pytest.mark.parametrize(

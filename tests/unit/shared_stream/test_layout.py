@@ -1,8 +1,9 @@
 """Who may talk to whom inside ``shared_stream``, and the small pieces the group drives.
 
-The group alone drives the ack ledger and carries out its effects; a subscriber stream
-reports to its group and knows nothing of the ledger; binding seqs are routed to their
-group by ``BindingRoutes``; the advance slot and the deadline timer only wait.
+The group alone drives the ack ledger and carries out its effects; its task (poll, advancer,
+timer) reports to it through a port; a subscriber stream reports to its group and knows
+nothing of the ledger; binding seqs are routed to their group by ``BindingRoutes``; the
+advance slot and the deadline timer only wait.
 """
 
 from __future__ import annotations
@@ -46,10 +47,19 @@ def test_only_the_group_drives_the_ledger():
     assert {m for m in MODULES if "bookkeeping" in package_imports(m)} == {"group"}
 
 
+def test_only_the_ledger_drives_its_event_lanes():
+    assert {m for m in MODULES if "lanes" in package_imports(m)} == {"bookkeeping"}
+
+
 def test_only_the_group_carries_out_effects():
     users = {m for m in MODULES if "effects" in package_imports(m)}
-    # the ledger makes them; the advancer only names the type of the batch it holds
-    assert users == {"advancer", "bookkeeping", "group"}, users
+    # the ledger (bookkeeping and its lanes) makes them; the advancer and the group's task
+    # only name the type of the batch they send
+    assert users == {"advancer", "bookkeeping", "group", "group_task", "lanes"}, users
+
+
+def test_the_group_task_knows_its_group_only_through_its_port():
+    assert package_imports("group_task").isdisjoint({"group", "bookkeeping", "lanes"})
 
 
 def test_a_subscriber_stream_knows_nothing_but_itself():

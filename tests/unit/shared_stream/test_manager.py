@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 from collections import Counter
 from typing import Any, ClassVar
@@ -142,16 +143,12 @@ def outcome_counts(producer: InMemoryProducer) -> list[tuple[Any, tuple[int, int
 # -- the package surface ------------------------------------------------------------------
 
 
-def test_all_matches_the_package_namespace():
-    public = {
-        name
-        for name, value in vars(shared_stream).items()
-        if not name.startswith("_")
-        and not isinstance(value, type(shared_stream))
-        and name != "annotations"
-    }
-    assert set(shared_stream.__all__) == public
+def test_all_matches_the_names_the_package_loads_on_first_use():
     assert isinstance(shared_stream.__all__, tuple)
+    assert set(shared_stream.__all__) == set(shared_stream._MODULE_OF)
+    for name in shared_stream.__all__:
+        module = importlib.import_module(shared_stream._MODULE_OF[name])
+        assert getattr(shared_stream, name) is getattr(module, name), name
 
 
 # -- fast mode ----------------------------------------------------------------------------
