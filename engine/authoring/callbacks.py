@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from engine.authoring.context import DagDefinitionError
+from engine.states import TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -137,11 +138,11 @@ def outcome_callback_kind(
     """The task callback an outcome of a try calls: ``success`` / ``skipped`` / ``failed``
     (``on_retry_callback`` while tries remain and the failure allows a retry, as the
     executor decides; else ``on_failure_callback``); None for a deferral."""
-    if outcome == "success":
+    if outcome == TaskState.SUCCESS:
         return SUCCESS_CALLBACK
-    if outcome == "skipped":
+    if outcome == TaskState.SKIPPED:
         return SKIPPED_CALLBACK
-    if outcome != "failed":
+    if outcome != TaskState.FAILED:
         return None
     retried = not no_retry and max_tries is not None and try_number <= max_tries
     return RETRY_CALLBACK if retried else FAILURE_CALLBACK

@@ -7,7 +7,6 @@ UTC datetimes through ``UtcDateTime``. Trigger kwargs are stored only encrypted 
 
 from __future__ import annotations
 
-import enum
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +27,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
+
+from engine.states import DagRunState, JobState, TaskState, TriggerKind
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Dialect
@@ -68,39 +69,6 @@ class UtcDateTime(TypeDecorator[datetime]):
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
-
-
-class JobState(enum.StrEnum):
-    RUNNING = "running"
-    SUCCESS = "success"
-    FAILED = "failed"
-
-
-class TriggerKind(enum.StrEnum):
-    TASK = "task"
-    WATCHER = "watcher"
-
-
-class TaskState(enum.StrEnum):
-    NONE = "none"
-    SCHEDULED = "scheduled"
-    QUEUED = "queued"
-    RUNNING = "running"
-    DEFERRED = "deferred"
-    SUCCESS = "success"
-    FAILED = "failed"
-    SKIPPED = "skipped"
-    UPSTREAM_FAILED = "upstream_failed"
-    UP_FOR_RETRY = "up_for_retry"  # failed, waits for next_retry_at without a worker slot
-    #: cleared while running: its executor stops the process, then it is ``none`` again
-    RESTARTING = "restarting"
-
-
-class DagRunState(enum.StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCESS = "success"
-    FAILED = "failed"
 
 
 class Job(Base):

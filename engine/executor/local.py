@@ -55,7 +55,6 @@ import anyio.to_thread
 
 from engine.db import models
 from engine.db.heartbeat import heartbeat_forever
-from engine.db.models import JobState
 from engine.db.queries import jobs, tasks
 from engine.db.wakeup import RowsSignal
 from engine.exceptions import DatabaseError
@@ -69,6 +68,7 @@ from engine.executor.task_supervisor import (
 from engine.executor.warm_process import WarmRunner
 from engine.metrics.readings import ExecutorReading
 from engine.retry import Backoff
+from engine.states import JobState
 
 if TYPE_CHECKING:
     from collections.abc import Callable

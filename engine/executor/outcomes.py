@@ -24,15 +24,8 @@ from engine.db.queries.deferrals import deferral_deadline
 from engine.db.queries.retries import MAX_BACKOFF_S as MAX_BACKOFF_S
 from engine.db.queries.retries import next_try_at
 from engine.db.queries.retries import retry_wait_s as retry_wait_s
-from engine.executor.task_runner import (
-    DEFERRED,
-    SKIPPED,
-    SUCCESS,
-    TaskResult,
-    TaskSpec,
-    build_context,
-    timeout_message,
-)
+from engine.executor.task_runner import TaskResult, TaskSpec, build_context, timeout_message
+from engine.states import TaskState
 from triggers.exceptions import SerializationError
 from triggers.serde import dumps, loads
 
@@ -161,7 +154,7 @@ def decide_outcome(
 ) -> Outcome:
     """What the step's end means: a reported result wins over how the process ended."""
     if result is not None:
-        if result.outcome == SUCCESS:
+        if result.outcome == TaskState.SUCCESS:
             xcoms = {"return_value": result.return_value} if result.has_return_value else None
             return Outcome(
                 Decision.SUCCEED,
@@ -170,9 +163,9 @@ def decide_outcome(
                 outlet_events=tuple(result.outlet_events),
                 skip_task_ids=tuple(result.skip_task_ids),
             )
-        if result.outcome == SKIPPED:
+        if result.outcome == TaskState.SKIPPED:
             return Outcome(Decision.SKIP, result.elapsed_s, reason=result.error)
-        if result.outcome == DEFERRED:
+        if result.outcome == TaskState.DEFERRED:
             assert result.deferral is not None
             timeout_s = result.execution_timeout_s
             if timeout_s is None:

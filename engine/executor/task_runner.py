@@ -92,6 +92,7 @@ from engine.exceptions import (
     AirflowTaskTimeout,
     ParamValidationError,
 )
+from engine.states import TaskState
 from triggers.exceptions import SerializationError
 from triggers.serde import deserialize_value, loads
 
@@ -105,10 +106,10 @@ logger = logging.getLogger(__name__)
 
 EXIT_BAD_SPEC: Final = 3
 EXIT_PARENT_GONE: Final = 4
-SUCCESS: Final = "success"
-FAILED: Final = "failed"
-DEFERRED: Final = "deferred"
-SKIPPED: Final = "skipped"
+#: how a step ends (``TaskResult.outcome``): the task state it reports
+STEP_OUTCOMES: Final = frozenset(
+    {TaskState.SUCCESS, TaskState.FAILED, TaskState.SKIPPED, TaskState.DEFERRED}
+)
 
 
 class TaskExecutionTimeout(AirflowTaskTimeout):
@@ -162,7 +163,7 @@ class TaskSpec:
 class TaskResult:
     """How the step ended. ``return_value`` is tagged JSON (``serialize_value``)."""
 
-    outcome: str  # SUCCESS, FAILED or DEFERRED
+    outcome: str  # a TaskState: success, failed, skipped or deferred
     elapsed_s: float
     return_value: Any = None
     has_return_value: bool = False
@@ -191,9 +192,9 @@ class TaskResult:
             result = cls(**data, deferral=None if deferral is None else Deferral(**deferral))
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             raise ValueError(f"malformed task result: {exc}") from exc
-        if result.outcome not in (SUCCESS, FAILED, DEFERRED, SKIPPED):
+        if result.outcome not in STEP_OUTCOMES:
             raise ValueError(f"malformed task result: unknown outcome {result.outcome!r}")
-        if (result.outcome == DEFERRED) != (result.deferral is not None):
+        if (result.outcome == TaskState.DEFERRED) != (result.deferral is not None):
             raise ValueError("malformed task result: a deferral goes with outcome 'deferred'")
         return result
 
@@ -380,7 +381,7 @@ def _call(task: BaseOperator, spec: TaskSpec, context: dict[str, Any]) -> Any:
 
 def _success(results: dict[str, Any], elapsed_s: float) -> TaskResult:
     return TaskResult(
-        SUCCESS,
+        TaskState.SUCCESS,
         elapsed_s,
         return_value=results.get(XCOM_RETURN_KEY),
         has_return_value=XCOM_RETURN_KEY in results,
@@ -464,7 +465,7 @@ def run_task(
         step.context = context
         if deadline.expired:  # e.g. a slow start: it still fails with its callbacks
             step.exception = TaskExecutionTimeout(message())
-            return TaskResult(FAILED, 0.0, error=message(), timed_out=True)
+            return TaskResult(TaskState.FAILED, 0.0, error=message(), timed_out=True)
         with deadline:
             run_callbacks(
                 task_callbacks(task, "on_execute_callback"),
@@ -481,7 +482,7 @@ def run_task(
         results = collect_results(context, task, value, max_bytes=spec.max_xcom_size_bytes)
     except TaskDeferred as deferred:
         return TaskResult(
-            DEFERRED,
+            TaskState.DEFERRED,
             time.monotonic() - started,
             execution_timeout_s=None if timeout is None else timeout.total_seconds(),
             deferral=Deferral.from_exception(deferred),
@@ -489,13 +490,13 @@ def run_task(
     except AirflowSkipException as exc:
         step.exception = exc
         logger.info("Task skipped: %s", exc or "AirflowSkipException", extra={"action": "skip"})
-        return TaskResult(SKIPPED, time.monotonic() - started, error=_error_summary(exc))
+        return TaskResult(TaskState.SKIPPED, time.monotonic() - started, error=_error_summary(exc))
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - the boundary around user code
         traceback.print_exc()
         step.exception = exc
         error = message() if deadline.fired else _error_summary(exc)
         return TaskResult(
-            FAILED,
+            TaskState.FAILED,
             time.monotonic() - started,
             error=error,
             timed_out=deadline.fired,

@@ -26,7 +26,6 @@ import anyio
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from engine.db import models
-from engine.db.models import TaskState
 from engine.db.queries import actions, deferrals, tasks
 from engine.db.queries import callbacks as callbacks_sql
 from engine.exceptions import DatabaseError
@@ -45,6 +44,7 @@ from engine.executor.task_logs import TaskLogWriter, log_path
 from engine.executor.task_requests import TaskRequestServer
 from engine.executor.task_runner import with_results
 from engine.logs import secret_forms
+from engine.states import TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping

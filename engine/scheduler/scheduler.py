@@ -44,13 +44,13 @@ from engine.authoring.assets import BaseAsset
 from engine.authoring.timetables import DataInterval, TimeRestriction, timetable_from_json
 from engine.db import models
 from engine.db.heartbeat import heartbeat_forever
-from engine.db.models import DagRunState, JobState, TaskState
 from engine.db.queries import actions, backfills, callbacks, deferrals, jobs, orphans, runs
 from engine.exceptions import SluiceError
 from engine.metrics.readings import SchedulerReading
 from engine.retry import Backoff
 from engine.scheduler.expansion import expand_mapped, summarize
 from engine.scheduler.rules import is_condition_met, next_task_states, run_outcome
+from engine.states import DagRunState, JobState, TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -15,9 +15,10 @@ from engine import Asset
 from engine.crypto import KwargsCipher
 from engine.dag_processing.processor import TIMEOUT_ERROR, DagProcessor, DagProcessorSettings
 from engine.db.database import Database
-from engine.db.models import Base, TriggerKind
+from engine.db.models import Base
 from engine.db.queries import dags as dags_sql
 from engine.db.queries import triggers as trigger_rows
+from engine.states import TriggerKind
 
 if TYPE_CHECKING:
     from pathlib import Path

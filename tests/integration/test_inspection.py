@@ -27,13 +27,12 @@ from engine.db.models import (
     Job,
     SharedStreamSnapshot,
     TaskInstance,
-    TaskState,
     Trigger,
-    TriggerKind,
 )
 from engine.db.queries import browse, dags, inspection, streams
 from engine.db.queries import jobs as jobs_sql
 from engine.db.queries import triggers as trigger_rows
+from engine.states import TaskState, TriggerKind
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from shared_stream import GroupStats, SharedStreamManager
 from shared_stream.stats import KEY_LABEL_MAX_CHARS, REPORTED_LANES

@@ -19,10 +19,11 @@ from engine.api.deps import DatabaseDep
 from engine.api.rest.common import Limit, Offset, Page, act, found, not_found, read
 from engine.api.rest.tasks import TaskChangeItem, TaskInstanceItem
 from engine.api.security import OperatorDep, ReaderDep
-from engine.db.models import DagRunState, utcnow
+from engine.db.models import utcnow
 from engine.db.queries import actions
 from engine.db.queries import dags as dags_sql
 from engine.db.views import runs as runs_view
+from engine.states import DagRunState
 
 router = APIRouter(tags=["runs"])
 

@@ -30,13 +30,14 @@ from engine.db.queries import dags as dags_sql
 from engine.db.views import dags as dags_view
 from engine.db.views import runs as runs_view
 from engine.exceptions import NotFoundError, OperatorActionError
+from engine.states import DagRunState
 
 #: Runs shown in the grid (the newest; older ones are on the pages of the runs list).
 GRID_RUNS: Final = 25
 #: How often a DAG page with a run going on reloads itself.
 REFRESH_S: Final = 3
 MAX_CONF_CHARS: Final = 65_536
-_ACTIVE: Final = frozenset({"queued", "running"})
+_ACTIVE: Final = frozenset({DagRunState.QUEUED, DagRunState.RUNNING})
 
 router = APIRouter(include_in_schema=False)
 

@@ -21,6 +21,7 @@ from engine.db.queries import actions
 from engine.db.views import runs as runs_view
 from engine.db.views import tasks as tasks_view
 from engine.exceptions import NotFoundError
+from engine.states import DagRunState, TaskState
 from engine.task_log_files import TaskLogNotFoundError
 
 #: A run page reloads itself this often while the run goes on.
@@ -31,9 +32,17 @@ LOG_TAIL_BYTES: Final = 64 * 1024
 #: Task states whose try can still write to its log (or whose first try is still to come):
 #: the page follows the log, and reloads when the try is over.
 _WRITING: Final = frozenset(
-    {"none", "scheduled", "queued", "running", "deferred", "up_for_retry", "restarting"}
+    {
+        TaskState.NONE,
+        TaskState.SCHEDULED,
+        TaskState.QUEUED,
+        TaskState.RUNNING,
+        TaskState.DEFERRED,
+        TaskState.UP_FOR_RETRY,
+        TaskState.RESTARTING,
+    }
 )
-_RUN_ACTIVE: Final = frozenset({"queued", "running"})
+_RUN_ACTIVE: Final = frozenset({DagRunState.QUEUED, DagRunState.RUNNING})
 
 router = APIRouter(include_in_schema=False)
 

@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy import case, delete, insert, or_, select, true, update
 
 from engine.db.database import is_postgres
-from engine.db.models import CallbackRequest, Dag, DagRun, DagRunState, TaskInstance, TaskState
+from engine.db.models import CallbackRequest, Dag, DagRun, TaskInstance
 from engine.db.queries import jobs
 from engine.db.queries import mapping as mapping_sql
 from engine.db.queries.tasks import EXECUTOR_JOB, run_results, triggering_events
+from engine.states import DagRunState, TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -13,18 +13,12 @@ from sqlalchemy import and_, select, update
 
 from engine.authoring.context import FAIL_METHOD
 from engine.db.database import rowcount
-from engine.db.models import (
-    DagRun,
-    DagTask,
-    TaskInstance,
-    TaskState,
-    TriggerKind,
-    utcnow,
-)
+from engine.db.models import DagRun, DagTask, TaskInstance, utcnow
 from engine.db.queries import assets
 from engine.db.queries import triggers as trigger_rows
 from engine.db.queries.tasks import held_by
 from engine.exceptions import DecryptionError
+from engine.states import TaskState, TriggerKind
 from triggers.exceptions import SerializationError
 from triggers.serde import dumps, loads, loads_kwargs
 

@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy import and_, or_, select, true, update
 
 from engine.db.database import is_postgres, rowcount
-from engine.db.models import DagRun, DagTask, Job, TaskInstance, TaskState
+from engine.db.models import DagRun, DagTask, Job, TaskInstance
 from engine.db.queries import callbacks, jobs, retries, tasks
+from engine.states import TaskState
 
 if TYPE_CHECKING:
     from datetime import datetime

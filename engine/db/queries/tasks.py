@@ -20,18 +20,10 @@ from sqlalchemy import and_, case, func, select, update
 from engine.authoring.context import EventRow
 from engine.db import models
 from engine.db.database import rowcount
-from engine.db.models import (
-    Asset,
-    AssetEvent,
-    Dag,
-    DagRun,
-    DagRunAssetEvent,
-    DagTask,
-    TaskInstance,
-    TaskState,
-)
+from engine.db.models import Asset, AssetEvent, Dag, DagRun, DagRunAssetEvent, DagTask, TaskInstance
 from engine.db.queries import assets, pools
 from engine.db.queries import mapping as mapping_sql
+from engine.states import TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -85,12 +85,12 @@ from engine.authoring.assets import (
     is_condition_met,
 )
 from engine.authoring.timetables import DataInterval, TimeRestriction, timetable_from_json
-from engine.db.models import DagRunState
 from engine.db.queries import backfills, runs
 from engine.db.queries import why as why_sql
 from engine.db.queries import why_watchers as watchers_sql
 from engine.db.views import why_entries, why_findings
 from engine.db.views.why_entries import iso
+from engine.states import DagRunState
 
 if TYPE_CHECKING:
     from collections.abc import Set

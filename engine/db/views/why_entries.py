@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from engine.db.models import JobState, TaskState
 from engine.db.queries.inspection import FAILING_WATCHER_WINDOW_S
 from engine.db.queries.triggers import LOAD_FAILURE_PREFIX
+from engine.states import JobState, TaskState
 
 if TYPE_CHECKING:
     from datetime import datetime

@@ -33,7 +33,6 @@ import anyio.to_thread
 
 from engine.db import models
 from engine.db.heartbeat import heartbeat_forever
-from engine.db.models import JobState
 from engine.db.queries import celery as celery_sql
 from engine.db.queries import jobs, tasks
 from engine.exceptions import DatabaseError
@@ -42,6 +41,7 @@ from engine.executor.celery.app import RUN_TRY_TASK, celery_app
 from engine.executor.task_supervisor import ExecutorStats, task_environment
 from engine.metrics.readings import ExecutorReading, QueueReading
 from engine.retry import Backoff
+from engine.states import JobState
 
 if TYPE_CHECKING:
     from anyio.abc import TaskStatus

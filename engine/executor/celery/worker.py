@@ -34,7 +34,6 @@ from engine.crypto import KwargsCipher
 from engine.db import models
 from engine.db.database import Database
 from engine.db.heartbeat import heartbeat_forever
-from engine.db.models import JobState
 from engine.db.queries import celery as celery_sql
 from engine.db.queries import jobs, tasks
 from engine.db.schema import check_schema
@@ -48,6 +47,7 @@ from engine.executor.task_supervisor import (
     task_environment,
 )
 from engine.executor.warm_process import WarmRunner
+from engine.states import JobState
 
 if TYPE_CHECKING:
     from concurrent.futures import Future

@@ -11,13 +11,13 @@ import pytest
 
 from engine.executor.callback_runner import CallbackSpec, run_callback_spec
 from engine.executor.task_runner import (
-    FAILED,
     StepState,
     TaskSpec,
     build_context,
     run_outcome_callbacks,
     run_task,
 )
+from engine.states import TaskState
 from triggers.serde import dumps
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def test_a_failed_try_calls_retry_while_tries_remain_then_failure(callback_spec_
     step = StepState()
     result = run_task(spec, step=step)
     run_outcome_callbacks(spec, result, step)
-    assert result.outcome == FAILED
+    assert result.outcome == TaskState.FAILED
     assert _calls(spec) == [
         ("execute", "fails", "NoneType", None),
         ("retry", "fails", "ValueError", None),
