@@ -40,13 +40,10 @@ if TYPE_CHECKING:
         ShortCircuitOperator,
     )
     from engine.authoring.connections import Connection
-    from engine.authoring.context import (
-        Context,
-        DagDefinitionError,
-        TaskDeferred,
-        resolve_deferrable,
-    )
+    from engine.authoring.context import Context, resolve_deferrable
     from engine.authoring.dag import DAG, BaseOperator
+    from engine.authoring.deferral import TaskDeferred
+    from engine.authoring.errors import DagDefinitionError
     from engine.authoring.external_task import ExternalTaskSensor
     from engine.authoring.groups import TaskGroup, chain, cross_downstream, task_group
     from engine.authoring.operators import EmptyOperator, PythonOperator, task
@@ -98,7 +95,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "CronDataIntervalTimetable": "engine.authoring.timetables",
     "CronTriggerTimetable": "engine.authoring.timetables",
     "DAG": "engine.authoring.dag",
-    "DagDefinitionError": "engine.authoring.context",
+    "DagDefinitionError": "engine.authoring.errors",
     "DayOfWeekSensor": "engine.authoring.standard_sensors",
     "DeltaDataIntervalTimetable": "engine.authoring.timetables",
     "DeltaTriggerTimetable": "engine.authoring.timetables",
@@ -113,7 +110,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "PythonOperator": "engine.authoring.operators",
     "PythonSensor": "engine.authoring.standard_sensors",
     "ShortCircuitOperator": "engine.authoring.branching",
-    "TaskDeferred": "engine.authoring.context",
+    "TaskDeferred": "engine.authoring.deferral",
     "TaskGroup": "engine.authoring.groups",
     "TimeSensor": "engine.authoring.standard_sensors",
     "Timetable": "engine.authoring.timetables",

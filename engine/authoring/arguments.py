@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
+from datetime import timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Final
 
-from engine.authoring.context import DagDefinitionError
+from engine.authoring.errors import DagDefinitionError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -217,3 +218,16 @@ def check_default_args(where: str, value: object) -> dict[str, Any]:
     if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
         raise DagDefinitionError(f"{where}: default_args must be a dict, got {value!r}")
     return dict(value)
+
+
+def check_timedelta(owner: str, name: str, value: object) -> timedelta | None:
+    """``value`` if it is None or a non-negative ``timedelta``, else a clear error."""
+    if value is None:
+        return None
+    if not isinstance(value, timedelta):
+        raise DagDefinitionError(
+            f"{owner}: {name} must be a datetime.timedelta or None, got {value!r}"
+        )
+    if value < timedelta(0):
+        raise DagDefinitionError(f"{owner}: {name} must not be negative, got {value}")
+    return value

@@ -39,8 +39,9 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, overload
 
-from engine.authoring.context import DagDefinitionError, caller_location
 from engine.authoring.dag import BaseOperator
+from engine.authoring.errors import DagDefinitionError
+from engine.authoring.locations import caller_location
 from engine.authoring.operators import PythonOperator, TaskFactory
 from engine.authoring.templates import render_template
 from engine.authoring.xcom import XComArg, iter_references

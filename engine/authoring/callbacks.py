@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from engine.authoring.context import DagDefinitionError
+from engine.authoring.errors import DagDefinitionError
 from engine.states import TaskState
 
 if TYPE_CHECKING:

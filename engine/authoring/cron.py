@@ -40,7 +40,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from engine.authoring.context import DagDefinitionError, caller_location
+from engine.authoring.errors import DagDefinitionError
+from engine.authoring.locations import caller_location
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

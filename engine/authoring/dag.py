@@ -53,6 +53,7 @@ from engine.authoring.arguments import (
     check_default_args,
     check_positive_int,
     check_tags,
+    check_timedelta,
     check_trigger_rule,
     check_type,
     split_unsupported,
@@ -65,13 +66,9 @@ from engine.authoring.callbacks import (
     check_pool,
     check_pool_slots,
 )
-from engine.authoring.context import (
-    DagDefinitionError,
-    caller_file_and_line,
-    caller_location,
-    check_timedelta,
-)
 from engine.authoring.deferral import Deferrable
+from engine.authoring.errors import DagDefinitionError
+from engine.authoring.locations import caller_file_and_line, caller_location
 from engine.authoring.params import Param, as_params
 from engine.authoring.timetables import resolve_schedule, timezone_of, to_utc
 from triggers.base import classpath_of

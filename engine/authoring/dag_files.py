@@ -23,8 +23,8 @@ import re
 import sys
 from typing import TYPE_CHECKING, Final
 
-from engine.authoring.context import DagDefinitionError
 from engine.authoring.dag import DAG, take_registered_dags
+from engine.authoring.errors import DagDefinitionError
 
 if TYPE_CHECKING:
     from pathlib import Path

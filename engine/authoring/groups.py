@@ -18,7 +18,6 @@ import itertools
 from typing import TYPE_CHECKING, Any, overload
 
 from engine.authoring.arguments import check_default_args
-from engine.authoring.context import DagDefinitionError, caller_location
 from engine.authoring.dag import (
     DAG,
     BaseOperator,
@@ -29,6 +28,8 @@ from engine.authoring.dag import (
     pop_group,
     push_group,
 )
+from engine.authoring.errors import DagDefinitionError
+from engine.authoring.locations import caller_location
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence

@@ -32,7 +32,6 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from engine.authoring.context import DagDefinitionError, caller_location
 from engine.authoring.dag import (
     BaseOperator,
     _with_default_args,
@@ -40,6 +39,8 @@ from engine.authoring.dag import (
     current_dag,
     set_partial_factory,
 )
+from engine.authoring.errors import DagDefinitionError
+from engine.authoring.locations import caller_location
 from engine.authoring.params import NOTSET
 from engine.authoring.runtime_context import XCOM_RETURN_KEY
 from engine.authoring.xcom import (

@@ -31,11 +31,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, overload
 
 from engine.authoring.assets import Metadata
-from engine.authoring.context import (
-    DagDefinitionError,
-    caller_location,
-    run_to_completion,
-)
+from engine.authoring.context import run_to_completion
 from engine.authoring.dag import (
     DAG,
     BaseOperator,
@@ -43,6 +39,8 @@ from engine.authoring.dag import (
     current_dag,
     current_group,
 )
+from engine.authoring.errors import DagDefinitionError
+from engine.authoring.locations import caller_location
 from engine.authoring.mapping import MappedOperator, TaskFlowPartial
 from engine.authoring.params import NOTSET
 from engine.authoring.runtime_context import outlet_events_of

@@ -20,7 +20,6 @@ from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from engine.authoring.assets import BaseAsset, as_condition
-from engine.authoring.context import DagDefinitionError, caller_location
 from engine.authoring.cron import (
     RESOLUTION,
     CronTicks,
@@ -38,6 +37,8 @@ from engine.authoring.cron import (
 from engine.authoring.cron import timezone_name as timezone_name  # public here too
 from engine.authoring.cron import timezone_of as timezone_of
 from engine.authoring.cron import to_utc as to_utc
+from engine.authoring.errors import DagDefinitionError
+from engine.authoring.locations import caller_location
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

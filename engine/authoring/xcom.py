@@ -19,8 +19,9 @@ import itertools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from engine.authoring.context import DagDefinitionError, caller_location
 from engine.authoring.dag import BaseOperator, DependencyMixin, set_reference_finder
+from engine.authoring.errors import DagDefinitionError
+from engine.authoring.locations import caller_location
 from engine.authoring.params import NOTSET, DagParam
 from engine.authoring.runtime_context import XCOM_RETURN_KEY
 from engine.exceptions import AirflowException

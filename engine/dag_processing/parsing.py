@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from engine.authoring.assets import Asset, AssetAlias
-from engine.authoring.context import DagDefinitionError
 from engine.authoring.dag import DAG, take_registered_dags
 from engine.authoring.dag_files import (
     DAG_MODULE_PREFIX,
@@ -41,6 +40,7 @@ from engine.authoring.dag_files import (
     import_dag_file,
     source_digest,
 )
+from engine.authoring.errors import DagDefinitionError
 from engine.authoring.mapping import MappedOperator
 from engine.authoring.timetables import timezone_name
 from engine.loader import trigger_stream_digest

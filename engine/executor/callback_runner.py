@@ -82,9 +82,9 @@ class CallbackSpec:
 
 def _load_dag(task_spec: TaskSpec) -> DAG:
     """The DAG, from its file; from the file's last good version when it is broken now."""
-    from engine.authoring.context import DagDefinitionError
     from engine.authoring.dag import take_registered_dags
     from engine.authoring.dag_files import add_import_paths, collect_dags, import_dag_file
+    from engine.authoring.errors import DagDefinitionError
     from engine.executor.last_good import load_or_last_good
 
     add_import_paths(

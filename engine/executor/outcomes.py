@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from engine.authoring.context import FAIL_METHOD
+from engine.authoring.deferral import FAIL_METHOD
 from engine.db.queries.deferrals import deferral_deadline
 from engine.db.queries.retries import MAX_BACKOFF_S as MAX_BACKOFF_S
 from engine.db.queries.retries import next_try_at
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from engine.authoring.context import Deferral
+    from engine.authoring.deferral import Deferral
     from engine.db.queries.tasks import TaskRun
 
 

@@ -69,11 +69,9 @@ from engine.authoring.callbacks import (
 from engine.authoring.context import (
     DEFAULT_DEFERRABLE_KEY,
     TRIGGERING_ASSET_EVENTS_KEY,
-    Deferral,
-    EventRow,
-    TaskDeferred,
     run_to_completion,
 )
+from engine.authoring.deferral import Deferral, TaskDeferred
 from engine.authoring.mapping import MappedOperator, check_mappable_result
 from engine.authoring.runtime_context import (
     XCOM_RETURN_KEY,
@@ -101,6 +99,7 @@ if TYPE_CHECKING:
     from types import FrameType
 
     from engine.authoring.dag import BaseOperator
+    from engine.db.queries.assets import EventRow
 
 logger = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ import anyio.lowlevel
 import anyio.to_thread
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from engine.authoring.context import FAIL_METHOD
+from engine.authoring.deferral import FAIL_METHOD
 from engine.db.queries import assets, deferrals, watcher_events
 from engine.db.queries import triggers as trigger_rows
 from engine.exceptions import DatabaseError

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import func, select, update
 
-from engine.authoring.context import Deferral, TaskDeferred
+from engine.authoring.deferral import Deferral, TaskDeferred
 from engine.cli.main import cli
 from engine.db import models
 from engine.db.models import AssetEvent, DagRun, TaskInstance, Trigger

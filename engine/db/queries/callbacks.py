@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy.orm import Session
 
-    from engine.authoring.context import EventRow
+    from engine.db.queries.assets import EventRow
 
 DAG_KIND: Final = "dag"
 TASK_KIND: Final = "task"

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, select, update
 
-from engine.authoring.context import FAIL_METHOD
+from engine.authoring.deferral import FAIL_METHOD, TRIGGER_TIMEOUT_ERROR
 from engine.db.database import rowcount
 from engine.db.models import DagRun, DagTask, TaskInstance, utcnow
 from engine.db.queries import assets
@@ -25,7 +25,7 @@ from triggers.serde import dumps, loads, loads_kwargs
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from engine.authoring.context import Deferral
+    from engine.authoring.deferral import Deferral
     from engine.crypto import KwargsCipher
 
 logger = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ def fail_timed_out_deferrals(session: Session, *, now: datetime | None = None) -
             .values(
                 state=TaskState.SCHEDULED,
                 next_method=FAIL_METHOD,
-                next_kwargs=dumps({"error": "trigger timeout"}),
+                next_kwargs=dumps({"error": TRIGGER_TIMEOUT_ERROR}),
                 trigger_id=None,
                 trigger_timeout=None,
             )

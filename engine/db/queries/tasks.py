@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import and_, case, func, select, update
 
-from engine.authoring.context import EventRow
 from engine.db import models
 from engine.db.database import rowcount
 from engine.db.models import Asset, AssetEvent, Dag, DagRun, DagRunAssetEvent, DagTask, TaskInstance
 from engine.db.queries import assets, pools
 from engine.db.queries import mapping as mapping_sql
+from engine.db.queries.assets import EventRow
 from engine.states import TaskState
 
 if TYPE_CHECKING:

@@ -24,8 +24,8 @@ from engine.authoring.branching import (
     skip_tasks,
     skipped_task_ids,
 )
-from engine.authoring.context import DagDefinitionError
 from engine.authoring.dag import take_registered_dags
+from engine.authoring.errors import DagDefinitionError
 from engine.authoring.runtime_context import DagRun, hydrate_context
 from engine.db.queries.tasks import TaskRun
 from engine.exceptions import AirflowException

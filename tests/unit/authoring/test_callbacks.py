@@ -13,7 +13,7 @@ from engine.authoring.callbacks import (
     outcome_callback_kind,
     run_callbacks,
 )
-from engine.authoring.context import DagDefinitionError
+from engine.authoring.errors import DagDefinitionError
 
 
 def first(context: object) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from engine import DAG, BashOperator, PythonOperator, task
-from engine.authoring.context import DagDefinitionError
+from engine.authoring.errors import DagDefinitionError
 from engine.authoring.mapping import (
     MAX_MAP_LENGTH,
     MappedOperator,

@@ -15,7 +15,7 @@ import pytest
 from croniter import croniter
 
 from engine.authoring.assets import Asset, AssetAll, AssetAny
-from engine.authoring.context import DagDefinitionError
+from engine.authoring.errors import DagDefinitionError
 from engine.authoring.timetables import (
     AssetOrTimeSchedule,
     ContinuousTimetable,

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.authoring.context import Deferral, EventRow, TaskDeferred
+from engine.authoring.deferral import Deferral, TaskDeferred
+from engine.db.queries.assets import EventRow
 from engine.db.queries.deferrals import deferral_deadline
 from engine.db.queries.tasks import TaskRun
 from engine.executor.outcomes import (

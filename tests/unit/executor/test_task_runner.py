@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from engine.authoring.context import Deferral, EventRow
+from engine.authoring.deferral import Deferral
+from engine.db.queries.assets import EventRow
 from engine.executor.task_runner import (
     TaskResult,
     TaskSpec,
@@ -308,8 +309,8 @@ def test_a_missing_task_fails_with_a_clear_error(spec_for) -> None:
 
 
 def test_start_trigger_args_are_described_for_the_scheduler() -> None:
-    from engine.authoring.context import DagDefinitionError
     from engine.authoring.dag import BaseOperator
+    from engine.authoring.errors import DagDefinitionError
     from engine.dag_processing.parsing import (
         FileParseResult,
         ParsedDag,
