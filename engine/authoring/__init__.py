@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         BaseAsset,
         Metadata,
     )
+    from engine.authoring.baseoperator import BaseOperator
     from engine.authoring.bash import BashOperator
     from engine.authoring.branching import (
         BaseBranchOperator,
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     )
     from engine.authoring.connections import Connection
     from engine.authoring.context import Context, resolve_deferrable
-    from engine.authoring.dag import DAG, BaseOperator
+    from engine.authoring.dag import DAG
     from engine.authoring.deferral import TaskDeferred
     from engine.authoring.errors import DagDefinitionError
     from engine.authoring.external_task import ExternalTaskSensor
@@ -84,7 +85,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "AssetWatcher": "engine.authoring.assets",
     "BaseAsset": "engine.authoring.assets",
     "BaseBranchOperator": "engine.authoring.branching",
-    "BaseOperator": "engine.authoring.dag",
+    "BaseOperator": "engine.authoring.baseoperator",
     "BaseSensorOperator": "engine.authoring.sensor_base",
     "BashOperator": "engine.authoring.bash",
     "BashSensor": "engine.authoring.standard_sensors",

@@ -39,7 +39,7 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, overload
 
-from engine.authoring.dag import BaseOperator
+from engine.authoring.baseoperator import BaseOperator
 from engine.authoring.errors import DagDefinitionError
 from engine.authoring.locations import caller_location
 from engine.authoring.operators import PythonOperator, TaskFactory
@@ -276,11 +276,6 @@ class BashOperator(_RunsBash, BaseOperator):
         )
         for reference in iter_references([bash_command, env, cwd]):
             self.set_upstream(reference)
-
-    @property
-    def output(self) -> XComArg:
-        """This task's result (its last line of output), for another task's arguments."""
-        return XComArg(self)
 
     def execute(self, context: Context) -> Any:
         return self.run_bash(self.bash_command, context)

@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, overload
 
 from engine.authoring.arguments import check_type
-from engine.authoring.dag import BaseOperator
+from engine.authoring.baseoperator import BaseOperator
 from engine.authoring.groups import TaskGroup
 from engine.authoring.locations import caller_location
 from engine.authoring.operators import PythonOperator, TaskFactory

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from types import ModuleType
 
-    from engine.authoring.dag import BaseOperator
+    from engine.authoring.baseoperator import BaseOperator
 
 
 DAG_MODULE_PREFIX: Final = "sluice_dag_"

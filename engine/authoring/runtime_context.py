@@ -53,13 +53,14 @@ from typing import TYPE_CHECKING, Any, Final
 from engine.authoring.assets import Asset, AssetAlias, Metadata
 from engine.authoring.params import resolve_params
 from engine.authoring.variables import ConnectionAccessor, VariableAccessors
+from engine.authoring.xcom import XCOM_RETURN_KEY
 from triggers.exceptions import SerializationError
 from triggers.serde import deserialize_value, serialize_value
 
 if TYPE_CHECKING:
     from types import ModuleType
 
-    from engine.authoring.dag import BaseOperator
+    from engine.authoring.baseoperator import BaseOperator
 
 EVENT_KEYS: Final = (
     "id",
@@ -78,8 +79,6 @@ EVENT_KEYS: Final = (
     "created_by",
 )
 _DATE_KEYS: Final = ("ds", "ds_nodash", "ts", "ts_nodash", "ts_nodash_with_tz")
-#: The key of a task's return value among its results (Airflow's ``XCOM_RETURN_KEY``).
-XCOM_RETURN_KEY: Final = "return_value"
 
 
 @functools.cache

@@ -34,8 +34,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
+from engine.authoring.baseoperator import BaseOperator
 from engine.authoring.context import default_deferrable_from, resolve_deferrable, run_to_completion
-from engine.authoring.dag import BaseOperator
 from engine.authoring.errors import DagDefinitionError, SensorTimeout, TaskDeferralTimeout
 from engine.authoring.locations import caller_location
 from engine.exceptions import (

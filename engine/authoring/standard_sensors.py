@@ -30,8 +30,8 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, time, tzinfo
 from typing import TYPE_CHECKING, Any, overload
 
+from engine.authoring.arguments import warn_once
 from engine.authoring.bash import _RunsBash, run_command
-from engine.authoring.dag import warn_once
 from engine.authoring.errors import DagDefinitionError
 from engine.authoring.locations import caller_location
 from engine.authoring.operators import PythonOperator, TaskFactory

@@ -60,7 +60,7 @@ from engine.exceptions import AirflowException
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from engine.authoring.dag import BaseOperator
+    from engine.authoring.baseoperator import BaseOperator
 
 __all__ = (
     "MACROS",

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from engine.authoring.assets import Asset, AssetAlias
+from engine.authoring.baseoperator import MappedOperator
 from engine.authoring.dag import DAG, take_registered_dags
 from engine.authoring.dag_files import (
     DAG_MODULE_PREFIX,
@@ -41,7 +42,6 @@ from engine.authoring.dag_files import (
     source_digest,
 )
 from engine.authoring.errors import DagDefinitionError
-from engine.authoring.mapping import MappedOperator
 from engine.authoring.timetables import timezone_name
 from engine.loader import trigger_stream_digest
 from triggers.serde import dumps, dumps_kwargs
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from engine.authoring.assets import AssetWatcher
-    from engine.authoring.dag import BaseOperator
+    from engine.authoring.baseoperator import BaseOperator
 
 
 TRACEBACK_MAX_CHARS: Final = 20_000

@@ -41,7 +41,8 @@ from engine.executor.task_runner import TaskSpec, _open_channel, _raw_context
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from engine.authoring.dag import DAG, BaseOperator
+    from engine.authoring.baseoperator import BaseOperator
+    from engine.authoring.dag import DAG
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ def _context(
     operator of its own index, as the task runner builds it). A DAG callback built around a
     mapped task that is no copy (``map_index`` -1: it expanded to nothing) gets the mapped
     task as it is."""
-    from engine.authoring.mapping import MappedOperator
+    from engine.authoring.baseoperator import MappedOperator
 
     raw = _raw_context(task_spec)
     if task is None:

@@ -58,6 +58,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from engine.authoring.baseoperator import MappedOperator
 from engine.authoring.branching import skipped_task_ids
 from engine.authoring.callbacks import (
     FAILURE_CALLBACK,
@@ -72,9 +73,8 @@ from engine.authoring.context import (
     run_to_completion,
 )
 from engine.authoring.deferral import Deferral, TaskDeferred
-from engine.authoring.mapping import MappedOperator, check_mappable_result
+from engine.authoring.mapping import UnmappableXComTypePushed, XComForMappingNotPushed
 from engine.authoring.runtime_context import (
-    XCOM_RETURN_KEY,
     RuntimeTaskInstance,
     collect_outlet_events,
     encode_result,
@@ -83,6 +83,7 @@ from engine.authoring.runtime_context import (
     running_with,
 )
 from engine.authoring.templates import render_template_fields
+from engine.authoring.xcom import XCOM_RETURN_KEY
 from engine.exceptions import (
     AirflowException,
     AirflowFailException,
@@ -98,7 +99,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from types import FrameType
 
-    from engine.authoring.dag import BaseOperator
+    from engine.authoring.baseoperator import BaseOperator
     from engine.db.queries.assets import EventRow
 
 logger = logging.getLogger(__name__)
@@ -312,6 +313,24 @@ def collect_results(
             if size > max_bytes:
                 raise ValueError(result_size_error(task_id, key, size, max_bytes))
     return results
+
+
+def check_mappable_result(task: BaseOperator, value: Any) -> None:
+    """Raise when a mapped task maps over ``task``'s return value and ``value`` cannot be
+    mapped over (the task runner calls it before storing the result, as Airflow does)."""
+    dag = task.dag
+    if dag is None or isinstance(task, MappedOperator):
+        return
+    for child_id in task.downstream_task_ids:
+        child = dag.task_dict.get(child_id)
+        if not isinstance(child, MappedOperator):
+            continue
+        if not any(s.operator.task_id == task.task_id for s in child.iter_mapped_sources()):
+            continue
+        if value is None or not getattr(task, "do_xcom_push", True):
+            raise XComForMappingNotPushed(task.task_id, for_task=child.task_id)
+        if not isinstance(value, list | tuple | dict):
+            raise UnmappableXComTypePushed(task.task_id, value, for_task=child.task_id)
 
 
 def format_seconds(seconds: float) -> str:

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.authoring.dag import DAG, DEFAULT_RETRY_DELAY, BaseOperator, take_registered_dags
+from engine.authoring.baseoperator import DEFAULT_RETRY_DELAY, BaseOperator
+from engine.authoring.dag import DAG, take_registered_dags
 from engine.authoring.errors import DagDefinitionError
 from engine.dag_processing.parsing import describe_dag
 from engine.db.queries.tasks import TaskRun

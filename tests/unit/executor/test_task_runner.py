@@ -309,7 +309,7 @@ def test_a_missing_task_fails_with_a_clear_error(spec_for) -> None:
 
 
 def test_start_trigger_args_are_described_for_the_scheduler() -> None:
-    from engine.authoring.dag import BaseOperator
+    from engine.authoring.baseoperator import BaseOperator
     from engine.authoring.errors import DagDefinitionError
     from engine.dag_processing.parsing import (
         FileParseResult,
