@@ -33,11 +33,10 @@ import inspect
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from engine.authoring.context import default_deferrable_from, resolve_deferrable
+from engine.authoring.context import as_moment, default_deferrable_from, resolve_deferrable
 from engine.authoring.errors import DagDefinitionError
 from engine.authoring.external_task_trigger import NOT_FOUND, ExternalTaskTrigger
 from engine.authoring.locations import caller_location
-from engine.authoring.runtime_context import as_moment
 from engine.authoring.sensor_base import EXECUTE_COMPLETE, BaseSensorOperator
 from engine.exceptions import AirflowException, AirflowSkipException
 from engine.states import DagRunState, TaskState

@@ -32,12 +32,11 @@ from typing import TYPE_CHECKING, Any, Final, overload
 
 from engine.authoring.assets import Metadata
 from engine.authoring.baseoperator import BaseOperator, MappedOperator
-from engine.authoring.context import run_to_completion
+from engine.authoring.context import outlet_events, run_to_completion
 from engine.authoring.dag import DAG, TaskContainer, current_dag, current_group
 from engine.authoring.errors import DagDefinitionError
 from engine.authoring.locations import caller_location
 from engine.authoring.partial import TaskFlowPartial
-from engine.authoring.runtime_context import outlet_events_of
 from engine.authoring.xcom import (
     as_references,
     iter_references,
@@ -129,19 +128,18 @@ class PythonOperator(BaseOperator):
         if inspect.isgenerator(value):
             return self._drain(value, context)
         if isinstance(value, Metadata):
-            outlet_events_of(context, self).apply(value)
+            outlet_events(context).apply(value)
             return None
         return value
 
     def _drain(self, generator: Generator[Any, Any, Any], context: Context) -> Any:
-        accessors = outlet_events_of(context, self)
         while True:
             try:
                 item = next(generator)
             except StopIteration as stop:
                 return stop.value
             if isinstance(item, Metadata):
-                accessors.apply(item)
+                outlet_events(context).apply(item)
             else:
                 logger.warning(
                     "task %r yielded %s, not a Metadata: ignored",

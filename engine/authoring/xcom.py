@@ -5,7 +5,7 @@ Theory of operation. At definition time a result is a reference, not a value: ca
 with ``op.output`` stores an ``XComArg`` in the new task's arguments and makes the
 referenced task its upstream. Nothing runs then. When the downstream task runs, the
 executor has sent the results of the run's finished tasks in its context
-(``engine.authoring.runtime_context``); ``resolve_references`` replaces each ``XComArg`` (and
+(``engine.execution.context``); ``resolve_references`` replaces each ``XComArg`` (and
 each ``@dag`` parameter, ``DagParam``) in the arguments by its value through
 ``ti.xcom_pull``, inside lists, tuples, sets and dicts too.
 

@@ -13,7 +13,7 @@ import, with its line in the file. A good result also carries the source the chi
 reads the file once and runs those bytes) and its sha256: the parent stores them as the
 file's last good version, which a task runs when the file on disk is broken.
 
-The executor imports DAG files the same way (``load_task``) to run a task in a child.
+A task process imports DAG files the same way (``engine.execution.loading``) to run a task.
 """
 
 from __future__ import annotations

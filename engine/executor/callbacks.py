@@ -1,4 +1,4 @@
-"""Running callback requests: each in a child ``engine.executor.callback_runner`` process.
+"""Running callback requests: each in a child ``engine.execution.callback_runner`` process.
 
 Theory of operation. The scheduler writes a ``dag`` request when it ends a run of a DAG
 with callbacks; the task supervisor writes a ``task`` request when a task's own process could
@@ -16,7 +16,7 @@ child (out of processes or file descriptors) or fails unexpectedly stays claimed
 tried again after ``retry_delay_s``; the executor's tasks keep running.
 
 Like a task's process, the child reads connections and variables over a request channel
-(``engine.executor.task_channel``) that a ``TaskRequestServer`` answers for its lifetime;
+(``engine.execution.task_channel``) that a ``TaskRequestServer`` answers for its lifetime;
 the secrets it hands over are masked in the log the child's output goes to.
 """
 
@@ -40,11 +40,11 @@ from engine.db.queries import callbacks as callbacks_sql
 from engine.db.queries import orphans as orphans_sql
 from engine.db.queries import tasks as tasks_sql
 from engine.exceptions import DatabaseError
-from engine.executor.callback_runner import DAG_KIND, TASK, CallbackSpec
-from engine.executor.outcomes import Decision, Outcome, build_spec, outcome_line
+from engine.execution.protocol import DAG_KIND, TASK, CallbackSpec, TaskSpec
+from engine.executor.outcomes import Decision, Outcome, outcome_line
 from engine.executor.task_logs import TaskLogWriter, log_path, safe_component
 from engine.executor.task_requests import TaskRequestServer
-from engine.executor.task_runner import TaskSpec, build_context, with_results
+from engine.executor.task_specs import build_context, build_spec, with_results
 from engine.retry import Backoff
 from triggers.serde import dumps
 
@@ -408,7 +408,7 @@ class CallbackRunner:
                     sys.executable,
                     "-P",
                     "-m",
-                    "engine.executor.callback_runner",
+                    "engine.execution.callback_runner",
                     "--request-id",
                     str(request.id),
                     "--channel-fd",

@@ -13,7 +13,7 @@ not answered: the poll retries them).
 A supervisor starts the step's child: a standby forked ahead from the executor's warm
 runner (``warm_process``, a pre-imported process; handing a standby its step costs one
 message where a fresh interpreter costs ~100 ms) or, while none is ready, ``python -P -m
-engine.executor.task_runner``; either way a task process in its own session, running the
+engine.execution.task_runner``; either way a task process in its own session, running the
 same code. It marks the task instance ``running``
 (with the child's pid), sends it a ``TaskSpec`` and appends what the child prints to the
 try's log file. When the child exits, the supervisor turns its ``TaskResult`` (or its exit status,

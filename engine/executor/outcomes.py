@@ -1,8 +1,9 @@
 """Pure decisions of the executor: what a finished task step means for its task instance.
 
 No I/O and no clock (``now`` is an argument): the executor (``engine.executor``) feeds in
-what happened to the child process, writes what comes out. Also builds the ``TaskSpec``
-sent to the child and the header / closing lines of the task log.
+what happened to the child process, writes what comes out; and the header / closing lines
+of the task log. (The ``TaskSpec`` sent to the child is built by
+``engine.executor.task_specs``.)
 
 A failed try with tries left is ``up_for_retry`` until ``retry_at`` (the rule of
 ``engine.db.queries.retries``, which the scheduler shares for a try whose executor died:
@@ -24,14 +25,14 @@ from engine.db.queries.deferrals import deferral_deadline
 from engine.db.queries.retries import MAX_BACKOFF_S as MAX_BACKOFF_S
 from engine.db.queries.retries import next_try_at
 from engine.db.queries.retries import retry_wait_s as retry_wait_s
-from engine.executor.task_runner import TaskResult, TaskSpec, build_context, timeout_message
+from engine.execution.deadline import timeout_message
+from engine.execution.protocol import TaskResult
 from engine.states import TaskState
 from triggers.exceptions import SerializationError
-from triggers.serde import dumps, loads
+from triggers.serde import loads
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from pathlib import Path
 
     from engine.authoring.deferral import Deferral
     from engine.db.queries.tasks import TaskRun
@@ -198,38 +199,6 @@ def kill_after_s(run: TaskRun, *, now: datetime, grace_s: float) -> float | None
         return None
     elapsed = (now - run.try_started_at).total_seconds()
     return max(run.execution_timeout_s - elapsed + grace_s, grace_s)
-
-
-def build_spec(
-    run: TaskRun, *, dags_folder: Path, plugins_folder: Path | None, default_deferrable: bool
-) -> TaskSpec:
-    context = build_context(
-        dag_id=run.dag_id,
-        run_id=run.run_id,
-        task_id=run.task_id,
-        try_number=run.try_number,
-        events=run.events,
-        default_deferrable=default_deferrable,
-        run=run.run,
-        inlet_events=run.inlet_events,
-        map_index=run.map_index,
-    )
-    return TaskSpec(
-        ti_id=run.ti_id,
-        dag_id=run.dag_id,
-        run_id=run.run_id,
-        task_id=run.task_id,
-        fileloc=run.fileloc,
-        try_number=run.try_number,
-        try_started_at=run.try_started_at.isoformat(),
-        context=dumps(context, where="the task context"),
-        next_method=run.next_method,
-        next_kwargs=run.next_kwargs,
-        deferral_count=run.deferral_count,
-        dags_folder=str(dags_folder),
-        plugins_folder=None if plugins_folder is None else str(plugins_folder),
-        max_tries=run.max_tries,
-    )
 
 
 def _stamp(now: datetime) -> str:

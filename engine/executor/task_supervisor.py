@@ -1,10 +1,10 @@
 """Supervising one task step: spawn the child, feed it, log it, judge it, record it.
 
-Used by ``engine.executor.local.LocalExecutor``, one ``TaskSupervisor.execute`` per claimed task
-instance. The child (``engine.executor.task_runner``) gets its ``TaskSpec`` on stdin; what it prints
-goes to the try's log (``engine.executor.task_logs``); its ``TaskResult`` (or, when it died without
-one, its exit status) becomes an ``Outcome`` (``engine.executor.outcomes``) written in one
-transaction guarded by the executor's job id.
+Used by ``engine.executor.local.LocalExecutor``, one ``TaskSupervisor.execute`` per claimed
+task instance. The child (``engine.execution.task_runner``) gets its ``TaskSpec`` on stdin;
+what it prints goes to the try's log (``engine.executor.task_logs``); its ``TaskResult`` (or,
+when it died without one, its exit status) becomes an ``Outcome``
+(``engine.executor.outcomes``) written in one transaction guarded by the executor's job id.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from engine.executor.callbacks import lost_callback_spec
 from engine.executor.outcomes import (
     Decision,
     Outcome,
-    build_spec,
     decide_outcome,
     header_line,
     kill_after_s,
@@ -42,7 +41,7 @@ from engine.executor.outcomes import (
 )
 from engine.executor.task_logs import TaskLogWriter, log_path
 from engine.executor.task_requests import TaskRequestServer
-from engine.executor.task_runner import with_results
+from engine.executor.task_specs import build_spec, with_results
 from engine.logs import secret_forms
 from engine.states import TaskState
 
@@ -57,7 +56,7 @@ if TYPE_CHECKING:
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
     from engine.db.queries.tasks import TaskRun
-    from engine.executor.callback_runner import CallbackSpec
+    from engine.execution.protocol import CallbackSpec
     from engine.executor.warm_process import WarmRunner
 
 logger = logging.getLogger(__name__)
@@ -103,7 +102,7 @@ class TaskProcess:
     ) -> None:
         self.ti_id = ti_id
         self.process = process
-        #: the executor's end of the task's request channel (``engine.executor.task_channel``)
+        #: the executor's end of the task's request channel (``engine.execution.task_channel``)
         self.channel = channel
         self.interrupted = False  # stopped by the shutdown
         self.killed_for_timeout = False
@@ -154,8 +153,8 @@ SECRET_ENVIRONMENT: Final = ("SLUICE__CORE__FERNET_KEY", "SLUICE__CORE__SQL_ALCH
 
 
 async def _start_cold(ti_id: int, env: dict[str, str], channel_fd: int) -> StepProcess:
-    """The task process as a fresh interpreter: ``python -P -m engine.executor.task_runner``."""
-    command = [sys.executable, "-P", "-m", "engine.executor.task_runner"]
+    """The task process as a fresh interpreter: ``python -P -m engine.execution.task_runner``."""
+    command = [sys.executable, "-P", "-m", "engine.execution.task_runner"]
     command += ["--ti-id", str(ti_id), "--channel-fd", str(channel_fd)]
     return await anyio.open_process(
         command,

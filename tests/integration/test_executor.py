@@ -24,9 +24,10 @@ from engine.db import models
 from engine.db.database import Database
 from engine.db.models import Dag, DagTask, Job, TaskInstance, Trigger
 from engine.db.queries import callbacks, deferrals, jobs, orphans, runs, tasks
+from engine.execution.protocol import EXIT_PARENT_GONE, TaskSpec
 from engine.executor.local import ExecutorSettings, LocalExecutor
 from engine.executor.task_logs import TaskLogNotFoundError, log_path, read_task_log
-from engine.executor.task_runner import EXIT_PARENT_GONE, TaskSpec, build_context
+from engine.executor.task_specs import build_context
 from engine.states import JobState, TaskState, TriggerKind
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.persister import Persister
@@ -607,7 +608,7 @@ def test_a_task_process_exits_when_its_executor_goes(env: Env) -> None:
         sys.executable,
         "-P",
         "-m",
-        "engine.executor.task_runner",
+        "engine.execution.task_runner",
         "--ti-id",
         str(spec.ti_id),
     ]

@@ -17,10 +17,12 @@ from engine import DAG, BashOperator, DagDefinitionError, task
 from engine.authoring import bash as bash_module
 from engine.authoring.bash import BashTaskOperator, CommandResult, run_command
 from engine.authoring.dag import take_registered_dags
-from engine.authoring.runtime_context import hydrate_context
-from engine.authoring.templates import TemplateRenderError, render_template_fields
 from engine.exceptions import AirflowException, AirflowSkipException
-from engine.executor.task_runner import TaskSpec, build_context, run_task
+from engine.execution.context import hydrate_context
+from engine.execution.protocol import TaskSpec
+from engine.execution.task_runner import run_task
+from engine.execution.templates import TemplateRenderError, render_template_fields
+from engine.executor.task_specs import build_context
 from engine.states import TaskState
 from triggers.serde import deserialize_value, dumps
 

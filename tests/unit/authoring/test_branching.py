@@ -26,11 +26,12 @@ from engine.authoring.branching import (
 )
 from engine.authoring.dag import take_registered_dags
 from engine.authoring.errors import DagDefinitionError
-from engine.authoring.runtime_context import DagRun, hydrate_context
 from engine.db.queries.tasks import TaskRun
 from engine.exceptions import AirflowException
+from engine.execution.context import DagRun, hydrate_context
+from engine.execution.protocol import TaskResult, TaskSpec
+from engine.execution.task_runner import run_task
 from engine.executor.outcomes import Decision, decide_outcome
-from engine.executor.task_runner import TaskResult, TaskSpec, run_task
 from engine.states import TaskState
 from triggers.serde import deserialize_value, dumps
 

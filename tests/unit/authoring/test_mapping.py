@@ -21,8 +21,7 @@ from engine.authoring.mapping import (
     map_length,
 )
 from engine.authoring.params import NOTSET
-from engine.authoring.runtime_context import RuntimeTaskInstance
-from engine.executor.task_runner import check_mappable_result
+from engine.execution.results import RuntimeTaskInstance, check_mappable_result
 from engine.scheduler.rules import next_task_states, run_outcome, summary_state
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from engine import DAG, BaseOperator, PythonOperator, XComArg
 from engine.authoring.dag import take_registered_dags
-from engine.authoring.runtime_context import hydrate_context
 from engine.authoring.xcom import MapXComArg, ZipXComArg
+from engine.execution.context import hydrate_context
 
 
 class Listing(BaseOperator):

@@ -13,8 +13,8 @@ import pytest
 from engine import DAG, DagDefinitionError, PokeReturnValue, TaskDeferred, task
 from engine.authoring.arguments import forget_warnings
 from engine.authoring.context import DEFAULT_DEFERRABLE_KEY
-from engine.authoring.runtime_context import hydrate_context
 from engine.exceptions import AirflowFailException
+from engine.execution.context import hydrate_context
 from engine.sensors import (
     BashSensor,
     DayOfWeekSensor,

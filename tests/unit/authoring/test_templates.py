@@ -14,8 +14,10 @@ import pytest
 
 from engine import DAG, BaseOperator, PythonOperator, dag, task
 from engine.authoring.dag import take_registered_dags
-from engine.authoring.runtime_context import hydrate_context
-from engine.authoring.templates import (
+from engine.execution.context import hydrate_context
+from engine.execution.protocol import TaskSpec
+from engine.execution.task_runner import run_task
+from engine.execution.templates import (
     MACROS,
     TemplateRenderError,
     ds_add,
@@ -24,7 +26,7 @@ from engine.authoring.templates import (
     render_template_fields,
     template_context,
 )
-from engine.executor.task_runner import TaskSpec, build_context, run_task
+from engine.executor.task_specs import build_context
 from engine.states import TaskState
 from triggers.serde import deserialize_value, dumps, serialize_value
 

@@ -25,17 +25,13 @@ from engine import (
 )
 from engine.authoring.dag import take_registered_dags
 from engine.authoring.operators import returns_a_mapping
-from engine.authoring.runtime_context import RuntimeTaskInstance, hydrate_context
-from engine.authoring.templates import render_template_fields
 from engine.authoring.xcom import XComNotFound, iter_references
-from engine.executor.task_runner import (
-    TaskSpec,
-    build_context,
-    collect_results,
-    result_size_error,
-    run_task,
-    with_results,
-)
+from engine.execution.context import hydrate_context
+from engine.execution.protocol import TaskSpec
+from engine.execution.results import RuntimeTaskInstance, collect_results, result_size_error
+from engine.execution.task_runner import run_task
+from engine.execution.templates import render_template_fields
+from engine.executor.task_specs import build_context, with_results
 from engine.states import TaskState
 from triggers.serde import deserialize_value, dumps, serialize_value
 

@@ -13,10 +13,10 @@ from engine.authoring.deferral import Deferral, TaskDeferred
 from engine.db.queries.assets import EventRow
 from engine.db.queries.deferrals import deferral_deadline
 from engine.db.queries.tasks import TaskRun
+from engine.execution.protocol import TaskResult, TaskSpec
 from engine.executor.outcomes import (
     Decision,
     Outcome,
-    build_spec,
     decide_outcome,
     exit_reason,
     header_line,
@@ -24,7 +24,7 @@ from engine.executor.outcomes import (
     outcome_line,
     read_result,
 )
-from engine.executor.task_runner import TaskResult, TaskSpec
+from engine.executor.task_specs import build_spec
 from engine.states import TaskState
 from triggers.file import FileTrigger
 from triggers.serde import loads

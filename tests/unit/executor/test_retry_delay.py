@@ -16,6 +16,7 @@ from engine.authoring.dag import DAG, take_registered_dags
 from engine.authoring.errors import DagDefinitionError
 from engine.dag_processing.parsing import describe_dag
 from engine.db.queries.tasks import TaskRun
+from engine.execution.protocol import TaskResult
 from engine.executor.outcomes import (
     MAX_BACKOFF_S,
     Decision,
@@ -24,7 +25,6 @@ from engine.executor.outcomes import (
     outcome_line,
     retry_wait_s,
 )
-from engine.executor.task_runner import TaskResult
 from engine.states import TaskState
 
 if TYPE_CHECKING:

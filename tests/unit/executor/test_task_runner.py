@@ -10,14 +10,10 @@ import pytest
 
 from engine.authoring.deferral import Deferral
 from engine.db.queries.assets import EventRow
-from engine.executor.task_runner import (
-    TaskResult,
-    TaskSpec,
-    build_context,
-    remaining_s,
-    run_task,
-    timeout_message,
-)
+from engine.execution.deadline import remaining_s, timeout_message
+from engine.execution.protocol import TaskResult, TaskSpec
+from engine.execution.task_runner import run_task
+from engine.executor.task_specs import build_context
 from engine.states import TaskState
 from triggers.serde import deserialize_value, dumps, loads, loads_kwargs, serialize_value
 

@@ -1,0 +1,56 @@
+"""What a task (or callback) process does at start, before it runs anything of the user's.
+
+It takes its request channel to the executor (``--channel-fd``: the store of connections and
+variables, and the last good version of its DAG file), keeps its real standard output for
+the result and sends its prints to standard error (the log), configures logging to
+standard error, and exits at once when the executor closes its standard input (the
+executor died, or gave up on it): a step whose executor is gone never runs on.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any
+
+from engine.authoring.store import install_store
+from engine.execution.last_good import use_channel
+from engine.execution.protocol import EXIT_PARENT_GONE
+from engine.execution.task_channel import TaskChannel
+
+
+def exit_when_parent_goes(stream: Any) -> None:
+    """Exit at once when the parent closes our stdin (it died, or gave up on us)."""
+
+    def watch() -> None:
+        try:
+            while stream.read(65536):
+                pass
+        except (OSError, ValueError):
+            pass
+        os._exit(EXIT_PARENT_GONE)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def open_channel(fd: int) -> None:
+    """Connections and variables come from the parent, over the request channel."""
+    os.set_inheritable(fd, False)  # not for the processes the task starts
+    channel = TaskChannel.from_fd(fd)
+    install_store(channel)
+    use_channel(channel)  # and the last good version of a DAG file that is broken now
+
+
+def configure_logging() -> None:
+    from engine.logs import configure_logging as configure
+
+    configure("INFO", "text")
+
+
+def redirect_output() -> int:
+    """Keep the real stdout for the result (returns its fd); prints go to stderr (the log)."""
+    result_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    return result_fd
