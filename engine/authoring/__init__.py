@@ -54,6 +54,10 @@ if TYPE_CHECKING:
     from engine.authoring.errors import DagDefinitionError
     from engine.authoring.external_task import ExternalTaskSensor
     from engine.authoring.groups import TaskGroup, chain, cross_downstream, task_group
+    from engine.authoring.interval_timetables import (
+        CronDataIntervalTimetable,
+        DeltaDataIntervalTimetable,
+    )
     from engine.authoring.operators import EmptyOperator, PythonOperator, task
     from engine.authoring.params import Param
     from engine.authoring.sensor_base import BaseSensorOperator, PokeReturnValue
@@ -67,13 +71,13 @@ if TYPE_CHECKING:
     from engine.authoring.timetables import (
         AssetOrTimeSchedule,
         ContinuousTimetable,
-        CronDataIntervalTimetable,
-        CronTriggerTimetable,
-        DeltaDataIntervalTimetable,
-        DeltaTriggerTimetable,
-        MultipleCronTriggerTimetable,
         OnceTimetable,
         Timetable,
+    )
+    from engine.authoring.trigger_timetables import (
+        CronTriggerTimetable,
+        DeltaTriggerTimetable,
+        MultipleCronTriggerTimetable,
     )
     from engine.authoring.variables import Variable
     from engine.authoring.xcom import XComArg
@@ -99,18 +103,18 @@ _MODULE_OF: Final[dict[str, str]] = {
     "Connection": "engine.authoring.connections",
     "Context": "engine.authoring.context",
     "ContinuousTimetable": "engine.authoring.timetables",
-    "CronDataIntervalTimetable": "engine.authoring.timetables",
-    "CronTriggerTimetable": "engine.authoring.timetables",
+    "CronDataIntervalTimetable": "engine.authoring.interval_timetables",
+    "CronTriggerTimetable": "engine.authoring.trigger_timetables",
     "DAG": "engine.authoring.dag",
     "DagDefinitionError": "engine.authoring.errors",
     "DayOfWeekSensor": "engine.authoring.standard_sensors",
-    "DeltaDataIntervalTimetable": "engine.authoring.timetables",
-    "DeltaTriggerTimetable": "engine.authoring.timetables",
+    "DeltaDataIntervalTimetable": "engine.authoring.interval_timetables",
+    "DeltaTriggerTimetable": "engine.authoring.trigger_timetables",
     "EmptyOperator": "engine.authoring.operators",
     "ExternalTaskSensor": "engine.authoring.external_task",
     "LatestOnlyOperator": "engine.authoring.branching",
     "Metadata": "engine.authoring.assets",
-    "MultipleCronTriggerTimetable": "engine.authoring.timetables",
+    "MultipleCronTriggerTimetable": "engine.authoring.trigger_timetables",
     "OnceTimetable": "engine.authoring.timetables",
     "Param": "engine.authoring.params",
     "PokeReturnValue": "engine.authoring.sensor_base",

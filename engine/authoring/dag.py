@@ -12,7 +12,7 @@ DAG, and the DAG is registered for the DAG processor even if no variable holds i
 ``schedule`` takes None (manual runs only), a cron string or preset (``"@daily"``), a
 ``timedelta``, a timetable, an ``Asset`` / ``AssetAlias``, a list of assets (all of them
 updated) or an asset condition built with ``&`` and ``|``
-(``engine.authoring.timetables.resolve_schedule``). A run started by assets can read the
+(``engine.authoring.schedules.resolve_schedule``). A run started by assets can read the
 asset events that started it from ``context["triggering_asset_events"]``.
 
 The arguments are Airflow's. Those Sluice does not implement yet are accepted with one
@@ -51,7 +51,8 @@ from engine.authoring.callbacks import as_callbacks
 from engine.authoring.errors import DagDefinitionError
 from engine.authoring.locations import caller_file_and_line
 from engine.authoring.params import as_params
-from engine.authoring.timetables import resolve_schedule, timezone_of, to_utc
+from engine.authoring.schedules import resolve_schedule
+from engine.authoring.timetables import timezone_of, to_utc
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence

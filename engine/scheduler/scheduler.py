@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Final
 import anyio
 
 from engine.authoring.assets import BaseAsset
-from engine.authoring.timetables import DataInterval, TimeRestriction, timetable_from_json
+from engine.authoring.schedules import timetable_from_json
+from engine.authoring.timetables import DataInterval, TimeRestriction
 from engine.db import models
 from engine.db.heartbeat import heartbeat_forever
 from engine.db.queries import actions, backfills, callbacks, deferrals, jobs, orphans, runs

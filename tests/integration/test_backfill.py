@@ -13,12 +13,9 @@ import pytest
 from click.testing import CliRunner, Result
 from sqlalchemy import func, insert, select, update
 
-from engine.authoring.timetables import (
-    CronDataIntervalTimetable,
-    CronTriggerTimetable,
-    TimeRestriction,
-    Timetable,
-)
+from engine.authoring.interval_timetables import CronDataIntervalTimetable
+from engine.authoring.timetables import TimeRestriction, Timetable
+from engine.authoring.trigger_timetables import CronTriggerTimetable
 from engine.cli import cli
 from engine.cli.backfill import write_backfill
 from engine.config import Config, load_config

@@ -7,7 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any, Final
 
 from engine.authoring.assets import ASSET_ALIAS_TYPE, ASSET_ALL_TYPE, ASSET_ANY_TYPE, ASSET_TYPE
-from engine.authoring.timetables import timetable_from_json
+from engine.authoring.schedules import timetable_from_json
 from engine.db.queries import backfills as backfills_sql
 from engine.db.queries import browse
 from engine.db.views.common import check_page, iso, page

@@ -84,7 +84,8 @@ from engine.authoring.assets import (
     BaseAsset,
     is_condition_met,
 )
-from engine.authoring.timetables import DataInterval, TimeRestriction, timetable_from_json
+from engine.authoring.schedules import timetable_from_json
+from engine.authoring.timetables import DataInterval, TimeRestriction
 from engine.db.queries import backfills, runs
 from engine.db.queries import why as why_sql
 from engine.db.queries import why_watchers as watchers_sql
