@@ -71,7 +71,7 @@ DAG_CALLBACK_LOG: Final = "dag_callbacks.log"
 
 
 class ExecutorSettings(Protocol):
-    """What callbacks need of the executor's settings (``task_supervisor.ExecutorSettings``)."""
+    """What callbacks need of the executor's settings (``settings.ExecutorSettings``)."""
 
     @property
     def dags_folder(self) -> Path: ...

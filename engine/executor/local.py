@@ -59,12 +59,9 @@ from engine.db.queries import jobs, tasks
 from engine.db.wakeup import RowsSignal
 from engine.exceptions import DatabaseError
 from engine.executor.callbacks import CallbackRunner
-from engine.executor.task_supervisor import (
-    ExecutorSettings,
-    ExecutorStats,
-    TaskSupervisor,
-    task_environment,
-)
+from engine.executor.settings import ExecutorSettings, ExecutorStats
+from engine.executor.task_process import task_environment
+from engine.executor.task_supervisor import TaskSupervisor
 from engine.executor.warm_process import WarmRunner
 from engine.metrics.readings import ExecutorReading
 from engine.retry import Backoff

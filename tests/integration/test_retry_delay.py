@@ -33,8 +33,8 @@ from engine.db.queries import jobs, runs, tasks
 from engine.execution.protocol import TaskResult
 from engine.executor.local import LocalExecutor
 from engine.executor.outcomes import Decision, Outcome, decide_outcome, retry_wait_s
+from engine.executor.settings import ExecutorSettings
 from engine.executor.task_logs import read_task_log
-from engine.executor.task_supervisor import ExecutorSettings
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
 from engine.states import DagRunState, TaskState
 from tests.waiting import eventually

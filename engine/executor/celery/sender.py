@@ -38,7 +38,8 @@ from engine.db.queries import jobs, tasks
 from engine.exceptions import DatabaseError
 from engine.executor.callbacks import CallbackRunner
 from engine.executor.celery.app import RUN_TRY_TASK, celery_app
-from engine.executor.task_supervisor import ExecutorStats, task_environment
+from engine.executor.settings import ExecutorStats
+from engine.executor.task_process import task_environment
 from engine.metrics.readings import ExecutorReading, QueueReading
 from engine.retry import Backoff
 from engine.states import JobState
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
     from engine.config import CeleryConfig
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
-    from engine.executor.task_supervisor import ExecutorSettings
+    from engine.executor.settings import ExecutorSettings
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from engine.db.queries.tasks import EXECUTOR_JOB
 from engine.execution.protocol import CallbackSpec, TaskSpec
 from engine.executor import callbacks as callbacks_module
 from engine.executor.callbacks import CallbackRunner
-from engine.executor.task_supervisor import ExecutorSettings
+from engine.executor.settings import ExecutorSettings
 from tests.waiting import eventually
 
 if TYPE_CHECKING:
