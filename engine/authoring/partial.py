@@ -12,6 +12,7 @@ does not build on the operator classes it serves.
 from __future__ import annotations
 
 import inspect
+from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from engine.authoring.dag import current_dag
@@ -92,23 +93,23 @@ def _check_kwargs_list(where: str, value: Any) -> Any:
     return as_references(list(value))
 
 
-def _check_name(where: str, name: str, partial: OperatorPartial[Any]) -> None:
-    if name in partial.mapped.BASE_ARGUMENTS:
+def _check_name(where: str, name: str, *, of: OperatorPartial[Any]) -> None:
+    if name in of.mapped.BASE_ARGUMENTS:
         raise DagDefinitionError(
             f"{where}: cannot map over {name!r}: it is the same for every copy of a task (the "
             "scheduler reads it before a copy runs); set it in partial()"
         )
-    owner = partial.operator_class
+    owner = of.operator_class
     if name not in accepted_arguments(owner):
         raise DagDefinitionError(f"{where}: {owner.__name__} has no argument {name!r} to map over")
-    if name in partial.kwargs:
+    if name in of.kwargs:
         raise DagDefinitionError(
             f"{where}: {name!r} is given to both partial() and expand(); give it to one"
         )
 
 
 class _ExpandedOnce:
-    """A partial expands into one task, once."""
+    """A partial expands into one task, once; ``check`` refuses a name it cannot map over."""
 
     _expanded = False
 
@@ -116,6 +117,27 @@ class _ExpandedOnce:
         if self._expanded:
             raise DagDefinitionError(f"{where}: this partial() was already expanded once")
         self._expanded = True
+
+    def _expanded_values(
+        self, where: str, mapped: Mapping[str, Any], check: Callable[[str], None]
+    ) -> dict[str, Any]:
+        """What ``expand(**mapped)`` maps over, each argument checked."""
+        self._claim(where)
+        if not mapped:
+            raise DagDefinitionError(f"{where}: give at least one argument to map over")
+        for name in mapped:
+            check(name)
+        return {name: _as_mappable(where, name, v) for name, v in mapped.items()}
+
+    def _expanded_list(self, where: str, kwargs_list: Any, check: Callable[[str], None]) -> Any:
+        """What ``expand_kwargs(kwargs_list)`` maps over, the names of literal items checked."""
+        self._claim(where)
+        value = _check_kwargs_list(where, kwargs_list)
+        if isinstance(value, list):
+            for item in value:
+                for name in item if isinstance(item, dict) else ():
+                    check(name)
+        return value
 
 
 class OperatorPartial(_ExpandedOnce, Generic[M]):
@@ -150,23 +172,13 @@ class OperatorPartial(_ExpandedOnce, Generic[M]):
     def expand(self, **mapped: Any) -> M:
         """One task that runs once per item (the cross product of several arguments)."""
         where = _where(f"task {self.kwargs['task_id']!r}: expand()")
-        self._claim(where)
-        if not mapped:
-            raise DagDefinitionError(f"{where}: give at least one argument to map over")
-        for name in mapped:
-            _check_name(where, name, self)
-        value = {name: _as_mappable(where, name, v) for name, v in mapped.items()}
+        value = self._expanded_values(where, mapped, partial(_check_name, where, of=self))
         return self.mapped.build(self.operator_class, self.kwargs, EXPAND, value, None)
 
     def expand_kwargs(self, kwargs_list: Any) -> M:
         """One task that runs once per dict of keyword arguments in ``kwargs_list``."""
         where = _where(f"task {self.kwargs['task_id']!r}: expand_kwargs()")
-        self._claim(where)
-        value = _check_kwargs_list(where, kwargs_list)
-        if isinstance(value, list):
-            for item in value:
-                for name in item if isinstance(item, dict) else ():
-                    _check_name(where, name, self)
+        value = self._expanded_list(where, kwargs_list, partial(_check_name, where, of=self))
         return self.mapped.build(self.operator_class, self.kwargs, EXPAND_KWARGS, value, None)
 
 
@@ -208,23 +220,13 @@ class TaskFlowPartial(_ExpandedOnce, Generic[M]):
 
     def expand(self, **mapped: Any) -> M:
         where = _where(f"@task {self.function.__name__!r}: expand()")
-        self._claim(where)
-        if not mapped:
-            raise DagDefinitionError(f"{where}: give at least one argument to map over")
-        for name in mapped:
-            self._check_param(where, name, fixed=self.fixed)
-        value = {name: _as_mappable(where, name, v) for name, v in mapped.items()}
-        return self._build(EXPAND, value)
+        check = partial(self._check_param, where, fixed=self.fixed)
+        return self._build(EXPAND, self._expanded_values(where, mapped, check))
 
     def expand_kwargs(self, kwargs_list: Any) -> M:
         where = _where(f"@task {self.function.__name__!r}: expand_kwargs()")
-        self._claim(where)
-        value = _check_kwargs_list(where, kwargs_list)
-        if isinstance(value, list):
-            for item in value:
-                for name in item if isinstance(item, dict) else ():
-                    self._check_param(where, name, fixed=self.fixed)
-        return self._build(EXPAND_KWARGS, value)
+        check = partial(self._check_param, where, fixed=self.fixed)
+        return self._build(EXPAND_KWARGS, self._expanded_list(where, kwargs_list, check))
 
     def _build(self, kind: str, value: Any) -> M:
         kwargs = {

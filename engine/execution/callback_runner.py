@@ -18,7 +18,6 @@ they hold are masked in the log.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
@@ -29,7 +28,12 @@ from engine.exceptions import AirflowException, AirflowTaskTimeout
 from engine.execution.callbacks import dag_callbacks, run_callbacks, task_callbacks
 from engine.execution.context import hydrate_context
 from engine.execution.loading import dag_for
-from engine.execution.process import configure_logging, exit_when_parent_goes, open_channel
+from engine.execution.process import (
+    configure_logging,
+    exit_when_parent_goes,
+    exit_with,
+    start,
+)
 from engine.execution.protocol import (
     DAG_KIND,
     EXIT_BAD_SPEC,
@@ -94,12 +98,7 @@ def run_callback_spec(spec: CallbackSpec) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.execution.callback_runner")
-    parser.add_argument("--request-id", type=int, required=True, help="the request (for ps)")
-    parser.add_argument("--channel-fd", type=int, default=None, help="the request channel")
-    args = parser.parse_args(argv)
-    if args.channel_fd is not None:
-        open_channel(args.channel_fd)
+    start("engine.execution.callback_runner", "request-id", "the request (for ps)", argv)
     os.dup2(2, 1)  # prints go to the log
     configure_logging()
     try:
@@ -119,7 +118,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # threads a callback started must not keep the process alive
+    exit_with(main())

@@ -9,15 +9,33 @@ executor died, or gave up on it): a step whose executor is gone never runs on.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from engine.authoring.store import install_store
 from engine.execution.last_good import use_channel
 from engine.execution.protocol import EXIT_PARENT_GONE
 from engine.execution.task_channel import TaskChannel
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
+def start(
+    module: str, id_option: str, id_help: str, argv: Sequence[str] | None
+) -> argparse.Namespace:
+    """The process's arguments (``--<id_option>``, shown by ``ps``, and ``--channel-fd``),
+    its request channel taken."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}")
+    parser.add_argument(f"--{id_option}", type=int, required=True, help=id_help)
+    parser.add_argument("--channel-fd", type=int, default=None, help="the request channel")
+    args = parser.parse_args(argv)
+    if args.channel_fd is not None:
+        open_channel(args.channel_fd)
+    return args
 
 
 def exit_when_parent_goes(stream: Any) -> None:
@@ -54,3 +72,11 @@ def redirect_output() -> int:
     os.dup2(2, 1)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     return result_fd
+
+
+def exit_with(code: int) -> NoReturn:
+    """End the process with ``code`` once its output is flushed, at once: threads the task
+    (or a callback) started must not keep it alive."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

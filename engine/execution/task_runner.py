@@ -45,7 +45,6 @@ period.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import os
@@ -76,8 +75,9 @@ from engine.execution.outlets import collect_outlet_events, is_metadata_result
 from engine.execution.process import (
     configure_logging,
     exit_when_parent_goes,
-    open_channel,
+    exit_with,
     redirect_output,
+    start,
 )
 from engine.execution.protocol import EXIT_BAD_SPEC, TaskResult, TaskSpec, raw_context
 from engine.execution.results import check_mappable_result, collect_results
@@ -246,12 +246,7 @@ def _read_spec(ti_id: int) -> TaskSpec | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.execution.task_runner")
-    parser.add_argument("--ti-id", type=int, required=True, help="the task instance (for ps)")
-    parser.add_argument("--channel-fd", type=int, default=None, help="the request channel")
-    args = parser.parse_args(argv)
-    if args.channel_fd is not None:
-        open_channel(args.channel_fd)
+    args = start("engine.execution.task_runner", "ti-id", "the task instance (for ps)", argv)
     result_fd = redirect_output()
     configure_logging()
     spec = _read_spec(args.ti_id)
@@ -269,7 +264,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # threads the task started must not keep the process alive
+    exit_with(main())

@@ -36,6 +36,13 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 import anyio
 
+from engine.authoring.callbacks import (
+    DAG_FAILURE_REASON,
+    DAG_SUCCESS_REASON,
+    FAILURE_CALLBACK,
+    RETRY_CALLBACK,
+    SUCCESS_CALLBACK,
+)
 from engine.db.queries import callbacks as callbacks_sql
 from engine.db.queries import orphans as orphans_sql
 from engine.db.queries import tasks as tasks_sql
@@ -128,9 +135,11 @@ def dag_callback_spec(
     success = bool(request.data.get("success"))
     return CallbackSpec(
         kind=DAG_KIND,
-        callback="on_success_callback" if success else "on_failure_callback",
+        callback=SUCCESS_CALLBACK if success else FAILURE_CALLBACK,
         spec=task_spec.to_json(),
-        reason=str(request.data.get("reason") or ("success" if success else "task_failure")),
+        reason=str(
+            request.data.get("reason") or (DAG_SUCCESS_REASON if success else DAG_FAILURE_REASON)
+        ),
     )
 
 
@@ -140,9 +149,9 @@ def lost_callback_spec(
     """The failure or retry callback of a try whose process reported no result (killed at
     its ``execution_timeout``, crashed), to run in a fresh process; None for other outcomes."""
     if outcome.decision is Decision.FAIL:
-        callback = "on_failure_callback"
+        callback = FAILURE_CALLBACK
     elif outcome.decision is Decision.RETRY:
-        callback = "on_retry_callback"
+        callback = RETRY_CALLBACK
     else:
         return None
     spec = build_spec(
