@@ -54,6 +54,9 @@ class Deadline:
         self._previous: Any = None
         self.fired = False
 
+    def __repr__(self) -> str:
+        return f"<Deadline in {self._seconds:.3f}s fired={self.fired}>"
+
     @property
     def expired(self) -> bool:
         return self._seconds <= 0
