@@ -50,9 +50,10 @@ from sqlalchemy import create_engine, func, insert, select, text
 
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
-from engine.db.models import Asset, AssetEvent, AssetWatcher, TriggerKind
+from engine.db.models import Asset, AssetEvent, AssetWatcher
 from engine.db.queries import triggers as triggers_sql
 from engine.db.schema import migrate
+from engine.states import TriggerKind
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import KafkaMessageTrigger
 from shared_stream import SharedStreamManager, SharedStreamTerminated

@@ -38,9 +38,10 @@ from engine.config import load_config
 from engine.crypto import KwargsCipher
 from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
 from engine.db.database import Database
-from engine.db.models import DagRun, TaskInstance, TaskState
+from engine.db.models import DagRun, TaskInstance
 from engine.db.schema import migrate
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
+from engine.states import TaskState
 
 DAG_FILE = """
 from datetime import datetime, timedelta

@@ -44,9 +44,9 @@ from cryptography.fernet import Fernet
 
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
-from engine.db.models import TriggerKind
 from engine.db.queries import triggers as trigger_rows
 from engine.db.schema import migrate
+from engine.states import TriggerKind
 from engine.supervisor import tune_gc
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.runtime import TriggerRunner, TriggerSpec

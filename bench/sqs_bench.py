@@ -43,9 +43,10 @@ from sqlalchemy import create_engine, insert, text
 
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
-from engine.db.models import Asset, AssetWatcher, TriggerKind
+from engine.db.models import Asset, AssetWatcher
 from engine.db.queries import triggers as trigger_rows
 from engine.db.schema import migrate
+from engine.states import TriggerKind
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import SqsMessageTrigger
 

@@ -65,7 +65,8 @@ def seed(db: Any, cipher: Any, n: int) -> None:
     from sqlalchemy import insert
 
     from engine.db import models
-    from engine.db.models import Dag, DagRun, TaskInstance, TaskState, Trigger, TriggerKind
+    from engine.db.models import Dag, DagRun, TaskInstance, Trigger
+    from engine.states import TaskState, TriggerKind
     from triggers import TimeDeltaTrigger
 
     classpath, kwargs = TimeDeltaTrigger(timedelta(days=1)).serialize()

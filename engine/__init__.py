@@ -5,11 +5,13 @@ TaskGroup, task_group, Param, TriggerRule, XComArg, CronTriggerTimetable, ...`` 
 a port changes ``airflow.sdk.X`` to ``engine.X``), sensors from ``engine.sensors`` and
 Airflow's exceptions from ``engine.exceptions``. The parts, from the top:
 ``cli`` and ``supervisor`` (the processes); the runtime parts ``dag_processing``,
-``scheduler``, ``executor`` and ``triggerer``, which never import each other, and ``api``;
+``scheduler``, ``executor``, ``triggerer`` and ``api``, which never import each other;
 ``views`` (the read model ``api`` and ``cli`` show); ``db`` (the metadata database: models,
-migrations, every statement); ``authoring`` (what DAG files import); and the leaf utilities
-(``config``, ``crypto``, ``logs``, ``metrics``, ``exceptions``, ``retry``,
-``task_retries``, ``loader``, ``doctor``). Each package's ``__init__`` says what it owns.
+migrations, every statement) and ``execution`` (what a task process runs, which only the
+executor imports), which never import each other; ``authoring`` (what DAG files import); and
+the leaves: ``states`` (the stored states every part reads) and the utilities (``config``,
+``crypto``, ``logs``, ``metrics``, ``exceptions``, ``retry``, ``task_retries``, ``loader``,
+``doctor``). Each package's ``__init__`` says what it owns.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 # The authoring API is the package's public surface: one list, kept in engine.authoring,
 # plus the @dag decorator (in engine.authoring the name `dag` is the module authoring.dag).
-# Its names load on first use (PEP 562): `import engine.executor.task_runner` or `import
+# Its names load on first use (PEP 562): `import engine.execution.task_runner` or `import
 # engine.db` does not import the whole authoring API first. Type checkers read the imports
 # below; the `__getattr__` is hidden from them, so a misspelt name stays an error.
 if TYPE_CHECKING:

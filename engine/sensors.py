@@ -9,7 +9,7 @@ A port changes ``from airflow.providers.standard.sensors.python import PythonSen
 
 from __future__ import annotations
 
-from engine.authoring.context import SensorTimeout
+from engine.authoring.errors import SensorTimeout
 from engine.authoring.external_task import (
     DuplicateStateError,
     ExternalDagFailedError,

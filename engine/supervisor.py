@@ -169,7 +169,7 @@ def _executor(
 ) -> LocalExecutor | CelerySender:
     """The executor part of ``[executor] kind``: local task processes, or a sender of tries
     to ``sluice celery worker`` processes."""
-    from engine.executor.task_supervisor import ExecutorSettings
+    from engine.executor.settings import ExecutorSettings
 
     settings = ExecutorSettings.from_config(config)
     if config.executor.kind == "celery":

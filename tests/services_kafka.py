@@ -29,8 +29,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from sqlalchemy import insert, select
 
-from engine.db.models import Asset, AssetEvent, AssetWatcher, TriggerKind
+from engine.db.models import Asset, AssetEvent, AssetWatcher
 from engine.db.queries import triggers as trigger_rows
+from engine.states import TriggerKind
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator

@@ -1,10 +1,17 @@
-"""The authoring API: what a DAG file declares (DAGs, tasks, operators, sensors, assets,
-schedules, task groups, params) and what a running task sees (its context, connections and
-variables).
+"""The authoring API: what a DAG file imports, and nothing else (Airflow 3's task-sdk
+``definitions``).
 
-Owns the in-memory model of a DAG and the task context; it holds no state beyond the DAG
-being defined and touches no database, process or clock. May import: the leaf utilities
-(``engine.exceptions``) and ``triggers``. Imported by every other part of the engine.
+Owns the in-memory model of a DAG: ``DAG``, ``BaseOperator`` and the operators, sensors,
+assets, schedules and timetables, task groups, params, decorators, task results
+(``XComArg``), ``Connection`` / ``Variable`` and the exceptions a task raises
+(``TaskDeferred``). It holds no state beyond the DAG being defined and touches no database,
+process or clock. What only a task process runs (the runner, the context it builds, the
+XCom API, templates, the request channel) is ``engine.execution``; where an authoring name
+needs it (``get_current_context()``, ``Connection.get``, ``Variable.get``), it goes through
+a port defined here that the task process fills when it starts (``engine.authoring.context``,
+``engine.authoring.store``), never through an import of ``engine.execution``. May import:
+``engine.states``, the leaf utilities (``engine.exceptions``) and ``triggers``. Imported by
+every other part of the engine.
 
 Airflow's names, for ports that change only their imports (``airflow.sdk.X`` ->
 ``engine.X``): ``task``, ``DAG``, ``Asset``, ``AssetAlias``, ``Metadata``, ``chain``,
@@ -32,6 +39,7 @@ if TYPE_CHECKING:
         BaseAsset,
         Metadata,
     )
+    from engine.authoring.baseoperator import BaseOperator
     from engine.authoring.bash import BashOperator
     from engine.authoring.branching import (
         BaseBranchOperator,
@@ -40,18 +48,18 @@ if TYPE_CHECKING:
         ShortCircuitOperator,
     )
     from engine.authoring.connections import Connection
-    from engine.authoring.context import (
-        Context,
-        DagDefinitionError,
-        TaskDeferred,
-        resolve_deferrable,
-    )
-    from engine.authoring.dag import DAG, BaseOperator
+    from engine.authoring.context import Context, get_current_context, resolve_deferrable
+    from engine.authoring.dag import DAG
+    from engine.authoring.deferral import TaskDeferred
+    from engine.authoring.errors import DagDefinitionError
     from engine.authoring.external_task import ExternalTaskSensor
     from engine.authoring.groups import TaskGroup, chain, cross_downstream, task_group
+    from engine.authoring.interval_timetables import (
+        CronDataIntervalTimetable,
+        DeltaDataIntervalTimetable,
+    )
     from engine.authoring.operators import EmptyOperator, PythonOperator, task
     from engine.authoring.params import Param
-    from engine.authoring.runtime_context import get_current_context
     from engine.authoring.sensor_base import BaseSensorOperator, PokeReturnValue
     from engine.authoring.standard_sensors import (
         BashSensor,
@@ -63,13 +71,13 @@ if TYPE_CHECKING:
     from engine.authoring.timetables import (
         AssetOrTimeSchedule,
         ContinuousTimetable,
-        CronDataIntervalTimetable,
-        CronTriggerTimetable,
-        DeltaDataIntervalTimetable,
-        DeltaTriggerTimetable,
-        MultipleCronTriggerTimetable,
         OnceTimetable,
         Timetable,
+    )
+    from engine.authoring.trigger_timetables import (
+        CronTriggerTimetable,
+        DeltaTriggerTimetable,
+        MultipleCronTriggerTimetable,
     )
     from engine.authoring.variables import Variable
     from engine.authoring.xcom import XComArg
@@ -87,7 +95,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "AssetWatcher": "engine.authoring.assets",
     "BaseAsset": "engine.authoring.assets",
     "BaseBranchOperator": "engine.authoring.branching",
-    "BaseOperator": "engine.authoring.dag",
+    "BaseOperator": "engine.authoring.baseoperator",
     "BaseSensorOperator": "engine.authoring.sensor_base",
     "BashOperator": "engine.authoring.bash",
     "BashSensor": "engine.authoring.standard_sensors",
@@ -95,25 +103,25 @@ _MODULE_OF: Final[dict[str, str]] = {
     "Connection": "engine.authoring.connections",
     "Context": "engine.authoring.context",
     "ContinuousTimetable": "engine.authoring.timetables",
-    "CronDataIntervalTimetable": "engine.authoring.timetables",
-    "CronTriggerTimetable": "engine.authoring.timetables",
+    "CronDataIntervalTimetable": "engine.authoring.interval_timetables",
+    "CronTriggerTimetable": "engine.authoring.trigger_timetables",
     "DAG": "engine.authoring.dag",
-    "DagDefinitionError": "engine.authoring.context",
+    "DagDefinitionError": "engine.authoring.errors",
     "DayOfWeekSensor": "engine.authoring.standard_sensors",
-    "DeltaDataIntervalTimetable": "engine.authoring.timetables",
-    "DeltaTriggerTimetable": "engine.authoring.timetables",
+    "DeltaDataIntervalTimetable": "engine.authoring.interval_timetables",
+    "DeltaTriggerTimetable": "engine.authoring.trigger_timetables",
     "EmptyOperator": "engine.authoring.operators",
     "ExternalTaskSensor": "engine.authoring.external_task",
     "LatestOnlyOperator": "engine.authoring.branching",
     "Metadata": "engine.authoring.assets",
-    "MultipleCronTriggerTimetable": "engine.authoring.timetables",
+    "MultipleCronTriggerTimetable": "engine.authoring.trigger_timetables",
     "OnceTimetable": "engine.authoring.timetables",
     "Param": "engine.authoring.params",
     "PokeReturnValue": "engine.authoring.sensor_base",
     "PythonOperator": "engine.authoring.operators",
     "PythonSensor": "engine.authoring.standard_sensors",
     "ShortCircuitOperator": "engine.authoring.branching",
-    "TaskDeferred": "engine.authoring.context",
+    "TaskDeferred": "engine.authoring.deferral",
     "TaskGroup": "engine.authoring.groups",
     "TimeSensor": "engine.authoring.standard_sensors",
     "Timetable": "engine.authoring.timetables",
@@ -125,7 +133,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "branch_task": "engine.authoring.branching",
     "chain": "engine.authoring.groups",
     "cross_downstream": "engine.authoring.groups",
-    "get_current_context": "engine.authoring.runtime_context",
+    "get_current_context": "engine.authoring.context",
     "resolve_deferrable": "engine.authoring.context",
     "sensor_task": "engine.authoring.standard_sensors",
     "short_circuit_task": "engine.authoring.branching",

@@ -13,23 +13,32 @@ A ported DAG file passes Airflow's arguments. Each name falls in one of four gro
 
 Any other name is an error naming it, with the closest known name: never a bare
 ``TypeError``. ``TriggerRule`` lives here too (the scheduler decides every rule:
-``engine.scheduler.rules``).
+``engine.scheduler.rules``), with the checks every argument goes through (ids, types,
+delays, ``default_args``) and ``warn_once``, the one warning per ignored name.
 """
 
 from __future__ import annotations
 
 import difflib
+import logging
+import re
 from collections.abc import Mapping
+from datetime import timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Final
 
-from engine.authoring.context import DagDefinitionError
+from engine.authoring.errors import DagDefinitionError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
 
+logger = logging.getLogger(__name__)
+
 TAG_MAX_CHARS: Final = 100
+ID_MAX_CHARS: Final = 250
+_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9_.\-]+")
+_warned: set[tuple[str, str]] = set()
 
 
 class TriggerRule(StrEnum):
@@ -217,3 +226,57 @@ def check_default_args(where: str, value: object) -> dict[str, Any]:
     if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
         raise DagDefinitionError(f"{where}: default_args must be a dict, got {value!r}")
     return dict(value)
+
+
+def check_timedelta(owner: str, name: str, value: object) -> timedelta | None:
+    """``value`` if it is None or a non-negative ``timedelta``, else a clear error."""
+    if value is None:
+        return None
+    if not isinstance(value, timedelta):
+        raise DagDefinitionError(
+            f"{owner}: {name} must be a datetime.timedelta or None, got {value!r}"
+        )
+    if value < timedelta(0):
+        raise DagDefinitionError(f"{owner}: {name} must not be negative, got {value}")
+    return value
+
+
+def check_id(kind: str, value: object, *, where: str) -> str:
+    """A valid DAG or task id (letters, digits, ``_ . -``, at most 250 characters)."""
+    if not isinstance(value, str) or not _ID_PATTERN.fullmatch(value):
+        raise DagDefinitionError(
+            f"{where}: {kind} {value!r} is invalid; use letters, digits, '_', '.' and '-' only"
+        )
+    if len(value) > ID_MAX_CHARS:
+        raise DagDefinitionError(f"{where}: {kind} is longer than {ID_MAX_CHARS} characters")
+    return value
+
+
+def as_delay(where: str, name: str, value: object) -> timedelta | None:
+    """A delay argument as Airflow takes it (``retry_delay``, ``max_retry_delay``): a
+    ``timedelta`` or a number of seconds; None stays None."""
+    problem = f"{where}: {name} must be a timedelta or a number of seconds, got {value!r}"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if value < 0:
+            raise DagDefinitionError(f"{where}: {name} must not be negative, got {value!r}")
+        try:
+            value = timedelta(seconds=value)
+        except (OverflowError, ValueError) as exc:  # inf, nan, beyond timedelta's range
+            raise DagDefinitionError(problem) from exc
+    elif value is not None and not isinstance(value, timedelta):
+        raise DagDefinitionError(problem)
+    return check_timedelta(where, name, value)
+
+
+def warn_once(scope: str, argument: str, message: str, *args: object, **fields: str) -> None:
+    """Log ``message`` once per process for each ``(scope, argument)``."""
+    if (scope, argument) in _warned:
+        return
+    _warned.add((scope, argument))
+    extra = {"action": "argument_ignored", "argument": argument, **fields}
+    logger.warning(message, *args, extra=extra)
+
+
+def forget_warnings() -> None:
+    """Warn again about every argument (for tests)."""
+    _warned.clear()

@@ -25,7 +25,8 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from engine.authoring.context import DagDefinitionError, caller_location
+from engine.authoring.errors import DagDefinitionError
+from engine.authoring.locations import caller_location
 from triggers.base import BaseEventTrigger, BaseTrigger, classpath_of
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@
 
 Theory of operation. The command is a template (``bash_command``, ``env`` and ``cwd`` are
 ``template_fields``; a command ending with ``.sh`` or ``.bash`` names a template file next
-to the DAG file: ``engine.authoring.templates``). The task process runs ``bash -c
+to the DAG file: ``engine.execution.templates``). The task process runs ``bash -c
 <command>`` as its own subprocess, in the task's process group (so the executor's stop of
 the task stops the command too), with standard input from ``/dev/null``; the command's
 standard output and error are streamed line by line to the task log. Exit code 0 succeeds
@@ -39,17 +39,17 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, overload
 
-from engine.authoring.context import DagDefinitionError, caller_location
-from engine.authoring.dag import BaseOperator
+from engine.authoring.baseoperator import BaseOperator
+from engine.authoring.errors import DagDefinitionError
+from engine.authoring.locations import caller_location
 from engine.authoring.operators import PythonOperator, TaskFactory
-from engine.authoring.templates import render_template
 from engine.authoring.xcom import XComArg, iter_references
 from engine.exceptions import AirflowException, AirflowSkipException
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from engine.authoring.context import Context
+    from engine.authoring.context import Context, RendersTemplates
 
 __all__ = ("BashOperator", "BashTaskFactory", "BashTaskOperator", "CommandResult", "bash_task")
 
@@ -276,11 +276,6 @@ class BashOperator(_RunsBash, BaseOperator):
         for reference in iter_references([bash_command, env, cwd]):
             self.set_upstream(reference)
 
-    @property
-    def output(self) -> XComArg:
-        """This task's result (its last line of output), for another task's arguments."""
-        return XComArg(self)
-
     def execute(self, context: Context) -> Any:
         return self.run_bash(self.bash_command, context)
 
@@ -326,9 +321,8 @@ class BashTaskOperator(_RunsBash, PythonOperator):
                 f"task {self.task_id!r}: a @task.bash function returns the command to run, a "
                 f"non-empty str; it returned {command!r}"
             )
-        self.bash_command = render_template(
-            command, context, task=self, template_ext=self.template_ext
-        )
+        ti: RendersTemplates = context["ti"]  # the task process renders it, as the fields
+        self.bash_command = ti.render_template(command, context, template_ext=self.template_ext)
         return self.run_bash(self.bash_command, context)
 
 

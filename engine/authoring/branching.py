@@ -36,9 +36,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, overload
 
 from engine.authoring.arguments import check_type
-from engine.authoring.context import caller_location
-from engine.authoring.dag import BaseOperator
+from engine.authoring.baseoperator import BaseOperator
 from engine.authoring.groups import TaskGroup
+from engine.authoring.locations import caller_location
 from engine.authoring.operators import PythonOperator, TaskFactory
 from engine.authoring.timetables import DataInterval, TimeRestriction
 from engine.exceptions import AirflowException

@@ -3,8 +3,9 @@
 A task's ``on_execute_callback``, ``on_success_callback``, ``on_failure_callback``,
 ``on_retry_callback`` and ``on_skipped_callback``, and a DAG's ``on_success_callback`` /
 ``on_failure_callback``, are each a callable or a list of callables taking the context.
-``run_callbacks`` calls them in order: an exception is logged with its traceback and the next
-callback still runs; a callback never changes the state of its task or run.
+The task process calls them in order (``engine.execution.callbacks``): an exception is logged
+with its traceback and the next callback still runs; a callback never changes the state of
+its task or run.
 
 Where they run (``engine.executor``): a task's in the task's own process once the outcome of
 the try is known (``on_execute_callback`` before the task starts); when that process could
@@ -16,16 +17,13 @@ the ``exception``.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from engine.authoring.context import DagDefinitionError
+from engine.authoring.errors import DagDefinitionError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
-
-logger = logging.getLogger(__name__)
+    from collections.abc import Sequence
 
 Callback = Callable[[Any], object]
 
@@ -82,66 +80,3 @@ def check_pool_slots(where: str, pool_slots: object) -> int:
     if isinstance(pool_slots, bool) or not isinstance(pool_slots, int) or pool_slots < 1:
         raise DagDefinitionError(f"{where}: pool_slots must be an int >= 1, got {pool_slots!r}")
     return pool_slots
-
-
-def callback_name(callback: object) -> str:
-    """How a callback is named in logs: its qualified name."""
-    module = getattr(callback, "__module__", None)
-    name = getattr(callback, "__qualname__", None) or type(callback).__qualname__
-    return f"{module}.{name}" if module else str(name)
-
-
-def run_callbacks(
-    callbacks: Sequence[Callback], context: Mapping[str, Any], *, what: str
-) -> list[str]:
-    """Call each callback with ``context``; returns the errors (logged, never raised).
-
-    ``what`` names the owner and the callback kind in the log (``task 'x'
-    on_failure_callback``).
-    """
-    errors: list[str] = []
-    for callback in callbacks:
-        name = callback_name(callback)
-        logger.info(
-            "Running %s %s", what, name, extra={"action": "callback_started", "callback": name}
-        )
-        try:
-            callback(context)
-        except Exception as exc:  # the boundary around user code
-            errors.append(f"{name}: {type(exc).__name__}: {exc}")
-            logger.exception(
-                "%s %s raised %s; the state stays as it is",
-                what,
-                name,
-                type(exc).__name__,
-                extra={"action": "callback_failed", "callback": name},
-            )
-    return errors
-
-
-def task_callbacks(task: object, kind: str) -> list[Callback]:
-    """The task's callbacks of ``kind`` (one of ``TASK_CALLBACKS``; none for an object that
-    has no such attribute)."""
-    value = getattr(task, kind, None)
-    return list(value) if isinstance(value, list | tuple) else []
-
-
-def dag_callbacks(dag: object, kind: str) -> list[Callback]:
-    """The DAG's callbacks of ``kind`` (``on_success_callback`` or ``on_failure_callback``)."""
-    return task_callbacks(dag, kind)
-
-
-def outcome_callback_kind(
-    outcome: str, *, no_retry: bool, try_number: int, max_tries: int | None
-) -> str | None:
-    """The task callback an outcome of a try calls: ``success`` / ``skipped`` / ``failed``
-    (``on_retry_callback`` while tries remain and the failure allows a retry, as the
-    executor decides; else ``on_failure_callback``); None for a deferral."""
-    if outcome == "success":
-        return SUCCESS_CALLBACK
-    if outcome == "skipped":
-        return SKIPPED_CALLBACK
-    if outcome != "failed":
-        return None
-    retried = not no_retry and max_tries is not None and try_number <= max_tries
-    return RETRY_CALLBACK if retried else FAILURE_CALLBACK

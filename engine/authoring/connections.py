@@ -1,17 +1,11 @@
-"""Connections, as Airflow 3 tasks use them (``Connection.get(conn_id)``), and the store
-connections and variables (``engine.authoring.variables``) come from.
+"""Connections, as Airflow 3 tasks use them (``Connection.get(conn_id)``).
 
-Theory of operation. A value is looked up first in the environment (``SLUICE_CONN_<ID>``:
-a URI or a JSON object; ``SLUICE_VAR_<KEY>``; the id or key upper-cased, as Airflow's
-``AIRFLOW_CONN_`` / ``AIRFLOW_VAR_``), then in the *store* of the current process. The
-store is installed by whoever can reach the metadata database for us: in a task's process
-(which has neither the database URL nor the Fernet key) it is a request channel to the
-executor that supervises the task (``engine.executor.task_channel``). The engine's own
-processes (the CLI, the triggerer resolving ``kafka_config_id`` ...) read the database
-directly (``engine.db.queries.connections``) and install no store. Without a store (a DAG
-file's top-level code at parse time) only the environment answers, and anything else is a
-clear ``StoreUnavailableError`` that says to read connections and variables inside tasks
-or templates.
+Theory of operation. A connection is looked up first in the environment
+(``SLUICE_CONN_<ID>``: a URI or a JSON object; the id upper-cased, as Airflow's
+``AIRFLOW_CONN_``), then in the *store* of the current process (``engine.authoring.store``:
+in a task's process, its executor over the request channel). The engine's own processes
+(the CLI, the triggerer resolving ``kafka_config_id`` ...) read the database directly
+(``engine.db.queries.connections``) and use ``Connection`` for the forms only.
 
 Secrets. A connection's password, the sensitive keys of its extra (``is_sensitive``, by
 Airflow's sensitive names) and the value of a variable whose key looks sensitive are handed
@@ -29,16 +23,15 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlencode, urlsplit
 
+from engine.authoring.store import CONN_ENV_PREFIX, VAR_ENV_PREFIX, current_store, mask_secrets
 from engine.exceptions import AirflowNotFoundException, SluiceError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-CONN_ENV_PREFIX: Final = "SLUICE_CONN_"
-VAR_ENV_PREFIX: Final = "SLUICE_VAR_"
 EXTRA_KEY: Final = "__extra__"
 MASK: Final = "***"
 #: Airflow's default sensitive field names: a key containing one of them holds a secret
@@ -63,58 +56,6 @@ FIELDS: Final = ("conn_type", "description", "host", "schema", "login", "passwor
 
 class InvalidConnectionError(SluiceError, ValueError):
     """A connection's definition (URI, JSON, fields) is malformed; names the connection."""
-
-
-class StoreUnavailableError(SluiceError, RuntimeError):
-    """No connection/variable store here (DAG-file top level at parse time)."""
-
-
-class Store(Protocol):
-    """Where connections and variables come from, in the current process."""
-
-    def get_connection(self, conn_id: str) -> dict[str, Any] | None:
-        """The connection's fields (``Connection.to_dict()``), or None if undefined."""
-
-    def get_variable(self, key: str) -> str | None:
-        """The variable's text, or None if undefined."""
-
-    def set_variable(self, key: str, value: str, description: str | None) -> None: ...
-
-    def delete_variable(self, key: str) -> int:
-        """How many variables were deleted (0 or 1)."""
-
-    def mask(self, secrets: list[str]) -> None:
-        """Keep ``secrets`` out of the task log (a no-op outside tasks)."""
-
-
-_store: Store | None = None
-
-
-def install_store(store: Store | None) -> Store | None:
-    """Make ``store`` the current process's store; returns the previous one."""
-    global _store
-    previous, _store = _store, store
-    return previous
-
-
-def mask_secrets(secrets: list[str]) -> None:
-    """Have the store mask ``secrets`` in the task log (nothing without a store)."""
-    if _store is not None and secrets:
-        _store.mask(secrets)
-
-
-def current_store(what: str) -> Store:
-    """The store of this process; ``StoreUnavailableError`` naming ``what`` if none."""
-    if _store is None:
-        raise StoreUnavailableError(
-            f"{what}: connections and variables are not available here (a DAG file's "
-            "top-level code runs at parse time, without them). Read them inside a task "
-            "(Connection.get / Variable.get in its code) or in a template "
-            "('{{ conn.my_id.host }}', '{{ var.value.my_key }}'); only "
-            f"{CONN_ENV_PREFIX}<ID> / {VAR_ENV_PREFIX}<KEY> environment variables answer "
-            "everywhere"
-        )
-    return _store
 
 
 def is_sensitive(name: str) -> bool:

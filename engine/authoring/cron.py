@@ -5,10 +5,9 @@ author passes (``to_utc`` and ``as_utc`` for datetimes, ``check_delta`` and
 ``check_run_immediately`` for durations, ``check_cron_expression`` for a 5-field cron),
 the tick series a timetable walks (``CronTicks`` on a zone's wall clock, their union
 ``MergedTicks``, the fixed grid ``DeltaTicks``) and the English sentences describing a
-cron expression or a delta. It knows nothing of runs, presets or timetables
-(``engine.authoring.timetables`` builds on it and must stay the only one of the two that
-imports the other). Everything here is pure: no clock is read, and every datetime returned
-is aware UTC.
+cron expression or a delta. It knows nothing of runs, presets or timetables (the
+timetable modules build on it, never the other way). Everything here is pure: no clock is
+read, and every datetime returned is aware UTC.
 
 Theory of operation (cron and DST). Cron ticks are computed by croniter on *naive local
 wall-clock* datetimes and then placed on the time line with zoneinfo:
@@ -40,7 +39,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from engine.authoring.context import DagDefinitionError, caller_location
+from engine.authoring.errors import DagDefinitionError
+from engine.authoring.locations import caller_location
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

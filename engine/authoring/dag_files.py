@@ -1,9 +1,10 @@
-"""Importing a DAG file: what the DAG processor's child and the task runner's child share.
+"""Importing a DAG file and collecting its DAGs: what the DAG processor's child and a task's
+process share (``engine.execution.loading`` finds one task among the DAGs).
 
 A DAG file runs as a fresh module with a name unique to its path (two ``etl.py`` in
 subfolders do not collide), with the dags and plugins folders on ``sys.path`` after the
-installed packages. ``collect_dags`` finds its DAGs; ``load_task`` returns a fresh instance
-of one task, for the child that runs it.
+installed packages. ``collect_dags`` finds its DAGs: the ``with DAG(...)`` blocks that ended
+while it ran (``take_registered_dags``) and module-level DAG objects.
 
 A DAG file can also run from given source text (``import_dag_file(path, source=...)``): the
 DAG processor's child reads the file once and runs exactly those bytes, so the source it
@@ -23,14 +24,12 @@ import re
 import sys
 from typing import TYPE_CHECKING, Final
 
-from engine.authoring.context import DagDefinitionError
 from engine.authoring.dag import DAG, take_registered_dags
+from engine.authoring.errors import DagDefinitionError
 
 if TYPE_CHECKING:
     from pathlib import Path
     from types import ModuleType
-
-    from engine.authoring.dag import BaseOperator
 
 
 DAG_MODULE_PREFIX: Final = "sluice_dag_"
@@ -119,25 +118,3 @@ def collect_dags(module: ModuleType, fileloc: str) -> list[DAG]:
     for dag in by_id.values():
         dag.check_cycles()
     return list(by_id.values())
-
-
-def load_task(
-    fileloc: Path,
-    dag_id: str,
-    task_id: str,
-    *,
-    dags_folder: Path | None = None,
-    plugins_folder: Path | None = None,
-    source: str | None = None,
-) -> BaseOperator:
-    """Import ``fileloc`` and return a fresh instance of one task (for the executor's child).
-
-    ``source``: the file's text to run instead of what is on disk (its last good version).
-    """
-    add_import_paths(dags_folder, plugins_folder)
-    take_registered_dags()  # nothing a failed import before this one left behind
-    module = import_dag_file(fileloc, source=source)
-    for dag in collect_dags(module, str(fileloc)):
-        if dag.dag_id == dag_id:
-            return dag.get_task(task_id)
-    raise DagDefinitionError(f"{fileloc} defines no DAG {dag_id!r}")

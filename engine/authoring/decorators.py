@@ -19,8 +19,9 @@ import functools
 import inspect
 from typing import TYPE_CHECKING, Any, overload
 
-from engine.authoring.context import DagDefinitionError, caller_location
 from engine.authoring.dag import DAG
+from engine.authoring.errors import DagDefinitionError
+from engine.authoring.locations import caller_location
 from engine.authoring.params import DagParam
 
 if TYPE_CHECKING:

@@ -33,22 +33,13 @@ import inspect
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from engine.authoring.context import (
-    DagDefinitionError,
-    caller_location,
-    default_deferrable_from,
-    resolve_deferrable,
-)
-from engine.authoring.external_task_trigger import (
-    FAILED,
-    NOT_FOUND,
-    SKIPPED,
-    SUCCESS,
-    ExternalTaskTrigger,
-)
-from engine.authoring.runtime_context import as_moment
+from engine.authoring.context import as_moment, default_deferrable_from, resolve_deferrable
+from engine.authoring.errors import DagDefinitionError
+from engine.authoring.external_task_trigger import NOT_FOUND, ExternalTaskTrigger
+from engine.authoring.locations import caller_location
 from engine.authoring.sensor_base import EXECUTE_COMPLETE, BaseSensorOperator
 from engine.exceptions import AirflowException, AirflowSkipException
+from engine.states import DagRunState, TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Sequence
@@ -63,24 +54,10 @@ __all__ = (
     "ExternalTaskSensor",
 )
 
-TASK_STATES: Final = frozenset(
-    {
-        "none",
-        "scheduled",
-        "queued",
-        "running",
-        "deferred",
-        "success",
-        "failed",
-        "skipped",
-        "upstream_failed",
-        "up_for_retry",
-        "removed",
-        "restarting",
-        "up_for_reschedule",
-    }
-)
-DAG_RUN_STATES: Final = frozenset({"queued", "running", "success", "failed"})
+#: the states ``allowed_states`` & co. may name: Sluice's, and Airflow's that Sluice never
+#: sets (accepted, so that a ported sensor keeps its arguments)
+TASK_STATES: Final = frozenset({*(s.value for s in TaskState), "removed", "up_for_reschedule"})
+DAG_RUN_STATES: Final = frozenset(s.value for s in DagRunState)
 
 
 class ExternalTaskFailedError(AirflowException):
@@ -174,7 +151,9 @@ class ExternalTaskSensor(BaseSensorOperator):
         if execution_date_fn is not None and not callable(execution_date_fn):
             raise DagDefinitionError(f"{where}: execution_date_fn must be callable")
         super().__init__(**kwargs)
-        self.allowed_states = _states(where, "allowed_states", allowed_states, [SUCCESS])
+        self.allowed_states = _states(
+            where, "allowed_states", allowed_states, [TaskState.SUCCESS.value]
+        )
         self.skipped_states = _states(where, "skipped_states", skipped_states, [])
         self.failed_states = _states(where, "failed_states", failed_states, [])
         self._check_states(where, watches_tasks=ids is not None or bool(external_task_group_id))
@@ -281,13 +260,13 @@ class ExternalTaskSensor(BaseSensorOperator):
         """The trigger decided: done, or fail / skip naming what the external side did."""
         status = event.get("status") if isinstance(event, dict) else None
         message = event.get("message", "") if isinstance(event, dict) else repr(event)
-        if status == SUCCESS:
+        if status == TaskState.SUCCESS:
             return
-        if status == SKIPPED:
+        if status == TaskState.SKIPPED:
             raise AirflowSkipException(f"sensor {self.task_id!r}: {message}")
-        if status in (FAILED, NOT_FOUND) and self.soft_fail:
+        if status in (TaskState.FAILED, NOT_FOUND) and self.soft_fail:
             raise AirflowSkipException(f"sensor {self.task_id!r}: {message} (soft_fail)")
-        if status == FAILED:
+        if status == TaskState.FAILED:
             error: type[AirflowException] = (
                 ExternalTaskFailedError
                 if self.external_task_ids or self.external_task_group_id

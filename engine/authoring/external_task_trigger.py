@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import anyio
 
+from engine.states import TaskState
 from triggers.base import BaseTrigger, TriggerEvent, classpath_of
 
 if TYPE_CHECKING:
@@ -31,11 +32,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SUCCESS: Final = "success"
-FAILED: Final = "failed"
-SKIPPED: Final = "skipped"
+#: the event's ``status`` when what is watched does not exist; otherwise the status is the
+#: state it reached: ``success``, ``failed`` or ``skipped`` (``TaskState`` values)
 NOT_FOUND: Final = "not_found"
-MISSING_STATE: Final = "none"  # a task instance (or run) that does not exist yet
+MISSING_STATE: Final = TaskState.NONE.value  # a task instance (or run) that does not exist yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +139,8 @@ def judge(query: ExternalQuery, states: ExternalStates, rules: StateRules) -> Ve
     if rules.check_existence and (missing := _missing(query, states)) is not None:
         return missing
     per_date = {date: _states_at(query, states, date) for date in query.logical_dates}
-    for status, wanted in ((FAILED, rules.failed), (SKIPPED, rules.skipped)):
+    failed, skipped = TaskState.FAILED.value, TaskState.SKIPPED.value
+    for status, wanted in ((failed, rules.failed), (skipped, rules.skipped)):
         for date, found in per_date.items():
             hit = sorted(name for name, state in found.items() if state in wanted)
             if hit:
@@ -157,7 +158,9 @@ def judge(query: ExternalQuery, states: ExternalStates, rules: StateRules) -> Ve
     if not done:
         return None
     dates = ", ".join(date.isoformat() for date in query.logical_dates)
-    return Verdict(SUCCESS, f"{_what(query)} reached {sorted(rules.allowed)} at {dates}")
+    return Verdict(
+        TaskState.SUCCESS.value, f"{_what(query)} reached {sorted(rules.allowed)} at {dates}"
+    )
 
 
 def plain_utc(moment: datetime) -> datetime:
@@ -185,7 +188,7 @@ class ExternalTaskTrigger(MetadataReadingTrigger):
         logical_dates: Sequence[datetime],
         external_task_ids: Sequence[str] | None = None,
         external_task_group_id: str | None = None,
-        allowed_states: Sequence[str] = (SUCCESS,),
+        allowed_states: Sequence[str] = (TaskState.SUCCESS.value,),
         failed_states: Sequence[str] = (),
         skipped_states: Sequence[str] = (),
         poke_interval: float = 2.0,

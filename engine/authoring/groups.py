@@ -17,22 +17,17 @@ import inspect
 import itertools
 from typing import TYPE_CHECKING, Any, overload
 
-from engine.authoring.arguments import check_default_args
-from engine.authoring.context import DagDefinitionError, caller_location
-from engine.authoring.dag import (
-    DAG,
-    BaseOperator,
-    DependencyMixin,
-    check_id,
-    current_dag,
-    current_group,
-    pop_group,
-    push_group,
-)
+from engine.authoring.arguments import check_default_args, check_id
+from engine.authoring.dag import DAG, current_dag, current_group, pop_group, push_group
+from engine.authoring.dependencies import AbstractOperator, DependencyMixin
+from engine.authoring.errors import DagDefinitionError
+from engine.authoring.locations import caller_location
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
     from types import TracebackType
+
+    from engine.authoring.baseoperator import BaseOperator
 
 
 class TaskGroup(DependencyMixin):
@@ -134,13 +129,13 @@ class TaskGroup(DependencyMixin):
                 yield child
 
     @property
-    def roots(self) -> list[BaseOperator]:
+    def roots(self) -> list[AbstractOperator]:
         tasks = list(self)
         ids = {task.task_id for task in tasks}
         return [task for task in tasks if task.upstream_task_ids.isdisjoint(ids)]
 
     @property
-    def leaves(self) -> list[BaseOperator]:
+    def leaves(self) -> list[AbstractOperator]:
         tasks = list(self)
         ids = {task.task_id for task in tasks}
         return [task for task in tasks if task.downstream_task_ids.isdisjoint(ids)]

@@ -31,25 +31,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, overload
 
 from engine.authoring.assets import Metadata
-from engine.authoring.context import (
-    DagDefinitionError,
-    caller_location,
-    run_to_completion,
-)
-from engine.authoring.dag import (
-    DAG,
-    BaseOperator,
-    TaskContainer,
-    current_dag,
-    current_group,
-)
-from engine.authoring.mapping import MappedOperator, TaskFlowPartial
-from engine.authoring.params import NOTSET
-from engine.authoring.runtime_context import outlet_events_of
+from engine.authoring.baseoperator import BaseOperator, MappedOperator
+from engine.authoring.context import outlet_events, run_to_completion
+from engine.authoring.dag import DAG, TaskContainer, current_dag, current_group
+from engine.authoring.errors import DagDefinitionError
+from engine.authoring.locations import caller_location
+from engine.authoring.partial import TaskFlowPartial
 from engine.authoring.xcom import (
-    MapXComArg,
-    XComArg,
-    ZipXComArg,
     as_references,
     iter_references,
     resolve_references,
@@ -128,23 +116,6 @@ class PythonOperator(BaseOperator):
         if templates_exts is not None:
             self.template_ext = tuple(templates_exts)
 
-    @property
-    def output(self) -> XComArg:
-        """This task's return value, for another task's arguments (``op.output``)."""
-        return XComArg(self)
-
-    def __getitem__(self, key: str) -> XComArg:
-        """This task's result ``key`` (``extract()["total"]``, with ``multiple_outputs``)."""
-        return XComArg(self)[key]
-
-    def map(self, function: Callable[[Any], Any]) -> MapXComArg:
-        """This task's list or dict result, ``function`` applied to each item (``.expand``)."""
-        return self.output.map(function)
-
-    def zip(self, *others: XComArg | BaseOperator, fillvalue: Any = NOTSET) -> ZipXComArg:
-        """This task's result side by side with ``others``' (tuples, for ``.expand``)."""
-        return self.output.zip(*others, fillvalue=fillvalue)
-
     def execute(self, context: Context) -> Any:
         context["templates_dict"] = self.templates_dict
         args = resolve_references(list(self.op_args), context)
@@ -157,19 +128,18 @@ class PythonOperator(BaseOperator):
         if inspect.isgenerator(value):
             return self._drain(value, context)
         if isinstance(value, Metadata):
-            outlet_events_of(context, self).apply(value)
+            outlet_events(context).apply(value)
             return None
         return value
 
     def _drain(self, generator: Generator[Any, Any, Any], context: Context) -> Any:
-        accessors = outlet_events_of(context, self)
         while True:
             try:
                 item = next(generator)
             except StopIteration as stop:
                 return stop.value
             if isinstance(item, Metadata):
-                accessors.apply(item)
+                outlet_events(context).apply(item)
             else:
                 logger.warning(
                     "task %r yielded %s, not a Metadata: ignored",
@@ -229,13 +199,14 @@ class TaskFactory:
             python_callable=self.function, op_args=args, op_kwargs=kwargs, **options
         )
 
-    def partial(self, **fixed: Any) -> TaskFlowPartial:
+    def partial(self, **fixed: Any) -> TaskFlowPartial[MappedOperator]:
         """The function arguments every copy of a mapped task shares (``.expand`` next)."""
         return TaskFlowPartial(
             function=self.function,
             operator_class=self.operator_class,
             operator_kwargs=self._options("map"),
             fixed=fixed,
+            mapped=MappedOperator,
         )
 
     def expand(self, **mapped: Any) -> MappedOperator:

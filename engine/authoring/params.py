@@ -23,7 +23,8 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from engine.authoring.context import DagDefinitionError, caller_location
+from engine.authoring.errors import DagDefinitionError
+from engine.authoring.locations import caller_location
 from engine.exceptions import ParamValidationError
 
 if TYPE_CHECKING:

@@ -34,16 +34,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from engine.authoring.context import (
-    DagDefinitionError,
-    SensorTimeout,
-    TaskDeferralTimeout,
-    caller_location,
-    default_deferrable_from,
-    resolve_deferrable,
-    run_to_completion,
-)
-from engine.authoring.dag import BaseOperator
+from engine.authoring.baseoperator import BaseOperator
+from engine.authoring.context import default_deferrable_from, resolve_deferrable, run_to_completion
+from engine.authoring.errors import DagDefinitionError, SensorTimeout, TaskDeferralTimeout
+from engine.authoring.locations import caller_location
 from engine.exceptions import (
     AirflowException,
     AirflowFailException,

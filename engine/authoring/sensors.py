@@ -13,7 +13,8 @@ import os
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from engine.authoring.context import DagDefinitionError, caller_location
+from engine.authoring.errors import DagDefinitionError
+from engine.authoring.locations import caller_location
 from engine.authoring.sensor_base import (
     DEFAULT_POKE_INTERVAL_S,
     DEFAULT_SENSOR_TIMEOUT_S,

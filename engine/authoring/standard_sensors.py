@@ -30,11 +30,12 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, time, tzinfo
 from typing import TYPE_CHECKING, Any, overload
 
+from engine.authoring.arguments import warn_once
 from engine.authoring.bash import _RunsBash, run_command
-from engine.authoring.context import DagDefinitionError, caller_location
-from engine.authoring.dag import warn_once
+from engine.authoring.context import as_moment
+from engine.authoring.errors import DagDefinitionError
+from engine.authoring.locations import caller_location
 from engine.authoring.operators import PythonOperator, TaskFactory
-from engine.authoring.runtime_context import as_moment
 from engine.authoring.sensor_base import BaseSensorOperator, PokeReturnValue
 from engine.authoring.xcom import XComArg
 from engine.exceptions import AirflowException, AirflowFailException

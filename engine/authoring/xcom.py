@@ -5,7 +5,7 @@ Theory of operation. At definition time a result is a reference, not a value: ca
 with ``op.output`` stores an ``XComArg`` in the new task's arguments and makes the
 referenced task its upstream. Nothing runs then. When the downstream task runs, the
 executor has sent the results of the run's finished tasks in its context
-(``engine.authoring.runtime_context``); ``resolve_references`` replaces each ``XComArg`` (and
+(``engine.execution.context``); ``resolve_references`` replaces each ``XComArg`` (and
 each ``@dag`` parameter, ``DagParam``) in the arguments by its value through
 ``ti.xcom_pull``, inside lists, tuples, sets and dicts too.
 
@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
-from engine.authoring.context import DagDefinitionError, caller_location
-from engine.authoring.dag import BaseOperator, DependencyMixin, set_reference_finder
+from engine.authoring.dependencies import AbstractOperator, DependencyMixin
+from engine.authoring.errors import DagDefinitionError
+from engine.authoring.locations import caller_location
 from engine.authoring.params import NOTSET, DagParam
-from engine.authoring.runtime_context import XCOM_RETURN_KEY
 from engine.exceptions import AirflowException
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+
+#: The key of a task's return value among its results (Airflow's ``XCOM_RETURN_KEY``).
+XCOM_RETURN_KEY: Final = "return_value"
 
 __all__ = (
     "XCOM_RETURN_KEY",
@@ -60,8 +63,8 @@ class XComArg(DependencyMixin):
     not exist yet).
     """
 
-    def __init__(self, operator: BaseOperator, key: str = XCOM_RETURN_KEY) -> None:
-        if not isinstance(operator, BaseOperator):
+    def __init__(self, operator: AbstractOperator, key: str = XCOM_RETURN_KEY) -> None:
+        if not isinstance(operator, AbstractOperator):
             raise TypeError(f"XComArg refers to a task, got {operator!r}")
         if not isinstance(key, str) or not key:
             raise TypeError(f"an XComArg key is a non-empty str, got {key!r}")
@@ -107,11 +110,11 @@ class XComArg(DependencyMixin):
         )
 
     @property
-    def roots(self) -> list[BaseOperator]:
+    def roots(self) -> list[AbstractOperator]:
         return [self.operator]
 
     @property
-    def leaves(self) -> list[BaseOperator]:
+    def leaves(self) -> list[AbstractOperator]:
         return [self.operator]
 
     def map(self, function: Callable[[Any], Any]) -> MapXComArg:
@@ -119,7 +122,7 @@ class XComArg(DependencyMixin):
         mapped task maps over the transformed items; a dict's items are ``(key, value)``)."""
         return MapXComArg(self, function)
 
-    def zip(self, *others: XComArg | BaseOperator, fillvalue: Any = NOTSET) -> ZipXComArg:
+    def zip(self, *others: XComArg | AbstractOperator, fillvalue: Any = NOTSET) -> ZipXComArg:
         """The items of this result and of ``others`` side by side, as tuples: as long as the
         shortest, or the longest with ``fillvalue`` filling in (Python's ``zip`` /
         ``itertools.zip_longest``)."""
@@ -174,11 +177,11 @@ class MapXComArg(XComArg):
         return id(self)
 
     @property
-    def roots(self) -> list[BaseOperator]:
+    def roots(self) -> list[AbstractOperator]:
         return self.arg.roots
 
     @property
-    def leaves(self) -> list[BaseOperator]:
+    def leaves(self) -> list[AbstractOperator]:
         return self.arg.leaves
 
     def sources(self) -> list[XComArg]:
@@ -192,7 +195,7 @@ class ZipXComArg(XComArg):
     """``a.zip(b, ...)``: tuples of the items of several list or dict results."""
 
     def __init__(self, args: list[Any], *, fillvalue: Any = NOTSET) -> None:
-        args = [XComArg(a) if isinstance(a, BaseOperator) else a for a in args]
+        args = [XComArg(a) if isinstance(a, AbstractOperator) else a for a in args]
         for arg in args:
             if not isinstance(arg, XComArg):
                 raise DagDefinitionError(
@@ -212,11 +215,11 @@ class ZipXComArg(XComArg):
         return id(self)
 
     @property
-    def roots(self) -> list[BaseOperator]:
+    def roots(self) -> list[AbstractOperator]:
         return [arg.operator for arg in self.args]
 
     @property
-    def leaves(self) -> list[BaseOperator]:
+    def leaves(self) -> list[AbstractOperator]:
         return [arg.operator for arg in self.args]
 
     def sources(self) -> list[XComArg]:
@@ -242,7 +245,7 @@ def _walk(value: Any, leaf: Callable[[Any], Any]) -> Any:
 
 
 def _as_reference(value: Any) -> Any:
-    if isinstance(value, BaseOperator):
+    if isinstance(value, AbstractOperator):
         return XComArg(value)
     if isinstance(value, DependencyMixin) and not isinstance(value, XComArg):
         raise DagDefinitionError(
@@ -280,6 +283,3 @@ def resolve_references(value: Any, context: Mapping[str, Any]) -> Any:
         return item
 
     return _walk(value, resolve)
-
-
-set_reference_finder(iter_references)

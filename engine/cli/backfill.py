@@ -23,13 +23,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import click
 
-from engine.authoring.timetables import (
-    TimeRestriction,
-    Timetable,
-    timetable_from_json,
-    timezone_of,
-    to_utc,
-)
+from engine.authoring.schedules import timetable_from_json
+from engine.authoring.timetables import TimeRestriction, Timetable, timezone_of, to_utc
 from engine.cli.common import fail, format_table, json_option, open_database, run_query
 from engine.db.models import utcnow
 from engine.db.queries import backfills

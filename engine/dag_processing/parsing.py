@@ -13,7 +13,7 @@ import, with its line in the file. A good result also carries the source the chi
 reads the file once and runs those bytes) and its sha256: the parent stores them as the
 file's last good version, which a task runs when the file on disk is broken.
 
-The executor imports DAG files the same way (``load_task``) to run a task in a child.
+A task process imports DAG files the same way (``engine.execution.loading``) to run a task.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from engine.authoring.assets import Asset, AssetAlias
+from engine.authoring.baseoperator import MappedOperator
 from engine.authoring.callbacks import DEFAULT_POOL
-from engine.authoring.context import DagDefinitionError
 from engine.authoring.dag import DAG, take_registered_dags
 from engine.authoring.dag_files import (
     DAG_MODULE_PREFIX,
@@ -42,7 +42,7 @@ from engine.authoring.dag_files import (
     import_dag_file,
     source_digest,
 )
-from engine.authoring.mapping import MappedOperator
+from engine.authoring.errors import DagDefinitionError
 from engine.authoring.timetables import timezone_name
 from engine.loader import trigger_stream_digest
 from triggers.serde import dumps, dumps_kwargs
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from engine.authoring.assets import AssetWatcher
-    from engine.authoring.dag import BaseOperator
+    from engine.authoring.baseoperator import BaseOperator
 
 
 TRACEBACK_MAX_CHARS: Final = 20_000

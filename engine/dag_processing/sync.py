@@ -31,12 +31,12 @@ from engine.dag_processing.parsing import (
     ParsedWatcher,
     ParseError,
 )
-from engine.db.models import TriggerKind
 from engine.db.queries import claims as store_claims
 from engine.db.queries import dags as dags_sql
 from engine.db.queries import deferrals
 from engine.db.queries import triggers as trigger_rows
 from engine.exceptions import DecryptionError
+from engine.states import TriggerKind
 from triggers.serde import loads_kwargs
 
 if TYPE_CHECKING:

@@ -17,10 +17,10 @@ import logging
 import time
 from typing import TYPE_CHECKING, Final
 
-from engine.db.models import TaskState
 from engine.db.queries import pools as pools_sql
 from engine.db.queries import tasks as tasks_sql
 from engine.db.queries.pools import UNLIMITED_SLOTS
+from engine.states import TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping

@@ -1,4 +1,4 @@
-"""Running callback requests: each in a child ``engine.executor.callback_runner`` process.
+"""Running callback requests: each in a child ``engine.execution.callback_runner`` process.
 
 Theory of operation. The scheduler writes a ``dag`` request when it ends a run of a DAG
 with callbacks; the task supervisor writes a ``task`` request when a task's own process could
@@ -16,7 +16,7 @@ child (out of processes or file descriptors) or fails unexpectedly stays claimed
 tried again after ``retry_delay_s``; the executor's tasks keep running.
 
 Like a task's process, the child reads connections and variables over a request channel
-(``engine.executor.task_channel``) that a ``TaskRequestServer`` answers for its lifetime;
+(``engine.execution.task_channel``) that a ``TaskRequestServer`` answers for its lifetime;
 the secrets it hands over are masked in the log the child's output goes to.
 """
 
@@ -36,14 +36,21 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 import anyio
 
+from engine.authoring.callbacks import (
+    DAG_FAILURE_REASON,
+    DAG_SUCCESS_REASON,
+    FAILURE_CALLBACK,
+    RETRY_CALLBACK,
+    SUCCESS_CALLBACK,
+)
 from engine.db.queries import callbacks as callbacks_sql
 from engine.db.queries import tasks as tasks_sql
 from engine.exceptions import DatabaseError
-from engine.executor.callback_runner import DAG_KIND, TASK, CallbackSpec
-from engine.executor.outcomes import Decision, Outcome, build_spec, outcome_line
+from engine.execution.protocol import DAG_KIND, TASK, CallbackSpec, TaskSpec
+from engine.executor.outcomes import Decision, Outcome, outcome_line
 from engine.executor.task_logs import TaskLogWriter, log_path, safe_component
 from engine.executor.task_requests import TaskRequestServer
-from engine.executor.task_runner import TaskSpec, build_context, with_results
+from engine.executor.task_specs import build_context, build_spec, with_results
 from engine.retry import Backoff
 from triggers.serde import dumps
 
@@ -70,7 +77,7 @@ DAG_CALLBACK_LOG: Final = "dag_callbacks.log"
 
 
 class ExecutorSettings(Protocol):
-    """What callbacks need of the executor's settings (``task_supervisor.ExecutorSettings``)."""
+    """What callbacks need of the executor's settings (``settings.ExecutorSettings``)."""
 
     @property
     def dags_folder(self) -> Path: ...
@@ -127,9 +134,11 @@ def dag_callback_spec(
     success = bool(request.data.get("success"))
     return CallbackSpec(
         kind=DAG_KIND,
-        callback="on_success_callback" if success else "on_failure_callback",
+        callback=SUCCESS_CALLBACK if success else FAILURE_CALLBACK,
         spec=task_spec.to_json(),
-        reason=str(request.data.get("reason") or ("success" if success else "task_failure")),
+        reason=str(
+            request.data.get("reason") or (DAG_SUCCESS_REASON if success else DAG_FAILURE_REASON)
+        ),
     )
 
 
@@ -139,9 +148,9 @@ def lost_callback_spec(
     """The failure or retry callback of a try whose process reported no result (killed at
     its ``execution_timeout``, crashed), to run in a fresh process; None for other outcomes."""
     if outcome.decision is Decision.FAIL:
-        callback = "on_failure_callback"
+        callback = FAILURE_CALLBACK
     elif outcome.decision is Decision.RETRY:
-        callback = "on_retry_callback"
+        callback = RETRY_CALLBACK
     else:
         return None
     spec = build_spec(
@@ -407,7 +416,7 @@ class CallbackRunner:
                     sys.executable,
                     "-P",
                     "-m",
-                    "engine.executor.callback_runner",
+                    "engine.execution.callback_runner",
                     "--request-id",
                     str(request.id),
                     "--channel-fd",

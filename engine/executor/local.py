@@ -13,7 +13,7 @@ not answered: the poll retries them).
 A supervisor starts the step's child: a standby forked ahead from the executor's warm
 runner (``warm_process``, a pre-imported process; handing a standby its step costs one
 message where a fresh interpreter costs ~100 ms) or, while none is ready, ``python -P -m
-engine.executor.task_runner``; either way a task process in its own session, running the
+engine.execution.task_runner``; either way a task process in its own session, running the
 same code. It marks the task instance ``running``
 (with the child's pid), sends it a ``TaskSpec`` and appends what the child prints to the
 try's log file. When the child exits, the supervisor turns its ``TaskResult`` (or its exit status,
@@ -55,21 +55,18 @@ import anyio.to_thread
 
 from engine.db import models
 from engine.db.heartbeat import heartbeat_forever
-from engine.db.models import JobState
 from engine.db.queries import jobs, tasks
 from engine.db.wakeup import RowsSignal
 from engine.exceptions import DatabaseError
 from engine.executor import admission
 from engine.executor.callbacks import CallbackRunner
-from engine.executor.task_supervisor import (
-    ExecutorSettings,
-    ExecutorStats,
-    TaskSupervisor,
-    task_environment,
-)
+from engine.executor.settings import ExecutorSettings, ExecutorStats
+from engine.executor.task_process import task_environment
+from engine.executor.task_supervisor import TaskSupervisor
 from engine.executor.warm_process import WarmRunner
 from engine.metrics.readings import ExecutorReading
 from engine.retry import Backoff
+from engine.states import JobState
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -1,8 +1,9 @@
 """Pure decisions of the executor: what a finished task step means for its task instance.
 
 No I/O and no clock (``now`` is an argument): the executor (``engine.executor``) feeds in
-what happened to the child process, writes what comes out. Also builds the ``TaskSpec``
-sent to the child and the header / closing lines of the task log.
+what happened to the child process, writes what comes out; and the header / closing lines
+of the task log. (The ``TaskSpec`` sent to the child is built by
+``engine.executor.task_specs``.)
 
 A failed try with tries left is ``up_for_retry`` until ``retry_at`` (the rule of
 ``engine.task_retries``, which the scheduler shares for a try whose executor died:
@@ -19,26 +20,19 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from engine.authoring.context import FAIL_METHOD
+from engine.authoring.deferral import FAIL_METHOD
 from engine.db.queries.deferrals import deferral_deadline
-from engine.executor.task_runner import (
-    DEFERRED,
-    SKIPPED,
-    SUCCESS,
-    TaskResult,
-    TaskSpec,
-    build_context,
-    timeout_message,
-)
+from engine.execution.deadline import timeout_message
+from engine.execution.protocol import TaskResult
+from engine.states import TaskState
 from engine.task_retries import next_try_at
 from triggers.exceptions import SerializationError
-from triggers.serde import dumps, loads
+from triggers.serde import loads
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from pathlib import Path
 
-    from engine.authoring.context import Deferral
+    from engine.authoring.deferral import Deferral
     from engine.db.queries.tasks import TaskRun
 
 
@@ -159,7 +153,7 @@ def decide_outcome(
 ) -> Outcome:
     """What the step's end means: a reported result wins over how the process ended."""
     if result is not None:
-        if result.outcome == SUCCESS:
+        if result.outcome == TaskState.SUCCESS:
             xcoms = {"return_value": result.return_value} if result.has_return_value else None
             return Outcome(
                 Decision.SUCCEED,
@@ -168,9 +162,9 @@ def decide_outcome(
                 outlet_events=tuple(result.outlet_events),
                 skip_task_ids=tuple(result.skip_task_ids),
             )
-        if result.outcome == SKIPPED:
+        if result.outcome == TaskState.SKIPPED:
             return Outcome(Decision.SKIP, result.elapsed_s, reason=result.error)
-        if result.outcome == DEFERRED:
+        if result.outcome == TaskState.DEFERRED:
             assert result.deferral is not None
             timeout_s = result.execution_timeout_s
             if timeout_s is None:
@@ -203,38 +197,6 @@ def kill_after_s(run: TaskRun, *, now: datetime, grace_s: float) -> float | None
         return None
     elapsed = (now - run.try_started_at).total_seconds()
     return max(run.execution_timeout_s - elapsed + grace_s, grace_s)
-
-
-def build_spec(
-    run: TaskRun, *, dags_folder: Path, plugins_folder: Path | None, default_deferrable: bool
-) -> TaskSpec:
-    context = build_context(
-        dag_id=run.dag_id,
-        run_id=run.run_id,
-        task_id=run.task_id,
-        try_number=run.try_number,
-        events=run.events,
-        default_deferrable=default_deferrable,
-        run=run.run,
-        inlet_events=run.inlet_events,
-        map_index=run.map_index,
-    )
-    return TaskSpec(
-        ti_id=run.ti_id,
-        dag_id=run.dag_id,
-        run_id=run.run_id,
-        task_id=run.task_id,
-        fileloc=run.fileloc,
-        try_number=run.try_number,
-        try_started_at=run.try_started_at.isoformat(),
-        context=dumps(context, where="the task context"),
-        next_method=run.next_method,
-        next_kwargs=run.next_kwargs,
-        deferral_count=run.deferral_count,
-        dags_folder=str(dags_folder),
-        plugins_folder=None if plugins_folder is None else str(plugins_folder),
-        max_tries=run.max_tries,
-    )
 
 
 def _stamp(now: datetime) -> str:

@@ -1,4 +1,4 @@
-"""The executor's side of the task request channel (``engine.executor.task_channel``).
+"""The executor's side of the task request channel (``engine.execution.task_channel``).
 
 ``TaskRequestServer.serve`` reads one JSON request per line from a task's process and
 answers each from the metadata database, until the task closes its end. What it serves is
@@ -31,7 +31,7 @@ from engine.authoring.connections import Connection, InvalidConnectionError, is_
 from engine.db.queries import connections as store
 from engine.db.queries import dags as dags_sql
 from engine.exceptions import DecryptionError, SluiceError
-from engine.executor.task_channel import ANSWER_MAX_BYTES, REQUEST_MAX_BYTES
+from engine.execution.task_channel import ANSWER_MAX_BYTES, REQUEST_MAX_BYTES
 
 if TYPE_CHECKING:
     import socket

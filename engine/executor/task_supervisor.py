@@ -1,10 +1,12 @@
 """Supervising one task step: spawn the child, feed it, log it, judge it, record it.
 
-Used by ``engine.executor.local.LocalExecutor``, one ``TaskSupervisor.execute`` per claimed task
-instance. The child (``engine.executor.task_runner``) gets its ``TaskSpec`` on stdin; what it prints
-goes to the try's log (``engine.executor.task_logs``); its ``TaskResult`` (or, when it died without
-one, its exit status) becomes an ``Outcome`` (``engine.executor.outcomes``) written in one
-transaction guarded by the executor's job id.
+Used by ``engine.executor.local.LocalExecutor`` and the Celery worker, one
+``TaskSupervisor.execute`` per claimed task instance. The child (a task process,
+``engine.executor.task_process``, running ``engine.execution.task_runner``) gets its
+``TaskSpec`` on stdin; what it prints goes to the try's log (``engine.executor.task_logs``);
+its ``TaskResult`` (or, when it died without one, its exit status) becomes an ``Outcome``
+(``engine.executor.outcomes``) that ``engine.executor.recording`` writes in one transaction
+guarded by the executor's job id.
 """
 
 from __future__ import annotations
@@ -14,186 +16,54 @@ import math
 import os
 import signal
 import socket
-import subprocess
-import sys
-from collections import Counter
 from contextlib import suppress
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Final
 
 import anyio
 
 from engine.db import models
-from engine.db.models import TaskState
-from engine.db.queries import actions, deferrals, tasks
-from engine.db.queries import callbacks as callbacks_sql
-from engine.exceptions import DatabaseError, DatabaseUnavailable
+from engine.db.queries import actions, tasks
+from engine.exceptions import DatabaseError
 from engine.executor.callbacks import lost_callback_spec
 from engine.executor.outcomes import (
     Decision,
     Outcome,
-    build_spec,
     decide_outcome,
     header_line,
     kill_after_s,
     outcome_line,
     read_result,
 )
+from engine.executor.recording import OutcomeRecorder, run_retrying
 from engine.executor.task_logs import TaskLogWriter, log_path
+from engine.executor.task_process import (
+    StepProcess,
+    TaskProcess,
+    drain,
+    pump,
+    start_cold,
+    task_environment,
+)
 from engine.executor.task_requests import TaskRequestServer
-from engine.executor.task_runner import with_results
-from engine.logs import secret_forms
+from engine.executor.task_specs import build_spec, with_results
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable
     from pathlib import Path
 
-    from anyio.abc import ByteReceiveStream, ByteSendStream
-    from sqlalchemy.orm import Session
-
-    from engine.config import Config
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
     from engine.db.queries.tasks import TaskRun
-    from engine.executor.callback_runner import CallbackSpec
+    from engine.executor.settings import ExecutorSettings, ExecutorStats
     from engine.executor.warm_process import WarmRunner
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
 DRAIN_AFTER_EXIT_S: Final = 5.0  # reading what is left in the pipes once the child exited
 RESULT_MAX_BYTES: Final = 64 * 1024 * 1024
-DB_RETRY_BACKOFF_S: Final = (0.2, 5.0)
 SPAWN_RETRY_DELAY_S: Final = 1.0
-
-
-@dataclass
-class ExecutorStats:
-    claimed: int = 0
-    discarded: int = 0  # outcomes of task instances taken over meanwhile
-    outcomes: Counter[str] = field(default_factory=Counter)  # Decision -> count
-
-
-class StepProcess(Protocol):
-    """A task process as the supervisor sees it: started cold (``anyio.abc.Process``) or
-    forked by the warm runner (``engine.executor.warm_process.ForkedProcess``)."""
-
-    @property
-    def pid(self) -> int: ...
-    @property
-    def returncode(self) -> int | None: ...
-    @property
-    def stdin(self) -> ByteSendStream | None: ...
-    @property
-    def stdout(self) -> ByteReceiveStream | None: ...
-    @property
-    def stderr(self) -> ByteReceiveStream | None: ...
-    async def wait(self) -> int | None: ...
-    async def aclose(self) -> None: ...
-
-
-class TaskProcess:
-    """One task process and why the executor stopped it, if it did."""
-
-    def __init__(
-        self, ti_id: int, process: StepProcess, channel: socket.socket | None = None
-    ) -> None:
-        self.ti_id = ti_id
-        self.process = process
-        #: the executor's end of the task's request channel (``engine.executor.task_channel``)
-        self.channel = channel
-        self.interrupted = False  # stopped by the shutdown
-        self.killed_for_timeout = False
-        #: marked running for this executor (before that, ``queued`` is no external change)
-        self.started = False
-        #: the state an operator action gave its task instance while it ran (clear, set-state,
-        #: cancel, dagrun_timeout): the process is stopped and its outcome not recorded
-        self.external_state: str | None = None
-        self.externally_changed = anyio.Event()
-        self.reported = False  # it wrote a result (and so ran its outcome's callbacks)
-
-    def __repr__(self) -> str:
-        return f"<TaskProcess ti={self.ti_id} pid={self.process.pid} rc={self.process.returncode}>"
-
-    def signal_group(self, signum: int) -> None:
-        with suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signum)
-
-    def interrupt(self) -> None:
-        self.interrupted = True
-        self.signal_group(signal.SIGTERM)
-
-    def changed_externally(self, state: str) -> None:
-        """Its task instance left ``running`` under this executor: stop it (``_wait``)."""
-        if self.external_state is None:
-            self.external_state = state
-            self.externally_changed.set()
-
-
-async def _drain(stream: ByteReceiveStream | None, sink: bytearray, limit: int) -> None:
-    if stream is None:
-        return
-    async for chunk in stream:
-        if len(sink) < limit:
-            sink.extend(chunk[: limit - len(sink)])
-
-
-#: Engine settings a task's process must not inherit (it needs neither: it gets its spec on
-#: stdin and never touches the metadata database).
-SECRET_ENVIRONMENT: Final = ("SLUICE__CORE__FERNET_KEY", "SLUICE__CORE__SQL_ALCHEMY_CONN")
-
-
-async def _start_cold(ti_id: int, env: dict[str, str], channel_fd: int) -> StepProcess:
-    """The task process as a fresh interpreter: ``python -P -m engine.executor.task_runner``."""
-    command = [sys.executable, "-P", "-m", "engine.executor.task_runner"]
-    command += ["--ti-id", str(ti_id), "--channel-fd", str(channel_fd)]
-    return await anyio.open_process(
-        command,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        env=env,
-        pass_fds=(channel_fd,),
-    )
-
-
-def task_environment(environ: Mapping[str, str], secrets: Iterable[str]) -> dict[str, str]:
-    """``environ`` without the engine's secrets: the Fernet key and database URL settings,
-    and any other ``SLUICE__`` setting whose value holds a configured secret."""
-    forms = secret_forms(secrets)
-    return {
-        name: value
-        for name, value in environ.items()
-        if name not in SECRET_ENVIRONMENT
-        and not (name.startswith("SLUICE__") and any(form in value for form in forms))
-    }
-
-
-async def _pump(stream: ByteReceiveStream | None, log: TaskLogWriter) -> None:
-    if stream is None:
-        return
-    async for chunk in stream:
-        await log.write(chunk)
-
-
-async def run_retrying(db: Database, fn: Callable[[Session], T]) -> T:
-    """``fn`` in one transaction, retried while the database is unavailable."""
-    delay = DB_RETRY_BACKOFF_S[0]
-    while True:
-        try:
-            return await db.run(fn)
-        except DatabaseUnavailable as exc:
-            logger.warning(
-                "Metadata database unavailable, retrying a task state write in %.1fs: %s",
-                delay,
-                exc,
-                extra={"action": "task_write_retry"},
-            )
-            await anyio.sleep(delay)
-            delay = min(delay * 2, DB_RETRY_BACKOFF_S[1])
 
 
 class TaskSupervisor:
@@ -211,10 +81,12 @@ class TaskSupervisor:
         warm: WarmRunner | None = None,
     ) -> None:
         self._db = db
+        self._recorder = OutcomeRecorder(
+            db=db, cipher=cipher, settings=settings, stats=stats, on_outcome=on_outcome
+        )
         #: forks task processes from a pre-imported process; without one (or while it is
         #: down) each step starts a cold interpreter
         self._warm = warm
-        self._on_outcome = on_outcome
         self._cipher = cipher
         self.settings = settings
         self._hostname = hostname
@@ -278,7 +150,7 @@ class TaskSupervisor:
             if self._warm is not None:
                 process = await self._warm.spawn(ti_id=ti_id, env=env, channel_fd=theirs.fileno())
             if process is None:
-                process = await _start_cold(ti_id, env, theirs.fileno())
+                process = await start_cold(ti_id, env, theirs.fileno())
             return TaskProcess(ti_id, process, ours)
         except OSError as exc:  # e.g. out of processes or file descriptors: try again later
             if ours is not None:
@@ -329,7 +201,7 @@ class TaskSupervisor:
         lost = None
         if not child.reported and child.external_state is None:  # killed or crashed
             lost = lost_callback_spec(run, outcome, self.settings)
-        await self._record(job_id, run, outcome, lost, external_state=child.external_state)
+        await self._recorder.record(job_id, run, outcome, lost, external_state=child.external_state)
 
     async def _start(self, job_id: int, child: TaskProcess) -> TaskRun | None:
         """Mark the task instance running with the child's pid; None if it is not ours."""
@@ -383,8 +255,8 @@ class TaskSupervisor:
 
         async def drain_all() -> None:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(_pump, process.stderr, log)
-                tg.start_soon(_drain, process.stdout, out, RESULT_MAX_BYTES)
+                tg.start_soon(pump, process.stderr, log)
+                tg.start_soon(drain, process.stdout, out, RESULT_MAX_BYTES)
             drained.set()
 
         async with anyio.create_task_group() as tg:
@@ -444,181 +316,3 @@ class TaskSupervisor:
         child.signal_group(signal.SIGTERM)
         await anyio.sleep(self.settings.kill_grace_s)
         child.signal_group(signal.SIGKILL)
-
-    # --- recording the outcome ----------------------------------------------------------
-
-    async def _record(
-        self,
-        job_id: int,
-        run: TaskRun,
-        outcome: Outcome,
-        callback: CallbackSpec | None = None,
-        *,
-        external_state: str | None = None,
-    ) -> None:
-        write = partial(
-            self._write_outcome, job_id=job_id, run=run, outcome=outcome, callback=callback
-        )
-        ok = await run_retrying(self._db, write)
-        if not ok:
-            await self._not_recorded(job_id, run, outcome, external_state)
-            return
-        self.stats.outcomes[outcome.decision] += 1
-        if self._on_outcome is not None:
-            # e.g. the triggerer claims a new deferral's trigger at once
-            self._on_outcome(outcome.decision)
-        level = logging.INFO if outcome.decision is not Decision.FAIL else logging.WARNING
-        logger.log(
-            level,
-            "Task %s.%s (run %s, try %d): %s",
-            run.dag_id,
-            run.task_id,
-            run.run_id,
-            run.try_number,
-            outcome.describe(),
-            extra={"action": f"task_{outcome.decision}", **run.log_fields()},
-        )
-
-    async def _not_recorded(
-        self, job_id: int, run: TaskRun, outcome: Outcome, external_state: str | None
-    ) -> None:
-        """The outcome matched no row: an operator action changed the task instance (a
-        cleared one is ``restarting``: now that its process is gone it is ``none`` again), or
-        another executor took it over."""
-        release = partial(actions.release_restarted_task, ti_id=run.ti_id, job_id=job_id)
-        restarted = await run_retrying(self._db, release)
-        if restarted or external_state is not None:
-            state = TaskState.RESTARTING if restarted else external_state
-            logger.info(
-                "Task %s.%s (run %s, try %d): state externally set to %s; its process was "
-                "stopped and its outcome (%s) not recorded%s",
-                run.dag_id,
-                run.task_id,
-                run.run_id,
-                run.try_number,
-                state,
-                outcome.decision,
-                "; it will run again" if restarted else "",
-                extra={"action": "task_externally_changed", "state": state, **run.log_fields()},
-            )
-            return
-        self.stats.discarded += 1
-        logger.warning(
-            "Task instance %s was taken over while it ran here; outcome %s discarded",
-            run.ti_id,
-            outcome.decision,
-            extra={"action": "task_outcome_discarded", **run.log_fields()},
-        )
-
-    def _write_outcome(
-        self,
-        session: Session,
-        job_id: int,
-        run: TaskRun,
-        outcome: Outcome,
-        callback: CallbackSpec | None = None,
-    ) -> bool:
-        """Record the outcome and, in the same transaction, the request to run the outcome's
-        callback in a fresh process when the task's own could not (``callback``)."""
-        ok = self._write_state(session, job_id, run, outcome)
-        if ok and callback is not None:
-            callbacks_sql.request_task_callback(
-                session,
-                dag_id=run.dag_id,
-                run_id=run.run_id,
-                data={"callback_spec": asdict(callback)},
-                now=models.utcnow(),
-            )
-        return ok
-
-    def _write_state(self, session: Session, job_id: int, run: TaskRun, outcome: Outcome) -> bool:
-        now = models.utcnow()
-        finish = partial(tasks.finish_task, session, run.ti_id, job_id=job_id, now=now)
-        elapsed_s = outcome.elapsed_s
-        if outcome.decision is Decision.SUCCEED:
-            return tasks.succeed_task(
-                session,
-                run,
-                job_id=job_id,
-                elapsed_s=elapsed_s,
-                now=now,
-                xcoms=outcome.xcoms,
-                outlet_events=list(outcome.outlet_events),
-                keep_while_paused=self.settings.keep_events_while_paused,
-                skip_task_ids=outcome.skip_task_ids,
-            )
-        if outcome.decision is Decision.SKIP:
-            return finish(state=TaskState.SKIPPED, elapsed_s=elapsed_s)
-        if outcome.decision is Decision.FAIL:
-            return finish(state=TaskState.FAILED, elapsed_s=elapsed_s)
-        if outcome.decision is Decision.RETRY:
-            assert outcome.retry_at is not None
-            return tasks.retry_task(
-                session,
-                run.ti_id,
-                job_id=job_id,
-                elapsed_s=elapsed_s,
-                now=now,
-                retry_at=outcome.retry_at,
-            )
-        if outcome.decision is Decision.DEFER:
-            assert outcome.deferral is not None
-            trigger_id = deferrals.defer_task(
-                session,
-                self._cipher,
-                run.ti_id,
-                job_id=job_id,
-                deferral=outcome.deferral,
-                trigger_timeout=outcome.trigger_timeout,
-                elapsed_s=elapsed_s,
-            )
-            return trigger_id is not None
-        return tasks.requeue_task(session, run.ti_id, job_id=job_id)
-
-
-@dataclass(frozen=True, slots=True)
-class ExecutorSettings:
-    parallelism: int
-    dags_folder: Path
-    plugins_folder: Path | None
-    task_log_folder: Path
-    default_deferrable: bool = False
-    heartbeat_s: float = 5.0
-    health_check_threshold_s: float = 10.5
-    poll_interval_s: float = 0.05
-    shutdown_grace_s: float = 30.0
-    #: SIGTERM -> SIGKILL at shutdown, and how long past its execution deadline a task that
-    #: ignores its timeout keeps running before it is killed
-    kill_grace_s: float = 3.0
-    #: configured secrets: kept out of the tasks' environment and replaced in their logs
-    secrets: tuple[str, ...] = ()
-    #: ``[scheduler] keep_events_while_paused``, for the events of tasks' outlets
-    keep_events_while_paused: bool = True
-    #: ``[core] max_xcom_size_bytes``: the largest result a task may store
-    max_xcom_size_bytes: int | None = 1_048_576
-    #: fork task steps from a pre-imported warm runner (``engine.executor.warm_runner``)
-    #: rather than start a fresh interpreter for each; a cold start stays the fallback
-    warm_runner: bool = True
-    #: and import ahead the installed packages the DAG files import. Off by default: a
-    #: package seeded at import (numpy's global random state, say) would give every forked
-    #: step the same state, where fresh interpreters each get their own
-    warm_runner_dag_imports: bool = False
-
-    @classmethod
-    def from_config(cls, config: Config) -> ExecutorSettings:
-        return cls(
-            parallelism=config.core.parallelism,
-            dags_folder=config.core.dags_folder,
-            plugins_folder=config.core.plugins_folder,
-            task_log_folder=config.logging.task_log_folder,
-            default_deferrable=config.operators.default_deferrable,
-            heartbeat_s=config.scheduler.scheduler_heartbeat_sec,
-            health_check_threshold_s=config.scheduler.health_check_threshold_s,
-            poll_interval_s=config.scheduler.loop_interval_sec,
-            shutdown_grace_s=config.triggerer.shutdown_grace_period_sec,
-            secrets=tuple(config.secret_values()),
-            keep_events_while_paused=config.scheduler.keep_events_while_paused,
-            max_xcom_size_bytes=config.core.max_xcom_size_bytes,
-            warm_runner=config.executor.warm_runner,
-            warm_runner_dag_imports=config.executor.warm_runner_dag_imports,
-        )

@@ -27,7 +27,7 @@ clear, timeout and shutdown), writes ``pid N ppid M`` on the status pipe and wai
 step socket. When a step comes, the executor sends it there: one message with the step's
 pipes (stdin, stdout, stderr, the request channel) and, as JSON, the task instance id, the
 step's environment and working directory; the standby puts the pipes on fds 0/1/2, takes
-the environment and working directory, and runs ``engine.executor.task_runner.main`` exactly
+the environment and working directory, and runs ``engine.execution.task_runner.main`` exactly
 as a cold ``python -m`` start would. So the forks are off the step's path: a step starts
 with one message. The DAG file is imported there, fresh from disk for every step, so a
 changed file never runs stale code, and nothing a step does reaches the warm runner or
@@ -55,14 +55,18 @@ import traceback
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
-#: What every task step imports: the task runner and the whole authoring surface a DAG file
-#: uses (``from engine import ...``, ``engine.sensors``, the built-in triggers).
+#: What every task step imports: the task runner (with what it imports: the protocol, the
+#: request channel, loading the DAG file, the context, templates ...), what it imports on
+#: first use (logging), and the whole authoring surface a DAG file uses (``from engine
+#: import ...``, ``engine.sensors``, the built-in triggers).
 PRELOAD: Final = (
-    "engine.executor.task_runner",
-    "engine.executor.task_channel",
-    "engine.executor.last_good",
+    "engine.execution.task_runner",
+    "engine.execution.process",
+    "engine.execution.task_channel",
+    "engine.execution.last_good",
+    "engine.execution.loading",
     "engine.authoring.dag_files",
-    "engine.authoring.connections",
+    "engine.authoring.store",
     "engine.logs",
     "engine",
     "engine.sensors",
@@ -73,7 +77,7 @@ PRELOAD: Final = (
     "triggers.file",
 )
 #: Imported when installed: a running task's dates are pendulum's when it is (its import was
-#: three quarters of a warm step's time: ``engine.authoring.runtime_context.as_moment``).
+#: three quarters of a warm step's time: ``engine.authoring.context.as_moment``).
 OPTIONAL_PRELOAD: Final = ("pendulum",)
 READY: Final = b"ready"
 #: at most this many DAG files are read for the packages they import
@@ -211,7 +215,7 @@ def _receive_step(step: socket.socket) -> tuple[dict[str, Any], list[int]] | Non
 
 def _run_task(request: dict[str, Any], fds: list[int]) -> int:
     """In the standby, once its step came: become what a cold ``python -m
-    engine.executor.task_runner`` would be, then run it."""
+    engine.execution.task_runner`` would be, then run it."""
     stdin, stdout, stderr, channel = fds
     for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
         os.dup2(fd, target)
@@ -221,7 +225,7 @@ def _run_task(request: dict[str, Any], fds: list[int]) -> int:
     time.tzset()
     if request.get("cwd") is not None:
         os.chdir(request["cwd"])
-    from engine.executor import task_runner
+    from engine.execution import task_runner
 
     argv = ["--ti-id", str(request["ti_id"]), "--channel-fd", str(channel)]
     sys.argv = [task_runner.__file__, *argv]

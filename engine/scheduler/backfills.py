@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final, TypedDict
 
-from engine.db.models import DagRunState
 from engine.db.queries import backfills as backfills_sql
 from engine.db.queries import runs
 from engine.db.queries.backfills import REPROCESS_COMPLETED, REPROCESS_FAILED
 from engine.scheduler.time_runs import create_run_at
+from engine.states import DagRunState
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -17,10 +17,10 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from engine.authoring.mapping import map_length, mapped_source_ids
-from engine.db.models import TaskState
 from engine.db.queries import mapping as mapping_sql
 from engine.exceptions import AirflowException
 from engine.scheduler.rules import FINISHED, summary_state
+from engine.states import TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

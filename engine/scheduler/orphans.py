@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.db.models import TaskState
 from engine.db.queries import callbacks, jobs, tasks
 from engine.db.queries import orphans as orphans_sql
+from engine.states import TaskState
 from engine.task_retries import next_try_at
 
 if TYPE_CHECKING:

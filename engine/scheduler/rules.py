@@ -34,7 +34,7 @@ from engine.authoring.arguments import TriggerRule
 # so that ``sluice dags why`` (``engine.views.why``) asks the very function the
 # scheduler asks; re-exported here with the scheduler's other decisions.
 from engine.authoring.assets import is_condition_met as is_condition_met
-from engine.db.models import DagRunState, TaskState
+from engine.states import DagRunState, TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence

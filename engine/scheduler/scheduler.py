@@ -43,7 +43,6 @@ import anyio
 from engine.authoring.assets import BaseAsset
 from engine.db import models
 from engine.db.heartbeat import heartbeat_forever
-from engine.db.models import DagRunState, JobState, TaskState
 from engine.db.queries import (
     actions,
     backfills,
@@ -61,6 +60,7 @@ from engine.scheduler import orphans
 from engine.scheduler.expansion import expand_mapped, summarize
 from engine.scheduler.rules import is_condition_met, next_task_states, run_outcome
 from engine.scheduler.time_runs import create_time_run, store_next
+from engine.states import DagRunState, JobState, TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -12,12 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.authoring.timetables import (
-    DagRunInfo,
-    DataInterval,
-    TimeRestriction,
-    timetable_from_json,
-)
+from engine.authoring.schedules import timetable_from_json
+from engine.authoring.timetables import DagRunInfo, DataInterval, TimeRestriction
 from engine.db.queries import runs, time_schedules
 
 if TYPE_CHECKING:

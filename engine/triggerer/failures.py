@@ -45,7 +45,7 @@ from triggers.exceptions import (
 )
 
 if TYPE_CHECKING:
-    from engine.db.models import TriggerKind
+    from engine.states import TriggerKind
 
 __all__ = (
     "EXITED_WITHOUT_EVENT",

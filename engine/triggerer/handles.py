@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     import anyio
 
-    from engine.db.models import TriggerKind
+    from engine.states import TriggerKind
     from triggers.base import BaseTrigger
 
 __all__ = ("TriggerHandle", "TriggerSpec")

@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from engine.db.models import TriggerKind
 from engine.exceptions import DecryptionError, TriggerLoadError
 from engine.loader import import_trigger_class, instantiate_trigger
+from engine.states import TriggerKind
 from engine.triggerer.connections import resolve_connections
 from engine.triggerer.handles import TriggerSpec
 

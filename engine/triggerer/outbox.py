@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final
 import anyio
 import anyio.lowlevel
 
-from engine.db.models import TriggerKind
+from engine.states import TriggerKind
 
 if TYPE_CHECKING:
     from triggers.base import TriggerEvent

@@ -35,12 +35,12 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from engine.authoring.context import FAIL_METHOD
-from engine.db.models import TriggerKind
+from engine.authoring.deferral import FAIL_METHOD
 from engine.db.queries import assets, deferrals, watcher_events
 from engine.db.queries import triggers as trigger_rows
 from engine.exceptions import DatabaseError, DatabaseUnavailable
 from engine.metrics.readings import Buckets
+from engine.states import TriggerKind
 from engine.triggerer.outbox import FiredEvent, Outbox, OutboxItem, TriggerFailed
 from triggers.base import BaseTaskEndEvent
 from triggers.exceptions import SerializationError

@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import anyio
 
-from engine.db.models import TriggerKind
 from engine.logs import LOG_FIELDS
+from engine.states import TriggerKind
 from engine.triggerer.cleanup import Cleanups, call_on_kill
 from engine.triggerer.failures import (
     EXITED_WITHOUT_EVENT,

@@ -20,7 +20,6 @@ import anyio.lowlevel
 
 from engine.authoring.external_task_trigger import MetadataReadingTrigger
 from engine.db.heartbeat import heartbeat_forever
-from engine.db.models import JobState, TriggerKind
 from engine.db.queries import claims as store_claims
 from engine.db.queries import jobs, streams
 from engine.db.queries import triggers as trigger_rows
@@ -29,6 +28,7 @@ from engine.exceptions import SluiceError, TriggerLoadError
 from engine.loader import trigger_stream_digest
 from engine.metrics.readings import HistogramReading, TriggererReading
 from engine.retry import Backoff
+from engine.states import JobState, TriggerKind
 from engine.triggerer import claiming
 from engine.triggerer.collector import DEFAULT_YOUNG_THRESHOLD, collector_tuned
 from engine.triggerer.connections import database_lookup

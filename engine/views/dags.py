@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 from engine.authoring.assets import ASSET_ALIAS_TYPE, ASSET_ALL_TYPE, ASSET_ANY_TYPE, ASSET_TYPE
 from engine.authoring.mapping import describe_mapping
-from engine.authoring.timetables import timetable_from_json
+from engine.authoring.schedules import timetable_from_json
 from engine.db.queries import backfills as backfills_sql
 from engine.db.queries import browse
 from engine.views.common import Page, check_page, iso, page

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from engine.authoring.timetables import DataInterval, timetable_from_json
+from engine.authoring.schedules import timetable_from_json
+from engine.authoring.timetables import DataInterval
 from engine.db.queries import backfills as backfills_sql
 from engine.db.queries import runs as runs_sql
 from engine.exceptions import InvalidStateError, NotFoundError, OperatorActionError

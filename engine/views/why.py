@@ -21,11 +21,12 @@ from engine.authoring.assets import (
     BaseAsset,
     is_condition_met,
 )
-from engine.authoring.timetables import DataInterval, TimeRestriction, timetable_from_json
-from engine.db.models import DagRunState
+from engine.authoring.schedules import timetable_from_json
+from engine.authoring.timetables import DataInterval, TimeRestriction
 from engine.db.queries import backfills, runs, time_schedules
 from engine.db.queries import why as why_sql
 from engine.db.queries import why_watchers as watchers_sql
+from engine.states import DagRunState
 from engine.views import why_entries, why_findings
 from engine.views.common import iso
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from engine.db.models import JobState, TaskState
 from engine.db.queries.jobs import age_s
 from engine.db.queries.triggers import LOAD_FAILURE_PREFIX
+from engine.states import JobState, TaskState
 from engine.views.common import iso
 from engine.views.doctor import FAILING_WATCHER_WINDOW_S
 

@@ -11,8 +11,9 @@ from sqlalchemy import select, update
 
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
-from engine.db.models import Trigger, TriggerKind
+from engine.db.models import Trigger
 from engine.db.queries import triggers as trigger_rows
+from engine.states import TriggerKind
 from tests.cli import invoke
 from tests.e2e.helpers import run_cli, sluice_env
 

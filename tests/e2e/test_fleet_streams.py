@@ -48,7 +48,8 @@ from cryptography.fernet import Fernet
 from sqlalchemy import func, select
 
 from engine.db.database import Database
-from engine.db.models import Asset, AssetEvent, Dag, Job, Trigger, TriggerKind
+from engine.db.models import Asset, AssetEvent, Dag, Job, Trigger
+from engine.states import TriggerKind
 from engine.triggerer.triggerer import CLAIM_IDLE_INTERVAL_S
 from tests.cli import invoke
 from tests.e2e.helpers import engine_env, log_tail, start_engine, wait_for

@@ -23,8 +23,9 @@ from sqlalchemy import func, insert, select
 
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
-from engine.db.models import Asset, AssetEvent, AssetWatcher, TriggerKind
+from engine.db.models import Asset, AssetEvent, AssetWatcher
 from engine.db.queries import triggers as trigger_rows
+from engine.states import TriggerKind
 from producers import SqsMessageTrigger
 from tests.e2e.helpers import sluice_env, start_cli, stop, wait_for
 

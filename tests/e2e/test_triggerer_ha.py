@@ -19,8 +19,9 @@ from sqlalchemy import insert, select
 
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
-from engine.db.models import Dag, DagRun, TaskInstance, TaskState, Trigger, TriggerKind
+from engine.db.models import Dag, DagRun, TaskInstance, Trigger
 from engine.db.queries import triggers as trigger_rows
+from engine.states import TaskState, TriggerKind
 from tests.e2e.helpers import sluice_env, start_cli, stop, wait_for
 from triggers.serde import loads
 

@@ -13,30 +13,19 @@ import pytest
 from click.testing import CliRunner, Result
 from sqlalchemy import func, insert, select, update
 
-from engine.authoring.timetables import (
-    CronDataIntervalTimetable,
-    CronTriggerTimetable,
-    TimeRestriction,
-    Timetable,
-)
+from engine.authoring.interval_timetables import CronDataIntervalTimetable
+from engine.authoring.timetables import TimeRestriction, Timetable
+from engine.authoring.trigger_timetables import CronTriggerTimetable
 from engine.cli import cli
 from engine.cli.backfill import write_backfill
 from engine.config import Config, load_config
 from engine.db.database import Database
-from engine.db.models import (
-    Asset,
-    Backfill,
-    DagRun,
-    DagRunState,
-    DagScheduleAsset,
-    DagTask,
-    TaskInstance,
-    TaskState,
-)
+from engine.db.models import Asset, Backfill, DagRun, DagScheduleAsset, DagTask, TaskInstance
 from engine.db.queries import backfills
 from engine.db.queries import dags as dags_sql
 from engine.db.queries import runs as runs_sql
 from engine.scheduler import backfills as backfill_rules
+from engine.states import DagRunState, TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -17,10 +17,11 @@ from sqlalchemy import select, update
 
 from engine.crypto import KwargsCipher
 from engine.db import models
-from engine.db.models import DagRun, TaskInstance, TaskState
+from engine.db.models import DagRun, TaskInstance
 from engine.db.queries import runs, tasks
 from engine.executor.task_logs import read_task_log
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
+from engine.states import TaskState
 from tests.integration.harness import fast_executor_settings, parsed_database, running_executor
 from tests.waiting import eventually
 from triggers.serde import deserialize_value

@@ -13,10 +13,11 @@ from sqlalchemy import select, update
 
 from engine.db import models
 from engine.db.database import Database
-from engine.db.models import Dag, DagRun, DagTask, Job, TaskInstance, TaskState
+from engine.db.models import Dag, DagRun, DagTask, Job, TaskInstance
 from engine.db.queries import celery as celery_sql
 from engine.db.queries import jobs, tasks
 from engine.executor import admission
+from engine.states import TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

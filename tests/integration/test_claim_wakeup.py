@@ -20,7 +20,8 @@ from sqlalchemy import insert, select, update
 from engine.crypto import KwargsCipher
 from engine.db import models
 from engine.db.database import Database
-from engine.db.models import Dag, DagRun, TaskInstance, TaskState, Trigger, TriggerKind
+from engine.db.models import Dag, DagRun, TaskInstance, Trigger
+from engine.states import TaskState, TriggerKind
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from tests.waiting import eventually, wait_until
 from triggers import TimeDeltaTrigger

@@ -13,10 +13,11 @@ from sqlalchemy import delete, func, or_, select, update
 
 from engine.db import models
 from engine.db.database import Database
-from engine.db.models import Job, Trigger, TriggerKind
+from engine.db.models import Job, Trigger
 from engine.db.queries import claims as store_claims
 from engine.db.queries import jobs as jobs_sql
 from engine.db.queries import triggers as trigger_rows
+from engine.states import TriggerKind
 from engine.triggerer.triggerer import claiming
 from engine.views import doctor as doctor_view
 

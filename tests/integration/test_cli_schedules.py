@@ -14,11 +14,9 @@ import pytest
 from sqlalchemy import select
 
 from engine.authoring.assets import Asset
-from engine.authoring.timetables import (
-    AssetOrTimeSchedule,
-    CronDataIntervalTimetable,
-    CronTriggerTimetable,
-)
+from engine.authoring.interval_timetables import CronDataIntervalTimetable
+from engine.authoring.timetables import AssetOrTimeSchedule
+from engine.authoring.trigger_timetables import CronTriggerTimetable
 from engine.db.models import AssetEvent, AssetEventQueue, utcnow
 from tests.integration.test_backfill import DAILY, add_dag, config, dag_runs, db, run_cli
 

@@ -148,8 +148,9 @@ async def test_an_sqs_watcher_by_connection_id(
 def seed_watchers_sqs(db: Database, cipher: KwargsCipher, trigger: SqsMessageTrigger) -> int:
     from sqlalchemy import insert
 
-    from engine.db.models import Asset, AssetWatcher, TriggerKind
+    from engine.db.models import Asset, AssetWatcher
     from engine.db.queries import triggers as trigger_rows
+    from engine.states import TriggerKind
 
     def seed(session: Any) -> int:
         asset_id = session.execute(

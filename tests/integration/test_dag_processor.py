@@ -15,8 +15,9 @@ from engine import Asset
 from engine.crypto import KwargsCipher
 from engine.dag_processing.processor import TIMEOUT_ERROR, DagProcessor, DagProcessorSettings
 from engine.db.database import Database
-from engine.db.models import Base, TriggerKind
+from engine.db.models import Base
 from engine.db.queries import dags as dags_sql
+from engine.states import TriggerKind
 from tests.db_reads import count_triggers
 
 if TYPE_CHECKING:

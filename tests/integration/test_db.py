@@ -8,7 +8,7 @@ from sqlalchemy.exc import OperationalError
 
 from engine.db import models
 from engine.db.database import Database, create_db_engine
-from engine.db.models import Job, Trigger, TriggerKind
+from engine.db.models import Job, Trigger
 from engine.db.queries import jobs
 from engine.db.queries import triggers as trigger_rows
 from engine.db.schema import (
@@ -20,6 +20,7 @@ from engine.db.schema import (
     schema_drift,
 )
 from engine.exceptions import SchemaNotCurrentError
+from engine.states import TriggerKind
 from engine.triggerer.triggerer import claiming
 
 pytestmark = [pytest.mark.integration, pytest.mark.both_databases]

@@ -17,7 +17,8 @@ import pytest
 from sqlalchemy import insert, select
 
 from engine.db.database import Database
-from engine.db.models import Asset, AssetEvent, TriggerKind
+from engine.db.models import Asset, AssetEvent
+from engine.states import TriggerKind
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.persister import Persister
 from engine.triggerer.runtime import TriggerRunner, TriggerSpec

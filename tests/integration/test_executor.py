@@ -22,22 +22,15 @@ from sqlalchemy import insert, select, update
 
 from engine.db import models
 from engine.db.database import Database
-from engine.db.models import (
-    Dag,
-    DagTask,
-    Job,
-    JobState,
-    TaskInstance,
-    TaskState,
-    Trigger,
-    TriggerKind,
-)
+from engine.db.models import Dag, DagTask, Job, TaskInstance, Trigger
 from engine.db.queries import callbacks, deferrals, jobs, runs
+from engine.execution.protocol import EXIT_PARENT_GONE, TaskSpec
 from engine.executor import admission
 from engine.executor.local import ExecutorSettings, LocalExecutor
 from engine.executor.task_logs import TaskLogNotFoundError, log_path, read_task_log
-from engine.executor.task_runner import EXIT_PARENT_GONE, TaskSpec, build_context
+from engine.executor.task_specs import build_context
 from engine.scheduler import orphans
+from engine.states import JobState, TaskState, TriggerKind
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.persister import Persister
 from tests.integration.harness import fast_executor_settings, parsed_database, running_executor
@@ -621,7 +614,7 @@ def test_a_task_process_exits_when_its_executor_goes(env: Env) -> None:
         sys.executable,
         "-P",
         "-m",
-        "engine.executor.task_runner",
+        "engine.execution.task_runner",
         "--ti-id",
         str(spec.ti_id),
     ]

@@ -15,9 +15,10 @@ from sqlalchemy import insert, select, update
 
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
-from engine.db.models import Asset, AssetEvent, AssetWatcher, Trigger, TriggerKind
+from engine.db.models import Asset, AssetEvent, AssetWatcher, Trigger
 from engine.db.queries import triggers as trigger_rows
 from engine.loader import trigger_stream_digest
+from engine.states import TriggerKind
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from tests.waiting import wait_until
 from triggers.file import DirectoryFileDeleteTrigger

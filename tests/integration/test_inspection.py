@@ -27,13 +27,12 @@ from engine.db.models import (
     Job,
     SharedStreamSnapshot,
     TaskInstance,
-    TaskState,
     Trigger,
-    TriggerKind,
 )
 from engine.db.queries import dags, streams
 from engine.db.queries import jobs as jobs_sql
 from engine.db.queries import triggers as trigger_rows
+from engine.states import TaskState, TriggerKind
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from engine.views import dags as dags_view
 from engine.views import doctor as doctor_view

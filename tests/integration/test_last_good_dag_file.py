@@ -20,10 +20,11 @@ from engine.authoring.dag_files import source_digest
 from engine.crypto import KwargsCipher
 from engine.dag_processing.parsing import FileParseResult
 from engine.db import models
-from engine.db.models import DagFile, TaskInstance, TaskState
+from engine.db.models import DagFile, TaskInstance
 from engine.db.queries import runs
 from engine.db.queries.triggers import rotate_trigger_kwargs
 from engine.executor.task_logs import read_task_log
+from engine.states import TaskState
 from tests.integration.harness import fast_executor_settings, parsed_database, running_executor
 from tests.waiting import eventually, wait_until
 from triggers.serde import deserialize_value

@@ -23,10 +23,11 @@ from engine.cli.main import cli
 from engine.config import load_config
 from engine.crypto import KwargsCipher
 from engine.db import models
-from engine.db.models import DagRun, TaskInstance, TaskState
+from engine.db.models import DagRun, TaskInstance
 from engine.db.queries import actions, runs
 from engine.executor.task_logs import read_task_log
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
+from engine.states import TaskState
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.persister import Persister
 from tests.integration.harness import fast_executor_settings, parsed_database, running_executor

@@ -20,13 +20,14 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import func, select, update
 
-from engine.authoring.context import Deferral, TaskDeferred
+from engine.authoring.deferral import Deferral, TaskDeferred
 from engine.cli.main import cli
 from engine.db import models
-from engine.db.models import AssetEvent, DagRun, DagRunState, TaskInstance, TaskState, Trigger
+from engine.db.models import AssetEvent, DagRun, TaskInstance, Trigger
 from engine.db.queries import actions, deferrals, jobs, runs, tasks
 from engine.executor.task_logs import read_task_log
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
+from engine.states import DagRunState, JobState, TaskState
 from tests.integration.harness import fast_executor_settings, parsed_database, running_executor
 from tests.waiting import eventually
 from triggers import TimeDeltaTrigger
@@ -330,7 +331,7 @@ def test_a_restarting_task_of_a_dead_executor_runs_again(env: Env) -> None:
     _, _, tis = env.new_run("etl")
     job = env.start(tis["extract"])
     env.cli("tasks", "clear", "etl", "-y")
-    env.db.call(lambda s: jobs.end_job(s, job, state=models.JobState.FAILED))
+    env.db.call(lambda s: jobs.end_job(s, job, state=JobState.FAILED))
     released = env.db.call(lambda s: actions.release_orphaned_restarts(s, threshold_s=10))
     assert released == [tis["extract"]]
     assert env.state(tis["extract"]) == TaskState.NONE

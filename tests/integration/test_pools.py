@@ -17,11 +17,12 @@ from sqlalchemy import select, update
 
 from engine.authoring.sensor_base import RESCHEDULE_METHOD
 from engine.db import models
-from engine.db.models import DagRun, TaskInstance, TaskState
+from engine.db.models import DagRun, TaskInstance
 from engine.db.queries import pools, runs
 from engine.executor import admission
 from engine.executor.local import LocalExecutor
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
+from engine.states import TaskState
 from tests.integration.harness import fast_executor_settings, parsed_database
 from tests.waiting import eventually
 

@@ -28,15 +28,16 @@ from engine.crypto import KwargsCipher
 from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
 from engine.db import models
 from engine.db.database import Database
-from engine.db.models import Dag, DagRun, DagRunState, TaskInstance, TaskState
+from engine.db.models import Dag, DagRun, TaskInstance
 from engine.db.queries import jobs, runs, tasks
+from engine.execution.protocol import TaskResult
 from engine.executor import admission
 from engine.executor.local import LocalExecutor
 from engine.executor.outcomes import Decision, Outcome, decide_outcome
+from engine.executor.settings import ExecutorSettings
 from engine.executor.task_logs import read_task_log
-from engine.executor.task_runner import FAILED, TaskResult
-from engine.executor.task_supervisor import ExecutorSettings
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
+from engine.states import DagRunState, TaskState
 from engine.task_retries import retry_wait_s
 from tests.waiting import eventually
 
@@ -178,7 +179,7 @@ class Env:
             )
             assert run is not None
             outcome = decide_outcome(
-                TaskResult(FAILED, 0.1, error="RuntimeError: down"),
+                TaskResult(TaskState.FAILED, 0.1, error="RuntimeError: down"),
                 run,
                 returncode=1,
                 interrupted=False,

@@ -15,9 +15,10 @@ from engine.crypto import KwargsCipher
 from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
 from engine.db import models
 from engine.db.database import Database
-from engine.db.models import Asset, Dag, DagRun, DagRunAssetEvent, TaskInstance, TaskState
+from engine.db.models import Asset, Dag, DagRun, DagRunAssetEvent, TaskInstance
 from engine.db.queries import assets
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
+from engine.states import TaskState
 
 if TYPE_CHECKING:
     from pathlib import Path

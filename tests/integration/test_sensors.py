@@ -21,10 +21,11 @@ import pytest
 from sqlalchemy import select, update
 
 from engine.db import models
-from engine.db.models import DagRun, TaskInstance, TaskState, Trigger
+from engine.db.models import DagRun, TaskInstance, Trigger
 from engine.db.queries import runs
 from engine.executor.local import LocalExecutor
 from engine.executor.task_logs import read_task_log
+from engine.states import TaskState
 from engine.triggerer.metadata import DatabaseMetadataReader
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from tests.integration.harness import fast_executor_settings, parsed_database

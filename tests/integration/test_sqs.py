@@ -18,8 +18,9 @@ from sqlalchemy import insert, select
 
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
-from engine.db.models import Asset, AssetEvent, AssetWatcher, TriggerKind
+from engine.db.models import Asset, AssetEvent, AssetWatcher
 from engine.db.queries import triggers as trigger_rows
+from engine.states import TriggerKind
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import SqsMessageTrigger
 from producers.exceptions import BrokerRequestFailed, BrokerUnavailable, ProducerConfigError

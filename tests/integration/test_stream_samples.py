@@ -9,10 +9,11 @@ import pytest
 from sqlalchemy import func, select
 
 from engine.db.database import Database
-from engine.db.models import SharedStreamSample, Trigger, TriggerKind, utcnow
+from engine.db.models import SharedStreamSample, Trigger, utcnow
 from engine.db.queries import claims, streams
 from engine.db.queries import jobs as jobs_sql
 from engine.db.queries import triggers as trigger_rows
+from engine.states import TriggerKind
 from engine.views.streams import advance_rate
 from shared_stream import GroupStats
 

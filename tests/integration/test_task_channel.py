@@ -1,5 +1,5 @@
 """The task request channel over a real socket pair: the task's blocking client
-(``engine.executor.task_channel``) against the executor's server
+(``engine.execution.task_channel``) against the executor's server
 (``engine.executor.task_requests``) on a real SQLite metadata database."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from cryptography.fernet import Fernet
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.db.queries import connections as store
-from engine.executor.task_channel import REQUEST_MAX_BYTES, ChannelError, TaskChannel
+from engine.execution.task_channel import REQUEST_MAX_BYTES, ChannelError, TaskChannel
 from engine.executor.task_requests import TaskRequestServer
 
 if TYPE_CHECKING:

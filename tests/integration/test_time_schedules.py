@@ -19,11 +19,12 @@ from sqlalchemy import func, select, update
 from engine.crypto import KwargsCipher
 from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
 from engine.db.database import Database
-from engine.db.models import Dag, DagRun, DagRunState, TaskInstance, TaskState
+from engine.db.models import Dag, DagRun, TaskInstance
 from engine.db.queries import dags as dags_sql
 from engine.db.queries import runs as runs_sql
 from engine.db.queries import time_schedules
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
+from engine.states import DagRunState, TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -18,9 +18,10 @@ from engine.crypto import KwargsCipher
 from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
 from engine.db import models
 from engine.db.database import Database
-from engine.db.models import DagRun, DagRunState, TaskInstance, TaskState
+from engine.db.models import DagRun, TaskInstance
 from engine.db.queries import runs
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
+from engine.states import DagRunState, TaskState
 
 if TYPE_CHECKING:
     from pathlib import Path

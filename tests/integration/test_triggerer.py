@@ -24,11 +24,10 @@ from engine.db.models import (
     DagRun,
     Job,
     TaskInstance,
-    TaskState,
     Trigger,
-    TriggerKind,
 )
 from engine.db.queries import triggers as trigger_rows
+from engine.states import TaskState, TriggerKind
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from tests.waiting import eventually as db_eventually
 from tests.waiting import wait_until

@@ -22,12 +22,13 @@ from engine.api.app import create_app
 from engine.config import load_config
 from engine.db import models
 from engine.db.database import Database
-from engine.db.models import Dag, DagRun, DagTask, Job, TaskInstance, TaskState
+from engine.db.models import Dag, DagRun, DagTask, Job, TaskInstance
 from engine.db.queries import celery as celery_sql
 from engine.db.queries import jobs as jobs_sql
 from engine.db.queries import tasks as tasks_sql
 from engine.db.queries.jobs import DAG_PROCESSOR_JOB, SCHEDULER_JOB, TRIGGERER_JOB
 from engine.executor import admission
+from engine.states import TaskState
 from tests.integration.api_support import ApiHarness, bearer
 
 if TYPE_CHECKING:

@@ -19,10 +19,11 @@ import pytest
 from sqlalchemy import update
 
 from engine.db import models
-from engine.db.models import TaskInstance, TaskState
+from engine.db.models import TaskInstance
 from engine.db.queries import runs
 from engine.executor import warm_process
 from engine.executor.task_logs import read_task_log
+from engine.states import TaskState
 from tests.integration.harness import fast_executor_settings, parsed_database, running_executor
 from tests.waiting import eventually, wait_until
 from triggers.serde import deserialize_value

@@ -23,6 +23,7 @@ from engine.db.queries import runs as runs_sql
 from engine.db.queries import streams as streams_sql
 from engine.db.queries import time_schedules
 from engine.db.queries import triggers as trigger_rows
+from engine.states import TaskState
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from engine.views.why import UnknownDagError, explain_dag
 from shared_stream import GroupStats
@@ -230,7 +231,7 @@ def test_the_tasks_that_update_an_asset_and_their_last_state(parsed: Parsed) -> 
     def failed_run(session: Any) -> str:
         pk = runs_sql.create_run(session, "maker", run_type=runs_sql.MANUAL, now=now)
         assert pk is not None
-        runs_sql.set_task_states(session, pk, {"make": models.TaskState.FAILED}, now=now)
+        runs_sql.set_task_states(session, pk, {"make": TaskState.FAILED}, now=now)
         return runs_sql.run_id_of(session, pk)
 
     run_id = parsed.db.call(failed_run)

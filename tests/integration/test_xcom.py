@@ -18,10 +18,11 @@ from sqlalchemy import select, update
 
 from engine.crypto import KwargsCipher
 from engine.db import models
-from engine.db.models import DagRun, TaskInstance, TaskState
+from engine.db.models import DagRun, TaskInstance
 from engine.db.queries import runs, tasks
 from engine.executor.task_logs import read_task_log
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
+from engine.states import TaskState
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.persister import Persister
 from tests.integration.harness import fast_executor_settings, parsed_database, running_executor
@@ -118,6 +119,37 @@ def big():
 with DAG("bad"):
     opaque()
     big()
+
+
+class Multiply(BaseOperator):
+    # an operator of the DAG file's own: its result is a list of multiples of factor
+
+    template_fields = ("factor",)
+
+    def __init__(self, *, factor, **kwargs):
+        super().__init__(**kwargs)
+        self.factor = factor
+
+    def execute(self, context):
+        return [self.factor * n for n in (1, 2, 3)]
+
+
+@task
+def total(values):
+    return sum(values)
+
+
+@task
+def pair(p):
+    return list(p)
+
+
+with DAG("own"):
+    base = Multiply(task_id="base", factor=2)
+    summed = total(base.output)
+    scaled = Multiply(task_id="scaled", factor=summed.output)  # a result in a template field
+    total.override(task_id="incremented").expand(values=base.map(lambda n: [n, 1]))
+    pair.expand(p=base.zip(scaled))
 """
 
 
@@ -227,6 +259,32 @@ async def test_taskflow_results_flow_downstream_and_are_stored_key_by_key(env: E
         "many": [{"orders": [3, 4, 5], "at": AT}, "-"],  # push returned None: no return_value
         "upstream": None,
     }
+
+
+async def test_an_own_operators_output_map_and_zip_feed_other_tasks(env: Env) -> None:
+    run_pk = env.trigger("own")
+    with anyio.fail_after(90):
+        async with env.executor():
+            assert await env.run_to_end(run_pk) == "success"
+    assert env.results(run_pk, "base") == {"return_value": [2, 4, 6]}
+    assert env.results(run_pk, "total") == {"return_value": 12}
+    assert env.results(run_pk, "scaled") == {"return_value": [12, 24, 36]}
+    rows = env.db.call(
+        lambda s: s.execute(
+            select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.xcoms)
+            .where(TaskInstance.dag_run_id == run_pk, TaskInstance.map_index >= 0)
+            .order_by(TaskInstance.task_id, TaskInstance.map_index)
+        ).all()
+    )
+    copies = [(t, deserialize_value(x["return_value"])) for t, _, x in rows]
+    assert copies == [
+        ("incremented", 3),
+        ("incremented", 5),
+        ("incremented", 7),
+        ("pair", [2, 12]),
+        ("pair", [4, 24]),
+        ("pair", [6, 36]),
+    ]
 
 
 async def test_end_from_trigger_results_are_results_like_any_other(env: Env) -> None:

@@ -26,7 +26,7 @@ from engine.config import (
     sluice_home,
 )
 from engine.exceptions import ConfigError
-from engine.executor.task_supervisor import ExecutorSettings
+from engine.executor.settings import ExecutorSettings
 
 NO_HOME = Path("/nonexistent-sluice-home")
 FERNET_KEY = Fernet.generate_key().decode()

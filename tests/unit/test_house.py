@@ -11,8 +11,8 @@ import pytest
 # Modules a child process starts from: each task step and each DAG file runs in a fresh
 # interpreter, so what they import is paid on every task start and every parse.
 CHILD_ENTRY_POINTS = (
-    "engine.executor.task_runner",
-    "engine.executor.callback_runner",
+    "engine.execution.task_runner",
+    "engine.execution.callback_runner",
     "engine.dag_processing.parsing",
 )
 HEAVY = ("sqlalchemy", "alembic", "prometheus_client", "aiokafka", "click")

@@ -26,7 +26,7 @@ def _loaded(code: str, modules: tuple[str, ...]) -> list[str]:
 
 def test_the_task_runner_imports_no_trigger_runtime() -> None:
     light = ("anyio", "asyncio", "watchfiles", "triggers.watch", "triggers.file")
-    assert _loaded("import engine.executor.task_runner", light) == []
+    assert _loaded("import engine.execution.task_runner", light) == []
 
 
 def test_importing_engine_imports_no_authoring_module() -> None:

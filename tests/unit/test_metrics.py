@@ -18,7 +18,7 @@ from engine.authoring.assets import Asset as AssetCondition
 from engine.crypto import KwargsCipher
 from engine.db import models
 from engine.db.database import Database
-from engine.db.models import Asset, Dag, DagScheduleAsset, DagTask, TriggerKind
+from engine.db.models import Asset, Dag, DagScheduleAsset, DagTask
 from engine.db.queries import assets
 from engine.executor import local as executor_module
 from engine.executor.local import ExecutorSettings, LocalExecutor
@@ -31,6 +31,7 @@ from engine.metrics import (
     families,
 )
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
+from engine.states import TriggerKind
 from engine.triggerer.outbox import FiredEvent
 from engine.triggerer.runtime import TriggerSpec
 from engine.triggerer.triggerer import Triggerer, TriggererSettings

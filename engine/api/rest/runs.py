@@ -19,9 +19,10 @@ from engine.api.deps import DatabaseDep
 from engine.api.rest.common import Limit, Offset, Page, act, found, not_found, read
 from engine.api.rest.tasks import TaskChangeItem, TaskInstanceItem
 from engine.api.security import OperatorDep, ReaderDep
-from engine.db.models import DagRunState, utcnow
+from engine.db.models import utcnow
 from engine.db.queries import dags as dags_sql
 from engine.db.queries import run_ends
+from engine.states import DagRunState
 from engine.views import runs as runs_view
 from engine.views.common import Page as ViewPage
 

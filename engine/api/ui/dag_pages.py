@@ -27,6 +27,7 @@ from engine.api.ui.rendering import (
 from engine.db.models import utcnow
 from engine.db.queries import dags as dags_sql
 from engine.exceptions import NotFoundError, OperatorActionError
+from engine.states import DagRunState
 from engine.views import dags as dags_view
 from engine.views import operations
 from engine.views import runs as runs_view
@@ -37,7 +38,7 @@ GRID_RUNS: Final = 25
 #: How often a DAG page with a run going on reloads itself.
 REFRESH_S: Final = 3
 MAX_CONF_CHARS: Final = 65_536
-_ACTIVE: Final = frozenset({"queued", "running"})
+_ACTIVE: Final = frozenset({DagRunState.QUEUED, DagRunState.RUNNING})
 
 router = APIRouter(include_in_schema=False)
 

@@ -19,6 +19,7 @@ from engine.api.ui.rendering import can_operate, not_found, page, redirect_back,
 from engine.db.models import utcnow
 from engine.db.queries import actions
 from engine.exceptions import NotFoundError
+from engine.states import DagRunState, TaskState
 from engine.task_log_files import TaskLogNotFoundError
 from engine.views import runs as runs_view
 from engine.views import tasks as tasks_view
@@ -32,9 +33,17 @@ LOG_TAIL_BYTES: Final = 64 * 1024
 #: Task states whose try can still write to its log (or whose first try is still to come):
 #: the page follows the log, and reloads when the try is over.
 _WRITING: Final = frozenset(
-    {"none", "scheduled", "queued", "running", "deferred", "up_for_retry", "restarting"}
+    {
+        TaskState.NONE,
+        TaskState.SCHEDULED,
+        TaskState.QUEUED,
+        TaskState.RUNNING,
+        TaskState.DEFERRED,
+        TaskState.UP_FOR_RETRY,
+        TaskState.RESTARTING,
+    }
 )
-_RUN_ACTIVE: Final = frozenset({"queued", "running"})
+_RUN_ACTIVE: Final = frozenset({DagRunState.QUEUED, DagRunState.RUNNING})
 
 router = APIRouter(include_in_schema=False)
 

@@ -1,7 +1,8 @@
 """SQLAlchemy models of the metadata database, one module per table family: ``base``
-(``Base``, ``UtcDateTime``, the states stored in rows), ``jobs`` (jobs, trigger rows,
-shared-stream snapshots), ``dags``, ``assets``, ``runs`` (backfills, DAG runs, task
-instances, pools, callback requests), ``secrets`` (connections, variables) and ``users``.
+(``Base``, ``UtcDateTime``), ``jobs`` (jobs, trigger rows, shared-stream snapshots),
+``dags``, ``assets``, ``runs`` (backfills, DAG runs, task instances, pools, callback
+requests), ``secrets`` (connections, variables) and ``users``. The states stored in the rows
+are ``engine.states``.
 
 Importing the package registers every table with ``Base.metadata`` (migrations and schema
 checks compare against it); the models are imported from here.
@@ -15,15 +16,7 @@ from engine.db.models.assets import (
     AssetEventQueue,
     AssetWatcher,
 )
-from engine.db.models.base import (
-    Base,
-    DagRunState,
-    JobState,
-    TaskState,
-    TriggerKind,
-    UtcDateTime,
-    utcnow,
-)
+from engine.db.models.base import Base, UtcDateTime, utcnow
 from engine.db.models.dags import (
     Dag,
     DagFile,
@@ -60,21 +53,17 @@ __all__ = (
     "DagParseError",
     "DagRun",
     "DagRunAssetEvent",
-    "DagRunState",
     "DagScheduleAsset",
     "DagScheduleAssetAlias",
     "DagTask",
     "Job",
-    "JobState",
     "Pool",
     "SharedStreamSample",
     "SharedStreamSnapshot",
     "StoredConnection",
     "StoredVariable",
     "TaskInstance",
-    "TaskState",
     "Trigger",
-    "TriggerKind",
     "UiSession",
     "User",
     "UtcDateTime",

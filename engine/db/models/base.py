@@ -1,5 +1,5 @@
 """The base of every model: the declarative ``Base`` with its naming convention, the
-``UtcDateTime`` column type, and the states stored in the rows.
+``UtcDateTime`` column type (the states stored in the rows are ``engine.states``).
 
 Timestamps are stored as naive UTC (SQLite has no time zones) and always read back as aware
 UTC datetimes through ``UtcDateTime``.
@@ -7,7 +7,6 @@ UTC datetimes through ``UtcDateTime``.
 
 from __future__ import annotations
 
-import enum
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
@@ -49,36 +48,3 @@ class UtcDateTime(TypeDecorator[datetime]):
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
-
-
-class JobState(enum.StrEnum):
-    RUNNING = "running"
-    SUCCESS = "success"
-    FAILED = "failed"
-
-
-class TriggerKind(enum.StrEnum):
-    TASK = "task"
-    WATCHER = "watcher"
-
-
-class TaskState(enum.StrEnum):
-    NONE = "none"
-    SCHEDULED = "scheduled"
-    QUEUED = "queued"
-    RUNNING = "running"
-    DEFERRED = "deferred"
-    SUCCESS = "success"
-    FAILED = "failed"
-    SKIPPED = "skipped"
-    UPSTREAM_FAILED = "upstream_failed"
-    UP_FOR_RETRY = "up_for_retry"  # failed, waits for next_retry_at without a worker slot
-    #: cleared while running: its executor stops the process, then it is ``none`` again
-    RESTARTING = "restarting"
-
-
-class DagRunState(enum.StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCESS = "success"
-    FAILED = "failed"

@@ -11,7 +11,8 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from engine.db.models.base import Base, JobState, TriggerKind, UtcDateTime, utcnow
+from engine.db.models.base import Base, UtcDateTime, utcnow
+from engine.states import JobState, TriggerKind
 
 
 class Job(Base):

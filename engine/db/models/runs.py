@@ -21,7 +21,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from engine.db.models.base import Base, DagRunState, TaskState, UtcDateTime, utcnow
+from engine.db.models.base import Base, UtcDateTime, utcnow
+from engine.states import DagRunState, TaskState
 
 
 class Backfill(Base):

@@ -32,10 +32,11 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy import func, or_, select, update
 
 from engine.db.database import is_postgres
-from engine.db.models import Dag, DagRun, DagRunState, DagTask, TaskInstance, TaskState
+from engine.db.models import Dag, DagRun, DagTask, TaskInstance
 from engine.db.queries import jobs
 from engine.db.queries import triggers as trigger_rows
 from engine.exceptions import NotFoundError, OperatorActionError
+from engine.states import DagRunState, TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Mapping

@@ -43,6 +43,31 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    """One asset event as read for a task's context (``payload`` as stored: tagged JSON).
+
+    The fields after ``source_watcher`` say where an event came from (a watcher, a task's
+    outlet, ``sluice assets emit``); events stored before outlets existed leave them None.
+    """
+
+    id: int
+    asset_name: str
+    payload: Any
+    timestamp: datetime
+    source_watcher: str | None
+    uri: str | None = None
+    extra: dict[str, Any] | None = None
+    source: str | None = None
+    source_dag_id: str | None = None
+    source_run_id: str | None = None
+    source_task_id: str | None = None
+    source_try_number: int | None = None
+    source_alias: str | None = None
+    created_by: str | None = None
+
+
 SOURCE_WATCHER: Final = "watcher"
 SOURCE_TASK: Final = "task"
 SOURCE_CLI: Final = "cli"

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy import and_, exists, insert, select, update
 
 from engine.db.database import is_postgres
-from engine.db.models import Backfill, Dag, DagRun, DagRunState
+from engine.db.models import Backfill, Dag, DagRun
+from engine.states import DagRunState
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence

@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy import case, delete, insert, or_, select, true, update
 
 from engine.db.database import is_postgres
-from engine.db.models import CallbackRequest, Dag, DagRun, DagRunState, TaskInstance, TaskState
+from engine.db.models import CallbackRequest, Dag, DagRun, TaskInstance
 from engine.db.queries import jobs
 from engine.db.queries import mapping as mapping_sql
 from engine.db.queries.run_context import context_run, run_results, triggering_events
 from engine.db.queries.tasks import EXECUTOR_JOB
+from engine.states import DagRunState, TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy.orm import Session
 
-    from engine.authoring.context import EventRow
+    from engine.db.queries.assets import EventRow
 
 DAG_KIND: Final = "dag"
 TASK_KIND: Final = "task"

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 from sqlalchemy import func, select, update
 
 from engine.db.database import rowcount
-from engine.db.models import DagTask, Job, TaskInstance, TaskState
+from engine.db.models import DagTask, Job, TaskInstance
 from engine.db.queries import jobs
+from engine.states import TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

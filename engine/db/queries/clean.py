@@ -32,14 +32,12 @@ from engine.db.models import (
     Dag,
     DagRun,
     DagRunAssetEvent,
-    DagRunState,
     Job,
-    JobState,
     SharedStreamSnapshot,
     TaskInstance,
-    TaskState,
     Trigger,
 )
+from engine.states import DagRunState, JobState, TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Callable

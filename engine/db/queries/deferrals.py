@@ -11,27 +11,21 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, select, update
 
-from engine.authoring.context import FAIL_METHOD
+from engine.authoring.deferral import FAIL_METHOD, TRIGGER_TIMEOUT_ERROR
 from engine.db.database import rowcount
-from engine.db.models import (
-    DagRun,
-    DagTask,
-    TaskInstance,
-    TaskState,
-    TriggerKind,
-    utcnow,
-)
+from engine.db.models import DagRun, DagTask, TaskInstance, utcnow
 from engine.db.queries import assets
 from engine.db.queries import triggers as trigger_rows
 from engine.db.queries.tasks import held_by
 from engine.exceptions import DecryptionError
+from engine.states import TaskState, TriggerKind
 from triggers.exceptions import SerializationError
 from triggers.serde import dumps, loads, loads_kwargs
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from engine.authoring.context import Deferral
+    from engine.authoring.deferral import Deferral
     from engine.crypto import KwargsCipher
 
 logger = logging.getLogger(__name__)
@@ -140,7 +134,7 @@ def fail_timed_out_deferrals(session: Session, *, now: datetime | None = None) -
             .values(
                 state=TaskState.SCHEDULED,
                 next_method=FAIL_METHOD,
-                next_kwargs=dumps({"error": "trigger timeout"}),
+                next_kwargs=dumps({"error": TRIGGER_TIMEOUT_ERROR}),
                 trigger_id=None,
                 trigger_timeout=None,
             )

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 
 from engine.authoring.external_task_trigger import ExternalQuery, ExternalStates
-from engine.db.models import Dag, DagRun, DagTask, TaskInstance, TaskState
+from engine.db.models import Dag, DagRun, DagTask, TaskInstance
+from engine.states import TaskState
 
 if TYPE_CHECKING:
     from datetime import datetime

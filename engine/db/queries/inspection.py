@@ -11,19 +11,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import func, select
 
-from engine.db.models import (
-    Asset,
-    AssetWatcher,
-    DagRun,
-    Job,
-    JobState,
-    TaskInstance,
-    TaskState,
-    Trigger,
-)
+from engine.db.models import Asset, AssetWatcher, DagRun, Job, TaskInstance, Trigger
 from engine.db.queries.browse import fetch_page
 from engine.db.queries.jobs import is_alive
 from engine.db.queries.triggers import LOAD_FAILURE_PREFIX
+from engine.states import JobState, TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

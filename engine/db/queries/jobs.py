@@ -12,11 +12,8 @@ from typing import TYPE_CHECKING, Final
 
 from sqlalchemy import insert, select, update
 
-from engine.db.models import (
-    Job,
-    JobState,
-    utcnow,
-)
+from engine.db.models import Job, utcnow
+from engine.states import JobState
 
 if TYPE_CHECKING:
     from sqlalchemy import ColumnElement

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import delete, insert, select, update
 
 from engine.authoring.params import NOTSET
-from engine.db.models import DagRun, DagTask, TaskInstance, TaskState
+from engine.db.models import DagRun, DagTask, TaskInstance
+from engine.states import TaskState
 from triggers.exceptions import SerializationError
 from triggers.serde import deserialize_value
 

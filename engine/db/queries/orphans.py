@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import and_, or_, select, true, update
 
 from engine.db.database import is_postgres, rowcount
-from engine.db.models import DagRun, DagTask, Job, TaskInstance, TaskState
+from engine.db.models import DagRun, DagTask, Job, TaskInstance
 from engine.db.queries import tasks
+from engine.states import TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Collection

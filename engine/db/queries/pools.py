@@ -24,14 +24,8 @@ from sqlalchemy import delete, func, insert, or_, select, update
 from engine.authoring.callbacks import DEFAULT_POOL
 from engine.authoring.sensor_base import RESCHEDULE_METHOD
 from engine.db.database import is_postgres
-from engine.db.models import (
-    Dag,
-    DagRun,
-    DagTask,
-    Pool,
-    TaskInstance,
-    TaskState,
-)
+from engine.db.models import Dag, DagRun, DagTask, Pool, TaskInstance
+from engine.states import TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from engine.authoring.context import EventRow
-from engine.db.models import Asset, AssetEvent, DagRun, DagRunAssetEvent, TaskInstance, TaskState
+from engine.db.models import Asset, AssetEvent, DagRun, DagRunAssetEvent, TaskInstance
+from engine.db.queries.assets import EventRow
+from engine.states import TaskState
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session

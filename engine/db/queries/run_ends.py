@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import select, update
 
-from engine.db.models import Dag, DagRun, DagRunState, TaskInstance, TaskState
+from engine.db.models import Dag, DagRun, TaskInstance
 from engine.db.queries import actions, callbacks, time_schedules
 from engine.exceptions import InvalidStateError
+from engine.states import DagRunState, TaskState
 
 if TYPE_CHECKING:
     from datetime import datetime

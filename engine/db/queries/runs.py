@@ -26,12 +26,11 @@ from engine.db.models import (
     Dag,
     DagRun,
     DagRunAssetEvent,
-    DagRunState,
     DagTask,
     TaskInstance,
-    TaskState,
 )
 from engine.db.queries import mapping as mapping_sql
+from engine.states import DagRunState, TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence

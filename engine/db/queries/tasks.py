@@ -19,15 +19,11 @@ from sqlalchemy import and_, case, func, select, update
 
 from engine.db import models
 from engine.db.database import rowcount
-from engine.db.models import (
-    Dag,
-    DagRun,
-    DagTask,
-    TaskInstance,
-    TaskState,
-)
+from engine.db.models import Dag, DagRun, DagTask, TaskInstance
 from engine.db.queries import assets, run_context
 from engine.db.queries import mapping as mapping_sql
+from engine.db.queries.assets import EventRow
+from engine.states import TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -36,7 +32,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
     from sqlalchemy.sql.elements import ColumnElement
 
-    from engine.authoring.context import EventRow
+    from engine.db.queries.assets import EventRow
     from engine.db.queries.pools import Candidate
 
 

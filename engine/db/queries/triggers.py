@@ -15,18 +15,9 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy import Integer, any_, bindparam, delete, func, insert, select, update
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from engine.db.models import (
-    Asset,
-    AssetWatcher,
-    DagFile,
-    DagTask,
-    TaskInstance,
-    TaskState,
-    Trigger,
-    TriggerKind,
-    utcnow,
-)
+from engine.db.models import Asset, AssetWatcher, DagFile, DagTask, TaskInstance, Trigger, utcnow
 from engine.db.queries.connections import rotate_secrets
+from engine.states import TaskState, TriggerKind
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

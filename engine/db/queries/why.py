@@ -23,10 +23,10 @@ from engine.db.models import (
     Dag,
     DagParseError,
     DagRun,
-    DagRunState,
     DagTask,
     TaskInstance,
 )
+from engine.states import DagRunState
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

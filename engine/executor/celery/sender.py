@@ -33,16 +33,17 @@ import anyio.to_thread
 
 from engine.db import models
 from engine.db.heartbeat import heartbeat_forever
-from engine.db.models import JobState
 from engine.db.queries import celery as celery_sql
 from engine.db.queries import jobs, tasks
 from engine.exceptions import DatabaseError
 from engine.executor import admission
 from engine.executor.callbacks import CallbackRunner
 from engine.executor.celery.app import RUN_TRY_TASK, celery_app
-from engine.executor.task_supervisor import ExecutorStats, task_environment
+from engine.executor.settings import ExecutorStats
+from engine.executor.task_process import task_environment
 from engine.metrics.readings import ExecutorReading, QueueReading
 from engine.retry import Backoff
+from engine.states import JobState
 
 if TYPE_CHECKING:
     from anyio.abc import TaskStatus
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from engine.config import CeleryConfig
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
-    from engine.executor.task_supervisor import ExecutorSettings
+    from engine.executor.settings import ExecutorSettings
 
 logger = logging.getLogger(__name__)
 

@@ -34,20 +34,17 @@ from engine.crypto import KwargsCipher
 from engine.db import models
 from engine.db.database import Database
 from engine.db.heartbeat import heartbeat_forever
-from engine.db.models import JobState
 from engine.db.queries import celery as celery_sql
 from engine.db.queries import jobs, tasks
 from engine.db.schema import check_schema
 from engine.exceptions import DatabaseError
 from engine.executor.celery.app import RUN_TRY_TASK, celery_app
-from engine.executor.task_supervisor import (
-    ExecutorSettings,
-    ExecutorStats,
-    TaskSupervisor,
-    run_retrying,
-    task_environment,
-)
+from engine.executor.recording import run_retrying
+from engine.executor.settings import ExecutorSettings, ExecutorStats
+from engine.executor.task_process import task_environment
+from engine.executor.task_supervisor import TaskSupervisor
 from engine.executor.warm_process import WarmRunner
+from engine.states import JobState
 
 if TYPE_CHECKING:
     from concurrent.futures import Future

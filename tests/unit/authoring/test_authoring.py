@@ -18,8 +18,9 @@ from engine import (
     TaskDeferred,
     task,
 )
-from engine.authoring.context import FAIL_METHOD, TaskDeferralError, TaskDeferralTimeout
 from engine.authoring.dag import take_registered_dags
+from engine.authoring.deferral import FAIL_METHOD
+from engine.authoring.errors import TaskDeferralError, TaskDeferralTimeout
 from engine.authoring.sensors import DateTimeSensor
 from engine.db.queries import deferrals
 from triggers import (

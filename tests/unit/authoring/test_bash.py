@@ -17,10 +17,13 @@ from engine import DAG, BashOperator, DagDefinitionError, task
 from engine.authoring import bash as bash_module
 from engine.authoring.bash import BashTaskOperator, CommandResult, run_command
 from engine.authoring.dag import take_registered_dags
-from engine.authoring.runtime_context import hydrate_context
-from engine.authoring.templates import TemplateRenderError, render_template_fields
 from engine.exceptions import AirflowException, AirflowSkipException
-from engine.executor.task_runner import FAILED, SKIPPED, SUCCESS, TaskSpec, build_context, run_task
+from engine.execution.context import hydrate_context
+from engine.execution.protocol import TaskSpec
+from engine.execution.task_runner import run_task
+from engine.execution.templates import TemplateRenderError, render_template_fields
+from engine.executor.task_specs import build_context
+from engine.states import TaskState
 from triggers.serde import deserialize_value, dumps
 
 LOGICAL = datetime(2026, 3, 8, tzinfo=UTC)
@@ -386,15 +389,15 @@ def spec_for(tmp_path: Path):
 @pytest.mark.parametrize("task_id", ["script", "script_task"])
 def test_a_script_file_is_rendered_and_run(spec_for, task_id: str) -> None:
     result = run_task(spec_for(task_id))
-    assert result.outcome == SUCCESS, result.error
+    assert result.outcome == TaskState.SUCCESS, result.error
     assert deserialize_value(result.return_value) == "hello ann on 2026-03-08"
 
 
 def test_exit_codes_become_outcomes(spec_for) -> None:
     skipped = run_task(spec_for("skip"))
-    assert skipped.outcome == SKIPPED
+    assert skipped.outcome == TaskState.SKIPPED
     failed = run_task(spec_for("fail"))
-    assert failed.outcome == FAILED
+    assert failed.outcome == TaskState.FAILED
     assert failed.error == (
         "AirflowException: Bash command failed. The command returned a non-zero exit code 5."
     )
@@ -403,5 +406,5 @@ def test_exit_codes_become_outcomes(spec_for) -> None:
 @pytest.mark.timeout(30)
 def test_the_execution_timeout_stops_the_command(spec_for) -> None:
     result = run_task(spec_for("slow"))
-    assert result.outcome == FAILED and result.timed_out
+    assert result.outcome == TaskState.FAILED and result.timed_out
     assert result.elapsed_s < timedelta(seconds=20).total_seconds()

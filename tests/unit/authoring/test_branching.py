@@ -24,13 +24,15 @@ from engine.authoring.branching import (
     skip_tasks,
     skipped_task_ids,
 )
-from engine.authoring.context import DagDefinitionError
 from engine.authoring.dag import take_registered_dags
-from engine.authoring.runtime_context import DagRun, hydrate_context
+from engine.authoring.errors import DagDefinitionError
 from engine.db.queries.tasks import TaskRun
 from engine.exceptions import AirflowException
+from engine.execution.context import DagRun, hydrate_context
+from engine.execution.protocol import TaskResult, TaskSpec
+from engine.execution.task_runner import run_task
 from engine.executor.outcomes import Decision, decide_outcome
-from engine.executor.task_runner import FAILED, SUCCESS, TaskResult, TaskSpec, run_task
+from engine.states import TaskState
 from triggers.serde import deserialize_value, dumps
 
 if TYPE_CHECKING:
@@ -412,7 +414,7 @@ def spec_for(tmp_path: Path):
 
 def test_the_task_process_reports_the_skips_with_the_success(spec_for) -> None:
     result = run_task(spec_for("pick"))
-    assert result.outcome == SUCCESS
+    assert result.outcome == TaskState.SUCCESS
     assert result.skip_task_ids == ["right"]
     assert deserialize_value(result.return_value) == "left"
     assert TaskResult.from_json(result.to_json()) == result
@@ -420,7 +422,7 @@ def test_the_task_process_reports_the_skips_with_the_success(spec_for) -> None:
 
 def test_a_branch_to_a_task_not_directly_downstream_fails_the_try(spec_for) -> None:
     result = run_task(spec_for("wrong"))
-    assert result.outcome == FAILED and result.skip_task_ids == []
+    assert result.outcome == TaskState.FAILED and result.skip_task_ids == []
     assert result.error is not None
     assert "branch task 'wrong' returned 'far', but task 'far' is not directly downstream" in (
         result.error
@@ -446,7 +448,7 @@ def _task_run() -> TaskRun:
 
 
 def test_the_success_outcome_carries_the_skips_and_says_so() -> None:
-    result = TaskResult(SUCCESS, 0.5, skip_task_ids=["b", "c"])
+    result = TaskResult(TaskState.SUCCESS, 0.5, skip_task_ids=["b", "c"])
     outcome = decide_outcome(
         result,
         _task_run(),

@@ -8,12 +8,9 @@ import logging
 import pytest
 
 from engine import DAG, PythonOperator
-from engine.authoring.callbacks import (
-    as_callbacks,
-    outcome_callback_kind,
-    run_callbacks,
-)
-from engine.authoring.context import DagDefinitionError
+from engine.authoring.callbacks import as_callbacks
+from engine.authoring.errors import DagDefinitionError
+from engine.execution.callbacks import outcome_callback_kind, run_callbacks
 
 
 def first(context: object) -> None:

@@ -14,14 +14,13 @@ from hypothesis import strategies as st
 from engine import Connection, Variable
 from engine.authoring.connections import (
     InvalidConnectionError,
-    StoreUnavailableError,
-    install_store,
     is_sensitive,
     mask_extra,
     parse_connection,
 )
-from engine.authoring.templates import render_template
+from engine.authoring.store import StoreUnavailableError, install_store
 from engine.exceptions import AirflowNotFoundException
+from engine.execution.templates import render_template
 from engine.hooks.base import BaseHook
 
 

@@ -19,8 +19,8 @@ from engine.authoring.external_task_trigger import (
     StateRules,
     judge,
 )
-from engine.authoring.runtime_context import hydrate_context
 from engine.exceptions import AirflowSkipException
+from engine.execution.context import hydrate_context
 from engine.sensors import (
     DuplicateStateError,
     ExternalDagFailedError,

@@ -9,20 +9,19 @@ from typing import Any
 import pytest
 
 from engine import DAG, BashOperator, PythonOperator, task
-from engine.authoring.context import DagDefinitionError
+from engine.authoring.baseoperator import MappedOperator
+from engine.authoring.errors import DagDefinitionError
 from engine.authoring.mapping import (
     MAX_MAP_LENGTH,
-    MappedOperator,
     UnmappableXComLengthPushed,
     UnmappableXComTypePushed,
     XComForMappingNotPushed,
-    check_mappable_result,
     cross_product_order,
     describe_mapping,
     map_length,
 )
 from engine.authoring.params import NOTSET
-from engine.authoring.runtime_context import RuntimeTaskInstance
+from engine.execution.results import RuntimeTaskInstance, check_mappable_result
 from engine.scheduler.rules import next_task_states, run_outcome, summary_state
 
 

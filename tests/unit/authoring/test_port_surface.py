@@ -21,12 +21,13 @@ from engine import (
     TriggerRule,
     task,
 )
-from engine.authoring.dag import forget_warnings, take_registered_dags
+from engine.authoring.arguments import forget_warnings
+from engine.authoring.dag import take_registered_dags
 from engine.authoring.dag_files import collect_dags, import_dag_file
 from engine.authoring.params import DagParam
 
 THIS_FILE = __file__
-DAG_LOGGER = "engine.authoring.dag"
+DAG_LOGGER = "engine.authoring.arguments"
 
 # The import line of a port, exactly as the issue names it (one line in the file).
 PORT_IMPORT = (

@@ -22,14 +22,10 @@ from engine import (
     task,
 )
 from engine.authoring.dag import take_registered_dags
-from engine.authoring.runtime_context import (
-    AssetEvent,
-    DagRun,
-    RuntimeTaskInstance,
-    collect_outlet_events,
-    hydrate_context,
-)
 from engine.exceptions import ParamValidationError
+from engine.execution.context import AssetEvent, DagRun, hydrate_context
+from engine.execution.outlets import collect_outlet_events
+from engine.execution.results import RuntimeTaskInstance
 
 ORDERS = Asset("orders", uri="s3://bucket/orders")
 REPORT = Asset("report")
@@ -364,7 +360,7 @@ def test_asset_takes_airflow_arguments() -> None:
 
 
 def test_without_pendulum_datetimes_are_aware_stdlib_ones(monkeypatch) -> None:
-    from engine.authoring import runtime_context
+    from engine.authoring import context as runtime_context
 
     monkeypatch.setattr(runtime_context, "_pendulum", lambda: None)
     moment = runtime_context.as_moment(datetime(2026, 1, 1, 12))  # naive: read as UTC

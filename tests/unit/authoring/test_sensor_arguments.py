@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 
 from engine import BaseSensorOperator, DagDefinitionError
-from engine.authoring.context import DEFAULT_DEFERRABLE_KEY, FAIL_METHOD, SensorTimeout
-from engine.authoring.dag import forget_warnings
+from engine.authoring.arguments import forget_warnings
+from engine.authoring.context import DEFAULT_DEFERRABLE_KEY
+from engine.authoring.deferral import FAIL_METHOD
+from engine.authoring.errors import SensorTimeout
 from engine.exceptions import AirflowFailException, AirflowSkipException
 
 

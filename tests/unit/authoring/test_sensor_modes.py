@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from engine import BaseSensorOperator, PokeReturnValue, TaskDeferred
-from engine.authoring.context import DEFAULT_DEFERRABLE_KEY, SensorTimeout
+from engine.authoring.context import DEFAULT_DEFERRABLE_KEY
+from engine.authoring.errors import SensorTimeout
 from engine.authoring.sensor_base import RESCHEDULE_METHOD, next_poke_interval
 from engine.exceptions import AirflowFailException, AirflowSkipException
 from triggers.serde import dumps, loads

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from engine import BaseSensorOperator, DagDefinitionError, TaskDeferred, resolve_deferrable
-from engine.authoring.context import DEFAULT_DEFERRABLE_KEY, SensorTimeout
+from engine.authoring.context import DEFAULT_DEFERRABLE_KEY
+from engine.authoring.errors import SensorTimeout
 from engine.authoring.sensors import DateTimeSensor, FileSensor, TimeDeltaSensor
 from triggers.temporal import TimeDeltaTrigger
 

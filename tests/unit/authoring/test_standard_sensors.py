@@ -11,10 +11,10 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from engine import DAG, DagDefinitionError, PokeReturnValue, TaskDeferred, task
+from engine.authoring.arguments import forget_warnings
 from engine.authoring.context import DEFAULT_DEFERRABLE_KEY
-from engine.authoring.dag import forget_warnings
-from engine.authoring.runtime_context import hydrate_context
 from engine.exceptions import AirflowFailException
+from engine.execution.context import hydrate_context
 from engine.sensors import (
     BashSensor,
     DayOfWeekSensor,
@@ -165,7 +165,7 @@ def test_time_sensor_deferrable_defers_to_a_date_time_trigger() -> None:
 
 def test_time_sensor_async_is_a_deferrable_time_sensor(caplog) -> None:
     forget_warnings()
-    with caplog.at_level(logging.WARNING, logger="engine.authoring.dag"), DAG("t"):
+    with caplog.at_level(logging.WARNING, logger="engine.authoring.arguments"), DAG("t"):
         sensor = TimeSensorAsync(task_id="a", target_time=time(1, 0))
     assert sensor.deferrable is True
     assert any("deprecated" in message for message in caplog.messages)

@@ -14,8 +14,10 @@ import pytest
 
 from engine import DAG, BaseOperator, PythonOperator, dag, task
 from engine.authoring.dag import take_registered_dags
-from engine.authoring.runtime_context import hydrate_context
-from engine.authoring.templates import (
+from engine.execution.context import hydrate_context
+from engine.execution.protocol import TaskSpec
+from engine.execution.task_runner import run_task
+from engine.execution.templates import (
     MACROS,
     TemplateRenderError,
     ds_add,
@@ -24,7 +26,8 @@ from engine.authoring.templates import (
     render_template_fields,
     template_context,
 )
-from engine.executor.task_runner import FAILED, SUCCESS, TaskSpec, build_context, run_task
+from engine.executor.task_specs import build_context
+from engine.states import TaskState
 from triggers.serde import deserialize_value, dumps, serialize_value
 
 if TYPE_CHECKING:
@@ -395,7 +398,7 @@ def spec_for(tmp_path: Path):
 
 def test_a_template_file_is_read_next_to_the_dag_file(spec_for) -> None:
     result = run_task(spec_for("from_file"))
-    assert result.outcome == SUCCESS, result.error
+    assert result.outcome == TaskState.SUCCESS, result.error
     assert deserialize_value(result.return_value) == "select count(*) from orders"
 
 
@@ -406,7 +409,7 @@ def test_a_value_ending_with_a_space_is_not_a_file(spec_for) -> None:
 
 def test_a_missing_template_file_fails_the_try(spec_for) -> None:
     result = run_task(spec_for("missing_file"))
-    assert result.outcome == FAILED
+    assert result.outcome == TaskState.FAILED
     assert result.error is not None
     assert result.error.startswith(
         "TemplateRenderError: task 'missing_file': template field 'templates_dict': template "
@@ -416,7 +419,7 @@ def test_a_missing_template_file_fails_the_try(spec_for) -> None:
 
 def test_an_undefined_name_fails_the_try_before_the_task_runs(spec_for) -> None:
     result = run_task(spec_for("undefined"))
-    assert result.outcome == FAILED and not result.no_retry
+    assert result.outcome == TaskState.FAILED and not result.no_retry
     assert result.error == (
         "TemplateRenderError: task 'undefined': template field 'op_args': 'dict object' has "
         "no attribute 'nope' (templates see the task context: ds, ts, params, ti, dag_run, "

@@ -15,25 +15,28 @@ import pytest
 from croniter import croniter
 
 from engine.authoring.assets import Asset, AssetAll, AssetAny
-from engine.authoring.context import DagDefinitionError
+from engine.authoring.errors import DagDefinitionError
+from engine.authoring.interval_timetables import (
+    CronDataIntervalTimetable,
+    DeltaDataIntervalTimetable,
+)
+from engine.authoring.schedules import resolve_schedule, timetable_from_json
 from engine.authoring.timetables import (
     AssetOrTimeSchedule,
     ContinuousTimetable,
-    CronDataIntervalTimetable,
-    CronTriggerTimetable,
     DagRunInfo,
     DataInterval,
-    DeltaDataIntervalTimetable,
-    DeltaTriggerTimetable,
-    MultipleCronTriggerTimetable,
     OnceTimetable,
     TimeRestriction,
     Timetable,
-    resolve_schedule,
-    timetable_from_json,
     timezone_name,
     timezone_of,
     to_utc,
+)
+from engine.authoring.trigger_timetables import (
+    CronTriggerTimetable,
+    DeltaTriggerTimetable,
+    MultipleCronTriggerTimetable,
 )
 
 NY = ZoneInfo("America/New_York")

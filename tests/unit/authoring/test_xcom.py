@@ -25,19 +25,14 @@ from engine import (
 )
 from engine.authoring.dag import take_registered_dags
 from engine.authoring.operators import returns_a_mapping
-from engine.authoring.runtime_context import RuntimeTaskInstance, hydrate_context
-from engine.authoring.templates import render_template_fields
 from engine.authoring.xcom import XComNotFound, iter_references
-from engine.executor.task_runner import (
-    FAILED,
-    SUCCESS,
-    TaskSpec,
-    build_context,
-    collect_results,
-    result_size_error,
-    run_task,
-    with_results,
-)
+from engine.execution.context import hydrate_context
+from engine.execution.protocol import TaskSpec
+from engine.execution.results import RuntimeTaskInstance, collect_results, result_size_error
+from engine.execution.task_runner import run_task
+from engine.execution.templates import render_template_fields
+from engine.executor.task_specs import build_context, with_results
+from engine.states import TaskState
 from triggers.serde import deserialize_value, dumps, serialize_value
 
 if TYPE_CHECKING:
@@ -449,7 +444,7 @@ def run_in_process(tmp_path: Path):
 
 def test_an_unstorable_return_value_fails_the_try_naming_task_and_type(run_in_process) -> None:
     result = run_in_process("opaque")
-    assert result.outcome == FAILED and not result.xcoms
+    assert result.outcome == TaskState.FAILED and not result.xcoms
     assert result.error is not None
     assert result.error.startswith("TypeError: task 'opaque': its return value of type object")
     assert "not serializable" in result.error
@@ -457,30 +452,34 @@ def test_an_unstorable_return_value_fails_the_try_naming_task_and_type(run_in_pr
 
 def test_a_result_over_the_limit_fails_the_try(run_in_process) -> None:
     result = run_in_process("big")
-    assert result.outcome == FAILED and result.error is not None
+    assert result.outcome == TaskState.FAILED and result.error is not None
     assert "task 'big': its return value is 5,002 bytes of JSON" in result.error
-    assert run_in_process("big", max_bytes=None).outcome == SUCCESS
+    assert run_in_process("big", max_bytes=None).outcome == TaskState.SUCCESS
 
 
 def test_multiple_outputs_and_pushes_are_reported_with_the_success(run_in_process) -> None:
     result = run_in_process("parts")
-    assert result.outcome == SUCCESS and result.has_return_value
+    assert result.outcome == TaskState.SUCCESS and result.has_return_value
     assert result.xcoms == {"a": 1, "b": [2], "return_value": {"a": 1, "b": [2]}}
     assert result.return_value == {"a": 1, "b": [2]}
     bad = run_in_process("not_a_dict")
-    assert bad.outcome == FAILED and bad.error is not None and "must return a dict" in bad.error
+    assert (
+        bad.outcome == TaskState.FAILED
+        and bad.error is not None
+        and "must return a dict" in bad.error
+    )
     pushed = run_in_process("pushes", {"parts": result.xcoms})
-    assert pushed.outcome == SUCCESS
+    assert pushed.outcome == TaskState.SUCCESS
     assert pushed.xcoms == {"note": "hello", "return_value": [2]}
 
 
 def test_a_taskflow_task_gets_its_upstream_results(run_in_process) -> None:
     upstream = {"parts": {"a": 1, "b": [2], "return_value": {"a": 1, "b": [2]}}}
     result = run_in_process("uses", upstream)
-    assert result.outcome == SUCCESS
+    assert result.outcome == TaskState.SUCCESS
     assert deserialize_value(result.return_value) == {"a": 1, "b": [2], "whole": {"a": 1, "b": [2]}}
     missing = run_in_process("uses", {})  # upstream stored nothing: its keys are missing
-    assert missing.outcome == SUCCESS  # multiple_outputs upstream: None, as in Airflow
+    assert missing.outcome == TaskState.SUCCESS  # multiple_outputs upstream: None, as in Airflow
     assert deserialize_value(missing.return_value) == {"a": None, "b": None, "whole": None}
 
 
@@ -495,6 +494,8 @@ def test_with_results_travels_in_the_spec() -> None:
 
 def test_get_current_context_gives_the_running_tasks_context(run_in_process) -> None:
     result = run_in_process("current")
-    assert result.outcome == SUCCESS and result.xcoms == {"return_value": ["current", "r"]}
+    assert result.outcome == TaskState.SUCCESS and result.xcoms == {
+        "return_value": ["current", "r"]
+    }
     with pytest.raises(RuntimeError, match="outside a running task"):
         get_current_context()

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from engine.authoring.dag_files import DAG_MODULE_PREFIX, load_task
+from engine.authoring.dag_files import DAG_MODULE_PREFIX
 from engine.config import load_config
 from engine.dag_processing.parsing import (
     FileParseResult,
@@ -28,6 +28,7 @@ from engine.dag_processing.sync import (
     plan,
     task_rows,
 )
+from engine.execution.loading import load_task
 
 if TYPE_CHECKING:
     from pathlib import Path

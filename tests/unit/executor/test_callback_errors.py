@@ -21,11 +21,10 @@ from engine.db.models import CallbackRequest
 from engine.db.queries import callbacks as callbacks_sql
 from engine.db.queries import jobs
 from engine.db.queries.tasks import EXECUTOR_JOB
+from engine.execution.protocol import CallbackSpec, TaskSpec
 from engine.executor import callbacks as callbacks_module
-from engine.executor.callback_runner import CallbackSpec
 from engine.executor.callbacks import CallbackRunner
-from engine.executor.task_runner import TaskSpec
-from engine.executor.task_supervisor import ExecutorSettings
+from engine.executor.settings import ExecutorSettings
 from tests.waiting import eventually
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""The protocol of the callback child process (``engine.executor.callback_runner``)."""
+"""The protocol of the callback child process (``engine.execution.callback_runner``)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from engine.executor.callback_runner import CallbackSpec, run_callback_spec
-from engine.executor.task_runner import (
-    FAILED,
-    StepState,
-    TaskSpec,
-    build_context,
-    run_outcome_callbacks,
-    run_task,
-)
+from engine.execution.callback_runner import run_callback_spec
+from engine.execution.protocol import CallbackSpec, TaskSpec
+from engine.execution.task_runner import StepState, run_outcome_callbacks, run_task
+from engine.executor.task_specs import build_context
+from engine.states import TaskState
 from triggers.serde import dumps
 
 if TYPE_CHECKING:
@@ -105,7 +101,7 @@ def test_a_failed_try_calls_retry_while_tries_remain_then_failure(callback_spec_
     step = StepState()
     result = run_task(spec, step=step)
     run_outcome_callbacks(spec, result, step)
-    assert result.outcome == FAILED
+    assert result.outcome == TaskState.FAILED
     assert _calls(spec) == [
         ("execute", "fails", "NoneType", None),
         ("retry", "fails", "ValueError", None),

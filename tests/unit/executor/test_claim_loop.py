@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from engine.executor.local import LocalExecutor
-from engine.executor.task_supervisor import ExecutorSettings
+from engine.executor.settings import ExecutorSettings
 from tests.waiting import wait_until
 
 

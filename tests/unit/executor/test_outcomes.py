@@ -9,13 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.authoring.context import Deferral, EventRow, TaskDeferred
+from engine.authoring.deferral import Deferral, TaskDeferred
+from engine.db.queries.assets import EventRow
 from engine.db.queries.deferrals import deferral_deadline
 from engine.db.queries.tasks import TaskRun
+from engine.execution.protocol import TaskResult, TaskSpec
 from engine.executor.outcomes import (
     Decision,
     Outcome,
-    build_spec,
     decide_outcome,
     exit_reason,
     header_line,
@@ -23,7 +24,8 @@ from engine.executor.outcomes import (
     outcome_line,
     read_result,
 )
-from engine.executor.task_runner import DEFERRED, FAILED, SUCCESS, TaskResult, TaskSpec
+from engine.executor.task_specs import build_spec
+from engine.states import TaskState
 from triggers.file import FileTrigger
 from triggers.serde import loads
 from triggers.temporal import TimeDeltaTrigger
@@ -67,10 +69,12 @@ DEFERRAL = Deferral("triggers.temporal.DateTimeTrigger", '{"moment":1}', "done",
 
 
 def test_success_keeps_the_return_value_as_the_return_value_xcom() -> None:
-    outcome = _decide(TaskResult(SUCCESS, 0.5, return_value=[1, 2], has_return_value=True))
+    outcome = _decide(
+        TaskResult(TaskState.SUCCESS, 0.5, return_value=[1, 2], has_return_value=True)
+    )
     assert outcome.decision is Decision.SUCCEED
     assert (outcome.xcoms, outcome.elapsed_s) == ({"return_value": [1, 2]}, 0.5)
-    assert _decide(TaskResult(SUCCESS, 0.5)).xcoms is None
+    assert _decide(TaskResult(TaskState.SUCCESS, 0.5)).xcoms is None
 
 
 @pytest.mark.parametrize(
@@ -81,23 +85,25 @@ def test_a_failure_is_retried_while_tries_remain(
     try_number: int, max_tries: int, decision: Decision
 ) -> None:
     run = _run(try_number=try_number, max_tries=max_tries)
-    outcome = _decide(TaskResult(FAILED, 0.1, error="ValueError: no"), run)
+    outcome = _decide(TaskResult(TaskState.FAILED, 0.1, error="ValueError: no"), run)
     assert (outcome.decision, outcome.reason) == (decision, "ValueError: no")
 
 
 def test_a_deferral_times_out_at_the_earlier_of_its_timeout_and_the_execution_deadline() -> None:
     now = START + timedelta(seconds=10)
-    result = TaskResult(DEFERRED, 0.2, execution_timeout_s=25.0, deferral=DEFERRAL)
+    result = TaskResult(TaskState.DEFERRED, 0.2, execution_timeout_s=25.0, deferral=DEFERRAL)
     outcome = _decide(result, now=now)
     assert outcome.decision is Decision.DEFER and outcome.deferral == DEFERRAL
     assert outcome.trigger_timeout == START + timedelta(seconds=25)  # before now + 30 s
     # Without the task's exact timeout, the DB's rounded value is used.
-    rounded = _decide(TaskResult(DEFERRED, 0.2, deferral=DEFERRAL), _run(execution_timeout_s=100))
+    rounded = _decide(
+        TaskResult(TaskState.DEFERRED, 0.2, deferral=DEFERRAL), _run(execution_timeout_s=100)
+    )
     assert rounded.trigger_timeout == now + timedelta(seconds=30)
 
 
 def test_a_result_wins_over_how_the_process_ended() -> None:
-    outcome = _decide(TaskResult(SUCCESS, 0.1), returncode=-15, interrupted=True)
+    outcome = _decide(TaskResult(TaskState.SUCCESS, 0.1), returncode=-15, interrupted=True)
     assert outcome.decision is Decision.SUCCEED
 
 
@@ -145,7 +151,7 @@ def test_exit_reason(returncode: int | None, text: str) -> None:
 def test_failures_retry_exactly_while_try_number_is_within_max_tries(
     try_number: int, max_tries: int, returncode: int | None, reported: bool
 ) -> None:
-    result = TaskResult(FAILED, 0.1, error="E") if reported else None
+    result = TaskResult(TaskState.FAILED, 0.1, error="E") if reported else None
     outcome = _decide(
         result, _run(try_number=try_number, max_tries=max_tries), returncode=returncode
     )
@@ -170,7 +176,7 @@ def test_kill_after_leaves_a_grace_past_the_deadline_and_never_less() -> None:
 
 
 def test_read_result() -> None:
-    result = TaskResult(SUCCESS, 0.25, return_value={"a": 1}, has_return_value=True)
+    result = TaskResult(TaskState.SUCCESS, 0.25, return_value={"a": 1}, has_return_value=True)
     assert read_result(result.to_json().encode()) == (result, None)
     assert read_result(b"") == (None, None)
     missing, problem = read_result(b'{"outcome": "sure"}')
@@ -190,7 +196,7 @@ def test_log_lines_say_which_step_runs_and_how_it_ended() -> None:
         _run(next_method="__fail__", next_kwargs="{"), pid=1, hostname="h", now=now
     )
     assert "'unknown error'" in unknown
-    deferred = _decide(TaskResult(DEFERRED, 0.2, deferral=DEFERRAL))
+    deferred = _decide(TaskResult(TaskState.DEFERRED, 0.2, deferral=DEFERRAL))
     line = outcome_line(deferred, _run(), now=now)
     assert "task deferred to triggers.temporal.DateTimeTrigger, resuming at done()" in line
     assert '"moment"' not in line  # trigger kwargs never reach logs
@@ -203,14 +209,16 @@ def test_the_deferral_line_names_the_trigger_class_the_task_used() -> None:
     deferral = Deferral.from_exception(deferred)
     assert deferral.trigger_class == "triggers.temporal.TimeDeltaTrigger"
     assert deferral.classpath == "triggers.temporal.DateTimeTrigger"
-    line = outcome_line(_decide(TaskResult(DEFERRED, 0.2, deferral=deferral)), _run(), now=START)
+    line = outcome_line(
+        _decide(TaskResult(TaskState.DEFERRED, 0.2, deferral=deferral)), _run(), now=START
+    )
     assert (
         "task deferred to triggers.temporal.TimeDeltaTrigger (stored as "
         "triggers.temporal.DateTimeTrigger), resuming at done()"
     ) in line
     assert str(deferred).startswith("deferred to triggers.temporal.TimeDeltaTrigger (stored as")
     # through the child's result (JSON) and back
-    result = TaskResult.from_json(TaskResult(DEFERRED, 0.2, deferral=deferral).to_json())
+    result = TaskResult.from_json(TaskResult(TaskState.DEFERRED, 0.2, deferral=deferral).to_json())
     assert result.deferral == deferral
     same = Deferral.from_exception(TaskDeferred(trigger=FileTrigger("/x"), method_name="done"))
     assert same.described == "triggers.file.FileTrigger"

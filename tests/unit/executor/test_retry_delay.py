@@ -11,17 +11,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.authoring.context import DagDefinitionError
-from engine.authoring.dag import DAG, DEFAULT_RETRY_DELAY, BaseOperator, take_registered_dags
+from engine.authoring.baseoperator import DEFAULT_RETRY_DELAY, BaseOperator
+from engine.authoring.dag import DAG, take_registered_dags
+from engine.authoring.errors import DagDefinitionError
 from engine.dag_processing.parsing import describe_dag
 from engine.db.queries.tasks import TaskRun
+from engine.execution.protocol import TaskResult
 from engine.executor.outcomes import (
     Decision,
     Outcome,
     decide_outcome,
     outcome_line,
 )
-from engine.executor.task_runner import FAILED, TaskResult
+from engine.states import TaskState
 from engine.task_retries import MAX_BACKOFF_S, retry_wait_s
 
 if TYPE_CHECKING:
@@ -233,7 +235,9 @@ def test_a_backoff_wait_is_bounded_by_its_doubling_and_its_caps(
 
 
 def test_a_failed_try_with_tries_left_waits_until_now_plus_its_delay() -> None:
-    outcome = _fail(_run(retry_delay_s=300.0), TaskResult(FAILED, 0.2, error="ValueError: no"))
+    outcome = _fail(
+        _run(retry_delay_s=300.0), TaskResult(TaskState.FAILED, 0.2, error="ValueError: no")
+    )
     assert outcome.decision is Decision.RETRY
     assert (outcome.retry_at, outcome.retry_wait_s) == (NOW + timedelta(minutes=5), 300.0)
     assert outcome.describe() == (
@@ -253,15 +257,15 @@ def test_every_way_a_try_can_fail_gets_the_delay() -> None:
 
 
 def test_the_last_try_fails_without_a_retry_time() -> None:
-    outcome = _fail(_run(try_number=4, max_tries=3), TaskResult(FAILED, 0.2, error="E"))
+    outcome = _fail(_run(try_number=4, max_tries=3), TaskResult(TaskState.FAILED, 0.2, error="E"))
     assert (outcome.decision, outcome.retry_at) == (Decision.FAIL, None)
-    no_retry = TaskResult(FAILED, 0.2, error="E", no_retry=True)  # AirflowFailException
+    no_retry = TaskResult(TaskState.FAILED, 0.2, error="E", no_retry=True)  # AirflowFailException
     assert _fail(_run(), no_retry).retry_at is None
 
 
 def test_the_backoff_uses_the_try_that_failed() -> None:
     run = _run(try_number=3, retry_delay_s=10.0, retry_exponential_backoff=True)
-    outcome = _fail(run, TaskResult(FAILED, 0.2, error="E"))
+    outcome = _fail(run, TaskResult(TaskState.FAILED, 0.2, error="E"))
     expected = retry_wait_s(
         delay_s=10.0, exponential_backoff=True, max_delay_s=None, try_number=3, key="d#t#r1#3"
     )
@@ -276,7 +280,7 @@ def test_a_delay_beyond_the_calendar_waits_as_long_as_a_datetime_goes() -> None:
 
 def test_the_log_says_when_the_task_is_retried() -> None:
     run = _run(retry_delay_s=0.0)
-    outcome = _fail(run, TaskResult(FAILED, 0.2, error="RuntimeError: down"))
+    outcome = _fail(run, TaskResult(TaskState.FAILED, 0.2, error="RuntimeError: down"))
     line = outcome_line(outcome, run, now=NOW)
     assert line == (
         "=== 2030-01-01T12:00:10.000+00:00 try 1: task failed: RuntimeError: down; it will be "

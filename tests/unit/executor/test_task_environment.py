@@ -1,4 +1,4 @@
-from engine.executor.task_supervisor import task_environment
+from engine.executor.task_process import task_environment
 
 
 def test_a_task_inherits_the_environment_without_the_engine_secrets() -> None:

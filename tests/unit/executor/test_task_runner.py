@@ -8,18 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from engine.authoring.context import Deferral, EventRow
-from engine.executor.task_runner import (
-    DEFERRED,
-    FAILED,
-    SUCCESS,
-    TaskResult,
-    TaskSpec,
-    build_context,
-    remaining_s,
-    run_task,
-    timeout_message,
-)
+from engine.authoring.deferral import Deferral
+from engine.db.queries.assets import EventRow
+from engine.execution.deadline import remaining_s, timeout_message
+from engine.execution.protocol import TaskResult, TaskSpec
+from engine.execution.task_runner import run_task
+from engine.executor.task_specs import build_context
+from engine.states import TaskState
 from triggers.serde import deserialize_value, dumps, loads, loads_kwargs, serialize_value
 
 if TYPE_CHECKING:
@@ -150,11 +145,11 @@ def test_timeout_message_and_remaining_time() -> None:
 
 def test_protocol_round_trips_and_rejects_garbage() -> None:
     deferral = Deferral("m.Trigger", '{"password":"s3cret"}', "done", '{"i":1}', None)
-    result = TaskResult(DEFERRED, 1.0, execution_timeout_s=5.0, deferral=deferral)
+    result = TaskResult(TaskState.DEFERRED, 1.0, execution_timeout_s=5.0, deferral=deferral)
     assert TaskResult.from_json(result.to_json()) == result
     assert "s3cret" not in repr(deferral)
     with pytest.raises(ValueError, match="deferral goes with outcome"):
-        TaskResult.from_json(TaskResult(SUCCESS, 1.0, deferral=deferral).to_json())
+        TaskResult.from_json(TaskResult(TaskState.SUCCESS, 1.0, deferral=deferral).to_json())
     with pytest.raises(ValueError, match="malformed task spec"):
         TaskSpec.from_json(b'{"ti_id": 1}')
     with pytest.raises(ValueError, match="malformed task result"):
@@ -193,7 +188,7 @@ def spec_for(tmp_path: Path):
 
 def test_success_returns_the_value_and_output_goes_to_stderr(spec_for, capsys) -> None:
     result = run_task(spec_for("echo"))
-    assert result.outcome == SUCCESS and result.has_return_value
+    assert result.outcome == TaskState.SUCCESS and result.has_return_value
     value = deserialize_value(result.return_value)
     assert value["deferrable"] is True
     assert value["events"]["a"][0]["payload"] == {"k": "v"}
@@ -203,7 +198,7 @@ def test_success_returns_the_value_and_output_goes_to_stderr(spec_for, capsys) -
 def test_a_failure_reports_the_error_and_prints_the_traceback(spec_for, capsys) -> None:
     result = run_task(spec_for("fails"))
     assert (result.outcome, result.error, result.timed_out) == (
-        FAILED,
+        TaskState.FAILED,
         "KeyError: 'missing'",
         False,
     )
@@ -212,14 +207,14 @@ def test_a_failure_reports_the_error_and_prints_the_traceback(spec_for, capsys) 
 
 def test_an_unserializable_return_value_fails_the_try(spec_for) -> None:
     result = run_task(spec_for("opaque"))
-    assert result.outcome == FAILED and not result.has_return_value
+    assert result.outcome == TaskState.FAILED and not result.has_return_value
     assert result.error is not None
     assert result.error.startswith("TypeError: task 'opaque': its return value of type object")
 
 
 def test_a_deferral_carries_the_trigger_kwargs_and_defer_kwargs(spec_for) -> None:
     result = run_task(spec_for("waits"))
-    assert result.outcome == DEFERRED and result.deferral is not None
+    assert result.outcome == TaskState.DEFERRED and result.deferral is not None
     deferral = result.deferral
     assert (deferral.classpath, deferral.method_name) == (
         "triggers.temporal.DateTimeTrigger",
@@ -239,13 +234,13 @@ def test_a_resumed_task_gets_the_event_and_its_kwargs(spec_for) -> None:
 def test_a_failed_trigger_fails_the_resumed_task(spec_for) -> None:
     kwargs = dumps({"error": "boom upstream", "traceback": None})
     result = run_task(spec_for("waits", next_method="__fail__", next_kwargs=kwargs))
-    assert result.outcome == FAILED and result.error is not None
+    assert result.outcome == TaskState.FAILED and result.error is not None
     assert "boom upstream" in result.error
 
 
 def test_execution_timeout_interrupts_the_task(spec_for) -> None:
     result = run_task(spec_for("slow", deferral_count=0))
-    assert result.outcome == FAILED and result.timed_out
+    assert result.outcome == TaskState.FAILED and result.timed_out
     assert result.error is not None
     assert result.error.startswith("execution_timeout (0.2s) exceeded after 0.")
 
@@ -260,7 +255,7 @@ def test_a_try_past_its_deadline_fails_without_running(spec_for, capsys) -> None
         deferral_count=2,
     )
     result = run_task(spec)
-    assert result.outcome == FAILED and result.timed_out
+    assert result.outcome == TaskState.FAILED and result.timed_out
     assert result.error is not None
     assert "execution_timeout (60s) exceeded after 120." in result.error
     assert result.error.endswith("across 2 deferrals")
@@ -268,48 +263,50 @@ def test_a_try_past_its_deadline_fails_without_running(spec_for, capsys) -> None
 
 def test_an_async_task_runs_to_completion_and_its_value_is_the_result(spec_for, tmp_path) -> None:
     result = run_task(spec_for("async_echo"))
-    assert result.outcome == SUCCESS and result.has_return_value
+    assert result.outcome == TaskState.SUCCESS and result.has_return_value
     assert deserialize_value(result.return_value) == {"ran": "unit"}
     assert (tmp_path / "async_ran.txt").read_text() == "unit"  # the body really ran
 
 
 def test_an_async_task_that_raises_fails_the_try(spec_for, capsys) -> None:
     result = run_task(spec_for("async_fails"))
-    assert (result.outcome, result.error) == (FAILED, "KeyError: 'async missing'")
+    assert (result.outcome, result.error) == (TaskState.FAILED, "KeyError: 'async missing'")
     assert "Traceback (most recent call last)" in capsys.readouterr().err
 
 
 def test_an_async_task_past_its_execution_timeout_is_interrupted(spec_for) -> None:
     result = run_task(spec_for("async_slow", deferral_count=0))
-    assert result.outcome == FAILED and result.timed_out
+    assert result.outcome == TaskState.FAILED and result.timed_out
     assert result.error is not None
     assert result.error.startswith("execution_timeout (0.2s) exceeded after 0.")
 
 
 def test_an_async_execute_method_is_run(spec_for) -> None:
     result = run_task(spec_for("async_execute"))
-    assert result.outcome == SUCCESS
+    assert result.outcome == TaskState.SUCCESS
     assert deserialize_value(result.return_value) == "async_execute"
 
 
 def test_an_async_next_method_is_run_on_resumption(spec_for) -> None:
     result = run_task(spec_for("async_resume", next_method="done", next_kwargs=dumps({"event": 7})))
-    assert result.outcome == SUCCESS
+    assert result.outcome == TaskState.SUCCESS
     assert deserialize_value(result.return_value) == {"event": 7}
     bad = run_task(
         spec_for("async_resume", next_method="done", next_kwargs=dumps({"event": "bad"}))
     )
-    assert (bad.outcome, bad.error) == (FAILED, "ValueError: bad event")
+    assert (bad.outcome, bad.error) == (TaskState.FAILED, "ValueError: bad event")
 
 
 def test_a_missing_task_fails_with_a_clear_error(spec_for) -> None:
     result = run_task(spec_for("nope"))
-    assert result.outcome == FAILED and result.error is not None and "nope" in result.error
+    assert (
+        result.outcome == TaskState.FAILED and result.error is not None and "nope" in result.error
+    )
 
 
 def test_start_trigger_args_are_described_for_the_scheduler() -> None:
-    from engine.authoring.context import DagDefinitionError
-    from engine.authoring.dag import BaseOperator
+    from engine.authoring.baseoperator import BaseOperator
+    from engine.authoring.errors import DagDefinitionError
     from engine.dag_processing.parsing import (
         FileParseResult,
         ParsedDag,

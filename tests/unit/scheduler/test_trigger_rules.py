@@ -12,7 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.authoring.arguments import SUPPORTED_TRIGGER_RULES, TriggerRule
-from engine.db.models import DagRunState, TaskState
 from engine.scheduler.rules import (
     DECIDED_RULES,
     FINISHED,
@@ -21,6 +20,7 @@ from engine.scheduler.rules import (
     next_task_states,
     run_outcome,
 )
+from engine.states import DagRunState, TaskState
 
 N, SCH, RUNNING, DEF, RETRY = (
     TaskState.NONE,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from engine.db.models import TriggerKind
+from engine.states import TriggerKind
 from engine.triggerer.failures import (
     RETURNED_EVENT,
     Failure,

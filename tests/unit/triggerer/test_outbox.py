@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.db.models import TriggerKind
+from engine.states import TriggerKind
 from engine.triggerer.outbox import FiredEvent, Outbox, TriggerFailed
 from triggers.base import TriggerEvent
 

@@ -16,7 +16,7 @@ what was too big. Kinds are a table (``engine.executor.task_requests``): a later
 adds a kind there and a method here.
 
 This module is the child's side: stdlib only (the task process stays light). It is the
-connection/variable *store* of the task process (``engine.authoring.connections``).
+connection/variable *store* of the task process (``engine.authoring.store``).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class TaskChannel:
                 raise ChannelError(f"{kind} request: the executor's channel failed: {exc}") from exc
             return _value_of(kind, self._next_id, answer)
 
-    # --- the connection/variable store (engine.authoring.connections.Store) --------------
+    # --- the connection/variable store (engine.authoring.store.Store) --------------------
 
     def get_connection(self, conn_id: str) -> dict[str, Any] | None:
         fields = self._maybe("get_connection", conn_id=conn_id)
@@ -100,7 +100,7 @@ class TaskChannel:
         if secrets:
             self.request("mask", secrets=secrets)
 
-    # --- the task's DAG file (engine.executor.last_good) --------------------------------
+    # --- the task's DAG file (engine.execution.last_good) -------------------------------
 
     def last_good_dag_file(self) -> dict[str, Any] | None:
         """The task's DAG file as last parsed well: ``{"fileloc", "source", "parsed_at",

@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from engine.authoring.dag_files import decode_source
-from engine.executor.task_channel import ChannelError
+from engine.execution.task_channel import ChannelError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from engine.executor.task_channel import TaskChannel
+    from engine.execution.task_channel import TaskChannel
 
 __all__ = ("LastGood", "load_or_last_good", "use_channel")
 

@@ -29,7 +29,7 @@ Not supported yet (the DAG arguments are ignored with a warning): ``user_defined
 ``user_defined_filters``, ``template_searchpath``, ``render_template_as_native_obj``,
 ``jinja_environment_kwargs``.
 
-Connections and variables (``engine.authoring.connections``): ``{{ var.value.my_key }}``,
+Connections and variables (``engine.execution.accessors``): ``{{ var.value.my_key }}``,
 ``{{ var.json.my_key.field }}``, ``{{ var.value.get("my_key", "fallback") }}``, ``{{
 conn.my_id.host }}``, ``{{ conn.get("my-id").login }}``. They are read when the template
 renders (in the task's process, through the executor) and their secrets are masked in the
@@ -53,14 +53,14 @@ import jinja2
 import jinja2.sandbox
 
 from engine.authoring.params import DagParam
-from engine.authoring.variables import ConnectionAccessor, VariableAccessors
 from engine.authoring.xcom import XComArg
 from engine.exceptions import AirflowException
+from engine.execution.accessors import ConnectionAccessor, VariableAccessors
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from engine.authoring.dag import BaseOperator
+    from engine.authoring.baseoperator import BaseOperator
 
 __all__ = (
     "MACROS",

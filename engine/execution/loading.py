@@ -1,0 +1,84 @@
+"""Loading what a task (or callback) process runs from its DAG file: one task, or the DAG.
+
+The process imports the DAG file (``engine.authoring.dag_files``) fresh from disk and takes
+the DAG it was sent for, and from it a fresh instance of the task (``load_dag``,
+``load_task``). For a spec, ``dag_for`` / ``task_for`` do so from the file's last good version
+when it fails to import now and the DAG processor recorded a parse error for it
+(``engine.execution.last_good``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from engine.authoring.dag import take_registered_dags
+from engine.authoring.dag_files import add_import_paths, collect_dags, import_dag_file
+from engine.authoring.errors import DagDefinitionError
+from engine.execution.last_good import load_or_last_good
+
+if TYPE_CHECKING:
+    from engine.authoring.baseoperator import BaseOperator
+    from engine.authoring.dag import DAG
+    from engine.execution.protocol import TaskSpec
+
+
+def load_dag(
+    fileloc: Path,
+    dag_id: str,
+    *,
+    dags_folder: Path | None = None,
+    plugins_folder: Path | None = None,
+    source: str | None = None,
+) -> DAG:
+    """Import ``fileloc`` and return its DAG ``dag_id``.
+
+    ``source``: the file's text to run instead of what is on disk (its last good version).
+    """
+    add_import_paths(dags_folder, plugins_folder)
+    take_registered_dags()  # nothing a failed import before this one left behind
+    module = import_dag_file(fileloc, source=source)
+    for dag in collect_dags(module, str(fileloc)):
+        if dag.dag_id == dag_id:
+            return dag
+    raise DagDefinitionError(f"{fileloc} defines no DAG {dag_id!r}")
+
+
+def load_task(
+    fileloc: Path,
+    dag_id: str,
+    task_id: str,
+    *,
+    dags_folder: Path | None = None,
+    plugins_folder: Path | None = None,
+    source: str | None = None,
+) -> BaseOperator:
+    """Import ``fileloc`` and return a fresh instance of one task."""
+    folders = {"dags_folder": dags_folder, "plugins_folder": plugins_folder}
+    return load_dag(fileloc, dag_id, source=source, **folders).get_task(task_id)
+
+
+def _folders(spec: TaskSpec) -> dict[str, Path | None]:
+    return {
+        "dags_folder": Path(spec.dags_folder) if spec.dags_folder else None,
+        "plugins_folder": Path(spec.plugins_folder) if spec.plugins_folder else None,
+    }
+
+
+def dag_for(spec: TaskSpec) -> DAG:
+    """The DAG of ``spec``, from its file or the file's last good version."""
+
+    def load(source: str | None) -> DAG:
+        return load_dag(Path(spec.fileloc), spec.dag_id, source=source, **_folders(spec))
+
+    return load_or_last_good(spec.fileloc, load)
+
+
+def task_for(spec: TaskSpec) -> BaseOperator:
+    """The task of ``spec``, from its file or the file's last good version."""
+
+    def load(source: str | None) -> BaseOperator:
+        path = Path(spec.fileloc)
+        return load_task(path, spec.dag_id, spec.task_id, source=source, **_folders(spec))
+
+    return load_or_last_good(spec.fileloc, load)

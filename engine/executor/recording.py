@@ -1,0 +1,207 @@
+"""Recording how a task step ended: its task instance's new state (with its results, outlet
+events, deferral or retry time), written in one transaction guarded by the executor's job
+id and retried while the metadata database is unavailable; an outcome that matches no row
+(an operator action changed the task instance, or another executor took it over) is logged
+and dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from functools import partial
+from typing import TYPE_CHECKING, Final, TypeVar
+
+import anyio
+
+from engine.db import models
+from engine.db.queries import actions, deferrals, tasks
+from engine.db.queries import callbacks as callbacks_sql
+from engine.exceptions import DatabaseUnavailable
+from engine.executor.outcomes import Decision, Outcome
+from engine.states import TaskState
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sqlalchemy.orm import Session
+
+    from engine.crypto import KwargsCipher
+    from engine.db.database import Database
+    from engine.db.queries.tasks import TaskRun
+    from engine.execution.protocol import CallbackSpec
+    from engine.executor.settings import ExecutorSettings, ExecutorStats
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DB_RETRY_BACKOFF_S: Final = (0.2, 5.0)
+
+
+async def run_retrying(db: Database, fn: Callable[[Session], T]) -> T:
+    """``fn`` in one transaction, retried while the database is unavailable."""
+    delay = DB_RETRY_BACKOFF_S[0]
+    while True:
+        try:
+            return await db.run(fn)
+        except DatabaseUnavailable as exc:
+            logger.warning(
+                "Metadata database unavailable, retrying a task state write in %.1fs: %s",
+                delay,
+                exc,
+                extra={"action": "task_write_retry"},
+            )
+            await anyio.sleep(delay)
+            delay = min(delay * 2, DB_RETRY_BACKOFF_S[1])
+
+
+class OutcomeRecorder:
+    """Writes the outcomes of one executor's task steps (``record``)."""
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        cipher: KwargsCipher,
+        settings: ExecutorSettings,
+        stats: ExecutorStats,
+        on_outcome: Callable[[Decision], None] | None = None,
+    ) -> None:
+        self._db = db
+        self._cipher = cipher
+        self.settings = settings
+        self.stats = stats
+        self._on_outcome = on_outcome
+
+    def __repr__(self) -> str:
+        stats = self.stats
+        return f"<OutcomeRecorder outcomes={dict(stats.outcomes)} discarded={stats.discarded}>"
+
+    async def record(
+        self,
+        job_id: int,
+        run: TaskRun,
+        outcome: Outcome,
+        callback: CallbackSpec | None = None,
+        *,
+        external_state: str | None = None,
+    ) -> None:
+        write = partial(
+            self._write_outcome, job_id=job_id, run=run, outcome=outcome, callback=callback
+        )
+        ok = await run_retrying(self._db, write)
+        if not ok:
+            await self._not_recorded(job_id, run, outcome, external_state)
+            return
+        self.stats.outcomes[outcome.decision] += 1
+        if self._on_outcome is not None:
+            # e.g. the triggerer claims a new deferral's trigger at once
+            self._on_outcome(outcome.decision)
+        level = logging.INFO if outcome.decision is not Decision.FAIL else logging.WARNING
+        logger.log(
+            level,
+            "Task %s.%s (run %s, try %d): %s",
+            run.dag_id,
+            run.task_id,
+            run.run_id,
+            run.try_number,
+            outcome.describe(),
+            extra={"action": f"task_{outcome.decision}", **run.log_fields()},
+        )
+
+    async def _not_recorded(
+        self, job_id: int, run: TaskRun, outcome: Outcome, external_state: str | None
+    ) -> None:
+        """The outcome matched no row: an operator action changed the task instance (a
+        cleared one is ``restarting``: now that its process is gone it is ``none`` again), or
+        another executor took it over."""
+        release = partial(actions.release_restarted_task, ti_id=run.ti_id, job_id=job_id)
+        restarted = await run_retrying(self._db, release)
+        if restarted or external_state is not None:
+            state = TaskState.RESTARTING if restarted else external_state
+            logger.info(
+                "Task %s.%s (run %s, try %d): state externally set to %s; its process was "
+                "stopped and its outcome (%s) not recorded%s",
+                run.dag_id,
+                run.task_id,
+                run.run_id,
+                run.try_number,
+                state,
+                outcome.decision,
+                "; it will run again" if restarted else "",
+                extra={"action": "task_externally_changed", "state": state, **run.log_fields()},
+            )
+            return
+        self.stats.discarded += 1
+        logger.warning(
+            "Task instance %s was taken over while it ran here; outcome %s discarded",
+            run.ti_id,
+            outcome.decision,
+            extra={"action": "task_outcome_discarded", **run.log_fields()},
+        )
+
+    def _write_outcome(
+        self,
+        session: Session,
+        job_id: int,
+        run: TaskRun,
+        outcome: Outcome,
+        callback: CallbackSpec | None = None,
+    ) -> bool:
+        """Record the outcome and, in the same transaction, the request to run the outcome's
+        callback in a fresh process when the task's own could not (``callback``)."""
+        ok = self._write_state(session, job_id, run, outcome)
+        if ok and callback is not None:
+            callbacks_sql.request_task_callback(
+                session,
+                dag_id=run.dag_id,
+                run_id=run.run_id,
+                data={"callback_spec": asdict(callback)},
+                now=models.utcnow(),
+            )
+        return ok
+
+    def _write_state(self, session: Session, job_id: int, run: TaskRun, outcome: Outcome) -> bool:
+        now = models.utcnow()
+        finish = partial(tasks.finish_task, session, run.ti_id, job_id=job_id, now=now)
+        elapsed_s = outcome.elapsed_s
+        if outcome.decision is Decision.SUCCEED:
+            return tasks.succeed_task(
+                session,
+                run,
+                job_id=job_id,
+                elapsed_s=elapsed_s,
+                now=now,
+                xcoms=outcome.xcoms,
+                outlet_events=list(outcome.outlet_events),
+                keep_while_paused=self.settings.keep_events_while_paused,
+                skip_task_ids=outcome.skip_task_ids,
+            )
+        if outcome.decision is Decision.SKIP:
+            return finish(state=TaskState.SKIPPED, elapsed_s=elapsed_s)
+        if outcome.decision is Decision.FAIL:
+            return finish(state=TaskState.FAILED, elapsed_s=elapsed_s)
+        if outcome.decision is Decision.RETRY:
+            assert outcome.retry_at is not None
+            return tasks.retry_task(
+                session,
+                run.ti_id,
+                job_id=job_id,
+                elapsed_s=elapsed_s,
+                now=now,
+                retry_at=outcome.retry_at,
+            )
+        if outcome.decision is Decision.DEFER:
+            assert outcome.deferral is not None
+            trigger_id = deferrals.defer_task(
+                session,
+                self._cipher,
+                run.ti_id,
+                job_id=job_id,
+                deferral=outcome.deferral,
+                trigger_timeout=outcome.trigger_timeout,
+                elapsed_s=elapsed_s,
+            )
+            return trigger_id is not None
+        return tasks.requeue_task(session, run.ti_id, job_id=job_id)
