@@ -1,7 +1,9 @@
 """Two real triggerer processes on PostgreSQL share triggers; kill -9 one, the other takes over.
 
 Each trigger is a plugin ``RecordingTrigger`` that appends ``start``/``stop``/``fire`` lines
-(with its pid) to one log file, so the test sees exactly which process runs which trigger.
+(with its pid) to one log file, so the test sees exactly which process runs which trigger,
+and fires once the test creates its "go" file (after the takeover: never earlier, however
+slowly a loaded machine starts the triggerers).
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ import os
 import signal
 import time
 from collections import defaultdict
-from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import pytest
@@ -36,7 +37,6 @@ THRESHOLD_S = 2.1 * HEARTBEAT_S
 
 PLUGIN = """
 import os
-from datetime import datetime, timezone
 
 import anyio
 
@@ -52,18 +52,19 @@ def _log(path, line):
 
 
 class RecordingTrigger(BaseTrigger):
-    def __init__(self, moment, log_path):
+    def __init__(self, go_path, log_path):
         super().__init__()
-        self.moment = moment
+        self.go_path = go_path
         self.log_path = log_path
 
     def serialize(self):
-        return ("ha_plugin.RecordingTrigger", {"moment": self.moment, "log_path": self.log_path})
+        return ("ha_plugin.RecordingTrigger", {"go_path": self.go_path, "log_path": self.log_path})
 
     async def run(self):
         _log(self.log_path, f"start {self.trigger_id} {os.getpid()}")
         try:
-            await anyio.sleep((self.moment - datetime.now(timezone.utc)).total_seconds())
+            while not os.path.exists(self.go_path):
+                await anyio.sleep(0.5)
         except BaseException:
             _log(self.log_path, f"stop {self.trigger_id} {os.getpid()}")
             raise
@@ -85,7 +86,7 @@ def _running_by_pid(log: Path) -> dict[int, set[int]]:
     return running
 
 
-def _seed(db: Database, cipher: KwargsCipher, moment: datetime, log: Path) -> list[int]:
+def _seed(db: Database, cipher: KwargsCipher, go: Path, log: Path) -> list[int]:
     def seed(session):
         session.execute(insert(Dag).values(dag_id="ha", fileloc="ha.py"))
         run_id = session.execute(
@@ -97,7 +98,7 @@ def _seed(db: Database, cipher: KwargsCipher, moment: datetime, log: Path) -> li
                 session,
                 cipher,
                 "ha_plugin.RecordingTrigger",
-                {"moment": moment, "log_path": str(log)},
+                {"go_path": str(go), "log_path": str(log)},
                 kind=TriggerKind.TASK,
             )
             session.execute(
@@ -125,8 +126,8 @@ def test_two_triggerers_share_and_survivor_takes_over_after_kill(
     log = tmp_path / "triggers.log"
     key = Fernet.generate_key().decode()
     db = Database(migrated_pg_url)
-    moment = datetime.now(UTC) + timedelta(seconds=25)
-    ids = set(_seed(db, KwargsCipher(key), moment, log))
+    go = tmp_path / "go"
+    ids = set(_seed(db, KwargsCipher(key), go, log))
 
     env = sluice_env(
         tmp_path / "home",
@@ -165,6 +166,8 @@ def test_two_triggerers_share_and_survivor_takes_over_after_kill(
         )
         takeover_s = time.monotonic() - killed_at
         assert takeover_s <= THRESHOLD_S + 2, f"takeover took {takeover_s:.1f}s"
+
+        go.touch()  # every trigger fires now, in the survivor
 
         def all_resumed() -> bool:
             states = db.call(lambda s: list(s.execute(select(TaskInstance.state)).scalars()))
