@@ -78,25 +78,28 @@ class _GivenSource(importlib.abc.Loader):
 def import_dag_file(path: Path, *, source: str | None = None) -> ModuleType:
     """Execute the DAG file as a fresh module; exceptions from the file propagate.
 
-    ``source``: run this text as the file (e.g. its last good version) instead of what is
-    on disk; tracebacks then show its lines.
+    The file's current bytes are compiled every time, never a cached ``.pyc``: Python checks
+    a cached file by its source's size and whole-second mtime, so a file rewritten within
+    the second at the same size would otherwise run its old code (and no ``__pycache__``
+    folder appears in the dags folder). ``source``: run this text as the file (e.g. its last
+    good version) instead of what is on disk; tracebacks then show its lines.
     """
-    name = dag_module_name(path)
     if source is None:
-        spec = importlib.util.spec_from_file_location(name, path)
-    else:
-        loader = _GivenSource(str(path), source)
-        spec = importlib.util.spec_from_loader(name, loader, origin=str(path))
-        if spec is not None:
-            spec.has_location = True  # __file__ is the DAG file's path
-        lines = source.splitlines(keepends=True)
-        linecache.cache[str(path)] = (len(source), None, lines, str(path))  # never re-read
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}: not a Python source file")
+        if path.suffix != ".py":
+            raise ImportError(f"cannot import {path}: not a Python source file")
+        source = decode_source(path.read_bytes())
+    name = dag_module_name(path)
+    loader = _GivenSource(str(path), source)
+    spec = importlib.util.spec_from_loader(name, loader, origin=str(path))
+    if spec is None:
+        raise ImportError(f"cannot import {path}")
+    spec.has_location = True  # __file__ is the DAG file's path
+    lines = source.splitlines(keepends=True)
+    linecache.cache[str(path)] = (len(source), None, lines, str(path))  # never re-read
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        loader.exec_module(module)
     except BaseException:
         sys.modules.pop(name, None)
         raise
