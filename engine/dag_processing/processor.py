@@ -33,12 +33,8 @@ import anyio
 import watchfiles
 
 from engine.dag_processing.parsing import FileParseResult, ParseError
-from engine.dag_processing.sync import (
-    ASSET_CONFLICT,
-    DUPLICATE_DAG_ID,
-    SyncReport,
-    sync_parse_results,
-)
+from engine.dag_processing.planning import ASSET_CONFLICT, DUPLICATE_DAG_ID
+from engine.dag_processing.sync import SyncReport, sync_parse_results
 from engine.db.heartbeat import heartbeat_forever
 from engine.db.queries import jobs
 from engine.db.queries.jobs import DAG_PROCESSOR_JOB
