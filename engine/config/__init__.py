@@ -1,17 +1,11 @@
 """Configuration: typed defaults < ``$SLUICE_HOME/sluice.toml`` < ``SLUICE__<SECTION>__<KEY>``.
 
 The declared sections and keys (``sections``), loading them from the file and the
-environment (``loading``), and the effective configuration with its redaction and its
-display (``effective``). Import the names from here.
+environment (``loading``), the effective configuration with its redaction and its display
+(``effective``), and the URLs among the settings (``urls``). Import the names from here.
 """
 
-from engine.config.effective import (
-    DEFAULT_SOURCE,
-    REDACTED,
-    SECRET_KEYS,
-    Config,
-    render_config,
-)
+from engine.config.effective import DEFAULT_SOURCE, SECRET_KEYS, Config, render_config
 from engine.config.loading import (
     CONFIG_ENV_VAR,
     CONFIG_FILE_NAME,
@@ -33,6 +27,7 @@ from engine.config.sections import (
     SchedulerConfig,
     TriggererConfig,
 )
+from engine.config.urls import REDACTED
 
 __all__ = [
     "CONFIG_ENV_VAR",

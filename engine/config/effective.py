@@ -11,9 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
-
 from engine.config.sections import (
     SCHEMA,
     ApiConfig,
@@ -27,6 +24,7 @@ from engine.config.sections import (
     TriggererConfig,
     split_items,
 )
+from engine.config.urls import REDACTED, redact_url, url_secrets
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -34,18 +32,8 @@ if TYPE_CHECKING:
     _Key = tuple[str, str]  # (section, key)
 
 DEFAULT_SOURCE: Final = "default"
-REDACTED: Final = "***"
 
-
-def redact_url(value: str) -> str:
-    try:
-        url = make_url(value)
-    except ArgumentError:
-        return REDACTED
-    hidden = {name: REDACTED for name in url.query if "password" in name.lower()}
-    return url.update_query_dict(hidden).render_as_string(hide_password=True)
-
-
+#: A secret key -> how its value is shown (``REDACTED``, or its URL without the password).
 REDACTORS: Final[dict[_Key, Callable[[str], str]]] = {
     ("core", "fernet_key"): lambda value: REDACTED if value else "",
     ("core", "sql_alchemy_conn"): redact_url,
@@ -53,21 +41,6 @@ REDACTORS: Final[dict[_Key, Callable[[str], str]]] = {
     ("celery", "result_backend"): lambda value: redact_url(value) if value else "",
 }
 SECRET_KEYS: Final[frozenset[tuple[str, str]]] = frozenset(REDACTORS)
-
-
-def _url_secrets(text: str) -> list[str]:
-    """The password of a URL and its ``?password=`` style parameters (psycopg's, say)."""
-    if not text:
-        return []
-    try:
-        url = make_url(text)
-    except ArgumentError:
-        return []
-    values = [str(url.password)] if url.password else []
-    for name, value in url.query.items():
-        if "password" in name.lower():
-            values += [value] if isinstance(value, str) else list(value)
-    return values
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +75,7 @@ class Config:
             self.celery.broker_url,
             self.celery.result_backend,
         ):
-            values += _url_secrets(text)
+            values += url_secrets(text)
         return values
 
     def as_dict(self, *, redact: bool = True) -> dict[str, dict[str, Any]]:

@@ -15,8 +15,8 @@ from pathlib import Path  # noqa: TC003 - typing.get_type_hints resolves the hin
 from typing import TYPE_CHECKING, Any, Final
 
 from cryptography.fernet import Fernet
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+
+from engine.config.urls import check_url
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -38,7 +38,7 @@ def _require(ok: Callable[[Any], object], problem: str) -> Check:  # checks rais
         try:
             if ok(value):
                 return value
-        except (ValueError, ArgumentError) as exc:
+        except ValueError as exc:
             raise ValueError(problem) from exc
         raise ValueError(problem)
 
@@ -58,7 +58,7 @@ _POSITIVE: Final = _require(lambda value: value > 0, "must be > 0")
 _AT_LEAST_ONE: Final = _require(lambda value: value >= 1, "must be >= 1")
 _NOT_NEGATIVE: Final = _require(lambda value: value >= 0, "must be >= 0")
 _PORT: Final = _require(lambda value: 0 <= value <= 65535, "must be a port number, 0 to 65535")
-_DATABASE_URL: Final = _require(make_url, "must be a URL like postgresql+psycopg://u:p@host/db")
+_DATABASE_URL: Final = _require(check_url, "must be a URL like postgresql+psycopg://u:p@host/db")
 _FERNET_KEYS: Final = _require(
     lambda value: all(Fernet(key) for key in split_items(value.split(","))),
     "must be empty or comma-separated keys made by Fernet.generate_key()",
