@@ -33,20 +33,14 @@ import anyio
 import watchfiles
 
 from engine.dag_processing.parsing import FileParseResult, ParseError
-from engine.dag_processing.sync import (
-    ASSET_CONFLICT,
-    DUPLICATE_DAG_ID,
-    SyncReport,
-    sync_parse_results,
-)
+from engine.dag_processing.planning import ASSET_CONFLICT, DUPLICATE_DAG_ID
+from engine.dag_processing.sync import SyncReport, sync_parse_results
 from engine.db.heartbeat import heartbeat_forever
 from engine.db.queries import jobs
 from engine.db.queries.jobs import DAG_PROCESSOR_JOB
 from engine.exceptions import DatabaseError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
     from anyio.abc import ByteReceiveStream, Process, TaskStatus
 
     from engine.config import Config
@@ -200,10 +194,6 @@ class DagProcessor:
     async def parse_once(self) -> SyncReport | None:
         """Parse every file and sync; None when the dags folder does not exist."""
         return await self._parse(None)
-
-    async def parse_paths(self, paths: Iterable[Path]) -> SyncReport | None:
-        """Parse the given files (deleted ones are retired) and sync."""
-        return await self._parse(set(paths))
 
     async def wait_for_pass(self, *, after: int | None = None) -> None:
         """Return once pass number ``after + 1`` (default: the next pass) has been applied."""

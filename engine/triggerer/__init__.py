@@ -4,7 +4,7 @@ Owns the claim loop (``triggerer``, with the pure claim policy and the round's t
 in ``claiming``, the step from claimed row to trigger in ``loading``, the periodic upkeep
 in ``housekeeping``; the wake-up on rows other processes write is ``engine.db.wakeup``),
 the trigger runtime (``runtime``: a trigger's own ``run()`` or its subscription to a
-shared stream; with ``handles``, ``failures`` and ``cleanup``), the ``outbox`` every
+shared stream; with ``attempts``, ``handles``, ``failures`` and ``cleanup``), the ``outbox`` every
 outcome goes through (plain data and a queue, no database), the single ``persister`` that
 drains it, the loop ``watchdog``, and the read access to the metadata database it gives
 the engine's own triggers (``metadata``: ``ExternalTaskSensor``'s wait).

@@ -301,10 +301,6 @@ class Persister:
         )
         return BatchResult(seqs, inserted, 0, [], fired=len(rows))
 
-    def write_batch(self, session: Session, batch: Sequence[OutboxItem]) -> BatchResult:
-        """Prepare ``batch`` and write it in ``session``'s transaction."""
-        return self.write_prepared(session, self.prepare(batch))
-
     def write_prepared(self, session: Session, batch: Sequence[Prepared]) -> BatchResult:
         """Write any batch in ``session``'s transaction: watcher events (refusing those over
         the size limit), resumed or ended deferred tasks, and trigger failures."""

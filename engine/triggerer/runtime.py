@@ -2,24 +2,17 @@
 
 Theory of operation. ``start(spec)`` spawns one asyncio task per trigger and keeps its
 ``TriggerHandle`` by trigger id until the task ends; ``stop(trigger_id)`` cancels it; ``run()``
-hosts the tasks until ``aclose()``. A task runs *attempts*: an attempt opens the event source
-(the trigger's own ``run()``, or for an event trigger with a ``shared_stream_key()`` its
-``filter_shared_stream()`` over a subscription to the shared stream) and puts every
-``TriggerEvent`` it yields into the outbox as a ``FiredEvent``, with its dedup key and its
-shared-stream sequence number. A ``TASK`` trigger ends after its first event; a ``WATCHER``
-keeps running. Whatever goes wrong in an attempt is a ``TriggerFailed`` in the outbox and a
-log line (an ERROR; for an unreachable upstream one WARNING, then DEBUG lines while it stays
-down); a failed watcher restarts from a fresh instance after a backoff (``failures``).
-After every attempt (event, failure or cancellation) the source is closed, the subscription
-dropped and ``trigger.cleanup()`` awaited, shielded and bounded (``cleanup``).
+hosts the tasks until ``aclose()``. A task runs *attempts* (``attempts``): each opens the
+trigger's event source, puts what it yields into the outbox and reports what goes wrong; a
+failed watcher restarts from a fresh instance after a backoff.
 
 Why plain asyncio tasks, not ``TaskGroup.start_soon`` (STYLE.md: "no bare
 asyncio.create_task"): a triggerer holds 100,000 idle triggers, and ``start_soon`` costs
 about 2.7 KB per task on top of the task itself, as much as everything else an idle
 ``TimeDeltaTrigger`` needs (``bench/triggerer_bench.py``, 100,000 idle triggers: 6.8 KiB of
 RSS per trigger with ``start_soon``, 4.0 KiB with plain tasks). So the idle path is one frame
-of ours (``_run_trigger``, the attempt inline) above the trigger's ``run()``, and the state
-per trigger is one slotted ``TriggerHandle``.
+of ours (``TriggerAttempts.run_trigger``, the attempt inline) above the trigger's ``run()``,
+and the state per trigger is one slotted ``TriggerHandle``.
 
 The runner keeps these tasks structured by hand: it counts every task it spawned, ``run()``
 does not return before all of them ended (cancelling them when it is cancelled or closed,
@@ -38,16 +31,15 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import inspect
 import logging
 import time
-from functools import partial
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Final
 
 import anyio
 
 from engine.logs import LOG_FIELDS
 from engine.states import TriggerKind
+from engine.triggerer.attempts import SharedStreamSubscriptions, TriggerAttempts
 from engine.triggerer.cleanup import Cleanups, call_on_kill
 from engine.triggerer.failures import (
     EXITED_WITHOUT_EVENT,
@@ -55,23 +47,17 @@ from engine.triggerer.failures import (
     WATCHER_EXITED,
     Failure,
     RestartPolicy,
-    rebuild,
-    report,
 )
 from engine.triggerer.handles import TriggerHandle, TriggerSpec
-from engine.triggerer.outbox import FiredEvent
-from triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent, classpath_of
+from triggers.base import BaseTrigger, classpath_of
 from triggers.temporal import DateTimeTrigger, utcnow
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
-    from types import FrameType
+    from collections.abc import Callable
 
     from anyio.abc import TaskStatus
 
     from engine.triggerer.outbox import Outbox
-
-    DedupHook = Callable[[TriggerEvent], str | None]  # a trigger's bound dedup_key
 
 __all__ = (
     "EXITED_WITHOUT_EVENT",
@@ -81,7 +67,6 @@ __all__ = (
     "TriggerKind",
     "TriggerRunner",
     "TriggerSpec",
-    "trigger_in_frame",
 )
 
 logger = logging.getLogger(__name__)
@@ -92,23 +77,8 @@ DEFAULT_HEALTHY_RUN_S: Final = 60.0
 # How long aclose() waits, past its grace, for run() to unwind after cancelling everything;
 # also the pace at which run() cancels again the tasks that are still running as it ends.
 STOP_SLACK_S: Final = 1.0
-_DEFAULT_DEDUP_HOOK: Final = BaseEventTrigger.dedup_key
 _DATETIME_RUN: Final = DateTimeTrigger.run
 _BASE_CLEANUP: Final = BaseTrigger.cleanup
-
-
-class SharedStreamSubscriptions(Protocol):
-    """The part of ``SharedStreamManager`` the runner uses."""
-
-    def subscribe(
-        self, *, trigger_id: int, trigger: BaseEventTrigger, key: Hashable
-    ) -> AsyncIterator[Any]: ...
-
-    def bind_pending_event(self, *, trigger_id: int, key: Hashable) -> int | None: ...
-
-    async def unsubscribe(
-        self, trigger_id: int, key: Hashable, *, failed: bool = False
-    ) -> None: ...
 
 
 class TriggerRunner:
@@ -124,11 +94,15 @@ class TriggerRunner:
         healthy_run_s: float = DEFAULT_HEALTHY_RUN_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._restarts = RestartPolicy(restart_backoff_s, healthy_run_s)
         self._outbox = outbox
-        self._shared_streams = shared_streams
         self._cleanups = Cleanups(cleanup_timeout_s)
-        self._clock = clock
+        self._attempts = TriggerAttempts(
+            outbox=outbox,
+            shared_streams=shared_streams,
+            cleanups=self._cleanups,
+            restarts=RestartPolicy(restart_backoff_s, healthy_run_s),
+            clock=clock,
+        )
         self._handles: dict[int, TriggerHandle] = {}
         self._live = 0  # tasks spawned and not ended yet (stopped ones cleaning up included)
         self._crashes: list[BaseException] = []
@@ -140,9 +114,6 @@ class TriggerRunner:
         # Every done callback runs in this one (empty) context: no context copy per task.
         self._callback_context = contextvars.Context()
         self._on_task_end = self._task_ended  # one bound method shared by every handle
-        # Totals for the metrics endpoint (plain ints: fired is on the fan-out hot path).
-        self._fired = 0
-        self._failed = 0
 
     # -- service -------------------------------------------------------------------------
 
@@ -269,7 +240,9 @@ class TriggerRunner:
         # handle is the context's log fields, read only when a line is logged.
         context = contextvars.copy_context()
         context.run(LOG_FIELDS.set, handle)
-        handle.task = task = loop.create_task(self._run_trigger(handle), name=name, context=context)
+        handle.task = task = loop.create_task(
+            self._attempts.run_trigger(handle), name=name, context=context
+        )
         task.add_done_callback(handle, context=self._callback_context)
         self._live += 1
 
@@ -303,17 +276,17 @@ class TriggerRunner:
         self, trigger_id: int, kind: TriggerKind, reason: str, *, traceback: str | None = None
     ) -> None:
         """Report a failure found outside the runner (e.g. the trigger could not be loaded)."""
-        self._report(trigger_id, kind, Failure(reason, traceback))
+        self._attempts.report(trigger_id, kind, Failure(reason, traceback))
 
     @property
     def events_fired(self) -> int:
         """Trigger events put in the outbox since the runner was created."""
-        return self._fired
+        return self._attempts.fired
 
     @property
     def failures_reported(self) -> int:
         """Trigger failures put in the outbox since the runner was created."""
-        return self._failed
+        return self._attempts.failed
 
     def running_ids(self) -> frozenset[int]:
         """Ids of the triggers that have a task (including ones stopping)."""
@@ -340,156 +313,6 @@ class TriggerRunner:
         )
 
     # -- one trigger's task: attempts ----------------------------------------------------
-
-    async def _run_trigger(self, handle: TriggerHandle) -> None:
-        """The body of one trigger's task (``trigger_in_frame`` finds it by its code)."""
-        trigger_id = handle.trigger_id
-        if handle.previous is not None:
-            await handle.wait_for_previous()
-        previous: Failure | None = None  # the last failure of the current streak
-        while True:
-            started = self._clock()
-            trigger = handle.trigger
-            trigger.trigger_id = trigger_id
-            dedup = _dedup_hook(trigger)
-            key: Hashable | None = None
-            source: Any = None
-            failure: Failure | None = None
-            try:
-                key = self._shared_stream_key(trigger)
-                source = self._open_source(trigger_id, trigger, key)
-                if inspect.iscoroutine(source):
-                    failure = Failure.returned(await source)
-                else:
-                    async for item in source:
-                        failure = self._take(handle, item, key, dedup)
-                        if failure is not None or handle.kind is TriggerKind.TASK:
-                            break
-                    else:
-                        failure = Failure.exhausted(is_task=handle.kind is TriggerKind.TASK)
-            except Exception as exc:  # noqa: BLE001 - the user-code boundary: a reported failure
-                failure = Failure.from_exception(exc)
-            finally:
-                unsubscribe = self._unsubscribe(trigger_id, key, failed=failure is not None)
-                await self._cleanups.end_attempt(handle, trigger, source, unsubscribe)
-            if failure is None:
-                return
-            previous = self._restarts.count(previous, failure, ran_s=self._clock() - started)
-            if not await self._after_failure(handle, previous):
-                return
-
-    def _shared_stream_key(self, trigger: BaseTrigger) -> Hashable | None:
-        if self._shared_streams is None or not isinstance(trigger, BaseEventTrigger):
-            return None
-        return trigger.shared_stream_key()
-
-    def _open_source(self, trigger_id: int, trigger: BaseTrigger, key: Hashable | None) -> object:
-        """The trigger's own ``run()``, or its filter over a subscription to the stream."""
-        if key is None:
-            return trigger.run()
-        assert self._shared_streams is not None
-        assert isinstance(trigger, BaseEventTrigger)
-        stream = self._shared_streams.subscribe(trigger_id=trigger_id, trigger=trigger, key=key)
-        return trigger.filter_shared_stream(stream)
-
-    def _unsubscribe(
-        self, trigger_id: int, key: Hashable | None, *, failed: bool
-    ) -> Callable[[], Awaitable[None]] | None:
-        if key is None:
-            return None
-        assert self._shared_streams is not None
-        return partial(self._shared_streams.unsubscribe, trigger_id, key, failed=failed)
-
-    def _take(
-        self, handle: TriggerHandle, item: object, key: Hashable | None, dedup: DedupHook | None
-    ) -> Failure | None:
-        """Fire ``item`` if it is a ``TriggerEvent``; the failure it is otherwise.
-
-        The event's dedup key is computed here, once, and travels on its ``FiredEvent``;
-        ``dedup`` is the trigger's ``dedup_key`` hook (None: the event's own key stands).
-        """
-        if not isinstance(item, TriggerEvent):
-            return Failure.not_an_event(item)
-        # Before binding: a hook that raises fails the trigger with nothing bound to it.
-        dedup_key = item.dedup_key if dedup is None else dedup(item)
-        if dedup is not None and dedup_key is not None and not isinstance(dedup_key, str):
-            if inspect.iscoroutine(dedup_key):
-                dedup_key.close()  # never awaited: say so instead of a RuntimeWarning
-            return Failure.bad_dedup_key(dedup_key)
-        seq: int | None = None
-        if key is not None:
-            assert self._shared_streams is not None
-            seq = self._shared_streams.bind_pending_event(trigger_id=handle.trigger_id, key=key)
-        self._outbox.put_nowait(
-            FiredEvent(handle.trigger_id, item, seq, self._clock(), handle.watcher, dedup_key)
-        )
-        self._fired += 1
-        level = logging.INFO if handle.kind is TriggerKind.TASK else logging.DEBUG
-        if logger.isEnabledFor(level):  # no log record built per watcher event otherwise
-            logger.log(
-                level,
-                "Trigger %s fired: %r",
-                handle.trigger_id,
-                item,
-                extra={"action": "trigger_fired", "trigger_id": handle.trigger_id, "seq": seq},
-            )
-        return None
-
-    # -- after a failure: report, and restart a watcher ----------------------------------
-
-    async def _after_failure(self, handle: TriggerHandle, failure: Failure) -> bool:
-        """Report ``failure``; for a watcher wait its backoff and rebuild it (False: end)."""
-        if handle.kind is TriggerKind.TASK:
-            self._report(handle.trigger_id, handle.kind, failure)
-            return False
-        self._report(
-            handle.trigger_id,
-            handle.kind,
-            failure,
-            restart_in_s=failure.backoff_s,
-            max_backoff_s=self._restarts.max_s,
-        )
-        if handle.stopping:  # stopped while it cleaned up
-            return False
-        await anyio.sleep(failure.backoff_s)
-        return self._recreate(handle, quiet=failure.unavailable)
-
-    def _recreate(self, handle: TriggerHandle, *, quiet: bool = False) -> bool:
-        """Replace the failed watcher with a fresh instance built from its kwargs.
-
-        ``quiet``: a retry against an unavailable upstream, logged at DEBUG (the failure's
-        warning already said it would retry).
-        """
-        old = handle.trigger
-        try:
-            handle.trigger = rebuild(old)
-        except Exception as exc:  # noqa: BLE001 - user code: becomes a reported failure
-            self._report(handle.trigger_id, handle.kind, Failure.from_exception(exc).not_rebuilt())
-            return False
-        logger.log(
-            logging.DEBUG if quiet else logging.INFO,
-            "Restarting watcher trigger %s (%s)",
-            handle.trigger_id,
-            classpath_of(old),
-            extra={"action": "trigger_restart", "trigger_id": handle.trigger_id},
-        )
-        return True
-
-    def _report(
-        self,
-        trigger_id: int,
-        kind: TriggerKind,
-        failure: Failure,
-        *,
-        restart_in_s: float | None = None,
-        max_backoff_s: float | None = None,
-    ) -> None:
-        self._outbox.put_nowait(
-            report(
-                trigger_id, kind, failure, restart_in_s=restart_in_s, max_backoff_s=max_backoff_s
-            )
-        )
-        self._failed += 1
 
     # -- task bookkeeping ----------------------------------------------------------------
 
@@ -527,23 +350,6 @@ class TriggerRunner:
             self._wake.set()
 
 
-_TASK_BODY_CODE: Final = TriggerRunner._run_trigger.__code__
-
-
-def trigger_in_frame(frame: FrameType) -> tuple[int | None, str] | None:
-    """(trigger id, classpath) when ``frame`` is the body of a trigger's task, else None.
-
-    For the loop watchdog, which walks the loop thread's stack from its own thread.
-    """
-    if frame.f_code is not _TASK_BODY_CODE:
-        return None
-    local = frame.f_locals
-    handle = local.get("handle")
-    classpath = classpath_of(handle.trigger) if handle is not None else "?"
-    trigger_id = local.get("trigger_id")
-    return (trigger_id if isinstance(trigger_id, int) else None), classpath
-
-
 def _idle_delay_s(trigger: BaseTrigger) -> float | None:
     """Seconds a trigger only waits before it does anything, if it is a plain time trigger.
 
@@ -559,17 +365,3 @@ def _idle_delay_s(trigger: BaseTrigger) -> float | None:
     assert isinstance(trigger, DateTimeTrigger)
     delay_s = (trigger.moment - utcnow()).total_seconds()
     return delay_s if delay_s > 0 else None
-
-
-def _dedup_hook(trigger: BaseTrigger) -> DedupHook | None:
-    """``trigger.dedup_key``, or None where it would return each event's own key.
-
-    Resolved once per attempt: for an event trigger that neither overrides the hook nor sets
-    ``dedup_by_payload`` (and for a deferred task's trigger, which has no hook) the runtime
-    takes ``event.dedup_key`` as is, without a call per event on the fan-out path.
-    """
-    if not isinstance(trigger, BaseEventTrigger):
-        return None
-    if type(trigger).dedup_key is _DEFAULT_DEDUP_HOOK and not trigger.dedup_by_payload:
-        return None
-    return trigger.dedup_key

@@ -5,7 +5,7 @@ seconds. A daemon thread wakes at the same pace and checks the age of the stamp:
 loop has not stamped for longer than the threshold, it is blocked right now (a trigger
 made a blocking call, or ran a long CPU-bound stretch), so the thread samples the loop
 thread's stack *while it is blocked* (``sys._current_frames()``), walks it outwards to
-the first frame that ``engine.triggerer.runtime.trigger_in_frame`` recognises as a trigger
+the first frame that ``engine.triggerer.attempts.trigger_in_frame`` recognises as a trigger
 task's body, which names the trigger id and class. When no trigger frame is on
 the stack (the block is in the engine itself or in a shared-stream poll), it names the
 asyncio task that is running instead. One warning per blocked stretch.
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Final
 
 import anyio
 
-from engine.triggerer.runtime import trigger_in_frame
+from engine.triggerer.attempts import trigger_in_frame
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -21,6 +21,7 @@ from engine.states import TriggerKind
 from tests.db_reads import count_triggers
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 pytestmark = pytest.mark.integration
@@ -341,17 +342,32 @@ async def test_duplicate_dag_id_across_files_is_an_error_on_the_newcomer(
 async def test_a_refused_file_is_retried_when_the_clash_goes_away(
     processor: DagProcessor, database: Database, dags_folder: Path
 ) -> None:
+    """``run`` parses a changed file alone, with the files refused for a clash: once the
+    clash is gone (the DAG moved out of the other file), the refused file is accepted."""
     good = write(dags_folder, "good.py", GOOD)
-    with anyio.fail_after(15):
-        await processor.parse_once()
-        copy = write(dags_folder, "a_copy.py", GOOD)
-        await processor.parse_paths([copy])
-        assert set(errors_by_file(database)) == {str(copy)}
-        write(dags_folder, "good.py", ASSETS_ONLY)  # the DAG moves to a_copy.py
-        report = await processor.parse_paths([good])
-    assert report is not None and report.errors == {}
+    write(dags_folder, "other.py", "from engine import DAG\ndag = DAG('other_dag')\n")
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(processor.run)
+            copy = write(dags_folder, "a_copy.py", GOOD)
+            await _until_a_pass(processor, lambda: set(errors_by_file(database)) == {str(copy)})
+            write(dags_folder, good.name, ASSETS_ONLY)  # the DAG moves to a_copy.py
+            await _until_a_pass(processor, lambda: not errors_by_file(database))
+            report = processor.last_report
+            tg.cancel_scope.cancel()
+    # That pass parsed good.py and the refused a_copy.py, not other.py.
+    assert report is not None and report.errors == {} and report.files_parsed == 2
     assert database.call(dags_sql.load_dags)["orders_etl"].fileloc == str(copy)
     assert errors_by_file(database) == {}
+
+
+async def _until_a_pass(processor: DagProcessor, condition: Callable[[], bool]) -> None:
+    """Wait for the passes of a running processor until ``condition`` holds after one."""
+    while True:
+        seen = processor.passes
+        await processor.wait_for_pass(after=seen)
+        if condition():
+            return
 
 
 async def test_file_errors_are_logged_once_until_they_change(

@@ -24,6 +24,7 @@ from engine.triggerer.persister import Persister
 from engine.triggerer.runtime import TriggerRunner, TriggerSpec
 from producers import KafkaMessage, KafkaMessageTrigger, SqsMessageTrigger
 from producers.sqs_core import SqsMessage
+from tests.persisting import persist
 from tests.waiting import wait_until
 from triggers.base import TriggerEvent
 from triggers.file import FileDeleteTrigger
@@ -127,7 +128,7 @@ async def test_the_persister_stores_the_key_the_fired_event_carries(db) -> None:
         FiredEvent(1, TriggerEvent(OK), None, 0.0, (asset_id, "w"), dedup_key=key)
         for key in ("hook", "hook", None, None)
     ]
-    result = db.call(lambda s: persister.write_batch(s, items))
+    result = persist(db, persister, items)
     assert result.asset_events == 3
     assert _events(db, asset_id) == [(OK, "hook"), (OK, None), (OK, None)]
 

@@ -34,6 +34,7 @@ from engine.states import JobState, TaskState, TriggerKind
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.persister import Persister
 from tests.integration.harness import fast_executor_settings, parsed_database, running_executor
+from tests.persisting import persist
 from tests.waiting import eventually, wait_until
 from triggers.base import TriggerEvent
 from triggers.serde import deserialize_value, dumps, loads
@@ -237,7 +238,7 @@ class Env:
         """What the persister writes when a task's trigger fires."""
         persister = Persister(db=self.db, outbox=Outbox())
         item = FiredEvent(trigger_id=trigger_id, event=TriggerEvent(payload), seq=None, fired_at=0)
-        self.db.call(lambda s: persister.write_batch(s, [item]))
+        persist(self.db, persister, [item])
 
     def log(self, run_id: str, task_id: str, try_number: int | None = None) -> str:
         folder = self.settings.task_log_folder

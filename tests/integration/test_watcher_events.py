@@ -31,6 +31,7 @@ from engine.db.models import (
 )
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.persister import Persister
+from tests.persisting import persist
 from triggers.base import TriggerEvent
 from triggers.serde import deserialize_value, dumps, json_text, serialize_value
 
@@ -114,7 +115,7 @@ def test_odd_payloads_are_stored_and_read_back_as_fired(db: Database) -> None:
     asset_id = _asset(db)
     persister = Persister(db=db, outbox=Outbox())
     items = [_fired(asset_id, p, f"k{i}", seq=i) for i, p in enumerate(ODD_PAYLOADS)]
-    result = db.call(lambda s: persister.write_batch(s, items))
+    result = persist(db, persister, items)
     assert result.asset_events == len(ODD_PAYLOADS)
     assert result.seqs == list(range(len(ODD_PAYLOADS)))
     rows = _stored(db, asset_id)
@@ -131,9 +132,9 @@ def test_keys_absorb_redeliveries_within_and_across_batches(db: Database) -> Non
     first = [_fired(asset_id, {"n": n}, key) for n, key in enumerate(["k1", "k1", None, None])]
     # The same key on another asset is another event; a key over 512 chars is cut as before.
     first.append(_fired(other, {"n": 9}, "k1"))
-    assert db.call(lambda s: persister.write_batch(s, first)).asset_events == 4
+    assert persist(db, persister, first).asset_events == 4
     second = [_fired(asset_id, {"n": 5}, "k1"), _fired(asset_id, {"n": 6}, "x" * 600)]
-    assert db.call(lambda s: persister.write_batch(s, second)).asset_events == 1
+    assert persist(db, persister, second).asset_events == 1
     assert _stored(db, asset_id) == [
         ({"n": 0}, "k1"),
         ({"n": 2}, None),
@@ -153,7 +154,7 @@ def test_new_events_are_queued_for_the_dags_on_their_asset(db: Database) -> None
 
     db.call(add_dags)
     persister = Persister(db=db, outbox=Outbox())
-    db.call(lambda s: persister.write_batch(s, [_fired(consumed, {"old": 1}, "k0")]))
+    persist(db, persister, [_fired(consumed, {"old": 1}, "k0")])
     items = [
         _fired(unconsumed, {"n": 0}, None),
         _fired(consumed, {"n": 1}, "k0"),  # a redelivery: no new event, nothing queued
@@ -161,7 +162,7 @@ def test_new_events_are_queued_for_the_dags_on_their_asset(db: Database) -> None
         _fired(unconsumed, {"n": 3}, "k3"),
         _fired(consumed, {"n": 4}, None),
     ]
-    assert db.call(lambda s: persister.write_batch(s, items)).asset_events == 4
+    assert persist(db, persister, items).asset_events == 4
 
     assert db.call(_queued) == [
         (dag_id, payload) for dag_id in ("d1", "d2") for payload in ({"old": 1}, {"n": 2}, {"n": 4})
@@ -170,8 +171,8 @@ def test_new_events_are_queued_for_the_dags_on_their_asset(db: Database) -> None
 
 async def _write_as_the_persister_does(persister: Persister, items: list[FiredEvent]) -> None:
     """Through ``run``, on the persister's own outbox: a batch of watcher events only is one
-    statement (on PostgreSQL in autocommit, one round trip), not ``write_batch``'s
-    transaction."""
+    statement (on PostgreSQL in autocommit, one round trip), not the
+    transaction of ``tests.persisting.persist``."""
     for item in items:
         persister.outbox.put_nowait(item)
     persister.outbox.close()
@@ -213,7 +214,7 @@ async def test_each_consumer_rule_holds_in_either_write(
         _fired(asset_id, {"n": 4}, "k1", seq=4),  # a redelivery of k1: nothing new to queue
     ]
     if path == "transaction":
-        result = db.call(lambda s: persister.write_batch(s, items))
+        result = persist(db, persister, items)
         assert (result.asset_events, result.seqs) == (3, [1, 2, 3, 4])
     else:
         statements: list[object] = []
@@ -258,7 +259,7 @@ def test_the_size_limit_measures_the_stored_text(db: Database) -> None:
         _fired(asset_id, at_limit, "fits", seq=1),
         _fired(asset_id, {"pad": "é" * 11}, "over", seq=2),
     ]
-    result = db.call(lambda s: persister.write_batch(s, items))
+    result = persist(db, persister, items)
     assert (result.asset_events, result.seqs, result.refused_seqs) == (1, [1], [2])
     assert _stored(db, asset_id) == [(at_limit, "fits")]
 

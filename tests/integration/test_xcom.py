@@ -26,6 +26,7 @@ from engine.states import TaskState
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.persister import Persister
 from tests.integration.harness import fast_executor_settings, parsed_database, running_executor
+from tests.persisting import persist
 from tests.waiting import eventually
 from triggers.base import TaskSuccessEvent
 from triggers.serde import deserialize_value
@@ -214,7 +215,7 @@ class Env:
         """What the persister writes when a task's trigger fires."""
         persister = Persister(db=self.db, outbox=Outbox())
         item = FiredEvent(trigger_id=trigger_id, event=event, seq=None, fired_at=0)
-        self.db.call(lambda s: persister.write_batch(s, [item]))
+        persist(self.db, persister, [item])
 
 
 @pytest.fixture

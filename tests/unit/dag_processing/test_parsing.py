@@ -19,8 +19,7 @@ from engine.dag_processing.parsing import (
     ParseError,
     parse_file,
 )
-from engine.dag_processing.processor import DagProcessorSettings, list_dag_files
-from engine.dag_processing.sync import (
+from engine.dag_processing.planning import (
     ASSET_CONFLICT,
     DUPLICATE_DAG_ID,
     accept_results,
@@ -28,6 +27,7 @@ from engine.dag_processing.sync import (
     plan,
     task_rows,
 )
+from engine.dag_processing.processor import DagProcessorSettings, list_dag_files
 from engine.execution.loading import load_task
 
 if TYPE_CHECKING:
