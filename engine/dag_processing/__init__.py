@@ -1,8 +1,9 @@
 """The DAG processor: DAG files parsed in child processes, their results synced to the DB.
 
 Owns the parse loop (``processor``), the child that imports one file (``parsing``) and the
-diff of parse results against the database (``sync``). May import: ``engine.db``,
-``engine.authoring`` and the leaf utilities; never another runtime part.
+diff of parse results against the database (``sync``). May import: ``engine.jobs`` (its
+job row), ``engine.db``, ``engine.authoring`` and the leaf utilities; never another runtime
+part.
 
 Import from the modules themselves: this package imports nothing, so that a child
 process that needs one module (the task runner, the DAG file parser) starts without the
