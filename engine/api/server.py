@@ -15,17 +15,15 @@ import ipaddress
 import logging
 import socket
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Final
 
 import anyio
 import uvicorn
 
 from engine.api.app import create_app
-from engine.db.heartbeat import heartbeat_forever
-from engine.db.queries import jobs
 from engine.db.queries import users as users_sql
 from engine.exceptions import SluiceError
+from engine.jobs.service import JobService
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -138,15 +136,12 @@ class ApiServer:
         server = _Server(self._uvicorn_config())
         self._server = server
         server.should_exit = self._stop_requested
-        job_id = await self._db.run(partial(jobs.start_job, job_type=API_JOB))
+        job = JobService(
+            self._db, job_type=API_JOB, part=API_JOB, heartbeat_s=self.settings.heartbeat_s
+        )
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(
-                    partial(heartbeat_forever, interval_s=self.settings.heartbeat_s, part=API_JOB),
-                    self._db,
-                    job_id,
-                )
-                tg.start_soon(self._serve, server, sock, tg.cancel_scope)
+            async with job.running(), anyio.create_task_group() as tg:
+                tg.start_soon(self._serve, server, sock)
                 await self._wait_started(server)
                 await self._hint_first_user()
                 logger.info(
@@ -158,8 +153,6 @@ class ApiServer:
         finally:
             sock.close()
             self._socket = None
-            with anyio.CancelScope(shield=True), contextlib.suppress(SluiceError):
-                await self._db.run(partial(jobs.end_job, job_id=job_id))
 
     def _uvicorn_config(self) -> uvicorn.Config:
         return uvicorn.Config(
@@ -172,9 +165,8 @@ class ApiServer:
             lifespan="on",
         )
 
-    async def _serve(self, server: _Server, sock: socket.socket, scope: anyio.CancelScope) -> None:
+    async def _serve(self, server: _Server, sock: socket.socket) -> None:
         await server.serve(sockets=[sock])
-        scope.cancel()  # the heartbeat stops with the server
 
     async def _wait_started(self, server: _Server) -> None:
         while not server.started:

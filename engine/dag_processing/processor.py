@@ -35,10 +35,9 @@ import watchfiles
 from engine.dag_processing.parsing import FileParseResult, ParseError
 from engine.dag_processing.planning import ASSET_CONFLICT, DUPLICATE_DAG_ID
 from engine.dag_processing.sync import SyncReport, sync_parse_results
-from engine.db.heartbeat import heartbeat_forever
-from engine.db.queries import jobs
 from engine.db.queries.jobs import DAG_PROCESSOR_JOB
 from engine.exceptions import DatabaseError
+from engine.jobs.service import JobService
 
 if TYPE_CHECKING:
     from anyio.abc import ByteReceiveStream, Process, TaskStatus
@@ -206,29 +205,22 @@ class DagProcessor:
 
         A ``dag_processor`` job row with heartbeats says it is alive (``sluice jobs list``).
         """
-        job_id = await self._db.run(lambda s: jobs.start_job(s, job_type=DAG_PROCESSOR_JOB))
-        try:
+        job = JobService(
+            self._db,
+            job_type=DAG_PROCESSOR_JOB,
+            part="DAG processor",
+            heartbeat_s=self._settings.heartbeat_s,
+        )
+        async with job.running(), anyio.create_task_group() as tg:
             await self._parse_logged(None)
-            async with anyio.create_task_group() as tg:
-                heartbeat = partial(
-                    heartbeat_forever,
-                    self._db,
-                    job_id,
-                    interval_s=self._settings.heartbeat_s,
-                    part="DAG processor",
-                )
-                tg.start_soon(heartbeat)
-                tg.start_soon(self._watch_folders)
-                task_status.started()
-                while True:
-                    await self._wait_for_work()
-                    changed, self._pending = self._pending, set()
-                    self._wakeup = anyio.Event()
-                    full = not changed or self._touches_plugins(changed)
-                    await self._parse_logged(None if full else changed)
-        finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(10), suppress(DatabaseError):
-                await self._db.run(lambda s: jobs.end_job(s, job_id))
+            tg.start_soon(self._watch_folders)
+            task_status.started()
+            while True:
+                await self._wait_for_work()
+                changed, self._pending = self._pending, set()
+                self._wakeup = anyio.Event()
+                full = not changed or self._touches_plugins(changed)
+                await self._parse_logged(None if full else changed)
 
     async def _wait_for_work(self) -> None:
         interval_s = self._settings.refresh_interval_s

@@ -8,9 +8,10 @@ channel (``task_requests``), running callback requests in callback processes
 (``callbacks``), the pre-imported process task steps are forked from (``warm_runner``,
 driven by ``warm_process``; the forked processes: ``forked_process``), the pure judgement
 of how a step ended (``outcomes``), the task log files (``task_logs``), and the Celery
-executor's sender and worker (``celery``). May import: ``engine.db``, ``engine.execution``
-(the task process's code and protocol), ``engine.authoring``, ``engine.states`` and the
-leaf utilities; never another runtime part.
+executor's sender and worker (``celery``). May import: ``engine.jobs`` (the job row and
+the wake-up on scheduled rows), ``engine.db``, ``engine.execution`` (the task process's
+code and protocol), ``engine.authoring``, ``engine.states`` and the leaf utilities; never
+another runtime part.
 
 Import from the modules themselves: this package imports nothing, so that a process that
 needs one module (the warm runner) starts without the rest (and without SQLAlchemy).

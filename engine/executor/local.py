@@ -1,11 +1,12 @@
 """The local executor: runs ``scheduled`` task instances, one child process per task step.
 
-Theory of operation. The executor registers an ``executor`` job and heartbeats it. Its claim
-loop moves up to ``parallelism - running`` task instances from ``scheduled`` to ``queued``
-(``SKIP LOCKED`` on PostgreSQL) and starts one supervisor task per claim. It claims when a
-part of its own process says there is work (``nudge``), when a slot frees while every slot
-was taken, every ``poll_interval_s`` while slots are idle, and at once when another process
-may have made task instances ``scheduled`` (``engine.db.wakeup.RowsSignal``: a PostgreSQL
+Theory of operation. The executor registers an ``executor`` job and heartbeats it
+(``engine.jobs.service``). Its claim loop moves up to ``parallelism - running`` task
+instances from ``scheduled`` to ``queued`` (``SKIP LOCKED`` on PostgreSQL) and starts one
+supervisor task per claim. It claims when a part of its own process says there is work
+(``nudge``), when a slot frees while every slot was taken, every ``poll_interval_s`` while
+slots are idle, and at once when another process
+may have made task instances ``scheduled`` (``engine.jobs.wakeup.RowsSignal``: a PostgreSQL
 notification from migration 0019's row triggers, or on SQLite any commit, answered by a
 cheap read first; a signal for rows the last claim left, e.g. for want of pool slots, is
 not answered: the poll retries them).
@@ -48,15 +49,13 @@ import logging
 import math
 import os
 from functools import partial
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
 
 from engine.db import models
-from engine.db.heartbeat import heartbeat_forever
-from engine.db.queries import jobs, tasks
-from engine.db.wakeup import RowsSignal
+from engine.db.queries import tasks
 from engine.exceptions import DatabaseError
 from engine.executor import admission
 from engine.executor.callbacks import CallbackRunner
@@ -64,9 +63,10 @@ from engine.executor.settings import ExecutorSettings, ExecutorStats
 from engine.executor.task_process import task_environment
 from engine.executor.task_supervisor import TaskSupervisor
 from engine.executor.warm_process import WarmRunner
+from engine.jobs.service import JobService
+from engine.jobs.wakeup import RowsSignal
 from engine.metrics.readings import ExecutorReading
 from engine.retry import Backoff
-from engine.states import JobState
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -78,9 +78,6 @@ if TYPE_CHECKING:
     from engine.executor.outcomes import Decision
 
 logger = logging.getLogger(__name__)
-
-
-FINAL_WRITE_TIMEOUT_S: Final = 10.0
 
 
 class LocalExecutor:
@@ -97,7 +94,7 @@ class LocalExecutor:
     ) -> None:
         self._db = db
         self._on_outcome = on_outcome
-        #: on SQLite, look for scheduled tasks at every commit (``engine.db.wakeup``); off
+        #: on SQLite, look for scheduled tasks at every commit (``engine.jobs.wakeup``); off
         #: when this process's scheduler and triggerer, which schedule them, wake it anyway
         self._watch_commits = watch_commits
         self._claim_backoff = Backoff(settings.poll_interval_s)
@@ -172,47 +169,49 @@ class LocalExecutor:
             on_outcome=self._on_outcome,
             warm=self.warm_runner,
         )
-        job_id = await self._db.run(
-            partial(jobs.start_job, job_type=tasks.EXECUTOR_JOB, capacity=settings.parallelism)
+        job = JobService(
+            self._db,
+            job_type=tasks.EXECUTOR_JOB,
+            part="Executor",
+            heartbeat_s=settings.heartbeat_s,
+            capacity=settings.parallelism,
         )
-        self.job_id = job_id
-        logger.info(
-            "Executor started job_id=%s parallelism=%d",
-            job_id,
-            settings.parallelism,
-            extra={"action": "executor_started", "job_id": job_id},
-        )
+        signal = self._rows_signal()
         try:
-            async with anyio.create_task_group() as outer:
-                outer.start_soon(
-                    partial(
-                        heartbeat_forever,
-                        self._db,
-                        job_id,
-                        interval_s=self.settings.heartbeat_s,
-                        part="Executor",
-                    )
+            async with job.running(wake=signal) as job_id:
+                self.job_id = job_id
+                logger.info(
+                    "Executor started job_id=%s parallelism=%d",
+                    job_id,
+                    settings.parallelism,
+                    extra={"action": "executor_started", "job_id": job_id},
                 )
-                outer.start_soon(self._watch_external_changes, job_id)
-                await self._start_signal(outer)
-                if self.warm_runner is not None:
-                    await outer.start(self.warm_runner.run)
-                callbacks = CallbackRunner(
-                    db=self._db,
-                    cipher=self._cipher,
-                    settings=settings,
-                    environment=task_environment(os.environ, settings.secrets),
-                )
-                outer.start_soon(callbacks.run, job_id)  # DAG callbacks, lost task callbacks
-                task_status.started()
-                async with anyio.create_task_group() as workers:
-                    workers.start_soon(self._stop_children_after_grace)
-                    await self._claim_loop(workers, job_id)
-                outer.cancel_scope.cancel()
+                await self._serve(job_id, signal, task_status)
         finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
-                await self._db.run(lambda s: jobs.end_job(s, job_id, state=JobState.SUCCESS))
             logger.info("Executor stopped", extra={"action": "executor_stopped"})
+
+    async def _serve(
+        self, job_id: int, signal: RowsSignal | None, task_status: TaskStatus[None]
+    ) -> None:
+        assert self._supervisor is not None
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(self._supervisor.stop_changed_forever, job_id)
+            if signal is not None:
+                outer.start_soon(self._answer_signals, signal.source == "postgresql")
+            if self.warm_runner is not None:
+                await outer.start(self.warm_runner.run)
+            callbacks = CallbackRunner(
+                db=self._db,
+                cipher=self._cipher,
+                settings=self.settings,
+                environment=task_environment(os.environ, self.settings.secrets),
+            )
+            outer.start_soon(callbacks.run, job_id)  # DAG callbacks, lost task callbacks
+            task_status.started()
+            async with anyio.create_task_group() as workers:
+                workers.start_soon(self._stop_children_after_grace)
+                await self._claim_loop(workers, job_id)
+            outer.cancel_scope.cancel()
 
     # --- claiming -----------------------------------------------------------------------
 
@@ -265,8 +264,9 @@ class LocalExecutor:
         self.stats.claimed += len(claimed)
         return claimed
 
-    async def _start_signal(self, tg: TaskGroup) -> None:
-        """Listen for task instances other processes make scheduled (``RowsSignal``)."""
+    def _rows_signal(self) -> RowsSignal | None:
+        """The listener for task instances other processes make scheduled; None when this
+        executor does not listen (SQLite, when ``watch_commits`` is off)."""
         signal = RowsSignal(
             self._db,
             lambda: self._signalled.set(),  # the current event, not the first one
@@ -274,9 +274,8 @@ class LocalExecutor:
             what="scheduled task instances",
         )
         if signal.source == "sqlite-wal" and not self._watch_commits:
-            return
-        await tg.start(signal.run)
-        tg.start_soon(self._answer_signals, signal.source == "postgresql")
+            return None
+        return signal
 
     async def _still_left(self, signalled: tuple[int, int]) -> tuple[int, int] | None:
         """``signalled`` if the scheduled rows a signal showed are still there after a claim
@@ -326,31 +325,6 @@ class LocalExecutor:
         with anyio.move_on_after(self.settings.kill_grace_s):
             await self._until_idle()
         self._supervisor.kill_all()
-
-    async def _watch_external_changes(self, job_id: int) -> None:
-        """Every ``heartbeat_s``, stop the children whose task instances an operator action
-        changed (``TaskSupervisor.stop_changed``)."""
-        assert self._supervisor is not None
-        while True:
-            await anyio.sleep(self.settings.heartbeat_s)
-            if not self._supervisor.processes:
-                continue
-            try:
-                stopped = await self._supervisor.stop_changed(job_id)
-            except DatabaseError as exc:  # the next round tries again
-                logger.warning(
-                    "Checking running tasks for external state changes failed: %s",
-                    exc,
-                    extra={"action": "external_check_failed"},
-                )
-                continue
-            if stopped:
-                logger.info(
-                    "Stopping %d task(s) whose state was set from outside: %s",
-                    len(stopped),
-                    stopped,
-                    extra={"action": "tasks_externally_changed", "ti_ids": stopped},
-                )
 
     async def _until_idle(self) -> None:
         while self._active:

@@ -122,6 +122,30 @@ class TaskSupervisor:
                 child.changed_externally(state)
         return sorted(changed)
 
+    async def stop_changed_forever(self, job_id: int) -> None:
+        """Every ``heartbeat_s`` until cancelled, ``stop_changed``; a failed look is logged
+        and tried again at the next round."""
+        while True:
+            await anyio.sleep(self.settings.heartbeat_s)
+            if not self.processes:
+                continue
+            try:
+                stopped = await self.stop_changed(job_id)
+            except DatabaseError as exc:
+                logger.warning(
+                    "Checking running tasks for external state changes failed: %s",
+                    exc,
+                    extra={"action": "external_check_failed"},
+                )
+                continue
+            if stopped:
+                logger.info(
+                    "Stopping %d task(s) whose state was set from outside: %s",
+                    len(stopped),
+                    stopped,
+                    extra={"action": "tasks_externally_changed", "ti_ids": stopped},
+                )
+
     async def execute(self, job_id: int, ti_id: int) -> None:
         """Run the next step of task instance ``ti_id`` (claimed by ``job_id``) and record
         its outcome; the child is killed whatever happens to this coroutine."""

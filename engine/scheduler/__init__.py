@@ -4,7 +4,8 @@ Owns the scheduling loop (``scheduler``), its pure decisions (``rules``), the ex
 mapped tasks into their copies (``expansion``), a time-scheduled DAG's due run
 (``time_runs``), the tries of dead executors (``orphans``) and what a backfill does with each
 of its dates (``backfills``, also run by ``sluice dags backfill``). May import:
-``engine.db``, ``engine.authoring`` and the leaf utilities; never another runtime part.
+``engine.jobs`` (its job row), ``engine.db``, ``engine.authoring`` and the leaf utilities;
+never another runtime part.
 
 Import from the modules themselves: like every runtime part, this package imports
 nothing, so that importing one module never loads the rest.

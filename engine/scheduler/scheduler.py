@@ -42,7 +42,6 @@ import anyio
 
 from engine.authoring.assets import BaseAsset
 from engine.db import models
-from engine.db.heartbeat import heartbeat_forever
 from engine.db.queries import (
     actions,
     backfills,
@@ -54,13 +53,14 @@ from engine.db.queries import (
     time_schedules,
 )
 from engine.exceptions import SluiceError
+from engine.jobs.service import JobService
 from engine.metrics.readings import SchedulerReading
 from engine.retry import Backoff
 from engine.scheduler import orphans
 from engine.scheduler.expansion import expand_mapped, summarize
 from engine.scheduler.rules import is_condition_met, next_task_states, run_outcome
 from engine.scheduler.time_runs import create_time_run, store_next
-from engine.states import DagRunState, JobState, TaskState
+from engine.states import DagRunState, TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -158,31 +158,24 @@ class Scheduler:
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        self.job_id = await self._db.run(lambda s: jobs.start_job(s, job_type=SCHEDULER_JOB))
-        logger.info(
-            "Scheduler started job_id=%s",
-            self.job_id,
-            extra={"action": "scheduler_started", "job_id": self.job_id},
+        job = JobService(
+            self._db,
+            job_type=SCHEDULER_JOB,
+            part="Scheduler",
+            heartbeat_s=self.settings.heartbeat_s,
         )
-        task_status.started()
-        try:
+        async with job.running() as job_id:
+            self.job_id = job_id
+            logger.info(
+                "Scheduler started job_id=%s",
+                job_id,
+                extra={"action": "scheduler_started", "job_id": job_id},
+            )
+            task_status.started()
             async with anyio.create_task_group() as tg:
-                tg.start_soon(
-                    partial(
-                        heartbeat_forever,
-                        self._db,
-                        self.job_id,
-                        interval_s=self.settings.heartbeat_s,
-                        part="Scheduler",
-                    )
-                )
                 tg.start_soon(self._clock_loop)
                 await self._loop()
                 tg.cancel_scope.cancel()
-        finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-                job_id = self.job_id
-                await self._db.run(lambda s: jobs.end_job(s, job_id, state=JobState.SUCCESS))
 
     async def _loop(self) -> None:
         backoff = Backoff(self.settings.loop_interval_s)

@@ -1,6 +1,6 @@
 """The triggerer's periodic upkeep of the metadata DB, beside its heartbeat and its claims.
 
-Two loops, each run until cancelled, as ``engine.db.heartbeat.heartbeat_forever`` is: one
+Two loops, each run until cancelled, as ``engine.jobs.heartbeat.heartbeat_forever`` is: one
 deletes trigger rows nothing references and the shared-stream snapshots of triggerers that
 died (and shared-stream samples past their retention); one replaces this triggerer's
 ``shared_stream_snapshot`` rows every heartbeat and adds a ``shared_stream_sample`` of each

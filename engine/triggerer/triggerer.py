@@ -1,10 +1,11 @@
 """The triggerer: claims trigger rows, runs them in one event loop, persists what they fire.
 
-One ``job`` row with heartbeats; a claim loop that takes unassigned rows and rows of dead
-triggerers up to the remaining capacity (``FOR UPDATE SKIP LOCKED`` on PostgreSQL) and stops
-locally every trigger whose row is no longer ours; one outbox drained by one persister; a
-loop watchdog; periodic clean-up of unreferenced rows and of deferrals past their timeout.
-Deferred-task triggers, watcher triggers and shared-stream subscribers share this runtime.
+One ``job`` row with heartbeats (``engine.jobs.service``); a claim loop (``claim_loop``)
+whose rounds take unassigned rows and rows of dead triggerers up to the remaining capacity
+(``FOR UPDATE SKIP LOCKED`` on PostgreSQL) and stop locally every trigger whose row is no
+longer ours; one outbox drained by one persister; a loop watchdog; periodic clean-up of
+unreferenced rows and of deferrals past their timeout. Deferred-task triggers, watcher
+triggers and shared-stream subscribers share this runtime.
 """
 
 from __future__ import annotations
@@ -19,17 +20,17 @@ import anyio
 import anyio.lowlevel
 
 from engine.authoring.external_task_trigger import MetadataReadingTrigger
-from engine.db.heartbeat import heartbeat_forever
 from engine.db.queries import claims as store_claims
 from engine.db.queries import jobs, streams
 from engine.db.queries import triggers as trigger_rows
-from engine.db.wakeup import RowsSignal
 from engine.exceptions import SluiceError, TriggerLoadError
+from engine.jobs.service import JobService
+from engine.jobs.wakeup import RowsSignal
 from engine.loader import trigger_stream_digest
 from engine.metrics.readings import HistogramReading, TriggererReading
-from engine.retry import Backoff
-from engine.states import JobState, TriggerKind
+from engine.states import TriggerKind
 from engine.triggerer import claiming
+from engine.triggerer.claim_loop import ClaimLoop
 from engine.triggerer.collector import DEFAULT_YOUNG_THRESHOLD, collector_tuned
 from engine.triggerer.connections import database_lookup
 from engine.triggerer.housekeeping import clean_forever, publish_stream_stats_forever
@@ -125,15 +126,27 @@ class Triggerer:
         self._rehome: dict[int, str] = {}  # claimed rows to hand back to their group (digest)
         self._holds_groups = False  # as of the last claim round
         self._stopping = anyio.Event()
-        self._wake = anyio.Event()  # set by a nudge, a shutdown or a new-rows signal
-        self._nudged = False  # the wake asks for a full round, not just a probe
+        self._claims = 0
+        self._job = JobService(
+            db,
+            job_type=jobs.TRIGGERER_JOB,
+            part="Triggerer",
+            heartbeat_s=settings.heartbeat_s,
+            capacity=settings.capacity,
+        )
+        self.claim_loop = ClaimLoop(
+            sync_once=self.sync_once,
+            probe=self._has_claimable,
+            claims=lambda: self._claims,
+            idle_interval_s=settings.claim_idle_interval_s,
+            poll_s=settings.new_trigger_poll_s,
+        )
         self.new_rows = RowsSignal(
             db,
-            self._signal_new_rows,
+            self.claim_loop.signal,
             listen=store_claims.LISTEN_NEW_TRIGGER_ROWS,
             what="new trigger rows",
         )
-        self._claims = 0
 
     def __repr__(self) -> str:
         return (
@@ -146,14 +159,11 @@ class Triggerer:
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        capacity = self.settings.capacity
-        self.job_id = job_id = await self._db.run(
-            lambda s: jobs.start_job(s, job_type=jobs.TRIGGERER_JOB, capacity=capacity)
-        )
+        self.job_id = job_id = await self._job.start()
         logger.info(
             "Triggerer started job_id=%s capacity=%d",
-            self.job_id,
-            capacity,
+            job_id,
+            self.settings.capacity,
             extra={"action": "triggerer_started", "job_id": self.job_id},
         )
         try:
@@ -169,15 +179,7 @@ class Triggerer:
             await tg.start(self.shared_streams.run)
             await tg.start(self.runner.run)
             tg.start_soon(self.persister.run)
-            tg.start_soon(
-                partial(
-                    heartbeat_forever,
-                    self._db,
-                    job_id,
-                    interval_s=self.settings.heartbeat_s,
-                    part="Triggerer",
-                )
-            )
+            tg.start_soon(self._job.keep_alive)
             tg.start_soon(
                 partial(
                     clean_forever,
@@ -196,7 +198,7 @@ class Triggerer:
                 )
             )
             await tg.start(self.new_rows.run)
-            await tg.start(self._claim_loop)
+            await tg.start(self.claim_loop.run)
             task_status.started()
             await self._stopping.wait()
             await self._drain(tg)
@@ -204,12 +206,11 @@ class Triggerer:
     def shutdown(self) -> None:
         """Begin a graceful stop: no more claims, stop triggers, flush, release rows."""
         self._stopping.set()
-        self._wake.set()
+        self.claim_loop.stop()
 
     def nudge(self) -> None:
         """Claim now: new trigger rows were written in this process (e.g. a task deferred)."""
-        self._nudged = True
-        self._wake.set()
+        self.claim_loop.nudge()
 
     def metrics_reading(self, *, with_groups: bool = True) -> TriggererReading:
         """This triggerer's counters now (``with_groups=False``: off the loop thread)."""
@@ -275,122 +276,32 @@ class Triggerer:
                 )
 
     async def _finish(self) -> None:
-        if self.job_id is None:
-            return
-        job_id = self.job_id
+        """Release this triggerer's trigger rows and stream snapshots, and end its job, in
+        one transaction."""
 
-        def release(session: Session) -> int:
+        def release(session: Session, job_id: int) -> int:
             count = trigger_rows.release_triggers(session, triggerer_id=job_id)
             streams.delete_stream_snapshots(session, triggerer_id=job_id)
-            jobs.end_job(session, job_id, state=JobState.SUCCESS)
             return count
 
-        with anyio.move_on_after(10):
-            released = await self._db.run(release)
+        released = await self._job.end(release)
+        if released is not None:
             logger.info(
                 "Triggerer stopped, released %d trigger row(s)",
                 released,
-                extra={"action": "triggerer_stopped", "job_id": job_id},
+                extra={"action": "triggerer_stopped", "job_id": self.job_id},
             )
 
-    # --- loops --------------------------------------------------------------------------
-
-    async def _claim_loop(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        first, backoff = True, Backoff(self.settings.new_trigger_poll_s)
-        probe, probed = True, False
-        while True:
-            retry_in = None
-            claims_before = self._claims
-            try:
-                more = await self.sync_once()
-            except SluiceError as exc:
-                retry_in, more = backoff.failed(), False
-                logger.warning(
-                    "Claim loop failed (%d in a row), retrying in %.2fs: %s",
-                    backoff.failures,
-                    retry_in,
-                    exc,
-                    extra={"action": "claim", "failures": backoff.failures},
-                )
-            else:
-                if failures := backoff.succeeded():
-                    logger.info(
-                        "Claim loop works again after %d failure(s)",
-                        failures,
-                        extra={"action": "claim_recovered"},
-                    )
-            if first:
-                task_status.started()
-                first = False
-            if retry_in is not None:
-                await self._wait_for_retry(retry_in)
-                self._reset_wake()
-            elif not more:
-                # A probe that found rows this round did not take (a group another triggerer
-                # will take) is not repeated before the next full round: no busy loop.
-                claimed = self._claims > claims_before
-                probe = not (probed and not claimed)
-                if claimed:
-                    # Rows of a burst may still be arriving (written in several commits):
-                    # probe again at once rather than after a poll interval.
-                    self._wake.set()
-                probed = await self._wait_for_work(probe=probe)
-                self._reset_wake()
-            if self._stopping.is_set():
-                return
-
-    async def _wait_for_work(self, *, probe: bool = True) -> bool:
-        """Until the next full round (``claim_idle_interval_s``), a nudge from this process,
-        or a new unassigned row this triggerer would take: with capacity to spare, another
-        process deferred a task or added a watcher; even when full, a watcher joins a group
-        this triggerer holds. That check is one indexed probe, run at once when the
-        ``RowsSignal`` says another process wrote rows (PostgreSQL NOTIFY, a SQLite
-        commit), and every ``new_trigger_poll_s`` in any case; so a new trigger starts
-        without waiting for a poll, and without a full round (ownership checksum, dead
-        triggerers, timeouts) more often than once per idle interval. True when the probe
-        ended the wait."""
-        s, job_id = self.settings, self.job_id
+    async def _has_claimable(self) -> bool:
+        """Whether an unassigned row waits that a round would take (one indexed probe): any
+        row while there is room, else only one of a group this triggerer holds."""
+        job_id = self.job_id
         assert job_id is not None
-        with anyio.move_on_after(s.claim_idle_interval_s):
-            while True:
-                with anyio.move_on_after(s.new_trigger_poll_s):
-                    await self._wake.wait()
-                if self._wake.is_set():
-                    if self._nudged or self._stopping.is_set():
-                        return False
-                    self._wake = anyio.Event()  # a signal: probe, and coalesce those after
-                has_room = len(self.runner) < s.capacity
-                if not probe or (not has_room and not self._holds_groups):
-                    continue  # nothing to take: full, and no group of its own to join
-                query = partial(
-                    store_claims.has_claimable_triggers, triggerer_id=job_id, has_room=has_room
-                )
-                try:
-                    if await self._db.read(query):
-                        return True
-                except SluiceError:
-                    return False  # the full round reports it
-        return False
-
-    async def _wait_for_retry(self, retry_in_s: float) -> None:
-        """After a failed round: until the retry, a nudge or a shutdown (new-rows signals,
-        e.g. this process's own SQLite commits, do not shorten a backoff)."""
-        with anyio.move_on_after(retry_in_s):
-            while not (self._nudged or self._stopping.is_set()):
-                await self._wake.wait()
-                if not (self._nudged or self._stopping.is_set()):
-                    self._wake = anyio.Event()
-
-    def _signal_new_rows(self) -> None:
-        """``RowsSignal``'s callback: probe now (unlike ``nudge``, not a full round)."""
-        self._wake.set()
-
-    def _reset_wake(self) -> None:
-        """Before a round: wakes from now on ask for the next one."""
-        self._wake = anyio.Event()
-        self._nudged = False
+        has_room = len(self.runner) < self.settings.capacity
+        if not has_room and not self._holds_groups:
+            return False  # nothing to take: full, and no group of its own to join
+        query = partial(store_claims.has_claimable_triggers, triggerer_id=job_id, has_room=has_room)
+        return await self._db.read(query)
 
     # --- one sync: stop what is no longer ours, claim, start ---------------------------
 

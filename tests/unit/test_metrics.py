@@ -368,6 +368,9 @@ class HeldTaskSupervisor:
     async def execute(self, job_id: int, ti_id: int) -> None:
         await self.release.wait()
 
+    async def stop_changed_forever(self, job_id: int) -> None:
+        await anyio.sleep_forever()
+
     def interrupt_all(self) -> None:
         pass
 

@@ -44,7 +44,7 @@ GROUP_CLAIM_LOCK_KEY: Final = 0x51_C1A1
 #: The PostgreSQL channel notified (by migration 0018's row triggers) at the commit of a
 #: transaction that inserted trigger rows or left rows unassigned.
 NEW_TRIGGER_ROWS_CHANNEL: Final = "sluice_trigger_rows"
-#: Run on a connection of its own in autocommit mode (``engine.db.wakeup``).
+#: Run on a connection of its own in autocommit mode (``engine.db.listen``).
 LISTEN_NEW_TRIGGER_ROWS: Final = f"LISTEN {NEW_TRIGGER_ROWS_CHANNEL}"
 
 

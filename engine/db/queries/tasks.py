@@ -43,7 +43,7 @@ EXECUTOR_JOB: Final = "executor"
 #: The PostgreSQL channel notified (by migration 0019's row triggers) at the commit of a
 #: transaction that made task instances ``scheduled``.
 SCHEDULED_TASKS_CHANNEL: Final = "sluice_scheduled_tasks"
-#: Run on a connection of its own in autocommit mode (``engine.db.wakeup``).
+#: Run on a connection of its own in autocommit mode (``engine.db.listen``).
 LISTEN_SCHEDULED_TASKS: Final = f"LISTEN {SCHEDULED_TASKS_CHANNEL}"
 
 

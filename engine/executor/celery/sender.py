@@ -32,18 +32,17 @@ import anyio
 import anyio.to_thread
 
 from engine.db import models
-from engine.db.heartbeat import heartbeat_forever
 from engine.db.queries import celery as celery_sql
-from engine.db.queries import jobs, tasks
+from engine.db.queries import tasks
 from engine.exceptions import DatabaseError
 from engine.executor import admission
 from engine.executor.callbacks import CallbackRunner
 from engine.executor.celery.app import RUN_TRY_TASK, celery_app
 from engine.executor.settings import ExecutorStats
 from engine.executor.task_process import task_environment
+from engine.jobs.service import FINAL_WRITE_TIMEOUT_S, JobService
 from engine.metrics.readings import ExecutorReading, QueueReading
 from engine.retry import Backoff
-from engine.states import JobState
 
 if TYPE_CHECKING:
     from anyio.abc import TaskStatus
@@ -56,7 +55,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-FINAL_WRITE_TIMEOUT_S: Final = 10.0
 #: how often the sender looks for tries queued past ``task_queued_timeout`` (at most)
 RESEND_CHECK_MAX_S: Final = 30.0
 
@@ -123,45 +121,43 @@ class CelerySender:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         self._app = celery_app(self.celery)
-        job_id = await self._db.run(
-            partial(jobs.start_job, job_type=tasks.EXECUTOR_JOB, capacity=self.settings.parallelism)
-        )
-        self.job_id = job_id
-        logger.info(
-            "Celery executor started job_id=%s broker=%s default_queue=%s",
-            job_id,
-            self._app.connection_for_write().as_uri(),  # without the password
-            self.celery.default_queue,
-            extra={"action": "celery_sender_started", "job_id": job_id},
+        job = JobService(
+            self._db,
+            job_type=tasks.EXECUTOR_JOB,
+            part="Celery executor",
+            heartbeat_s=self.settings.heartbeat_s,
+            capacity=self.settings.parallelism,
         )
         try:
-            async with anyio.create_task_group() as outer:
-                outer.start_soon(
-                    partial(
-                        heartbeat_forever,
-                        self._db,
-                        job_id,
-                        interval_s=self.settings.heartbeat_s,
-                        part="Celery executor",
-                    )
+            async with job.running() as job_id:
+                self.job_id = job_id
+                logger.info(
+                    "Celery executor started job_id=%s broker=%s default_queue=%s",
+                    job_id,
+                    self._app.connection_for_write().as_uri(),  # without the password
+                    self.celery.default_queue,
+                    extra={"action": "celery_sender_started", "job_id": job_id},
                 )
-                callbacks = CallbackRunner(
-                    db=self._db,
-                    cipher=self._cipher,
-                    settings=self.settings,
-                    environment=task_environment(os.environ, self.settings.secrets),
-                )
-                outer.start_soon(callbacks.run, job_id)
-                outer.start_soon(self._resend_loop, job_id)
-                outer.start_soon(self._count_queues)
-                task_status.started()
-                await self._claim_loop(job_id)
-                outer.cancel_scope.cancel()
+                await self._serve(job_id, task_status)
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
-                await self._db.run(lambda s: jobs.end_job(s, job_id, state=JobState.SUCCESS))
                 await anyio.to_thread.run_sync(self._app.close)
             logger.info("Celery executor stopped", extra={"action": "celery_sender_stopped"})
+
+    async def _serve(self, job_id: int, task_status: TaskStatus[None]) -> None:
+        async with anyio.create_task_group() as outer:
+            callbacks = CallbackRunner(
+                db=self._db,
+                cipher=self._cipher,
+                settings=self.settings,
+                environment=task_environment(os.environ, self.settings.secrets),
+            )
+            outer.start_soon(callbacks.run, job_id)
+            outer.start_soon(self._resend_loop, job_id)
+            outer.start_soon(self._count_queues)
+            task_status.started()
+            await self._claim_loop(job_id)
+            outer.cancel_scope.cancel()
 
     # --- claiming and sending -----------------------------------------------------------
 

@@ -25,7 +25,7 @@ import os
 import signal
 from concurrent.futures import CancelledError, Future
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.from_thread
@@ -33,18 +33,16 @@ import anyio.from_thread
 from engine.crypto import KwargsCipher
 from engine.db import models
 from engine.db.database import Database
-from engine.db.heartbeat import heartbeat_forever
 from engine.db.queries import celery as celery_sql
 from engine.db.queries import jobs, tasks
 from engine.db.schema import check_schema
-from engine.exceptions import DatabaseError
 from engine.executor.celery.app import RUN_TRY_TASK, celery_app
 from engine.executor.recording import run_retrying
 from engine.executor.settings import ExecutorSettings, ExecutorStats
 from engine.executor.task_process import task_environment
 from engine.executor.task_supervisor import TaskSupervisor
 from engine.executor.warm_process import WarmRunner
-from engine.states import JobState
+from engine.jobs.service import FINAL_WRITE_TIMEOUT_S, JobService
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -55,8 +53,6 @@ if TYPE_CHECKING:
     from engine.config import Config
 
 logger = logging.getLogger(__name__)
-
-FINAL_WRITE_TIMEOUT_S: Final = 10.0
 
 
 class WorkerRuntime:
@@ -72,6 +68,12 @@ class WorkerRuntime:
         self._db = Database(config.core.sql_alchemy_conn)
         self._cipher = KwargsCipher.from_config(config.core.fernet_key, config.home)
         self.stats = ExecutorStats()
+        self._job = JobService(
+            self._db,
+            job_type=tasks.EXECUTOR_JOB,
+            part="Celery worker",
+            heartbeat_s=self.settings.heartbeat_s,
+        )
         self.job_id: int | None = None
         self.running: set[int] = set()
         self._try_ended: anyio.Event | None = None  # set as a try ends (while stopping)
@@ -108,7 +110,7 @@ class WorkerRuntime:
                 with contextlib.suppress(CancelledError):
                     self._background.result()
             if self._portal is not None and self.job_id is not None:
-                self._portal.call(self._end_job, self.job_id)
+                self._portal.call(self._end_job)
         finally:
             self._exits.close()
             self._db.dispose()
@@ -130,7 +132,7 @@ class WorkerRuntime:
             stats=self.stats,
             warm=self._warm,
         )
-        job_id = await self._db.run(self._register)
+        job_id = await self._job.start(self._register)
         logger.info(
             "Celery worker started job_id=%s queues=%s concurrency=%d",
             job_id,
@@ -171,43 +173,18 @@ class WorkerRuntime:
             self._try_ended = anyio.Event()
             await self._try_ended.wait()
 
-    async def _end_job(self, job_id: int) -> None:
-        with anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
-            await self._db.run(lambda s: jobs.end_job(s, job_id, state=JobState.SUCCESS))
+    async def _end_job(self) -> None:
+        await self._job.end()
         logger.info("Celery worker stopped", extra={"action": "celery_worker_stopped"})
 
     async def _keep_alive(self, job_id: int) -> None:
         """The warm runner, the heartbeat and the operator-change watch, until ``stop``."""
+        assert self._supervisor is not None
         async with anyio.create_task_group() as tg:
             if self._warm is not None:  # until it is ready, tries start cold interpreters
                 tg.start_soon(self._warm.run)
-            tg.start_soon(
-                partial(
-                    heartbeat_forever,
-                    self._db,
-                    job_id,
-                    interval_s=self.settings.heartbeat_s,
-                    part="Celery worker",
-                )
-            )
-            tg.start_soon(self._watch_external_changes, job_id)
-
-    async def _watch_external_changes(self, job_id: int) -> None:
-        """Every ``heartbeat_s``, stop the tries an operator action took out of ``running``
-        (cleared, marked, run cancelled), as the local executor does."""
-        assert self._supervisor is not None
-        while True:
-            await anyio.sleep(self.settings.heartbeat_s)
-            if not self._supervisor.processes:
-                continue
-            try:
-                await self._supervisor.stop_changed(job_id)
-            except DatabaseError as exc:  # the next round tries again
-                logger.warning(
-                    "Checking running tasks for external state changes failed: %s",
-                    exc,
-                    extra={"action": "external_check_failed"},
-                )
+            tg.start_soon(self._job.keep_alive)
+            tg.start_soon(self._supervisor.stop_changed_forever, job_id)
 
     async def _run_try(self, ti_id: int, sender_job_id: int) -> str:
         assert self._supervisor is not None and self.job_id is not None

@@ -4,16 +4,16 @@ heartbeat is logged and retried, never fatal.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
+
+import anyio
+
+from engine.db.queries import jobs
+from engine.exceptions import DatabaseError
 
 if TYPE_CHECKING:
     from engine.db.database import Database
-
-import logging
-
-import anyio.to_thread
-
-from engine.exceptions import DatabaseError
 
 logger = logging.getLogger(__name__)
 
@@ -25,8 +25,6 @@ async def heartbeat_forever(db: Database, job_id: int, *, interval_s: float, par
     ``running`` (ended by an operator, or considered dead) is reported: others may take
     over this part's work.
     """
-    from engine.db.queries import jobs
-
     while True:
         await anyio.sleep(interval_s)
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import anyio
 import anyio.lowlevel
 
-from engine.db.wakeup import SignalGap
+from engine.jobs.wakeup import SignalGap
 
 
 class GapClock:

@@ -30,16 +30,17 @@ A signal lost while the listener reconnects costs at most a poll interval: the p
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import anyio
-from sqlalchemy.engine import make_url
 
+from engine.db.listen import can_listen, listening, sqlite_file
+from engine.exceptions import DatabaseUnavailable
 from engine.retry import Backoff
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+    from pathlib import Path
 
     from anyio.abc import TaskStatus
 
@@ -51,15 +52,6 @@ logger = logging.getLogger(__name__)
 
 RECONNECT_BASE_S: Final = 1.0
 SQLITE_SIGNAL_GAP_S: Final = 0.05  # at most one signal per gap from SQLite's WAL (see above)
-#: libpq parameters of the LISTEN connection unless its URL sets them: a bounded connect, and
-#: a dead peer noticed within about a minute.
-LISTEN_CONNECTION_PARAMS: Final = {
-    "connect_timeout": 10,
-    "keepalives": 1,
-    "keepalives_idle": 30,
-    "keepalives_interval": 10,
-    "keepalives_count": 3,
-}
 
 
 class RowsSignal:
@@ -75,11 +67,7 @@ class RowsSignal:
         self._what = what
         self.source = _source_of(db)  # "postgresql", "sqlite-wal" or None (poll only)
         # The SQLite database file (its directory is watched); None on PostgreSQL.
-        self._file = (
-            Path(str(make_url(db.url).database)).expanduser().absolute()
-            if self.source == "sqlite-wal"
-            else None
-        )
+        self._file = sqlite_file(db) if self.source == "sqlite-wal" else None
 
     def __repr__(self) -> str:
         return f"<RowsSignal {self._what}: {self.source or 'poll only'}>"
@@ -97,26 +85,18 @@ class RowsSignal:
     # -- PostgreSQL ----------------------------------------------------------------------
 
     async def _listen_postgres(self, task_status: TaskStatus[None]) -> None:
-        import psycopg  # the driver of every PostgreSQL URL this project accepts
-
-        _args, kwargs = self._db.engine.dialect.create_connect_args(self._db.engine.url)
-        # A connection that only listens sends nothing: without TCP keepalives one that died
-        # silently (a failover, a NAT timeout) would never raise, and wake-ups would stop.
-        for key, value in LISTEN_CONNECTION_PARAMS.items():
-            kwargs.setdefault(key, value)
         backoff, started = Backoff(RECONNECT_BASE_S), False
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(**kwargs, autocommit=True) as conn:
-                    await conn.execute(self._listen)
+                async with listening(self._db, self._listen) as notifications:
                     backoff.succeeded()
                     self._on_signal()  # rows written while it was not listening
                     if not started:
                         task_status.started()
                         started = True
-                    async for _notify in conn.notifies():
+                    async for _notify in notifications:
                         self._on_signal()
-            except psycopg.Error as exc:
+            except DatabaseUnavailable as exc:
                 retry_in = backoff.failed()
                 logger.warning(
                     "Cannot listen for %s (%s); polling meanwhile, retrying in %.1fs",
@@ -203,13 +183,10 @@ def _cannot_watch(folder: Path, what: str, exc: OSError, task_status: TaskStatus
 
 
 def _source_of(db: Database) -> str | None:
-    if db.engine.dialect.name == "postgresql":
-        return "postgresql" if db.engine.dialect.driver == "psycopg" else None
-    if db.is_sqlite:
-        database = make_url(db.url).database
-        if not database or database == ":memory:" or database.startswith("file:"):
-            return None
-        return "sqlite-wal" if _has_inotify() else None
+    if can_listen(db):
+        return "postgresql"
+    if sqlite_file(db) is not None and _has_inotify():
+        return "sqlite-wal"
     return None
 
 

@@ -1,0 +1,92 @@
+"""The PostgreSQL wake-up listener: it hears a notification, and a listener cancelled while
+it waits, or while its ``LISTEN`` runs, closes its connection (none is left open for the
+garbage collector to warn about)."""
+
+from __future__ import annotations
+
+import gc
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import psycopg
+import pytest
+from sqlalchemy import text
+
+from engine.db.database import Database
+from engine.db.listen import listening
+from engine.db.queries.claims import LISTEN_NEW_TRIGGER_ROWS, NEW_TRIGGER_ROWS_CHANNEL
+from engine.jobs.wakeup import RowsSignal
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+
+
+@pytest.fixture
+def db(migrated_pg_url: str) -> Iterator[Database]:
+    database = Database(migrated_pg_url)
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+def opened(monkeypatch: pytest.MonkeyPatch) -> list[psycopg.AsyncConnection[Any]]:
+    """Every connection the listener opens."""
+    connections: list[psycopg.AsyncConnection[Any]] = []
+    connect = psycopg.AsyncConnection.connect
+
+    async def recording(*args: Any, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
+        connection = await connect(*args, **kwargs)
+        connections.append(connection)
+        return connection
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "connect", recording)
+    return connections
+
+
+def _no_resource_warning(caught: list[warnings.WarningMessage]) -> bool:
+    return not [w for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+async def test_a_listener_cancelled_while_it_waits_closes_its_connection(
+    db: Database, opened: list[psycopg.AsyncConnection[Any]]
+) -> None:
+    heard = anyio.Event()
+
+    def on_signal() -> None:
+        heard.set()
+
+    signal = RowsSignal(db, on_signal, listen=LISTEN_NEW_TRIGGER_ROWS, what="new trigger rows")
+    assert signal.source == "postgresql"
+    notify = text(f"NOTIFY {NEW_TRIGGER_ROWS_CHANNEL}")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                await tg.start(signal.run)
+                assert heard.is_set()  # once listening: rows written before it listened
+                heard = anyio.Event()
+                await anyio.to_thread.run_sync(db.call, lambda s: s.execute(notify))
+                await heard.wait()
+                (connection,) = opened
+                assert not connection.closed
+                tg.cancel_scope.cancel()
+        assert connection.closed
+        gc.collect()
+    assert _no_resource_warning(caught)
+
+
+async def test_a_listener_cancelled_while_its_statement_runs_closes_its_connection(
+    db: Database, opened: list[psycopg.AsyncConnection[Any]]
+) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with anyio.move_on_after(0.5):
+            async with listening(db, "SELECT pg_sleep(30)"):
+                pytest.fail("the statement ended before the cancellation")
+        (connection,) = opened
+        assert connection.closed
+        gc.collect()
+    assert _no_resource_warning(caught)
