@@ -59,13 +59,12 @@ from engine.db.queries import tasks
 from engine.exceptions import DatabaseError
 from engine.executor import admission
 from engine.executor.callbacks import CallbackRunner
-from engine.executor.settings import ExecutorSettings, ExecutorStats
+from engine.executor.claiming import ClaimingExecutor, hostname
 from engine.executor.task_process import task_environment
 from engine.executor.task_supervisor import TaskSupervisor
 from engine.executor.warm_process import WarmRunner
 from engine.jobs.service import JobService
 from engine.jobs.wakeup import RowsSignal
-from engine.metrics.readings import ExecutorReading
 from engine.retry import Backoff
 
 if TYPE_CHECKING:
@@ -76,12 +75,15 @@ if TYPE_CHECKING:
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
     from engine.executor.outcomes import Decision
+    from engine.executor.settings import ExecutorSettings
+    from engine.metrics.readings import ExecutorReading
 
 logger = logging.getLogger(__name__)
 
 
-class LocalExecutor:
-    """Runs task instances in child processes on this machine, ``parallelism`` at a time."""
+class LocalExecutor(ClaimingExecutor):
+    """Runs task instances in child processes on this machine, ``parallelism`` at a time;
+    at ``shutdown`` running tasks get ``shutdown_grace_s`` to finish."""
 
     def __init__(
         self,
@@ -92,23 +94,16 @@ class LocalExecutor:
         on_outcome: Callable[[Decision], None] | None = None,
         watch_commits: bool = True,
     ) -> None:
-        self._db = db
+        super().__init__(db=db, cipher=cipher, settings=settings)
         self._on_outcome = on_outcome
         #: on SQLite, look for scheduled tasks at every commit (``engine.jobs.wakeup``); off
         #: when this process's scheduler and triggerer, which schedule them, wake it anyway
         self._watch_commits = watch_commits
         self._claim_backoff = Backoff(settings.poll_interval_s)
-        self._pool_warnings = admission.PoolWarnings()
-        self._cipher = cipher
-        self.settings = settings
-        self.job_id: int | None = None
-        self.stats = ExecutorStats()
         self._supervisor: TaskSupervisor | None = None
         #: the pre-imported process task steps are forked from (``warm_process``)
         self.warm_runner: WarmRunner | None = None
         self._active: set[int] = set()  # claimed task instances (slots in use)
-        self._stopping = anyio.Event()
-        self._changed = anyio.Event()  # look for scheduled task instances now
         self._slot_freed = anyio.Event()
         #: the last claim filled every free slot: a slot freed now may let a waiting task in
         self._saturated = False
@@ -127,28 +122,12 @@ class LocalExecutor:
         )
 
     def metrics_reading(self) -> ExecutorReading:
-        return ExecutorReading(
-            job_id=self.job_id,
-            slots_used=self.running,
-            slots_total=self.settings.parallelism,
-            claimed=self.stats.claimed,
-            outcomes=tuple(sorted(self.stats.outcomes.items())),
-        )
+        return self._reading(self.running)
 
     @property
     def running(self) -> int:
         """Slots in use: task instances claimed and not finished yet."""
         return len(self._active)
-
-    def nudge(self) -> None:
-        """Look for scheduled task instances now rather than at the next poll."""
-        self._changed.set()
-        self._changed = anyio.Event()
-
-    def shutdown(self) -> None:
-        """Stop claiming; running tasks get ``shutdown_grace_s`` to finish."""
-        self._stopping.set()
-        self.nudge()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         settings = self.settings
@@ -164,7 +143,7 @@ class LocalExecutor:
             db=self._db,
             cipher=self._cipher,
             settings=settings,
-            hostname=await anyio.to_thread.run_sync(_hostname),
+            hostname=await anyio.to_thread.run_sync(hostname),
             stats=self.stats,
             on_outcome=self._on_outcome,
             warm=self.warm_runner,
@@ -345,9 +324,3 @@ class LocalExecutor:
             # lock (on SQLite, from the triggerer taking this step's deferral, say).
             if self._saturated or self._stopping.is_set():
                 self.nudge()
-
-
-def _hostname() -> str:
-    import socket
-
-    return socket.getfqdn()

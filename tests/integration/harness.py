@@ -19,7 +19,8 @@ from engine.dag_processing.parsing import FileParseResult, parse_file
 from engine.dag_processing.processor import DagProcessor, DagProcessorSettings, list_dag_files
 from engine.dag_processing.sync import SyncReport, sync_parse_results
 from engine.db.database import Database
-from engine.executor.local import ExecutorSettings, LocalExecutor
+from engine.executor.local import LocalExecutor
+from engine.executor.settings import ExecutorSettings
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

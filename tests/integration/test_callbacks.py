@@ -22,7 +22,7 @@ from engine.db import models
 from engine.db.models import DagRun, TaskInstance
 from engine.db.queries import callbacks, connections, runs
 from engine.executor.callbacks import dag_callback_log
-from engine.executor.local import ExecutorSettings, LocalExecutor
+from engine.executor.local import LocalExecutor
 from engine.executor.task_logs import read_task_log
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
 from engine.states import TaskState
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from engine.db.database import Database
+    from engine.executor.settings import ExecutorSettings
 
 pytestmark = pytest.mark.integration
 

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
-    from engine.executor.local import ExecutorSettings, LocalExecutor
+    from engine.executor.local import LocalExecutor
+    from engine.executor.settings import ExecutorSettings
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ from engine.db.models import Dag, DagTask, Job, TaskInstance, Trigger
 from engine.db.queries import callbacks, deferrals, jobs, runs
 from engine.execution.protocol import EXIT_PARENT_GONE, TaskSpec
 from engine.executor import admission
-from engine.executor.local import ExecutorSettings, LocalExecutor
+from engine.executor.local import LocalExecutor
 from engine.executor.task_logs import TaskLogNotFoundError, log_path, read_task_log
 from engine.executor.task_specs import build_context
 from engine.scheduler import orphans
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
     from engine.crypto import KwargsCipher
     from engine.dag_processing.processor import DagProcessor
+    from engine.executor.settings import ExecutorSettings
 
 pytestmark = pytest.mark.integration
 

@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 
     from engine.config import Config
     from engine.db.database import Database
-    from engine.executor.local import ExecutorSettings, LocalExecutor
+    from engine.executor.local import LocalExecutor
+    from engine.executor.settings import ExecutorSettings
 
 pytestmark = pytest.mark.integration
 

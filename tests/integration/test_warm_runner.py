@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
-    from engine.executor.local import ExecutorSettings, LocalExecutor
+    from engine.executor.local import LocalExecutor
+    from engine.executor.settings import ExecutorSettings
     from engine.executor.warm_process import WarmRunner
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,8 @@ from engine.db.database import Database
 from engine.db.models import Asset, Dag, DagScheduleAsset, DagTask
 from engine.db.queries import assets
 from engine.executor import local as executor_module
-from engine.executor.local import ExecutorSettings, LocalExecutor
+from engine.executor.local import LocalExecutor
+from engine.executor.settings import ExecutorSettings
 from engine.metrics import (
     Buckets,
     EngineCollector,

@@ -38,7 +38,7 @@ from engine.exceptions import DatabaseError
 from engine.executor import admission
 from engine.executor.callbacks import CallbackRunner
 from engine.executor.celery.app import RUN_TRY_TASK, celery_app
-from engine.executor.settings import ExecutorStats
+from engine.executor.claiming import ClaimingExecutor
 from engine.executor.task_process import task_environment
 from engine.jobs.service import FINAL_WRITE_TIMEOUT_S, JobService
 from engine.metrics.readings import ExecutorReading, QueueReading
@@ -59,8 +59,9 @@ logger = logging.getLogger(__name__)
 RESEND_CHECK_MAX_S: Final = 30.0
 
 
-class CelerySender:
-    """Claims scheduled tries and publishes them to Celery, ``parallelism`` queued at most."""
+class CelerySender(ClaimingExecutor):
+    """Claims scheduled tries and publishes them to Celery, ``parallelism`` queued at most;
+    at ``shutdown`` what is queued stays for the workers."""
 
     def __init__(
         self,
@@ -70,24 +71,17 @@ class CelerySender:
         settings: ExecutorSettings,
         celery: CeleryConfig,
     ) -> None:
-        self._db = db
-        self._cipher = cipher
-        self.settings = settings
+        super().__init__(db=db, cipher=cipher, settings=settings)
         self.celery = celery
         self._backoff = Backoff(settings.poll_interval_s)
-        self._pool_warnings = admission.PoolWarnings()
         self._app: Celery | None = None
         self._publish_limiter = anyio.CapacityLimiter(1)  # one kombu producer at a time
-        self.job_id: int | None = None
-        self.stats = ExecutorStats()
         self.sent = 0
         self.resent = 0
         self.queued = 0  # tries queued under this sender at the last look
         self.sent_by_queue: Counter[str] = Counter()
         #: queue -> (queued, running) tries across the fleet, refreshed every heartbeat
         self._queue_counts: dict[str, tuple[int, int]] = {}
-        self._stopping = anyio.Event()
-        self._changed = anyio.Event()
 
     def __repr__(self) -> str:
         return (
@@ -97,27 +91,11 @@ class CelerySender:
         )
 
     def metrics_reading(self) -> ExecutorReading:
-        return ExecutorReading(
-            job_id=self.job_id,
-            slots_used=self.queued,
-            slots_total=self.settings.parallelism,
-            claimed=self.stats.claimed,
-            outcomes=tuple(sorted(self.stats.outcomes.items())),
-            queues=tuple(
-                QueueReading(name, *self._queue_counts.get(name, (0, 0)), self.sent_by_queue[name])
-                for name in sorted(set(self._queue_counts) | set(self.sent_by_queue))
-            ),
+        queues = tuple(
+            QueueReading(name, *self._queue_counts.get(name, (0, 0)), self.sent_by_queue[name])
+            for name in sorted(set(self._queue_counts) | set(self.sent_by_queue))
         )
-
-    def nudge(self) -> None:
-        """Look for scheduled task instances now rather than at the next poll."""
-        self._changed.set()
-        self._changed = anyio.Event()
-
-    def shutdown(self) -> None:
-        """Stop claiming; what is queued stays for the workers."""
-        self._stopping.set()
-        self.nudge()
+        return self._reading(self.queued, queues)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         self._app = celery_app(self.celery)

@@ -37,6 +37,7 @@ from engine.db.queries import celery as celery_sql
 from engine.db.queries import jobs, tasks
 from engine.db.schema import check_schema
 from engine.executor.celery.app import RUN_TRY_TASK, celery_app
+from engine.executor.claiming import hostname
 from engine.executor.recording import run_retrying
 from engine.executor.settings import ExecutorSettings, ExecutorStats
 from engine.executor.task_process import task_environment
@@ -128,7 +129,7 @@ class WorkerRuntime:
             db=self._db,
             cipher=self._cipher,
             settings=self.settings,
-            hostname=await anyio.to_thread.run_sync(_hostname),
+            hostname=await anyio.to_thread.run_sync(hostname),
             stats=self.stats,
             warm=self._warm,
         )
@@ -284,12 +285,6 @@ def run_worker(
         return int(getattr(worker, "exitcode", 0) or 0)
     finally:
         runtime.stop()
-
-
-def _hostname() -> str:
-    import socket
-
-    return socket.getfqdn()
 
 
 def _stop_when_heartbeat_ends(done: Future[None]) -> None:
