@@ -1,4 +1,4 @@
-"""Session fixtures for the real servers tests talk to (see ../shared/SERVICES.md).
+"""Session fixtures for the real servers tests talk to. docs/tests.md lists them.
 
 A server that cannot be started fails the run with a message saying what is missing; it is
 never silently skipped.

@@ -1,6 +1,6 @@
 """``python -m tests.moto_launcher -H 127.0.0.1 -p PORT``: moto's server, patched for speed.
 
-Stock moto's SQS backend slows down as a queue deepens (see ../shared/SERVICES.md): every
+Stock moto's SQS backend slows down as a queue deepens: every
 message ``ReceiveMessage`` returns re-reads all queue attributes (three scans of the queue)
 to check the retention period, and every visibility check goes through a slow naive-datetime
 helper. Its ``Queue.delete_message`` also rebuilds the message list without the queue's

@@ -1,6 +1,6 @@
 """The screenshots the browser tests take: listed at the end of the run (each test hands its
 own to its report, which also reaches the main process under pytest-xdist; the root
-conftest prints them), and the DAG list also saved for the README when asked.
+conftest prints them), and the DAG list also saved for the README (docs/ui-dag-list.png) when asked.
 
 ``SLUICE_DOCS_SCREENSHOTS=docs pytest tests/browser`` refreshes ``docs/ui-dag-list.png``.
 """

@@ -2,7 +2,8 @@
 
 Every part runs twice: two DAG processors, two schedulers, two executors, two triggerers.
 Tasks append ``start``/``defer``/``done`` lines (with their engine's pid) to one journal, so
-the test sees which process ran what and how often. The checks are the HA promises of the README:
+the test sees which process ran what and how often. The checks are the HA
+promises of docs/production.md:
 
 - every DAG run is created once: rounds of distinct flag files fired while both schedulers
   run make exactly one run per asset event (each event consumed by one run, no run without one),
