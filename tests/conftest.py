@@ -1,4 +1,4 @@
-"""Session fixtures for the real servers tests talk to. docs/tests.md lists them.
+"""Session fixtures for the real servers tests talk to (docs/tests.md: the servers).
 
 A server that cannot be started fails the run with a message saying what is missing; it is
 never silently skipped.

