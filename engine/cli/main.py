@@ -7,17 +7,23 @@ from importlib.metadata import version as dist_version
 
 import click
 
-from engine.cli.actions import runs_cancel, tasks_clear, tasks_set_state
+from engine.cli.assets import assets
 from engine.cli.celery import celery
 from engine.cli.config import config
-from engine.cli.connections import connections, variables
+from engine.cli.connections import connections
+from engine.cli.dags import dags
 from engine.cli.db import db
-from engine.cli.inspect import assets, dags, runs, tasks
-from engine.cli.ops import doctor_command, jobs, streams, triggers
+from engine.cli.doctor import doctor_command
+from engine.cli.jobs import jobs
 from engine.cli.pools import pools
 from engine.cli.processes import api_server, dag_processor, executor, run, scheduler, triggerer
-from engine.cli.users import tokens, users
-from engine.cli.why import dags_why
+from engine.cli.runs import runs
+from engine.cli.streams import streams
+from engine.cli.tasks import tasks
+from engine.cli.tokens import tokens
+from engine.cli.triggers import triggers
+from engine.cli.users import users
+from engine.cli.variables import variables
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -69,12 +75,6 @@ for _command in (
     doctor_command,
 ):
     cli.add_command(_command)
-
-# operator actions (engine.cli.actions) under their nouns
-tasks.add_command(tasks_clear)
-tasks.add_command(tasks_set_state)
-runs.add_command(runs_cancel)
-dags.add_command(dags_why)
 
 
 def main() -> None:
