@@ -1,8 +1,9 @@
 """The ``sluice`` command line, one module per noun as ``sluice --help`` groups them; the top
 of the house.
 
-- ``main``: the root group ``cli``, ``sluice version``, and ``main()`` (the console script);
-  it adds every other module's commands to the root group;
+- ``main``: the root group ``cli``, ``sluice version``, ``main()`` (the console script), and
+  ``COMMANDS``, where every other command lives (imported when it runs or ``--help`` lists
+  it);
 - ``processes``: ``run``, ``triggerer``, ``scheduler``, ``dag-processor``, ``executor``,
   ``api-server``; ``celery``: ``celery worker``;
 - ``config``: ``config show``;
