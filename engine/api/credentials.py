@@ -50,12 +50,6 @@ class CredentialError(SluiceError):
     """A username, role, password or duration that cannot be used; the message says why."""
 
 
-def check_role(role: str) -> str:
-    if role not in ROLES:
-        raise CredentialError(f"unknown role {role!r}: use one of {', '.join(reversed(ROLES))}")
-    return role
-
-
 def role_at_least(role: str, needed: str) -> bool:
     """Whether ``role`` may do what ``needed`` may (admin > op > viewer)."""
     return role in ROLES and ROLES.index(role) >= ROLES.index(needed)

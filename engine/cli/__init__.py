@@ -1,20 +1,27 @@
-"""The ``sluice`` command line, commands grouped by noun; the top of the house.
+"""The ``sluice`` command line, one module per noun as ``sluice --help`` groups them; the top
+of the house.
 
-- ``main``: the root group ``cli``, ``sluice version``, and ``main()`` (the console script);
-  it adds every other module's commands to the root group;
+- ``main``: the root group ``cli``, ``sluice version``, ``main()`` (the console script), and
+  ``COMMANDS``, where every other command lives (imported when it runs or ``--help`` lists
+  it);
 - ``processes``: ``run``, ``triggerer``, ``scheduler``, ``dag-processor``, ``executor``,
-  ``api-server``;
-- ``users``: ``users create|list|delete|set-password|set-role``, ``tokens create|list|revoke``;
+  ``api-server``; ``celery``: ``celery worker``;
 - ``config``: ``config show``;
-- ``db``: ``db migrate|check|reset|rotate-fernet-key``, and ``db clean`` from ``clean``;
-- ``inspect``: ``dags``, ``runs``, ``assets`` (incl. ``assets emit``), ``tasks``;
-- ``backfill``: ``dags backfill`` (added to the dags group by ``inspect``), plus the shared
-  date / JSON-object parsing and ``cli_actor``;
-- ``ops``: ``streams``, ``jobs``, ``triggers`` listings and ``doctor``;
-- ``actions``: operator actions ``tasks clear``, ``tasks set-state``, ``runs cancel`` (added
-  to the ``tasks`` and ``runs`` groups by ``main``);
+- ``db``: ``db migrate|check|reset|rotate-fernet-key|clean``; ``db_clean``: what ``db clean``
+  does (cut-offs, batches, counts, summary);
+- ``users``: ``users create|list|delete|set-password|set-role``; ``tokens``:
+  ``tokens create|list|revoke``;
+- ``dags``: ``dags list|errors|show|pause|unpause|trigger|why`` (``why_text``: the text form
+  of ``why``), and ``dags backfill`` from ``backfill``;
+- ``runs``: ``runs list|cancel``; ``tasks``: ``tasks logs|result|clear|set-state``;
+  ``assets``: ``assets list|events|emit``;
+- ``connections``, ``variables``, ``pools``: their ``add|set``, ``list``, ``get`` and
+  ``delete``;
+- ``streams``, ``jobs``, ``triggers``: their ``list``; ``doctor``: ``doctor``;
 - ``common``: what they share (config and database of the click context, failing with one
-  line, table or JSON output, the ``--json`` option); imports no other module here.
+  line, running a query, table or JSON output, the ``--json`` option, dates and JSON objects
+  typed on the command line, who is acting, the cipher of stored secrets); imports no other
+  module here.
 
 No module imports ``main``. May import every part of the engine, through its public modules.
 """

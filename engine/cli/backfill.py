@@ -1,6 +1,4 @@
-"""``sluice dags backfill``: the runs of a DAG's time schedule between two dates, plus what the
-other workflow commands share with it (dates typed on the command line, JSON objects, who
-is acting).
+"""``sluice dags backfill``: the runs of a DAG's time schedule between two dates.
 
 The logical dates come from the DAG's stored timetable; the runs are written in batches
 (``engine.scheduler.backfills``), each in its own transaction, so a killed command leaves
@@ -8,24 +6,29 @@ whole batches behind and the same command run again resumes without duplicates. 
 scheduler admits the runs, at most ``--max-active-runs`` at once, and completes the backfill
 when they have all ended.
 
-``engine.cli.inspect`` adds the command to the ``dags`` group.
+``engine.cli.dags`` adds the command to the ``dags`` group.
 """
 
 from __future__ import annotations
 
-import getpass
 import json
-import socket
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from engine.authoring.schedules import timetable_from_json
-from engine.authoring.timetables import TimeRestriction, Timetable, timezone_of, to_utc
-from engine.cli.common import fail, format_table, json_option, open_database, run_query
+from engine.authoring.timetables import TimeRestriction, Timetable, timezone_of
+from engine.cli.common import (
+    cli_actor,
+    fail,
+    format_table,
+    json_option,
+    open_database,
+    parse_date,
+    run_query,
+)
 from engine.db.models import utcnow
 from engine.db.queries import backfills
 from engine.exceptions import SluiceError
@@ -33,62 +36,12 @@ from engine.scheduler import backfills as backfill_rules
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from datetime import tzinfo
+    from datetime import datetime
 
     from sqlalchemy.orm import Session
 
     from engine.authoring.timetables import DagRunInfo
     from engine.db.database import Database
-
-
-def cli_actor() -> str:
-    """Who acts from this command line: ``cli:<user>@<host>`` (an event's ``created_by``)."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no login name and no passwd entry (some containers)
-        user = "unknown"
-    return f"cli:{user}@{socket.gethostname()}"
-
-
-def parse_json_object(text: str | None, option: str) -> dict[str, Any] | None:
-    """``text`` parsed as a JSON object (None when not given); anything else fails."""
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        fail(f"{option} is not JSON: {exc}")
-    if not isinstance(value, dict):
-        kind = _JSON_TYPES.get(type(value), type(value).__name__)
-        fail(f"{option} must be a JSON object ({{...}}), got {kind}: {text}")
-    return value
-
-
-#: what a JSON value is called in JSON's own terms (``null``, not ``NoneType``)
-_JSON_TYPES: Final[dict[type, str]] = {
-    list: "an array",
-    str: "a string",
-    int: "a number",
-    float: "a number",
-    bool: "a boolean",
-    type(None): "null",
-}
-
-
-def parse_date(text: str, *, timezone: tzinfo, option: str) -> datetime:
-    """An ISO date or datetime typed on the command line, as aware UTC; a naive one is in
-    ``timezone`` (the DAG's)."""
-    try:
-        value = datetime.fromisoformat(text.strip())
-    except ValueError:
-        fail(
-            f"{option} {text!r} is not an ISO date or datetime "
-            "(e.g. 2026-01-31, 2026-01-31T06:00, 2026-01-31T06:00:00+01:00)"
-        )
-    try:
-        return to_utc(value, timezone=timezone, where="the command line", name=option)
-    except ValueError as exc:  # DagDefinitionError: a bad timezone or value
-        fail(str(exc))
 
 
 def stored_timetable(dag_id: str, data: object) -> Timetable:

@@ -1,23 +1,34 @@
-"""What every command module shares: the configuration and database of the click context,
-the one-line failure, table or JSON output, and the ``--json`` option.
+"""What the command modules share: the configuration and database of the click context,
+the one-line failure, running a query (and failing on a refused one), table or JSON output,
+the ``--json`` option, dates and JSON objects typed on the command line, who is acting, and
+the cipher of stored secrets.
 
-Imports no other module of ``engine.cli``: every command module may import it.
+Imports no other module of ``engine.cli``: every command module may import it. What only
+some commands need (the database, the timetables, the cipher) is imported when first used,
+so that loading a command costs only what it runs.
 """
 
 from __future__ import annotations
 
+import getpass
 import json
+import socket
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 import click
 
 from engine.exceptions import OperatorActionError, SluiceError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
+    from datetime import tzinfo
+
+    from sqlalchemy.orm import Session
 
     from engine.config import Config
+    from engine.crypto import KwargsCipher
     from engine.db.database import Database
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -74,6 +85,94 @@ def run_query(ctx: click.Context, fn: Any, *, writes: bool = False) -> Any:
         )
     finally:
         db.dispose()
+
+
+def run_refusable(
+    ctx: click.Context,
+    fn: Callable[[Session], Any],
+    refused: type[SluiceError],
+    *,
+    writes: bool = False,
+) -> Any:
+    """``run_query``, where a ``refused`` error that ``fn`` raises (a user that exists
+    already, a value no key decrypts) ends the command with its own message, not a database
+    hint; the transaction ends normally first."""
+    problem: list[SluiceError] = []
+
+    def guarded(session: Session) -> Any:
+        try:
+            return fn(session)
+        except refused as exc:
+            problem.append(exc)
+            return None
+
+    result = run_query(ctx, guarded, writes=writes)
+    if problem:
+        fail(str(problem[0]))
+    return result
+
+
+def kwargs_cipher(ctx: click.Context) -> KwargsCipher:
+    """The cipher of stored secrets, from ``[core] fernet_key``; a bad key fails."""
+    from engine.crypto import KwargsCipher
+
+    cfg = get_config(ctx)
+    try:
+        return KwargsCipher.from_config(cfg.core.fernet_key, cfg.home)
+    except SluiceError as exc:
+        fail(str(exc))
+
+
+def cli_actor() -> str:
+    """Who acts from this command line: ``cli:<user>@<host>`` (an event's ``created_by``)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no login name and no passwd entry (some containers)
+        user = "unknown"
+    return f"cli:{user}@{socket.gethostname()}"
+
+
+def parse_json_object(text: str | None, option: str) -> dict[str, Any] | None:
+    """``text`` parsed as a JSON object (None when not given); anything else fails."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        fail(f"{option} is not JSON: {exc}")
+    if not isinstance(value, dict):
+        kind = _JSON_TYPES.get(type(value), type(value).__name__)
+        fail(f"{option} must be a JSON object ({{...}}), got {kind}: {text}")
+    return value
+
+
+#: what a JSON value is called in JSON's own terms (``null``, not ``NoneType``)
+_JSON_TYPES: Final[dict[type, str]] = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
+
+
+def parse_date(text: str, *, timezone: tzinfo, option: str) -> datetime:
+    """An ISO date or datetime typed on the command line, as aware UTC; a naive one is in
+    ``timezone`` (the DAG's)."""
+    from engine.authoring.timetables import to_utc
+
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        fail(
+            f"{option} {text!r} is not an ISO date or datetime "
+            "(e.g. 2026-01-31, 2026-01-31T06:00, 2026-01-31T06:00:00+01:00)"
+        )
+    try:
+        return to_utc(value, timezone=timezone, where="the command line", name=option)
+    except ValueError as exc:  # DagDefinitionError: a bad timezone or value
+        fail(str(exc))
 
 
 def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:

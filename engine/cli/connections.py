@@ -1,71 +1,31 @@
-"""``sluice connections add|list|get|delete`` and ``sluice variables set|get|list|delete``.
+"""``sluice connections add|list|get|delete``: the named connections tasks and triggers use.
 
 Secrets are never printed unless asked for: a connection's password shows as ``***`` and
 the values of sensitive extra keys (``password``, ``secret``, ``token``, ``api_key``, ...:
-``engine.authoring.connections.SENSITIVE_NAMES``) too; a variable whose key looks sensitive
-shows ``***`` in ``list`` and ``get``. ``--show-secret`` prints them in clear
-(``connections get``, ``variables get`` and ``variables list``: never by default). Values
-are stored encrypted with ``[core] fernet_key``.
+``engine.authoring.connections.SENSITIVE_NAMES``) too; ``connections get --show-secret``
+prints them in clear. Connections are stored encrypted with ``[core] fernet_key``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from engine.authoring.connections import (
-    MASK,
     Connection,
     InvalidConnectionError,
-    is_sensitive,
 )
-from engine.cli.common import emit, fail, get_config, json_option, run_query
+from engine.cli.common import emit, fail, json_option, kwargs_cipher, run_refusable
 from engine.db.queries import connections as store
-from engine.exceptions import DecryptionError, SluiceError
+from engine.exceptions import DecryptionError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from sqlalchemy.orm import Session
 
-    from engine.crypto import KwargsCipher
-
 CONNECTION_COLUMNS = ("conn_id", "conn_type", "host", "port", "schema", "login", "password")
-
-
-def _cipher(ctx: click.Context) -> KwargsCipher:
-    from engine.crypto import KwargsCipher
-
-    cfg = get_config(ctx)
-    try:
-        return KwargsCipher.from_config(cfg.core.fernet_key, cfg.home)
-    except SluiceError as exc:
-        fail(str(exc))
-
-
-def _run(ctx: click.Context, fn: Callable[[Session], Any], *, writes: bool = False) -> Any:
-    """``run_query``, where a value no key decrypts fails with its own error (it names the
-    connection or variable), not a database hint."""
-    problem: list[DecryptionError] = []
-
-    def guarded(session: Session) -> Any:
-        try:
-            return fn(session)
-        except DecryptionError as exc:
-            problem.append(exc)
-            return None
-
-    result = run_query(ctx, guarded, writes=writes)
-    if problem:
-        fail(str(problem[0]))
-    return result
-
-
-# --- connections ------------------------------------------------------------------------
 
 
 @click.group()
@@ -114,14 +74,14 @@ def connections_add(ctx: click.Context, /, conn_id: str, **options: Any) -> None
         conn = _from_options(conn_id, options)
     except InvalidConnectionError as exc:
         fail(str(exc))
-    cipher = _cipher(ctx)
+    cipher = kwargs_cipher(ctx)
 
     def add(session: Session) -> bool:
         if store.connection_exists(session, conn_id):
             return False
         return store.upsert_connection(session, cipher, conn_id, conn.to_dict())
 
-    if not _run(ctx, add, writes=True):
+    if not run_refusable(ctx, add, DecryptionError, writes=True):
         fail(f"a connection with conn_id {conn_id!r} already exists; delete it first")
     click.echo(f"added connection {conn_id}: {conn.masked_uri()}")
 
@@ -137,7 +97,9 @@ def _connection_row(conn: Connection, *, show_secret: bool) -> dict[str, Any]:
 @click.pass_context
 def connections_list(ctx: click.Context, as_json: bool) -> None:
     """Every connection, passwords and sensitive extra values as ***."""
-    found = _run(ctx, partial(store.list_connections, cipher=_cipher(ctx)))
+    found = run_refusable(
+        ctx, partial(store.list_connections, cipher=kwargs_cipher(ctx)), DecryptionError
+    )
     rows = [_connection_row(Connection.from_dict(i, f), show_secret=False) for i, f in found]
     emit(rows, (*CONNECTION_COLUMNS, "extra", "description"), as_json)
 
@@ -156,7 +118,11 @@ def connections_get(ctx: click.Context, conn_id: str, as_json: bool, show_secret
     except InvalidConnectionError as exc:
         fail(str(exc))
     if conn is None:
-        fields = _run(ctx, partial(store.get_connection, cipher=_cipher(ctx), conn_id=conn_id))
+        fields = run_refusable(
+            ctx,
+            partial(store.get_connection, cipher=kwargs_cipher(ctx), conn_id=conn_id),
+            DecryptionError,
+        )
         if fields is None:
             fail(f"no connection with conn_id {conn_id!r}")
         conn = Connection.from_dict(conn_id, fields)
@@ -176,92 +142,8 @@ def connections_get(ctx: click.Context, conn_id: str, as_json: bool, show_secret
 @click.pass_context
 def connections_delete(ctx: click.Context, conn_id: str) -> None:
     """Delete connection CONN_ID."""
-    if not _run(ctx, partial(store.delete_connection, conn_id=conn_id), writes=True):
+    if not run_refusable(
+        ctx, partial(store.delete_connection, conn_id=conn_id), DecryptionError, writes=True
+    ):
         fail(f"no connection with conn_id {conn_id!r}")
     click.echo(f"deleted connection {conn_id}")
-
-
-# --- variables --------------------------------------------------------------------------
-
-
-@click.group()
-def variables() -> None:
-    """Named values tasks read with Variable.get and templates with {{ var.value.key }}."""
-
-
-@variables.command("set")
-@click.argument("key")
-@click.argument("value")
-@click.option("--description")
-@click.option("--json", "as_json", is_flag=True, help="VALUE is JSON: check and store it.")
-@click.pass_context
-def variables_set(
-    ctx: click.Context, key: str, value: str, description: str | None, as_json: bool
-) -> None:
-    """Create or replace variable KEY."""
-    if as_json:
-        try:
-            value = json.dumps(json.loads(value), indent=2)
-        except ValueError as exc:
-            fail(f"variable {key!r}: --json given but the value is not JSON: {exc}")
-    query = partial(
-        store.set_variable, cipher=_cipher(ctx), key=key, value=value, description=description
-    )
-    created = _run(ctx, query, writes=True)
-    click.echo(f"{'created' if created else 'updated'} variable {key}")
-
-
-def _shown(key: str, value: str | None, *, show_secret: bool) -> str | None:
-    return MASK if value and is_sensitive(key) and not show_secret else value
-
-
-@variables.command("get")
-@click.argument("key")
-@click.option("--default", "default", help="Print this when KEY is not set (else exit 1).")
-@click.option("--json", "as_json", is_flag=True, help="Print the value as parsed JSON.")
-@click.option("--show-secret", is_flag=True, help="Print a sensitive variable in clear.")
-@click.pass_context
-def variables_get(
-    ctx: click.Context, key: str, default: str | None, as_json: bool, show_secret: bool
-) -> None:
-    """Print variable KEY (``***`` for a sensitive key unless --show-secret)."""
-    from engine.authoring.connections import var_env_name
-
-    value = os.environ.get(var_env_name(key))
-    if value is None:
-        value = _run(ctx, partial(store.get_variable, cipher=_cipher(ctx), key=key))
-    if value is None:
-        if default is None:
-            fail(f"variable {key!r} does not exist")
-        value = default
-    shown = _shown(key, value, show_secret=show_secret)
-    if as_json and shown != MASK:
-        try:
-            shown = json.dumps(json.loads(value), indent=2)
-        except ValueError as exc:
-            fail(f"variable {key!r} does not hold JSON: {exc}")
-    click.echo(shown)
-
-
-@variables.command("list")
-@json_option
-@click.option("--show-secret", is_flag=True, help="Print sensitive variables in clear.")
-@click.pass_context
-def variables_list(ctx: click.Context, as_json: bool, show_secret: bool) -> None:
-    """Every variable (sensitive ones as ***)."""
-    found = _run(ctx, partial(store.list_variables, cipher=_cipher(ctx)))
-    rows = [
-        {"key": k, "value": _shown(k, v, show_secret=show_secret), "description": d}
-        for k, v, d in found
-    ]
-    emit(rows, ("key", "value", "description"), as_json)
-
-
-@variables.command("delete")
-@click.argument("key")
-@click.pass_context
-def variables_delete(ctx: click.Context, key: str) -> None:
-    """Delete variable KEY."""
-    if not _run(ctx, partial(store.delete_variable, key=key), writes=True):
-        fail(f"variable {key!r} does not exist")
-    click.echo(f"deleted variable {key}")

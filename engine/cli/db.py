@@ -1,17 +1,23 @@
-"""``sluice db ...``: manage the metadata database (migrate, check, reset, rotate-fernet-key).
-
-``db clean`` lives in ``engine.cli.clean``; this module adds it to the group.
+"""``sluice db ...``: manage the metadata database: migrate, check, reset,
+rotate-fernet-key, and clean (delete old rows, in batches, safely while the engine runs: the
+batches, the cut-offs and what is kept whatever the cut-off are ``engine.cli.db_clean``).
 """
 
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
-from engine.cli.clean import db_clean_command
+from engine.cli import db_clean
 from engine.cli.common import fail, get_config, open_database
+from engine.db.models import utcnow
 from engine.exceptions import SluiceError
+
+if TYPE_CHECKING:
+    from engine.config import Config
+    from engine.db.database import Database
 
 
 @click.group()
@@ -93,4 +99,95 @@ def db_rotate(ctx: click.Context) -> None:
         sys.exit(1)
 
 
-db.add_command(db_clean_command)
+_TABLES_HELP = "Comma-separated tables to clean (default: all): " + "; ".join(
+    f"{name} = {what}" for name, what in db_clean.DESCRIPTIONS.items()
+)
+
+
+@db.command("clean")
+@click.option(
+    "--before",
+    "before_text",
+    required=True,
+    metavar="WHEN",
+    help="Delete rows older than this: an ISO timestamp (naive = UTC) or an age "
+    "(90s, 15m, 12h, 30d, 2w).",
+)
+@click.option("--tables", default=None, metavar="NAMES", help=_TABLES_HELP)
+@click.option("--dry-run", is_flag=True, help="Only print how many rows would be deleted.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=db_clean.DEFAULT_BATCH_SIZE,
+    show_default=True,
+    help="Rows deleted per transaction.",
+)
+@click.pass_context
+def db_clean_command(
+    ctx: click.Context,
+    before_text: str,
+    tables: str | None,
+    dry_run: bool,
+    yes: bool,
+    batch_size: int,
+) -> None:
+    """Delete finished runs, old asset events, unused triggers, dead jobs and snapshots.
+
+    Never deleted: an asset event inside the dedup window ([core]
+    asset_event_dedup_retention_sec) or that a DAG has not run on yet or that an unfinished
+    run uses; an unfinished run; a trigger in use; a live job or one that owns triggers.
+    """
+    cfg = get_config(ctx)
+    plan = _plan(cfg, before_text, tables)
+    database = open_database(ctx)
+    try:
+        _clean(database, plan, dry_run=dry_run, yes=yes, batch_size=batch_size)
+    except SluiceError as exc:
+        fail(str(exc))
+    finally:
+        database.dispose()
+
+
+def _plan(cfg: Config, before_text: str, tables: str | None) -> db_clean.CleanPlan:
+    now = utcnow()
+    try:
+        before = db_clean.parse_before(before_text, now=now)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--before") from exc
+    try:
+        names = db_clean.parse_tables(tables)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tables") from exc
+    dead_after_s = db_clean.long_dead_after_s(
+        cfg.triggerer.health_check_threshold_s, cfg.scheduler.health_check_threshold_s
+    )
+    return db_clean.make_plan(
+        names,
+        before=before,
+        now=now,
+        dedup_retention_s=cfg.core.asset_event_dedup_retention_sec,
+        dead_after_s=dead_after_s,
+    )
+
+
+def _clean(
+    database: Database, plan: db_clean.CleanPlan, *, dry_run: bool, yes: bool, batch_size: int
+) -> None:
+    cutoffs = plan.cutoffs
+    click.echo(f"Rows older than {cutoffs.before.isoformat()}")
+    dedup = cutoffs.dedup_before.isoformat()
+    click.echo(f"(asset events with a dedup key: older than {dedup}, the dedup window's start)")
+    counts = db_clean.count(database, plan)
+    for line in db_clean.summary_lines(counts, dry_run=True):
+        click.echo(line)
+    if dry_run:
+        return
+    if not any(counts.values()):
+        click.echo("nothing to delete")
+        return
+    if not yes:
+        click.confirm("Delete these rows?", abort=True)
+    deleted = db_clean.clean(database, plan, batch_size=batch_size)
+    for line in db_clean.summary_lines(deleted, dry_run=False):
+        click.echo(line)

@@ -1,26 +1,82 @@
-"""The ``sluice`` command line: the root group, ``sluice version``, and every other module's
-commands added to the root group."""
+"""The ``sluice`` command line: the root group, ``sluice version``, and where every other
+command lives.
+
+The root group loads its commands lazily: ``COMMANDS`` names the module and attribute of
+each, imported when the command runs or ``--help`` lists it, so that ``sluice --version``
+imports no command module and a command imports only its own.
+"""
 
 from __future__ import annotations
 
+from importlib import import_module
 from importlib.metadata import version as dist_version
+from typing import TYPE_CHECKING, Any, Final
 
 import click
 
-from engine.cli.actions import runs_cancel, tasks_clear, tasks_set_state
-from engine.cli.celery import celery
-from engine.cli.config import config
-from engine.cli.connections import connections, variables
-from engine.cli.db import db
-from engine.cli.inspect import assets, dags, runs, tasks
-from engine.cli.ops import doctor_command, jobs, streams, triggers
-from engine.cli.pools import pools
-from engine.cli.processes import api_server, dag_processor, executor, run, scheduler, triggerer
-from engine.cli.users import tokens, users
-from engine.cli.why import dags_why
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+#: Every command of the root group but ``version``: name -> ``"module:attribute"``.
+COMMANDS: Final[Mapping[str, str]] = {
+    # the engine's processes
+    "run": "engine.cli.processes:run",
+    "triggerer": "engine.cli.processes:triggerer",
+    "scheduler": "engine.cli.processes:scheduler",
+    "dag-processor": "engine.cli.processes:dag_processor",
+    "executor": "engine.cli.processes:executor",
+    "api-server": "engine.cli.processes:api_server",
+    "celery": "engine.cli.celery:celery",
+    # setup and maintenance
+    "config": "engine.cli.config:config",
+    "db": "engine.cli.db:db",
+    "users": "engine.cli.users:users",
+    "tokens": "engine.cli.tokens:tokens",
+    # the workflow nouns
+    "dags": "engine.cli.dags:dags",
+    "runs": "engine.cli.runs:runs",
+    "assets": "engine.cli.assets:assets",
+    "tasks": "engine.cli.tasks:tasks",
+    "connections": "engine.cli.connections:connections",
+    "variables": "engine.cli.variables:variables",
+    "pools": "engine.cli.pools:pools",
+    # operator views
+    "streams": "engine.cli.streams:streams",
+    "jobs": "engine.cli.jobs:jobs",
+    "triggers": "engine.cli.triggers:triggers",
+    "doctor": "engine.cli.doctor:doctor_command",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose commands are imported on first use, from ``lazy_commands``
+    (name -> ``"module:attribute"``); ``--help`` lists them all, by name."""
+
+    def __init__(self, *args: Any, lazy_commands: Mapping[str, str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = dict(lazy_commands)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy_commands:
+            self.add_command(self._load(cmd_name), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def _load(self, cmd_name: str) -> click.Command:
+        module_name, _, attribute = self.lazy_commands[cmd_name].partition(":")
+        command = getattr(import_module(module_name), attribute)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{self.lazy_commands[cmd_name]} is not a click command")
+        return command
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy_commands=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(package_name="sluice", prog_name="sluice", message="%(prog)s %(version)s")
 @click.option("--log-level", default=None, help="Override [logging] level.")
 @click.option(
@@ -38,43 +94,6 @@ def cli(ctx: click.Context, log_level: str | None, log_format: str | None) -> No
 def version() -> None:
     """Print the installed version."""
     click.echo(dist_version("sluice"))
-
-
-for _command in (
-    # the engine's processes
-    run,
-    triggerer,
-    scheduler,
-    dag_processor,
-    executor,
-    api_server,
-    celery,
-    # setup and maintenance
-    config,
-    db,
-    users,
-    tokens,
-    # the workflow nouns
-    dags,
-    runs,
-    assets,
-    tasks,
-    connections,
-    variables,
-    pools,
-    # operator views
-    streams,
-    jobs,
-    triggers,
-    doctor_command,
-):
-    cli.add_command(_command)
-
-# operator actions (engine.cli.actions) under their nouns
-tasks.add_command(tasks_clear)
-tasks.add_command(tasks_set_state)
-runs.add_command(runs_cancel)
-dags.add_command(dags_why)
 
 
 def main() -> None:

@@ -13,9 +13,8 @@ Raises its own errors: a database that cannot be reached for now is
 with SQLAlchemy's error as ``__cause__``; no SQLAlchemy exception leaves this package.
 
 Also where other processes' writes can be heard (``listen``: the ``LISTEN`` connection, the
-SQLite file; the parts' wake-up loop is ``engine.jobs``'s), and, for now, ``clean`` behind
-``sluice db clean``. May import: ``engine.authoring``, the leaf utilities,
-``triggers`` (serde) and ``shared_stream`` (statistics types); never a runtime part, nor the
-read model. Import from the modules themselves: this package imports nothing, so that
-``engine.db.models`` comes without alembic.
+SQLite file; the parts' wake-up loop is ``engine.jobs``'s). May import: ``engine.authoring``,
+the leaf utilities, ``triggers`` (serde) and ``shared_stream`` (statistics types); never a
+runtime part, nor the read model. Import from the modules themselves: this package imports
+nothing, so that ``engine.db.models`` comes without alembic.
 """

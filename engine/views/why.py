@@ -1,6 +1,6 @@
 """Why did a DAG not run? ``explain_dag`` answers in one record (``why_records.WhyAnswer``),
-read by ``sluice dags why`` (``engine.cli.why``, which also renders it as text), by
-``GET /api/v1/dags/{dag_id}/why`` and by the web UI's "why" page.
+read by ``sluice dags why`` (``engine.cli.dags``; ``engine.cli.why_text`` renders it as
+text), by ``GET /api/v1/dags/{dag_id}/why`` and by the web UI's "why" page.
 
 It reads the facts in one transaction against one ``now`` and asks the scheduler's own
 decision for the asset condition (``engine.authoring.assets.is_condition_met``, each node

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sqlalchemy import func, insert, select
 
-from engine.db import clean as db_clean
+from engine.cli import db_clean
 from engine.db import models
 from engine.db.database import Database
 from engine.db.models import (

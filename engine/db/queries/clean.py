@@ -1,6 +1,6 @@
 """SQL of ``sluice db clean``: which rows may go, counted or deleted one batch at a time.
 
-The policy (which tables, the cut-offs, the batching loop) is ``engine.db.clean``; here each
+The policy (which tables, the cut-offs, the batching loop) is ``engine.cli.db_clean``; here each
 cleanable table has one condition that says what may be deleted, and the same condition is
 used to count (``--dry-run``) and to delete. A batch is one statement,
 ``DELETE ... WHERE key IN (SELECT key ... WHERE <condition> LIMIT n)``, run in its own short

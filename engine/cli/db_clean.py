@@ -1,11 +1,12 @@
-"""``sluice db clean``: keep the metadata database bounded while the engine runs.
+"""What ``sluice db clean`` does to keep the metadata database bounded while the engine runs:
+its cut-offs, the values of its options, the batches, the dry run's counts, the summary.
 
 Airflow's ``airflow db clean`` is the model (``--clean-before-timestamp``, ``--tables``,
 ``--dry-run``, ``--yes``, batch size); ours does not archive rows, it deletes them. The SQL is
 in ``engine.db.queries.clean``; this module decides the cut-offs, parses the command's values and
 runs the batches: each batch is its own short transaction (``Database.call``), with a short
 pause between batches so that the engine's writers, which wait on SQLite's single write
-lock, get their turn.
+lock, get their turn. The command (``engine.cli.db``) is its only caller.
 
 How long a redelivery is recognised: an asset event with a dedup key is the record that
 absorbs a redelivered broker message with the same key, for as long as the row exists. ``db

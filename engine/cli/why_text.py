@@ -1,47 +1,13 @@
-"""``sluice dags why DAG``: why a DAG did not run (or will), from ``engine.views.why``.
-
-Prints the verdict, then the facts behind it: the DAG's state and runs, its schedule (the
-asset condition tree with each asset's queued events, or the next tick), every asset of the
-condition with its watchers (trigger, owner and its heartbeat, last event, last error,
-shared-stream lag) and producing tasks, and the findings. ``--json`` prints the view's dict.
-Exits 1 for an unknown DAG.
+"""The text form of ``sluice dags why``: the verdict, then the facts behind it (the DAG's
+state and runs, its schedule: the asset condition tree with each asset's queued events, or
+the next tick; every asset of the condition with its watchers: trigger, owner and its
+heartbeat, last event, last error, shared-stream lag; the producing tasks; the findings),
+from the dict ``engine.views.why`` builds.
 """
 
 from __future__ import annotations
 
-import json
-from functools import partial
 from typing import Any
-
-import click
-
-from engine.cli.common import fail, get_config, json_option, run_query
-from engine.db.models import utcnow
-from engine.views.why import UnknownDagError, explain_dag
-
-
-@click.command("why")
-@click.argument("dag_id")
-@json_option
-@click.pass_context
-def dags_why(ctx: click.Context, dag_id: str, as_json: bool) -> None:
-    """Why DAG_ID did not run: schedule, asset events still missing, watchers, triggerers."""
-    cfg = get_config(ctx)
-    explain = partial(
-        explain_dag,
-        dag_id=dag_id,
-        now=utcnow(),
-        triggerer_threshold_s=cfg.triggerer.health_check_threshold_s,
-        scheduler_threshold_s=cfg.scheduler.health_check_threshold_s,
-    )
-    try:
-        view = run_query(ctx, explain)
-    except UnknownDagError as exc:
-        fail(str(exc))
-    if as_json:
-        click.echo(json.dumps(view, indent=2))
-    else:
-        click.echo(render_text(view), nl=False)
 
 
 def render_text(view: dict[str, Any]) -> str:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from engine.db.clean import (
+from engine.cli.db_clean import (
     DESCRIPTIONS,
     LONG_DEAD_AFTER_S,
     long_dead_after_s,

@@ -1,31 +1,181 @@
-"""Operator actions: ``sluice tasks clear``, ``sluice tasks set-state``, ``sluice runs
-cancel`` (Airflow 3's clear, mark success / failed / skipped, and mark run failed).
-
-The logic is in ``engine.db.queries.actions`` (what the REST API will call too); these
-commands parse, confirm, and print what was done. What still runs for a changed task (its
-process, its trigger) is stopped by the engine within a heartbeat.
+"""``sluice tasks ...``: task instances: the log of a try (logs), what a task stored
+(result: its XComs), and the operator actions Airflow 3 calls clear and mark success /
+failed / skipped (clear, set-state, over ``engine.db.queries.actions``: these commands
+parse, confirm, and print what was done; what still runs for a changed task, its process or
+its trigger, is stopped by the engine within a heartbeat).
 """
 
 from __future__ import annotations
 
 import json
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from engine.authoring.timetables import timezone_of
-from engine.cli.backfill import parse_date
-from engine.cli.common import emit, fail, format_table, json_option, run_query
-from engine.db.models import utcnow
-from engine.db.queries import actions, run_ends
+from engine.cli.common import (
+    fail,
+    format_table,
+    get_config,
+    json_option,
+    parse_date,
+    run_query,
+)
+from engine.db import models
+from engine.db.queries import actions
 from engine.db.queries import backfills as backfills_sql
+from engine.task_log_files import read_task_log
+from engine.views import tasks as tasks_view
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
     from sqlalchemy.orm import Session
+
+
+@click.group()
+def tasks() -> None:
+    """Task instances."""
+
+
+map_index_option = click.option(
+    "--map-index",
+    type=int,
+    default=-1,
+    show_default=True,
+    help="The copy of a mapped task (-1: an unmapped task).",
+)
+
+
+def _missing(
+    ctx: click.Context, dag_id: str, run_id: str, task_id: str, map_index: int
+) -> str | None:
+    """None when the task instance exists, else why none matched (an unknown DAG fails)."""
+
+    def look(session: Any) -> str | None:
+        found = tasks_view.show_task_instance(
+            session, dag_id, run_id, task_id, map_index, now=models.utcnow()
+        )
+        if found is not None:
+            return None
+        return tasks_view.missing_task_instance(session, dag_id, run_id, task_id, map_index)
+
+    missing: str | None = run_query(ctx, look)
+    return missing
+
+
+@tasks.command("logs")
+@click.argument("dag_id")
+@click.argument("run_id")
+@click.argument("task_id")
+@click.option("--try", "try_number", type=int, default=None, help="A given try (default: last).")
+@map_index_option
+@click.pass_context
+def tasks_logs(
+    ctx: click.Context,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    try_number: int | None,
+    map_index: int,
+) -> None:
+    """Print the log of a task's try (of one copy of a mapped task: ``--map-index``)."""
+    missing = _missing(ctx, dag_id, run_id, task_id, map_index)
+    if missing is not None:
+        fail(missing)
+    folder = get_config(ctx).logging.task_log_folder
+    try:
+        text = read_task_log(folder, dag_id, run_id, task_id, try_number, map_index=map_index)
+        click.echo(text, nl=False)
+    except FileNotFoundError as exc:
+        fail(f"no log for that try yet: {exc}")
+
+
+@tasks.command("result")
+@click.argument("dag_id")
+@click.argument("run_id")
+@click.argument("task_id")
+@click.option("--key", default=None, help="Only this result (default: every one).")
+@map_index_option
+@json_option
+@click.pass_context
+def tasks_result(
+    ctx: click.Context,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    key: str | None,
+    map_index: int,
+    as_json: bool,
+) -> None:
+    """Print the results (XComs) a task stored: its return value and what it pushed (of one
+    copy of a mapped task: ``--map-index``).
+
+    Each as ``key: JSON``; with ``--key`` only that value (a string as it is); ``--json``
+    prints JSON (datetimes as ISO 8601 text, tuples and sets as lists).
+    """
+
+    def load(session: Any) -> tuple[tasks_view.TaskResultsShown | None, str]:
+        found = tasks_view.task_results(session, dag_id, run_id, task_id, map_index, plain=False)
+        if found is not None:
+            return found, ""
+        return None, tasks_view.missing_task_instance(session, dag_id, run_id, task_id, map_index)
+
+    found, missing = run_query(ctx, load)
+    if found is None:
+        fail(missing)
+    results: dict[str, Any] = found["results"]
+    state: str = found["state"]
+    if key is not None:
+        if key not in results:
+            fail(_missing_result(task_id, key, state, sorted(results)))
+        value = results[key]
+        plain = isinstance(value, str) and not as_json
+        click.echo(value if plain else _result_json(value, indent=2 if as_json else None))
+    elif as_json:
+        shown: dict[str, Any] = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id}
+        shown["state"] = state
+        if map_index >= 0:
+            shown["map_index"] = map_index
+        click.echo(_result_json({**shown, "results": results}, indent=2))
+    elif not results:
+        click.echo(f"(none: {_no_results(state)})")
+    else:
+        for name, value in results.items():
+            click.echo(f"{name}: {_result_json(value)}")
+
+
+def _plain(value: Any) -> Any:
+    """What ``json.dumps`` cannot write, as JSON: sets as lists, dates as ISO text, bytes and
+    anything else as text."""
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=repr)
+    isoformat = getattr(value, "isoformat", None)
+    if callable(isoformat):
+        return isoformat()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    return str(value)
+
+
+def _result_json(value: Any, *, indent: int | None = None) -> str:
+    return json.dumps(value, default=_plain, indent=indent)
+
+
+def _no_results(state: str) -> str:
+    if state == "success":
+        return "the task returned None and pushed nothing"
+    shown = "not started" if state == "none" else state
+    return f"the task is {shown}; results are stored when it succeeds"
+
+
+def _missing_result(task_id: str, key: str, state: str, keys: list[str]) -> str:
+    if keys:
+        return f"task {task_id!r} has no result {key!r}; it has {', '.join(keys)}"
+    return f"task {task_id!r} has no result {key!r}: {_no_results(state)}"
+
 
 _COLUMNS = ["run_id", "task_id", "state", "new_state"]
 
@@ -56,7 +206,7 @@ def _date(ctx: click.Context, dag_id: str, text: str | None, option: str) -> dat
     return parse_date(text, timezone=timezone_of(sched[dag_id].timezone), option=option)
 
 
-@click.command("clear")
+@tasks.command("clear")
 @click.argument("dag_id")
 @click.option("--run", "run_id", default=None, help="Only this run (default: every run).")
 @click.option("-s", "--start-date", "start_text", default=None, metavar="DATE",
@@ -119,13 +269,13 @@ def tasks_clear(
 
     def clear(session: Session) -> actions.ActionResult:
         selected = select(session)  # again, in the writing transaction: states move on
-        return actions.clear_task_instances(session, selected, now=utcnow())
+        return actions.clear_task_instances(session, selected, now=models.utcnow())
 
     result: actions.ActionResult = run_query(ctx, clear, writes=True)
     _print_changes(result.tasks, result.runs, as_json)
 
 
-@click.command("set-state")
+@tasks.command("set-state")
 @click.argument("dag_id")
 @click.argument("run_id")
 @click.argument("task_id")
@@ -161,38 +311,7 @@ def tasks_set_state(
         downstream=downstream,
         upstream=upstream,
         map_index=map_index,
-        now=utcnow(),
+        now=models.utcnow(),
     )
     result: actions.ActionResult = run_query(ctx, mark, writes=True)
     _print_changes(result.tasks, result.runs, as_json)
-
-
-@click.command("cancel")
-@click.argument("dag_id")
-@click.argument("run_id")
-@json_option
-@click.pass_context
-def runs_cancel(ctx: click.Context, dag_id: str, run_id: str, as_json: bool) -> None:
-    """Mark a queued or running run failed (Airflow's "mark run as failed").
-
-    Running and deferred tasks become failed (their processes and triggers stopped);
-    tasks not started, or waiting for a retry, become skipped.
-    """
-    cancel = partial(run_ends.cancel_run, dag_id=dag_id, run_id=run_id, now=utcnow())
-    ended: run_ends.EndedRun = run_query(ctx, cancel, writes=True)
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "dag_id": dag_id,
-                    "run_id": run_id,
-                    "state": ended.old_state,
-                    "new_state": "failed",
-                    "tasks": [c.as_dict() for c in ended.tasks],
-                },
-                indent=2,
-            )
-        )
-        return
-    click.echo(f"run {run_id} of {dag_id}: {ended.old_state} -> failed")
-    emit([c.as_dict() for c in ended.tasks], ["task_id", "state", "new_state"], False)

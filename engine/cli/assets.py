@@ -1,0 +1,86 @@
+"""``sluice assets ...``: every asset (list), the events of one (events), and an event
+recorded by hand, as a watcher would (emit). Tables, or ``--json``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from engine.cli.common import (
+    cli_actor,
+    emit,
+    fail,
+    get_config,
+    json_option,
+    parse_json_object,
+    run_query,
+)
+from engine.db.queries import assets as assets_sql
+from engine.views import assets as assets_view
+
+
+@click.group()
+def assets() -> None:
+    """Assets and their events."""
+
+
+@assets.command("list")
+@json_option
+@click.pass_context
+def assets_list(ctx: click.Context, as_json: bool) -> None:
+    """Every asset with its number of events."""
+    listed = run_query(ctx, assets_view.list_assets)["items"]
+    columns = ["name", "uri", "events"]
+    emit([{k: a[k] for k in columns} for a in listed], columns, as_json)
+
+
+@assets.command("events")
+@click.argument("asset")
+@json_option
+@click.pass_context
+def assets_events(ctx: click.Context, asset: str, as_json: bool) -> None:
+    """The events of an asset: where they came from, extra and payload, the runs they
+    created."""
+    listed = run_query(
+        ctx, lambda s: assets_view.list_asset_events(s, asset=asset, newest_first=False)
+    )
+    if listed is None:
+        fail(f"no asset {asset!r}; see `sluice assets list`")
+    columns = ["id", "timestamp", "source", "source_watcher", "source_task", "created_by"]
+    columns += ["extra", "payload", "runs"]
+    emit([{k: e[k] for k in columns} for e in listed["items"]], columns, as_json)
+
+
+@assets.command("emit")
+@click.argument("asset")
+@click.option("--extra", default=None, metavar="JSON", help="JSON object: the event's extra.")
+@json_option
+@click.pass_context
+def assets_emit(ctx: click.Context, asset: str, extra: str | None, as_json: bool) -> None:
+    """Record an event of ASSET, as a watcher would: the DAGs scheduled on it run. Prints the
+    event's id."""
+    parsed = parse_json_object(extra, "--extra")
+    keep = get_config(ctx).scheduler.keep_events_while_paused
+    actor = cli_actor()
+
+    def emit_event(session: Any) -> int:
+        return assets_sql.emit_asset_event(
+            session,
+            asset,
+            extra=parsed,
+            source=assets_sql.SOURCE_CLI,
+            created_by=actor,
+            keep_while_paused=keep,
+        )
+
+    try:
+        event_id = run_query(ctx, emit_event, writes=True)
+    except assets_sql.UnknownAssetError as exc:
+        fail(str(exc))
+    if as_json:
+        click.echo(json.dumps({"asset": asset, "event_id": event_id}))
+    else:
+        click.echo(f"emitted event {event_id} of asset {asset}")
