@@ -113,10 +113,13 @@ class CeleryWorld:
         return f"tasks: {self.task_states(dag_id)}\n--- engine\n{log_tail(self.log)}\n{tails}"
 
     def close(self) -> None:
+        """SIGTERM every process still running at once (each shuts down on its own), then
+        wait for each; one that does not stop in time fails the test."""
+        live = [proc for proc in reversed(self.procs) if proc.poll() is None]
+        for proc in live:
+            proc.send_signal(signal.SIGTERM)
         errors = []
-        for proc in reversed(self.procs):
-            if proc.poll() is not None:
-                continue
+        for proc in live:
             try:
                 stop(proc, timeout=30)
             except AssertionError as exc:
