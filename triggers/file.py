@@ -1,7 +1,10 @@
 """File-system triggers that poll: a path or glob appears, a flag file appears (and is eaten).
 
-Every file-system call runs in a worker thread (``anyio.to_thread.run_sync``): a network file
-system can block for seconds, and the loop runs thousands of other triggers.
+Every poll runs in a worker thread (``anyio.to_thread.run_sync``): a network file system can
+block for seconds, and the loop runs thousands of other triggers. Taking a flag file that a
+poll has just found (its stat and unlink) runs on the loop, with no await between it and the
+event it fires: a trigger stopped while a thread deleted the file would otherwise lose the
+event (the thread finishes its unlink, the cancelled task fires nothing).
 
 ``DirectoryFileDeleteTrigger`` shares one directory listing per cadence among all siblings
 watching the same directory (``shared_stream_key``); ``LISTING_STATS`` counts the listings.
@@ -74,12 +77,14 @@ def _take_file(path: str) -> os.stat_result | None:
     return info
 
 
-def _take_watched_file(path: str) -> tuple[os.stat_result | None, bool]:
-    """``_take_file(path)``, and whether the directory of ``path`` exists."""
-    info = _take_file(path)
-    if info is not None:
-        return info, True
-    return None, os.path.isdir(os.path.dirname(path) or os.curdir)
+def _watched_file_state(path: str) -> tuple[bool, bool]:
+    """Whether a regular file is at ``path``, and whether the directory of ``path`` exists."""
+    try:
+        if stat.S_ISREG(os.stat(path).st_mode):
+            return True, True
+    except FileNotFoundError:
+        pass
+    return False, os.path.isdir(os.path.dirname(path) or os.curdir)
 
 
 class DirectoryPresence:
@@ -197,8 +202,10 @@ class FileDeleteTrigger(BaseEventTrigger):
         directory = os.path.dirname(self.filepath) or os.curdir
         presence = DirectoryPresence(directory, f"FileDeleteTrigger for {self.filepath}")
         while True:
-            info, exists = await anyio.to_thread.run_sync(_take_watched_file, self.filepath)
+            there, exists = await anyio.to_thread.run_sync(_watched_file_state, self.filepath)
             presence.saw(exists, every_s=self.poke_interval)
+            # On the loop: nothing may cancel between the unlink and the yield (module doc).
+            info = _take_file(self.filepath) if there else None
             if info is not None:
                 logger.debug(
                     "Deleted watched file %s",
@@ -297,7 +304,7 @@ class DirectoryFileDeleteTrigger(BaseEventTrigger):
         async for snapshot in shared_stream:
             if not _contains(snapshot["names"], self.filename):
                 continue
-            event = await self._take()
+            event = self._take()
             if event is not None:
                 yield event
 
@@ -310,10 +317,11 @@ class DirectoryFileDeleteTrigger(BaseEventTrigger):
                 async for event in events:
                     yield event
 
-    async def _take(self) -> TriggerEvent | None:
+    def _take(self) -> TriggerEvent | None:
         filepath = os.path.join(self.directory, self.filename)
-        # Gone already (a previous round or another triggerer took it): no event.
-        info = await anyio.to_thread.run_sync(_take_file, filepath)
+        # Gone already (a previous round or another triggerer took it): no event. On the
+        # loop: nothing may cancel between the unlink and the yield (module doc).
+        info = _take_file(filepath)
         if info is None:
             return None
         logger.debug(

@@ -17,6 +17,7 @@ import watchfiles
 
 from tests.waiting import wait_until
 from triggers import (
+    BaseEventTrigger,
     BaseTrigger,
     DateTimeTrigger,
     DirectoryFileDeleteTrigger,
@@ -342,7 +343,7 @@ async def test_file_delete_trigger_says_once_that_its_directory_is_missing(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     caplog.set_level(logging.INFO, logger="triggers")
-    pokes = _count_calls(monkeypatch, file_module, "_take_watched_file")
+    pokes = _count_calls(monkeypatch, file_module, "_watched_file_state")
     flag = tmp_path / "later" / "go.flag"
     trigger = FileDeleteTrigger(str(flag), poke_interval=0.01)
     with anyio.fail_after(10):
@@ -563,3 +564,40 @@ def test_manual_trigger_refuses_an_unstorable_payload() -> None:
     with pytest.raises(SerializationError):
         ManualTrigger.channel("m").fire(object())
     assert ManualTrigger.channel("m").backlog == []
+
+
+@pytest.mark.parametrize("kind", ["FileDeleteTrigger", "DirectoryFileDeleteTrigger"])
+async def test_a_trigger_stopped_while_it_takes_a_flag_file_fires_the_event_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    # The triggerer stops a trigger with Task.cancel(). A stop that arrives just as the flag
+    # file is deleted must not leave the file deleted and its event unfired: the event
+    # reaches the consumer before the cancellation does.
+    flag = tmp_path / "go.flag"
+    flag.write_text("x")
+    trigger: BaseEventTrigger = (
+        FileDeleteTrigger(str(flag), poke_interval=0.01)
+        if kind == "FileDeleteTrigger"
+        else DirectoryFileDeleteTrigger(str(tmp_path), "go.flag", poke_interval=0.01)
+    )
+    loop = asyncio.get_running_loop()
+    received: list[TriggerEvent] = []
+    original = file_module._take_file
+
+    def take_then_stop(path: str) -> os.stat_result | None:
+        info = original(path)
+        loop.call_soon_threadsafe(consumer.cancel)  # the stop arrives as the file goes
+        return info
+
+    async def consume() -> None:
+        async with aclosing(trigger.run()) as events:
+            async for event in events:  # each event counts as it arrives: the task is cancelled
+                received.append(event)  # noqa: PERF401
+
+    monkeypatch.setattr(file_module, "_take_file", take_then_stop)
+    with anyio.fail_after(10):
+        consumer = asyncio.ensure_future(consume())
+        with pytest.raises(asyncio.CancelledError):
+            await consumer
+    assert not flag.exists()
+    assert [e.payload["filepath"] for e in received] == [str(flag)]
