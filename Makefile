@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 # bootstrapped into the venv with pip.
 UV       := $(BIN)/uv
 UV_PIN   := $(shell sed -n 's/^ *"\(uv==[^"]*\)",*$$/\1/p' pyproject.toml)
-UV_SYNC  := UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync --frozen --extra all
+UV_SYNC  := UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync --frozen --compile-bytecode --extra all
 RUN_STAMP := $(VENV)/.installed-run
 
 $(UV):
@@ -53,10 +53,12 @@ types: $(STAMP)
 ## the tests that share a module's engine or world as one unit (tests/conftest.py), so that
 ## no long test runs alone at the end. The property tests run their fixed "ci" budget; every
 ## run lists its 25 slowest tests. Python may cache bytecode (in the ignored __pycache__
-## folders) even where the environment says PYTHONDONTWRITEBYTECODE: otherwise each of the
-## run's engine, parser and CLI processes compiles the engine anew, and each test process
-## rewrites every test module.
+## folders) even where the environment says PYTHONDONTWRITEBYTECODE, and the house is
+## compiled once before the run (the installed packages were compiled by uv sync): otherwise
+## each of the run's engine, parser and CLI processes compiles the engine anew, and each test
+## process rewrites every test module.
 pytest: $(STAMP)
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m compileall -q -j 2 engine triggers shared_stream producers tests
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -q -n 2 --dist loadgroup --hypothesis-profile=ci
 
 clean:
