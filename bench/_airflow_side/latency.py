@@ -9,7 +9,7 @@ producer yields events at a steady rate. Latency = time from the producer yieldi
 to ``advance`` receiving it, both taken in the trigger-runner process; in between, every
 subscriber's trigger event went to the supervisor at a state sync, ``Trigger.submit_event``
 committed its asset event, and the persisted sequence number came back at a later sync.
-The same shape as bench/shared_stream_bench.py's ``yield_to_advance`` for Sluice.
+The same shape as bench/shared_stream_latency.py's ``yield_to_advance`` for Sluice.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ class RecordingTrigger(BaseTrigger):
         _log(self.log_path, f"start {self.trigger_id} {os.getpid()}")
         try:
             while not os.path.exists(self.go_path):
-                await anyio.sleep(0.5)
+                await anyio.sleep(0.05)  # poll the condition: the go file
         except BaseException:
             _log(self.log_path, f"stop {self.trigger_id} {os.getpid()}")
             raise
