@@ -204,6 +204,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_start_rank)
 
 
+_GROUPS_LOST: Final = pytest.StashKey[str]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Note if ``--dist loadgroup`` lost its groups: pytest-xdist carries a test's group in
+    its node id (``...::test@group``), and a pytest that ignores the rewrite (9.2 with xdist
+    3.8, xdist issue #1386) would quietly start each module's engine once per test process
+    and make the run minutes longer. Every test then fails saying so (``_groups_kept``)."""
+    if not session.config.getoption("loadgroup", default=False):
+        return
+    lost = [
+        item.nodeid
+        for item in session.items
+        if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid
+    ]
+    if lost:
+        session.config.stash[_GROUPS_LOST] = (
+            f"--dist loadgroup ignored the xdist_group of {len(lost)} tests (e.g. {lost[0]}): "
+            "this pytest and pytest-xdist do not work together; see the pin of pytest in "
+            "pyproject.toml"
+        )
+
+
+@pytest.fixture(autouse=True)
+def _groups_kept(request: pytest.FixtureRequest) -> None:
+    if (lost := request.config.stash.get(_GROUPS_LOST, None)) is not None:
+        pytest.fail(lost, pytrace=False)
+
+
 @pytest.fixture
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """An empty database for one test: SQLite, or PostgreSQL too where the test is marked
