@@ -11,6 +11,7 @@ import pytest
 from engine import DAG
 from engine.authoring.assets import Asset
 from engine.authoring.errors import DagDefinitionError
+from engine.authoring.partition_mappers import PartitionKeyError
 from engine.authoring.partition_rollups import RollupMapper
 from engine.authoring.partition_temporal import StartOfDayMapper
 from engine.authoring.partition_timetables import (
@@ -176,3 +177,31 @@ def test_every_partition_timetable_round_trips_through_the_stored_json(
 def test_bad_stored_partition_timetables_are_value_errors(data) -> None:
     with pytest.raises(ValueError, match="stored timetable"):
         timetable_from_json(data)
+
+
+@pytest.mark.parametrize(
+    "timetable",
+    [
+        CronPartitionTimetable("0 * * * *"),
+        CronPartitionTimetable("0 6 * * *", run_offset=-1, key_format="%Y-%m-%d"),
+        CronPartitionTimetable("0 0 * * *", timezone="Europe/Berlin", run_offset=2),
+        CronPartitionTimetable("0 0 1 * *", timezone="America/New_York", key_format="%Y-%m"),
+    ],
+    ids=repr,
+)
+def test_run_for_key_goes_back_from_each_key_to_its_run(timetable: CronPartitionTimetable) -> None:
+    runs = timetable.runs_between(at(2026, 2, 25), at(2026, 4, 5), restriction=CATCHUP)
+    assert runs
+    for run in runs:  # across both DST changes of New York and Berlin
+        key = timetable.partition_key_for(run)
+        assert key is not None
+        assert timetable.run_for_key(key) == run
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [("2026-03-10T09:30:00", "the nearest is '2026-03-10T10:00:00'"), ("x", "cannot read it")],
+)
+def test_run_for_key_refuses_a_key_that_is_not_one_of_the_timetables(key, message) -> None:
+    with pytest.raises(PartitionKeyError, match=message):
+        CronPartitionTimetable("0 * * * *").run_for_key(key)
