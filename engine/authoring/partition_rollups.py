@@ -12,7 +12,7 @@ is built, not when the scheduler first meets a key. Pure: no clock, no I/O.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from engine.authoring.errors import DagDefinitionError
 from engine.authoring.locations import caller_location
@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from engine.authoring.partition_windows import WaitPolicy
+
+_CACHED_KEYS: Final = 256  # downstream keys whose expected upstream keys a rollup keeps
 
 
 def _check_pairing(kind: str, upstream: PartitionMapper, window: object, *, where: str) -> Window:
@@ -86,6 +88,7 @@ class RollupMapper(PartitionMapper):
         self.window = _check_pairing("RollupMapper", self.upstream_mapper, window, where=where)
         self.wait_policy = as_wait_policy(wait_policy, where=where)
         self.wait_policy.check_window(self.window, where=where)
+        self._expected: dict[str, frozenset[str]] = {}  # a cache: the mapper never changes
 
     def to_downstream(self, key: str) -> str:
         downstream = self.upstream_mapper.to_downstream(key)
@@ -101,10 +104,15 @@ class RollupMapper(PartitionMapper):
 
     def expected_upstream_keys(self, downstream_key: str) -> frozenset[str]:
         """Every upstream key that makes up ``downstream_key``."""
-        decoded = self.upstream_mapper.decode_downstream(downstream_key)
-        return frozenset(
-            self.upstream_mapper.encode_upstream(m) for m in self.window.members(decoded)
-        )
+        keys = self._expected.get(downstream_key)
+        if keys is None:
+            decoded = self.upstream_mapper.decode_downstream(downstream_key)
+            members = self.window.members(decoded)
+            keys = frozenset(self.upstream_mapper.encode_upstream(m) for m in members)
+            if len(self._expected) >= _CACHED_KEYS:
+                self._expected.clear()
+            self._expected[downstream_key] = keys
+        return keys
 
     def is_satisfied(self, downstream_key: str, arrived: frozenset[str]) -> bool:
         """Whether the upstream keys that ``arrived`` are enough to run ``downstream_key``."""
@@ -162,6 +170,13 @@ class FanOutMapper(PartitionMapper):
             raise DagDefinitionError(
                 f"{where}: FanOutMapper downstream_mapper must give one key per member, got "
                 f"{self.downstream_mapper!r}"
+            )
+        writes_dates = isinstance(self.downstream_mapper, TemporalMapper)
+        if writes_dates != (self.window.period is not None):
+            wanted = "a StartOf...Mapper" if self.window.period else "a mapper of plain keys"
+            raise DagDefinitionError(
+                f"{where}: FanOutMapper downstream_mapper {self.downstream_mapper!r} cannot "
+                f"write the members of {self.window!r}; give {wanted}"
             )
 
     def to_downstream(self, key: str) -> tuple[str, ...]:

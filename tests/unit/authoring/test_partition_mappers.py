@@ -374,3 +374,18 @@ def test_every_mapper_round_trips_through_json(mapper: PartitionMapper) -> None:
 def test_bad_stored_mappers_are_value_errors(data: object) -> None:
     with pytest.raises(ValueError, match=r"mapper|AllowedKeyMapper"):
         mapper_from_json(data)
+
+
+def test_a_fan_out_downstream_mapper_must_write_what_the_window_gives() -> None:
+    with pytest.raises(DagDefinitionError, match=r"give a StartOf\.\.\.Mapper"):
+        FanOutMapper(
+            upstream_mapper=StartOfWeekMapper(),
+            window=WeekWindow(),
+            downstream_mapper=IdentityMapper(),
+        )
+    with pytest.raises(DagDefinitionError, match="give a mapper of plain keys"):
+        FanOutMapper(
+            upstream_mapper=IdentityMapper(),
+            window=SegmentWindow(["us"]),
+            downstream_mapper=StartOfDayMapper(),
+        )
