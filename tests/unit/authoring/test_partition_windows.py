@@ -195,3 +195,20 @@ def test_an_iso_week_key_reads_back_to_its_monday() -> None:
         "2026-12-31",
         *(f"2027-01-0{day}" for day in range(1, 4)),
     ]
+
+
+class OwnWindow(DayWindow):
+    """A window class of a DAG file: it would be stored as a DayWindow."""
+
+
+class OwnPolicy(WaitForAll):
+    """A wait policy class of a DAG file."""
+
+
+def test_window_and_policy_classes_of_a_dag_file_are_refused() -> None:
+    with pytest.raises(DagDefinitionError, match="window classes of a DAG file"):
+        RollupMapper(upstream_mapper=StartOfDayMapper(), window=OwnWindow())
+    with pytest.raises(DagDefinitionError, match="policy classes of a DAG file"):
+        RollupMapper(
+            upstream_mapper=StartOfDayMapper(), window=DayWindow(), wait_policy=OwnPolicy()
+        )
