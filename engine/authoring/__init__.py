@@ -60,6 +60,13 @@ if TYPE_CHECKING:
     )
     from engine.authoring.operators import EmptyOperator, PythonOperator, task
     from engine.authoring.params import Param
+    from engine.authoring.retry_policies import (
+        ExceptionRetryPolicy,
+        RetryAction,
+        RetryDecision,
+        RetryPolicy,
+        RetryRule,
+    )
     from engine.authoring.sensor_base import BaseSensorOperator, PokeReturnValue
     from engine.authoring.standard_sensors import (
         BashSensor,
@@ -111,6 +118,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "DeltaDataIntervalTimetable": "engine.authoring.interval_timetables",
     "DeltaTriggerTimetable": "engine.authoring.trigger_timetables",
     "EmptyOperator": "engine.authoring.operators",
+    "ExceptionRetryPolicy": "engine.authoring.retry_policies",
     "ExternalTaskSensor": "engine.authoring.external_task",
     "LatestOnlyOperator": "engine.authoring.branching",
     "Metadata": "engine.authoring.assets",
@@ -120,6 +128,10 @@ _MODULE_OF: Final[dict[str, str]] = {
     "PokeReturnValue": "engine.authoring.sensor_base",
     "PythonOperator": "engine.authoring.operators",
     "PythonSensor": "engine.authoring.standard_sensors",
+    "RetryAction": "engine.authoring.retry_policies",
+    "RetryDecision": "engine.authoring.retry_policies",
+    "RetryPolicy": "engine.authoring.retry_policies",
+    "RetryRule": "engine.authoring.retry_policies",
     "ShortCircuitOperator": "engine.authoring.branching",
     "TaskDeferred": "engine.authoring.deferral",
     "TaskGroup": "engine.authoring.groups",
@@ -166,6 +178,7 @@ __all__: tuple[str, ...] = (
     "DeltaDataIntervalTimetable",
     "DeltaTriggerTimetable",
     "EmptyOperator",
+    "ExceptionRetryPolicy",
     "ExternalTaskSensor",
     "LatestOnlyOperator",
     "Metadata",
@@ -175,6 +188,10 @@ __all__: tuple[str, ...] = (
     "PokeReturnValue",
     "PythonOperator",
     "PythonSensor",
+    "RetryAction",
+    "RetryDecision",
+    "RetryPolicy",
+    "RetryRule",
     "ShortCircuitOperator",
     "TaskDeferred",
     "TaskGroup",

@@ -89,8 +89,12 @@ class TaskResult:
     deferral: Deferral | None = field(default=None)
     #: on success, the asset events to record: {"asset", "uri", "extra", "alias"}
     outlet_events: list[dict[str, Any]] = field(default_factory=list)
-    #: a failure that must not be retried (``AirflowFailException``)
+    #: a failure that must not be retried (``AirflowFailException``, a retry policy's FAIL)
     no_retry: bool = False
+    #: a failure the task's retry policy retries after this wait (its ``RETRY`` delay)
+    retry_delay_s: float | None = None
+    #: why the retry policy decided as it did (``engine.execution.retry_decisions``)
+    retry_reason: str | None = None
     #: on success, the task's results to store: {key: tagged JSON} (``return_value`` too)
     xcoms: dict[str, Any] = field(default_factory=dict)
     #: on success, the tasks of the run a branch skips (``engine.authoring.branching``)
