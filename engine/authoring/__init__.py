@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         BaseAsset,
         Metadata,
     )
+    from engine.authoring.async_operator import BaseAsyncOperator
     from engine.authoring.baseoperator import BaseOperator
     from engine.authoring.bash import BashOperator
     from engine.authoring.branching import (
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
         TimeSensor,
         WeekDay,
     )
+    from engine.authoring.task_instance import TaskInstance
     from engine.authoring.timetables import (
         AssetOrTimeSchedule,
         ContinuousTimetable,
@@ -101,6 +103,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "AssetOrTimeSchedule": "engine.authoring.timetables",
     "AssetWatcher": "engine.authoring.assets",
     "BaseAsset": "engine.authoring.assets",
+    "BaseAsyncOperator": "engine.authoring.async_operator",
     "BaseBranchOperator": "engine.authoring.branching",
     "BaseOperator": "engine.authoring.baseoperator",
     "BaseSensorOperator": "engine.authoring.sensor_base",
@@ -135,6 +138,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "ShortCircuitOperator": "engine.authoring.branching",
     "TaskDeferred": "engine.authoring.deferral",
     "TaskGroup": "engine.authoring.groups",
+    "TaskInstance": "engine.authoring.task_instance",
     "TimeSensor": "engine.authoring.standard_sensors",
     "Timetable": "engine.authoring.timetables",
     "TriggerRule": "engine.authoring.arguments",
@@ -162,6 +166,7 @@ __all__: tuple[str, ...] = (
     "AssetOrTimeSchedule",
     "AssetWatcher",
     "BaseAsset",
+    "BaseAsyncOperator",
     "BaseBranchOperator",
     "BaseOperator",
     "BaseSensorOperator",
@@ -195,6 +200,7 @@ __all__: tuple[str, ...] = (
     "ShortCircuitOperator",
     "TaskDeferred",
     "TaskGroup",
+    "TaskInstance",
     "TimeSensor",
     "Timetable",
     "TriggerRule",
