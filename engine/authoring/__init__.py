@@ -51,6 +51,12 @@ if TYPE_CHECKING:
     from engine.authoring.connections import Connection
     from engine.authoring.context import Context, get_current_context, resolve_deferrable
     from engine.authoring.dag import DAG
+    from engine.authoring.deadlines import (
+        AsyncCallback,
+        DeadlineAlert,
+        DeadlineReference,
+        SyncCallback,
+    )
     from engine.authoring.deferral import TaskDeferred
     from engine.authoring.errors import DagDefinitionError
     from engine.authoring.external_task import ExternalTaskSensor
@@ -102,6 +108,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "AssetAny": "engine.authoring.assets",
     "AssetOrTimeSchedule": "engine.authoring.timetables",
     "AssetWatcher": "engine.authoring.assets",
+    "AsyncCallback": "engine.authoring.deadlines",
     "BaseAsset": "engine.authoring.assets",
     "BaseAsyncOperator": "engine.authoring.async_operator",
     "BaseBranchOperator": "engine.authoring.branching",
@@ -118,6 +125,8 @@ _MODULE_OF: Final[dict[str, str]] = {
     "DAG": "engine.authoring.dag",
     "DagDefinitionError": "engine.authoring.errors",
     "DayOfWeekSensor": "engine.authoring.standard_sensors",
+    "DeadlineAlert": "engine.authoring.deadlines",
+    "DeadlineReference": "engine.authoring.deadlines",
     "DeltaDataIntervalTimetable": "engine.authoring.interval_timetables",
     "DeltaTriggerTimetable": "engine.authoring.trigger_timetables",
     "EmptyOperator": "engine.authoring.operators",
@@ -136,6 +145,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "RetryPolicy": "engine.authoring.retry_policies",
     "RetryRule": "engine.authoring.retry_policies",
     "ShortCircuitOperator": "engine.authoring.branching",
+    "SyncCallback": "engine.authoring.deadlines",
     "TaskDeferred": "engine.authoring.deferral",
     "TaskGroup": "engine.authoring.groups",
     "TaskInstance": "engine.authoring.task_instance",
@@ -165,6 +175,7 @@ __all__: tuple[str, ...] = (
     "AssetAny",
     "AssetOrTimeSchedule",
     "AssetWatcher",
+    "AsyncCallback",
     "BaseAsset",
     "BaseAsyncOperator",
     "BaseBranchOperator",
@@ -180,6 +191,8 @@ __all__: tuple[str, ...] = (
     "CronTriggerTimetable",
     "DagDefinitionError",
     "DayOfWeekSensor",
+    "DeadlineAlert",
+    "DeadlineReference",
     "DeltaDataIntervalTimetable",
     "DeltaTriggerTimetable",
     "EmptyOperator",
@@ -198,6 +211,7 @@ __all__: tuple[str, ...] = (
     "RetryPolicy",
     "RetryRule",
     "ShortCircuitOperator",
+    "SyncCallback",
     "TaskDeferred",
     "TaskGroup",
     "TaskInstance",
