@@ -20,8 +20,8 @@ from engine.crypto import KwargsCipher
 from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
 from engine.db.database import Database
 from engine.db.models import CallbackRequest, Deadline
-from engine.db.queries import deadlines as deadlines_sql
 from engine.states import DagRunState, TaskState
+from engine.views import runs as runs_view
 from tests.integration.test_retry_delay import Env, engine_parts
 from tests.waiting import wait_until
 
@@ -156,10 +156,19 @@ async def test_a_run_past_its_deadline_fires_the_callback_once(env: Env, tmp_pat
     assert context["deadline"]["id"] == deadline.id
     assert (context["dag_run"]["dag_id"], context["dag_run"]["run_id"]) == ("slow", run_id)
     assert context["dag_run"]["queued_at"] == queued_at.isoformat()
-    shown = env.db.call(lambda s: deadlines_sql.run_deadlines(s, "slow", run_id))
-    assert [(d.name, d.missed, d.callback.rsplit(".", 1)[-1]) for d in shown] == [
-        ("ten minutes", True, "late")
-    ]
+    details = env.db.call(lambda s: runs_view.show_run(s, "slow", run_id, now=clock()))
+    assert details is not None
+    (shown,) = details["deadlines"]
+    assert (shown["name"], shown["reference"], shown["missed"]) == (
+        "ten minutes",
+        "DagRunQueuedAtDeadline",
+        True,
+    )
+    assert shown["deadline_time"] == deadline.deadline_time.isoformat()
+    assert shown["callback"].endswith(".late")
+    (line,) = [ln for ln in env.cli("dags", "show", "slow").splitlines() if ln.startswith("deadl")]
+    assert line.split(None, 1)[1].startswith("ten minutes: DAGRUN_QUEUED_AT + 0:10:00 -> ")
+    assert line.endswith(".late (async)")
 
 
 async def test_a_run_that_finishes_in_time_never_fires(env: Env, tmp_path: Path) -> None:
