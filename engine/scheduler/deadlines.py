@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from engine.db.queries import deadlines as deadlines_sql
@@ -26,6 +27,7 @@ from engine.db.queries import deadlines as deadlines_sql
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
+    from engine.db.database import Database
     from engine.db.queries.deadlines import MissedDeadline, RunToSet
 
 logger = logging.getLogger(__name__)
@@ -99,6 +101,15 @@ def deadline_rows(
             }
         )
     return rows
+
+
+async def check_deadlines(db: Database, *, now: datetime) -> list[MissedDeadline]:
+    """The loop's step: set the deadlines of new runs, miss the due ones (a read first: a
+    loop with nothing to do takes no write transaction)."""
+    if not await db.read(partial(deadlines_sql.has_deadline_work, now=now)):
+        return []
+    await db.run(partial(set_deadlines, now=now))
+    return await db.run(partial(miss_due_deadlines, now=now))
 
 
 def set_deadlines(session: Session, *, now: datetime) -> int:

@@ -266,8 +266,7 @@ class Scheduler:
         if not self._clock_task_running:
             await self._create_time_runs()
         await self._time_out_runs()
-        await self._db.run(partial(deadlines.set_deadlines, now=self._clock()))
-        await self._db.run(partial(deadlines.miss_due_deadlines, now=self._clock()))
+        await deadlines.check_deadlines(self._db, now=self._clock())
         await self._start_queued_runs()
         scheduled_before = self.stats.tasks_scheduled
         finished_before = self.stats.runs_finished

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
+    from sqlalchemy import ColumnElement
     from sqlalchemy.orm import Session
 
 #: the kind of a callback request that runs a missed deadline's callback
@@ -63,26 +64,49 @@ class RunDeadline:
     callback: str
 
 
+def _to_set() -> tuple[ColumnElement[bool], ...]:
+    """Conditions on ``dag_run`` joined to ``dag``: an active run of a DAG with alerts whose
+    deadlines are not set."""
+    return (
+        Dag.deadline_alerts.is_not(None),
+        DagRun.state.in_(_ACTIVE),
+        ~exists().where(Deadline.dag_run_id == DagRun.id),
+    )
+
+
+def _due(now: datetime) -> tuple[ColumnElement[bool], ...]:
+    """Conditions on ``deadline`` joined to ``dag_run``: due, not missed yet, and its run
+    not finished by then."""
+    return (
+        Deadline.missed.is_(False),
+        Deadline.deadline_time.is_not(None),
+        Deadline.deadline_time <= now,
+        or_(DagRun.end_date.is_(None), DagRun.end_date > Deadline.deadline_time),
+    )
+
+
+def has_deadline_work(session: Session, *, now: datetime) -> bool:
+    """Whether a run's deadlines are to be set or one is due: a read, so that the
+    scheduler's loop takes no write lock for DAGs without alerts."""
+    to_set = select(DagRun.id).join(Dag, Dag.dag_id == DagRun.dag_id).where(*_to_set())
+    if session.execute(to_set.limit(1)).first() is not None:
+        return True
+    due = select(Deadline.id).join(DagRun, DagRun.id == Deadline.dag_run_id).where(*_due(now))
+    return session.execute(due.limit(1)).first() is not None
+
+
 def runs_to_set(session: Session, *, limit: int = 100) -> list[RunToSet]:
     """Queued or running runs of DAGs with deadline alerts that have no deadline rows."""
-    rows = session.execute(
-        select(
-            DagRun.id,
-            DagRun.dag_id,
-            DagRun.run_id,
-            DagRun.logical_date,
-            DagRun.queued_at,
-            Dag.deadline_alerts,
-        )
-        .join(Dag, Dag.dag_id == DagRun.dag_id)
-        .where(
-            Dag.deadline_alerts.is_not(None),
-            DagRun.state.in_(_ACTIVE),
-            ~exists().where(Deadline.dag_run_id == DagRun.id),
-        )
-        .order_by(DagRun.id)
-        .limit(limit)
-    ).all()
+    query = select(
+        DagRun.id,
+        DagRun.dag_id,
+        DagRun.run_id,
+        DagRun.logical_date,
+        DagRun.queued_at,
+        Dag.deadline_alerts,
+    )
+    query = query.join(Dag, Dag.dag_id == DagRun.dag_id).where(*_to_set())
+    rows = session.execute(query.order_by(DagRun.id).limit(limit)).all()
     return [
         RunToSet(int(pk), str(dag_id), str(run_id), logical, queued, tuple(alerts or ()))
         for pk, dag_id, run_id, logical, queued, alerts in rows
@@ -125,18 +149,9 @@ def miss_due_deadlines(
     """Deadlines at or before ``now`` whose run had not finished by then: each marked
     missed, and a ``deadline`` callback request written for it, once (a row another
     scheduler marked first is left alone)."""
-    due = session.execute(
-        select(Deadline.id, Deadline.name, Deadline.deadline_time, DagRun.dag_id, DagRun.run_id)
-        .join(DagRun, DagRun.id == Deadline.dag_run_id)
-        .where(
-            Deadline.missed.is_(False),
-            Deadline.deadline_time.is_not(None),
-            Deadline.deadline_time <= now,
-            or_(DagRun.end_date.is_(None), DagRun.end_date > Deadline.deadline_time),
-        )
-        .order_by(Deadline.deadline_time, Deadline.id)
-        .limit(limit)
-    ).all()
+    query = select(Deadline.id, Deadline.name, Deadline.deadline_time, DagRun.dag_id, DagRun.run_id)
+    query = query.join(DagRun, DagRun.id == Deadline.dag_run_id).where(*_due(now))
+    due = session.execute(query.order_by(Deadline.deadline_time, Deadline.id).limit(limit)).all()
     missed = []
     for deadline_id, name, deadline_time, dag_id, run_id in due:
         marked = session.execute(
