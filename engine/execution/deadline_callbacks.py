@@ -31,13 +31,16 @@ logger = logging.getLogger(__name__)
 
 
 def deadline_callable(dag: DAG, index: int, path: str) -> Callable[..., Any]:
-    """The callable of the DAG's alert ``index`` when it is still the one at ``path``, else
-    what ``path`` imports (``LookupError`` when it does not)."""
+    """The callable of the DAG's alert ``index`` when it is still the one ``path`` names (a
+    function defined in the DAG file), else what ``path`` imports (``LookupError`` when it
+    does not)."""
     alerts = dag.deadline
     if index < len(alerts):
-        callback = alerts[index].callback
-        if callback.path == path and callback.callable is not None:
-            return callback.callable
+        held = alerts[index].callback.callable
+        # the same function, though the module a DAG file is imported as may be named
+        # differently here than where the DAG processor parsed it
+        if held is not None and path.endswith(f".{held.__qualname__}"):
+            return held
     module, _, name = path.rpartition(".")
     try:
         found = getattr(importlib.import_module(module), name)
