@@ -39,17 +39,26 @@ if TYPE_CHECKING:
         BaseAsset,
         Metadata,
     )
+    from engine.authoring.async_operator import BaseAsyncOperator
     from engine.authoring.baseoperator import BaseOperator
-    from engine.authoring.bash import BashOperator
+    from engine.authoring.bash import BashOperator, bash_task
     from engine.authoring.branching import (
         BaseBranchOperator,
         BranchPythonOperator,
         LatestOnlyOperator,
         ShortCircuitOperator,
+        branch_task,
+        short_circuit_task,
     )
     from engine.authoring.connections import Connection
     from engine.authoring.context import Context, get_current_context, resolve_deferrable
     from engine.authoring.dag import DAG
+    from engine.authoring.deadlines import (
+        AsyncCallback,
+        DeadlineAlert,
+        DeadlineReference,
+        SyncCallback,
+    )
     from engine.authoring.deferral import TaskDeferred
     from engine.authoring.errors import DagDefinitionError
     from engine.authoring.external_task import ExternalTaskSensor
@@ -94,6 +103,13 @@ if TYPE_CHECKING:
         WeekWindow,
         YearWindow,
     )
+    from engine.authoring.retry_policies import (
+        ExceptionRetryPolicy,
+        RetryAction,
+        RetryDecision,
+        RetryPolicy,
+        RetryRule,
+    )
     from engine.authoring.sensor_base import BaseSensorOperator, PokeReturnValue
     from engine.authoring.standard_sensors import (
         BashSensor,
@@ -101,7 +117,9 @@ if TYPE_CHECKING:
         PythonSensor,
         TimeSensor,
         WeekDay,
+        sensor_task,
     )
+    from engine.authoring.task_instance import TaskInstance
     from engine.authoring.timetables import (
         AssetOrTimeSchedule,
         ContinuousTimetable,
@@ -128,7 +146,9 @@ _MODULE_OF: Final[dict[str, str]] = {
     "AssetAny": "engine.authoring.assets",
     "AssetOrTimeSchedule": "engine.authoring.timetables",
     "AssetWatcher": "engine.authoring.assets",
+    "AsyncCallback": "engine.authoring.deadlines",
     "BaseAsset": "engine.authoring.assets",
+    "BaseAsyncOperator": "engine.authoring.async_operator",
     "BaseBranchOperator": "engine.authoring.branching",
     "BaseOperator": "engine.authoring.baseoperator",
     "BaseSensorOperator": "engine.authoring.sensor_base",
@@ -146,9 +166,12 @@ _MODULE_OF: Final[dict[str, str]] = {
     "DagDefinitionError": "engine.authoring.errors",
     "DayOfWeekSensor": "engine.authoring.standard_sensors",
     "DayWindow": "engine.authoring.partition_windows",
+    "DeadlineAlert": "engine.authoring.deadlines",
+    "DeadlineReference": "engine.authoring.deadlines",
     "DeltaDataIntervalTimetable": "engine.authoring.interval_timetables",
     "DeltaTriggerTimetable": "engine.authoring.trigger_timetables",
     "EmptyOperator": "engine.authoring.operators",
+    "ExceptionRetryPolicy": "engine.authoring.retry_policies",
     "ExternalTaskSensor": "engine.authoring.external_task",
     "FanOutMapper": "engine.authoring.partition_rollups",
     "FixedKeyMapper": "engine.authoring.partition_mappers",
@@ -170,6 +193,10 @@ _MODULE_OF: Final[dict[str, str]] = {
     "PythonOperator": "engine.authoring.operators",
     "PythonSensor": "engine.authoring.standard_sensors",
     "QuarterWindow": "engine.authoring.partition_windows",
+    "RetryAction": "engine.authoring.retry_policies",
+    "RetryDecision": "engine.authoring.retry_policies",
+    "RetryPolicy": "engine.authoring.retry_policies",
+    "RetryRule": "engine.authoring.retry_policies",
     "RollupMapper": "engine.authoring.partition_rollups",
     "SegmentWindow": "engine.authoring.partition_windows",
     "ShortCircuitOperator": "engine.authoring.branching",
@@ -179,8 +206,10 @@ _MODULE_OF: Final[dict[str, str]] = {
     "StartOfQuarterMapper": "engine.authoring.partition_temporal",
     "StartOfWeekMapper": "engine.authoring.partition_temporal",
     "StartOfYearMapper": "engine.authoring.partition_temporal",
+    "SyncCallback": "engine.authoring.deadlines",
     "TaskDeferred": "engine.authoring.deferral",
     "TaskGroup": "engine.authoring.groups",
+    "TaskInstance": "engine.authoring.task_instance",
     "TimeSensor": "engine.authoring.standard_sensors",
     "Timetable": "engine.authoring.timetables",
     "TriggerRule": "engine.authoring.arguments",
@@ -211,7 +240,9 @@ __all__: tuple[str, ...] = (
     "AssetAny",
     "AssetOrTimeSchedule",
     "AssetWatcher",
+    "AsyncCallback",
     "BaseAsset",
+    "BaseAsyncOperator",
     "BaseBranchOperator",
     "BaseOperator",
     "BaseSensorOperator",
@@ -228,9 +259,12 @@ __all__: tuple[str, ...] = (
     "DagDefinitionError",
     "DayOfWeekSensor",
     "DayWindow",
+    "DeadlineAlert",
+    "DeadlineReference",
     "DeltaDataIntervalTimetable",
     "DeltaTriggerTimetable",
     "EmptyOperator",
+    "ExceptionRetryPolicy",
     "ExternalTaskSensor",
     "FanOutMapper",
     "FixedKeyMapper",
@@ -252,6 +286,10 @@ __all__: tuple[str, ...] = (
     "PythonOperator",
     "PythonSensor",
     "QuarterWindow",
+    "RetryAction",
+    "RetryDecision",
+    "RetryPolicy",
+    "RetryRule",
     "RollupMapper",
     "SegmentWindow",
     "ShortCircuitOperator",
@@ -261,8 +299,10 @@ __all__: tuple[str, ...] = (
     "StartOfQuarterMapper",
     "StartOfWeekMapper",
     "StartOfYearMapper",
+    "SyncCallback",
     "TaskDeferred",
     "TaskGroup",
+    "TaskInstance",
     "TimeSensor",
     "Timetable",
     "TriggerRule",
@@ -272,10 +312,14 @@ __all__: tuple[str, ...] = (
     "WeekWindow",
     "XComArg",
     "YearWindow",
+    "bash_task",
+    "branch_task",
     "chain",
     "cross_downstream",
     "get_current_context",
     "resolve_deferrable",
+    "sensor_task",
+    "short_circuit_task",
     "task",
     "task_group",
 )
