@@ -43,6 +43,7 @@ from engine.authoring.dag_files import (
     source_digest,
 )
 from engine.authoring.errors import DagDefinitionError
+from engine.authoring.params import param_spec
 from engine.authoring.timetables import timezone_name
 from engine.loader import trigger_stream_digest
 from triggers.serde import dumps, dumps_kwargs
@@ -124,7 +125,9 @@ class ParsedDag:
     max_active_tasks: int = 16
     dagrun_timeout_s: float | None = None
     tags: tuple[str, ...] = ()
-    params: dict[str, Any] | None = None  # name -> default (JSON), for display
+    #: name -> ``engine.authoring.params.param_spec`` (JSON: default, schema): a manual
+    #: run's conf is checked against it when triggered (``check_run_conf``)
+    params: dict[str, Any] | None = None
     doc_md: str | None = None
     display_name: str | None = None
     is_paused_upon_creation: bool | None = None
@@ -290,7 +293,7 @@ def describe_dag(dag: DAG) -> ParsedDag:
             None if dag.dagrun_timeout is None else dag.dagrun_timeout.total_seconds()
         ),
         tags=tuple(str(tag) for tag in dag.tags),
-        params=_param_defaults(dag),
+        params=_param_specs(dag),
         doc_md=dag.doc_md,
         display_name=dag.dag_display_name,
         is_paused_upon_creation=dag.is_paused_upon_creation,
@@ -307,16 +310,19 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).isoformat()
 
 
-def _param_defaults(dag: DAG) -> dict[str, Any] | None:
-    """The params' defaults that are plain JSON (shown by ``sluice dags show``)."""
+def _param_specs(dag: DAG) -> dict[str, Any] | None:
+    """Each param's default and schema as JSON (a default that is not JSON as its repr)."""
     if not dag.params:
         return None
     out: dict[str, Any] = {}
     for name, param in dag.params.items():
+        spec = param_spec(param)
         try:
-            out[name] = json.loads(json.dumps(param.value, allow_nan=False))
+            out[name] = json.loads(json.dumps(spec, allow_nan=False))
         except (TypeError, ValueError):
-            out[name] = repr(param.value)
+            spec["value"] = repr(param.value)
+            spec["schema"] = {}  # not checkable as stored: the task checks the real value
+            out[name] = json.loads(json.dumps(spec, default=repr))
     return out
 
 
