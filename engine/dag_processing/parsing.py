@@ -44,8 +44,11 @@ from engine.authoring.dag_files import (
 )
 from engine.authoring.errors import DagDefinitionError
 from engine.authoring.params import param_spec
+from engine.authoring.store import install_store
 from engine.authoring.timetables import timezone_name
+from engine.dag_processing.parse_store import ParseTimeStore
 from engine.loader import trigger_stream_digest
+from engine.logs import Redactor
 from triggers.serde import dumps, dumps_kwargs
 
 if TYPE_CHECKING:
@@ -419,6 +422,17 @@ def parse_file(path: Path) -> FileParseResult:
     )
 
 
+def mask_result(result: FileParseResult, secrets: Iterable[str]) -> FileParseResult:
+    """``result`` with ``secrets`` (what the file read at parse time) masked in its error."""
+    error = result.error
+    redactor = Redactor(secrets)
+    if error is None or not redactor:
+        return result
+    trace = None if error.traceback is None else redactor.text(error.traceback)
+    masked = replace(error, message=redactor.text(error.message), traceback=trace)
+    return replace(result, error=masked)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.dag_processing.parsing")
     parser.add_argument("--dags-folder", type=Path)
@@ -430,8 +444,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "where a file hangs before the parent kills this process; a moment, not a delay, so "
         "that the time this process took to start counts)",
     )
+    parser.add_argument(
+        "--request-fd",
+        type=int,
+        help="the socket on which the DAG processor answers the file's top-level "
+        "Variable.get / Connection.get (engine.dag_processing.parse_store)",
+    )
     parser.add_argument("file", type=Path)
     args = parser.parse_args(argv)
+    store = None
+    if args.request_fd is not None:
+        os.set_inheritable(args.request_fd, False)  # not for processes the DAG file starts
+        store = ParseTimeStore.from_fd(args.request_fd)
+    install_store(store)
     result_fd = os.dup(1)
     os.dup2(2, 1)  # what the DAG file prints goes to stderr; stdout carries the result
     if args.dump_stack_at:
@@ -442,6 +467,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = parse_file(args.file)
     finally:
         faulthandler.cancel_dump_traceback_later()
+        if store is not None:
+            store.close()
+    if store is not None:
+        result = mask_result(result, store.secrets)
     with os.fdopen(result_fd, "w", encoding="utf-8") as out:
         out.write(result.to_json())
     return 0
