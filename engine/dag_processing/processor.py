@@ -73,6 +73,8 @@ class DagProcessorSettings:
     #: configured secrets (Fernet keys, the database password): kept out of the children's
     #: environment, as the task processes' (``child_environment``)
     secrets: tuple[str, ...] = ()
+    #: ``[core] dags_are_paused_at_creation``: new DAGs stored paused
+    paused_at_creation: bool = False
 
     @classmethod
     def from_config(cls, config: Config) -> DagProcessorSettings:
@@ -83,6 +85,7 @@ class DagProcessorSettings:
             refresh_interval_s=config.scheduler.dag_dir_list_interval,
             heartbeat_s=config.scheduler.scheduler_heartbeat_sec,
             secrets=tuple(config.secret_values()),
+            paused_at_creation=config.core.dags_are_paused_at_creation,
         )
 
 
@@ -352,9 +355,15 @@ class DagProcessor:
         fresh = await self._parse_files(todo)
         present = {str(path) for path in listing}
         now = datetime.now(UTC)
-        report = await self._db.run(
-            lambda session: sync_parse_results(session, self._cipher, fresh, present, now=now)
+        sync = partial(
+            sync_parse_results,
+            cipher=self._cipher,
+            fresh=fresh,
+            present=present,
+            now=now,
+            paused_at_creation=settings.paused_at_creation,
         )
+        report = await self._db.run(sync)
         self._conflicted = {
             Path(fileloc)
             for fileloc, error in report.errors.items()

@@ -232,3 +232,43 @@ async def test_a_param_format_is_checked_when_a_run_is_triggered(world: World) -
     runs = world.db.call(lambda s: s.execute(select(DagRun.id)).scalars().all())
     assert runs == []  # refused: no run created
     assert world.trigger({"day": "2026-12-31"}) > 0
+
+
+PAUSING = """
+from engine import DAG
+
+follows = DAG("follows_config", schedule=None)
+running = DAG("says_running", schedule=None, is_paused_upon_creation=False)
+paused = DAG("says_paused", schedule=None, is_paused_upon_creation=True)
+"""
+
+
+@pytest.mark.parametrize("paused_at_creation", [True, False])
+def test_dags_are_paused_at_creation(
+    migrated_db_url: str, tmp_path: Path, paused_at_creation: bool
+) -> None:
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "pausing.py").write_text(textwrap.dedent(PAUSING))
+    config = load_config(
+        environ={
+            "SLUICE_HOME": str(tmp_path / "home"),
+            "SLUICE__CORE__DAGS_FOLDER": str(dags),
+            "SLUICE__CORE__DAGS_ARE_PAUSED_AT_CREATION": str(paused_at_creation).lower(),
+        }
+    )
+    assert config.core.dags_are_paused_at_creation is paused_at_creation
+    db = Database(migrated_db_url)
+    try:
+        cipher = KwargsCipher(Fernet.generate_key().decode())
+        settings = DagProcessorSettings.from_config(config)
+        processor = DagProcessor(db=db, cipher=cipher, settings=settings)
+        anyio.run(processor.parse_once)
+        rows = {dag_id: row.is_paused for dag_id, row in db.call(dags_sql.load_dags).items()}
+    finally:
+        db.dispose()
+    assert rows == {
+        "follows_config": paused_at_creation,
+        "says_running": False,
+        "says_paused": True,
+    }
