@@ -77,8 +77,14 @@ class RuntimeTaskInstance:
 
     @property
     def pushed(self) -> dict[str, Any]:
-        """What this try pushed so far: ``{key: tagged JSON}`` (stored if it succeeds)."""
-        return dict(self._pushed)
+        """What this try pushed so far: ``{key: tagged JSON}`` (stored if it succeeds or
+        defers), over what it pushed before a deferral it resumed from."""
+        kept: Mapping[str, Any]
+        if self.map_index < 0:
+            kept = self._results.get(self.task_id, {})
+        else:
+            kept = self._mapped.get(self.task_id, {}).get(self.map_index, {})
+        return {**kept, **self._pushed}
 
     def render_template(
         self, value: Any, context: Mapping[str, Any], *, template_ext: Sequence[str] = ()
