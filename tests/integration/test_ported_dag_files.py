@@ -27,6 +27,7 @@ from engine.exceptions import OperatorActionError
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
 from engine.views import operations
 from tests.integration.harness import fast_executor_settings, running_executor
+from tests.integration.test_backfill import run_cli
 from tests.waiting import eventually
 from triggers.serde import deserialize_value
 
@@ -177,7 +178,12 @@ async def world(migrated_db_url: str, tmp_path: Path, monkeypatch: pytest.Monkey
     fields = {"conn_type": "postgres", "host": "db.internal", "password": PASSWORD}
     db.call(lambda s: store.upsert_connection(s, cipher, "warehouse", fields))
     config = load_config(
-        environ={"SLUICE_HOME": str(tmp_path / "home"), "SLUICE__CORE__DAGS_FOLDER": str(dags)}
+        environ={
+            "SLUICE_HOME": str(tmp_path / "home"),
+            "SLUICE__CORE__DAGS_FOLDER": str(dags),
+            "SLUICE__CORE__SQL_ALCHEMY_CONN": db.url,
+            "SLUICE__CORE__FERNET_KEY": key,
+        }
     )
     settings = DagProcessorSettings.from_config(config)
     processor = DagProcessor(db=db, cipher=cipher, settings=settings)
@@ -229,6 +235,9 @@ async def test_parse_time_reads_fail_as_airflow_and_mask_secrets(world: World) -
 async def test_a_param_format_is_checked_when_a_run_is_triggered(world: World) -> None:
     with pytest.raises(OperatorActionError, match=r"param 'day': '2026-13-01' is not a 'date'"):
         world.trigger({"day": "2026-13-01"})
+    result = run_cli(world.config, "dags", "trigger", "ported", "--conf", '{"day": "2026-02-30"}')
+    assert result.exit_code != 0
+    assert "param 'day': '2026-02-30' is not a 'date' (e.g. '2026-03-10')" in result.output
     runs = world.db.call(lambda s: s.execute(select(DagRun.id)).scalars().all())
     assert runs == []  # refused: no run created
     assert world.trigger({"day": "2026-12-31"}) > 0
