@@ -179,12 +179,7 @@ def run_task(
             check_mappable_result(task, value)
         results = collect_results(context, task, value, max_bytes=spec.max_xcom_size_bytes)
     except TaskDeferred as deferred:
-        return TaskResult(
-            TaskState.DEFERRED,
-            time.monotonic() - started,
-            execution_timeout_s=None if timeout is None else timeout.total_seconds(),
-            deferral=Deferral.from_exception(deferred),
-        )
+        return _deferred(step, spec, deferred, timeout, time.monotonic() - started)
     except AirflowSkipException as exc:
         step.exception = exc
         logger.info("Task skipped: %s", exc or "AirflowSkipException", extra={"action": "skip"})
@@ -218,6 +213,32 @@ def run_task(
     result.outlet_events.extend(outlet_events)
     result.skip_task_ids.extend(skipped_task_ids(context))
     return result
+
+
+def _deferred(
+    step: StepState,
+    spec: TaskSpec,
+    deferred: TaskDeferred,
+    timeout: timedelta | None,
+    elapsed_s: float,
+) -> TaskResult:
+    """A deferral, with what the try pushed so far (stored now, as Airflow stores a push:
+    the resumed try reads it); a push that cannot be stored fails the try."""
+    pushed: dict[str, Any] = {}
+    if step.task is not None and step.context is not None:
+        try:
+            pushed = collect_results(
+                step.context, step.task, None, max_bytes=spec.max_xcom_size_bytes
+            )
+        except (TypeError, ValueError) as exc:
+            return TaskResult(TaskState.FAILED, elapsed_s, error=_error_summary(exc))
+    return TaskResult(
+        TaskState.DEFERRED,
+        elapsed_s,
+        execution_timeout_s=None if timeout is None else timeout.total_seconds(),
+        deferral=Deferral.from_exception(deferred),
+        xcoms=pushed,
+    )
 
 
 def run_outcome_callbacks(spec: TaskSpec, result: TaskResult, step: StepState) -> None:
