@@ -30,6 +30,7 @@ from triggers.lazy import submodule
 
 if TYPE_CHECKING:
     from engine.authoring.arguments import TriggerRule
+    from engine.authoring.asset_decorator import asset
     from engine.authoring.assets import (
         Asset,
         AssetAlias,
@@ -47,10 +48,13 @@ if TYPE_CHECKING:
         LatestOnlyOperator,
         ShortCircuitOperator,
     )
+    from engine.authoring.configuration import conf
     from engine.authoring.connections import Connection
     from engine.authoring.context import Context, get_current_context, resolve_deferrable
     from engine.authoring.dag import DAG
     from engine.authoring.deferral import TaskDeferred
+    from engine.authoring.edges import EdgeModifier, Label, chain_linear
+    from engine.authoring.enums import DagRunState, TaskInstanceState, WeightRule
     from engine.authoring.errors import DagDefinitionError
     from engine.authoring.external_task import ExternalTaskSensor
     from engine.authoring.groups import TaskGroup, chain, cross_downstream, task_group
@@ -58,9 +62,16 @@ if TYPE_CHECKING:
         CronDataIntervalTimetable,
         DeltaDataIntervalTimetable,
     )
+    from engine.authoring.literals import literal
+    from engine.authoring.notifier import BaseNotifier
+    from engine.authoring.operatorlink import BaseOperatorLink
     from engine.authoring.operators import EmptyOperator, PythonOperator, task
     from engine.authoring.params import Param
+    from engine.authoring.params_dict import ParamsDict
+    from engine.authoring.parsing_context import get_parsing_context
     from engine.authoring.sensor_base import BaseSensorOperator, PokeReturnValue
+    from engine.authoring.setup_teardown_tasks import setup, teardown
+    from engine.authoring.skipmixin import BranchMixIn, SkipMixin
     from engine.authoring.standard_sensors import (
         BashSensor,
         DayOfWeekSensor,
@@ -95,10 +106,13 @@ _MODULE_OF: Final[dict[str, str]] = {
     "AssetWatcher": "engine.authoring.assets",
     "BaseAsset": "engine.authoring.assets",
     "BaseBranchOperator": "engine.authoring.branching",
+    "BaseNotifier": "engine.authoring.notifier",
     "BaseOperator": "engine.authoring.baseoperator",
+    "BaseOperatorLink": "engine.authoring.operatorlink",
     "BaseSensorOperator": "engine.authoring.sensor_base",
     "BashOperator": "engine.authoring.bash",
     "BashSensor": "engine.authoring.standard_sensors",
+    "BranchMixIn": "engine.authoring.skipmixin",
     "BranchPythonOperator": "engine.authoring.branching",
     "Connection": "engine.authoring.connections",
     "Context": "engine.authoring.context",
@@ -107,38 +121,52 @@ _MODULE_OF: Final[dict[str, str]] = {
     "CronTriggerTimetable": "engine.authoring.trigger_timetables",
     "DAG": "engine.authoring.dag",
     "DagDefinitionError": "engine.authoring.errors",
+    "DagRunState": "engine.authoring.enums",
     "DayOfWeekSensor": "engine.authoring.standard_sensors",
     "DeltaDataIntervalTimetable": "engine.authoring.interval_timetables",
     "DeltaTriggerTimetable": "engine.authoring.trigger_timetables",
+    "EdgeModifier": "engine.authoring.edges",
     "EmptyOperator": "engine.authoring.operators",
     "ExternalTaskSensor": "engine.authoring.external_task",
+    "Label": "engine.authoring.edges",
     "LatestOnlyOperator": "engine.authoring.branching",
     "Metadata": "engine.authoring.assets",
     "MultipleCronTriggerTimetable": "engine.authoring.trigger_timetables",
     "OnceTimetable": "engine.authoring.timetables",
     "Param": "engine.authoring.params",
+    "ParamsDict": "engine.authoring.params_dict",
     "PokeReturnValue": "engine.authoring.sensor_base",
     "PythonOperator": "engine.authoring.operators",
     "PythonSensor": "engine.authoring.standard_sensors",
     "ShortCircuitOperator": "engine.authoring.branching",
+    "SkipMixin": "engine.authoring.skipmixin",
     "TaskDeferred": "engine.authoring.deferral",
     "TaskGroup": "engine.authoring.groups",
+    "TaskInstanceState": "engine.authoring.enums",
     "TimeSensor": "engine.authoring.standard_sensors",
     "Timetable": "engine.authoring.timetables",
     "TriggerRule": "engine.authoring.arguments",
     "Variable": "engine.authoring.variables",
     "WeekDay": "engine.authoring.standard_sensors",
+    "WeightRule": "engine.authoring.enums",
     "XComArg": "engine.authoring.xcom",
+    "asset": "engine.authoring.asset_decorator",
     "bash_task": "engine.authoring.bash",
     "branch_task": "engine.authoring.branching",
     "chain": "engine.authoring.groups",
+    "chain_linear": "engine.authoring.edges",
+    "conf": "engine.authoring.configuration",
     "cross_downstream": "engine.authoring.groups",
     "get_current_context": "engine.authoring.context",
+    "get_parsing_context": "engine.authoring.parsing_context",
+    "literal": "engine.authoring.literals",
     "resolve_deferrable": "engine.authoring.context",
     "sensor_task": "engine.authoring.standard_sensors",
+    "setup": "engine.authoring.setup_teardown_tasks",
     "short_circuit_task": "engine.authoring.branching",
     "task": "engine.authoring.operators",
     "task_group": "engine.authoring.groups",
+    "teardown": "engine.authoring.setup_teardown_tasks",
 }
 #: the modules whose decorators hang off ``task`` (``@task.bash``, ``@task.branch``, ...)
 __all__: tuple[str, ...] = (
@@ -151,10 +179,13 @@ __all__: tuple[str, ...] = (
     "AssetWatcher",
     "BaseAsset",
     "BaseBranchOperator",
+    "BaseNotifier",
     "BaseOperator",
+    "BaseOperatorLink",
     "BaseSensorOperator",
     "BashOperator",
     "BashSensor",
+    "BranchMixIn",
     "BranchPythonOperator",
     "Connection",
     "Context",
@@ -162,34 +193,48 @@ __all__: tuple[str, ...] = (
     "CronDataIntervalTimetable",
     "CronTriggerTimetable",
     "DagDefinitionError",
+    "DagRunState",
     "DayOfWeekSensor",
     "DeltaDataIntervalTimetable",
     "DeltaTriggerTimetable",
+    "EdgeModifier",
     "EmptyOperator",
     "ExternalTaskSensor",
+    "Label",
     "LatestOnlyOperator",
     "Metadata",
     "MultipleCronTriggerTimetable",
     "OnceTimetable",
     "Param",
+    "ParamsDict",
     "PokeReturnValue",
     "PythonOperator",
     "PythonSensor",
     "ShortCircuitOperator",
+    "SkipMixin",
     "TaskDeferred",
     "TaskGroup",
+    "TaskInstanceState",
     "TimeSensor",
     "Timetable",
     "TriggerRule",
     "Variable",
     "WeekDay",
+    "WeightRule",
     "XComArg",
+    "asset",
     "chain",
+    "chain_linear",
+    "conf",
     "cross_downstream",
     "get_current_context",
+    "get_parsing_context",
+    "literal",
     "resolve_deferrable",
+    "setup",
     "task",
     "task_group",
+    "teardown",
 )
 
 
