@@ -79,6 +79,7 @@ if TYPE_CHECKING:
         TimeSensor,
         WeekDay,
     )
+    from engine.authoring.task_instance import TaskInstance
     from engine.authoring.timetables import (
         AssetOrTimeSchedule,
         ContinuousTimetable,
@@ -142,6 +143,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "SkipMixin": "engine.authoring.skipmixin",
     "TaskDeferred": "engine.authoring.deferral",
     "TaskGroup": "engine.authoring.groups",
+    "TaskInstance": "engine.authoring.task_instance",
     "TaskInstanceState": "engine.authoring.enums",
     "TimeSensor": "engine.authoring.standard_sensors",
     "Timetable": "engine.authoring.timetables",
@@ -214,6 +216,7 @@ __all__: tuple[str, ...] = (
     "SkipMixin",
     "TaskDeferred",
     "TaskGroup",
+    "TaskInstance",
     "TaskInstanceState",
     "TimeSensor",
     "Timetable",
