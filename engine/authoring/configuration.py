@@ -21,7 +21,6 @@ from __future__ import annotations
 import threading
 from typing import Any, Final
 
-from engine.config import load_config
 from engine.exceptions import ConfigError
 
 _NOTSET: Final = object()
@@ -42,6 +41,10 @@ class SdkConfig:
     def _sections(self) -> dict[str, dict[str, Any]]:
         with self._lock:
             if self._values is None:
+                # here, not at import: the configuration's URL checks import SQLAlchemy, which
+                # a task process does not load unless a task reads conf
+                from engine.config import load_config
+
                 self._values = load_config().as_dict(redact=True)
             return self._values
 
