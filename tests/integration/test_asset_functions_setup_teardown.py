@@ -40,9 +40,27 @@ pytestmark = pytest.mark.integration
 OK, FAILED = TaskState.SUCCESS, TaskState.FAILED
 
 DAG_FILE = """
+from pathlib import Path
+
 from engine import (
-    DAG, Asset, EmptyOperator, Label, PythonOperator, asset, setup, task, teardown
+    DAG, Asset, BaseNotifier, EmptyOperator, Label, PythonOperator, asset, setup, task, teardown
 )
+
+
+class FileNotifier(BaseNotifier):
+    template_fields = ("message",)
+
+    def __init__(self, message):
+        super().__init__()
+        self.message = message
+
+    def notify(self, context):
+        Path(NOTES).write_text(self.message)
+
+
+NOTES = "{notes}"
+with DAG("notified", on_success_callback=FileNotifier("{{ dag_run.dag_id }} ended: {{ reason }}")):
+    EmptyOperator(task_id="only", on_success_callback=[FileNotifier("task {{ ti.task_id }}")])
 
 
 @asset(schedule=None, uri="file:///data/raw_orders", group="orders", extra={"owner": "etl"})
@@ -106,6 +124,8 @@ with DAG("labelled"):
 
 
 class Env:
+    notes: Path
+
     def __init__(self, db: Database, settings: ExecutorSettings) -> None:
         self.db = db
         self.settings = settings
@@ -181,9 +201,14 @@ class Env:
 def env(migrated_db_url: str, tmp_path: Path):
     dags = tmp_path / "dags"
     dags.mkdir()
-    (dags / "asset_functions.py").write_text(textwrap.dedent(DAG_FILE))
+    notes = tmp_path / "notes.txt"
+    (dags / "asset_functions.py").write_text(
+        textwrap.dedent(DAG_FILE).replace("{notes}", str(notes))
+    )
     db, config, _, _ = parsed_database(migrated_db_url, tmp_path, dags)
-    yield Env(db, fast_executor_settings(config))
+    env = Env(db, fast_executor_settings(config))
+    env.notes = notes
+    yield env
     db.dispose()
 
 
@@ -292,3 +317,15 @@ def test_labels_and_roles_are_stored_and_shown(env: Env) -> None:
         "run_job": None,
         "delete_cluster": "teardown",
     }
+
+
+async def test_a_notifier_is_a_callback_that_renders_its_templates(env: Env) -> None:
+    run_pk = env.trigger("notified")
+    with anyio.fail_after(120):
+        async with env.executor():
+            assert await env.run_to_end(run_pk) == ["success"]
+
+            async def dag_callback_wrote() -> bool:
+                return env.notes.exists() and env.notes.read_text() == "notified ended: success"
+
+            await eventually(dag_callback_wrote, within=60, step=0.05)
