@@ -155,3 +155,30 @@ def _close_scope(owner: Any, before: frozenset[str]) -> None:
     for leaf in leaves:
         for teardown in teardowns:
             leaf.set_downstream(teardown)
+
+
+def group_leaves(tasks: Sequence[AbstractOperator]) -> list[AbstractOperator]:
+    """A task group's leaves as Airflow's: its tasks without downstream task in the group,
+    except that a teardown leaf gives way to the tasks before it (stepping over teardowns,
+    never back through a setup), so ``group >> next`` follows the group's work."""
+    by_id = {task.task_id: task for task in tasks}
+    found: list[AbstractOperator] = []
+
+    def before_teardown(teardown: AbstractOperator) -> None:
+        for up_id in sorted(teardown.upstream_task_ids):
+            up = by_id.get(up_id)
+            if up is None:
+                continue
+            if getattr(up, "is_teardown", False):
+                before_teardown(up)
+            elif not getattr(up, "is_setup", False) and up not in found:
+                found.append(up)
+
+    for task in tasks:
+        if not task.downstream_task_ids.isdisjoint(by_id):
+            continue
+        if getattr(task, "is_teardown", False):
+            before_teardown(task)
+        elif task not in found:
+            found.append(task)
+    return found

@@ -122,6 +122,19 @@ def test_only_setup_and_teardown_tasks_open_a_with_block() -> None:
                 pass
 
 
+def test_a_group_ending_in_a_teardown_links_onward_from_its_work() -> None:
+    with DAG("d") as dag:
+        with TaskGroup("section") as section:
+            made = EmptyOperator(task_id="setup").as_setup()
+            work = EmptyOperator(task_id="work")
+            gone = EmptyOperator(task_id="teardown")
+            made >> work >> gone.as_teardown(setups=made)
+        section >> EmptyOperator(task_id="next")
+    assert [t.task_id for t in section.leaves] == ["section.work"]
+    assert _edges(dag)["section.work"] == {"section.teardown", "next"}
+    assert _edges(dag)["section.teardown"] == set()
+
+
 # --- the scheduler's rule and the run's state --------------------------------------------------
 
 
