@@ -25,7 +25,8 @@ Arguments: ``schedule`` (required: a cron string or preset, a timetable, assets 
 condition, None), ``name`` (default: the function's name), ``uri`` (default: the name),
 ``group``, ``extra``, ``watchers``, and the DAG's ``dag_id``, ``dag_display_name``,
 ``description``, ``params``, ``on_success_callback``, ``on_failure_callback``,
-``is_paused_upon_creation``, ``tags`` (``catchup`` is False, as Airflow's). The function's
+``is_paused_upon_creation``, ``tags`` (and ``access_control`` / ``owner_links``, which DAGs
+ignore with a warning); ``catchup`` is False, as Airflow's. The function's
 parameters, as Airflow reads them: ``self`` is the asset, ``context`` the task's context,
 ``outlet_events`` its outlet events; a parameter with a default gets its default; any other
 name is an upstream asset of that name (the asset object of that name in the function's
@@ -63,6 +64,8 @@ _DAG_ARGUMENTS: Final = frozenset(
         "on_failure_callback",
         "is_paused_upon_creation",
         "tags",
+        "access_control",  # the DAG ignores these two with a warning, as for any DAG
+        "owner_links",
     }
 )
 
