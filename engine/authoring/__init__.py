@@ -15,7 +15,9 @@ every other part of the engine.
 
 Airflow's names, for ports that change only their imports (``airflow.sdk.X`` ->
 ``engine.X``): ``task``, ``DAG``, ``Asset``, ``AssetAlias``, ``Metadata``, ``chain``,
-``TaskGroup``, ``task_group``, ``Param``, ``TriggerRule``, ``XComArg``, the timetables ...
+``TaskGroup``, ``task_group``, ``Param``, ``TriggerRule``, ``XComArg``, the timetables,
+``asset``, ``setup`` / ``teardown``, ``Label``, ``chain_linear``, ``literal``, ``conf`` ...
+(docs/porting-from-airflow.md lists every ``airflow.sdk`` name and where it is).
 The ``@dag`` decorator is exported by ``engine`` only (``engine.authoring.decorators.dag``):
 here the name ``dag`` stays the module ``engine.authoring.dag``, so ``import
 engine.authoring.dag`` and dotted patch targets keep meaning the module.
