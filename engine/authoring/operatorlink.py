@@ -52,7 +52,10 @@ def operator_links(operator: object, ti: object) -> Mapping[str, str]:
     """``xcom_key -> link`` for each of the operator's ``operator_extra_links``; a link whose
     ``get_link`` raises (or returns no str) is logged and left out."""
     links: dict[str, str] = {}
-    for link in getattr(operator, "operator_extra_links", None) or ():
+    declared = getattr(operator, "operator_extra_links", None) or getattr(
+        getattr(operator, "operator_class", None), "operator_extra_links", ()
+    )  # a mapped task's: its operator class's
+    for link in declared or ():
         if not isinstance(link, BaseOperatorLink):
             continue
         try:
