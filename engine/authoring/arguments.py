@@ -82,7 +82,6 @@ DAG_IGNORED: Final = frozenset(
     {
         "access_control",
         "default_view",
-        "deadline",
         "disable_bundle_versioning",
         "jinja_environment_kwargs",
         "orientation",

@@ -48,6 +48,7 @@ from engine.authoring.arguments import (
     warn_once,
 )
 from engine.authoring.callbacks import as_callbacks
+from engine.authoring.deadlines import as_deadline_alerts
 from engine.authoring.errors import DagDefinitionError
 from engine.authoring.locations import caller_file_and_line
 from engine.authoring.params import as_params
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
     from engine.authoring.assets import BaseAsset
     from engine.authoring.baseoperator import BaseOperator
     from engine.authoring.callbacks import Callback
+    from engine.authoring.deadlines import DeadlineAlert
     from engine.authoring.timetables import Timetable
 
 DEFAULT_MAX_ACTIVE_RUNS: Final = 16
@@ -146,6 +148,7 @@ class DAG:
         auto_register: bool = True,
         on_success_callback: Callback | Sequence[Callback] | None = None,
         on_failure_callback: Callback | Sequence[Callback] | None = None,
+        deadline: DeadlineAlert | Sequence[DeadlineAlert] | None = None,
         **unsupported: Any,
     ) -> None:
         self.fileloc, self.lineno = caller_file_and_line()
@@ -176,6 +179,9 @@ class DAG:
         #: run by an executor when the scheduler ends a run (``engine.authoring.callbacks``)
         self.on_success_callback = as_callbacks(where, "on_success_callback", on_success_callback)
         self.on_failure_callback = as_callbacks(where, "on_failure_callback", on_failure_callback)
+        #: the scheduler fires their callbacks for runs past their deadline
+        #: (``engine.authoring.deadlines``)
+        self.deadline = as_deadline_alerts(where, deadline, zone=self.timezone)
         self.dag_display_name = dag_id if dag_display_name is None else dag_display_name
         check_type(where, "dag_display_name", self.dag_display_name, str)
         if is_paused_upon_creation is not None:

@@ -1,16 +1,11 @@
-"""``TaskInstance``: the type of ``context["ti"]``, for annotations (Airflow's
-``airflow.sdk.TaskInstance``).
+"""``TaskInstance`` (``airflow.sdk.TaskInstance``): the type of ``context["ti"]``, for type
+hints and ``isinstance`` in DAG files, as Airflow's is a protocol of what a running task
+instance offers.
 
-::
-
-    @task
-    def report(ti: TaskInstance) -> None:
-        rows = ti.xcom_pull(task_ids="extract")
-        ti.xcom_push(key="count", value=len(rows))
-
-A ``Protocol``: the try the task process runs (``engine.execution``'s ``RuntimeTaskInstance``)
-satisfies it, and ``isinstance(context["ti"], TaskInstance)`` holds. It names what a DAG file
-may use: who the try is and its results.
+Sluice's running task instance (``engine.execution.results.RuntimeTaskInstance``) has who
+it is (``dag_id``, ``task_id``, ``run_id``, ``try_number``, ``map_index``, ``task``) and
+the run's results (``xcom_push``, ``xcom_pull``); the protocol names exactly those, so a
+DAG file that annotates ``ti: TaskInstance`` type-checks against what it gets.
 """
 
 from __future__ import annotations
@@ -18,20 +13,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Iterable
+
+    from engine.authoring.baseoperator import BaseOperator
+
+__all__ = ("TaskInstance",)
 
 
 @runtime_checkable
 class TaskInstance(Protocol):
-    """The running try: ``dag_id``, ``task_id``, ``run_id``, ``try_number``, ``map_index``,
-    ``task``, and its results (``xcom_push`` / ``xcom_pull``)."""
+    """What ``context["ti"]`` offers while a task runs."""
 
     dag_id: str | None
     task_id: str
     run_id: str | None
     try_number: int
     map_index: int
-    task: Any
+    task: BaseOperator
 
     def xcom_push(self, key: str, value: Any) -> None: ...
 
@@ -39,14 +37,10 @@ class TaskInstance(Protocol):
         self,
         task_ids: str | Iterable[str] | None = None,
         dag_id: str | None = None,
-        key: str = ...,
+        key: str = "return_value",
         include_prior_dates: bool = False,
         *,
         map_indexes: int | Iterable[int] | None = None,
         default: Any = None,
         run_id: str | None = None,
-    ) -> Any: ...
-
-    def render_template(
-        self, value: Any, context: Mapping[str, Any], *, template_ext: Sequence[str] = ()
     ) -> Any: ...

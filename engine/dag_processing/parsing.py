@@ -134,6 +134,8 @@ class ParsedDag:
     is_paused_upon_creation: bool | None = None
     has_on_success_callback: bool = False
     has_on_failure_callback: bool = False
+    #: the DAG's ``deadline`` alerts, serialized (``engine.authoring.deadlines``)
+    deadline_alerts: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +196,7 @@ def _result_from_dict(data: dict[str, Any]) -> FileParseResult:
 
 
 _TASK_TUPLES: Final = ("downstream", "outlets", "outlet_aliases", "inlets", "inlet_aliases")
-_DAG_TUPLES: Final = ("schedule_assets", "schedule_aliases", "tags")
+_DAG_TUPLES: Final = ("schedule_assets", "schedule_aliases", "tags", "deadline_alerts")
 
 
 def _dag_from_dict(data: dict[str, Any]) -> ParsedDag:
@@ -304,6 +306,7 @@ def describe_dag(dag: DAG) -> ParsedDag:
         is_paused_upon_creation=dag.is_paused_upon_creation,
         has_on_success_callback=bool(dag.on_success_callback),
         has_on_failure_callback=bool(dag.on_failure_callback),
+        deadline_alerts=tuple(alert.serialize() for alert in dag.deadline),
     )
 
 

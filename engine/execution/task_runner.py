@@ -81,6 +81,7 @@ from engine.execution.process import (
 )
 from engine.execution.protocol import EXIT_BAD_SPEC, TaskResult, TaskSpec, raw_context
 from engine.execution.results import check_mappable_result, collect_results
+from engine.execution.retry_decisions import PolicyVerdict, ask_retry_policy
 from engine.execution.templates import render_template_fields
 from engine.states import TaskState
 from triggers.serde import loads
@@ -192,14 +193,26 @@ def run_task(
         traceback.print_exc()
         step.exception = exc
         error = message() if deadline.fired else _error_summary(exc)
+        # AirflowFailException, or params the run's conf made invalid: a retry would fail
+        # the same way, and the retry policy is not asked
+        no_retry = isinstance(exc, AirflowFailException | ParamValidationError)
+        verdict = PolicyVerdict()
+        if not no_retry:
+            verdict = ask_retry_policy(
+                step.task,
+                exc,
+                try_number=spec.try_number,
+                max_tries=spec.max_tries,
+                context=step.context,
+            )
         return TaskResult(
             TaskState.FAILED,
             time.monotonic() - started,
             error=error,
             timed_out=deadline.fired,
-            # AirflowFailException, or params the run's conf made invalid: a retry would fail
-            # the same way
-            no_retry=isinstance(exc, AirflowFailException | ParamValidationError),
+            no_retry=no_retry or verdict.fail_now,
+            retry_delay_s=verdict.retry_delay_s,
+            retry_reason=verdict.reason,
         )
     result = _success(results, time.monotonic() - started)
     result.outlet_events.extend(outlet_events)

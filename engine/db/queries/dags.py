@@ -55,6 +55,7 @@ PARSED_DAG_COLUMNS: Final = (
     "display_name",
     "has_on_success_callback",
     "has_on_failure_callback",
+    "deadline_alerts",
 )
 #: A change to one of these makes the scheduler compute the next time run again.
 TIME_COLUMNS: Final = ("timetable", "timezone", "start_date", "end_date", "catchup")

@@ -1,7 +1,7 @@
 """Setup and teardown tasks, and the labels of a DAG's edges
 
-Revision ID: 0021
-Revises: 0020
+Revision ID: 0022
+Revises: 0021
 Create Date: 2026-11-29 00:00:00.000000
 
 - ``dag_task``: ``is_setup`` / ``is_teardown`` (Airflow's setup and teardown tasks: the
@@ -17,8 +17,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0021"
-down_revision = "0020"
+revision = "0022"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 
