@@ -25,12 +25,18 @@ from typing import TYPE_CHECKING, Any
 # below; the `__getattr__` is hidden from them, so a misspelt name stays an error.
 if TYPE_CHECKING:
     from engine.authoring import *  # noqa: F403
+    from engine.authoring import macros as macros
     from engine.authoring.decorators import dag
+    from engine.hooks.base import BaseHook
+
+    __version__: str
 
 from engine.authoring import __all__ as _authoring_all
 from triggers.lazy import submodule
 
-__all__: tuple[str, ...] = (*_authoring_all, "dag")
+# Airflow's airflow.sdk names that live outside the authoring API: ``BaseHook`` (engine.hooks
+# builds on authoring's connections), the ``macros`` module and the distribution's version.
+__all__: tuple[str, ...] = (*_authoring_all, "BaseHook", "__version__", "dag", "macros")
 
 if not TYPE_CHECKING:
 
@@ -39,6 +45,14 @@ if not TYPE_CHECKING:
 
         if name == "dag":
             from engine.authoring.decorators import dag as value
+        elif name == "BaseHook":
+            from engine.hooks.base import BaseHook as value
+        elif name == "macros":
+            from engine.authoring import macros as value
+        elif name == "__version__":
+            from importlib.metadata import version
+
+            value = version("sluice")
         elif name in _authoring_all:
             value = getattr(importlib.import_module("engine.authoring"), name)
         else:  # a subpackage or module not imported yet (engine.db, engine.config, ...)

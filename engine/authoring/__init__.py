@@ -15,7 +15,9 @@ every other part of the engine.
 
 Airflow's names, for ports that change only their imports (``airflow.sdk.X`` ->
 ``engine.X``): ``task``, ``DAG``, ``Asset``, ``AssetAlias``, ``Metadata``, ``chain``,
-``TaskGroup``, ``task_group``, ``Param``, ``TriggerRule``, ``XComArg``, the timetables ...
+``TaskGroup``, ``task_group``, ``Param``, ``TriggerRule``, ``XComArg``, the timetables,
+``asset``, ``setup`` / ``teardown``, ``Label``, ``chain_linear``, ``literal``, ``conf`` ...
+(docs/porting-from-airflow.md lists every ``airflow.sdk`` name and where it is).
 The ``@dag`` decorator is exported by ``engine`` only (``engine.authoring.decorators.dag``):
 here the name ``dag`` stays the module ``engine.authoring.dag``, so ``import
 engine.authoring.dag`` and dotted patch targets keep meaning the module.
@@ -30,6 +32,7 @@ from triggers.lazy import submodule
 
 if TYPE_CHECKING:
     from engine.authoring.arguments import TriggerRule
+    from engine.authoring.asset_decorator import asset
     from engine.authoring.assets import (
         Asset,
         AssetAlias,
@@ -50,6 +53,7 @@ if TYPE_CHECKING:
         branch_task,
         short_circuit_task,
     )
+    from engine.authoring.configuration import conf
     from engine.authoring.connections import Connection
     from engine.authoring.context import Context, get_current_context, resolve_deferrable
     from engine.authoring.dag import DAG
@@ -60,6 +64,8 @@ if TYPE_CHECKING:
         SyncCallback,
     )
     from engine.authoring.deferral import TaskDeferred
+    from engine.authoring.edges import EdgeModifier, Label, chain_linear
+    from engine.authoring.enums import DagRunState, TaskInstanceState, WeightRule
     from engine.authoring.errors import DagDefinitionError
     from engine.authoring.external_task import ExternalTaskSensor
     from engine.authoring.groups import TaskGroup, chain, cross_downstream, task_group
@@ -67,8 +73,13 @@ if TYPE_CHECKING:
         CronDataIntervalTimetable,
         DeltaDataIntervalTimetable,
     )
+    from engine.authoring.literals import literal
+    from engine.authoring.notifier import BaseNotifier
+    from engine.authoring.operatorlink import BaseOperatorLink
     from engine.authoring.operators import EmptyOperator, PythonOperator, task
     from engine.authoring.params import Param
+    from engine.authoring.params_dict import ParamsDict
+    from engine.authoring.parsing_context import get_parsing_context
     from engine.authoring.partition_mappers import (
         AllowedKeyMapper,
         ChainMapper,
@@ -111,6 +122,8 @@ if TYPE_CHECKING:
         RetryRule,
     )
     from engine.authoring.sensor_base import BaseSensorOperator, PokeReturnValue
+    from engine.authoring.setup_teardown_tasks import setup, teardown
+    from engine.authoring.skipmixin import BranchMixIn, SkipMixin
     from engine.authoring.standard_sensors import (
         BashSensor,
         DayOfWeekSensor,
@@ -150,10 +163,13 @@ _MODULE_OF: Final[dict[str, str]] = {
     "BaseAsset": "engine.authoring.assets",
     "BaseAsyncOperator": "engine.authoring.async_operator",
     "BaseBranchOperator": "engine.authoring.branching",
+    "BaseNotifier": "engine.authoring.notifier",
     "BaseOperator": "engine.authoring.baseoperator",
+    "BaseOperatorLink": "engine.authoring.operatorlink",
     "BaseSensorOperator": "engine.authoring.sensor_base",
     "BashOperator": "engine.authoring.bash",
     "BashSensor": "engine.authoring.standard_sensors",
+    "BranchMixIn": "engine.authoring.skipmixin",
     "BranchPythonOperator": "engine.authoring.branching",
     "ChainMapper": "engine.authoring.partition_mappers",
     "Connection": "engine.authoring.connections",
@@ -164,12 +180,14 @@ _MODULE_OF: Final[dict[str, str]] = {
     "CronTriggerTimetable": "engine.authoring.trigger_timetables",
     "DAG": "engine.authoring.dag",
     "DagDefinitionError": "engine.authoring.errors",
+    "DagRunState": "engine.authoring.enums",
     "DayOfWeekSensor": "engine.authoring.standard_sensors",
     "DayWindow": "engine.authoring.partition_windows",
     "DeadlineAlert": "engine.authoring.deadlines",
     "DeadlineReference": "engine.authoring.deadlines",
     "DeltaDataIntervalTimetable": "engine.authoring.interval_timetables",
     "DeltaTriggerTimetable": "engine.authoring.trigger_timetables",
+    "EdgeModifier": "engine.authoring.edges",
     "EmptyOperator": "engine.authoring.operators",
     "ExceptionRetryPolicy": "engine.authoring.retry_policies",
     "ExternalTaskSensor": "engine.authoring.external_task",
@@ -177,6 +195,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "FixedKeyMapper": "engine.authoring.partition_mappers",
     "HourWindow": "engine.authoring.partition_windows",
     "IdentityMapper": "engine.authoring.partition_mappers",
+    "Label": "engine.authoring.edges",
     "LatestOnlyOperator": "engine.authoring.branching",
     "Metadata": "engine.authoring.assets",
     "MinimumCount": "engine.authoring.partition_windows",
@@ -184,6 +203,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "MultipleCronTriggerTimetable": "engine.authoring.trigger_timetables",
     "OnceTimetable": "engine.authoring.timetables",
     "Param": "engine.authoring.params",
+    "ParamsDict": "engine.authoring.params_dict",
     "PartitionKeyError": "engine.authoring.partition_mappers",
     "PartitionMapper": "engine.authoring.partition_mappers",
     "PartitionedAssetTimetable": "engine.authoring.partition_timetables",
@@ -200,6 +220,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "RollupMapper": "engine.authoring.partition_rollups",
     "SegmentWindow": "engine.authoring.partition_windows",
     "ShortCircuitOperator": "engine.authoring.branching",
+    "SkipMixin": "engine.authoring.skipmixin",
     "StartOfDayMapper": "engine.authoring.partition_temporal",
     "StartOfHourMapper": "engine.authoring.partition_temporal",
     "StartOfMonthMapper": "engine.authoring.partition_temporal",
@@ -210,6 +231,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "TaskDeferred": "engine.authoring.deferral",
     "TaskGroup": "engine.authoring.groups",
     "TaskInstance": "engine.authoring.task_instance",
+    "TaskInstanceState": "engine.authoring.enums",
     "TimeSensor": "engine.authoring.standard_sensors",
     "Timetable": "engine.authoring.timetables",
     "TriggerRule": "engine.authoring.arguments",
@@ -217,18 +239,26 @@ _MODULE_OF: Final[dict[str, str]] = {
     "WaitForAll": "engine.authoring.partition_windows",
     "WeekDay": "engine.authoring.standard_sensors",
     "WeekWindow": "engine.authoring.partition_windows",
+    "WeightRule": "engine.authoring.enums",
     "XComArg": "engine.authoring.xcom",
     "YearWindow": "engine.authoring.partition_windows",
+    "asset": "engine.authoring.asset_decorator",
     "bash_task": "engine.authoring.bash",
     "branch_task": "engine.authoring.branching",
     "chain": "engine.authoring.groups",
+    "chain_linear": "engine.authoring.edges",
+    "conf": "engine.authoring.configuration",
     "cross_downstream": "engine.authoring.groups",
     "get_current_context": "engine.authoring.context",
+    "get_parsing_context": "engine.authoring.parsing_context",
+    "literal": "engine.authoring.literals",
     "resolve_deferrable": "engine.authoring.context",
     "sensor_task": "engine.authoring.standard_sensors",
+    "setup": "engine.authoring.setup_teardown_tasks",
     "short_circuit_task": "engine.authoring.branching",
     "task": "engine.authoring.operators",
     "task_group": "engine.authoring.groups",
+    "teardown": "engine.authoring.setup_teardown_tasks",
 }
 #: the modules whose decorators hang off ``task`` (``@task.bash``, ``@task.branch``, ...)
 __all__: tuple[str, ...] = (
@@ -244,10 +274,13 @@ __all__: tuple[str, ...] = (
     "BaseAsset",
     "BaseAsyncOperator",
     "BaseBranchOperator",
+    "BaseNotifier",
     "BaseOperator",
+    "BaseOperatorLink",
     "BaseSensorOperator",
     "BashOperator",
     "BashSensor",
+    "BranchMixIn",
     "BranchPythonOperator",
     "ChainMapper",
     "Connection",
@@ -257,12 +290,14 @@ __all__: tuple[str, ...] = (
     "CronPartitionTimetable",
     "CronTriggerTimetable",
     "DagDefinitionError",
+    "DagRunState",
     "DayOfWeekSensor",
     "DayWindow",
     "DeadlineAlert",
     "DeadlineReference",
     "DeltaDataIntervalTimetable",
     "DeltaTriggerTimetable",
+    "EdgeModifier",
     "EmptyOperator",
     "ExceptionRetryPolicy",
     "ExternalTaskSensor",
@@ -270,6 +305,7 @@ __all__: tuple[str, ...] = (
     "FixedKeyMapper",
     "HourWindow",
     "IdentityMapper",
+    "Label",
     "LatestOnlyOperator",
     "Metadata",
     "MinimumCount",
@@ -277,6 +313,7 @@ __all__: tuple[str, ...] = (
     "MultipleCronTriggerTimetable",
     "OnceTimetable",
     "Param",
+    "ParamsDict",
     "PartitionKeyError",
     "PartitionMapper",
     "PartitionedAssetTimetable",
@@ -293,6 +330,7 @@ __all__: tuple[str, ...] = (
     "RollupMapper",
     "SegmentWindow",
     "ShortCircuitOperator",
+    "SkipMixin",
     "StartOfDayMapper",
     "StartOfHourMapper",
     "StartOfMonthMapper",
@@ -303,6 +341,7 @@ __all__: tuple[str, ...] = (
     "TaskDeferred",
     "TaskGroup",
     "TaskInstance",
+    "TaskInstanceState",
     "TimeSensor",
     "Timetable",
     "TriggerRule",
@@ -310,18 +349,26 @@ __all__: tuple[str, ...] = (
     "WaitForAll",
     "WeekDay",
     "WeekWindow",
+    "WeightRule",
     "XComArg",
     "YearWindow",
+    "asset",
     "bash_task",
     "branch_task",
     "chain",
+    "chain_linear",
+    "conf",
     "cross_downstream",
     "get_current_context",
+    "get_parsing_context",
+    "literal",
     "resolve_deferrable",
     "sensor_task",
+    "setup",
     "short_circuit_task",
     "task",
     "task_group",
+    "teardown",
 )
 
 

@@ -64,6 +64,7 @@ from engine.authoring.mapping import (
 from engine.authoring.params import NOTSET, Param, as_params
 from engine.authoring.partial import OperatorPartial
 from engine.authoring.retry_policies import RetryPolicy, check_retry_policy
+from engine.authoring.setup_teardown import SetupTeardownMixin
 from engine.authoring.xcom import (
     MapXComArg,
     XComArg,
@@ -84,7 +85,7 @@ if TYPE_CHECKING:
 DEFAULT_RETRY_DELAY: Final = timedelta(seconds=300)
 
 
-class BaseOperator(AbstractOperator, Deferrable):
+class BaseOperator(SetupTeardownMixin, AbstractOperator, Deferrable):
     """Base of every task. Subclasses implement ``execute(context)``.
 
     Arguments are Airflow's: ``retries``, ``execution_timeout``, ``outlets`` / ``inlets``

@@ -229,6 +229,8 @@ class DAG:
         )
         self.task_dict: dict[str, BaseOperator] = {}
         self.task_group_dict: dict[str, TaskContainer] = {}
+        #: what an edge carries (``Label``): (upstream, downstream task id) -> {"label": ...}
+        self.edge_info: dict[tuple[str, str], dict[str, str]] = {}
         self._check_required_params(where)
 
     def _warn_unsupported(self, unsupported: Mapping[str, Any], location: str) -> None:
@@ -366,6 +368,24 @@ class DAG:
                 f"{task.task_id!r}; a task cannot have the id of a task group"
             )
         self.task_dict[task.task_id] = task
+
+    def set_edge_info(
+        self, upstream_task_id: str, downstream_task_id: str, info: dict[str, str]
+    ) -> None:
+        """Attach ``info`` (``{"label": ...}``) to an edge (Airflow's, for ``Label``)."""
+        self.edge_info[(upstream_task_id, downstream_task_id)] = dict(info)
+
+    def get_edge_info(self, upstream_task_id: str, downstream_task_id: str) -> dict[str, str]:
+        """What the edge carries (``{}`` without a label)."""
+        return dict(self.edge_info.get((upstream_task_id, downstream_task_id), {}))
+
+    def edge_labels_of(self, task_id: str) -> dict[str, str]:
+        """The labels of ``task_id``'s edges to its downstream tasks: downstream id -> label."""
+        return {
+            down: info["label"]
+            for (up, down), info in sorted(self.edge_info.items())
+            if up == task_id and "label" in info
+        }
 
     def has_task(self, task_id: str) -> bool:
         return task_id in self.task_dict

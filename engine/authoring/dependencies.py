@@ -37,16 +37,24 @@ class DependencyMixin:
         raise NotImplementedError
 
     def set_downstream(self, other: DependencyMixin | Sequence[DependencyMixin]) -> None:
-        targets = [root for node in _nodes(other) for root in node.roots]
-        for leaf in self.leaves:
-            for root in targets:
-                _link(leaf, root)
+        for node in _nodes(other):
+            node.follow(self)
 
     def set_upstream(self, other: DependencyMixin | Sequence[DependencyMixin]) -> None:
-        sources = [leaf for node in _nodes(other) for leaf in node.leaves]
-        for root in self.roots:
-            for leaf in sources:
-                _link(leaf, root)
+        for node in _nodes(other):
+            self.follow(node)
+
+    def follow(self, upstream: DependencyMixin) -> None:
+        """Come after ``upstream``: its leaves link to this node's roots (an edge modifier,
+        ``engine.authoring.edges.Label``, overrides both ``follow`` and ``lead``)."""
+        upstream.lead(self)
+
+    def lead(self, downstream: DependencyMixin) -> None:
+        """Come before ``downstream``: link this node's leaves to its roots."""
+        targets = downstream.roots
+        for leaf in self.leaves:
+            for root in targets:
+                link(leaf, root)
 
     def __rshift__(self, other: Any) -> Any:
         self.set_downstream(other)
@@ -97,7 +105,8 @@ def _nodes(value: object) -> list[DependencyMixin]:
     return items  # type: ignore[return-value]  # checked above
 
 
-def _link(upstream: AbstractOperator, downstream: AbstractOperator) -> None:
+def link(upstream: AbstractOperator, downstream: AbstractOperator) -> None:
+    """The edge ``upstream >> downstream`` between two tasks, both attached to a DAG."""
     if upstream is downstream:
         raise DagDefinitionError(f"task {upstream.task_id!r} cannot depend on itself")
     dag = upstream.dag or downstream.dag

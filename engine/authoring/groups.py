@@ -22,6 +22,7 @@ from engine.authoring.dag import DAG, current_dag, current_group, pop_group, pus
 from engine.authoring.dependencies import AbstractOperator, DependencyMixin
 from engine.authoring.errors import DagDefinitionError
 from engine.authoring.locations import caller_location
+from engine.authoring.setup_teardown import group_leaves
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -136,9 +137,9 @@ class TaskGroup(DependencyMixin):
 
     @property
     def leaves(self) -> list[AbstractOperator]:
-        tasks = list(self)
-        ids = {task.task_id for task in tasks}
-        return [task for task in tasks if task.downstream_task_ids.isdisjoint(ids)]
+        """Its tasks without downstream task in the group; a teardown leaf gives way to the
+        work before it (Airflow's, ``engine.authoring.setup_teardown.group_leaves``)."""
+        return group_leaves(list(self))
 
     def __enter__(self) -> TaskGroup:
         push_group(self)

@@ -142,7 +142,17 @@ def _schedule_lines(sched: DagSchedule) -> list[tuple[str, str]]:
 _SHOW_SECTIONS = (
     (
         "tasks",
-        ["task_id", "operator", "downstream", "retries", "start_from_trigger", "outlets", "mapped"],
+        [
+            "task_id",
+            "operator",
+            "downstream",
+            "retries",
+            "start_from_trigger",
+            "outlets",
+            "mapped",
+            "role",
+            "edge_labels",
+        ],
     ),
     ("watchers", ["asset", "name", "trigger_id", "classpath", "triggerer_id", "last_error"]),
     ("last runs", ["run_id", "run_type", "state", "logical_date", "queued_at", "end_date"]),

@@ -107,6 +107,10 @@ class ParsedTask:
     pool: str = DEFAULT_POOL
     pool_slots: int = 1
     queue: str | None = None  # the Celery queue (None: [celery] default_queue)
+    is_setup: bool = False
+    is_teardown: bool = False
+    on_failure_fail_dagrun: bool = False  # a teardown whose failure fails the run
+    edge_labels: dict[str, str] | None = None  # downstream task id -> its edge's Label
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +278,10 @@ def describe_dag(dag: DAG) -> ParsedDag:
             pool=task.pool,
             pool_slots=task.pool_slots,
             queue=task.queue,
+            is_setup=task.is_setup,
+            is_teardown=task.is_teardown,
+            on_failure_fail_dagrun=task.on_failure_fail_dagrun,
+            edge_labels=dag.edge_labels_of(task.task_id) or None,
         )
         for task in (dag.get_task(tid) for tid in dag.topological_task_ids())
     )

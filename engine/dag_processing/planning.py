@@ -181,6 +181,10 @@ def task_rows(dag: ParsedDag) -> list[dict[str, Any]]:
             "pool": task.pool,
             "pool_slots": task.pool_slots,
             "queue": task.queue,
+            "is_setup": task.is_setup,
+            "is_teardown": task.is_teardown,
+            "on_failure_fail_dagrun": task.on_failure_fail_dagrun,
+            "edge_labels": task.edge_labels,
         }
         for position, task in enumerate(dag.tasks)
     ]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from engine.authoring.dag import take_registered_dags
 from engine.authoring.dag_files import add_import_paths, collect_dags, import_dag_file
 from engine.authoring.errors import DagDefinitionError
+from engine.authoring.parsing_context import parsing_for
 from engine.execution.last_good import load_or_last_good
 
 if TYPE_CHECKING:
@@ -30,14 +31,17 @@ def load_dag(
     dags_folder: Path | None = None,
     plugins_folder: Path | None = None,
     source: str | None = None,
+    task_id: str | None = None,
 ) -> DAG:
     """Import ``fileloc`` and return its DAG ``dag_id``.
 
     ``source``: the file's text to run instead of what is on disk (its last good version).
+    The import's ``get_parsing_context()`` names ``dag_id`` (and ``task_id``).
     """
     add_import_paths(dags_folder, plugins_folder)
     take_registered_dags()  # nothing a failed import before this one left behind
-    module = import_dag_file(fileloc, source=source)
+    with parsing_for(dag_id, task_id):
+        module = import_dag_file(fileloc, source=source)
     for dag in collect_dags(module, str(fileloc)):
         if dag.dag_id == dag_id:
             return dag
@@ -55,7 +59,7 @@ def load_task(
 ) -> BaseOperator:
     """Import ``fileloc`` and return a fresh instance of one task."""
     folders = {"dags_folder": dags_folder, "plugins_folder": plugins_folder}
-    return load_dag(fileloc, dag_id, source=source, **folders).get_task(task_id)
+    return load_dag(fileloc, dag_id, source=source, task_id=task_id, **folders).get_task(task_id)
 
 
 def _folders(spec: TaskSpec) -> dict[str, Path | None]:
@@ -69,7 +73,14 @@ def dag_for(spec: TaskSpec) -> DAG:
     """The DAG of ``spec``, from its file or the file's last good version."""
 
     def load(source: str | None) -> DAG:
-        return load_dag(Path(spec.fileloc), spec.dag_id, source=source, **_folders(spec))
+        folders = _folders(spec)
+        return load_dag(
+            Path(spec.fileloc),
+            spec.dag_id,
+            source=source,
+            dags_folder=folders["dags_folder"],
+            plugins_folder=folders["plugins_folder"],
+        )
 
     return load_or_last_good(spec.fileloc, load)
 

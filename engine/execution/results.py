@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.authoring.baseoperator import MappedOperator
 from engine.authoring.mapping import UnmappableXComTypePushed, XComForMappingNotPushed
+from engine.authoring.operatorlink import operator_links
 from engine.authoring.xcom import XCOM_RETURN_KEY
 from engine.execution.remote_results import pull_remote
 from engine.execution.templates import render_template
@@ -243,6 +244,8 @@ def collect_results(
     ti = context.get("ti")
     results = dict(ti.pushed) if isinstance(ti, RuntimeTaskInstance) else {}
     task_id = task.task_id
+    for key, link in operator_links(task, ti).items():  # operator_extra_links (Airflow's)
+        results[key] = encode_result(link, task_id=task_id, key=key)
     if value is not None and getattr(task, "do_xcom_push", True):
         if getattr(task, "multiple_outputs", False):
             if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):

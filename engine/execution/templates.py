@@ -43,21 +43,16 @@ task log.
 
 from __future__ import annotations
 
-import json
-import random
 import re
-import time
-import uuid
-from datetime import datetime, timedelta
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Final
 
-import dateutil  # type: ignore[import-untyped]  # Airflow's macros.dateutil (croniter's dep)
 import jinja2
 import jinja2.nativetypes
 import jinja2.sandbox
 
+from engine.authoring import macros
+from engine.authoring.literals import LiteralValue
 from engine.authoring.params import DagParam
 from engine.authoring.xcom import XComArg
 from engine.exceptions import AirflowException
@@ -97,44 +92,8 @@ class TemplateRenderError(AirflowException):
 # --- macros and filters (Airflow's airflow.macros, airflow.templates.FILTERS) -------------
 
 
-def ds_add(ds: str, days: int) -> str:
-    """``ds`` (``YYYY-MM-DD``) plus ``days`` (negative to subtract): ``ds_add(ds, -1)``."""
-    if not days:
-        return str(ds)
-    moved = datetime.strptime(str(ds), "%Y-%m-%d") + timedelta(days=days)
-    return moved.strftime("%Y-%m-%d")
-
-
-def ds_format(ds: str, input_format: str, output_format: str) -> str:
-    """``ds`` read with ``input_format`` and written with ``output_format`` (strftime)."""
-    return datetime.strptime(str(ds), input_format).strftime(output_format)
-
-
-def datetime_diff_for_humans(dt: Any, since: Any = None) -> str:
-    """How far ``dt`` is from ``since`` (now by default) in words ("2 days ago"); needs
-    pendulum, as Airflow's."""
-    try:
-        import pendulum
-    except ImportError as exc:  # pragma: no cover - pendulum is an optional extra
-        raise RuntimeError("macros.datetime_diff_for_humans needs pendulum installed") from exc
-    other = None if since is None else pendulum.instance(since)
-    return str(pendulum.instance(dt).diff_for_humans(other))
-
-
-#: ``macros`` in templates: Airflow's ``airflow.macros`` names (``random`` is
-#: ``random.random``, as there).
-MACROS: Final = SimpleNamespace(
-    ds_add=ds_add,
-    ds_format=ds_format,
-    datetime_diff_for_humans=datetime_diff_for_humans,
-    datetime=datetime,
-    timedelta=timedelta,
-    time=time,
-    uuid=uuid,
-    random=random.random,
-    json=json,
-    dateutil=dateutil,
-)
+#: ``macros`` in templates: Airflow's ``airflow.macros`` module (``engine.authoring.macros``).
+MACROS: Final = macros
 
 FILTERS: Final = {
     "ds": lambda value: value.strftime("%Y-%m-%d"),
@@ -240,6 +199,8 @@ class _Renderer:
             return self._render_text(value)
         if isinstance(value, XComArg | DagParam):  # its value, not rendered (as Airflow)
             return value.resolve(self.context)
+        if isinstance(value, LiteralValue):  # literal(...): kept as it is (as Airflow)
+            return value.value
         if type(value) is tuple:
             return tuple(self.render(item) for item in value)
         if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple

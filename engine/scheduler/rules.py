@@ -14,12 +14,21 @@ tasks runs whatever its rule, and ``always`` runs without waiting for anything. 
 propagate in one call: a task marked ``skipped`` or ``upstream_failed`` is an upstream state
 for its own downstream tasks.
 
+Setup and teardown tasks (Airflow's): a teardown has the rule ``all_done_setup_success``: it
+waits for every upstream task to finish, then runs if one of its direct upstream *setup*
+tasks succeeded (so it runs after failed work, to release what the setup made), is
+``skipped`` when all of them were skipped and ``upstream_failed`` when none succeeded;
+without an upstream setup it is ``all_done``.
+
 The run ends once every task finished, by Airflow's leaf rule: it fails when a leaf task (one
 without downstream tasks) is ``failed`` or ``upstream_failed``, and succeeds otherwise (every
 leaf succeeded or was skipped). So a failed task whose downstream task ran anyway (under
-``all_done``, say) and succeeded does not fail the run. With Airflow's rules every task is
-decided once its upstream tasks finished, so a run always ends; a rule this version does not
-know (parsing refuses one) would leave its task waiting.
+``all_done``, say) and succeeded does not fail the run. Teardowns do not count (unless
+``on_failure_fail_dagrun``): the leaves are the *effective* leaves, the tasks whose
+downstream tasks are all such teardowns, so a failed teardown leaves the run's state to its
+work, and a failed work task still fails the run when its teardown succeeded. With Airflow's
+rules every task is decided once its upstream tasks finished, so a run always ends; a rule
+this version does not know (parsing refuses one) would leave its task waiting.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from engine.states import DagRunState, TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Set as AbstractSet
 
 FINISHED: Final = frozenset(
     {TaskState.SUCCESS, TaskState.FAILED, TaskState.SKIPPED, TaskState.UPSTREAM_FAILED}
@@ -60,16 +70,23 @@ class UpstreamCounts:
     skipped: int = 0
     failed: int = 0
     upstream_failed: int = 0
+    #: the direct upstream tasks that are setup tasks, and how many succeeded / skipped
+    setup_total: int = 0
+    setup_success: int = 0
+    setup_skipped: int = 0
 
     @classmethod
-    def of(cls, states: Iterable[str]) -> UpstreamCounts:
-        listed = list(states)
+    def of(cls, states: Iterable[str], setup_states: Iterable[str] = ()) -> UpstreamCounts:
+        listed, setups = list(states), list(setup_states)
         return cls(
             total=len(listed),
             success=listed.count(TaskState.SUCCESS),
             skipped=listed.count(TaskState.SKIPPED),
             failed=listed.count(TaskState.FAILED),
             upstream_failed=listed.count(TaskState.UPSTREAM_FAILED),
+            setup_total=len(setups),
+            setup_success=setups.count(TaskState.SUCCESS),
+            setup_skipped=setups.count(TaskState.SKIPPED),
         )
 
     @property
@@ -104,9 +121,18 @@ def _all_failed(c: UpstreamCounts) -> TaskState | None:
 
 
 def _all_done(c: UpstreamCounts) -> TaskState | None:
-    # all_done_setup_success is all_done too: Sluice has no setup tasks (Airflow's rule
-    # only differs when a direct upstream task is a setup task).
     return _RUN if c.all_done else None
+
+
+def _all_done_setup_success(c: UpstreamCounts) -> TaskState | None:
+    # A teardown's rule: all_done, unless it has direct upstream setups and none succeeded.
+    if not c.all_done:
+        return None
+    if c.setup_total and c.setup_skipped >= c.setup_total:
+        return _SKIP
+    if c.setup_total and not c.setup_success:
+        return _UPSTREAM_FAILED
+    return _RUN
 
 
 def _all_skipped(c: UpstreamCounts) -> TaskState | None:
@@ -174,7 +200,7 @@ _DECIDERS: Final[Mapping[str, Callable[[UpstreamCounts], TaskState | None]]] = M
         TriggerRule.ALL_SUCCESS: _all_success,
         TriggerRule.ALL_FAILED: _all_failed,
         TriggerRule.ALL_DONE: _all_done,
-        TriggerRule.ALL_DONE_SETUP_SUCCESS: _all_done,
+        TriggerRule.ALL_DONE_SETUP_SUCCESS: _all_done_setup_success,
         TriggerRule.ALL_DONE_MIN_ONE_SUCCESS: _all_done_min_one_success,
         TriggerRule.ALL_SKIPPED: _all_skipped,
         TriggerRule.ONE_SUCCESS: _one_success,
@@ -213,14 +239,16 @@ def next_task_states(
     states: Mapping[str, str],
     trigger_rules: Mapping[str, str] = _NO_RULES,
     expanded: Mapping[str, Sequence[str]] = _NO_EDGES,
+    setups: AbstractSet[str] = frozenset(),
 ) -> dict[str, str]:
     """New states of tasks still in ``none``, each decided by its trigger rule.
 
     ``trigger_rules`` maps task ids to rules; a task missing from it has ``all_success``.
     ``expanded`` maps an expanded mapped task to the states of its copies: each copy counts
     as one upstream task instance of the tasks below it (as in Airflow, where a mapped
-    upstream task's every map index counts). Decisions propagate transitively in one call (a
-    skip or an upstream failure reaches the tasks below it at once).
+    upstream task's every map index counts). ``setups`` are the setup tasks, whose states a
+    teardown's ``all_done_setup_success`` also counts apart. Decisions propagate transitively
+    in one call (a skip or an upstream failure reaches the tasks below it at once).
     """
     upstream = upstream_of(downstream)
     current = dict(states)
@@ -236,7 +264,11 @@ def next_task_states(
         for task, state in current.items():
             if state != TaskState.NONE:
                 continue
-            counts = UpstreamCounts.of(s for up in upstream.get(task, []) for s in instances(up))
+            ups = upstream.get(task, [])
+            counts = UpstreamCounts.of(
+                (s for up in ups for s in instances(up)),
+                (s for up in ups if up in setups for s in instances(up)),
+            )
             new = decide(trigger_rules.get(task, TriggerRule.ALL_SUCCESS), counts)
             if new is not None:
                 current[task] = changes[task] = new
@@ -259,16 +291,37 @@ def summary_state(copies: Sequence[str]) -> str:
     return TaskState.SKIPPED
 
 
+def effective_leaves(
+    tasks: Iterable[str],
+    downstream: Mapping[str, Sequence[str]],
+    ignored: AbstractSet[str] = frozenset(),
+) -> list[str]:
+    """The tasks whose state decides a run (Airflow's effective leaves): those not in
+    ``ignored`` (the teardowns without ``on_failure_fail_dagrun``) whose downstream tasks
+    are all in ``ignored``; the plain leaves when no task is one (a DAG of teardowns only)."""
+    listed = list(tasks)
+    leaves = [
+        task
+        for task in listed
+        if task not in ignored and all(d in ignored for d in downstream.get(task, ()))
+    ]
+    return leaves or [task for task in listed if not downstream.get(task)]
+
+
 def run_outcome(
-    states: Mapping[str, str], downstream: Mapping[str, Sequence[str]] = _NO_EDGES
+    states: Mapping[str, str],
+    downstream: Mapping[str, Sequence[str]] = _NO_EDGES,
+    ignored_teardowns: AbstractSet[str] = frozenset(),
 ) -> str | None:
     """The final state of a DAG run by Airflow's leaf rule; None while it goes on.
 
-    Once every task finished: ``failed`` if a leaf task (no downstream task in
-    ``downstream``; without it every task is a leaf) is ``failed`` or ``upstream_failed``,
-    else ``success`` (every leaf succeeded or was skipped).
+    Once every task finished: ``failed`` if an effective leaf task (``effective_leaves``: no
+    downstream task in ``downstream`` but ``ignored_teardowns``; without ``downstream``
+    every task is a leaf) is ``failed`` or ``upstream_failed``, else ``success`` (every
+    effective leaf succeeded or was skipped).
     """
     if not states or not all(state in FINISHED for state in states.values()):
         return None
-    leaves = (state for task, state in states.items() if not downstream.get(task))
-    return DagRunState.FAILED if any(s in _FAILED for s in leaves) else DagRunState.SUCCESS
+    leaves = effective_leaves(states, downstream, ignored_teardowns)
+    failed = any(states[task] in _FAILED for task in leaves)
+    return DagRunState.FAILED if failed else DagRunState.SUCCESS

@@ -438,7 +438,9 @@ class Scheduler:
             return  # ended since it was listed (cancelled, timed out, another scheduler)
         now = models.utcnow()
         states = {**state.task_states, **summarize(state.expanded)}
-        changes = next_task_states(state.downstream, states, state.trigger_rules, state.expanded)
+        changes = next_task_states(
+            state.downstream, states, state.trigger_rules, state.expanded, state.setups
+        )
         expansion = expand_mapped(session, state, {**states, **changes}, changes, now=now)
         changes = expansion.changes
         self.stats.tasks_scheduled += expansion.scheduled
@@ -453,7 +455,7 @@ class Scheduler:
         for task_id in to_trigger:
             self._start_from_trigger(session, state.ti_ids[task_id])
         self.stats.tasks_scheduled += sum(s == TaskState.SCHEDULED for s in changes.values())
-        outcome = run_outcome({**states, **changes}, state.downstream)
+        outcome = run_outcome({**states, **changes}, state.downstream, state.ignored_teardowns)
         if outcome is not None:
             if not runs.end_running_run(session, run_pk, outcome, now=now):
                 return  # someone else ended it in the meantime: their state stands

@@ -94,6 +94,8 @@ class TaskShown(TypedDict):
     outlets: list[str]  # asset names, then ``alias:<name>`` for outlet aliases
     inlets: list[str]
     mapped: str | None  # what it maps over, in words
+    role: str | None  # "setup", "teardown" (its failure ignored) or "teardown, fails run"
+    edge_labels: dict[str, str]  # downstream task id -> the edge's Label
 
 
 class WatcherShown(TypedDict):
@@ -342,7 +344,17 @@ def _task(t: DagTask) -> TaskShown:
         "outlets": [*(t.outlets or []), *(f"alias:{a}" for a in t.outlet_aliases or [])],
         "inlets": list(t.inlets or []),
         "mapped": describe_mapping(t.mapping) if t.mapping else None,
+        "role": _role(t),
+        "edge_labels": dict(t.edge_labels or {}),
     }
+
+
+def _role(t: DagTask) -> str | None:
+    if t.is_setup:
+        return "setup"
+    if t.is_teardown:
+        return "teardown, fails run" if t.on_failure_fail_dagrun else "teardown"
+    return None
 
 
 def _watcher(asset: str, name: str, trig: Trigger) -> WatcherShown:

@@ -60,6 +60,12 @@ class DagTaskItem(BaseModel):
     outlets: list[str]
     inlets: list[str]
     mapped: str | None
+    role: str | None = Field(
+        default=None, description="setup, teardown, or 'teardown, fails run' (none: a task)"
+    )
+    edge_labels: dict[str, str] = Field(
+        default_factory=dict, description="Downstream task id -> the Label of the edge to it"
+    )
 
 
 class DagWatcher(BaseModel):

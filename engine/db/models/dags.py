@@ -133,6 +133,16 @@ class DagTask(Base):
     pool_slots: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     #: the Celery queue its tries are sent to (None: [celery] default_queue)
     queue: Mapped[str | None] = mapped_column(String(256))
+    #: Airflow's setup and teardown tasks (``engine.authoring.setup_teardown``): a
+    #: teardown runs once its setups ran, and its failure fails the run only with
+    #: ``on_failure_fail_dagrun``
+    is_setup: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    is_teardown: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    on_failure_fail_dagrun: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=false()
+    )
+    #: the ``Label`` of each edge to a downstream task (downstream task id -> label)
+    edge_labels: Mapped[Any | None] = mapped_column(JSON(none_as_null=True))
 
 
 class DagScheduleAsset(Base):

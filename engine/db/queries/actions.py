@@ -130,6 +130,39 @@ def relatives(
     return found
 
 
+def setup_teardown_roles(session: Session, dag_id: str) -> tuple[set[str], set[str]]:
+    """The DAG's setup tasks and its teardown tasks."""
+    rows = session.execute(
+        select(DagTask.task_id, DagTask.is_setup, DagTask.is_teardown).where(
+            DagTask.dag_id == dag_id
+        )
+    ).all()
+    return {str(t) for t, s, _ in rows if s}, {str(t) for t, _, td in rows if td}
+
+
+def with_setups_and_teardowns(
+    graph: Mapping[str, Iterable[str]],
+    task_ids: Iterable[str],
+    setups: Collection[str],
+    teardowns: Collection[str],
+) -> set[str]:
+    """``task_ids`` with the setups and teardowns that clearing them clears (Airflow's rule):
+    for each task, every setup upstream of it that has no teardown or has one downstream of
+    the task, with that setup's teardowns; for a setup, its own teardowns."""
+    found = set(task_ids)
+    for task in list(found):
+        below = relatives(graph, [task], downstream=True, upstream=False)
+        above = relatives(graph, [task], downstream=False, upstream=True) - {task}
+        teardowns_below = below & set(teardowns)
+        for setup in above & set(setups):
+            its_teardowns = set(graph.get(setup, ())) & set(teardowns)
+            if not its_teardowns or its_teardowns & teardowns_below:
+                found |= {setup, *its_teardowns}
+        if task in setups:
+            found |= set(graph.get(task, ())) & set(teardowns)
+    return found
+
+
 def run_pk_of(session: Session, dag_id: str, run_id: str) -> tuple[int, str]:
     row = session.execute(
         select(DagRun.id, DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)
@@ -184,7 +217,8 @@ def select_task_instances(
     """The task instances ``sluice tasks clear`` would clear, as Airflow's ``tasks clear``.
 
     Tasks: those whose id matches ``task_regex`` (``re.search``; all when None), plus their
-    downstream / upstream tasks, transitively. Runs: ``run_id``, or those whose logical date
+    downstream / upstream tasks, transitively, plus the setup tasks they need and those
+    setups' teardowns (``with_setups_and_teardowns``). Runs: ``run_id``, or those whose logical date
     (``run_after`` for a run without one) is within ``start_date`` .. ``end_date`` (both
     included), or all. ``only_failed``: ``failed`` and ``upstream_failed`` ones;
     ``only_running``: ``running`` ones. ``map_index``: only that copy of each matched mapped
@@ -197,6 +231,7 @@ def select_task_instances(
         raise OperatorActionError(f"--task-regex {task_regex!r} is not a regex: {exc}") from exc
     roots = [t for t in graph if pattern is None or pattern.search(t)]
     task_ids = relatives(graph, roots, downstream=downstream, upstream=upstream)
+    task_ids = with_setups_and_teardowns(graph, task_ids, *setup_teardown_roles(session, dag_id))
     where: list[Any] = [TaskInstance.dag_id == dag_id, TaskInstance.task_id.in_(task_ids)]
     if run_id is not None:
         where.append(TaskInstance.dag_run_id == run_pk_of(session, dag_id, run_id)[0])

@@ -270,6 +270,10 @@ def load_dag_tasks(session: Session) -> dict[str, list[dict[str, Any]]]:
                 "pool": row.pool,
                 "pool_slots": row.pool_slots,
                 "queue": row.queue,
+                "is_setup": row.is_setup,
+                "is_teardown": row.is_teardown,
+                "on_failure_fail_dagrun": row.on_failure_fail_dagrun,
+                "edge_labels": row.edge_labels,
             }
         )
     return tasks

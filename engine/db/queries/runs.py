@@ -350,6 +350,9 @@ class RunState:
     expanded: dict[str, list[str]] = field(default_factory=dict)
     #: mapped tasks: task id -> what it maps over (``dag_task.mapping``)
     mappings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the setup tasks, and the teardowns whose failure does not fail the run
+    setups: frozenset[str] = frozenset()
+    ignored_teardowns: frozenset[str] = frozenset()
 
 
 def load_run_state(session: Session, run_pk: int) -> RunState | None:
@@ -366,6 +369,9 @@ def load_run_state(session: Session, run_pk: int) -> RunState | None:
             DagTask.downstream_task_ids,
             DagTask.start_from_trigger,
             DagTask.trigger_rule,
+            DagTask.is_setup,
+            DagTask.is_teardown,
+            DagTask.on_failure_fail_dagrun,
         ).where(DagTask.dag_id == dag_id)
     ).all()
     tis = session.execute(
@@ -378,13 +384,17 @@ def load_run_state(session: Session, run_pk: int) -> RunState | None:
         run_pk=run_pk,
         dag_id=dag_id,
         state=state,
-        downstream={str(t): list(d or []) for t, d, _, _ in tasks},
+        downstream={str(t.task_id): list(t.downstream_task_ids or []) for t in tasks},
         task_states={str(t): str(s) for t, s, _ in tis},
-        start_from_trigger=frozenset(str(t) for t, _, sft, _ in tasks if sft),
+        start_from_trigger=frozenset(str(t.task_id) for t in tasks if t.start_from_trigger),
         ti_ids={str(t): int(i) for t, _, i in tis},
-        trigger_rules={str(t): str(rule) for t, _, _, rule in tasks},
+        trigger_rules={str(t.task_id): str(t.trigger_rule) for t in tasks},
         expanded=expanded,
         mappings=mapping_sql.task_mappings(session, dag_id),
+        setups=frozenset(str(t.task_id) for t in tasks if t.is_setup),
+        ignored_teardowns=frozenset(
+            str(t.task_id) for t in tasks if t.is_teardown and not t.on_failure_fail_dagrun
+        ),
     )
 
 

@@ -14,14 +14,13 @@ import pytest
 
 from engine import DAG, BaseOperator, PythonOperator, dag, task
 from engine.authoring.dag import take_registered_dags
+from engine.authoring.macros import ds_add, ds_format
 from engine.execution.context import hydrate_context
 from engine.execution.protocol import TaskSpec
 from engine.execution.task_runner import run_task
 from engine.execution.templates import (
     MACROS,
     TemplateRenderError,
-    ds_add,
-    ds_format,
     render_template,
     render_template_fields,
     template_context,
