@@ -50,6 +50,7 @@ class DagRun(Base):
         UniqueConstraint("dag_id", "logical_date"),
         Index(None, "dag_id", "state"),
         Index(None, "state", "queued_at"),
+        Index(None, "dag_id", "partition_key"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -70,6 +71,8 @@ class DagRun(Base):
     backfill_id: Mapped[int | None] = mapped_column(
         ForeignKey("backfill.id", ondelete="SET NULL"), index=True
     )
+    #: the slice a partitioned run stands for (None for an unpartitioned run)
+    partition_key: Mapped[str | None] = mapped_column(String(250))
 
 
 class DagRunAssetEvent(Base):
