@@ -162,6 +162,10 @@ class Timetable:
         whatever ``catchup`` says, within ``restriction.earliest`` / ``latest``."""
         raise NotImplementedError
 
+    def partition_key_for(self, info: DagRunInfo) -> str | None:
+        """The partition key of the time run ``info`` (None: the run has none)."""
+        return None
+
     def serialize(self) -> dict[str, Any]:
         """Plain JSON; ``timetable_from_json`` rebuilds an equal timetable."""
         return {"__type": self.json_type}

@@ -1,0 +1,472 @@
+"""Partition mappers (Airflow 3.3's ``airflow.sdk`` partition mappers): which partition of a
+DAG an upstream asset event's partition key stands for.
+
+A ``PartitionedAssetTimetable`` gives every asset of its condition a mapper. The scheduler
+passes each queued event's key to ``to_downstream``, which returns the downstream key (or
+several: ``FanOutMapper``), or raises ``PartitionKeyError`` for a key the mapper refuses
+(not in an ``AllowedKeyMapper``'s list, not readable as a date); the scheduler then drops
+that event for that DAG and logs why. A rollup mapper (``is_rollup``) also says which
+upstream keys make up a downstream key (``expected_upstream_keys``) and whether those that
+arrived are enough to run (``is_satisfied``, its wait policy).
+
+The mappers here: ``IdentityMapper``, ``AllowedKeyMapper``, ``FixedKeyMapper``,
+``ProductMapper``, ``ChainMapper``, ``RollupMapper`` and ``FanOutMapper``; the temporal ones
+(``StartOfHourMapper`` ... ``StartOfYearMapper``) are ``engine.authoring.partition_temporal``.
+``serialize`` gives plain JSON and ``mapper_from_json`` rebuilds an equal mapper. Pure: no
+clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import json
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+from engine.authoring.errors import DagDefinitionError
+from engine.authoring.locations import caller_location
+from engine.authoring.partition_windows import (
+    Window,
+    as_wait_policy,
+    wait_policy_from_json,
+    window_from_json,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+
+    from engine.authoring.partition_windows import WaitPolicy
+
+#: the longest partition key the metadata database stores (as Airflow)
+MAX_PARTITION_KEY_LENGTH: Final = 250
+_SHOWN_KEYS: Final = 10  # allowed keys named in an error message
+
+
+class PartitionKeyError(ValueError):
+    """A mapper refuses a partition key; the message says which key, which mapper, why."""
+
+
+class PartitionMapper:
+    """Maps the partition key of an upstream asset event to the key of the DAG run it
+    belongs to. Subclasses set ``json_type`` and implement ``to_downstream``."""
+
+    json_type: ClassVar[str] = ""
+    is_rollup: ClassVar[bool] = False
+    _readers: ClassVar[dict[str, Callable[[Mapping[str, Any]], PartitionMapper]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.json_type:
+            PartitionMapper._readers[cls.json_type] = cls._from_json
+
+    def to_downstream(self, key: str) -> str | Iterable[str]:
+        """The downstream key(s) of ``key``; PartitionKeyError if the mapper refuses it."""
+        raise NotImplementedError
+
+    def decode_downstream(self, key: str) -> Any:
+        """A downstream key as a window reads it (see ``partition_windows``): the key."""
+        return key
+
+    def encode_upstream(self, decoded: Any) -> str:
+        """A window member back as an upstream key: the member itself."""
+        return str(decoded)
+
+    def format_member(self, decoded: Any) -> str:
+        """A window member as a *downstream* key, when this mapper is a FanOutMapper's
+        ``downstream_mapper``: the member through ``to_downstream``."""
+        mapped = self.to_downstream(str(decoded))
+        if not isinstance(mapped, str):
+            raise PartitionKeyError(f"{self!r} maps {decoded!r} to several keys {mapped!r}")
+        return mapped
+
+    def serialize(self) -> dict[str, Any]:
+        """Plain JSON; ``mapper_from_json`` rebuilds an equal mapper."""
+        return {"__type": self.json_type}
+
+    @classmethod
+    def _from_json(cls, data: Mapping[str, Any]) -> PartitionMapper:
+        return cls()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PartitionMapper):
+            return NotImplemented
+        return type(self) is type(other) and self.serialize() == other.serialize()
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.serialize(), sort_keys=True))
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.serialize().items() if k != "__type")
+        return f"{type(self).__name__}({args})"
+
+
+def downstream_keys(mapper: PartitionMapper, key: str) -> tuple[str, ...]:
+    """``mapper.to_downstream(key)`` as a tuple of distinct keys, each checked (a non-empty
+    string of at most 250 characters); PartitionKeyError otherwise."""
+    mapped = mapper.to_downstream(key)
+    keys = (mapped,) if isinstance(mapped, str) else tuple(dict.fromkeys(mapped))
+    for item in keys:
+        if not isinstance(item, str) or not item:
+            raise PartitionKeyError(f"{mapper!r} maps {key!r} to {item!r}, not a key")
+        if len(item) > MAX_PARTITION_KEY_LENGTH:
+            raise PartitionKeyError(
+                f"{mapper!r} maps {key!r} to a key longer than {MAX_PARTITION_KEY_LENGTH} "
+                f"characters: {item[:40]!r}..."
+            )
+    if not keys:
+        raise PartitionKeyError(f"{mapper!r} maps {key!r} to no key")
+    return keys
+
+
+def _check_mapper(value: object, name: str, *, where: str) -> PartitionMapper:
+    if not isinstance(value, PartitionMapper):
+        raise DagDefinitionError(
+            f"{where}: {name} must be a partition mapper such as IdentityMapper() or "
+            f"StartOfDayMapper(), got {value!r}"
+        )
+    return value
+
+
+class IdentityMapper(PartitionMapper):
+    """The downstream key is the upstream key (the default mapper)."""
+
+    json_type = "identity"
+
+    def to_downstream(self, key: str) -> str:
+        return key
+
+
+class AllowedKeyMapper(PartitionMapper):
+    """Passes the keys of ``allowed_keys`` through unchanged and refuses every other key."""
+
+    json_type = "allowed_key"
+
+    def __init__(self, allowed_keys: Sequence[str]) -> None:
+        where = caller_location()
+        if isinstance(allowed_keys, str) or not isinstance(allowed_keys, list | tuple):
+            raise DagDefinitionError(
+                f"{where}: AllowedKeyMapper takes a list of keys, got {allowed_keys!r}"
+            )
+        if not allowed_keys or not all(isinstance(k, str) and k for k in allowed_keys):
+            raise DagDefinitionError(
+                f"{where}: AllowedKeyMapper needs a non-empty list of non-empty string keys, "
+                f"got {allowed_keys!r}"
+            )
+        self.allowed_keys: list[str] = list(dict.fromkeys(allowed_keys))
+        self._allowed = frozenset(self.allowed_keys)
+
+    def to_downstream(self, key: str) -> str:
+        if key not in self._allowed:
+            shown = ", ".join(repr(k) for k in self.allowed_keys[:_SHOWN_KEYS])
+            more = len(self.allowed_keys) - _SHOWN_KEYS
+            suffix = f" and {more} more" if more > 0 else ""
+            raise PartitionKeyError(
+                f"partition key {key!r} is not an allowed key of AllowedKeyMapper "
+                f"(allowed: {shown}{suffix})"
+            )
+        return key
+
+    def serialize(self) -> dict[str, Any]:
+        return {"__type": self.json_type, "allowed_keys": list(self.allowed_keys)}
+
+    @classmethod
+    def _from_json(cls, data: Mapping[str, Any]) -> PartitionMapper:
+        return cls(data.get("allowed_keys"))  # type: ignore[arg-type]  # checked by __init__
+
+
+class FixedKeyMapper(PartitionMapper):
+    """Maps every upstream key to one ``downstream_key`` (e.g. a categorical rollup's
+    bucket: ``RollupMapper(upstream_mapper=FixedKeyMapper("all"), window=SegmentWindow(...))``)."""
+
+    json_type = "fixed_key"
+
+    def __init__(self, downstream_key: str) -> None:
+        where = caller_location()
+        if not isinstance(downstream_key, str) or not downstream_key:
+            raise DagDefinitionError(
+                f"{where}: FixedKeyMapper needs a non-empty string key, got {downstream_key!r}"
+            )
+        if len(downstream_key) > MAX_PARTITION_KEY_LENGTH:
+            raise DagDefinitionError(
+                f"{where}: FixedKeyMapper key is longer than {MAX_PARTITION_KEY_LENGTH} characters"
+            )
+        self.downstream_key = downstream_key
+
+    def to_downstream(self, key: str) -> str:
+        return self.downstream_key
+
+    def serialize(self) -> dict[str, Any]:
+        return {"__type": self.json_type, "downstream_key": self.downstream_key}
+
+    @classmethod
+    def _from_json(cls, data: Mapping[str, Any]) -> PartitionMapper:
+        return cls(data.get("downstream_key"))  # type: ignore[arg-type]  # checked by __init__
+
+
+def _check_children(kind: str, mappers: Sequence[object], *, where: str) -> list[PartitionMapper]:
+    children = [_check_mapper(m, f"{kind} mapper {i}", where=where) for i, m in enumerate(mappers)]
+    for child in children:
+        if child.is_rollup:
+            raise DagDefinitionError(
+                f"{where}: {kind} cannot hold a rollup mapper ({child!r}); give the "
+                "RollupMapper to the PartitionedAssetTimetable for the asset instead"
+            )
+    return children
+
+
+def _children_json(mappers: Sequence[PartitionMapper]) -> list[dict[str, Any]]:
+    return [mapper.serialize() for mapper in mappers]
+
+
+def _children_from_json(data: Mapping[str, Any]) -> list[PartitionMapper]:
+    items = data.get("mappers")
+    if not isinstance(items, list):
+        raise ValueError(f"stored mapper needs a list of mappers, got {data!r}")
+    return [mapper_from_json(item) for item in items]
+
+
+class ProductMapper(PartitionMapper):
+    """A key of several segments joined by ``delimiter`` (``"us|2026-03-10T09:00:00"``): each
+    segment goes through its own mapper and the results are joined again
+    (``ProductMapper(IdentityMapper(), StartOfDayMapper())`` gives ``"us|2026-03-10"``). A
+    segment mapper that gives several keys (a ``FanOutMapper``) gives every combination."""
+
+    json_type = "product"
+
+    def __init__(
+        self,
+        mapper0: PartitionMapper,
+        mapper1: PartitionMapper,
+        /,
+        *mappers: PartitionMapper,
+        delimiter: str = "|",
+    ) -> None:
+        where = caller_location()
+        self.mappers = _check_children("ProductMapper", (mapper0, mapper1, *mappers), where=where)
+        if not isinstance(delimiter, str) or not delimiter:
+            raise DagDefinitionError(
+                f"{where}: ProductMapper delimiter must be a non-empty string, got {delimiter!r}"
+            )
+        self.delimiter = delimiter
+
+    def to_downstream(self, key: str) -> str | tuple[str, ...]:
+        segments = key.split(self.delimiter)
+        if len(segments) != len(self.mappers):
+            raise PartitionKeyError(
+                f"ProductMapper expects {len(self.mappers)} segments separated by "
+                f"{self.delimiter!r} in partition key {key!r}, got {len(segments)}"
+            )
+        options = [
+            downstream_keys(mapper, segment)
+            for mapper, segment in zip(self.mappers, segments, strict=True)
+        ]
+        keys = tuple(self.delimiter.join(parts) for parts in itertools.product(*options))
+        return keys[0] if len(keys) == 1 else keys
+
+    def serialize(self) -> dict[str, Any]:
+        return {
+            "__type": self.json_type,
+            "mappers": _children_json(self.mappers),
+            "delimiter": self.delimiter,
+        }
+
+    @classmethod
+    def _from_json(cls, data: Mapping[str, Any]) -> PartitionMapper:
+        delimiter = data.get("delimiter")
+        if not isinstance(delimiter, str):
+            raise ValueError(f"stored ProductMapper needs a delimiter, got {data!r}")
+        return cls(*_children_from_json(data), delimiter=delimiter)
+
+
+class ChainMapper(PartitionMapper):
+    """Applies mappers one after the other: ``ChainMapper(AllowedKeyMapper([...]),
+    StartOfDayMapper())`` checks the key, then maps it to its day. A mapper that gives
+    several keys passes each of them to the next."""
+
+    json_type = "chain"
+
+    def __init__(
+        self, mapper0: PartitionMapper, mapper1: PartitionMapper, /, *mappers: PartitionMapper
+    ) -> None:
+        where = caller_location()
+        self.mappers = _check_children("ChainMapper", (mapper0, mapper1, *mappers), where=where)
+
+    def to_downstream(self, key: str) -> str | tuple[str, ...]:
+        keys: tuple[str, ...] = (key,)
+        for mapper in self.mappers:
+            mapped = (downstream_keys(mapper, current) for current in keys)
+            keys = tuple(dict.fromkeys(itertools.chain.from_iterable(mapped)))
+        return keys[0] if len(keys) == 1 else keys
+
+    def serialize(self) -> dict[str, Any]:
+        return {"__type": self.json_type, "mappers": _children_json(self.mappers)}
+
+    @classmethod
+    def _from_json(cls, data: Mapping[str, Any]) -> PartitionMapper:
+        return cls(*_children_from_json(data))
+
+
+def _check_pairing(kind: str, upstream: PartitionMapper, window: object, *, where: str) -> Window:
+    """The window, if ``upstream`` decodes to what it reads (same temporal grain, or plain
+    keys for a SegmentWindow); DagDefinitionError otherwise."""
+    if not isinstance(window, Window):
+        raise DagDefinitionError(
+            f"{where}: {kind} window must be DayWindow(), WeekWindow(), ... or "
+            f"SegmentWindow([...]), got {window!r}"
+        )
+    period = getattr(upstream, "period", None)
+    if period != window.period or isinstance(upstream, ProductMapper | ChainMapper | FanOutMapper):
+        wanted = (
+            f"StartOf{window.period.capitalize()}Mapper(...)"
+            if window.period is not None
+            else "a mapper of plain keys (FixedKeyMapper, IdentityMapper, AllowedKeyMapper)"
+        )
+        raise DagDefinitionError(
+            f"{where}: {kind}'s upstream_mapper {upstream!r} does not match {window!r}: "
+            f"pair it with {wanted}"
+        )
+    check = getattr(upstream, "check_readable", None)
+    if check is not None:
+        check(where=where)
+    return window
+
+
+class RollupMapper(PartitionMapper):
+    """Many upstream partitions make one downstream partition: ``upstream_mapper`` maps each
+    upstream key to its downstream key (``StartOfDayMapper()``: an hour to its day),
+    ``window`` says which upstream keys make up a downstream key (``DayWindow()``: the day's
+    hours) and ``wait_policy`` when enough have arrived (``WaitForAll()``, the default, or
+    ``MinimumCount(n)``). An upstream key that is not a member of its downstream key's
+    window (an hour key ``09:30:00``) is refused."""
+
+    json_type = "rollup"
+    is_rollup = True
+
+    def __init__(
+        self,
+        *,
+        upstream_mapper: PartitionMapper,
+        window: Window,
+        wait_policy: WaitPolicy | None = None,
+    ) -> None:
+        where = caller_location()
+        self.upstream_mapper = _check_mapper(upstream_mapper, "upstream_mapper", where=where)
+        self.window = _check_pairing("RollupMapper", self.upstream_mapper, window, where=where)
+        self.wait_policy = as_wait_policy(wait_policy, where=where)
+        self.wait_policy.check_window(self.window, where=where)
+
+    def to_downstream(self, key: str) -> str:
+        downstream = self.upstream_mapper.to_downstream(key)
+        assert isinstance(downstream, str)  # the pairing check allows single-key mappers only
+        if key not in self.expected_upstream_keys(downstream):
+            example = min(self.expected_upstream_keys(downstream))
+            raise PartitionKeyError(
+                f"partition key {key!r} is not one of the upstream keys that {self!r} expects "
+                f"for {downstream!r} (such as {example!r}): a rollup counts only keys of "
+                "its window, in the upstream mapper's input_format"
+            )
+        return downstream
+
+    def expected_upstream_keys(self, downstream_key: str) -> frozenset[str]:
+        """Every upstream key that makes up ``downstream_key``."""
+        decoded = self.upstream_mapper.decode_downstream(downstream_key)
+        return frozenset(
+            self.upstream_mapper.encode_upstream(m) for m in self.window.members(decoded)
+        )
+
+    def is_satisfied(self, downstream_key: str, arrived: frozenset[str]) -> bool:
+        """Whether the upstream keys that ``arrived`` are enough to run ``downstream_key``."""
+        expected = self.expected_upstream_keys(downstream_key)
+        return self.wait_policy.is_met(len(expected & arrived), len(expected))
+
+    def serialize(self) -> dict[str, Any]:
+        return {
+            "__type": self.json_type,
+            "upstream_mapper": self.upstream_mapper.serialize(),
+            "window": self.window.serialize(),
+            "wait_policy": self.wait_policy.serialize(),
+        }
+
+    @classmethod
+    def _from_json(cls, data: Mapping[str, Any]) -> PartitionMapper:
+        return cls(
+            upstream_mapper=mapper_from_json(data.get("upstream_mapper")),
+            window=window_from_json(data.get("window")),
+            wait_policy=wait_policy_from_json(data.get("wait_policy")),
+        )
+
+
+class FanOutMapper(PartitionMapper):
+    """One upstream partition makes several downstream partitions, one DAG run each:
+    ``FanOutMapper(upstream_mapper=StartOfWeekMapper(), window=WeekWindow())`` runs the
+    seven days of an upstream week. ``downstream_mapper`` formats each member; without it,
+    the window's natural one (``StartOfHourMapper`` for a DayWindow, ``StartOfDayMapper``
+    for a week or month, ``StartOfMonthMapper`` for a quarter or year, ``IdentityMapper``
+    for a SegmentWindow). An ``HourWindow`` needs one given."""
+
+    json_type = "fan_out"
+
+    def __init__(
+        self,
+        *,
+        upstream_mapper: PartitionMapper,
+        window: Window,
+        downstream_mapper: PartitionMapper | None = None,
+    ) -> None:
+        where = caller_location()
+        self.upstream_mapper = _check_mapper(upstream_mapper, "upstream_mapper", where=where)
+        self.window = _check_pairing("FanOutMapper", self.upstream_mapper, window, where=where)
+        if downstream_mapper is None:
+            downstream_mapper = _default_downstream(self.window, where=where)
+        self.downstream_mapper = _check_mapper(downstream_mapper, "downstream_mapper", where=where)
+        if self.downstream_mapper.is_rollup or isinstance(self.downstream_mapper, FanOutMapper):
+            raise DagDefinitionError(
+                f"{where}: FanOutMapper downstream_mapper must give one key per member, got "
+                f"{self.downstream_mapper!r}"
+            )
+
+    def to_downstream(self, key: str) -> tuple[str, ...]:
+        coarse = self.upstream_mapper.to_downstream(key)
+        assert isinstance(coarse, str)  # the pairing check allows single-key mappers only
+        members = self.window.members(self.upstream_mapper.decode_downstream(coarse))
+        return tuple(dict.fromkeys(self.downstream_mapper.format_member(m) for m in members))
+
+    def serialize(self) -> dict[str, Any]:
+        return {
+            "__type": self.json_type,
+            "upstream_mapper": self.upstream_mapper.serialize(),
+            "window": self.window.serialize(),
+            "downstream_mapper": self.downstream_mapper.serialize(),
+        }
+
+    @classmethod
+    def _from_json(cls, data: Mapping[str, Any]) -> PartitionMapper:
+        return cls(
+            upstream_mapper=mapper_from_json(data.get("upstream_mapper")),
+            window=window_from_json(data.get("window")),
+            downstream_mapper=mapper_from_json(data.get("downstream_mapper")),
+        )
+
+
+def _default_downstream(window: Window, *, where: str) -> PartitionMapper:
+    if window.period is None:
+        return IdentityMapper()
+    period = window.default_fan_out_period
+    if period is None:
+        raise DagDefinitionError(
+            f"{where}: FanOutMapper over {window!r} needs a downstream_mapper (e.g. "
+            "StartOfHourMapper(output_format='%Y-%m-%dT%H:%M')): there is no minute mapper"
+        )
+    temporal = importlib.import_module("engine.authoring.partition_temporal")
+    mapper: PartitionMapper = temporal.MAPPER_OF_PERIOD[period]()
+    return mapper
+
+
+def mapper_from_json(data: object) -> PartitionMapper:
+    """Rebuild a mapper stored by ``PartitionMapper.serialize``; ValueError on bad data."""
+    importlib.import_module("engine.authoring.partition_temporal")  # registers its mappers
+    kind = data.get("__type") if isinstance(data, dict) else None
+    reader = PartitionMapper._readers.get(kind) if isinstance(kind, str) else None
+    if reader is None or not isinstance(data, dict):
+        raise ValueError(f"unknown stored partition mapper {data!r}")
+    return reader(data)
