@@ -52,6 +52,9 @@ class QueuedDag:
     schedule: Any
     events: tuple[tuple[int, str], ...]  # (asset event id, asset name)
     aliases: frozenset[str] = frozenset()  # aliases the queued events' assets belong to
+    timetable: Any = None  # the DAG's stored timetable (a partitioned one plans per key)
+    #: asset event id -> its partition key, for the events that have one
+    partition_keys: dict[int, str] = field(default_factory=dict)
 
 
 def dags_with_queued_events(session: Session) -> list[str]:
@@ -67,14 +70,14 @@ def dags_with_queued_events(session: Session) -> list[str]:
 
 def lock_queued_dag(session: Session, dag_id: str) -> QueuedDag | None:
     """Lock the DAG row (skip if another scheduler holds it) and read its queued events."""
-    stmt = select(Dag.dag_id, Dag.schedule).where(Dag.dag_id == dag_id)
+    stmt = select(Dag.dag_id, Dag.schedule, Dag.timetable).where(Dag.dag_id == dag_id)
     if is_postgres(session):
         stmt = stmt.with_for_update(skip_locked=True)
     row = session.execute(stmt).first()
     if row is None:
         return None
     events = session.execute(
-        select(AssetEventQueue.asset_event_id, Asset.name)
+        select(AssetEventQueue.asset_event_id, Asset.name, AssetEvent.partition_key)
         .join(AssetEvent, AssetEvent.id == AssetEventQueue.asset_event_id)
         .join(Asset, Asset.id == AssetEvent.asset_id)
         .where(AssetEventQueue.dag_id == dag_id)
@@ -91,9 +94,22 @@ def lock_queued_dag(session: Session, dag_id: str) -> QueuedDag | None:
     return QueuedDag(
         str(row[0]),
         row[1],
-        tuple((int(e), str(n)) for e, n in events),
+        tuple((int(e), str(n)) for e, n, _ in events),
         frozenset(str(a) for a in aliases),
+        timetable=row[2],
+        partition_keys={int(e): str(k) for e, _, k in events if k is not None},
     )
+
+
+def dequeue_asset_events(session: Session, dag_id: str, event_ids: Sequence[int]) -> None:
+    """Drop queued events of a DAG without a run (a partitioned DAG's refused events)."""
+    if event_ids:
+        session.execute(
+            delete(AssetEventQueue).where(
+                AssetEventQueue.dag_id == dag_id,
+                AssetEventQueue.asset_event_id.in_(list(event_ids)),
+            )
+        )
 
 
 def run_id_for(run_type: str, *, logical_date: datetime | None, now: datetime) -> str:
@@ -117,15 +133,21 @@ def create_run(
     data_interval: tuple[datetime, datetime] | None = None,
     run_after: datetime | None = None,
     backfill_id: int | None = None,
+    partition_key: str | None = None,
+    run_id: str | None = None,
 ) -> int | None:
     """A queued DAG run with its task instances; consumes the given queued asset events.
+
+    ``partition_key``: the slice a partitioned run stands for. ``run_id``: its own (default:
+    ``run_id_for``); a partition backfill gives one per key, so a repeated insert does
+    nothing.
 
     None when the DAG already has a run for ``logical_date`` (unique per DAG: two schedulers
     never create one interval twice; the loser's insert does nothing).
     """
     values = {
         "dag_id": dag_id,
-        "run_id": run_id_for(run_type, logical_date=logical_date, now=now),
+        "run_id": run_id or run_id_for(run_type, logical_date=logical_date, now=now),
         "run_type": run_type,
         "conf": conf,
         "queued_at": now,
@@ -134,9 +156,10 @@ def create_run(
         "data_interval_end": None if data_interval is None else data_interval[1],
         "run_after": run_after or now,
         "backfill_id": backfill_id,
+        "partition_key": partition_key,
     }
     stmt = upsert_insert(session, DagRun).values(values)
-    if logical_date is not None:
+    if logical_date is not None or run_id is not None:
         # No conflict target: a run of a logical date also has a deterministic run_id, and
         # PostgreSQL may meet either unique index first when two writers race.
         stmt = stmt.on_conflict_do_nothing()
