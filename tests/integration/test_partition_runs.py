@@ -22,10 +22,12 @@ from engine.db.queries import assets as assets_sql
 from engine.db.queries import runs as runs_sql
 from engine.executor.task_logs import read_task_log
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
+from engine.states import TaskState
 from tests.integration.harness import fast_executor_settings, parsed_database
 from tests.integration.test_backfill import add_dag, config, db, run_cli
 from tests.integration.test_time_schedules import Clock
 from tests.integration.test_xcom import Env as RunEnv
+from triggers.base import TaskSuccessEvent
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -49,7 +51,10 @@ class Env(RunEnv):
 
 
 RUN_DAGS = """
-from engine import DAG, Asset, task
+from datetime import timedelta
+
+from engine import DAG, Asset, BaseOperator, task
+from triggers.temporal import TimeDeltaTrigger
 
 hourly, regions, other = Asset("hourly"), Asset("regions"), Asset("other")
 
@@ -76,8 +81,19 @@ def not_an_outlet(outlet_events):
     outlet_events[Asset("elsewhere")].add_partitions("us")
 
 
+class Waits(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=TimeDeltaTrigger(timedelta(days=1)), method_name="done")
+
+    def done(self, context, event):
+        return None
+
+
 with DAG("producer"):
     produce()
+
+with DAG("ends_from_trigger"):
+    Waits(task_id="waits", outlets=[hourly])
 
 with DAG("runtime"):
     fan_out()
@@ -127,7 +143,18 @@ async def test_a_partitioned_runs_task_sees_its_key_and_emits_its_events_with_it
             assert await env.run_to_end(plain) == "success"
     assert env.results(keyed, "produce")["return_value"] == {"context": HOUR_9, "dag_run": HOUR_9}
     assert env.results(plain, "produce")["return_value"] == {"context": None, "dag_run": None}
-    assert _keyed_events(env.db) == [("hourly", HOUR_9, {}), ("hourly", None, {})]
+    events = _keyed_events(env.db)  # the two runs ran side by side: in either order
+    assert sorted(events, key=str) == [("hourly", HOUR_9, {}), ("hourly", None, {})]
+
+
+async def test_a_task_ending_from_its_trigger_emits_with_the_runs_key(env) -> None:
+    run_pk = _start(env, "ends_from_trigger", HOUR_9)
+    with anyio.fail_after(60):
+        async with env.executor():
+            tis = await env.until(run_pk, lambda t: t["waits"].state == TaskState.DEFERRED and t)
+            env.fire(tis["waits"].trigger_id, TaskSuccessEvent())
+            assert await env.run_to_end(run_pk) == "success"
+    assert _keyed_events(env.db) == [("hourly", HOUR_9, {})]
 
 
 async def test_add_partitions_writes_one_event_per_key_and_refuses_bad_ones(env) -> None:
