@@ -192,7 +192,15 @@ class SegmentWindow(Window):
         return len(self.segments)
 
     def serialize(self) -> dict[str, Any]:
-        return {"__type": self.json_type, "segments": sorted(self.segments)}
+        return {"__type": self.json_type, "segments": list(self.segments)}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SegmentWindow):
+            return NotImplemented
+        return set(self.segments) == set(other.segments)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self.segments))
 
     def __repr__(self) -> str:
         return f"SegmentWindow({list(self.segments)!r})"
@@ -279,9 +287,10 @@ def as_wait_policy(value: object, *, where: str) -> WaitPolicy:
     """``wait_policy=`` as a policy: None or ``WaitForAll`` (the class) mean WaitForAll()."""
     if value is None or value is WaitForAll:
         return WaitForAll()
-    if not isinstance(value, WaitPolicy):
+    if not isinstance(value, WaitPolicy) or type(value).__module__ != __name__:
         raise DagDefinitionError(
-            f"{where}: wait_policy must be WaitForAll() or MinimumCount(n), got {value!r}"
+            f"{where}: wait_policy must be WaitForAll() or MinimumCount(n) (policy classes of "
+            f"a DAG file cannot be stored), got {value!r}"
         )
     return value
 
