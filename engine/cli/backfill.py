@@ -83,15 +83,17 @@ def write_backfill(
     batch_size: int = backfill_rules.BACKFILL_BATCH_SIZE,
     clock: Callable[[], datetime] = utcnow,
     timetable: Timetable | None = None,
+    partition_keys: Sequence[str] | None = None,
 ) -> BackfillResult:
     """Create (or resume) the backfill, then its runs, ``batch_size`` per transaction.
 
-    ``infos`` are the logical dates' ticks, or a partition backfill's keys
+    ``infos`` are the logical dates' ticks, or a ``PartitionedAtRuntime`` backfill's keys
     (``PartitionTarget``s, with no dates). ``timetable`` gives each tick its partition key
-    (a ``CronPartitionTimetable``). Raises ``BackfillConflictError`` when the DAG has an
-    unfinished backfill of another range (or other keys).
+    (a ``CronPartitionTimetable``). ``partition_keys``: the keys a ``--partitions`` backfill
+    was asked for (it is resumed by them, not by dates). Raises ``BackfillConflictError``
+    when the DAG has an unfinished backfill of another range (or other keys).
     """
-    keys = [t.partition_key for t in infos if isinstance(t, PartitionTarget)] or None
+    keys = partition_keys
 
     def start(session: Any) -> tuple[int, bool]:
         before = backfills.unfinished_backfill(session, dag_id)
@@ -271,6 +273,7 @@ def _write(
     reprocess: str,
     limit: int,
     timetable: Timetable,
+    partition_keys: Sequence[str] | None = None,
 ) -> BackfillResult:
     db = open_database(ctx)
     try:
@@ -284,6 +287,7 @@ def _write(
             max_active_runs=limit,
             created_by=cli_actor(),
             timetable=timetable,
+            partition_keys=partition_keys,
         )
     except backfills.BackfillConflictError as exc:
         fail(str(exc))
@@ -369,18 +373,36 @@ def _backfill_partitions(
         "dry_run": request.dry_run,
     }
     if request.dry_run:
+        as_targets = [PartitionTarget(_key_of(timetable, t), t.run_after) for t in targets]
         plan = run_query(
             ctx,
             lambda s: backfill_rules.partition_backfill_plan(
-                s, dag_id, targets, reprocess=request.reprocess
+                s, dag_id, as_targets, reprocess=request.reprocess
             ),
         )
         _print_plan(summary, plan, request.as_json)
         return
-    limit = request.max_active_runs
-    result = _write(ctx, dag_id, targets, (None, None), request.reprocess, limit, timetable)
+    keys = [_key_of(timetable, target) for target in targets]
+    result = _write(
+        ctx,
+        dag_id,
+        targets,
+        (None, None),
+        request.reprocess,
+        request.max_active_runs,
+        timetable,
+        keys,
+    )
     _print_result(summary, result, request.as_json)
     if schedule.is_paused and not request.as_json:
         click.echo(
             f"DAG {dag_id} is paused: its backfill runs wait until `sluice dags unpause {dag_id}`"
         )
+
+
+def _key_of(timetable: Timetable, target: DagRunInfo | PartitionTarget) -> str:
+    if isinstance(target, PartitionTarget):
+        return target.partition_key
+    key = timetable.partition_key_for(target)
+    assert key is not None  # a CronPartitionTimetable keys every run
+    return key

@@ -142,8 +142,8 @@ def _reprocess_or_skip(
 
 @dataclass(frozen=True, slots=True)
 class PartitionTarget:
-    """A key a partition backfill runs, and when its run may start (a
-    ``CronPartitionTimetable`` key's partition date; else the backfill's start)."""
+    """A key a ``PartitionedAtRuntime`` backfill runs, and when its run may start. (A
+    ``CronPartitionTimetable`` key's run is its tick's time run: ``add_backfill_runs``.)"""
 
     partition_key: str
     run_after: datetime
@@ -166,9 +166,9 @@ def add_partition_backfill_runs(
     reprocess: str,
     now: datetime,
 ) -> dict[str, int]:
-    """Create or re-queue the partition backfill's runs of ``targets`` (one batch, one
-    transaction): one run per key, with no logical date, whatever made the key's existing
-    run (a scheduled tick, a manual run, an earlier backfill). Counts as
+    """Create or re-queue the runs of a backfill of keys without dates (``PartitionedAtRuntime``)
+    for ``targets`` (one batch, one transaction): one run per key, with no logical date,
+    whatever made the key's existing run (a manual run, an earlier backfill). Counts as
     ``add_backfill_runs``."""
     dag_id = backfills_sql.backfill_dag_id(session, backfill_id)
     backfills_sql.lock_dag(session, dag_id)

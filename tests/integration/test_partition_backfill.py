@@ -10,13 +10,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from engine.authoring.partition_timetables import CronPartitionTimetable, PartitionedAtRuntime
-from engine.db.models import DagRun
+from engine.db.models import Backfill, DagRun
 from engine.db.queries import backfills
 from engine.scheduler import backfills as backfill_rules
-from engine.scheduler.backfills import PartitionTarget
 from tests.integration.test_backfill import add_dag, backfill_rows, config, db, run_cli
 
 if TYPE_CHECKING:
@@ -70,7 +69,7 @@ def test_a_killed_partition_backfill_resumes_without_duplicates(
 ) -> None:
     add_dag(db, "hourly", timetable=HOURLY)
     now = datetime(2025, 1, 2, tzinfo=UTC)
-    targets = [PartitionTarget(key, now) for key in KEYS]
+    infos = [HOURLY.run_for_key(key) for key in KEYS]
 
     def first_batch_only(session: Any) -> int:  # the command, killed after its first batch
         backfill_id = backfills.create_or_resume_backfill(
@@ -84,8 +83,8 @@ def test_a_killed_partition_backfill_resumes_without_duplicates(
             now=now,
             partition_keys=KEYS,
         )
-        backfill_rules.add_partition_backfill_runs(
-            session, backfill_id, targets[:10], reprocess="none", now=now
+        backfill_rules.add_backfill_runs(
+            session, backfill_id, infos[:10], reprocess="none", now=now, timetable=HOURLY
         )
         return backfill_id
 
@@ -94,11 +93,10 @@ def test_a_killed_partition_backfill_resumes_without_duplicates(
     assert (resumed["backfill_id"], resumed["created"], resumed["skipped"]) == (killed, 14, 10)
     runs = _runs(db, "hourly")
     assert [key for key, _, _ in runs] == KEYS
-    # A key's run stands for its partition date: it may start from it.
-    run_after = db.call(
-        lambda s: s.execute(select(DagRun.run_after).where(DagRun.partition_key == KEYS[15]))
-    ).scalar_one()
-    assert run_after == datetime(2025, 1, 1, 15, tzinfo=UTC)
+    # A key's run is its tick's time run, as the scheduler would have made it.
+    assert [(run_id, date) for _, run_id, date in runs] == [
+        (f"backfill__{info.logical_date.isoformat()}", info.logical_date) for info in infos
+    ]
 
 
 def test_from_to_on_a_cron_partition_timetable_runs_the_ticks_keys_once(
@@ -110,20 +108,25 @@ def test_from_to_on_a_cron_partition_timetable_runs_the_ticks_keys_once(
     db.call(lambda s: s.execute(DagRun.__table__.update().values(state="success")))
     db.call(lambda s: backfills.complete_finished_backfills(s, now=datetime.now(UTC)))
     by_dates = _json(config, "hourly", "--from", KEYS[0], "--to", KEYS[23])
-    # The two keys that have a run are that key's run: 22 created.
     assert (by_dates["logical_dates"], by_dates["created"], by_dates["skipped"]) == (24, 22, 2)
     runs = _runs(db, "hourly")
     assert [key for key, _, _ in runs] == KEYS
-    dated = {key: date for key, _, date in runs}
-    assert dated[KEYS[23]] == datetime(2025, 1, 1, 23, tzinfo=UTC)
-    assert dated[KEYS[0]] is None  # made by --partitions: no logical date
+    assert [date.hour for _, _, date in runs] == list(range(24))
+    # A key's run that was not made as its tick's (a manual run with the key) counts too.
+    db.call(lambda s: s.execute(DagRun.__table__.delete()))
+    db.call(lambda s: s.execute(update(Backfill).values(completed_at=datetime.now(UTC))))
+    made = run_cli(config, "dags", "trigger", "hourly", "--partition-key", KEYS[5])
+    assert made.exit_code == 0, made.output
+    db.call(lambda s: s.execute(DagRun.__table__.update().values(state="success")))
+    again = _json(config, "hourly", "--partitions", f"{KEYS[5]},{KEYS[6]}")
+    assert (again["created"], again["skipped"]) == (1, 1)
 
 
 @pytest.mark.parametrize(
     ("dag", "keys", "message"),
     [
-        ("hourly", "2025-01-01", "'2025-01-01' is not a partition key of DAG 'hourly'"),
-        ("hourly", "2025-01-01T09:30:00", "writes the key of each tick as '%Y-%m-%dT%H:%M:%S'"),
+        ("hourly", "2025-01-01", "DAG 'hourly': '2025-01-01' is not a partition key"),
+        ("hourly", "2025-01-01T09:30:00", "(the nearest is '2025-01-01T10:00:00')"),
         ("daily", "2025-01-01", "DAG 'daily' is not partitioned by time or at run time"),
         ("runtime", ",", "names no key"),
         ("runtime", "k" * 251, "more than the 250 a partition key may have"),
