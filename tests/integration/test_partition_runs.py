@@ -177,11 +177,12 @@ async def test_add_partitions_writes_one_event_per_key_and_refuses_bad_ones(env)
 
 CONSUMER_DAGS = """
 from engine import (
-    DAG, AllowedKeyMapper, Asset, DayWindow, PartitionedAssetTimetable, RollupMapper,
-    StartOfDayMapper, task,
+    DAG, AllowedKeyMapper, Asset, DayWindow, FanOutMapper, PartitionedAssetTimetable,
+    RollupMapper, StartOfDayMapper, task,
 )
 
 hourly, regions = Asset("hourly"), Asset("regions")
+days, checks = Asset("days"), Asset("checks")
 
 
 @task
@@ -200,6 +201,16 @@ daily = RollupMapper(upstream_mapper=StartOfDayMapper(), window=DayWindow())
 by_day = PartitionedAssetTimetable(assets=hourly, default_partition_mapper=daily)
 with DAG("per_day", schedule=by_day):
     consume()
+
+# A day's event fans out to its 24 hours; each hour also needs its own event of "checks".
+hours_of_day = FanOutMapper(upstream_mapper=StartOfDayMapper(), window=DayWindow())
+with DAG(
+    "day_and_hour",
+    schedule=PartitionedAssetTimetable(
+        assets=days & checks, partition_mapper_config={days: hours_of_day}
+    ),
+):
+    consume.override(task_id="both")()
 
 with DAG(
     "us_only",
@@ -268,6 +279,24 @@ def test_an_identity_consumer_runs_once_per_key_and_a_daily_rollup_after_the_24t
     assert _runs_by_key(db, "per_day") == {"2026-03-10": sorted(events.values())}
     assert len(_runs_by_key(db, "per_hour")) == 24
     assert _queued(db, "per_day") == _queued(db, "per_hour") == []
+
+
+def test_a_fanned_out_event_serves_each_of_its_keys_once(consumers: Env) -> None:
+    db, scheduler = consumers.db, consumers.scheduler  # the fan-out's keys: "%Y-%m-%dT%H"
+    day = _emit(db, "days", HOURS[0])  # a day, named by its first hour
+    nine = _emit(db, "checks", "2026-03-10T09")
+    anyio.run(scheduler.schedule_once)
+    assert _runs_by_key(db, "day_and_hour") == {"2026-03-10T09": sorted([day, nine])}
+    assert _queued(db, "day_and_hour") == [day]  # the other 23 hours still wait on it
+    anyio.run(scheduler.schedule_once)
+    assert len(_runs_by_key(db, "day_and_hour")) == 1  # 09:00 never runs on it twice
+    ten = _emit(db, "checks", "2026-03-10T10")
+    anyio.run(scheduler.schedule_once)
+    assert _runs_by_key(db, "day_and_hour")["2026-03-10T10"] == sorted([day, ten])
+    again = _emit(db, "checks", "2026-03-10T09")  # 09:00's day event is spent: it waits
+    anyio.run(scheduler.schedule_once)
+    assert set(_runs_by_key(db, "day_and_hour")) == {"2026-03-10T09", "2026-03-10T10"}
+    assert _queued(db, "day_and_hour") == sorted([day, again])
 
 
 def test_events_a_partitioned_dag_cannot_use_are_logged_once_and_dropped(
