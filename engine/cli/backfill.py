@@ -5,9 +5,8 @@ The logical dates come from the DAG's stored timetable (a ``CronPartitionTimetab
 each its partition key, and a key that already has a run is not run again); the runs are
 written in batches (``engine.scheduler.backfills``), each in its own transaction, so a
 killed command leaves whole batches behind and the same command run again resumes without
-duplicates. The
-scheduler admits the runs, at most ``--max-active-runs`` at once, and completes the backfill
-when they have all ended.
+duplicates. The scheduler admits the runs, at most ``--max-active-runs`` at once, and
+completes the backfill when they have all ended.
 
 ``engine.cli.dags`` adds the command to the ``dags`` group.
 """
@@ -93,7 +92,6 @@ def write_backfill(
     was asked for (it is resumed by them, not by dates). Raises ``BackfillConflictError``
     when the DAG has an unfinished backfill of another range (or other keys).
     """
-    keys = partition_keys
 
     def start(session: Any) -> tuple[int, bool]:
         before = backfills.unfinished_backfill(session, dag_id)
@@ -106,7 +104,7 @@ def write_backfill(
             max_active_runs=max_active_runs,
             created_by=created_by,
             now=clock(),
-            partition_keys=keys,
+            partition_keys=partition_keys,
         )
         return backfill_id, before is not None and before.id == backfill_id
 
@@ -223,7 +221,10 @@ def dags_backfill(
     }
     if dry_run:
         plan = run_query(
-            ctx, lambda s: backfill_rules.backfill_plan(s, dag_id, infos, reprocess=reprocess)
+            ctx,
+            lambda s: backfill_rules.backfill_plan(
+                s, dag_id, infos, reprocess=reprocess, timetable=timetable
+            ),
         )
         _print_plan(summary, plan, as_json)
         return

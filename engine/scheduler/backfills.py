@@ -235,16 +235,29 @@ class PlannedDate(TypedDict):
 
 
 def backfill_plan(
-    session: Session, dag_id: str, infos: Sequence[DagRunInfo], *, reprocess: str
+    session: Session,
+    dag_id: str,
+    infos: Sequence[DagRunInfo],
+    *,
+    reprocess: str,
+    timetable: Timetable | None = None,
 ) -> list[PlannedDate]:
     """What ``add_backfill_runs`` would do at each date (``--dry-run``); writes nothing."""
     plan: list[PlannedDate] = []
     for start in range(0, len(infos), BACKFILL_BATCH_SIZE):
         batch = infos[start : start + BACKFILL_BATCH_SIZE]
         dates = [info.logical_date for info in batch]
+        keys = {
+            info.logical_date: None if timetable is None else timetable.partition_key_for(info)
+            for info in batch
+        }
         existing = backfills_sql.existing_runs(session, dag_id, dates, lock=False)
+        by_key = backfills_sql.existing_runs_by_key(
+            session, dag_id, [k for k in keys.values() if k is not None], lock=False
+        )
         for info in batch:
-            found = existing.get(info.logical_date)
+            key = keys[info.logical_date]
+            found = existing.get(info.logical_date) or (None if key is None else by_key.get(key))
             state = None if found is None else found.state
             plan.append(
                 {

@@ -107,6 +107,8 @@ def test_from_to_on_a_cron_partition_timetable_runs_the_ticks_keys_once(
     assert by_key["created"] == 2
     db.call(lambda s: s.execute(DagRun.__table__.update().values(state="success")))
     db.call(lambda s: backfills.complete_finished_backfills(s, now=datetime.now(UTC)))
+    plan = _json(config, "hourly", "--from", KEYS[0], "--to", KEYS[23], "--dry-run")
+    assert (plan["create"], plan["skip"]) == (22, 2)  # the keys' runs count in a dry run too
     by_dates = _json(config, "hourly", "--from", KEYS[0], "--to", KEYS[23])
     assert (by_dates["logical_dates"], by_dates["created"], by_dates["skipped"]) == (24, 22, 2)
     runs = _runs(db, "hourly")
