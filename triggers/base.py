@@ -136,7 +136,7 @@ class TriggerEvent:
             return NotImplemented
         return (
             type(self) is type(other)
-            and self.partition_key == other.partition_key
+            and getattr(self, "partition_key", None) == getattr(other, "partition_key", None)
             and bool(self.payload == other.payload)
         )
 
@@ -144,8 +144,9 @@ class TriggerEvent:
         return hash((type(self), repr(self.payload)))
 
     def __repr__(self) -> str:
-        if self.partition_key is not None:
-            return f"{type(self).__name__}<{self.payload!r} partition_key={self.partition_key!r}>"
+        partition = getattr(self, "partition_key", None)
+        if partition is not None:
+            return f"{type(self).__name__}<{self.payload!r} partition_key={partition!r}>"
         return f"{type(self).__name__}<{self.payload!r}>"
 
 
@@ -301,7 +302,7 @@ class BaseEventTrigger(BaseTrigger):
         key = event.dedup_key
         if key is None and self.dedup_by_payload:
             digest = payload_digest(event.payload)
-            partition = event.partition_key
+            partition = getattr(event, "partition_key", None)
             return digest if partition is None else f"{digest}|{partition}"
         return key
 

@@ -415,7 +415,8 @@ class Persister:
 
 def _row(item: FiredEvent, watcher: tuple[int, str], payload: str) -> WatcherEventRow:
     # The key the trigger gave when the event was taken; None is never merged.
-    # The partition key travels with the event (checked when the trigger built it).
+    # The partition key travels with the event (checked when the trigger built it; an
+    # event of a subclass whose __init__ skipped TriggerEvent's has none).
     key = item.dedup_key
     return (
         watcher[0],
@@ -423,7 +424,7 @@ def _row(item: FiredEvent, watcher: tuple[int, str], payload: str) -> WatcherEve
         None if key is None else key[:512],
         item.trigger_id,
         watcher[1],
-        item.event.partition_key,
+        getattr(item.event, "partition_key", None),
     )
 
 

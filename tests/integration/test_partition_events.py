@@ -124,6 +124,25 @@ def test_keyed_events_of_one_batch_are_stored_and_queued_for_the_dag(db: Databas
     assert queued == ["on_a"] * 3
 
 
+class OwnInit(TriggerEvent):
+    """A plugin's event whose __init__ skips TriggerEvent's (it sets what it needs)."""
+
+    __slots__ = ()
+
+    def __init__(self, payload: Any) -> None:
+        self.payload, self.dedup_key, self.plain = payload, None, True
+
+
+def test_an_event_of_a_subclass_without_a_key_is_stored_unpartitioned(db: Database) -> None:
+    add_dag(db, "on_a", timetable=None, assets=("a",))
+    asset_id = _asset_id(db, "a")
+    persister = Persister(db=db, outbox=Outbox())
+    item = FiredEvent(1, OwnInit(OK), None, 0.0, (asset_id, "w"), None)
+    assert persist(db, persister, [item]).asset_events == 1
+    assert _stored(db, asset_id) == [(OK, None, None)]
+    assert repr(OwnInit(OK)) == "OwnInit<{'status': 'ok'}>"
+
+
 def _asset_id(db: Database, name: str) -> int:
     return int(db.call(lambda s: s.execute(select(Asset.id).where(Asset.name == name)).scalar()))
 
