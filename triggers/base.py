@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
 
 from triggers.serde import (
     PLAIN_SCALARS,
@@ -31,6 +31,27 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+#: The longest partition key an asset event or a DAG run stores (as Airflow's column).
+MAX_PARTITION_KEY_LENGTH: Final = 250
+
+
+def check_partition_key(key: object, where: str) -> str:
+    """``key`` when it is a valid partition key (a non-empty string of at most
+    ``MAX_PARTITION_KEY_LENGTH`` characters), else ``ValueError`` naming ``where`` and what
+    is wrong. The one rule for every way a key comes in (a trigger's event, a task's
+    outlets, ``sluice assets emit``, the REST API, a backfill's keys)."""
+    if not isinstance(key, str):
+        raise ValueError(f"{where}: a partition key must be a str, got {type(key).__name__}")
+    if not key:
+        raise ValueError(f"{where}: a partition key must not be empty")
+    if len(key) > MAX_PARTITION_KEY_LENGTH:
+        raise ValueError(
+            f"{where}: partition key {key[:40]!r}... is {len(key)} characters long, more than "
+            f"the {MAX_PARTITION_KEY_LENGTH} a partition key may have"
+        )
+    return key
+
+
 def classpath_of(obj_or_cls: object) -> str:
     """The dotted import path of a class (or of an instance's class)."""
     cls = obj_or_cls if isinstance(obj_or_cls, type) else type(obj_or_cls)
@@ -40,20 +61,32 @@ def classpath_of(obj_or_cls: object) -> str:
 class TriggerEvent:
     """Something a trigger fired, with a JSON-serializable (tagged) payload.
 
-    Two events are equal when their payloads are equal. ``dedup_key`` names the *delivery*
-    the event comes from (``kafka:<topic>:<partition>:<offset>``, ``sqs:<message id>``, a
-    file's identity and mtime): the asset event a watcher's event becomes is stored once per
-    key, so a redelivery of the same message is absorbed. Without a key (None, the default)
-    every event is its own asset event, even with a payload equal to an earlier one's; see
-    ``BaseEventTrigger.dedup_key`` for a trigger that wants equal payloads merged.
+    Two events are equal when their payloads and partition keys are equal. ``dedup_key``
+    names the *delivery* the event comes from (``kafka:<topic>:<partition>:<offset>``,
+    ``sqs:<message id>``, a file's identity and mtime): the asset event a watcher's event
+    becomes is stored once per key, so a redelivery of the same message is absorbed.
+    Without a key (None, the default) every event is its own asset event, even with a
+    payload equal to an earlier one's; see ``BaseEventTrigger.dedup_key`` for a trigger that
+    wants equal payloads merged.
+
+    ``partition_key`` is the slice of the asset the event updated (Airflow 3.3's partitioned
+    asset events, e.g. an hour ``2026-03-10T09:00:00`` or a region ``us``, taken from a
+    message field): the asset event a watcher's event becomes carries it, and a DAG
+    scheduled on the asset by partition runs per key. None (the default) is an
+    unpartitioned event. It is a string of at most ``MAX_PARTITION_KEY_LENGTH`` characters.
 
     The payload is checked as the event is built and must not be changed after: the engine
     relies on that check (``plain``: the payload is its own JSON form) when it stores it.
     """
 
-    __slots__ = ("dedup_key", "payload", "plain")
+    __slots__ = ("dedup_key", "partition_key", "payload", "plain")
 
-    def __init__(self, payload: Any, *, dedup_key: str | None = None) -> None:
+    def __init__(
+        self, payload: Any, *, dedup_key: str | None = None, partition_key: str | None = None
+    ) -> None:
+        self.partition_key = (
+            None if partition_key is None else check_partition_key(partition_key, "TriggerEvent")
+        )
         # Checked as it is built, so a payload that cannot be stored fails in the trigger's
         # own code, naming the event and the path inside it. The usual payload, a flat dict
         # of str keys and str/int/bool/None values, is checked inline (one event per
@@ -77,7 +110,9 @@ class TriggerEvent:
         self.plain = plain
 
     @classmethod
-    def of_plain(cls, payload: Any, *, dedup_key: str | None = None) -> Self:
+    def of_plain(
+        cls, payload: Any, *, dedup_key: str | None = None, partition_key: str | None = None
+    ) -> Self:
         """An event whose payload the caller knows to be plain JSON, built without the
         check: ``serde.is_plain_json(payload)`` holds (exact dicts with str keys and no
         reserved type key, lists, str, int, bool, None and finite floats, nested at most
@@ -87,6 +122,9 @@ class TriggerEvent:
         event = cls.__new__(cls)
         event.payload = payload
         event.dedup_key = dedup_key
+        event.partition_key = (
+            None if partition_key is None else check_partition_key(partition_key, "TriggerEvent")
+        )
         event.plain = True
         return event
 
@@ -96,12 +134,19 @@ class TriggerEvent:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TriggerEvent):
             return NotImplemented
-        return type(self) is type(other) and bool(self.payload == other.payload)
+        return (
+            type(self) is type(other)
+            and getattr(self, "partition_key", None) == getattr(other, "partition_key", None)
+            and bool(self.payload == other.payload)
+        )
 
     def __hash__(self) -> int:
         return hash((type(self), repr(self.payload)))
 
     def __repr__(self) -> str:
+        partition = getattr(self, "partition_key", None)
+        if partition is not None:
+            return f"{type(self).__name__}<{self.payload!r} partition_key={partition!r}>"
         return f"{type(self).__name__}<{self.payload!r}>"
 
 
@@ -249,13 +294,16 @@ class BaseEventTrigger(BaseTrigger):
 
         The runtime calls it as the event is taken from the trigger, on the event loop: keep
         it cheap. The default returns ``event.dedup_key``; for an event without one, the
-        payload digest when ``dedup_by_payload`` is set, else None (never deduplicated). An
-        override that derives the key from the event's broker coordinates is the other way.
-        Keys are cut to 512 characters.
+        payload digest when ``dedup_by_payload`` is set (with the event's partition key after
+        it, when it has one: an equal payload of another slice is another fact), else None
+        (never deduplicated). An override that derives the key from the event's broker
+        coordinates is the other way. Keys are cut to 512 characters.
         """
         key = event.dedup_key
         if key is None and self.dedup_by_payload:
-            return payload_digest(event.payload)
+            digest = payload_digest(event.payload)
+            partition = getattr(event, "partition_key", None)
+            return digest if partition is None else f"{digest}|{partition}"
         return key
 
     def shared_stream_key(self) -> Hashable | None:

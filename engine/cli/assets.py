@@ -20,6 +20,7 @@ from engine.cli.common import (
 )
 from engine.db.queries import assets as assets_sql
 from engine.views import assets as assets_view
+from triggers.base import check_partition_key
 
 
 @click.group()
@@ -57,12 +58,25 @@ def assets_events(ctx: click.Context, asset: str, as_json: bool) -> None:
 @assets.command("emit")
 @click.argument("asset")
 @click.option("--extra", default=None, metavar="JSON", help="JSON object: the event's extra.")
+@click.option(
+    "--partition-key",
+    default=None,
+    metavar="KEY",
+    help="The slice of the asset the event updated (at most 250 characters).",
+)
 @json_option
 @click.pass_context
-def assets_emit(ctx: click.Context, asset: str, extra: str | None, as_json: bool) -> None:
+def assets_emit(
+    ctx: click.Context, asset: str, extra: str | None, partition_key: str | None, as_json: bool
+) -> None:
     """Record an event of ASSET, as a watcher would: the DAGs scheduled on it run. Prints the
     event's id."""
     parsed = parse_json_object(extra, "--extra")
+    if partition_key is not None:
+        try:
+            check_partition_key(partition_key, "--partition-key")
+        except ValueError as exc:
+            fail(str(exc))
     keep = get_config(ctx).scheduler.keep_events_while_paused
     actor = cli_actor()
 
@@ -73,6 +87,7 @@ def assets_emit(ctx: click.Context, asset: str, extra: str | None, as_json: bool
             extra=parsed,
             source=assets_sql.SOURCE_CLI,
             created_by=actor,
+            partition_key=partition_key,
             keep_while_paused=keep,
         )
 

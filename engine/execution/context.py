@@ -5,11 +5,12 @@ context the task gets (``execute(context)``; a ``@task`` function's parameters b
 Raw keys: ``dag_id``, ``task_id``, ``run_id``, ``try_number``, ``map_index`` (-1),
 ``default_deferrable``, ``triggering_asset_events`` and ``inlet_events`` (``{asset name:
 [event dict, ...]}``, oldest first), and ``run``: ``{run_id, run_type, logical_date,
-data_interval_start, data_interval_end, run_after, conf, queued_at, start_date}``. An
-event dict holds ``id``, ``asset`` (the name), ``uri``, ``extra``, ``payload``,
+data_interval_start, data_interval_end, run_after, conf, queued_at, start_date,
+partition_key}``. An event dict holds ``id``, ``asset`` (the name), ``uri``, ``extra``, ``payload``,
 ``timestamp``, ``source`` (``watcher`` / ``task`` / ``cli`` / ``api``), ``source_watcher``,
 ``source_dag_id``, ``source_run_id``, ``source_task_id``, ``source_try_number``,
-``source_alias`` (the alias an event was attached through) and ``created_by``; missing keys
+``source_alias`` (the alias an event was attached through), ``created_by`` and
+``partition_key`` (the slice of the asset it updated); missing keys
 read as None. ``xcoms``: the results of the run's finished tasks, ``{task_id: {key: tagged
 JSON value}}``, decoded when pulled; ``mapped_xcoms``: those of mapped tasks' copies,
 ``{task_id: {map_index: {key: tagged JSON value}}}``.
@@ -20,7 +21,9 @@ The context holds every raw key plus:
   ``map_index``, ``task``; ``xcom_pull`` reads the run's results, ``xcom_push`` adds one of
   this task's, stored when the try succeeds: ``engine.execution.results``), ``task``,
   ``dag``, ``dag_run`` (``run_id``, ``run_type``, ``logical_date``, ``data_interval_start``
-  / ``_end``, ``run_after``, ``conf``, ``queued_at``, ``start_date``, ``dag_id``);
+  / ``_end``, ``run_after``, ``conf``, ``queued_at``, ``start_date``, ``dag_id``,
+  ``partition_key``);
+- ``partition_key``: the run's (None for an unpartitioned run), as ``dag_run.partition_key``;
 - ``params``: the DAG's params, the task's over them, the run's ``conf`` over those, each
   checked by its ``Param`` (``ParamValidationError`` fails the task);
 - ``logical_date``, ``data_interval_start``, ``data_interval_end``, ``run_after``, and
@@ -29,7 +32,8 @@ The context holds every raw key plus:
 - ``triggering_asset_events`` and ``inlet_events``: ``{asset name: [AssetEvent, ...]}``
   that also take an ``Asset`` or ``AssetAlias`` as key; an ``AssetEvent`` reads by item and
   by attribute (``e["payload"]``, ``e.extra``, ``e.asset.name``, ``e.source_dag_id``);
-- ``outlet_events``: what the task writes for its outlets (``engine.execution.outlets``);
+- ``outlet_events``: what the task writes for its outlets (``engine.execution.outlets``),
+  with the run's partition key;
 - ``inlets`` and ``outlets``: the task's; ``var`` and ``conn``: its variables and
   connections (``engine.execution.accessors``).
 
@@ -68,6 +72,7 @@ EVENT_KEYS: Final = (
     "source_try_number",
     "source_alias",
     "created_by",
+    "partition_key",
 )
 _DATE_KEYS: Final = ("ds", "ds_nodash", "ts", "ts_nodash", "ts_nodash_with_tz")
 
@@ -177,6 +182,7 @@ class DagRun:
     conf: dict[str, Any] = field(default_factory=dict)
     queued_at: datetime | None = None
     start_date: datetime | None = None
+    partition_key: str | None = None
 
 
 def _dag_run(raw: Mapping[str, Any], task: BaseOperator) -> DagRun:
@@ -197,6 +203,7 @@ def _dag_run(raw: Mapping[str, Any], task: BaseOperator) -> DagRun:
         conf=dict(conf),
         queued_at=as_moment(run.get("queued_at")),
         start_date=as_moment(run.get("start_date")),
+        partition_key=run.get("partition_key"),
     )
 
 
@@ -251,10 +258,11 @@ def hydrate_context(raw: Mapping[str, Any], task: BaseOperator) -> dict[str, Any
         data_interval_start=dag_run.data_interval_start,
         data_interval_end=dag_run.data_interval_end,
         run_after=dag_run.run_after,
+        partition_key=dag_run.partition_key,
         **date_strings(dag_run.logical_date),
         triggering_asset_events=AssetEvents.from_raw(raw.get("triggering_asset_events")),
         inlet_events=InletEvents(AssetEvents.from_raw(raw.get("inlet_events")), task),
-        outlet_events=OutletEventAccessors(task),
+        outlet_events=OutletEventAccessors(task, partition_key=dag_run.partition_key),
         inlets=list(task.inlets),
         outlets=list(task.outlets),
         var=VariableAccessors(),

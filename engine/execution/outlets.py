@@ -1,22 +1,27 @@
 """What a successful task writes for its outlets: ``context["outlet_events"]``.
 
 ``outlet_events[asset].extra`` is the extra of the event the task writes for an outlet
-asset; ``outlet_events[alias].add(Asset(...), extra={...})`` attaches an event to an asset
-through an alias in the task's outlets. ``Metadata`` a task yields or returns is applied
+asset; ``outlet_events[asset].add_partitions(keys)`` makes it one event per partition key
+instead (Airflow 3.3's runtime partitions, ``PartitionedAtRuntime``); without it, a task of a
+partitioned run writes its events with the run's partition key;
+``outlet_events[alias].add(Asset(...), extra={...})`` attaches an event to an asset through
+an alias in the task's outlets. ``Metadata`` a task yields or returns is applied
 the same way (``OutletEventAccessors.apply``). When the try succeeds,
 ``collect_outlet_events`` turns all of it into the events to write: one per outlet asset
-(its extra, ``{}`` by default), then one per event attached through an alias; an extra that
-is not JSON fails the try naming the task and the asset.
+(its extra, ``{}`` by default; one per key added with ``add_partitions``), then one per event
+attached through an alias; an extra that is not JSON fails the try naming the task and the
+asset.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from engine.authoring.assets import Asset, AssetAlias, Metadata
+from triggers.base import check_partition_key
 
 if TYPE_CHECKING:
     from engine.authoring.baseoperator import BaseOperator
@@ -47,6 +52,7 @@ class OutletEventAccessor:
         self.key = key
         self._extra: dict[str, Any] = {}
         self.asset_alias_events: list[AssetAliasEvent] = []
+        self.partition_keys: list[str] = []
         self._owner = owner
 
     @property
@@ -64,6 +70,23 @@ class OutletEventAccessor:
 
     def __repr__(self) -> str:
         return f"<OutletEventAccessor {self.key!r} extra={self.extra!r}>"
+
+    def add_partitions(self, partition_keys: str | Iterable[str]) -> None:
+        """Write this outlet's event once per key (one key, or several to fan out), each
+        with this accessor's ``extra``, instead of once with the run's partition key."""
+        key = self.key
+        if not isinstance(key, Asset):
+            raise TypeError(
+                f"outlet_events[{key!r}].add_partitions(): partition keys are added to the "
+                "event of an outlet Asset"
+            )
+        self._owner.check_outlet(key.name)
+        keys = [partition_keys] if isinstance(partition_keys, str) else list(partition_keys)
+        where = f"outlet_events[{key.name!r}].add_partitions()"
+        for item in keys:
+            checked = check_partition_key(item, where)
+            if checked not in self.partition_keys:
+                self.partition_keys.append(checked)
 
     def add(self, asset: Asset | str, extra: Mapping[str, Any] | None = None) -> None:
         """Attach an event for ``asset`` through this alias (an alias in the task's outlets)."""
@@ -83,10 +106,16 @@ class OutletEventAccessor:
 
 
 class OutletEventAccessors:
-    """``outlet_events``: one accessor per asset or alias, created on first use."""
+    """``outlet_events``: one accessor per asset or alias, created on first use.
 
-    def __init__(self, task: BaseOperator | None = None) -> None:
+    ``partition_key`` is the run's: the key of the events written unless ``add_partitions``
+    names others."""
+
+    def __init__(
+        self, task: BaseOperator | None = None, *, partition_key: str | None = None
+    ) -> None:
         outlets = task.outlets if task is not None else []
+        self.partition_key = partition_key
         self._task_id = task.task_id if task is not None else None
         self._assets = {item.name: item for item in outlets if isinstance(item, Asset)}
         self._aliases = {item.name for item in outlets if isinstance(item, AssetAlias)}
@@ -122,6 +151,21 @@ class OutletEventAccessors:
                 f"task {self._task_id!r}: AssetAlias {name!r} is not in its outlets; add it to "
                 "outlets=[...] to attach events through it"
             )
+
+    def check_outlet(self, name: str) -> None:
+        if name not in self._assets:
+            raise ValueError(
+                f"task {self._task_id!r}: Asset {name!r} is not in its outlets; add it to "
+                "outlets=[...] to write its partitions"
+            )
+
+    def partition_keys_of(self, asset_name: str) -> list[str | None]:
+        """The partition keys of the events written for an outlet asset: those added with
+        ``add_partitions``, else the run's (None for an unpartitioned run)."""
+        accessor = self._by_asset.get(asset_name)
+        if accessor is not None and accessor.partition_keys:
+            return list(accessor.partition_keys)
+        return [self.partition_key]
 
     def extra_of(self, asset_name: str) -> dict[str, Any]:
         accessor = self._by_asset.get(asset_name)
@@ -179,10 +223,12 @@ def _returned_metadata(returned: object) -> list[Metadata]:
 def collect_outlet_events(
     context: dict[str, Any], task: BaseOperator, returned: object = None
 ) -> list[dict[str, Any]]:
-    """The asset events a successful task writes: ``{"asset", "uri", "extra", "alias"}``.
+    """The asset events a successful task writes: ``{"asset", "uri", "extra", "alias",
+    "partition_key"}``.
 
     One per ``Asset`` in ``task.outlets`` (its extra from ``outlet_events``, ``{}`` by
-    default), then one per event attached through an alias. ``Metadata`` the task returned
+    default) and partition key (``partition_keys_of``), then one per event attached through
+    an alias (with the run's partition key). ``Metadata`` the task returned
     (``returned``: one, or a list of them) is applied first. An extra that is not JSON is a
     ``TypeError`` naming the task and the asset.
     """
@@ -195,9 +241,11 @@ def collect_outlet_events(
             "uri": outlet.uri,
             "extra": _plain_extra(task, outlet.name, accessors.extra_of(outlet.name)),
             "alias": None,
+            "partition_key": key,
         }
         for outlet in task.outlets
         if isinstance(outlet, Asset)
+        for key in accessors.partition_keys_of(outlet.name)
     ]
     for event in accessors.alias_events():
         extra = _plain_extra(task, event.asset_name, event.extra)
@@ -207,6 +255,7 @@ def collect_outlet_events(
                 "uri": event.asset_uri,
                 "extra": extra,
                 "alias": event.source_alias_name,
+                "partition_key": accessors.partition_key,
             }
         )
     return events

@@ -90,7 +90,8 @@ class TaskResult:
     timed_out: bool = False
     execution_timeout_s: float | None = None  # the task's own, exact (the DB rounds it up)
     deferral: Deferral | None = field(default=None)
-    #: on success, the asset events to record: {"asset", "uri", "extra", "alias"}
+    #: on success, the asset events to record: {"asset", "uri", "extra", "alias",
+    #: "partition_key"}
     outlet_events: list[dict[str, Any]] = field(default_factory=list)
     #: a failure that must not be retried (``AirflowFailException``, a retry policy's FAIL)
     no_retry: bool = False

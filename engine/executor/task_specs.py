@@ -79,6 +79,7 @@ def event_dict(event: EventRow) -> dict[str, Any]:
         "source_try_number": event.source_try_number,
         "source_alias": event.source_alias,
         "created_by": event.created_by,
+        "partition_key": event.partition_key,
     }
 
 

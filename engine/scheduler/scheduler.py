@@ -59,6 +59,7 @@ from engine.metrics.readings import SchedulerReading
 from engine.retry import Backoff
 from engine.scheduler import deadlines, orphans
 from engine.scheduler.expansion import expand_mapped, summarize
+from engine.scheduler.partition_runs import create_partitioned_runs, partitioned_timetable
 from engine.scheduler.rules import is_condition_met, next_task_states, run_outcome
 from engine.scheduler.time_runs import create_time_run, store_next
 from engine.states import DagRunState, TaskState
@@ -254,8 +255,8 @@ class Scheduler:
         self.stats.loops += 1
         dag_ids = await self._db.run(runs.dags_with_queued_events)
         for dag_id in dag_ids:
-            run_pk = await self._db.run(partial(self._create_asset_run, dag_id=dag_id))
-            if run_pk is not None:
+            created = await self._db.run(partial(self._create_asset_runs, dag_id=dag_id))
+            for run_pk in created:
                 self.stats.runs_created += 1
                 logger.info(
                     "Created asset-triggered run %s of DAG %s",
@@ -361,16 +362,19 @@ class Scheduler:
         if recovery.lost:
             self.nudge()  # decide the runs of the failed tries now
 
-    def _create_asset_run(self, session: Session, dag_id: str) -> int | None:
+    def _create_asset_runs(self, session: Session, dag_id: str) -> list[int]:
         queued = runs.lock_queued_dag(session, dag_id)
         if queued is None or not queued.events:
-            return None
+            return []
+        timetable = partitioned_timetable(queued)
+        if timetable is not None:  # one run per partition key (engine.scheduler.partition_runs)
+            return create_partitioned_runs(session, queued, timetable, now=self._clock())
         condition = BaseAsset.from_json(queued.schedule) if queued.schedule else None
         updated = {name for _, name in queued.events}
         if not is_condition_met(condition, updated, queued.aliases):
-            return None
+            return []
         now = self._clock()
-        return runs.create_run(
+        run_pk = runs.create_run(
             session,
             dag_id,
             run_type=runs.ASSET_TRIGGERED,
@@ -378,6 +382,7 @@ class Scheduler:
             run_after=now,
             asset_event_ids=[event_id for event_id, _ in queued.events],
         )
+        return [] if run_pk is None else [run_pk]
 
     # --- time schedules ---------------------------------------------------------------------
 

@@ -54,7 +54,14 @@ def create_time_run(session: Session, dag_id: str, *, now: datetime) -> tuple[in
         # computed afresh (with catchup off: the latest tick then, not this stale one).
         store_next(session, dag_id, info, held=True)
         return None
-    run_pk = create_run_at(session, dag_id, info, run_type=runs.SCHEDULED, now=now)
+    run_pk = create_run_at(
+        session,
+        dag_id,
+        info,
+        run_type=runs.SCHEDULED,
+        now=now,
+        partition_key=timetable.partition_key_for(info),
+    )
     following = timetable.next_dagrun_info(
         last_automated_data_interval=info.data_interval, restriction=restriction, now=now
     )
@@ -70,9 +77,12 @@ def create_run_at(
     run_type: str,
     now: datetime,
     backfill_id: int | None = None,
+    partition_key: str | None = None,
 ) -> int | None:
     """Create the DAG's run at a tick of its timetable (``info``: logical date, data
-    interval, earliest start); None when the DAG has a run at that logical date."""
+    interval, earliest start), with the partition key the timetable gives that tick (a
+    ``CronPartitionTimetable``'s; None for the others); None when the DAG has a run at that
+    logical date."""
     return runs.create_run(
         session,
         dag_id,
@@ -82,6 +92,7 @@ def create_run_at(
         data_interval=(info.data_interval.start, info.data_interval.end),
         run_after=info.run_after,
         backfill_id=backfill_id,
+        partition_key=partition_key,
     )
 
 

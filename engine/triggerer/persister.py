@@ -21,7 +21,8 @@ timeout makes the broker redeliver it rather than lose it.
 
 A watcher's event is stored under the ``dedup_key`` its ``FiredEvent`` carries (the trigger
 computed it as the event was taken): once per key, so a redelivery is absorbed, and every
-time when it has none. The persister needs nothing from the triggerer.
+time when it has none; with the partition key its ``TriggerEvent`` carries. The persister
+needs nothing from the triggerer.
 """
 
 from __future__ import annotations
@@ -414,8 +415,17 @@ class Persister:
 
 def _row(item: FiredEvent, watcher: tuple[int, str], payload: str) -> WatcherEventRow:
     # The key the trigger gave when the event was taken; None is never merged.
+    # The partition key travels with the event (checked when the trigger built it; an
+    # event of a subclass whose __init__ skipped TriggerEvent's has none).
     key = item.dedup_key
-    return (watcher[0], payload, None if key is None else key[:512], item.trigger_id, watcher[1])
+    return (
+        watcher[0],
+        payload,
+        None if key is None else key[:512],
+        item.trigger_id,
+        watcher[1],
+        getattr(item.event, "partition_key", None),
+    )
 
 
 def _task_results(event: BaseTaskEndEvent) -> dict[str, Any] | None:

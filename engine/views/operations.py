@@ -11,6 +11,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from engine.authoring.params import check_run_conf
+from engine.authoring.partition_timetables import (
+    CronPartitionTimetable,
+    PartitionedAssetTimetable,
+    PartitionedAtRuntime,
+)
 from engine.authoring.schedules import timetable_from_json
 from engine.authoring.timetables import DataInterval
 from engine.db.queries import backfills as backfills_sql
@@ -22,6 +27,7 @@ from engine.exceptions import (
     OperatorActionError,
     ParamValidationError,
 )
+from triggers.base import check_partition_key
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -29,11 +35,14 @@ if TYPE_CHECKING:
 
     from sqlalchemy.orm import Session
 
+    from engine.authoring.timetables import Timetable
+
 
 class TriggeredRun(TypedDict):
     dag_id: str
     run_id: str
     logical_date: str
+    partition_key: str | None
 
 
 def trigger_dag(
@@ -44,15 +53,20 @@ def trigger_dag(
     logical_date: datetime | None,
     now: datetime,
     date_option: str = "--logical-date",
+    partition_key: str | None = None,
 ) -> TriggeredRun:
     """Create a manual run of ``dag_id`` at ``logical_date`` (default: ``now``); returns
     {dag_id, run_id, logical_date}. Its data interval is the one the DAG's time schedule
     gives that date (none: the date itself); a future date makes the run wait for it.
+    ``partition_key``: the slice the run processes, for a partitioned DAG only (a
+    ``CronPartitionTimetable``, ``PartitionedAssetTimetable`` or ``PartitionedAtRuntime``
+    schedule, as in Airflow).
 
     Raises ``NotFoundError`` for an unknown DAG, ``InvalidStateError`` when the DAG already
     has a run at that logical date (``date_option`` names how to pick another), and
-    ``OperatorActionError`` when its stored schedule cannot be read or ``conf`` gives a
-    param a value its ``Param`` refuses (as Airflow, which creates no run then).
+    ``OperatorActionError`` when its stored schedule cannot be read, ``conf`` gives a param
+    a value its ``Param`` refuses (as Airflow, which creates no run then), or a partition
+    key is given to a DAG that is not partitioned or is not a valid key.
     """
     sched = backfills_sql.dag_schedules(session, [dag_id]).get(dag_id)
     if sched is None:
@@ -65,6 +79,7 @@ def trigger_dag(
         ) from exc
     logical = now if logical_date is None else logical_date
     interval = DataInterval(logical, logical)
+    timetable = None
     if sched.timetable is not None:
         try:
             timetable = timetable_from_json(sched.timetable)
@@ -74,6 +89,8 @@ def trigger_dag(
                 "processor parse the DAG file again"
             ) from exc
         interval = timetable.infer_manual_data_interval(run_after=logical)
+    if partition_key is not None:
+        _check_partitioned(dag_id, timetable, partition_key)
     pk = runs_sql.create_run(
         session,
         dag_id,
@@ -83,6 +100,7 @@ def trigger_dag(
         logical_date=logical,
         data_interval=(interval.start, interval.end),
         run_after=max(now, logical),
+        partition_key=partition_key,
     )
     if pk is None:
         raise InvalidStateError(
@@ -90,4 +108,30 @@ def trigger_dag(
             f"`sluice runs list` shows it, {date_option} picks another"
         )
     run_id = runs_sql.run_id_of(session, pk)
-    return {"dag_id": dag_id, "run_id": run_id, "logical_date": logical.isoformat()}
+    return {
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "logical_date": logical.isoformat(),
+        "partition_key": partition_key,
+    }
+
+
+def is_partitioned(timetable: Timetable | None) -> bool:
+    """Whether a DAG on ``timetable`` runs per partition key (Airflow's ``partitioned`` or
+    ``partitioned_at_runtime`` timetables)."""
+    return isinstance(
+        timetable, CronPartitionTimetable | PartitionedAssetTimetable | PartitionedAtRuntime
+    )
+
+
+def _check_partitioned(dag_id: str, timetable: Timetable | None, partition_key: str) -> None:
+    if not is_partitioned(timetable):
+        raise OperatorActionError(
+            f"DAG {dag_id!r} is not a partitioned DAG and does not take a partition key; "
+            "its schedule would be a CronPartitionTimetable, PartitionedAssetTimetable or "
+            "PartitionedAtRuntime"
+        )
+    try:
+        check_partition_key(partition_key, "partition_key")
+    except ValueError as exc:
+        raise OperatorActionError(str(exc)) from exc

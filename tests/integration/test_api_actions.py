@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 import pytest
 
+from engine.db.models import AssetEvent
 from tests.integration.api_world import World, build_world, world_database
 
 if TYPE_CHECKING:
@@ -95,8 +96,10 @@ def test_trigger_with_conf(world: World) -> None:
     assert _post(world, "/api/v1/dags/fanout/runs", status=201)["dag_id"] == "fanout"
     assert "'nope'" in _post(world, "/api/v1/dags/nope/runs", {}, status=404)["detail"]
     for bad in ({"conf": [1, 2]}, {"conf": "x"}, {"logical_date": "2026-03-01T06:00:00"},
-                {"config": {}}):  # fmt: skip
+                {"config": {}}, {"partition_key": "k" * 251}):  # fmt: skip
         _post(world, "/api/v1/dags/fanout/runs", bad, status=422)
+    keyed = _post(world, "/api/v1/dags/fanout/runs", {"partition_key": "us"}, status=422)
+    assert "DAG 'fanout' is not a partitioned DAG" in keyed["detail"]
     malformed = world.client("op").post(
         "/api/v1/dags/fanout/runs",
         content=b'{"conf": {',
@@ -161,6 +164,14 @@ def test_post_an_asset_event(world: World) -> None:
     )
     for bad in ({"asset": "report", "extra": [1]}, {"extra": {}}, {"asset": "report", "x": 1}):
         _post(world, "/api/v1/asset-events", bad, status=422)
+    keyed = _post(
+        world, "/api/v1/asset-events", {"asset": "report", "partition_key": "us"}, status=201
+    )
+    assert keyed["partition_key"] == "us"
+    stored = world.api.db.call(lambda s: s.get(AssetEvent, keyed["event_id"]))
+    assert stored is not None and stored.partition_key == "us"
+    for key in ("", "k" * 251, 7):
+        _post(world, "/api/v1/asset-events", {"asset": "report", "partition_key": key}, status=422)
     too_big = json.dumps({"asset": "report", "extra": {"blob": "x" * 2_000_000}})
     answer = world.client("op").post(
         "/api/v1/asset-events", content=too_big, headers={"Content-Type": "application/json"}

@@ -23,6 +23,7 @@ from engine.api.security import OperatorDep, ReaderDep
 from engine.db.queries import assets as assets_sql
 from engine.views import assets as assets_view
 from engine.views.common import Page as ViewPage
+from triggers.base import MAX_PARTITION_KEY_LENGTH
 
 router = APIRouter(tags=["assets"])
 
@@ -77,12 +78,19 @@ class EmitRequest(BaseModel):
 
     asset: str = Field(description="The asset's name")
     extra: dict[str, Any] | None = Field(default=None, description="A JSON object: its extra")
+    partition_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_PARTITION_KEY_LENGTH,
+        description="The slice of the asset the event updated (None: unpartitioned)",
+    )
 
 
 class EmittedEvent(BaseModel):
     asset: str
     event_id: int
     created_by: str
+    partition_key: str | None = None
 
 
 class GraphNode(BaseModel):
@@ -159,10 +167,13 @@ async def emit_asset_event(
         extra=body.extra,
         source=assets_sql.SOURCE_API,
         created_by=actor,
+        partition_key=body.partition_key,
         keep_while_paused=config.scheduler.keep_events_while_paused,
     )
     event_id: int = await act(database, emit)
-    return EmittedEvent(asset=body.asset, event_id=event_id, created_by=actor)
+    return EmittedEvent(
+        asset=body.asset, event_id=event_id, created_by=actor, partition_key=body.partition_key
+    )
 
 
 @router.get("/asset-graph", response_model=AssetGraph, summary="The asset graph")

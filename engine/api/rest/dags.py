@@ -23,6 +23,7 @@ from engine.db.queries import dags as dags_sql
 from engine.views import dags as dags_view
 from engine.views import operations
 from engine.views.common import Page as ViewPage
+from triggers.base import MAX_PARTITION_KEY_LENGTH
 
 router = APIRouter(tags=["dags"])
 
@@ -133,12 +134,19 @@ class TriggerRequest(BaseModel):
     logical_date: AwareDatetime | None = Field(
         default=None, description="The run's logical date, with its offset (default: now)"
     )
+    partition_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_PARTITION_KEY_LENGTH,
+        description="The slice the run processes (a partitioned DAG only)",
+    )
 
 
 class TriggeredRun(BaseModel):
     dag_id: str
     run_id: str
     logical_date: str
+    partition_key: str | None = None
 
 
 @router.get("/dags", response_model=Page[DagItem], summary="DAGs, with schedule and last runs")
@@ -205,5 +213,6 @@ async def trigger_dag(
         logical_date=logical,
         now=utcnow(),
         date_option="logical_date",
+        partition_key=body.partition_key,
     )
     return await act(database, trigger)

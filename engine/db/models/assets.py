@@ -52,6 +52,8 @@ class AssetEvent(Base):
         # event even when the watcher has been silent for long (`dags why`).
         Index(None, "asset_id", "id"),
         Index(None, "asset_id", "source_watcher", "id"),
+        # An asset's events of one partition (`assets partitions`, a rollup's arrived keys).
+        Index(None, "asset_id", "partition_key"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -72,6 +74,9 @@ class AssetEvent(Base):
     source_try_number: Mapped[int | None] = mapped_column(Integer)
     source_alias: Mapped[str | None] = mapped_column(String(1500))
     created_by: Mapped[str | None] = mapped_column(String(500))
+    #: the slice of the asset this event updated (Airflow 3.3's partitioned asset events);
+    #: None for an unpartitioned event
+    partition_key: Mapped[str | None] = mapped_column(String(250))
 
 
 class AssetAlias(Base):

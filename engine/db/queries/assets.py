@@ -8,7 +8,9 @@ Events come from four sources, and all take the same way to the DAGs they schedu
 - a watcher's trigger (the persister's batch transaction);
 - a task's outlets (``record_task_outlet_events``, in the transaction that records the
   task's success: a task that succeeds once emits once);
-- ``sluice assets emit`` and, later, the REST API (``emit_asset_event``).
+- ``sluice assets emit`` and the REST API (``emit_asset_event``).
+
+Each may carry a ``partition_key``, the slice of the asset it updated (Airflow 3.3).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class EventRow:
     source_try_number: int | None = None
     source_alias: str | None = None
     created_by: str | None = None
+    partition_key: str | None = None
 
 
 SOURCE_WATCHER: Final = "watcher"
@@ -228,9 +231,10 @@ def record_task_outlet_events(
 ) -> int:
     """Store the events of a task that just succeeded and queue them for their DAGs.
 
-    ``events`` are the child's reports (``{"asset", "uri", "extra", "alias"}``, see
-    ``engine.authoring``). An alias event creates its asset if no DAG file declares it and
-    links it to the alias, so DAGs scheduled on the alias run. Call it in the transaction
+    ``events`` are the child's reports (``{"asset", "uri", "extra", "alias",
+    "partition_key"}``, see ``engine.execution.outlets``; the key checked there). An alias
+    event creates its asset if no DAG file declares it and links it to the alias, so DAGs
+    scheduled on the alias run. Call it in the transaction
     that records the success, and only when that write changed the task's state: that guard
     is what makes a try that succeeds once emit once (no delivery key: task instance ids can
     be reused after ``db clean`` on SQLite, and a key would then drop a new event). Returns the
@@ -273,6 +277,7 @@ def record_task_outlet_events(
                 "source_task_id": source.task_id,
                 "source_try_number": source.try_number,
                 "source_alias": None if alias is None else str(alias),
+                "partition_key": event.get("partition_key"),
                 "timestamp": now,
             }
         )
@@ -288,13 +293,15 @@ def emit_asset_event(
     extra: Mapping[str, Any] | None,
     source: str,
     created_by: str,
+    partition_key: str | None = None,
     keep_while_paused: bool = True,
     now: datetime | None = None,
 ) -> int:
     """Record an event of a known asset from outside (CLI, REST API); returns its id.
 
-    Raises ``UnknownAssetError`` for an asset no DAG file declares (a typo would otherwise
-    create an asset nothing reads).
+    ``partition_key`` is the slice it updated (None: unpartitioned); the caller checked it
+    (``triggers.base.check_partition_key``). Raises ``UnknownAssetError`` for an asset no
+    DAG file declares (a typo would otherwise create an asset nothing reads).
     """
     asset_id = _asset_ids(session, [asset_name]).get(asset_name)
     if asset_id is None:
@@ -308,6 +315,7 @@ def emit_asset_event(
         "dedup_key": None,
         "source": source,
         "created_by": created_by,
+        "partition_key": partition_key,
         "timestamp": now or utcnow(),
     }
     [(event_id, _)] = insert_asset_events(session, [row])

@@ -99,6 +99,7 @@ def end_deferred_tasks(
                 TaskInstance.task_id,
                 TaskInstance.try_number,
                 DagTask.outlets,
+                DagRun.partition_key,
             )
             .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
             .outerjoin(
@@ -109,9 +110,12 @@ def end_deferred_tasks(
             )
             .where(TaskInstance.id.in_(ended_ids))
         ).all()
-        for ti_id, dag_id, run_id, task_id, try_number, outlets in rows:
+        for ti_id, dag_id, run_id, task_id, try_number, outlets, partition_key in rows:
             source = assets.TaskTry(int(ti_id), dag_id, run_id, task_id, int(try_number))
-            events = [{"asset": name, "extra": {}, "alias": None} for name in outlets or []]
+            events = [
+                {"asset": name, "extra": {}, "alias": None, "partition_key": partition_key}
+                for name in outlets or []
+            ]
             assets.record_task_outlet_events(
                 session, source, events, keep_while_paused=keep_while_paused, now=now
             )

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 
 def context_run(dag_run: DagRun) -> dict[str, Any]:
-    """The run as a task's context shows it (``dag_run``): ids, type, dates, conf."""
+    """The run as a task's context shows it (``dag_run``): ids, type, dates, conf, partition
+    key."""
     return {
         "run_id": dag_run.run_id,
         "run_type": dag_run.run_type,
@@ -30,6 +31,7 @@ def context_run(dag_run: DagRun) -> dict[str, Any]:
         "conf": dag_run.conf,
         "queued_at": dag_run.queued_at,
         "start_date": dag_run.start_date,
+        "partition_key": dag_run.partition_key,
     }
 
 
@@ -50,6 +52,7 @@ def event_row(event: AssetEvent, asset_name: str, uri: str | None = None) -> Eve
         source_try_number=event.source_try_number,
         source_alias=event.source_alias,
         created_by=event.created_by,
+        partition_key=event.partition_key,
     )
 
 

@@ -33,7 +33,7 @@ from engine.db.queries import mapping as mapping_sql
 from engine.states import DagRunState, TaskState
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Collection, Iterable, Sequence
     from datetime import datetime
 
     from sqlalchemy.orm import Session
@@ -52,6 +52,9 @@ class QueuedDag:
     schedule: Any
     events: tuple[tuple[int, str], ...]  # (asset event id, asset name)
     aliases: frozenset[str] = frozenset()  # aliases the queued events' assets belong to
+    timetable: Any = None  # the DAG's stored timetable (a partitioned one plans per key)
+    #: asset event id -> its partition key, for the events that have one
+    partition_keys: dict[int, str] = field(default_factory=dict)
 
 
 def dags_with_queued_events(session: Session) -> list[str]:
@@ -67,14 +70,14 @@ def dags_with_queued_events(session: Session) -> list[str]:
 
 def lock_queued_dag(session: Session, dag_id: str) -> QueuedDag | None:
     """Lock the DAG row (skip if another scheduler holds it) and read its queued events."""
-    stmt = select(Dag.dag_id, Dag.schedule).where(Dag.dag_id == dag_id)
+    stmt = select(Dag.dag_id, Dag.schedule, Dag.timetable).where(Dag.dag_id == dag_id)
     if is_postgres(session):
         stmt = stmt.with_for_update(skip_locked=True)
     row = session.execute(stmt).first()
     if row is None:
         return None
     events = session.execute(
-        select(AssetEventQueue.asset_event_id, Asset.name)
+        select(AssetEventQueue.asset_event_id, Asset.name, AssetEvent.partition_key)
         .join(AssetEvent, AssetEvent.id == AssetEventQueue.asset_event_id)
         .join(Asset, Asset.id == AssetEvent.asset_id)
         .where(AssetEventQueue.dag_id == dag_id)
@@ -91,9 +94,42 @@ def lock_queued_dag(session: Session, dag_id: str) -> QueuedDag | None:
     return QueuedDag(
         str(row[0]),
         row[1],
-        tuple((int(e), str(n)) for e, n in events),
+        tuple((int(e), str(n)) for e, n, _ in events),
         frozenset(str(a) for a in aliases),
+        timetable=row[2],
+        partition_keys={int(e): str(k) for e, _, k in events if k is not None},
     )
+
+
+def dequeue_asset_events(session: Session, dag_id: str, event_ids: Sequence[int]) -> None:
+    """Drop queued events of a DAG (consumed by a run, or a partitioned DAG's refused
+    ones)."""
+    if event_ids:
+        session.execute(
+            delete(AssetEventQueue).where(
+                AssetEventQueue.dag_id == dag_id,
+                AssetEventQueue.asset_event_id.in_(list(event_ids)),
+            )
+        )
+
+
+def consumed_by_key(
+    session: Session, dag_id: str, event_ids: Collection[int]
+) -> set[tuple[int, str]]:
+    """(event id, partition key) of the given events already consumed by a run of the DAG
+    with that key: a partitioned DAG consumes an event once per key."""
+    if not event_ids:
+        return set()
+    rows = session.execute(
+        select(DagRunAssetEvent.asset_event_id, DagRun.partition_key)
+        .join(DagRun, DagRun.id == DagRunAssetEvent.dag_run_id)
+        .where(
+            DagRun.dag_id == dag_id,
+            DagRun.partition_key.is_not(None),
+            DagRunAssetEvent.asset_event_id.in_(list(event_ids)),
+        )
+    ).all()
+    return {(int(event_id), str(key)) for event_id, key in rows}
 
 
 def run_id_for(run_type: str, *, logical_date: datetime | None, now: datetime) -> str:
@@ -117,15 +153,24 @@ def create_run(
     data_interval: tuple[datetime, datetime] | None = None,
     run_after: datetime | None = None,
     backfill_id: int | None = None,
+    partition_key: str | None = None,
+    run_id: str | None = None,
+    keep_queued: Collection[int] = (),
 ) -> int | None:
-    """A queued DAG run with its task instances; consumes the given queued asset events.
+    """A queued DAG run with its task instances; consumes the given queued asset events
+    (but those of ``keep_queued``, which stay queued: a partitioned DAG's event that other
+    keys still wait for).
+
+    ``partition_key``: the slice a partitioned run stands for. ``run_id``: its own (default:
+    ``run_id_for``); a partition backfill gives one per key, so a repeated insert does
+    nothing.
 
     None when the DAG already has a run for ``logical_date`` (unique per DAG: two schedulers
     never create one interval twice; the loser's insert does nothing).
     """
     values = {
         "dag_id": dag_id,
-        "run_id": run_id_for(run_type, logical_date=logical_date, now=now),
+        "run_id": run_id or run_id_for(run_type, logical_date=logical_date, now=now),
         "run_type": run_type,
         "conf": conf,
         "queued_at": now,
@@ -134,9 +179,10 @@ def create_run(
         "data_interval_end": None if data_interval is None else data_interval[1],
         "run_after": run_after or now,
         "backfill_id": backfill_id,
+        "partition_key": partition_key,
     }
     stmt = upsert_insert(session, DagRun).values(values)
-    if logical_date is not None:
+    if logical_date is not None or run_id is not None:
         # No conflict target: a run of a logical date also has a deterministic run_id, and
         # PostgreSQL may meet either unique index first when two writers race.
         stmt = stmt.on_conflict_do_nothing()
@@ -149,11 +195,8 @@ def create_run(
             insert(DagRunAssetEvent),
             [{"dag_run_id": run_pk, "asset_event_id": e} for e in asset_event_ids],
         )
-        session.execute(
-            delete(AssetEventQueue).where(
-                AssetEventQueue.dag_id == dag_id,
-                AssetEventQueue.asset_event_id.in_(list(asset_event_ids)),
-            )
+        dequeue_asset_events(
+            session, dag_id, [e for e in asset_event_ids if e not in set(keep_queued)]
         )
     tasks = session.execute(
         select(DagTask.task_id, DagTask.retries).where(DagTask.dag_id == dag_id)

@@ -10,7 +10,7 @@ as long as a broker has messages, so this path avoids per-row work in Python:
   ``Database.run_statement``, not even a BEGIN or a COMMIT: under load every round trip
   costs the writer thread milliseconds of waiting for the GIL). ``INSERT ... SELECT`` from
   the elements of one JSON array per column: its text never changes (psycopg prepares it
-  once), the rows go as five text parameters instead of 7 x N placeholders to re-parse in
+  once), the rows go as six text parameters instead of 8 x N placeholders to re-parse in
   every batch, each made by one call of the C JSON encoder (the payloads' array is their
   texts joined with commas; psycopg's array dumper escaped every element in Python). The
   rows it inserted feed, in the same statement, the insert that queues each new event for
@@ -46,28 +46,32 @@ if TYPE_CHECKING:
 
     from sqlalchemy import Connection, Select
 
-#: One watcher event: (asset id, payload as JSON text, dedup key or None, trigger id, watcher).
-WatcherEventRow: TypeAlias = "tuple[int, str, str | None, int, str]"
+#: One watcher event: (asset id, payload as JSON text, dedup key or None, trigger id, watcher,
+#: partition key or None).
+WatcherEventRow: TypeAlias = "tuple[int, str, str | None, int, str, str | None]"
 
 _COLUMNS: Final = (
-    "asset_id, payload, dedup_key, source_trigger_id, source_watcher, source, timestamp"
+    "asset_id, payload, dedup_key, source_trigger_id, source_watcher, partition_key, "
+    "source, timestamp"
 )
 
 _TIMESTAMP: Final = AssetEvent.__table__.c.timestamp.type
 
-# The rows of the batch, as five JSON arrays; RETURNING gives those actually inserted.
+# The rows of the batch, as six JSON arrays; RETURNING gives those actually inserted.
 _POSTGRES_INSERT: Final = (
     text(
         f"INSERT INTO asset_event ({_COLUMNS}) "
         "SELECT CAST(u.asset_id AS integer), u.payload, u.dedup_key, "
-        "CAST(u.trigger_id AS integer), u.watcher, :source, :ts "
+        "CAST(u.trigger_id AS integer), u.watcher, u.partition_key, :source, :ts "
         "FROM ROWS FROM ("
         "json_array_elements_text(CAST(:asset_ids AS json)), "
         "json_array_elements(CAST(:payloads AS json)), "
         "json_array_elements_text(CAST(:dedup_keys AS json)), "
         "json_array_elements_text(CAST(:trigger_ids AS json)), "
-        "json_array_elements_text(CAST(:watchers AS json))"
-        ") WITH ORDINALITY AS u(asset_id, payload, dedup_key, trigger_id, watcher, n) "
+        "json_array_elements_text(CAST(:watchers AS json)), "
+        "json_array_elements_text(CAST(:partition_keys AS json))"
+        ") WITH ORDINALITY AS "
+        "u(asset_id, payload, dedup_key, trigger_id, watcher, partition_key, n) "
         "ORDER BY u.n "
         "ON CONFLICT (asset_id, dedup_key) DO NOTHING "
         "RETURNING id, asset_id"
@@ -105,7 +109,7 @@ _POSTGRES_STORE: Final = {
 
 # ``source`` is a constant of this module, inlined so every row's parameters are its own tuple.
 _SQLITE_INSERT: Final = (
-    f"INSERT INTO asset_event ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, '{SOURCE_WATCHER}', ?) "
+    f"INSERT INTO asset_event ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, '{SOURCE_WATCHER}', ?) "
     "ON CONFLICT (asset_id, dedup_key) DO NOTHING"
 )
 
@@ -144,7 +148,7 @@ def _store_postgres(
     *,
     keep_while_paused: bool,
 ) -> int:
-    asset_ids, payloads, dedup_keys, trigger_ids, watchers = zip(*rows, strict=True)
+    asset_ids, payloads, dedup_keys, trigger_ids, watchers, partition_keys = zip(*rows, strict=True)
     result = connection.execute(
         _POSTGRES_STORE[keep_while_paused],
         {
@@ -154,6 +158,7 @@ def _store_postgres(
             "dedup_keys": _json_array(dedup_keys),
             "trigger_ids": _json_array(trigger_ids),
             "watchers": _json_array(watchers),
+            "partition_keys": _json_array(partition_keys),
             "source": SOURCE_WATCHER,
             "ts": now,
         },

@@ -217,6 +217,7 @@ def test_a_task_gets_the_context_values_it_names() -> None:
             "uri": "s3://bucket/orders",
             "extra": {"day": "2026-03-08"},
             "alias": None,
+            "partition_key": None,
         }
     ]
 
@@ -266,19 +267,28 @@ def test_outlet_extras_alias_additions_and_metadata() -> None:
             "uri": "s3://bucket/orders",
             "extra": {"rows": 5, "checked": True},
             "alias": None,
+            "partition_key": None,
         },
-        {"asset": "report", "uri": "report", "extra": {"pages": 2}, "alias": None},
+        {
+            "asset": "report",
+            "uri": "report",
+            "extra": {"pages": 2},
+            "alias": None,
+            "partition_key": None,
+        },
         {
             "asset": "s3://bucket/2026-03-08",
             "uri": "s3://bucket/2026-03-08",
             "extra": {"day": 8},
             "alias": "orders_by_day",
+            "partition_key": None,
         },
         {
             "asset": "s3://bucket/2026-03-09",
             "uri": "s3://bucket/2026-03-09",
             "extra": {"day": 9},
             "alias": "orders_by_day",
+            "partition_key": None,
         },
     ]
 
@@ -305,7 +315,13 @@ def test_metadata_returned_by_a_custom_execute_is_collected() -> None:
 def test_defaults_aliases_without_additions_and_plain_contexts() -> None:
     op = build(outlets=[ORDERS, BY_DAY])
     assert collect_outlet_events({}, op) == [
-        {"asset": "orders", "uri": "s3://bucket/orders", "extra": {}, "alias": None}
+        {
+            "asset": "orders",
+            "uri": "s3://bucket/orders",
+            "extra": {},
+            "alias": None,
+            "partition_key": None,
+        }
     ]
     assert collect_outlet_events({}, build()) == []
 
