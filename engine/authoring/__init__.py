@@ -50,8 +50,10 @@ if TYPE_CHECKING:
     from engine.authoring.connections import Connection
     from engine.authoring.context import Context, get_current_context, resolve_deferrable
     from engine.authoring.dag import DAG
+    from engine.authoring.datetime_branch import BranchDateTimeOperator, BranchDayOfWeekOperator
     from engine.authoring.deferral import TaskDeferred
     from engine.authoring.errors import DagDefinitionError
+    from engine.authoring.events_timetable import EventsTimetable
     from engine.authoring.external_task import ExternalTaskSensor
     from engine.authoring.groups import TaskGroup, chain, cross_downstream, task_group
     from engine.authoring.interval_timetables import (
@@ -74,6 +76,7 @@ if TYPE_CHECKING:
         OnceTimetable,
         Timetable,
     )
+    from engine.authoring.trigger_dagrun import TriggerDagRunOperator
     from engine.authoring.trigger_timetables import (
         CronTriggerTimetable,
         DeltaTriggerTimetable,
@@ -99,6 +102,8 @@ _MODULE_OF: Final[dict[str, str]] = {
     "BaseSensorOperator": "engine.authoring.sensor_base",
     "BashOperator": "engine.authoring.bash",
     "BashSensor": "engine.authoring.standard_sensors",
+    "BranchDateTimeOperator": "engine.authoring.datetime_branch",
+    "BranchDayOfWeekOperator": "engine.authoring.datetime_branch",
     "BranchPythonOperator": "engine.authoring.branching",
     "Connection": "engine.authoring.connections",
     "Context": "engine.authoring.context",
@@ -111,6 +116,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "DeltaDataIntervalTimetable": "engine.authoring.interval_timetables",
     "DeltaTriggerTimetable": "engine.authoring.trigger_timetables",
     "EmptyOperator": "engine.authoring.operators",
+    "EventsTimetable": "engine.authoring.events_timetable",
     "ExternalTaskSensor": "engine.authoring.external_task",
     "LatestOnlyOperator": "engine.authoring.branching",
     "Metadata": "engine.authoring.assets",
@@ -125,6 +131,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "TaskGroup": "engine.authoring.groups",
     "TimeSensor": "engine.authoring.standard_sensors",
     "Timetable": "engine.authoring.timetables",
+    "TriggerDagRunOperator": "engine.authoring.trigger_dagrun",
     "TriggerRule": "engine.authoring.arguments",
     "Variable": "engine.authoring.variables",
     "WeekDay": "engine.authoring.standard_sensors",
@@ -155,6 +162,8 @@ __all__: tuple[str, ...] = (
     "BaseSensorOperator",
     "BashOperator",
     "BashSensor",
+    "BranchDateTimeOperator",
+    "BranchDayOfWeekOperator",
     "BranchPythonOperator",
     "Connection",
     "Context",
@@ -166,6 +175,7 @@ __all__: tuple[str, ...] = (
     "DeltaDataIntervalTimetable",
     "DeltaTriggerTimetable",
     "EmptyOperator",
+    "EventsTimetable",
     "ExternalTaskSensor",
     "LatestOnlyOperator",
     "Metadata",
@@ -180,6 +190,7 @@ __all__: tuple[str, ...] = (
     "TaskGroup",
     "TimeSensor",
     "Timetable",
+    "TriggerDagRunOperator",
     "TriggerRule",
     "Variable",
     "WeekDay",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 from engine.authoring.assets import BaseAsset, as_condition
 from engine.authoring.cron import check_delta
 from engine.authoring.errors import DagDefinitionError
+from engine.authoring.events_timetable import EventsTimetable
 from engine.authoring.interval_timetables import (
     CronDataIntervalTimetable,
     DeltaDataIntervalTimetable,
@@ -131,6 +132,7 @@ _READERS: Final[Mapping[str, Callable[[Mapping[str, Any]], Timetable]]] = {
         _seconds(data, "delta")
     ),
     AssetOrTimeSchedule.json_type: _from_asset_or_time,
+    EventsTimetable.json_type: EventsTimetable.from_json,
 }
 
 

@@ -7,10 +7,11 @@ the parent dies, the pipe closes and the child exits at once, so a task whose ex
 gone never runs twice. The child imports the DAG file (``engine.execution.loading``),
 renders the task's ``template_fields`` with its context (``engine.execution.templates``: a
 template error fails the try) and either starts the task (``deferral_at_start()`` then
-``execute``) or resumes it (``resume_execution``). Its own stdout, stderr and Python
-logging all go to its standard error, which the parent appends to the task log; the single
-``TaskResult`` (success with the return value, failure, or the deferral to store) goes to
-the original standard output.
+``execute``) or resumes it (``resume_execution``), with the operator's ``pre_execute`` before
+and its ``post_execute`` after (each the argument's callable, then the method). Its own
+stdout, stderr and Python logging all go to its standard error, which the parent appends
+to the task log; the single ``TaskResult`` (success with the return value, failure, or the
+deferral to store) goes to the original standard output.
 The child needs neither the database URL nor the Fernet key: what it needs from the
 database (connections, variables) it asks the parent for over the request channel
 (``engine.execution.task_channel``, a socket passed as ``--channel-fd``).
@@ -99,11 +100,16 @@ def _call(task: BaseOperator, spec: TaskSpec, context: dict[str, Any]) -> Any:
         kwargs = loads(spec.next_kwargs) if spec.next_kwargs else {}
         if not isinstance(kwargs, dict):
             raise TypeError(f"stored next_kwargs of task {spec.task_id!r} are not a mapping")
-        return task.resume_execution(spec.next_method, kwargs, context)
-    deferral = task.deferral_at_start()
-    if deferral is not None:
-        raise deferral
-    return run_to_completion(task.execute(context), what=f"task {spec.task_id!r}: execute()")
+        task.run_pre_execute(context)
+        result = task.resume_execution(spec.next_method, kwargs, context)
+    else:
+        deferral = task.deferral_at_start()
+        if deferral is not None:
+            raise deferral
+        task.run_pre_execute(context)
+        result = run_to_completion(task.execute(context), what=f"task {spec.task_id!r}: execute()")
+    task.run_post_execute(context, result)
+    return result
 
 
 def _success(results: dict[str, Any], elapsed_s: float) -> TaskResult:

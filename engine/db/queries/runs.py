@@ -117,15 +117,17 @@ def create_run(
     data_interval: tuple[datetime, datetime] | None = None,
     run_after: datetime | None = None,
     backfill_id: int | None = None,
+    run_id: str | None = None,
 ) -> int | None:
     """A queued DAG run with its task instances; consumes the given queued asset events.
 
     None when the DAG already has a run for ``logical_date`` (unique per DAG: two schedulers
-    never create one interval twice; the loser's insert does nothing).
+    never create one interval twice; the loser's insert does nothing), or ``run_id`` (given
+    by the caller instead of made from the run type).
     """
     values = {
         "dag_id": dag_id,
-        "run_id": run_id_for(run_type, logical_date=logical_date, now=now),
+        "run_id": run_id or run_id_for(run_type, logical_date=logical_date, now=now),
         "run_type": run_type,
         "conf": conf,
         "queued_at": now,
@@ -136,7 +138,7 @@ def create_run(
         "backfill_id": backfill_id,
     }
     stmt = upsert_insert(session, DagRun).values(values)
-    if logical_date is not None:
+    if logical_date is not None or run_id is not None:
         # No conflict target: a run of a logical date also has a deterministic run_id, and
         # PostgreSQL may meet either unique index first when two writers race.
         stmt = stmt.on_conflict_do_nothing()
