@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from engine.authoring.errors import DagDefinitionError
     from engine.authoring.events_timetable import EventsTimetable
     from engine.authoring.external_task import ExternalTaskSensor
+    from engine.authoring.external_task_marker import ExternalTaskMarker
     from engine.authoring.groups import TaskGroup, chain, cross_downstream, task_group
     from engine.authoring.interval_timetables import (
         CronDataIntervalTimetable,
@@ -117,6 +118,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "DeltaTriggerTimetable": "engine.authoring.trigger_timetables",
     "EmptyOperator": "engine.authoring.operators",
     "EventsTimetable": "engine.authoring.events_timetable",
+    "ExternalTaskMarker": "engine.authoring.external_task_marker",
     "ExternalTaskSensor": "engine.authoring.external_task",
     "LatestOnlyOperator": "engine.authoring.branching",
     "Metadata": "engine.authoring.assets",
@@ -176,6 +178,7 @@ __all__: tuple[str, ...] = (
     "DeltaTriggerTimetable",
     "EmptyOperator",
     "EventsTimetable",
+    "ExternalTaskMarker",
     "ExternalTaskSensor",
     "LatestOnlyOperator",
     "Metadata",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import textwrap
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -39,6 +40,8 @@ class InProcessEngine:
         for name, source in files.items():
             (self.dags / name).write_text(textwrap.dedent(source))
         self.db, config, self.cipher, _ = parsed_database(db_url, tmp_path, self.dags)
+        #: for the CLI run in-process (``click.testing.CliRunner``, obj={"config": ...})
+        self.config = replace(config, core=replace(config.core, sql_alchemy_conn=db_url))
         self.settings = fast_executor_settings(config)
         self.scheduler = Scheduler(db=self.db, cipher=self.cipher, settings=SchedulerSettings())
 
