@@ -15,11 +15,11 @@ Theory of operation. The task process has no database access, so it asks the exe
 supervises it to create the run, over its request channel (``trigger_dag_run``; the channel
 is the process's store, ``engine.authoring.store``, and serves ``DagRunTriggering``). The
 executor creates a manual run of ``trigger_dag_id`` with ``conf``, at ``logical_date``
-(default: now) and with ``trigger_run_id`` as its run id (default: a manual run id), its
-data interval from the DAG's timetable, as ``sluice dags trigger`` does. When the DAG
-already has that run: ``skip_when_already_exists`` skips the task, else ``reset_dag_run``
-clears the run (its tasks run again), else the task fails with ``DagRunAlreadyExists``. The
-run id is pushed as the XCom ``trigger_run_id``.
+(default: now; None: a run without a logical date) and with ``trigger_run_id`` as its run
+id (default: a manual run id), its data interval from the DAG's timetable, as ``sluice dags
+trigger`` does. When the DAG already has that run: ``skip_when_already_exists`` skips the
+task, else ``reset_dag_run`` clears the run (its tasks run again), else the task fails with
+``DagRunAlreadyExists``. The run id is pushed as the XCom ``trigger_run_id``.
 
 With ``wait_for_completion`` the task then waits for the run to reach one of
 ``allowed_states`` (success) or one of ``failed_states`` (fails): polling the run's state
@@ -33,7 +33,7 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from engine.authoring.baseoperator import BaseOperator
@@ -122,8 +122,9 @@ class TriggerDagRunOperator(BaseOperator):
     """Triggers a run of ``trigger_dag_id`` (see the module docstring).
 
     ``trigger_dag_id``, ``trigger_run_id``, ``logical_date`` (a datetime or an ISO string;
-    None: now) and ``conf`` (JSON data) are templated. ``poke_interval`` is in seconds;
-    ``allowed_states`` defaults to ``["success"]``, ``failed_states`` to ``["failed"]``.
+    by default now; None: the run has no logical date) and ``conf`` (JSON data) are
+    templated. ``poke_interval`` is in seconds; ``allowed_states`` defaults to
+    ``["success"]``, ``failed_states`` to ``["failed"]``.
     ``deferrable=None`` follows ``[operators] default_deferrable``.
     """
 
@@ -202,8 +203,12 @@ class TriggerDagRunOperator(BaseOperator):
         return None if self.conf is None else dict(self.conf)
 
     def _logical_date(self) -> str | None:
-        if isinstance(self.logical_date, ArgNotSet) or self.logical_date in (None, ""):
-            return None  # now, as the executor reads it
+        """The run's logical date, ISO: now unless given (as Airflow, read in the task);
+        None (given as None) asks for a run without one."""
+        if isinstance(self.logical_date, ArgNotSet):
+            return datetime.now(UTC).isoformat()
+        if self.logical_date is None:
+            return None
         try:
             moment = as_moment(self.logical_date)
         except (TypeError, ValueError) as exc:
@@ -245,11 +250,13 @@ class TriggerDagRunOperator(BaseOperator):
         context["ti"].xcom_push(key=XCOM_RUN_ID, value=run_id)
         if not self.wait_for_completion:
             return
-        if resolve_deferrable(self, default_deferrable_from(context)):
+        logical_date = answer.get("logical_date")
+        # the triggerer watches runs by logical date: a run without one is polled from here
+        if logical_date and resolve_deferrable(self, default_deferrable_from(context)):
             self.defer(
                 trigger=ExternalTaskTrigger(
                     external_dag_id=self.trigger_dag_id,
-                    logical_dates=[datetime.fromisoformat(str(answer["logical_date"]))],
+                    logical_dates=[datetime.fromisoformat(str(logical_date))],
                     allowed_states=self.allowed_states,
                     failed_states=self.failed_states,
                     poke_interval=self.poke_interval,

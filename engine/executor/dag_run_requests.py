@@ -2,11 +2,12 @@
 ``dag_run_state``; the task side is ``engine.authoring.trigger_dagrun``).
 
 ``trigger_dag_run`` creates a manual run of the DAG, as ``sluice dags trigger`` does: at the
-logical date asked (default: now), its data interval from the DAG's timetable, with the run
-id asked (default: a manual run id) and the conf. When the DAG already has a run with that
-run id or logical date, the answer says so and nothing is created (``exists``), or the run
-is skipped over (``skipped``: ``skip_when_already_exists``) or cleared so that its tasks run
-again (``reset``: ``reset_dag_run``), checked in that order as in Airflow 3.
+logical date asked (None: a run without one), its data interval from the DAG's timetable,
+with the run id asked (default: a manual run id) and the conf. When the DAG already has a
+run with that run id or logical date, the answer says so and nothing is created
+(``exists``), or the run is skipped over (``skipped``: ``skip_when_already_exists``) or
+cleared so that its tasks run again (``reset``: ``reset_dag_run``), checked in that order
+as in Airflow 3.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 
-def _logical(value: str | None, now: datetime) -> datetime:
+def _logical(value: str | None) -> datetime | None:
     if value is None:
-        return now
+        return None
     moment = datetime.fromisoformat(value)
     if moment.utcoffset() is None:
         moment = moment.replace(tzinfo=UTC)
@@ -72,7 +73,7 @@ def trigger_dag_run(
         raise NotFoundError(f"DAG {dag_id!r} to trigger does not exist; see `sluice dags list`")
     if conf is not None and not isinstance(conf, dict):
         raise OperatorActionError(f"the conf of a run must be a JSON object, got {conf!r}")
-    logical = _logical(logical_date, now)
+    logical = _logical(logical_date)
     found = triggered_runs.existing_run(session, dag_id, run_id=run_id, logical_date=logical)
     if found is not None:
         if skip_when_already_exists:
@@ -82,7 +83,8 @@ def trigger_dag_run(
         selected = actions_sql.select_task_instances(session, dag_id, run_id=found.run_id)
         actions_sql.clear_task_instances(session, selected, now=now)
         return _answer(RESET, found.run_id, found.logical_date)
-    interval = _interval(sched.timetable, dag_id, logical)
+    run_after = now if logical is None else max(now, logical)
+    interval = _interval(sched.timetable, dag_id, logical or now)
     pk = runs_sql.create_run(
         session,
         dag_id,
@@ -91,7 +93,7 @@ def trigger_dag_run(
         conf=conf,
         logical_date=logical,
         data_interval=(interval.start, interval.end),
-        run_after=max(now, logical),
+        run_after=run_after,
         run_id=run_id,
     )
     if pk is None:  # created by another writer since the read above

@@ -68,6 +68,16 @@ with DAG("wait_deferred"):
         poke_interval=0.1,
     )
 
+with DAG("no_logical_date"):
+    TriggerDagRunOperator(
+        task_id="fire",
+        trigger_dag_id="target",
+        logical_date=None,
+        wait_for_completion=True,
+        deferrable=True,  # the triggerer watches logical dates: this one is polled
+        poke_interval=0.1,
+    )
+
 for dag_id, options in [
     ("again", {}),
     ("again_skip", {"skip_when_already_exists": True}),
@@ -163,3 +173,13 @@ async def test_an_existing_run_fails_the_task_or_is_skipped_or_reset(
     assert len(engine.runs_of("target")) == 1  # no second run
     [echo] = engine.instances(child.id)
     assert echo.try_number == 2  # the reset cleared it: it ran again
+
+
+async def test_logical_date_none_triggers_a_run_without_one(engine: InProcessEngine) -> None:
+    parent = engine.trigger("no_logical_date")
+    with anyio.fail_after(60):
+        async with engine.running():
+            assert await engine.run_to_end(parent) == ["success"]
+    [child] = engine.runs_of("target")
+    assert (child.logical_date, child.state) == (None, "success")
+    assert engine.xcom(parent, "fire", "trigger_run_id") == child.run_id

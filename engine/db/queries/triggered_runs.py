@@ -25,13 +25,18 @@ class ExistingRun:
 
 
 def existing_run(
-    session: Session, dag_id: str, *, run_id: str | None, logical_date: datetime
+    session: Session, dag_id: str, *, run_id: str | None, logical_date: datetime | None
 ) -> ExistingRun | None:
     """The run of ``dag_id`` with run id ``run_id`` or at ``logical_date`` (either is unique
     per DAG: a new run with them would not be created), the run id's first."""
-    match = DagRun.logical_date == logical_date
+    matches = []
     if run_id is not None:
-        match = or_(DagRun.run_id == run_id, match)
+        matches.append(DagRun.run_id == run_id)
+    if logical_date is not None:
+        matches.append(DagRun.logical_date == logical_date)
+    if not matches:
+        return None
+    match = or_(*matches)
     rows = session.execute(
         select(DagRun.run_id, DagRun.logical_date, DagRun.state).where(
             DagRun.dag_id == dag_id, match
