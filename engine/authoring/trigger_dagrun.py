@@ -19,7 +19,8 @@ executor creates a manual run of ``trigger_dag_id`` with ``conf``, at ``logical_
 id (default: a manual run id), its data interval from the DAG's timetable, as ``sluice dags
 trigger`` does. When the DAG already has that run: ``skip_when_already_exists`` skips the
 task, else ``reset_dag_run`` clears the run (its tasks run again), else the task fails with
-``DagRunAlreadyExists``. The run id is pushed as the XCom ``trigger_run_id``.
+``DagRunAlreadyExists``. The run id is pushed as the XCom ``trigger_run_id`` (the DAG id
+as ``trigger_dag_id``).
 
 With ``wait_for_completion`` the task then waits for the run to reach one of
 ``allowed_states`` (success) or one of ``failed_states`` (fails): polling the run's state
@@ -52,7 +53,9 @@ if TYPE_CHECKING:
     from engine.authoring.context import Context
 
 __all__ = (
+    "XCOM_DAG_ID",
     "XCOM_RUN_ID",
+    "DagIsPaused",
     "DagRunAlreadyExists",
     "DagRunTriggering",
     "TriggerDagRunOperator",
@@ -60,17 +63,27 @@ __all__ = (
 
 logger = logging.getLogger(__name__)
 
-#: the XCom key the triggered run's id is pushed under (Airflow's)
+#: the XCom keys the triggered run's id and DAG id are pushed under (Airflow's)
 XCOM_RUN_ID: Final = "trigger_run_id"
+XCOM_DAG_ID: Final = "trigger_dag_id"
 #: what the executor answers a ``trigger_dag_run`` request with (``outcome``)
 CREATED: Final = "created"
 RESET: Final = "reset"
 SKIPPED: Final = "skipped"
 EXISTS: Final = "exists"
+PAUSED: Final = "paused"
 
 
 class DagRunAlreadyExists(AirflowException):
     """The DAG to trigger already has a run with that run id or logical date."""
+
+
+class DagIsPaused(AirflowException):
+    """The DAG to trigger is paused (with ``fail_when_dag_is_paused=True``)."""
+
+    def __init__(self, dag_id: str) -> None:
+        super().__init__(f"Dag {dag_id} is paused")
+        self.dag_id = dag_id
 
 
 @runtime_checkable
@@ -86,16 +99,17 @@ class DagRunTriggering(Protocol):
         logical_date: str | None,
         reset_dag_run: bool,
         skip_when_already_exists: bool,
+        fail_when_dag_is_paused: bool,
     ) -> dict[str, Any]:
-        """``{"outcome": created|reset|skipped|exists, "run_id", "logical_date"}``."""
+        """``{"outcome": created|reset|skipped|exists|paused, "run_id", "logical_date"}``."""
 
     def dag_run_state(self, *, dag_id: str, run_id: str) -> str:
         """The state of the run ``run_id`` of ``dag_id``."""
 
 
-def _states(where: str, name: str, value: Iterable[str] | None, default: DagRunState) -> list[str]:
+def _states(where: str, name: str, value: Iterable[str] | None, default: list[str]) -> list[str]:
     if value is None:
-        return [default.value]
+        return default
     if isinstance(value, str) or not isinstance(value, Iterable):
         raise DagDefinitionError(f"{where}: {name} must be a list of DAG run states")
     states = [str(state) for state in value]
@@ -125,10 +139,20 @@ class TriggerDagRunOperator(BaseOperator):
     by default now; None: the run has no logical date) and ``conf`` (JSON data) are
     templated. ``poke_interval`` is in seconds; ``allowed_states`` defaults to
     ``["success"]``, ``failed_states`` to ``["failed"]``.
-    ``deferrable=None`` follows ``[operators] default_deferrable``.
+    ``wait_for_completion`` and ``skip_when_already_exists`` are templated too (a template
+    renders to ``True`` or ``False``). ``fail_when_dag_is_paused`` fails the task with
+    ``DagIsPaused`` when the DAG to trigger is paused (by default its run is created and
+    waits). ``deferrable=None`` follows ``[operators] default_deferrable``.
     """
 
-    template_fields: Sequence[str] = ("trigger_dag_id", "trigger_run_id", "logical_date", "conf")
+    template_fields: Sequence[str] = (
+        "trigger_dag_id",
+        "trigger_run_id",
+        "logical_date",
+        "conf",
+        "wait_for_completion",
+        "skip_when_already_exists",
+    )
 
     def __init__(
         self,
@@ -138,11 +162,12 @@ class TriggerDagRunOperator(BaseOperator):
         conf: Mapping[str, Any] | None = None,
         logical_date: str | datetime | ArgNotSet | None = NOTSET,
         reset_dag_run: bool = False,
-        wait_for_completion: bool = False,
+        wait_for_completion: bool | str = False,
         poke_interval: float = 60,
         allowed_states: Iterable[str] | None = None,
         failed_states: Iterable[str] | None = None,
-        skip_when_already_exists: bool = False,
+        skip_when_already_exists: bool | str = False,
+        fail_when_dag_is_paused: bool = False,
         deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
@@ -158,24 +183,26 @@ class TriggerDagRunOperator(BaseOperator):
             )
         for name, flag in (
             ("reset_dag_run", reset_dag_run),
-            ("wait_for_completion", wait_for_completion),
-            ("skip_when_already_exists", skip_when_already_exists),
+            ("fail_when_dag_is_paused", fail_when_dag_is_paused),
         ):
             if not isinstance(flag, bool):
                 raise DagDefinitionError(f"{where}: {name} must be True or False")
+        for name, value in (  # templated: a bool, or a template that renders to one
+            ("wait_for_completion", wait_for_completion),
+            ("skip_when_already_exists", skip_when_already_exists),
+        ):
+            if not isinstance(value, bool | str):
+                raise DagDefinitionError(f"{where}: {name} must be True, False or a template")
         if deferrable is not None and not isinstance(deferrable, bool):
             raise DagDefinitionError(f"{where}: deferrable must be True, False or None")
         if isinstance(poke_interval, bool) or not isinstance(poke_interval, int | float):
             raise DagDefinitionError(f"{where}: poke_interval must be a number of seconds")
         if poke_interval <= 0:
             raise DagDefinitionError(f"{where}: poke_interval must be > 0")
-        allowed = _states(where, "allowed_states", allowed_states, DagRunState.SUCCESS)
-        failed = _states(where, "failed_states", failed_states, DagRunState.FAILED)
-        if set(allowed) & set(failed):
-            raise DagDefinitionError(
-                f"{where}: {sorted(set(allowed) & set(failed))} are in both allowed_states and "
-                "failed_states"
-            )
+        success, failure = [DagRunState.SUCCESS.value], [DagRunState.FAILED.value]
+        # as Airflow: an empty allowed_states means the default, an empty failed_states none
+        allowed = _states(where, "allowed_states", allowed_states or None, success)
+        failed = _states(where, "failed_states", failed_states, failure)
         super().__init__(**kwargs)
         self.trigger_dag_id = trigger_dag_id
         self.trigger_run_id = trigger_run_id
@@ -187,6 +214,7 @@ class TriggerDagRunOperator(BaseOperator):
         self.allowed_states = allowed
         self.failed_states = failed
         self.skip_when_already_exists = skip_when_already_exists
+        self.fail_when_dag_is_paused = fail_when_dag_is_paused
         self.deferrable = deferrable
 
     # --- running ------------------------------------------------------------------------------
@@ -218,17 +246,33 @@ class TriggerDagRunOperator(BaseOperator):
             ) from exc
         return None if moment is None else moment.isoformat()
 
+    def _flag(self, name: str) -> bool:
+        """A templated flag: a bool, or what a template rendered (``True`` / ``False``)."""
+        value = getattr(self, name)
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text not in ("true", "false"):
+            raise AirflowException(
+                f"task {self.task_id!r}: {name} rendered to {value!r}, not True or False"
+            )
+        return text == "true"
+
     def execute(self, context: Context) -> None:
         port = _triggering(self.task_id)
+        context["ti"].xcom_push(key=XCOM_DAG_ID, value=self.trigger_dag_id)
         answer = port.trigger_dag_run(
             dag_id=self.trigger_dag_id,
             run_id=self.trigger_run_id or None,
             conf=self._conf(),
             logical_date=self._logical_date(),
             reset_dag_run=self.reset_dag_run,
-            skip_when_already_exists=self.skip_when_already_exists,
+            skip_when_already_exists=self._flag("skip_when_already_exists"),
+            fail_when_dag_is_paused=self.fail_when_dag_is_paused,
         )
         outcome, run_id = answer.get("outcome"), str(answer.get("run_id"))
+        if outcome == PAUSED:
+            raise DagIsPaused(self.trigger_dag_id)
         if outcome == SKIPPED:
             raise AirflowSkipException(
                 f"DAG {self.trigger_dag_id!r} already has run {run_id!r}; skipping the task "
@@ -248,7 +292,7 @@ class TriggerDagRunOperator(BaseOperator):
             extra={"action": "trigger_dag_run", "dag_id": self.trigger_dag_id, "run_id": run_id},
         )
         context["ti"].xcom_push(key=XCOM_RUN_ID, value=run_id)
-        if not self.wait_for_completion:
+        if not self._flag("wait_for_completion"):
             return
         logical_date = answer.get("logical_date")
         # the triggerer watches runs by logical date: a run without one is polled from here
@@ -292,7 +336,9 @@ class TriggerDagRunOperator(BaseOperator):
 
     def execute_complete(self, context: Context, event: Any = None, run_id: str = "") -> None:
         """The triggerer saw the run reach an allowed or a failed state."""
-        context["ti"].xcom_push(key=XCOM_RUN_ID, value=run_id)  # what the deferral dropped
+        # what the deferral dropped
+        context["ti"].xcom_push(key=XCOM_DAG_ID, value=self.trigger_dag_id)
+        context["ti"].xcom_push(key=XCOM_RUN_ID, value=run_id)
         status = event.get("status") if isinstance(event, dict) else None
         message = event.get("message", "") if isinstance(event, dict) else repr(event)
         if status == DagRunState.SUCCESS:

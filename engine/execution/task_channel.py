@@ -113,9 +113,10 @@ class TaskChannel:
         logical_date: str | None,
         reset_dag_run: bool,
         skip_when_already_exists: bool,
+        fail_when_dag_is_paused: bool,
     ) -> dict[str, Any]:
         """Create a manual run of ``dag_id`` (or find the one that exists): ``{"outcome":
-        created|reset|skipped|exists, "run_id", "logical_date"}``."""
+        created|reset|skipped|exists|paused, "run_id", "logical_date"}``."""
         answer = self.request(
             "trigger_dag_run",
             dag_id=dag_id,
@@ -124,6 +125,7 @@ class TaskChannel:
             logical_date=logical_date,
             reset_dag_run=reset_dag_run,
             skip_when_already_exists=skip_when_already_exists,
+            fail_when_dag_is_paused=fail_when_dag_is_paused,
         )
         if not isinstance(answer, dict) or not isinstance(answer.get("run_id"), str):
             raise ChannelError(f"trigger_dag_run request: the answer for {dag_id!r} is not a run")

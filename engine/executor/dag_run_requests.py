@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.authoring.schedules import timetable_from_json
 from engine.authoring.timetables import DataInterval
-from engine.authoring.trigger_dagrun import CREATED, EXISTS, RESET, SKIPPED
+from engine.authoring.trigger_dagrun import CREATED, EXISTS, PAUSED, RESET, SKIPPED
 from engine.db.queries import actions as actions_sql
 from engine.db.queries import backfills as backfills_sql
 from engine.db.queries import runs as runs_sql
@@ -63,6 +63,7 @@ def trigger_dag_run(
     logical_date: str | None,
     reset_dag_run: bool,
     skip_when_already_exists: bool,
+    fail_when_dag_is_paused: bool = False,
     now: datetime,
 ) -> dict[str, Any]:
     """Create (or find, skip or clear) the run; ``{"outcome", "run_id", "logical_date"}``.
@@ -74,6 +75,8 @@ def trigger_dag_run(
     if conf is not None and not isinstance(conf, dict):
         raise OperatorActionError(f"the conf of a run must be a JSON object, got {conf!r}")
     logical = _logical(logical_date)
+    if fail_when_dag_is_paused and sched.is_paused:
+        return _answer(PAUSED, run_id or "", logical)
     found = triggered_runs.existing_run(session, dag_id, run_id=run_id, logical_date=logical)
     if found is not None:
         if skip_when_already_exists:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 
+from engine.db.queries import dags
 from engine.states import TaskState
 from tests.integration.inprocess_engine import InProcessEngine
 
@@ -66,6 +67,16 @@ with DAG("wait_deferred"):
         wait_for_completion=True,
         deferrable=True,
         poke_interval=0.1,
+    )
+
+with DAG("paused_check"):
+    TriggerDagRunOperator(
+        task_id="strict", trigger_dag_id="target", fail_when_dag_is_paused=True
+    ) >> TriggerDagRunOperator(
+        task_id="lenient",
+        trigger_dag_id="target",
+        wait_for_completion="{{ dag_run.conf['wait'] }}",
+        trigger_rule="all_done",
     )
 
 with DAG("no_logical_date"):
@@ -183,3 +194,19 @@ async def test_logical_date_none_triggers_a_run_without_one(engine: InProcessEng
     [child] = engine.runs_of("target")
     assert (child.logical_date, child.state) == (None, "success")
     assert engine.xcom(parent, "fire", "trigger_run_id") == child.run_id
+
+
+async def test_a_paused_dag_fails_the_task_only_with_fail_when_dag_is_paused(
+    engine: InProcessEngine,
+) -> None:
+    engine.db.call(lambda s: dags.set_paused(s, "target", paused=True))
+    parent = engine.trigger("paused_check", conf={"wait": False})
+    with anyio.fail_after(60):
+        async with engine.running():
+            assert await engine.run_to_end(parent) == ["success"]
+    assert engine.states(parent) == {"strict": TaskState.FAILED, "lenient": TaskState.SUCCESS}
+    assert "DagIsPaused: Dag target is paused" in engine.log(parent, "strict")
+    [child] = engine.runs_of("target")  # created by the lenient one, waiting for the unpause
+    assert child.state == "queued"
+    assert engine.xcom(parent, "lenient", "trigger_run_id") == child.run_id
+    assert engine.xcom(parent, "lenient", "trigger_dag_id") == "target"

@@ -98,10 +98,8 @@ def test_branches_choose_by_the_logical_date() -> None:
             r"allowed_states \['ok'\] are not DAG run states",
         ),
         (
-            lambda: TriggerDagRunOperator(
-                task_id="t", trigger_dag_id="x", failed_states=["success"]
-            ),
-            "in both allowed_states and failed_states",
+            lambda: TriggerDagRunOperator(task_id="t", trigger_dag_id="x", wait_for_completion=1),
+            "wait_for_completion must be True, False or a template",
         ),
         (
             lambda: TriggerDagRunOperator(task_id="t", trigger_dag_id="x", logical_date=3),
@@ -176,3 +174,13 @@ def test_mapped_group_errors() -> None:
             grp.partial(x=1).expand(x=[2])
         with pytest.raises(DagDefinitionError, match="mapped inside a mapped task group"):
             grp.expand(x=[1, 2])
+
+
+def test_trigger_states_default_as_airflow() -> None:
+    with DAG("d"):
+        empty = TriggerDagRunOperator(
+            task_id="t", trigger_dag_id="x", allowed_states=[], failed_states=[]
+        )
+        default = TriggerDagRunOperator(task_id="u", trigger_dag_id="x")
+    assert (empty.allowed_states, empty.failed_states) == (["success"], [])
+    assert (default.allowed_states, default.failed_states) == (["success"], ["failed"])
