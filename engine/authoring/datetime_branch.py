@@ -50,8 +50,8 @@ def _follow_ids(where: str, name: str, value: object) -> list[str]:
     if isinstance(value, str):
         return [value]
     if isinstance(value, Iterable) and not isinstance(value, bytes | dict):
-        ids = list(value)
-        if ids and all(isinstance(task_id, str) for task_id in ids):
+        ids = list(value)  # empty: follow nothing, every direct downstream task is skipped
+        if all(isinstance(task_id, str) for task_id in ids):
             return ids
     raise DagDefinitionError(f"{where}: {name} must be a task id or a list of task ids")
 
