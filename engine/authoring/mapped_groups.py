@@ -1,5 +1,6 @@
 """Mapped task groups: ``@task_group`` functions run once per item (``grp.expand(x=[...])``,
-``grp.partial(y=1).expand(x=...)``), as Airflow's ``MappedTaskGroup``.
+``grp.partial(y=1).expand(x=...)``, ``grp.expand_kwargs([{"x": 1}, ...])``), as Airflow's
+``MappedTaskGroup``.
 
 Theory of operation. ``expand`` calls the group's function once, at definition time, with
 each expanded argument replaced by a ``MappedArgument`` (this copy's item, known at run
@@ -25,16 +26,17 @@ inside a mapped task group are not supported.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from engine.authoring.baseoperator import BaseOperator, MappedOperator
 from engine.authoring.errors import DagDefinitionError
-from engine.authoring.mapping import EXPAND, pick, sequence_of, unravel
+from engine.authoring.mapping import EXPAND_KWARGS, pick, sequence_of, unravel
 from engine.authoring.params import NOTSET
-from engine.authoring.xcom import XCOM_RETURN_KEY, XComArg
+from engine.authoring.xcom import XCOM_RETURN_KEY, XComArg, resolve_references
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable
 
     from engine.authoring.dag import DAG
 
@@ -45,13 +47,20 @@ CALL_ARGUMENTS: Final = ("op_args", "op_kwargs")
 
 
 class MappedArgument:
-    """Argument ``name`` of a mapped task group: at run time, the item of the copy's
-    ``map_index``. Passed to the tasks the group's function creates."""
+    """Argument ``name`` of a mapped task group: at run time, its value in the copy's item
+    (``map_index``) of what the group maps over (``kind``: ``expand``, whose ``value`` maps
+    names to what each maps over, or ``expand_kwargs``, whose ``value`` is a list of dicts
+    of arguments; a dict without ``name`` gives ``default``). Passed to the tasks the
+    group's function creates."""
 
-    def __init__(self, group_id: str, name: str, expand_input: Mapping[str, Any]) -> None:
+    def __init__(
+        self, group_id: str, name: str, kind: str, value: Any, *, default: Any = NOTSET
+    ) -> None:
         self.group_id = group_id
         self.name = name
-        self.expand_input = expand_input
+        self.kind = kind
+        self.value = value
+        self.default = default
 
     def __repr__(self) -> str:
         return f"MappedArgument({self.group_id!r}, {self.name!r})"
@@ -62,19 +71,38 @@ class MappedArgument:
             "copy, known when the copy runs; pass it to a task instead of iterating over it"
         )
 
-    def resolve(self, context: Mapping[str, Any], map_index: int) -> Any:
-        """This argument's item for copy ``map_index``."""
-        return input_items(self.expand_input, context, map_index, self.group_id)[self.name]
+    def pick(self, items: Mapping[str, Any]) -> Any:
+        """This argument's value among a copy's ``items`` (``input_items``)."""
+        if self.name in items:
+            return items[self.name]
+        if self.default is NOTSET:
+            raise TypeError(
+                f"mapped task group {self.group_id!r}: the item of this copy has no argument "
+                f"{self.name!r} and the function gives it no default"
+            )
+        return self.default
 
 
 def input_items(
-    expand_input: Mapping[str, Any], context: Mapping[str, Any], map_index: int, group_id: str
+    kind: str, value: Any, context: Mapping[str, Any], map_index: int, group_id: str
 ) -> dict[str, Any]:
-    """Each expanded argument's item for copy ``map_index`` (a cross product's slice)."""
-    values = {n: sequence_of(v, context, group_id) for n, v in expand_input.items()}
+    """The arguments of copy ``map_index``: each expanded argument's item (a cross
+    product's slice), or the ``map_index``-th dict of an ``expand_kwargs`` list."""
+    if kind == EXPAND_KWARGS:
+        item = resolve_references(
+            pick(sequence_of(value, context, group_id), map_index, group_id), context
+        )
+        if not isinstance(item, Mapping) or not all(isinstance(k, str) for k in item):
+            raise TypeError(
+                f"mapped task group {group_id!r}: expand_kwargs() items must be dicts of "
+                f"arguments, item {map_index} is {type(item).__name__}"
+            )
+        return dict(item)
+    values = {n: sequence_of(v, context, group_id) for n, v in value.items()}
     indexes = unravel(map_index, [len(v) for v in values.values()], group_id)
     return {
-        name: pick(seq, i, group_id) for (name, seq), i in zip(values.items(), indexes, strict=True)
+        name: resolve_references(pick(seq, i, group_id), context)
+        for (name, seq), i in zip(values.items(), indexes, strict=True)
     }
 
 
@@ -103,12 +131,12 @@ class GroupMappedOperator(MappedOperator):
         map_index = int(context.get("map_index", -1))
         if map_index < 0:
             raise RuntimeError(f"mapped task {self.task_id!r} runs only as a copy (map_index)")
-        items = input_items(self.expand_value, context, map_index, self.task_id)
+        items = input_items(self.expand_kind, self.expand_value, context, map_index, self.task_id)
         ti = context["ti"]
 
         def leaf(value: Any) -> Any:
             if isinstance(value, MappedArgument):
-                return items[value.name]
+                return value.pick(items)
             if type(value) is XComArg and value.operator.task_id in self.group_task_ids:
                 found = ti.xcom_pull(
                     task_ids=value.operator.task_id,
@@ -133,10 +161,11 @@ def _refuse_attach(dag: DAG) -> None:
 
 
 def map_group_tasks(
-    dag: DAG, tasks: Iterable[BaseOperator], expand_input: Mapping[str, Any], *, where: str
+    dag: DAG, tasks: Iterable[BaseOperator], kind: str, value: Any, *, where: str
 ) -> dict[str, GroupMappedOperator]:
-    """Make each of a mapped group's ``tasks`` a ``GroupMappedOperator`` over
-    ``expand_input`` in ``dag`` (the wrapped operator shares its edges); task id -> it."""
+    """Make each of a mapped group's ``tasks`` a ``GroupMappedOperator`` mapping over
+    ``value`` as ``kind`` says (``expand`` / ``expand_kwargs``) in ``dag`` (the wrapped
+    operator shares its edges); task id -> it."""
     tasks = list(tasks)
     ids = frozenset(task.task_id for task in tasks)
     wrapped: dict[str, GroupMappedOperator] = {}
@@ -152,8 +181,8 @@ def map_group_tasks(
         wrapper.group_task_ids = ids
         wrapper.operator_class = type(task)
         wrapper.partial_kwargs = {}
-        wrapper.expand_kind = EXPAND
-        wrapper.expand_value = dict(expand_input)
+        wrapper.expand_kind = kind
+        wrapper.expand_value = value
         wrapper.expand_into = None
         task._attach = _refuse_attach  # type: ignore[method-assign]
         dag.task_dict[task.task_id] = wrapper

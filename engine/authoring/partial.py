@@ -73,7 +73,7 @@ def as_mappable(where: str, name: str, value: Any) -> Any:
     )
 
 
-def _check_kwargs_list(where: str, value: Any) -> Any:
+def check_kwargs_list(where: str, value: Any) -> Any:
     if isinstance(value, AbstractOperator):
         value = XComArg(value)
     if isinstance(value, XComArg):
@@ -132,7 +132,7 @@ class _ExpandedOnce:
     def _expanded_list(self, where: str, kwargs_list: Any, check: Callable[[str], None]) -> Any:
         """What ``expand_kwargs(kwargs_list)`` maps over, the names of literal items checked."""
         self._claim(where)
-        value = _check_kwargs_list(where, kwargs_list)
+        value = check_kwargs_list(where, kwargs_list)
         if isinstance(value, list):
             for item in value:
                 for name in item if isinstance(item, dict) else ():

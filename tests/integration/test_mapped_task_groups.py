@@ -1,7 +1,8 @@
 """Mapped task groups (``@task_group`` + ``.partial`` / ``.expand``) on SQLite and
 PostgreSQL, with the real scheduler and executor in-process: every task of the group gets
 one copy per item, copy ``i`` of a task receives copy ``i`` of the group task upstream of it,
-and a task downstream of the group receives the list of the copies' results."""
+and a task downstream of the group receives the list of the copies' results; ``expand_kwargs``
+maps over dicts of arguments."""
 
 from __future__ import annotations
 
@@ -65,6 +66,18 @@ with DAG("cross_group"):
 
     pair.expand(letter=["x", "y"], number=[1, 2])
 
+with DAG("kwargs_group"):
+
+    @task
+    def rows():
+        return [{"x": 1, "k": 12}, {"x": 1, "k": 23}, {"x": 2}]  # the last: k's default
+
+    @task_group
+    def scaled(x, k=2):
+        return times(x, k)
+
+    total(scaled.expand_kwargs(rows()))
+
 with DAG("empty_group"):
 
     @task_group
@@ -121,3 +134,13 @@ async def test_a_group_over_nothing_is_skipped(engine: InProcessEngine) -> None:
         async with engine.running():
             assert await engine.run_to_end(run_pk) == ["success"]
     assert engine.states(run_pk) == {"nothing.add_one": "skipped", "total": "skipped"}
+
+
+async def test_a_group_over_dicts_of_arguments_takes_defaults_for_missing_keys(
+    engine: InProcessEngine,
+) -> None:
+    run_pk = engine.trigger("kwargs_group")
+    with anyio.fail_after(60):
+        async with engine.running():
+            assert await engine.run_to_end(run_pk) == ["success"]
+    assert engine.xcom(run_pk, "total") == {"values": [12, 23, 4], "sum": 39}
