@@ -74,6 +74,7 @@ with DAG("hooks"):
         task_id="hooked",
         pre_execute=lambda context: note(f"arg pre {context['task'].task_id}"),
         post_execute=lambda context, result: note(f"arg post {result}"),
+        on_execute_callback=lambda context: note("on_execute_callback"),
     )
     PythonOperator(task_id="skipped", python_callable=lambda: note("never"), pre_execute=skip)
     PythonOperator(task_id="rejected", python_callable=lambda: 5, post_execute=fail_after)
@@ -145,6 +146,7 @@ async def test_pre_and_post_execute_run_around_execute(engine: InProcessEngine) 
     assert (engine.dags / "order.txt").read_text().splitlines() == [
         "arg pre hooked",
         "method pre",
+        "on_execute_callback",  # after pre_execute, as Airflow 3
         "execute",
         "arg post 7",
         "method post 7",
