@@ -1,5 +1,6 @@
 """Broker adapters: ``SharedStreamProducer``s for Kafka and SQS, and the event triggers that
-use them (``KafkaMessageTrigger``, ``SqsMessageTrigger``).
+use them (``KafkaMessageTrigger``, ``SqsMessageTrigger``), and ``MessageQueueTrigger``, Airflow's
+common-messaging constructor that builds the one its scheme names.
 
 Owns each broker's consumer, its ack-mode advance (commits, deletes, dead letters) and the
 translation of its client's errors into ``producers.exceptions``. May import
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from producers.kafka_messages import KafkaMessage, KafkaMessageBatch, KafkaOffset
     from producers.kafka_settings import KafkaSettings
     from producers.kafka_trigger import KafkaMessageTrigger
+    from producers.message_queue import MessageQueueTrigger
     from producers.sqs import SqsSharedStreamProducer
     from producers.sqs_core import SqsConnection, SqsMessage, SqsReceipt
     from producers.sqs_trigger import SqsMessageTrigger
@@ -38,6 +40,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "KafkaProducerStats": "producers.kafka",
     "KafkaSettings": "producers.kafka_settings",
     "KafkaSharedStreamProducer": "producers.kafka",
+    "MessageQueueTrigger": "producers.message_queue",
     "SqsConnection": "producers.sqs_core",
     "SqsMessage": "producers.sqs_core",
     "SqsMessageTrigger": "producers.sqs_trigger",
@@ -53,6 +56,7 @@ __all__: tuple[str, ...] = (
     "KafkaProducerStats",
     "KafkaSettings",
     "KafkaSharedStreamProducer",
+    "MessageQueueTrigger",
     "SqsConnection",
     "SqsMessage",
     "SqsMessageTrigger",

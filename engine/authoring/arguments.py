@@ -82,17 +82,10 @@ DAG_IGNORED: Final = frozenset(
     {
         "access_control",
         "default_view",
-        "deadline",
         "disable_bundle_versioning",
-        "jinja_environment_kwargs",
         "orientation",
         "owner_links",
-        "render_template_as_native_obj",
         "sla_miss_callback",
-        "template_searchpath",
-        "template_undefined",
-        "user_defined_filters",
-        "user_defined_macros",
     }
 )
 DAG_REJECTED_WHEN_SET: Final = frozenset({"fail_fast", "max_consecutive_failed_dag_runs"})

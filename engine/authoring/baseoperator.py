@@ -63,6 +63,7 @@ from engine.authoring.mapping import (
 )
 from engine.authoring.params import NOTSET, Param, as_params
 from engine.authoring.partial import OperatorPartial
+from engine.authoring.retry_policies import RetryPolicy, check_retry_policy
 from engine.authoring.xcom import (
     MapXComArg,
     XComArg,
@@ -111,6 +112,7 @@ class BaseOperator(AbstractOperator, Deferrable):
         retry_delay: timedelta | float = DEFAULT_RETRY_DELAY,
         retry_exponential_backoff: bool = False,
         max_retry_delay: timedelta | float | None = None,
+        retry_policy: RetryPolicy | None = None,
         execution_timeout: timedelta | None = None,
         multiple_outputs: bool = False,
         do_xcom_push: bool = True,
@@ -147,6 +149,8 @@ class BaseOperator(AbstractOperator, Deferrable):
         check_type(where, "retry_exponential_backoff", retry_exponential_backoff, bool)
         self.retry_exponential_backoff = retry_exponential_backoff
         self.max_retry_delay = as_delay(where, "max_retry_delay", max_retry_delay)
+        #: decides from a failed try's exception (``engine.authoring.retry_policies``)
+        self.retry_policy = check_retry_policy(where, retry_policy)
         self.execution_timeout = check_timedelta(where, "execution_timeout", execution_timeout)
         for name, flag in (("multiple_outputs", multiple_outputs), ("do_xcom_push", do_xcom_push)):
             check_type(where, name, flag, bool)

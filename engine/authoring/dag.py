@@ -48,6 +48,7 @@ from engine.authoring.arguments import (
     warn_once,
 )
 from engine.authoring.callbacks import as_callbacks
+from engine.authoring.deadlines import as_deadline_alerts
 from engine.authoring.errors import DagDefinitionError
 from engine.authoring.locations import caller_file_and_line
 from engine.authoring.params import as_params
@@ -55,13 +56,16 @@ from engine.authoring.schedules import resolve_schedule
 from engine.authoring.timetables import timezone_of, to_utc
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from datetime import tzinfo
     from types import TracebackType
+
+    import jinja2
 
     from engine.authoring.assets import BaseAsset
     from engine.authoring.baseoperator import BaseOperator
     from engine.authoring.callbacks import Callback
+    from engine.authoring.deadlines import DeadlineAlert
     from engine.authoring.timetables import Timetable
 
 DEFAULT_MAX_ACTIVE_RUNS: Final = 16
@@ -122,6 +126,28 @@ def _zone_of(where: str, start: object) -> tzinfo:
     return timezone_of(None)
 
 
+def _undefined_class(where: str, value: object) -> type[jinja2.Undefined] | None:
+    if value is None:
+        return None
+    import jinja2
+
+    if not (isinstance(value, type) and issubclass(value, jinja2.Undefined)):
+        raise DagDefinitionError(
+            f"{where}: template_undefined must be a jinja2.Undefined class (e.g. "
+            f"jinja2.StrictUndefined), got {value!r}"
+        )
+    return value
+
+
+def _name_map(where: str, name: str, value: object) -> dict[str, Any] | None:
+    """``value`` as a dict with str keys (None stays None)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
+        raise DagDefinitionError(f"{where}: {name} must be a dict with str keys, got {value!r}")
+    return dict(value)
+
+
 class DAG:
     """A DAG: ``dag_id``, a schedule, and tasks linked by ``>>`` (Airflow's arguments)."""
 
@@ -146,6 +172,13 @@ class DAG:
         auto_register: bool = True,
         on_success_callback: Callback | Sequence[Callback] | None = None,
         on_failure_callback: Callback | Sequence[Callback] | None = None,
+        deadline: DeadlineAlert | Sequence[DeadlineAlert] | None = None,
+        template_searchpath: str | Iterable[str] | None = None,
+        template_undefined: type[jinja2.Undefined] | None = None,
+        user_defined_macros: Mapping[str, Any] | None = None,
+        user_defined_filters: Mapping[str, Callable[..., Any]] | None = None,
+        render_template_as_native_obj: bool = False,
+        jinja_environment_kwargs: Mapping[str, Any] | None = None,
         **unsupported: Any,
     ) -> None:
         self.fileloc, self.lineno = caller_file_and_line()
@@ -176,12 +209,24 @@ class DAG:
         #: run by an executor when the scheduler ends a run (``engine.authoring.callbacks``)
         self.on_success_callback = as_callbacks(where, "on_success_callback", on_success_callback)
         self.on_failure_callback = as_callbacks(where, "on_failure_callback", on_failure_callback)
+        #: the scheduler fires their callbacks for runs past their deadline
+        #: (``engine.authoring.deadlines``)
+        self.deadline = as_deadline_alerts(where, deadline, zone=self.timezone)
         self.dag_display_name = dag_id if dag_display_name is None else dag_display_name
         check_type(where, "dag_display_name", self.dag_display_name, str)
         if is_paused_upon_creation is not None:
             check_type(where, "is_paused_upon_creation", is_paused_upon_creation, bool)
         self.is_paused_upon_creation = is_paused_upon_creation
         self.auto_register = auto_register
+        self._set_templating(
+            where,
+            template_searchpath=template_searchpath,
+            template_undefined=template_undefined,
+            user_defined_macros=user_defined_macros,
+            user_defined_filters=user_defined_filters,
+            render_template_as_native_obj=render_template_as_native_obj,
+            jinja_environment_kwargs=jinja_environment_kwargs,
+        )
         self.task_dict: dict[str, BaseOperator] = {}
         self.task_group_dict: dict[str, TaskContainer] = {}
         self._check_required_params(where)
@@ -225,6 +270,42 @@ class DAG:
             raise DagDefinitionError(
                 f"{where}: end_date {self.end_date} is before start_date {self.start_date}"
             )
+
+    def _set_templating(
+        self,
+        where: str,
+        *,
+        template_searchpath: object,
+        template_undefined: object,
+        user_defined_macros: object,
+        user_defined_filters: object,
+        render_template_as_native_obj: object,
+        jinja_environment_kwargs: object,
+    ) -> None:
+        """How this DAG's templates render (``engine.execution.templates``)."""
+        folders = [template_searchpath] if isinstance(template_searchpath, str) else None
+        if folders is None and template_searchpath is not None:
+            check_type(where, "template_searchpath", template_searchpath, (list, tuple))
+            folders = list(template_searchpath)  # type: ignore[call-overload]
+        for folder in folders or ():
+            check_type(where, "template_searchpath item", folder, str)
+        self.template_searchpath: list[str] | None = folders
+        #: None: jinja2.StrictUndefined (jinja2 is imported by the task process only)
+        self.template_undefined: type[jinja2.Undefined] | None = _undefined_class(
+            where, template_undefined
+        )
+        self.user_defined_macros = _name_map(where, "user_defined_macros", user_defined_macros)
+        self.user_defined_filters = _name_map(where, "user_defined_filters", user_defined_filters)
+        for name, function in (self.user_defined_filters or {}).items():
+            if not callable(function):
+                raise DagDefinitionError(
+                    f"{where}: user_defined_filters[{name!r}] must be callable, got {function!r}"
+                )
+        check_type(where, "render_template_as_native_obj", render_template_as_native_obj, bool)
+        self.render_template_as_native_obj = bool(render_template_as_native_obj)
+        self.jinja_environment_kwargs = _name_map(
+            where, "jinja_environment_kwargs", jinja_environment_kwargs
+        )
 
     def _check_required_params(self, where: str) -> None:
         if self.timetable is None and self.schedule is None:

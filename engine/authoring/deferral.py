@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 FAIL_METHOD: Final = "__fail__"  # next_method of a task whose trigger failed (engine.db too)
 TRIGGER_TIMEOUT_ERROR: Final = "trigger timeout"
+#: why a task its trigger ended ``failed`` (``end_from_trigger``) fails on a worker: to get
+#: its retries (``engine.db.queries.deferrals.end_deferred_tasks``)
+TRIGGER_FAILED_ERROR: Final = "it ended the task as failed (TaskFailedEvent, end_from_trigger)"
 
 
 class TaskDeferred(BaseException):

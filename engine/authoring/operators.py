@@ -15,7 +15,10 @@ event through an alias), and the generator's return value is the task's result. 
 Results between tasks (TaskFlow): a task passed in ``op_args`` / ``op_kwargs`` (or to a
 ``@task`` call: ``load(extract())``), ``extract()["key"]`` and ``op.output`` are references
 (``engine.authoring.xcom.XComArg``): the referenced task becomes upstream, and the value
-is passed when the task runs. ``multiple_outputs=True`` (inferred for a ``@task`` whose
+is passed when the task runs. ``op_args`` / ``op_kwargs`` may also be one result as a
+whole (``op_args=extract.output``, ``op_kwargs=XComArg(settings)``): resolved when the task
+runs, where it must be a list (or tuple) / a dict with str keys, as in Airflow.
+``multiple_outputs=True`` (inferred for a ``@task`` whose
 return annotation is a dict type) also stores each key of a dict result as a result of its
 own; ``do_xcom_push=False`` stores no return value.
 """
@@ -27,7 +30,7 @@ import importlib
 import inspect
 import logging
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, overload
 
 from engine.authoring.assets import Metadata
@@ -38,6 +41,7 @@ from engine.authoring.errors import DagDefinitionError
 from engine.authoring.locations import caller_location
 from engine.authoring.partial import TaskFlowPartial
 from engine.authoring.xcom import (
+    XComArg,
     as_references,
     iter_references,
     resolve_references,
@@ -77,6 +81,36 @@ def _context_kwargs(
     return {**wanted, **op_kwargs}
 
 
+def _whole_or(value: Any, kind: type[Any], *, where: str, name: str) -> Any:
+    """``op_args`` / ``op_kwargs`` as stored: one task result (``XComArg``, or a task for its
+    return value) kept whole, else ``kind(value)`` with the tasks in it as references."""
+    reference = as_references(value)
+    if isinstance(reference, XComArg):
+        return reference
+    if isinstance(value, str) or (value is not None and not isinstance(value, Iterable)):
+        wanted = "a list" if kind is tuple else "a dict"
+        raise DagDefinitionError(f"{where}: {name} must be {wanted} or a task's result")
+    return as_references(kind(value or ()))
+
+
+def _checked_args(task_id: str, value: Any) -> list[Any]:
+    if isinstance(value, list | tuple):
+        return list(value)
+    raise TypeError(
+        f"task {task_id!r}: op_args must be a list or tuple when the task runs, got "
+        f"{type(value).__name__} ({value!r:.80})"
+    )
+
+
+def _checked_kwargs(task_id: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, Mapping) and all(isinstance(key, str) for key in value):
+        return dict(value)
+    raise TypeError(
+        f"task {task_id!r}: op_kwargs must be a dict with str keys when the task runs, got "
+        f"{type(value).__name__} ({value!r:.80})"
+    )
+
+
 class PythonOperator(BaseOperator):
     """Calls ``python_callable(*op_args, **op_kwargs)``; parameters named like context keys
     (``ti``, ``params``, ``logical_date``, ``outlet_events`` ...) receive them, ``**kwargs``
@@ -106,8 +140,10 @@ class PythonOperator(BaseOperator):
             )
         super().__init__(**kwargs)
         self.python_callable = python_callable
-        self.op_args: tuple[Any, ...] = as_references(tuple(op_args or ()))
-        self.op_kwargs: dict[str, Any] = as_references(dict(op_kwargs or {}))
+        #: a tuple, or one task result (``XComArg``) resolved when the task runs
+        self.op_args: Any = _whole_or(op_args, tuple, where=where, name="op_args")
+        #: a dict, or one task result (``XComArg``) resolved when the task runs
+        self.op_kwargs: Any = _whole_or(op_kwargs, dict, where=where, name="op_kwargs")
         for reference in iter_references((self.op_args, self.op_kwargs)):
             self.set_upstream(reference)
         self.templates_dict: dict[str, Any] | None = (
@@ -118,8 +154,8 @@ class PythonOperator(BaseOperator):
 
     def execute(self, context: Context) -> Any:
         context["templates_dict"] = self.templates_dict
-        args = resolve_references(list(self.op_args), context)
-        kwargs = resolve_references(self.op_kwargs, context)
+        args = _checked_args(self.task_id, resolve_references(self.op_args, context))
+        kwargs = _checked_kwargs(self.task_id, resolve_references(self.op_kwargs, context))
         kwargs = _context_kwargs(self.python_callable, len(args), kwargs, context)
         name = getattr(self.python_callable, "__qualname__", repr(self.python_callable))
         value = run_to_completion(

@@ -9,9 +9,14 @@ each checked by its ``Param``; a value that fails fails the task with
 The check covers the JSON-schema keywords ``type`` (string, integer, number, boolean, array,
 object, null, or a list of them), ``enum``, ``const``, ``minimum``, ``maximum``,
 ``exclusiveMinimum``, ``exclusiveMaximum``, ``minLength``, ``maxLength``, ``pattern``,
-``minItems`` and ``maxItems``. Other validation keywords are stored, not checked: one
-warning per keyword per process says so. There is no jsonschema dependency: the authoring
-API imports only the standard library.
+``minItems``, ``maxItems`` and ``format`` (``date``, ``date-time``, ``time``, ``email`` ...:
+``engine.authoring.param_formats``). Other validation keywords are stored, not checked: one
+warning per keyword (or unknown format) per process says so. There is no jsonschema
+dependency: the authoring API imports only the standard library.
+
+A manual run's ``conf`` is checked when it is triggered (``check_run_conf``, from the specs
+the DAG processor stores: ``param_spec``), as Airflow refuses to create a run whose params
+do not validate; the task checks again when it builds its context.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from engine.authoring.errors import DagDefinitionError
 from engine.authoring.locations import caller_location
+from engine.authoring.param_formats import FORMAT_CHECKS, UI_ONLY_FORMATS, format_error
 from engine.exceptions import ParamValidationError
 
 if TYPE_CHECKING:
@@ -70,6 +76,7 @@ _CHECKED: Final = frozenset(
         "pattern",
         "minItems",
         "maxItems",
+        "format",
     }
 )
 _unchecked_warned: set[str] = set()
@@ -112,15 +119,24 @@ def _check_schema(schema: Mapping[str, Any], *, where: str) -> None:
             re.compile(schema["pattern"])
         except (re.error, TypeError) as exc:
             raise DagDefinitionError(f"{where}: pattern is invalid: {exc}") from exc
+    fmt = schema.get("format")
+    if fmt is not None and (not isinstance(fmt, str) or fmt not in FORMAT_CHECKS):
+        if fmt not in UI_ONLY_FORMATS:
+            _warn_unchecked(where, "format", f"format={fmt}")
     for keyword in sorted(set(schema) - _CHECKED - _ANNOTATIONS):
-        if keyword not in _unchecked_warned:
-            _unchecked_warned.add(keyword)
-            logger.warning(
-                "%s: schema keyword %r is stored but not checked yet",
-                where,
-                keyword,
-                extra={"action": "param_keyword_unchecked", "keyword": keyword},
-            )
+        _warn_unchecked(where, "keyword", keyword)
+
+
+def _warn_unchecked(where: str, what: str, keyword: str) -> None:
+    if keyword not in _unchecked_warned:
+        _unchecked_warned.add(keyword)
+        logger.warning(
+            "%s: schema %s %r is stored but not checked yet",
+            where,
+            what,
+            keyword,
+            extra={"action": "param_keyword_unchecked", "keyword": keyword},
+        )
 
 
 def _type_error(value: object, schema: Mapping[str, Any]) -> str | None:
@@ -173,7 +189,12 @@ def _value_error(value: object, schema: Mapping[str, Any]) -> str | None:
         return f"{value!r} is not one of {list(schema['enum'])!r}"
     if "const" in schema and value != schema["const"]:
         return f"{value!r} is not {schema['const']!r}"
-    return _type_error(value, schema) or _range_error(value, schema) or _size_error(value, schema)
+    return (
+        _type_error(value, schema)
+        or _range_error(value, schema)
+        or _size_error(value, schema)
+        or format_error(value, str(schema.get("format")))
+    )
 
 
 class Param:
@@ -294,3 +315,30 @@ def resolve_params(
     }
     values.update(overrides)
     return values
+
+
+def param_spec(param: Param) -> dict[str, Any]:
+    """What the DAG processor stores of a param (JSON): ``Param.dump()`` and ``has_value``."""
+    return {**param.dump(), "has_value": param.has_value}
+
+
+def params_from_specs(specs: Mapping[str, Any]) -> dict[str, Param]:
+    """The params of stored ``param_spec`` documents (entries of another shape, stored
+    before specs were, are left out)."""
+    params: dict[str, Param] = {}
+    for name, spec in specs.items():
+        if not isinstance(spec, Mapping) or not isinstance(spec.get("schema"), Mapping):
+            continue
+        param = object.__new__(Param)
+        param.value = spec.get("value") if spec.get("has_value", True) else NOTSET
+        param.description = spec.get("description")
+        param.schema = dict(spec["schema"])
+        params[name] = param
+    return params
+
+
+def check_run_conf(specs: Mapping[str, Any] | None, conf: Mapping[str, Any] | None) -> None:
+    """Refuse a run's ``conf`` its DAG's params do not accept (``ParamValidationError``
+    naming the param): each param's value from ``conf``, else its default, checked."""
+    if specs:
+        resolve_params(params_from_specs(specs), {}, conf)

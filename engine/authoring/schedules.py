@@ -21,6 +21,11 @@ from engine.authoring.interval_timetables import (
     CronDataIntervalTimetable,
     DeltaDataIntervalTimetable,
 )
+from engine.authoring.partition_timetables import (
+    CronPartitionTimetable,
+    PartitionedAssetTimetable,
+    PartitionedAtRuntime,
+)
 from engine.authoring.timetables import (
     CONTINUOUS,
     ONCE,
@@ -46,7 +51,7 @@ def resolve_schedule(
     """A DAG's ``schedule`` as (timetable, asset condition); either or both may be None."""
     if schedule is None:
         return None, None
-    if isinstance(schedule, AssetOrTimeSchedule):
+    if isinstance(schedule, AssetOrTimeSchedule | PartitionedAssetTimetable):
         return schedule, schedule.asset_condition
     if isinstance(schedule, Timetable):
         return schedule, None
@@ -132,6 +137,9 @@ _READERS: Final[Mapping[str, Callable[[Mapping[str, Any]], Timetable]]] = {
         _seconds(data, "delta")
     ),
     AssetOrTimeSchedule.json_type: _from_asset_or_time,
+    CronPartitionTimetable.json_type: CronPartitionTimetable.from_json,
+    PartitionedAssetTimetable.json_type: PartitionedAssetTimetable.from_json,
+    PartitionedAtRuntime.json_type: lambda data: PartitionedAtRuntime(),
     EventsTimetable.json_type: EventsTimetable.from_json,
 }
 

@@ -4,10 +4,11 @@
 The store is installed by whoever can reach the database for the process: a task's (or
 callback's) process, which has neither the database URL nor the Fernet key, installs its
 request channel to the executor that supervises it when it starts
-(``engine.execution.task_channel``). No other process installs one: without a store (a DAG
-file's top-level code at parse time) only the environment answers, and anything else is a
-clear ``StoreUnavailableError`` that says to read connections and variables inside tasks or
-templates.
+(``engine.execution.task_channel``); the DAG processor's parsing child installs a read-only
+store that asks the DAG processor (``engine.dag_processing.parse_store``), so a DAG file's
+top-level code reads them as in Airflow. Without a store (a DAG file imported by hand) only
+the environment answers, and anything else is a clear ``StoreUnavailableError`` that says to
+read connections and variables inside tasks or templates.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ VAR_ENV_PREFIX: Final = "SLUICE_VAR_"
 
 
 class StoreUnavailableError(SluiceError, RuntimeError):
-    """No connection/variable store here (DAG-file top level at parse time)."""
+    """No connection/variable store here (a DAG file imported outside the engine), or a
+    write where only reads are allowed (a DAG file's top-level code)."""
 
 
 class Store(Protocol):

@@ -336,9 +336,6 @@ class TriggerDagRunOperator(BaseOperator):
 
     def execute_complete(self, context: Context, event: Any = None, run_id: str = "") -> None:
         """The triggerer saw the run reach an allowed or a failed state."""
-        # what the deferral dropped
-        context["ti"].xcom_push(key=XCOM_DAG_ID, value=self.trigger_dag_id)
-        context["ti"].xcom_push(key=XCOM_RUN_ID, value=run_id)
         status = event.get("status") if isinstance(event, dict) else None
         message = event.get("message", "") if isinstance(event, dict) else repr(event)
         if status == DagRunState.SUCCESS:

@@ -101,6 +101,7 @@ def dags_show(ctx: click.Context, dag_id: str, as_json: bool) -> None:
     for key, value in _schedule_lines(sched):
         _show_line(key, value)
     _show_line("assets", ", ".join(shown["assets"]) or "-")
+    _show_line("deadlines", "; ".join(shown["deadline_alerts"]) or "-")
     for title, columns in _SHOW_SECTIONS:
         click.echo(f"\n{title}:")
         rows = shown[title.replace(" ", "_")]

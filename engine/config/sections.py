@@ -96,6 +96,10 @@ class CoreConfig:
     #: How long ``sluice db clean`` keeps an asset event's dedup key, so that a redelivery of
     #: its broker message is still absorbed (14 days: SQS keeps a message at most 14 days).
     asset_event_dedup_retention_sec: float = _key(1_209_600.0, _NOT_NEGATIVE)
+    #: Whether a DAG the DAG processor sees for the first time is stored paused (a DAG's
+    #: own ``is_paused_upon_creation`` wins). Airflow's default is True; Sluice's stays
+    #: False, its behaviour before the key existed: a new DAG runs as soon as it parses.
+    dags_are_paused_at_creation: bool = _key(False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

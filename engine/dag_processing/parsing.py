@@ -43,8 +43,12 @@ from engine.authoring.dag_files import (
     source_digest,
 )
 from engine.authoring.errors import DagDefinitionError
+from engine.authoring.params import param_spec
+from engine.authoring.store import install_store
 from engine.authoring.timetables import timezone_name
+from engine.dag_processing.parse_store import ParseTimeStore
 from engine.loader import trigger_stream_digest
+from engine.logs import Redactor
 from triggers.serde import dumps, dumps_kwargs
 
 if TYPE_CHECKING:
@@ -124,12 +128,16 @@ class ParsedDag:
     max_active_tasks: int = 16
     dagrun_timeout_s: float | None = None
     tags: tuple[str, ...] = ()
-    params: dict[str, Any] | None = None  # name -> default (JSON), for display
+    #: name -> ``engine.authoring.params.param_spec`` (JSON: default, schema): a manual
+    #: run's conf is checked against it when triggered (``check_run_conf``)
+    params: dict[str, Any] | None = None
     doc_md: str | None = None
     display_name: str | None = None
     is_paused_upon_creation: bool | None = None
     has_on_success_callback: bool = False
     has_on_failure_callback: bool = False
+    #: the DAG's ``deadline`` alerts, serialized (``engine.authoring.deadlines``)
+    deadline_alerts: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +198,7 @@ def _result_from_dict(data: dict[str, Any]) -> FileParseResult:
 
 
 _TASK_TUPLES: Final = ("downstream", "outlets", "outlet_aliases", "inlets", "inlet_aliases")
-_DAG_TUPLES: Final = ("schedule_assets", "schedule_aliases", "tags")
+_DAG_TUPLES: Final = ("schedule_assets", "schedule_aliases", "tags", "deadline_alerts")
 
 
 def _dag_from_dict(data: dict[str, Any]) -> ParsedDag:
@@ -290,12 +298,13 @@ def describe_dag(dag: DAG) -> ParsedDag:
             None if dag.dagrun_timeout is None else dag.dagrun_timeout.total_seconds()
         ),
         tags=tuple(str(tag) for tag in dag.tags),
-        params=_param_defaults(dag),
+        params=_param_specs(dag),
         doc_md=dag.doc_md,
         display_name=dag.dag_display_name,
         is_paused_upon_creation=dag.is_paused_upon_creation,
         has_on_success_callback=bool(dag.on_success_callback),
         has_on_failure_callback=bool(dag.on_failure_callback),
+        deadline_alerts=tuple(alert.serialize() for alert in dag.deadline),
     )
 
 
@@ -307,16 +316,19 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).isoformat()
 
 
-def _param_defaults(dag: DAG) -> dict[str, Any] | None:
-    """The params' defaults that are plain JSON (shown by ``sluice dags show``)."""
+def _param_specs(dag: DAG) -> dict[str, Any] | None:
+    """Each param's default and schema as JSON (a default that is not JSON as its repr)."""
     if not dag.params:
         return None
     out: dict[str, Any] = {}
     for name, param in dag.params.items():
+        spec = param_spec(param)
         try:
-            out[name] = json.loads(json.dumps(param.value, allow_nan=False))
+            out[name] = json.loads(json.dumps(spec, allow_nan=False))
         except (TypeError, ValueError):
-            out[name] = repr(param.value)
+            spec["value"] = repr(param.value)
+            spec["schema"] = {}  # not checkable as stored: the task checks the real value
+            out[name] = json.loads(json.dumps(spec, default=repr))
     return out
 
 
@@ -413,6 +425,17 @@ def parse_file(path: Path) -> FileParseResult:
     )
 
 
+def mask_result(result: FileParseResult, secrets: Iterable[str]) -> FileParseResult:
+    """``result`` with ``secrets`` (what the file read at parse time) masked in its error."""
+    error = result.error
+    redactor = Redactor(secrets)
+    if error is None or not redactor:
+        return result
+    trace = None if error.traceback is None else redactor.text(error.traceback)
+    masked = replace(error, message=redactor.text(error.message), traceback=trace)
+    return replace(result, error=masked)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.dag_processing.parsing")
     parser.add_argument("--dags-folder", type=Path)
@@ -424,8 +447,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "where a file hangs before the parent kills this process; a moment, not a delay, so "
         "that the time this process took to start counts)",
     )
+    parser.add_argument(
+        "--request-fd",
+        type=int,
+        help="the socket on which the DAG processor answers the file's top-level "
+        "Variable.get / Connection.get (engine.dag_processing.parse_store)",
+    )
     parser.add_argument("file", type=Path)
     args = parser.parse_args(argv)
+    store = None
+    if args.request_fd is not None:
+        os.set_inheritable(args.request_fd, False)  # not for processes the DAG file starts
+        store = ParseTimeStore.from_fd(args.request_fd)
+    install_store(store)
     result_fd = os.dup(1)
     os.dup2(2, 1)  # what the DAG file prints goes to stderr; stdout carries the result
     if args.dump_stack_at:
@@ -436,6 +470,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = parse_file(args.file)
     finally:
         faulthandler.cancel_dump_traceback_later()
+        if store is not None:
+            store.close()
+    if store is not None:
+        result = mask_result(result, store.secrets)
     with os.fdopen(result_fd, "w", encoding="utf-8") as out:
         out.write(result.to_json())
     return 0

@@ -206,6 +206,7 @@ def dag_columns(dag: ParsedDag) -> dict[str, Any]:
         "display_name": dag.display_name,
         "has_on_success_callback": dag.has_on_success_callback,
         "has_on_failure_callback": dag.has_on_failure_callback,
+        "deadline_alerts": list(dag.deadline_alerts) or None,
     }
 
 

@@ -19,6 +19,7 @@ import math
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -32,14 +33,18 @@ from typing import TYPE_CHECKING, Final
 import anyio
 import watchfiles
 
+from engine.dag_processing.parse_requests import ParseRequestServer
 from engine.dag_processing.parsing import FileParseResult, ParseError
 from engine.dag_processing.planning import ASSET_CONFLICT, DUPLICATE_DAG_ID
 from engine.dag_processing.sync import SyncReport, sync_parse_results
 from engine.db.queries.jobs import DAG_PROCESSOR_JOB
 from engine.exceptions import DatabaseError
 from engine.jobs.service import JobService
+from engine.logs import secret_forms
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
     from anyio.abc import ByteReceiveStream, Process, TaskStatus
 
     from engine.config import Config
@@ -65,6 +70,11 @@ class DagProcessorSettings:
     refresh_interval_s: float = 30.0  # <= 0: no periodic full pass
     parsing_processes: int = 2
     heartbeat_s: float = 5.0  # of its job row (``sluice jobs list``, ``sluice doctor``)
+    #: configured secrets (Fernet keys, the database password): kept out of the children's
+    #: environment, as the task processes' (``child_environment``)
+    secrets: tuple[str, ...] = ()
+    #: ``[core] dags_are_paused_at_creation``: new DAGs stored paused
+    paused_at_creation: bool = False
 
     @classmethod
     def from_config(cls, config: Config) -> DagProcessorSettings:
@@ -74,6 +84,8 @@ class DagProcessorSettings:
             file_timeout_s=config.core.dag_file_processor_timeout,
             refresh_interval_s=config.scheduler.dag_dir_list_interval,
             heartbeat_s=config.scheduler.scheduler_heartbeat_sec,
+            secrets=tuple(config.secret_values()),
+            paused_at_creation=config.core.dags_are_paused_at_creation,
         )
 
 
@@ -90,8 +102,28 @@ def list_dag_files(folder: Path, *, skip: Path | None = None) -> list[Path] | No
     return sorted(found)
 
 
-def _child_command(path: Path, settings: DagProcessorSettings) -> list[str]:
+#: engine settings a parsing child must not inherit: a DAG file's code could print them
+SECRET_ENVIRONMENT: Final = ("SLUICE__CORE__FERNET_KEY", "SLUICE__CORE__SQL_ALCHEMY_CONN")
+
+
+def child_environment(environ: Mapping[str, str], secrets: Iterable[str]) -> dict[str, str]:
+    """``environ`` without the engine's secrets: the Fernet key and database URL settings,
+    and any other ``SLUICE__`` setting whose value holds a configured secret."""
+    forms = secret_forms(secrets)
+    return {
+        name: value
+        for name, value in environ.items()
+        if name not in SECRET_ENVIRONMENT
+        and not (name.startswith("SLUICE__") and any(form in value for form in forms))
+    }
+
+
+def _child_command(
+    path: Path, settings: DagProcessorSettings, request_fd: int | None = None
+) -> list[str]:
     command = [sys.executable, "-P", "-m", "engine.dag_processing.parsing"]
+    if request_fd is not None:
+        command += ["--request-fd", str(request_fd)]
     command += ["--dags-folder", str(settings.dags_folder)]
     if settings.plugins_folder is not None:
         command += ["--plugins-folder", str(settings.plugins_folder)]
@@ -121,22 +153,48 @@ def _hung_line(stderr: str, fileloc: str) -> int | None:
     return int(lines[0]) if lines else None  # faulthandler prints the innermost frame first
 
 
-async def parse_in_child(path: Path, settings: DagProcessorSettings) -> FileParseResult:
-    """Parse one file in a child process, bounded by ``settings.file_timeout_s``."""
+async def parse_in_child(
+    path: Path, settings: DagProcessorSettings, server: ParseRequestServer | None = None
+) -> FileParseResult:
+    """Parse one file in a child process, bounded by ``settings.file_timeout_s``; with a
+    ``server``, the file's top-level ``Variable.get`` / ``Connection.get`` are answered by
+    it, and the secrets it served are masked in the stored error."""
+    result = await _parse_in_child(path, settings, server)
+    return result if server is None else server.mask_error(result)
+
+
+async def _parse_in_child(
+    path: Path, settings: DagProcessorSettings, server: ParseRequestServer | None
+) -> FileParseResult:
     fileloc = str(path)
     out, err = bytearray(), bytearray()
-    process = await anyio.open_process(
-        _child_command(path, settings),
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    ours, theirs = socket.socketpair() if server is not None else (None, None)
+    try:
+        process = await anyio.open_process(
+            _child_command(path, settings, None if theirs is None else theirs.fileno()),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=child_environment(os.environ, settings.secrets),
+            pass_fds=() if theirs is None else (theirs.fileno(),),
+        )
+    except BaseException:
+        if ours is not None:
+            ours.close()
+        raise
+    finally:
+        if theirs is not None:
+            theirs.close()  # the child has its copy
     async with process:
         try:
             with anyio.move_on_after(settings.file_timeout_s) as scope:
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(_drain, process.stdout, out, STDOUT_MAX_BYTES)
-                    tg.start_soon(_drain, process.stderr, err, STDERR_TAIL_BYTES)
-                await process.wait()
+                    if server is not None and ours is not None:
+                        tg.start_soon(server.serve, ours)
+                    async with anyio.create_task_group() as pipes:
+                        pipes.start_soon(_drain, process.stdout, out, STDOUT_MAX_BYTES)
+                        pipes.start_soon(_drain, process.stderr, err, STDERR_TAIL_BYTES)
+                    await process.wait()
+                    tg.cancel_scope.cancel()  # the server, if a grandchild holds its end
         finally:
             if process.returncode is None:
                 _kill_group(process)
@@ -297,9 +355,15 @@ class DagProcessor:
         fresh = await self._parse_files(todo)
         present = {str(path) for path in listing}
         now = datetime.now(UTC)
-        report = await self._db.run(
-            lambda session: sync_parse_results(session, self._cipher, fresh, present, now=now)
+        sync = partial(
+            sync_parse_results,
+            cipher=self._cipher,
+            fresh=fresh,
+            present=present,
+            now=now,
+            paused_at_creation=settings.paused_at_creation,
         )
+        report = await self._db.run(sync)
         self._conflicted = {
             Path(fileloc)
             for fileloc, error in report.errors.items()
@@ -318,7 +382,8 @@ class DagProcessor:
 
         async def parse(path: Path) -> None:
             async with limiter:
-                results[str(path)] = await parse_in_child(path, self._settings)
+                server = ParseRequestServer(db=self._db, cipher=self._cipher, fileloc=str(path))
+                results[str(path)] = await parse_in_child(path, self._settings, server)
 
         async with anyio.create_task_group() as tg:
             for path in paths:

@@ -61,10 +61,19 @@ class SyncReport:
 class DagSync:
     """One sync: reads the tables, writes the differences (run it in a worker thread)."""
 
-    def __init__(self, session: Session, cipher: KwargsCipher, *, now: datetime) -> None:
+    def __init__(
+        self,
+        session: Session,
+        cipher: KwargsCipher,
+        *,
+        now: datetime,
+        paused_at_creation: bool = False,
+    ) -> None:
         self._session = session
         self._cipher = cipher
         self._now = now
+        #: ``[core] dags_are_paused_at_creation``: a new DAG's pause unless it says otherwise
+        self._paused_at_creation = paused_at_creation
         self.report = SyncReport()
 
     def __repr__(self) -> str:
@@ -159,7 +168,8 @@ class DagSync:
             if row is None:
                 values = {"fileloc": fileloc, "is_active": True, **parsed}
                 values["last_parsed_time"] = self._now
-                values["is_paused"] = bool(dag.is_paused_upon_creation)
+                paused = dag.is_paused_upon_creation
+                values["is_paused"] = self._paused_at_creation if paused is None else paused
                 dags_sql.insert_dag(self._session, {"dag_id": dag_id, **values})
                 self.report.dags_added.append(dag_id)
             else:
@@ -298,12 +308,16 @@ def sync_parse_results(
     present: Set[str],
     *,
     now: datetime,
+    paused_at_creation: bool = False,
 ) -> SyncReport:
-    """Apply one pass of parse results in ``session`` (one transaction).
+    """Apply one pass of parse results in ``session`` (one transaction); a DAG seen for the
+    first time is stored paused per its ``is_paused_upon_creation``, else
+    ``paused_at_creation`` (``[core] dags_are_paused_at_creation``).
 
     Several DAG processors (one per engine) may sync the same folder at once: on PostgreSQL
     the transaction first takes an advisory lock, so each pass reads what the previous one
     committed instead of racing it to insert the same rows (SQLite serializes writers).
     """
     dags_sql.lock_dag_sync(session)
-    return DagSync(session, cipher, now=now).run(fresh, present)
+    sync = DagSync(session, cipher, now=now, paused_at_creation=paused_at_creation)
+    return sync.run(fresh, present)

@@ -3,7 +3,8 @@
 The executor (``engine.executor.callbacks``) sends one ``CallbackSpec`` (a JSON line,
 ``engine.execution.protocol``) on the
 child's standard input: a DAG's ``on_success_callback`` / ``on_failure_callback`` when the
-scheduler ended a run, or a task's outcome callback its own process could not run (killed at
+scheduler ended a run, a missed deadline's callback (``engine.execution.deadline_callbacks``),
+or a task's outcome callback its own process could not run (killed at
 its ``execution_timeout``, crashed). The child imports the DAG file, builds the context the
 task (or, for a DAG callback, the task that ended last) would see (``engine.authoring``
 hydrates it), adds ``exception`` for a task failure or ``reason`` for a DAG callback, and
@@ -27,6 +28,7 @@ from engine.authoring.baseoperator import MappedOperator
 from engine.exceptions import AirflowException, AirflowTaskTimeout
 from engine.execution.callbacks import dag_callbacks, run_callbacks, task_callbacks
 from engine.execution.context import hydrate_context
+from engine.execution.deadline_callbacks import run_deadline_callback
 from engine.execution.loading import dag_for
 from engine.execution.process import (
     configure_logging,
@@ -36,6 +38,7 @@ from engine.execution.process import (
 )
 from engine.execution.protocol import (
     DAG_KIND,
+    DEADLINE_KIND,
     EXIT_BAD_SPEC,
     EXIT_NOT_LOADED,
     TASK,
@@ -79,6 +82,8 @@ def run_callback_spec(spec: CallbackSpec) -> list[str]:
     ``LookupError`` / ``DagDefinitionError`` / the DAG file's own error when the DAG or the
     task cannot be loaded.
     """
+    if spec.kind == DEADLINE_KIND:
+        return run_deadline_callback(spec)
     task_spec = TaskSpec.from_json(spec.spec)
     dag = dag_for(task_spec)
     task = dag.task_dict.get(task_spec.task_id)

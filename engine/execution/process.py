@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from engine.authoring.store import install_store
 from engine.execution.last_good import use_channel
 from engine.execution.protocol import EXIT_PARENT_GONE
+from engine.execution.remote_results import use_results_reader
 from engine.execution.task_channel import TaskChannel
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ def open_channel(fd: int) -> None:
     channel = TaskChannel.from_fd(fd)
     install_store(channel)
     use_channel(channel)  # and the last good version of a DAG file that is broken now
+    use_results_reader(channel)  # and results of other runs (xcom_pull(dag_id=, run_id=))
 
 
 def configure_logging() -> None:

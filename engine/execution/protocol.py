@@ -33,6 +33,9 @@ STEP_OUTCOMES: Final = frozenset(
 #: ``CallbackSpec.kind``: a task's callbacks, or a DAG's
 TASK: Final = "task"
 DAG_KIND: Final = "dag"
+#: ``CallbackSpec.kind`` of a missed deadline's callback (``engine.authoring.deadlines``)
+DEADLINE_KIND: Final = "deadline"
+DEADLINE_CALLBACK: Final = "deadline_callback"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +92,12 @@ class TaskResult:
     deferral: Deferral | None = field(default=None)
     #: on success, the asset events to record: {"asset", "uri", "extra", "alias"}
     outlet_events: list[dict[str, Any]] = field(default_factory=list)
-    #: a failure that must not be retried (``AirflowFailException``)
+    #: a failure that must not be retried (``AirflowFailException``, a retry policy's FAIL)
     no_retry: bool = False
+    #: a failure the task's retry policy retries after this wait (its ``RETRY`` delay)
+    retry_delay_s: float | None = None
+    #: why the retry policy decided as it did (``engine.execution.retry_decisions``)
+    retry_reason: str | None = None
     #: on success, the task's results to store: {key: tagged JSON} (``return_value`` too)
     xcoms: dict[str, Any] = field(default_factory=dict)
     #: on success, the tasks of the run a branch skips (``engine.authoring.branching``)
@@ -139,6 +146,9 @@ class CallbackSpec:
     timed_out: bool = False  # ... at its execution_timeout
     reason: str | None = None  # a DAG callback: "success" or "task_failure"
     map_index: int = -1  # a task callback: the copy of a mapped task (its log), -1 if none
+    #: a deadline callback: ``alert_index``, the ``alert`` as stored, and the ``context`` it
+    #: is called with (``engine.execution.deadline_callbacks``)
+    deadline: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -150,7 +160,7 @@ class CallbackSpec:
             spec = cls(**json.loads(text))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"malformed callback spec: {exc}") from exc
-        known = TASK_CALLBACKS if spec.kind == TASK else DAG_CALLBACKS
-        if spec.kind not in (TASK, DAG_KIND) or spec.callback not in known:
+        known = {TASK: TASK_CALLBACKS, DAG_KIND: DAG_CALLBACKS, DEADLINE_KIND: (DEADLINE_CALLBACK,)}
+        if spec.callback not in known.get(spec.kind, ()):
             raise ValueError(f"malformed callback spec: {spec.kind} {spec.callback!r}")
         return spec

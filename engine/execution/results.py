@@ -1,7 +1,8 @@
 """The results of a run as a running task sees them, and the results it stores.
 
 ``context["ti"]`` is a ``RuntimeTaskInstance``: who the try is, the results of the run's
-finished tasks (``xcom_pull``, Airflow 3's semantics: results of this run only), the results
+finished tasks (``xcom_pull``, Airflow 3's semantics: this run's, or another DAG's or run's
+asked of the executor), the results
 it adds (``xcom_push``, stored when the try succeeds), and template rendering for operators
 that render at run time. On success ``collect_results`` gives what the try stores: what it
 pushed, each key of a dict return value with ``multiple_outputs``, then ``return_value``,
@@ -11,6 +12,7 @@ task maps over must return a list or a dict (``check_mappable_result``).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from engine.authoring.baseoperator import MappedOperator
 from engine.authoring.mapping import UnmappableXComTypePushed, XComForMappingNotPushed
 from engine.authoring.xcom import XCOM_RETURN_KEY
+from engine.execution.remote_results import pull_remote
 from engine.execution.templates import render_template
 from triggers.exceptions import SerializationError
 from triggers.serde import deserialize_value, serialize_value
@@ -77,8 +80,14 @@ class RuntimeTaskInstance:
 
     @property
     def pushed(self) -> dict[str, Any]:
-        """What this try pushed so far: ``{key: tagged JSON}`` (stored if it succeeds)."""
-        return dict(self._pushed)
+        """What this try pushed so far: ``{key: tagged JSON}`` (stored if it succeeds or
+        defers), over what it pushed before a deferral it resumed from."""
+        kept: Mapping[str, Any]
+        if self.map_index < 0:
+            kept = self._results.get(self.task_id, {})
+        else:
+            kept = self._mapped.get(self.task_id, {}).get(self.map_index, {})
+        return {**kept, **self._pushed}
 
     def render_template(
         self, value: Any, context: Mapping[str, Any], *, template_ext: Sequence[str] = ()
@@ -109,41 +118,64 @@ class RuntimeTaskInstance:
         default: Any = None,
         run_id: str | None = None,
     ) -> Any:
-        """Results of this run's tasks (Airflow 3's semantics).
+        """Results of tasks (Airflow 3's semantics): of this run by default.
 
         ``task_ids`` None is this task; a str gives one value, a list gives a list (one per
         task and map index, ``default`` where a task stored nothing under ``key``).
         ``map_indexes`` None is the unmapped task, or every copy of a mapped task (a list of
         the copies' values by ``map_index``, as Airflow's lazy sequence); an int is one copy
-        (-1: the unmapped task). Results of another DAG or run are not available yet: asking
-        for them is a ``NotImplementedError``.
+        (-1: the unmapped task). ``dag_id`` / ``run_id`` (None: this task's) read another
+        DAG's or run's results, ``include_prior_dates=True`` the latest run at or before
+        this one that stored ``key``: asked of the executor
+        (``engine.execution.remote_results``).
         """
-        self._check_scope(dag_id, run_id, include_prior_dates)
         if not isinstance(key, str):
             raise TypeError(f"task {self.task_id!r}: xcom_pull() key must be a str, got {key!r}")
         ids = [self.task_id] if task_ids is None else _as_list(task_ids, "task_ids")
         indexes = [map_indexes] if map_indexes is None else _as_list(map_indexes, "map_indexes")
-        values = [self._lookup(tid, index, key, default) for tid in ids for index in indexes]
+        remote = include_prior_dates or dag_id not in (None, self.dag_id)
+        remote = remote or run_id not in (None, self.run_id)
+        lookup = self._lookup
+        if remote:
+            lookup = functools.partial(
+                self._lookup_remote,
+                dag_id=dag_id or self.dag_id,
+                run_id=run_id or self.run_id,
+                prior=bool(include_prior_dates),
+            )
+        values = [lookup(tid, index, key, default) for tid in ids for index in indexes]
         single = (task_ids is None or isinstance(task_ids, str)) and (
             map_indexes is None or isinstance(map_indexes, int)
         )
         return values[0] if single else values
 
-    def _check_scope(self, dag_id: str | None, run_id: str | None, prior: bool) -> None:
-        where = f"task {self.task_id!r}: xcom_pull()"
-        if dag_id is not None and dag_id != self.dag_id:
-            raise NotImplementedError(
-                f"{where} from DAG {dag_id!r}: only results of this DAG's run can be pulled "
-                "yet; share data across DAGs through assets (outlet_events extra)"
-            )
-        if run_id is not None and run_id != self.run_id:
-            raise NotImplementedError(
-                f"{where} from run {run_id!r}: only results of this run can be pulled yet"
-            )
-        if prior:
-            raise NotImplementedError(
-                f"{where}: include_prior_dates=True is not supported yet (results of this run only)"
-            )
+    def _lookup_remote(
+        self,
+        task_id: object,
+        map_index: object,
+        key: str,
+        default: Any,
+        *,
+        dag_id: str | None,
+        run_id: str | None,
+        prior: bool,
+    ) -> Any:
+        if not isinstance(task_id, str):
+            raise TypeError(f"task {self.task_id!r}: xcom_pull() task ids are str, got {task_id!r}")
+        if map_index is not None and not isinstance(map_index, int):
+            raise TypeError(f"task {self.task_id!r}: xcom_pull() map indexes are int")
+        if dag_id is None or run_id is None:
+            raise TypeError(f"task {self.task_id!r}: xcom_pull() needs a dag_id and a run_id here")
+        return pull_remote(
+            asker=self.task_id,
+            dag_id=dag_id,
+            run_id=run_id,
+            task_id=task_id,
+            map_index=map_index,
+            key=key,
+            include_prior_dates=prior,
+            default=default,
+        )
 
     def _lookup(self, task_id: object, map_index: object, key: str, default: Any) -> Any:
         if not isinstance(task_id, str):

@@ -102,6 +102,18 @@ class TaskChannel:
         if secrets:
             self.request("mask", secrets=secrets)
 
+    # --- results of other runs (engine.execution.results) ------------------------------
+
+    def pull_results(self, **fields: Any) -> dict[str, Any] | None:
+        """``{"run_id", "mapped", "stored"}`` of a task in another run (None: no such run
+        or task); fields: dag_id, run_id, task_id, map_index, include_prior_dates, key."""
+        found = self._maybe("pull_results", **fields)
+        if found is not None and not (
+            isinstance(found, dict) and isinstance(found.get("stored"), list)
+        ):
+            raise ChannelError("pull_results request: the answer is not results")
+        return found
+
     # --- DAG runs (engine.authoring.trigger_dagrun.DagRunTriggering) -------------------
 
     def trigger_dag_run(

@@ -83,6 +83,7 @@ from engine.execution.process import (
 )
 from engine.execution.protocol import EXIT_BAD_SPEC, TaskResult, TaskSpec, raw_context
 from engine.execution.results import check_mappable_result, collect_results
+from engine.execution.retry_decisions import PolicyVerdict, ask_retry_policy
 from engine.execution.templates import render_template_fields
 from engine.states import TaskState
 from triggers.serde import loads
@@ -190,12 +191,7 @@ def run_task(
             check_mappable_result(task, value)
         results = collect_results(context, task, value, max_bytes=spec.max_xcom_size_bytes)
     except TaskDeferred as deferred:
-        return TaskResult(
-            TaskState.DEFERRED,
-            time.monotonic() - started,
-            execution_timeout_s=None if timeout is None else timeout.total_seconds(),
-            deferral=Deferral.from_exception(deferred),
-        )
+        return _deferred(step, spec, deferred, timeout, time.monotonic() - started)
     except AirflowSkipException as exc:
         step.exception = exc
         logger.info("Task skipped: %s", exc or "AirflowSkipException", extra={"action": "skip"})
@@ -204,19 +200,57 @@ def run_task(
         traceback.print_exc()
         step.exception = exc
         error = message() if deadline.fired else _error_summary(exc)
+        # AirflowFailException, or params the run's conf made invalid: a retry would fail
+        # the same way, and the retry policy is not asked
+        no_retry = isinstance(exc, AirflowFailException | ParamValidationError)
+        verdict = PolicyVerdict()
+        if not no_retry:
+            verdict = ask_retry_policy(
+                step.task,
+                exc,
+                try_number=spec.try_number,
+                max_tries=spec.max_tries,
+                context=step.context,
+            )
         return TaskResult(
             TaskState.FAILED,
             time.monotonic() - started,
             error=error,
             timed_out=deadline.fired,
-            # AirflowFailException, or params the run's conf made invalid: a retry would fail
-            # the same way
-            no_retry=isinstance(exc, AirflowFailException | ParamValidationError),
+            no_retry=no_retry or verdict.fail_now,
+            retry_delay_s=verdict.retry_delay_s,
+            retry_reason=verdict.reason,
         )
     result = _success(results, time.monotonic() - started)
     result.outlet_events.extend(outlet_events)
     result.skip_task_ids.extend(skipped_task_ids(context))
     return result
+
+
+def _deferred(
+    step: StepState,
+    spec: TaskSpec,
+    deferred: TaskDeferred,
+    timeout: timedelta | None,
+    elapsed_s: float,
+) -> TaskResult:
+    """A deferral, with what the try pushed so far (stored now, as Airflow stores a push:
+    the resumed try reads it); a push that cannot be stored fails the try."""
+    pushed: dict[str, Any] = {}
+    if step.task is not None and step.context is not None:
+        try:
+            pushed = collect_results(
+                step.context, step.task, None, max_bytes=spec.max_xcom_size_bytes
+            )
+        except (TypeError, ValueError) as exc:
+            return TaskResult(TaskState.FAILED, elapsed_s, error=_error_summary(exc))
+    return TaskResult(
+        TaskState.DEFERRED,
+        elapsed_s,
+        execution_timeout_s=None if timeout is None else timeout.total_seconds(),
+        deferral=Deferral.from_exception(deferred),
+        xcoms=pushed,
+    )
 
 
 def run_outcome_callbacks(spec: TaskSpec, result: TaskResult, step: StepState) -> None:

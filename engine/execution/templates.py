@@ -25,9 +25,14 @@ The names a template sees are the task context's (``ds``, ``ds_nodash``, ``ts``,
 the task, the field and the name. The environment is Airflow's sandbox (attributes that
 start with ``__`` are out of reach) with the ``do`` extension.
 
-Not supported yet (the DAG arguments are ignored with a warning): ``user_defined_macros``,
-``user_defined_filters``, ``template_searchpath``, ``render_template_as_native_obj``,
-``jinja_environment_kwargs``.
+The DAG shapes the environment as Airflow's ``DAG.get_template_env`` does:
+``user_defined_macros`` become global names of its templates (the context's names win over
+them), ``user_defined_filters`` join the filters, ``template_searchpath`` folders are searched
+for template files after the DAG file's folder, ``template_undefined`` replaces
+``StrictUndefined`` and ``jinja_environment_kwargs`` are passed to the environment last. With
+``render_template_as_native_obj=True`` a template renders to a native Python object (Jinja2's
+``NativeEnvironment``: ``"{{ dag_run.conf['ids'] }}"`` gives the list itself; a template with
+text around its expressions stays a string), still sandboxed.
 
 Connections and variables (``engine.execution.accessors``): ``{{ var.value.my_key }}``,
 ``{{ var.json.my_key.field }}``, ``{{ var.value.get("my_key", "fallback") }}``, ``{{
@@ -50,6 +55,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import dateutil  # type: ignore[import-untyped]  # Airflow's macros.dateutil (croniter's dep)
 import jinja2
+import jinja2.nativetypes
 import jinja2.sandbox
 
 from engine.authoring.params import DagParam
@@ -146,19 +152,36 @@ class _Environment(jinja2.sandbox.SandboxedEnvironment):
         return not attr.startswith("__")
 
 
+class _NativeEnvironment(_Environment, jinja2.nativetypes.NativeEnvironment):
+    """The sandbox rendering native Python objects (``render_template_as_native_obj``)."""
+
+
+def template_searchpath(dag: object) -> list[str]:
+    """Where template files are looked for: the DAG file's folder, then the DAG's
+    ``template_searchpath`` folders (Airflow's order)."""
+    fileloc = getattr(dag, "fileloc", None)
+    folders = [str(Path(fileloc).parent)] if fileloc else []
+    folders += [str(folder) for folder in getattr(dag, "template_searchpath", None) or ()]
+    return folders
+
+
 def template_environment(task: BaseOperator | None) -> jinja2.Environment:
     """The Jinja2 environment of ``task``'s templates: template files from its DAG file's
-    folder, ``StrictUndefined``, the ``do`` extension and Airflow's filters."""
+    folder and ``template_searchpath``, ``StrictUndefined``, the ``do`` extension, Airflow's
+    filters, and the DAG's macros, filters and environment options."""
     dag = getattr(task, "dag", None)
-    fileloc = getattr(dag, "fileloc", None)
-    searchpath = [str(Path(fileloc).parent)] if fileloc else []
-    env = _Environment(
-        loader=jinja2.FileSystemLoader(searchpath),
-        undefined=jinja2.StrictUndefined,
-        extensions=["jinja2.ext.do"],
-        cache_size=0,
-    )
+    options: dict[str, Any] = {
+        "loader": jinja2.FileSystemLoader(template_searchpath(dag)),
+        "undefined": getattr(dag, "template_undefined", None) or jinja2.StrictUndefined,
+        "extensions": ["jinja2.ext.do"],
+        "cache_size": 0,
+    }
+    options.update(getattr(dag, "jinja_environment_kwargs", None) or {})
+    native = bool(getattr(dag, "render_template_as_native_obj", False))
+    env = (_NativeEnvironment if native else _Environment)(**options)
     env.filters.update(FILTERS)
+    env.filters.update(getattr(dag, "user_defined_filters", None) or {})
+    env.globals.update(getattr(dag, "user_defined_macros", None) or {})
     return env
 
 
@@ -230,14 +253,28 @@ class _Renderer:
         self._render_nested(value)
         return value
 
-    def _render_text(self, text: str) -> str:
+    def _render_text(self, text: str) -> Any:
         if self.template_ext and text.endswith(self.template_ext):
             template = self.env.get_template(text)
-        elif "{" not in text:
-            return text  # every Jinja2 tag starts with "{": nothing to render
+        elif not self._has_tags(text):
+            return text  # nothing to render
         else:
             template = self.env.from_string(text)
         return template.render(self.names)
+
+    def _has_tags(self, text: str) -> bool:
+        """Whether ``text`` holds a Jinja2 tag (every default one starts with ``{``)."""
+        if not getattr(getattr(self.task, "dag", None), "jinja_environment_kwargs", None):
+            return "{" in text
+        env = self.env
+        marks = (
+            env.block_start_string,
+            env.variable_start_string,
+            env.comment_start_string,
+            env.line_statement_prefix,
+            env.line_comment_prefix,
+        )
+        return any(mark and mark in text for mark in marks)
 
     def _render_nested(self, value: object) -> None:
         """An object with ``template_fields`` of its own (not a task) has them rendered."""
@@ -252,9 +289,10 @@ class _Renderer:
 def _explain(exc: jinja2.TemplateError, names: Mapping[str, Any]) -> str:
     if isinstance(exc, jinja2.TemplateNotFound):
         return (
-            f"template file {exc.name!r} not found next to the DAG file; a value that ends "
-            "with one of the operator's template_ext is read as a template file relative to "
-            "the DAG file's folder (add a space after it to use it as it is)"
+            f"template file {exc.name!r} not found next to the DAG file nor in the DAG's "
+            "template_searchpath; a value that ends with one of the operator's template_ext "
+            "is read as a template file relative to those folders (add a space after it to "
+            "use it as it is)"
         )
     if isinstance(exc, jinja2.TemplateSyntaxError):
         where = f" (template file {exc.name!r})" if exc.name else ""

@@ -1,11 +1,12 @@
 """Running callback requests: each in a child ``engine.execution.callback_runner`` process.
 
 Theory of operation. The scheduler writes a ``dag`` request when it ends a run of a DAG
-with callbacks; the task supervisor writes a ``task`` request when a task's own process could
-not run its outcome callback (killed, crashed); the scheduler writes one when it fails a
-running try whose executor died (built here from the task instance, with a first line for
-the try's log saying why it ended). Every executor runs a ``CallbackRunner``
-beside its task slots: it claims requests no live executor holds
+with callbacks, a ``deadline`` one when a run missed a deadline
+(``engine.executor.deadline_callbacks``); the task supervisor writes a ``task`` request when
+a task's own process could not run its outcome callback (killed, crashed); the scheduler
+writes one when it fails a running try whose executor died (built here from the task
+instance, with a first line for the try's log saying why it ended). Every executor runs a
+``CallbackRunner`` beside its task slots: it claims requests no live executor holds
 (``engine.db.queries.callbacks``), at most ``concurrency`` at a time, starts one child per
 request, sends it a ``CallbackSpec``, appends what the child prints to the task's log (a
 DAG callback's to ``dag_callbacks.log`` in the run's log folder), and deletes the request
@@ -44,9 +45,11 @@ from engine.authoring.callbacks import (
     SUCCESS_CALLBACK,
 )
 from engine.db.queries import callbacks as callbacks_sql
+from engine.db.queries import deadlines as deadlines_sql
 from engine.db.queries import tasks as tasks_sql
 from engine.exceptions import DatabaseError
 from engine.execution.protocol import DAG_KIND, TASK, CallbackSpec, TaskSpec
+from engine.executor.deadline_callbacks import deadline_callback_spec
 from engine.executor.outcomes import Decision, Outcome, outcome_line
 from engine.executor.task_logs import TaskLogWriter, log_path, safe_component
 from engine.executor.task_requests import TaskRequestServer
@@ -325,6 +328,10 @@ class CallbackRunner:
             run = callbacks_sql.load_callback_run(session, request.dag_id, request.run_id)
             spec = None if run is None else dag_callback_spec(request, run, self.settings)
             return spec, log_file, ""
+        if request.kind == deadlines_sql.DEADLINE_KIND:  # engine.executor.deadline_callbacks
+            log_file = dag_callback_log(folder, request.dag_id, request.run_id)
+            build = partial(deadline_callback_spec, session, request)
+            return build(dags_folder=self.settings.dags_folder, plugins_folder=None), log_file, ""
         if callbacks_sql.LOST_TRY in request.data:
             return self._prepare_lost_try(session, request)
         spec = CallbackSpec(**request.data["callback_spec"])

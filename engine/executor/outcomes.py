@@ -9,7 +9,10 @@ A failed try with tries left is ``up_for_retry`` until ``retry_at`` (the rule of
 ``engine.task_retries``, which the scheduler shares for a try whose executor died:
 Airflow's ``retry_delay`` / ``retry_exponential_backoff`` / ``max_retry_delay``); it holds
 no executor slot meanwhile, and the scheduler makes it ``scheduled`` again once that time
-has passed (``engine.db.queries.runs.release_due_retries``).
+has passed (``engine.db.queries.runs.release_due_retries``). The task's ``retry_policy``
+answered in the task process (``engine.execution.retry_decisions``): its ``FAIL`` arrives
+as ``no_retry``, its ``RETRY`` delay as ``retry_delay_s``, the wait before that retry in
+place of the task's rule; tries are still counted by ``retries``.
 """
 
 from __future__ import annotations
@@ -122,17 +125,25 @@ def read_result(out: bytes) -> tuple[TaskResult | None, str | None]:
         return None, f"unreadable task result: {exc}"
 
 
-def _retry_or_fail(run: TaskRun, elapsed_s: float, reason: str | None, now: datetime) -> Outcome:
-    """A failed try: retried after its delay while tries remain, else failed."""
+def _retry_or_fail(
+    run: TaskRun,
+    elapsed_s: float,
+    reason: str | None,
+    now: datetime,
+    *,
+    delay_override_s: float | None = None,
+) -> Outcome:
+    """A failed try: retried after its delay while tries remain, else failed. A retry
+    policy's delay (``delay_override_s``) replaces the task's rule for this retry."""
     retry = next_try_at(
         dag_id=run.dag_id,
         task_id=run.task_id,
         run_id=run.run_id,
         try_number=run.try_number,
         max_tries=run.max_tries,
-        delay_s=run.retry_delay_s,
-        exponential_backoff=run.retry_exponential_backoff,
-        max_delay_s=run.max_retry_delay_s,
+        delay_s=run.retry_delay_s if delay_override_s is None else delay_override_s,
+        exponential_backoff=run.retry_exponential_backoff and delay_override_s is None,
+        max_delay_s=run.max_retry_delay_s if delay_override_s is None else None,
         now=now,
     )
     if retry is None:
@@ -175,9 +186,12 @@ def decide_outcome(
             return Outcome(
                 Decision.DEFER, result.elapsed_s, deferral=result.deferral, trigger_timeout=deadline
             )
-        if result.no_retry:  # AirflowFailException: fail now, whatever the retries left
-            return Outcome(Decision.FAIL, result.elapsed_s, reason=result.error)
-        return _retry_or_fail(run, result.elapsed_s, result.error, now)
+        reason = _with_policy_reason(result.error, result.retry_reason)
+        if result.no_retry:  # AirflowFailException, a retry policy's FAIL: fail now
+            return Outcome(Decision.FAIL, result.elapsed_s, reason=reason)
+        return _retry_or_fail(
+            run, result.elapsed_s, reason, now, delay_override_s=result.retry_delay_s
+        )
     if interrupted:
         return Outcome(Decision.REQUEUE, wall_s)
     if killed_for_timeout and run.execution_timeout_s is not None:
@@ -188,6 +202,13 @@ def decide_outcome(
         )
         return _retry_or_fail(run, wall_s, reason, now)
     return _retry_or_fail(run, wall_s, exit_reason(returncode), now)
+
+
+def _with_policy_reason(error: str | None, policy_reason: str | None) -> str | None:
+    """The try's error, followed by what its retry policy said about it."""
+    if policy_reason is None:
+        return error
+    return f"{error or 'failed'} (retry policy: {policy_reason})"
 
 
 def kill_after_s(run: TaskRun, *, now: datetime, grace_s: float) -> float | None:

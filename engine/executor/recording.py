@@ -202,6 +202,7 @@ class OutcomeRecorder:
                 deferral=outcome.deferral,
                 trigger_timeout=outcome.trigger_timeout,
                 elapsed_s=elapsed_s,
+                xcoms=outcome.xcoms,  # what it pushed before it deferred
             )
             return trigger_id is not None
         return tasks.requeue_task(session, run.ti_id, job_id=job_id)

@@ -3,10 +3,10 @@
 ``TaskRequestServer.serve`` reads one JSON request per line from a task's process and
 answers each from the metadata database, until the task closes its end. What it serves is
 the table ``handlers`` (kind -> coroutine function of the request's fields): connections,
-variables, the last good version of the task's own DAG file (its source as the DAG
-processor last parsed it well, for a task whose file is broken now), and
-``TriggerDagRunOperator``'s run creation and run state (``engine.executor.dag_run_requests``);
-a later feature adds its kind there.
+variables, results of other runs (``xcom_pull(dag_id=..., run_id=...)``), the last good
+version of the task's own DAG file (its source as the DAG processor last parsed it well, for
+a task whose file is broken now), and ``TriggerDagRunOperator``'s run creation and run state
+(``engine.executor.dag_run_requests``); a later feature adds its kind there.
 
 Secrets. Before answering with a connection or a sensitive variable, the server hands its
 secrets to ``mask`` (the try's ``TaskLogWriter.add_secrets``): the task only learns a secret
@@ -32,6 +32,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from engine.authoring.connections import Connection, InvalidConnectionError, is_sensitive
 from engine.db.queries import connections as store
 from engine.db.queries import dags as dags_sql
+from engine.db.queries import xcom_reads
 from engine.exceptions import DecryptionError, SluiceError
 from engine.execution.task_channel import ANSWER_MAX_BYTES, REQUEST_MAX_BYTES
 from engine.executor import dag_run_requests
@@ -86,6 +87,7 @@ class TaskRequestServer:
             "delete_variable": self.delete_variable,
             "mask": self.mask,
             "last_good_dag_file": self.last_good_dag_file,
+            "pull_results": self.pull_results,
             "trigger_dag_run": self.trigger_dag_run,
             "dag_run_state": self.dag_run_state,
         }
@@ -193,6 +195,35 @@ class TaskRequestServer:
         if not isinstance(secrets, list) or not all(isinstance(s, str) for s in secrets):
             raise RequestError("mask: 'secrets' must be a list of strings")
         self._mask(secrets)
+
+    # --- results of other runs (ti.xcom_pull with dag_id / run_id) ---------------------
+
+    async def pull_results(
+        self,
+        *,
+        dag_id: str,
+        run_id: str,
+        task_id: str,
+        map_index: int | None = None,
+        include_prior_dates: bool = False,
+        key: str | None = None,
+    ) -> dict[str, Any]:
+        """``{"run_id", "mapped", "stored": [{key: tagged JSON}, ...]}`` of ``task_id`` in
+        that run (``engine.db.queries.xcom_reads``)."""
+        read = partial(
+            xcom_reads.pull_results,
+            dag_id=str(dag_id),
+            run_id=str(run_id),
+            task_id=str(task_id),
+            map_index=None if map_index is None else int(map_index),
+            include_prior_dates=bool(include_prior_dates),
+            key=None if key is None else str(key),
+        )
+        found = await self._db.read(read)
+        if found is None:
+            raise NotFoundError(f"no task {task_id!r} in run {run_id!r} of DAG {dag_id!r}")
+        self._log("task_results_pulled", dag_id=dag_id, run_id=found.run_id, task_id=task_id)
+        return {"run_id": found.run_id, "mapped": found.mapped, "stored": found.stored}
 
     # --- the task's DAG file ----------------------------------------------------------
 

@@ -313,7 +313,8 @@ class TaskSupervisor:
             wall_s=anyio.current_time() - started,
             now=models.utcnow(),
         )
-        if outcome.decision is Decision.SUCCEED and result is not None and result.xcoms:
+        keeps_results = outcome.decision in (Decision.SUCCEED, Decision.DEFER)
+        if keeps_results and result is not None and result.xcoms:
             outcome = replace(outcome, xcoms=dict(result.xcoms))  # pushed ones too
         return outcome
 

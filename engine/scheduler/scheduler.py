@@ -23,7 +23,8 @@ Each loop (every ``loop_interval_sec``, or at once when nudged by an in-process 
 
 Before queued runs are admitted, running runs older than their DAG's ``dagrun_timeout`` (by
 the scheduler's clock) fail, their unfinished tasks skipped (running ones are stopped by
-their executor), which makes room for the next queued run.
+their executor), which makes room for the next queued run; then runs get their deadlines
+and those past due fire their callbacks (``engine.scheduler.deadlines``).
 
 Paused DAGs keep their queued events; on unpause they create the run they would have created.
 A paused time-scheduled DAG creates no runs; on unpause its next run is computed afresh.
@@ -56,7 +57,7 @@ from engine.exceptions import SluiceError
 from engine.jobs.service import JobService
 from engine.metrics.readings import SchedulerReading
 from engine.retry import Backoff
-from engine.scheduler import orphans
+from engine.scheduler import deadlines, orphans
 from engine.scheduler.expansion import expand_mapped, summarize
 from engine.scheduler.rules import is_condition_met, next_task_states, run_outcome
 from engine.scheduler.time_runs import create_time_run, store_next
@@ -265,6 +266,7 @@ class Scheduler:
         if not self._clock_task_running:
             await self._create_time_runs()
         await self._time_out_runs()
+        await deadlines.check_deadlines(self._db, now=self._clock())
         await self._start_queued_runs()
         scheduled_before = self.stats.tasks_scheduled
         finished_before = self.stats.runs_finished

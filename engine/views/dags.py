@@ -4,6 +4,7 @@ time run or why there is none, paused / active, tags, and the states of the last
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 from engine.authoring.assets import ASSET_ALIAS_TYPE, ASSET_ALL_TYPE, ASSET_ANY_TYPE, ASSET_TYPE
@@ -135,6 +136,35 @@ class DagDetails(_Details, ScheduleBounds):
     timetable: TimetableShown | None
     schedule_text: str
     run_counts: dict[str, int]
+    deadline_alerts: list[str]  # ``deadline_text`` of each alert
+
+
+#: ``DeadlineReference`` names of the stored reference kinds
+_REFERENCE_NAMES: Final = {
+    "DagRunQueuedAtDeadline": "DAGRUN_QUEUED_AT",
+    "DagRunLogicalDateDeadline": "DAGRUN_LOGICAL_DATE",
+    "FixedDatetimeDeadline": "FIXED_DATETIME",
+    "AverageRuntimeDeadline": "AVERAGE_RUNTIME",
+}
+
+
+def deadline_text(alert: Any) -> str:
+    """A stored deadline alert in one line: ``DAGRUN_QUEUED_AT + 0:10:00 -> mod.notify
+    (async)``, with its name first when it has one."""
+    reference = alert.get("reference") or {}
+    kind = str(reference.get("reference_type", "?"))
+    where = _REFERENCE_NAMES.get(kind, kind)
+    if kind == "FixedDatetimeDeadline":
+        where += f"({datetime.fromtimestamp(float(reference['datetime']), tz=UTC).isoformat()})"
+    elif kind == "AverageRuntimeDeadline":
+        where += f"(max_runs={reference.get('max_runs')}, min_runs={reference.get('min_runs')})"
+    seconds = float(alert.get("interval_s") or 0)
+    interval = (
+        f"+ {timedelta(seconds=seconds)}" if seconds >= 0 else f"- {timedelta(seconds=-seconds)}"
+    )
+    callback = alert.get("callback") or {}
+    name = f"{alert['name']}: " if alert.get("name") else ""
+    return f"{name}{where} {interval} -> {callback.get('path')} ({callback.get('kind')})"
 
 
 def condition_text(data: Any, *, nested: bool = False) -> str:
@@ -280,6 +310,7 @@ def show_dag(session: Session, dag_id: str) -> DagDetails | None:
         **_schedule_bounds(sched),
         "schedule_text": schedule_text(sched, description=timetable_description(sched)),
         "run_counts": browse.run_summaries(session, [dag_id], last=0)[dag_id].run_counts,
+        "deadline_alerts": [deadline_text(alert) for alert in dag.deadline_alerts or ()],
     }
 
 

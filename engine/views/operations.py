@@ -10,11 +10,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from engine.authoring.params import check_run_conf
 from engine.authoring.schedules import timetable_from_json
 from engine.authoring.timetables import DataInterval
 from engine.db.queries import backfills as backfills_sql
+from engine.db.queries import dags as dags_sql
 from engine.db.queries import runs as runs_sql
-from engine.exceptions import InvalidStateError, NotFoundError, OperatorActionError
+from engine.exceptions import (
+    InvalidStateError,
+    NotFoundError,
+    OperatorActionError,
+    ParamValidationError,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -44,11 +51,18 @@ def trigger_dag(
 
     Raises ``NotFoundError`` for an unknown DAG, ``InvalidStateError`` when the DAG already
     has a run at that logical date (``date_option`` names how to pick another), and
-    ``OperatorActionError`` when its stored schedule cannot be read.
+    ``OperatorActionError`` when its stored schedule cannot be read or ``conf`` gives a
+    param a value its ``Param`` refuses (as Airflow, which creates no run then).
     """
     sched = backfills_sql.dag_schedules(session, [dag_id]).get(dag_id)
     if sched is None:
         raise NotFoundError(f"no DAG {dag_id!r}; see `sluice dags list`")
+    try:
+        check_run_conf(dags_sql.dag_param_specs(session, dag_id), conf)
+    except ParamValidationError as exc:
+        raise OperatorActionError(
+            f"DAG {dag_id!r}: the run's conf is refused, no run created: {exc}"
+        ) from exc
     logical = now if logical_date is None else logical_date
     interval = DataInterval(logical, logical)
     if sched.timetable is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 from engine.db.queries import browse, lineage
+from engine.db.queries import deadlines as deadlines_sql
 from engine.db.queries import runs as runs_sql
 from engine.views.common import Page, check_page, duration_s, iso, page
 from engine.views.tasks import TaskInstanceItem, task_instance_json
@@ -70,12 +71,25 @@ class TriggeringEvent(TypedDict):
     timestamp: str
 
 
+class DeadlineShown(TypedDict):
+    """A run's deadline (``engine.authoring.deadlines``): None ``deadline_time`` when its
+    reference has no value for the run; ``missed`` once its callback was requested."""
+
+    name: str | None
+    reference: str
+    deadline_time: str | None
+    missed: bool
+    missed_at: str | None
+    callback: str
+
+
 class RunDetails(RunItem):
     """One run of ``show_run``."""
 
     conf: Any
     triggering_events: list[TriggeringEvent]
     task_instances: list[TaskInstanceItem]
+    deadlines: list[DeadlineShown]
 
 
 def run_json(run: DagRun, *, events: list[int], tasks: dict[str, str]) -> RunRow:
@@ -144,7 +158,8 @@ def list_runs(
 
 def show_run(session: Session, dag_id: str, run_id: str, *, now: datetime) -> RunDetails | None:
     """One run, None if unknown: its list fields, ``conf``, the asset events that triggered
-    it (id, asset, source, time) and every task instance (``task_instance_json``)."""
+        it (id, asset, source, time), every task instance (``task_instance_json``) and its
+    deadlines."""
     run = browse.find_run(session, dag_id, run_id)
     if run is None:
         return None
@@ -166,5 +181,16 @@ def show_run(session: Session, dag_id: str, run_id: str, *, now: datetime) -> Ru
         ],
         "task_instances": [
             task_instance_json(ti, operator=op, run_id=run.run_id, now=now) for ti, op in instances
+        ],
+        "deadlines": [
+            {
+                "name": d.name,
+                "reference": d.reference,
+                "deadline_time": iso(d.deadline_time),
+                "missed": d.missed,
+                "missed_at": iso(d.missed_at),
+                "callback": d.callback,
+            }
+            for d in deadlines_sql.run_deadlines(session, dag_id, run_id)
         ],
     }

@@ -155,7 +155,7 @@ async def test_deferrable_wait_runs_in_the_triggerer_and_fails_with_the_run(
     assert (child.state, failing.state) == ("success", "failed")
     waiter = {ti.task_id: ti for ti in engine.instances(parent)}
     assert waiter["wait"].try_number == 1 and waiter["wait"].next_method is None
-    # pushed again after the deferral: the XCom survives it
+    # pushed before the deferral: the XCom survives it
     assert engine.xcom(parent, "wait", "trigger_run_id") == child.run_id
     log = engine.log(parent, "wait_fails")
     assert "deferred" in log.lower()

@@ -1,8 +1,8 @@
 """SQLAlchemy models of the metadata database, one module per table family: ``base``
 (``Base``, ``UtcDateTime``), ``jobs`` (jobs, trigger rows, shared-stream snapshots),
 ``dags``, ``assets``, ``runs`` (backfills, DAG runs, task instances, pools, callback
-requests), ``secrets`` (connections, variables) and ``users``. The states stored in the rows
-are ``engine.states``.
+requests, deadlines), ``secrets`` (connections, variables) and ``users``. The states stored
+in the rows are ``engine.states``.
 
 Importing the package registers every table with ``Base.metadata`` (migrations and schema
 checks compare against it); the models are imported from here.
@@ -31,6 +31,7 @@ from engine.db.models.runs import (
     CallbackRequest,
     DagRun,
     DagRunAssetEvent,
+    Deadline,
     Pool,
     TaskInstance,
 )
@@ -56,6 +57,7 @@ __all__ = (
     "DagScheduleAsset",
     "DagScheduleAssetAlias",
     "DagTask",
+    "Deadline",
     "Job",
     "Pool",
     "SharedStreamSample",

@@ -56,6 +56,8 @@ class Dag(Base):
     has_on_failure_callback: Mapped[bool] = mapped_column(
         Boolean, default=False, server_default=false()
     )
+    #: the DAG's deadline alerts (``engine.authoring.deadlines``), None without any
+    deadline_alerts: Mapped[Any | None] = mapped_column(JSON(none_as_null=True))
 
 
 class DagFile(Base):

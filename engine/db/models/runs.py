@@ -158,3 +158,30 @@ class CallbackRequest(Base):
     run_id: Mapped[str] = mapped_column(String(250))
     data: Mapped[Any] = mapped_column(JSON)
     executor_job_id: Mapped[int | None] = mapped_column(Integer, index=True)
+
+
+class Deadline(Base):
+    """One deadline alert of one run (``engine.authoring.deadlines``): written by the
+    scheduler when it first sees the run, ``deadline_time`` None when the alert's reference
+    has no value for it (no logical date, too few runs for an average). Once past and the run
+    not finished by then, the scheduler marks it ``missed`` and requests its callback in the
+    same transaction: it fires once."""
+
+    __tablename__ = "deadline"
+    __table_args__ = (
+        UniqueConstraint("dag_run_id", "alert_index"),
+        Index(None, "missed", "deadline_time"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dag_run_id: Mapped[int] = mapped_column(ForeignKey("dag_run.id", ondelete="CASCADE"))
+    #: the alert's position in the DAG's ``deadline`` list
+    alert_index: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str | None] = mapped_column(String(250))
+    reference: Mapped[str] = mapped_column(String(100))
+    deadline_time: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    #: the alert as the DAG declared it when the deadline was set (callback path, kwargs)
+    alert: Mapped[Any] = mapped_column(JSON)
+    missed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    missed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)

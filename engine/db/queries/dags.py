@@ -55,6 +55,7 @@ PARSED_DAG_COLUMNS: Final = (
     "display_name",
     "has_on_success_callback",
     "has_on_failure_callback",
+    "deadline_alerts",
 )
 #: A change to one of these makes the scheduler compute the next time run again.
 TIME_COLUMNS: Final = ("timetable", "timezone", "start_date", "end_date", "catchup")
@@ -386,3 +387,9 @@ def set_paused(session: Session, dag_id: str, *, paused: bool) -> bool:
 
 def dag_exists(session: Session, dag_id: str) -> bool:
     return session.get(Dag, dag_id) is not None
+
+
+def dag_param_specs(session: Session, dag_id: str) -> dict[str, Any] | None:
+    """The DAG's stored param specs (``engine.authoring.params.param_spec`` per name)."""
+    specs = session.execute(select(Dag.params).where(Dag.dag_id == dag_id)).scalar_one_or_none()
+    return specs if isinstance(specs, dict) else None

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, select, update
 
-from engine.authoring.deferral import FAIL_METHOD, TRIGGER_TIMEOUT_ERROR
+from engine.authoring.deferral import FAIL_METHOD, TRIGGER_FAILED_ERROR, TRIGGER_TIMEOUT_ERROR
 from engine.db.database import rowcount
 from engine.db.models import DagRun, DagTask, TaskInstance, utcnow
 from engine.db.queries import assets
@@ -66,8 +66,14 @@ def end_deferred_tasks(
 
     ``xcoms`` (tagged JSON per key, as the executor stores a returned value) become the
     tasks' results; None leaves them as they are. A task that ends in ``success`` updates
-    its outlets' assets in the same transaction, as a task ending on a worker does.
+    its outlets' assets in the same transaction, as a task ending on a worker does. A task
+    the trigger ends ``failed`` that has retries left gets them, as a try failing on a worker
+    does: it goes back to a worker at ``__fail__`` (``TRIGGER_FAILED_ERROR``), which fails
+    the try through the usual path (retry delay, ``on_retry_callback``); counted as ended.
     """
+    retried = 0
+    if state == TaskState.FAILED:
+        retried = _fail_on_a_worker(session, trigger_id, error=TRIGGER_FAILED_ERROR)
     now = utcnow()
     values: dict[str, Any] = {
         "state": state,
@@ -76,7 +82,7 @@ def end_deferred_tasks(
         "trigger_timeout": None,
     }
     if xcoms is not None:
-        values["xcoms"] = xcoms
+        _merge_results(session, trigger_id, xcoms)
     ended = session.execute(
         update(TaskInstance)
         .where(TaskInstance.trigger_id == trigger_id, TaskInstance.state == TaskState.DEFERRED)
@@ -109,7 +115,39 @@ def end_deferred_tasks(
             assets.record_task_outlet_events(
                 session, source, events, keep_while_paused=keep_while_paused, now=now
             )
-    return len(ended_ids)
+    return retried + len(ended_ids)
+
+
+def _merge_results(session: Session, trigger_id: int, xcoms: dict[str, Any]) -> None:
+    """The event's results over what each task pushed before it deferred."""
+    rows = session.execute(
+        select(TaskInstance.id, TaskInstance.xcoms).where(
+            TaskInstance.trigger_id == trigger_id, TaskInstance.state == TaskState.DEFERRED
+        )
+    ).all()
+    for ti_id, kept in rows:
+        merged = {**(kept if isinstance(kept, dict) else {}), **xcoms}
+        session.execute(update(TaskInstance).where(TaskInstance.id == ti_id).values(xcoms=merged))
+
+
+def _fail_on_a_worker(session: Session, trigger_id: int, *, error: str) -> int:
+    """Send the tasks deferred on ``trigger_id`` that have retries left to ``__fail__``."""
+    result = session.execute(
+        update(TaskInstance)
+        .where(
+            TaskInstance.trigger_id == trigger_id,
+            TaskInstance.state == TaskState.DEFERRED,
+            TaskInstance.try_number <= TaskInstance.max_tries,
+        )
+        .values(
+            state=TaskState.SCHEDULED,
+            next_method=FAIL_METHOD,
+            next_kwargs=dumps({"error": error}, where="next_kwargs"),
+            trigger_id=None,
+            trigger_timeout=None,
+        )
+    )
+    return rowcount(result)
 
 
 def fail_timed_out_deferrals(session: Session, *, now: datetime | None = None) -> list[int]:
@@ -170,9 +208,12 @@ def defer_task(
     deferral: Deferral,
     trigger_timeout: datetime | None,
     elapsed_s: float,
+    xcoms: dict[str, Any] | None = None,
 ) -> int | None:
     """Store the trigger (kwargs encrypted) and move the task to ``deferred``, in one
-    transaction; returns the trigger id, or None if the task is no longer ours."""
+    transaction; returns the trigger id, or None if the task is no longer ours. ``xcoms``
+    (what the try pushed before it deferred) are stored at once, as Airflow stores a push:
+    the resumed try reads them and keeps them."""
     held = session.execute(  # locked: an operator action cannot slip in before the update
         select(TaskInstance.id).where(held_by(ti_id, job_id, TaskState.RUNNING)).with_for_update()
     ).scalar()
@@ -198,6 +239,7 @@ def defer_task(
             deferral_count=TaskInstance.deferral_count + 1,
             executor_job_id=None,
             pid=None,
+            **({"xcoms": xcoms} if xcoms else {}),
         )
     )
     return trigger_id

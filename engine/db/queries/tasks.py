@@ -216,6 +216,20 @@ def load_task_run(
     return _task_run(session, ti, try_number=try_number, try_started_at=ti.start_date or now)
 
 
+def _results_with_own(session: Session, ti: TaskInstance) -> dict[str, Any]:
+    """``xcoms`` / ``mapped_xcoms`` of a ``TaskRun``: the run's succeeded tasks' results,
+    and a resumed try's own (what it pushed before it deferred, kept as Airflow keeps them:
+    its pulls see them and its final results include them)."""
+    xcoms = run_context.run_results(session, ti.dag_run_id)
+    mapped = mapping_sql.mapped_run_results(session, ti.dag_run_id)
+    own = ti.xcoms if ti.next_method is not None and isinstance(ti.xcoms, dict) else None
+    if own and ti.map_index < 0:
+        xcoms[ti.task_id] = dict(own)
+    elif own:
+        mapped.setdefault(ti.task_id, {})[str(ti.map_index)] = dict(own)
+    return {"xcoms": xcoms, "mapped_xcoms": mapped}
+
+
 def _task_run(
     session: Session, ti: TaskInstance, *, try_number: int, try_started_at: datetime
 ) -> TaskRun:
@@ -253,9 +267,8 @@ def _task_run(
         execution_timeout_s=None if timeout_s is None else int(timeout_s),
         **_retry_settings(task_row),
         events=tuple(run_context.triggering_events(session, ti.dag_run_id)),
-        xcoms=run_context.run_results(session, ti.dag_run_id),
         map_index=ti.map_index,
-        mapped_xcoms=mapping_sql.mapped_run_results(session, ti.dag_run_id),
+        **_results_with_own(session, ti),
         run=run_context.context_run(dag_run),
         inlet_events={
             **{

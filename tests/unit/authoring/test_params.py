@@ -61,10 +61,12 @@ def test_bad_schemas_are_definition_errors(caplog, monkeypatch) -> None:
     with pytest.raises(DagDefinitionError, match="pattern is invalid"):
         Param("x", pattern="(")
     with caplog.at_level(logging.WARNING, logger="engine.authoring.params"):
-        Param("2025-01-01", type="string", format="date", title="Day")
-        Param("2025-01-02", format="date")  # once per keyword per process
+        Param("2025-01-01", type="string", format="date", title="Day")  # checked
+        Param("a", format="multiline")  # a trigger form's text area: nothing to check
+        Param("x", format="hostname", contentMediaType="text/plain")
+        Param("y", format="hostname", contentMediaType="text/plain")  # once per process
     unchecked = [r.keyword for r in caplog.records if getattr(r, "keyword", None)]
-    assert unchecked == ["format"]  # "title" only describes the param
+    assert unchecked == ["format=hostname", "contentMediaType"]  # "title" describes
 
 
 def test_plain_values_become_params_and_defaults_are_checked() -> None:

@@ -250,12 +250,12 @@ def test_unsupported_dag_arguments_warn_once_each(caplog) -> None:
             DAG(
                 dag_id,
                 sla_miss_callback=callback,
-                render_template_as_native_obj=True,
+                owner_links={"ann": "https://example.com"},
                 access_control=None,  # asks for nothing: no warning
                 auto_register=False,
             )
     records = _ignored(caplog)
-    assert [r.argument for r in records] == ["sla_miss_callback", "render_template_as_native_obj"]
+    assert [r.argument for r in records] == ["sla_miss_callback", "owner_links"]
     assert records[0].dag_id == "one" and records[0].name == DAG_LOGGER
     assert THIS_FILE in records[0].getMessage() and "'sla_miss_callback'" in records[0].getMessage()
 

@@ -273,8 +273,8 @@ def test_an_undefined_name_or_bad_syntax_names_the_task_and_field(
 
 
 def test_an_error_raised_inside_a_template_names_the_field_in_a_note() -> None:
-    with pytest.raises(NotImplementedError) as caught:
-        rendered("{{ ti.xcom_pull(task_ids='a', dag_id='other') }}")
+    with pytest.raises(TypeError) as caught:
+        rendered("{{ ti.xcom_pull(task_ids=[1]) }}")
     assert caught.value.__notes__ == ["while rendering task 't': template field 'text'"]
 
 

@@ -284,9 +284,9 @@ def test_xcom_pull_follows_airflow_3() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"task_ids": "a", "dag_id": "other"}, NotImplementedError, "from DAG 'other'"),
-        ({"task_ids": "a", "run_id": "r0"}, NotImplementedError, "from run 'r0'"),
-        ({"task_ids": "a", "include_prior_dates": True}, NotImplementedError, "prior_dates"),
+        ({"task_ids": "a", "dag_id": "other"}, RuntimeError, "from DAG 'other' run 'r1' needs"),
+        ({"task_ids": "a", "run_id": "r0"}, RuntimeError, "from DAG 'flow' run 'r0' needs"),
+        ({"task_ids": "a", "include_prior_dates": True}, RuntimeError, "engine's task process"),
         ({"task_ids": "a", "key": None}, TypeError, "key must be a str"),
         ({"task_ids": [1]}, TypeError, "task ids are str"),
         ({"task_ids": {"a": 1}}, TypeError, "task_ids must be one value or a list"),
@@ -499,3 +499,53 @@ def test_get_current_context_gives_the_running_tasks_context(run_in_process) -> 
     }
     with pytest.raises(RuntimeError, match="outside a running task"):
         get_current_context()
+
+
+class FakeReader:
+    """The executor's answers to ``pull_results`` requests, recorded."""
+
+    def __init__(self, answers: dict[tuple[str, str, str], dict[str, Any]]) -> None:
+        self.answers = answers
+        self.asked: list[dict[str, Any]] = []
+
+    def pull_results(self, **fields: Any) -> dict[str, Any] | None:
+        self.asked.append(fields)
+        return self.answers.get((fields["dag_id"], fields["run_id"], fields["task_id"]))
+
+
+def test_xcom_pull_from_another_dag_or_run_asks_the_executor(monkeypatch) -> None:
+    from engine.execution import remote_results
+
+    reader = FakeReader(
+        {
+            ("other", "r1", "a"): {"run_id": "r1", "mapped": False, "stored": [stored_one(5)]},
+            ("flow", "r0", "a"): {"run_id": "r0", "mapped": False, "stored": [stored_one(AT)]},
+            ("flow", "r0", "m"): {
+                "run_id": "r0",
+                "mapped": True,
+                "stored": [stored_one(1), {}, stored_one(3)],
+            },
+        }
+    )
+    monkeypatch.setattr(remote_results, "_reader", reader)
+    ti = ti_for({"a": {"return_value": "here"}})
+    assert ti.xcom_pull(task_ids="a", dag_id="other") == 5  # run_id defaults to this run's
+    assert ti.xcom_pull(task_ids="a", run_id="r0") == AT
+    assert ti.xcom_pull(task_ids="m", run_id="r0") == [1, 3]  # every copy that stored it
+    assert ti.xcom_pull(task_ids=["a", "gone"], run_id="r0", default="-") == [AT, "-"]
+    assert ti.xcom_pull(task_ids="a", key="nope", run_id="r0", default=0) == 0
+    assert ti.xcom_pull(task_ids="a", include_prior_dates=True) is None
+    assert reader.asked[-1] == {
+        "dag_id": "flow",
+        "run_id": "r1",
+        "task_id": "a",
+        "map_index": None,
+        "include_prior_dates": True,
+        "key": "return_value",
+    }
+    assert ti.xcom_pull(task_ids="a") == "here"  # this run's: no request
+    assert len(reader.asked) == 7
+
+
+def stored_one(value: Any) -> dict[str, Any]:
+    return {"return_value": serialize_value(value)}
