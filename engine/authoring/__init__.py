@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from engine.authoring.connections import Connection
     from engine.authoring.context import Context, get_current_context, resolve_deferrable
     from engine.authoring.dag import DAG
+    from engine.authoring.datetime_branch import BranchDateTimeOperator, BranchDayOfWeekOperator
     from engine.authoring.deadlines import (
         AsyncCallback,
         DeadlineAlert,
@@ -67,7 +68,9 @@ if TYPE_CHECKING:
     from engine.authoring.edges import EdgeModifier, Label, chain_linear
     from engine.authoring.enums import DagRunState, TaskInstanceState, WeightRule
     from engine.authoring.errors import DagDefinitionError
+    from engine.authoring.events_timetable import EventsTimetable
     from engine.authoring.external_task import ExternalTaskSensor
+    from engine.authoring.external_task_marker import ExternalTaskMarker
     from engine.authoring.groups import TaskGroup, chain, cross_downstream, task_group
     from engine.authoring.interval_timetables import (
         CronDataIntervalTimetable,
@@ -139,6 +142,7 @@ if TYPE_CHECKING:
         OnceTimetable,
         Timetable,
     )
+    from engine.authoring.trigger_dagrun import TriggerDagRunOperator
     from engine.authoring.trigger_timetables import (
         CronTriggerTimetable,
         DeltaTriggerTimetable,
@@ -169,6 +173,8 @@ _MODULE_OF: Final[dict[str, str]] = {
     "BaseSensorOperator": "engine.authoring.sensor_base",
     "BashOperator": "engine.authoring.bash",
     "BashSensor": "engine.authoring.standard_sensors",
+    "BranchDateTimeOperator": "engine.authoring.datetime_branch",
+    "BranchDayOfWeekOperator": "engine.authoring.datetime_branch",
     "BranchMixIn": "engine.authoring.skipmixin",
     "BranchPythonOperator": "engine.authoring.branching",
     "ChainMapper": "engine.authoring.partition_mappers",
@@ -189,7 +195,9 @@ _MODULE_OF: Final[dict[str, str]] = {
     "DeltaTriggerTimetable": "engine.authoring.trigger_timetables",
     "EdgeModifier": "engine.authoring.edges",
     "EmptyOperator": "engine.authoring.operators",
+    "EventsTimetable": "engine.authoring.events_timetable",
     "ExceptionRetryPolicy": "engine.authoring.retry_policies",
+    "ExternalTaskMarker": "engine.authoring.external_task_marker",
     "ExternalTaskSensor": "engine.authoring.external_task",
     "FanOutMapper": "engine.authoring.partition_rollups",
     "FixedKeyMapper": "engine.authoring.partition_mappers",
@@ -234,6 +242,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "TaskInstanceState": "engine.authoring.enums",
     "TimeSensor": "engine.authoring.standard_sensors",
     "Timetable": "engine.authoring.timetables",
+    "TriggerDagRunOperator": "engine.authoring.trigger_dagrun",
     "TriggerRule": "engine.authoring.arguments",
     "Variable": "engine.authoring.variables",
     "WaitForAll": "engine.authoring.partition_windows",
@@ -280,6 +289,8 @@ __all__: tuple[str, ...] = (
     "BaseSensorOperator",
     "BashOperator",
     "BashSensor",
+    "BranchDateTimeOperator",
+    "BranchDayOfWeekOperator",
     "BranchMixIn",
     "BranchPythonOperator",
     "ChainMapper",
@@ -299,7 +310,9 @@ __all__: tuple[str, ...] = (
     "DeltaTriggerTimetable",
     "EdgeModifier",
     "EmptyOperator",
+    "EventsTimetable",
     "ExceptionRetryPolicy",
+    "ExternalTaskMarker",
     "ExternalTaskSensor",
     "FanOutMapper",
     "FixedKeyMapper",
@@ -344,6 +357,7 @@ __all__: tuple[str, ...] = (
     "TaskInstanceState",
     "TimeSensor",
     "Timetable",
+    "TriggerDagRunOperator",
     "TriggerRule",
     "Variable",
     "WaitForAll",

@@ -6,8 +6,8 @@ A ported DAG file passes Airflow's arguments. Each name falls in one of four gro
 - ignored: accepted, and one warning per name per process says it is ignored (e-mail,
   SLAs, templates ...). ``None`` and ``False`` are accepted silently: they ask for
   nothing, so ignoring them changes nothing;
-- rejected when set: ignoring it would change what runs (``fail_fast``, ``pre_execute`` ...),
-  so a set value is a ``DagDefinitionError`` saying it is not supported yet;
+- rejected when set: ignoring it would change what runs (``fail_fast`` ...), so a set value
+  is a ``DagDefinitionError`` saying it is not supported yet;
 - removed by Airflow itself (``schedule_interval``, ``concurrency`` ...): an error naming the
   replacement.
 
@@ -130,7 +130,7 @@ OPERATOR_IGNORED: Final = frozenset(
         "weight_rule",
     }
 )
-OPERATOR_REJECTED_WHEN_SET: Final = frozenset({"pre_execute", "post_execute"})
+OPERATOR_REJECTED_WHEN_SET: Final[frozenset[str]] = frozenset()
 OPERATOR_REMOVED: Final = {
     "task_concurrency": "max_active_tis_per_dag=",
     "provide_context": "nothing: parameters named like context keys receive them",

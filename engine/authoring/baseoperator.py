@@ -132,6 +132,8 @@ class BaseOperator(SetupTeardownMixin, AbstractOperator, Deferrable):
         on_failure_callback: Callback | Sequence[Callback] | None = None,
         on_retry_callback: Callback | Sequence[Callback] | None = None,
         on_skipped_callback: Callback | Sequence[Callback] | None = None,
+        pre_execute: Callable[[Context], object] | None = None,
+        post_execute: Callable[[Context, Any], object] | None = None,
         default_args: Mapping[str, Any] | None = None,  # applied by the __init__ wrapper
         **unsupported: Any,
     ) -> None:
@@ -182,6 +184,13 @@ class BaseOperator(SetupTeardownMixin, AbstractOperator, Deferrable):
         )
         for name, value in zip(TASK_CALLBACKS, given, strict=True):
             setattr(self, name, as_callbacks(where, name, value))
+        for name, hook in (("pre_execute", pre_execute), ("post_execute", post_execute)):
+            if hook is not None and not callable(hook):
+                raise DagDefinitionError(f"{where}: {name} must be a callable, got {hook!r}")
+        #: called with the context right before ``execute`` (and before a resume)
+        self._pre_execute_hook = pre_execute
+        #: called with the context and ``execute``'s result right after it returned
+        self._post_execute_hook = post_execute
         self.task_group = _group_for(dag, task_group)
         self.label = label
         full_id = label if self.task_group is None else self.task_group.child_id(label)
@@ -280,6 +289,28 @@ class BaseOperator(SetupTeardownMixin, AbstractOperator, Deferrable):
     def execute(self, context: Context) -> Any:
         """Do the work; the return value is the task's result."""
         raise NotImplementedError(f"{type(self).__name__} must implement execute(context)")
+
+    def pre_execute(self, context: Context) -> None:
+        """Called right before ``execute`` (or the method a deferred task resumes at), after
+        the ``pre_execute=`` argument's callable; a subclass may override it. Raising
+        ``AirflowSkipException`` here skips the task, any other error fails it."""
+
+    def post_execute(self, context: Context, result: Any = None) -> None:
+        """Called right after ``execute`` returned ``result``, after the ``post_execute=``
+        argument's callable; a subclass may override it. Not called when ``execute`` raised
+        or deferred."""
+
+    def run_pre_execute(self, context: Context) -> None:
+        """The ``pre_execute=`` callable, then ``pre_execute`` (what the task runner calls)."""
+        if self._pre_execute_hook is not None:
+            self._pre_execute_hook(context)
+        self.pre_execute(context)
+
+    def run_post_execute(self, context: Context, result: Any) -> None:
+        """The ``post_execute=`` callable, then ``post_execute``, with ``execute``'s result."""
+        if self._post_execute_hook is not None:
+            self._post_execute_hook(context, result)
+        self.post_execute(context, result)
 
 
 _BASE_ARGUMENTS: Final = frozenset(inspect.signature(BaseOperator.__init__).parameters) - {

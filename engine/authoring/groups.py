@@ -22,7 +22,10 @@ from engine.authoring.dag import DAG, current_dag, current_group, pop_group, pus
 from engine.authoring.dependencies import AbstractOperator, DependencyMixin
 from engine.authoring.errors import DagDefinitionError
 from engine.authoring.locations import caller_location
+from engine.authoring.mapping import EXPAND, EXPAND_KWARGS
+from engine.authoring.params import NOTSET
 from engine.authoring.setup_teardown import group_leaves
+from engine.authoring.xcom import iter_references
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -173,14 +176,144 @@ class TaskGroupFactory:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """The group, or what the function returned when that is not None (as in Airflow)."""
+        group, result = self._build(TaskGroup, args, kwargs)
+        return group if result is None else result
+
+    def _build(
+        self, kind: type[TaskGroup], args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> tuple[TaskGroup, Any]:
         options = dict(self.group_kwargs)
         group_id = options.pop("group_id", None) or self.function.__name__
         options.setdefault("add_suffix_on_collision", True)
-        with TaskGroup(group_id, **options) as group:
+        with kind(group_id, **options) as group:
             if not group.tooltip and self.function.__doc__:
                 group.tooltip = inspect.cleandoc(self.function.__doc__)
             result = self.function(*args, **kwargs)
+        return group, result
+
+    def partial(self, **fixed: Any) -> MappedGroupPartial:
+        """The arguments every run of a mapped group shares; ``.expand(...)`` maps it."""
+        return MappedGroupPartial(self, fixed)
+
+    def expand(self, **mapped: Any) -> Any:
+        """The group, run once per item of ``mapped`` (the cross product of several
+        arguments): each of its tasks is mapped, copy ``i`` of each is the group's ``i``-th
+        run (``engine.authoring.mapped_groups``). Returns what the function returned (a
+        task's result is then the list of its copies' results), else the group."""
+        return MappedGroupPartial(self, {}).expand(**mapped)
+
+    def expand_kwargs(self, kwargs_list: Any) -> Any:
+        """The group, run once per dict of arguments in ``kwargs_list`` (a list of dicts or a
+        task's result that is one)."""
+        return MappedGroupPartial(self, {}).expand_kwargs(kwargs_list)
+
+
+class MappedTaskGroup(TaskGroup):
+    """A task group run once per item of ``expand_input`` (``@task_group`` ``.expand`` or
+    ``.expand_kwargs``: ``expand_kind``)."""
+
+    expand_kind: str
+    expand_input: Any
+
+
+class MappedGroupPartial:
+    """``@task_group`` function ``.partial(**fixed)``: waits for ``.expand(**mapped)``."""
+
+    def __init__(self, factory: TaskGroupFactory, fixed: Mapping[str, Any]) -> None:
+        self.factory = factory
+        self.fixed = dict(fixed)
+        self._params = inspect.signature(factory.function).parameters
+        self._expanded = False
+
+    def __repr__(self) -> str:
+        return f"<{self.factory!r}.partial fixed={sorted(self.fixed)}>"
+
+    def _check(self, where: str, mapped: Mapping[str, Any], *, kwargs_list: bool = False) -> None:
+        """Expanded once; ``mapped``: the names mapped over (``expand``'s, or an
+        ``expand_kwargs`` item's)."""
+        if self._expanded:
+            raise DagDefinitionError(f"{where}: this partial() was already expanded once")
+        if not mapped and not kwargs_list:
+            raise DagDefinitionError(f"{where}: give at least one argument to map over")
+        var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in self._params.values())
+        for name in [*self.fixed, *mapped]:
+            if name not in self._params and not var_kw:
+                raise DagDefinitionError(
+                    f"{where}: function {self.factory.function.__name__!r} has no parameter "
+                    f"{name!r}"
+                )
+        both = sorted(set(self.fixed) & set(mapped))
+        if both:
+            raise DagDefinitionError(
+                f"{where}: {both} given to both partial() and the expansion; give each to one"
+            )
+
+    def expand(self, **mapped: Any) -> Any:
+        from engine.authoring.partial import as_mappable
+
+        where = f"{caller_location()}: @task_group {self.factory.function.__name__!r}: expand()"
+        self._check(where, mapped)
+        value = {arg: as_mappable(where, arg, item) for arg, item in mapped.items()}
+        return self._map(where, EXPAND, value, dict.fromkeys(value, NOTSET))
+
+    def expand_kwargs(self, kwargs_list: Any) -> Any:
+        """The group, run once per dict of arguments in ``kwargs_list`` (a list of dicts or a
+        task's result): every parameter not given to ``partial()`` is taken from the dict,
+        or is its default when the dict has no such key."""
+        from engine.authoring.partial import check_kwargs_list
+
+        name = self.factory.function.__name__
+        where = f"{caller_location()}: @task_group {name!r}: expand_kwargs()"
+        self._check(where, {}, kwargs_list=True)
+        params = self._params.values()
+        if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+            raise DagDefinitionError(
+                f"{where}: expand_kwargs() on a task group function with * or ** arguments "
+                "is not supported"
+            )
+        value = check_kwargs_list(where, kwargs_list)
+        for item in value if isinstance(value, list) else ():
+            self._check(where, item if isinstance(item, dict) else {}, kwargs_list=True)
+        defaults = {p.name: p.default for p in params if p.name not in self.fixed}
+        return self._map(where, EXPAND_KWARGS, value, defaults)
+
+    def _map(self, where: str, kind: str, value: Any, defaults: Mapping[str, Any]) -> Any:
+        from engine.authoring.mapped_groups import MappedArgument, map_group_tasks
+
+        self._expanded = True
+        arguments = {
+            arg: MappedArgument(
+                self.factory.group_kwargs.get("group_id") or self.factory.function.__name__,
+                arg,
+                kind,
+                value,
+                default=NOTSET if default is inspect.Parameter.empty else default,
+            )
+            for arg, default in defaults.items()
+        }
+        group, result = self.factory._build(MappedTaskGroup, (), {**self.fixed, **arguments})
+        assert isinstance(group, MappedTaskGroup)
+        group.expand_kind, group.expand_input = kind, value
+        for argument in arguments.values():
+            argument.group_id = group.group_id  # with its suffix, if any
+        tasks = list(group)
+        if not tasks:
+            raise DagDefinitionError(f"{where}: the group has no task to map")
+        wrapped = map_group_tasks(group.dag, tasks, kind, value, where=where)
+        _replace_children(group, wrapped)
+        sources = [source.operator for ref in iter_references(value) for source in ref.sources()]
+        for root in group.roots:
+            for source in sources:
+                root.set_upstream(source)
         return group if result is None else result
+
+
+def _replace_children(group: TaskGroup, wrapped: Mapping[str, BaseOperator]) -> None:
+    for key, child in list(group.children.items()):
+        if isinstance(child, TaskGroup):
+            _replace_children(child, wrapped)
+        elif key in wrapped:
+            group.children[key] = wrapped[key]
 
 
 @overload

@@ -52,7 +52,7 @@ def _where(owner: str) -> str:
     return f"{caller_location()}: {'' if dag is None else f'DAG {dag.dag_id!r}: '}{owner}"
 
 
-def _as_mappable(where: str, name: str, value: Any) -> Any:
+def as_mappable(where: str, name: str, value: Any) -> Any:
     """An expanded argument: a literal list/tuple/dict, or a task's return value."""
     if isinstance(value, AbstractOperator):
         value = XComArg(value)
@@ -73,11 +73,11 @@ def _as_mappable(where: str, name: str, value: Any) -> Any:
     )
 
 
-def _check_kwargs_list(where: str, value: Any) -> Any:
+def check_kwargs_list(where: str, value: Any) -> Any:
     if isinstance(value, AbstractOperator):
         value = XComArg(value)
     if isinstance(value, XComArg):
-        return _as_mappable(where, "expand_kwargs", value)
+        return as_mappable(where, "expand_kwargs", value)
     if not isinstance(value, list | tuple):
         raise DagDefinitionError(
             f"{where}: expand_kwargs() takes a list of dicts or a task's result, got "
@@ -127,12 +127,12 @@ class _ExpandedOnce:
             raise DagDefinitionError(f"{where}: give at least one argument to map over")
         for name in mapped:
             check(name)
-        return {name: _as_mappable(where, name, v) for name, v in mapped.items()}
+        return {name: as_mappable(where, name, v) for name, v in mapped.items()}
 
     def _expanded_list(self, where: str, kwargs_list: Any, check: Callable[[str], None]) -> Any:
         """What ``expand_kwargs(kwargs_list)`` maps over, the names of literal items checked."""
         self._claim(where)
-        value = _check_kwargs_list(where, kwargs_list)
+        value = check_kwargs_list(where, kwargs_list)
         if isinstance(value, list):
             for item in value:
                 for name in item if isinstance(item, dict) else ():

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 from engine.authoring.assets import BaseAsset, as_condition
 from engine.authoring.cron import check_delta
 from engine.authoring.errors import DagDefinitionError
+from engine.authoring.events_timetable import EventsTimetable
 from engine.authoring.interval_timetables import (
     CronDataIntervalTimetable,
     DeltaDataIntervalTimetable,
@@ -139,6 +140,7 @@ _READERS: Final[Mapping[str, Callable[[Mapping[str, Any]], Timetable]]] = {
     CronPartitionTimetable.json_type: CronPartitionTimetable.from_json,
     PartitionedAssetTimetable.json_type: PartitionedAssetTimetable.from_json,
     PartitionedAtRuntime.json_type: lambda data: PartitionedAtRuntime(),
+    EventsTimetable.json_type: EventsTimetable.from_json,
 }
 
 

@@ -16,7 +16,9 @@ what was too big. Kinds are a table (``engine.executor.task_requests``): a later
 adds a kind there and a method here.
 
 This module is the child's side: stdlib only (the task process stays light). It is the
-connection/variable *store* of the task process (``engine.authoring.store``).
+connection/variable *store* of the task process (``engine.authoring.store``), and what
+``TriggerDagRunOperator`` creates and watches runs through (``trigger_dag_run``,
+``dag_run_state``).
 """
 
 from __future__ import annotations
@@ -111,6 +113,39 @@ class TaskChannel:
         ):
             raise ChannelError("pull_results request: the answer is not results")
         return found
+
+    # --- DAG runs (engine.authoring.trigger_dagrun.DagRunTriggering) -------------------
+
+    def trigger_dag_run(
+        self,
+        *,
+        dag_id: str,
+        run_id: str | None,
+        conf: Any,
+        logical_date: str | None,
+        reset_dag_run: bool,
+        skip_when_already_exists: bool,
+        fail_when_dag_is_paused: bool,
+    ) -> dict[str, Any]:
+        """Create a manual run of ``dag_id`` (or find the one that exists): ``{"outcome":
+        created|reset|skipped|exists|paused, "run_id", "logical_date"}``."""
+        answer = self.request(
+            "trigger_dag_run",
+            dag_id=dag_id,
+            run_id=run_id,
+            conf=conf,
+            logical_date=logical_date,
+            reset_dag_run=reset_dag_run,
+            skip_when_already_exists=skip_when_already_exists,
+            fail_when_dag_is_paused=fail_when_dag_is_paused,
+        )
+        if not isinstance(answer, dict) or not isinstance(answer.get("run_id"), str):
+            raise ChannelError(f"trigger_dag_run request: the answer for {dag_id!r} is not a run")
+        return dict(answer)
+
+    def dag_run_state(self, *, dag_id: str, run_id: str) -> str:
+        """The state of run ``run_id`` of ``dag_id`` (``NotFoundAnswer`` if it is gone)."""
+        return str(self.request("dag_run_state", dag_id=dag_id, run_id=run_id))
 
     # --- the task's DAG file (engine.execution.last_good) -------------------------------
 

@@ -7,10 +7,11 @@ the parent dies, the pipe closes and the child exits at once, so a task whose ex
 gone never runs twice. The child imports the DAG file (``engine.execution.loading``),
 renders the task's ``template_fields`` with its context (``engine.execution.templates``: a
 template error fails the try) and either starts the task (``deferral_at_start()`` then
-``execute``) or resumes it (``resume_execution``). Its own stdout, stderr and Python
-logging all go to its standard error, which the parent appends to the task log; the single
-``TaskResult`` (success with the return value, failure, or the deferral to store) goes to
-the original standard output.
+``execute``) or resumes it (``resume_execution``), with the operator's ``pre_execute`` before
+and its ``post_execute`` after (each the argument's callable, then the method). Its own
+stdout, stderr and Python logging all go to its standard error, which the parent appends
+to the task log; the single ``TaskResult`` (success with the return value, failure, or the
+deferral to store) goes to the original standard output.
 The child needs neither the database URL nor the Fernet key: what it needs from the
 database (connections, variables) it asks the parent for over the request channel
 (``engine.execution.task_channel``, a socket passed as ``--channel-fd``).
@@ -31,7 +32,8 @@ expanded arguments); the spec's ``mapped_xcoms`` carry the results of the run's 
 over fails unless it returns a list or a dict (``engine.authoring.mapping``).
 
 Callbacks (``engine.execution.callbacks``). ``on_execute_callback`` runs right before the
-task starts or resumes; once the result is written to the parent, the outcome's callback runs
+task starts or resumes (after its templates are rendered and ``pre_execute`` ran, as in
+Airflow 3); once the result is written to the parent, the outcome's callback runs
 (success, skipped, retry or failure: the same rule as the executor's, from ``max_tries``),
 logging to the task log. The parent runs the failure / retry callback of a child that wrote
 no result in a fresh ``engine.execution.callback_runner`` process.
@@ -94,17 +96,32 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+def _on_execute(task: BaseOperator, context: dict[str, Any]) -> None:
+    run_callbacks(
+        task_callbacks(task, "on_execute_callback"),
+        context,
+        what=f"task {task.task_id!r} on_execute_callback",
+    )
+
+
 def _call(task: BaseOperator, spec: TaskSpec, context: dict[str, Any]) -> Any:
+    """One step, in Airflow 3's order: templates, ``pre_execute``, ``on_execute_callback``,
+    ``execute`` (or the method a deferred task resumes at), ``post_execute``."""
     render_template_fields(task, context)  # each step, as Airflow: a resumed task's too
+    if spec.next_method is None and (deferral := task.deferral_at_start()) is not None:
+        _on_execute(task, context)
+        raise deferral
+    task.run_pre_execute(context)
+    _on_execute(task, context)
     if spec.next_method is not None:
         kwargs = loads(spec.next_kwargs) if spec.next_kwargs else {}
         if not isinstance(kwargs, dict):
             raise TypeError(f"stored next_kwargs of task {spec.task_id!r} are not a mapping")
-        return task.resume_execution(spec.next_method, kwargs, context)
-    deferral = task.deferral_at_start()
-    if deferral is not None:
-        raise deferral
-    return run_to_completion(task.execute(context), what=f"task {spec.task_id!r}: execute()")
+        result = task.resume_execution(spec.next_method, kwargs, context)
+    else:
+        result = run_to_completion(task.execute(context), what=f"task {spec.task_id!r}: execute()")
+    task.run_post_execute(context, result)
+    return result
 
 
 def _success(results: dict[str, Any], elapsed_s: float) -> TaskResult:
@@ -165,11 +182,6 @@ def run_task(
             step.exception = TaskExecutionTimeout(message())
             return TaskResult(TaskState.FAILED, 0.0, error=message(), timed_out=True)
         with deadline:
-            run_callbacks(
-                task_callbacks(task, "on_execute_callback"),
-                context,
-                what=f"task {task.task_id!r} on_execute_callback",
-            )
             with running_with(context):
                 value = _call(task, spec, context)
         outlet_events = collect_outlet_events(context, task, value)

@@ -3,10 +3,10 @@
 ``TaskRequestServer.serve`` reads one JSON request per line from a task's process and
 answers each from the metadata database, until the task closes its end. What it serves is
 the table ``handlers`` (kind -> coroutine function of the request's fields): connections,
-variables, results of other runs (``xcom_pull(dag_id=..., run_id=...)``), and the last good
-version of the task's own DAG file (its source as the DAG
-processor last parsed it well, for a task whose file is broken now); a later feature adds
-its kind there (e.g. reading another DAG's task states).
+variables, results of other runs (``xcom_pull(dag_id=..., run_id=...)``), the last good
+version of the task's own DAG file (its source as the DAG processor last parsed it well, for
+a task whose file is broken now), and ``TriggerDagRunOperator``'s run creation and run state
+(``engine.executor.dag_run_requests``); a later feature adds its kind there.
 
 Secrets. Before answering with a connection or a sensitive variable, the server hands its
 secrets to ``mask`` (the try's ``TaskLogWriter.add_secrets``): the task only learns a secret
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
@@ -34,6 +35,7 @@ from engine.db.queries import dags as dags_sql
 from engine.db.queries import xcom_reads
 from engine.exceptions import DecryptionError, SluiceError
 from engine.execution.task_channel import ANSWER_MAX_BYTES, REQUEST_MAX_BYTES
+from engine.executor import dag_run_requests
 
 if TYPE_CHECKING:
     import socket
@@ -86,6 +88,8 @@ class TaskRequestServer:
             "mask": self.mask,
             "last_good_dag_file": self.last_good_dag_file,
             "pull_results": self.pull_results,
+            "trigger_dag_run": self.trigger_dag_run,
+            "dag_run_state": self.dag_run_state,
         }
 
     def __repr__(self) -> str:
@@ -249,6 +253,20 @@ class TaskRequestServer:
             "parsed_at": parsed_at.isoformat(),
             "parse_error": parse_error,
         }
+
+    # --- DAG runs (TriggerDagRunOperator) ---------------------------------------------
+
+    async def trigger_dag_run(self, **fields: Any) -> dict[str, Any]:
+        answer = await self._db.run(
+            partial(dag_run_requests.trigger_dag_run, **fields, now=datetime.now(UTC))
+        )
+        self._log("task_dag_run_triggered", dag_id=fields.get("dag_id"), **answer)
+        return answer
+
+    async def dag_run_state(self, *, dag_id: str, run_id: str) -> str:
+        return await self._db.read(
+            partial(dag_run_requests.dag_run_state, dag_id=dag_id, run_id=run_id)
+        )
 
     def _log(self, action: str, **fields: Any) -> None:
         logger.debug(

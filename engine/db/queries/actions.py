@@ -33,7 +33,7 @@ from sqlalchemy import func, or_, select, update
 
 from engine.db.database import is_postgres
 from engine.db.models import Dag, DagRun, DagTask, TaskInstance
-from engine.db.queries import jobs
+from engine.db.queries import external_markers, jobs
 from engine.db.queries import triggers as trigger_rows
 from engine.exceptions import NotFoundError, OperatorActionError
 from engine.states import DagRunState, TaskState
@@ -223,6 +223,8 @@ def select_task_instances(
     included), or all. ``only_failed``: ``failed`` and ``upstream_failed`` ones;
     ``only_running``: ``running`` ones. ``map_index``: only that copy of each matched mapped
     task (their downstream / upstream tasks: all of their copies, as ``set_task_state``).
+    An ``ExternalTaskMarker`` selected adds the task it marks in another DAG and the tasks
+    below it (``engine.db.queries.external_markers``).
     """
     graph = dag_graph(session, dag_id)
     try:
@@ -249,7 +251,14 @@ def select_task_instances(
         where.append(TaskInstance.state.in_(states))
     if map_index is not None:  # that copy of the matched tasks (their relatives: all copies)
         where.append(or_(TaskInstance.task_id.not_in(roots), TaskInstance.map_index == map_index))
-    return task_rows(session, where)
+    return external_markers.with_marked_tasks(session, task_rows(session, where), external=_below)
+
+
+def _below(session: Session, dag_id: str, task_id: str, logical_date: datetime) -> list[TaskChange]:
+    """``task_id`` and its downstream tasks in ``dag_id``'s run at ``logical_date``."""
+    task_ids = relatives(dag_graph(session, dag_id), [task_id], downstream=True, upstream=False)
+    at = [DagRun.logical_date == logical_date, TaskInstance.task_id.in_(task_ids)]
+    return task_rows(session, [TaskInstance.dag_id == dag_id, *at])
 
 
 # --- clearing -----------------------------------------------------------------------------

@@ -166,7 +166,8 @@ def create_run(
     nothing.
 
     None when the DAG already has a run for ``logical_date`` (unique per DAG: two schedulers
-    never create one interval twice; the loser's insert does nothing).
+    never create one interval twice; the loser's insert does nothing), or ``run_id`` (given
+    by the caller instead of made from the run type).
     """
     values = {
         "dag_id": dag_id,

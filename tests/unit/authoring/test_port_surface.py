@@ -381,7 +381,7 @@ def test_operator_arguments_of_airflow(caplog) -> None:
         ({"trigger_rule": "sometimes"}, "'sometimes' is not a trigger rule"),
         ({"outlets": ["orders"]}, "outlets takes Asset and AssetAlias"),
         ({"inlets": 3}, "inlets takes Asset and AssetAlias"),
-        ({"pre_execute": print}, "pre_execute=.* is not supported yet"),
+        ({"pre_execute": 3}, "pre_execute must be a callable, got 3"),
         ({"task_concurrency": 2}, "use max_active_tis_per_dag="),
         ({"retires": 2}, "Noop got an unknown argument 'retires'; did you mean 'retries'"),
     ],
