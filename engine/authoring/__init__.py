@@ -63,14 +63,13 @@ if TYPE_CHECKING:
     from engine.authoring.partition_mappers import (
         AllowedKeyMapper,
         ChainMapper,
-        FanOutMapper,
         FixedKeyMapper,
         IdentityMapper,
         PartitionKeyError,
         PartitionMapper,
         ProductMapper,
-        RollupMapper,
     )
+    from engine.authoring.partition_rollups import FanOutMapper, RollupMapper
     from engine.authoring.partition_temporal import (
         StartOfDayMapper,
         StartOfHourMapper,
@@ -151,7 +150,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "DeltaTriggerTimetable": "engine.authoring.trigger_timetables",
     "EmptyOperator": "engine.authoring.operators",
     "ExternalTaskSensor": "engine.authoring.external_task",
-    "FanOutMapper": "engine.authoring.partition_mappers",
+    "FanOutMapper": "engine.authoring.partition_rollups",
     "FixedKeyMapper": "engine.authoring.partition_mappers",
     "HourWindow": "engine.authoring.partition_windows",
     "IdentityMapper": "engine.authoring.partition_mappers",
@@ -171,7 +170,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "PythonOperator": "engine.authoring.operators",
     "PythonSensor": "engine.authoring.standard_sensors",
     "QuarterWindow": "engine.authoring.partition_windows",
-    "RollupMapper": "engine.authoring.partition_mappers",
+    "RollupMapper": "engine.authoring.partition_rollups",
     "SegmentWindow": "engine.authoring.partition_windows",
     "ShortCircuitOperator": "engine.authoring.branching",
     "StartOfDayMapper": "engine.authoring.partition_temporal",

@@ -10,8 +10,9 @@ upstream keys make up a downstream key (``expected_upstream_keys``) and whether 
 arrived are enough to run (``is_satisfied``, its wait policy).
 
 The mappers here: ``IdentityMapper``, ``AllowedKeyMapper``, ``FixedKeyMapper``,
-``ProductMapper``, ``ChainMapper``, ``RollupMapper`` and ``FanOutMapper``; the temporal ones
-(``StartOfHourMapper`` ... ``StartOfYearMapper``) are ``engine.authoring.partition_temporal``.
+``ProductMapper`` and ``ChainMapper``; the temporal ones (``StartOfHourMapper`` ...
+``StartOfYearMapper``) are ``engine.authoring.partition_temporal``, ``RollupMapper`` and
+``FanOutMapper`` (with a window) ``engine.authoring.partition_rollups``.
 ``serialize`` gives plain JSON and ``mapper_from_json`` rebuilds an equal mapper. Pure: no
 clock, no I/O.
 """
@@ -25,17 +26,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from engine.authoring.errors import DagDefinitionError
 from engine.authoring.locations import caller_location
-from engine.authoring.partition_windows import (
-    Window,
-    as_wait_policy,
-    wait_policy_from_json,
-    window_from_json,
-)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
-
-    from engine.authoring.partition_windows import WaitPolicy
 
 #: the longest partition key the metadata database stores (as Airflow)
 MAX_PARTITION_KEY_LENGTH: Final = 250
@@ -118,7 +111,7 @@ def downstream_keys(mapper: PartitionMapper, key: str) -> tuple[str, ...]:
     return keys
 
 
-def _check_mapper(value: object, name: str, *, where: str) -> PartitionMapper:
+def check_mapper(value: object, name: str, *, where: str) -> PartitionMapper:
     if not isinstance(value, PartitionMapper):
         raise DagDefinitionError(
             f"{where}: {name} must be a partition mapper such as IdentityMapper() or "
@@ -204,7 +197,7 @@ class FixedKeyMapper(PartitionMapper):
 
 
 def _check_children(kind: str, mappers: Sequence[object], *, where: str) -> list[PartitionMapper]:
-    children = [_check_mapper(m, f"{kind} mapper {i}", where=where) for i, m in enumerate(mappers)]
+    children = [check_mapper(m, f"{kind} mapper {i}", where=where) for i, m in enumerate(mappers)]
     for child in children:
         if child.is_rollup:
             raise DagDefinitionError(
@@ -270,6 +263,10 @@ class ProductMapper(PartitionMapper):
             "delimiter": self.delimiter,
         }
 
+    def __repr__(self) -> str:
+        mappers = ", ".join(repr(mapper) for mapper in self.mappers)
+        return f"ProductMapper({mappers}, delimiter={self.delimiter!r})"
+
     @classmethod
     def _from_json(cls, data: Mapping[str, Any]) -> PartitionMapper:
         delimiter = data.get("delimiter")
@@ -301,170 +298,18 @@ class ChainMapper(PartitionMapper):
     def serialize(self) -> dict[str, Any]:
         return {"__type": self.json_type, "mappers": _children_json(self.mappers)}
 
+    def __repr__(self) -> str:
+        return f"ChainMapper({', '.join(repr(mapper) for mapper in self.mappers)})"
+
     @classmethod
     def _from_json(cls, data: Mapping[str, Any]) -> PartitionMapper:
         return cls(*_children_from_json(data))
 
 
-def _check_pairing(kind: str, upstream: PartitionMapper, window: object, *, where: str) -> Window:
-    """The window, if ``upstream`` decodes to what it reads (same temporal grain, or plain
-    keys for a SegmentWindow); DagDefinitionError otherwise."""
-    if not isinstance(window, Window):
-        raise DagDefinitionError(
-            f"{where}: {kind} window must be DayWindow(), WeekWindow(), ... or "
-            f"SegmentWindow([...]), got {window!r}"
-        )
-    period = getattr(upstream, "period", None)
-    if period != window.period or isinstance(upstream, ProductMapper | ChainMapper | FanOutMapper):
-        wanted = (
-            f"StartOf{window.period.capitalize()}Mapper(...)"
-            if window.period is not None
-            else "a mapper of plain keys (FixedKeyMapper, IdentityMapper, AllowedKeyMapper)"
-        )
-        raise DagDefinitionError(
-            f"{where}: {kind}'s upstream_mapper {upstream!r} does not match {window!r}: "
-            f"pair it with {wanted}"
-        )
-    check = getattr(upstream, "check_readable", None)
-    if check is not None:
-        check(where=where)
-    return window
-
-
-class RollupMapper(PartitionMapper):
-    """Many upstream partitions make one downstream partition: ``upstream_mapper`` maps each
-    upstream key to its downstream key (``StartOfDayMapper()``: an hour to its day),
-    ``window`` says which upstream keys make up a downstream key (``DayWindow()``: the day's
-    hours) and ``wait_policy`` when enough have arrived (``WaitForAll()``, the default, or
-    ``MinimumCount(n)``). An upstream key that is not a member of its downstream key's
-    window (an hour key ``09:30:00``) is refused."""
-
-    json_type = "rollup"
-    is_rollup = True
-
-    def __init__(
-        self,
-        *,
-        upstream_mapper: PartitionMapper,
-        window: Window,
-        wait_policy: WaitPolicy | None = None,
-    ) -> None:
-        where = caller_location()
-        self.upstream_mapper = _check_mapper(upstream_mapper, "upstream_mapper", where=where)
-        self.window = _check_pairing("RollupMapper", self.upstream_mapper, window, where=where)
-        self.wait_policy = as_wait_policy(wait_policy, where=where)
-        self.wait_policy.check_window(self.window, where=where)
-
-    def to_downstream(self, key: str) -> str:
-        downstream = self.upstream_mapper.to_downstream(key)
-        assert isinstance(downstream, str)  # the pairing check allows single-key mappers only
-        if key not in self.expected_upstream_keys(downstream):
-            example = min(self.expected_upstream_keys(downstream))
-            raise PartitionKeyError(
-                f"partition key {key!r} is not one of the upstream keys that {self!r} expects "
-                f"for {downstream!r} (such as {example!r}): a rollup counts only keys of "
-                "its window, in the upstream mapper's input_format"
-            )
-        return downstream
-
-    def expected_upstream_keys(self, downstream_key: str) -> frozenset[str]:
-        """Every upstream key that makes up ``downstream_key``."""
-        decoded = self.upstream_mapper.decode_downstream(downstream_key)
-        return frozenset(
-            self.upstream_mapper.encode_upstream(m) for m in self.window.members(decoded)
-        )
-
-    def is_satisfied(self, downstream_key: str, arrived: frozenset[str]) -> bool:
-        """Whether the upstream keys that ``arrived`` are enough to run ``downstream_key``."""
-        expected = self.expected_upstream_keys(downstream_key)
-        return self.wait_policy.is_met(len(expected & arrived), len(expected))
-
-    def serialize(self) -> dict[str, Any]:
-        return {
-            "__type": self.json_type,
-            "upstream_mapper": self.upstream_mapper.serialize(),
-            "window": self.window.serialize(),
-            "wait_policy": self.wait_policy.serialize(),
-        }
-
-    @classmethod
-    def _from_json(cls, data: Mapping[str, Any]) -> PartitionMapper:
-        return cls(
-            upstream_mapper=mapper_from_json(data.get("upstream_mapper")),
-            window=window_from_json(data.get("window")),
-            wait_policy=wait_policy_from_json(data.get("wait_policy")),
-        )
-
-
-class FanOutMapper(PartitionMapper):
-    """One upstream partition makes several downstream partitions, one DAG run each:
-    ``FanOutMapper(upstream_mapper=StartOfWeekMapper(), window=WeekWindow())`` runs the
-    seven days of an upstream week. ``downstream_mapper`` formats each member; without it,
-    the window's natural one (``StartOfHourMapper`` for a DayWindow, ``StartOfDayMapper``
-    for a week or month, ``StartOfMonthMapper`` for a quarter or year, ``IdentityMapper``
-    for a SegmentWindow). An ``HourWindow`` needs one given."""
-
-    json_type = "fan_out"
-
-    def __init__(
-        self,
-        *,
-        upstream_mapper: PartitionMapper,
-        window: Window,
-        downstream_mapper: PartitionMapper | None = None,
-    ) -> None:
-        where = caller_location()
-        self.upstream_mapper = _check_mapper(upstream_mapper, "upstream_mapper", where=where)
-        self.window = _check_pairing("FanOutMapper", self.upstream_mapper, window, where=where)
-        if downstream_mapper is None:
-            downstream_mapper = _default_downstream(self.window, where=where)
-        self.downstream_mapper = _check_mapper(downstream_mapper, "downstream_mapper", where=where)
-        if self.downstream_mapper.is_rollup or isinstance(self.downstream_mapper, FanOutMapper):
-            raise DagDefinitionError(
-                f"{where}: FanOutMapper downstream_mapper must give one key per member, got "
-                f"{self.downstream_mapper!r}"
-            )
-
-    def to_downstream(self, key: str) -> tuple[str, ...]:
-        coarse = self.upstream_mapper.to_downstream(key)
-        assert isinstance(coarse, str)  # the pairing check allows single-key mappers only
-        members = self.window.members(self.upstream_mapper.decode_downstream(coarse))
-        return tuple(dict.fromkeys(self.downstream_mapper.format_member(m) for m in members))
-
-    def serialize(self) -> dict[str, Any]:
-        return {
-            "__type": self.json_type,
-            "upstream_mapper": self.upstream_mapper.serialize(),
-            "window": self.window.serialize(),
-            "downstream_mapper": self.downstream_mapper.serialize(),
-        }
-
-    @classmethod
-    def _from_json(cls, data: Mapping[str, Any]) -> PartitionMapper:
-        return cls(
-            upstream_mapper=mapper_from_json(data.get("upstream_mapper")),
-            window=window_from_json(data.get("window")),
-            downstream_mapper=mapper_from_json(data.get("downstream_mapper")),
-        )
-
-
-def _default_downstream(window: Window, *, where: str) -> PartitionMapper:
-    if window.period is None:
-        return IdentityMapper()
-    period = window.default_fan_out_period
-    if period is None:
-        raise DagDefinitionError(
-            f"{where}: FanOutMapper over {window!r} needs a downstream_mapper (e.g. "
-            "StartOfHourMapper(output_format='%Y-%m-%dT%H:%M')): there is no minute mapper"
-        )
-    temporal = importlib.import_module("engine.authoring.partition_temporal")
-    mapper: PartitionMapper = temporal.MAPPER_OF_PERIOD[period]()
-    return mapper
-
-
 def mapper_from_json(data: object) -> PartitionMapper:
     """Rebuild a mapper stored by ``PartitionMapper.serialize``; ValueError on bad data."""
-    importlib.import_module("engine.authoring.partition_temporal")  # registers its mappers
+    for module in ("partition_temporal", "partition_rollups"):  # they register their mappers
+        importlib.import_module(f"engine.authoring.{module}")
     kind = data.get("__type") if isinstance(data, dict) else None
     reader = PartitionMapper._readers.get(kind) if isinstance(kind, str) else None
     if reader is None or not isinstance(data, dict):

@@ -18,7 +18,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from engine.authoring.partition_mappers import PartitionKeyError, RollupMapper, downstream_keys
+from engine.authoring.partition_mappers import PartitionKeyError, downstream_keys
+from engine.authoring.partition_rollups import RollupMapper
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

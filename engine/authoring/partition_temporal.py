@@ -85,7 +85,7 @@ def _wall_start(fields: Mapping[str, str]) -> datetime:
     return datetime(day.year, day.month, day.day, *hms)
 
 
-class _TemporalMapper(PartitionMapper):
+class TemporalMapper(PartitionMapper):
     """A date key to the key of its period's start (see the module doc)."""
 
     period: ClassVar[str] = ""
@@ -211,7 +211,7 @@ def _midnight(moment: datetime) -> datetime:
     return moment.replace(hour=0, minute=0, second=0, microsecond=0, fold=0)
 
 
-class StartOfHourMapper(_TemporalMapper):
+class StartOfHourMapper(TemporalMapper):
     """A date key to its hour: ``2026-03-10T09:42:15`` -> ``2026-03-10T09``."""
 
     json_type = "start_of_hour"
@@ -222,7 +222,7 @@ class StartOfHourMapper(_TemporalMapper):
         return moment.replace(minute=0, second=0, microsecond=0, fold=0)
 
 
-class StartOfDayMapper(_TemporalMapper):
+class StartOfDayMapper(TemporalMapper):
     """A date key to its day: ``2026-03-10T09:42:15`` -> ``2026-03-10``."""
 
     json_type = "start_of_day"
@@ -233,7 +233,7 @@ class StartOfDayMapper(_TemporalMapper):
         return _midnight(moment)
 
 
-class StartOfWeekMapper(_TemporalMapper):
+class StartOfWeekMapper(TemporalMapper):
     """A date key to the Monday of its ISO week: ``2026-03-12T09:42:15`` ->
     ``2026-03-09 (W11)``."""
 
@@ -246,7 +246,7 @@ class StartOfWeekMapper(_TemporalMapper):
         return _midnight(monday.replace(tzinfo=moment.tzinfo))
 
 
-class StartOfMonthMapper(_TemporalMapper):
+class StartOfMonthMapper(TemporalMapper):
     """A date key to its month: ``2026-03-10T09:42:15`` -> ``2026-03``."""
 
     json_type = "start_of_month"
@@ -257,7 +257,7 @@ class StartOfMonthMapper(_TemporalMapper):
         return _midnight(moment.replace(day=1))
 
 
-class StartOfQuarterMapper(_TemporalMapper):
+class StartOfQuarterMapper(TemporalMapper):
     """A date key to its calendar quarter: ``2026-03-10T09:42:15`` -> ``2026-Q1``
     (``{quarter}`` in ``output_format`` is the quarter's number)."""
 
@@ -269,7 +269,7 @@ class StartOfQuarterMapper(_TemporalMapper):
         return _midnight(moment.replace(month=3 * ((moment.month - 1) // 3) + 1, day=1))
 
 
-class StartOfYearMapper(_TemporalMapper):
+class StartOfYearMapper(TemporalMapper):
     """A date key to its year: ``2026-03-10T09:42:15`` -> ``2026``."""
 
     json_type = "start_of_year"
@@ -281,7 +281,7 @@ class StartOfYearMapper(_TemporalMapper):
 
 
 #: a period's mapper, for FanOutMapper's default downstream mapper
-MAPPER_OF_PERIOD: Final[Mapping[str, type[_TemporalMapper]]] = {
+MAPPER_OF_PERIOD: Final[Mapping[str, type[TemporalMapper]]] = {
     kind.period: kind
     for kind in (
         StartOfHourMapper,

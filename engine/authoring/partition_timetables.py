@@ -4,7 +4,8 @@ partition, named by its ``partition_key``.
 
 - ``CronPartitionTimetable`` runs like ``CronTriggerTimetable`` and gives each run the key
   of its partition date: the run's tick moved by ``run_offset`` ticks, written with
-  ``key_format`` on the timetable's wall clock (``partition_key_for``).
+  ``key_format`` on the timetable's wall clock (``partition_key_for``); ``run_for_key``
+  goes back from a key to its run (a backfill of given keys).
 - ``PartitionedAssetTimetable`` runs when partitioned asset events arrive: one run per
   downstream key whose asset condition is met for that key (the scheduler's decision is
   ``engine.authoring.partition_planning.plan_partitioned_runs``); ``mapper_for`` gives the
@@ -17,15 +18,17 @@ Pure: no clock is read, every datetime returned is aware UTC.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from engine.authoring.assets import BaseAsset, as_condition
+from engine.authoring.cron import RESOLUTION, timezone_name
 from engine.authoring.errors import DagDefinitionError
 from engine.authoring.locations import caller_location
 from engine.authoring.partition_mappers import (
     MAX_PARTITION_KEY_LENGTH,
     IdentityMapper,
+    PartitionKeyError,
     PartitionMapper,
     mapper_from_json,
 )
@@ -73,11 +76,11 @@ class CronPartitionTimetable(CronTriggerTimetable):
         self.key_format = _check_key_format(self, key_format, where=where)
         self.description = f"{self.description}; partition key {key_format}"
 
-    def partition_date_for(self, tick: datetime) -> datetime:
-        """The partition date of the run at ``tick`` (aware UTC)."""
+    def _shift(self, tick: datetime, steps: int) -> datetime:
+        """``tick`` moved by ``steps`` ticks of the cron (forward if positive)."""
         moment = tick
-        for _ in range(abs(self.run_offset)):
-            if self.run_offset > 0:
+        for _ in range(abs(steps)):
+            if steps > 0:
                 moment = self._cron.after(moment)
             else:
                 previous = self._cron.before(moment)
@@ -86,12 +89,36 @@ class CronPartitionTimetable(CronTriggerTimetable):
                 moment = previous
         return moment
 
+    def partition_date_for(self, tick: datetime) -> datetime:
+        """The partition date of the run at ``tick`` (aware UTC)."""
+        return self._shift(tick, self.run_offset)
+
     def key_of(self, partition_date: datetime) -> str:
         """A partition date's key: ``key_format`` on the timetable's wall clock."""
         return partition_date.astimezone(self.zone).strftime(self.key_format)
 
     def partition_key_for(self, info: DagRunInfo) -> str | None:
         return self.key_of(self.partition_date_for(info.logical_date))
+
+    def run_for_key(self, key: str) -> DagRunInfo:
+        """The time run whose partition key is ``key`` (a backfill by keys);
+        PartitionKeyError if ``key`` is not one of the timetable's keys."""
+        try:
+            parsed = datetime.strptime(key, self.key_format)
+        except ValueError as exc:
+            raise PartitionKeyError(
+                f"{key!r} is not a partition key of CronPartitionTimetable "
+                f"{self.expression!r}: key_format {self.key_format!r} cannot read it ({exc})"
+            ) from exc
+        local = parsed.replace(tzinfo=self.zone) if parsed.tzinfo is None else parsed
+        partition_date = self._cron.after(local.astimezone(UTC) - RESOLUTION)
+        if self.key_of(partition_date) != key:
+            raise PartitionKeyError(
+                f"{key!r} is not a partition key of CronPartitionTimetable {self.expression!r} "
+                f"in {timezone_name(self.zone)} (the nearest is "
+                f"{self.key_of(partition_date)!r})"
+            )
+        return self._run_at(self._shift(partition_date, -self.run_offset))
 
     def serialize(self) -> dict[str, Any]:
         stored = super().serialize()

@@ -192,7 +192,15 @@ class SegmentWindow(Window):
         return len(self.segments)
 
     def serialize(self) -> dict[str, Any]:
-        return {"__type": self.json_type, "segments": sorted(self.segments)}
+        return {"__type": self.json_type, "segments": list(self.segments)}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SegmentWindow):
+            return NotImplemented
+        return set(self.segments) == set(other.segments)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self.segments))
 
     def __repr__(self) -> str:
         return f"SegmentWindow({list(self.segments)!r})"

@@ -14,12 +14,13 @@ from hypothesis import strategies as st
 from engine import DAG
 from engine.authoring.assets import Asset
 from engine.authoring.errors import DagDefinitionError
-from engine.authoring.partition_mappers import AllowedKeyMapper, IdentityMapper, RollupMapper
+from engine.authoring.partition_mappers import AllowedKeyMapper, IdentityMapper
 from engine.authoring.partition_planning import (
     PartitionRun,
     QueuedPartitionEvent,
     plan_partitioned_runs,
 )
+from engine.authoring.partition_rollups import RollupMapper
 from engine.authoring.partition_temporal import StartOfDayMapper
 from engine.authoring.partition_timetables import PartitionedAssetTimetable
 from engine.authoring.partition_windows import DayWindow, MinimumCount
