@@ -40,18 +40,24 @@ def assets_list(ctx: click.Context, as_json: bool) -> None:
 
 @assets.command("events")
 @click.argument("asset")
+@click.option(
+    "--partition-key", default=None, metavar="KEY", help="The events of this partition only."
+)
 @json_option
 @click.pass_context
-def assets_events(ctx: click.Context, asset: str, as_json: bool) -> None:
-    """The events of an asset: where they came from, extra and payload, the runs they
-    created."""
+def assets_events(ctx: click.Context, asset: str, partition_key: str | None, as_json: bool) -> None:
+    """The events of an asset: their partition key, where they came from, extra and
+    payload, the runs they created."""
     listed = run_query(
-        ctx, lambda s: assets_view.list_asset_events(s, asset=asset, newest_first=False)
+        ctx,
+        lambda s: assets_view.list_asset_events(
+            s, asset=asset, partition_key=partition_key, newest_first=False
+        ),
     )
     if listed is None:
         fail(f"no asset {asset!r}; see `sluice assets list`")
-    columns = ["id", "timestamp", "source", "source_watcher", "source_task", "created_by"]
-    columns += ["extra", "payload", "runs"]
+    columns = ["id", "timestamp", "partition_key", "source", "source_watcher", "source_task"]
+    columns += ["created_by", "extra", "payload", "runs"]
     emit([{k: e[k] for k in columns} for e in listed["items"]], columns, as_json)
 
 

@@ -111,6 +111,7 @@ class LastRun(TypedDict):
     run_type: str
     state: str
     logical_date: str | None
+    partition_key: str | None
     queued_at: str
     end_date: str | None
 
@@ -331,6 +332,7 @@ def _last_run(run: DagRun) -> LastRun:
         "run_type": run.run_type,
         "state": run.state,
         "logical_date": iso(run.logical_date),
+        "partition_key": run.partition_key,
         "queued_at": run.queued_at.isoformat(),
         "end_date": iso(run.end_date),
     }

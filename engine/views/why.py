@@ -180,6 +180,7 @@ def _run(run: RunFacts | None) -> Run | None:
         "end_date": iso(run.end_date),
         "logical_date": iso(run.logical_date),
         "run_after": iso(run.run_after),
+        "partition_key": run.partition_key,
     }
 
 

@@ -39,6 +39,7 @@ class Run(TypedDict):
     end_date: str | None
     logical_date: str | None
     run_after: str | None
+    partition_key: str | None
 
 
 class Runs(TypedDict):

@@ -3,8 +3,8 @@
 - ``GET /assets``: a page of assets (``?search=``) with their watchers, last event, the DAGs
   they schedule and the tasks that update them;
 - ``GET /assets/{name}``: one asset (the name may hold slashes);
-- ``GET /asset-events``: a page of events, newest first (``?asset=&source=&since=``), with
-  where each came from and the runs it triggered;
+- ``GET /asset-events``: a page of events, newest first (``?asset=&source=&since=
+  &partition_key=``), with where each came from, its partition key and the runs it triggered;
 - ``POST /asset-events`` (op): record an event of an asset, as ``sluice assets emit`` does
   (source ``api``, created by ``api:<user>``); the DAGs scheduled on it run;
 - ``GET /asset-graph``: assets, watchers, producing tasks and consuming DAGs as nodes and
@@ -18,7 +18,7 @@ from fastapi import APIRouter
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from engine.api.deps import ConfigDep, DatabaseDep
-from engine.api.rest.common import Limit, Offset, Page, act, found, read
+from engine.api.rest.common import Limit, Offset, Page, PartitionKey, act, found, read
 from engine.api.security import OperatorDep, ReaderDep
 from engine.db.queries import assets as assets_sql
 from engine.views import assets as assets_view
@@ -44,6 +44,7 @@ class LastEvent(BaseModel):
     id: int
     timestamp: str
     source: str | None
+    partition_key: str | None = Field(description="The slice it updated (None: unpartitioned)")
 
 
 class AssetItem(BaseModel):
@@ -71,6 +72,7 @@ class AssetEventItem(BaseModel):
     extra: Any
     payload: Any
     runs: list[str] = Field(description="Runs it triggered, as dag_id/run_id")
+    partition_key: str | None = Field(description="The slice it updated (None: unpartitioned)")
 
 
 class EmitRequest(BaseModel):
@@ -137,6 +139,7 @@ async def list_asset_events(
     asset: str | None = None,
     source: SourceName | None = None,
     since: AwareDatetime | None = None,
+    partition_key: PartitionKey = None,
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> ViewPage[assets_view.AssetEventItem]:
@@ -145,6 +148,7 @@ async def list_asset_events(
         asset=asset,
         source=source,
         since=since,
+        partition_key=partition_key,
         limit=limit,
         offset=offset,
     )

@@ -85,6 +85,7 @@ class RunFacts:
     end_date: datetime | None
     logical_date: datetime | None
     run_after: datetime | None
+    partition_key: str | None
 
 
 _RUN_COLUMNS: Final = (
@@ -96,6 +97,7 @@ _RUN_COLUMNS: Final = (
     DagRun.end_date,
     DagRun.logical_date,
     DagRun.run_after,
+    DagRun.partition_key,
 )
 
 
