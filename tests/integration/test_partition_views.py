@@ -1,0 +1,237 @@
+"""What an operator sees of partitions (in process, on parsed DAG files and the real
+scheduler's runs): the key on listed events and runs (CLI and REST, with a filter), an
+asset's partitions with its missing keys and each consumer's run per key (``sluice assets
+partitions``, ``GET /api/v1/assets/{name}/partitions``, the asset page's matrix), and
+"why" naming the hours a daily rollup still waits for."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+
+from engine.config import load_config
+from engine.db.queries import assets as assets_sql
+from engine.scheduler.scheduler import Scheduler, SchedulerSettings
+from tests.integration.api_support import ApiHarness, api_harness, bearer
+from tests.integration.harness import parsed_database
+from tests.integration.test_backfill import run_cli
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from engine.config import Config
+    from engine.db.database import Database
+
+pytestmark = [pytest.mark.integration, pytest.mark.both_databases]
+
+DAGS = """
+from datetime import datetime
+
+from engine import (
+    DAG, AllowedKeyMapper, Asset, CronPartitionTimetable, DayWindow,
+    PartitionedAssetTimetable, RollupMapper, StartOfDayMapper, task,
+)
+
+hourly = Asset("hourly")
+
+
+@task(outlets=[hourly])
+def produce():
+    return 1
+
+
+@task
+def consume():
+    return 2
+
+
+with DAG(
+    "producer",
+    schedule=CronPartitionTimetable("0 * * * *", timezone="UTC"),
+    start_date=datetime(2026, 3, 1),
+):
+    produce()
+
+with DAG("per_hour", schedule=PartitionedAssetTimetable(assets=hourly)):
+    consume()
+
+daily = RollupMapper(upstream_mapper=StartOfDayMapper(), window=DayWindow())
+by_day = PartitionedAssetTimetable(assets=hourly, default_partition_mapper=daily)
+with DAG("per_day", schedule=by_day):
+    consume()
+
+with DAG(
+    "noon_only",
+    schedule=PartitionedAssetTimetable(
+        assets=hourly, default_partition_mapper=AllowedKeyMapper(["2026-03-10T12:00:00"])
+    ),
+):
+    consume()
+
+with DAG("whole", schedule=[hourly]):
+    consume()
+"""
+
+HOURS = [f"2026-03-10T{hour:02d}:00:00" for hour in range(24)]
+LEFT_OUT = ("2026-03-10T05:00:00", "2026-03-10T17:00:00")
+
+
+class World:
+    def __init__(self, api: ApiHarness, config: Config, token: str) -> None:
+        self.api, self.db, self.config, self.token = api, api.db, config, token
+
+    def get(self, path: str, **params: Any) -> Any:
+        answer = self.api.client().get(f"/api/v1{path}", params=params, headers=bearer(self.token))
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    def cli(self, *args: str) -> Any:
+        result = run_cli(self.config, *args, "--json")
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+
+def _emit(db: Database, key: str | None) -> int:
+    return db.call(
+        lambda s: assets_sql.emit_asset_event(
+            s, "hourly", extra=None, source="cli", created_by="test", partition_key=key
+        )
+    )
+
+
+@pytest.fixture
+def world(migrated_db_url: str, tmp_path: Path) -> Iterator[World]:
+    """22 of the 24 hours of 2026-03-10 arrived (not 05:00 and 17:00), and one event without
+    a key; the scheduler made its runs."""
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "partitions.py").write_text(DAGS)
+    parsed = parsed_database(migrated_db_url, tmp_path, dags)
+    for key in HOURS:
+        if key not in LEFT_OUT:
+            _emit(parsed.db, key)
+    _emit(parsed.db, None)
+    scheduler = Scheduler(db=parsed.db, cipher=parsed.cipher, settings=SchedulerSettings())
+    anyio.run(scheduler.schedule_once)
+    parsed.db.dispose()
+    api = api_harness(migrated_db_url, tmp_path)
+    api.user("vic", "viewer")
+    environ = {"SLUICE_HOME": str(tmp_path / "home"), "SLUICE__CORE__SQL_ALCHEMY_CONN": api.db.url}
+    try:
+        yield World(api, load_config(environ=environ), api.token("vic"))
+    finally:
+        api.db.dispose()
+
+
+def test_events_and_runs_show_their_key_and_filter_by_it(world: World) -> None:
+    noon = HOURS[12]
+    events = world.cli("assets", "events", "hourly")
+    assert [e["partition_key"] for e in events] == [k for k in HOURS if k not in LEFT_OUT] + [None]
+    only = world.cli("assets", "events", "hourly", "--partition-key", noon)
+    assert [e["partition_key"] for e in only] == [noon]
+    runs = world.cli("runs", "list", "per_hour")
+    assert len(runs) == 22 and {r["partition_key"] for r in runs} == set(HOURS) - set(LEFT_OUT)
+    [run] = world.cli("runs", "list", "per_hour", "--partition-key", noon)
+    assert run["run_type"] == "asset_triggered"
+    assert world.cli("dags", "show", "noon_only")["last_runs"][0]["partition_key"] == noon
+
+    page = world.get("/asset-events", asset="hourly", partition_key=noon)
+    assert [e["partition_key"] for e in page["items"]] == [noon]
+    listed = world.get("/dags/per_hour/runs", partition_key=noon)
+    assert [r["run_id"] for r in listed["items"]] == [run["run_id"]]
+    assert listed["items"][0]["partition_key"] == noon
+    assert world.get("/runs", partition_key=noon)["total"] == 2  # per_hour and noon_only
+    shown = world.get(f"/dags/per_hour/runs/{run['run_id']}")
+    assert shown["partition_key"] == noon
+    assert [e["partition_key"] for e in shown["triggering_events"]] == [noon]
+    assert world.get("/assets/hourly")["last_event"]["partition_key"] is None  # the unkeyed one
+
+
+def _cells(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {cell["dag_id"]: cell for cell in row["consumers"]}
+
+
+def test_assets_partitions_lists_each_key_with_each_consumers_run(world: World) -> None:
+    shown = world.cli("assets", "partitions", "hourly")
+    assert shown["total"] == 22 and shown["unkeyed_events"] == 1 and shown["range"] is None
+    assert [row["partition_key"] for row in shown["items"]] == sorted(
+        set(HOURS) - set(LEFT_OUT), reverse=True
+    )
+    consumers = {c["dag_id"]: c for c in shown["consumers"]}
+    assert {d for d, c in consumers.items() if c["partitioned"]} == {
+        "per_hour",
+        "per_day",
+        "noon_only",
+    }
+    assert consumers["whole"] == {
+        "dag_id": "whole",
+        "partitioned": False,
+        "mapper": None,
+        "error": None,
+    }
+    rows = {row["partition_key"]: row for row in shown["items"]}
+    noon, eleven = _cells(rows[HOURS[12]]), _cells(rows[HOURS[11]])
+    assert rows[HOURS[12]]["events"] == 1 and rows[HOURS[12]]["last_event"]["source"] == "cli"
+    active = {"queued", "running"}
+    assert noon["per_hour"]["state"] in active
+    assert noon["per_hour"]["downstream_keys"] == [HOURS[12]]
+    assert noon["noon_only"]["state"] in active
+    # The rollup waits: no run of the day yet, the hour's event still queued for it.
+    assert noon["per_day"] == {
+        "dag_id": "per_day",
+        "downstream_keys": ["2026-03-10"],
+        "state": None,
+        "run_id": None,
+        "runs": 0,
+        "waiting": True,
+        "error": None,
+    }
+    assert eleven["noon_only"]["state"] is None
+    assert (
+        "'2026-03-10T11:00:00' is not an allowed key of AllowedKeyMapper"
+        in (eleven["noon_only"]["error"])
+    )
+
+
+def test_a_range_lists_the_producers_expected_keys_and_marks_the_missing(world: World) -> None:
+    shown = world.cli("assets", "partitions", "hourly", "--from", "2026-03-10", "--to", HOURS[23])
+    assert shown["range"]["expected"] == 24 and shown["range"]["missing"] == 2
+    assert shown["producers"] == [{"dag_id": "producer", "timetable": "0 * * * *"}]
+    assert [r["partition_key"] for r in shown["items"]] == sorted(HOURS, reverse=True)
+    missing = [r["partition_key"] for r in shown["items"] if r["missing"]]
+    assert missing == sorted(LEFT_OUT, reverse=True)
+    five = next(r for r in shown["items"] if r["partition_key"] == LEFT_OUT[0])
+    assert five["events"] == 0 and five["last_event"] is None
+    assert _cells(five)["per_hour"]["state"] is None and not _cells(five)["per_hour"]["waiting"]
+
+    text = run_cli(world.config, "assets", "partitions", "hourly", "--from", "2026-03-10",
+                   "--to", HOURS[23])  # fmt: skip
+    assert text.exit_code == 0, text.output
+    assert "24 key(s) expected by producer (0 * * * *), 2 missing" in text.stdout
+    line = next(ln for ln in text.stdout.splitlines() if ln.startswith(LEFT_OUT[1]))
+    assert "MISSING" in line
+    noon = next(ln for ln in text.stdout.splitlines() if ln.startswith(HOURS[12]))
+    assert "2026-03-10: waiting" in noon and "refused" not in noon
+
+    api = world.get("/assets/hourly/partitions", **{"from": "2026-03-10T00:00:00Z",
+                    "to": "2026-03-10T23:00:00Z", "limit": 5})  # fmt: skip
+    assert api["total"] == 24 and len(api["items"]) == 5 and api["range"]["missing"] == 2
+    assert api["items"][0]["partition_key"] == HOURS[23]
+
+
+def test_a_range_that_cannot_be_listed_is_refused_with_the_reason(world: World) -> None:
+    backwards = run_cli(world.config, "assets", "partitions", "hourly", "--from", "2026-03-10",
+                        "--to", "2026-03-09")  # fmt: skip
+    assert backwards.exit_code == 1 and "before it starts" in backwards.stderr
+    answer = world.api.client().get(
+        "/api/v1/assets/hourly/partitions",
+        params={"from": "2026-03-01T00:00:00Z", "to": "2028-01-01T00:00:00Z"},
+        headers=bearer(world.token),
+    )
+    assert answer.status_code == 422 and "more than 10000 ticks" in answer.text
+    unknown = world.api.client().get("/api/v1/assets/nope/partitions", headers=bearer(world.token))
+    assert unknown.status_code == 404
