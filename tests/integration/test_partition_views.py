@@ -235,3 +235,55 @@ def test_a_range_that_cannot_be_listed_is_refused_with_the_reason(world: World) 
     assert answer.status_code == 422 and "more than 10000 ticks" in answer.text
     unknown = world.api.client().get("/api/v1/assets/nope/partitions", headers=bearer(world.token))
     assert unknown.status_code == 404
+
+
+ROLLUP_WAIT = (
+    "2026-03-10: waiting for 2 of 24 hourly keys of asset hourly: 2026-03-10T05:00:00, "
+    "2026-03-10T17:00:00"
+)
+
+
+def test_why_names_the_hours_a_daily_rollup_still_waits_for(world: World) -> None:
+    why = world.cli("dags", "why", "per_day")
+    assert why["schedule"]["kind"] == "assets" and why["schedule"]["time"] is None
+    parts = why["schedule"]["partitions"]
+    assert parts["ready"] == [] and parts["waiting_total"] == 1 and parts["refused"] == []
+    [wait] = parts["waiting"]
+    assert wait["message"] == ROLLUP_WAIT
+    assert wait["events"] == 22 and wait["missing_assets"] == []
+    assert wait["rollups"] == [
+        {
+            "asset": "hourly",
+            "grain": "hourly",
+            "expected": 24,
+            "arrived": 22,
+            "missing_keys": list(LEFT_OUT),
+            "wait_policy": "WaitForAll()",
+            "needed": None,
+        }
+    ]
+    findings = {f["code"]: f for f in why["findings"]}
+    assert findings["partitions_waiting"]["message"] == ROLLUP_WAIT
+    assert findings["partitions_waiting"]["severity"] == "waiting"
+    text = run_cli(world.config, "dags", "why", "per_day")
+    assert text.exit_code == 0, text.output
+    assert f"    {ROLLUP_WAIT}" in text.stdout and "  waiting: 1 key(s)" in text.stdout
+    assert world.get("/dags/per_day/why")["schedule"]["partitions"] == parts
+
+    for key in LEFT_OUT:  # the last two hours arrive: the day is ready
+        _emit(world.db, key)
+    ready = world.cli("dags", "why", "per_day")
+    assert ready["schedule"]["partitions"]["ready"] == ["2026-03-10"]
+    assert ready["schedule"]["assets"]["met"] is True
+    met = next(f for f in ready["findings"] if f["code"] == "condition_met")
+    assert "met for partition key(s) 2026-03-10" in met["message"]
+
+
+def test_the_why_page_lists_the_waiting_partition_keys(world: World) -> None:
+    world.api.user("ada", "admin")
+    client = world.api.client()
+    world.api.login(client, "ada")
+    html = client.get("/dags/per_day/why").text
+    assert 'data-testid="partition-waits"' in html
+    assert '<tr data-partition="2026-03-10">' in html
+    assert ROLLUP_WAIT.split(": ", 1)[1] in html

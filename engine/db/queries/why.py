@@ -177,6 +177,19 @@ def queued_by_asset(session: Session, dag_id: str) -> dict[str, QueuedEvents]:
     return out
 
 
+def queued_partition_events(session: Session, dag_id: str) -> list[tuple[int, str, str | None]]:
+    """(event id, asset name, partition key) of every event queued for the DAG, oldest
+    first: what a partitioned DAG's plan is made from (as the scheduler reads it)."""
+    rows = session.execute(
+        select(AssetEventQueue.asset_event_id, Asset.name, AssetEvent.partition_key)
+        .join(AssetEvent, AssetEvent.id == AssetEventQueue.asset_event_id)
+        .join(Asset, Asset.id == AssetEvent.asset_id)
+        .where(AssetEventQueue.dag_id == dag_id)
+        .order_by(AssetEventQueue.asset_event_id)
+    )
+    return [(int(e), str(n), None if k is None else str(k)) for e, n, k in rows]
+
+
 def queued_by_alias(session: Session, dag_id: str) -> dict[str, QueuedEvents]:
     """Alias name -> the queued events of the assets the alias resolved to (as the
     scheduler counts an alias updated: ``engine.db.queries.runs.lock_queued_dag``)."""
