@@ -17,6 +17,7 @@ which are missing, and what each consuming DAG made of them.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Final, TypedDict
 
 from engine.authoring.partition_mappers import PartitionKeyError, downstream_keys
@@ -25,14 +26,14 @@ from engine.authoring.partition_timetables import (
     PartitionedAssetTimetable,
 )
 from engine.authoring.schedules import timetable_from_json
-from engine.authoring.timetables import TimeRestriction
+from engine.authoring.timetables import TimeRestriction, timezone_of, to_utc
 from engine.db.queries import backfills, lineage
 from engine.db.queries import partitions as partitions_sql
 from engine.views.common import check_page, iso
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from datetime import datetime
+    from datetime import tzinfo
 
     from sqlalchemy.orm import Session
 
@@ -177,6 +178,32 @@ def range_timezone(session: Session, name: str) -> str:
     for shown, _ in _cron_producers(schedules, producer_ids):
         return schedules[shown["dag_id"]].timezone
     return "UTC"
+
+
+def read_range(
+    session: Session, name: str, start: str | None, end: str | None, *, now: datetime
+) -> tuple[datetime | None, datetime | None]:
+    """A range typed as text (ISO dates; without an offset in ``range_timezone``; no end:
+    ``now``) as aware UTC datetimes; (None, None) when no start is given.
+    PartitionRangeError for a date that cannot be read."""
+    if not start:
+        if end:
+            raise PartitionRangeError("a range needs its start; its end defaults to now")
+        return None, None
+    zone = timezone_of(range_timezone(session, name))
+    return _read_date(start, zone, "start"), _read_date(end, zone, "end") if end else now
+
+
+def _read_date(text: str, zone: tzinfo, name: str) -> datetime:
+    try:
+        return to_utc(
+            datetime.fromisoformat(text.strip()), timezone=zone, where="the range", name=name
+        )
+    except ValueError as exc:
+        raise PartitionRangeError(
+            f"the range's {name} {text!r} is not an ISO date or datetime (e.g. 2026-03-10, "
+            f"2026-03-10T06:00): {exc}"
+        ) from exc
 
 
 def _timetable(sched: DagSchedule | None) -> tuple[Timetable | None, str | None]:

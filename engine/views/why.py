@@ -337,6 +337,8 @@ def _missing(condition: BaseAsset, updated: Set[str], aliases: Set[str]) -> str 
 
 
 def _schedule_text(sched: DagSchedule, condition: BaseAsset | None) -> str:
+    if _is_partitioned(sched) and condition is not None:
+        return f"assets {_condition_text(condition)}, per partition key"
     parts = []
     if sched.timetable is not None:
         parts.append(sched.timetable_summary or "timetable")

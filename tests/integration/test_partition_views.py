@@ -7,6 +7,7 @@ partitions``, ``GET /api/v1/assets/{name}/partitions``, the asset page's matrix)
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -22,6 +23,8 @@ from tests.integration.test_backfill import run_cli
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
+
+    from fastapi.testclient import TestClient
 
     from engine.config import Config
     from engine.db.database import Database
@@ -83,11 +86,20 @@ LEFT_OUT = ("2026-03-10T05:00:00", "2026-03-10T17:00:00")
 class World:
     def __init__(self, api: ApiHarness, config: Config, token: str) -> None:
         self.api, self.db, self.config, self.token = api, api.db, config, token
+        self._page: TestClient | None = None
 
     def get(self, path: str, **params: Any) -> Any:
         answer = self.api.client().get(f"/api/v1{path}", params=params, headers=bearer(self.token))
         assert answer.status_code == 200, answer.text
         return answer.json()
+
+    def page(self) -> TestClient:
+        """A UI client logged in as a viewer (the same one for the whole test)."""
+        if self._page is None:
+            self.api.user("ui-viewer", "viewer")
+            self._page = self.api.client()
+            self.api.login(self._page, "ui-viewer")
+        return self._page
 
     def cli(self, *args: str) -> Any:
         result = run_cli(self.config, *args, "--json")
@@ -280,10 +292,64 @@ def test_why_names_the_hours_a_daily_rollup_still_waits_for(world: World) -> Non
 
 
 def test_the_why_page_lists_the_waiting_partition_keys(world: World) -> None:
-    world.api.user("ada", "admin")
-    client = world.api.client()
-    world.api.login(client, "ada")
-    html = client.get("/dags/per_day/why").text
+    html = world.page().get("/dags/per_day/why").text
     assert 'data-testid="partition-waits"' in html
     assert '<tr data-partition="2026-03-10">' in html
     assert ROLLUP_WAIT.split(": ", 1)[1] in html
+
+
+def _matrix_html(world: World, **params: Any) -> tuple[int, str]:
+    answer = world.page().get("/assets/hourly", params=params)
+    return answer.status_code, answer.text
+
+
+def _row(html: str, name: str) -> list[str]:
+    """The data-state of each cell of the matrix row ``name``, left to right."""
+    row = html.split(f'<tr data-row="{name}">', 1)[1].split("</tr>", 1)[0]
+    return re.findall(r'data-state="([^"]+)"', row)
+
+
+def test_the_asset_page_draws_the_partition_matrix(world: World) -> None:
+    status, html = _matrix_html(world)
+    assert status == 200 and 'data-testid="partition-matrix"' in html
+    columns = re.findall(r'<th scope="col" class="run" data-partition="([^"]+)"', html)
+    assert columns == sorted(set(HOURS) - set(LEFT_OUT), reverse=True)  # newest first
+    assert _row(html, "latest event") == ["updated"] * 22
+    assert _row(html, "per_day") == ["waiting"] * 22  # each hour waits for the day's rollup
+    assert set(_row(html, "per_hour")) <= {"queued", "running"}
+    noon = _row(html, "noon_only")
+    assert noon[columns.index(HOURS[12])] in {"queued", "running"}
+    assert noon.count("refused") == 21
+    assert '<tr data-row="whole">' not in html and "runs on the whole asset" in html
+    assert "1 event without a key" in html
+
+
+def test_the_matrix_marks_the_missing_keys_of_a_range_and_pages(world: World) -> None:
+    _, html = _matrix_html(world, pfrom="2026-03-10", pto="2026-03-10T23:00")
+    columns = re.findall(r'class="run" data-partition="([^"]+)"', html)
+    assert columns == sorted(HOURS, reverse=True)
+    events = _row(html, "latest event")
+    assert [columns[i] for i, s in enumerate(events) if s == "missing"] == sorted(
+        LEFT_OUT, reverse=True
+    )
+    assert "2 missing" in html
+    _, paged = _matrix_html(world, pfrom="2026-03-10", pto="2026-03-10T23:00", poffset=20)
+    assert re.findall(r'class="run" data-partition="([^"]+)"', paged) == HOURS[3::-1]
+    status, bad = _matrix_html(world, pfrom="yesterday")
+    assert status == 422 and "is not an ISO date" in bad
+
+
+def test_the_asset_events_table_shows_and_filters_by_partition(world: World) -> None:
+    _, html = _matrix_html(world, partition_key=HOURS[12])
+    table = html.split('data-testid="asset-events"', 1)[1]
+    assert table.count('<tr id="event-') == 1
+    assert f'<td class="partition-key"><code>{HOURS[12]}</code></td>' in table
+
+
+def test_a_dag_on_a_partitioned_asset_timetable_shows_its_schedule_per_key(world: World) -> None:
+    text = run_cli(world.config, "dags", "list")
+    line = next(ln for ln in text.stdout.splitlines() if ln.startswith("per_day "))
+    assert "assets hourly, per partition key" in line
+    assert world.cli("dags", "why", "per_day")["schedule"]["text"] == (
+        "assets hourly, per partition key"
+    )
