@@ -49,7 +49,7 @@ class PartitionMapper:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.json_type:
+        if "json_type" in vars(cls) and is_engine_mapper(cls):  # not a subclass in a DAG file
             PartitionMapper._readers[cls.json_type] = cls._from_json
 
     def to_downstream(self, key: str) -> str | Iterable[str]:
@@ -93,6 +93,12 @@ class PartitionMapper:
         return f"{type(self).__name__}({args})"
 
 
+def is_engine_mapper(kind: type) -> bool:
+    """Whether ``kind`` is one of the mappers defined here (the only ones the scheduler can
+    rebuild from the stored JSON), not a subclass defined in a DAG file."""
+    return kind.__module__.startswith("engine.authoring.partition_")
+
+
 def downstream_keys(mapper: PartitionMapper, key: str) -> tuple[str, ...]:
     """``mapper.to_downstream(key)`` as a tuple of distinct keys, each checked (a non-empty
     string of at most 250 characters); PartitionKeyError otherwise."""
@@ -112,10 +118,17 @@ def downstream_keys(mapper: PartitionMapper, key: str) -> tuple[str, ...]:
 
 
 def check_mapper(value: object, name: str, *, where: str) -> PartitionMapper:
+    """``value`` if it is one of the mappers defined here; DagDefinitionError otherwise."""
     if not isinstance(value, PartitionMapper):
         raise DagDefinitionError(
             f"{where}: {name} must be a partition mapper such as IdentityMapper() or "
             f"StartOfDayMapper(), got {value!r}"
+        )
+    if not is_engine_mapper(type(value)):
+        raise DagDefinitionError(
+            f"{where}: {name} {type(value).__name__} is a mapper class of the DAG file; the "
+            "scheduler rebuilds mappers from their stored form, so only the mappers of "
+            "engine.authoring (IdentityMapper, StartOfDayMapper, RollupMapper, ...) can be used"
         )
     return value
 

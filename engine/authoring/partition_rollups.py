@@ -44,10 +44,11 @@ _CACHED_KEYS: Final = 256  # downstream keys whose expected upstream keys a roll
 def _check_pairing(kind: str, upstream: PartitionMapper, window: object, *, where: str) -> Window:
     """The window, if ``upstream`` decodes to what it reads (same temporal grain, or plain
     keys for a SegmentWindow); DagDefinitionError otherwise."""
-    if not isinstance(window, Window):
+    if not isinstance(window, Window) or type(window).__module__ != Window.__module__:
         raise DagDefinitionError(
             f"{where}: {kind} window must be DayWindow(), WeekWindow(), ... or "
-            f"SegmentWindow([...]), got {window!r}"
+            f"SegmentWindow([...]) (window classes of a DAG file cannot be stored), got "
+            f"{window!r}"
         )
     period = upstream.period if isinstance(upstream, TemporalMapper) else None
     if period != window.period or isinstance(upstream, ProductMapper | ChainMapper | FanOutMapper):

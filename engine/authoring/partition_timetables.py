@@ -30,6 +30,7 @@ from engine.authoring.partition_mappers import (
     IdentityMapper,
     PartitionKeyError,
     PartitionMapper,
+    check_mapper,
     mapper_from_json,
 )
 from engine.authoring.timetables import Timetable
@@ -272,22 +273,7 @@ class PartitionedAssetTimetable(_NeverScheduled):
 
 
 def _mapper_arg(value: object, name: str, *, where: str) -> PartitionMapper:
-    if not isinstance(value, PartitionMapper):
-        raise DagDefinitionError(
-            f"{where}: PartitionedAssetTimetable {name} must be a partition mapper such as "
-            f"IdentityMapper() or StartOfDayMapper(), got {value!r}"
-        )
-    try:
-        stored = mapper_from_json(value.serialize())
-    except ValueError:
-        stored = None
-    if stored != value:
-        raise DagDefinitionError(
-            f"{where}: PartitionedAssetTimetable {name} {value!r} is not a mapper of "
-            "engine.authoring (IdentityMapper, StartOfDayMapper, RollupMapper, ...); custom "
-            "mapper classes cannot be stored for the scheduler"
-        )
-    return value
+    return check_mapper(value, f"PartitionedAssetTimetable {name}", where=where)
 
 
 def _mappers_by_name(

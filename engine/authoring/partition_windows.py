@@ -287,9 +287,10 @@ def as_wait_policy(value: object, *, where: str) -> WaitPolicy:
     """``wait_policy=`` as a policy: None or ``WaitForAll`` (the class) mean WaitForAll()."""
     if value is None or value is WaitForAll:
         return WaitForAll()
-    if not isinstance(value, WaitPolicy):
+    if not isinstance(value, WaitPolicy) or type(value).__module__ != __name__:
         raise DagDefinitionError(
-            f"{where}: wait_policy must be WaitForAll() or MinimumCount(n), got {value!r}"
+            f"{where}: wait_policy must be WaitForAll() or MinimumCount(n) (policy classes of "
+            f"a DAG file cannot be stored), got {value!r}"
         )
     return value
 

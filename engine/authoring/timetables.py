@@ -265,7 +265,8 @@ class AssetOrTimeSchedule(Timetable):
 
     def __init__(self, *, timetable: Timetable, assets: BaseAsset | list[BaseAsset]) -> None:
         where = caller_location()
-        if not isinstance(timetable, Timetable) or isinstance(timetable, AssetOrTimeSchedule):
+        # a timetable with its own assets (AssetOrTimeSchedule, PartitionedAssetTimetable)
+        if not isinstance(timetable, Timetable) or hasattr(timetable, "asset_condition"):
             raise DagDefinitionError(
                 f"{where}: AssetOrTimeSchedule timetable must be a timetable such as "
                 f"CronTriggerTimetable(...), got {timetable!r}"
@@ -300,6 +301,9 @@ class AssetOrTimeSchedule(Timetable):
         self, start: datetime, end: datetime, *, restriction: TimeRestriction
     ) -> list[DagRunInfo]:
         return self.timetable.runs_between(start, end, restriction=restriction)
+
+    def partition_key_for(self, info: DagRunInfo) -> str | None:
+        return self.timetable.partition_key_for(info)
 
     def serialize(self) -> dict[str, Any]:
         inner, assets = self.timetable.serialize(), self.asset_condition.to_json()

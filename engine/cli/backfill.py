@@ -1,8 +1,11 @@
-"""``sluice dags backfill``: the runs of a DAG's time schedule between two dates.
+"""``sluice dags backfill``: the runs of a DAG's time schedule between two dates, or of a
+partitioned DAG's keys (``--partitions K1,K2``: ``engine.cli.partition_backfill``).
 
-The logical dates come from the DAG's stored timetable; the runs are written in batches
-(``engine.scheduler.backfills``), each in its own transaction, so a killed command leaves
-whole batches behind and the same command run again resumes without duplicates. The
+The logical dates come from the DAG's stored timetable (a ``CronPartitionTimetable`` gives
+each its partition key, and a key that already has a run is not run again); the runs are
+written in batches (``engine.scheduler.backfills``), each in its own transaction, so a
+killed command leaves whole batches behind and the same command run again resumes without
+duplicates. The
 scheduler admits the runs, at most ``--max-active-runs`` at once, and completes the backfill
 when they have all ended.
 
@@ -29,13 +32,15 @@ from engine.cli.common import (
     parse_date,
     run_query,
 )
+from engine.cli.partition_backfill import PartitionKeysError, partition_targets
 from engine.db.models import utcnow
 from engine.db.queries import backfills
 from engine.exceptions import SluiceError
 from engine.scheduler import backfills as backfill_rules
+from engine.scheduler.backfills import PartitionTarget
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from datetime import datetime
 
     from sqlalchemy.orm import Session
@@ -68,20 +73,27 @@ class BackfillResult:
 def write_backfill(
     db: Database,
     dag_id: str,
-    infos: Sequence[DagRunInfo],
+    infos: Sequence[DagRunInfo] | Sequence[PartitionTarget],
     *,
-    from_date: datetime,
-    to_date: datetime,
+    from_date: datetime | None,
+    to_date: datetime | None,
     reprocess: str,
     max_active_runs: int,
     created_by: str | None,
     batch_size: int = backfill_rules.BACKFILL_BATCH_SIZE,
     clock: Callable[[], datetime] = utcnow,
+    timetable: Timetable | None = None,
+    partition_keys: Sequence[str] | None = None,
 ) -> BackfillResult:
     """Create (or resume) the backfill, then its runs, ``batch_size`` per transaction.
 
-    Raises ``BackfillConflictError`` when the DAG has an unfinished backfill of another range.
+    ``infos`` are the logical dates' ticks, or a ``PartitionedAtRuntime`` backfill's keys
+    (``PartitionTarget``s, with no dates). ``timetable`` gives each tick its partition key
+    (a ``CronPartitionTimetable``). ``partition_keys``: the keys a ``--partitions`` backfill
+    was asked for (it is resumed by them, not by dates). Raises ``BackfillConflictError``
+    when the DAG has an unfinished backfill of another range (or other keys).
     """
+    keys = partition_keys
 
     def start(session: Any) -> tuple[int, bool]:
         before = backfills.unfinished_backfill(session, dag_id)
@@ -94,6 +106,7 @@ def write_backfill(
             max_active_runs=max_active_runs,
             created_by=created_by,
             now=clock(),
+            partition_keys=keys,
         )
         return backfill_id, before is not None and before.id == backfill_id
 
@@ -101,7 +114,8 @@ def write_backfill(
     counts = {"created": 0, "reprocessed": 0, "skipped": 0}
     for first in range(0, len(infos), batch_size):
         batch = infos[first : first + batch_size]
-        done = db.call(partial(_add_batch, backfill_id, batch, reprocess, clock))
+        add = partial(_add_batch, backfill_id, batch, reprocess, clock, timetable)
+        done = db.call(add)
         for key, value in done.items():
             counts[key] += value
     completed = False
@@ -114,20 +128,34 @@ def write_backfill(
 
 def _add_batch(
     backfill_id: int,
-    batch: Sequence[DagRunInfo],
+    batch: Sequence[DagRunInfo] | Sequence[PartitionTarget],
     reprocess: str,
     clock: Callable[[], datetime],
+    timetable: Timetable | None,
     session: Session,
 ) -> dict[str, int]:
+    targets = [t for t in batch if isinstance(t, PartitionTarget)]
+    if targets:
+        return backfill_rules.add_partition_backfill_runs(
+            session, backfill_id, targets, reprocess=reprocess, now=clock()
+        )
+    infos = [t for t in batch if not isinstance(t, PartitionTarget)]
     return backfill_rules.add_backfill_runs(
-        session, backfill_id, batch, reprocess=reprocess, now=clock()
+        session, backfill_id, infos, reprocess=reprocess, now=clock(), timetable=timetable
     )
 
 
 @click.command("backfill")
 @click.argument("dag_id")
-@click.option("--from", "from_text", required=True, metavar="DATE", help="First logical date.")
-@click.option("--to", "to_text", required=True, metavar="DATE", help="Last logical date.")
+@click.option("--from", "from_text", default=None, metavar="DATE", help="First logical date.")
+@click.option("--to", "to_text", default=None, metavar="DATE", help="Last logical date.")
+@click.option(
+    "--partitions",
+    "partitions_text",
+    default=None,
+    metavar="K1,K2",
+    help="A partitioned DAG's keys instead of dates: one run per key.",
+)
 @click.option(
     "--max-active-runs",
     type=click.IntRange(min=1),
@@ -147,20 +175,32 @@ def _add_batch(
 def dags_backfill(
     ctx: click.Context,
     dag_id: str,
-    from_text: str,
-    to_text: str,
+    from_text: str | None,
+    to_text: str | None,
+    partitions_text: str | None,
     max_active_runs: int | None,
     reprocess: str,
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Run a DAG for every logical date of its schedule from --from to --to (both included).
+    """Run a DAG for every logical date of its schedule from --from to --to (both included),
+    or, --partitions, once for each partition key of a partitioned DAG.
 
     DATE is an ISO date or datetime; without an offset it is in the DAG's timezone. Queued
     and running runs are left alone; --reprocess decides about finished ones.
     """
+    if partitions_text is not None and (from_text is not None or to_text is not None):
+        fail("give either --partitions or --from/--to, not both")
+    if partitions_text is None and (from_text is None or to_text is None):
+        fail("give --from and --to (the dates to run), or --partitions (the keys to run)")
     schedule = _backfill_schedule(ctx, dag_id)
     timetable = stored_timetable(dag_id, schedule.timetable)
+    limit = max_active_runs or schedule.max_active_runs
+    if partitions_text is not None:
+        request = _PartitionRequest(partitions_text, reprocess, limit, dry_run, as_json)
+        _backfill_partitions(ctx, schedule, timetable, request)
+        return
+    assert from_text is not None and to_text is not None
     timezone = timezone_of(schedule.timezone)
     from_date = parse_date(from_text, timezone=timezone, option="--from")
     to_date = parse_date(to_text, timezone=timezone, option="--to")
@@ -172,7 +212,6 @@ def dags_backfill(
     infos = timetable.runs_between(from_date, to_date, restriction=restriction)
     if not infos:
         fail(_no_dates(schedule, from_date, to_date))
-    limit = max_active_runs or schedule.max_active_runs
     summary = {
         "dag_id": dag_id,
         "from": from_date.isoformat(),
@@ -188,7 +227,7 @@ def dags_backfill(
         )
         _print_plan(summary, plan, as_json)
         return
-    result = _write(ctx, dag_id, infos, from_date, to_date, reprocess, limit)
+    result = _write(ctx, dag_id, infos, (from_date, to_date), reprocess, limit, timetable)
     _print_result(summary, result, as_json)
     if schedule.is_paused and not as_json:
         click.echo(
@@ -229,11 +268,12 @@ def _no_dates(schedule: backfills.DagSchedule, from_date: datetime, to_date: dat
 def _write(
     ctx: click.Context,
     dag_id: str,
-    infos: Sequence[DagRunInfo],
-    from_date: datetime,
-    to_date: datetime,
+    infos: Sequence[DagRunInfo] | Sequence[PartitionTarget],
+    dates: tuple[datetime | None, datetime | None],
     reprocess: str,
     limit: int,
+    timetable: Timetable,
+    partition_keys: Sequence[str] | None = None,
 ) -> BackfillResult:
     db = open_database(ctx)
     try:
@@ -241,11 +281,13 @@ def _write(
             db,
             dag_id,
             infos,
-            from_date=from_date,
-            to_date=to_date,
+            from_date=dates[0],
+            to_date=dates[1],
             reprocess=reprocess,
             max_active_runs=limit,
             created_by=cli_actor(),
+            timetable=timetable,
+            partition_keys=partition_keys,
         )
     except backfills.BackfillConflictError as exc:
         fail(str(exc))
@@ -258,7 +300,7 @@ def _write(
         db.dispose()
 
 
-def _print_plan(summary: dict[str, Any], plan: list[dict[str, Any]], as_json: bool) -> None:
+def _print_plan(summary: dict[str, Any], plan: Sequence[Mapping[str, Any]], as_json: bool) -> None:
     counts = {
         action: sum(1 for p in plan if p["action"] == action)
         for action in (backfill_rules.CREATE, backfill_rules.REPROCESS, backfill_rules.SKIP)
@@ -266,15 +308,21 @@ def _print_plan(summary: dict[str, Any], plan: list[dict[str, Any]], as_json: bo
     if as_json:
         click.echo(json.dumps({**summary, **counts, "runs": plan}, indent=2))
         return
-    click.echo(
-        f"dry run, nothing written: backfill of DAG {summary['dag_id']}, "
-        f"{summary['logical_dates']} logical date(s) from {summary['from']} to {summary['to']}"
-    )
-    click.echo(format_table(plan, ["logical_date", "run_after", "action", "existing_state"]))
+    click.echo(f"dry run, nothing written: backfill of DAG {summary['dag_id']}, {_what(summary)}")
+    first = "partition_key" if "partition_keys" in summary else "logical_date"
+    rows = [dict(p) for p in plan]
+    click.echo(format_table(rows, [first, "run_after", "action", "existing_state"]))
     click.echo(
         f"would create {counts['create']} run(s), re-run {counts['reprocess']}, "
         f"skip {counts['skip']}"
     )
+
+
+def _what(summary: Mapping[str, Any]) -> str:
+    """What a backfill runs, as its summary says: its keys, or its dates."""
+    if "partition_keys" in summary:
+        return f"{summary['partition_keys']} partition key(s)"
+    return f"{summary['logical_dates']} logical date(s) from {summary['from']} to {summary['to']}"
 
 
 def _print_result(summary: dict[str, Any], result: BackfillResult, as_json: bool) -> None:
@@ -283,8 +331,7 @@ def _print_result(summary: dict[str, Any], result: BackfillResult, as_json: bool
         return
     verb = "resumed" if result.resumed else "created"
     click.echo(
-        f"{verb} backfill {result.backfill_id} of DAG {summary['dag_id']}: "
-        f"{summary['logical_dates']} logical date(s) from {summary['from']} to {summary['to']}, "
+        f"{verb} backfill {result.backfill_id} of DAG {summary['dag_id']}: {_what(summary)}, "
         f"at most {summary['max_active_runs']} run(s) at once"
     )
     click.echo(
@@ -295,3 +342,67 @@ def _print_result(summary: dict[str, Any], result: BackfillResult, as_json: bool
             "nothing to run: every date already has a run (--reprocess failed or completed "
             "runs finished ones again)"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _PartitionRequest:
+    keys_text: str
+    reprocess: str
+    max_active_runs: int
+    dry_run: bool
+    as_json: bool
+
+
+def _backfill_partitions(
+    ctx: click.Context,
+    schedule: backfills.DagSchedule,
+    timetable: Timetable,
+    request: _PartitionRequest,
+) -> None:
+    """``--partitions``: one run per key (``engine.cli.partition_backfill``)."""
+    dag_id = schedule.dag_id
+    try:
+        targets = partition_targets(dag_id, timetable, request.keys_text, now=utcnow())
+    except PartitionKeysError as exc:
+        fail(str(exc))
+    summary = {
+        "dag_id": dag_id,
+        "partition_keys": len(targets),
+        "max_active_runs": request.max_active_runs,
+        "reprocess": request.reprocess,
+        "dry_run": request.dry_run,
+    }
+    if request.dry_run:
+        as_targets = [PartitionTarget(_key_of(timetable, t), t.run_after) for t in targets]
+        plan = run_query(
+            ctx,
+            lambda s: backfill_rules.partition_backfill_plan(
+                s, dag_id, as_targets, reprocess=request.reprocess
+            ),
+        )
+        _print_plan(summary, plan, request.as_json)
+        return
+    keys = [_key_of(timetable, target) for target in targets]
+    result = _write(
+        ctx,
+        dag_id,
+        targets,
+        (None, None),
+        request.reprocess,
+        request.max_active_runs,
+        timetable,
+        keys,
+    )
+    _print_result(summary, result, request.as_json)
+    if schedule.is_paused and not request.as_json:
+        click.echo(
+            f"DAG {dag_id} is paused: its backfill runs wait until `sluice dags unpause {dag_id}`"
+        )
+
+
+def _key_of(timetable: Timetable, target: DagRunInfo | PartitionTarget) -> str:
+    if isinstance(target, PartitionTarget):
+        return target.partition_key
+    key = timetable.partition_key_for(target)
+    assert key is not None  # a CronPartitionTimetable keys every run
+    return key

@@ -4,8 +4,10 @@ asset condition is met, from the DAG's queued asset events (the decision is the 
 ``engine.db.queries.runs``' statements, in the scheduler's transaction that holds the DAG).
 
 - each planned run is an asset-triggered run with its ``partition_key``, consuming exactly
-  the events mapped to its key (an event a fan-out maps to several keys is consumed by the
-  runs made in the same pass);
+  the events mapped to its key. An event is consumed once per key: one that a fan-out maps
+  to several keys stays queued while another of its keys waits (an ``&`` waiting for its
+  other asset), and a key that already ran on it makes no run while it stays queued (no
+  run twice on one event);
 - an event the DAG cannot use (no partition key, a key its mapper refuses) is logged once,
   with the reason, and dropped from the DAG's queue: it would never make a run;
 - the events of keys not ready yet (a rollup waiting for more of its upstream keys, an
@@ -78,16 +80,24 @@ def create_partitioned_runs(
             },
         )
     runs.dequeue_asset_events(session, queued.dag_id, [r.event_id for r in plan.refused])
+    waited_for = {event_id for wait in plan.waiting for event_id in wait.event_ids}
+    planned = {event_id for run in plan.runs for event_id in run.event_ids}
+    consumed = runs.consumed_by_key(session, queued.dag_id, planned & waited_for)
     created: list[int] = []
-    for planned in plan.runs:
+    for planned_run in plan.runs:
+        key = planned_run.partition_key
+        if any((e, key) in consumed for e in planned_run.event_ids):
+            # An event kept queued for other keys, which this key has already run on.
+            continue
         run_pk = runs.create_run(
             session,
             queued.dag_id,
             run_type=runs.ASSET_TRIGGERED,
             now=now,
             run_after=now,
-            asset_event_ids=planned.event_ids,
-            partition_key=planned.partition_key,
+            asset_event_ids=planned_run.event_ids,
+            partition_key=key,
+            keep_queued=waited_for,
         )
         if run_pk is not None:
             created.append(run_pk)

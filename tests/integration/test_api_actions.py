@@ -96,8 +96,10 @@ def test_trigger_with_conf(world: World) -> None:
     assert _post(world, "/api/v1/dags/fanout/runs", status=201)["dag_id"] == "fanout"
     assert "'nope'" in _post(world, "/api/v1/dags/nope/runs", {}, status=404)["detail"]
     for bad in ({"conf": [1, 2]}, {"conf": "x"}, {"logical_date": "2026-03-01T06:00:00"},
-                {"config": {}}):  # fmt: skip
+                {"config": {}}, {"partition_key": "k" * 251}):  # fmt: skip
         _post(world, "/api/v1/dags/fanout/runs", bad, status=422)
+    keyed = _post(world, "/api/v1/dags/fanout/runs", {"partition_key": "us"}, status=422)
+    assert "DAG 'fanout' is not a partitioned DAG" in keyed["detail"]
     malformed = world.client("op").post(
         "/api/v1/dags/fanout/runs",
         content=b'{"conf": {',

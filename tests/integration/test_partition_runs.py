@@ -22,10 +22,12 @@ from engine.db.queries import assets as assets_sql
 from engine.db.queries import runs as runs_sql
 from engine.executor.task_logs import read_task_log
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
+from engine.states import TaskState
 from tests.integration.harness import fast_executor_settings, parsed_database
 from tests.integration.test_backfill import add_dag, config, db, run_cli
 from tests.integration.test_time_schedules import Clock
 from tests.integration.test_xcom import Env as RunEnv
+from triggers.base import TaskSuccessEvent
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -49,7 +51,10 @@ class Env(RunEnv):
 
 
 RUN_DAGS = """
-from engine import DAG, Asset, task
+from datetime import timedelta
+
+from engine import DAG, Asset, BaseOperator, task
+from triggers.temporal import TimeDeltaTrigger
 
 hourly, regions, other = Asset("hourly"), Asset("regions"), Asset("other")
 
@@ -76,8 +81,19 @@ def not_an_outlet(outlet_events):
     outlet_events[Asset("elsewhere")].add_partitions("us")
 
 
+class Waits(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=TimeDeltaTrigger(timedelta(days=1)), method_name="done")
+
+    def done(self, context, event):
+        return None
+
+
 with DAG("producer"):
     produce()
+
+with DAG("ends_from_trigger"):
+    Waits(task_id="waits", outlets=[hourly])
 
 with DAG("runtime"):
     fan_out()
@@ -127,7 +143,18 @@ async def test_a_partitioned_runs_task_sees_its_key_and_emits_its_events_with_it
             assert await env.run_to_end(plain) == "success"
     assert env.results(keyed, "produce")["return_value"] == {"context": HOUR_9, "dag_run": HOUR_9}
     assert env.results(plain, "produce")["return_value"] == {"context": None, "dag_run": None}
-    assert _keyed_events(env.db) == [("hourly", HOUR_9, {}), ("hourly", None, {})]
+    events = _keyed_events(env.db)  # the two runs ran side by side: in either order
+    assert sorted(events, key=str) == [("hourly", HOUR_9, {}), ("hourly", None, {})]
+
+
+async def test_a_task_ending_from_its_trigger_emits_with_the_runs_key(env) -> None:
+    run_pk = _start(env, "ends_from_trigger", HOUR_9)
+    with anyio.fail_after(60):
+        async with env.executor():
+            tis = await env.until(run_pk, lambda t: t["waits"].state == TaskState.DEFERRED and t)
+            env.fire(tis["waits"].trigger_id, TaskSuccessEvent())
+            assert await env.run_to_end(run_pk) == "success"
+    assert _keyed_events(env.db) == [("hourly", HOUR_9, {})]
 
 
 async def test_add_partitions_writes_one_event_per_key_and_refuses_bad_ones(env) -> None:
@@ -150,11 +177,12 @@ async def test_add_partitions_writes_one_event_per_key_and_refuses_bad_ones(env)
 
 CONSUMER_DAGS = """
 from engine import (
-    DAG, AllowedKeyMapper, Asset, DayWindow, PartitionedAssetTimetable, RollupMapper,
-    StartOfDayMapper, task,
+    DAG, AllowedKeyMapper, Asset, DayWindow, FanOutMapper, PartitionedAssetTimetable,
+    RollupMapper, StartOfDayMapper, task,
 )
 
 hourly, regions = Asset("hourly"), Asset("regions")
+days, checks = Asset("days"), Asset("checks")
 
 
 @task
@@ -173,6 +201,16 @@ daily = RollupMapper(upstream_mapper=StartOfDayMapper(), window=DayWindow())
 by_day = PartitionedAssetTimetable(assets=hourly, default_partition_mapper=daily)
 with DAG("per_day", schedule=by_day):
     consume()
+
+# A day's event fans out to its 24 hours; each hour also needs its own event of "checks".
+hours_of_day = FanOutMapper(upstream_mapper=StartOfDayMapper(), window=DayWindow())
+with DAG(
+    "day_and_hour",
+    schedule=PartitionedAssetTimetable(
+        assets=days & checks, partition_mapper_config={days: hours_of_day}
+    ),
+):
+    consume.override(task_id="both")()
 
 with DAG(
     "us_only",
@@ -241,6 +279,24 @@ def test_an_identity_consumer_runs_once_per_key_and_a_daily_rollup_after_the_24t
     assert _runs_by_key(db, "per_day") == {"2026-03-10": sorted(events.values())}
     assert len(_runs_by_key(db, "per_hour")) == 24
     assert _queued(db, "per_day") == _queued(db, "per_hour") == []
+
+
+def test_a_fanned_out_event_serves_each_of_its_keys_once(consumers: Env) -> None:
+    db, scheduler = consumers.db, consumers.scheduler  # the fan-out's keys: "%Y-%m-%dT%H"
+    day = _emit(db, "days", HOURS[0])  # a day, named by its first hour
+    nine = _emit(db, "checks", "2026-03-10T09")
+    anyio.run(scheduler.schedule_once)
+    assert _runs_by_key(db, "day_and_hour") == {"2026-03-10T09": sorted([day, nine])}
+    assert _queued(db, "day_and_hour") == [day]  # the other 23 hours still wait on it
+    anyio.run(scheduler.schedule_once)
+    assert len(_runs_by_key(db, "day_and_hour")) == 1  # 09:00 never runs on it twice
+    ten = _emit(db, "checks", "2026-03-10T10")
+    anyio.run(scheduler.schedule_once)
+    assert _runs_by_key(db, "day_and_hour")["2026-03-10T10"] == sorted([day, ten])
+    again = _emit(db, "checks", "2026-03-10T09")  # 09:00's day event is spent: it waits
+    anyio.run(scheduler.schedule_once)
+    assert set(_runs_by_key(db, "day_and_hour")) == {"2026-03-10T09", "2026-03-10T10"}
+    assert _queued(db, "day_and_hour") == sorted([day, again])
 
 
 def test_events_a_partitioned_dag_cannot_use_are_logged_once_and_dropped(

@@ -26,14 +26,18 @@ from engine.states import DagRunState, TaskState
 
 
 class Backfill(Base):
-    """``sluice dags backfill``: the runs of a date range, at most ``max_active_runs`` at once."""
+    """``sluice dags backfill``: the runs of a date range (or of partition keys), at most
+    ``max_active_runs`` at once."""
 
     __tablename__ = "backfill"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     dag_id: Mapped[str] = mapped_column(ForeignKey("dag.dag_id", ondelete="CASCADE"))
-    from_date: Mapped[datetime] = mapped_column(UtcDateTime)
-    to_date: Mapped[datetime] = mapped_column(UtcDateTime)
+    # The date range of a backfill of logical dates; None for a partition backfill, which
+    # runs its ``partition_keys`` instead.
+    from_date: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    to_date: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    partition_keys: Mapped[list[str] | None] = mapped_column(JSON)
     reprocess: Mapped[str] = mapped_column(String(20))
     max_active_runs: Mapped[int] = mapped_column(Integer)
     created_by: Mapped[str | None] = mapped_column(String(500))

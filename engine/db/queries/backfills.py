@@ -2,7 +2,8 @@
 and when it ends; plus the schedule columns of DAGs as the backfill, ``dags show`` and
 ``dags list`` read them.
 
-A backfill stands for the runs of one DAG between two logical dates; the command hands
+A backfill stands for the runs of one DAG between two logical dates (or, for a partitioned
+DAG, for a list of partition keys: one run per key); the command hands
 them over in batches, each in its own transaction, and what a backfill does with each date
 is the scheduler's rule (``engine.scheduler.backfills``). Running the same command again
 resumes the same backfill (``create_or_resume_backfill``); the unique (dag_id,
@@ -50,12 +51,20 @@ class BackfillConflictError(ValueError):
 class BackfillRow:
     id: int
     dag_id: str
-    from_date: datetime
-    to_date: datetime
+    from_date: datetime | None  # None for a partition backfill
+    to_date: datetime | None
     reprocess: str
     max_active_runs: int
     created_at: datetime
     completed_at: datetime | None
+    partition_keys: tuple[str, ...] | None = None  # a partition backfill's keys
+
+    def describe(self) -> str:
+        """What the backfill runs: its date range, or its partition keys."""
+        if self.partition_keys is not None:
+            return f"of partition keys {', '.join(self.partition_keys)}"
+        assert self.from_date is not None and self.to_date is not None
+        return f"from {self.from_date.isoformat()} to {self.to_date.isoformat()}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +147,7 @@ def _backfill_row(row: Backfill) -> BackfillRow:
         max_active_runs=row.max_active_runs,
         created_at=row.created_at,
         completed_at=row.completed_at,
+        partition_keys=None if row.partition_keys is None else tuple(row.partition_keys),
     )
 
 
@@ -145,31 +155,38 @@ def create_or_resume_backfill(
     session: Session,
     dag_id: str,
     *,
-    from_date: datetime,
-    to_date: datetime,
+    from_date: datetime | None,
+    to_date: datetime | None,
     reprocess: str,
     max_active_runs: int,
     created_by: str | None,
     now: datetime,
+    partition_keys: Sequence[str] | None = None,
 ) -> int:
     """The id of the DAG's unfinished backfill of this range (resumed, with this
-    ``reprocess`` and ``max_active_runs``), or of a new one.
+    ``reprocess`` and ``max_active_runs``), or of a new one. A partition backfill gives
+    ``partition_keys`` and no dates; it resumes one of the same keys.
 
     Raises ``BackfillConflictError`` when the DAG has an unfinished backfill of another
-    range. On PostgreSQL the DAG's row is locked first, so two commands racing for one DAG
-    create one backfill.
+    range (or other keys). On PostgreSQL the DAG's row is locked first, so two commands
+    racing for one DAG create one backfill.
     """
     if reprocess not in REPROCESS_BEHAVIORS:
         raise ValueError(f"reprocess must be one of {REPROCESS_BEHAVIORS}, got {reprocess!r}")
     if is_postgres(session):
         session.execute(select(Dag.dag_id).where(Dag.dag_id == dag_id).with_for_update())
+    keys = None if partition_keys is None else tuple(partition_keys)
     current = unfinished_backfill(session, dag_id)
     if current is not None:
-        if (current.from_date, current.to_date) != (from_date, to_date):
+        if (current.from_date, current.to_date, current.partition_keys) != (
+            from_date,
+            to_date,
+            keys,
+        ):
             raise BackfillConflictError(
-                f"DAG {dag_id!r} has an unfinished backfill (id {current.id}) from "
-                f"{current.from_date.isoformat()} to {current.to_date.isoformat()}: wait until "
-                "its runs have finished, or run the command again with that range to resume it"
+                f"DAG {dag_id!r} has an unfinished backfill (id {current.id}) "
+                f"{current.describe()}: wait until its runs have finished, or run the command "
+                "again with that range (or those keys) to resume it"
             )
         session.execute(
             update(Backfill)
@@ -188,6 +205,7 @@ def create_or_resume_backfill(
                 max_active_runs=max_active_runs,
                 created_by=created_by,
                 created_at=now,
+                partition_keys=None if keys is None else list(keys),
             )
             .returning(Backfill.id)
         ).scalar_one()
@@ -227,6 +245,36 @@ def existing_runs(
         for pk, date, state, backfill in rows
         if date is not None
     }
+
+
+def existing_runs_by_key(
+    session: Session, dag_id: str, keys: Sequence[str], *, lock: bool
+) -> dict[str, ExistingRun]:
+    """partition key -> the DAG's latest run of that key, for the given keys (``lock``: ``FOR
+    UPDATE`` on PostgreSQL, for a transaction that re-queues some of them)."""
+    if not keys:
+        return {}
+    stmt = (
+        select(DagRun.id, DagRun.partition_key, DagRun.state, DagRun.backfill_id)
+        .where(DagRun.dag_id == dag_id, DagRun.partition_key.in_(list(keys)))
+        .order_by(DagRun.id)
+    )
+    if lock and is_postgres(session):
+        stmt = stmt.with_for_update()
+    found: dict[str, ExistingRun] = {}
+    for pk, key, state, backfill in session.execute(stmt).all():
+        found[str(key)] = ExistingRun(
+            int(pk), str(state), None if backfill is None else int(backfill)
+        )
+    return found
+
+
+def lock_dag(session: Session, dag_id: str) -> None:
+    """Hold the DAG's row until the transaction ends (PostgreSQL; SQLite's writer holds the
+    whole database): a partition backfill's batch reads which keys have runs and creates
+    the others without a concurrent command doing the same in between."""
+    if is_postgres(session):
+        session.execute(select(Dag.dag_id).where(Dag.dag_id == dag_id).with_for_update())
 
 
 def _has_active_run() -> Any:

@@ -33,7 +33,7 @@ from engine.db.queries import mapping as mapping_sql
 from engine.states import DagRunState, TaskState
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Collection, Iterable, Sequence
     from datetime import datetime
 
     from sqlalchemy.orm import Session
@@ -102,7 +102,8 @@ def lock_queued_dag(session: Session, dag_id: str) -> QueuedDag | None:
 
 
 def dequeue_asset_events(session: Session, dag_id: str, event_ids: Sequence[int]) -> None:
-    """Drop queued events of a DAG without a run (a partitioned DAG's refused events)."""
+    """Drop queued events of a DAG (consumed by a run, or a partitioned DAG's refused
+    ones)."""
     if event_ids:
         session.execute(
             delete(AssetEventQueue).where(
@@ -110,6 +111,25 @@ def dequeue_asset_events(session: Session, dag_id: str, event_ids: Sequence[int]
                 AssetEventQueue.asset_event_id.in_(list(event_ids)),
             )
         )
+
+
+def consumed_by_key(
+    session: Session, dag_id: str, event_ids: Collection[int]
+) -> set[tuple[int, str]]:
+    """(event id, partition key) of the given events already consumed by a run of the DAG
+    with that key: a partitioned DAG consumes an event once per key."""
+    if not event_ids:
+        return set()
+    rows = session.execute(
+        select(DagRunAssetEvent.asset_event_id, DagRun.partition_key)
+        .join(DagRun, DagRun.id == DagRunAssetEvent.dag_run_id)
+        .where(
+            DagRun.dag_id == dag_id,
+            DagRun.partition_key.is_not(None),
+            DagRunAssetEvent.asset_event_id.in_(list(event_ids)),
+        )
+    ).all()
+    return {(int(event_id), str(key)) for event_id, key in rows}
 
 
 def run_id_for(run_type: str, *, logical_date: datetime | None, now: datetime) -> str:
@@ -135,8 +155,11 @@ def create_run(
     backfill_id: int | None = None,
     partition_key: str | None = None,
     run_id: str | None = None,
+    keep_queued: Collection[int] = (),
 ) -> int | None:
-    """A queued DAG run with its task instances; consumes the given queued asset events.
+    """A queued DAG run with its task instances; consumes the given queued asset events
+    (but those of ``keep_queued``, which stay queued: a partitioned DAG's event that other
+    keys still wait for).
 
     ``partition_key``: the slice a partitioned run stands for. ``run_id``: its own (default:
     ``run_id_for``); a partition backfill gives one per key, so a repeated insert does
@@ -172,11 +195,8 @@ def create_run(
             insert(DagRunAssetEvent),
             [{"dag_run_id": run_pk, "asset_event_id": e} for e in asset_event_ids],
         )
-        session.execute(
-            delete(AssetEventQueue).where(
-                AssetEventQueue.dag_id == dag_id,
-                AssetEventQueue.asset_event_id.in_(list(asset_event_ids)),
-            )
+        dequeue_asset_events(
+            session, dag_id, [e for e in asset_event_ids if e not in set(keep_queued)]
         )
     tasks = session.execute(
         select(DagTask.task_id, DagTask.retries).where(DagTask.dag_id == dag_id)

@@ -389,3 +389,16 @@ def test_a_fan_out_downstream_mapper_must_write_what_the_window_gives() -> None:
             window=SegmentWindow(["us"]),
             downstream_mapper=StartOfDayMapper(),
         )
+
+
+class OwnMapper(IdentityMapper):
+    """A mapper class of a DAG file: the scheduler could not rebuild it."""
+
+    def to_downstream(self, key: str) -> str:
+        return key.upper()
+
+
+def test_a_mapper_class_of_the_dag_file_is_refused_and_does_not_replace_ours() -> None:
+    with pytest.raises(DagDefinitionError, match="OwnMapper is a mapper class of the DAG file"):
+        ChainMapper(IdentityMapper(), OwnMapper())
+    assert type(mapper_from_json({"__type": "identity"})) is IdentityMapper

@@ -21,7 +21,13 @@ from engine.authoring.partition_timetables import (
 )
 from engine.authoring.partition_windows import DayWindow
 from engine.authoring.schedules import resolve_schedule, timetable_from_json
-from engine.authoring.timetables import DagRunInfo, TimeRestriction, Timetable, timezone_of
+from engine.authoring.timetables import (
+    AssetOrTimeSchedule,
+    DagRunInfo,
+    TimeRestriction,
+    Timetable,
+    timezone_of,
+)
 from engine.authoring.trigger_timetables import CronTriggerTimetable
 
 CATCHUP = TimeRestriction(earliest=None, latest=None, catchup=True)
@@ -205,3 +211,12 @@ def test_run_for_key_goes_back_from_each_key_to_its_run(timetable: CronPartition
 def test_run_for_key_refuses_a_key_that_is_not_one_of_the_timetables(key, message) -> None:
     with pytest.raises(PartitionKeyError, match=message):
         CronPartitionTimetable("0 * * * *").run_for_key(key)
+
+
+def test_asset_or_time_gives_its_time_runs_the_partition_keys() -> None:
+    schedule = AssetOrTimeSchedule(timetable=CronPartitionTimetable("@hourly"), assets=Asset("a"))
+    assert key_at(schedule, at(2026, 3, 10, 9)) == "2026-03-10T09:00:00"
+    with pytest.raises(DagDefinitionError, match="must be a timetable such as"):
+        AssetOrTimeSchedule(
+            timetable=PartitionedAssetTimetable(assets=Asset("b")), assets=Asset("a")
+        )

@@ -182,3 +182,33 @@ def test_every_wait_policy_round_trips_through_json(policy) -> None:
 def test_bad_stored_windows_and_policies_are_value_errors(reader, data) -> None:
     with pytest.raises(ValueError, match="stored"):
         reader(data)
+
+
+def test_an_iso_week_key_reads_back_to_its_monday() -> None:
+    mapper = StartOfWeekMapper(output_format="%G-W%V", input_format="%Y-%m-%d")
+    assert mapper.to_downstream("2027-01-01") == "2026-W53"  # a Friday of ISO week 53 of 2026
+    keys = expected(mapper, WeekWindow(), "2026-W53")
+    assert keys == [
+        "2026-12-28",
+        "2026-12-29",
+        "2026-12-30",
+        "2026-12-31",
+        *(f"2027-01-0{day}" for day in range(1, 4)),
+    ]
+
+
+class OwnWindow(DayWindow):
+    """A window class of a DAG file: it would be stored as a DayWindow."""
+
+
+class OwnPolicy(WaitForAll):
+    """A wait policy class of a DAG file."""
+
+
+def test_window_and_policy_classes_of_a_dag_file_are_refused() -> None:
+    with pytest.raises(DagDefinitionError, match="window classes of a DAG file"):
+        RollupMapper(upstream_mapper=StartOfDayMapper(), window=OwnWindow())
+    with pytest.raises(DagDefinitionError, match="policy classes of a DAG file"):
+        RollupMapper(
+            upstream_mapper=StartOfDayMapper(), window=DayWindow(), wait_policy=OwnPolicy()
+        )
