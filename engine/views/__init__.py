@@ -5,8 +5,7 @@ records: ``TypedDict``s, since their JSON shape is the contract the REST API ans
 ``--json`` prints (keys are only ever added). A list is a ``common.Page`` ``{items, total,
 limit, offset}`` with its filters. The SQL is in ``engine.db.queries`` (``browse``,
 ``lineage``, ``partitions``, ``inspection``, ``streams``, ``why``, ``why_watchers``); these
-modules decide
-what the rows mean and say it in words:
+modules decide what the rows mean and say it in words:
 
 - ``common``: pages, limits, ISO dates, JSON-able values;
 - ``dags``: DAGs (schedule text, next run, paused, tags, last run states and counts; one
