@@ -44,6 +44,8 @@ def _dag_lines(view: dict[str, Any]) -> list[str]:
     )
     last = runs["last"]
     last_text = "none" if last is None else f"{last['run_id']} ({last['state']})"
+    if last is not None and last.get("partition_key") is not None:
+        last_text += f" of partition {last['partition_key']}"
     counts = (
         f"{runs['running']} running, {runs['queued']} queued, max_active_runs "
         f"{runs['max_active_runs']}{' (reached)' if runs['limit_reached'] else ''}"

@@ -353,3 +353,21 @@ def test_a_dag_on_a_partitioned_asset_timetable_shows_its_schedule_per_key(world
     assert world.cli("dags", "why", "per_day")["schedule"]["text"] == (
         "assets hourly, per partition key"
     )
+
+
+def test_the_asset_page_emits_an_event_of_one_partition(world: World) -> None:
+    world.api.user("otto", "op")
+    client = world.api.client()
+    csrf = world.api.login(client, "otto")
+    key = "2026-03-11T00:00:00"
+    answer = client.post(
+        "/assets/hourly/events", data={"csrf_token": csrf, "extra": "", "partition_key": key}
+    )
+    assert answer.status_code == 303, answer.text
+    [event] = world.cli("assets", "events", "hourly", "--partition-key", key)
+    assert event["created_by"] == "ui:otto" and event["source"] == "api"
+    too_long = client.post(
+        "/assets/hourly/events", data={"csrf_token": csrf, "partition_key": "k" * 251}
+    )
+    assert too_long.status_code == 422 and "more than the 250" in too_long.text
+    assert world.cli("assets", "events", "hourly", "--partition-key", "k" * 251) == []

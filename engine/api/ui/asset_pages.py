@@ -34,6 +34,7 @@ from engine.db.models import utcnow
 from engine.db.queries import assets as assets_sql
 from engine.views import assets as assets_view
 from engine.views import partitions as partitions_view
+from triggers.base import MAX_PARTITION_KEY_LENGTH, check_partition_key
 
 MAX_EXTRA_CHARS: Final = 65_536
 #: After an event is emitted here, the page reloads itself this often until the runs it
@@ -199,11 +200,16 @@ async def emit_event(
     database: DatabaseDep,
     config: ConfigDep,
     extra: Annotated[str, Form(max_length=MAX_EXTRA_CHARS)] = "",
+    partition_key: Annotated[str, Form(max_length=4 * MAX_PARTITION_KEY_LENGTH)] = "",
 ) -> Response:
-    """Record an event of the asset (source ``api``): the DAGs scheduled on it run. Then the
-    asset's page, with the new event marked; bad extra: the page again saying why (422)."""
+    """Record an event of the asset (source ``api``), of one partition when a key is given:
+    the DAGs scheduled on it run. Then the asset's page, with the new event marked; bad
+    extra or key: the page again saying why (422)."""
+    key = partition_key.strip() or None
     try:
         parsed = json_object_field(extra, "extra")
+        if key is not None:
+            check_partition_key(key, "partition key")
         event_id = await database.run(
             partial(
                 assets_sql.emit_asset_event,
@@ -211,6 +217,7 @@ async def emit_event(
                 extra=parsed,
                 source=assets_sql.SOURCE_API,
                 created_by=emitted_by(principal),
+                partition_key=key,
                 keep_while_paused=config.scheduler.keep_events_while_paused,
             )
         )
@@ -218,6 +225,13 @@ async def emit_event(
         raise not_found(str(exc)) from exc
     except ValueError as exc:
         return await _asset_page(
-            request, database, name, 0, problem=str(exc), extra_text=extra, status_code=422
+            request,
+            database,
+            name,
+            0,
+            problem=str(exc),
+            extra_text=extra,
+            key_text=partition_key,
+            status_code=422,
         )
     return RedirectResponse(f"{asset_url(name)}?emitted={event_id}#event-{event_id}", 303)
