@@ -129,9 +129,7 @@ def asset_partitions(
     if asset is None:
         return None
     consumer_ids = lineage.asset_consumers(session, [asset.id]).get(asset.id, [])
-    producer_ids = sorted(
-        {d for d, _, outlets, _ in lineage.task_outlets(session) if name in outlets}
-    )
+    producer_ids = _producer_ids(session, name)
     schedules = backfills.dag_schedules(session, [*consumer_ids, *producer_ids])
     consumers = [_consumer(schedules.get(d), d, name) for d in consumer_ids]
     producers = _cron_producers(schedules, producer_ids)
@@ -141,18 +139,8 @@ def asset_partitions(
         rows = [_row(k.partition_key, k, expected=None) for k in keyed]
     else:
         expected = _expected_keys(schedules, producers, start, end)
-        known = (
-            partitions_sql.events_between(session, asset.id, expected[-1], expected[0])
-            if expected
-            else {}
-        )
+        rows, shown_range = _range_rows(session, asset.id, expected, (start, end), limit, offset)
         total = len(expected)
-        shown = expected[offset:] if limit is None else expected[offset : offset + limit]
-        rows = [_row(key, known.get(key), expected=True) for key in shown]
-        assert start is not None and end is not None
-        missing = sum(1 for key in expected if key not in known)
-        shown_range = {"start": iso(start) or "", "end": iso(end) or "", "expected": total,
-                       "missing": missing}  # fmt: skip
     _fill_cells(session, asset.id, rows, consumers)
     return {
         "asset": name,
@@ -167,13 +155,41 @@ def asset_partitions(
     }
 
 
+def _producer_ids(session: Session, name: str) -> list[str]:
+    """The DAGs with a task that has the asset as an outlet."""
+    return sorted({d for d, _, outlets, _ in lineage.task_outlets(session) if name in outlets})
+
+
+def _range_rows(
+    session: Session,
+    asset_id: int,
+    expected: list[str],
+    bounds: tuple[datetime | None, datetime | None],
+    limit: int | None,
+    offset: int,
+) -> tuple[list[PartitionRow], RangeShown]:
+    """The page of the expected keys (newest first), each with its events, and the range's
+    counts."""
+    known = (
+        partitions_sql.events_between(session, asset_id, expected[-1], expected[0])
+        if expected
+        else {}
+    )
+    shown = expected[offset:] if limit is None else expected[offset : offset + limit]
+    summary: RangeShown = {
+        "start": iso(bounds[0]) or "",
+        "end": iso(bounds[1]) or "",
+        "expected": len(expected),
+        "missing": sum(1 for key in expected if key not in known),
+    }
+    return [_row(key, known.get(key), expected=True) for key in shown], summary
+
+
 def range_timezone(session: Session, name: str) -> str:
     """The timezone a range of dates without an offset is read in: that of the first DAG
     on a ``CronPartitionTimetable`` that updates the asset (as its backfill reads dates),
     else UTC."""
-    producer_ids = sorted(
-        {d for d, _, outlets, _ in lineage.task_outlets(session) if name in outlets}
-    )
+    producer_ids = _producer_ids(session, name)
     schedules = backfills.dag_schedules(session, producer_ids)
     for shown, _ in _cron_producers(schedules, producer_ids):
         return schedules[shown["dag_id"]].timezone
