@@ -161,7 +161,8 @@ def _partitions(session: Session, sched: DagSchedule) -> PartitionSchedule | Non
         return None
     assert isinstance(timetable, PartitionedAssetTimetable), timetable
     queued = why_sql.queued_partition_events(session, sched.dag_id)
-    return why_partitions.partition_schedule(timetable, queued)
+    consumed = runs.consumed_by_key(session, sched.dag_id, [e for e, _, _ in queued])
+    return why_partitions.partition_schedule(timetable, queued, consumed)
 
 
 def _kind(sched: DagSchedule) -> Literal["none", "assets", "time", "assets_or_time"]:

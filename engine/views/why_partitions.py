@@ -19,6 +19,7 @@ from engine.authoring.partition_windows import MinimumCount, SegmentWindow
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from collections.abc import Set as AbstractSet
 
     from engine.authoring.partition_planning import PartitionWait
     from engine.authoring.partition_timetables import PartitionedAssetTimetable
@@ -32,18 +33,28 @@ _GRAIN: Final = {"minute": "minute", "hour": "hourly", "day": "daily", "month": 
 
 
 def partition_schedule(
-    timetable: PartitionedAssetTimetable, queued: Sequence[tuple[int, str, str | None]]
+    timetable: PartitionedAssetTimetable,
+    queued: Sequence[tuple[int, str, str | None]],
+    consumed: AbstractSet[tuple[int, str]] = frozenset(),
 ) -> PartitionSchedule:
     """What the scheduler's plan makes of the queued events ``(event id, asset, key)``: the
-    keys ready to run, the keys waiting (newest first) and why, the events it refuses."""
+    keys ready to run, the keys waiting (newest first) and why, the events it refuses.
+    ``consumed``: (event id, key) pairs a run of that key already consumed (an event a
+    fan-out keeps queued for its other keys): such a key is not ready again, as the
+    scheduler makes no second run of it."""
     events = [QueuedPartitionEvent(e, asset, key) for e, asset, key in queued]
     plan = plan_partitioned_runs(timetable, events)
+    ready = [
+        run.partition_key
+        for run in plan.runs
+        if not any((e, run.partition_key) in consumed for e in run.event_ids)
+    ]
     names = timetable.asset_condition.asset_names()
     waiting = sorted(plan.waiting, key=lambda w: w.partition_key, reverse=True)
     return {
         "mappers": {name: repr(timetable.mapper_for(name)) for name in names},
         "queued_events": len(events),
-        "ready": [run.partition_key for run in plan.runs],
+        "ready": ready,
         "waiting": [_wait_entry(timetable, wait) for wait in waiting[:WAITS_SHOWN]],
         "waiting_total": len(waiting),
         "refused": [{"event_id": r.event_id, "reason": r.reason} for r in plan.refused],

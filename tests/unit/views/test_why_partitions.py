@@ -85,3 +85,10 @@ def test_keys_ready_and_refused_events_are_reported_and_waits_come_newest_first(
     assert [w["partition_key"] for w in waits] == ["2026-03", "2026-02", "2026-01"]
     assert waits[1]["rollups"][0]["grain"] == "daily"
     assert waits[1]["rollups"][0]["expected"] == 28  # February 2026
+
+
+def test_a_key_that_already_ran_on_a_kept_event_is_not_ready_again() -> None:
+    timetable = PartitionedAssetTimetable(assets=regions)
+    queued = [(1, "regions[eu]", "us"), (2, "regions[eu]", "eu")]
+    shown = partition_schedule(timetable, queued, consumed={(1, "us")})
+    assert shown["ready"] == ["eu"]
