@@ -1,5 +1,6 @@
-"""``sluice assets ...``: every asset (list), the events of one (events), and an event
-recorded by hand, as a watcher would (emit). Tables, or ``--json``.
+"""``sluice assets ...``: every asset (list), the events of one (events), its partitions
+(partitions: the table is drawn by ``engine.cli.partitions_text``), and an event recorded by
+hand, as a watcher would (emit). Tables, or ``--json``.
 """
 
 from __future__ import annotations
@@ -9,17 +10,22 @@ from typing import Any
 
 import click
 
+from engine.authoring.timetables import timezone_of
+from engine.cli import partitions_text
 from engine.cli.common import (
     cli_actor,
     emit,
     fail,
     get_config,
     json_option,
+    parse_date,
     parse_json_object,
     run_query,
 )
+from engine.db import models
 from engine.db.queries import assets as assets_sql
 from engine.views import assets as assets_view
+from engine.views import partitions as partitions_view
 from triggers.base import check_partition_key
 
 
@@ -40,19 +46,74 @@ def assets_list(ctx: click.Context, as_json: bool) -> None:
 
 @assets.command("events")
 @click.argument("asset")
+@click.option(
+    "--partition-key", default=None, metavar="KEY", help="The events of this partition only."
+)
 @json_option
 @click.pass_context
-def assets_events(ctx: click.Context, asset: str, as_json: bool) -> None:
-    """The events of an asset: where they came from, extra and payload, the runs they
-    created."""
+def assets_events(ctx: click.Context, asset: str, partition_key: str | None, as_json: bool) -> None:
+    """The events of an asset: their partition key, where they came from, extra and
+    payload, the runs they created."""
     listed = run_query(
-        ctx, lambda s: assets_view.list_asset_events(s, asset=asset, newest_first=False)
+        ctx,
+        lambda s: assets_view.list_asset_events(
+            s, asset=asset, partition_key=partition_key, newest_first=False
+        ),
     )
     if listed is None:
         fail(f"no asset {asset!r}; see `sluice assets list`")
-    columns = ["id", "timestamp", "source", "source_watcher", "source_task", "created_by"]
-    columns += ["extra", "payload", "runs"]
+    columns = ["id", "timestamp", "partition_key", "source", "source_watcher", "source_task"]
+    columns += ["created_by", "extra", "payload", "runs"]
     emit([{k: e[k] for k in columns} for e in listed["items"]], columns, as_json)
+
+
+@assets.command("partitions")
+@click.argument("asset")
+@click.option(
+    "--from",
+    "from_text",
+    default=None,
+    metavar="DATE",
+    help="List the keys the producing DAG's CronPartitionTimetable expects from this date "
+    "(without an offset: in that DAG's timezone).",
+)
+@click.option(
+    "--to", "to_text", default=None, metavar="DATE", help="... to this date (default: now)."
+)
+@json_option
+@click.pass_context
+def assets_partitions(
+    ctx: click.Context, asset: str, from_text: str | None, to_text: str | None, as_json: bool
+) -> None:
+    """The partitions of ASSET, newest key first: each key's events and latest event, and
+    for each DAG that runs per key on it, the state of its run for the key (a rollup's: the
+    run of the key's day, week...). With --from/--to: the keys its producer's ticks expect
+    there, the missing ones marked."""
+    if to_text is not None and from_text is None:
+        fail("--to needs --from")
+    start = end = None
+    if from_text is not None:
+        zone = timezone_of(run_query(ctx, lambda s: partitions_view.range_timezone(s, asset)))
+        start = parse_date(from_text, timezone=zone, option="--from")
+        end = (
+            models.utcnow()
+            if to_text is None
+            else parse_date(to_text, timezone=zone, option="--to")
+        )
+
+    def read(session: Any) -> partitions_view.AssetPartitions | None:
+        return partitions_view.asset_partitions(session, asset, start=start, end=end)
+
+    try:
+        shown = run_query(ctx, read)
+    except partitions_view.PartitionRangeError as exc:
+        fail(str(exc))
+    if shown is None:
+        fail(f"no asset {asset!r}; see `sluice assets list`")
+    if as_json:
+        click.echo(json.dumps(shown, indent=2))
+    else:
+        click.echo(partitions_text.render_text(shown), nl=False)
 
 
 @assets.command("emit")

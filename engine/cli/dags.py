@@ -155,7 +155,10 @@ _SHOW_SECTIONS = (
         ],
     ),
     ("watchers", ["asset", "name", "trigger_id", "classpath", "triggerer_id", "last_error"]),
-    ("last runs", ["run_id", "run_type", "state", "logical_date", "queued_at", "end_date"]),
+    (
+        "last runs",
+        ["run_id", "run_type", "state", "logical_date", "partition_key", "queued_at", "end_date"],
+    ),
 )
 
 

@@ -23,18 +23,29 @@ def runs() -> None:
 
 @runs.command("list")
 @click.argument("dag_id")
+@click.option(
+    "--partition-key", default=None, metavar="KEY", help="The runs of this partition only."
+)
 @json_option
 @click.pass_context
-def runs_list(ctx: click.Context, dag_id: str, as_json: bool) -> None:
-    """The runs of a DAG with their state, tasks and triggering asset events."""
+def runs_list(ctx: click.Context, dag_id: str, partition_key: str | None, as_json: bool) -> None:
+    """The runs of a DAG with their state, partition key, tasks and triggering asset
+    events."""
     listed = run_query(
         ctx,
-        lambda s: runs_view.list_runs(s, now=models.utcnow(), dag_id=dag_id, newest_first=False),
+        lambda s: runs_view.list_runs(
+            s,
+            now=models.utcnow(),
+            dag_id=dag_id,
+            partition_key=partition_key,
+            newest_first=False,
+        ),
     )
     rows = [{k: r[k] for k in runs_view.RUN_KEYS} for r in listed["items"]]
     if not rows:
         _require_dag(ctx, dag_id)
-    columns = ["run_id", "run_type", "state", "logical_date", "run_after", "tasks", "asset_events"]
+    columns = ["run_id", "run_type", "state", "logical_date", "partition_key", "run_after"]
+    columns += ["tasks", "asset_events"]
     emit(rows, columns, as_json)
 
 

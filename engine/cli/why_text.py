@@ -44,6 +44,8 @@ def _dag_lines(view: dict[str, Any]) -> list[str]:
     )
     last = runs["last"]
     last_text = "none" if last is None else f"{last['run_id']} ({last['state']})"
+    if last is not None and last.get("partition_key") is not None:
+        last_text += f" of partition {last['partition_key']}"
     counts = (
         f"{runs['running']} running, {runs['queued']} queued, max_active_runs "
         f"{runs['max_active_runs']}{' (reached)' if runs['limit_reached'] else ''}"
@@ -76,6 +78,27 @@ def _schedule_lines(schedule: dict[str, Any]) -> list[str]:
     time = schedule["time"]
     if time is not None:
         lines.append(_field("time", _time_text(time)))
+    partitions = schedule.get("partitions")
+    if partitions is not None:
+        lines += _partition_lines(partitions)
+    return lines
+
+
+def _partition_lines(partitions: dict[str, Any]) -> list[str]:
+    """A DAG that runs per partition key: its mappers, the keys ready and waiting."""
+    mappers = ", ".join(f"{asset}: {m}" for asset, m in partitions["mappers"].items())
+    ready = ", ".join(partitions["ready"]) or "none"
+    lines = [
+        _field("partitions", f"per key ({mappers}); {partitions['queued_events']} event(s) queued"),
+        f"  ready: {ready}",
+    ]
+    waiting = partitions["waiting"]
+    total = partitions["waiting_total"]
+    lines.append(f"  waiting: {total} key(s)" + ("" if total else " (none)"))
+    lines += [f"    {wait['message']}" for wait in waiting]
+    if total > len(waiting):
+        lines.append(f"    ... and {total - len(waiting)} older key(s)")
+    lines += [f"  refused event {r['event_id']}: {r['reason']}" for r in partitions["refused"]]
     return lines
 
 

@@ -33,6 +33,7 @@ class LastEvent(TypedDict):
     id: int
     timestamp: str
     source: str | None
+    partition_key: str | None
 
 
 class AssetItem(TypedDict):
@@ -64,6 +65,7 @@ class AssetEventItem(TypedDict):
     extra: Any
     payload: Any
     runs: list[str]  # ``dag_id/run_id``
+    partition_key: str | None  # the slice of the asset it updated (None: unpartitioned)
 
 
 class _Node(TypedDict):
@@ -134,7 +136,12 @@ def _watcher_json(watcher: AssetWatcher, trigger: Any) -> WatcherItem:
 def _last_event_json(event: AssetEvent | None) -> LastEvent | None:
     if event is None:
         return None
-    return {"id": event.id, "timestamp": event.timestamp.isoformat(), "source": event.source}
+    return {
+        "id": event.id,
+        "timestamp": event.timestamp.isoformat(),
+        "source": event.source,
+        "partition_key": event.partition_key,
+    }
 
 
 def _assets_json(
@@ -199,6 +206,7 @@ def event_json(event: AssetEvent, asset: str, runs: list[tuple[str, str]]) -> As
         "extra": event.extra,
         "payload": event.payload,
         "runs": [f"{dag_id}/{run_id}" for dag_id, run_id in runs],
+        "partition_key": event.partition_key,
     }
 
 
@@ -208,12 +216,13 @@ def list_asset_events(
     asset: str | None = None,
     source: str | None = None,
     since: datetime | None = None,
+    partition_key: str | None = None,
     newest_first: bool = True,
     limit: int | None = None,
     offset: int = 0,
 ) -> Page[AssetEventItem] | None:
     """A page of asset events (newest first by default), of one asset (None if that asset
-    is unknown), from one source, since a time."""
+    is unknown), from one source, since a time, of one partition key."""
     check_page(limit, offset)
     asset_id = None
     if asset is not None:
@@ -226,6 +235,7 @@ def list_asset_events(
         asset_id=asset_id,
         source=source,
         since=since,
+        partition_key=partition_key,
         newest_first=newest_first,
         limit=limit,
         offset=offset,

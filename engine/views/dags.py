@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 from engine.authoring.assets import ASSET_ALIAS_TYPE, ASSET_ALL_TYPE, ASSET_ANY_TYPE, ASSET_TYPE
 from engine.authoring.mapping import describe_mapping
+from engine.authoring.partition_timetables import PartitionedAssetTimetable
 from engine.authoring.schedules import timetable_from_json
 from engine.db.queries import backfills as backfills_sql
 from engine.db.queries import browse
@@ -114,6 +115,7 @@ class LastRun(TypedDict):
     run_type: str
     state: str
     logical_date: str | None
+    partition_key: str | None
     queued_at: str
     end_date: str | None
 
@@ -185,7 +187,10 @@ def condition_text(data: Any, *, nested: bool = False) -> str:
 
 def schedule_text(sched: DagSchedule, *, description: str | None = None) -> str:
     """The schedule in one line: the timetable's summary (and description) and/or the asset
-    condition."""
+    condition ("assets a & b, per partition key" for a PartitionedAssetTimetable: its
+    condition, evaluated per key, is the whole schedule)."""
+    if _per_partition_key(sched) and sched.asset_condition is not None:
+        return f"assets {condition_text(sched.asset_condition)}, per partition key"
     parts = []
     if sched.timetable is not None:
         summary = sched.timetable_summary or "timetable"
@@ -193,6 +198,11 @@ def schedule_text(sched: DagSchedule, *, description: str | None = None) -> str:
     if sched.asset_condition is not None:
         parts.append(f"assets {condition_text(sched.asset_condition)}")
     return " or ".join(parts) or "None"
+
+
+def _per_partition_key(sched: DagSchedule) -> bool:
+    stored = sched.timetable
+    return isinstance(stored, dict) and stored.get("__type") == PartitionedAssetTimetable.json_type
 
 
 def next_run_text(sched: DagSchedule) -> str:
@@ -374,6 +384,7 @@ def _last_run(run: DagRun) -> LastRun:
         "run_type": run.run_type,
         "state": run.state,
         "logical_date": iso(run.logical_date),
+        "partition_key": run.partition_key,
         "queued_at": run.queued_at.isoformat(),
         "end_date": iso(run.end_date),
     }

@@ -29,6 +29,7 @@ RUN_KEYS: Final = (
     "data_interval_end",
     "run_after",
     "backfill_id",
+    "partition_key",
     "queued_at",
     "end_date",
     "asset_events",
@@ -48,6 +49,7 @@ class RunRow(TypedDict):
     data_interval_end: str | None
     run_after: str | None
     backfill_id: int | None
+    partition_key: str | None  # the slice of its assets it processes (None: unpartitioned)
     queued_at: str
     end_date: str | None
     asset_events: list[int]
@@ -69,6 +71,7 @@ class TriggeringEvent(TypedDict):
     asset: str
     source: str | None
     timestamp: str
+    partition_key: str | None
 
 
 class DeadlineShown(TypedDict):
@@ -103,6 +106,7 @@ def run_json(run: DagRun, *, events: list[int], tasks: dict[str, str]) -> RunRow
         "data_interval_end": iso(run.data_interval_end),
         "run_after": iso(run.run_after),
         "backfill_id": run.backfill_id,
+        "partition_key": run.partition_key,
         "queued_at": run.queued_at.isoformat(),
         "end_date": iso(run.end_date),
         "asset_events": events,
@@ -126,12 +130,14 @@ def list_runs(
     state: str | None = None,
     run_type: str | None = None,
     since: datetime | None = None,
+    partition_key: str | None = None,
     newest_first: bool = True,
     limit: int | None = None,
     offset: int = 0,
 ) -> Page[RunItem]:
     """A page of runs (newest first by default): ``run_json`` fields plus ``dag_id``,
-    ``start_date`` and ``duration_s`` (so far, while running)."""
+    ``start_date`` and ``duration_s`` (so far, while running); ``partition_key``: the runs
+    of that partition only."""
     check_page(limit, offset)
     runs, total = browse.run_page(
         session,
@@ -139,6 +145,7 @@ def list_runs(
         state=state,
         run_type=run_type,
         since=since,
+        partition_key=partition_key,
         newest_first=newest_first,
         limit=limit,
         offset=offset,
@@ -176,6 +183,7 @@ def show_run(session: Session, dag_id: str, run_id: str, *, now: datetime) -> Ru
                 "asset": asset,
                 "source": event.source,
                 "timestamp": event.timestamp.isoformat(),
+                "partition_key": event.partition_key,
             }
             for event, asset in events
         ],

@@ -21,13 +21,14 @@ from engine.authoring.assets import (
     BaseAsset,
     is_condition_met,
 )
+from engine.authoring.partition_timetables import PartitionedAssetTimetable
 from engine.authoring.schedules import timetable_from_json
 from engine.authoring.timetables import DataInterval, TimeRestriction
 from engine.db.queries import backfills, runs, time_schedules
 from engine.db.queries import why as why_sql
 from engine.db.queries import why_watchers as watchers_sql
 from engine.states import DagRunState
-from engine.views import why_entries, why_findings
+from engine.views import why_entries, why_findings, why_partitions
 from engine.views.common import iso
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
         NextRun,
         Node,
         ParseError,
+        PartitionSchedule,
         Run,
         Runs,
         TimeSchedule,
@@ -88,12 +90,15 @@ def explain_dag(
     active = sum(counts.values())
     kind = _kind(sched)
     time, limit = None, sched.max_active_runs
-    if sched.timetable:
+    partitions = _partitions(session, sched)
+    if sched.timetable and not _is_partitioned(sched):
         time, limit = _time_schedule(session, sched, now, active)
     condition, condition_error = _condition(sched.asset_condition)
     assets_section, assets, aliases = _asset_schedule(
         session, dag_id, condition, condition_error, now, triggerer_threshold_s, engine
     )
+    if assets_section is not None and partitions is not None:
+        assets_section["met"] = bool(partitions["ready"])  # met per key, not over all keys
     out: WhyAnswer = {
         "dag_id": dag_id,
         "now": iso(now),
@@ -112,6 +117,7 @@ def explain_dag(
             "text": _schedule_text(sched, condition),
             "assets": assets_section,
             "time": time,
+            "partitions": partitions,
         },
         "assets": assets,
         "aliases": aliases,
@@ -138,7 +144,30 @@ def _unknown(session: Session, dag_id: str) -> str:
     return message
 
 
+def _is_partitioned(sched: DagSchedule) -> bool:
+    """Whether the DAG runs per partition key on asset events (a
+    ``PartitionedAssetTimetable``, whose time part never schedules)."""
+    stored = sched.timetable
+    return isinstance(stored, dict) and stored.get("__type") == PartitionedAssetTimetable.json_type
+
+
+def _partitions(session: Session, sched: DagSchedule) -> PartitionSchedule | None:
+    """The scheduler's plan for a partitioned DAG's queued events, in words."""
+    if not _is_partitioned(sched):
+        return None
+    try:
+        timetable = timetable_from_json(sched.timetable)
+    except ValueError:  # the asset condition's section reports a schedule it cannot read
+        return None
+    assert isinstance(timetable, PartitionedAssetTimetable), timetable
+    queued = why_sql.queued_partition_events(session, sched.dag_id)
+    consumed = runs.consumed_by_key(session, sched.dag_id, [e for e, _, _ in queued])
+    return why_partitions.partition_schedule(timetable, queued, consumed)
+
+
 def _kind(sched: DagSchedule) -> Literal["none", "assets", "time", "assets_or_time"]:
+    if _is_partitioned(sched):
+        return "assets"
     if sched.timetable is not None:
         is_both = isinstance(sched.timetable, dict) and sched.timetable.get("__type") == (
             _ASSET_OR_TIME
@@ -180,6 +209,7 @@ def _run(run: RunFacts | None) -> Run | None:
         "end_date": iso(run.end_date),
         "logical_date": iso(run.logical_date),
         "run_after": iso(run.run_after),
+        "partition_key": run.partition_key,
     }
 
 
@@ -308,6 +338,8 @@ def _missing(condition: BaseAsset, updated: Set[str], aliases: Set[str]) -> str 
 
 
 def _schedule_text(sched: DagSchedule, condition: BaseAsset | None) -> str:
+    if _is_partitioned(sched) and condition is not None:
+        return f"assets {_condition_text(condition)}, per partition key"
     parts = []
     if sched.timetable is not None:
         parts.append(sched.timetable_summary or "timetable")

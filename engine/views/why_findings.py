@@ -12,7 +12,12 @@ watchers and assets), findings out. Findings, most decisive first, with their se
 - ``assets_missing`` (blocker when what should update the first missing asset has a
   problem: a watcher not claimed, held by a dead triggerer, failing or not loadable, a
   producing task failed or its DAG paused, nothing updates it; else waiting);
-- ``condition_met`` / ``time_due`` (note; blocker without a live scheduler): a run is due;
+- ``condition_met`` / ``time_due`` (note; blocker without a live scheduler): a run is due
+  (for a DAG that runs per partition key: the condition is met for some key);
+- ``partitions_waiting`` (waiting; blocker when an asset it needs has an updater with a
+  problem): partition keys with queued events wait, the newest named with what it lacks
+  (a rollup's missing upstream keys); ``partition_events_refused`` (note): queued events
+  its mappers refuse, dropped at the scheduler's next loop;
 - ``time_held`` (waiting): the next time run waits for ``max_active_runs``;
 - ``time_next`` (waiting): the next tick; ``time_no_more_runs`` (blocker): none will come;
 - ``manual_only`` (waiting): ``schedule=None``, runs come only from a trigger by hand/API;
@@ -32,7 +37,15 @@ from typing import TYPE_CHECKING, Final
 from engine.views.why_entries import first_line
 
 if TYPE_CHECKING:
-    from engine.views.why_records import Finding, LeafNode, Node, Run, Severity, WhyAnswer
+    from engine.views.why_records import (
+        Finding,
+        LeafNode,
+        Node,
+        PartitionSchedule,
+        Run,
+        Severity,
+        WhyAnswer,
+    )
 
 BLOCKER: Final = "blocker"
 WAITING: Final = "waiting"
@@ -116,18 +129,13 @@ def _asset_findings(view: WhyAnswer, *, scheduler: bool) -> list[Finding]:
     if section["error"]:
         message = f"{section['error']}; no asset-triggered runs until its file parses again"
         return [_finding("condition_unreadable", BLOCKER, message)]
+    partitions = view["schedule"]["partitions"]
+    if partitions is not None and partitions["queued_events"]:
+        return _partition_findings(view, partitions, scheduler=scheduler)
     if section["met"]:
         queued = sum(a["queued"]["count"] for a in view["assets"])
         head = f"the asset condition is met ({queued} event(s) queued)"
-        if view["dag"]["paused"]:
-            return [_finding("condition_met", NOTE, f"{head}: it runs once unpaused")]
-        if scheduler:
-            message = f"{head}: the scheduler creates an asset-triggered run at its next loop"
-            return [_finding("condition_met", NOTE, message)]
-        message = (
-            f"{head}, but no live scheduler creates the run (`sluice scheduler` or `sluice run`)"
-        )
-        return [_finding("condition_met", BLOCKER, message)]
+        return _met(view, head, scheduler=scheduler)
     assert section["condition"] is not None  # read, or ``error`` says why not
     leaf, entry = _decisive_leaf(view, section["condition"])
     label = f"{leaf['type']} {leaf['name']}"
@@ -144,6 +152,51 @@ def _asset_findings(view: WhyAnswer, *, scheduler: bool) -> list[Finding]:
         message += f"; or the time run at {time['next_run']['run_after']}"
     severity: Severity = BLOCKER if entry.cause_is_problem else WAITING
     return [_finding("assets_missing", severity, message)]
+
+
+def _met(view: WhyAnswer, head: str, *, scheduler: bool) -> list[Finding]:
+    if view["dag"]["paused"]:
+        return [_finding("condition_met", NOTE, f"{head}: it runs once unpaused")]
+    if scheduler:
+        message = f"{head}: the scheduler creates an asset-triggered run at its next loop"
+        return [_finding("condition_met", NOTE, message)]
+    message = f"{head}, but no live scheduler creates the run (`sluice scheduler` or `sluice run`)"
+    return [_finding("condition_met", BLOCKER, message)]
+
+
+def _partition_findings(
+    view: WhyAnswer, partitions: PartitionSchedule, *, scheduler: bool
+) -> list[Finding]:
+    """A DAG that runs per key with events queued: the keys ready, the newest waiting
+    key and what it lacks, the events its mappers refuse."""
+    found: list[Finding] = []
+    ready = partitions["ready"]
+    if ready:
+        head = f"the asset condition is met for partition key(s) {_names(ready, len(ready))}"
+        found += _met(view, head, scheduler=scheduler)
+    if partitions["waiting"]:
+        first = partitions["waiting"][0]
+        message = first["message"]
+        more = partitions["waiting_total"] - 1
+        if more:
+            message += f" (and {more} other partition key(s) waiting)"
+        problems = [
+            a
+            for a in view["assets"]
+            if a["name"] in first["missing_assets"] and a["cause_is_problem"]
+        ]
+        severity: Severity = BLOCKER if problems else WAITING
+        if problems:
+            message += f"; asset {problems[0]['name']}: {problems[0]['cause']}"
+        found.append(_finding("partitions_waiting", severity, message))
+    refused = partitions["refused"]
+    if refused:
+        message = (
+            f"{len(refused)} queued event(s) cannot make a partitioned run and are dropped at "
+            f"the scheduler's next loop, e.g. {refused[0]['reason']}"
+        )
+        found.append(_finding("partition_events_refused", NOTE, message))
+    return found
 
 
 @dataclass(frozen=True, slots=True)

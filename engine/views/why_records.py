@@ -39,6 +39,7 @@ class Run(TypedDict):
     end_date: str | None
     logical_date: str | None
     run_after: str | None
+    partition_key: str | None
 
 
 class Runs(TypedDict):
@@ -95,11 +96,51 @@ class TimeSchedule(TypedDict):
     last_scheduled_run: Run | None
 
 
+class RollupWait(TypedDict):
+    """An asset under a rollup mapper, for one downstream key: its window's upstream keys."""
+
+    asset: str
+    grain: str  # what one upstream key is: "hourly" (a DayWindow's hours), "daily", ...
+    expected: int
+    arrived: int
+    missing_keys: list[str]
+    wait_policy: str  # "WaitForAll()", "MinimumCount(20)"
+    needed: int | None  # MinimumCount's n
+
+
+class PartitionWaitEntry(TypedDict):
+    """A partition key not ready yet, and what it waits for."""
+
+    partition_key: str
+    missing_assets: list[str]  # assets of the condition with no event mapped to the key
+    rollups: list[RollupWait]  # rollup assets still missing upstream keys
+    events: int  # queued events mapped to the key (they stay queued)
+    message: str  # "2026-03-10: waiting for 3 of 24 hourly keys of asset a: ..."
+
+
+class RefusedPartitionEvent(TypedDict):
+    event_id: int
+    reason: str  # the scheduler drops it for this DAG at its next loop, and logs this
+
+
+class PartitionSchedule(TypedDict):
+    """A DAG on a ``PartitionedAssetTimetable``: the scheduler's plan for its queued
+    events."""
+
+    mappers: dict[str, str]  # asset -> its partition mapper
+    queued_events: int
+    ready: list[str]  # keys whose condition is met: runs at the scheduler's next loop
+    waiting: list[PartitionWaitEntry]  # newest key first, the first 50
+    waiting_total: int
+    refused: list[RefusedPartitionEvent]
+
+
 class Schedule(TypedDict):
     kind: Literal["none", "assets", "time", "assets_or_time"]
     text: str  # as `dags list`: "assets a & (b | alias c)", "0 * * * *", "None"
     assets: AssetSchedule | None
     time: TimeSchedule | None
+    partitions: PartitionSchedule | None  # a DAG that runs per partition key
 
 
 class Queued(TypedDict):

@@ -3,8 +3,11 @@
 - ``GET /assets``: a page of assets (``?search=``) with their watchers, last event, the DAGs
   they schedule and the tasks that update them;
 - ``GET /assets/{name}``: one asset (the name may hold slashes);
-- ``GET /asset-events``: a page of events, newest first (``?asset=&source=&since=``), with
-  where each came from and the runs it triggered;
+- ``GET /assets/{name}/partitions``: its partition keys, newest first, each with its latest
+  event and, per DAG consuming it per key, the state of its run (``?from=&to=``: the keys a
+  producing DAG on a ``CronPartitionTimetable`` expects in that range, missing ones marked);
+- ``GET /asset-events``: a page of events, newest first (``?asset=&source=&since=
+  &partition_key=``), with where each came from, its partition key and the runs it triggered;
 - ``POST /asset-events`` (op): record an event of an asset, as ``sluice assets emit`` does
   (source ``api``, created by ``api:<user>``); the DAGs scheduled on it run;
 - ``GET /asset-graph``: assets, watchers, producing tasks and consuming DAGs as nodes and
@@ -12,16 +15,27 @@
 """
 
 from functools import partial
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from engine.api.deps import ConfigDep, DatabaseDep
-from engine.api.rest.common import Limit, Offset, Page, act, found, read
+from engine.api.rest.common import (
+    Limit,
+    Offset,
+    Page,
+    PartitionKey,
+    act,
+    found,
+    invalid,
+    read,
+)
 from engine.api.security import OperatorDep, ReaderDep
+from engine.db.models import utcnow
 from engine.db.queries import assets as assets_sql
 from engine.views import assets as assets_view
+from engine.views import partitions as partitions_view
 from engine.views.common import Page as ViewPage
 from triggers.base import MAX_PARTITION_KEY_LENGTH
 
@@ -44,6 +58,7 @@ class LastEvent(BaseModel):
     id: int
     timestamp: str
     source: str | None
+    partition_key: str | None = Field(description="The slice it updated (None: unpartitioned)")
 
 
 class AssetItem(BaseModel):
@@ -71,6 +86,61 @@ class AssetEventItem(BaseModel):
     extra: Any
     payload: Any
     runs: list[str] = Field(description="Runs it triggered, as dag_id/run_id")
+    partition_key: str | None = Field(description="The slice it updated (None: unpartitioned)")
+
+
+class KeyEvent(BaseModel):
+    id: int
+    timestamp: str
+    source: str | None
+
+
+class ConsumerCell(BaseModel):
+    dag_id: str
+    downstream_keys: list[str] = Field(description="The keys the DAG's mapper gives this key")
+    state: str | None = Field(description="Its latest run of those keys (None: no run)")
+    run_id: str | None
+    runs: int
+    waiting: bool = Field(description="An event of this key is queued for it, no run yet")
+    error: str | None = Field(description="Why its mapper refuses the key")
+
+
+class PartitionRow(BaseModel):
+    partition_key: str
+    expected: bool | None = Field(description="A key a producer's tick in the range expects")
+    missing: bool = Field(description="Expected, and no event carries it")
+    events: int
+    last_event: KeyEvent | None
+    consumers: list[ConsumerCell]
+
+
+class PartitionConsumer(BaseModel):
+    dag_id: str
+    partitioned: bool = Field(description="On a PartitionedAssetTimetable: runs per key")
+    mapper: str | None
+    error: str | None
+
+
+class PartitionProducer(BaseModel):
+    dag_id: str
+    timetable: str | None
+
+
+class PartitionRange(BaseModel):
+    start: str
+    end: str
+    expected: int
+    missing: int
+
+
+class AssetPartitions(Page[PartitionRow]):
+    asset: str
+    unkeyed_events: int = Field(description="Events without a partition key")
+    consumers: list[PartitionConsumer]
+    producers: list[PartitionProducer] = Field(
+        description="Producing DAGs on a CronPartitionTimetable"
+    )
+    range: PartitionRange | None
 
 
 class EmitRequest(BaseModel):
@@ -124,6 +194,38 @@ async def list_assets(
     return await read(database, query)
 
 
+@router.get(
+    "/assets/{name:path}/partitions",
+    response_model=AssetPartitions,
+    summary="An asset's partitions: events and consumer runs per key",
+    responses={422: {"description": "A range that cannot be listed"}},
+)
+async def asset_partitions(
+    _: ReaderDep,
+    database: DatabaseDep,
+    name: str,
+    start: Annotated[AwareDatetime | None, Query(alias="from")] = None,
+    end: Annotated[AwareDatetime | None, Query(alias="to")] = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> partitions_view.AssetPartitions:
+    if start is not None and end is None:
+        end = utcnow()
+    query = partial(
+        partitions_view.asset_partitions,
+        name=name,
+        start=start,
+        end=end,
+        limit=limit,
+        offset=offset,
+    )
+    try:
+        shown = await read(database, query)
+    except partitions_view.PartitionRangeError as exc:
+        invalid(str(exc))
+    return found(shown, f"no asset {name!r}")
+
+
 @router.get("/assets/{name:path}", response_model=AssetItem, summary="One asset")
 async def show_asset(_: ReaderDep, database: DatabaseDep, name: str) -> assets_view.AssetItem:
     shown = await read(database, partial(assets_view.show_asset, name=name))
@@ -137,6 +239,7 @@ async def list_asset_events(
     asset: str | None = None,
     source: SourceName | None = None,
     since: AwareDatetime | None = None,
+    partition_key: PartitionKey = None,
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> ViewPage[assets_view.AssetEventItem]:
@@ -145,6 +248,7 @@ async def list_asset_events(
         asset=asset,
         source=source,
         since=since,
+        partition_key=partition_key,
         limit=limit,
         offset=offset,
     )

@@ -19,6 +19,7 @@ from engine.db.database import Database
 from engine.db.queries.assets import UnknownAssetError
 from engine.exceptions import InvalidStateError, NotFoundError, OperatorActionError
 from engine.views.common import MAX_LIMIT, PageError
+from triggers.base import MAX_PARTITION_KEY_LENGTH
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -27,6 +28,14 @@ Limit = Annotated[
     int, Query(ge=1, le=MAX_LIMIT, description=f"Items per page (at most {MAX_LIMIT})")
 ]
 Offset = Annotated[int, Query(ge=0, description="Items to skip")]
+PartitionKey = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=MAX_PARTITION_KEY_LENGTH,
+        description="Of this partition key only",
+    ),
+]
 MapIndex = Annotated[
     int, Query(ge=-1, description="The copy of a mapped task (-1: an unmapped task)")
 ]

@@ -83,6 +83,7 @@ class DagLastRun(BaseModel):
     run_type: str
     state: str
     logical_date: str | None
+    partition_key: str | None
     queued_at: str
     end_date: str | None
 

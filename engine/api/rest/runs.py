@@ -1,7 +1,7 @@
 """DAG runs: list, show, cancel (the CLI's ``sluice runs``).
 
 - ``GET /runs``: a page of runs of every DAG, newest first (``?dag_id=&state=&run_type=
-  &since=``);
+  &since=&partition_key=``);
 - ``GET /dags/{dag_id}/runs``: the same for one DAG (404 for an unknown DAG);
 - ``GET /dags/{dag_id}/runs/{run_id}``: one run with its ``conf``, the asset events that
   triggered it and its task instances;
@@ -16,7 +16,16 @@ from fastapi import APIRouter
 from pydantic import AwareDatetime, BaseModel, Field
 
 from engine.api.deps import DatabaseDep
-from engine.api.rest.common import Limit, Offset, Page, act, found, not_found, read
+from engine.api.rest.common import (
+    Limit,
+    Offset,
+    Page,
+    PartitionKey,
+    act,
+    found,
+    not_found,
+    read,
+)
 from engine.api.rest.tasks import TaskChangeItem, TaskInstanceItem
 from engine.api.security import OperatorDep, ReaderDep
 from engine.db.models import utcnow
@@ -42,6 +51,7 @@ class RunItem(BaseModel):
     data_interval_end: str | None
     run_after: str | None
     backfill_id: int | None
+    partition_key: str | None = Field(description="The slice it processes (None: unpartitioned)")
     queued_at: str
     start_date: str | None
     end_date: str | None
@@ -55,6 +65,7 @@ class TriggeringEvent(BaseModel):
     asset: str
     source: str | None
     timestamp: str
+    partition_key: str | None
 
 
 class RunDetail(RunItem):
@@ -78,6 +89,7 @@ async def _runs(
     state: RunStateName | None,
     run_type: RunTypeName | None,
     since: AwareDatetime | None,
+    partition_key: str | None,
     limit: int,
     offset: int,
 ) -> ViewPage[runs_view.RunItem]:
@@ -88,6 +100,7 @@ async def _runs(
         state=state,
         run_type=run_type,
         since=since,
+        partition_key=partition_key,
         limit=limit,
         offset=offset,
     )
@@ -102,6 +115,7 @@ async def list_runs(
     state: RunStateName | None = None,
     run_type: RunTypeName | None = None,
     since: AwareDatetime | None = None,
+    partition_key: PartitionKey = None,
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> ViewPage[runs_view.RunItem]:
@@ -111,6 +125,7 @@ async def list_runs(
         state=state,
         run_type=run_type,
         since=since,
+        partition_key=partition_key,
         limit=limit,
         offset=offset,
     )
@@ -124,6 +139,7 @@ async def list_dag_runs(
     state: RunStateName | None = None,
     run_type: RunTypeName | None = None,
     since: AwareDatetime | None = None,
+    partition_key: PartitionKey = None,
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> ViewPage[runs_view.RunItem]:
@@ -135,6 +151,7 @@ async def list_dag_runs(
         state=state,
         run_type=run_type,
         since=since,
+        partition_key=partition_key,
         limit=limit,
         offset=offset,
     )

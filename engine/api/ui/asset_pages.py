@@ -1,6 +1,9 @@
 """The asset pages: the list (watchers, last event, who updates and who consumes each), one
-asset's events with their source (watcher, task, API, CLI) and an "emit event" form (op and
-admin), and the asset graph drawn as SVG on the server.
+asset's events with their source (watcher, task, API, CLI) and partition key (a filter by
+key), its partition matrix (keys x latest event / each per-key consumer's run, newest key
+first, paged; a range of dates lists the keys a producing CronPartitionTimetable expects
+there, missing ones marked), an "emit event" form (op and admin), and the asset graph drawn
+as SVG on the server.
 
 Reads through ``engine.views.assets`` (what ``GET /api/v1/assets...`` answers); an event
 is emitted through ``queries.assets.emit_asset_event``, as the REST API and the CLI do.
@@ -8,7 +11,8 @@ is emitted through ``queries.assets.emit_asset_event``, as the REST API and the 
 
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, NamedTuple
+from urllib.parse import urlencode
 
 import anyio.to_thread
 from fastapi import APIRouter, Form, Query, Request
@@ -26,14 +30,18 @@ from engine.api.ui.rendering import (
     not_found,
     page,
 )
+from engine.db.models import utcnow
 from engine.db.queries import assets as assets_sql
 from engine.views import assets as assets_view
-from engine.views.common import Page as ViewPage
+from engine.views import partitions as partitions_view
+from triggers.base import MAX_PARTITION_KEY_LENGTH, check_partition_key
 
 MAX_EXTRA_CHARS: Final = 65_536
 #: After an event is emitted here, the page reloads itself this often until the runs it
 #: triggers show up (when a DAG is scheduled on the asset).
 REFRESH_S: Final = 2
+#: Partition keys per page of the matrix (its columns).
+MATRIX_KEYS: Final = 48
 
 router = APIRouter(include_in_schema=False)
 
@@ -97,30 +105,64 @@ def awaits_runs(
     return any(event["id"] == emitted and not event["runs"] for event in events)
 
 
+class PartitionQuery(NamedTuple):
+    """What the asset page's partition parts were asked: the events of one key, the matrix's
+    page and range (ISO dates as typed)."""
+
+    key: str | None = None
+    offset: int = 0
+    start: str | None = None
+    end: str | None = None
+
+
+def _matrix(
+    session: Any, name: str, asked: PartitionQuery
+) -> tuple[partitions_view.AssetPartitions | None, str | None]:
+    """The partition matrix's page, or the problem with the range asked."""
+    try:
+        start, end = partitions_view.read_range(session, name, asked.start, asked.end, now=utcnow())
+        shown = partitions_view.asset_partitions(
+            session, name, start=start, end=end, limit=MATRIX_KEYS, offset=asked.offset
+        )
+    except partitions_view.PartitionRangeError as exc:
+        return None, str(exc)
+    return shown, None
+
+
+_NOTHING_ASKED: Final = PartitionQuery()
+
+
 async def _asset_page(
     request: Request,
     database: DatabaseDep,
     name: str,
     offset: int,
     emitted: int | None = None,
+    asked: PartitionQuery = _NOTHING_ASKED,
     **extra: Any,
 ) -> HTMLResponse:
-    def read(
-        session: Any,
-    ) -> tuple[assets_view.AssetItem | None, ViewPage[assets_view.AssetEventItem] | None]:
+    def read(session: Any) -> tuple[Any, ...]:
         shown = assets_view.show_asset(session, name)
-        events = assets_view.list_asset_events(session, asset=name, limit=PAGE_SIZE, offset=offset)
-        return shown, events
+        events = assets_view.list_asset_events(
+            session, asset=name, partition_key=asked.key, limit=PAGE_SIZE, offset=offset
+        )
+        return shown, events, *_matrix(session, name, asked)
 
-    asset, events = await database.read(read)
+    asset, events, matrix, problem = await database.read(read)
     if asset is None or events is None:
         raise not_found(f"no asset {name!r}; the asset list shows the assets")
+    if problem is not None:
+        extra.setdefault("status_code", 422)
     return page(
         request,
         "asset.html",
         "/assets",
         asset=asset,
         events=events,
+        matrix=matrix,
+        asked=asked,
+        range_query=urlencode({k: v for k, v in (("pfrom", asked.start), ("pto", asked.end)) if v}),
+        partition_problem=problem,
         can_operate=can_operate(request),
         emitted=emitted,
         refresh_s=REFRESH_S if awaits_runs(asset, events["items"], emitted) else None,
@@ -136,8 +178,13 @@ async def asset_page(
     database: DatabaseDep,
     offset: Annotated[int, Query(ge=0)] = 0,
     emitted: Annotated[int | None, Query(ge=1)] = None,
+    partition_key: Annotated[str | None, Query(min_length=1, max_length=250)] = None,
+    poffset: Annotated[int, Query(ge=0)] = 0,
+    pfrom: Annotated[str | None, Query(max_length=64)] = None,
+    pto: Annotated[str | None, Query(max_length=64)] = None,
 ) -> HTMLResponse:
-    return await _asset_page(request, database, name, offset, emitted)
+    asked = PartitionQuery(partition_key, poffset, pfrom or None, pto or None)
+    return await _asset_page(request, database, name, offset, emitted, asked)
 
 
 def emitted_by(principal: Principal) -> str:
@@ -153,11 +200,16 @@ async def emit_event(
     database: DatabaseDep,
     config: ConfigDep,
     extra: Annotated[str, Form(max_length=MAX_EXTRA_CHARS)] = "",
+    partition_key: Annotated[str, Form(max_length=4 * MAX_PARTITION_KEY_LENGTH)] = "",
 ) -> Response:
-    """Record an event of the asset (source ``api``): the DAGs scheduled on it run. Then the
-    asset's page, with the new event marked; bad extra: the page again saying why (422)."""
+    """Record an event of the asset (source ``api``), of one partition when a key is given:
+    the DAGs scheduled on it run. Then the asset's page, with the new event marked; bad
+    extra or key: the page again saying why (422)."""
+    key = partition_key.strip() or None
     try:
         parsed = json_object_field(extra, "extra")
+        if key is not None:
+            check_partition_key(key, "partition key")
         event_id = await database.run(
             partial(
                 assets_sql.emit_asset_event,
@@ -165,6 +217,7 @@ async def emit_event(
                 extra=parsed,
                 source=assets_sql.SOURCE_API,
                 created_by=emitted_by(principal),
+                partition_key=key,
                 keep_while_paused=config.scheduler.keep_events_while_paused,
             )
         )
@@ -172,6 +225,13 @@ async def emit_event(
         raise not_found(str(exc)) from exc
     except ValueError as exc:
         return await _asset_page(
-            request, database, name, 0, problem=str(exc), extra_text=extra, status_code=422
+            request,
+            database,
+            name,
+            0,
+            problem=str(exc),
+            extra_text=extra,
+            key_text=partition_key,
+            status_code=422,
         )
     return RedirectResponse(f"{asset_url(name)}?emitted={event_id}#event-{event_id}", 303)

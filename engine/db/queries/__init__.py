@@ -33,6 +33,8 @@
   queue consumers, trigger rows, deferred tasks, failing watchers);
 - ``browse``: the read model's paged DAG, run and task-instance lists and one DAG's rows;
 - ``lineage``: the read model's assets, events, watchers, consumers and producers;
+- ``partitions``: an asset's partition keys (events per key, the latest one), a DAG's runs
+  and queued events per key (``sluice assets partitions``);
 - ``clean``: which old rows ``sluice db clean`` may delete;
 - ``why``, ``why_watchers``: what ``sluice dags why`` reads (queued events, runs, assets and
   their producing tasks; watchers, their triggerers and shared-stream groups);

@@ -123,11 +123,13 @@ def run_page(
     state: str | None = None,
     run_type: str | None = None,
     since: datetime | None = None,
+    partition_key: str | None = None,
     newest_first: bool = True,
     limit: int | None = None,
     offset: int = 0,
 ) -> tuple[list[DagRun], int]:
-    """Runs, newest (or oldest) created first; ``since``: queued at or after it."""
+    """Runs, newest (or oldest) created first; ``since``: queued at or after it;
+    ``partition_key``: runs of that partition only."""
     order = DagRun.id.desc() if newest_first else DagRun.id
     stmt = select(DagRun).order_by(order)
     if dag_id is not None:
@@ -138,6 +140,8 @@ def run_page(
         stmt = stmt.where(DagRun.run_type == run_type)
     if since is not None:
         stmt = stmt.where(DagRun.queued_at >= since)
+    if partition_key is not None:
+        stmt = stmt.where(DagRun.partition_key == partition_key)
     rows, total = fetch_page(session, stmt, limit=limit, offset=offset)
     return [row[0] for row in rows], total
 

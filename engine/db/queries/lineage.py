@@ -148,11 +148,13 @@ def event_page(
     asset_id: int | None = None,
     source: str | None = None,
     since: datetime | None = None,
+    partition_key: str | None = None,
     newest_first: bool = True,
     limit: int | None = None,
     offset: int = 0,
 ) -> tuple[list[tuple[AssetEvent, str]], int]:
-    """Asset events with their asset's name; ``since``: at or after that time."""
+    """Asset events with their asset's name; ``since``: at or after that time;
+    ``partition_key``: of that partition only."""
     order = AssetEvent.id.desc() if newest_first else AssetEvent.id
     stmt = select(AssetEvent, Asset.name).join(Asset, Asset.id == AssetEvent.asset_id)
     stmt = stmt.order_by(order)
@@ -162,6 +164,8 @@ def event_page(
         stmt = stmt.where(AssetEvent.source == source)
     if since is not None:
         stmt = stmt.where(AssetEvent.timestamp >= since)
+    if partition_key is not None:
+        stmt = stmt.where(AssetEvent.partition_key == partition_key)
     rows, total = fetch_page(session, stmt, limit=limit, offset=offset)
     return [(event, str(name)) for event, name in rows], total
 

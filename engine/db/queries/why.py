@@ -85,6 +85,7 @@ class RunFacts:
     end_date: datetime | None
     logical_date: datetime | None
     run_after: datetime | None
+    partition_key: str | None
 
 
 _RUN_COLUMNS: Final = (
@@ -96,6 +97,7 @@ _RUN_COLUMNS: Final = (
     DagRun.end_date,
     DagRun.logical_date,
     DagRun.run_after,
+    DagRun.partition_key,
 )
 
 
@@ -173,6 +175,19 @@ def queued_by_asset(session: Session, dag_id: str) -> dict[str, QueuedEvents]:
     for name, source, count, last_at in rows:
         out.setdefault(str(name), QueuedEvents()).add(source, int(count), last_at)
     return out
+
+
+def queued_partition_events(session: Session, dag_id: str) -> list[tuple[int, str, str | None]]:
+    """(event id, asset name, partition key) of every event queued for the DAG, oldest
+    first: what a partitioned DAG's plan is made from (as the scheduler reads it)."""
+    rows = session.execute(
+        select(AssetEventQueue.asset_event_id, Asset.name, AssetEvent.partition_key)
+        .join(AssetEvent, AssetEvent.id == AssetEventQueue.asset_event_id)
+        .join(Asset, Asset.id == AssetEvent.asset_id)
+        .where(AssetEventQueue.dag_id == dag_id)
+        .order_by(AssetEventQueue.asset_event_id)
+    )
+    return [(int(e), str(n), None if k is None else str(k)) for e, n, k in rows]
 
 
 def queued_by_alias(session: Session, dag_id: str) -> dict[str, QueuedEvents]:
