@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from engine.authoring.datetime_branch import BranchDateTimeOperator, BranchDayOfWeekOperator
     from engine.authoring.deadlines import (
         AsyncCallback,
+        BaseDeadlineReference,
         DeadlineAlert,
         DeadlineReference,
         SyncCallback,
@@ -103,6 +104,7 @@ if TYPE_CHECKING:
     )
     from engine.authoring.partition_timetables import (
         CronPartitionTimetable,
+        PartitionAtRuntime,
         PartitionedAssetTimetable,
         PartitionedAtRuntime,
     )
@@ -115,6 +117,7 @@ if TYPE_CHECKING:
         SegmentWindow,
         WaitForAll,
         WeekWindow,
+        Window,
         YearWindow,
     )
     from engine.authoring.retry_policies import (
@@ -167,6 +170,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "BaseAsset": "engine.authoring.assets",
     "BaseAsyncOperator": "engine.authoring.async_operator",
     "BaseBranchOperator": "engine.authoring.branching",
+    "BaseDeadlineReference": "engine.authoring.deadlines",
     "BaseNotifier": "engine.authoring.notifier",
     "BaseOperator": "engine.authoring.baseoperator",
     "BaseOperatorLink": "engine.authoring.operatorlink",
@@ -212,6 +216,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "OnceTimetable": "engine.authoring.timetables",
     "Param": "engine.authoring.params",
     "ParamsDict": "engine.authoring.params_dict",
+    "PartitionAtRuntime": "engine.authoring.partition_timetables",
     "PartitionKeyError": "engine.authoring.partition_mappers",
     "PartitionMapper": "engine.authoring.partition_mappers",
     "PartitionedAssetTimetable": "engine.authoring.partition_timetables",
@@ -249,6 +254,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "WeekDay": "engine.authoring.standard_sensors",
     "WeekWindow": "engine.authoring.partition_windows",
     "WeightRule": "engine.authoring.enums",
+    "Window": "engine.authoring.partition_windows",
     "XComArg": "engine.authoring.xcom",
     "YearWindow": "engine.authoring.partition_windows",
     "asset": "engine.authoring.asset_decorator",
@@ -283,6 +289,7 @@ __all__: tuple[str, ...] = (
     "BaseAsset",
     "BaseAsyncOperator",
     "BaseBranchOperator",
+    "BaseDeadlineReference",
     "BaseNotifier",
     "BaseOperator",
     "BaseOperatorLink",
@@ -327,6 +334,7 @@ __all__: tuple[str, ...] = (
     "OnceTimetable",
     "Param",
     "ParamsDict",
+    "PartitionAtRuntime",
     "PartitionKeyError",
     "PartitionMapper",
     "PartitionedAssetTimetable",
@@ -364,6 +372,7 @@ __all__: tuple[str, ...] = (
     "WeekDay",
     "WeekWindow",
     "WeightRule",
+    "Window",
     "XComArg",
     "YearWindow",
     "asset",

@@ -313,3 +313,8 @@ class PartitionedAtRuntime(_NeverScheduled):
     summary = "Partitioned at runtime"
     description = "Never; tasks set the partition keys of their events at run time"
     partitioned_at_runtime: ClassVar[bool] = True
+
+
+#: ``airflow.sdk``'s own spelling of the name (its ``__all__`` exports ``PartitionAtRuntime``;
+#: its timetable module and documentation say ``PartitionedAtRuntime``): one class, two names.
+PartitionAtRuntime = PartitionedAtRuntime
