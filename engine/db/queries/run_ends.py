@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select, update
 
 from engine.db.models import Dag, DagRun, TaskInstance
-from engine.db.queries import actions, callbacks, time_schedules
+from engine.db.queries import actions, callbacks, task_graph, time_schedules
 from engine.exceptions import InvalidStateError
 from engine.states import DagRunState, TaskState
 
@@ -88,7 +88,7 @@ def cancel_run(session: Session, dag_id: str, run_id: str, *, now: datetime) -> 
     """Mark an unfinished run failed, as Airflow's "mark run as failed": ``running`` and
     ``deferred`` (and ``restarting``) tasks become ``failed``, tasks not started or waiting
     for a retry become ``skipped``. A finished run is an error naming its state."""
-    actions.dag_graph(session, dag_id)
+    task_graph.dag_graph(session, dag_id)
     run_pk, old_state = actions.run_pk_of(session, dag_id, run_id)
     ended = end_run(
         session,

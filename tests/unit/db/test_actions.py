@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.db.queries.actions import relatives
+from engine.db.queries.task_graph import relatives
 
 # a >> b >> d, a >> c >> d, d >> e; f alone
 GRAPH = {"a": ["b", "c"], "b": ["d"], "c": ["d"], "d": ["e"], "e": [], "f": []}

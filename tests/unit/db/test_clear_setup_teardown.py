@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.db.queries.actions import with_setups_and_teardowns
+from engine.db.queries.task_graph import with_setups_and_teardowns
 
 # create >> work >> report >> delete (teardown of create); create >> delete;
 # cache (a setup without teardown) >> work; unrelated: other
