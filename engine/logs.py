@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 from urllib.parse import quote, quote_plus
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
 
 class LogFields(Protocol):
@@ -95,6 +95,23 @@ def secret_forms(secrets: Iterable[str]) -> list[str]:
         if len(secret) >= MIN_SECRET_LEN:
             forms |= {secret, quote(secret, safe=""), quote_plus(secret)}
     return sorted(forms, key=len, reverse=True)
+
+
+#: engine settings a child process (a task, a DAG file's parse) must not inherit: its code
+#: could print them
+SECRET_ENVIRONMENT: Final = ("SLUICE__CORE__FERNET_KEY", "SLUICE__CORE__SQL_ALCHEMY_CONN")
+
+
+def child_environment(environ: Mapping[str, str], secrets: Iterable[str]) -> dict[str, str]:
+    """``environ`` without the engine's secrets: the Fernet key and database URL settings,
+    and any other ``SLUICE__`` setting whose value holds a configured secret."""
+    forms = secret_forms(secrets)
+    return {
+        name: value
+        for name, value in environ.items()
+        if name not in SECRET_ENVIRONMENT
+        and not (name.startswith("SLUICE__") and any(form in value for form in forms))
+    }
 
 
 class Redactor:

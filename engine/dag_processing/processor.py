@@ -40,11 +40,9 @@ from engine.dag_processing.sync import SyncReport, sync_parse_results
 from engine.db.queries.jobs import DAG_PROCESSOR_JOB
 from engine.exceptions import DatabaseError
 from engine.jobs.service import JobService
-from engine.logs import secret_forms
+from engine.logs import child_environment
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
-
     from anyio.abc import ByteReceiveStream, Process, TaskStatus
 
     from engine.config import Config
@@ -100,22 +98,6 @@ def list_dag_files(folder: Path, *, skip: Path | None = None) -> list[Path] | No
         )
         found.extend(Path(root, f) for f in files if f.endswith(".py") and not f.startswith("."))
     return sorted(found)
-
-
-#: engine settings a parsing child must not inherit: a DAG file's code could print them
-SECRET_ENVIRONMENT: Final = ("SLUICE__CORE__FERNET_KEY", "SLUICE__CORE__SQL_ALCHEMY_CONN")
-
-
-def child_environment(environ: Mapping[str, str], secrets: Iterable[str]) -> dict[str, str]:
-    """``environ`` without the engine's secrets: the Fernet key and database URL settings,
-    and any other ``SLUICE__`` setting whose value holds a configured secret."""
-    forms = secret_forms(secrets)
-    return {
-        name: value
-        for name, value in environ.items()
-        if name not in SECRET_ENVIRONMENT
-        and not (name.startswith("SLUICE__") and any(form in value for form in forms))
-    }
 
 
 def _child_command(

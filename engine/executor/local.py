@@ -60,11 +60,11 @@ from engine.exceptions import DatabaseError
 from engine.executor import admission
 from engine.executor.callbacks import CallbackRunner
 from engine.executor.claiming import ClaimingExecutor, hostname
-from engine.executor.task_process import task_environment
 from engine.executor.task_supervisor import TaskSupervisor
 from engine.executor.warm_process import WarmRunner
 from engine.jobs.service import JobService
 from engine.jobs.wakeup import RowsSignal
+from engine.logs import child_environment
 from engine.retry import Backoff
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ class LocalExecutor(ClaimingExecutor):
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         settings = self.settings
-        environment = partial(task_environment, os.environ, settings.secrets)
+        environment = partial(child_environment, os.environ, settings.secrets)
         folders = [f for f in (settings.dags_folder, settings.plugins_folder) if f is not None]
         folders = folders if settings.warm_runner_dag_imports else []
         self.warm_runner = (
@@ -183,7 +183,7 @@ class LocalExecutor(ClaimingExecutor):
                 db=self._db,
                 cipher=self._cipher,
                 settings=self.settings,
-                environment=task_environment(os.environ, self.settings.secrets),
+                environment=child_environment(os.environ, self.settings.secrets),
             )
             outer.start_soon(callbacks.run, job_id)  # DAG callbacks, lost task callbacks
             task_status.started()

@@ -10,15 +10,12 @@ import signal
 import subprocess
 import sys
 from contextlib import suppress
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
-from engine.logs import secret_forms
-
 if TYPE_CHECKING:
     import socket
-    from collections.abc import Iterable, Mapping
 
     from anyio.abc import ByteReceiveStream, ByteSendStream
 
@@ -90,10 +87,6 @@ async def drain(stream: ByteReceiveStream | None, sink: bytearray, limit: int) -
 
 
 #: Engine settings a task's process must not inherit (it needs neither: it gets its spec on
-#: stdin and never touches the metadata database).
-SECRET_ENVIRONMENT: Final = ("SLUICE__CORE__FERNET_KEY", "SLUICE__CORE__SQL_ALCHEMY_CONN")
-
-
 async def start_cold(ti_id: int, env: dict[str, str], channel_fd: int) -> StepProcess:
     """The task process as a fresh interpreter: ``python -P -m engine.execution.task_runner``."""
     command = [sys.executable, "-P", "-m", "engine.execution.task_runner"]
@@ -107,18 +100,6 @@ async def start_cold(ti_id: int, env: dict[str, str], channel_fd: int) -> StepPr
         env=env,
         pass_fds=(channel_fd,),
     )
-
-
-def task_environment(environ: Mapping[str, str], secrets: Iterable[str]) -> dict[str, str]:
-    """``environ`` without the engine's secrets: the Fernet key and database URL settings,
-    and any other ``SLUICE__`` setting whose value holds a configured secret."""
-    forms = secret_forms(secrets)
-    return {
-        name: value
-        for name, value in environ.items()
-        if name not in SECRET_ENVIRONMENT
-        and not (name.startswith("SLUICE__") and any(form in value for form in forms))
-    }
 
 
 async def pump(stream: ByteReceiveStream | None, log: TaskLogWriter) -> None:

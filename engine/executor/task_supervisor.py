@@ -44,10 +44,10 @@ from engine.executor.task_process import (
     drain,
     pump,
     start_cold,
-    task_environment,
 )
 from engine.executor.task_requests import TaskRequestServer
 from engine.executor.task_specs import build_spec, with_results
+from engine.logs import child_environment
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -169,7 +169,7 @@ class TaskSupervisor:
         theirs: socket.socket | None = None
         try:
             ours, theirs = socket.socketpair()  # the task's request channel
-            env = task_environment(os.environ, self.settings.secrets)
+            env = child_environment(os.environ, self.settings.secrets)
             process: StepProcess | None = None
             if self._warm is not None:
                 process = await self._warm.spawn(ti_id=ti_id, env=env, channel_fd=theirs.fileno())

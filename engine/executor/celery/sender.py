@@ -39,8 +39,8 @@ from engine.executor import admission
 from engine.executor.callbacks import CallbackRunner
 from engine.executor.celery.app import RUN_TRY_TASK, celery_app
 from engine.executor.claiming import ClaimingExecutor
-from engine.executor.task_process import task_environment
 from engine.jobs.service import FINAL_WRITE_TIMEOUT_S, JobService
+from engine.logs import child_environment
 from engine.metrics.readings import ExecutorReading, QueueReading
 from engine.retry import Backoff
 
@@ -128,7 +128,7 @@ class CelerySender(ClaimingExecutor):
                 db=self._db,
                 cipher=self._cipher,
                 settings=self.settings,
-                environment=task_environment(os.environ, self.settings.secrets),
+                environment=child_environment(os.environ, self.settings.secrets),
             )
             outer.start_soon(callbacks.run, job_id)
             outer.start_soon(self._resend_loop, job_id)

@@ -40,10 +40,10 @@ from engine.executor.celery.app import RUN_TRY_TASK, celery_app
 from engine.executor.claiming import hostname
 from engine.executor.recording import run_retrying
 from engine.executor.settings import ExecutorSettings, ExecutorStats
-from engine.executor.task_process import task_environment
 from engine.executor.task_supervisor import TaskSupervisor
 from engine.executor.warm_process import WarmRunner
 from engine.jobs.service import FINAL_WRITE_TIMEOUT_S, JobService
+from engine.logs import child_environment
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -244,7 +244,7 @@ def _warm_runner(settings: ExecutorSettings) -> WarmRunner | None:
     if not settings.warm_runner:
         return None
     folders = [f for f in (settings.dags_folder, settings.plugins_folder) if f is not None]
-    environment = partial(task_environment, os.environ, settings.secrets)
+    environment = partial(child_environment, os.environ, settings.secrets)
     return WarmRunner(
         environment=environment,
         dag_folders=folders if settings.warm_runner_dag_imports else [],

@@ -11,7 +11,7 @@ import pytest
 
 from engine.authoring.store import StoreUnavailableError
 from engine.dag_processing.parse_store import ParseRequestError, ParseTimeStore
-from engine.dag_processing.processor import child_environment
+from engine.logs import child_environment
 
 
 def answering(answers: dict[tuple[str, str], dict]) -> tuple[ParseTimeStore, list[dict]]:

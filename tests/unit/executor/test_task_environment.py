@@ -1,4 +1,4 @@
-from engine.executor.task_process import task_environment
+from engine.logs import child_environment
 
 
 def test_a_task_inherits_the_environment_without_the_engine_secrets() -> None:
@@ -10,5 +10,5 @@ def test_a_task_inherits_the_environment_without_the_engine_secrets() -> None:
         "SLUICE__CORE__EXTRA": "postgresql://u:p%40ssword@db/x",  # holds the password
         "PGPASSWORD": "p@ssword",  # the user's own setting: a task may need it
     }
-    env = task_environment(environ, ["p@ssword"])
+    env = child_environment(environ, ["p@ssword"])
     assert env == {"PATH": "/usr/bin", "SLUICE__METRICS__PORT": "9464", "PGPASSWORD": "p@ssword"}
