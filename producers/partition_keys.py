@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -156,6 +157,8 @@ def key_text(value: Any, what: str) -> str:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         kind = "null" if value is None else type(value).__name__
         raise NoKey(f"{what} is {kind}, not a partition key (a str, or a number)")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise NoKey(f"{what} is {value}, not a partition key (a str, or a finite number)")
     text = value if isinstance(value, str) else str(value)
     try:
         return check_partition_key(text, what)

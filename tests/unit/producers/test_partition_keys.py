@@ -142,6 +142,11 @@ def test_message_queue_trigger_passes_the_rule_on() -> None:
         ({"order": {"region": "eu"}}, "eu"),
         ({"order": {"region": 7}}, "7"),
         ({"order": {"region": 2.5}}, "2.5"),
+        (
+            b'{"order": {"region": NaN}}',
+            "rejected: no partition key (partition_key_field="
+            "'order.region'): field 'order.region' is nan, not a partition key",
+        ),
         ({"order": {"region": "x" * 250}}, "x" * 250),
         ({"order": {"region": "x" * 251}}, "rejected: no partition key (partition_key_field="),
         (
