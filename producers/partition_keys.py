@@ -78,7 +78,7 @@ class PartitionKeyRule:
 def partition_key_rule(where: str, **options: Any) -> PartitionKeyRule | None:
     """The rule the watcher's ``partition_key_*`` keywords give (None: unkeyed events), or
     ``ProducerConfigError`` naming ``where`` for more than one, or one that cannot work."""
-    given = {name: value for name, value in options.items() if value not in (None, False)}
+    given = {n: v for n, v in options.items() if v is not None and v is not False}
     if len(given) > 1:
         raise ProducerConfigError(
             f"{where}: give at most one of {sorted(given)}; each is a way to take the "

@@ -82,6 +82,7 @@ async def _key_or_rejection(trigger: KafkaMessageTrigger, message: KafkaMessage)
         ({"partition_key_field": "a..b"}, "empty part"),
         ({"partition_key_field": ""}, "non-empty str"),
         ({"partition_key_header": 3}, "non-empty str"),
+        ({"partition_key_header": 0}, "non-empty str"),
         ({"partition_key_function": "region_of"}, "dotted path"),
         ({"partition_key_from_key": "yes"}, "True or False"),
     ],
