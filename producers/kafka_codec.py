@@ -165,12 +165,15 @@ def event_payload(message: KafkaMessage, value_format: str) -> dict[str, Any]:
     return payload
 
 
-def message_event(message: KafkaMessage, value_format: str) -> TriggerEvent:
-    """The ``TriggerEvent`` of a decodable message, keyed by its coordinates. Its payload is
-    not walked again when its value is known to be plain JSON: the other fields are strings
-    and integers (a key or header that is not UTF-8 is ``{"base64": ...}``)."""
+def message_event(
+    message: KafkaMessage, value_format: str, *, partition_key: str | None = None
+) -> TriggerEvent:
+    """The ``TriggerEvent`` of a decodable message, deduplicated by its coordinates, with
+    the ``partition_key`` the watcher took from it. Its payload is not walked again when its
+    value is known to be plain JSON: the other fields are strings and integers (a key or
+    header that is not UTF-8 is ``{"base64": ...}``)."""
     payload = event_payload(message, value_format)
     key = f"kafka:{message.topic}:{message.partition}:{message.offset}"
     if message.cache[_PLAIN_CACHE_PREFIX + value_format]:
-        return TriggerEvent.of_plain(payload, dedup_key=key)
-    return TriggerEvent(payload, dedup_key=key)
+        return TriggerEvent.of_plain(payload, dedup_key=key, partition_key=partition_key)
+    return TriggerEvent(payload, dedup_key=key, partition_key=partition_key)

@@ -10,6 +10,12 @@ stored. Each watcher filters the shared messages on its own:
 - ``apply_function``: a dotted path to ``f(message, *apply_function_args,
   **apply_function_kwargs)`` (a ``KafkaMessage``; may be async) returning truthy to accept.
 
+An accepted message's event may carry a partition key taken from the message
+(``partition_key_field``, ``partition_key_header``, ``partition_key_from_key`` or
+``partition_key_function``; ``producers.partition_keys``). A message that gives no valid
+key is rejected, so a keyed watcher needs a ``dead_letter_topic`` or an explicit
+``on_unclean``: with the implicit ``"stop"`` its partition would stop at that message.
+
 A message the filter does not accept yields nothing (the watcher has processed it). A filter
 that raises, or a value that does not decode as ``value_format`` (``"json"`` / ``"text"``),
 *rejects* the message (``message.note_rejection``): it goes the dead-letter path of
@@ -57,6 +63,7 @@ from producers.kafka_codec import (
     message_event,
     text_of,
 )
+from producers.kafka_event_keys import kafka_key_rule, partition_key_of
 from producers.kafka_message_feed import fed_message_by_message
 from producers.kafka_messages import KafkaMessage, KafkaMessageBatch
 from producers.kafka_settings import (
@@ -70,6 +77,7 @@ from producers.kafka_settings import (
     settings_from_connection,
     split_servers,
 )
+from producers.partition_keys import NoKey, load_key_function, rejection, rule_kwargs
 from shared_stream.producer import AdvanceItem, AdvanceOutcome
 from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
 from triggers.extras import importing_extra, require_extra
@@ -131,6 +139,10 @@ class KafkaMessageTrigger(BaseEventTrigger):
         ssl_keyfile: str | None = None,
         ssl_password: str | None = None,
         consumer_options: Mapping[str, Any] | None = None,
+        partition_key_field: str | None = None,
+        partition_key_header: str | None = None,
+        partition_key_from_key: bool = False,
+        partition_key_function: str | None = None,
     ) -> None:
         super().__init__()
         require_extra("aiokafka", needed_by="KafkaMessageTrigger")
@@ -177,6 +189,14 @@ class KafkaMessageTrigger(BaseEventTrigger):
             consumer_options=dict(consumer_options or {}),
         )
         self.kafka_config_id = kafka_config_id
+        self.partition_key_rule = kafka_key_rule(
+            self.settings,
+            partition_key_field=partition_key_field,
+            partition_key_header=partition_key_header,
+            partition_key_from_key=partition_key_from_key,
+            partition_key_function=partition_key_function,
+        )
+        self._key_function: Callable[[Any], Any] | None = None
         # What this watcher accepts: its own, never shared with its siblings.
         self._filter: dict[str, Any] = {
             "apply_function": apply_function,
@@ -210,7 +230,11 @@ class KafkaMessageTrigger(BaseEventTrigger):
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         kwargs = {**self.settings.as_kwargs(), "kafka_config_id": self.kafka_config_id}
-        return classpath_of(self), {**kwargs, **self._filter}
+        return classpath_of(self), {
+            **kwargs,
+            **self._filter,
+            **rule_kwargs(self.partition_key_rule),
+        }
 
     def shared_stream_key(self) -> Hashable | None:
         # by connection id: the key is the same before (parse) and after (triggerer) the
@@ -338,8 +362,25 @@ class KafkaMessageTrigger(BaseEventTrigger):
             return self._filter_failed(message, exc)
         return self._event(message) if accepted else None
 
-    def _event(self, message: KafkaMessage) -> TriggerEvent:
-        return message_event(message, self.value_format)
+    def _event(self, message: KafkaMessage) -> TriggerEvent | str:
+        """The accepted message's event, or why it is rejected (it gives no valid key)."""
+        rule = self.partition_key_rule
+        if rule is None:
+            return message_event(message, self.value_format)
+        try:
+            key = partition_key_of(message, rule, self.value_format, self._key_function)
+        except NoKey as problem:
+            reason = rejection(rule, problem)
+            logger.warning(
+                "Trigger %s rejected Kafka message %s: %s; it takes the on_unclean path and "
+                "the watcher goes on",
+                self.trigger_id,
+                message.coordinates,
+                reason,
+                extra={"action": "kafka.no_partition_key", "trigger_id": self.trigger_id},
+            )
+            return reason
+        return message_event(message, self.value_format, partition_key=key)
 
     def _matches(self, message: KafkaMessage, encoding: str, value: Any) -> bool:
         if self._key_or_headers and not self._key_and_headers_match(message):
@@ -397,6 +438,9 @@ class KafkaMessageTrigger(BaseEventTrigger):
         return f"apply_function raised {type(exc).__name__}: {exc}"
 
     def _load_function(self) -> None:
+        rule = self.partition_key_rule
+        if rule is not None and rule.source == "function" and self._key_function is None:
+            self._key_function = load_key_function(rule, self.trigger_id)
         path = self._filter["apply_function"]
         if path is None or self._function is not None:
             return

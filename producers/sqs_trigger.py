@@ -11,6 +11,11 @@ queue the same connection and producer settings (``on_reject``, ``dead_letter_qu
 ``visibility_timeout_s``, ``wait_time_s``, ``max_in_flight``). Credentials are trigger
 kwargs, so the engine stores them encrypted; they are never logged.
 
+An event may carry a partition key taken from its message: ``partition_key_field`` (a
+dotted path into the JSON body), ``partition_key_attribute`` (a message attribute) or
+``partition_key_function`` (``producers.partition_keys``). A message the filter accepts but
+that gives no valid key is rejected (``on_reject``), with a warning naming its id.
+
 ``aws_conn_id`` (Airflow's name) takes the credentials, region and endpoint from a named
 ``aws`` connection instead (``connection_settings``: login / password are the access key id
 / secret; the extra may hold ``region_name``, ``endpoint_url``, ``aws_session_token``, and
@@ -24,6 +29,17 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from producers.exceptions import EventFilterError
+from producers.partition_keys import (
+    NoKey,
+    PartitionKeyRule,
+    field_key,
+    function_key,
+    load_key_function,
+    named_key,
+    partition_key_rule,
+    rejection,
+    rule_kwargs,
+)
 from producers.sqs_core import (
     DEFAULT_MAX_IN_FLIGHT,
     MAX_WAIT_TIME_S,
@@ -36,7 +52,7 @@ from triggers.exceptions import TriggerContractError
 from triggers.extras import importing_extra, require_extra
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Hashable, Mapping
+    from collections.abc import AsyncIterator, Callable, Hashable, Mapping
 
     from producers.sqs import SqsSharedStreamProducer
     from producers.sqs_core import OnReject
@@ -90,6 +106,10 @@ class SqsMessageTrigger(BaseEventTrigger):
     one. ``attribute_filter``: message attribute name -> required value(s). Both must hold;
     with neither, every message matches. Payload: ``message_id``, ``body`` (JSON-decoded
     when it parses), ``attributes``, ``message_attributes``.
+
+    ``partition_key_field`` / ``partition_key_attribute`` / ``partition_key_function`` (at
+    most one): where each event's partition key comes from; a message without a valid key
+    is rejected.
     """
 
     connection_kwargs = ("aws_conn_id",)
@@ -111,6 +131,9 @@ class SqsMessageTrigger(BaseEventTrigger):
         visibility_timeout_s: int | None = None,
         wait_time_s: int = MAX_WAIT_TIME_S,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        partition_key_field: str | None = None,
+        partition_key_attribute: str | None = None,
+        partition_key_function: str | None = None,
     ) -> None:
         super().__init__()
         require_extra("aiobotocore", needed_by="SqsMessageTrigger")
@@ -138,6 +161,13 @@ class SqsMessageTrigger(BaseEventTrigger):
         self.visibility_timeout_s = visibility_timeout_s
         self.wait_time_s = wait_time_s
         self.max_in_flight = max_in_flight
+        self.partition_key_rule = partition_key_rule(
+            f"SqsMessageTrigger on {queue_url}",
+            partition_key_field=partition_key_field,
+            partition_key_attribute=partition_key_attribute,
+            partition_key_function=partition_key_function,
+        )
+        self._key_function: Callable[[Any], Any] | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         c = self.connection
@@ -158,6 +188,7 @@ class SqsMessageTrigger(BaseEventTrigger):
                 "visibility_timeout_s": self.visibility_timeout_s,
                 "wait_time_s": self.wait_time_s,
                 "max_in_flight": self.max_in_flight,
+                **rule_kwargs(self.partition_key_rule),
             },
         )
 
@@ -208,17 +239,39 @@ class SqsMessageTrigger(BaseEventTrigger):
     ) -> AsyncIterator[TriggerEvent]:
         from shared_stream.subscriber import reject_shared_stream_event  # where it runs
 
+        rule = self.partition_key_rule
+        if rule is not None and rule.source == "function" and self._key_function is None:
+            self._key_function = load_key_function(rule, self.trigger_id)
         async for message in shared_stream:
             try:
                 matched = self.matches(message)
             except Exception as exc:  # noqa: BLE001 - a filter that raises rejects the message
-                self._log_rejected(message, exc)
+                self._log_rejected(message, f"its filter raised {exc!r}")
                 reject_shared_stream_event()
                 continue
-            if matched:
-                yield TriggerEvent(
-                    self.event_payload(message), dedup_key=f"sqs:{message.message_id}"
-                )
+            if not matched:
+                continue
+            key = None
+            if rule is not None:
+                try:
+                    key = self._partition_key(message, rule)
+                except NoKey as problem:
+                    self._log_rejected(message, rejection(rule, problem))
+                    reject_shared_stream_event()
+                    continue
+            yield TriggerEvent(
+                self.event_payload(message),
+                dedup_key=f"sqs:{message.message_id}",
+                partition_key=key,
+            )
+
+    def _partition_key(self, message: SqsMessage, rule: PartitionKeyRule) -> str:
+        if rule.source == "field":
+            return field_key(message.body, rule, document_name="the body")
+        if rule.source == "attribute":
+            return named_key(message.message_attributes, rule, "message attribute")
+        assert self._key_function is not None, "loaded as the stream starts"
+        return function_key(self._key_function, message)
 
     def matches(self, message: SqsMessage) -> bool:
         """True when ``message`` passes this trigger's filters; may raise to reject it."""
@@ -247,14 +300,14 @@ class SqsMessageTrigger(BaseEventTrigger):
             "message_attributes": dict(message.message_attributes),
         }
 
-    def _log_rejected(self, message: Any, exc: Exception) -> None:
+    def _log_rejected(self, message: Any, reason: str) -> None:
         message_id = getattr(message, "message_id", None)
         logger.warning(
-            "SqsMessageTrigger %s rejected message %s of %s: its filter raised %r",
+            "SqsMessageTrigger %s rejected message %s of %s: %s",
             self.trigger_id,
             message_id,
             self.connection.queue_url,
-            exc,
+            reason,
             extra={
                 "action": "sqs.message_rejected",
                 "trigger_id": self.trigger_id,
