@@ -1,0 +1,253 @@
+"""The task and asset state stores (Airflow 3.3's AIP-103) and ``ResumableJobMixin`` with
+the real scheduler and executor in-process: what a try stores its retry reads, across a
+killed worker too; ``delete`` and ``clear``; entries scoped to one task instance (another
+copy of a mapped task, another run, sees nothing); an asset's entries across runs; a
+resumable operator whose first try dies after its submit reconnects on retry (one submit);
+``sluice db clean`` deletes expired entries, never ``NEVER_EXPIRE`` ones (a fake clock)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+from sqlalchemy import select
+
+from engine.cli import db_clean
+from engine.db import models
+from engine.db.models import TaskStateEntry
+from engine.db.queries import state_store
+from tests.integration.inprocess_engine import InProcessEngine
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+pytestmark = pytest.mark.integration
+
+DAGS = """
+import os
+import signal
+from datetime import timedelta
+from pathlib import Path
+
+from engine import DAG, NEVER_EXPIRE, Asset, BaseOperator, ResumableJobMixin, task
+
+JOBS = Path(JOBS_FOLDER)
+ORDERS = Asset("orders")
+
+
+@task(retries=1, retry_delay=0)
+def remember(task_state_store=None, ti=None):
+    if ti.try_number == 1:
+        task_state_store.set("checkpoint", {"rows": 500, "try": 1})
+        raise RuntimeError("the first try fails after its checkpoint")
+    return task_state_store.get("checkpoint")
+
+
+@task
+def edit(task_state_store=None):
+    store = task_state_store
+    store.set("a", 1)
+    store.set("b", [1, 2])
+    store.set("c", "text")
+    store.delete("a")
+    store.delete("never-set")  # nothing happens
+    seen = [store.get("a", "gone"), store.get("b"), store.get("c")]
+    store.clear()
+    return seen + [store.get("b"), store.get("c", "cleared")]
+
+
+@task
+def scoped(i, task_state_store=None):
+    before = task_state_store.get("k")
+    task_state_store.set("k", i, retention=NEVER_EXPIRE)
+    return {"before": before}
+
+
+@task
+def retained(task_state_store=None):
+    task_state_store.set("short", 1, retention=timedelta(hours=1))
+    task_state_store.set("default", 2)
+    task_state_store.set("forever", 3, retention=NEVER_EXPIRE)
+
+
+@task(outlets=[ORDERS])
+def load(asset_state_store=None):
+    watermark = asset_state_store.get("watermark", 0)
+    asset_state_store[ORDERS].set("watermark", watermark + 10)
+    return watermark
+
+
+class FakeJobOperator(ResumableJobMixin, BaseOperator):
+    # the external system: a file per job under JOBS holding its status
+
+    def execute(self, context):
+        return self.execute_resumable(context)
+
+    def submit_job(self, context):
+        job = JOBS / f"job-{len(list(JOBS.iterdir()))}"
+        job.write_text("running")
+        return job.name
+
+    def get_job_status(self, external_id, context):
+        return (JOBS / external_id).read_text()
+
+    def is_job_active(self, status):
+        return status == "running"
+
+    def is_job_succeeded(self, status):
+        return status == "done"
+
+    def poll_until_complete(self, external_id, context):
+        if context["ti"].try_number == 1:
+            os.kill(os.getpid(), signal.SIGKILL)  # the worker dies while the job runs
+        (JOBS / external_id).write_text("done")  # the job ends while it is polled
+
+    def get_job_result(self, external_id, context):
+        return f"result of {external_id}"
+
+
+with DAG("retry_reads"):
+    remember()
+
+with DAG("delete_clear"):
+    edit()
+
+with DAG("scoping"):
+    scoped.expand(i=[0, 1])
+
+with DAG("retention"):
+    retained()
+
+with DAG("watermark"):
+    load()
+
+with DAG("resumable"):
+    FakeJobOperator(task_id="job", retries=1, retry_delay=0)
+"""
+
+
+@pytest.fixture
+def jobs(tmp_path: Path) -> Path:
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def engine(migrated_db_url: str, tmp_path: Path, jobs: Path) -> Iterator[InProcessEngine]:
+    source = DAGS.replace("JOBS_FOLDER", repr(str(jobs)))
+    engine = InProcessEngine(migrated_db_url, tmp_path, {"state_dags.py": source})
+    yield engine
+    engine.db.dispose()
+
+
+def _submitted(jobs: Path) -> list[str]:
+    return sorted(p.name for p in jobs.iterdir())
+
+
+@pytest.mark.both_databases
+async def test_a_retry_reads_what_the_failed_try_stored(engine: InProcessEngine) -> None:
+    run = engine.trigger("retry_reads")
+    with anyio.fail_after(60):
+        async with engine.running():
+            assert await engine.run_to_end(run) == ["success"]
+    [ti] = engine.instances(run)
+    assert ti.try_number == 2
+    assert engine.xcom(run, "remember") == {"rows": 500, "try": 1}
+
+
+async def test_delete_removes_a_key_and_clear_every_key(engine: InProcessEngine) -> None:
+    run = engine.trigger("delete_clear")
+    with anyio.fail_after(60):
+        async with engine.running():
+            assert await engine.run_to_end(run) == ["success"]
+    assert engine.xcom(run, "edit") == ["gone", [1, 2], "text", None, "cleared"]
+    assert engine.db.call(lambda s: s.execute(select(TaskStateEntry)).all()) == []
+
+
+@pytest.mark.both_databases
+async def test_entries_belong_to_one_task_instance(engine: InProcessEngine) -> None:
+    first, second = engine.trigger("scoping"), engine.trigger("scoping")
+    with anyio.fail_after(60):
+        async with engine.running():
+            assert await engine.run_to_end(first, second) == ["success", "success"]
+    for run in (first, second):  # neither the other copy nor the other run's is seen
+        seen = [engine.xcom(run, "scoped", map_index=i) for i in (0, 1)]
+        assert seen == [{"before": None}, {"before": None}]
+    for run in (first, second):
+        run_id = engine.run(run).run_id
+        for i in (0, 1):
+            entries = engine.db.call(
+                lambda s, run_id=run_id, i=i: state_store.task_state_entries(
+                    s, dag_id="scoping", run_id=run_id, task_id="scoped", map_index=i
+                )
+            )
+            assert [(e.key, e.value, e.expires_at) for e in entries] == [("k", i, None)]
+
+
+async def test_an_assets_entries_last_across_runs(engine: InProcessEngine) -> None:
+    with anyio.fail_after(60):
+        async with engine.running():
+            first = engine.trigger("watermark")
+            assert await engine.run_to_end(first) == ["success"]
+            second = engine.trigger("watermark")
+            assert await engine.run_to_end(second) == ["success"]
+    assert [engine.xcom(first, "load"), engine.xcom(second, "load")] == [0, 10]
+    found = engine.db.call(
+        lambda s: state_store.get_asset_state(s, asset="orders", key="watermark")
+    )
+    assert found == (True, 20)
+
+
+@pytest.mark.both_databases
+async def test_a_resumable_job_killed_after_its_submit_reconnects_on_retry(
+    engine: InProcessEngine, jobs: Path
+) -> None:
+    run = engine.trigger("resumable")
+    with anyio.fail_after(60):
+        async with engine.running():
+            assert await engine.run_to_end(run) == ["success"]
+    [ti] = engine.instances(run)
+    assert ti.try_number == 2  # the first try was killed
+    assert _submitted(jobs) == ["job-0"]  # submitted once
+    assert engine.xcom(run, "job") == "result of job-0"
+    assert "Reconnecting to job job-0 (status running)" in engine.log(run, "job")
+
+
+@pytest.mark.both_databases
+async def test_db_clean_deletes_expired_entries_never_the_never_expiring(
+    engine: InProcessEngine,
+) -> None:
+    run = engine.trigger("retention")
+    with anyio.fail_after(60):
+        async with engine.running():
+            assert await engine.run_to_end(run) == ["success"]
+    written = models.utcnow()
+
+    def keys() -> list[str]:
+        rows = engine.db.call(lambda s: s.execute(select(TaskStateEntry.key)).scalars().all())
+        return sorted(rows)
+
+    def clean_at(now: object) -> dict[str, int]:
+        plan = db_clean.make_plan(
+            ("task_state_store",),
+            before=written - timedelta(days=400),  # no run is old enough to go
+            now=now,  # type: ignore[arg-type]
+            dedup_retention_s=0,
+            dead_after_s=3600,
+        )
+        assert db_clean.count(engine.db, plan) == db_clean.clean(engine.db, plan, pause_s=0)
+        return db_clean.count(engine.db, plan)
+
+    assert keys() == ["default", "forever", "short"]
+    clean_at(written + timedelta(minutes=30))
+    assert keys() == ["default", "forever", "short"]  # nothing expired yet
+    clean_at(written + timedelta(hours=2))
+    assert keys() == ["default", "forever"]  # past its hour
+    clean_at(written + timedelta(days=31))
+    assert keys() == ["forever"]  # past [state_store] default_retention_days (30)
+    clean_at(written + timedelta(days=3650))
+    assert keys() == ["forever"]
