@@ -7,14 +7,17 @@ resumable operator whose first try dies after its submit reconnects on retry (on
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import anyio
 import pytest
+from click.testing import CliRunner
 from sqlalchemy import select
 
 from engine.cli import db_clean
+from engine.cli.main import cli
 from engine.db import models
 from engine.db.models import TaskStateEntry
 from engine.db.queries import state_store
@@ -144,6 +147,12 @@ def engine(migrated_db_url: str, tmp_path: Path, jobs: Path) -> Iterator[InProce
     engine.db.dispose()
 
 
+def _cli(engine: InProcessEngine, *args: str) -> str:
+    result = CliRunner().invoke(cli, list(args), obj={"config": engine.config})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
 def _submitted(jobs: Path) -> list[str]:
     return sorted(p.name for p in jobs.iterdir())
 
@@ -157,6 +166,10 @@ async def test_a_retry_reads_what_the_failed_try_stored(engine: InProcessEngine)
     [ti] = engine.instances(run)
     assert ti.try_number == 2
     assert engine.xcom(run, "remember") == {"rows": 500, "try": 1}
+    run_id = engine.run(run).run_id
+    shown = json.loads(_cli(engine, "tasks", "state", "retry_reads", run_id, "remember", "--json"))
+    assert [(e["key"], e["value"]) for e in shown] == [("checkpoint", {"rows": 500, "try": 1})]
+    assert shown[0]["expires_at"] is not None  # [state_store] default_retention_days
 
 
 async def test_delete_removes_a_key_and_clear_every_key(engine: InProcessEngine) -> None:
@@ -200,6 +213,9 @@ async def test_an_assets_entries_last_across_runs(engine: InProcessEngine) -> No
         lambda s: state_store.get_asset_state(s, asset="orders", key="watermark")
     )
     assert found == (True, 20)
+    table = _cli(engine, "assets", "state", "orders").splitlines()
+    assert table[0].split() == ["KEY", "VALUE", "UPDATED_AT"]
+    assert table[1].split()[:2] == ["watermark", "20"]
 
 
 @pytest.mark.both_databases
