@@ -8,19 +8,24 @@ resumable operator whose first try dies after its submit reconnects on retry (on
 from __future__ import annotations
 
 import json
-from datetime import timedelta
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
 from click.testing import CliRunner
+from cryptography.fernet import Fernet
 from sqlalchemy import select
 
 from engine.cli import db_clean
 from engine.cli.main import cli
+from engine.crypto import KwargsCipher
 from engine.db import models
+from engine.db.database import Database
 from engine.db.models import TaskStateEntry
 from engine.db.queries import state_store
+from engine.executor.state_requests import StateStoreRequests
+from engine.executor.task_requests import TaskRequestServer
 from tests.integration.inprocess_engine import InProcessEngine
 
 if TYPE_CHECKING:
@@ -267,3 +272,51 @@ async def test_db_clean_deletes_expired_entries_never_the_never_expiring(
     assert keys() == ["forever"]  # past [state_store] default_retention_days (30)
     clean_at(written + timedelta(days=3650))
     assert keys() == ["forever"]
+
+
+# --- the executor's side, request by request -------------------------------------------------
+
+
+def _requests(db_url: str, *, ti_id: int | None, days: int, now: datetime) -> Any:
+
+    return StateStoreRequests(
+        db=Database(db_url), ti_id=ti_id, default_retention_days=days, clock=lambda: now
+    )
+
+
+def test_expiry_from_the_retention_the_default_or_never(migrated_sqlite_url: str) -> None:
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    served = _requests(migrated_sqlite_url, ti_id=1, days=30, now=now)
+    assert served.expires_at(now, retention_s=3600, never_expire=False) == now + timedelta(hours=1)
+    assert served.expires_at(now, retention_s=None, never_expire=False) == now + timedelta(days=30)
+    assert served.expires_at(now, retention_s=None, never_expire=True) is None
+    no_default = _requests(migrated_sqlite_url, ti_id=1, days=0, now=now)
+    assert no_default.expires_at(now, retention_s=None, never_expire=False) is None
+    with pytest.raises(ValueError, match="must be positive"):
+        served.expires_at(now, retention_s=-5, never_expire=False)
+
+
+async def test_requests_the_executor_refuses(migrated_sqlite_url: str) -> None:
+
+    db = Database(migrated_sqlite_url)
+    cipher = KwargsCipher(Fernet.generate_key().decode())
+    callback = TaskRequestServer(db=db, cipher=cipher, mask=lambda _: None)  # no task
+    task = TaskRequestServer(db=db, cipher=cipher, mask=lambda _: None, ti_id=1)
+
+    async def answer(server: TaskRequestServer, **request: Any) -> dict[str, Any]:
+        return await server.answer(json.dumps({"id": 1, **request}).encode())
+
+    refused = await answer(callback, kind="task_state_get", key="k")
+    assert "only available to a task's process" in refused["error"]
+    refused = await answer(task, kind="asset_state_set", asset="nope", key="k", value=1)
+    assert "asset 'nope' is not in the metadata database" in refused["error"]
+    refused = await answer(task, kind="task_state_set", key="", value=1)
+    assert "non-empty string" in refused["error"]
+    refused = await answer(task, kind="task_state_set", key="k", value=None)
+    assert "must not be None" in refused["error"]
+    assert await answer(task, kind="asset_state_get", asset="nope", key="k") == {
+        "id": 1,
+        "ok": True,
+        "value": {"found": False, "value": None},
+    }
+    db.dispose()
