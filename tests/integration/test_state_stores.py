@@ -26,6 +26,7 @@ from engine.db.models import TaskStateEntry
 from engine.db.queries import state_store
 from engine.executor.state_requests import StateStoreRequests
 from engine.executor.task_requests import TaskRequestServer
+from tests.integration.api_support import api_harness, bearer
 from tests.integration.inprocess_engine import InProcessEngine
 
 if TYPE_CHECKING:
@@ -158,12 +159,24 @@ def _cli(engine: InProcessEngine, *args: str) -> str:
     return result.output
 
 
+def _rest(engine: InProcessEngine, tmp_path: Path, *paths: str) -> list[Any]:
+    """What the REST API answers for ``paths`` (GET, as a viewer): (status, JSON) each."""
+    harness = api_harness(str(engine.config.core.sql_alchemy_conn), tmp_path)
+    token = harness.token(harness.user("viewer", "viewer"))
+    with harness.client() as client:
+        answers = [client.get(f"/api/v1{path}", headers=bearer(token)) for path in paths]
+    harness.db.dispose()
+    return [(a.status_code, a.json()) for a in answers]
+
+
 def _submitted(jobs: Path) -> list[str]:
     return sorted(p.name for p in jobs.iterdir())
 
 
 @pytest.mark.both_databases
-async def test_a_retry_reads_what_the_failed_try_stored(engine: InProcessEngine) -> None:
+async def test_a_retry_reads_what_the_failed_try_stored(
+    engine: InProcessEngine, tmp_path: Path
+) -> None:
     run = engine.trigger("retry_reads")
     with anyio.fail_after(60):
         async with engine.running():
@@ -175,6 +188,15 @@ async def test_a_retry_reads_what_the_failed_try_stored(engine: InProcessEngine)
     shown = json.loads(_cli(engine, "tasks", "state", "retry_reads", run_id, "remember", "--json"))
     assert [(e["key"], e["value"]) for e in shown] == [("checkpoint", {"rows": 500, "try": 1})]
     assert shown[0]["expires_at"] is not None  # [state_store] default_retention_days
+    task = f"/dags/retry_reads/runs/{run_id}/tasks"
+    found, missing = _rest(
+        engine, tmp_path, f"{task}/remember/state-store", f"{task}/nope/state-store"
+    )
+    assert found[0] == 200
+    assert [(e["key"], e["value"]) for e in found[1]["entries"]] == [
+        ("checkpoint", {"rows": 500, "try": 1})
+    ]
+    assert missing[0] == 404
 
 
 async def test_delete_removes_a_key_and_clear_every_key(engine: InProcessEngine) -> None:
@@ -206,7 +228,7 @@ async def test_entries_belong_to_one_task_instance(engine: InProcessEngine) -> N
             assert [(e.key, e.value, e.expires_at) for e in entries] == [("k", i, None)]
 
 
-async def test_an_assets_entries_last_across_runs(engine: InProcessEngine) -> None:
+async def test_an_assets_entries_last_across_runs(engine: InProcessEngine, tmp_path: Path) -> None:
     with anyio.fail_after(60):
         async with engine.running():
             first = engine.trigger("watermark")
@@ -221,6 +243,11 @@ async def test_an_assets_entries_last_across_runs(engine: InProcessEngine) -> No
     table = _cli(engine, "assets", "state", "orders").splitlines()
     assert table[0].split() == ["KEY", "VALUE", "UPDATED_AT"]
     assert table[1].split()[:2] == ["watermark", "20"]
+    [(status, shown)] = _rest(engine, tmp_path, "/asset-state-store/orders")
+    assert status == 200
+    assert [(e["key"], e["value"], e["expires_at"]) for e in shown["entries"]] == [
+        ("watermark", 20, None)
+    ]
 
 
 @pytest.mark.both_databases
