@@ -120,6 +120,7 @@ if TYPE_CHECKING:
         Window,
         YearWindow,
     )
+    from engine.authoring.resumable import ResumableJobMixin
     from engine.authoring.retry_policies import (
         ExceptionRetryPolicy,
         RetryAction,
@@ -138,6 +139,7 @@ if TYPE_CHECKING:
         WeekDay,
         sensor_task,
     )
+    from engine.authoring.state_store import NEVER_EXPIRE
     from engine.authoring.task_instance import TaskInstance
     from engine.authoring.timetables import (
         AssetOrTimeSchedule,
@@ -213,6 +215,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "MinimumCount": "engine.authoring.partition_windows",
     "MonthWindow": "engine.authoring.partition_windows",
     "MultipleCronTriggerTimetable": "engine.authoring.trigger_timetables",
+    "NEVER_EXPIRE": "engine.authoring.state_store",
     "OnceTimetable": "engine.authoring.timetables",
     "Param": "engine.authoring.params",
     "ParamsDict": "engine.authoring.params_dict",
@@ -226,6 +229,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "PythonOperator": "engine.authoring.operators",
     "PythonSensor": "engine.authoring.standard_sensors",
     "QuarterWindow": "engine.authoring.partition_windows",
+    "ResumableJobMixin": "engine.authoring.resumable",
     "RetryAction": "engine.authoring.retry_policies",
     "RetryDecision": "engine.authoring.retry_policies",
     "RetryPolicy": "engine.authoring.retry_policies",
@@ -278,6 +282,7 @@ _MODULE_OF: Final[dict[str, str]] = {
 #: the modules whose decorators hang off ``task`` (``@task.bash``, ``@task.branch``, ...)
 __all__: tuple[str, ...] = (
     "DAG",
+    "NEVER_EXPIRE",
     "AllowedKeyMapper",
     "Asset",
     "AssetAlias",
@@ -344,6 +349,7 @@ __all__: tuple[str, ...] = (
     "PythonOperator",
     "PythonSensor",
     "QuarterWindow",
+    "ResumableJobMixin",
     "RetryAction",
     "RetryDecision",
     "RetryPolicy",

@@ -1,6 +1,7 @@
 """``sluice assets ...``: every asset (list), the events of one (events), its partitions
-(partitions: the table is drawn by ``engine.cli.partitions_text``), and an event recorded by
-hand, as a watcher would (emit). Tables, or ``--json``.
+(partitions: the table is drawn by ``engine.cli.partitions_text``), what it keeps in its
+asset state store (state), and an event recorded by hand, as a watcher would (emit).
+Tables, or ``--json``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from engine.cli.common import (
 )
 from engine.db import models
 from engine.db.queries import assets as assets_sql
+from engine.db.queries import state_store as state_sql
 from engine.views import assets as assets_view
 from engine.views import partitions as partitions_view
 from triggers.base import check_partition_key
@@ -114,6 +116,21 @@ def assets_partitions(
         click.echo(json.dumps(shown, indent=2))
     else:
         click.echo(partitions_text.render_text(shown), nl=False)
+
+
+@assets.command("state")
+@click.argument("asset")
+@json_option
+@click.pass_context
+def assets_state(ctx: click.Context, asset: str, as_json: bool) -> None:
+    """Print what an asset keeps in its asset state store (``asset_state_store``): each key,
+    its JSON value and when it was written."""
+    from engine.cli.tasks import STATE_COLUMNS, state_row
+
+    found = run_query(ctx, lambda session: state_sql.asset_state_entries(session, asset=asset))
+    if found is None:
+        fail(f"no asset named {asset!r} (sluice assets list shows them)")
+    emit([state_row(entry) for entry in found], STATE_COLUMNS[:3], as_json)
 
 
 @assets.command("emit")

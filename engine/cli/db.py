@@ -132,7 +132,8 @@ def db_clean_command(
     yes: bool,
     batch_size: int,
 ) -> None:
-    """Delete finished runs, old asset events, unused triggers, dead jobs and snapshots.
+    """Delete finished runs, old asset events, unused triggers, dead jobs and snapshots,
+    and task state store entries past their retention.
 
     Never deleted: an asset event inside the dedup window ([core]
     asset_event_dedup_retention_sec) or that a DAG has not run on yet or that an unfinished

@@ -51,6 +51,7 @@ DESCRIPTIONS: Final = {
     "trigger": "trigger rows no task and no watcher uses",
     "shared_stream_snapshot": "shared-stream snapshots of dead triggerers",
     "job": "job rows that ended or died, and own nothing",
+    "task_state_store": "task state store entries past their retention (whatever --before)",
 }
 
 
@@ -109,6 +110,7 @@ def make_plan(
         before=before,
         dedup_before=now - timedelta(seconds=dedup_retention_s),
         dead_before=now - timedelta(seconds=dead_after_s),
+        now=now,
     )
     return CleanPlan(tables=tables, cutoffs=cutoffs)
 

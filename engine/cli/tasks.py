@@ -1,8 +1,9 @@
 """``sluice tasks ...``: task instances: the log of a try (logs), what a task stored
-(result: its XComs), and the operator actions Airflow 3 calls clear and mark success /
-failed / skipped (clear, set-state, over ``engine.db.queries.actions``: these commands
-parse, confirm, and print what was done; what still runs for a changed task, its process or
-its trigger, is stopped by the engine within a heartbeat).
+(result: its XComs; state: its task state store), and the operator actions Airflow 3
+calls clear and mark success / failed / skipped (clear, set-state, over
+``engine.db.queries.actions``: these commands parse, confirm, and print what was done;
+what still runs for a changed task, its process or its trigger, is stopped by the engine
+within a heartbeat).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import click
 
 from engine.authoring.timetables import timezone_of
 from engine.cli.common import (
+    emit,
     fail,
     format_table,
     get_config,
@@ -25,6 +27,7 @@ from engine.cli.common import (
 from engine.db import models
 from engine.db.queries import actions
 from engine.db.queries import backfills as backfills_sql
+from engine.db.queries import state_store as state_sql
 from engine.task_log_files import read_task_log
 from engine.views import tasks as tasks_view
 
@@ -145,6 +148,47 @@ def tasks_result(
     else:
         for name, value in results.items():
             click.echo(f"{name}: {_result_json(value)}")
+
+
+@tasks.command("state")
+@click.argument("dag_id")
+@click.argument("run_id")
+@click.argument("task_id")
+@map_index_option
+@json_option
+@click.pass_context
+def tasks_state(
+    ctx: click.Context, dag_id: str, run_id: str, task_id: str, map_index: int, as_json: bool
+) -> None:
+    """Print what a task instance keeps in its task state store (``task_state_store``): each
+    key, its JSON value, when it was written and when ``sluice db clean`` may delete it
+    (``-``: never)."""
+
+    def load(session: Any) -> tuple[list[state_sql.StateEntry] | None, str]:
+        found = state_sql.task_state_entries(
+            session, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index
+        )
+        if found is not None:
+            return found, ""
+        return None, tasks_view.missing_task_instance(session, dag_id, run_id, task_id, map_index)
+
+    found, missing = run_query(ctx, load)
+    if found is None:
+        fail(missing)
+    emit([state_row(entry) for entry in found], STATE_COLUMNS, as_json)
+
+
+STATE_COLUMNS = ("key", "value", "updated_at", "expires_at")
+
+
+def state_row(entry: state_sql.StateEntry) -> dict[str, Any]:
+    """One state store entry as ``sluice tasks state`` / ``sluice assets state`` show it."""
+    return {
+        "key": entry.key,
+        "value": entry.value,
+        "updated_at": entry.updated_at.isoformat(),
+        "expires_at": None if entry.expires_at is None else entry.expires_at.isoformat(),
+    }
 
 
 def _plain(value: Any) -> Any:

@@ -25,6 +25,7 @@ from engine.config.sections import (
     MetricsConfig,
     OperatorsConfig,
     SchedulerConfig,
+    StateStoreConfig,
     TriggererConfig,
 )
 from engine.config.urls import REDACTED
@@ -48,6 +49,7 @@ __all__ = [
     "MetricsConfig",
     "OperatorsConfig",
     "SchedulerConfig",
+    "StateStoreConfig",
     "TriggererConfig",
     "load_config",
     "render_config",

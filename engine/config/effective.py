@@ -21,6 +21,7 @@ from engine.config.sections import (
     MetricsConfig,
     OperatorsConfig,
     SchedulerConfig,
+    StateStoreConfig,
     TriggererConfig,
     split_items,
 )
@@ -59,6 +60,7 @@ class Config:
     sources: Mapping[tuple[str, str], str]
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     celery: CeleryConfig = field(default_factory=CeleryConfig)
+    state_store: StateStoreConfig = field(default_factory=StateStoreConfig)
 
     def secret_values(self) -> list[str]:
         """Values that must never reach a log line: the Fernet keys (configured, or in the

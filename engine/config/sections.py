@@ -233,6 +233,16 @@ class CeleryConfig:
     visibility_timeout: float = _key(86_400.0, _POSITIVE)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateStoreConfig:
+    """The task and asset state stores (Airflow 3.3's ``[state_store]``)."""
+
+    #: Days a task state store entry written without a retention of its own is kept before
+    #: ``sluice db clean`` may delete it; 0: such entries never expire. Asset state store
+    #: entries never expire.
+    default_retention_days: int = _key(30, _NOT_NEGATIVE)
+
+
 SECTIONS: Final[dict[str, type[Any]]] = {
     "core": CoreConfig,
     "triggerer": TriggererConfig,
@@ -243,6 +253,7 @@ SECTIONS: Final[dict[str, type[Any]]] = {
     "api": ApiConfig,
     "executor": ExecutorConfig,
     "celery": CeleryConfig,
+    "state_store": StateStoreConfig,
 }
 # section -> key -> (field, resolved type hint), in declaration order.
 SCHEMA: Final[dict[str, dict[str, tuple[dataclasses.Field[Any], Any]]]] = {

@@ -35,7 +35,10 @@ The context holds every raw key plus:
 - ``outlet_events``: what the task writes for its outlets (``engine.execution.outlets``),
   with the run's partition key;
 - ``inlets`` and ``outlets``: the task's; ``var`` and ``conn``: its variables and
-  connections (``engine.execution.accessors``).
+  connections (``engine.execution.accessors``);
+- ``task_state_store``: this task instance's state store, kept across its tries, and
+  ``asset_state_store``: those of its concrete ``Asset`` inlets and outlets, absent (a
+  ``KeyError``) when it has none (``engine.authoring.state_store``).
 
 Datetimes are pendulum ``DateTime`` in UTC when pendulum is installed (as Airflow gives
 them), else aware stdlib datetimes (``engine.authoring.context.as_moment``).
@@ -48,8 +51,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
+from engine.authoring.assets import Asset
 from engine.authoring.context import as_moment
 from engine.authoring.params import resolve_params
+from engine.authoring.state_store import AssetStateStores, TaskStateStore
 from engine.execution.accessors import ConnectionAccessor, VariableAccessors
 from engine.execution.outlets import OutletEventAccessors, name_of
 from engine.execution.results import RuntimeTaskInstance
@@ -267,7 +272,16 @@ def hydrate_context(raw: Mapping[str, Any], task: BaseOperator) -> dict[str, Any
         outlets=list(task.outlets),
         var=VariableAccessors(),
         conn=ConnectionAccessor(),
+        task_state_store=TaskStateStore(
+            dag_id=dag_run.dag_id,
+            run_id=dag_run.run_id,
+            task_id=task.task_id,
+            map_index=ti.map_index,
+        ),
     )
+    concrete = [item.name for item in (*task.inlets, *task.outlets) if isinstance(item, Asset)]
+    if concrete:  # Airflow's: no concrete inlet or outlet, no context["asset_state_store"]
+        context["asset_state_store"] = AssetStateStores(concrete, task_id=task.task_id)
     if context["ds_nodash"] is not None:  # Airflow's, for runs with a logical date
         key = f"{dag_run.dag_id}__{task.task_id}__{context['ds_nodash']}"
         context["task_instance_key_str"] = key

@@ -18,7 +18,8 @@ adds a kind there and a method here.
 This module is the child's side: stdlib only (the task process stays light). It is the
 connection/variable *store* of the task process (``engine.authoring.store``), and what
 ``TriggerDagRunOperator`` creates and watches runs through (``trigger_dag_run``,
-``dag_run_state``).
+``dag_run_state``), and the backend of the task and asset state stores
+(``engine.authoring.state_store``).
 """
 
 from __future__ import annotations
@@ -160,11 +161,53 @@ class TaskChannel:
             raise ChannelError("last_good_dag_file request: the answer is not a DAG file")
         return found if found is None else dict(found)
 
+    # --- the state stores (engine.authoring.state_store.StateStoring) ------------------
+
+    def task_state_get(self, key: str) -> tuple[bool, Any]:
+        """``(found, value)`` of ``key`` in this task instance's state store."""
+        return _found(self.request("task_state_get", key=key))
+
+    def task_state_set(
+        self, key: str, value: Any, *, retention_s: float | None, never_expire: bool
+    ) -> None:
+        self.request(
+            "task_state_set",
+            key=key,
+            value=value,
+            retention_s=retention_s,
+            never_expire=never_expire,
+        )
+
+    def task_state_delete(self, key: str) -> None:
+        self.request("task_state_delete", key=key)
+
+    def task_state_clear(self) -> None:
+        self.request("task_state_clear")
+
+    def asset_state_get(self, asset: str, key: str) -> tuple[bool, Any]:
+        """``(found, value)`` of ``key`` in the state store of the asset named ``asset``."""
+        return _found(self.request("asset_state_get", asset=asset, key=key))
+
+    def asset_state_set(self, asset: str, key: str, value: Any) -> None:
+        self.request("asset_state_set", asset=asset, key=key, value=value)
+
+    def asset_state_delete(self, asset: str, key: str) -> None:
+        self.request("asset_state_delete", asset=asset, key=key)
+
+    def asset_state_clear(self, asset: str) -> None:
+        self.request("asset_state_clear", asset=asset)
+
     def _maybe(self, kind: str, **fields: Any) -> Any:
         try:
             return self.request(kind, **fields)
         except NotFoundAnswer:
             return None
+
+
+def _found(answer: Any) -> tuple[bool, Any]:
+    if not isinstance(answer, dict) or not isinstance(answer.get("found"), bool):
+        raise ChannelError("state store request: the answer is not a lookup")
+    return answer["found"], answer.get("value")
 
 
 def _value_of(kind: str, request_id: int, line: bytes) -> Any:

@@ -49,6 +49,9 @@ class ExecutorSettings:
     #: package seeded at import (numpy's global random state, say) would give every forked
     #: step the same state, where fresh interpreters each get their own
     warm_runner_dag_imports: bool = False
+    #: ``[state_store] default_retention_days``: how long a task state store entry written
+    #: without a retention of its own is kept (0: never expires)
+    state_store_retention_days: int = 30
 
     @classmethod
     def from_config(cls, config: Config) -> ExecutorSettings:
@@ -67,4 +70,5 @@ class ExecutorSettings:
             max_xcom_size_bytes=config.core.max_xcom_size_bytes,
             warm_runner=config.executor.warm_runner,
             warm_runner_dag_imports=config.executor.warm_runner_dag_imports,
+            state_store_retention_days=config.state_store.default_retention_days,
         )

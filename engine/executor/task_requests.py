@@ -5,8 +5,9 @@ answers each from the metadata database, until the task closes its end. What it 
 the table ``handlers`` (kind -> coroutine function of the request's fields): connections,
 variables, results of other runs (``xcom_pull(dag_id=..., run_id=...)``), the last good
 version of the task's own DAG file (its source as the DAG processor last parsed it well, for
-a task whose file is broken now), and ``TriggerDagRunOperator``'s run creation and run state
-(``engine.executor.dag_run_requests``); a later feature adds its kind there.
+a task whose file is broken now), ``TriggerDagRunOperator``'s run creation and run state
+(``engine.executor.dag_run_requests``), and the task and asset state stores
+(``engine.executor.state_requests``); a later feature adds its kind there.
 
 Secrets. Before answering with a connection or a sensitive variable, the server hands its
 secrets to ``mask`` (the try's ``TaskLogWriter.add_secrets``): the task only learns a secret
@@ -36,6 +37,7 @@ from engine.db.queries import xcom_reads
 from engine.exceptions import DecryptionError, SluiceError
 from engine.execution.task_channel import ANSWER_MAX_BYTES, REQUEST_MAX_BYTES
 from engine.executor import dag_run_requests
+from engine.executor.state_requests import StateStoreRequests
 
 if TYPE_CHECKING:
     import socket
@@ -73,6 +75,8 @@ class TaskRequestServer:
         mask: Callable[[Iterable[str]], None],
         log_fields: dict[str, Any] | None = None,
         dag_fileloc: str | None = None,
+        ti_id: int | None = None,
+        state_retention_days: int = 30,
     ) -> None:
         self._db = db
         self._cipher = cipher
@@ -91,6 +95,11 @@ class TaskRequestServer:
             "trigger_dag_run": self.trigger_dag_run,
             "dag_run_state": self.dag_run_state,
         }
+        # the task (ti_id) and asset state stores (engine.executor.state_requests)
+        self.state_store = StateStoreRequests(
+            db=db, ti_id=ti_id, default_retention_days=state_retention_days
+        )
+        self.handlers.update(self.state_store.handlers())
 
     def __repr__(self) -> str:
         return f"<TaskRequestServer served={self.served} kinds={sorted(self.handlers)}>"

@@ -292,6 +292,8 @@ class TaskSupervisor:
                     mask=log.add_secrets,
                     log_fields=run.log_fields(),
                     dag_fileloc=run.fileloc,
+                    ti_id=run.ti_id,
+                    state_retention_days=settings.state_store_retention_days,
                 )
                 channel, child.channel = child.channel, None  # the server owns it now
                 tg.start_soon(server.serve, channel)

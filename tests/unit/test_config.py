@@ -96,6 +96,7 @@ def test_every_key_has_a_source(tmp_path: Path) -> None:
             "api",
             "executor",
             "celery",
+            "state_store",
         )
         for f in dataclasses.fields(getattr(config, name))
     }

@@ -11,7 +11,9 @@ router. Each route depends on ``engine.api.security`` for who may call it, reads
 - ``assets``: ``/assets``, ``/asset-events`` (list, emit), ``/asset-graph``;
 - ``triggers``, ``jobs``, ``streams``: ``/triggers``, ``/jobs`` and ``/queues`` (tries per
   Celery queue), ``/streams``;
-- ``why``: ``/dags/{dag_id}/why`` (``engine.views.why``).
+- ``why``: ``/dags/{dag_id}/why`` (``engine.views.why``);
+- ``state_store``: ``/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/state-store`` and
+  ``/asset-state-store/{name}`` (the task and asset state stores, read).
 
 Errors are problem JSON: 404 for an unknown id, 409 for an action the current state does
 not allow, 422 for bad input. Lists are pages: ``?limit=`` (default 50, at most 500) and
@@ -27,6 +29,7 @@ from engine.api.rest import (
     health,
     jobs,
     runs,
+    state_store,
     streams,
     tasks,
     triggers,
@@ -44,6 +47,7 @@ ROUTERS: list[APIRouter] = [
     jobs.router,
     streams.router,
     why.router,
+    state_store.router,
 ]
 
 __all__ = ("ROUTERS",)

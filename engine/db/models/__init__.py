@@ -1,8 +1,8 @@
 """SQLAlchemy models of the metadata database, one module per table family: ``base``
 (``Base``, ``UtcDateTime``), ``jobs`` (jobs, trigger rows, shared-stream snapshots),
 ``dags``, ``assets``, ``runs`` (backfills, DAG runs, task instances, pools, callback
-requests, deadlines), ``secrets`` (connections, variables) and ``users``. The states stored
-in the rows are ``engine.states``.
+requests, deadlines), ``secrets`` (connections, variables), ``state_store`` (the task and
+asset state stores) and ``users``. The states stored in the rows are ``engine.states``.
 
 Importing the package registers every table with ``Base.metadata`` (migrations and schema
 checks compare against it); the models are imported from here.
@@ -36,6 +36,7 @@ from engine.db.models.runs import (
     TaskInstance,
 )
 from engine.db.models.secrets import StoredConnection, StoredVariable
+from engine.db.models.state_store import AssetStateEntry, TaskStateEntry
 from engine.db.models.users import ApiToken, UiSession, User
 
 __all__ = (
@@ -45,6 +46,7 @@ __all__ = (
     "AssetAliasAsset",
     "AssetEvent",
     "AssetEventQueue",
+    "AssetStateEntry",
     "AssetWatcher",
     "Backfill",
     "Base",
@@ -65,6 +67,7 @@ __all__ = (
     "StoredConnection",
     "StoredVariable",
     "TaskInstance",
+    "TaskStateEntry",
     "Trigger",
     "UiSession",
     "User",

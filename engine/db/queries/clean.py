@@ -15,7 +15,9 @@ What is never deleted, whatever the cut-off (the condition of each table says it
   deferred (its task instances go with it);
 - a trigger row an asset watcher or a task instance that has not finished references;
 - a job that is alive (running with a recent heartbeat), that owns trigger rows, or whose
-  tasks are still queued or running; shared-stream snapshots of a live triggerer.
+  tasks are still queued or running; shared-stream snapshots of a live triggerer;
+- a task state store entry that has not expired, or that was stored with ``NEVER_EXPIRE``
+  (asset state store entries are never cleaned: they go with their asset).
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ from engine.db.models import (
     Job,
     SharedStreamSnapshot,
     TaskInstance,
+    TaskStateEntry,
     Trigger,
 )
+from engine.db.queries.state_store import expired_task_state
 from engine.states import DagRunState, JobState, TaskState
 
 if TYPE_CHECKING:
@@ -56,7 +60,14 @@ ACTIVE_TASK_STATES: Final = (
     TaskState.UP_FOR_RETRY,
 )
 #: Cleanable tables, in the order they are cleaned (runs first: that frees their events).
-TABLES: Final = ("dag_run", "asset_event", "trigger", "shared_stream_snapshot", "job")
+TABLES: Final = (
+    "dag_run",
+    "asset_event",
+    "trigger",
+    "shared_stream_snapshot",
+    "job",
+    "task_state_store",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +76,15 @@ class Cutoffs:
 
     ``dedup_before``: an asset event with a dedup key stored at or after it is kept (now
     minus the dedup retention window). ``dead_before``: a job marked running whose heartbeat
-    is at or after it counts as alive (now minus the liveness threshold).
+    is at or after it counts as alive (now minus the liveness threshold). ``now``: a task
+    state store entry whose ``expires_at`` is at or before it has expired (whatever
+    ``before``: its retention, set when it was written, is its cut-off).
     """
 
     before: datetime
     dedup_before: datetime
     dead_before: datetime
+    now: datetime
 
 
 # --- what may go, per table -------------------------------------------------------------------
@@ -147,12 +161,17 @@ def dead_jobs(c: Cutoffs) -> ColumnElement[bool]:
     return and_(or_(ended, long_dead), not_(owns_triggers), not_(holds_tasks))
 
 
+def expired_state(c: Cutoffs) -> ColumnElement[bool]:
+    return expired_task_state(c.now)
+
+
 _KEYS: Final = {
     "dag_run": (DagRun.id,),
     "asset_event": (AssetEvent.id,),
     "trigger": (Trigger.id,),
     "shared_stream_snapshot": (SharedStreamSnapshot.triggerer_id, SharedStreamSnapshot.stream_key),
     "job": (Job.id,),
+    "task_state_store": (TaskStateEntry.id,),
 }
 _CONDITIONS: Final[dict[str, Callable[[Cutoffs], ColumnElement[bool]]]] = {
     "dag_run": finished_runs,
@@ -160,6 +179,7 @@ _CONDITIONS: Final[dict[str, Callable[[Cutoffs], ColumnElement[bool]]]] = {
     "trigger": unused_triggers,
     "shared_stream_snapshot": dead_snapshots,
     "job": dead_jobs,
+    "task_state_store": expired_state,
 }
 
 
