@@ -18,26 +18,22 @@ the child learns (a connection's password, a sensitive variable's value) are rec
 (``mask``) and replaced by ``***`` in the error the parse stores; the DAG processor masks
 the same values again on its side, from what it served.
 
-One JSON object per line, as the task channel: request ``{"id": 1, "kind": "get_variable",
-"key": "k"}``, answer ``{"id": 1, "ok": true, "value": ...}`` or ``{"id": 1, "ok": false,
-"not_found": true, "error": "..."}``. Standard library only (the child stays light).
+The protocol is the request channel's (``engine.channel``), as for a task's process: one
+JSON object per line each way. Standard library only (the child stays light).
 """
 
 from __future__ import annotations
 
-import json
 import socket
 from typing import Any, Final
 
 from engine.authoring.store import StoreUnavailableError
-from engine.exceptions import SluiceError
+from engine.channel import ChannelError, RequestChannel
 
-REQUEST_MAX_BYTES: Final = 64 * 1024
-ANSWER_MAX_BYTES: Final = 8 * 1024 * 1024
 _MISSING: Final = object()
 
 
-class ParseRequestError(SluiceError, RuntimeError):
+class ParseRequestError(ChannelError):
     """The DAG processor did not answer a parse-time read (channel closed, refused)."""
 
 
@@ -45,23 +41,21 @@ class ParseTimeStore:
     """The parsing child's read-only store: reads asked of the DAG processor, cached."""
 
     def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self._reader = sock.makefile("rb")
-        self._next_id = 0
+        self._channel = RequestChannel(sock, parent="the DAG processor")
+        self._asked = 0
         self._cache: dict[tuple[str, str], Any] = {}
         #: secrets the child learned: masked in the error the parse stores
         self.secrets: set[str] = set()
 
     def __repr__(self) -> str:
-        return f"<ParseTimeStore asked={self._next_id} cached={len(self._cache)}>"
+        return f"<ParseTimeStore asked={self._asked} cached={len(self._cache)}>"
 
     @classmethod
     def from_fd(cls, fd: int) -> ParseTimeStore:
         return cls(socket.socket(fileno=fd))
 
     def close(self) -> None:
-        self._reader.close()
-        self._sock.close()
+        self._channel.close()
 
     def get_connection(self, conn_id: str) -> dict[str, Any] | None:
         fields = self._read("get_connection", "conn_id", conn_id)
@@ -98,30 +92,8 @@ class ParseTimeStore:
         return cached
 
     def _ask(self, kind: str, field: str, name: str) -> Any:
-        self._next_id += 1
-        line = json.dumps({"id": self._next_id, "kind": kind, field: name}).encode() + b"\n"
-        if len(line) > REQUEST_MAX_BYTES:
-            raise ParseRequestError(f"{kind} {name!r:.80}: the request is too big")
+        self._asked += 1
         try:
-            self._sock.sendall(line)
-            answer_line = self._reader.readline(ANSWER_MAX_BYTES + 1)
-        except OSError as exc:
-            raise ParseRequestError(f"{kind} {name!r}: the DAG processor's channel failed") from exc
-        return _value_of(kind, name, self._next_id, answer_line)
-
-
-def _value_of(kind: str, name: str, request_id: int, line: bytes) -> Any:
-    where = f"{kind} {name!r}"
-    if not line.endswith(b"\n"):
-        raise ParseRequestError(f"{where}: the DAG processor did not answer")
-    try:
-        answer = json.loads(line)
-    except ValueError as exc:
-        raise ParseRequestError(f"{where}: unreadable answer: {exc}") from exc
-    if not isinstance(answer, dict) or answer.get("id") != request_id:
-        raise ParseRequestError(f"{where}: the answer does not match the request")
-    if answer.get("ok"):
-        return answer.get("value")
-    if answer.get("not_found"):
-        return None
-    raise ParseRequestError(f"{where}: {answer.get('error') or 'refused'}")
+            return self._channel.maybe(kind, **{field: name})
+        except ChannelError as exc:
+            raise ParseRequestError(f"{kind} {name!r}: {exc}") from exc

@@ -20,51 +20,30 @@ answer naming the kind and why; the task sees it as an exception, the executor n
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import UTC, datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
-
-import anyio
-from anyio.abc import UNIXSocketStream
-from anyio.streams.buffered import BufferedByteReceiveStream
+from typing import TYPE_CHECKING, Any
 
 from engine.authoring.connections import Connection, InvalidConnectionError, is_sensitive
+from engine.channel_server import NotFoundError, RequestError, RequestServer
 from engine.db.queries import connections as store
 from engine.db.queries import dags as dags_sql
 from engine.db.queries import xcom_reads
-from engine.exceptions import DecryptionError, SluiceError
-from engine.execution.task_channel import ANSWER_MAX_BYTES, REQUEST_MAX_BYTES
+from engine.exceptions import DecryptionError
 from engine.executor import dag_run_requests
 from engine.executor.state_requests import StateStoreRequests
 
 if TYPE_CHECKING:
-    import socket
-    from collections.abc import Awaitable, Callable, Iterable
+    from collections.abc import Callable, Iterable
 
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
 
 logger = logging.getLogger(__name__)
 
-_CLOSED: Final = (
-    anyio.EndOfStream,
-    anyio.IncompleteRead,
-    anyio.ClosedResourceError,
-    anyio.BrokenResourceError,
-)
 
-
-class NotFoundError(SluiceError, LookupError):
-    """What a request asked for does not exist (the answer says ``not_found``)."""
-
-
-class RequestError(SluiceError, ValueError):
-    """A request that cannot be served as sent (the answer carries the message)."""
-
-
-class TaskRequestServer:
+class TaskRequestServer(RequestServer):
     """Answers one task process's requests; ``log_fields`` name the task in the engine log."""
 
     def __init__(
@@ -83,8 +62,8 @@ class TaskRequestServer:
         self._mask = mask
         self._log_fields = log_fields or {}
         self._dag_fileloc = dag_fileloc  # the one DAG file whose last good version it serves
-        self.served = 0
-        self.handlers: dict[str, Callable[..., Awaitable[Any]]] = {
+        super().__init__()
+        self.handlers = {
             "get_connection": self.get_connection,
             "get_variable": self.get_variable,
             "set_variable": self.set_variable,
@@ -100,63 +79,6 @@ class TaskRequestServer:
             db=db, ti_id=ti_id, default_retention_days=state_retention_days
         )
         self.handlers.update(self.state_store.handlers())
-
-    def __repr__(self) -> str:
-        return f"<TaskRequestServer served={self.served} kinds={sorted(self.handlers)}>"
-
-    async def serve(self, sock: socket.socket) -> None:
-        """Answer requests on ``sock`` until the task closes it (takes ownership of it)."""
-        try:
-            stream = await UNIXSocketStream.from_socket(sock)
-        except BaseException:
-            sock.close()
-            raise
-        async with stream:
-            reader = BufferedByteReceiveStream(stream)
-            while True:
-                try:
-                    line = await reader.receive_until(b"\n", REQUEST_MAX_BYTES)
-                except _CLOSED:
-                    return
-                except anyio.DelimiterNotFound:
-                    # cannot find where the next request starts: answer, then hang up
-                    error = f"a request is over the channel's limit of {REQUEST_MAX_BYTES:,} bytes"
-                    await _send(stream, {"id": None, "ok": False, "error": error})
-                    return
-                if not await _send(stream, await self.answer(line)):
-                    return
-
-    async def answer(self, line: bytes) -> dict[str, Any]:
-        """The answer to one request line (never raises for the request's problems)."""
-        request_id: Any = None
-        kind = "?"
-        try:
-            request = json.loads(line)
-            if not isinstance(request, dict) or not isinstance(request.get("kind"), str):
-                raise RequestError("a request must be a JSON object with a 'kind'")
-            request_id, kind = request.pop("id", None), request.pop("kind")
-            handler = self.handlers.get(kind)
-            if handler is None:
-                raise RequestError(
-                    f"unknown request kind {kind!r}; known: {', '.join(sorted(self.handlers))}"
-                )
-            value = await handler(**request)
-        except NotFoundError as exc:
-            return {"id": request_id, "ok": False, "not_found": True, "error": str(exc)}
-        except TypeError as exc:
-            return _error(request_id, f"{kind} request: malformed fields: {exc}")
-        except (SluiceError, ValueError) as exc:
-            return _error(request_id, f"{kind} request: {exc}")
-        self.served += 1
-        answer = {"id": request_id, "ok": True, "value": value}
-        size = len(json.dumps(answer, separators=(",", ":")))
-        if size > ANSWER_MAX_BYTES:
-            return _error(
-                request_id,
-                f"{kind} request: the answer is {size:,} bytes, over the channel's limit of "
-                f"{ANSWER_MAX_BYTES:,}",
-            )
-        return answer
 
     # --- connections and variables ----------------------------------------------------
 
@@ -281,15 +203,3 @@ class TaskRequestServer:
         logger.debug(
             "Task request %s %s", action, fields, extra={"action": action, **self._log_fields}
         )
-
-
-def _error(request_id: Any, message: str) -> dict[str, Any]:
-    return {"id": request_id, "ok": False, "not_found": False, "error": message}
-
-
-async def _send(stream: UNIXSocketStream, answer: dict[str, Any]) -> bool:
-    try:
-        await stream.send(json.dumps(answer, separators=(",", ":")).encode() + b"\n")
-    except _CLOSED:
-        return False
-    return True
