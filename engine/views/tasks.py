@@ -33,6 +33,8 @@ class TaskInstanceItem(TypedDict):
     run_id: str
     task_id: str
     map_index: int  # -1: an unmapped task
+    #: a copy's ``map_index_template`` rendered when it ran (None: shown by its number)
+    rendered_map_index: str | None
     operator: str | None  # None: a task its DAG no longer has
     state: str
     try_number: int
@@ -95,6 +97,7 @@ def task_instance_json(
         "run_id": run_id,
         "task_id": ti.task_id,
         "map_index": ti.map_index,
+        "rendered_map_index": ti.rendered_map_index,
         "operator": operator,
         "state": ti.state,
         "try_number": ti.try_number,

@@ -65,6 +65,10 @@ class TaskInstanceItem(BaseModel):
     run_id: str
     task_id: str
     map_index: int = Field(description="-1 for an unmapped task; 0..N-1 for mapped copies")
+    rendered_map_index: str | None = Field(
+        default=None,
+        description="What the copy's map_index_template rendered to when it ran (its name)",
+    )
     operator: str | None
     state: str
     try_number: int
