@@ -1,0 +1,131 @@
+"""Named mapping (``map_index_template``) on SQLite and PostgreSQL, with the real scheduler
+and executor in-process: each copy of a mapped task is named by its template, rendered once
+it ran with its context (names the task put there too), stored with the copy and shown by
+``sluice tasks list``, the REST task instances and the run page; a template that cannot
+render fails nothing, the copy keeps its number and its log says why."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+from click.testing import CliRunner
+
+from engine.api.rest.tasks import TaskInstanceItem
+from engine.cli.main import cli
+from engine.db import models
+from engine.views import tasks as tasks_view
+from tests.integration.inprocess_engine import InProcessEngine
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+pytestmark = pytest.mark.integration
+
+DAGS = """
+from engine import DAG, PythonOperator, get_current_context, task
+
+
+@task(map_index_template="{{ city_label }}")
+def visit(city):
+    get_current_context()["city_label"] = city.upper()
+    return city
+
+
+@task(map_index_template="{{ no_such_name }}")
+def unnamed(x):
+    return x
+
+
+def greet(name):
+    return f"hello {name}"
+
+
+with DAG("named"):
+    visit.expand(city=["paris", "oslo"])
+    unnamed.expand(x=[1])
+    PythonOperator.partial(
+        task_id="classic", python_callable=greet, map_index_template="{{ task.op_args[0] }}"
+    ).expand(op_args=[["ann"], ["bob"]])
+
+
+@task(map_index_template="{{ 'batch-' ~ label }}")
+def boom(n):
+    get_current_context()["label"] = n
+    raise ValueError("no")
+
+
+with DAG("named_failure"):
+    boom.expand(n=[7])
+"""
+
+
+@pytest.fixture
+def engine(migrated_db_url: str, tmp_path: Path):
+    engine = InProcessEngine(migrated_db_url, tmp_path, {"named.py": DAGS})
+    yield engine
+    engine.db.dispose()
+
+
+def _names(engine: InProcessEngine, run_pk: int) -> dict[str, str | None]:
+    return {
+        f"{ti.task_id}[{ti.map_index}]": ti.rendered_map_index
+        for ti in engine.instances(run_pk)
+        if ti.map_index >= 0
+    }
+
+
+@pytest.mark.both_databases
+async def test_each_copy_is_named_by_its_template_rendered_after_it_ran(
+    engine: InProcessEngine,
+) -> None:
+    run_pk = engine.trigger("named")
+    with anyio.fail_after(60):
+        async with engine.running():
+            assert await engine.run_to_end(run_pk) == ["success"]
+    assert _names(engine, run_pk) == {
+        "visit[0]": "PARIS",  # a name the task put in its context as it ran
+        "visit[1]": "OSLO",
+        "unnamed[0]": None,  # an undefined name: no name, and the run still succeeded
+        "classic[0]": "ann",  # the copy's own (unmapped) arguments
+        "classic[1]": "bob",
+    }
+    assert "map_index_template of task 'unnamed' did not render" in engine.log(
+        run_pk, "unnamed", map_index=0
+    )
+    run_id = engine.run(run_pk).run_id
+
+    listed = CliRunner().invoke(
+        cli, ["tasks", "list", "named", run_id, "--json"], obj={"config": engine.config}
+    )
+    assert listed.exit_code == 0, listed.output
+    shown = {
+        (t["task_id"], t["map_index"]): t["rendered_map_index"] for t in json.loads(listed.output)
+    }
+    assert shown[("visit", 1)] == "OSLO"
+    assert shown[("unnamed", 0)] is None
+    table = CliRunner().invoke(
+        cli, ["tasks", "list", "named", run_id], obj={"config": engine.config}
+    )
+    assert table.exit_code == 0, table.output
+    assert any(line.split()[:3] == ["visit", "0", "PARIS"] for line in table.output.splitlines())
+
+    page = engine.db.call(
+        lambda s: tasks_view.list_task_instances(s, "named", run_id, now=models.utcnow())
+    )
+    assert page is not None
+    items = [TaskInstanceItem.model_validate(item) for item in page["items"]]  # the REST model
+    assert {(i.task_id, i.map_index, i.rendered_map_index) for i in items} >= {
+        ("classic", 0, "ann"),
+        ("visit", 0, "PARIS"),
+    }
+
+
+async def test_a_failed_copy_is_named_too(engine: InProcessEngine) -> None:
+    run_pk = engine.trigger("named_failure")
+    with anyio.fail_after(60):
+        async with engine.running():
+            assert await engine.run_to_end(run_pk) == ["failed"]
+    assert _names(engine, run_pk) == {"boom[0]": "batch-7"}
