@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 import anyio
 import pytest
@@ -17,6 +18,7 @@ from engine.api.rest.tasks import TaskInstanceItem
 from engine.cli.main import cli
 from engine.db import models
 from engine.views import tasks as tasks_view
+from tests.integration.api_support import api_harness
 from tests.integration.inprocess_engine import InProcessEngine
 
 if TYPE_CHECKING:
@@ -79,7 +81,7 @@ def _names(engine: InProcessEngine, run_pk: int) -> dict[str, str | None]:
 
 @pytest.mark.both_databases
 async def test_each_copy_is_named_by_its_template_rendered_after_it_ran(
-    engine: InProcessEngine,
+    engine: InProcessEngine, migrated_db_url: str, tmp_path: Path
 ) -> None:
     run_pk = engine.trigger("named")
     with anyio.fail_after(60):
@@ -121,6 +123,22 @@ async def test_each_copy_is_named_by_its_template_rendered_after_it_ran(
         ("classic", 0, "ann"),
         ("visit", 0, "PARIS"),
     }
+
+    api = api_harness(migrated_db_url, tmp_path)
+    try:
+        api.user("ada")
+        client = api.client()
+        api.login(client, "ada")
+        run_page = client.get(f"/dags/named/runs/{quote(run_id, safe='')}")
+        assert run_page.status_code == 200
+        assert ">visit[PARIS]</a>" in run_page.text
+        assert ">unnamed[0]</a>" in run_page.text
+        task_page = client.get(
+            f"/dags/named/runs/{quote(run_id, safe='')}/tasks/visit", params={"map_index": 1}
+        )
+        assert "<h1>visit[OSLO]" in task_page.text
+    finally:
+        api.db.dispose()
 
 
 async def test_a_failed_copy_is_named_too(engine: InProcessEngine) -> None:
