@@ -108,6 +108,10 @@ async def test_each_copy_is_named_by_its_template_rendered_after_it_ran(
     }
     assert shown[("visit", 1)] == "OSLO"
     assert shown[("unnamed", 0)] is None
+    unknown = CliRunner().invoke(
+        cli, ["tasks", "list", "named", "nope"], obj={"config": engine.config}
+    )
+    assert unknown.exit_code == 1 and "no run 'nope' of DAG 'named'" in unknown.output
     table = CliRunner().invoke(
         cli, ["tasks", "list", "named", run_id], obj={"config": engine.config}
     )
