@@ -146,6 +146,9 @@ class StepState:
     task: BaseOperator | None = None
     context: dict[str, Any] | None = None
     exception: BaseException | None = None
+    #: the copy's ``map_index_template`` rendered after a successful ``execute``
+    rendered_map_index: str | None = None
+    map_index_rendered: bool = False
 
 
 def run_task(
@@ -156,13 +159,17 @@ def run_task(
     ``step`` receives the task, its context and the exception that failed it (for the
     callbacks run once the result is reported). ``on_execute_callback`` runs here, before
     the task starts or resumes. A copy of a mapped task that ended (not deferred) reports
-    its ``map_index_template`` rendered with its context (``engine.execution.map_index``).
+    its ``map_index_template`` rendered with its context (``engine.execution.map_index``:
+    strictly once it succeeded, a template error failing the try; leniently once it failed
+    or was skipped).
     """
     step = StepState() if step is None else step
     result = _run_step(spec, now, step)
     if result.outcome == TaskState.DEFERRED:
         return result
-    rendered = render_map_index(step.task, step.context)
+    rendered = step.rendered_map_index
+    if not step.map_index_rendered:
+        rendered = render_map_index(step.task, step.context)
     return result if rendered is None else replace(result, rendered_map_index=rendered)
 
 
@@ -194,6 +201,8 @@ def _run_step(spec: TaskSpec, now: datetime | None, step: StepState) -> TaskResu
         with deadline:
             with running_with(context):
                 value = _call(task, spec, context)
+        step.map_index_rendered = True  # a template error fails the try, as in Airflow
+        step.rendered_map_index = render_map_index(task, context, strict=True)
         outlet_events = collect_outlet_events(context, task, value)
         if is_metadata_result(value):
             value = None

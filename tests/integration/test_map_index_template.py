@@ -1,8 +1,9 @@
 """Named mapping (``map_index_template``) on SQLite and PostgreSQL, with the real scheduler
 and executor in-process: each copy of a mapped task is named by its template, rendered once
 it ran with its context (names the task put there too), stored with the copy and shown by
-``sluice tasks list``, the REST task instances and the run page; a template that cannot
-render fails nothing, the copy keeps its number and its log says why."""
+``sluice tasks list``, the REST task instances and the run and task pages. As in Airflow's
+task runner, a failed copy is named too; a template that cannot render fails a copy that
+succeeded, and leaves a failed copy its number (its log says why)."""
 
 from __future__ import annotations
 
@@ -36,18 +37,12 @@ def visit(city):
     return city
 
 
-@task(map_index_template="{{ no_such_name }}")
-def unnamed(x):
-    return x
-
-
 def greet(name):
     return f"hello {name}"
 
 
 with DAG("named"):
     visit.expand(city=["paris", "oslo"])
-    unnamed.expand(x=[1])
     PythonOperator.partial(
         task_id="classic", python_callable=greet, map_index_template="{{ task.op_args[0] }}"
     ).expand(op_args=[["ann"], ["bob"]])
@@ -59,8 +54,20 @@ def boom(n):
     raise ValueError("no")
 
 
+@task(map_index_template="{{ no_such_name }}")
+def unnamed(x):
+    return x
+
+
+@task(map_index_template="{{ no_such_name }}")
+def unnamed_boom(x):
+    raise ValueError("its own error")
+
+
 with DAG("named_failure"):
     boom.expand(n=[7])
+    unnamed.expand(x=[1])
+    unnamed_boom.expand(x=[1])
 """
 
 
@@ -90,13 +97,9 @@ async def test_each_copy_is_named_by_its_template_rendered_after_it_ran(
     assert _names(engine, run_pk) == {
         "visit[0]": "PARIS",  # a name the task put in its context as it ran
         "visit[1]": "OSLO",
-        "unnamed[0]": None,  # an undefined name: no name, and the run still succeeded
         "classic[0]": "ann",  # the copy's own (unmapped) arguments
         "classic[1]": "bob",
     }
-    assert "map_index_template of task 'unnamed' did not render" in engine.log(
-        run_pk, "unnamed", map_index=0
-    )
     run_id = engine.run(run_pk).run_id
 
     listed = CliRunner().invoke(
@@ -107,7 +110,7 @@ async def test_each_copy_is_named_by_its_template_rendered_after_it_ran(
         (t["task_id"], t["map_index"]): t["rendered_map_index"] for t in json.loads(listed.output)
     }
     assert shown[("visit", 1)] == "OSLO"
-    assert shown[("unnamed", 0)] is None
+    assert shown[("classic", 0)] == "ann"
     unknown = CliRunner().invoke(
         cli, ["tasks", "list", "named", "nope"], obj={"config": engine.config}
     )
@@ -136,7 +139,7 @@ async def test_each_copy_is_named_by_its_template_rendered_after_it_ran(
         run_page = client.get(f"/dags/named/runs/{quote(run_id, safe='')}")
         assert run_page.status_code == 200
         assert ">visit[PARIS]</a>" in run_page.text
-        assert ">unnamed[0]</a>" in run_page.text
+        assert ">classic[bob]</a>" in run_page.text
         task_page = client.get(
             f"/dags/named/runs/{quote(run_id, safe='')}/tasks/visit", params={"map_index": 1}
         )
@@ -145,9 +148,26 @@ async def test_each_copy_is_named_by_its_template_rendered_after_it_ran(
         api.db.dispose()
 
 
-async def test_a_failed_copy_is_named_too(engine: InProcessEngine) -> None:
+async def test_a_failed_copy_is_named_and_a_broken_template_fails_a_success(
+    engine: InProcessEngine,
+) -> None:
     run_pk = engine.trigger("named_failure")
     with anyio.fail_after(60):
         async with engine.running():
             assert await engine.run_to_end(run_pk) == ["failed"]
-    assert _names(engine, run_pk) == {"boom[0]": "batch-7"}
+    assert engine.states(run_pk) == {
+        "boom[0]": "failed",
+        "unnamed[0]": "failed",  # it returned, but its name could not render
+        "unnamed_boom[0]": "failed",
+    }
+    assert _names(engine, run_pk) == {
+        "boom[0]": "batch-7",  # named by what it put in its context before it failed
+        "unnamed[0]": None,
+        "unnamed_boom[0]": None,
+    }
+    assert "map_index_template '{{ no_such_name }}' did not render" in engine.log(
+        run_pk, "unnamed", map_index=0
+    )
+    failed_log = engine.log(run_pk, "unnamed_boom", map_index=0)
+    assert "ValueError: its own error" in failed_log  # its own error, not the template's
+    assert "map_index_template of task 'unnamed_boom' did not render" in failed_log

@@ -1,10 +1,12 @@
 """``map_index_template``: an operator argument (no longer ignored), rendered for a copy of
-a mapped task with its context once it ran (``engine.execution.map_index``); a template
-that cannot render or renders to nothing names nothing, and says why in the log."""
+a mapped task with its context once it ran (``engine.execution.map_index``); after a
+success a template that cannot render is an error naming it (as Airflow's task runner),
+after a failure it names nothing and the log says why."""
 
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 
@@ -12,6 +14,7 @@ from engine import DAG, PythonOperator
 from engine.authoring.dag import take_registered_dags
 from engine.authoring.errors import DagDefinitionError
 from engine.execution.map_index import RENDERED_MAP_INDEX_MAX_CHARS, render_map_index
+from engine.execution.templates import TemplateRenderError
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +51,13 @@ def test_an_unmapped_task_or_no_template_names_nothing() -> None:
     assert render_map_index(None, {"map_index": 0}) is None
 
 
-def test_a_failing_or_empty_template_keeps_the_number_and_logs_why(
+def test_after_a_success_a_template_that_cannot_render_is_an_error_naming_it() -> None:
+    expected = re.escape("task 't': map_index_template '{{ missing }}' did not render")
+    with pytest.raises(TemplateRenderError, match=expected):
+        render_map_index(_op("{{ missing }}"), {"map_index": 1}, strict=True)
+
+
+def test_after_a_failure_a_broken_or_empty_template_keeps_the_number_and_logs_why(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="engine.execution.map_index"):
