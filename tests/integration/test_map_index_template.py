@@ -144,6 +144,13 @@ async def test_each_copy_is_named_by_its_template_rendered_after_it_ran(
             f"/dags/named/runs/{quote(run_id, safe='')}/tasks/visit", params={"map_index": 1}
         )
         assert "<h1>visit[OSLO]" in task_page.text
+        assert ">[PARIS]</a>" in task_page.text  # the copies, by name
+        detail = client.get(
+            f"/api/v1/dags/named/runs/{quote(run_id, safe='')}/tasks/visit",
+            params={"map_index": 0},
+        ).json()
+        assert detail["rendered_map_index"] == "PARIS"
+        assert detail["rendered_map_indexes"] == ["PARIS", "OSLO"]
     finally:
         api.db.dispose()
 

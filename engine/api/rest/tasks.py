@@ -89,6 +89,10 @@ class TaskInstanceItem(BaseModel):
 
 class TaskInstanceDetail(TaskInstanceItem):
     map_indexes: list[int] = Field(description="The map indexes of the task's copies")
+    rendered_map_indexes: list[str | None] = Field(
+        default_factory=list,
+        description="Each copy's rendered map_index_template (null: none), as map_indexes",
+    )
     logged_tries: list[int] = Field(description="The tries that have a log")
 
 

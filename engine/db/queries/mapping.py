@@ -172,6 +172,25 @@ def mapped_states(session: Session, run_pk: int) -> dict[str, list[str]]:
     return out
 
 
+def copy_names(
+    session: Session, dag_id: str, run_id: str, task_id: str
+) -> list[tuple[int, str | None]]:
+    """The copies of a task in a run: ``(map_index, rendered_map_index)`` by map index
+    (empty: unmapped or not expanded yet)."""
+    rows = session.execute(
+        select(TaskInstance.map_index, TaskInstance.rendered_map_index)
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .where(
+            DagRun.dag_id == dag_id,
+            DagRun.run_id == run_id,
+            TaskInstance.task_id == task_id,
+            TaskInstance.map_index >= 0,
+        )
+        .order_by(TaskInstance.map_index)
+    )
+    return [(int(index), None if name is None else str(name)) for index, name in rows]
+
+
 def map_indexes(session: Session, dag_id: str, run_id: str, task_id: str) -> list[int]:
     """The map indexes of a task's copies in a run (empty: unmapped or not expanded yet)."""
     rows = session.execute(
