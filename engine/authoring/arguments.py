@@ -114,7 +114,6 @@ OPERATOR_IGNORED: Final = frozenset(
         "executor_config",
         "ignore_first_depends_on_past",
         "logger_name",
-        "map_index_template",
         "max_active_tis_per_dag",
         "max_active_tis_per_dagrun",
         "priority_weight",

@@ -122,6 +122,7 @@ class BaseOperator(SetupTeardownMixin, AbstractOperator, Deferrable):
         owner: str = DEFAULT_OWNER,
         doc_md: str | None = None,
         task_display_name: str | None = None,
+        map_index_template: str | None = None,
         trigger_rule: TriggerRule | str = TriggerRule.ALL_SUCCESS,
         params: Mapping[str, Any] | None = None,
         pool: str = DEFAULT_POOL,
@@ -165,6 +166,11 @@ class BaseOperator(SetupTeardownMixin, AbstractOperator, Deferrable):
         if doc_md is not None:
             check_type(where, "doc_md", doc_md, str)
         self.doc_md = doc_md
+        if map_index_template is not None:
+            check_type(where, "map_index_template", map_index_template, str)
+        #: a copy of a mapped task is shown by this template, rendered with its context
+        #: once it ran (``engine.execution.map_index``)
+        self.map_index_template = map_index_template
         self._trigger_rule = check_trigger_rule(trigger_rule, where=where)
         self.params: dict[str, Param] = as_params(params, where=where)
         #: the executors start the task only while ``pool`` has ``pool_slots`` open

@@ -17,10 +17,16 @@ Copy ``i`` of every task in the group is the group's ``i``-th run:
 - outside the group, a task's result is the list of its copies' results, by ``map_index``
   (what a downstream "reduce" task receives).
 
-A task inside the group waits for every copy of the group tasks upstream of it (they are
-one mapped task each for the scheduler): a failed copy fails the tasks below it as a whole,
-where Airflow would fail only the same ``map_index``. Tasks mapped on their own (``.expand``)
-inside a mapped task group are not supported.
+- inside the group, ``ti.xcom_pull(task_ids=...)`` of another task of the group (without
+  ``map_indexes``) reads that task's copy ``i`` too (``group_task_ids_of``), as Airflow's
+  upstream map indexes do.
+
+The scheduler decides each copy on its own (Airflow's per-``map_index`` dependencies): copy
+``i`` of a group task waits only for copy ``i`` of the group tasks directly upstream of it
+(and for every instance of the tasks outside the group), so a failed copy fails the same
+index below it and no other. The stored mapping names the group's tasks (``mapping_json``'s
+``group``), from which ``engine.scheduler.rules`` pairs the copies. Tasks mapped on their
+own (``.expand``) inside a mapped task group are not supported.
 """
 
 from __future__ import annotations
@@ -40,10 +46,19 @@ if TYPE_CHECKING:
 
     from engine.authoring.dag import DAG
 
-__all__ = ("GroupMappedOperator", "MappedArgument", "map_group_tasks")
+__all__ = ("GroupMappedOperator", "MappedArgument", "group_task_ids_of", "map_group_tasks")
 
 #: the attributes of a copy whose ``MappedArgument``\\ s and same-group results are bound
 CALL_ARGUMENTS: Final = ("op_args", "op_kwargs")
+#: where a copy's operator keeps the ids of its mapped task group's tasks
+_GROUP_TASK_IDS: Final = "_mapped_group_task_ids"
+
+
+def group_task_ids_of(task: object) -> frozenset[str]:
+    """The tasks of the mapped task group the running copy ``task`` belongs to (empty: not
+    a copy of a mapped group's task)."""
+    found = getattr(task, _GROUP_TASK_IDS, None)
+    return found if isinstance(found, frozenset) else frozenset()
 
 
 class MappedArgument:
@@ -127,6 +142,10 @@ class GroupMappedOperator(MappedOperator):
     def __repr__(self) -> str:
         return f"<MappedGroupTask({type(self.operator).__name__}): {self.task_id}>"
 
+    def mapping_json(self) -> dict[str, Any]:
+        """The group's mapping, and ``group``: the group's tasks (their copies pair up)."""
+        return {**super().mapping_json(), "group": sorted(self.group_task_ids)}
+
     def unmap(self, context: Mapping[str, Any]) -> BaseOperator:
         map_index = int(context.get("map_index", -1))
         if map_index < 0:
@@ -153,6 +172,7 @@ class GroupMappedOperator(MappedOperator):
             if name in vars(operator):
                 setattr(operator, name, _bind(getattr(operator, name), leaf))
         operator.dag = self.dag
+        setattr(operator, _GROUP_TASK_IDS, self.group_task_ids)
         return operator
 
 

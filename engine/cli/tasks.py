@@ -69,6 +69,35 @@ def _missing(
     return missing
 
 
+@tasks.command("list")
+@click.argument("dag_id")
+@click.argument("run_id")
+@click.option("--state", default=None, help="Only the task instances in this state.")
+@json_option
+@click.pass_context
+def tasks_list(
+    ctx: click.Context, dag_id: str, run_id: str, state: str | None, as_json: bool
+) -> None:
+    """The task instances of a run, in task order: a copy of a mapped task with its
+    map_index and the name its map_index_template gave it (``name``)."""
+    listed = run_query(
+        ctx,
+        lambda s: tasks_view.list_task_instances(
+            s, dag_id, run_id, now=models.utcnow(), state=state
+        ),
+    )
+    if listed is None:
+        fail(f"no run {run_id!r} of DAG {dag_id!r}; see `sluice runs list {dag_id}`")
+    rows = [
+        {**ti, "map_index": ti["map_index"] if ti["map_index"] >= 0 else None}
+        for ti in listed["items"]
+    ]
+    if not as_json:
+        rows = [{**ti, "name": ti["rendered_map_index"]} for ti in rows]
+    columns = ["task_id", "map_index", "name", "state", "try_number", "operator"]
+    emit(rows, [*columns, "start_date", "duration_s"], as_json)
+
+
 @tasks.command("logs")
 @click.argument("dag_id")
 @click.argument("run_id")

@@ -103,6 +103,8 @@ class TaskResult:
     xcoms: dict[str, Any] = field(default_factory=dict)
     #: on success, the tasks of the run a branch skips (``engine.authoring.branching``)
     skip_task_ids: list[str] = field(default_factory=list)
+    #: a copy of a mapped task that ended: its ``map_index_template`` rendered (None: none)
+    rendered_map_index: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

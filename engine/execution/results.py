@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from engine.authoring.baseoperator import MappedOperator
+from engine.authoring.mapped_groups import group_task_ids_of
 from engine.authoring.mapping import UnmappableXComTypePushed, XComForMappingNotPushed
 from engine.authoring.operatorlink import operator_links
 from engine.authoring.xcom import XCOM_RETURN_KEY
@@ -124,8 +125,9 @@ class RuntimeTaskInstance:
         ``task_ids`` None is this task; a str gives one value, a list gives a list (one per
         task and map index, ``default`` where a task stored nothing under ``key``).
         ``map_indexes`` None is the unmapped task, or every copy of a mapped task (a list of
-        the copies' values by ``map_index``, as Airflow's lazy sequence); an int is one copy
-        (-1: the unmapped task). ``dag_id`` / ``run_id`` (None: this task's) read another
+        the copies' values by ``map_index``, as Airflow's lazy sequence), but this task's
+        own copy of another task of its mapped task group; an int is one copy (-1: the
+        unmapped task). ``dag_id`` / ``run_id`` (None: this task's) read another
         DAG's or run's results, ``include_prior_dates=True`` the latest run at or before
         this one that stored ``key``: asked of the executor
         (``engine.execution.remote_results``).
@@ -184,6 +186,8 @@ class RuntimeTaskInstance:
         if map_index is not None and not isinstance(map_index, int):
             raise TypeError(f"task {self.task_id!r}: xcom_pull() map indexes are int")
         own = task_id == self.task_id and map_index in (None, self.map_index)
+        if map_index is None and not own and task_id in group_task_ids_of(self.task):
+            map_index = self.map_index  # another task of its mapped group: the same copy
         copies = self._mapped.get(task_id)
         if copies is not None and map_index is None and not own:
             return [deserialize_value(c[key]) for c in copies.values() if key in c]

@@ -53,7 +53,7 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +73,7 @@ from engine.execution.callbacks import outcome_callback_kind, run_callbacks, tas
 from engine.execution.context import hydrate_context
 from engine.execution.deadline import Deadline, TaskExecutionTimeout, remaining_s, timeout_message
 from engine.execution.loading import task_for
+from engine.execution.map_index import render_map_index
 from engine.execution.outlets import collect_outlet_events, is_metadata_result
 from engine.execution.process import (
     configure_logging,
@@ -145,6 +146,9 @@ class StepState:
     task: BaseOperator | None = None
     context: dict[str, Any] | None = None
     exception: BaseException | None = None
+    #: the copy's ``map_index_template`` rendered after a successful ``execute``
+    rendered_map_index: str | None = None
+    map_index_rendered: bool = False
 
 
 def run_task(
@@ -154,9 +158,22 @@ def run_task(
 
     ``step`` receives the task, its context and the exception that failed it (for the
     callbacks run once the result is reported). ``on_execute_callback`` runs here, before
-    the task starts or resumes.
+    the task starts or resumes. A copy of a mapped task that ended (not deferred) reports
+    its ``map_index_template`` rendered with its context (``engine.execution.map_index``:
+    strictly once it succeeded, a template error failing the try; leniently once it failed
+    or was skipped).
     """
     step = StepState() if step is None else step
+    result = _run_step(spec, now, step)
+    if result.outcome == TaskState.DEFERRED:
+        return result
+    rendered = step.rendered_map_index
+    if not step.map_index_rendered:
+        rendered = render_map_index(step.task, step.context)
+    return result if rendered is None else replace(result, rendered_map_index=rendered)
+
+
+def _run_step(spec: TaskSpec, now: datetime | None, step: StepState) -> TaskResult:
     started = time.monotonic()
     try_started = datetime.fromisoformat(spec.try_started_at)
     timeout: timedelta | None = None
@@ -184,6 +201,8 @@ def run_task(
         with deadline:
             with running_with(context):
                 value = _call(task, spec, context)
+        step.map_index_rendered = True  # a template error fails the try, as in Airflow
+        step.rendered_map_index = render_map_index(task, context, strict=True)
         outlet_events = collect_outlet_events(context, task, value)
         if is_metadata_result(value):
             value = None

@@ -63,6 +63,8 @@ class Outcome:
     retry_at: datetime | None = None  # RETRY: when the next try may start
     retry_wait_s: float = 0.0  # RETRY: how long after the failure that is
     skip_task_ids: tuple[str, ...] = ()  # SUCCEED: tasks of the run a branch skips
+    #: a copy of a mapped task: its ``map_index_template`` rendered (stored with the copy)
+    rendered_map_index: str | None = None
 
     def redacted(self, redact: Callable[[str], str]) -> Outcome:
         """This outcome with its ``reason`` (the task's error text) passed through
@@ -164,34 +166,10 @@ def decide_outcome(
 ) -> Outcome:
     """What the step's end means: a reported result wins over how the process ended."""
     if result is not None:
-        if result.outcome == TaskState.SUCCESS:
-            xcoms = {"return_value": result.return_value} if result.has_return_value else None
-            return Outcome(
-                Decision.SUCCEED,
-                result.elapsed_s,
-                xcoms=xcoms,
-                outlet_events=tuple(result.outlet_events),
-                skip_task_ids=tuple(result.skip_task_ids),
-            )
-        if result.outcome == TaskState.SKIPPED:
-            return Outcome(Decision.SKIP, result.elapsed_s, reason=result.error)
-        if result.outcome == TaskState.DEFERRED:
-            assert result.deferral is not None
-            timeout_s = result.execution_timeout_s
-            if timeout_s is None:
-                timeout_s = run.execution_timeout_s
-            deadline = deferral_deadline(
-                now, result.deferral.timeout_s, run.try_started_at, timeout_s
-            )
-            return Outcome(
-                Decision.DEFER, result.elapsed_s, deferral=result.deferral, trigger_timeout=deadline
-            )
-        reason = _with_policy_reason(result.error, result.retry_reason)
-        if result.no_retry:  # AirflowFailException, a retry policy's FAIL: fail now
-            return Outcome(Decision.FAIL, result.elapsed_s, reason=reason)
-        return _retry_or_fail(
-            run, result.elapsed_s, reason, now, delay_override_s=result.retry_delay_s
-        )
+        outcome = _reported_outcome(result, run, now)
+        if result.rendered_map_index is None:
+            return outcome
+        return replace(outcome, rendered_map_index=result.rendered_map_index)
     if interrupted:
         return Outcome(Decision.REQUEUE, wall_s)
     if killed_for_timeout and run.execution_timeout_s is not None:
@@ -202,6 +180,34 @@ def decide_outcome(
         )
         return _retry_or_fail(run, wall_s, reason, now)
     return _retry_or_fail(run, wall_s, exit_reason(returncode), now)
+
+
+def _reported_outcome(result: TaskResult, run: TaskRun, now: datetime) -> Outcome:
+    """What the result the task reported means."""
+    if result.outcome == TaskState.SUCCESS:
+        xcoms = {"return_value": result.return_value} if result.has_return_value else None
+        return Outcome(
+            Decision.SUCCEED,
+            result.elapsed_s,
+            xcoms=xcoms,
+            outlet_events=tuple(result.outlet_events),
+            skip_task_ids=tuple(result.skip_task_ids),
+        )
+    if result.outcome == TaskState.SKIPPED:
+        return Outcome(Decision.SKIP, result.elapsed_s, reason=result.error)
+    if result.outcome == TaskState.DEFERRED:
+        assert result.deferral is not None
+        timeout_s = result.execution_timeout_s
+        if timeout_s is None:
+            timeout_s = run.execution_timeout_s
+        deadline = deferral_deadline(now, result.deferral.timeout_s, run.try_started_at, timeout_s)
+        return Outcome(
+            Decision.DEFER, result.elapsed_s, deferral=result.deferral, trigger_timeout=deadline
+        )
+    reason = _with_policy_reason(result.error, result.retry_reason)
+    if result.no_retry:  # AirflowFailException, a retry policy's FAIL: fail now
+        return Outcome(Decision.FAIL, result.elapsed_s, reason=reason)
+    return _retry_or_fail(run, result.elapsed_s, reason, now, delay_override_s=result.retry_delay_s)
 
 
 def _with_policy_reason(error: str | None, policy_reason: str | None) -> str | None:

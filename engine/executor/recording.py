@@ -17,6 +17,7 @@ import anyio
 from engine.db import models
 from engine.db.queries import actions, deferrals, tasks
 from engine.db.queries import callbacks as callbacks_sql
+from engine.db.queries import mapping as mapping_sql
 from engine.exceptions import DatabaseUnavailable
 from engine.executor.outcomes import Decision, Outcome
 from engine.states import TaskState
@@ -152,6 +153,8 @@ class OutcomeRecorder:
         """Record the outcome and, in the same transaction, the request to run the outcome's
         callback in a fresh process when the task's own could not (``callback``)."""
         ok = self._write_state(session, job_id, run, outcome)
+        if ok and outcome.rendered_map_index is not None:
+            mapping_sql.set_rendered_map_index(session, run.ti_id, outcome.rendered_map_index)
         if ok and callback is not None:
             callbacks_sql.request_task_callback(
                 session,

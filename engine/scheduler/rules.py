@@ -20,6 +20,13 @@ tasks succeeded (so it runs after failed work, to release what the setup made), 
 ``skipped`` when all of them were skipped and ``upstream_failed`` when none succeeded;
 without an upstream setup it is ``all_done``.
 
+Mapped task groups (Airflow's per-``map_index`` dependencies): copy ``i`` of a task in a
+mapped task group is decided from copy ``i`` alone of the tasks of its group directly
+upstream of it, and from every instance of its other upstream tasks; so a failed copy
+fails the same index below it, the other copies go on, and a task after the group (a
+"reduce") counts every copy. Such a task is expanded into waiting copies as soon as its
+group upstream tasks are expanded, then each copy is decided on its own.
+
 The run ends once every task finished, by Airflow's leaf rule: it fails when a leaf task (one
 without downstream tasks) is ``failed`` or ``upstream_failed``, and succeeds otherwise (every
 leaf succeeded or was skipped). So a failed task whose downstream task ran anyway (under
@@ -55,6 +62,8 @@ FINISHED: Final = frozenset(
 _FAILED: Final = frozenset({TaskState.FAILED, TaskState.UPSTREAM_FAILED})
 _NO_EDGES: Final[Mapping[str, Sequence[str]]] = MappingProxyType({})
 _NO_RULES: Final[Mapping[str, str]] = MappingProxyType({})
+_ALL_SUCCESS: Final = TriggerRule.ALL_SUCCESS
+_NO_PAIRS: Final[Mapping[str, AbstractSet[str]]] = MappingProxyType({})
 
 _RUN: Final = TaskState.SCHEDULED
 _SKIP: Final = TaskState.SKIPPED
@@ -241,7 +250,31 @@ def next_task_states(
     expanded: Mapping[str, Sequence[str]] = _NO_EDGES,
     setups: AbstractSet[str] = frozenset(),
 ) -> dict[str, str]:
-    """New states of tasks still in ``none``, each decided by its trigger rule.
+    """New states of tasks still in ``none``, each decided by its trigger rule
+    (``next_states`` without mapped task groups: the tasks' changes only)."""
+    return next_states(downstream, states, trigger_rules, expanded, setups).tasks
+
+
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    """What ``next_states`` decided: new states of whole tasks (``tasks``), of single copies
+    of mapped group tasks (``copies``: task id -> {map_index: state}), and the group tasks
+    to expand into waiting copies, decided copy by copy from then on (``to_expand``)."""
+
+    tasks: dict[str, str]
+    copies: dict[str, dict[int, str]]
+    to_expand: frozenset[str]
+
+
+def next_states(
+    downstream: Mapping[str, Sequence[str]],
+    states: Mapping[str, str],
+    trigger_rules: Mapping[str, str] = _NO_RULES,
+    expanded: Mapping[str, Sequence[str]] = _NO_EDGES,
+    setups: AbstractSet[str] = frozenset(),
+    paired: Mapping[str, AbstractSet[str]] = _NO_PAIRS,
+) -> Decisions:
+    """New states of tasks (or copies) still in ``none``, each decided by its trigger rule.
 
     ``trigger_rules`` maps task ids to rules; a task missing from it has ``all_success``.
     ``expanded`` maps an expanded mapped task to the states of its copies: each copy counts
@@ -249,22 +282,47 @@ def next_task_states(
     upstream task's every map index counts). ``setups`` are the setup tasks, whose states a
     teardown's ``all_done_setup_success`` also counts apart. Decisions propagate transitively
     in one call (a skip or an upstream failure reaches the tasks below it at once).
+
+    ``paired`` maps a task of a mapped task group to the other tasks of its group: once
+    those directly upstream of it are expanded, its copy ``i`` counts only their copy ``i``
+    (and every instance of its other upstream tasks), as Airflow decides per ``map_index``;
+    the task is first expanded into waiting copies (``Decisions.to_expand``).
     """
     upstream = upstream_of(downstream)
     current = dict(states)
+    copies = {task: list(states_) for task, states_ in expanded.items()}
     changes: dict[str, str] = {}
+    copy_changes: dict[str, dict[int, str]] = {}
+    to_expand: set[str] = set()
 
     def instances(task: str) -> Sequence[str]:
-        copies = expanded.get(task)
-        return copies if copies is not None else (current.get(task, TaskState.NONE),)
+        found = copies.get(task)
+        return found if found is not None else (current.get(task, TaskState.NONE),)
 
     changed = True
     while changed:
         changed = False
         for task, state in current.items():
+            ups = upstream.get(task, [])
+            pairs = paired.get(task, frozenset()) & set(ups)
+            if pairs and all(up in copies for up in pairs):
+                if task in copies:
+                    found = _copy_states(task, ups, pairs, copies, instances, setups)
+                    new_copies = {
+                        index: new
+                        for index, counts in found.items()
+                        if (new := decide(trigger_rules.get(task, _ALL_SUCCESS), counts))
+                        is not None
+                    }
+                    for index, new in new_copies.items():
+                        copies[task][index] = copy_changes.setdefault(task, {})[index] = new
+                    current[task] = _summary_or_none(copies[task])
+                    changed = changed or bool(new_copies)
+                elif state == TaskState.NONE:
+                    to_expand.add(task)
+                continue
             if state != TaskState.NONE:
                 continue
-            ups = upstream.get(task, [])
             counts = UpstreamCounts.of(
                 (s for up in ups for s in instances(up)),
                 (s for up in ups if up in setups for s in instances(up)),
@@ -273,7 +331,37 @@ def next_task_states(
             if new is not None:
                 current[task] = changes[task] = new
                 changed = True
-    return changes
+    return Decisions(changes, copy_changes, frozenset(to_expand))
+
+
+def _copy_states(
+    task: str,
+    ups: Sequence[str],
+    pairs: AbstractSet[str],
+    copies: Mapping[str, Sequence[str]],
+    instances: Callable[[str], Sequence[str]],
+    setups: AbstractSet[str],
+) -> dict[int, UpstreamCounts]:
+    """The upstream counts of each waiting copy of ``task``: copy ``i`` of its ``pairs``
+    (its mapped group's tasks), every instance of its other upstream tasks."""
+    out: dict[int, UpstreamCounts] = {}
+    for index, copy_state in enumerate(copies[task]):
+        if copy_state != TaskState.NONE:
+            continue
+
+        def of(up: str, index: int = index) -> Sequence[str]:
+            theirs = copies[up] if up in pairs else ()
+            return (theirs[index],) if index < len(theirs) else instances(up)
+
+        out[index] = UpstreamCounts.of(
+            (s for up in ups for s in of(up)), (s for up in ups if up in setups for s in of(up))
+        )
+    return out
+
+
+def _summary_or_none(copies: Sequence[str]) -> str:
+    """A mapped task's state for the rules: ``none`` while one of its copies waits."""
+    return TaskState.NONE if TaskState.NONE in copies else summary_state(copies)
 
 
 def summary_state(copies: Sequence[str]) -> str:

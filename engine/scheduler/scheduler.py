@@ -15,7 +15,7 @@ Each loop (every ``loop_interval_sec``, or at once when nudged by an in-process 
    a tick never waits for a long loop;
 3. queued runs are admitted (``running``) while their DAG has room under ``max_active_runs``
    (a backfill's under its own limit); backfills whose runs all ended are completed;
-4. each running run's tasks advance (``engine.scheduler.rules.next_task_states``): a ready
+4. each running run's tasks advance (``engine.scheduler.rules.next_states``): a ready
    task becomes ``scheduled`` for the executor (or goes straight to the triggerer when it
    starts from a trigger); a run whose tasks all finished ends;
 5. tasks ``up_for_retry`` whose retry delay has passed (by the scheduler's clock) are
@@ -58,9 +58,9 @@ from engine.jobs.service import JobService
 from engine.metrics.readings import SchedulerReading
 from engine.retry import Backoff
 from engine.scheduler import deadlines, orphans
-from engine.scheduler.expansion import expand_mapped, summarize
+from engine.scheduler.expansion import decide_tasks
 from engine.scheduler.partition_runs import create_partitioned_runs, partitioned_timetable
-from engine.scheduler.rules import is_condition_met, next_task_states, run_outcome
+from engine.scheduler.rules import is_condition_met, run_outcome
 from engine.scheduler.time_runs import create_time_run, store_next
 from engine.states import DagRunState, TaskState
 
@@ -442,15 +442,11 @@ class Scheduler:
         if state is None or state.state != DagRunState.RUNNING:
             return  # ended since it was listed (cancelled, timed out, another scheduler)
         now = models.utcnow()
-        states = {**state.task_states, **summarize(state.expanded)}
-        changes = next_task_states(
-            state.downstream, states, state.trigger_rules, state.expanded, state.setups
-        )
-        expansion = expand_mapped(session, state, {**states, **changes}, changes, now=now)
-        changes = expansion.changes
-        self.stats.tasks_scheduled += expansion.scheduled
-        if expansion.decided:
-            self.nudge()  # a mapped task skipped or failed: decide the tasks below it now
+        advance = decide_tasks(session, state, now=now)
+        changes = advance.changes
+        self.stats.tasks_scheduled += advance.scheduled
+        if advance.decided:
+            self.nudge()  # a mapped task skipped, failed or expanded: decide below it now
         to_trigger = [
             t
             for t, s in changes.items()
@@ -460,7 +456,7 @@ class Scheduler:
         for task_id in to_trigger:
             self._start_from_trigger(session, state.ti_ids[task_id])
         self.stats.tasks_scheduled += sum(s == TaskState.SCHEDULED for s in changes.values())
-        outcome = run_outcome({**states, **changes}, state.downstream, state.ignored_teardowns)
+        outcome = run_outcome(advance.states, state.downstream, state.ignored_teardowns)
         if outcome is not None:
             if not runs.end_running_run(session, run_pk, outcome, now=now):
                 return  # someone else ended it in the meantime: their state stands

@@ -33,6 +33,8 @@ class TaskInstanceItem(TypedDict):
     run_id: str
     task_id: str
     map_index: int  # -1: an unmapped task
+    #: a copy's ``map_index_template`` rendered when it ran (None: shown by its number)
+    rendered_map_index: str | None
     operator: str | None  # None: a task its DAG no longer has
     state: str
     try_number: int
@@ -55,6 +57,8 @@ class TaskInstanceDetails(TaskInstanceItem):
     """One task instance of ``show_task_instance``."""
 
     map_indexes: list[int]  # of its task's copies (empty: an unmapped task)
+    #: each copy's rendered ``map_index_template`` (None: none), as ``map_indexes``
+    rendered_map_indexes: list[str | None]
     logged_tries: list[int] | None  # the tries that have a log (None: no log folder given)
 
 
@@ -95,6 +99,7 @@ def task_instance_json(
         "run_id": run_id,
         "task_id": ti.task_id,
         "map_index": ti.map_index,
+        "rendered_map_index": ti.rendered_map_index,
         "operator": operator,
         "state": ti.state,
         "try_number": ti.try_number,
@@ -148,7 +153,8 @@ def show_task_instance(
     log_folder: Path | None = None,
 ) -> TaskInstanceDetails | None:
     """One task instance (``task_instance_json``), None if unknown, with the map indexes of
-    its task's copies and (given the log folder) the tries that have a log."""
+    its task's copies (and their rendered names) and (given the log folder) the tries that
+    have a log."""
     run = browse.find_run(session, dag_id, run_id)
     found = (
         None
@@ -161,9 +167,11 @@ def show_task_instance(
     tries = None
     if log_folder is not None:
         tries = logged_tries(log_folder, dag_id, run_id, task_id, map_index=map_index)
+    copies = mapping_sql.copy_names(session, dag_id, run_id, task_id)
     return {
         **task_instance_json(ti, operator=operator, run_id=run_id, now=now),
-        "map_indexes": mapping_sql.map_indexes(session, dag_id, run_id, task_id),
+        "map_indexes": [index for index, _ in copies],
+        "rendered_map_indexes": [name for _, name in copies],
         "logged_tries": tries,
     }
 

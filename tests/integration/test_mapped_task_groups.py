@@ -2,7 +2,9 @@
 PostgreSQL, with the real scheduler and executor in-process: every task of the group gets
 one copy per item, copy ``i`` of a task receives copy ``i`` of the group task upstream of it,
 and a task downstream of the group receives the list of the copies' results; ``expand_kwargs``
-maps over dicts of arguments."""
+maps over dicts of arguments. The scheduler decides each copy on its own: a failed copy fails
+the same index below it and no other, and ``xcom_pull`` inside the group reads the same
+copy."""
 
 from __future__ import annotations
 
@@ -78,6 +80,45 @@ with DAG("kwargs_group"):
 
     total(scaled.expand_kwargs(rows()))
 
+@task
+def check(x):
+    if x == 2:
+        raise ValueError("copy 1 fails")
+    return x
+
+
+@task
+def double(x):
+    return x * 2
+
+
+@task(trigger_rule="all_done")
+def collect(values):
+    return values
+
+
+with DAG("per_copy_group"):
+
+    @task_group
+    def pipeline(x):
+        return double(check(x))
+
+    collect(pipeline.expand(x=[1, 2, 3]))
+
+
+@task
+def pulled(ti=None):
+    return ti.xcom_pull(task_ids="pulls.add_one")
+
+
+with DAG("group_pull"):
+
+    @task_group(group_id="pulls")
+    def pulls(x):
+        add_one(x) >> pulled()
+
+    pulls.expand(x=[10, 20])
+
 with DAG("empty_group"):
 
     @task_group
@@ -144,3 +185,29 @@ async def test_a_group_over_dicts_of_arguments_takes_defaults_for_missing_keys(
         async with engine.running():
             assert await engine.run_to_end(run_pk) == ["success"]
     assert engine.xcom(run_pk, "total") == {"values": [12, 23, 4], "sum": 39}
+
+
+@pytest.mark.both_databases
+async def test_a_failed_copy_fails_only_its_own_index_below_it(engine: InProcessEngine) -> None:
+    run_pk = engine.trigger("per_copy_group")
+    with anyio.fail_after(60):
+        async with engine.running():
+            assert await engine.run_to_end(run_pk) == ["success"]  # its leaf, all_done, ran
+    assert engine.states(run_pk) == {
+        "pipeline.check[0]": OK,
+        "pipeline.check[1]": TaskState.FAILED,
+        "pipeline.check[2]": OK,
+        "pipeline.double[0]": OK,
+        "pipeline.double[1]": TaskState.UPSTREAM_FAILED,
+        "pipeline.double[2]": OK,
+        "collect": OK,
+    }
+    assert engine.xcom(run_pk, "collect") == [2, 6]  # the successful copies' results
+
+
+async def test_xcom_pull_inside_the_group_reads_the_same_copy(engine: InProcessEngine) -> None:
+    run_pk = engine.trigger("group_pull")
+    with anyio.fail_after(60):
+        async with engine.running():
+            assert await engine.run_to_end(run_pk) == ["success"]
+    assert [engine.xcom(run_pk, "pulls.pulled", map_index=i) for i in range(2)] == [11, 21]

@@ -65,6 +65,10 @@ class TaskInstanceItem(BaseModel):
     run_id: str
     task_id: str
     map_index: int = Field(description="-1 for an unmapped task; 0..N-1 for mapped copies")
+    rendered_map_index: str | None = Field(
+        default=None,
+        description="What the copy's map_index_template rendered to when it ran (its name)",
+    )
     operator: str | None
     state: str
     try_number: int
@@ -85,6 +89,10 @@ class TaskInstanceItem(BaseModel):
 
 class TaskInstanceDetail(TaskInstanceItem):
     map_indexes: list[int] = Field(description="The map indexes of the task's copies")
+    rendered_map_indexes: list[str | None] = Field(
+        default_factory=list,
+        description="Each copy's rendered map_index_template (null: none), as map_indexes",
+    )
     logged_tries: list[int] = Field(description="The tries that have a log")
 
 

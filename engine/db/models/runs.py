@@ -131,6 +131,9 @@ class TaskInstance(Base):
     #: -1 for an unmapped task (and a mapped one not expanded yet), 0..N-1 for the copies
     #: of a mapped task (engine.authoring.mapping)
     map_index: Mapped[int] = mapped_column(Integer, default=-1, server_default="-1")
+    #: what the copy's ``map_index_template`` rendered to when it ran (Airflow's named
+    #: mapping, shown instead of ``map_index``); None: shown by its number
+    rendered_map_index: Mapped[str | None] = mapped_column(String(250))
     # The pool and slots the executor claimed it with (queued, running and, with the
     # pool's ``include_deferred``, deferred instances occupy them).
     pool: Mapped[str | None] = mapped_column(String(256))

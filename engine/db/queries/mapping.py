@@ -68,7 +68,13 @@ def upstream_value(session: Session, run_pk: int, task_id: str, key: str) -> Any
 
 
 def expand_task(
-    session: Session, run_pk: int, task_id: str, length: int, *, now: datetime
+    session: Session,
+    run_pk: int,
+    task_id: str,
+    length: int,
+    *,
+    now: datetime,
+    waiting: bool = False,
 ) -> list[int]:
     """Create the copies of mapped task ``task_id`` (``length`` of them, all ``scheduled``);
     ``length`` 0 skips the task. Returns the ids of the scheduled copies.
@@ -76,7 +82,8 @@ def expand_task(
     The waiting (``none``) rows of the task are reused: the unmapped row becomes copy 0, and
     the copies of a run that starts over keep their try numbers (copies past ``length`` go,
     missing ones are added). Guarded by the rows still waiting: two schedulers never expand
-    one task twice.
+    one task twice. ``waiting``: the copies stay ``none``, each to be decided on its own (a
+    task of a mapped task group, ``engine.scheduler.rules``); nothing is scheduled.
     """
     rows = session.execute(
         select(TaskInstance.id, TaskInstance.map_index, TaskInstance.dag_id, TaskInstance.max_tries)
@@ -119,6 +126,8 @@ def expand_task(
                 for index in missing
             ],
         )
+    if waiting:
+        return []
     ids = session.execute(
         update(TaskInstance)
         .where(
@@ -163,6 +172,25 @@ def mapped_states(session: Session, run_pk: int) -> dict[str, list[str]]:
     return out
 
 
+def copy_names(
+    session: Session, dag_id: str, run_id: str, task_id: str
+) -> list[tuple[int, str | None]]:
+    """The copies of a task in a run: ``(map_index, rendered_map_index)`` by map index
+    (empty: unmapped or not expanded yet)."""
+    rows = session.execute(
+        select(TaskInstance.map_index, TaskInstance.rendered_map_index)
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .where(
+            DagRun.dag_id == dag_id,
+            DagRun.run_id == run_id,
+            TaskInstance.task_id == task_id,
+            TaskInstance.map_index >= 0,
+        )
+        .order_by(TaskInstance.map_index)
+    )
+    return [(int(index), None if name is None else str(name)) for index, name in rows]
+
+
 def map_indexes(session: Session, dag_id: str, run_id: str, task_id: str) -> list[int]:
     """The map indexes of a task's copies in a run (empty: unmapped or not expanded yet)."""
     rows = session.execute(
@@ -177,3 +205,35 @@ def map_indexes(session: Session, dag_id: str, run_id: str, task_id: str) -> lis
         .order_by(TaskInstance.map_index)
     )
     return [int(i) for i in rows.scalars()]
+
+
+def set_rendered_map_index(session: Session, ti_id: int, rendered: str) -> None:
+    """Store what the copy's ``map_index_template`` rendered to (``engine.execution.
+    map_index``), written with the try's outcome."""
+    session.execute(
+        update(TaskInstance).where(TaskInstance.id == ti_id).values(rendered_map_index=rendered)
+    )
+
+
+def set_copy_states(
+    session: Session, run_pk: int, task_id: str, states: dict[int, str], *, now: datetime
+) -> int:
+    """Set the state of single waiting copies of a task (``{map_index: state}``, decided
+    one by one for a mapped task group); returns how many were set."""
+    written = 0
+    for index, state in states.items():
+        values: dict[str, Any] = {"state": state}
+        if state in (TaskState.UPSTREAM_FAILED, TaskState.SKIPPED, TaskState.FAILED):
+            values["end_date"] = now
+        done = session.execute(
+            update(TaskInstance)
+            .where(
+                TaskInstance.dag_run_id == run_pk,
+                TaskInstance.task_id == task_id,
+                TaskInstance.map_index == index,
+                TaskInstance.state == TaskState.NONE,
+            )
+            .values(**values)
+        )
+        written += int(done.rowcount)  # type: ignore[attr-defined]
+    return written

@@ -152,7 +152,11 @@ def test_a_mapped_group_maps_each_of_its_tasks_over_the_group_input() -> None:
     assert [t.task_id for t in mapped] == ["grp.add", "grp.add__1"]
     assert all(
         t.mapping_json()
-        == {"kind": "expand", "args": [{"name": "x", "task_id": "numbers", "key": "return_value"}]}
+        == {
+            "kind": "expand",
+            "args": [{"name": "x", "task_id": "numbers", "key": "return_value"}],
+            "group": ["grp.add", "grp.add__1"],  # whose copies pair up (per map_index)
+        }
         for t in mapped
     )
     assert dag.task_dict["grp.add"].upstream_task_ids == {"numbers"}
