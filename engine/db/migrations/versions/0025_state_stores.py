@@ -1,7 +1,7 @@
 """State stores: the task state store and the asset state store (AIP-103)
 
 Revision ID: 0025
-Revises: 0023
+Revises: 0024
 Create Date: 2026-11-29 01:00:00.000000
 
 - ``task_state_store``: a task instance's JSON values by key, kept across its tries (the row
@@ -19,7 +19,7 @@ from alembic import op
 import engine.db.models
 
 revision = "0025"
-down_revision = "0023"
+down_revision = "0024"
 branch_labels = None
 depends_on = None
 
