@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from engine.authoring.callbacks import Callback
-    from engine.authoring.context import Context
+    from engine.authoring.context import Context, RendersTemplates
     from engine.authoring.dag import TaskContainer
 
 #: Airflow's default ``retry_delay``: a failed try with tries left waits this long.
@@ -305,6 +305,27 @@ class BaseOperator(SetupTeardownMixin, AbstractOperator, Deferrable):
         """Called right after ``execute`` returned ``result``, after the ``post_execute=``
         argument's callable; a subclass may override it. Not called when ``execute`` raised
         or deferred."""
+
+    def render_template(self, content: Any, context: Context, jinja_env: None = None) -> Any:
+        """``content`` rendered with ``context`` as this task's templated fields are (strings
+        inside lists, tuples, sets and dict values too; a str ending with one of
+        ``template_ext`` is a template file next to the DAG file), Airflow's
+        ``render_template``: for code running in the task, e.g.
+        ``context["task"].render_template("{{ run_id }}", context)``. Sluice renders with its
+        own Jinja environment: a ``jinja_env`` is refused."""
+        if jinja_env is not None:
+            raise TypeError(
+                f"task {self.task_id!r}: render_template() renders with the DAG's Jinja "
+                "environment; jinja_env= is not supported"
+            )
+        ti: RendersTemplates | None = context.get("ti") if isinstance(context, Mapping) else None
+        if ti is None or not hasattr(ti, "render_template"):
+            raise RuntimeError(
+                f"task {self.task_id!r}: render_template() needs the context of a running "
+                "task (get_current_context() inside the task)"
+            )
+        template_ext = tuple(getattr(self, "template_ext", ()))
+        return ti.render_template(content, context, template_ext=template_ext)
 
     def run_pre_execute(self, context: Context) -> None:
         """The ``pre_execute=`` callable, then ``pre_execute`` (what the task runner calls)."""

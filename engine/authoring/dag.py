@@ -50,7 +50,7 @@ from engine.authoring.arguments import (
 from engine.authoring.callbacks import as_callbacks
 from engine.authoring.deadlines import as_deadline_alerts
 from engine.authoring.errors import DagDefinitionError
-from engine.authoring.locations import caller_file_and_line
+from engine.authoring.locations import caller_file_line_and_module
 from engine.authoring.params import as_params
 from engine.authoring.schedules import resolve_schedule
 from engine.authoring.timetables import timezone_of, to_utc
@@ -181,7 +181,7 @@ class DAG:
         jinja_environment_kwargs: Mapping[str, Any] | None = None,
         **unsupported: Any,
     ) -> None:
-        self.fileloc, self.lineno = caller_file_and_line()
+        self.fileloc, self.lineno, self.module_name = caller_file_line_and_module()
         location = f"{self.fileloc}:{self.lineno}"
         self.dag_id = check_id("dag_id", dag_id, where=location)
         where = f"{location}: DAG {dag_id!r}"

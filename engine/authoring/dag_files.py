@@ -106,9 +106,22 @@ def import_dag_file(path: Path, *, source: str | None = None) -> ModuleType:
     return module
 
 
+def _of_this_run(dag: DAG, module: ModuleType) -> bool:
+    """Was ``dag`` defined by this run of the file, not by the same file imported again under
+    another module name (``import my_dag_file``, or a callback's dotted path naming a
+    function of the file), whose DAGs are that other module's, as Airflow's DagBag keeps only
+    the parsed module's?"""
+    name = dag.module_name
+    if name is None or name == module.__name__:
+        return True
+    other = sys.modules.get(name)
+    return getattr(other, "__file__", None) != getattr(module, "__file__", None)
+
+
 def collect_dags(module: ModuleType, fileloc: str) -> list[DAG]:
     """The DAGs of the file: ``with DAG(...)`` blocks and module-level DAG objects."""
-    found = [*take_registered_dags(), *(v for v in vars(module).values() if isinstance(v, DAG))]
+    registered = [dag for dag in take_registered_dags() if _of_this_run(dag, module)]
+    found = [*registered, *(v for v in vars(module).values() if isinstance(v, DAG))]
     by_id: dict[str, DAG] = {}
     for dag in found:
         other = by_id.setdefault(dag.dag_id, dag)

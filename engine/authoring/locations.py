@@ -13,10 +13,17 @@ _ENGINE_DIR: Final = str(Path(__file__).resolve().parents[1]) + os.sep  # all of
 
 def caller_file_and_line() -> tuple[str, int]:
     """File and line of the innermost frame outside the engine package (the user's code)."""
+    filename, lineno, _ = caller_file_line_and_module()
+    return filename, lineno
+
+
+def caller_file_line_and_module() -> tuple[str, int, str | None]:
+    """``caller_file_and_line`` and the name of that frame's module (its ``__name__``)."""
     frame = sys._getframe(1)
     while frame.f_back is not None and frame.f_code.co_filename.startswith(_ENGINE_DIR):
         frame = frame.f_back
-    return frame.f_code.co_filename, frame.f_lineno
+    module = frame.f_globals.get("__name__")
+    return frame.f_code.co_filename, frame.f_lineno, module if isinstance(module, str) else None
 
 
 def caller_location() -> str:

@@ -157,12 +157,37 @@ class AssetEvents(dict[str, list[AssetEvent]]):
 class InletEvents(AssetEvents):
     """``inlet_events``: an inlet of the task without events gives ``[]``."""
 
-    __slots__ = ("_inlets", "_task_id")
+    __slots__ = ("_inlets", "_task_id", "_uris")
 
     def __init__(self, events: Mapping[str, list[AssetEvent]], task: BaseOperator) -> None:
         super().__init__(events)
         self._inlets = {item.name for item in task.inlets}
+        self._uris = {item.name: item.uri for item in task.inlets if isinstance(item, Asset)}
         self._task_id = task.task_id
+
+    def for_asset(self, *, name: str | None = None, uri: str | None = None) -> list[AssetEvent]:
+        """Airflow's ``inlet_events.for_asset(name=..., uri=...)`` (templates use it): the
+        events of the inlet asset with that name, that URI, or both."""
+        if name is None and uri is None:
+            raise TypeError(f"task {self._task_id!r}: inlet_events.for_asset() needs name= or uri=")
+        if uri is not None:
+            named = [key for key, value in self._uris.items() if value == uri]
+            if name is not None and name not in named:
+                raise KeyError(
+                    f"task {self._task_id!r}: no inlet asset named {name!r} has the URI {uri!r}"
+                )
+            if name is None:
+                if not named:
+                    raise KeyError(
+                        f"task {self._task_id!r}: no inlet asset has the URI {uri!r} "
+                        f"(inlets: {sorted(self._inlets)})"
+                    )
+                name = named[0]
+        return self[name]
+
+    def for_asset_alias(self, *, name: str) -> list[AssetEvent]:
+        """Airflow's ``inlet_events.for_asset_alias(name=...)``: the events of that alias."""
+        return self[name]
 
     def __missing__(self, name: str) -> list[AssetEvent]:
         if name in self._inlets:

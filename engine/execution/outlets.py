@@ -137,6 +137,25 @@ class OutletEventAccessors:
         asset = self.asset_named(key)
         return self._by_asset.setdefault(asset.name, OutletEventAccessor(asset, self))
 
+    def for_asset(self, *, name: str | None = None, uri: str | None = None) -> OutletEventAccessor:
+        """Airflow's ``outlet_events.for_asset(name=..., uri=...)``: the accessor of the outlet
+        asset with that name, that URI, or both."""
+        matches = [
+            asset
+            for asset in self._assets.values()
+            if (name is None or asset.name == name) and (uri is None or asset.uri == uri)
+        ]
+        if (name is None and uri is None) or not matches:
+            raise KeyError(
+                f"task {self._task_id!r}: outlet_events.for_asset(name={name!r}, uri={uri!r}) "
+                f"matches none of its outlet assets {sorted(self._assets)}"
+            )
+        return self[matches[0]]
+
+    def for_asset_alias(self, *, name: str) -> OutletEventAccessor:
+        """Airflow's ``outlet_events.for_asset_alias(name=...)``."""
+        return self[AssetAlias(name)]
+
     def asset_named(self, key: object) -> Asset:
         """The outlet asset named ``key`` (an ``Asset`` is taken as it is)."""
         if isinstance(key, Asset):

@@ -1,7 +1,8 @@
 """The ``CallbackSpec`` of a missed deadline (a ``deadline`` callback request the scheduler
 wrote, ``engine.scheduler.deadlines``): the alert as stored when the deadline was set, and
 the ``context`` Airflow gives a deadline callback, ``{"dag_run": ..., "deadline": {"id",
-"deadline_time"}}``, its dates as ISO 8601 text. It runs in a callback process
+"deadline_time"}}``, its dates as ISO 8601 text; the run's id is both ``run_id`` and, as in
+Airflow's, ``dag_run_id``. It runs in a callback process
 (``engine.execution.deadline_callbacks``) and logs to the run's ``dag_callbacks.log``.
 """
 
@@ -55,7 +56,8 @@ def deadline_callback_spec(
         plugins_folder=None if plugins_folder is None else str(plugins_folder),
     )
     context = {
-        "dag_run": {"dag_id": request.dag_id, **dag_run},
+        # dag_run_id: the name of the run id in Airflow's (its REST API's DAG run)
+        "dag_run": {"dag_id": request.dag_id, "dag_run_id": request.run_id, **dag_run},
         "deadline": {"id": deadline_id, "deadline_time": deadline_time.isoformat()},
     }
     return CallbackSpec(

@@ -155,6 +155,7 @@ async def test_a_run_past_its_deadline_fires_the_callback_once(env: Env, tmp_pat
     assert context["deadline"]["deadline_time"] == deadline.deadline_time.isoformat()
     assert context["deadline"]["id"] == deadline.id
     assert (context["dag_run"]["dag_id"], context["dag_run"]["run_id"]) == ("slow", run_id)
+    assert context["dag_run"]["dag_run_id"] == run_id  # Airflow's name for it
     assert context["dag_run"]["queued_at"] == queued_at.isoformat()
     details = env.db.call(lambda s: runs_view.show_run(s, "slow", run_id, now=clock()))
     assert details is not None

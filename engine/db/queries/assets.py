@@ -326,33 +326,38 @@ def emit_asset_event(
 
 def recent_asset_events(
     session: Session, names: Iterable[str], *, limit: int = INLET_EVENTS_LIMIT
-) -> dict[str, list[AssetEvent]]:
-    """The latest ``limit`` events of each named asset, oldest first (``inlet_events``)."""
-    out: dict[str, list[AssetEvent]] = {}
-    for name, asset_id in sorted(_asset_ids(session, names).items()):
+) -> dict[str, tuple[str, list[AssetEvent]]]:
+    """The URI and the latest ``limit`` events of each named asset, oldest first
+    (``inlet_events``)."""
+    wanted = sorted(set(names))
+    if not wanted:
+        return {}
+    assets = session.execute(select(Asset.name, Asset.id, Asset.uri).where(Asset.name.in_(wanted)))
+    out: dict[str, tuple[str, list[AssetEvent]]] = {}
+    for name, asset_id, uri in sorted(assets):
         rows = session.execute(
             select(AssetEvent)
             .where(AssetEvent.asset_id == asset_id)
             .order_by(AssetEvent.id.desc())
             .limit(limit)
         ).scalars()
-        out[name] = list(reversed(list(rows)))
+        out[str(name)] = (str(uri), list(reversed(list(rows))))
     return out
 
 
 def recent_alias_events(
     session: Session, aliases: Iterable[str], *, limit: int = INLET_EVENTS_LIMIT
-) -> dict[str, list[tuple[AssetEvent, str]]]:
+) -> dict[str, list[tuple[AssetEvent, str, str]]]:
     """The latest ``limit`` events attached through each alias, oldest first, with the name
-    of the asset each one updated (``inlet_events[alias]``)."""
-    out: dict[str, list[tuple[AssetEvent, str]]] = {}
+    and URI of the asset each one updated (``inlet_events[alias]``)."""
+    out: dict[str, list[tuple[AssetEvent, str, str]]] = {}
     for alias in sorted(set(aliases)):
         rows = session.execute(
-            select(AssetEvent, Asset.name)
+            select(AssetEvent, Asset.name, Asset.uri)
             .join(Asset, Asset.id == AssetEvent.asset_id)
             .where(AssetEvent.source_alias == alias)
             .order_by(AssetEvent.id.desc())
             .limit(limit)
         ).all()
-        out[alias] = [(event, str(name)) for event, name in reversed(rows)]
+        out[alias] = [(event, str(name), str(uri)) for event, name, uri in reversed(rows)]
     return out

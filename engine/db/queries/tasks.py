@@ -272,12 +272,13 @@ def _task_run(
         run=run_context.context_run(dag_run),
         inlet_events={
             **{
-                name: tuple(run_context.event_row(event, name) for event in events)
-                for name, events in assets.recent_asset_events(session, inlets).items()
+                name: tuple(run_context.event_row(event, name, uri) for event in events)
+                for name, (uri, events) in assets.recent_asset_events(session, inlets).items()
             },
             **{
                 alias: tuple(
-                    run_context.event_row(event, asset_name) for event, asset_name in events
+                    run_context.event_row(event, asset_name, uri)
+                    for event, asset_name, uri in events
                 )
                 for alias, events in assets.recent_alias_events(session, inlet_aliases).items()
             },
