@@ -100,6 +100,8 @@ async def test_a_dag_scheduled_on_a_ref_runs_on_the_asset_declared_elsewhere(
         assert db.call(lambda s: _runs(s, "waiting")) == []
 
         view = db.call(lambda s: explain_dag(s, "waiting", now=models.utcnow()), read_only=True)
+        assert view["schedule"]["text"] == "assets not_declared_yet | nor_this"
+        assert view["schedule"]["assets"]["missing"] == "not_declared_yet or nor_this"
         entries = {entry["name"]: entry for entry in view["assets"]}
         assert set(entries) == {"not_declared_yet", "nor_this"}
         for entry in entries.values():

@@ -12,6 +12,7 @@ from engine.authoring.assets import AssetNameRef
 from engine.authoring.partition_temporal import StartOfDayMapper
 from engine.authoring.partition_timetables import PartitionedAssetTimetable
 from engine.authoring.schedules import timetable_from_json
+from engine.views.dags import condition_text
 
 STATS = Asset.ref(name="team_b_player_stats")
 
@@ -50,6 +51,7 @@ def test_json_round_trip_keeps_the_ref_a_ref() -> None:
     }
     back = BaseAsset.from_json(data)
     assert back == condition
+    assert condition_text(data) == "a & (team_b_player_stats | c)"
     assert list(back.iter_assets()) == [Asset("a")]
 
 
