@@ -8,6 +8,8 @@ only picks at run time (``outlet_events[alias].add(Asset(...))``); a DAG schedul
 alias runs when an event is attached through it. A DAG's ``schedule`` is an asset
 condition: an ``Asset`` or ``AssetAlias`` (updated), ``a & b`` / ``AssetAll`` (all
 updated), ``a | b`` / ``AssetAny`` (any updated), nested freely; a list means all of them.
+``Asset.ref(name=...)`` (an ``AssetNameRef``) stands for an asset declared elsewhere (another
+DAG file): it declares nothing and is met when the asset of that name is updated.
 
 ``evaluate(updated, aliases)`` is pure: ``updated`` holds the names of the assets with at
 least one new event since the DAG's last asset-triggered run, ``aliases`` the names of the
@@ -37,6 +39,7 @@ ASSET_TYPE: Final = "asset"
 ASSET_ALL_TYPE: Final = "asset_all"
 ASSET_ANY_TYPE: Final = "asset_any"
 ASSET_ALIAS_TYPE: Final = "asset_alias"
+ASSET_NAME_REF_TYPE: Final = "asset_name_ref"
 DEFAULT_ASSET_GROUP: Final = "asset"
 EVENT_TRIGGER_HINT: Final = (
     "only a BaseEventTrigger can drive an asset watcher (a trigger that waits for a state "
@@ -75,17 +78,24 @@ class BaseAsset:
         """True when the condition is met given the names of the updated assets and aliases."""
         raise NotImplementedError
 
-    def iter_assets(self) -> Iterator[Asset]:
-        """Every ``Asset`` the condition mentions (possibly more than once), in order."""
+    def iter_asset_leaves(self) -> Iterator[Asset | AssetNameRef]:
+        """Every ``Asset`` and ``AssetNameRef`` the condition mentions (possibly more than
+        once), in order: the leaves met by an asset's update."""
         raise NotImplementedError
+
+    def iter_assets(self) -> Iterator[Asset]:
+        """Every ``Asset`` the condition declares (possibly more than once), in order;
+        references (``Asset.ref``) declare nothing and are left out."""
+        return (leaf for leaf in self.iter_asset_leaves() if isinstance(leaf, Asset))
 
     def iter_aliases(self) -> Iterator[AssetAlias]:
         """Every ``AssetAlias`` the condition mentions (possibly more than once), in order."""
-        raise NotImplementedError
+        return iter(())
 
     def asset_names(self) -> list[str]:
-        """The distinct names of the assets the condition mentions, in order."""
-        return list(dict.fromkeys(asset.name for asset in self.iter_assets()))
+        """The distinct names of the assets the condition mentions (declared or referenced by
+        name), in order."""
+        return list(dict.fromkeys(leaf.name for leaf in self.iter_asset_leaves()))
 
     def alias_names(self) -> list[str]:
         """The distinct names of the aliases the condition mentions, in order."""
@@ -166,6 +176,17 @@ class Asset(BaseAsset):
         self.extra = _check_extra(label, extra, where=where)
         self.watchers = _check_watchers(label, watchers, where=where)
 
+    @staticmethod
+    def ref(*, name: str = "", uri: str = "") -> AssetNameRef:
+        """A reference to the asset named ``name``, declared in another DAG file."""
+        where = caller_location()
+        if uri:
+            raise DagDefinitionError(
+                f"{where}: Asset.ref(uri={uri!r}) is not supported: assets are matched by "
+                "name here; refer to the asset by its name: Asset.ref(name=...)"
+            )
+        return AssetNameRef(name, where=where)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Asset):
             return NotImplemented
@@ -181,14 +202,44 @@ class Asset(BaseAsset):
     def evaluate(self, updated: Set[str], aliases: Set[str] = frozenset()) -> bool:
         return self.name in updated
 
-    def iter_assets(self) -> Iterator[Asset]:
+    def iter_asset_leaves(self) -> Iterator[Asset | AssetNameRef]:
         yield self
-
-    def iter_aliases(self) -> Iterator[AssetAlias]:
-        yield from ()
 
     def to_json(self) -> dict[str, Any]:
         return {"__type": ASSET_TYPE, "name": self.name, "uri": self.uri}
+
+
+class AssetNameRef(BaseAsset):
+    """``Asset.ref(name=...)``: the asset of that name, declared by some DAG file.
+
+    It declares nothing (no uri, no watchers): a DAG scheduled on it waits until some file
+    declares the asset, then runs on that asset's events like on the asset itself.
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str, *, where: str | None = None) -> None:
+        self.name = _check_name("Asset.ref name", name, where=where or caller_location())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AssetNameRef):
+            return NotImplemented
+        return self.name == other.name
+
+    def __hash__(self) -> int:
+        return hash((AssetNameRef, self.name))
+
+    def __repr__(self) -> str:
+        return f"AssetNameRef(name={self.name!r})"
+
+    def evaluate(self, updated: Set[str], aliases: Set[str] = frozenset()) -> bool:
+        return self.name in updated
+
+    def iter_asset_leaves(self) -> Iterator[Asset | AssetNameRef]:
+        yield self
+
+    def to_json(self) -> dict[str, Any]:
+        return {"__type": ASSET_NAME_REF_TYPE, "name": self.name}
 
 
 class AssetAlias(BaseAsset):
@@ -220,7 +271,7 @@ class AssetAlias(BaseAsset):
     def evaluate(self, updated: Set[str], aliases: Set[str] = frozenset()) -> bool:
         return self.name in aliases
 
-    def iter_assets(self) -> Iterator[Asset]:
+    def iter_asset_leaves(self) -> Iterator[Asset | AssetNameRef]:
         yield from ()
 
     def iter_aliases(self) -> Iterator[AssetAlias]:
@@ -256,9 +307,9 @@ class _AssetBooleanCondition(BaseAsset):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(map(repr, self.objects))})"
 
-    def iter_assets(self) -> Iterator[Asset]:
+    def iter_asset_leaves(self) -> Iterator[Asset | AssetNameRef]:
         for item in self.objects:
-            yield from item.iter_assets()
+            yield from item.iter_asset_leaves()
 
     def iter_aliases(self) -> Iterator[AssetAlias]:
         for item in self.objects:
@@ -392,11 +443,11 @@ def _from_json(data: object) -> BaseAsset:
         if not isinstance(name, str) or not isinstance(uri, str):
             raise ValueError(f"stored asset needs string name and uri, got {data!r}")
         return Asset(name, uri)
-    if kind == ASSET_ALIAS_TYPE:
+    if kind in (ASSET_ALIAS_TYPE, ASSET_NAME_REF_TYPE):
         name = data.get("name")
         if not isinstance(name, str):
-            raise ValueError(f"stored asset alias needs a string name, got {data!r}")
-        return AssetAlias(name)
+            raise ValueError(f"stored {kind} needs a string name, got {data!r}")
+        return AssetAlias(name) if kind == ASSET_ALIAS_TYPE else AssetNameRef(name)
     if kind in (ASSET_ALL_TYPE, ASSET_ANY_TYPE):
         objects = data.get("objects")
         if not isinstance(objects, list) or not objects:
@@ -429,8 +480,8 @@ def as_condition(schedule: object, *, where: str) -> BaseAsset | None:
                 raise DagDefinitionError(f"{where}: a schedule list must hold assets, got {item!r}")
         return schedule[0] if len(schedule) == 1 else AssetAll(*schedule)
     raise DagDefinitionError(
-        f"{where}: an asset schedule must be an Asset, an AssetAlias, a list of them or an "
-        f"asset condition (a & b, a | b), got {schedule!r}"
+        f"{where}: an asset schedule must be an Asset, an AssetAlias, an Asset.ref(name=...), a "
+        f"list of them or an asset condition (a & b, a | b), got {schedule!r}"
     )
 
 

@@ -259,7 +259,7 @@ class PartitionedAssetTimetable(_NeverScheduled):
         stored = data.get("partition_mappers")
         if not isinstance(stored, dict):
             raise ValueError(f"partition_mappers must be an object, got {stored!r}")
-        assets = {asset.name: asset for asset in condition.iter_assets()}
+        assets = {leaf.name: leaf for leaf in condition.iter_asset_leaves()}
         unknown = sorted(set(stored) - set(assets))
         if unknown:
             raise ValueError(f"partition_mappers name assets not in the condition: {unknown}")

@@ -5,9 +5,11 @@ files. ``accept_results`` merges them into the last good map but refuses a fresh
 that conflicts with another file (a dag_id defined twice, an asset declared with two uris,
 one watcher with two triggers): that file keeps its previous version and gets a parse error
 naming both files. ``plan`` turns the accepted map into the desired state: the DAGs, the
-assets, the schedule edges, and the watchers that run (those of assets that the schedule of
-some active DAG references). ``task_rows`` and ``dag_columns`` are a parsed DAG's rows as
-the tables hold them, for ``engine.dag_processing.sync`` to compare and write.
+assets, the schedule edges (to declared assets only: a schedule's ``Asset.ref(name=...)`` of
+an asset no file declares gets its edge once one does), and the watchers that run (those of
+assets that the schedule of some active DAG references). ``task_rows`` and ``dag_columns``
+are a parsed DAG's rows as the tables hold them, for ``engine.dag_processing.sync`` to
+compare and write.
 """
 
 from __future__ import annotations
@@ -151,6 +153,8 @@ def plan(files: Mapping[str, FileParseResult]) -> DesiredState:
             state.assets.setdefault(asset.name, ParsedAsset(asset.name, asset.uri, asset.extra))
             for watcher in asset.watchers:
                 declared.setdefault((asset.name, watcher.name), watcher)
+    # A DAG scheduled on Asset.ref(name=...) of an asset no file declares waits: no edge yet.
+    state.edges.difference_update({e for e in state.edges if e[1] not in state.assets})
     scheduled = {name for _, name in state.edges}
     state.watchers.update((key, w) for key, w in declared.items() if key[0] in scheduled)
     return state

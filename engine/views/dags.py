@@ -7,7 +7,13 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, TypedDict
 
-from engine.authoring.assets import ASSET_ALIAS_TYPE, ASSET_ALL_TYPE, ASSET_ANY_TYPE, ASSET_TYPE
+from engine.authoring.assets import (
+    ASSET_ALIAS_TYPE,
+    ASSET_ALL_TYPE,
+    ASSET_ANY_TYPE,
+    ASSET_NAME_REF_TYPE,
+    ASSET_TYPE,
+)
 from engine.authoring.mapping import describe_mapping
 from engine.authoring.partition_timetables import PartitionedAssetTimetable
 from engine.authoring.schedules import timetable_from_json
@@ -174,7 +180,7 @@ def deadline_text(alert: Any) -> str:
 def condition_text(data: Any, *, nested: bool = False) -> str:
     """An asset condition's JSON as ``a & (b | alias c)``."""
     kind = data.get("__type") if isinstance(data, dict) else None
-    if kind == ASSET_TYPE:
+    if kind in (ASSET_TYPE, ASSET_NAME_REF_TYPE):
         return str(data["name"])
     if kind == ASSET_ALIAS_TYPE:
         return f"alias {data['name']}"

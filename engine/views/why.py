@@ -18,6 +18,7 @@ from engine.authoring.assets import (
     AssetAlias,
     AssetAll,
     AssetAny,
+    AssetNameRef,
     BaseAsset,
     is_condition_met,
 )
@@ -263,7 +264,7 @@ def _asset_schedule(
     digests = {w.stream_digest for w in watchers if w.stream_digest}
     groups = watchers_sql.stream_groups(session, digests, now=now, threshold_s=threshold_s)
     context = why_entries.WatcherContext(now, threshold_s, engine, groups)
-    leaves = {a.name: a for a in condition.iter_assets()}
+    leaves = {a.name: a for a in condition.iter_asset_leaves()}
     alias_leaves = {a.name: a for a in condition.iter_aliases()}
     assets = [
         why_entries.asset_entry(
@@ -300,8 +301,8 @@ def _node(
 ) -> Node:
     """The stored condition as a tree, each node judged by its own ``evaluate``."""
     satisfied = condition.evaluate(updated, aliases)
-    if isinstance(condition, Asset | AssetAlias):
-        is_asset = isinstance(condition, Asset)
+    if isinstance(condition, Asset | AssetNameRef | AssetAlias):
+        is_asset = not isinstance(condition, AssetAlias)
         events = (queued if is_asset else queued_aliases).get(condition.name)
         leaf: LeafNode = {
             "type": "asset" if is_asset else "alias",
@@ -322,7 +323,7 @@ def _missing(condition: BaseAsset, updated: Set[str], aliases: Set[str]) -> str 
     """What the condition still lacks, in words ("b", "b and c", "b or alias x")."""
     if condition.evaluate(updated, aliases):
         return None
-    if isinstance(condition, Asset):
+    if isinstance(condition, Asset | AssetNameRef):
         return condition.name
     if isinstance(condition, AssetAlias):
         return f"alias {condition.name}"
@@ -349,7 +350,7 @@ def _schedule_text(sched: DagSchedule, condition: BaseAsset | None) -> str:
 
 
 def _condition_text(condition: BaseAsset, *, nested: bool = False) -> str:
-    if isinstance(condition, Asset):
+    if isinstance(condition, Asset | AssetNameRef):
         return condition.name
     if isinstance(condition, AssetAlias):
         return f"alias {condition.name}"

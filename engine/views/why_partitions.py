@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from engine.authoring.assets import Asset, AssetAll, AssetAny, BaseAsset
+from engine.authoring.assets import Asset, AssetAll, AssetAny, AssetNameRef, BaseAsset
 from engine.authoring.partition_planning import QueuedPartitionEvent, plan_partitioned_runs
 from engine.authoring.partition_rollups import RollupMapper
 from engine.authoring.partition_windows import MinimumCount, SegmentWindow
@@ -142,7 +142,7 @@ def _missing_text(condition: BaseAsset, present: frozenset[str], details: dict[s
     keys of asset a: ..." for a rollup, "asset b or asset c")."""
     if condition.evaluate(present):
         return ""
-    if isinstance(condition, Asset):
+    if isinstance(condition, Asset | AssetNameRef):
         return details.get(condition.name, f"an event of asset {condition.name} for this key")
     if not isinstance(condition, AssetAll | AssetAny):
         return str(condition)
