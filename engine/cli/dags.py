@@ -202,7 +202,7 @@ def dags_unpause(ctx: click.Context, dag_id: str) -> None:
     "--partition-key",
     default=None,
     metavar="KEY",
-    help="The slice the run processes (a partitioned DAG only; at most 250 characters).",
+    help="The slice the run processes (any DAG; at most 250 characters).",
 )
 @json_option
 @click.pass_context

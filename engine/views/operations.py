@@ -11,11 +11,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from engine.authoring.params import check_run_conf
-from engine.authoring.partition_timetables import (
-    CronPartitionTimetable,
-    PartitionedAssetTimetable,
-    PartitionedAtRuntime,
-)
 from engine.authoring.schedules import timetable_from_json
 from engine.authoring.timetables import DataInterval
 from engine.db.queries import backfills as backfills_sql
@@ -34,8 +29,6 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from sqlalchemy.orm import Session
-
-    from engine.authoring.timetables import Timetable
 
 
 class TriggeredRun(TypedDict):
@@ -58,15 +51,15 @@ def trigger_dag(
     """Create a manual run of ``dag_id`` at ``logical_date`` (default: ``now``); returns
     {dag_id, run_id, logical_date}. Its data interval is the one the DAG's time schedule
     gives that date (none: the date itself); a future date makes the run wait for it.
-    ``partition_key``: the slice the run processes, for a partitioned DAG only (a
-    ``CronPartitionTimetable``, ``PartitionedAssetTimetable`` or ``PartitionedAtRuntime``
-    schedule, as in Airflow).
+    ``partition_key``: the slice the run processes; any DAG's manual run may carry one (as
+    in Airflow, where a DAG with ``schedule=None`` is triggered with a region code, say),
+    and its tasks' outlet events carry it.
 
     Raises ``NotFoundError`` for an unknown DAG, ``InvalidStateError`` when the DAG already
     has a run at that logical date (``date_option`` names how to pick another), and
     ``OperatorActionError`` when its stored schedule cannot be read, ``conf`` gives a param
-    a value its ``Param`` refuses (as Airflow, which creates no run then), or a partition
-    key is given to a DAG that is not partitioned or is not a valid key.
+    a value its ``Param`` refuses (as Airflow, which creates no run then), or the partition
+    key is not a valid key.
     """
     sched = backfills_sql.dag_schedules(session, [dag_id]).get(dag_id)
     if sched is None:
@@ -90,7 +83,7 @@ def trigger_dag(
             ) from exc
         interval = timetable.infer_manual_data_interval(run_after=logical)
     if partition_key is not None:
-        _check_partitioned(dag_id, timetable, partition_key)
+        _check_key(partition_key)
     pk = runs_sql.create_run(
         session,
         dag_id,
@@ -116,21 +109,7 @@ def trigger_dag(
     }
 
 
-def is_partitioned(timetable: Timetable | None) -> bool:
-    """Whether a DAG on ``timetable`` runs per partition key (Airflow's ``partitioned`` or
-    ``partitioned_at_runtime`` timetables)."""
-    return isinstance(
-        timetable, CronPartitionTimetable | PartitionedAssetTimetable | PartitionedAtRuntime
-    )
-
-
-def _check_partitioned(dag_id: str, timetable: Timetable | None, partition_key: str) -> None:
-    if not is_partitioned(timetable):
-        raise OperatorActionError(
-            f"DAG {dag_id!r} is not a partitioned DAG and does not take a partition key; "
-            "its schedule would be a CronPartitionTimetable, PartitionedAssetTimetable or "
-            "PartitionedAtRuntime"
-        )
+def _check_key(partition_key: str) -> None:
     try:
         check_partition_key(partition_key, "partition_key")
     except ValueError as exc:

@@ -139,7 +139,7 @@ class TriggerRequest(BaseModel):
         default=None,
         min_length=1,
         max_length=MAX_PARTITION_KEY_LENGTH,
-        description="The slice the run processes (a partitioned DAG only)",
+        description="The slice the run processes (any DAG; at most 250 characters)",
     )
 
 
