@@ -136,6 +136,9 @@ def test_every_production_command_of_the_docs_works(
     env["SLUICE__METRICS__PORT"] = str(port)
     env["SLUICE__API__PORT"] = str(api_port)
     ran: list[str] = []
+    # Processes started and not yet seen ready: they start side by side, as a deploy starts
+    # them, and the next command waits for all of them.
+    starting: list[tuple[subprocess.Popen[bytes], Path, bool]] = []
     flag_run_id: str | None = None  # the run a flag file made (the manual one may be first)
 
     for raw in commands:
@@ -160,12 +163,9 @@ def test_every_production_command_of_the_docs_works(
                         stderr=handle,
                     )
                 )
-            wait_ready(processes[-1], log)
-            if "--log-format" in words:  # every line the process wrote so far is JSON
-                lines = log.read_text().splitlines()
-                records = [json.loads(x) for x in lines if x.strip()]
-                assert any(r["message"].startswith("Sluice ready") for r in records), lines
+            starting.append((processes[-1], log, "--log-format" in words))
         else:
+            _wait_all_ready(starting)  # the engines the page starts one after another
             if flag_run_id is None and words[0] == "sluice" and words[1] in ("runs", "tasks"):
                 # Something for the run, asset and task commands to show: a watcher-made run.
                 flag_run_id = _fire_and_wait(inbox, env)
@@ -177,6 +177,7 @@ def test_every_production_command_of_the_docs_works(
             _check_output(raw, result.stdout)
         ran.append(raw)
 
+    _wait_all_ready(starting)
     assert ran == commands
     assert len(processes) == len(LONG_RUNNING)
     # Two engines' worth of parts shared the work: two of each part are alive.
@@ -184,6 +185,18 @@ def test_every_production_command_of_the_docs_works(
     alive = Counter(j["type"] for j in jobs if j["alive"])
     parts = ("triggerer", "scheduler", "executor", "dag_processor", "api")
     assert alive == dict.fromkeys(parts, 2), jobs
+
+
+def _wait_all_ready(starting: list[tuple[subprocess.Popen[bytes], Path, bool]]) -> None:
+    """Wait until each started process said it is ready; one started with ``--log-format
+    json`` wrote nothing but JSON lines until then."""
+    for proc, log, json_log in starting:
+        wait_ready(proc, log)
+        if json_log:
+            lines = log.read_text().splitlines()
+            records = [json.loads(x) for x in lines if x.strip()]
+            assert any(r["message"].startswith("Sluice ready") for r in records), lines
+    starting.clear()
 
 
 def _subcommand(words: list[str]) -> str | None:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from engine.config import Config
     from engine.db.database import Database
 
-pytestmark = [pytest.mark.integration, pytest.mark.both_databases]
+pytestmark = pytest.mark.integration
 
 __all__ = ("config", "db")  # the fixtures, used by name
 
@@ -45,6 +45,7 @@ def _json(config: Config, *args: str) -> dict[str, Any]:
     return dict(json.loads(result.stdout))
 
 
+@pytest.mark.both_databases
 def test_runtime_keys_get_one_run_each_exactly_once(db: Database, config: Config) -> None:
     add_dag(db, "runtime", timetable=PartitionedAtRuntime())
     first = _json(config, "runtime", "--partitions", "us, eu,us")
@@ -167,6 +168,7 @@ def test_a_dry_run_lists_the_keys_and_writes_nothing(db: Database, config: Confi
     assert [key for key, _, _ in _runs(db, "runtime")] == ["us"]
 
 
+@pytest.mark.both_databases  # the DAG row lock: FOR UPDATE on PostgreSQL, SQLite's write lock
 def test_two_commands_racing_for_the_same_keys_make_one_run_each(
     db: Database, config: Config
 ) -> None:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from engine.config import Config
     from engine.db.database import Database
 
-pytestmark = [pytest.mark.integration, pytest.mark.both_databases]
+pytestmark = pytest.mark.integration
 
 DAGS = """
 from datetime import datetime
@@ -167,6 +167,7 @@ def _cells(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {cell["dag_id"]: cell for cell in row["consumers"]}
 
 
+@pytest.mark.both_databases  # the module's broad test on PostgreSQL too
 def test_assets_partitions_lists_each_key_with_each_consumers_run(world: World) -> None:
     shown = world.cli("assets", "partitions", "hourly")
     assert shown["total"] == 22 and shown["unkeyed_events"] == 1 and shown["range"] is None

@@ -219,7 +219,6 @@ async def test_a_ported_dag_file_parses_with_top_level_reads_and_runs(world: Wor
     assert world.result(run_pk, "whole") == "42kg for nobody"
 
 
-@pytest.mark.both_databases
 async def test_parse_time_reads_fail_as_airflow_and_mask_secrets(world: World) -> None:
     found = errors(world)
     leaky = found["leaky.py"]
@@ -231,7 +230,6 @@ async def test_parse_time_reads_fail_as_airflow_and_mask_secrets(world: World) -
     assert "may only read" in writes
 
 
-@pytest.mark.both_databases
 async def test_a_param_format_is_checked_when_a_run_is_triggered(world: World) -> None:
     with pytest.raises(OperatorActionError, match=r"param 'day': '2026-13-01' is not a 'date'"):
         world.trigger({"day": "2026-13-01"})

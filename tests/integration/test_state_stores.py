@@ -208,7 +208,6 @@ async def test_delete_removes_a_key_and_clear_every_key(engine: InProcessEngine)
     assert engine.db.call(lambda s: s.execute(select(TaskStateEntry)).all()) == []
 
 
-@pytest.mark.both_databases
 async def test_entries_belong_to_one_task_instance(engine: InProcessEngine) -> None:
     first, second = engine.trigger("scoping"), engine.trigger("scoping")
     with anyio.fail_after(60):
@@ -250,7 +249,6 @@ async def test_an_assets_entries_last_across_runs(engine: InProcessEngine, tmp_p
     ]
 
 
-@pytest.mark.both_databases
 async def test_a_resumable_job_killed_after_its_submit_reconnects_on_retry(
     engine: InProcessEngine, jobs: Path
 ) -> None:
