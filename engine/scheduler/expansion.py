@@ -87,18 +87,8 @@ def expand_mapped(
         del out[task_id]
         if any(states.get(source) not in FINISHED for source in mapped_source_ids(mapping)):
             continue
-        value_of = partial(mapping_sql.upstream_value, session, state.run_pk)
-        try:
-            length = map_length(mapping, value_of, task_id=task_id)
-        except AirflowException as exc:
-            logger.error(
-                "DAG %s run %s: mapped task %s cannot be expanded, it fails: %s",
-                state.dag_id,
-                state.run_pk,
-                task_id,
-                exc,
-                extra={"action": "task_expand_failed", "dag_id": state.dag_id, "task_id": task_id},
-            )
+        length = _map_length(session, state, task_id, mapping)
+        if length is None:  # it cannot be expanded: it fails
             out[task_id] = TaskState.FAILED
             decided = True
             continue
@@ -166,18 +156,8 @@ def apply_copy_decisions(
             continue
         if any(states.get(source) not in FINISHED for source in mapped_source_ids(mapping)):
             continue
-        value_of = partial(mapping_sql.upstream_value, session, state.run_pk)
-        try:
-            length = map_length(mapping, value_of, task_id=task_id)
-        except AirflowException as exc:
-            logger.error(
-                "DAG %s run %s: mapped task %s cannot be expanded, it fails: %s",
-                state.dag_id,
-                state.run_pk,
-                task_id,
-                exc,
-                extra={"action": "task_expand_failed", "dag_id": state.dag_id, "task_id": task_id},
-            )
+        length = _map_length(session, state, task_id, mapping)
+        if length is None:  # it cannot be expanded: it fails
             changes[task_id] = TaskState.FAILED
             decided = True
             continue
@@ -220,3 +200,21 @@ def decide_tasks(session: Session, state: RunState, *, now: datetime) -> Advance
         expansion.scheduled + groups.scheduled,
         expansion.decided or groups.decided,
     )
+
+
+def _map_length(session: Session, state: RunState, task_id: str, mapping: Any) -> int | None:
+    """How many copies the mapped task gets from its upstream values; None (logged with the
+    reason) when they cannot make copies: the task fails."""
+    value_of = partial(mapping_sql.upstream_value, session, state.run_pk)
+    try:
+        return map_length(mapping, value_of, task_id=task_id)
+    except AirflowException as exc:
+        logger.error(
+            "DAG %s run %s: mapped task %s cannot be expanded, it fails: %s",
+            state.dag_id,
+            state.run_pk,
+            task_id,
+            exc,
+            extra={"action": "task_expand_failed", "dag_id": state.dag_id, "task_id": task_id},
+        )
+        return None
