@@ -38,9 +38,7 @@ THRESHOLD_S = 2.1 * HEARTBEAT_S
 PLUGIN = """
 import os
 
-import anyio
-
-from triggers import BaseTrigger, TriggerEvent
+from triggers import BaseTrigger, FileTrigger, TriggerEvent
 
 
 def _log(path, line):
@@ -63,8 +61,9 @@ class RecordingTrigger(BaseTrigger):
     async def run(self):
         _log(self.log_path, f"start {self.trigger_id} {os.getpid()}")
         try:
-            while not os.path.exists(self.go_path):
-                await anyio.sleep(0.05)  # poll the condition: the go file
+            # the go file, waited for by the engine's own FileTrigger
+            async for _ in FileTrigger(self.go_path, poke_interval=0.05).run():
+                break
         except BaseException:
             _log(self.log_path, f"stop {self.trigger_id} {os.getpid()}")
             raise
