@@ -41,7 +41,11 @@ def parsed_database(db_url: str, tmp_path: Path, dags: Path) -> Parsed:
     in child processes, as the engine does)."""
     db = Database(db_url)
     config = load_config(
-        environ={"SLUICE_HOME": str(tmp_path / "home"), "SLUICE__CORE__DAGS_FOLDER": str(dags)}
+        environ={
+            "SLUICE_HOME": str(tmp_path / "home"),
+            "SLUICE__CORE__DAGS_FOLDER": str(dags),
+            "SLUICE__CORE__SQL_ALCHEMY_CONN": db_url,  # the CLI, run with it, reads this one
+        }
     )
     cipher = KwargsCipher(Fernet.generate_key().decode())
     processor = DagProcessor(

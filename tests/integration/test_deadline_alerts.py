@@ -12,16 +12,12 @@ from typing import TYPE_CHECKING
 
 import anyio
 import pytest
-from cryptography.fernet import Fernet
 from sqlalchemy import func, select
 
-from engine.config import load_config
-from engine.crypto import KwargsCipher
-from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
-from engine.db.database import Database
 from engine.db.models import CallbackRequest, Deadline
 from engine.states import DagRunState, TaskState
 from engine.views import runs as runs_view
+from tests.integration.harness import parsed_database
 from tests.integration.test_retry_delay import Env, engine_parts
 from tests.waiting import wait_until
 
@@ -95,22 +91,9 @@ def env(migrated_db_url: str, tmp_path: Path) -> Iterator[Env]:
     out = tmp_path / "out"
     out.mkdir()
     (dags / "deadline_dags.py").write_text(textwrap.dedent(DAGS.format(out=str(out))))
-    db = Database(migrated_db_url)
-    cipher = KwargsCipher(Fernet.generate_key().decode())
-    config = load_config(
-        environ={
-            "SLUICE_HOME": str(tmp_path / "home"),
-            "SLUICE__CORE__DAGS_FOLDER": str(dags),
-            "SLUICE__CORE__SQL_ALCHEMY_CONN": migrated_db_url,
-        }
-    )
-    processor = DagProcessor(
-        db=db, cipher=cipher, settings=DagProcessorSettings.from_config(config)
-    )
-    report = anyio.run(processor.parse_once)
-    assert report is not None and not report.errors, report
-    yield Env(db, cipher, config)
-    db.dispose()
+    parsed = parsed_database(migrated_db_url, tmp_path, dags)
+    yield Env(parsed.db, parsed.cipher, parsed.config)
+    parsed.db.dispose()
 
 
 def _requests(env: Env) -> int:
