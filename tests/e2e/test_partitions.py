@@ -1,10 +1,13 @@
 """Partitions under ``sluice run`` on SQLite and PostgreSQL: an hourly
 ``CronPartitionTimetable`` producer backfilled for one day writes 24 keyed asset events; a
 consumer on the ``IdentityMapper`` runs once per hour with that hour's key in its context,
-and a daily ``RollupMapper`` consumer runs once, for the day, with the 24 events."""
+and a daily ``RollupMapper`` consumer runs once, for the day, with the 24 events. Before the
+last hour is backfilled, the day waits: ``sluice dags why`` names the missing hour and
+``sluice assets partitions`` marks it missing, as an operator sees them."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +65,7 @@ with DAG("per_day", schedule=by_day):
 """
 
 HOURS = [f"2026-03-10T{hour:02d}:00:00" for hour in range(24)]
+WAITING = "2026-03-10: waiting for 1 of 24 hourly keys of asset hourly: 2026-03-10T23:00:00"
 
 
 def _results(db: Database, dag_id: str) -> dict[str | None, Any]:
@@ -102,10 +106,21 @@ def test_a_backfilled_hourly_producer_drives_hourly_and_daily_consumers(
             what="the DAG file to be parsed",
         )
         done = invoke(
-            "dags", "backfill", "producer", "--from", HOURS[0], "--to", HOURS[-1], env=env
+            "dags", "backfill", "producer", "--from", HOURS[0], "--to", HOURS[22], env=env
         )
         assert done.returncode == 0, done.stderr
-        assert "created 24 run(s)" in done.stdout, done.stdout
+        assert "created 23 run(s)" in done.stdout, done.stdout
+        wait_for(
+            lambda: len(_results(db, "per_hour")) == 23,
+            timeout=120,
+            what="23 hourly consumer runs to succeed",
+        )
+        _check_the_day_waits_for_its_last_hour(env)
+        assert _runs(db, "per_day") == 0
+        last = HOURS[23]
+        last_hour = invoke("dags", "backfill", "producer", "--from", last, "--to", last, env=env)
+        assert last_hour.returncode == 0, last_hour.stderr
+        assert "created 1 run(s)" in last_hour.stdout, last_hour.stdout
         wait_for(
             lambda: len(_results(db, "per_hour")) == 24 and len(_results(db, "per_day")) == 1,
             timeout=120,
@@ -140,3 +155,30 @@ def test_a_backfilled_hourly_producer_drives_hourly_and_daily_consumers(
     )
     assert consumed == 24
     db.dispose()
+
+
+def _check_the_day_waits_for_its_last_hour(env: dict[str, str]) -> None:
+    """What an operator sees while 23 of the day's hours are in: why names the missing hour,
+    in JSON and text, and the partitions listing over the day marks it missing."""
+
+    def waits() -> list[str]:
+        why = invoke("dags", "why", "per_day", "--json", env=env)
+        assert why.returncode == 0, why.stderr
+        partitions = json.loads(why.stdout)["schedule"]["partitions"]
+        return [w["message"] for w in partitions["waiting"]]
+
+    wait_for(lambda: waits() == [WAITING], timeout=30, what="why to name 23:00")
+    text = invoke("dags", "why", "per_day", env=env)
+    assert WAITING in text.stdout, text.stdout
+    shown = invoke(
+        "assets", "partitions", "hourly", "--from", HOURS[0], "--to", HOURS[23], "--json",
+        env=env,
+    )  # fmt: skip
+    listed = json.loads(shown.stdout)
+    assert listed["range"] == {
+        "start": "2026-03-10T00:00:00+00:00",
+        "end": "2026-03-10T23:00:00+00:00",
+        "expected": 24,
+        "missing": 1,
+    }
+    assert [r["partition_key"] for r in listed["items"] if r["missing"]] == [HOURS[23]]
