@@ -31,6 +31,11 @@ EXTRA_OF: Final[Mapping[str, str]] = MappingProxyType(
         "aiobotocore": "sqs",
         "botocore": "sqs",
         "aiohttp": "sqs",
+        "aio_pika": "rabbitmq",
+        "aiormq": "rabbitmq",
+        "redis": "redis",
+        "nats": "nats",
+        "paho": "mqtt",
         "celery": "celery",
     }
 )
