@@ -13,7 +13,8 @@ queue's ``x-delivery-count``) is dead-lettered there and never handed over.
 ``lanes="routing_key"``) and settles it (``rabbitmq_core.Settlements.plan``): clean -> ack
 (one ``multiple`` ack where no earlier delivery of the channel is still outstanding),
 rejected -> ``reject(requeue=False)`` (the queue's dead-letter exchange, or dropped when it
-has none), failed or zero-subscriber -> ``nack(requeue=True)``, redelivered at once.
+has none; or ``on_reject="requeue"``: ``nack(requeue=True)``), failed or zero-subscriber
+-> ``nack(requeue=True)``, redelivered at once.
 
 The connection is not aio-pika's robust one on purpose: a reconnect gets a new channel
 whose delivery tags restart at 1, so the old in-flight deliveries could never be settled.
@@ -38,6 +39,7 @@ from producers.rabbitmq_core import (
     DEAD_LETTER_ARGUMENT,
     DEFAULT_MAX_IN_FLIGHT,
     Lanes,
+    OnReject,
     RabbitMQConnection,
     RabbitMQDelivery,
     RabbitMQMessage,
@@ -99,6 +101,7 @@ class RabbitMQSharedStreamProducer(SharedStreamProducer):
         lanes: Lanes = "queue",
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_deliveries: int | None = None,
+        on_reject: OnReject = "dead_letter",
     ) -> None:
         check_settings(
             queue=connection.queue,
@@ -107,8 +110,10 @@ class RabbitMQSharedStreamProducer(SharedStreamProducer):
             lanes=lanes,
             max_in_flight=max_in_flight,
             max_deliveries=max_deliveries,
+            on_reject=on_reject,
         )
         self.connection = connection
+        self.on_reject: OnReject = on_reject
         self.declare = declare
         self.queue_arguments = dict(queue_arguments or {})
         self.lanes: Lanes = lanes
@@ -155,9 +160,11 @@ class RabbitMQSharedStreamProducer(SharedStreamProducer):
         return delivery.lane
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
+        on_reject = self.on_reject
         async with self._settle_lock:
             plan = self.settlements.plan(
-                (item.broker_payload.delivery_tag, disposition_of(item.outcome)) for item in batch
+                (item.broker_payload.delivery_tag, disposition_of(item.outcome, on_reject))
+                for item in batch
             )
             await self._send(plan)
         rejected = sum(1 for s in plan if s.method == "reject")
@@ -225,7 +232,9 @@ class RabbitMQSharedStreamProducer(SharedStreamProducer):
         )
 
     def _warn_if_rejects_are_dropped(self) -> None:
-        if DEAD_LETTER_ARGUMENT in self.queue_arguments:
+        if DEAD_LETTER_ARGUMENT in self.queue_arguments or (
+            self.on_reject == "requeue" and self.max_deliveries is None
+        ):
             return
         seen = (self.address, self.queue)
         if seen in self._warned_no_dead_letter:

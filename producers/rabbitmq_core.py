@@ -41,6 +41,8 @@ Lanes = Literal["queue", "routing_key"]
 LANE_MODES: Final[tuple[str, ...]] = get_args(Lanes)
 Dedup = Literal["message_id", "payload"]
 DEDUP_MODES: Final[tuple[str, ...]] = get_args(Dedup)
+OnReject = Literal["dead_letter", "requeue"]
+ON_REJECT_POLICIES: Final[tuple[str, ...]] = get_args(OnReject)
 DEFAULT_MAX_IN_FLIGHT: Final = 1000
 #: AMQP's prefetch count is a short (0 means unlimited, which would not bound anything)
 MAX_PREFETCH: Final = 65535
@@ -159,6 +161,7 @@ def check_settings(
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     max_deliveries: int | None = None,
     dedup: str = "message_id",
+    on_reject: str = "dead_letter",
     where: str = "RabbitMQ producer",
 ) -> None:
     """Raise ``ProducerConfigError`` for settings that cannot work."""
@@ -180,6 +183,8 @@ def check_settings(
         problems.append(f"max_deliveries={max_deliveries} must be at least 1 (or None)")
     if dedup not in DEDUP_MODES:
         problems.append(f"dedup={dedup!r} is not one of {list(DEDUP_MODES)}")
+    if on_reject not in ON_REJECT_POLICIES:
+        problems.append(f"on_reject={on_reject!r} is not one of {list(ON_REJECT_POLICIES)}")
     if problems:
         raise ProducerConfigError(f"{where}: " + "; ".join(problems))
 
@@ -192,11 +197,13 @@ class Disposition(enum.Enum):
     REQUEUE = "requeue"  # nack(requeue=True)
 
 
-def disposition_of(outcome: AdvanceOutcome) -> Disposition:
-    """Clean -> ack; any reject -> dead-letter; failed or zero-subscriber -> requeue."""
+def disposition_of(outcome: AdvanceOutcome, on_reject: OnReject = "dead_letter") -> Disposition:
+    """Clean -> ack; any reject -> ``on_reject`` (dead-letter, or requeue: delivered again,
+    until a quorum queue's ``max_deliveries`` dead-letters it); failed or zero-subscriber
+    -> requeue."""
     if outcome.is_clean:
         return Disposition.ACK
-    if outcome.rejected:
+    if outcome.rejected and on_reject == "dead_letter":
         return Disposition.DEAD_LETTER
     return Disposition.REQUEUE
 

@@ -7,7 +7,8 @@ header -> value(s)) and ``apply_function`` (a dotted path to ``f(message,
 *apply_function_args, **apply_function_kwargs)``, given the ``RabbitMQMessage``; may be
 async; truthy accepts). All must hold. A filter that raises, or a body that is not a JSON
 object under a ``body_filter``, rejects the message (``reject_shared_stream_event()``): the
-producer rejects it with ``requeue=False`` to the queue's dead-letter exchange.
+producer rejects it with ``requeue=False`` to the queue's dead-letter exchange (or, with
+``on_reject="requeue"``, puts it back to be delivered again).
 
 One ``TriggerEvent`` per accepted message. Its dedup key is ``rabbitmq:<queue>:<message_id>``
 when the publisher set a ``message_id``: a redelivery of it never makes a second asset
@@ -70,7 +71,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 
     from producers.rabbitmq import RabbitMQSharedStreamProducer
-    from producers.rabbitmq_core import Dedup, Lanes
+    from producers.rabbitmq_core import Dedup, Lanes, OnReject
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +132,8 @@ class RabbitMQMessageTrigger(BaseEventTrigger):
     it to exist. ``lanes``: ``"queue"`` (one order) or ``"routing_key"`` (one order per
     routing key). ``max_in_flight``: the channel's prefetch count. ``max_deliveries``: a
     quorum queue's message delivered more times than this is dead-lettered unseen.
+    ``on_reject``: ``"dead_letter"`` (``reject(requeue=False)``) or ``"requeue"``
+    (delivered again; with ``max_deliveries`` on a quorum queue, dead-lettered in the end).
     ``partition_key_field`` / ``partition_key_header`` / ``partition_key_function``: where
     each event's partition key comes from (a message without a valid key is rejected).
     """
@@ -154,6 +157,7 @@ class RabbitMQMessageTrigger(BaseEventTrigger):
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_deliveries: int | None = None,
         dedup: Dedup = "message_id",
+        on_reject: OnReject = "dead_letter",
         partition_key_field: str | None = None,
         partition_key_header: str | None = None,
         partition_key_function: str | None = None,
@@ -169,6 +173,7 @@ class RabbitMQMessageTrigger(BaseEventTrigger):
             max_in_flight=max_in_flight,
             max_deliveries=max_deliveries,
             dedup=dedup,
+            on_reject=on_reject,
             where=where,
         )
         if url is None and conn_id is None:
@@ -192,6 +197,7 @@ class RabbitMQMessageTrigger(BaseEventTrigger):
         self.max_in_flight = max_in_flight
         self.max_deliveries = max_deliveries
         self.dedup: Dedup = dedup
+        self.on_reject: OnReject = on_reject
         self.partition_key_rule = partition_key_rule(
             where,
             partition_key_field=partition_key_field,
@@ -220,6 +226,7 @@ class RabbitMQMessageTrigger(BaseEventTrigger):
                 "max_in_flight": self.max_in_flight,
                 "max_deliveries": self.max_deliveries,
                 "dedup": self.dedup,
+                "on_reject": self.on_reject,
                 **rule_kwargs(self.partition_key_rule),
             },
         )
@@ -260,6 +267,7 @@ class RabbitMQMessageTrigger(BaseEventTrigger):
             lanes=self.lanes,
             max_in_flight=self.max_in_flight,
             max_deliveries=self.max_deliveries,
+            on_reject=self.on_reject,
         )
 
     async def filter_shared_stream(

@@ -249,6 +249,29 @@ async def test_a_quorum_queue_message_past_max_deliveries_is_dead_lettered_unsee
     assert any(getattr(r, "action", None) == "rabbitmq.max_deliveries" for r in caplog.records)
 
 
+async def test_on_reject_requeue_redelivers_until_max_deliveries_dead_letters(
+    rabbitmq_url, rabbitmq_queues: RabbitQueues
+) -> None:
+    queue, dlq = await rabbitmq_queues.make(**{"x-queue-type": "quorum"})
+    await rabbitmq_queues.publish(queue, [b"poison", {"kind": "a"}])
+    trigger = RabbitMQMessageTrigger(
+        url=rabbitmq_url,
+        queue=queue,
+        body_filter={"kind": "a"},
+        on_reject="requeue",
+        max_deliveries=3,
+    )
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg, SharedStreamManager() as manager:
+            harness = SubscriberHarness(manager, trigger, trigger_id=1)
+            tg.start_soon(harness.run)
+            await eventually(lambda: _ready_is(rabbitmq_queues, dlq, 1))
+            await wait_until(_advanced(manager, 4))  # poison thrice, then the good one
+    assert _bodies(harness) == [{"kind": "a"}]
+    assert [m.body for m in await rabbitmq_queues.drain(dlq)] == [b"poison"]
+    assert await rabbitmq_queues.ready(queue) == 0
+
+
 async def test_a_multiple_ack_never_covers_an_earlier_unresolved_delivery(
     rabbitmq_url, rabbitmq_queues: RabbitQueues
 ) -> None:
