@@ -3,10 +3,12 @@
 ``translated`` is the one place that reads the AMQP client's error classes; the cause is
 kept, and the broker's address is shown without its credentials.
 
-aiormq also logs a failed connect at ERROR (``error when creating transport: ...``) before
-it raises: ``quiet_connect_errors()`` puts a filter on its logger that drops that line, as
-the error it raises is translated here and reported once by the triggerer (a watcher whose
-broker is down says so in one warning, then retries quietly).
+aiormq also logs at ERROR a failed connect (``error when creating transport``) and a
+connection the broker closed (``Unexpected connection close from remote``, and a warning
+with a traceback as its reader ends), then raises:
+``quiet_connect_errors()`` puts a filter on its logger that makes those lines DEBUG, as the
+error raised is translated here and reported once by the triggerer (a watcher whose broker
+is down says so in one warning, then retries quietly).
 """
 
 from __future__ import annotations
@@ -29,20 +31,36 @@ from producers.exceptions import (
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-#: aiormq's line for a failed connect, which it raises right after
-_CONNECT_FAILED_TEMPLATE: Final = "error when creating transport: %r"
+#: aiormq's ERROR lines for a connection it raises about right after
+_RAISED_TEMPLATES: Final = (
+    "error when creating transport: %r",
+    'Unexpected connection close from remote "%s", ',
+)
 
 
-class _DropConnectFailures(logging.Filter):
+#: its WARNING (with a traceback) when its reader ends on an error: a lost connection is
+#: raised too; any other error (a malformed frame) stays a warning
+_READER_FAILED: Final = "Cancelling cause reader exited abnormally"
+
+
+class _DebugWhatIsRaised(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.msg != _CONNECT_FAILED_TEMPLATE
+        message = str(record.msg)
+        lost = (
+            message == _READER_FAILED
+            and record.exc_info is not None
+            and isinstance(record.exc_info[1], OSError)  # aiormq's connection errors too
+        )
+        if lost or message.startswith(_RAISED_TEMPLATES):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
 
 
-_FILTER: Final = _DropConnectFailures()
+_FILTER: Final = _DebugWhatIsRaised()
 
 
 def quiet_connect_errors() -> None:
-    """Drop aiormq's ERROR line for a connect that fails (idempotent)."""
+    """Make aiormq's ERROR lines for a lost or failed connection DEBUG (idempotent)."""
     client_logger = logging.getLogger("aiormq.connection")
     if _FILTER not in client_logger.filters:
         client_logger.addFilter(_FILTER)
