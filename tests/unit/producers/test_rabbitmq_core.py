@@ -3,6 +3,7 @@ trigger's construction (no broker: ``tests/integration/test_rabbitmq.py`` has th
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 
@@ -154,3 +155,19 @@ def test_constructing_the_trigger_imports_no_client_nor_async_runtime() -> None:
         [sys.executable, "-P", "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.split() == []
+
+
+def test_aiormq_lines_for_a_connection_it_raises_about_are_debug(caplog) -> None:
+    from aiormq.exceptions import ConnectionClosed
+
+    from producers.rabbitmq_errors import quiet_connect_errors
+
+    quiet_connect_errors()
+    client = logging.getLogger("aiormq.connection")
+    caplog.set_level(logging.DEBUG, logger="aiormq.connection")
+    client.error("error when creating transport: %r", OSError(111, "refused"))
+    client.error('Unexpected connection close from remote "%s", ', "amqp://h")
+    closed = ConnectionClosed(320, "CONNECTION_FORCED")
+    client.warning("Cancelling cause reader exited abnormally", exc_info=closed)
+    client.warning("Cancelling cause reader exited abnormally", exc_info=ValueError("frame"))
+    assert [r.levelname for r in caplog.records] == ["DEBUG", "DEBUG", "DEBUG", "WARNING"]
