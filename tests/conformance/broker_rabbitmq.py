@@ -194,6 +194,11 @@ class PrivateRabbitKit:
 class RabbitKit:
     kind = KIND
     cannot: Mapping[str, str] = {}
+    #: what an engine logs when it opens a consumer or settles outside advance's acks (acks
+    #: themselves are not logged: one line per delivery)
+    consumer_actions = frozenset(
+        {"rabbitmq.connected", "rabbitmq.dead_lettered", "rabbitmq.max_deliveries"}
+    )
 
     def __init__(self, url: str) -> None:
         self.broker = Broker(url, ["rabbitmqctl"])
