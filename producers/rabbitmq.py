@@ -141,10 +141,10 @@ class RabbitMQSharedStreamProducer(SharedStreamProducer):
     async def open_stream(self) -> AsyncIterator[tuple[RabbitMQMessage, RabbitMQDelivery]]:
         await self._connect()
         while True:
+            if self._lost is not None:  # what arrived before is void: the broker requeued it
+                raise self._lost
             delivered = self.settlements.next_ready()
             if delivered is None:
-                if self._lost is not None:
-                    raise self._lost
                 self._arrival = anyio.Event()
                 await self._arrival.wait()
                 continue
