@@ -16,7 +16,9 @@ rejected -> ``reject(requeue=False)`` (the queue's dead-letter exchange, or drop
 has none; or ``on_reject="requeue"``: ``nack(requeue=True)``), failed or zero-subscriber
 -> ``nack(requeue=True)``, redelivered at once.
 
-The connection is not aio-pika's robust one on purpose: a reconnect gets a new channel
+The client (aio-pika, aiormq) is imported in a worker thread as the stream opens: building
+the producer, which the shared-stream manager does on the event loop, imports nothing of
+it. The connection is not aio-pika's robust one on purpose: a reconnect gets a new channel
 whose delivery tags restart at 1, so the old in-flight deliveries could never be settled.
 A closed connection, channel or consumer ends the stream (``BrokerUnavailable`` naming the
 address, never the password); the broker requeues every unacknowledged delivery, and the
@@ -26,11 +28,12 @@ still in flight for redelivery.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import aio_pika
 import anyio
+import anyio.to_thread
 
 from producers.exceptions import BrokerRequestFailed, BrokerUnavailable, ProducerError
 from producers.rabbitmq_core import (
@@ -204,6 +207,8 @@ class RabbitMQSharedStreamProducer(SharedStreamProducer):
             raise RuntimeError(f"{self!r}: open_stream() runs once per producer")
         address, queue = self.address, self.queue
         quiet_connect_errors()
+        # 0.2 s of imports the first time: not on the event loop
+        aio_pika = await anyio.to_thread.run_sync(importlib.import_module, "aio_pika")
         with translated("connect", address=address, queue=queue):
             self._amqp = await aio_pika.connect(self.connection.url, timeout=CONNECT_TIMEOUT_S)
             self._amqp.close_callbacks.add(self._on_closed)

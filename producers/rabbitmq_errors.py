@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from typing import TYPE_CHECKING, Final
-
-from aiormq import exceptions as amqp
+from typing import TYPE_CHECKING, Any, Final
 
 from producers.exceptions import (
     BrokerRefused,
@@ -66,16 +65,23 @@ def quiet_connect_errors() -> None:
         client_logger.addFilter(_FILTER)
 
 
-_TRANSLATED: Final = (
-    amqp.AMQPError,
-    amqp.ChannelInvalidStateError,
-    OSError,
-    asyncio.TimeoutError,
-)
+@functools.cache
+def _amqp() -> Any:
+    """aiormq's exceptions, imported on first use: by then ``producers.rabbitmq`` imported
+    the client in a worker thread (importing it costs the event loop 0.2 s)."""
+    from aiormq import exceptions
+
+    return exceptions
+
+
+def _translated_types() -> tuple[type[BaseException], ...]:
+    amqp = _amqp()
+    return (amqp.AMQPError, amqp.ChannelInvalidStateError, OSError, asyncio.TimeoutError)
 
 
 def translate_error(exc: BaseException, *, action: str, address: str, queue: str) -> ProducerError:
     """The ``producers.exceptions`` error for an AMQP client / OS error of ``action``."""
+    amqp = _amqp()
     where = f"RabbitMQ {action} on queue {queue!r} at {address}"
     detail = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, amqp.AuthenticationError | amqp.ProbableAuthenticationError):
@@ -117,5 +123,7 @@ def translate_error(exc: BaseException, *, action: str, address: str, queue: str
 def translated(action: str, *, address: str, queue: str) -> Iterator[None]:
     try:
         yield
-    except _TRANSLATED as exc:
+    except Exception as exc:
+        if not isinstance(exc, _translated_types()):
+            raise
         raise translate_error(exc, action=action, address=address, queue=queue) from exc

@@ -144,6 +144,18 @@ def test_siblings_share_a_key_by_connection_id_before_and_after_it_is_resolved()
     assert RabbitMQMessageTrigger(**kwargs).serialize() == (classpath, kwargs)
 
 
+def test_building_the_producer_imports_no_client_on_the_event_loop() -> None:
+    probe = (
+        "import sys\nfrom producers import RabbitMQMessageTrigger\n"
+        "RabbitMQMessageTrigger(url='amqp://h/', queue='q').build_producer()\n"
+        "print(' '.join(m for m in ('aio_pika', 'aiormq') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.split() == []  # open_stream imports them in a worker thread
+
+
 def test_constructing_the_trigger_imports_no_client_nor_async_runtime() -> None:
     modules = ("aio_pika", "aiormq", "pamqp", "anyio", "asyncio")
     probe = (
