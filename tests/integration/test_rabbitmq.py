@@ -372,6 +372,23 @@ async def test_the_broker_going_away_ends_the_stream_and_requeues_in_flight(
     assert await eventually(lambda: _ready_is(rabbitmq_queues, queue, 1))
 
 
+async def test_a_cancelled_wait_ends_promptly_and_close_leaves_no_consumer(
+    rabbitmq_url, rabbitmq_queues: RabbitQueues
+) -> None:
+    queue, _ = await rabbitmq_queues.make()
+    producer = RabbitMQMessageTrigger(url=rabbitmq_url, queue=queue).build_producer()
+    with anyio.fail_after(5):
+        stream = producer.open_stream()
+        with anyio.move_on_after(0.3) as scope:
+            await anext(stream)  # an empty queue: waits for a delivery
+        assert scope.cancelled_caught
+        assert await rabbitmq_queues.consumers(queue) == 1
+        await stream.aclose()
+        await producer.aclose()
+        assert await rabbitmq_queues.consumers(queue) == 0
+    assert "connected=False" in repr(producer)
+
+
 async def test_an_unreachable_broker_raises_broker_unavailable_naming_it() -> None:
     port = free_port()
     trigger = RabbitMQMessageTrigger(url=f"amqp://guest:s3cr3t@127.0.0.1:{port}/", queue="q")
