@@ -29,7 +29,7 @@ import anyio.to_thread
 import pytest
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable, Mapping
+    from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 
     from tests.services_celery import _Rabbit
 
@@ -308,3 +308,37 @@ class PrivateRabbitMQ:
     def remove(self) -> None:
         self.stop()
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def tcp_proxy(target_port: int) -> AsyncIterator[tuple[int, Callable[[], None]]]:
+    """A loopback TCP proxy to ``target_port``; ``cut()`` closes every proxied connection
+    (the client sees its broker go away; the broker sees its client go away)."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+
+    async def pipe(source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream) -> None:
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            async for chunk in source:
+                await sink.send(chunk)
+
+    async def handle(client: anyio.abc.SocketStream) -> None:
+        async with client, await anyio.connect_tcp("127.0.0.1", target_port) as upstream:
+            async with anyio.create_task_group() as pipes:
+                pipes.start_soon(pipe, client, upstream)
+                await pipe(upstream, client)
+                pipes.cancel_scope.cancel()
+
+    serving = anyio.CancelScope()
+
+    async def serve() -> None:
+        with serving:
+            async with listener:
+                await listener.serve(handle)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(serve)
+        try:
+            yield port, serving.cancel
+        finally:
+            tg.cancel_scope.cancel()

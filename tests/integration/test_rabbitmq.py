@@ -1,30 +1,21 @@
 """The RabbitMQ producer and ``RabbitMQMessageTrigger`` against the machine's RabbitMQ.
 
 Most tests drive the real ``SharedStreamManager`` with ``SubscriberHarness`` subscribers (as
-the triggerer does); a few drive the producer alone; the last one runs watchers through the
-real triggerer on SQLite. Each test has queues of its own (``rabbitmq_queues``). "Acked" is
-checked from the broker's side: once the consumer's connection is closed, the broker puts
-back every delivery it was not acknowledged, so a queue with nothing ready then has had
-everything acked.
+the triggerer does); a few drive the producer alone (``test_rabbitmq_triggerer.py`` runs
+watchers through the real triggerer). Each test has queues of its own (``rabbitmq_queues``).
+"Acked" is checked from the broker's side: once the consumer's connection is closed, the
+broker puts back every delivery it was not acknowledged, so a queue with nothing ready then
+has had everything acked.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
-from cryptography.fernet import Fernet
-from sqlalchemy import insert, select
 
-from engine.crypto import KwargsCipher
-from engine.db.database import Database
-from engine.db.models import Asset, AssetEvent, AssetWatcher
-from engine.db.queries import triggers as trigger_rows
-from engine.states import TriggerKind
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import RabbitMQMessageTrigger
 from producers.exceptions import (
     BrokerRefused,
@@ -34,12 +25,10 @@ from producers.exceptions import (
 )
 from shared_stream import AckTimeout, AdvanceItem, AdvanceOutcome, SharedStreamManager
 from shared_stream.testing import SubscriberHarness
-from tests.services_rabbitmq import free_port
+from tests.services_rabbitmq import free_port, tcp_proxy
 from tests.waiting import eventually, wait_until
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
-
     from tests.services_rabbitmq import RabbitQueues
 
 pytestmark = pytest.mark.integration
@@ -353,7 +342,7 @@ async def test_the_broker_going_away_ends_the_stream_and_requeues_in_flight(
 ) -> None:
     queue, _ = await rabbitmq_queues.make()
     await rabbitmq_queues.publish(queue, [{"n": 1}])
-    async with _proxy_to(5672) as (port, cut):
+    async with tcp_proxy(5672) as (port, cut):
         url = f"amqp://guest:guest@127.0.0.1:{port}/"
         producer = RabbitMQMessageTrigger(url=url, queue=queue).build_producer()
         with anyio.fail_after(10):
@@ -475,123 +464,3 @@ async def test_a_deleted_queue_ends_the_stream(rabbitmq_url, rabbitmq_queues: Ra
 
 async def _consumers_is(queues: RabbitQueues, queue: str, count: int) -> bool:
     return await queues.consumers(queue) == count
-
-
-# -- a TCP proxy the test can cut ------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def _proxy_to(target_port: int) -> AsyncIterator[tuple[int, Callable[[], None]]]:
-    """A loopback TCP proxy to ``target_port``; ``cut()`` closes every proxied connection
-    (the client sees its broker go away; the broker sees its client go away)."""
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    port = listener.extra(anyio.abc.SocketAttribute.local_port)
-
-    async def pipe(source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream) -> None:
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            async for chunk in source:
-                await sink.send(chunk)
-
-    async def handle(client: anyio.abc.SocketStream) -> None:
-        async with client, await anyio.connect_tcp("127.0.0.1", target_port) as upstream:
-            async with anyio.create_task_group() as pipes:
-                pipes.start_soon(pipe, client, upstream)
-                await pipe(upstream, client)
-                pipes.cancel_scope.cancel()
-
-    serving = anyio.CancelScope()
-
-    async def serve() -> None:
-        with serving:
-            async with listener:
-                await listener.serve(handle)
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(serve)
-        try:
-            yield port, serving.cancel
-        finally:
-            tg.cancel_scope.cancel()
-
-
-# -- through the real triggerer ----------------------------------------------------------
-
-
-def _seed_watchers(
-    db: Database, cipher: KwargsCipher, triggers: dict[str, RabbitMQMessageTrigger]
-) -> dict[str, int]:
-    def seed(session: Any) -> dict[str, int]:
-        assets = {}
-        for name, trigger in triggers.items():
-            asset_id = session.execute(
-                insert(Asset).values(name=name, uri=f"test://{name}", extra={}).returning(Asset.id)
-            ).scalar_one()
-            classpath, kwargs = trigger.serialize()
-            tid = trigger_rows.add_trigger_row(
-                session, cipher, classpath, kwargs, kind=TriggerKind.WATCHER
-            )
-            session.execute(
-                insert(AssetWatcher).values(asset_id=asset_id, name="w", trigger_id=tid)
-            )
-            assets[name] = asset_id
-        return assets
-
-    return db.call(seed)
-
-
-def _asset_events(db: Database) -> list[tuple[int, str]]:
-    return db.call(
-        lambda s: [(e.asset_id, e.dedup_key) for e in s.execute(select(AssetEvent)).scalars()]
-    )
-
-
-async def test_watchers_by_connection_id_through_the_real_triggerer(
-    rabbitmq_queues: RabbitQueues, migrated_sqlite_url: str, monkeypatch, caplog
-) -> None:
-    queue, _ = await rabbitmq_queues.make()
-    monkeypatch.setenv("SLUICE_CONN_ORDERS_BROKER", "amqp://guest:guest@127.0.0.1:5672/%2F")
-    db = Database(migrated_sqlite_url)
-    cipher = KwargsCipher(Fernet.generate_key().decode())
-    triggers = {
-        "orders": RabbitMQMessageTrigger(
-            conn_id="orders_broker", queue=queue, body_filter={"kind": "order"}
-        ),
-        "refunds": RabbitMQMessageTrigger(
-            conn_id="orders_broker", queue=queue, body_filter={"kind": ["refund", "chargeback"]}
-        ),
-    }
-    assets = _seed_watchers(db, cipher, triggers)
-    kinds = ["order", "refund", "chargeback", "noise"]
-    bodies = [{"kind": kinds[n % 4], "n": n} for n in range(60)]
-    triggerer = Triggerer(
-        db=db,
-        cipher=cipher,
-        settings=TriggererSettings(
-            capacity=10, heartbeat_s=1, claim_idle_interval_s=0.05, shutdown_grace_s=5
-        ),
-    )
-    with anyio.fail_after(30):
-        async with anyio.create_task_group() as tg:
-            await tg.start(triggerer.run)
-            key = triggers["orders"].shared_stream_key()
-            await wait_until(lambda: triggerer.shared_streams.subscriber_count(key) == 2)
-            ids = await rabbitmq_queues.publish(queue, bodies)
-            expected = sorted(
-                (
-                    assets["orders" if kinds[n % 4] == "order" else "refunds"],
-                    f"rabbitmq:{queue}:{i}",
-                )
-                for n, i in enumerate(ids)
-                if kinds[n % 4] != "noise"
-            )
-            await wait_until(lambda: len(_asset_events(db)) >= len(expected), within=15)
-            # The same messages again (a publisher's retry, a redelivery after a crash):
-            # absorbed by their dedup keys, yet acked.
-            await rabbitmq_queues.republish(queue, bodies, ids)
-            await wait_until(_advanced(triggerer.shared_streams, 120), within=15)
-            assert triggerer.shared_streams.group_keys == (key,)  # one consumer for both
-            triggerer.shutdown()
-    assert sorted(_asset_events(db)) == expected  # every match once, nothing else
-    assert await rabbitmq_queues.ready(queue) == 0
-    assert "guest:guest" not in caplog.text
-    db.dispose()
