@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from producers.kafka_settings import KafkaSettings
     from producers.kafka_trigger import KafkaMessageTrigger
     from producers.message_queue import MessageQueueTrigger
+    from producers.rabbitmq import RabbitMQSharedStreamProducer
+    from producers.rabbitmq_core import RabbitMQConnection, RabbitMQDelivery, RabbitMQMessage
+    from producers.rabbitmq_trigger import RabbitMQMessageTrigger
     from producers.sqs import SqsSharedStreamProducer
     from producers.sqs_core import SqsConnection, SqsMessage, SqsReceipt
     from producers.sqs_trigger import SqsMessageTrigger
@@ -41,6 +44,11 @@ _MODULE_OF: Final[dict[str, str]] = {
     "KafkaSettings": "producers.kafka_settings",
     "KafkaSharedStreamProducer": "producers.kafka",
     "MessageQueueTrigger": "producers.message_queue",
+    "RabbitMQConnection": "producers.rabbitmq_core",
+    "RabbitMQDelivery": "producers.rabbitmq_core",
+    "RabbitMQMessage": "producers.rabbitmq_core",
+    "RabbitMQMessageTrigger": "producers.rabbitmq_trigger",
+    "RabbitMQSharedStreamProducer": "producers.rabbitmq",
     "SqsConnection": "producers.sqs_core",
     "SqsMessage": "producers.sqs_core",
     "SqsMessageTrigger": "producers.sqs_trigger",
@@ -57,6 +65,11 @@ __all__: tuple[str, ...] = (
     "KafkaSettings",
     "KafkaSharedStreamProducer",
     "MessageQueueTrigger",
+    "RabbitMQConnection",
+    "RabbitMQDelivery",
+    "RabbitMQMessage",
+    "RabbitMQMessageTrigger",
+    "RabbitMQSharedStreamProducer",
     "SqsConnection",
     "SqsMessage",
     "SqsMessageTrigger",
