@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from producers.kafka_settings import KafkaSettings
     from producers.kafka_trigger import KafkaMessageTrigger
     from producers.message_queue import MessageQueueTrigger
+    from producers.mqtt import MqttSharedStreamProducer
+    from producers.mqtt_core import MqttMessage, MqttReceipt, MqttSettings
+    from producers.mqtt_trigger import MqttMessageTrigger
     from producers.sqs import SqsSharedStreamProducer
     from producers.sqs_core import SqsConnection, SqsMessage, SqsReceipt
     from producers.sqs_trigger import SqsMessageTrigger
@@ -41,6 +44,11 @@ _MODULE_OF: Final[dict[str, str]] = {
     "KafkaSettings": "producers.kafka_settings",
     "KafkaSharedStreamProducer": "producers.kafka",
     "MessageQueueTrigger": "producers.message_queue",
+    "MqttMessage": "producers.mqtt_core",
+    "MqttMessageTrigger": "producers.mqtt_trigger",
+    "MqttReceipt": "producers.mqtt_core",
+    "MqttSettings": "producers.mqtt_core",
+    "MqttSharedStreamProducer": "producers.mqtt",
     "SqsConnection": "producers.sqs_core",
     "SqsMessage": "producers.sqs_core",
     "SqsMessageTrigger": "producers.sqs_trigger",
@@ -57,6 +65,11 @@ __all__: tuple[str, ...] = (
     "KafkaSettings",
     "KafkaSharedStreamProducer",
     "MessageQueueTrigger",
+    "MqttMessage",
+    "MqttMessageTrigger",
+    "MqttReceipt",
+    "MqttSettings",
+    "MqttSharedStreamProducer",
     "SqsConnection",
     "SqsMessage",
     "SqsMessageTrigger",
