@@ -409,3 +409,20 @@ async def test_three_filtered_watchers_through_the_real_triggerer_by_connection_
 def _kind_of(dedup_key: str) -> str:
     """``mqtt:payload`` for a payload digest key, the whole key for a field identity."""
     return "mqtt:payload" if dedup_key.startswith("mqtt:payload:") else dedup_key
+
+
+def test_the_example_dag_file_declares_two_watchers_sharing_one_session(monkeypatch) -> None:
+    import runpy
+    from pathlib import Path
+
+    monkeypatch.setenv("SLUICE_EXAMPLE_MQTT_PORT", "1884")
+    path = Path(__file__).parents[2] / "dags" / "example_mqtt_watchers.py"
+    namespace = runpy.run_path(str(path))
+    triggers = [
+        watcher.trigger
+        for asset in (namespace["temperature"], namespace["humidity"])
+        for watcher in asset.watchers
+    ]
+    assert len(triggers) == 2
+    assert len({t.shared_stream_key() for t in triggers}) == 1
+    assert {t.settings.port for t in triggers} == {1884}
