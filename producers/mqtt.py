@@ -8,7 +8,7 @@ subscribes to the topic filters at QoS 1, then yields each delivery as
 ``client.ack(mid, 1)``; the stream is one lane, so the ledger's in-order prefixes give the
 order of arrival MQTT requires of PUBACKs. A rejected message is published to
 ``dead_letter_topic`` (QoS 1, its PUBACK awaited) and then acked; without a dead-letter
-topic it is acked and dropped with a WARNING.
+topic it is handled as a failed one (below): kept by the broker, never dropped.
 
 A *failed* message (an ack timeout, a full subscriber queue, no subscriber) cannot be
 redelivered on demand: an MQTT broker redelivers an un-acked message only when the session
@@ -87,7 +87,6 @@ class MqttSharedStreamProducer(SharedStreamProducer):
         self.settings = settings
         self.acked = 0
         self.dead_lettered = 0
-        self.dropped = 0
         #: set once the broker granted the subscription (messages flow from then on)
         self.subscribed = False
         self._client: paho.Client | None = None
@@ -130,7 +129,7 @@ class MqttSharedStreamProducer(SharedStreamProducer):
                 if outcome.is_clean:
                     self._ack(receipt)
                 elif outcome.rejected:
-                    await self._dead_letter(receipt)
+                    await self._dead_letter(receipt, outcome)
                     self._ack(receipt)
                 else:
                     raise self._redelivery_needed(receipt, outcome)
@@ -253,19 +252,16 @@ class MqttSharedStreamProducer(SharedStreamProducer):
             raise errors.not_connected(self.settings, "PUBACK", rc)
         self.acked += 1
 
-    async def _dead_letter(self, receipt: MqttReceipt) -> None:
+    async def _dead_letter(self, receipt: MqttReceipt, outcome: AdvanceOutcome) -> None:
         s = self.settings
         if s.dead_letter_topic is None:
-            self.dropped += 1
-            logger.warning(
-                "A watcher rejected the MQTT message on %r (packet id %s, %d bytes); the "
-                "trigger has no dead_letter_topic, so it is acked and dropped",
-                receipt.topic,
-                receipt.mid,
-                len(receipt.payload),
-                extra={"action": "mqtt.rejected_dropped", "topic": receipt.topic},
+            raise UncleanEventError(
+                f"a watcher rejected the MQTT message on {receipt.topic!r} (packet id "
+                f"{receipt.mid}, {outcome.rejected} of {outcome.subscriber_count} rejected) and "
+                "the trigger has no dead_letter_topic: it is not acked, the group restarts and "
+                f"the session of client {s.client_id!r} redelivers it. Give the trigger a "
+                "dead_letter_topic to move such messages aside"
             )
-            return
         await self._publish(s.dead_letter_topic, receipt)
         self.dead_lettered += 1
         logger.info(

@@ -114,10 +114,12 @@ def mqtt_names(mqtt_broker: MqttBroker) -> Iterator[MqttNames]:
 
 class PrivateMosquitto:
     """A Mosquitto of the test's own on a free port: persistence in a temporary folder (a
-    graceful stop saves the sessions' queued messages), an optional password file."""
+    graceful stop saves the sessions' queued messages), an optional password file, and with
+    ``log_all`` a debug log (``log``) that names every packet, e.g. each PUBACK a client sent."""
 
-    def __init__(self, *, users: dict[str, str] | None = None) -> None:
+    def __init__(self, *, users: dict[str, str] | None = None, log_all: bool = False) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="mosquitto-"))
+        self.log = self.folder / "mosquitto.log"
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         lines = [
@@ -126,8 +128,10 @@ class PrivateMosquitto:
             "persistence true",
             f"persistence_location {self.folder}/",
             "autosave_interval 1",
-            f"log_dest file {self.folder}/mosquitto.log",
+            f"log_dest file {self.log}",
         ]
+        if log_all:
+            lines.append("log_type all")
         if users:
             passwords = self.folder / "passwords"
             for index, (user, password) in enumerate(users.items()):
@@ -155,8 +159,7 @@ class PrivateMosquitto:
         )
         if not _wait_answering(HOST, self.port, self.proc):
             self.stop()
-            log = self.folder / "mosquitto.log"
-            text = log.read_text() if log.exists() else ""
+            text = self.log.read_text() if self.log.exists() else ""
             pytest.fail(f"a private Mosquitto did not start on port {self.port}: {text[-500:]}")
 
     def stop(self) -> None:
@@ -177,8 +180,10 @@ class PrivateMosquitto:
 
 
 @contextlib.contextmanager
-def private_mosquitto(*, users: dict[str, str] | None = None) -> Iterator[PrivateMosquitto]:
-    broker = PrivateMosquitto(users=users)
+def private_mosquitto(
+    *, users: dict[str, str] | None = None, log_all: bool = False
+) -> Iterator[PrivateMosquitto]:
+    broker = PrivateMosquitto(users=users, log_all=log_all)
     try:
         broker.start()
         yield broker
@@ -274,6 +279,21 @@ def drain_session_sync(broker: MqttBroker, client_id: str, sentinel_topic: str) 
 
 async def drain_session(broker: MqttBroker, client_id: str, sentinel_topic: str) -> list[Any]:
     return await anyio.to_thread.run_sync(drain_session_sync, broker, client_id, sentinel_topic)
+
+
+def open_session_sync(broker: MqttBroker, client_id: str, topic: str) -> None:
+    """Make a persistent session ``client_id`` subscribed to ``topic`` (QoS 1), offline: it
+    keeps what is published there for ``drain_session``."""
+    client = _client(client_id)
+    subscribed = threading.Event()
+    client.on_subscribe = lambda *_args: subscribed.set()
+    _connected(broker, client, clean_start=True, expiry_s=3600)
+    try:
+        client.subscribe(topic, qos=1)
+        if not subscribed.wait(CLIENT_TIMEOUT_S):
+            raise TimeoutError(f"no SUBACK for {topic}")
+    finally:
+        _close(client)
 
 
 def forget_session(broker: MqttBroker, client_id: str) -> None:
