@@ -12,15 +12,17 @@ topic it is handled as a failed one (below): kept by the broker, never dropped.
 
 A *failed* message (an ack timeout, a full subscriber queue, no subscriber) cannot be
 redelivered on demand: an MQTT broker redelivers an un-acked message only when the session
-reconnects. ``advance`` acks the clean prefix before it, then raises ``UncleanEventError``:
-the group ends, ``aclose`` disconnects without acking, and the watchers' restart reconnects
-the session, which redelivers it (``dup``) together with every later un-acked message.
-Nothing is acked that was not resolved, and nothing is dropped silently.
+reconnects. So ``advance`` acks the clean prefix before it, then reconnects the session
+(DISCONNECT without acking, CONNECT with ``clean_start=False``): the broker redelivers it
+(``dup``) with every later un-acked message, and the group goes on. A packet id means
+something only on its connection (the broker reuses it once acked), so every receipt of an
+earlier connection is *stale*: its advance acks nothing (its message comes again on the new
+connection). Reconnects in a row back off (``REDELIVERY_BACKOFF_S``), so a message every
+watcher keeps rejecting cannot spin. Nothing is acked that was not resolved, and nothing is
+dropped silently.
 
-One connection per producer: paho's own reconnect is off. A connection that breaks ends
-the stream with ``BrokerUnavailable`` (the triggerer warns once and restarts the group with
-backoff), so a PUBACK is never sent for a packet id of an earlier connection, which the
-broker may have given to another message since.
+paho's own reconnect is off: a connection that breaks by itself ends the stream with
+``BrokerUnavailable`` (the triggerer warns once and restarts the group with backoff).
 
 Why paho's network thread (``loop_start``) rather than driving paho from the event loop
 (``loop_read`` / ``loop_write`` / ``loop_misc`` on socket callbacks): the thread keeps
@@ -36,7 +38,6 @@ stops paho reading the socket.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import threading
 from collections import deque
@@ -51,12 +52,13 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from producers import mqtt_errors as errors
-from producers.exceptions import BrokerRequestFailed, ProducerError, UncleanEventError
+from producers.exceptions import BrokerRequestFailed, ProducerError
 from producers.mqtt_core import (
     CLOSE_TIMEOUT_S,
     CONNECT_TIMEOUT_S,
     DEAD_LETTER_TOPIC_PROPERTY,
     PUBLISH_TIMEOUT_S,
+    REDELIVERY_BACKOFF_S,
     SUBSCRIBE_TIMEOUT_S,
     MqttMessage,
     MqttReceipt,
@@ -76,7 +78,21 @@ __all__ = ("MqttSharedStreamProducer",)
 logger = logging.getLogger(__name__)
 
 _OK = paho.MQTT_ERR_SUCCESS
-_CAPACITY_POLL_S = 0.5  # how often a waiting callback rechecks that the producer is closing
+_CAPACITY_POLL_S = 0.5  # how often a waiting callback rechecks that its link is closing
+
+
+class _Link:
+    """One connection of the producer: its paho client and its number (``connection``)."""
+
+    __slots__ = ("client", "closing", "number")
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.client: paho.Client | None = None
+        self.closing = False
+
+    def __repr__(self) -> str:
+        return f"<_Link {self.number} closing={self.closing}>"
 
 
 class MqttSharedStreamProducer(SharedStreamProducer):
@@ -87,9 +103,10 @@ class MqttSharedStreamProducer(SharedStreamProducer):
         self.settings = settings
         self.acked = 0
         self.dead_lettered = 0
+        self.reconnects = 0
         #: set once the broker granted the subscription (messages flow from then on)
         self.subscribed = False
-        self._client: paho.Client | None = None
+        self._link: _Link | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._error: ProducerError | None = None
         self._inbox: deque[tuple[MqttMessage, MqttReceipt]] = deque()
@@ -101,18 +118,27 @@ class MqttSharedStreamProducer(SharedStreamProducer):
         self._publish_results: dict[int, Any] = {}
         self._capacity = threading.Condition()
         self._unadvanced = 0
-        self._closing = False
-        self._deliveries = itertools.count(1)
+        self._closed = False
+        self._redelivery_streak = 0
 
     @property
     def in_flight(self) -> int:
-        """Deliveries received and not advanced yet."""
+        """Deliveries received and not advanced yet (stale ones included)."""
         return self._unadvanced
+
+    @property
+    def connection(self) -> int:
+        """The number of the current connection (0 before the first)."""
+        return 0 if self._link is None else self._link.number
 
     # -- the producer ---------------------------------------------------------------------
 
     async def open_stream(self) -> AsyncIterator[tuple[MqttMessage, MqttReceipt]]:
-        await self._connect()
+        if self._link is not None or self._closed:
+            raise RuntimeError(f"{self!r}: open_stream() runs once per producer")
+        self._loop = asyncio.get_running_loop()
+        self._arrived = anyio.Event()
+        await self._open_link(1)
         while True:
             if self._error is not None:
                 raise self._error
@@ -126,39 +152,36 @@ class MqttSharedStreamProducer(SharedStreamProducer):
         done = 0
         try:
             for receipt, outcome in batch:
+                done += 1
+                if receipt.connection != self.connection:
+                    continue  # stale: the broker redelivers it on the current connection
                 if outcome.is_clean:
                     self._ack(receipt)
-                elif outcome.rejected:
-                    await self._dead_letter(receipt, outcome)
+                    self._redelivery_streak = 0
+                elif outcome.rejected and self.settings.dead_letter_topic is not None:
+                    await self._dead_letter(receipt, self.settings.dead_letter_topic)
                     self._ack(receipt)
                 else:
-                    raise self._redelivery_needed(receipt, outcome)
-                done += 1
+                    await self._redeliver(receipt, outcome)
         finally:
             self._release(done)
 
     async def aclose(self) -> None:
         """Disconnect without acking what is unresolved: the session keeps it for the next
         connect (MQTT's only redelivery); queued PUBACKs are written before DISCONNECT."""
-        with self._capacity:
-            self._closing = True
-            self._capacity.notify_all()
-        client, self._client = self._client, None
-        if client is None:
-            return
-        with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
-            await anyio.to_thread.run_sync(_disconnect, client, abandon_on_cancel=True)
+        self._closed = True
+        link, self._link = self._link, None
+        if link is not None:
+            with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
+                await self._close_link(link)
 
     # -- connecting -----------------------------------------------------------------------
 
-    async def _connect(self) -> None:
-        if self._client is not None or self._closing:
-            raise RuntimeError(f"{self!r}: open_stream() runs once per producer")
+    async def _open_link(self, number: int) -> None:
         s = self.settings
-        self._loop = asyncio.get_running_loop()
-        self._arrived = anyio.Event()
-        self._answered = anyio.Event()
-        client = self._client = self._new_client()
+        link = self._link = _Link(number)
+        self._connack, self._suback, self._answered = None, None, anyio.Event()
+        client = link.client = self._new_client(link)
         try:
             await anyio.to_thread.run_sync(self._send_connect, client)
         except (OSError, ValueError) as exc:
@@ -181,13 +204,21 @@ class MqttSharedStreamProducer(SharedStreamProducer):
             extra={"action": "mqtt.connected", "address": s.address},
         )
 
-    def _new_client(self) -> paho.Client:
+    async def _close_link(self, link: _Link) -> None:
+        with self._capacity:
+            link.closing = True
+            self._capacity.notify_all()
+        if link.client is not None:
+            await anyio.to_thread.run_sync(_disconnect, link.client, abandon_on_cancel=True)
+
+    def _new_client(self, link: _Link) -> paho.Client:
         s = self.settings
         v5 = s.protocol == "5"
         client = paho.Client(
             CallbackAPIVersion.VERSION2,
             client_id=s.client_id,
             clean_session=None if v5 else False,
+            userdata=link,
             protocol=paho.MQTTv5 if v5 else paho.MQTTv311,
             reconnect_on_failure=False,
             manual_ack=True,
@@ -246,34 +277,58 @@ class MqttSharedStreamProducer(SharedStreamProducer):
     # -- advancing ------------------------------------------------------------------------
 
     def _ack(self, receipt: MqttReceipt) -> None:
-        client = self._client
+        client = self._link.client if self._link is not None else None
         rc = client.ack(receipt.mid, receipt.qos) if client is not None else None
         if rc != _OK:
             raise errors.not_connected(self.settings, "PUBACK", rc)
         self.acked += 1
 
-    async def _dead_letter(self, receipt: MqttReceipt, outcome: AdvanceOutcome) -> None:
-        s = self.settings
-        if s.dead_letter_topic is None:
-            raise UncleanEventError(
-                f"a watcher rejected the MQTT message on {receipt.topic!r} (packet id "
-                f"{receipt.mid}, {outcome.rejected} of {outcome.subscriber_count} rejected) and "
-                "the trigger has no dead_letter_topic: it is not acked, the group restarts and "
-                f"the session of client {s.client_id!r} redelivers it. Give the trigger a "
-                "dead_letter_topic to move such messages aside"
-            )
-        await self._publish(s.dead_letter_topic, receipt)
+    async def _redeliver(self, receipt: MqttReceipt, outcome: AdvanceOutcome) -> None:
+        """Reconnect the session: the broker redelivers ``receipt``'s message and every
+        later un-acked one; what is still in the inbox is dropped (it comes again)."""
+        low_s, high_s = REDELIVERY_BACKOFF_S
+        delay_s = min(high_s, low_s * 2**self._redelivery_streak)
+        self._redelivery_streak += 1
+        logger.warning(
+            "The MQTT message on %r (packet id %s) was not processed by every watcher "
+            "(%d failed, %d rejected of %d%s); reconnecting the session of %r in %.2fs so "
+            "that the broker redelivers it with every later un-acked message",
+            receipt.topic,
+            receipt.mid,
+            outcome.failed,
+            outcome.rejected,
+            outcome.subscriber_count,
+            ", no dead_letter_topic" if outcome.rejected else "",
+            self.settings.client_id,
+            delay_s,
+            extra={"action": "mqtt.redelivery", "topic": receipt.topic},
+        )
+        old = self._link
+        assert old is not None
+        with self._capacity:
+            old.closing = True  # its callbacks deliver nothing more
+            self._capacity.notify_all()
+        await anyio.sleep(delay_s)
+        dropped = len(self._inbox)
+        self._inbox.clear()
+        self._release(dropped)
+        await self._close_link(old)
+        self.reconnects += 1
+        await self._open_link(old.number + 1)
+
+    async def _dead_letter(self, receipt: MqttReceipt, topic: str) -> None:
+        await self._publish(topic, receipt)
         self.dead_lettered += 1
         logger.info(
             "Moved a rejected MQTT message from %r to %r",
             receipt.topic,
-            s.dead_letter_topic,
+            topic,
             extra={"action": "mqtt.dead_lettered", "topic": receipt.topic},
         )
 
     async def _publish(self, topic: str, receipt: MqttReceipt) -> None:
         s = self.settings
-        client = self._client
+        client = self._link.client if self._link is not None else None
         properties = None
         if s.protocol == "5":
             properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
@@ -300,15 +355,6 @@ class MqttSharedStreamProducer(SharedStreamProducer):
         if reason is not None and reason.is_failure:
             raise errors.publish_refused(s, topic, reason)
 
-    def _redelivery_needed(self, receipt: MqttReceipt, outcome: AdvanceOutcome) -> ProducerError:
-        return UncleanEventError(
-            f"the MQTT message on {receipt.topic!r} (packet id {receipt.mid}) was not "
-            f"processed by every watcher ({outcome.failed} failed of "
-            f"{outcome.subscriber_count}); MQTT redelivers only on reconnect: the group "
-            f"restarts and the session of client {self.settings.client_id!r} redelivers it "
-            "with every later un-acked message"
-        )
-
     def _release(self, count: int) -> None:
         with self._capacity:
             self._unadvanced -= count
@@ -325,50 +371,59 @@ class MqttSharedStreamProducer(SharedStreamProducer):
         except RuntimeError:  # the event loop closed: nobody waits any more
             pass
 
-    def _on_connect(self, _c: Any, _u: Any, flags: Any, reason: Any, _p: Any) -> None:
-        self._post(self._got_connack, reason, bool(flags.session_present))
+    def _on_connect(self, _c: Any, link: _Link, flags: Any, reason: Any, _p: Any) -> None:
+        self._post(self._got_connack, link, reason, bool(flags.session_present))
 
-    def _on_subscribe(self, _c: Any, _u: Any, _mid: int, reasons: list[Any], _p: Any) -> None:
-        self._post(self._got_suback, list(reasons))
+    def _on_subscribe(self, _c: Any, link: _Link, _m: int, reasons: list[Any], _p: Any) -> None:
+        self._post(self._got_suback, link, list(reasons))
 
-    def _on_publish(self, _c: Any, _u: Any, mid: int, reason: Any, _p: Any) -> None:
-        self._post(self._got_puback, mid, reason)
+    def _on_publish(self, _c: Any, link: _Link, mid: int, reason: Any, _p: Any) -> None:
+        self._post(self._got_puback, link, mid, reason)
 
-    def _on_disconnect(self, _c: Any, _u: Any, _f: Any, reason: Any, _p: Any) -> None:
-        if not self._closing:
-            self._post(self._fail, errors.connection_lost(self.settings, reason))
+    def _on_disconnect(self, _c: Any, link: _Link, _f: Any, reason: Any, _p: Any) -> None:
+        if not link.closing:
+            self._post(self._lost, link, errors.connection_lost(self.settings, reason))
 
-    def _on_message(self, _c: Any, _u: Any, msg: paho.MQTTMessage) -> None:
+    def _on_message(self, _c: Any, link: _Link, msg: paho.MQTTMessage) -> None:
         with self._capacity:
-            while self._unadvanced >= self.settings.max_in_flight and not self._closing:
+            while self._unadvanced >= self.settings.max_in_flight and not link.closing:
                 self._capacity.wait(_CAPACITY_POLL_S)
-            if self._closing:
+            if link.closing:
                 return  # not acked: the session redelivers it
             self._unadvanced += 1
-        self._post(self._got_message, _delivery(msg, next(self._deliveries)))
+        self._post(self._got_message, link, _delivery(msg, link.number))
 
-    # -- the event loop's side ------------------------------------------------------------
+    # -- the event loop's side: what a link that is not the current one says is ignored ---
 
-    def _got_connack(self, reason: Any, session_present: bool) -> None:
-        self._connack = (reason, session_present)
-        if self._answered is not None:
-            self._answered.set()
+    def _got_connack(self, link: _Link, reason: Any, session_present: bool) -> None:
+        if link is self._link:
+            self._connack = (reason, session_present)
+            if self._answered is not None:
+                self._answered.set()
 
-    def _got_suback(self, reasons: list[Any]) -> None:
-        self._suback = reasons
-        if self._answered is not None:
-            self._answered.set()
+    def _got_suback(self, link: _Link, reasons: list[Any]) -> None:
+        if link is self._link:
+            self._suback = reasons
+            if self._answered is not None:
+                self._answered.set()
 
-    def _got_puback(self, mid: int, reason: Any) -> None:
-        waiter = self._publish_waiters.pop(mid, None)
+    def _got_puback(self, link: _Link, mid: int, reason: Any) -> None:
+        waiter = self._publish_waiters.pop(mid, None) if link is self._link else None
         if waiter is not None:
             self._publish_results[mid] = reason
             waiter.set()
 
-    def _got_message(self, item: tuple[MqttMessage, MqttReceipt]) -> None:
+    def _got_message(self, link: _Link, item: tuple[MqttMessage, MqttReceipt]) -> None:
+        if link is not self._link or link.closing:
+            self._release(1)  # redelivered on the current connection
+            return
         self._inbox.append(item)
         if self._arrived is not None:
             self._arrived.set()
+
+    def _lost(self, link: _Link, error: ProducerError) -> None:
+        if link is self._link and not link.closing:
+            self._fail(error)
 
     def _fail(self, error: ProducerError) -> None:
         if self._error is None:
@@ -382,11 +437,12 @@ class MqttSharedStreamProducer(SharedStreamProducer):
         return (
             f"<MqttSharedStreamProducer {s.address} client_id={s.client_id!r} "
             f"topics={list(s.topics)} in_flight={self._unadvanced} acked={self.acked} "
-            f"dead_lettered={self.dead_lettered} connected={self._client is not None}>"
+            f"dead_lettered={self.dead_lettered} reconnects={self.reconnects} "
+            f"connection={self.connection} connected={self._link is not None}>"
         )
 
 
-def _delivery(msg: paho.MQTTMessage, delivery: int) -> tuple[MqttMessage, MqttReceipt]:
+def _delivery(msg: paho.MQTTMessage, connection: int) -> tuple[MqttMessage, MqttReceipt]:
     """The raw event and the receipt of one PUBLISH paho received."""
     properties = getattr(msg, "properties", None)
     pairs = tuple((str(k), str(v)) for k, v in (getattr(properties, "UserProperty", None) or ()))
@@ -400,7 +456,7 @@ def _delivery(msg: paho.MQTTMessage, delivery: int) -> tuple[MqttMessage, MqttRe
         user_properties=dict(pairs),
         content_type=getattr(properties, "ContentType", None),
     )
-    receipt = MqttReceipt(delivery, msg.mid, msg.qos, msg.topic, message.payload, pairs)
+    receipt = MqttReceipt(connection, msg.mid, msg.qos, msg.topic, message.payload, pairs)
     return message, receipt
 
 

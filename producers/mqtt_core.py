@@ -35,6 +35,9 @@ CONNECT_TIMEOUT_S: Final = 5.0
 SUBSCRIBE_TIMEOUT_S: Final = 5.0
 PUBLISH_TIMEOUT_S: Final = 10.0
 CLOSE_TIMEOUT_S: Final = 5.0
+# Reconnects that redeliver a failed message: doubling from the first to the last, reset
+# by a clean ack (a message every watcher keeps rejecting must not spin the broker).
+REDELIVERY_BACKOFF_S: Final = (0.05, 5.0)
 # Longer field identities are hashed so the key fits the 512-character column.
 MAX_PLAIN_IDENTITY_CHARS: Final = 200
 # MQTT 3.1.1 servers need only accept client ids of 1..23 characters.
@@ -99,10 +102,11 @@ class MqttMessage:
 class MqttReceipt:
     """The broker payload of one delivery: what ``advance`` needs to ack or dead-letter it.
 
-    ``delivery`` numbers the deliveries of one producer (packet ids repeat).
+    ``connection`` numbers the producer's connections: a packet id means something only on
+    the connection it came on (a reconnect makes every older receipt stale).
     """
 
-    delivery: int
+    connection: int
     mid: int
     qos: int
     topic: str

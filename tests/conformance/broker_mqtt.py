@@ -62,9 +62,12 @@ class MqttKitStream:
         return self.mosquitto.broker
 
     async def create(self) -> None:
-        await anyio.to_thread.run_sync(
-            open_session_sync, self.broker, self.dead_client_id, self.dead_topic
-        )
+        """Make both sessions now: MQTT keeps a message only for a session that exists (and
+        subscribes to its topic) when it is published, and the kit publishes as soon as the
+        engine runs, maybe before its watchers' first connect."""
+        sessions = [(self.client_id, f"{self.name}/#"), (self.dead_client_id, self.dead_topic)]
+        for client_id, topic in sessions:
+            await anyio.to_thread.run_sync(open_session_sync, self.broker, client_id, topic)
 
     def watcher_source(
         self,

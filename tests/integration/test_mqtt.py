@@ -25,12 +25,7 @@ from engine.db.queries import triggers as trigger_rows
 from engine.states import TriggerKind
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import MqttMessageTrigger
-from producers.exceptions import (
-    BrokerRefused,
-    BrokerUnavailable,
-    ProducerConfigError,
-    UncleanEventError,
-)
+from producers.exceptions import BrokerRefused, BrokerUnavailable, ProducerConfigError
 from shared_stream import AckTimeout, SharedStreamManager
 from shared_stream.testing import SubscriberHarness
 from tests.services_mqtt import (
@@ -149,25 +144,44 @@ async def test_a_failed_message_comes_back_when_the_session_reconnects_with_the_
             tg.start_soon(fine.run)
             tg.start_soon(stuck.run)
             producer = await _subscribed(built)
-            await publish(mqtt_broker, f"{mqtt_names.prefix}/a", _json({"n": 1}))
+            await publish(mqtt_broker, f"{mqtt_names.prefix}/a", _json({"n": 1}, {"n": 2}))
             await stuck.wait_finished()
-            await fine.wait_finished()
-    assert isinstance(stuck.error, AckTimeout)
-    assert isinstance(fine.error, UncleanEventError)  # the group ended on it
-    assert producer.acked == 0
-    with anyio.fail_after(10):  # the watchers' restart: a new group, the same session
-        async with anyio.create_task_group() as tg, SharedStreamManager() as manager:
-            again = SubscriberHarness(manager, trigger, trigger_id=1)
-            tg.start_soon(again.run)
-            await again.wait_for_events(1)
-            await wait_until(lambda: built[-1].acked == 1)
+            # The failed message and the one after it come again on a new connection.
+            await fine.wait_for_events(4)
+            await wait_until(lambda: producer.acked == 2)
             tg.cancel_scope.cancel()
-    [first] = fine.events
-    [redelivered] = again.events
-    assert redelivered.payload["dup"] is True
-    assert redelivered.payload["body"] == {"n": 1}
-    assert redelivered.dedup_key == first.dedup_key  # stored once: the redelivery is absorbed
+    assert isinstance(stuck.error, AckTimeout)
+    assert producer.reconnects == 1
+    first, second, *again = fine.events
+    assert [e.payload["body"] for e in again] == [{"n": 1}, {"n": 2}]
+    assert all(e.payload["dup"] for e in again)
+    # stored once: the redelivery is absorbed by its dedup key
+    assert [e.dedup_key for e in again] == [first.dedup_key, second.dedup_key]
     assert first.dedup_key.startswith("mqtt:payload:")
+    assert await drain_session(mqtt_broker, mqtt_names.client_id, f"{mqtt_names.prefix}/s") == []
+
+
+async def test_a_rejected_message_without_dead_letter_topic_is_redelivered_not_dropped(
+    mqtt_broker, mqtt_names, built
+) -> None:
+    picky = _trigger(mqtt_broker, mqtt_names, body_filter={"kind": "order"})
+    every = _trigger(mqtt_broker, mqtt_names, dedup="payload")
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg, SharedStreamManager() as manager:
+            harnesses = [
+                SubscriberHarness(manager, t, trigger_id=i) for i, t in enumerate((picky, every))
+            ]
+            for harness in harnesses:
+                tg.start_soon(harness.run)
+            producer = await _subscribed(built)
+            await publish(mqtt_broker, f"{mqtt_names.prefix}/a", [b"poison"])
+            await harnesses[1].wait_for_events(3)  # delivered, then again after each reconnect
+            tg.cancel_scope.cancel()
+    assert producer.acked == 0
+    assert producer.reconnects >= 2
+    assert {e.dedup_key for e in harnesses[1].events} == {harnesses[1].events[0].dedup_key}
+    held = await drain_session(mqtt_broker, mqtt_names.client_id, f"{mqtt_names.prefix}/s")
+    assert [m.payload for m in held] == [b"poison"]  # still the broker's, never dropped
 
 
 async def test_a_rejected_poison_message_is_dead_lettered_then_acked(
