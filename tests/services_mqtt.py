@@ -117,7 +117,13 @@ class PrivateMosquitto:
     graceful stop saves the sessions' queued messages), an optional password file, and with
     ``log_all`` a debug log (``log``) that names every packet, e.g. each PUBACK a client sent."""
 
-    def __init__(self, *, users: dict[str, str] | None = None, log_all: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        users: dict[str, str] | None = None,
+        log_all: bool = False,
+        extra: Sequence[str] = (),
+    ) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="mosquitto-"))
         self.log = self.folder / "mosquitto.log"
         self.port = free_port()
@@ -132,6 +138,7 @@ class PrivateMosquitto:
         ]
         if log_all:
             lines.append("log_type all")
+        lines.extend(extra)
         if users:
             passwords = self.folder / "passwords"
             for index, (user, password) in enumerate(users.items()):

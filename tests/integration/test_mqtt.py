@@ -440,3 +440,37 @@ def test_the_example_dag_file_declares_two_watchers_sharing_one_session(monkeypa
     assert len(triggers) == 2
     assert len({t.shared_stream_key() for t in triggers}) == 1
     assert {t.settings.port for t in triggers} == {1884}
+
+
+async def test_a_broker_that_goes_away_ends_the_stream_and_its_session_redelivers_later() -> None:
+    from tests.services_mqtt import open_session_sync
+
+    with private_mosquitto() as private:
+        broker = private.broker
+        await anyio.to_thread.run_sync(open_session_sync, broker, "t-restart", "r/#")
+        await publish(broker, "r/a", _json({"n": 1}, {"n": 2}))
+        trigger = MqttMessageTrigger(topic="r/#", port=broker.port, client_id="t-restart")
+        with anyio.fail_after(15):
+            producer = trigger.build_producer()
+            stream = producer.open_stream()
+            try:
+                message, _receipt = await anext(stream)
+                assert message.body == {"n": 1}
+                await anyio.to_thread.run_sync(private.stop)  # saves its sessions
+                with pytest.raises(BrokerUnavailable, match="closed the connection") as info:
+                    while True:
+                        await anext(stream)
+                assert info.value.address == f"mqtt://127.0.0.1:{broker.port}"
+            finally:
+                await stream.aclose()
+                await producer.aclose()
+            await anyio.to_thread.run_sync(private.start)
+            again = trigger.build_producer()
+            stream = again.open_stream()
+            try:
+                redelivered = [(await anext(stream))[0] for _ in range(2)]
+            finally:
+                await stream.aclose()
+                await again.aclose()
+    assert [m.body for m in redelivered] == [{"n": 1}, {"n": 2}]
+    assert redelivered[0].dup  # delivered before the stop, never acked: sent again
