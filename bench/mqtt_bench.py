@@ -9,9 +9,9 @@ preload). Each case makes a fresh persistent session (its own client id, subscri
 own topic at QoS 1), publishes M messages into it while it is offline, then drains it:
 
 * bare: one paho client (MQTT 5, ``clean_start=False``, ``manual_ack=True``, Receive Maximum
-  100), its network thread acking each message as it arrives, from the connect until M
-  PUBACKs are queued: what the broker and the client allow.
-* sluice N=1 / N=10: N ``MqttMessageTrigger`` watchers (no filter, ``max_in_flight=100``)
+  1000, the trigger's default), its network thread acking each message as it arrives, from
+  the connect until M PUBACKs are queued: what the broker and the client allow.
+* sluice N=1 / N=10: N ``MqttMessageTrigger`` watchers (no filter, ``max_in_flight=1000``)
   on the session, run by the real ``Triggerer`` in-process on SQLite (and PostgreSQL with
   ``--pg``), from the producer's connection (after a 0.5 s cohort grace, so all N watchers
   see every message) until all M x N asset events are committed and all M messages acked.
@@ -53,6 +53,7 @@ from engine.db.schema import migrate
 from engine.states import TriggerKind
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import MqttMessageTrigger
+from producers.mqtt_core import DEFAULT_MAX_IN_FLIGHT
 
 # The broker launcher and clients are the test fixtures' own (tests/services_mqtt.py).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
     from engine.triggerer.persister import BatchResult
 
 COHORT_GRACE_S = 0.5
-MAX_IN_FLIGHT = 100
+MAX_IN_FLIGHT = DEFAULT_MAX_IN_FLIGHT  # the trigger's default: Receive Maximum of both sides
 TIMEOUT_S = 300.0
 #: every producer the triggerer built (``record_producers``), to read its ack count
 BUILT: list[Any] = []

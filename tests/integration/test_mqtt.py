@@ -474,3 +474,50 @@ async def test_a_broker_that_goes_away_ends_the_stream_and_its_session_redeliver
                 await again.aclose()
     assert [m.body for m in redelivered] == [{"n": 1}, {"n": 2}]
     assert redelivered[0].dup  # delivered before the stop, never acked: sent again
+
+
+def accept_odd(message: Any, modulus: int, *, poison: int) -> bool:
+    """An ``apply_function``: odd ``n`` fire, ``poison`` raises (the message is rejected)."""
+    if message.body["n"] == poison:
+        raise ValueError("poison reading")
+    return bool(message.body["n"] % modulus)
+
+
+async def test_apply_function_and_a_user_property_partition_key(
+    mqtt_broker, mqtt_names, built
+) -> None:
+    dead = f"{mqtt_names.prefix}-dead"
+    odd = _trigger(
+        mqtt_broker,
+        mqtt_names,
+        apply_function=f"{__name__}.accept_odd",
+        apply_function_args=[2],
+        apply_function_kwargs={"poison": 3},
+        dead_letter_topic=dead,
+    )
+    keyed = _trigger(mqtt_broker, mqtt_names, partition_key_header="region")
+    collector = await anyio.to_thread.run_sync(Collector, mqtt_broker, dead)
+    try:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg, SharedStreamManager() as manager:
+                harnesses = [
+                    SubscriberHarness(manager, t, trigger_id=i) for i, t in enumerate((odd, keyed))
+                ]
+                for harness in harnesses:
+                    tg.start_soon(harness.run)
+                producer = await _subscribed(built)
+                regions = [[("region", r)] for r in ("eu", "us", "eu", "us", "ap")]
+                await publish(
+                    mqtt_broker,
+                    f"{mqtt_names.prefix}/a",
+                    _json(*({"n": n} for n in range(5))),
+                    user_properties=regions,
+                )
+                await wait_until(lambda: producer.acked == 5)
+                await wait_until(lambda: collector.messages)
+                tg.cancel_scope.cancel()
+    finally:
+        await anyio.to_thread.run_sync(collector.close)
+    assert [p["body"]["n"] for p in harnesses[0].payloads] == [1]
+    assert [e.partition_key for e in harnesses[1].events] == ["eu", "us", "eu", "us", "ap"]
+    assert [json.loads(m.payload) for m in collector.messages] == [{"n": 3}]
