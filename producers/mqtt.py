@@ -382,7 +382,7 @@ class MqttSharedStreamProducer(SharedStreamProducer):
 
     def _on_disconnect(self, _c: Any, link: _Link, _f: Any, reason: Any, _p: Any) -> None:
         if not link.closing:
-            self._post(self._lost, link, errors.connection_lost(self.settings, reason))
+            self._post(self._lost, link, errors.connection_lost(self.settings, reason), reason)
 
     def _on_message(self, _c: Any, link: _Link, msg: paho.MQTTMessage) -> None:
         with self._capacity:
@@ -421,9 +421,17 @@ class MqttSharedStreamProducer(SharedStreamProducer):
         if self._arrived is not None:
             self._arrived.set()
 
-    def _lost(self, link: _Link, error: ProducerError) -> None:
-        if link is self._link and not link.closing:
-            self._fail(error)
+    def _lost(self, link: _Link, error: ProducerError, reason: Any) -> None:
+        if link is not self._link or link.closing:
+            return
+        if int(getattr(reason, "value", 0)) == errors.SESSION_TAKEN_OVER:
+            logger.warning(
+                "Another client took over the MQTT session %r on %s; this consumer stops",
+                self.settings.client_id,
+                self.settings.address,
+                extra={"action": "mqtt.session_taken_over", "address": self.settings.address},
+            )
+        self._fail(error)
 
     def _fail(self, error: ProducerError) -> None:
         if self._error is None:

@@ -151,6 +151,10 @@ class MqttKit:
     kind = KIND
     #: case -> why MQTT cannot meet it
     cannot: Mapping[str, str] = {}
+    #: an engine (re)opened the session's consumer (``zombie_owner``: never after it resumed)
+    consumer_actions = frozenset({"mqtt.connected"})
+    #: another client with the session's client id connected: the broker took it away
+    disturbed_actions = frozenset({"mqtt.session_taken_over"})
 
     def __init__(self, mosquitto: PrivateMosquitto) -> None:
         self.mosquitto = mosquitto
