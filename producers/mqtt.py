@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import uuid
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -63,9 +64,9 @@ from producers.mqtt_core import (
     MqttMessage,
     MqttReceipt,
     MqttSettings,
-    build_message,
     check_settings,
 )
+from producers.mqtt_link import Link, delivery, disconnect
 from shared_stream.producer import SharedStreamProducer
 
 if TYPE_CHECKING:
@@ -79,20 +80,7 @@ logger = logging.getLogger(__name__)
 
 _OK = paho.MQTT_ERR_SUCCESS
 _CAPACITY_POLL_S = 0.5  # how often a waiting callback rechecks that its link is closing
-
-
-class _Link:
-    """One connection of the producer: its paho client and its number (``connection``)."""
-
-    __slots__ = ("client", "closing", "number")
-
-    def __init__(self, number: int) -> None:
-        self.number = number
-        self.client: paho.Client | None = None
-        self.closing = False
-
-    def __repr__(self) -> str:
-        return f"<_Link {self.number} closing={self.closing}>"
+FLUSH_TIMEOUT_S = 2.0  # for the UNSUBACK that says the broker read every PUBACK before it
 
 
 class MqttSharedStreamProducer(SharedStreamProducer):
@@ -106,7 +94,7 @@ class MqttSharedStreamProducer(SharedStreamProducer):
         self.reconnects = 0
         #: set once the broker granted the subscription (messages flow from then on)
         self.subscribed = False
-        self._link: _Link | None = None
+        self._link: Link | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._error: ProducerError | None = None
         self._inbox: deque[tuple[MqttMessage, MqttReceipt]] = deque()
@@ -116,6 +104,7 @@ class MqttSharedStreamProducer(SharedStreamProducer):
         self._answered: anyio.Event | None = None
         self._publish_waiters: dict[int, anyio.Event] = {}
         self._publish_results: dict[int, Any] = {}
+        self._unsubscribe_waiters: dict[int, anyio.Event] = {}
         self._capacity = threading.Condition()
         self._unadvanced = 0
         self._closed = False
@@ -179,7 +168,7 @@ class MqttSharedStreamProducer(SharedStreamProducer):
 
     async def _open_link(self, number: int) -> None:
         s = self.settings
-        link = self._link = _Link(number)
+        link = self._link = Link(number)
         self._connack, self._suback, self._answered = None, None, anyio.Event()
         client = link.client = self._new_client(link)
         try:
@@ -204,14 +193,30 @@ class MqttSharedStreamProducer(SharedStreamProducer):
             extra={"action": "mqtt.connected", "address": s.address},
         )
 
-    async def _close_link(self, link: _Link) -> None:
+    async def _close_link(self, link: Link) -> None:
         with self._capacity:
             link.closing = True
             self._capacity.notify_all()
-        if link.client is not None:
-            await anyio.to_thread.run_sync(_disconnect, link.client, abandon_on_cancel=True)
+        if link.client is None:
+            return
+        if self._error is None:
+            await self._flush(link.client)
+        await anyio.to_thread.run_sync(disconnect, link.client, abandon_on_cancel=True)
 
-    def _new_client(self, link: _Link) -> paho.Client:
+    async def _flush(self, client: paho.Client) -> None:
+        """Wait until the broker processed every PUBACK written so far: it answers packets in
+        order, so the UNSUBACK of a filter nobody uses comes after them. A close right after
+        DISCONNECT may otherwise reset the connection before the broker read the PUBACKs
+        (their messages would come again)."""
+        rc, mid = client.unsubscribe(f"sluice-flush/{uuid.uuid4().hex}")
+        if rc != _OK or mid is None:
+            return  # the connection is gone: nothing more reaches the broker anyway
+        waiter = self._unsubscribe_waiters[mid] = anyio.Event()
+        with anyio.move_on_after(FLUSH_TIMEOUT_S):
+            await waiter.wait()
+        self._unsubscribe_waiters.pop(mid, None)
+
+    def _new_client(self, link: Link) -> paho.Client:
         s = self.settings
         v5 = s.protocol == "5"
         client = paho.Client(
@@ -230,6 +235,7 @@ class MqttSharedStreamProducer(SharedStreamProducer):
         client.on_subscribe = self._on_subscribe
         client.on_message = self._on_message
         client.on_publish = self._on_publish
+        client.on_unsubscribe = self._on_unsubscribe
         client.on_disconnect = self._on_disconnect
         return client
 
@@ -371,49 +377,57 @@ class MqttSharedStreamProducer(SharedStreamProducer):
         except RuntimeError:  # the event loop closed: nobody waits any more
             pass
 
-    def _on_connect(self, _c: Any, link: _Link, flags: Any, reason: Any, _p: Any) -> None:
+    def _on_connect(self, _c: Any, link: Link, flags: Any, reason: Any, _p: Any) -> None:
         self._post(self._got_connack, link, reason, bool(flags.session_present))
 
-    def _on_subscribe(self, _c: Any, link: _Link, _m: int, reasons: list[Any], _p: Any) -> None:
+    def _on_subscribe(self, _c: Any, link: Link, _m: int, reasons: list[Any], _p: Any) -> None:
         self._post(self._got_suback, link, list(reasons))
 
-    def _on_publish(self, _c: Any, link: _Link, mid: int, reason: Any, _p: Any) -> None:
+    def _on_publish(self, _c: Any, link: Link, mid: int, reason: Any, _p: Any) -> None:
         self._post(self._got_puback, link, mid, reason)
 
-    def _on_disconnect(self, _c: Any, link: _Link, _f: Any, reason: Any, _p: Any) -> None:
+    def _on_unsubscribe(self, _c: Any, _l: Link, mid: int, _r: Any, _p: Any) -> None:
+        self._post(self._got_unsuback, mid)
+
+    def _on_disconnect(self, _c: Any, link: Link, _f: Any, reason: Any, _p: Any) -> None:
         if not link.closing:
             self._post(self._lost, link, errors.connection_lost(self.settings, reason), reason)
 
-    def _on_message(self, _c: Any, link: _Link, msg: paho.MQTTMessage) -> None:
+    def _on_message(self, _c: Any, link: Link, msg: paho.MQTTMessage) -> None:
         with self._capacity:
             while self._unadvanced >= self.settings.max_in_flight and not link.closing:
                 self._capacity.wait(_CAPACITY_POLL_S)
             if link.closing:
                 return  # not acked: the session redelivers it
             self._unadvanced += 1
-        self._post(self._got_message, link, _delivery(msg, link.number))
+        self._post(self._got_message, link, delivery(msg, link.number))
 
     # -- the event loop's side: what a link that is not the current one says is ignored ---
 
-    def _got_connack(self, link: _Link, reason: Any, session_present: bool) -> None:
+    def _got_connack(self, link: Link, reason: Any, session_present: bool) -> None:
         if link is self._link:
             self._connack = (reason, session_present)
             if self._answered is not None:
                 self._answered.set()
 
-    def _got_suback(self, link: _Link, reasons: list[Any]) -> None:
+    def _got_suback(self, link: Link, reasons: list[Any]) -> None:
         if link is self._link:
             self._suback = reasons
             if self._answered is not None:
                 self._answered.set()
 
-    def _got_puback(self, link: _Link, mid: int, reason: Any) -> None:
+    def _got_puback(self, link: Link, mid: int, reason: Any) -> None:
         waiter = self._publish_waiters.pop(mid, None) if link is self._link else None
         if waiter is not None:
             self._publish_results[mid] = reason
             waiter.set()
 
-    def _got_message(self, link: _Link, item: tuple[MqttMessage, MqttReceipt]) -> None:
+    def _got_unsuback(self, mid: int) -> None:
+        waiter = self._unsubscribe_waiters.pop(mid, None)
+        if waiter is not None:
+            waiter.set()
+
+    def _got_message(self, link: Link, item: tuple[MqttMessage, MqttReceipt]) -> None:
         if link is not self._link or link.closing:
             self._release(1)  # redelivered on the current connection
             return
@@ -421,7 +435,7 @@ class MqttSharedStreamProducer(SharedStreamProducer):
         if self._arrived is not None:
             self._arrived.set()
 
-    def _lost(self, link: _Link, error: ProducerError, reason: Any) -> None:
+    def _lost(self, link: Link, error: ProducerError, reason: Any) -> None:
         if link is not self._link or link.closing:
             return
         if int(getattr(reason, "value", 0)) == errors.SESSION_TAKEN_OVER:
@@ -436,7 +450,8 @@ class MqttSharedStreamProducer(SharedStreamProducer):
     def _fail(self, error: ProducerError) -> None:
         if self._error is None:
             self._error = error
-        for event in (self._arrived, self._answered, *self._publish_waiters.values()):
+        waiters = (*self._publish_waiters.values(), *self._unsubscribe_waiters.values())
+        for event in (self._arrived, self._answered, *waiters):
             if event is not None:
                 event.set()
 
@@ -448,27 +463,3 @@ class MqttSharedStreamProducer(SharedStreamProducer):
             f"dead_lettered={self.dead_lettered} reconnects={self.reconnects} "
             f"connection={self.connection} connected={self._link is not None}>"
         )
-
-
-def _delivery(msg: paho.MQTTMessage, connection: int) -> tuple[MqttMessage, MqttReceipt]:
-    """The raw event and the receipt of one PUBLISH paho received."""
-    properties = getattr(msg, "properties", None)
-    pairs = tuple((str(k), str(v)) for k, v in (getattr(properties, "UserProperty", None) or ()))
-    message = build_message(
-        topic=msg.topic,
-        payload=bytes(msg.payload),
-        qos=msg.qos,
-        retain=bool(msg.retain),
-        dup=bool(msg.dup),
-        mid=msg.mid,
-        user_properties=dict(pairs),
-        content_type=getattr(properties, "ContentType", None),
-    )
-    receipt = MqttReceipt(connection, msg.mid, msg.qos, msg.topic, message.payload, pairs)
-    return message, receipt
-
-
-def _disconnect(client: paho.Client) -> None:
-    """Send DISCONNECT after the queued PUBACKs, stop paho's thread (a worker thread)."""
-    client.disconnect()
-    client.loop_stop()
