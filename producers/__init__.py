@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from producers.kafka_settings import KafkaSettings
     from producers.kafka_trigger import KafkaMessageTrigger
     from producers.message_queue import MessageQueueTrigger
+    from producers.mqtt import MqttSharedStreamProducer
+    from producers.mqtt_core import MqttMessage, MqttReceipt, MqttSettings
+    from producers.mqtt_trigger import MqttMessageTrigger
     from producers.rabbitmq import RabbitMQSharedStreamProducer
     from producers.rabbitmq_core import RabbitMQConnection, RabbitMQDelivery, RabbitMQMessage
     from producers.rabbitmq_trigger import RabbitMQMessageTrigger
@@ -44,6 +47,11 @@ _MODULE_OF: Final[dict[str, str]] = {
     "KafkaSettings": "producers.kafka_settings",
     "KafkaSharedStreamProducer": "producers.kafka",
     "MessageQueueTrigger": "producers.message_queue",
+    "MqttMessage": "producers.mqtt_core",
+    "MqttMessageTrigger": "producers.mqtt_trigger",
+    "MqttReceipt": "producers.mqtt_core",
+    "MqttSettings": "producers.mqtt_core",
+    "MqttSharedStreamProducer": "producers.mqtt",
     "RabbitMQConnection": "producers.rabbitmq_core",
     "RabbitMQDelivery": "producers.rabbitmq_core",
     "RabbitMQMessage": "producers.rabbitmq_core",
@@ -65,6 +73,11 @@ __all__: tuple[str, ...] = (
     "KafkaSettings",
     "KafkaSharedStreamProducer",
     "MessageQueueTrigger",
+    "MqttMessage",
+    "MqttMessageTrigger",
+    "MqttReceipt",
+    "MqttSettings",
+    "MqttSharedStreamProducer",
     "RabbitMQConnection",
     "RabbitMQDelivery",
     "RabbitMQMessage",
