@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from producers.kafka_settings import KafkaSettings
     from producers.kafka_trigger import KafkaMessageTrigger
     from producers.message_queue import MessageQueueTrigger
+    from producers.redis import RedisStreamProducer
+    from producers.redis_core import RedisEndpoint, RedisEntry, RedisEntryRef
+    from producers.redis_trigger import RedisStreamTrigger
     from producers.sqs import SqsSharedStreamProducer
     from producers.sqs_core import SqsConnection, SqsMessage, SqsReceipt
     from producers.sqs_trigger import SqsMessageTrigger
@@ -41,6 +44,11 @@ _MODULE_OF: Final[dict[str, str]] = {
     "KafkaSettings": "producers.kafka_settings",
     "KafkaSharedStreamProducer": "producers.kafka",
     "MessageQueueTrigger": "producers.message_queue",
+    "RedisEndpoint": "producers.redis_core",
+    "RedisEntry": "producers.redis_core",
+    "RedisEntryRef": "producers.redis_core",
+    "RedisStreamProducer": "producers.redis",
+    "RedisStreamTrigger": "producers.redis_trigger",
     "SqsConnection": "producers.sqs_core",
     "SqsMessage": "producers.sqs_core",
     "SqsMessageTrigger": "producers.sqs_trigger",
@@ -57,6 +65,11 @@ __all__: tuple[str, ...] = (
     "KafkaSettings",
     "KafkaSharedStreamProducer",
     "MessageQueueTrigger",
+    "RedisEndpoint",
+    "RedisEntry",
+    "RedisEntryRef",
+    "RedisStreamProducer",
+    "RedisStreamTrigger",
     "SqsConnection",
     "SqsMessage",
     "SqsMessageTrigger",
