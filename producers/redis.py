@@ -24,10 +24,12 @@ dead stream (its fields, ``sluice.original_stream``, ``sluice.original_id`` and
 ``(RedisEntry, RedisEntryRef)`` and stays *in flight* until its advance.
 
 ``advance`` takes one lane's resolved prefix (a lane is a stream): clean -> one ``XACK`` with
-every id; rejected -> dead stream + ``XACK`` (one ``MULTI``); failed or zero-subscriber ->
-left pending and read again at once. ``aclose`` marks what is still in flight idle for a
-long time (``XCLAIM ... IDLE``), so the next owner's ``XAUTOCLAIM`` takes it at once, and
-closes the connections. Every redis-py error is translated here to ``producers.exceptions``.
+every id; rejected -> dead stream + ``XACK`` (one ``MULTI``), or with ``on_reject="leave"``
+left pending, not held: the next ``XAUTOCLAIM`` (this consumer's too) delivers it again
+after ``claim_idle_ms``; failed or zero-subscriber -> left pending and read again at once.
+``aclose`` marks what is still in flight idle for a long time (``XCLAIM ... IDLE``), so the
+next owner's ``XAUTOCLAIM`` takes it at once, and closes the connections. Every redis-py
+error is translated here to ``producers.exceptions``.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from producers.redis_core import (
     Disposition,
     InFlight,
     InFlightEntries,
+    OnReject,
     RedisEndpoint,
     RedisEntry,
     RedisEntryRef,
@@ -110,6 +113,7 @@ class RedisStreamProducer(SharedStreamProducer):
         max_deliveries: int | None = DEFAULT_MAX_DELIVERIES,
         dead_letter_stream: str | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        on_reject: OnReject = "dead_letter",
     ) -> None:
         check_settings(
             streams=streams,
@@ -120,8 +124,10 @@ class RedisStreamProducer(SharedStreamProducer):
             claim_idle_ms=claim_idle_ms,
             max_deliveries=max_deliveries,
             start_id=start_id,
+            on_reject=on_reject,
         )
         self.endpoint = endpoint
+        self.on_reject: OnReject = on_reject
         self.streams = tuple(streams)
         self.group = group
         self.consumer = consumer_name or default_consumer_name()
@@ -168,7 +174,7 @@ class RedisStreamProducer(SharedStreamProducer):
         plan: dict[Disposition, list[InFlight]] = {d: [] for d in Disposition}
         for ref, outcome in batch:
             entry = self.in_flight.pop(ref.stream, ref.entry_id)
-            plan[disposition_of(outcome)].append(entry)
+            plan[disposition_of(outcome, self.on_reject)].append(entry)
         for entry in plan[Disposition.REDELIVER]:
             self._redeliver[entry.stream][entry.entry_id] = entry
         self._changed.set()

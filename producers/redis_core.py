@@ -16,7 +16,7 @@ import base64
 import enum
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 from urllib.parse import quote, urlsplit
 
 from producers.exceptions import ProducerConfigError, ProducerError
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
     from shared_stream.producer import AdvanceOutcome
 
+OnReject = Literal["dead_letter", "leave"]
+ON_REJECT_POLICIES: Final[tuple[str, ...]] = get_args(OnReject)
 DEFAULT_URL: Final = "redis://127.0.0.1:6379/0"
 DEFAULT_BODY_FIELD: Final = "body"
 DEFAULT_MAX_IN_FLIGHT: Final = 1000
@@ -127,14 +129,16 @@ class Disposition(enum.Enum):
     ACK = "ack"
     DEAD_LETTER = "dead_letter"
     REDELIVER = "redeliver"
+    LEAVE = "leave"
 
 
-def disposition_of(outcome: AdvanceOutcome) -> Disposition:
-    """Clean -> XACK; any reject -> dead stream + XACK; failed or no subscriber -> read again."""
+def disposition_of(outcome: AdvanceOutcome, on_reject: OnReject = "dead_letter") -> Disposition:
+    """Clean -> XACK; any reject -> dead stream + XACK (or ``leave`` it pending, for the next
+    claim); failed or no subscriber -> read again at once."""
     if outcome.is_clean:
         return Disposition.ACK
     if outcome.rejected:
-        return Disposition.DEAD_LETTER
+        return Disposition.DEAD_LETTER if on_reject == "dead_letter" else Disposition.LEAVE
     return Disposition.REDELIVER
 
 
@@ -191,10 +195,13 @@ def check_settings(
     claim_idle_ms: int | None = DEFAULT_CLAIM_IDLE_MS,
     max_deliveries: int | None = DEFAULT_MAX_DELIVERIES,
     start_id: str = "0",
+    on_reject: str = "dead_letter",
     where: str = "Redis stream producer",
 ) -> None:
     """Raise ``ProducerConfigError`` for settings that cannot work."""
     problems = []
+    if on_reject not in ON_REJECT_POLICIES:
+        problems.append(f"on_reject={on_reject!r} is not one of {list(ON_REJECT_POLICIES)}")
     if not streams or not all(isinstance(s, str) and s for s in streams):
         problems.append(f"streams must be stream names, got {list(streams)!r}")
     if not isinstance(group, str) or not group:

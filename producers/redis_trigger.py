@@ -13,7 +13,10 @@ deduplicated by ``redis:<stream>:<entry id>``:
   **apply_function_kwargs)`` (a ``RedisEntry``; may be async) returning truthy to accept.
 
 All must hold; with none, every entry matches. A filter that raises rejects the entry
-(``reject_shared_stream_event()``): the producer moves it to the dead stream and acks it.
+(``reject_shared_stream_event()``): the producer moves it to the dead stream and acks it
+(``on_reject="dead_letter"``), or leaves it pending (``"leave"``) for the next claim, which
+delivers it again after ``claim_idle_ms`` until ``max_deliveries`` sends it to the dead
+stream.
 An event may carry a partition key (``partition_key_field``: a dotted path of the body,
 ``partition_key_entry_field``: an entry field, or ``partition_key_function``); an accepted
 entry that gives no valid key is rejected the same way, with a warning naming its id.
@@ -65,6 +68,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 
     from producers.redis import RedisStreamProducer
+    from producers.redis_core import OnReject
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +141,7 @@ class RedisStreamTrigger(BaseEventTrigger):
         dead_letter_stream: str | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         block_ms: int = DEFAULT_BLOCK_MS,
+        on_reject: OnReject = "dead_letter",
         partition_key_field: str | None = None,
         partition_key_entry_field: str | None = None,
         partition_key_function: str | None = None,
@@ -156,6 +161,7 @@ class RedisStreamTrigger(BaseEventTrigger):
             claim_idle_ms=claim_idle_ms,
             max_deliveries=max_deliveries,
             start_id=start_id,
+            on_reject=on_reject,
             where=where,
         )
         if apply_function is not None and not is_dotted_path(apply_function):
@@ -180,6 +186,7 @@ class RedisStreamTrigger(BaseEventTrigger):
         self.dead_letter_stream = dead_letter_stream
         self.max_in_flight = max_in_flight
         self.block_ms = block_ms
+        self.on_reject: OnReject = on_reject
         self.partition_key_rule = _key_rule(
             where,
             partition_key_field=partition_key_field,
@@ -209,6 +216,7 @@ class RedisStreamTrigger(BaseEventTrigger):
             "dead_letter_stream": self.dead_letter_stream,
             "max_in_flight": self.max_in_flight,
             "block_ms": self.block_ms,
+            "on_reject": self.on_reject,
         }
         rule = self.partition_key_rule
         if rule is not None:
@@ -248,6 +256,7 @@ class RedisStreamTrigger(BaseEventTrigger):
             max_deliveries=self.max_deliveries,
             dead_letter_stream=self.dead_letter_stream,
             max_in_flight=self.max_in_flight,
+            on_reject=self.on_reject,
         )
 
     async def filter_shared_stream(
@@ -350,7 +359,7 @@ class RedisStreamTrigger(BaseEventTrigger):
         entry_id = getattr(entry, "entry_id", None)
         stream = getattr(entry, "stream", None)
         logger.warning(
-            "RedisStreamTrigger %s rejected entry %s of stream %s: %s; it goes to the dead stream",
+            "RedisStreamTrigger %s rejected entry %s of stream %s: %s; it takes the on_reject path",
             self.trigger_id,
             entry_id,
             stream,
