@@ -28,8 +28,10 @@ every id; rejected -> dead stream + ``XACK`` (one ``MULTI``), or with ``on_rejec
 left pending, not held: the next ``XAUTOCLAIM`` (this consumer's too) delivers it again
 after ``claim_idle_ms``; failed or zero-subscriber -> left pending and read again at once.
 ``aclose`` marks what is still in flight idle for a long time (``XCLAIM ... IDLE``), so the
-next owner's ``XAUTOCLAIM`` takes it at once, and closes the connections. Every redis-py
-error is translated here to ``producers.exceptions``.
+next owner's ``XAUTOCLAIM`` takes it at once, and closes the connections. After each full
+claim pass, the group's other consumers that hold nothing and were idle for
+``claim_idle_ms`` are deleted (one name per engine process would pile up otherwise). The
+commands themselves, and the translation of redis-py's errors, are ``GroupCommands``'.
 """
 
 from __future__ import annotations
@@ -38,24 +40,20 @@ import logging
 import os
 import socket
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import redis.asyncio as redis_asyncio
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
 
 from producers.exceptions import ProducerError
+from producers.redis_commands import GroupCommands
 from producers.redis_core import (
     CLOSE_TIMEOUT_S,
-    CONNECT_TIMEOUT_S,
     DEAD_LETTER_SUFFIX,
     DEFAULT_BLOCK_MS,
     DEFAULT_BODY_FIELD,
     DEFAULT_CLAIM_IDLE_MS,
     DEFAULT_MAX_DELIVERIES,
     DEFAULT_MAX_IN_FLIGHT,
-    SOCKET_TIMEOUT_MARGIN_S,
     Disposition,
     InFlight,
     InFlightEntries,
@@ -64,27 +62,21 @@ from producers.redis_core import (
     RedisEntry,
     RedisEntryRef,
     check_settings,
-    dead_letter_fields,
     disposition_of,
     make_entry,
     read_plan,
-    text,
 )
-from producers.redis_errors import translated
 from shared_stream.producer import SharedStreamProducer
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping, Sequence
 
+    from producers.redis_commands import Raw
     from shared_stream.producer import AdvanceItem
 
 __all__ = ("RedisEntry", "RedisEntryRef", "RedisStreamProducer")
 
 logger = logging.getLogger(__name__)
-
-#: the idle time ``aclose`` gives the entries it releases: any claim takes them at once
-RELEASED_IDLE_MS: Final = 2**40
-REQUEST_RETRIES: Final = 2
 
 # One entry read: (stream, entry id, raw fields, delivery count).
 _Read = tuple[str, str, "Mapping[bytes, bytes]", int]
@@ -139,15 +131,13 @@ class RedisStreamProducer(SharedStreamProducer):
         self.dead_letter_stream = dead_letter_stream
         self.max_in_flight = max_in_flight
         self.in_flight = InFlightEntries()
+        self.commands = GroupCommands(endpoint, group, self.consumer, block_ms)
         self._redeliver: dict[str, dict[str, InFlight]] = defaultdict(dict)
         self._history: dict[str, str] = {}
         self._next_claim_at = 0.0
         self._claim_cursor = dict.fromkeys(self.streams, "0-0")
         self._turn = 0
-        self._client: Any = None
-        self._reader: Any = None
-        self._reader_id: int | None = None
-        self._blocked = False
+        self._opened = False
         self._changed = anyio.Event()
 
     @property
@@ -179,13 +169,12 @@ class RedisStreamProducer(SharedStreamProducer):
             self._redeliver[entry.stream][entry.entry_id] = entry
         self._changed.set()
         if plan[Disposition.REDELIVER]:
-            await self._interrupt_read()
+            await self.commands.unblock_read()
         for stream, entries in _by_stream(plan[Disposition.DEAD_LETTER]).items():
             reason = "rejected by a watcher (its filter, or no partition key)"
-            await self._dead_letter(stream, entries, reason)
+            await self._dead_letter(stream, [(e.entry_id, e.raw_fields) for e in entries], reason)
         for stream, entries in _by_stream(plan[Disposition.ACK]).items():
-            with translated("XACK", self.address):
-                await self._client.xack(stream, self.group, *(e.entry_id for e in entries))
+            await self.commands.ack(stream, [e.entry_id for e in entries])
 
     async def aclose(self) -> None:
         """Release what is still in flight to the next claim (best effort), disconnect."""
@@ -193,12 +182,11 @@ class RedisStreamProducer(SharedStreamProducer):
         for pending in self._redeliver.values():
             entries.extend(pending.values())
         self._redeliver.clear()
-        client, reader = self._client, self._reader
-        self._client = self._reader = None
         with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
             try:
-                if client is not None and entries:
-                    await self._release(client, entries)
+                if self.commands.connected:
+                    for stream, held in _by_stream(entries).items():
+                        await self.commands.release(stream, [e.entry_id for e in held])
             except ProducerError as exc:
                 logger.warning(
                     "Could not release %d in-flight Redis entries of %s: %s; another "
@@ -209,33 +197,15 @@ class RedisStreamProducer(SharedStreamProducer):
                     extra={"action": "redis.release_failed", "address": self.address},
                 )
             finally:
-                for connection in (reader, client):
-                    if connection is not None:
-                        await connection.aclose()
-
-    # -- connecting -----------------------------------------------------------------------
-
-    def _new_client(self, *, single: bool) -> Any:
-        socket_timeout = self.block_ms / 1000 + SOCKET_TIMEOUT_MARGIN_S
-        return redis_asyncio.Redis.from_url(
-            self.endpoint.url,
-            socket_connect_timeout=CONNECT_TIMEOUT_S,
-            socket_timeout=socket_timeout,
-            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), REQUEST_RETRIES),
-            single_connection_client=single,
-            client_name=f"sluice:{self.consumer}",
-        )
+                await self.commands.aclose()
 
     async def _connect(self) -> None:
-        if self._client is not None:
+        if self._opened:
             raise RuntimeError(f"{self!r}: open_stream() runs once per producer")
-        self._client = self._new_client(single=False)
-        self._reader = self._new_client(single=True)
-        with translated("connect", self.address):
-            await self._client.ping()
-            self._reader_id = await self._reader.client_id()
+        self._opened = True
+        await self.commands.connect()
         for stream in self.streams:
-            await self._create_group(stream)
+            await self.commands.create_group(stream, self.start_id)
         logger.info(
             "Redis stream producer connected to %s: group %s, consumer %s, streams %s",
             self.address,
@@ -244,14 +214,6 @@ class RedisStreamProducer(SharedStreamProducer):
             ", ".join(self.streams),
             extra={"action": "redis.connected", "address": self.address},
         )
-
-    async def _create_group(self, stream: str) -> None:
-        with translated("XGROUP CREATE", self.address):
-            try:
-                await self._client.xgroup_create(stream, self.group, self.start_id, mkstream=True)
-            except redis_asyncio.ResponseError as exc:
-                if not str(exc).startswith("BUSYGROUP"):
-                    raise
 
     # -- one round ------------------------------------------------------------------------
 
@@ -281,29 +243,14 @@ class RedisStreamProducer(SharedStreamProducer):
         streams, count = read_plan(self.streams, capacity, self._turn)
         self._turn += 1
         block_ms = max(1, min(self.block_ms, int(self._seconds_to_due() * 1000)))
-        self._blocked = True
-        try:
-            with translated("XREADGROUP", self.address):
-                reply = await self._reader.xreadgroup(
-                    self.group, self.consumer, dict.fromkeys(streams, ">"), count, block_ms
-                )
-        finally:
-            self._blocked = False
-        return [
-            (stream, entry_id, raw, 1)
-            for stream, entries in _entries_of(reply)
-            for entry_id, raw in entries
-            if raw  # never empty for a new entry; kept symmetric with history reads
-        ]
+        got = await self.commands.read_new(streams, count, block_ms)
+        return [(stream, i, raw, 1) for stream, entries in got for i, raw in entries if raw]
 
     async def _read_history(self, capacity: int) -> list[_Read]:
         """This consumer's own pending entries, from id 0 (the start of a restarted one)."""
         streams, count = read_plan(list(self._history), capacity, self._turn)
         self._turn += 1
-        ids = {stream: self._history[stream] for stream in streams}
-        with translated("XREADGROUP", self.address):
-            reply = await self._client.xreadgroup(self.group, self.consumer, ids, count)
-        got: dict[str, list[tuple[str, Mapping[bytes, bytes]]]] = dict(_entries_of(reply))
+        got = await self.commands.read_history({s: self._history[s] for s in streams}, count)
         reads: list[_Read] = []
         for stream in streams:
             entries = got.get(stream, [])
@@ -327,36 +274,29 @@ class RedisStreamProducer(SharedStreamProducer):
             }
             if not counts:
                 continue
-            with translated("XCLAIM", self.address):
-                claimed = await self._client.xclaim(
-                    stream, self.group, self.consumer, 0, list(counts)
-                )
-            found = {text(i): raw for i, raw in claimed}
+            found = dict(await self.commands.claim(stream, list(counts)))
             _log_lost(stream, [i for i in counts if i not in found], self.address)
             reads += [(stream, i, raw, counts[i]) for i, raw in found.items()]
         return reads
 
     async def _claim(self, capacity: int) -> list[_Read]:
         """Entries of any consumer idle for ``claim_idle_ms`` (a dead engine's)."""
-        assert self.claim_idle_ms is not None
+        idle_ms = self.claim_idle_ms
+        assert idle_ms is not None
         streams, count = read_plan(self.streams, capacity, self._turn)
         self._turn += 1
         more = False
         reads: list[_Read] = []
         for stream in streams:
-            with translated("XAUTOCLAIM", self.address):
-                cursor, entries, *deleted = await self._client.xautoclaim(
-                    stream,
-                    self.group,
-                    self.consumer,
-                    self.claim_idle_ms,
-                    self._claim_cursor[stream],
-                    count=count,
-                )
-            self._claim_cursor[stream] = text(cursor)
-            more = more or text(cursor) != "0-0"
-            _log_lost(stream, [text(i) for i in (deleted[0] if deleted else [])], self.address)
-            live = [(text(i), raw) for i, raw in entries if not self._held(stream, text(i))]
+            cursor, entries, gone = await self.commands.autoclaim(
+                stream, idle_ms, self._claim_cursor[stream], count
+            )
+            self._claim_cursor[stream] = cursor
+            if cursor == "0-0":
+                await self._forget_idle_consumers(stream, idle_ms)
+            more = more or cursor != "0-0"
+            _log_lost(stream, gone, self.address)
+            live = [(i, raw) for i, raw in entries if not self._held(stream, i)]
             reads += await self._with_counts(stream, live)
         if reads:
             logger.info(
@@ -368,42 +308,40 @@ class RedisStreamProducer(SharedStreamProducer):
                 extra={"action": "redis.claimed", "address": self.address},
             )
         if not more:
-            self._next_claim_at = anyio.current_time() + self.claim_idle_ms / 2000
+            self._next_claim_at = anyio.current_time() + idle_ms / 2000
         return reads
+
+    async def _forget_idle_consumers(self, stream: str, idle_ms: int) -> None:
+        gone = await self.commands.forget_idle_consumers(stream, idle_ms)
+        if gone:
+            logger.info(
+                "Deleted %d idle Redis consumers holding nothing from group %s of %s: %s",
+                len(gone),
+                self.group,
+                stream,
+                ", ".join(gone[:5]),
+                extra={"action": "redis.consumers_deleted", "address": self.address},
+            )
 
     def _held(self, stream: str, entry_id: str) -> bool:
         """Whether this producer holds the entry already (in flight, or to read again)."""
         return (stream, entry_id) in self.in_flight or entry_id in self._redeliver.get(stream, {})
 
-    async def _with_counts(
-        self, stream: str, entries: Sequence[tuple[str, Mapping[bytes, bytes]]]
-    ) -> list[_Read]:
-        """``entries`` (this consumer's now) with their delivery counts (``XPENDING``)."""
+    async def _with_counts(self, stream: str, entries: Sequence[Raw]) -> list[_Read]:
+        """``entries`` (this consumer's now) with their delivery counts."""
         if not entries:
             return []
-        ids = sorted((i for i, _ in entries), key=_id_key)
-        with translated("XPENDING", self.address):
-            pending = await self._client.xpending_range(
-                stream,
-                self.group,
-                ids[0],
-                ids[-1],
-                len(entries) + len(self.in_flight),
-                consumername=self.consumer,
-            )
-        counts = {text(p["message_id"]): int(p["times_delivered"]) for p in pending}
+        limit = len(entries) + len(self.in_flight)
+        counts = await self.commands.delivery_counts(stream, [i for i, _ in entries], limit)
         return [(stream, i, raw, counts.get(i, 1)) for i, raw in entries]
 
-    async def _drop_trimmed(
-        self, stream: str, entries: Sequence[tuple[str, Mapping[bytes, bytes]]]
-    ) -> list[tuple[str, Mapping[bytes, bytes]]]:
+    async def _drop_trimmed(self, stream: str, entries: Sequence[Raw]) -> list[Raw]:
         """Entries a history read returns without fields were trimmed or deleted before
         they were acked: ack them (nothing is left to deliver) and say so."""
         gone = [i for i, raw in entries if not raw]
         if gone:
             _log_lost(stream, gone, self.address)
-            with translated("XACK", self.address):
-                await self._client.xack(stream, self.group, *gone)
+            await self.commands.ack(stream, gone)
         return [(i, raw) for i, raw in entries if raw]
 
     async def _checked(self, reads: list[_Read]) -> list[_Read]:
@@ -413,12 +351,26 @@ class RedisStreamProducer(SharedStreamProducer):
         if limit is None:
             return reads
         over = [r for r in reads if r[3] > limit]
-        for stream, group in _by_stream_reads(over).items():
-            entries = [InFlight(s, i, raw, n, touched_at=0.0) for s, i, raw, n in group]
-            await self._dead_letter(
-                stream, entries, f"delivered more than max_deliveries={limit} times"
-            )
+        by_stream: dict[str, list[Raw]] = defaultdict(list)
+        for stream, entry_id, raw, _ in over:
+            by_stream[stream].append((entry_id, raw))
+        for stream, entries in by_stream.items():
+            reason = f"delivered more than max_deliveries={limit} times"
+            await self._dead_letter(stream, entries, reason)
         return [r for r in reads if r[3] <= limit] if over else reads
+
+    async def _dead_letter(self, stream: str, entries: Sequence[Raw], reason: str) -> None:
+        dead = self.dead_stream_of(stream)
+        await self.commands.dead_letter(stream, dead, entries, reason)
+        logger.warning(
+            "Moved %d Redis entries of stream %s to %s: %s (ids %s)",
+            len(entries),
+            stream,
+            dead,
+            reason,
+            ", ".join(entry_id for entry_id, _ in entries[:5]),
+            extra={"action": "redis.dead_lettered", "address": self.address, "stream": stream},
+        )
 
     # -- what is due ----------------------------------------------------------------------
 
@@ -444,15 +396,7 @@ class RedisStreamProducer(SharedStreamProducer):
         now = anyio.current_time()
         due = self.in_flight.due(now, every_s)
         for stream, entries in _by_stream(due).items():
-            with translated("XCLAIM", self.address):
-                await self._client.xclaim(
-                    stream,
-                    self.group,
-                    self.consumer,
-                    0,
-                    [e.entry_id for e in entries],
-                    justid=True,
-                )
+            await self.commands.touch(stream, [e.entry_id for e in entries])
         self.in_flight.touched(due, now)
 
     async def _wait_changed(self, timeout_s: float) -> None:
@@ -460,87 +404,18 @@ class RedisStreamProducer(SharedStreamProducer):
         with anyio.move_on_after(timeout_s):
             await self._changed.wait()
 
-    async def _interrupt_read(self) -> None:
-        """End a blocked ``XREADGROUP`` now (as if its block timed out), so the round that
-        reads failed entries again starts at once."""
-        if not self._blocked or self._reader_id is None or self._client is None:
-            return
-        try:
-            with translated("CLIENT UNBLOCK", self.address):
-                await self._client.client_unblock(self._reader_id, error=False)
-        except ProducerError as exc:  # e.g. an ACL without CLIENT: the block times out
-            logger.debug("Could not interrupt the blocked read on %s: %s", self.address, exc)
-
-    # -- writes ---------------------------------------------------------------------------
-
-    async def _dead_letter(self, stream: str, entries: Sequence[InFlight], reason: str) -> None:
-        """Copy ``entries`` of ``stream`` to its dead stream and ack them, in one MULTI."""
-        dead = self.dead_stream_of(stream)
-        with translated("MULTI XADD/XACK", self.address):
-            async with self._client.pipeline(transaction=True) as pipe:
-                for entry in entries:
-                    pipe.xadd(
-                        dead, dead_letter_fields(entry.raw_fields, stream, entry.entry_id, reason)
-                    )
-                pipe.xack(stream, self.group, *(e.entry_id for e in entries))
-                await pipe.execute()
-        logger.warning(
-            "Moved %d Redis entries of stream %s to %s: %s (ids %s)",
-            len(entries),
-            stream,
-            dead,
-            reason,
-            ", ".join(e.entry_id for e in entries[:5]),
-            extra={"action": "redis.dead_lettered", "address": self.address, "stream": stream},
-        )
-
-    async def _release(self, client: Any, entries: Sequence[InFlight]) -> None:
-        for stream, held in _by_stream(entries).items():
-            with translated("XCLAIM", self.address):
-                await client.xclaim(
-                    stream,
-                    self.group,
-                    self.consumer,
-                    0,
-                    [e.entry_id for e in held],
-                    idle=RELEASED_IDLE_MS,
-                    justid=True,
-                )
-
     def __repr__(self) -> str:
         return (
             f"<RedisStreamProducer {self.address} group={self.group!r} "
             f"consumer={self.consumer!r} streams={list(self.streams)} "
-            f"in_flight={len(self.in_flight)} connected={self._client is not None}>"
+            f"in_flight={len(self.in_flight)} connected={self.commands.connected}>"
         )
-
-
-def _entries_of(reply: Any) -> list[tuple[str, list[tuple[str, Mapping[bytes, bytes]]]]]:
-    """An ``XREADGROUP`` reply as ``[(stream, [(entry id, fields), ...]), ...]``."""
-    if not reply:
-        return []
-    items = reply.items() if isinstance(reply, dict) else reply
-    return [
-        (text(stream), [(text(i), raw or {}) for i, raw in entries]) for stream, entries in items
-    ]
-
-
-def _id_key(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
 
 
 def _by_stream(entries: Sequence[InFlight]) -> dict[str, list[InFlight]]:
     grouped: dict[str, list[InFlight]] = defaultdict(list)
     for entry in entries:
         grouped[entry.stream].append(entry)
-    return grouped
-
-
-def _by_stream_reads(reads: Sequence[_Read]) -> dict[str, list[_Read]]:
-    grouped: dict[str, list[_Read]] = defaultdict(list)
-    for read in reads:
-        grouped[read[0]].append(read)
     return grouped
 
 

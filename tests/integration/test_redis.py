@@ -280,6 +280,33 @@ async def test_a_restarted_consumer_reads_its_own_pending_entries_first(
     assert await _pending(redis_client, stream) == 0
 
 
+async def test_an_entry_trimmed_before_its_ack_is_reported_lost_and_acked(
+    redis_streams_url, redis_client, redis_stream_name, caplog
+) -> None:
+    stream = redis_stream_name
+    ids = await _publish(redis_client, stream, {"n": 0}, {"n": 1})
+    trigger = _trigger(redis_streams_url, stream, consumer_name="engine-1")
+    with anyio.fail_after(8):
+        first = trigger.build_producer()
+        reader = first.open_stream()
+        [await anext(reader) for _ in range(2)]
+        await reader.aclose()
+        await first.aclose()
+        await redis_client.xdel(stream, ids[0])  # trimmed while pending
+        again = trigger.build_producer()
+        reader = again.open_stream()
+        try:
+            entry, ref = await anext(reader)
+            await again.advance([AdvanceItem(ref, CLEAN)])
+        finally:
+            await reader.aclose()
+            await again.aclose()
+    assert entry.entry_id == ids[1]
+    assert await _pending(redis_client, stream) == 0
+    [lost] = [r for r in caplog.records if getattr(r, "action", None) == "redis.entries_lost"]
+    assert ids[0] in lost.getMessage()
+
+
 async def test_a_dead_consumer_s_entries_are_claimed_after_claim_idle_ms(
     redis_streams_url, redis_client, redis_stream_name
 ) -> None:
@@ -299,6 +326,64 @@ async def test_a_dead_consumer_s_entries_are_claimed_after_claim_idle_ms(
             await producer.aclose()
     assert (entry.entry_id, entry.delivery_count) == (entry_id, 2)
     assert await _pending(redis_client, stream) == 0
+    consumers = [c["name"].decode() for c in await redis_client.xinfo_consumers(stream, GROUP)]
+    assert consumers == ["survivor"]  # the dead one, holding nothing now, was deleted
+
+
+async def test_entries_in_flight_are_kept_from_other_consumers_claims(
+    redis_streams_url, redis_client, redis_stream_name
+) -> None:
+    stream = redis_stream_name
+    await _publish(redis_client, stream, {"n": 1})
+    producer = _trigger(redis_streams_url, stream, claim_idle_ms=300).build_producer()
+    got: list[Any] = []
+
+    async def consume() -> None:
+        async for item in producer.open_stream():
+            got.append(item)  # noqa: PERF401 - seen one by one while it runs
+
+    with anyio.fail_after(8):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(consume)
+            await wait_until(lambda: got)
+            # Held three claim idle times: the producer keeps resetting its idle time.
+            await anyio.sleep(0.9)
+            _, claimed, _ = await redis_client.xautoclaim(stream, GROUP, "thief", 300, count=10)
+            assert claimed == []
+            await producer.advance([AdvanceItem(got[0][1], CLEAN)])
+            tg.cancel_scope.cancel()
+        await producer.aclose()
+    assert await _pending(redis_client, stream) == 0
+
+
+async def test_on_reject_leave_redelivers_a_rejected_entry_until_max_deliveries(
+    redis_streams_url, redis_client, redis_stream_name
+) -> None:
+    stream = redis_stream_name
+    ids = await _publish(redis_client, stream, "not json", {"kind": "order"})
+    trigger = _trigger(
+        redis_streams_url,
+        stream,
+        body_filter={"kind": "order"},
+        on_reject="leave",
+        claim_idle_ms=200,
+        max_deliveries=2,
+    )
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg, SharedStreamManager() as manager:
+            harness = SubscriberHarness(manager, trigger, trigger_id=1)
+            tg.start_soon(harness.run)
+            await harness.wait_for_events(1)
+            await eventually(lambda: _dead_exists(redis_client, stream))
+            await eventually(_all_acked(redis_client, stream))
+            tg.cancel_scope.cancel()
+    [dead] = await _dead(redis_client, stream)
+    assert (dead["body"], dead["sluice.original_id"]) == ("not json", ids[0])
+    assert "max_deliveries=2" in dead["sluice.reason"]  # rejected twice, then dead
+
+
+async def _dead_exists(client: Any, stream: str) -> bool:
+    return bool(await client.exists(f"{stream}:dead"))
 
 
 async def test_close_releases_what_is_in_flight_to_the_next_claim_at_once(
