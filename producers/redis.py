@@ -28,7 +28,9 @@ every id; rejected -> dead stream + ``XACK`` (one ``MULTI``), or with ``on_rejec
 left pending, not held: the next ``XAUTOCLAIM`` (this consumer's too) delivers it again
 after ``claim_idle_ms``; failed or zero-subscriber -> left pending and read again at once.
 ``aclose`` marks what is still in flight idle for a long time (``XCLAIM ... IDLE``), so the
-next owner's ``XAUTOCLAIM`` takes it at once, and closes the connections. After each full
+next owner's ``XAUTOCLAIM`` takes it at once, and closes the connections. ``fence`` (the
+engine lost the group to another) stops every command at once: what it held is claimed by
+the new owner after ``claim_idle_ms``. After each full
 claim pass, the group's other consumers that hold nothing and were idle for
 ``claim_idle_ms`` are deleted (one name per engine process would pile up otherwise). The
 commands themselves, and the translation of redis-py's errors, are ``GroupCommands``'.
@@ -160,7 +162,22 @@ class RedisStreamProducer(SharedStreamProducer):
         ref: RedisEntryRef = broker_payload
         return ref.stream
 
+    def fence(self) -> None:
+        """Send nothing more to the group (no read, claim, touch nor ack): another engine
+        owns it now and claims what this one held after ``claim_idle_ms``."""
+        self.commands.fenced = True
+        self._changed.set()
+        logger.warning(
+            "Redis consumer %s of group %s on %s fenced: reads, claims and acks nothing more",
+            self.consumer,
+            self.group,
+            self.address,
+            extra={"action": "redis.fenced", "address": self.address},
+        )
+
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
+        if self.commands.fenced:
+            raise ProducerError(f"{self!r} is fenced: nothing is acked")
         plan: dict[Disposition, list[InFlight]] = {d: [] for d in Disposition}
         for ref, outcome in batch:
             entry = self.in_flight.pop(ref.stream, ref.entry_id)
@@ -184,7 +201,7 @@ class RedisStreamProducer(SharedStreamProducer):
         self._redeliver.clear()
         with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
             try:
-                if self.commands.connected:
+                if self.commands.connected and not self.commands.fenced:
                     for stream, held in _by_stream(entries).items():
                         await self.commands.release(stream, [e.entry_id for e in held])
             except ProducerError as exc:

@@ -48,6 +48,7 @@ class GroupCommands:
         self.consumer = consumer
         self.block_ms = block_ms
         self.blocked = False
+        self.fenced = False
         self._client: Any = None
         self._reader: Any = None
         self._reader_id: int | None = None
@@ -70,6 +71,15 @@ class GroupCommands:
             client_name=f"sluice:{self.consumer}",
         )
 
+    def _check(self, action: str) -> None:
+        """Refuse every command once fenced: another engine owns the group's entries now,
+        and a claim, a touch or an ack from here would take them from it."""
+        if self.fenced:
+            raise ProducerError(
+                f"Redis consumer {self.consumer} of group {self.group} on {self.address} is "
+                f"fenced: {action} is not sent"
+            )
+
     async def connect(self) -> None:
         if self._client is not None:
             raise RuntimeError(f"{self!r} is connected already")
@@ -88,6 +98,7 @@ class GroupCommands:
 
     async def create_group(self, stream: str, start_id: str) -> None:
         """``XGROUP CREATE ... MKSTREAM``; an existing group is kept as it is."""
+        self._check("create_group")
         with translated("XGROUP CREATE", self.address):
             try:
                 await self._client.xgroup_create(stream, self.group, start_id, mkstream=True)
@@ -101,6 +112,7 @@ class GroupCommands:
         self, streams: Sequence[str], count: int, block_ms: int
     ) -> list[tuple[str, list[Raw]]]:
         """``XREADGROUP ... >`` on the reader's connection, blocking up to ``block_ms``."""
+        self._check("read_new")
         self.blocked = True
         try:
             with translated("XREADGROUP", self.address):
@@ -114,6 +126,7 @@ class GroupCommands:
     async def read_history(self, after: Mapping[str, str], count: int) -> dict[str, list[Raw]]:
         """This consumer's own pending entries after the given ids (no block); an entry
         trimmed since it was read comes with empty fields."""
+        self._check("read_history")
         with translated("XREADGROUP", self.address):
             reply = await self._client.xreadgroup(self.group, self.consumer, dict(after), count)
         return dict(_entries_of(reply))
@@ -121,6 +134,7 @@ class GroupCommands:
     async def claim(self, stream: str, entry_ids: Sequence[str]) -> list[Raw]:
         """``XCLAIM`` these entries to this consumer now (their delivery count goes up);
         entries trimmed meanwhile are dropped from the pending list and not returned."""
+        self._check("claim")
         with translated("XCLAIM", self.address):
             claimed = await self._client.xclaim(
                 stream, self.group, self.consumer, 0, list(entry_ids)
@@ -131,6 +145,7 @@ class GroupCommands:
         self, stream: str, min_idle_ms: int, cursor: str, count: int
     ) -> tuple[str, list[Raw], list[str]]:
         """``XAUTOCLAIM``: the next cursor, the entries claimed, the ids found trimmed."""
+        self._check("autoclaim")
         with translated("XAUTOCLAIM", self.address):
             reply = await self._client.xautoclaim(
                 stream, self.group, self.consumer, min_idle_ms, cursor, count=count
@@ -141,6 +156,7 @@ class GroupCommands:
 
     async def touch(self, stream: str, entry_ids: Sequence[str]) -> None:
         """Reset the idle time of entries this consumer holds (``XCLAIM ... JUSTID``)."""
+        self._check("touch")
         with translated("XCLAIM", self.address):
             await self._client.xclaim(
                 stream, self.group, self.consumer, 0, list(entry_ids), justid=True
@@ -148,6 +164,7 @@ class GroupCommands:
 
     async def release(self, stream: str, entry_ids: Sequence[str]) -> None:
         """Mark entries idle for a long time, so that the next claim takes them at once."""
+        self._check("release")
         with translated("XCLAIM", self.address):
             await self._client.xclaim(
                 stream,
@@ -164,6 +181,7 @@ class GroupCommands:
     ) -> dict[str, int]:
         """How many times each of this consumer's pending entries was delivered
         (``XPENDING`` over their id range, at most ``limit`` rows)."""
+        self._check("delivery_counts")
         ids = sorted(entry_ids, key=_id_key)
         with translated("XPENDING", self.address):
             pending = await self._client.xpending_range(
@@ -174,6 +192,7 @@ class GroupCommands:
     # -- acks -----------------------------------------------------------------------------
 
     async def ack(self, stream: str, entry_ids: Sequence[str]) -> None:
+        self._check("ack")
         with translated("XACK", self.address):
             await self._client.xack(stream, self.group, *entry_ids)
 
@@ -181,6 +200,7 @@ class GroupCommands:
         self, stream: str, dead_stream: str, entries: Sequence[Raw], reason: str
     ) -> None:
         """Copy ``entries`` to ``dead_stream`` and ack them, in one ``MULTI``."""
+        self._check("dead_letter")
         with translated("MULTI XADD/XACK", self.address):
             async with self._client.pipeline(transaction=True) as pipe:
                 for entry_id, raw in entries:
@@ -202,6 +222,7 @@ class GroupCommands:
     async def forget_idle_consumers(self, stream: str, idle_ms: int) -> list[str]:
         """Delete the group's other consumers that hold nothing and were idle for
         ``idle_ms`` (the names of engines gone): they would pile up, one per restart."""
+        self._check("forget_idle_consumers")
         with translated("XINFO CONSUMERS", self.address):
             consumers = await self._client.xinfo_consumers(stream, self.group)
         gone = [

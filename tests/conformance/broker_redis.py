@@ -158,6 +158,10 @@ class PrivateRedis:
 class RedisKit:
     kind = KIND
     cannot: Mapping[str, str] = {}
+    #: what an engine logs when it (re)opens a consumer or moves entries of the group (acks
+    #: are not logged one by one: a zombie's would fail on its fenced commands)
+    consumer_actions = frozenset({"redis.connected", "redis.claimed", "redis.dead_lettered"})
+    disturbed_actions: frozenset[str] = frozenset()
 
     def __init__(self, url: str) -> None:
         self.url = url

@@ -24,7 +24,12 @@ from engine.db.queries import triggers as trigger_rows
 from engine.states import TriggerKind
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import RedisStreamTrigger
-from producers.exceptions import BrokerRefused, BrokerUnavailable, ProducerConfigError
+from producers.exceptions import (
+    BrokerRefused,
+    BrokerUnavailable,
+    ProducerConfigError,
+    ProducerError,
+)
 from shared_stream import AckTimeout, AdvanceItem, AdvanceOutcome, SharedStreamManager
 from shared_stream.testing import SubscriberHarness
 from tests.waiting import eventually, wait_until
@@ -410,6 +415,28 @@ async def test_close_releases_what_is_in_flight_to_the_next_claim_at_once(
             await producer.aclose()
     assert entry.entry_id == entry_id
     assert await _pending(redis_client, stream) == 0
+
+
+async def test_a_fenced_producer_sends_nothing_more_to_the_group(
+    redis_streams_url, redis_client, redis_stream_name
+) -> None:
+    stream = redis_stream_name
+    await _publish(redis_client, stream, {"n": 0}, {"n": 1})
+    producer = _trigger(redis_streams_url, stream, consumer_name="zombie").build_producer()
+    with anyio.fail_after(8):
+        reader = producer.open_stream()
+        _, ref = await anext(reader)
+        producer.fence()
+        with pytest.raises(ProducerError, match="fenced"):
+            await producer.advance([AdvanceItem(ref, CLEAN)])
+        with pytest.raises(ProducerError, match="fenced"):
+            while True:
+                await anext(reader)  # what the last read returned, then no read more
+        await producer.aclose()
+    [zombie] = await redis_client.xinfo_consumers(stream, GROUP)
+    assert (zombie["name"], zombie["pending"]) == (b"zombie", 2)  # not acked, not released
+    [ours] = await redis_client.xpending_range(stream, GROUP, "-", "+", 1)
+    assert ours["time_since_delivered"] < 60_000  # no release: claimed after claim_idle_ms
 
 
 async def test_max_in_flight_bounds_what_the_producer_holds(
