@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from producers.kafka_trigger import KafkaMessageTrigger
     from producers.message_queue import MessageQueueTrigger
     from producers.redis import RedisStreamProducer
-    from producers.redis_core import RedisEndpoint, RedisEntry, RedisEntryBatch
+    from producers.redis_core import RedisEndpoint, RedisEntry, RedisEntryRef
     from producers.redis_trigger import RedisStreamTrigger
     from producers.sqs import SqsSharedStreamProducer
     from producers.sqs_core import SqsConnection, SqsMessage, SqsReceipt
@@ -46,7 +46,7 @@ _MODULE_OF: Final[dict[str, str]] = {
     "MessageQueueTrigger": "producers.message_queue",
     "RedisEndpoint": "producers.redis_core",
     "RedisEntry": "producers.redis_core",
-    "RedisEntryBatch": "producers.redis_core",
+    "RedisEntryRef": "producers.redis_core",
     "RedisStreamProducer": "producers.redis",
     "RedisStreamTrigger": "producers.redis_trigger",
     "SqsConnection": "producers.sqs_core",
@@ -67,7 +67,7 @@ __all__: tuple[str, ...] = (
     "MessageQueueTrigger",
     "RedisEndpoint",
     "RedisEntry",
-    "RedisEntryBatch",
+    "RedisEntryRef",
     "RedisStreamProducer",
     "RedisStreamTrigger",
     "SqsConnection",

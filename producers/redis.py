@@ -49,7 +49,6 @@ import anyio
 from producers.exceptions import ProducerError
 from producers.redis_commands import GroupCommands
 from producers.redis_core import (
-    BATCH_ENTRIES,
     CLOSE_TIMEOUT_S,
     DEAD_LETTER_SUFFIX,
     DEFAULT_BLOCK_MS,
@@ -63,26 +62,23 @@ from producers.redis_core import (
     OnReject,
     RedisEndpoint,
     RedisEntry,
-    RedisEntryBatch,
+    RedisEntryRef,
     check_settings,
     disposition_of,
     make_entry,
     read_plan,
 )
-from shared_stream.producer import AdvanceOutcome, SharedStreamProducer
+from shared_stream.producer import SharedStreamProducer
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+    from collections.abc import AsyncIterator, Mapping, Sequence
 
     from producers.redis_commands import Raw
     from shared_stream.producer import AdvanceItem
 
-__all__ = ("RedisEntry", "RedisEntryBatch", "RedisStreamProducer")
+__all__ = ("RedisEntry", "RedisEntryRef", "RedisStreamProducer")
 
 logger = logging.getLogger(__name__)
-
-#: the outcome of an entry a watcher refused (noted on its batch)
-_REFUSED = AdvanceOutcome(acked=0, failed=0, rejected=1)
 
 # One entry read: (stream, entry id, raw fields, delivery count).
 _Read = tuple[str, str, "Mapping[bytes, bytes]", int]
@@ -155,16 +151,16 @@ class RedisStreamProducer(SharedStreamProducer):
 
     # -- the producer ---------------------------------------------------------------------
 
-    async def open_stream(self) -> AsyncIterator[tuple[RedisEntryBatch, RedisEntryBatch]]:
+    async def open_stream(self) -> AsyncIterator[tuple[RedisEntry, RedisEntryRef]]:
         await self._connect()
         self._history = dict.fromkeys(self.streams, "0")
         while True:
-            for batch in self._admit(await self._round()):
-                yield batch, batch  # the batch is its own broker payload
+            for read in await self._round():
+                yield self._admit(read)
 
     def get_advance_lane(self, broker_payload: Any) -> str:
-        batch: RedisEntryBatch = broker_payload
-        return batch.stream
+        ref: RedisEntryRef = broker_payload
+        return ref.stream
 
     def fence(self) -> None:
         """Send nothing more to the group (no read, claim, touch nor ack): another engine
@@ -183,39 +179,19 @@ class RedisStreamProducer(SharedStreamProducer):
         if self.commands.fenced:
             raise ProducerError(f"{self!r} is fenced: nothing is acked")
         plan: dict[Disposition, list[InFlight]] = {d: [] for d in Disposition}
-        reasons: dict[str, str] = {}
-        for entries, outcome in batch:
-            for entry_id, disposition in self._dispositions(entries, outcome, reasons):
-                plan[disposition].append(self.in_flight.pop(entries.stream, entry_id))
+        for ref, outcome in batch:
+            entry = self.in_flight.pop(ref.stream, ref.entry_id)
+            plan[disposition_of(outcome, self.on_reject)].append(entry)
         for entry in plan[Disposition.REDELIVER]:
             self._redeliver[entry.stream][entry.entry_id] = entry
         self._changed.set()
         if plan[Disposition.REDELIVER]:
             await self.commands.unblock_read()
-        for stream, dead in _by_stream(plan[Disposition.DEAD_LETTER]).items():
-            await self._dead_letter(
-                stream, [(e.entry_id, e.raw_fields, reasons[e.entry_id]) for e in dead]
-            )
+        for stream, entries in _by_stream(plan[Disposition.DEAD_LETTER]).items():
+            reason = "rejected by a watcher (its filter, or no partition key)"
+            await self._dead_letter(stream, [(e.entry_id, e.raw_fields) for e in entries], reason)
         for stream, entries in _by_stream(plan[Disposition.ACK]).items():
             await self.commands.ack(stream, [e.entry_id for e in entries])
-
-    def _dispositions(
-        self, batch: RedisEntryBatch, outcome: AdvanceOutcome, reasons: dict[str, str]
-    ) -> Iterator[tuple[str, Disposition]]:
-        """Each entry's disposition: the batch's, but an entry a watcher refused (noted on
-        the batch) of a batch otherwise clean goes the ``on_reject`` way."""
-        whole = disposition_of(outcome, self.on_reject)
-        refused = disposition_of(_REFUSED, self.on_reject)
-        for entry in batch.entries:
-            entry_id = entry.entry_id
-            reason = batch.rejected.get(entry_id)
-            if whole is Disposition.ACK and reason is not None:
-                reasons[entry_id] = reason
-                yield entry_id, refused
-                continue
-            if whole is Disposition.DEAD_LETTER:
-                reasons[entry_id] = reason or "rejected by a watcher"
-            yield entry_id, whole
 
     async def aclose(self) -> None:
         """Release what is still in flight to the next claim (best effort), disconnect."""
@@ -272,20 +248,13 @@ class RedisStreamProducer(SharedStreamProducer):
             return await self._checked(await self._claim(capacity))
         return await self._read_new(capacity)
 
-    def _admit(self, reads: Sequence[_Read]) -> list[RedisEntryBatch]:
-        """``reads`` in flight, as batches of consecutive entries of one stream."""
-        now = anyio.current_time()
-        batches: list[RedisEntryBatch] = []
-        run: list[RedisEntry] = []
-        for stream, entry_id, raw, count in reads:
-            self.in_flight.add(InFlight(stream, entry_id, raw, count, touched_at=now))
-            if run and (run[0].stream != stream or len(run) == BATCH_ENTRIES):
-                batches.append(RedisEntryBatch(run[0].stream, run))
-                run = []
-            run.append(make_entry(stream, entry_id, raw, self.body_field, count))
-        if run:
-            batches.append(RedisEntryBatch(run[0].stream, run))
-        return batches
+    def _admit(self, read: _Read) -> tuple[RedisEntry, RedisEntryRef]:
+        stream, entry_id, raw, count = read
+        entry = InFlight(stream, entry_id, raw, count, touched_at=anyio.current_time())
+        self.in_flight.add(entry)
+        return make_entry(stream, entry_id, raw, self.body_field, count), RedisEntryRef(
+            stream, entry_id
+        )
 
     async def _read_new(self, capacity: int) -> list[_Read]:
         streams, count = read_plan(self.streams, capacity, self._turn)
@@ -402,24 +371,21 @@ class RedisStreamProducer(SharedStreamProducer):
         by_stream: dict[str, list[Raw]] = defaultdict(list)
         for stream, entry_id, raw, _ in over:
             by_stream[stream].append((entry_id, raw))
-        reason = f"delivered more than max_deliveries={limit} times"
         for stream, entries in by_stream.items():
-            await self._dead_letter(stream, [(i, raw, reason) for i, raw in entries])
+            reason = f"delivered more than max_deliveries={limit} times"
+            await self._dead_letter(stream, entries, reason)
         return [r for r in reads if r[3] <= limit] if over else reads
 
-    async def _dead_letter(
-        self, stream: str, entries: Sequence[tuple[str, Mapping[bytes, bytes], str]]
-    ) -> None:
-        """Copy ``(entry id, fields, reason)`` entries to the dead stream and ack them."""
+    async def _dead_letter(self, stream: str, entries: Sequence[Raw], reason: str) -> None:
         dead = self.dead_stream_of(stream)
-        await self.commands.dead_letter(stream, dead, entries)
+        await self.commands.dead_letter(stream, dead, entries, reason)
         logger.warning(
             "Moved %d Redis entries of stream %s to %s: %s (ids %s)",
             len(entries),
             stream,
             dead,
-            entries[0][2],
-            ", ".join(entry_id for entry_id, _, _ in entries[:5]),
+            reason,
+            ", ".join(entry_id for entry_id, _ in entries[:5]),
             extra={"action": "redis.dead_lettered", "address": self.address, "stream": stream},
         )
 

@@ -197,19 +197,15 @@ class GroupCommands:
             await self._client.xack(stream, self.group, *entry_ids)
 
     async def dead_letter(
-        self,
-        stream: str,
-        dead_stream: str,
-        entries: Sequence[tuple[str, Mapping[bytes, bytes], str]],
+        self, stream: str, dead_stream: str, entries: Sequence[Raw], reason: str
     ) -> None:
-        """Copy ``(entry id, fields, reason)`` entries to ``dead_stream`` and ack them, in
-        one ``MULTI``."""
+        """Copy ``entries`` to ``dead_stream`` and ack them, in one ``MULTI``."""
         self._check("dead_letter")
         with translated("MULTI XADD/XACK", self.address):
             async with self._client.pipeline(transaction=True) as pipe:
-                for entry_id, raw, reason in entries:
+                for entry_id, raw in entries:
                     pipe.xadd(dead_stream, dead_letter_fields(raw, stream, entry_id, reason))
-                pipe.xack(stream, self.group, *(entry_id for entry_id, _, _ in entries))
+                pipe.xack(stream, self.group, *(entry_id for entry_id, _ in entries))
                 await pipe.execute()
 
     async def unblock_read(self) -> None:

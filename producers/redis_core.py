@@ -22,7 +22,7 @@ from urllib.parse import quote, urlsplit
 from producers.exceptions import ProducerConfigError, ProducerError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
     from shared_stream.producer import AdvanceOutcome
 
@@ -31,8 +31,6 @@ ON_REJECT_POLICIES: Final[tuple[str, ...]] = get_args(OnReject)
 DEFAULT_URL: Final = "redis://127.0.0.1:6379/0"
 DEFAULT_BODY_FIELD: Final = "body"
 DEFAULT_MAX_IN_FLIGHT: Final = 1000
-#: entries of one stream per raw event at most (a read of more is split)
-BATCH_ENTRIES: Final = 250
 DEFAULT_BLOCK_MS: Final = 5000
 DEFAULT_CLAIM_IDLE_MS: Final = 30_000
 DEFAULT_MAX_DELIVERIES: Final = 10
@@ -117,40 +115,12 @@ class RedisEntry:
     delivery_count: int
 
 
-class RedisEntryBatch:
-    """Consecutive entries of one stream, read together: one raw event of the shared stream
-    (and its own broker payload), fanned out, resolved and advanced as one.
+@dataclass(frozen=True, slots=True)
+class RedisEntryRef:
+    """The broker payload of one entry: what ``advance`` needs."""
 
-    Every subscriber receives the same object: read-only by contract, except through
-    ``note_rejection``, by which a watcher refuses one entry of it (the producer sends that
-    entry the ``on_reject`` way and acks the others); ``reject_shared_stream_event()`` would
-    refuse the whole batch.
-    """
-
-    __slots__ = ("entries", "rejected", "stream")
-
-    def __init__(self, stream: str, entries: Sequence[RedisEntry]) -> None:
-        if not entries:
-            raise ValueError(f"a RedisEntryBatch of {stream} needs entries")
-        self.stream = stream
-        self.entries = tuple(entries)
-        self.rejected: dict[str, str] = {}
-
-    def note_rejection(self, entry: RedisEntry, reason: str) -> None:
-        """Record that a watcher refused ``entry`` and why (the first reason is kept)."""
-        self.rejected.setdefault(entry.entry_id, reason)
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def __iter__(self) -> Iterator[RedisEntry]:
-        return iter(self.entries)
-
-    def __repr__(self) -> str:
-        return (
-            f"<RedisEntryBatch {self.stream} {self.entries[0].entry_id}.."
-            f"{self.entries[-1].entry_id} ({len(self.entries)}) rejected={len(self.rejected)}>"
-        )
+    stream: str
+    entry_id: str
 
 
 class Disposition(enum.Enum):

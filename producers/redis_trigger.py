@@ -12,9 +12,8 @@ deduplicated by ``redis:<stream>:<entry id>``:
 - ``apply_function``: the dotted path of ``f(entry, *apply_function_args,
   **apply_function_kwargs)`` (a ``RedisEntry``; may be async) returning truthy to accept.
 
-All must hold; with none, every entry matches. A filter that raises refuses the entry (it
-is noted on its ``RedisEntryBatch``, the raw event that carries consecutive entries of one
-stream): the producer moves it to the dead stream and acks it
+All must hold; with none, every entry matches. A filter that raises rejects the entry
+(``reject_shared_stream_event()``): the producer moves it to the dead stream and acks it
 (``on_reject="dead_letter"``), or leaves it pending (``"leave"``) for the next claim, which
 delivers it again after ``claim_idle_ms`` until ``max_deliveries`` sends it to the dead
 stream.
@@ -35,7 +34,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from producers.exceptions import EventFilterError, ProducerConfigError
 from producers.partition_keys import (
@@ -66,15 +65,7 @@ from triggers.exceptions import TriggerContractError
 from triggers.extras import importing_extra, require_extra
 
 if TYPE_CHECKING:
-    from collections.abc import (
-        AsyncIterator,
-        Awaitable,
-        Callable,
-        Coroutine,
-        Hashable,
-        Mapping,
-        Sequence,
-    )
+    from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 
     from producers.redis import RedisStreamProducer
     from producers.redis_core import OnReject
@@ -82,8 +73,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _MISSING = object()
-# Entries a watcher judges from its queue of batches before it lets the event loop run.
-YIELD_EVERY_ENTRIES: Final = 2_000
 #: the keyword of each partition-key source this trigger offers
 _KEY_OPTIONS = {
     "field": "partition_key_field",
@@ -273,70 +262,36 @@ class RedisStreamTrigger(BaseEventTrigger):
     async def filter_shared_stream(
         self, shared_stream: AsyncIterator[Any]
     ) -> AsyncIterator[TriggerEvent]:
-        """Judge every entry of every raw event (a ``RedisEntryBatch``): an event for each
-        accepted one; a refused one is noted on its batch (the others stay clean)."""
-        import anyio.lowlevel  # where it runs (the triggerer), not where a DAG file imports
+        from shared_stream.subscriber import reject_shared_stream_event  # where it runs
 
         self._load_functions()
-        judged = 0
-        async for batch in shared_stream:
-            if judged >= YIELD_EVERY_ENTRIES:  # a queue of batches: let the loop run
-                judged = 0
-                await anyio.lowlevel.checkpoint()
-            judged += len(batch.entries)
-            for entry in batch.entries:
-                verdict = self._verdict(entry)
-                if verdict is None:  # the usual verdict of a filtered watcher
-                    continue
-                if not isinstance(verdict, TriggerEvent | str):
-                    verdict = await verdict  # an async apply_function
-                if isinstance(verdict, TriggerEvent):
-                    yield verdict
-                elif verdict is not None:
-                    self._log_rejected(entry, verdict)
-                    batch.note_rejection(entry, verdict)
-
-    def _verdict(
-        self, entry: RedisEntry
-    ) -> TriggerEvent | str | Coroutine[Any, Any, TriggerEvent | str | None] | None:
-        """The event ``entry`` fires, None (not for this watcher) or why it is refused; a
-        coroutine of that only for an async ``apply_function`` (every watcher judges every
-        entry: no coroutine per entry otherwise)."""
-        try:
-            matched = self.matches(entry)
-        except Exception as exc:  # noqa: BLE001 - a filter that raises refuses the entry
-            return f"its filter raised {exc!r}"
-        if inspect.isawaitable(matched):
-            return self._accepted_later(entry, matched)
-        return self._event(entry) if matched else None
-
-    async def _accepted_later(
-        self, entry: RedisEntry, pending: Awaitable[Any]
-    ) -> TriggerEvent | str | None:
-        try:
-            accepted = await pending
-        except Exception as exc:  # noqa: BLE001 - a filter that raises refuses the entry
-            return f"its filter raised {exc!r}"
-        return self._event(entry) if accepted else None
-
-    def _event(self, entry: RedisEntry) -> TriggerEvent | str:
-        """The accepted entry's event, or why it is refused (it gives no valid key)."""
-        key = None
         rule = self.partition_key_rule
-        if rule is not None:
+        async for entry in shared_stream:
             try:
-                key = self._partition_key(entry, rule)
-            except NoKey as problem:
-                return f"no partition key ({_KEY_OPTIONS[rule.source]}={rule.name!r}): {problem}"
-        return TriggerEvent(
-            self.event_payload(entry),
-            dedup_key=f"redis:{entry.stream}:{entry.entry_id}",
-            partition_key=key,
-        )
+                matched = await self.matches(entry)
+            except Exception as exc:  # noqa: BLE001 - a filter that raises rejects the entry
+                self._log_rejected(entry, f"its filter raised {exc!r}")
+                reject_shared_stream_event()
+                continue
+            if not matched:
+                continue
+            key = None
+            if rule is not None:
+                try:
+                    key = self._partition_key(entry, rule)
+                except NoKey as problem:
+                    reason = f"no partition key ({_KEY_OPTIONS[rule.source]}={rule.name!r}): "
+                    self._log_rejected(entry, reason + str(problem))
+                    reject_shared_stream_event()
+                    continue
+            yield TriggerEvent(
+                self.event_payload(entry),
+                dedup_key=f"redis:{entry.stream}:{entry.entry_id}",
+                partition_key=key,
+            )
 
-    def matches(self, entry: RedisEntry) -> bool | Awaitable[Any]:
-        """True when ``entry`` passes this trigger's filters (an awaitable of the answer for
-        an async ``apply_function``); may raise to refuse it."""
+    async def matches(self, entry: RedisEntry) -> bool:
+        """True when ``entry`` passes this trigger's filters; may raise to reject it."""
         for name, expected in self.field_filter.items():
             actual = entry.fields.get(name, _MISSING)
             if actual is _MISSING or not _field_accepts(expected, actual):
@@ -355,7 +310,9 @@ class RedisStreamTrigger(BaseEventTrigger):
         if self._function is None:
             return True
         accepted = self._function(entry, *self.apply_function_args, **self.apply_function_kwargs)
-        return accepted if inspect.isawaitable(accepted) else bool(accepted)
+        if inspect.isawaitable(accepted):
+            accepted = await accepted
+        return bool(accepted)
 
     def _partition_key(self, entry: RedisEntry, rule: PartitionKeyRule) -> str:
         if rule.source == "field":
