@@ -31,6 +31,8 @@ ON_REJECT_POLICIES: Final[tuple[str, ...]] = get_args(OnReject)
 DEFAULT_URL: Final = "redis://127.0.0.1:6379/0"
 DEFAULT_BODY_FIELD: Final = "body"
 DEFAULT_MAX_IN_FLIGHT: Final = 1000
+#: entries one read (XREADGROUP, XAUTOCLAIM) asks for at most, whatever the free capacity
+READ_ENTRIES: Final = 200
 DEFAULT_BLOCK_MS: Final = 5000
 DEFAULT_CLAIM_IDLE_MS: Final = 30_000
 DEFAULT_MAX_DELIVERIES: Final = 10
