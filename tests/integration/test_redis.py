@@ -466,6 +466,21 @@ async def test_max_in_flight_bounds_what_the_producer_holds(
         await producer.aclose()
 
 
+async def test_a_cancelled_blocking_read_ends_promptly(
+    redis_streams_url, redis_client, redis_stream_name
+) -> None:
+    producer = _trigger(redis_streams_url, redis_stream_name, block_ms=20_000).build_producer()
+    with anyio.fail_after(3):  # far below the 20 s block
+        reader = producer.open_stream()
+        with anyio.move_on_after(0.3) as scope:
+            await anext(reader)
+        assert scope.cancelled_caught
+        await reader.aclose()
+        await producer.aclose()
+    assert "connected=False" in repr(producer)
+    assert await redis_client.exists(redis_stream_name)  # the group made it (MKSTREAM)
+
+
 async def test_an_unreachable_server_raises_broker_unavailable_naming_it() -> None:
     trigger = RedisStreamTrigger(stream="s", group="g", url="redis://:hunter2@127.0.0.1:9/3")
     with anyio.fail_after(10):
