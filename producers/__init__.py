@@ -33,6 +33,9 @@ if TYPE_CHECKING:
     from producers.rabbitmq import RabbitMQSharedStreamProducer
     from producers.rabbitmq_core import RabbitMQConnection, RabbitMQDelivery, RabbitMQMessage
     from producers.rabbitmq_trigger import RabbitMQMessageTrigger
+    from producers.redis import RedisStreamProducer
+    from producers.redis_core import RedisEndpoint, RedisEntry, RedisEntryRef
+    from producers.redis_trigger import RedisStreamTrigger
     from producers.sqs import SqsSharedStreamProducer
     from producers.sqs_core import SqsConnection, SqsMessage, SqsReceipt
     from producers.sqs_trigger import SqsMessageTrigger
@@ -57,6 +60,11 @@ _MODULE_OF: Final[dict[str, str]] = {
     "RabbitMQMessage": "producers.rabbitmq_core",
     "RabbitMQMessageTrigger": "producers.rabbitmq_trigger",
     "RabbitMQSharedStreamProducer": "producers.rabbitmq",
+    "RedisEndpoint": "producers.redis_core",
+    "RedisEntry": "producers.redis_core",
+    "RedisEntryRef": "producers.redis_core",
+    "RedisStreamProducer": "producers.redis",
+    "RedisStreamTrigger": "producers.redis_trigger",
     "SqsConnection": "producers.sqs_core",
     "SqsMessage": "producers.sqs_core",
     "SqsMessageTrigger": "producers.sqs_trigger",
@@ -83,6 +91,11 @@ __all__: tuple[str, ...] = (
     "RabbitMQMessage",
     "RabbitMQMessageTrigger",
     "RabbitMQSharedStreamProducer",
+    "RedisEndpoint",
+    "RedisEntry",
+    "RedisEntryRef",
+    "RedisStreamProducer",
+    "RedisStreamTrigger",
     "SqsConnection",
     "SqsMessage",
     "SqsMessageTrigger",
