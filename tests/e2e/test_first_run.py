@@ -35,6 +35,10 @@ BROKER_WATCHERS = (
     "sqs-receipts",
     "rabbitmq-shipments-dhl",
     "rabbitmq-shipments-ups",
+    "redis-shipments-dhl",
+    "redis-shipments-ups",
+    "mqtt-temperature",
+    "mqtt-humidity",
 )
 RETRIES = 3  # failed attempts of each broker watcher before the log is read
 WARNING = re.compile(
@@ -65,6 +69,9 @@ def test_a_first_run_without_brokers_logs_one_warning_per_watcher_and_no_traceba
         SLUICE_EXAMPLE_SQS_ENDPOINT=f"http://{address}",
         SLUICE_EXAMPLE_SQS_QUEUE_URL=f"http://{address}/123456789012/documents",
         SLUICE_EXAMPLE_RABBITMQ_URL=f"amqp://guest:guest@{address}/",
+        SLUICE_EXAMPLE_REDIS_URL=f"redis://{address}/0",
+        SLUICE_EXAMPLE_MQTT_HOST="127.0.0.1",
+        SLUICE_EXAMPLE_MQTT_PORT=str(refused_port),
     )
     home.mkdir()
     assert run_cli("db", "migrate", env=env).returncode == 0
