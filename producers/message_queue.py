@@ -13,8 +13,15 @@ Airflow trigger each scheme builds there (Kafka's ``AwaitMessageTrigger``: ``top
 (``KafkaMessageTrigger``, ``SqsMessageTrigger``: ``group_id``, ``match_fields``,
 ``body_filter``, ...).
 
-What comes back is a ``KafkaMessageTrigger`` or an ``SqsMessageTrigger``: the trigger row
-stores that class, the triggerer runs it as any watcher (shared streams, ack mode, dedup).
+Sluice's other brokers have schemes of their own, with the Sluice trigger's keywords:
+``"rabbitmq"`` (or ``"amqp"``: ``RabbitMQMessageTrigger``), ``"redis+streams"``
+(``RedisStreamTrigger``), ``"nats"`` (``NatsJetStreamTrigger``) and ``"mqtt"``
+(``MqttMessageTrigger``). Airflow's ``"redis+pubsub"`` is refused: Redis pub/sub cannot
+redeliver a message, so an event could be lost; Sluice reads Redis Streams instead.
+
+What comes back is the Sluice trigger of the scheme (``KafkaMessageTrigger``,
+``SqsMessageTrigger``, ...): the trigger row stores that class, the triggerer runs it as any
+watcher (shared streams, ack mode, dedup).
 An unknown scheme, an argument neither trigger knows, or one whose behaviour Sluice does
 not have (Kafka's ``poll_timeout`` / ``poll_interval``; SQS's ``max_messages``,
 ``num_batches``, ``message_filtering``, ``delete_message_on_reception=False``, ...; a
@@ -23,6 +30,7 @@ not have (Kafka's ``poll_timeout`` / ``poll_interval``; SQS's ``max_messages``,
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 from typing import TYPE_CHECKING, Any, Final
@@ -35,8 +43,25 @@ if TYPE_CHECKING:
 
 __all__ = ("KNOWN_SCHEMES", "MessageQueueTrigger")
 
-#: the schemes ``MessageQueueTrigger`` builds a trigger for
-KNOWN_SCHEMES: Final = ("kafka", "sqs")
+#: the schemes ``MessageQueueTrigger`` builds a trigger for -> (module, class)
+_TRIGGERS: Final[dict[str, tuple[str, str]]] = {
+    "kafka": ("producers.kafka_trigger", "KafkaMessageTrigger"),
+    "sqs": ("producers.sqs_trigger", "SqsMessageTrigger"),
+    "rabbitmq": ("producers.rabbitmq_trigger", "RabbitMQMessageTrigger"),
+    "amqp": ("producers.rabbitmq_trigger", "RabbitMQMessageTrigger"),
+    "redis+streams": ("producers.redis_trigger", "RedisStreamTrigger"),
+    "nats": ("producers.nats_trigger", "NatsJetStreamTrigger"),
+    "mqtt": ("producers.mqtt_trigger", "MqttMessageTrigger"),
+}
+KNOWN_SCHEMES: Final = tuple(_TRIGGERS)
+#: schemes whose trigger takes a ``queue=`` of its own (with ``scheme=``, not a URI)
+_QUEUE_IS_AN_ARGUMENT: Final = frozenset({"rabbitmq", "amqp"})
+#: schemes Airflow has and Sluice refuses -> why, and what to use
+_REFUSED_SCHEMES: Final = {
+    "redis+pubsub": "Redis pub/sub cannot redeliver a message, so an event missed while a "
+    "watcher restarts is lost; publish to a Redis stream and use scheme='redis+streams' "
+    "(RedisStreamTrigger: consumer groups, acks after the event is stored)",
+}
 _SQS_URL: Final = re.compile(r"^https://sqs\.[^.]+\.amazonaws\.com/[0-9]+/.+")
 
 #: Airflow's argument -> Sluice's, per scheme
@@ -80,12 +105,18 @@ def MessageQueueTrigger(
             f"MessageQueueTrigger: trigger_queue={trigger_queue!r}: Sluice's triggerers take "
             "every trigger (no triggerer queues); leave it out"
         )
-    if queue is not None:
+    if queue is not None and scheme in _QUEUE_IS_AN_ARGUMENT:
+        kwargs = {"queue": queue, **kwargs}  # RabbitMQ's queue name, not a URI
+    elif queue is not None:
         scheme, kwargs = _from_uri(queue, kwargs)
     elif scheme is None:
         raise ProducerConfigError(
             f"MessageQueueTrigger: give scheme= (one of {list(KNOWN_SCHEMES)}) or queue=, a "
             "queue URI"
+        )
+    if scheme in _REFUSED_SCHEMES:
+        raise ProducerConfigError(
+            f"MessageQueueTrigger: scheme {scheme!r} is not supported: {_REFUSED_SCHEMES[scheme]}"
         )
     if scheme not in KNOWN_SCHEMES:
         raise ProducerConfigError(
@@ -105,9 +136,10 @@ def _from_uri(queue: str, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     parsed = urlparse(queue)
     if parsed.scheme != "kafka":
         raise ProducerConfigError(
-            f"MessageQueueTrigger: queue {queue!r} is not a queue Sluice reads; the known "
-            f"schemes are {list(KNOWN_SCHEMES)} (kafka://<broker>/<topics>, or an SQS queue "
-            "URL https://sqs.<region>.amazonaws.com/<account>/<name>)"
+            f"MessageQueueTrigger: queue {queue!r} is not a queue URI Sluice reads: "
+            "kafka://<broker>/<topics>, or an SQS queue URL "
+            "https://sqs.<region>.amazonaws.com/<account>/<name>; for the other brokers give "
+            f"scheme= (one of {list(KNOWN_SCHEMES)}) with the trigger's own arguments"
         )
     topics = [t for t in parsed.path.lstrip("/").split(",") if t]
     if not topics and "topics" not in kwargs:
@@ -122,13 +154,9 @@ def _from_uri(queue: str, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def _trigger_class(scheme: str) -> type[BaseEventTrigger]:
-    if scheme == "kafka":
-        from producers.kafka_trigger import KafkaMessageTrigger
-
-        return KafkaMessageTrigger
-    from producers.sqs_trigger import SqsMessageTrigger
-
-    return SqsMessageTrigger
+    module, name = _TRIGGERS[scheme]
+    trigger_class: type[BaseEventTrigger] = getattr(importlib.import_module(module), name)
+    return trigger_class
 
 
 def _arguments(
@@ -136,7 +164,7 @@ def _arguments(
 ) -> dict[str, Any]:
     """``kwargs`` under the Sluice trigger's names; refused: what it has no use for."""
     where = f"MessageQueueTrigger(scheme={scheme!r})"
-    refused = _REFUSED[scheme]
+    refused = _REFUSED.get(scheme, {})
     if scheme == "sqs" and kwargs.get("delete_message_on_reception", True) is not True:
         raise ProducerConfigError(
             f"{where}: delete_message_on_reception=False: SqsMessageTrigger deletes a message "
@@ -148,13 +176,13 @@ def _arguments(
             continue  # True: what ack mode does, once the event is stored
         if name in refused:
             raise ProducerConfigError(f"{where}: {name} is not supported: {refused[name]}")
-        arguments[_RENAMED[scheme].get(name, name)] = value
+        arguments[_RENAMED.get(scheme, {}).get(name, name)] = value
     accepted = set(inspect.signature(trigger_class).parameters)
     unknown = sorted(set(arguments) - accepted)
     if unknown:
         raise ProducerConfigError(
             f"{where}: {trigger_class.__name__} takes no {unknown}; it takes "
-            f"{sorted(accepted | set(_RENAMED[scheme]))}"
+            f"{sorted(accepted | set(_RENAMED.get(scheme, {})))}"
         )
     if scheme == "kafka" and "group_id" not in arguments:
         raise ProducerConfigError(

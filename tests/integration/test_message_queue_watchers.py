@@ -76,6 +76,6 @@ def test_each_schemes_watcher_is_stored_as_its_sluice_trigger(
         report = parse_in_process(db, cipher, dags)
         (error,) = report.errors.values()
         assert "scheme 'pulsar' is not one Sluice reads" in error.message
-        assert "['kafka', 'sqs']" in error.message
+        assert "['kafka', 'sqs', 'rabbitmq'" in error.message
     finally:
         db.dispose()

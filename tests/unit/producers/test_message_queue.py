@@ -9,10 +9,18 @@ from typing import Any
 
 import pytest
 
-from producers import KafkaMessageTrigger, MessageQueueTrigger, SqsMessageTrigger
+from producers import (
+    KafkaMessageTrigger,
+    MessageQueueTrigger,
+    MqttMessageTrigger,
+    RabbitMQMessageTrigger,
+    RedisStreamTrigger,
+    SqsMessageTrigger,
+)
 from producers.exceptions import ProducerConfigError
 
 SQS_URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders"
+AMQP = "amqp://guest:guest@127.0.0.1:5672/"
 
 
 def test_scheme_kafka_builds_a_kafka_watcher_with_airflows_arguments() -> None:
@@ -67,10 +75,30 @@ def test_an_sqs_queue_url_builds_an_sqs_watcher() -> None:
 
 
 @pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({"scheme": "rabbitmq", "queue": "orders", "url": AMQP}, RabbitMQMessageTrigger),
+        ({"scheme": "amqp", "queue": "orders", "url": AMQP}, RabbitMQMessageTrigger),
+        ({"scheme": "redis+streams", "stream": "orders", "group": "g"}, RedisStreamTrigger),
+        ({"scheme": "mqtt", "topic": "sensors/#", "client_id": "c"}, MqttMessageTrigger),
+    ],
+)
+def test_the_other_brokers_take_their_own_arguments_by_scheme(
+    arguments: dict[str, Any], expected: type
+) -> None:
+    trigger = MessageQueueTrigger(**arguments)
+    assert type(trigger) is expected
+    direct = expected(**{k: v for k, v in arguments.items() if k != "scheme"})
+    assert trigger.serialize() == direct.serialize()
+
+
+@pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        ({"scheme": "redis+pubsub", "channels": ["c"]}, r"known schemes are \['kafka', 'sqs'\]"),
-        ({"queue": "amqp://rabbit/q"}, r"known schemes are \['kafka', 'sqs'\]"),
+        ({"scheme": "redis+pubsub", "channels": ["c"]}, "cannot redeliver.*redis\\+streams"),
+        ({"scheme": "zeromq"}, r"known schemes are \['kafka', 'sqs', 'rabbitmq'"),
+        ({"queue": "amqp://rabbit/q"}, "give scheme="),
+        ({"scheme": "rabbitmq", "queue": "q", "url": AMQP, "colour": "blue"}, r"takes no"),
         ({}, "give scheme="),
         ({"queue": "kafka://broker:9092", "group_id": "g"}, "names no topic"),
         ({"scheme": "kafka", "topics": ["t"]}, "give group_id="),
