@@ -15,6 +15,13 @@ message); each event's payload holds the decoded body somewhere the kit can find
 
 A case a protocol cannot meet is listed in ``KitBroker.cannot`` with the reason; the kit
 marks it xfail(strict=True) with that reason, never skips it silently.
+
+How the kit finds an adapter: every module ``tests/conformance/broker_<kind>.py`` exports
+``kit_broker(request: pytest.FixtureRequest) -> AbstractContextManager[KitBroker]`` (a
+``contextlib.contextmanager``). The kit enters it once per test process, from a session
+fixture parametrised over the modules found (``request.getfixturevalue`` reaches the
+session's server fixtures, e.g. ``kafka_broker``); its exit cleans up. Adding a broker is
+adding that one file.
 """
 
 from __future__ import annotations
