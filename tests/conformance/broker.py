@@ -54,7 +54,8 @@ class KitStream(Protocol):
 
         Every watcher built from one stream shares one ``shared_stream_key`` (one consumer).
         ``dead_letter``: a rejected message goes to the stream's dead-letter place (read by
-        ``dead_lettered``). ``options``: extra trigger keyword arguments a case needs
+        ``dead_lettered``); False: it stays with the broker, which delivers it again (Kafka:
+        ``on_unclean="stop"``; SQS: ``on_reject="leave"``), as ``redelivery_dedup`` needs. ``options``: extra trigger keyword arguments a case needs
         (passed through as they are)."""
         ...
 
@@ -67,7 +68,8 @@ class KitStream(Protocol):
         ...
 
     async def publish_raw(self, payload: bytes, *, lane: int = 0) -> None:
-        """Publish bytes as they are (a poison payload: not JSON)."""
+        """Publish bytes as they are (a poison payload: not JSON; the kit's is ASCII text,
+        which every broker can carry)."""
         ...
 
     async def unresolved(self) -> int:
