@@ -63,9 +63,10 @@ def _answers(url: str) -> bool:
         return False
 
 
-def start_moto(log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """Start the patched moto server; fail (never skip) if it does not answer in time."""
-    port = _free_port()
+def start_moto(log: Path, *, port: int | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the patched moto server (on ``port``, else a free one); fail (never skip) if it
+    does not answer in time."""
+    port = port or _free_port()
     url = f"http://127.0.0.1:{port}"
     with log.open("ab") as handle:
         proc = subprocess.Popen(
