@@ -122,6 +122,15 @@ class KitBroker(Protocol):
         """The kit's ``n`` of the message an asset event's payload came from."""
         ...
 
+    # Optional (read with ``getattr``, empty when absent), for ``zombie_owner``'s "never
+    # acks, never rejoins": the JSON log ``action``s by which an engine shows it (re)opened
+    # a consumer or advanced the broker (``consumer_actions``, e.g. Kafka's
+    # ``kafka.partitions_assigned``; the zombie's log must hold none after it resumed), and
+    # those by which the rightful owner shows another consumer disturbed it
+    # (``disturbed_actions``, e.g. ``kafka.partitions_revoked``).
+    #   consumer_actions: frozenset[str]
+    #   disturbed_actions: frozenset[str]
+
     def dedup_prefix(self) -> str:
         """The prefix of every dedup key this broker's trigger gives (``kafka:``, ``sqs:``,
         ...): the kit checks that events are deduplicated by broker identity."""
