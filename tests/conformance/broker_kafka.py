@@ -237,6 +237,18 @@ class KafkaKit:
             if private.broker is not None:
                 await anyio.to_thread.run_sync(stop_tansu, private.broker.process)
 
+    #: a consumer (re)joined the group or got partitions; the broker was advanced unclean
+    consumer_actions = frozenset(
+        {
+            "kafka.consumer_started",
+            "kafka.partitions_assigned",
+            "kafka.dead_lettered",
+            "kafka.committed_unclean",
+        }
+    )
+    #: another member joined the group and took partitions away from the owner
+    disturbed_actions = frozenset({"kafka.partitions_revoked"})
+
     def payload_n(self, payload: Mapping[str, Any]) -> int:
         return int(payload["value"]["n"])
 

@@ -204,6 +204,9 @@ class SqsKit:
             if private.process is not None:
                 await anyio.to_thread.run_sync(stop_moto, private.process)
 
+    #: a consumer connected to the queue; a message was moved to the dead-letter queue
+    consumer_actions = frozenset({"sqs.connected", "sqs.dead_lettered"})
+
     def payload_n(self, payload: Mapping[str, Any]) -> int:
         return int(payload["body"]["n"])
 

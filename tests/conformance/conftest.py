@@ -12,16 +12,22 @@ collection).
 from __future__ import annotations
 
 import importlib
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import pytest
+from anyio.from_thread import start_blocking_portal
+
+from tests.conformance.fleet import open_fleet
+from tests.db_templates import pg_copy
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from types import ModuleType
 
     from tests.conformance.broker import KitBroker
+    from tests.conformance.fleet import Fleet
 
 HERE: Final = Path(__file__).parent
 
@@ -38,6 +44,21 @@ def kit(request: pytest.FixtureRequest) -> Iterator[KitBroker]:
     with ADAPTERS[request.param].kit_broker(request) as broker:
         assert broker.kind == request.param, (broker.kind, request.param)
         yield broker
+
+
+@pytest.fixture(scope="session")
+def fleet(
+    kit: KitBroker,
+    pg_admin_url: str,
+    pg_template: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Fleet]:
+    """The broker's fleet (``tests/conformance/fleet.py``), shared by the process cases."""
+    with ExitStack() as stack:
+        portal = stack.enter_context(start_blocking_portal())
+        url = stack.enter_context(pg_copy(pg_admin_url, pg_template))
+        tmp = tmp_path_factory.mktemp(f"fleet-{kit.kind}")
+        yield open_fleet(kit, portal, url, tmp, stack)
 
 
 def _kind_of(item: pytest.Item) -> str | None:

@@ -28,7 +28,7 @@ import anyio
 import pytest
 
 from tests.conformance.inprocess import kit_engine
-from tests.conformance.world import expected, message, n_of_raw, record_figures
+from tests.conformance.world import ABC, expected, message, n_of_raw, record_figures
 from tests.waiting import eventually
 
 if TYPE_CHECKING:
@@ -45,7 +45,6 @@ SETTLE_S = 30.0
 FAN_OUT_N = 60
 LANE_ORDER_ACK_TIMEOUT_S = 1.0
 OUTAGE_S = 8.0  # the broker is down at least this long, unless every watcher said so
-ABC = {"a": "a", "b": "b", "all": None}  # watcher label -> the kind it takes
 
 
 async def publish(stream: KitStream, ns: range, **extra: Any) -> None:

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from tests.conformance.broker import KitBroker
 
 KINDS: Final = ("a", "b", "c")  # what sibling watchers filter on: "c" only the catch-all
+#: the kit's usual siblings: watcher label -> the kind it takes (None: every message)
+ABC: Final = {"a": "a", "b": "b", "all": None}
 
 DAG_FILE: Final = """\
 from functools import reduce
