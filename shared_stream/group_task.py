@@ -20,7 +20,7 @@ import anyio
 import anyio.lowlevel
 
 from shared_stream.advancer import AdvanceSlot, send_advance
-from shared_stream.exceptions import SharedStreamTerminated
+from shared_stream.exceptions import SharedStreamFenced, SharedStreamTerminated
 from shared_stream.subscriber import forget_current_stream
 from shared_stream.timer import DeadlineTimer
 
@@ -120,6 +120,21 @@ class GroupTask:
         self.slot.clear()
         self._scope.cancel()
 
+    def fence(self) -> None:
+        """The owner lost its lease: the producer stops talking to its broker at once
+        (synchronously, before any other task of the loop runs), then the task ends."""
+        producer = self.producer
+        if producer is not None:
+            try:
+                producer.fence()
+            except Exception:
+                logger.exception(
+                    "Fencing the producer of shared stream key=%r failed; closing it",
+                    self.group.key,
+                    extra={"action": "shared_stream.fence_failed"},
+                )
+        self.cancel()
+
     async def _poll(self) -> None:
         group = self.group
         try:
@@ -182,6 +197,14 @@ class GroupTask:
                 continue
             batch, dispatched_at = taken
             assert self.producer is not None
+            if not group.settings.may_advance():
+                group.terminate(
+                    SharedStreamFenced(
+                        f"not advancing {len(batch.seqs)} event(s) of key={group.key!r}: this "
+                        "process cannot tell it still owns the stream (its lease lapsed)"
+                    )
+                )
+                return
             drain_deadline = self._drain_deadline if group.stopping else None
             try:
                 completed = await send_advance(self.producer, batch, drain_deadline=drain_deadline)

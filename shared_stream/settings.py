@@ -21,3 +21,6 @@ class GroupSettings:
     cohort_grace_s: float
     stop_grace_s: float
     clock: Callable[[], float]
+    #: asked right before every ``producer.advance``: False once the owner of the groups
+    #: lost its lease (``SharedStreamManager.fence``), and while it cannot tell it holds it
+    may_advance: Callable[[], bool] = lambda: True
