@@ -162,7 +162,11 @@ class Fleet:
         if len(jobs) != 1:
             return None
         job = next(iter(jobs))
-        return next((e for e in self.live() if e.job_id == job), None)
+        if job is None:
+            return None
+        # by pid: a fenced triggerer starts again in its process under a new job
+        pid = self.db.call(lambda s: s.execute(select(Job.pid).where(Job.id == job)).scalar())
+        return next((e for e in self.live() if e.proc.pid == pid), None)
 
     def ready(self, count: int = 2) -> tuple[Engine, list[Engine]]:
         """``count`` live engines, one of which owns the whole group; (owner, the others)."""
