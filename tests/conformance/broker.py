@@ -55,8 +55,9 @@ class KitStream(Protocol):
         Every watcher built from one stream shares one ``shared_stream_key`` (one consumer).
         ``dead_letter``: a rejected message goes to the stream's dead-letter place (read by
         ``dead_lettered``); False: it stays with the broker, which delivers it again (Kafka:
-        ``on_unclean="stop"``; SQS: ``on_reject="leave"``), as ``redelivery_dedup`` needs. ``options``: extra trigger keyword arguments a case needs
-        (passed through as they are)."""
+        ``on_unclean="stop"``; SQS: ``on_reject="leave"``), as ``redelivery_dedup`` needs.
+        ``options``: extra trigger keyword arguments a case needs (passed through as they
+        are; the kit passes ``partition_key_field``)."""
         ...
 
     #: the import line(s) the DAG file needs for ``watcher_source``

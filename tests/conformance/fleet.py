@@ -21,7 +21,6 @@ import os
 import signal
 import subprocess
 import time
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -39,6 +38,7 @@ from tests.integration.harness import parse_in_process
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from contextlib import ExitStack
     from pathlib import Path
 
     from anyio.from_thread import BlockingPortal
@@ -80,7 +80,7 @@ class Engine:
 
     def records(self, *, after: int = 0) -> list[dict[str, Any]]:
         """Its JSON log records from byte ``after`` of the log on."""
-        return [r for r in _records_from(self.log, after)]
+        return list(_records_from(self.log, after))
 
     def log_size(self) -> int:
         return self.log.stat().st_size if self.log.exists() else 0

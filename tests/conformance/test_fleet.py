@@ -32,7 +32,6 @@ from tests.conformance.world import ABC, expected, record_figures
 from tests.e2e.helpers import wait_for
 
 if TYPE_CHECKING:
-    from tests.conformance.broker import KitBroker
     from tests.conformance.fleet import Engine, Fleet
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
