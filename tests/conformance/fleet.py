@@ -125,6 +125,17 @@ class Fleet:
     # -- engines --------------------------------------------------------------------------
 
     def start(self) -> Engine:
+        """Start an engine and wait until its triggerer job runs."""
+        engine = self.spawn()
+        self.wait_started(engine)
+        return engine
+
+    def wait_started(self, engine: Engine) -> None:
+        engine.job_id = wait_for(
+            lambda: self._job_of(engine), timeout=START_S, what=f"{engine.name}'s triggerer job"
+        )
+
+    def spawn(self) -> Engine:
         name = f"kit-e{len(self.engines)}"
         env = sluice_env(
             self.tmp / name,
@@ -138,9 +149,6 @@ class Fleet:
         proc = start_cli("--log-format", "json", "triggerer", env=env, log=log)
         engine = Engine(name, proc, log)
         self.engines.append(engine)
-        engine.job_id = wait_for(
-            lambda: self._job_of(engine), timeout=START_S, what=f"{name}'s triggerer job"
-        )
         return engine
 
     def _job_of(self, engine: Engine) -> int | None:
@@ -170,8 +178,9 @@ class Fleet:
 
     def ready(self, count: int = 2) -> tuple[Engine, list[Engine]]:
         """``count`` live engines, one of which owns the whole group; (owner, the others)."""
-        while len(self.live()) < count:
-            self.start()
+        started = [self.spawn() for _ in range(count - len(self.live()))]  # start together
+        for engine in started:
+            self.wait_started(engine)
         owner = wait_for(self.owner, timeout=START_S, what="one live engine to own every watcher")
         return owner, [e for e in self.live() if e is not owner]
 

@@ -116,7 +116,9 @@ def _settings(ack_timeout_s: float) -> TriggererSettings:
     return TriggererSettings(
         capacity=100,
         heartbeat_s=0.5,
-        health_check_threshold_s=5.0,
+        # no takeover here: a lease long enough that lane_order's lock of the database
+        # (which stops heartbeats too) does not fence the triggerer
+        health_check_threshold_s=30.0,
         claim_idle_interval_s=0.1,
         new_trigger_poll_s=0.05,
         shutdown_grace_s=5,

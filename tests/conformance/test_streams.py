@@ -240,12 +240,9 @@ async def test_lane_order(
                     lock.execute("BEGIN IMMEDIATE")  # the persister cannot write: all stall
                     await publish(stream, second)
                     gate.published = len(ns)
+                    # the subscribers fail on their ack timeout (trigger_failed records)
                     await eventually(
-                        _sync(
-                            lambda: sum(
-                                g.ack_timeouts for g in engine.triggerer.shared_streams.stats()
-                            )
-                        ),
+                        _sync(lambda: engine.failures(unavailable=False)),
                         within=SETTLE_S,
                         step=0.05,
                     )
@@ -253,6 +250,7 @@ async def test_lane_order(
                     lock.execute("ROLLBACK")
                     lock.close()
                 await eventually(lambda: gate.drained(ns, dead_ok=True), within=SETTLE_S, step=0.1)
+                reasons = [r.getMessage() for r in engine.failures(unavailable=False)]
                 stored, dead = engine.stored(), await stream.dead_lettered()
     dead_ns = {n_of_raw(p) for p in dead}
     kept = {label: set(got) | dead_ns for label, got in stored.ns.items()}
@@ -265,6 +263,7 @@ async def test_lane_order(
     assert not lost, f"neither stored nor dead-lettered: {lost}"
     assert not stored.duplicated(), stored.ns
     assert not gate.violations, gate.violations[:5]
+    assert any("AckTimeout" in reason for reason in reasons), reasons
 
 
 async def test_broker_restart(

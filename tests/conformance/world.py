@@ -86,13 +86,11 @@ class Stored:
 
     @classmethod
     def read(cls, db: Database, kit: KitBroker) -> Stored:
-        rows = db.call(
-            lambda s: s.execute(
-                select(Asset.name, AssetEvent.payload, AssetEvent.dedup_key).join(
-                    Asset, Asset.id == AssetEvent.asset_id
-                )
-            ).all()
+        query = select(Asset.name, AssetEvent.payload, AssetEvent.dedup_key).join(
+            Asset, Asset.id == AssetEvent.asset_id
         )
+        # read-only: on SQLite a snapshot without the write lock (never waits on a writer)
+        rows = db.call(lambda s: s.execute(query).all(), read_only=True)
         stored = cls()
         for asset, payload, key in rows:
             label = asset.removeprefix("kit-")
