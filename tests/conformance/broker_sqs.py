@@ -5,8 +5,8 @@ visibility timeout, so that a message an engine held when it died comes back wit
 case, and a dead-letter queue. ``unresolved`` is what the queue still holds, visible or in
 flight. ``dead_lettered`` receives and deletes what reached the dead-letter queue and keeps
 it, so that each call returns everything seen so far. The private broker is a moto server of
-the case's own; moto keeps nothing across a restart, so ``start`` creates the case's queues
-again (same names: same URLs).
+the case's own; moto keeps nothing across a restart, so ``start`` has the server create the
+case's queues before it serves its first request (same names: same URLs).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from aiobotocore.session import get_session
 
-from tests.services_sqs import SqsEndpoint, start_moto, stop_moto
+from tests.services_sqs import SqsEndpoint, start_moto
 
 if TYPE_CHECKING:
     import subprocess
@@ -169,17 +169,27 @@ class PrivateMoto:
         return _stream(self.endpoint, self._streams)
 
     async def stop(self) -> None:
+        """Kill the server (a terminated moto waits seconds for its clients' keep-alive
+        connections; moto keeps nothing anyway)."""
         assert self.process is not None
-        await anyio.to_thread.run_sync(stop_moto, self.process)
+        self.process.kill()
+        await anyio.to_thread.run_sync(self.process.wait)
 
     async def start(self) -> None:
+        """Start it; the streams' queues exist before it takes a request (a durable broker
+        kept them), but their messages are gone: the cases drain a stream before a stop."""
+        queues = {
+            name: {"VisibilityTimeout": str(VISIBILITY_S)}
+            for stream in self._streams
+            for name in (stream.name, f"{stream.name}-dlq")
+        }
         self.process, url = await anyio.to_thread.run_sync(
-            lambda: start_moto(self.log, port=self._port)
+            lambda: start_moto(self.log, port=self._port, queues=queues)
         )
         self._port = int(url.rsplit(":", 1)[1])
         self.endpoint = SqsEndpoint(url=url)
         for stream in self._streams:
-            await stream.create_queues()
+            await stream.create_queues()  # they exist: a new client, the same URLs
 
 
 class SqsKit:
@@ -201,8 +211,8 @@ class SqsKit:
         try:
             yield private
         finally:
-            if private.process is not None:
-                await anyio.to_thread.run_sync(stop_moto, private.process)
+            if private.process is not None and private.process.poll() is None:
+                await private.stop()
 
     #: a consumer connected to the queue; a message was moved to the dead-letter queue
     consumer_actions = frozenset({"sqs.connected", "sqs.dead_lettered"})

@@ -44,7 +44,7 @@ CASE_S = 60.0  # every case's bound; each takes a few seconds
 SETTLE_S = 30.0
 FAN_OUT_N = 60
 LANE_ORDER_ACK_TIMEOUT_S = 1.0
-OUTAGE_S = 8.0  # the broker is down at least this long, unless every watcher said so
+OUTAGE_S = 5.0  # the broker is down at least this long, unless every watcher said so
 
 
 async def publish(stream: KitStream, ns: range, **extra: Any) -> None:
