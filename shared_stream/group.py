@@ -32,7 +32,7 @@ from shared_stream.exceptions import (
     SubscriberOverflow,
 )
 from shared_stream.group_task import GroupTask
-from shared_stream.keys import UnstableKeyError, stream_key_digest
+from shared_stream.keys import UnstableKeyError, broker_kind, stream_key_digest
 from shared_stream.stats import GroupCounters
 from shared_stream.subscriber import SubscriberStream
 from triggers.exceptions import is_reported_by_the_trigger
@@ -65,6 +65,7 @@ class SharedStreamGroup:
         self.key = key
         self.label = repr(key)  # the key in reports (stats, logs)
         self.digest = _digest(key)  # the key as trigger rows store it (stats)
+        self.broker = broker_kind(key, trigger_cls)  # what it reads (stats)
         self.trigger_cls = trigger_cls
         self.kwargs = kwargs
         self.settings = settings
@@ -227,6 +228,7 @@ class SharedStreamGroup:
             outstanding_by_lane=outstanding,
             oldest_unresolved_age_s=oldest_age,
             digest=self.digest,
+            broker=self.broker,
         )
 
     def _fail_subscriber(self, trigger_id: int, reason: FailReason) -> None:
@@ -323,9 +325,12 @@ class SharedStreamGroup:
         return self.ledger.next_deadline()
 
     def advanced(self, batch: AdvanceBatch, elapsed_s: float) -> None:
-        """Ack mode: ``producer.advance`` returned for ``batch``, dispatched ``elapsed_s`` ago."""
+        """Ack mode: ``producer.advance`` returned for ``batch``, dispatched ``elapsed_s`` ago;
+        its events with a rejected outcome count as dead-lettered (the producer sent them
+        its dead-letter way, or stopped the group and never returns here)."""
         assert self.ledger is not None
-        self.counters.count_advance(len(batch.seqs), elapsed_s)
+        rejected = sum(1 for item in batch.items if item.outcome.rejected)
+        self.counters.count_advance(len(batch.seqs), elapsed_s, rejected=rejected)
         self.carry_out(self.ledger.advance_done(batch))
 
     # -- lifecycle ------------------------------------------------------------------------

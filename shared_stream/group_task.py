@@ -20,7 +20,7 @@ import anyio
 import anyio.lowlevel
 
 from shared_stream.advancer import AdvanceSlot, send_advance
-from shared_stream.exceptions import SharedStreamFenced, SharedStreamTerminated
+from shared_stream.exceptions import SharedStreamTerminated
 from shared_stream.subscriber import forget_current_stream
 from shared_stream.timer import DeadlineTimer
 
@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 # The poll yields to the subscribers after this many broadcasts at most (or as soon as a
 # queue is half full): bursts are fanned out in batches, each subscriber wakes once per batch.
 YIELD_EVERY_EVENTS: Final = 64
+# How often an advance that the owner's lease holds back asks again (``may_advance``).
+LEASE_POLL_S: Final = 0.05
 
 
 class TaskPort(Protocol):
@@ -197,14 +199,8 @@ class GroupTask:
                 continue
             batch, dispatched_at = taken
             assert self.producer is not None
-            if not group.settings.may_advance():
-                group.terminate(
-                    SharedStreamFenced(
-                        f"not advancing {len(batch.seqs)} event(s) of key={group.key!r}: this "
-                        "process cannot tell it still owns the stream (its lease lapsed)"
-                    )
-                )
-                return
+            while not group.settings.may_advance():  # noqa: ASYNC110 - a lease: time, no event
+                await anyio.sleep(LEASE_POLL_S)  # (a fenced manager cancels this task)
             drain_deadline = self._drain_deadline if group.stopping else None
             try:
                 completed = await send_advance(self.producer, batch, drain_deadline=drain_deadline)

@@ -99,13 +99,15 @@ class JobService:
         *,
         on_beat: Callable[[float], None] | None = None,
         on_lost: Callable[[], None] | None = None,
+        interval_s: float | None = None,
     ) -> None:
-        """Heartbeat the job row until cancelled (``heartbeat_forever``'s hooks)."""
+        """Heartbeat the job row until cancelled (``heartbeat_forever``'s hooks), every
+        ``interval_s`` (default: the service's ``heartbeat_s``)."""
         assert self.job_id is not None
         await heartbeat_forever(
             self._db,
             self.job_id,
-            interval_s=self.heartbeat_s,
+            interval_s=interval_s or self.heartbeat_s,
             part=self.part,
             on_beat=on_beat,
             on_lost=on_lost,

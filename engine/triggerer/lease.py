@@ -8,13 +8,15 @@ rows never gets them back under the same id.
 
 So a heartbeat sent at ``t`` and committed proves that nobody takes the rows over before
 ``t + threshold``: the triggerer *holds its lease* until ``t + threshold - margin`` (the
-margin covers the time a fence takes to act, and clock skew between hosts). Every
-``producer.advance`` (commit, delete, ack) asks ``holds()`` first, with no round trip.
+margin covers the time an advance takes once started, and clock skew between hosts). Every
+``producer.advance`` (commit, delete, ack) asks ``holds()`` first, with no round trip, and
+waits while it does not hold (a slow heartbeat may still get through).
 The persister checks the job row itself, in the transaction that stores the events
 (``watcher_events.store_watcher_events``'s owner guard).
 
-A lease that lapses (the process was stopped, its loop blocked, or no heartbeat got through
-for that long) or that the database says is gone (the heartbeat found the job row ended,
+A lease with no heartbeat through for the whole threshold (the process was stopped, its loop
+blocked, or the database unreachable that long: another triggerer may own the rows now) or
+that the database says is gone (the heartbeat found the job row ended,
 the persister's guard refused a batch) is *lost*: ``watch`` fences the shared streams at
 once (every consumer leaves its broker's group before anything else of the loop runs) and
 raises ``LeaseLost``; the triggerer then drops what it had not stored (the broker redelivers
@@ -48,7 +50,9 @@ def lease_margin_s(threshold_s: float) -> float:
 
 
 class Lease:
-    """Held until ``bound_s`` after the start of the last heartbeat that got through."""
+    """Held until ``bound_s`` after the start of the last heartbeat that got through; lost
+    once ``threshold_s`` passed since then (a takeover is possible from that moment) or when
+    the database says so."""
 
     def __init__(self, *, threshold_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.threshold_s = threshold_s
@@ -56,13 +60,13 @@ class Lease:
         self.bound_s = threshold_s - margin
         self.tick_s = min(0.1, margin / 2)
         self._clock = clock
-        self._valid_until = clock() + self.bound_s
+        self._last_sent = clock()
         self._lost: str | None = None
         self._wake = anyio.Event()
 
     def __repr__(self) -> str:
-        left = self._valid_until - self._clock()
-        return f"<Lease left={left:.3f}s lost={self._lost!r}>"
+        since = self._clock() - self._last_sent
+        return f"<Lease since_heartbeat={since:.3f}s lost={self._lost!r}>"
 
     @property
     def lost(self) -> str | None:
@@ -70,13 +74,16 @@ class Lease:
         return self._lost
 
     def holds(self) -> bool:
-        """Whether the triggerer may act as the owner now (advance a broker, store events)."""
-        return self._lost is None and self._clock() <= self._valid_until
+        """Whether the triggerer may act as the owner now (advance a broker, store events).
+
+        False for a while before the lease is lost (from ``bound_s`` to ``threshold_s``
+        without a heartbeat): advances wait, and go on if a heartbeat gets through."""
+        return self._lost is None and self._clock() - self._last_sent <= self.bound_s
 
     def renewed(self, sent_at: float) -> None:
         """A heartbeat sent at ``sent_at`` (this lease's clock) found the job row running."""
         if self._lost is None:
-            self._valid_until = max(self._valid_until, sent_at + self.bound_s)
+            self._last_sent = max(self._last_sent, sent_at)
 
     def lose(self, reason: str) -> None:
         """The database says the job row is no longer this triggerer's."""
@@ -93,11 +100,11 @@ class Lease:
         while self._lost is None:
             with anyio.move_on_after(self.tick_s):
                 await self._wake.wait()
-            now = self._clock()
-            if self._lost is None and now > self._valid_until:
+            since = self._clock() - self._last_sent
+            if self._lost is None and since > self.threshold_s:
                 self._lost = (
-                    f"no heartbeat got through for {now - self._valid_until + self.bound_s:.1f}s "
-                    f"(another triggerer may take its rows over after {self.threshold_s:.1f}s)"
+                    f"no heartbeat got through for {since:.1f}s (another triggerer may take "
+                    f"its rows over after {self.threshold_s:.1f}s)"
                 )
         fence(self._lost)
         raise LeaseLost(self._lost)

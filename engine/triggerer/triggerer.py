@@ -192,20 +192,29 @@ class Triggerer:
     ) -> None:
         """Serve until ``shutdown()``; a life whose lease was lost is followed by a new one
         (a new job row, nothing carried over: the brokers redeliver what it did not store)."""
+        started = False
+
+        def mark_started() -> None:
+            nonlocal started
+            if not started:
+                started = True
+                task_status.started()
+
         while True:
             lost = False
             try:
-                await self._live(task_status)
+                await self._live(mark_started)
             except* LeaseLost:
                 lost = True
             if not lost or self._stopping.is_set():
                 return
-            task_status = anyio.TASK_STATUS_IGNORED  # started by the first life
             self.leases_lost += 1
             self._build_runtime()
 
-    async def _live(self, task_status: anyio.abc.TaskStatus[None]) -> None:
+    async def _live(self, started: Callable[[], None]) -> None:
+        registered = time.monotonic()
         self.job_id = job_id = await self._job.start()
+        self.lease.renewed(registered)  # the row's first heartbeat is its insert
         logger.info(
             "Triggerer started job_id=%s capacity=%d",
             job_id,
@@ -214,12 +223,12 @@ class Triggerer:
         )
         try:
             with collector_tuned(self.settings.gc_young_threshold):
-                await self._serve(job_id, task_status)
+                await self._serve(job_id, started)
         finally:
             with anyio.CancelScope(shield=True):
                 await self._finish()
 
-    async def _serve(self, job_id: int, task_status: anyio.abc.TaskStatus[None]) -> None:
+    async def _serve(self, job_id: int, started: Callable[[], None]) -> None:
         self.persister.owner = job_id
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.lease.watch, self._fence)
@@ -232,6 +241,8 @@ class Triggerer:
                     self._job.keep_alive,
                     on_beat=self.lease.renewed,
                     on_lost=partial(self._lose_lease, f"job {job_id} is no longer running"),
+                    # Twice per period: the lease outlives a slow or missed beat.
+                    interval_s=self.settings.heartbeat_s / 2,
                 )
             )
             tg.start_soon(
@@ -253,7 +264,7 @@ class Triggerer:
             )
             await tg.start(self.new_rows.run)
             await tg.start(self.claim_loop.run)
-            task_status.started()
+            started()
             await self._stopping.wait()
             await self._drain(tg)
 

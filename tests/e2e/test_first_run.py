@@ -28,7 +28,14 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.e2e
 
 EXAMPLE_DAGS = Path(__file__).resolve().parents[2] / "dags"
-BROKER_WATCHERS = ("kafka-orders-eu", "kafka-orders-us", "sqs-invoices", "sqs-receipts")
+BROKER_WATCHERS = (
+    "kafka-orders-eu",
+    "kafka-orders-us",
+    "sqs-invoices",
+    "sqs-receipts",
+    "rabbitmq-shipments-dhl",
+    "rabbitmq-shipments-ups",
+)
 RETRIES = 3  # failed attempts of each broker watcher before the log is read
 WARNING = re.compile(
     r" WARNING +engine\.triggerer\.runtime: Trigger (\d+) \(watcher\) cannot reach "
@@ -57,6 +64,7 @@ def test_a_first_run_without_brokers_logs_one_warning_per_watcher_and_no_traceba
         SLUICE_EXAMPLE_KAFKA=address,
         SLUICE_EXAMPLE_SQS_ENDPOINT=f"http://{address}",
         SLUICE_EXAMPLE_SQS_QUEUE_URL=f"http://{address}/123456789012/documents",
+        SLUICE_EXAMPLE_RABBITMQ_URL=f"amqp://guest:guest@{address}/",
     )
     home.mkdir()
     assert run_cli("db", "migrate", env=env).returncode == 0

@@ -218,3 +218,37 @@ async def test_a_taken_over_triggerer_fences_and_starts_again_as_a_new_job(
             assert _state(db, first_job) == JobState.FAILED
             a.shutdown()
             b.shutdown()
+
+
+async def test_the_lease_starts_with_the_job_row_not_with_the_object(db: Database) -> None:
+    """Built long before it runs (``sluice run`` starts the other parts first), a triggerer
+    holds its lease from its job row's insert and keeps it heartbeat after heartbeat."""
+    cipher = KwargsCipher(Fernet.generate_key().decode())
+    settings = TriggererSettings(
+        capacity=10,
+        heartbeat_s=0.2,
+        health_check_threshold_s=1.0,
+        claim_idle_interval_s=0.05,
+        new_trigger_poll_s=0.02,
+        cleanup_interval_s=60,
+        shutdown_grace_s=5,
+    )
+    triggerer = Triggerer(db=db, cipher=cipher, settings=settings)
+    await anyio.sleep(2 * settings.health_check_threshold_s)  # longer than the lease's bound
+
+    def heartbeat() -> Any:
+        return db.call(
+            lambda s: s.execute(
+                select(Job.latest_heartbeat).where(Job.id == triggerer.job_id)
+            ).scalar_one()
+        )
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            await tg.start(triggerer.run)
+            for _ in range(3):  # three heartbeats went through
+                seen = heartbeat()
+                await wait_until(lambda seen=seen: heartbeat() != seen)
+            assert triggerer.leases_lost == 0
+            assert triggerer.lease.holds()
+            triggerer.shutdown()

@@ -26,10 +26,13 @@ def test_held_until_the_bound_after_the_last_heartbeat_sent() -> None:
     lease.renewed(sent_at=101.0)  # a beat sent at 101.0 got through
     clock.advance(1.0)  # 102.7 <= 101.0 + 1.8
     assert lease.holds()
-    clock.advance(0.2)  # 102.9 > 102.8
+    clock.advance(0.2)  # 102.9 > 102.8: advances wait, the lease is not lost yet
     assert not lease.holds()
+    assert lease.lost is None
     lease.renewed(sent_at=100.5)  # an older beat never moves it back
     assert not lease.holds()
+    lease.renewed(sent_at=102.85)  # a slow beat that got through: held again
+    assert lease.holds()
 
 
 def test_a_lost_lease_stays_lost() -> None:
@@ -55,9 +58,12 @@ async def test_watch_fences_then_raises_once_the_lease_lapses() -> None:
             tg.start_soon(watch)
             await anyio.sleep(3 * lease.tick_s)
             assert fenced == []  # the fake clock has not moved: still held
-            clock.advance(1.0)
+            clock.advance(0.48)  # past the bound (0.45 s): not held, not lost
+            await anyio.sleep(3 * lease.tick_s)
+            assert (fenced, lease.holds()) == ([], False)
+            clock.advance(0.1)  # past the threshold: another may own the rows now
     assert len(fenced) == 1
-    assert "no heartbeat got through for 1.0s" in fenced[0]
+    assert "no heartbeat got through for 0.6s" in fenced[0]
 
 
 async def test_watch_fences_at_once_when_the_database_says_the_lease_is_gone() -> None:
