@@ -172,7 +172,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 #: Where a test lives -> when it is handed to a test process: the slow ones first, so that the
 #: quick ones fill the gaps at the end of the run instead of a long one running alone.
-_START_ORDER: Final = ("tests/browser/", "tests/e2e/", "tests/integration/")
+_START_ORDER: Final = ("tests/browser/", "tests/e2e/", "tests/conformance/", "tests/integration/")
 _SHARED_SCOPES: Final = frozenset({"package", "module", "class"})
 
 

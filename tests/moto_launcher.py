@@ -6,14 +6,17 @@ to check the retention period, and every visibility check goes through a slow na
 helper. Its ``Queue.delete_message`` also rebuilds the message list without the queue's
 lock, so a message sent while another is deleted can vanish. This launcher patches those
 three spots, then runs ``moto.server.main`` unchanged. Behaviour is otherwise stock moto.
+``SLUICE_TEST_MOTO_QUEUES`` names queues to create before the server starts serving.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
+import os
 import sys
 import time
-from typing import Any
+from typing import Any, Final
 
 models: Any = importlib.import_module("moto.sqs.models")
 
@@ -59,10 +62,25 @@ def patch() -> None:
     models.Queue.delete_message = _delete_message
 
 
+#: JSON {queue name: {attribute: value}}: queues that exist before the server takes its first
+#: request (a restarted server that kept its queues, as the conformance kit's private SQS)
+QUEUES_ENV: Final = "SLUICE_TEST_MOTO_QUEUES"
+
+
+def create_queues(spec: str, *, region: str = "us-east-1") -> None:
+    from moto.core import DEFAULT_ACCOUNT_ID
+
+    backend = models.sqs_backends[DEFAULT_ACCOUNT_ID][region]
+    for name, attributes in json.loads(spec).items():
+        backend.create_queue(name, **attributes)
+
+
 def main(argv: list[str] | None = None) -> None:
     from moto.server import main as moto_main
 
     patch()
+    if spec := os.environ.get(QUEUES_ENV):
+        create_queues(spec)
     moto_main(argv if argv is not None else sys.argv[1:])
 
 

@@ -129,9 +129,10 @@ class KafkaBroker:
         return name
 
 
-def start_tansu(log: Path) -> KafkaBroker:
+def start_tansu(log: Path, *, port: int | None = None) -> KafkaBroker:
+    """A tansu on ``port`` (a free one when None: a restart passes the port it had)."""
     binary = tansu_binary()
-    port = _free_port()
+    port = port or _free_port()
     url = f"tcp://127.0.0.1:{port}"
     with log.open("ab") as handle:
         proc = subprocess.Popen(

@@ -9,6 +9,7 @@ uniquely named queues (``sqs_queue_name``).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -63,14 +64,19 @@ def _answers(url: str) -> bool:
         return False
 
 
-def start_moto(log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """Start the patched moto server; fail (never skip) if it does not answer in time."""
-    port = _free_port()
+def start_moto(
+    log: Path, *, port: int | None = None, queues: dict[str, dict[str, str]] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the patched moto server (on ``port``, else a free one; with ``queues``, name ->
+    attributes, created before it serves); fail (never skip) if it does not answer in time."""
+    port = port or _free_port()
+    env = {**os.environ, "SLUICE_TEST_MOTO_QUEUES": json.dumps(queues)} if queues else None
     url = f"http://127.0.0.1:{port}"
     with log.open("ab") as handle:
         proc = subprocess.Popen(
             [sys.executable, "-m", "tests.moto_launcher", "-H", "127.0.0.1", "-p", str(port)],
             cwd=REPO,
+            env=env,
             stdout=handle,
             stderr=subprocess.STDOUT,
         )

@@ -77,8 +77,11 @@ def is_upstream_unavailable(exc: BaseException) -> bool:
     resolution failure (``socket.gaierror``), an ``OSError`` carrying an unreachable errno
     (refused, reset, no route, a connect timing out). A ``TimeoutError`` or
     ``ConnectionError`` raised without an errno (a trigger's own ``asyncio.timeout``, an
-    HTTP client's error class) is not: it may be a bug, reported with its traceback.
+    HTTP client's error class) is not: it may be a bug, reported with its traceback. An
+    exception group is unavailable when every error in it is.
     """
+    if isinstance(exc, BaseExceptionGroup):  # a producer's task group ended with it
+        return all(is_upstream_unavailable(inner) for inner in exc.exceptions)
     if isinstance(exc, UpstreamUnavailable | ConnectionRefusedError | socket.gaierror):
         return True
     return isinstance(exc, OSError) and exc.errno in _UNREACHABLE_ERRNOS
@@ -92,5 +95,8 @@ def is_reported_by_the_trigger(exc: BaseException) -> bool:
 
 
 def upstream_address(exc: BaseException) -> str | None:
-    """The address an ``UpstreamUnavailable`` or ``UpstreamRefused`` names (None for others)."""
+    """The address an ``UpstreamUnavailable`` or ``UpstreamRefused`` names (None for others;
+    for an exception group, the first address its errors name)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return next(filter(None, map(upstream_address, exc.exceptions)), None)
     return exc.address if isinstance(exc, UpstreamUnavailable | UpstreamRefused) else None

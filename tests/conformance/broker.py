@@ -15,6 +15,13 @@ message); each event's payload holds the decoded body somewhere the kit can find
 
 A case a protocol cannot meet is listed in ``KitBroker.cannot`` with the reason; the kit
 marks it xfail(strict=True) with that reason, never skips it silently.
+
+How the kit finds an adapter: every module ``tests/conformance/broker_<kind>.py`` exports
+``kit_broker(request: pytest.FixtureRequest) -> AbstractContextManager[KitBroker]`` (a
+``contextlib.contextmanager``). The kit enters it once per test process, from a session
+fixture parametrised over the modules found (``request.getfixturevalue`` reaches the
+session's server fixtures, e.g. ``kafka_broker``); its exit cleans up. Adding a broker is
+adding that one file.
 """
 
 from __future__ import annotations
@@ -47,8 +54,10 @@ class KitStream(Protocol):
 
         Every watcher built from one stream shares one ``shared_stream_key`` (one consumer).
         ``dead_letter``: a rejected message goes to the stream's dead-letter place (read by
-        ``dead_lettered``). ``options``: extra trigger keyword arguments a case needs
-        (passed through as they are)."""
+        ``dead_lettered``); False: it stays with the broker, which delivers it again (Kafka:
+        ``on_unclean="stop"``; SQS: ``on_reject="leave"``), as ``redelivery_dedup`` needs.
+        ``options``: extra trigger keyword arguments a case needs (passed through as they
+        are; the kit passes ``partition_key_field``)."""
         ...
 
     #: the import line(s) the DAG file needs for ``watcher_source``
@@ -60,7 +69,8 @@ class KitStream(Protocol):
         ...
 
     async def publish_raw(self, payload: bytes, *, lane: int = 0) -> None:
-        """Publish bytes as they are (a poison payload: not JSON)."""
+        """Publish bytes as they are (a poison payload: not JSON; the kit's is ASCII text,
+        which every broker can carry)."""
         ...
 
     async def unresolved(self) -> int:
@@ -112,6 +122,15 @@ class KitBroker(Protocol):
     def payload_n(self, payload: Mapping[str, Any]) -> int:
         """The kit's ``n`` of the message an asset event's payload came from."""
         ...
+
+    # Optional (read with ``getattr``, empty when absent), for ``zombie_owner``'s "never
+    # acks, never rejoins": the JSON log ``action``s by which an engine shows it (re)opened
+    # a consumer or advanced the broker (``consumer_actions``, e.g. Kafka's
+    # ``kafka.partitions_assigned``; the zombie's log must hold none after it resumed), and
+    # those by which the rightful owner shows another consumer disturbed it
+    # (``disturbed_actions``, e.g. ``kafka.partitions_revoked``).
+    #   consumer_actions: frozenset[str]
+    #   disturbed_actions: frozenset[str]
 
     def dedup_prefix(self) -> str:
         """The prefix of every dedup key this broker's trigger gives (``kafka:``, ``sqs:``,
