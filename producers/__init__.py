@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from producers.kafka_settings import KafkaSettings
     from producers.kafka_trigger import KafkaMessageTrigger
     from producers.message_queue import MessageQueueTrigger
+    from producers.nats import NatsJetStreamSharedStreamProducer
+    from producers.nats_core import NatsConnection, NatsMessage, NatsReceipt
+    from producers.nats_trigger import NatsJetStreamTrigger
     from producers.sqs import SqsSharedStreamProducer
     from producers.sqs_core import SqsConnection, SqsMessage, SqsReceipt
     from producers.sqs_trigger import SqsMessageTrigger
@@ -41,6 +44,11 @@ _MODULE_OF: Final[dict[str, str]] = {
     "KafkaSettings": "producers.kafka_settings",
     "KafkaSharedStreamProducer": "producers.kafka",
     "MessageQueueTrigger": "producers.message_queue",
+    "NatsConnection": "producers.nats_core",
+    "NatsJetStreamSharedStreamProducer": "producers.nats",
+    "NatsJetStreamTrigger": "producers.nats_trigger",
+    "NatsMessage": "producers.nats_core",
+    "NatsReceipt": "producers.nats_core",
     "SqsConnection": "producers.sqs_core",
     "SqsMessage": "producers.sqs_core",
     "SqsMessageTrigger": "producers.sqs_trigger",
@@ -57,6 +65,11 @@ __all__: tuple[str, ...] = (
     "KafkaSettings",
     "KafkaSharedStreamProducer",
     "MessageQueueTrigger",
+    "NatsConnection",
+    "NatsJetStreamSharedStreamProducer",
+    "NatsJetStreamTrigger",
+    "NatsMessage",
+    "NatsReceipt",
     "SqsConnection",
     "SqsMessage",
     "SqsMessageTrigger",

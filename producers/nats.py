@@ -1,0 +1,414 @@
+"""NATS JetStream shared-stream producer (nats-py): pull, fan out, ack once resolved.
+
+Theory of operation. ``open_stream`` connects (no automatic reconnect: a lost connection
+ends the group, and the triggerer restarts it with backoff), checks the stream (creates it
+when asked), creates or updates the durable pull consumer (explicit ack, ``ack_wait``,
+``max_deliver``, ``max_ack_pending`` = ``max_in_flight``), then loops: wait while
+``max_in_flight`` deliveries are unresolved, fetch up to that many (at most
+``MAX_FETCH_BATCH``), yield each as ``(NatsMessage, NatsReceipt)``. Every yielded delivery
+stays *in flight* until its advance. While a fetch waits, a heartbeat task sends
+``in_progress`` (``+WPI``) for every delivery whose ack wait restarted half an ack wait ago,
+so a slow subscriber never sees its message redelivered.
+
+``advance`` takes one lane's resolved prefix (a lane is a subject) and gives each delivery a
+disposition (``nats_core.disposition_of``): clean -> ``ack``; rejected -> a copy published
+to ``dead_letter_subject`` (stored by the stream that captures it, ``Nats-Msg-Id``
+``<stream>:<sequence>`` so a retried copy is one message) then ``term``, or ``term`` alone
+without one; failed / no subscriber -> ``nak`` (redelivered at once), but on its last
+delivery (``num_delivered == max_deliver``) dead-lettered instead, as JetStream would drop
+it with only a MAX_DELIVERIES advisory. The batch ends with one ``flush`` (a PING / PONG
+round trip): when ``advance`` returns, the server has processed every ack. ``ack_sync``
+per message is not needed: a lost ack only means a redelivery, absorbed by the dedup key
+``nats:<stream>:<sequence>``. ``aclose`` naks what is still in flight (redelivered at once
+to the next consumer) and closes the connection.
+
+Every nats-py error is translated here to ``producers.exceptions`` (the cause kept);
+credentials are never logged nor shown in a ``repr``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
+
+from producers.exceptions import ProducerConfigError, ProducerError
+from producers.nats_core import (
+    API_TIMEOUT_S,
+    CLOSE_TIMEOUT_S,
+    CONNECT_TIMEOUT_S,
+    DEAD_LETTER_CAUSE_HEADER,
+    DEAD_LETTER_SEQUENCE_HEADER,
+    DEAD_LETTER_STREAM_HEADER,
+    DEAD_LETTER_SUBJECT_HEADER,
+    DEFAULT_ACK_WAIT_S,
+    DEFAULT_MAX_DELIVER,
+    DEFAULT_MAX_IN_FLIGHT,
+    FETCH_WAIT_S,
+    MAX_DELIVERIES_ADVISORY,
+    MAX_FETCH_BATCH,
+    Disposition,
+    InFlight,
+    InFlightMessages,
+    NatsConnection,
+    NatsMessage,
+    NatsReceipt,
+    check_settings,
+    decode_body,
+    disposition_of,
+)
+from producers.nats_errors import translated
+from shared_stream.producer import SharedStreamProducer
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Sequence
+
+    from nats.aio.msg import Msg
+    from nats.js.client import JetStreamContext
+
+    from shared_stream.producer import AdvanceItem
+
+__all__ = ("NatsJetStreamSharedStreamProducer",)
+
+logger = logging.getLogger(__name__)
+
+_DELIVER_POLICY = {
+    "all": DeliverPolicy.ALL,
+    "new": DeliverPolicy.NEW,
+    "last": DeliverPolicy.LAST,
+    "last_per_subject": DeliverPolicy.LAST_PER_SUBJECT,
+}
+
+
+def parse_message(msg: Msg) -> tuple[NatsMessage, NatsReceipt]:
+    """The raw event and broker payload of one JetStream delivery."""
+    meta = msg.metadata
+    sequence = int(meta.sequence.stream)
+    stamp = meta.timestamp
+    message = NatsMessage(
+        stream=meta.stream,
+        sequence=sequence,
+        subject=msg.subject,
+        body=decode_body(msg.data),
+        raw_body=msg.data,
+        headers=dict(msg.headers or {}),
+        num_delivered=int(meta.num_delivered),
+        published_at=stamp.isoformat() if stamp is not None else None,
+    )
+    return message, NatsReceipt(msg.reply, sequence, msg.subject, int(meta.num_delivered))
+
+
+async def _quiet(exc: Exception) -> None:
+    """nats-py's error callback: its errors surface as exceptions of the calls that meet
+    them; log them at debug level only (the default callback logs every one as an error)."""
+    logger.debug("nats-py reported %r", exc, extra={"action": "nats.client_error"})
+
+
+class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
+    """One durable pull consumer's ack-mode producer; see the module docstring."""
+
+    def __init__(
+        self,
+        connection: NatsConnection,
+        *,
+        stream: str,
+        durable: str,
+        subjects: Sequence[str] = (),
+        create_stream: bool = False,
+        stream_subjects: Sequence[str] = (),
+        ack_wait_s: float = DEFAULT_ACK_WAIT_S,
+        max_deliver: int = DEFAULT_MAX_DELIVER,
+        dead_letter_subject: str | None = None,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        deliver_policy: str = "all",
+    ) -> None:
+        check_settings(
+            stream=stream,
+            durable=durable,
+            subjects=subjects,
+            create_stream=create_stream,
+            stream_subjects=stream_subjects,
+            ack_wait_s=ack_wait_s,
+            max_deliver=max_deliver,
+            dead_letter_subject=dead_letter_subject,
+            max_in_flight=max_in_flight,
+            deliver_policy=deliver_policy,
+        )
+        self.connection = connection
+        self.stream = stream
+        self.durable = durable
+        self.subjects = tuple(subjects)
+        self.create_stream = create_stream
+        self.stream_subjects = tuple(stream_subjects) or self.subjects
+        self.ack_wait_s = ack_wait_s
+        self.max_deliver = max_deliver
+        self.dead_letter_subject = dead_letter_subject
+        self.max_in_flight = max_in_flight
+        self.deliver_policy = deliver_policy
+        self.in_flight = InFlightMessages()
+        self._nc: Client | None = None
+        self._js: JetStreamContext | None = None
+        self._capacity_freed = anyio.Event()
+
+    @property
+    def address(self) -> str:
+        return self.connection.address
+
+    # -- the producer ---------------------------------------------------------------------
+
+    async def open_stream(self) -> AsyncIterator[tuple[NatsMessage, NatsReceipt]]:
+        subscription = await self._connect()
+        while True:
+            deliveries = await self._next_deliveries(subscription)
+            for entry in deliveries:
+                yield entry
+
+    def get_advance_lane(self, broker_payload: Any) -> str:
+        receipt: NatsReceipt = broker_payload
+        return receipt.subject
+
+    async def advance(self, batch: Sequence[AdvanceItem]) -> None:
+        with translated("advance", self.address):
+            for receipt, outcome in batch:
+                entry = self.in_flight.pop(receipt.reply)
+                disposition = disposition_of(
+                    outcome,
+                    num_delivered=receipt.num_delivered,
+                    max_deliver=self.max_deliver,
+                    dead_letter=self.dead_letter_subject is not None,
+                )
+                await self._carry_out(entry, disposition, rejected=outcome.rejected > 0)
+                self._capacity_freed.set()
+            assert self._nc is not None
+            await self._nc.flush(timeout=int(API_TIMEOUT_S))
+
+    async def aclose(self) -> None:
+        """Nak every delivery still in flight (best effort), close the connection."""
+        entries = self.in_flight.drain()
+        nc, self._nc, self._js = self._nc, None, None
+        if nc is None:
+            return
+        with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
+            try:
+                if entries and nc.is_connected:
+                    for entry in entries:
+                        await entry.message.nak()
+                    await nc.flush(timeout=int(CLOSE_TIMEOUT_S))
+            except (nats.errors.Error, OSError) as exc:
+                logger.warning(
+                    "Could not release %d in-flight NATS message(s) of stream %s at close: %r; "
+                    "they are redelivered after their ack wait (%ss)",
+                    len(entries),
+                    self.stream,
+                    exc,
+                    extra={"action": "nats.release_failed", "stream": self.stream},
+                )
+            finally:
+                await nc.close()
+
+    # -- connecting -----------------------------------------------------------------------
+
+    async def _connect(self) -> JetStreamContext.PullSubscription:
+        if self._nc is not None:
+            raise RuntimeError(f"{self!r}: open_stream() runs once per producer")
+        self._nc = nc = Client()  # held before it connects: aclose closes a failed attempt
+        with translated("connect", self.address):
+            await nc.connect(
+                **self.connection.client_kwargs(),
+                name=f"sluice:{self.stream}:{self.durable}",
+                allow_reconnect=False,
+                max_reconnect_attempts=1,
+                reconnect_time_wait=0,  # two attempts at once, then NoServersError
+                connect_timeout=int(CONNECT_TIMEOUT_S),
+                error_cb=_quiet,
+            )
+            self._js = nc.jetstream(timeout=API_TIMEOUT_S)
+            await self._ensure_stream(self._js)
+            if self.dead_letter_subject is not None:
+                await self._check_dead_letter_subject(self._js, self.dead_letter_subject)
+            await self._js.add_consumer(self.stream, self._consumer_config())
+            subscription = await self._js.pull_subscribe_bind(self.durable, stream=self.stream)
+        logger.info(
+            "NATS JetStream producer connected to %s: stream %s, durable %s (ack wait %ss, "
+            "max_deliver %s)",
+            self.address,
+            self.stream,
+            self.durable,
+            self.ack_wait_s,
+            self.max_deliver,
+            extra={"action": "nats.connected", "stream": self.stream},
+        )
+        return subscription
+
+    async def _ensure_stream(self, js: JetStreamContext) -> None:
+        try:
+            await js.stream_info(self.stream)
+        except nats.js.errors.NotFoundError:
+            if not self.create_stream:
+                raise ProducerConfigError(
+                    f"NATS JetStream stream {self.stream!r} does not exist on {self.address}: "
+                    "create it, or give the trigger create_stream=True and stream_subjects"
+                ) from None
+            await js.add_stream(StreamConfig(name=self.stream, subjects=list(self.stream_subjects)))
+            logger.info(
+                "Created NATS JetStream stream %s (subjects %s)",
+                self.stream,
+                list(self.stream_subjects),
+                extra={"action": "nats.stream_created", "stream": self.stream},
+            )
+        if len(self.subjects) > 1 and self._server_version() < (2, 10):
+            raise ProducerConfigError(
+                f"NATS consumer {self.durable!r} on {self.address}: several filter subjects "
+                f"{list(self.subjects)} need nats-server 2.10 or later (this one is "
+                f"{'.'.join(map(str, self._server_version()))}); give one subject (a wildcard "
+                "such as 'orders.>' works) or one watcher key per subject"
+            )
+
+    def _server_version(self) -> tuple[int, int]:
+        assert self._nc is not None
+        version = self._nc.connected_server_version
+        return (version.major, version.minor)
+
+    async def _check_dead_letter_subject(self, js: JetStreamContext, subject: str) -> None:
+        try:
+            await js.find_stream_name_by_subject(subject)
+        except nats.js.errors.NotFoundError:
+            raise ProducerConfigError(
+                f"NATS dead_letter_subject {subject!r}: no JetStream stream on {self.address} "
+                "captures it, so a dead-lettered message would be lost; create a stream "
+                f"whose subjects include {subject!r}"
+            ) from None
+
+    def _consumer_config(self) -> ConsumerConfig:
+        subjects: dict[str, Any] = {}
+        if len(self.subjects) == 1:
+            subjects["filter_subject"] = self.subjects[0]
+        elif self.subjects:
+            subjects["filter_subjects"] = list(self.subjects)
+        return ConsumerConfig(
+            durable_name=self.durable,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=self.ack_wait_s,
+            max_deliver=self.max_deliver,
+            max_ack_pending=self.max_in_flight,
+            deliver_policy=_DELIVER_POLICY[self.deliver_policy],
+            **subjects,
+        )
+
+    # -- fetching -------------------------------------------------------------------------
+
+    async def _next_deliveries(
+        self, subscription: JetStreamContext.PullSubscription
+    ) -> list[tuple[NatsMessage, NatsReceipt]]:
+        """Wait for capacity, then fetch; the heartbeat runs meanwhile."""
+        failures: list[ProducerError] = []
+        fetched: list[Msg] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._heartbeat, tg.cancel_scope, failures)
+            while len(self.in_flight) >= self.max_in_flight:
+                self._capacity_freed = anyio.Event()
+                await self._capacity_freed.wait()
+            fetched = await self._fetch(subscription)
+            tg.cancel_scope.cancel()
+        if failures:
+            raise failures[0]
+        now = anyio.current_time()
+        deliveries = [parse_message(msg) for msg in fetched]
+        for (_message, receipt), msg in zip(deliveries, fetched, strict=True):
+            self.in_flight.add(InFlight(receipt, msg, extended_at=now))
+        return deliveries
+
+    async def _fetch(self, subscription: JetStreamContext.PullSubscription) -> list[Msg]:
+        batch = min(MAX_FETCH_BATCH, self.max_in_flight - len(self.in_flight))
+        with translated("fetch", self.address):
+            try:
+                return await subscription.fetch(batch, timeout=FETCH_WAIT_S)
+            except nats.errors.TimeoutError:
+                if self._nc is None or self._nc.is_closed:
+                    raise nats.errors.ConnectionClosedError from None
+                return []
+
+    async def _heartbeat(self, scope: anyio.CancelScope, failures: list[ProducerError]) -> None:
+        """Restart the ack wait of in-flight deliveries before it ends; stop on error."""
+        every_s = self.ack_wait_s / 2
+        try:
+            while True:
+                next_due = self.in_flight.next_due(every_s)
+                if next_due is None:
+                    await anyio.sleep_forever()
+                    continue
+                await anyio.sleep_until(next_due)
+                now = anyio.current_time()
+                due = self.in_flight.due(now, every_s)
+                with translated("in_progress", self.address):
+                    for entry in due:
+                        await entry.message.in_progress()
+                self.in_flight.extended(due, now)
+        except ProducerError as exc:
+            failures.append(exc)
+            scope.cancel()
+
+    # -- dispositions ---------------------------------------------------------------------
+
+    async def _carry_out(
+        self, entry: InFlight, disposition: Disposition, *, rejected: bool
+    ) -> None:
+        message: Msg = entry.message
+        if disposition is Disposition.ACK:
+            await message.ack()
+        elif disposition is Disposition.NAK:
+            if 0 < self.max_deliver <= entry.receipt.num_delivered:
+                self._warn_max_deliveries(entry)
+            await message.nak()
+        elif disposition is Disposition.TERM:
+            await message.term()
+        else:
+            await self._dead_letter(entry, "rejected" if rejected else "max_deliver")
+            await message.term()
+
+    async def _dead_letter(self, entry: InFlight, cause: str) -> None:
+        assert self._js is not None and self.dead_letter_subject is not None
+        message: Msg = entry.message
+        receipt = entry.receipt
+        headers = {
+            **(message.headers or {}),
+            DEAD_LETTER_STREAM_HEADER: self.stream,
+            DEAD_LETTER_SEQUENCE_HEADER: str(receipt.sequence),
+            DEAD_LETTER_SUBJECT_HEADER: receipt.subject,
+            DEAD_LETTER_CAUSE_HEADER: cause,
+            "Nats-Msg-Id": f"{self.stream}:{receipt.sequence}",
+        }
+        await self._js.publish(self.dead_letter_subject, message.data, headers=headers)
+        logger.info(
+            "Dead-lettered NATS message %s:%s (%s) to %s",
+            self.stream,
+            receipt.sequence,
+            cause,
+            self.dead_letter_subject,
+            extra={"action": "nats.dead_lettered", "stream": self.stream},
+        )
+
+    def _warn_max_deliveries(self, entry: InFlight) -> None:
+        advisory = MAX_DELIVERIES_ADVISORY.format(stream=self.stream, consumer=self.durable)
+        logger.warning(
+            "NATS message %s:%s failed on its last delivery (max_deliver=%s) and no "
+            "dead_letter_subject is set: JetStream will not redeliver it and announces it on "
+            "%s; it stays in the stream until its retention removes it",
+            self.stream,
+            entry.receipt.sequence,
+            self.max_deliver,
+            advisory,
+            extra={"action": "nats.max_deliveries", "stream": self.stream},
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<NatsJetStreamSharedStreamProducer servers={self.address!r} stream="
+            f"{self.stream!r} durable={self.durable!r} in_flight={len(self.in_flight)} "
+            f"connected={self._nc is not None}>"
+        )
