@@ -28,14 +28,13 @@ credentials are never logged nor shown in a ``repr``.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import logging
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import nats.errors
-import nats.js.errors
-from nats.aio.client import Client
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
+import anyio.to_thread
 
 from producers.exceptions import ProducerConfigError, ProducerError
 from producers.nats_core import (
@@ -62,13 +61,14 @@ from producers.nats_core import (
     decode_body,
     disposition_of,
 )
-from producers.nats_errors import translated
 from shared_stream.producer import SharedStreamProducer
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
 
+    from nats.aio.client import Client
     from nats.aio.msg import Msg
+    from nats.js.api import ConsumerConfig
     from nats.js.client import JetStreamContext
 
     from shared_stream.producer import AdvanceItem
@@ -77,12 +77,16 @@ __all__ = ("NatsJetStreamSharedStreamProducer",)
 
 logger = logging.getLogger(__name__)
 
-_DELIVER_POLICY = {
-    "all": DeliverPolicy.ALL,
-    "new": DeliverPolicy.NEW,
-    "last": DeliverPolicy.LAST,
-    "last_per_subject": DeliverPolicy.LAST_PER_SUBJECT,
-}
+
+@functools.cache
+def _load_client() -> None:
+    """Import nats-py (it pulls aiohttp in: 0.3-0.4 s of imports) and its error translation.
+
+    Run it in a worker thread (``anyio.to_thread.run_sync(_load_client)``) so the
+    triggerer's event loop never blocks on it; every later import of these is a lookup.
+    """
+    for module in ("nats.aio.client", "nats.js.api", "nats.js.errors", "producers.nats_errors"):
+        importlib.import_module(module)
 
 
 def parse_message(msg: Msg) -> tuple[NatsMessage, NatsReceipt]:
@@ -173,6 +177,8 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
         return receipt.subject
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
+        from producers.nats_errors import translated  # loaded by open_stream
+
         with translated("advance", self.address):
             for receipt, outcome in batch:
                 entry = self.in_flight.pop(receipt.reply)
@@ -193,6 +199,8 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
         nc, self._nc, self._js = self._nc, None, None
         if nc is None:
             return
+        import nats.errors  # loaded by open_stream, which made ``nc``
+
         with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
             try:
                 if entries and nc.is_connected:
@@ -216,6 +224,11 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
     async def _connect(self) -> JetStreamContext.PullSubscription:
         if self._nc is not None:
             raise RuntimeError(f"{self!r}: open_stream() runs once per producer")
+        await anyio.to_thread.run_sync(_load_client)
+        from nats.aio.client import Client
+
+        from producers.nats_errors import translated
+
         self._nc = nc = Client()  # held before it connects: aclose closes a failed attempt
         with translated("connect", self.address):
             await nc.connect(
@@ -246,6 +259,9 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
         return subscription
 
     async def _ensure_stream(self, js: JetStreamContext) -> None:
+        import nats.js.errors
+        from nats.js.api import StreamConfig
+
         try:
             await js.stream_info(self.stream)
         except nats.js.errors.NotFoundError:
@@ -275,16 +291,26 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
         return (version.major, version.minor)
 
     async def _check_dead_letter_subject(self, js: JetStreamContext, subject: str) -> None:
+        import nats.js.errors
+
         try:
-            await js.find_stream_name_by_subject(subject)
+            owner = await js.find_stream_name_by_subject(subject)
         except nats.js.errors.NotFoundError:
             raise ProducerConfigError(
                 f"NATS dead_letter_subject {subject!r}: no JetStream stream on {self.address} "
                 "captures it, so a dead-lettered message would be lost; create a stream "
                 f"whose subjects include {subject!r}"
             ) from None
+        if owner == self.stream and not self.subjects:
+            raise ProducerConfigError(
+                f"NATS dead_letter_subject {subject!r} is captured by stream {self.stream!r} "
+                "itself and the consumer takes every subject of it: a dead-lettered message "
+                "would come back to the watchers; give the trigger subjects that exclude it"
+            )
 
     def _consumer_config(self) -> ConsumerConfig:
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
         subjects: dict[str, Any] = {}
         if len(self.subjects) == 1:
             subjects["filter_subject"] = self.subjects[0]
@@ -296,7 +322,7 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
             ack_wait=self.ack_wait_s,
             max_deliver=self.max_deliver,
             max_ack_pending=self.max_in_flight,
-            deliver_policy=_DELIVER_POLICY[self.deliver_policy],
+            deliver_policy=DeliverPolicy(self.deliver_policy),
             **subjects,
         )
 
@@ -324,6 +350,10 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
         return deliveries
 
     async def _fetch(self, subscription: JetStreamContext.PullSubscription) -> list[Msg]:
+        import nats.errors
+
+        from producers.nats_errors import translated
+
         batch = min(MAX_FETCH_BATCH, self.max_in_flight - len(self.in_flight))
         with translated("fetch", self.address):
             try:
@@ -335,6 +365,8 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
 
     async def _heartbeat(self, scope: anyio.CancelScope, failures: list[ProducerError]) -> None:
         """Restart the ack wait of in-flight deliveries before it ends; stop on error."""
+        from producers.nats_errors import translated
+
         every_s = self.ack_wait_s / 2
         try:
             while True:
