@@ -1,7 +1,7 @@
 """A first run: ``sluice run`` on the example DAGs with no broker is quiet (issue 17).
 
 The engine runs as ``make run`` runs it (text logs, the repository's ``dags/`` folder, a
-fresh ``SLUICE_HOME``) while the Kafka and SQS example DAGs point at a port that refuses
+fresh ``SLUICE_HOME``) while the Kafka, SQS and NATS example DAGs point at a port that refuses
 connections. Once every broker watcher has failed and retried several times (counted in
 the trigger rows, since the retries are logged at DEBUG), the log holds no traceback and no
 ERROR line, and each broker watcher said exactly once that it cannot reach its broker,
@@ -28,7 +28,14 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.e2e
 
 EXAMPLE_DAGS = Path(__file__).resolve().parents[2] / "dags"
-BROKER_WATCHERS = ("kafka-orders-eu", "kafka-orders-us", "sqs-invoices", "sqs-receipts")
+BROKER_WATCHERS = (
+    "kafka-orders-eu",
+    "kafka-orders-us",
+    "sqs-invoices",
+    "sqs-receipts",
+    "nats-orders-eu",
+    "nats-orders-us",
+)
 RETRIES = 3  # failed attempts of each broker watcher before the log is read
 WARNING = re.compile(
     r" WARNING +engine\.triggerer\.runtime: Trigger (\d+) \(watcher\) cannot reach "
@@ -57,6 +64,7 @@ def test_a_first_run_without_brokers_logs_one_warning_per_watcher_and_no_traceba
         SLUICE_EXAMPLE_KAFKA=address,
         SLUICE_EXAMPLE_SQS_ENDPOINT=f"http://{address}",
         SLUICE_EXAMPLE_SQS_QUEUE_URL=f"http://{address}/123456789012/documents",
+        SLUICE_EXAMPLE_NATS=f"nats://{address}",
     )
     home.mkdir()
     assert run_cli("db", "migrate", env=env).returncode == 0
