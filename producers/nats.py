@@ -57,6 +57,7 @@ from producers.nats_core import (
     NatsConnection,
     NatsMessage,
     NatsReceipt,
+    OnReject,
     check_settings,
     decode_body,
     disposition_of,
@@ -128,10 +129,12 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
         ack_wait_s: float = DEFAULT_ACK_WAIT_S,
         max_deliver: int = DEFAULT_MAX_DELIVER,
         dead_letter_subject: str | None = None,
+        on_reject: OnReject = "term",
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         deliver_policy: str = "all",
     ) -> None:
         check_settings(
+            on_reject=on_reject,
             stream=stream,
             durable=durable,
             subjects=subjects,
@@ -152,6 +155,7 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
         self.ack_wait_s = ack_wait_s
         self.max_deliver = max_deliver
         self.dead_letter_subject = dead_letter_subject
+        self.on_reject: OnReject = on_reject
         self.max_in_flight = max_in_flight
         self.deliver_policy = deliver_policy
         self.in_flight = InFlightMessages()
@@ -187,6 +191,7 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
                     num_delivered=receipt.num_delivered,
                     max_deliver=self.max_deliver,
                     dead_letter=self.dead_letter_subject is not None,
+                    on_reject=self.on_reject,
                 )
                 await self._carry_out(entry, disposition, rejected=outcome.rejected > 0)
                 self._capacity_freed.set()
@@ -336,10 +341,13 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
         fetched: list[Msg] = []
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._heartbeat, tg.cancel_scope, failures)
-            while len(self.in_flight) >= self.max_in_flight:
-                self._capacity_freed = anyio.Event()
-                await self._capacity_freed.wait()
-            fetched = await self._fetch(subscription)
+            try:
+                while len(self.in_flight) >= self.max_in_flight:
+                    self._capacity_freed = anyio.Event()
+                    await self._capacity_freed.wait()
+                fetched = await self._fetch(subscription)
+            except ProducerError as exc:  # raised below, alone: not in an exception group
+                failures.append(exc)
             tg.cancel_scope.cancel()
         if failures:
             raise failures[0]

@@ -36,6 +36,8 @@ CLOSE_TIMEOUT_S: Final = 5.0
 MIN_ACK_WAIT_S: Final = 1.0
 DeliverPolicy = Literal["all", "new", "last", "last_per_subject"]
 DELIVER_POLICIES: Final[tuple[str, ...]] = get_args(DeliverPolicy)
+OnReject = Literal["term", "nak"]
+ON_REJECT_POLICIES: Final[tuple[str, ...]] = get_args(OnReject)
 #: where JetStream announces a message that reached ``max_deliver`` (stream, consumer)
 MAX_DELIVERIES_ADVISORY: Final = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.{consumer}"
 #: headers a dead-lettered copy carries besides the original's
@@ -120,14 +122,16 @@ def disposition_of(
     num_delivered: int,
     max_deliver: int,
     dead_letter: bool,
+    on_reject: OnReject = "term",
 ) -> Disposition:
-    """Clean -> ack. Rejected -> dead letter (then term), or term without a dead-letter
-    subject. Failed (or no subscriber) -> nak, redelivered now; but on its last delivery
-    (``num_delivered == max_deliver``) JetStream would not redeliver it: dead letter it
-    (or nak it, and JetStream emits its MAX_DELIVERIES advisory)."""
+    """Clean -> ack. Rejected with ``on_reject="term"`` -> dead letter (then term), or term
+    without a dead-letter subject. Failed, no subscriber, or rejected with
+    ``on_reject="nak"`` -> nak, redelivered now; but on its last delivery
+    (``num_delivered == max_deliver``) JetStream would not redeliver it: dead letter it (or
+    nak it, and JetStream emits its MAX_DELIVERIES advisory)."""
     if outcome.is_clean:
         return Disposition.ACK
-    if outcome.rejected:
+    if outcome.rejected and on_reject == "term":
         return Disposition.DEAD_LETTER if dead_letter else Disposition.TERM
     if dead_letter and 0 < max_deliver <= num_delivered:
         return Disposition.DEAD_LETTER
@@ -164,12 +168,15 @@ def check_settings(
     ack_wait_s: float = DEFAULT_ACK_WAIT_S,
     max_deliver: int = DEFAULT_MAX_DELIVER,
     dead_letter_subject: str | None = None,
+    on_reject: str = "term",
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     deliver_policy: str = "all",
     where: str = "NATS JetStream producer",
 ) -> None:
     """Raise ``ProducerConfigError`` for settings that cannot work."""
     problems = []
+    if on_reject not in ON_REJECT_POLICIES:
+        problems.append(f"on_reject={on_reject!r} is not one of {list(ON_REJECT_POLICIES)}")
     if not _NAME.match(stream):
         problems.append(f"stream={stream!r} must be a name without '.', '*', '>' or spaces")
     if not _DURABLE.match(durable):
@@ -185,17 +192,20 @@ def check_settings(
     if deliver_policy not in DELIVER_POLICIES:
         problems.append(f"deliver_policy={deliver_policy!r} is not one of {list(DELIVER_POLICIES)}")
     if dead_letter_subject is not None:
-        if not dead_letter_subject or any(c in dead_letter_subject for c in "*> "):
-            problems.append(
-                f"dead_letter_subject={dead_letter_subject!r} must be a literal subject"
-            )
-        elif any(subject_matches(s, dead_letter_subject) for s in subjects):
-            problems.append(
-                f"dead_letter_subject={dead_letter_subject!r} is one of the consumer's subjects "
-                f"{list(subjects)}: a dead-lettered message would come back to the watchers"
-            )
+        problems += _dead_letter_problems(dead_letter_subject, subjects)
     if problems:
         raise ProducerConfigError(f"{where}: " + "; ".join(problems))
+
+
+def _dead_letter_problems(subject: str, subjects: Sequence[str]) -> list[str]:
+    if not subject or any(c in subject for c in "*> "):
+        return [f"dead_letter_subject={subject!r} must be a literal subject"]
+    if any(subject_matches(s, subject) for s in subjects):
+        return [
+            f"dead_letter_subject={subject!r} is one of the consumer's subjects "
+            f"{list(subjects)}: a dead-lettered message would come back to the watchers"
+        ]
+    return []
 
 
 class InFlight:

@@ -5,12 +5,14 @@ servers or connection, stream, durable): one pull consumer, acked only once ever
 stored its events. Each trigger filters the shared messages (``body_filter``,
 ``header_filter``, ``apply_function``) and fires one ``TriggerEvent`` per accepted message,
 deduplicated by ``nats:<stream>:<stream sequence>``. A filter that raises rejects the
-message (``reject_shared_stream_event()``): it goes to ``dead_letter_subject`` (if set),
-then is terminated.
+message (``reject_shared_stream_event()``): with ``on_reject="term"`` (the default) it goes
+to ``dead_letter_subject`` (if set), then is terminated; with ``on_reject="nak"`` it is
+redelivered, up to ``max_deliver``, and dead-lettered on its last delivery.
 
 The producer is built from the kwargs of the group's first watcher: give every watcher of a
 durable the same connection and consumer settings (``subjects``, ``ack_wait_s``,
-``max_deliver``, ``dead_letter_subject``, ``max_in_flight``, ``deliver_policy``).
+``max_deliver``, ``dead_letter_subject``, ``on_reject``, ``max_in_flight``,
+``deliver_policy``).
 Credentials are trigger kwargs, so the engine stores them encrypted; they are never logged.
 
 ``conn_id`` takes the servers and credentials from a named connection instead (its URI form
@@ -40,6 +42,7 @@ from producers.nats_core import (
     DeliverPolicy,
     NatsConnection,
     NatsMessage,
+    OnReject,
     check_settings,
 )
 from producers.partition_keys import (
@@ -135,6 +138,7 @@ class NatsJetStreamTrigger(BaseEventTrigger):
         ack_wait_s: float = DEFAULT_ACK_WAIT_S,
         max_deliver: int = DEFAULT_MAX_DELIVER,
         dead_letter_subject: str | None = None,
+        on_reject: OnReject = "term",
         deliver_policy: DeliverPolicy = "all",
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         body_filter: Mapping[str, Any] | None = None,
@@ -160,6 +164,7 @@ class NatsJetStreamTrigger(BaseEventTrigger):
             ack_wait_s=ack_wait_s,
             max_deliver=max_deliver,
             dead_letter_subject=dead_letter_subject,
+            on_reject=on_reject,
             max_in_flight=max_in_flight,
             deliver_policy=deliver_policy,
             where=where,
@@ -179,6 +184,7 @@ class NatsJetStreamTrigger(BaseEventTrigger):
         self.ack_wait_s = ack_wait_s
         self.max_deliver = max_deliver
         self.dead_letter_subject = dead_letter_subject
+        self.on_reject: OnReject = on_reject
         self.deliver_policy: DeliverPolicy = deliver_policy
         self.max_in_flight = max_in_flight
         self.body_filter = dict(body_filter or {})
@@ -213,6 +219,7 @@ class NatsJetStreamTrigger(BaseEventTrigger):
                 "ack_wait_s": self.ack_wait_s,
                 "max_deliver": self.max_deliver,
                 "dead_letter_subject": self.dead_letter_subject,
+                "on_reject": self.on_reject,
                 "deliver_policy": self.deliver_policy,
                 "max_in_flight": self.max_in_flight,
                 "body_filter": self.body_filter or None,
@@ -276,6 +283,7 @@ class NatsJetStreamTrigger(BaseEventTrigger):
             ack_wait_s=self.ack_wait_s,
             max_deliver=self.max_deliver,
             dead_letter_subject=self.dead_letter_subject,
+            on_reject=self.on_reject,
             max_in_flight=self.max_in_flight,
             deliver_policy=self.deliver_policy,
         )

@@ -184,6 +184,30 @@ async def test_a_rejected_poison_message_is_dead_lettered_and_terminated(
     assert record.trigger_id == 7 and record.message_id == f"nats:{name}:{sequences[1]}"
 
 
+async def test_on_reject_nak_redelivers_a_rejected_message_then_dead_letters_it(
+    nc, nats_stream_name, streams
+) -> None:
+    name = nats_stream_name
+    _, dlq = streams
+    [seq] = await _publish(nc, f"{name}.x", b"not json")
+    common = {"on_reject": "nak", "max_deliver": 2, "dead_letter_subject": dlq}
+    picky = _trigger(name, body_filter={"kind": "order"}, **common)
+    catch_all = _trigger(name, **common)
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg, SharedStreamManager() as manager:
+            harnesses = [
+                SubscriberHarness(manager, t, trigger_id=i) for i, t in ((1, picky), (2, catch_all))
+            ]
+            for harness in harnesses:
+                tg.start_soon(harness.run)
+            await harnesses[1].wait_for_events(2)  # delivered twice: the nak redelivered it
+            await eventually(_settled(nc, name))
+            tg.cancel_scope.cancel()
+    assert [e.dedup_key for e in harnesses[1].events] == [f"nats:{name}:{seq}"] * 2
+    [dead] = await read_all(nc, f"{name}_DLQ")  # its last delivery was rejected too
+    assert dead.data == b"not json" and dead.headers["Sluice-Dead-Letter-Cause"] == "rejected"
+
+
 async def test_a_failure_on_the_last_delivery_is_dead_lettered_not_dropped(
     nc, nats_stream_name, streams
 ) -> None:

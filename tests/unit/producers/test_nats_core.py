@@ -46,6 +46,18 @@ def test_dispositions(outcome, delivered, dead_letter, expected) -> None:
     assert got is expected
 
 
+@pytest.mark.parametrize(
+    ("delivered", "expected"), [(1, Disposition.NAK), (5, Disposition.DEAD_LETTER)]
+)
+def test_on_reject_nak_redelivers_a_rejected_message_until_its_last_delivery(
+    delivered, expected
+) -> None:
+    got = disposition_of(
+        REJECTED, num_delivered=delivered, max_deliver=5, dead_letter=True, on_reject="nak"
+    )
+    assert got is expected
+
+
 def test_unlimited_deliveries_never_dead_letter_a_failure() -> None:
     assert disposition_of(FAILED, num_delivered=99, max_deliver=-1, dead_letter=True) is (
         Disposition.NAK
@@ -162,6 +174,7 @@ def test_connection_settings_from_the_uri_form_and_the_extra() -> None:
         ({"ack_wait_s": 0.5}, "ack_wait_s"),
         ({"max_in_flight": 0}, "max_in_flight"),
         ({"deliver_policy": "sometimes"}, "deliver_policy"),
+        ({"on_reject": "drop"}, "on_reject"),
         ({"dead_letter_subject": "dead.*"}, "literal subject"),
         ({"apply_function": "not a path"}, "apply_function"),
         ({"partition_key_field": "a", "partition_key_header": "b"}, "at most one"),
