@@ -20,7 +20,11 @@ it with only a MAX_DELIVERIES advisory. The batch ends with one ``flush`` (a PIN
 round trip): when ``advance`` returns, the server has processed every ack. ``ack_sync``
 per message is not needed: a lost ack only means a redelivery, absorbed by the dedup key
 ``nats:<stream>:<sequence>``. ``aclose`` naks what is still in flight (redelivered at once
-to the next consumer) and closes the connection.
+to the next consumer), except a delivery that was its last one, which is dead-lettered
+(JetStream would never deliver it again), and closes the connection. While polling, the
+producer also follows the consumer's MAX_DELIVERIES advisory and dead-letters what it names
+(``producers.nats_dead_letters``): a last delivery whose ack wait ran out in an engine that
+died or stalled.
 
 Every nats-py error is translated here to ``producers.exceptions`` (the cause kept);
 credentials are never logged nor shown in a ``repr``.
@@ -41,15 +45,10 @@ from producers.nats_core import (
     API_TIMEOUT_S,
     CLOSE_TIMEOUT_S,
     CONNECT_TIMEOUT_S,
-    DEAD_LETTER_CAUSE_HEADER,
-    DEAD_LETTER_SEQUENCE_HEADER,
-    DEAD_LETTER_STREAM_HEADER,
-    DEAD_LETTER_SUBJECT_HEADER,
     DEFAULT_ACK_WAIT_S,
     DEFAULT_MAX_DELIVER,
     DEFAULT_MAX_IN_FLIGHT,
     FETCH_WAIT_S,
-    MAX_DELIVERIES_ADVISORY,
     MAX_FETCH_BATCH,
     Disposition,
     InFlight,
@@ -69,9 +68,11 @@ if TYPE_CHECKING:
 
     from nats.aio.client import Client
     from nats.aio.msg import Msg
+    from nats.aio.subscription import Subscription
     from nats.js.api import ConsumerConfig
     from nats.js.client import JetStreamContext
 
+    from producers.nats_dead_letters import DeadLetters
     from shared_stream.producer import AdvanceItem
 
 __all__ = ("NatsJetStreamSharedStreamProducer",)
@@ -86,7 +87,7 @@ def _load_client() -> None:
     Run it in a worker thread (``anyio.to_thread.run_sync(_load_client)``) so the
     triggerer's event loop never blocks on it; every later import of these is a lookup.
     """
-    for module in ("nats.aio.client", "nats.js.api", "nats.js.errors", "producers.nats_errors"):
+    for module in ("nats.aio.client", "nats.js.api", "producers.nats_dead_letters"):
         importlib.import_module(module)
 
 
@@ -161,6 +162,8 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
         self.in_flight = InFlightMessages()
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
+        self._advisories: Subscription | None = None
+        self._dead_letters: DeadLetters | None = None
         self._capacity_freed = anyio.Event()
 
     @property
@@ -209,8 +212,7 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
         with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
             try:
                 if entries and nc.is_connected:
-                    for entry in entries:
-                        await entry.message.nak()
+                    await self._release(entries)
                     await nc.flush(timeout=int(CLOSE_TIMEOUT_S))
             except (nats.errors.Error, OSError) as exc:
                 logger.warning(
@@ -224,6 +226,19 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
             finally:
                 await nc.close()
 
+    async def _release(self, entries: Sequence[InFlight]) -> None:
+        """Nak each delivery for redelivery now; one on its last delivery would never come
+        back (JetStream drops it with a MAX_DELIVERIES advisory): dead-letter it instead."""
+        for entry in entries:
+            if self.dead_letter_subject is not None and self._is_last_delivery(entry):
+                await self._dead_letter(entry, "max_deliver")
+                await entry.message.term()
+            else:
+                await entry.message.nak()
+
+    def _is_last_delivery(self, entry: InFlight) -> bool:
+        return 0 < self.max_deliver <= entry.receipt.num_delivered
+
     # -- connecting -----------------------------------------------------------------------
 
     async def _connect(self) -> JetStreamContext.PullSubscription:
@@ -232,8 +247,15 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
         await anyio.to_thread.run_sync(_load_client)
         from nats.aio.client import Client
 
+        from producers.nats_dead_letters import DeadLetters
         from producers.nats_errors import translated
 
+        self._dead_letters = dead_letters = DeadLetters(
+            stream=self.stream,
+            durable=self.durable,
+            subject=self.dead_letter_subject,
+            max_deliver=self.max_deliver,
+        )
         self._nc = nc = Client()  # held before it connects: aclose closes a failed attempt
         with translated("connect", self.address):
             await nc.connect(
@@ -245,7 +267,8 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
                 connect_timeout=int(CONNECT_TIMEOUT_S),
                 error_cb=_quiet,
             )
-            self._js = nc.jetstream(timeout=API_TIMEOUT_S)
+            self._js = dead_letters.js = nc.jetstream(timeout=API_TIMEOUT_S)
+            self._advisories = await nc.subscribe(dead_letters.advisory_subject)
             await self._ensure_stream(self._js)
             if self.dead_letter_subject is not None:
                 await self._check_dead_letter_subject(self._js, self.dead_letter_subject)
@@ -341,6 +364,7 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
         fetched: list[Msg] = []
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._heartbeat, tg.cancel_scope, failures)
+            tg.start_soon(self._watch_advisories, tg.cancel_scope, failures)
             try:
                 while len(self.in_flight) >= self.max_in_flight:
                     self._capacity_freed = anyio.Event()
@@ -393,6 +417,17 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
             failures.append(exc)
             scope.cancel()
 
+    async def _watch_advisories(
+        self, scope: anyio.CancelScope, failures: list[ProducerError]
+    ) -> None:
+        """Dead-letter what JetStream gave up on (``DeadLetters.watch``); stop on error."""
+        assert self._advisories is not None and self._dead_letters is not None
+        try:
+            await self._dead_letters.watch(self._advisories, self.address)
+        except ProducerError as exc:
+            failures.append(exc)
+            scope.cancel()
+
     # -- dispositions ---------------------------------------------------------------------
 
     async def _carry_out(
@@ -402,8 +437,8 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
         if disposition is Disposition.ACK:
             await message.ack()
         elif disposition is Disposition.NAK:
-            if 0 < self.max_deliver <= entry.receipt.num_delivered:
-                self._warn_max_deliveries(entry)
+            if self._is_last_delivery(entry) and self._dead_letters is not None:
+                self._dead_letters.warn_lost(entry.receipt.sequence, "failed its last delivery")
             await message.nak()
         elif disposition is Disposition.TERM:
             await message.term()
@@ -412,38 +447,15 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
             await message.term()
 
     async def _dead_letter(self, entry: InFlight, cause: str) -> None:
-        assert self._js is not None and self.dead_letter_subject is not None
+        assert self._dead_letters is not None
         message: Msg = entry.message
         receipt = entry.receipt
-        headers = {
-            **(message.headers or {}),
-            DEAD_LETTER_STREAM_HEADER: self.stream,
-            DEAD_LETTER_SEQUENCE_HEADER: str(receipt.sequence),
-            DEAD_LETTER_SUBJECT_HEADER: receipt.subject,
-            DEAD_LETTER_CAUSE_HEADER: cause,
-            "Nats-Msg-Id": f"{self.stream}:{receipt.sequence}",
-        }
-        await self._js.publish(self.dead_letter_subject, message.data, headers=headers)
-        logger.info(
-            "Dead-lettered NATS message %s:%s (%s) to %s",
-            self.stream,
-            receipt.sequence,
-            cause,
-            self.dead_letter_subject,
-            extra={"action": "nats.dead_lettered", "stream": self.stream},
-        )
-
-    def _warn_max_deliveries(self, entry: InFlight) -> None:
-        advisory = MAX_DELIVERIES_ADVISORY.format(stream=self.stream, consumer=self.durable)
-        logger.warning(
-            "NATS message %s:%s failed on its last delivery (max_deliver=%s) and no "
-            "dead_letter_subject is set: JetStream will not redeliver it and announces it on "
-            "%s; it stays in the stream until its retention removes it",
-            self.stream,
-            entry.receipt.sequence,
-            self.max_deliver,
-            advisory,
-            extra={"action": "nats.max_deliveries", "stream": self.stream},
+        await self._dead_letters.publish(
+            message.data,
+            message.headers,
+            sequence=receipt.sequence,
+            subject=receipt.subject,
+            cause=cause,
         )
 
     def __repr__(self) -> str:

@@ -232,6 +232,56 @@ async def test_a_failure_on_the_last_delivery_is_dead_lettered_not_dropped(
     assert json.loads(dead.data) == {"n": 1}
 
 
+async def test_close_dead_letters_a_last_delivery_instead_of_releasing_it(
+    nc, nats_stream_name, streams
+) -> None:
+    name = nats_stream_name
+    _, dlq = streams
+    await _publish(nc, f"{name}.x", {"n": 1})
+    producer = _trigger(name, max_deliver=1, dead_letter_subject=dlq).build_producer()
+    with anyio.fail_after(10):
+        stream = producer.open_stream()
+        message, _receipt = await anext(stream)  # its first delivery is its last
+        await stream.aclose()
+        await producer.aclose()
+    [dead] = await read_all(nc, f"{name}_DLQ")  # a nak would have dropped it
+    assert dead.headers["Sluice-Dead-Letter-Cause"] == "max_deliver"
+    assert dead.headers["Sluice-Original-Sequence"] == str(message.sequence)
+    assert await _settled(nc, name)()
+
+
+async def test_a_last_delivery_another_consumer_never_acked_is_dead_lettered_by_the_advisory(
+    nc, nats_stream_name, streams
+) -> None:
+    from nats.js.api import ConsumerConfig
+
+    name = nats_stream_name
+    _, dlq = streams
+    js = nc.jetstream()
+    # A consumer (an engine that then died) takes the message on its last delivery.
+    config = ConsumerConfig(durable_name="sluice", ack_wait=1.0, max_deliver=1)
+    await js.add_consumer(name, config)
+    [seq] = await _publish(nc, f"{name}.x", {"n": 1})
+    [held] = await (await js.pull_subscribe_bind("sluice", stream=name)).fetch(1, timeout=5)
+    assert held.metadata.num_delivered == 1
+    trigger = _trigger(name, max_deliver=1, ack_wait_s=1.0, dead_letter_subject=dlq)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg, SharedStreamManager() as manager:
+            harness = SubscriberHarness(manager, trigger, trigger_id=1)
+            tg.start_soon(harness.run)
+            await eventually(lambda: _dead_letter_count(nc, name, 1))
+            tg.cancel_scope.cancel()
+    [dead] = await read_all(nc, f"{name}_DLQ")
+    assert dead.headers["Sluice-Original-Sequence"] == str(seq)
+    assert dead.headers["Sluice-Dead-Letter-Cause"] == "max_deliver"
+    assert harness.events == []  # JetStream never delivered it again
+
+
+async def _dead_letter_count(nc: Any, stream: str, count: int) -> bool:
+    info = await nc.jetstream().stream_info(f"{stream}_DLQ")
+    return bool(info.state.messages == count)
+
+
 async def test_subjects_are_lanes_that_advance_independently(nc, nats_stream_name, streams) -> None:
     name = nats_stream_name
     for n in range(6):
