@@ -7,6 +7,12 @@ class SluiceError(Exception):
     """Root of every error the engine raises on purpose."""
 
 
+class LeaseLost(SluiceError):
+    """A part no longer owns (or cannot prove it owns) what its job row held: another
+    process may have taken it over. Raised by ``engine.db`` when a write guarded by the
+    owner's job row finds that row no longer running; nothing was written."""
+
+
 class ConfigError(SluiceError):
     """The configuration is wrong: names the key and where the value came from."""
 

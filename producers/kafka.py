@@ -150,6 +150,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self._progress: anyio.Event | None = None
         self._opened = False
         self._closing = False
+        self._fenced = False
         self.stats = KafkaProducerStats()
 
     @property
@@ -327,7 +328,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
 
     async def _commit(self, key: tuple[str, int], offset: int) -> None:
         consumer = self._consumer
-        if consumer is None or not self._book.may_commit(key, offset):
+        if consumer is None or self._fenced or not self._book.may_commit(key, offset):
             return
         topic, partition = key
         try:
@@ -423,6 +424,21 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             await self._progress.wait()
 
     # -- closing --------------------------------------------------------------------------
+
+    def fence(self) -> None:
+        """Never commit again, and leave the consumer group now: ``unsubscribe`` clears the
+        assignment and asks the coordinator to leave, so a resumed process (a zombie) never
+        rejoins the group nor holds a partition its group's new owner should have."""
+        self._fenced = self._closing = True
+        self._notify()
+        consumer = self._consumer
+        if consumer is not None:
+            consumer.unsubscribe()
+        logger.warning(
+            "Kafka consumer of %s fenced: left the group, commits nothing more",
+            self.where,
+            extra={"action": "kafka.fenced", "group_id": self.group_id},
+        )
 
     async def aclose(self) -> None:
         self._closing = True

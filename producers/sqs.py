@@ -132,6 +132,7 @@ class SqsSharedStreamProducer(SharedStreamProducer):
         self._exit_stack = contextlib.AsyncExitStack()
         self._visibility_lock = anyio.Lock()
         self._capacity_freed = anyio.Event()
+        self._fenced = False
 
     @property
     def queue_url(self) -> str:
@@ -151,7 +152,19 @@ class SqsSharedStreamProducer(SharedStreamProducer):
         receipt: SqsReceipt = broker_payload
         return receipt.group_id
 
+    def fence(self) -> None:
+        """Never delete nor dead-letter again: the queue's new owner gets these messages
+        (``aclose`` only makes the in-flight ones visible, which hands them over sooner)."""
+        self._fenced = True
+        logger.warning(
+            "SQS consumer of %s fenced: deletes nothing more",
+            self.queue_url,
+            extra={"action": "sqs.fenced", "queue_url": self.queue_url},
+        )
+
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
+        if self._fenced:
+            raise ProducerError(f"SQS consumer of {self.queue_url} is fenced: nothing is deleted")
         plan: dict[Disposition, list[InFlight]] = {d: [] for d in Disposition}
         for receipt, outcome in batch:
             entry = self.in_flight.pop(receipt.receipt_handle)

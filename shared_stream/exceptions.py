@@ -19,6 +19,12 @@ class SharedStreamTerminated(SharedStreamError):
     """The group's poll, producer factory, lane function or advance failed; the group ended."""
 
 
+class SharedStreamFenced(SharedStreamError):
+    """The owner of the groups lost its lease (another process may own their upstreams
+    now): the group ended without advancing anything more; the broker redelivers what was
+    not advanced, to the new owner."""
+
+
 class SubscriptionError(SharedStreamError):
     """A subscription call was invalid (manager not running, duplicate trigger id, bad key).
 

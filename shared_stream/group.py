@@ -27,6 +27,7 @@ from shared_stream.effects import (
 from shared_stream.exceptions import (
     AckTimeout,
     DuplicateSubscription,
+    SharedStreamFenced,
     SharedStreamTerminated,
     SubscriberOverflow,
 )
@@ -352,6 +353,12 @@ class SharedStreamGroup:
         if self.ledger is not None:
             self.carry_out(self.ledger.stop(drain=True))
         self.task.stop()
+
+    def fence(self, reason: str) -> None:
+        """The owner lost its lease: the producer leaves the broker's consumer membership
+        now (``SharedStreamProducer.fence``), and the group ends without advancing more."""
+        self.task.fence()
+        self.terminate(SharedStreamFenced(f"shared stream key={self.key!r} fenced: {reason}"))
 
     def terminate(self, error: BaseException) -> None:
         """The group failed: subscribers get ``error``, nothing more is advanced."""

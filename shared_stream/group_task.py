@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 # The poll yields to the subscribers after this many broadcasts at most (or as soon as a
 # queue is half full): bursts are fanned out in batches, each subscriber wakes once per batch.
 YIELD_EVERY_EVENTS: Final = 64
+# How often an advance that the owner's lease holds back asks again (``may_advance``).
+LEASE_POLL_S: Final = 0.05
 
 
 class TaskPort(Protocol):
@@ -120,6 +122,21 @@ class GroupTask:
         self.slot.clear()
         self._scope.cancel()
 
+    def fence(self) -> None:
+        """The owner lost its lease: the producer stops talking to its broker at once
+        (synchronously, before any other task of the loop runs), then the task ends."""
+        producer = self.producer
+        if producer is not None:
+            try:
+                producer.fence()
+            except Exception:
+                logger.exception(
+                    "Fencing the producer of shared stream key=%r failed; closing it",
+                    self.group.key,
+                    extra={"action": "shared_stream.fence_failed"},
+                )
+        self.cancel()
+
     async def _poll(self) -> None:
         group = self.group
         try:
@@ -182,6 +199,8 @@ class GroupTask:
                 continue
             batch, dispatched_at = taken
             assert self.producer is not None
+            while not group.settings.may_advance():  # noqa: ASYNC110 - a lease: time, no event
+                await anyio.sleep(LEASE_POLL_S)  # (a fenced manager cancels this task)
             drain_deadline = self._drain_deadline if group.stopping else None
             try:
                 completed = await send_advance(self.producer, batch, drain_deadline=drain_deadline)

@@ -66,6 +66,8 @@ class SharedStreamManager:
     ``cohort_grace_period``: seconds a new group waits before its first poll, so siblings
     that (re)subscribe together all see the first event. ``clock``: monotonic seconds, used
     for ack timeouts only. ``stop_grace_period``: bound on draining advances at stop.
+    ``may_advance``: asked right before every ``producer.advance`` (the owner's lease, see
+    ``fence``); an advance it refuses ends its group, and the broker redelivers.
     """
 
     def __init__(
@@ -76,6 +78,7 @@ class SharedStreamManager:
         cohort_grace_period: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         stop_grace_period: float = DEFAULT_STOP_GRACE_PERIOD_S,
+        may_advance: Callable[[], bool] | None = None,
     ) -> None:
         _check_positive("max_subscriber_queue", max_subscriber_queue)
         _check_positive("ack_timeout", ack_timeout)
@@ -101,7 +104,10 @@ class SharedStreamManager:
             cohort_grace_s=cohort_grace_period,
             stop_grace_s=stop_grace_period,
             clock=clock,
+            may_advance=self._may_advance,
         )
+        self._owner_may_advance = may_advance
+        self._fenced: str | None = None
         self._tg: TaskGroup | None = None
         self._stop_requested: anyio.Event | None = None
         # why subscribes are refused while the task group is still up (stop_all, aclose)
@@ -260,6 +266,28 @@ class SharedStreamManager:
         Several seqs bound to one raw event reject it once (and count as one reject)."""
         for group, run in self._routes.take(seqs):
             group.refuse(run)
+
+    def _may_advance(self) -> bool:
+        if self._fenced is not None:
+            return False
+        return self._owner_may_advance is None or self._owner_may_advance()
+
+    @property
+    def fenced(self) -> str | None:
+        """Why the manager was fenced, or None."""
+        return self._fenced
+
+    def fence(self, reason: str) -> None:
+        """The owner lost its lease: every group's producer leaves its broker's consumer
+        membership now (synchronously: nothing else of the loop runs first), nothing is ever
+        advanced again, and every group ends; the broker redelivers to the new owner what
+        was not advanced. New subscriptions are refused."""
+        if self._fenced is not None:
+            return
+        self._fenced = reason
+        self._refusing = f"its owner lost its lease ({reason})"
+        for group in list(self._live):
+            group.fence(reason)
 
     def begin_shutdown(self) -> None:
         """From now on a leaving subscriber stops its whole group instead of failing events.

@@ -79,3 +79,9 @@ class SharedStreamProducer(abc.ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Release the broker connection; called once when the group ends."""
+
+    def fence(self) -> None:  # noqa: B027 - optional hook with a no-op default
+        """The process lost its ownership of the stream (another may own it now): from now
+        on never acknowledge anything, and stop taking part in the broker's consumer
+        membership at once (e.g. leave a consumer group), synchronously. ``advance`` is not
+        called after it; ``aclose()`` still is (release, never ack, there)."""

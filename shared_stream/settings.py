@@ -21,3 +21,7 @@ class GroupSettings:
     cohort_grace_s: float
     stop_grace_s: float
     clock: Callable[[], float]
+    #: asked right before every ``producer.advance``, which waits while it is False: while
+    #: the owner of the groups cannot tell it still holds its lease (a fenced manager ends
+    #: its groups instead, ``SharedStreamManager.fence``)
+    may_advance: Callable[[], bool] = lambda: True

@@ -137,6 +137,7 @@ class InMemoryProducer(SharedStreamProducer):
         self.attempted_batches: list[tuple[AdvanceItem, ...]] = []  # every advance call
         self.open_count = 0
         self.aclose_count = 0
+        self.fence_count = 0
         self.advancing = 0
         self.max_concurrent_advances = 0
         self._changed = _Condition()
@@ -185,6 +186,10 @@ class InMemoryProducer(SharedStreamProducer):
 
     async def aclose(self) -> None:
         self.aclose_count += 1
+        self._changed.notify()
+
+    def fence(self) -> None:
+        self.fence_count += 1
         self._changed.notify()
 
     # -- observing ------------------------------------------------------------------------

@@ -94,12 +94,28 @@ class JobService:
         self.job_id = await self._db.run(insert)
         return self.job_id
 
-    async def keep_alive(self) -> None:
-        """Heartbeat the job row until cancelled."""
+    async def keep_alive(
+        self,
+        *,
+        on_beat: Callable[[float], None] | None = None,
+        on_lost: Callable[[], None] | None = None,
+        interval_s: float | None = None,
+    ) -> None:
+        """Heartbeat the job row until cancelled (``heartbeat_forever``'s hooks), every
+        ``interval_s`` (default: the service's ``heartbeat_s``)."""
         assert self.job_id is not None
-        await heartbeat_forever(self._db, self.job_id, interval_s=self.heartbeat_s, part=self.part)
+        await heartbeat_forever(
+            self._db,
+            self.job_id,
+            interval_s=interval_s or self.heartbeat_s,
+            part=self.part,
+            on_beat=on_beat,
+            on_lost=on_lost,
+        )
 
-    async def end(self, release: Callable[[Session, int], T] | None = None) -> T | None:
+    async def end(
+        self, release: Callable[[Session, int], T] | None = None, *, state: JobState | None = None
+    ) -> T | None:
         """Mark the job row ended (``success``), in one transaction after ``release(session,
         job_id)`` (rows the job gives up) when given; returns what ``release`` returned. None
         when there is no job, or the write failed or took over ``FINAL_WRITE_TIMEOUT_S``."""
@@ -109,7 +125,7 @@ class JobService:
 
         def finish(session: Session) -> T | None:
             released = release(session, job_id) if release is not None else None
-            jobs.end_job(session, job_id, state=JobState.SUCCESS)
+            jobs.end_job(session, job_id, state=state or JobState.SUCCESS)
             return released
 
         with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):

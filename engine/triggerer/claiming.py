@@ -147,6 +147,9 @@ def claim_round(
             session, me=me, mine=mine, live=live, left=capacity_left, fresh=(threshold_s, now)
         )
     released = store_claims.release_groups(session, triggerer_id=me, digests=plan.release)
+    # The dead owners' job ids are over: resumed, such a triggerer finds its job row ended
+    # (its heartbeat, and the guard of its next store) before it can store or advance more.
+    jobs.revoke_jobs(session, live.dead_owners)
     rows = store_claims.assign_rows(session, plan.take, triggerer_id=me, live=live)
     singles = plan.left if single_limit is None else min(plan.left, single_limit)
     rows += store_claims.claim_single_rows(session, triggerer_id=me, capacity=singles, live=live)

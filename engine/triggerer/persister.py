@@ -39,7 +39,8 @@ import anyio.to_thread
 from engine.authoring.deferral import FAIL_METHOD
 from engine.db.queries import assets, deferrals, watcher_events
 from engine.db.queries import triggers as trigger_rows
-from engine.exceptions import DatabaseError, DatabaseUnavailable
+from engine.db.queries.jobs import check_owner
+from engine.exceptions import DatabaseError, DatabaseUnavailable, LeaseLost
 from engine.metrics.readings import Buckets
 from engine.states import TriggerKind
 from engine.triggerer.outbox import FiredEvent, Outbox, OutboxItem, TriggerFailed
@@ -111,8 +112,15 @@ class Persister:
         on_committed: Callable[[BatchResult], None] | None = None,
         max_payload_bytes: int | None = None,
         keep_events_while_paused: bool = True,
+        owner: int | None = None,
+        on_lease_lost: Callable[[str], None] | None = None,
     ) -> None:
         self._db = db
+        #: the triggerer's job id: nothing is stored once its row is no longer running
+        #: (``watcher_events``' owner guard); ``on_lease_lost(reason)`` is called, then
+        #: ``LeaseLost`` raised, and the batch stays unconfirmed (the broker redelivers it)
+        self.owner = owner
+        self._on_lease_lost = on_lease_lost
         self._keep_events_while_paused = keep_events_while_paused
         self._max_payload_bytes = max_payload_bytes
         self._outbox = outbox
@@ -214,6 +222,10 @@ class Persister:
             try:
                 await self._write(batch)
                 return
+            except LeaseLost as exc:
+                if self._on_lease_lost is not None:
+                    self._on_lease_lost(str(exc))
+                raise
             except DatabaseUnavailable as exc:
                 logger.warning(
                     "Metadata database unavailable, retrying %d event(s) in %.1fs: %s",
@@ -298,13 +310,16 @@ class Persister:
         self, connection: Connection, rows: list[WatcherEventRow], seqs: list[int]
     ) -> BatchResult:
         inserted = watcher_events.store_watcher_events(
-            connection, rows, keep_while_paused=self._keep_events_while_paused
+            connection, rows, keep_while_paused=self._keep_events_while_paused, owner=self.owner
         )
         return BatchResult(seqs, inserted, 0, [], fired=len(rows))
 
     def write_prepared(self, session: Session, batch: Sequence[Prepared]) -> BatchResult:
         """Write any batch in ``session``'s transaction: watcher events (refusing those over
-        the size limit), resumed or ended deferred tasks, and trigger failures."""
+        the size limit), resumed or ended deferred tasks, and trigger failures; nothing once
+        the owner's job row is no longer running (``LeaseLost``)."""
+        if self.owner is not None:
+            check_owner(session.connection(), self.owner)
         # A watcher's event carries the (asset, watcher) its trigger was claimed for, and a
         # watcher trigger serves one watcher for its whole life (an edit makes a new row):
         # only the other items (task triggers, failures) need the rows read.

@@ -23,17 +23,18 @@ from engine.authoring.external_task_trigger import MetadataReadingTrigger
 from engine.db.queries import claims as store_claims
 from engine.db.queries import jobs, streams
 from engine.db.queries import triggers as trigger_rows
-from engine.exceptions import SluiceError, TriggerLoadError
+from engine.exceptions import LeaseLost, SluiceError, TriggerLoadError
 from engine.jobs.service import JobService
 from engine.jobs.wakeup import RowsSignal
 from engine.loader import trigger_stream_digest
 from engine.metrics.readings import HistogramReading, TriggererReading
-from engine.states import TriggerKind
+from engine.states import JobState, TriggerKind
 from engine.triggerer import claiming
 from engine.triggerer.claim_loop import ClaimLoop
 from engine.triggerer.collector import DEFAULT_YOUNG_THRESHOLD, collector_tuned
 from engine.triggerer.connections import database_lookup
 from engine.triggerer.housekeeping import clean_forever, publish_stream_stats_forever
+from engine.triggerer.lease import Lease
 from engine.triggerer.loading import Loaded, load_rows
 from engine.triggerer.metadata import DatabaseMetadataReader
 from engine.triggerer.outbox import Outbox, TriggerFailed
@@ -99,12 +100,31 @@ class Triggerer:
         self._connections = database_lookup(db, cipher)  # kafka_config_id, aws_conn_id, ...
         self.settings = settings
         self._metadata = DatabaseMetadataReader(db)  # for triggers that read the database
+        self._on_committed = on_committed
         self.job_id: int | None = None
+        self._stopping = anyio.Event()
+        self._claims = 0
+        self.leases_lost = 0
+        self._build_runtime()
+        self._job = JobService(
+            db,
+            job_type=jobs.TRIGGERER_JOB,
+            part="Triggerer",
+            heartbeat_s=settings.heartbeat_s,
+            capacity=settings.capacity,
+        )
+
+    def _build_runtime(self) -> None:
+        """What one life of the triggerer (one job row) runs: the outbox, the shared
+        streams, the runner, the persister, the claim loop and the lease."""
+        settings, db = self.settings, self._db
+        self.lease = Lease(threshold_s=settings.health_check_threshold_s)
         self.outbox = Outbox()
         self.shared_streams = SharedStreamManager(
             max_subscriber_queue=settings.subscriber_queue_size,
             ack_timeout=settings.ack_timeout_s,
             cohort_grace_period=settings.cohort_grace_period_s,
+            may_advance=self.lease.holds,
         )
         self.runner = TriggerRunner(
             outbox=self.outbox,
@@ -116,24 +136,16 @@ class Triggerer:
             outbox=self.outbox,
             confirm=self.shared_streams.confirm_persisted,
             refuse=self.shared_streams.refuse_persisted,
-            on_committed=on_committed,
+            on_committed=self._on_committed,
             max_payload_bytes=settings.max_asset_event_payload_bytes,
             keep_events_while_paused=settings.keep_events_while_paused,
+            on_lease_lost=self._lose_lease,
         )
         self.watchdog = LoopWatchdog(settings.blocked_threshold_s)
         self._load_failed: dict[int, float] = {}
         self._recovered: set[int] = set()  # started fine although their row records a failure
         self._rehome: dict[int, str] = {}  # claimed rows to hand back to their group (digest)
         self._holds_groups = False  # as of the last claim round
-        self._stopping = anyio.Event()
-        self._claims = 0
-        self._job = JobService(
-            db,
-            job_type=jobs.TRIGGERER_JOB,
-            part="Triggerer",
-            heartbeat_s=settings.heartbeat_s,
-            capacity=settings.capacity,
-        )
         self.claim_loop = ClaimLoop(
             sync_once=self.sync_once,
             probe=self._has_claimable,
@@ -148,6 +160,25 @@ class Triggerer:
             what="new trigger rows",
         )
 
+    def _lose_lease(self, reason: str) -> None:
+        """The job row is no longer this triggerer's (or it cannot tell): stop every
+        consumer now, before anything else runs; ``Lease.watch`` then ends this life."""
+        self.lease.lose(reason)
+        self._fence(reason)
+
+    def _fence(self, reason: str) -> None:
+        if self.shared_streams.fenced is not None:
+            return
+        logger.error(
+            "Triggerer job %s lost its lease: %s. Its consumers leave their brokers now; "
+            "nothing more is stored or acknowledged under this job, what was not stored is "
+            "redelivered to the rows' new owner; starting again as a new job",
+            self.job_id,
+            reason,
+            extra={"action": "triggerer_lease_lost", "job_id": self.job_id},
+        )
+        self.shared_streams.fence(reason)
+
     def __repr__(self) -> str:
         return (
             f"Triggerer(job_id={self.job_id}, running={len(self.runner)}, "
@@ -159,7 +190,31 @@ class Triggerer:
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
+        """Serve until ``shutdown()``; a life whose lease was lost is followed by a new one
+        (a new job row, nothing carried over: the brokers redeliver what it did not store)."""
+        started = False
+
+        def mark_started() -> None:
+            nonlocal started
+            if not started:
+                started = True
+                task_status.started()
+
+        while True:
+            lost = False
+            try:
+                await self._live(mark_started)
+            except* LeaseLost:
+                lost = True
+            if not lost or self._stopping.is_set():
+                return
+            self.leases_lost += 1
+            self._build_runtime()
+
+    async def _live(self, started: Callable[[], None]) -> None:
+        registered = time.monotonic()
         self.job_id = job_id = await self._job.start()
+        self.lease.renewed(registered)  # the row's first heartbeat is its insert
         logger.info(
             "Triggerer started job_id=%s capacity=%d",
             job_id,
@@ -168,18 +223,28 @@ class Triggerer:
         )
         try:
             with collector_tuned(self.settings.gc_young_threshold):
-                await self._serve(job_id, task_status)
+                await self._serve(job_id, started)
         finally:
             with anyio.CancelScope(shield=True):
                 await self._finish()
 
-    async def _serve(self, job_id: int, task_status: anyio.abc.TaskStatus[None]) -> None:
+    async def _serve(self, job_id: int, started: Callable[[], None]) -> None:
+        self.persister.owner = job_id
         async with anyio.create_task_group() as tg:
+            tg.start_soon(self.lease.watch, self._fence)
             await tg.start(self.watchdog.run)
             await tg.start(self.shared_streams.run)
             await tg.start(self.runner.run)
             tg.start_soon(self.persister.run)
-            tg.start_soon(self._job.keep_alive)
+            tg.start_soon(
+                partial(
+                    self._job.keep_alive,
+                    on_beat=self.lease.renewed,
+                    on_lost=partial(self._lose_lease, f"job {job_id} is no longer running"),
+                    # Twice per period: the lease outlives a slow or missed beat.
+                    interval_s=self.settings.heartbeat_s / 2,
+                )
+            )
             tg.start_soon(
                 partial(
                     clean_forever,
@@ -199,7 +264,7 @@ class Triggerer:
             )
             await tg.start(self.new_rows.run)
             await tg.start(self.claim_loop.run)
-            task_status.started()
+            started()
             await self._stopping.wait()
             await self._drain(tg)
 
@@ -284,7 +349,8 @@ class Triggerer:
             streams.delete_stream_snapshots(session, triggerer_id=job_id)
             return count
 
-        released = await self._job.end(release)
+        lost = self.lease.lost is not None
+        released = await self._job.end(release, state=JobState.FAILED if lost else None)
         if released is not None:
             logger.info(
                 "Triggerer stopped, released %d trigger row(s)",

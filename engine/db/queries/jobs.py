@@ -13,10 +13,13 @@ from typing import TYPE_CHECKING, Final
 from sqlalchemy import insert, select, update
 
 from engine.db.models import Job, utcnow
+from engine.exceptions import LeaseLost
 from engine.states import JobState
 
 if TYPE_CHECKING:
-    from sqlalchemy import ColumnElement
+    from collections.abc import Collection
+
+    from sqlalchemy import ColumnElement, Connection
     from sqlalchemy.orm import Session
 
 
@@ -58,6 +61,32 @@ def heartbeat(session: Session, job_id: int) -> bool:
         .values(latest_heartbeat=utcnow())
     )
     return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def revoke_jobs(session: Session, job_ids: Collection[int]) -> None:
+    """End the ``running`` rows of ``job_ids`` as ``failed``: jobs found dead whose work is
+    taken over in this transaction. A resumed owner's heartbeat and guarded writes
+    (``check_owner``) then see that its job id, the epoch of what it owned, is over."""
+    if job_ids:
+        session.execute(
+            update(Job)
+            .where(Job.id.in_(sorted(job_ids)), Job.state == JobState.RUNNING)
+            .values(state=JobState.FAILED, end_date=utcnow())
+        )
+
+
+def owner_is_running(job_id: int) -> ColumnElement[bool]:
+    """SQL: job ``job_id``'s row is running (the guard of an owner's writes)."""
+    return select(Job.id).where(Job.id == job_id, Job.state == JobState.RUNNING).exists()
+
+
+def check_owner(connection: Connection, job_id: int) -> None:
+    """Raise ``LeaseLost`` unless job ``job_id`` is running; inside the caller's transaction,
+    so that what it writes next is written by the owner or not at all."""
+    if not connection.execute(select(owner_is_running(job_id))).scalar_one():
+        raise LeaseLost(
+            f"job {job_id} is no longer running: another process took over what it owned"
+        )
 
 
 def end_job(session: Session, job_id: int, *, state: str = JobState.SUCCESS) -> None:

@@ -23,6 +23,13 @@ as long as a broker has messages, so this path avoids per-row work in Python:
 
 Both keep ``ON CONFLICT (asset_id, dedup_key) DO NOTHING``: a redelivered message (same key)
 is absorbed, an event without a key (NULL) is always stored.
+
+The owner guard: given the ``owner`` job id (the triggerer whose watchers fired the events),
+the rows are stored only while that job row is running, in the same statement (PostgreSQL:
+an ``EXISTS`` on the job row inside the insert, read in the statement's one snapshot) or
+transaction (SQLite: read under the write lock just before the insert); otherwise nothing is
+stored and ``LeaseLost`` is raised. A triggerer that was taken over (its job row ended by
+the claim that took its rows) never stores another event.
 """
 
 from __future__ import annotations
@@ -30,15 +37,18 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Final, TypeAlias
 
-from sqlalchemy import Integer, bindparam, column, func, insert, select, text
+from sqlalchemy import Boolean, Integer, bindparam, cast, column, func, insert, or_, select, text
 
-from engine.db.models import AssetEvent, AssetEventQueue, utcnow
+from engine.db.models import AssetEvent, AssetEventQueue, Job, utcnow
 from engine.db.queries.assets import (
     SOURCE_WATCHER,
     asset_consumers,
     consumer_pairs,
     queue_asset_events,
 )
+from engine.db.queries.jobs import check_owner
+from engine.exceptions import LeaseLost
+from engine.states import JobState
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -72,17 +82,27 @@ _POSTGRES_INSERT: Final = (
         "json_array_elements_text(CAST(:partition_keys AS json))"
         ") WITH ORDINALITY AS "
         "u(asset_id, payload, dedup_key, trigger_id, watcher, partition_key, n) "
+        "WHERE CAST(:owner AS integer) IS NULL OR EXISTS (SELECT 1 FROM job "
+        f"WHERE job.id = CAST(:owner AS integer) AND job.state = '{JobState.RUNNING.value}') "
         "ORDER BY u.n "
         "ON CONFLICT (asset_id, dedup_key) DO NOTHING "
         "RETURNING id, asset_id"
     )
-    .bindparams(bindparam("ts", type_=_TIMESTAMP))
+    .bindparams(bindparam("ts", type_=_TIMESTAMP), bindparam("owner", type_=Integer))
     .columns(column("id", Integer), column("asset_id", Integer))
 )
 
+# The same guard, read again in the same statement (one snapshot): whether the rows went in.
+_OWNER = cast(bindparam("owner", type_=Integer), Integer)
+_OWNER_RUNNING: Final = or_(
+    _OWNER.is_(None),
+    select(Job.id).where(Job.id == _OWNER, Job.state == JobState.RUNNING).exists(),
+)
 
-def _postgres_statement(*, keep_while_paused: bool) -> Select[int]:
-    """The insert, the queue rows of what it inserted, and the number of rows inserted.
+
+def _postgres_statement(*, keep_while_paused: bool) -> Select[int, bool]:
+    """The insert, the queue rows of what it inserted, the number of rows inserted, and
+    whether the owner guard let them in.
 
     A data-modifying ``WITH`` runs once and to completion whether or not the main query
     reads it; the foreign key from each queue row to its new event is checked at the end of
@@ -99,11 +119,11 @@ def _postgres_statement(*, keep_while_paused: bool) -> Select[int]:
         )
         .cte("queued")
     )
-    return select(func.count()).select_from(inserted).add_cte(queued)
+    return select(func.count(), cast(_OWNER_RUNNING, Boolean)).select_from(inserted).add_cte(queued)
 
 
 # Built once each: their SQL text is then the same in every batch (compiled once, cached).
-_POSTGRES_STORE: Final = {
+_POSTGRES_STORE: Final[dict[bool, Select[int, bool]]] = {
     keep: _postgres_statement(keep_while_paused=keep) for keep in (True, False)
 }
 
@@ -120,18 +140,25 @@ def store_watcher_events(
     *,
     keep_while_paused: bool = True,
     now: datetime | None = None,
+    owner: int | None = None,
 ) -> int:
     """Insert ``rows`` (skipping any whose (asset, dedup key) is stored) and queue the new
     events for the DAGs scheduled on their assets; returns how many were inserted.
 
     ``now`` is every row's timestamp (one per batch). On PostgreSQL this is one statement,
-    atomic by itself: ``connection`` may be in autocommit mode. See the module docstring.
+    atomic by itself: ``connection`` may be in autocommit mode. ``owner``: the job id whose
+    row must be running for anything to be stored, else ``LeaseLost`` (the owner guard).
+    See the module docstring.
     """
     if not rows:
         return 0
     now = now or utcnow()
     if connection.dialect.name == "postgresql":
-        return _store_postgres(connection, rows, now, keep_while_paused=keep_while_paused)
+        return _store_postgres(
+            connection, rows, now, keep_while_paused=keep_while_paused, owner=owner
+        )
+    if owner is not None:
+        check_owner(connection, owner)
     consumers = asset_consumers(
         connection, {row[0] for row in rows}, keep_while_paused=keep_while_paused
     )
@@ -147,6 +174,7 @@ def _store_postgres(
     now: datetime,
     *,
     keep_while_paused: bool,
+    owner: int | None,
 ) -> int:
     asset_ids, payloads, dedup_keys, trigger_ids, watchers, partition_keys = zip(*rows, strict=True)
     result = connection.execute(
@@ -161,9 +189,16 @@ def _store_postgres(
             "partition_keys": _json_array(partition_keys),
             "source": SOURCE_WATCHER,
             "ts": now,
+            "owner": owner,
         },
     )
-    return int(result.one()[0])
+    inserted, owned = result.one()
+    if not owned:
+        raise LeaseLost(
+            f"job {owner} is no longer running: another process took over what it owned; "
+            f"{len(rows)} event(s) not stored"
+        )
+    return int(inserted)
 
 
 def _json_array(values: Sequence[object]) -> str:
