@@ -50,6 +50,7 @@ from producers.nats_core import (
     DEFAULT_MAX_IN_FLIGHT,
     FETCH_WAIT_S,
     MAX_FETCH_BATCH,
+    PULL_EXPIRY_MARGIN_S,
     Disposition,
     InFlight,
     InFlightMessages,
@@ -109,6 +110,18 @@ def parse_message(msg: Msg) -> tuple[NatsMessage, NatsReceipt]:
     return message, NatsReceipt(msg.reply, sequence, msg.subject, int(meta.num_delivered))
 
 
+def _stranded(subscription: JetStreamContext.PullSubscription) -> list[Msg]:
+    """Deliveries a cancelled fetch left in the subscription's inbox (nats-py has no public
+    way to read them: its ``fetch`` takes them first, and there is no fetch after close)."""
+    queue = getattr(getattr(subscription, "_sub", None), "_pending_queue", None)
+    stranded = []
+    while queue is not None and not queue.empty():
+        msg = queue.get_nowait()
+        if (msg.reply or "").startswith("$JS.ACK."):  # not a status message
+            stranded.append(msg)
+    return stranded
+
+
 async def _quiet(exc: Exception) -> None:
     """nats-py's error callback: its errors surface as exceptions of the calls that meet
     them; log them at debug level only (the default callback logs every one as an error)."""
@@ -163,6 +176,8 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._advisories: Subscription | None = None
+        self._subscription: JetStreamContext.PullSubscription | None = None
+        self._pull_expires_at = 0.0  # when the last pull request ends on the server
         self._dead_letters: DeadLetters | None = None
         self._capacity_freed = anyio.Event()
 
@@ -173,7 +188,7 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
     # -- the producer ---------------------------------------------------------------------
 
     async def open_stream(self) -> AsyncIterator[tuple[NatsMessage, NatsReceipt]]:
-        subscription = await self._connect()
+        self._subscription = subscription = await self._connect()
         while True:
             deliveries = await self._next_deliveries(subscription)
             for entry in deliveries:
@@ -202,15 +217,30 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
             await self._nc.flush(timeout=int(API_TIMEOUT_S))
 
     async def aclose(self) -> None:
-        """Nak every delivery still in flight (best effort), close the connection."""
+        """Release every delivery still in flight (best effort), close the connection.
+
+        A pull request of this connection still waiting on the server would take the
+        nak-ed messages straight back (lost until their ack wait, and counted against
+        ``max_deliver``), and nats-server 2.9 mishandles a waiting request whose inbox is
+        gone (it loses a redelivery until the ack wait, and delivers another twice); so
+        close waits until the last request expired (at most ``FETCH_WAIT_S``), then releases
+        what is in flight and what the request left in the inbox.
+        """
         entries = self.in_flight.drain()
         nc, self._nc, self._js = self._nc, None, None
+        subscription, self._subscription = self._subscription, None
         if nc is None:
             return
         import nats.errors  # loaded by open_stream, which made ``nc``
 
         with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
             try:
+                if nc.is_connected and subscription is not None:
+                    await anyio.sleep_until(self._pull_expires_at + PULL_EXPIRY_MARGIN_S)
+                    entries += [
+                        InFlight(parse_message(m)[1], m, extended_at=0.0)
+                        for m in _stranded(subscription)
+                    ]
                 if entries and nc.is_connected:
                     await self._release(entries)
                     await nc.flush(timeout=int(CLOSE_TIMEOUT_S))
@@ -387,10 +417,11 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
         from producers.nats_errors import translated
 
         batch = min(MAX_FETCH_BATCH, self.max_in_flight - len(self.in_flight))
+        self._pull_expires_at = anyio.current_time() + FETCH_WAIT_S
         with translated("fetch", self.address):
             try:
                 return await subscription.fetch(batch, timeout=FETCH_WAIT_S)
-            except nats.errors.TimeoutError:
+            except TimeoutError:  # nats-py's, or asyncio's from some paths of its fetch
                 if self._nc is None or self._nc.is_closed:
                     raise nats.errors.ConnectionClosedError from None
                 return []

@@ -341,6 +341,9 @@ async def test_close_releases_what_is_in_flight_for_redelivery_at_once(
     with anyio.fail_after(10):
         stream = producer.open_stream()
         await anext(stream)
+        await anext(stream)
+        with anyio.move_on_after(0.3):  # a fetch left waiting on the server, then cancelled
+            await anext(stream)
         await stream.aclose()
         await producer.aclose()
     assert len(producer.in_flight) == 0 and "connected=False" in repr(producer)
