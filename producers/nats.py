@@ -219,12 +219,12 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
     async def aclose(self) -> None:
         """Release every delivery still in flight (best effort), close the connection.
 
-        A pull request of this connection still waiting on the server would take the
-        nak-ed messages straight back (lost until their ack wait, and counted against
-        ``max_deliver``), and nats-server 2.9 mishandles a waiting request whose inbox is
-        gone (it loses a redelivery until the ack wait, and delivers another twice); so
-        close waits until the last request expired (at most ``FETCH_WAIT_S``), then releases
-        what is in flight and what the request left in the inbox.
+        A pull request of this connection may still wait on the server (pulls live
+        ``FETCH_WAIT_S``): it would take nak-ed messages straight back (lost until their ack
+        wait, counted against ``max_deliver``), and once the connection is gone
+        nats-server 2.9 mishandles a redelivery to it (one stuck until the ack wait, another
+        delivered twice). So the naks ask for a redelivery just after that request expired,
+        and what the request left in the inbox is released with the rest.
         """
         entries = self.in_flight.drain()
         nc, self._nc, self._js = self._nc, None, None
@@ -236,7 +236,6 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
         with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
             try:
                 if nc.is_connected and subscription is not None:
-                    await anyio.sleep_until(self._pull_expires_at + PULL_EXPIRY_MARGIN_S)
                     entries += [
                         InFlight(parse_message(m)[1], m, extended_at=0.0)
                         for m in _stranded(subscription)
@@ -257,14 +256,16 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
                 await nc.close()
 
     async def _release(self, entries: Sequence[InFlight]) -> None:
-        """Nak each delivery for redelivery now; one on its last delivery would never come
-        back (JetStream drops it with a MAX_DELIVERIES advisory): dead-letter it instead."""
+        """Nak each delivery for redelivery once the last pull request expired; one on its
+        last delivery would never come back (JetStream drops it with a MAX_DELIVERIES
+        advisory): dead-letter it instead."""
+        delay_s = self._pull_expires_at + PULL_EXPIRY_MARGIN_S - anyio.current_time()
         for entry in entries:
             if self.dead_letter_subject is not None and self._is_last_delivery(entry):
                 await self._dead_letter(entry, "max_deliver")
                 await entry.message.term()
             else:
-                await entry.message.nak()
+                await entry.message.nak(delay=delay_s if delay_s > 0 else None)
 
     def _is_last_delivery(self, entry: InFlight) -> bool:
         return 0 < self.max_deliver <= entry.receipt.num_delivered
