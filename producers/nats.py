@@ -63,6 +63,7 @@ from producers.nats_core import (
     disposition_of,
 )
 from shared_stream.producer import SharedStreamProducer
+from triggers.extras import importing_extra
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -275,7 +276,8 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
     async def _connect(self) -> JetStreamContext.PullSubscription:
         if self._nc is not None:
             raise RuntimeError(f"{self!r}: open_stream() runs once per producer")
-        await anyio.to_thread.run_sync(_load_client)
+        with importing_extra("NatsJetStreamTrigger"):  # a missing nats-py names the extra
+            await anyio.to_thread.run_sync(_load_client)
         from nats.aio.client import Client
 
         from producers.nats_dead_letters import DeadLetters

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import textwrap
 from typing import Any
 
 import pytest
@@ -196,3 +197,29 @@ def test_declaring_the_trigger_imports_neither_nats_nor_an_async_runtime() -> No
         [sys.executable, "-P", "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.split() == []
+
+
+def test_nats_py_missing_where_the_trigger_runs_names_the_extra() -> None:
+    """The client is imported when the producer connects (in a worker thread): its absence
+    there is the same error as at the trigger's construction."""
+    probe = textwrap.dedent(
+        """
+        import sys
+        import anyio
+        from producers import NatsJetStreamTrigger
+        from triggers.exceptions import MissingExtraError
+        producer = NatsJetStreamTrigger(stream="S", durable="d").build_producer()
+        for name in [m for m in sys.modules if m == "nats" or m.startswith("nats.")]:
+            del sys.modules[name]
+        sys.modules["nats"] = None
+        try:
+            anyio.run(anext, aiter(producer.open_stream()))
+        except MissingExtraError as exc:
+            print(exc)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "needs the 'nats' package, which is not installed" in out.stdout
+    assert "pip install 'sluice[nats]'" in out.stdout
