@@ -27,9 +27,18 @@ if TYPE_CHECKING:
     from producers.kafka_settings import KafkaSettings
     from producers.kafka_trigger import KafkaMessageTrigger
     from producers.message_queue import MessageQueueTrigger
+    from producers.mqtt import MqttSharedStreamProducer
+    from producers.mqtt_core import MqttMessage, MqttReceipt, MqttSettings
+    from producers.mqtt_trigger import MqttMessageTrigger
     from producers.nats import NatsJetStreamSharedStreamProducer
     from producers.nats_core import NatsConnection, NatsMessage, NatsReceipt
     from producers.nats_trigger import NatsJetStreamTrigger
+    from producers.rabbitmq import RabbitMQSharedStreamProducer
+    from producers.rabbitmq_core import RabbitMQConnection, RabbitMQDelivery, RabbitMQMessage
+    from producers.rabbitmq_trigger import RabbitMQMessageTrigger
+    from producers.redis import RedisStreamProducer
+    from producers.redis_core import RedisEndpoint, RedisEntry, RedisEntryRef
+    from producers.redis_trigger import RedisStreamTrigger
     from producers.sqs import SqsSharedStreamProducer
     from producers.sqs_core import SqsConnection, SqsMessage, SqsReceipt
     from producers.sqs_trigger import SqsMessageTrigger
@@ -44,11 +53,26 @@ _MODULE_OF: Final[dict[str, str]] = {
     "KafkaSettings": "producers.kafka_settings",
     "KafkaSharedStreamProducer": "producers.kafka",
     "MessageQueueTrigger": "producers.message_queue",
+    "MqttMessage": "producers.mqtt_core",
+    "MqttMessageTrigger": "producers.mqtt_trigger",
+    "MqttReceipt": "producers.mqtt_core",
+    "MqttSettings": "producers.mqtt_core",
+    "MqttSharedStreamProducer": "producers.mqtt",
     "NatsConnection": "producers.nats_core",
     "NatsJetStreamSharedStreamProducer": "producers.nats",
     "NatsJetStreamTrigger": "producers.nats_trigger",
     "NatsMessage": "producers.nats_core",
     "NatsReceipt": "producers.nats_core",
+    "RabbitMQConnection": "producers.rabbitmq_core",
+    "RabbitMQDelivery": "producers.rabbitmq_core",
+    "RabbitMQMessage": "producers.rabbitmq_core",
+    "RabbitMQMessageTrigger": "producers.rabbitmq_trigger",
+    "RabbitMQSharedStreamProducer": "producers.rabbitmq",
+    "RedisEndpoint": "producers.redis_core",
+    "RedisEntry": "producers.redis_core",
+    "RedisEntryRef": "producers.redis_core",
+    "RedisStreamProducer": "producers.redis",
+    "RedisStreamTrigger": "producers.redis_trigger",
     "SqsConnection": "producers.sqs_core",
     "SqsMessage": "producers.sqs_core",
     "SqsMessageTrigger": "producers.sqs_trigger",
@@ -65,11 +89,26 @@ __all__: tuple[str, ...] = (
     "KafkaSettings",
     "KafkaSharedStreamProducer",
     "MessageQueueTrigger",
+    "MqttMessage",
+    "MqttMessageTrigger",
+    "MqttReceipt",
+    "MqttSettings",
+    "MqttSharedStreamProducer",
     "NatsConnection",
     "NatsJetStreamSharedStreamProducer",
     "NatsJetStreamTrigger",
     "NatsMessage",
     "NatsReceipt",
+    "RabbitMQConnection",
+    "RabbitMQDelivery",
+    "RabbitMQMessage",
+    "RabbitMQMessageTrigger",
+    "RabbitMQSharedStreamProducer",
+    "RedisEndpoint",
+    "RedisEntry",
+    "RedisEntryRef",
+    "RedisStreamProducer",
+    "RedisStreamTrigger",
     "SqsConnection",
     "SqsMessage",
     "SqsMessageTrigger",

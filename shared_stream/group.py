@@ -32,7 +32,7 @@ from shared_stream.exceptions import (
     SubscriberOverflow,
 )
 from shared_stream.group_task import GroupTask
-from shared_stream.keys import UnstableKeyError, stream_key_digest
+from shared_stream.keys import UnstableKeyError, broker_kind, stream_key_digest
 from shared_stream.stats import GroupCounters
 from shared_stream.subscriber import SubscriberStream
 from triggers.exceptions import is_reported_by_the_trigger
@@ -65,6 +65,7 @@ class SharedStreamGroup:
         self.key = key
         self.label = repr(key)  # the key in reports (stats, logs)
         self.digest = _digest(key)  # the key as trigger rows store it (stats)
+        self.broker = broker_kind(key, trigger_cls)  # what it reads (stats)
         self.trigger_cls = trigger_cls
         self.kwargs = kwargs
         self.settings = settings
@@ -94,6 +95,12 @@ class SharedStreamGroup:
             self.confirm_binding = ledger.confirm_binding
             self.dispatch = ledger.dispatch
         self.streams: dict[int, SubscriberStream] = {}
+        # The subscribers of the key's group that failed before this one: its first poll
+        # waits for them to be back (``wait_for_cohort``), so none misses what it fans out.
+        self.cohort: frozenset[int] = frozenset()
+        self.cohort_changed = anyio.Event()
+        # who was subscribed when the group was terminated (``SharedStreamManager``)
+        self.departed: frozenset[int] = frozenset()
         self.stopping = False
         self.terminated = False
         self.error: BaseException | None = None  # what terminated the group
@@ -124,6 +131,8 @@ class SharedStreamGroup:
                 trigger_id=trigger_id, key=self.key, group=self, cursor=cursor
             )
         self.streams[trigger_id] = stream
+        if trigger_id in self.cohort:
+            self.cohort_changed.set()
         return stream
 
     def remove_subscriber(self, trigger_id: int, *, failed: bool = False) -> bool:
@@ -227,6 +236,7 @@ class SharedStreamGroup:
             outstanding_by_lane=outstanding,
             oldest_unresolved_age_s=oldest_age,
             digest=self.digest,
+            broker=self.broker,
         )
 
     def _fail_subscriber(self, trigger_id: int, reason: FailReason) -> None:
@@ -323,9 +333,12 @@ class SharedStreamGroup:
         return self.ledger.next_deadline()
 
     def advanced(self, batch: AdvanceBatch, elapsed_s: float) -> None:
-        """Ack mode: ``producer.advance`` returned for ``batch``, dispatched ``elapsed_s`` ago."""
+        """Ack mode: ``producer.advance`` returned for ``batch``, dispatched ``elapsed_s`` ago;
+        its events with a rejected outcome count as dead-lettered (the producer sent them
+        its dead-letter way, or stopped the group and never returns here)."""
         assert self.ledger is not None
-        self.counters.count_advance(len(batch.seqs), elapsed_s)
+        rejected = sum(1 for item in batch.items if item.outcome.rejected)
+        self.counters.count_advance(len(batch.seqs), elapsed_s, rejected=rejected)
         self.carry_out(self.ledger.advance_done(batch))
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -353,6 +366,29 @@ class SharedStreamGroup:
         if self.ledger is not None:
             self.carry_out(self.ledger.stop(drain=True))
         self.task.stop()
+
+    async def wait_for_cohort(self, bound_s: float) -> None:
+        """Before the first poll: wait, at most ``bound_s``, until every subscriber of the
+        key's previous group that failed has subscribed again, when one of them is back
+        already (the group is their restart; their restarts come
+        a few milliseconds apart, and a broker that reconnects faster would fan its first
+        events out to the first ones only: in ack mode, the others would never see them)."""
+        if not self.cohort & self.streams.keys():
+            return  # not a restart of that cohort (a new subscriber): nobody to wait for
+        with anyio.move_on_after(bound_s):
+            while not (self.cohort <= self.streams.keys() or self.stopping):
+                self.cohort_changed = anyio.Event()
+                await self.cohort_changed.wait()
+        missing = sorted(self.cohort - self.streams.keys())
+        if missing and not self.stopping:
+            logger.info(
+                "Shared stream group key=%r starts without trigger(s) %s of its previous "
+                "group: not back within %ss; they join at the next event",
+                self.key,
+                missing,
+                bound_s,
+                extra={"action": "shared_stream.cohort_incomplete"},
+            )
 
     def fence(self, reason: str) -> None:
         """The owner lost its lease: the producer leaves the broker's consumer membership
@@ -382,6 +418,7 @@ class SharedStreamGroup:
             extra={"action": "shared_stream.group_terminated"},
         )
         drain = self.ledger is None  # fast mode: queued events are still delivered
+        self.departed = frozenset(self.streams)
         for stream in self.streams.values():
             stream.fail(error, drain=drain)
         self.streams.clear()

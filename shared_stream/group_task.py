@@ -58,6 +58,8 @@ class TaskPort(Protocol):
 
     def fan_out(self, seq: int, raw: Any) -> bool: ...
 
+    async def wait_for_cohort(self, bound_s: float) -> None: ...
+
     def broadcast(self, item: tuple[Any, Any], producer: SharedStreamProducer) -> bool: ...
 
     def terminate(self, error: BaseException) -> None: ...
@@ -140,6 +142,7 @@ class GroupTask:
     async def _poll(self) -> None:
         group = self.group
         try:
+            await group.wait_for_cohort(group.settings.cohort_return_s)
             if group.settings.cohort_grace_s > 0:
                 await anyio.sleep(group.settings.cohort_grace_s)
             if group.mode == "fast":

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Hashable
 
-__all__ = ("UnstableKeyError", "stream_key_digest")
+__all__ = ("UnstableKeyError", "broker_kind", "stream_key_digest")
 
 
 class UnstableKeyError(TypeError):
@@ -83,3 +83,12 @@ def _number(value: bool | int | float | fractions.Fraction | decimal.Decimal) ->
         return str(int(value))
     as_float = float(value)
     return repr(as_float) if as_float == value else f"{type(value).__name__}:{value}"
+
+
+def broker_kind(key: Hashable | None, trigger_cls: type) -> str:
+    """What kind of upstream a group (or a trigger) reads, as reports name it: the first
+    element of its ``shared_stream_key()`` when that is a string (``("kafka", ...)``,
+    ``("sqs", ...)``, ``("directory-scan", ...)``), else the trigger class's name."""
+    if isinstance(key, tuple) and key and isinstance(key[0], str) and key[0]:
+        return key[0]
+    return trigger_cls.__name__

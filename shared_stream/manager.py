@@ -98,6 +98,9 @@ class SharedStreamManager:
         # keys whose last group ended because its upstream was unreachable: the next group
         # of such a key is a retry, started quietly (its subscribers' runtime warned once)
         self._unreachable: set[Hashable] = set()
+        # keys whose last group was terminated with subscribers: who they were, so that the
+        # next group waits for them before its first poll (``SharedStreamGroup.cohort``)
+        self._cohorts: dict[Hashable, frozenset[int]] = {}
         self._settings = GroupSettings(
             max_queue=max_subscriber_queue,
             ack_timeout_s=ack_timeout,
@@ -366,11 +369,16 @@ class SharedStreamManager:
             settings=self._settings,
             routes=self._routes,
         )
+        previous = self._groups.get(key)
         self._groups.pop(key, None)  # a stopping group of the key: the new one comes last
         self._groups[key] = group
         self._live[group] = None
         retry = key in self._unreachable
         self._unreachable.discard(key)
+        cohort = self._cohorts.pop(key, frozenset())
+        if previous is not None and previous.terminated:  # still draining: its subscribers
+            cohort = previous.departed
+        group.cohort = cohort
         logger.log(
             logging.DEBUG if retry else logging.INFO,
             "Shared stream group started key=%r%s",
@@ -391,6 +399,8 @@ class SharedStreamManager:
             self._forget_group(group)
             if group.error is not None and is_reported_by_the_trigger(group.error):
                 self._unreachable.add(group.key)
+            if group.terminated and group.departed and group.key not in self._groups:
+                self._cohorts[group.key] = group.departed
 
     def _retire(self, group: SharedStreamGroup) -> None:
         """Keep a finished group's counters while another group of its key lives."""

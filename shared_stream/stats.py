@@ -41,6 +41,7 @@ _SUMMED: Final = (
     "overflows",
     "ack_timeouts",
     "rejects",
+    "dead_lettered",
 )
 
 
@@ -52,6 +53,9 @@ class GroupStats:
     key: str  # repr() of the shared_stream_key
     mode: Literal["fast", "ack"]
     subscribers: int
+    #: What the group reads (``keys.broker_kind``): "kafka", "sqs", ... or a class name.
+    #: Not compared: it follows from ``key`` (and the trigger class), as ``digest`` does.
+    broker: str = field(default="", compare=False)
     #: Largest number of unread events any subscriber queue held (high-water mark).
     queue_high_water: int = 0
     #: Unread events in the deepest subscriber queue now (it goes down again).
@@ -69,6 +73,10 @@ class GroupStats:
     overflows: int = 0
     ack_timeouts: int = 0
     rejects: int = 0
+    #: Ack mode: events advanced with a rejected outcome (some subscriber refused them):
+    #: what the producer sends its dead-letter way (a dead-letter topic or queue, a
+    #: ``reject(requeue=False)``, ...). One per raw event, whatever its subscribers.
+    dead_lettered: int = 0
     #: ``shared_stream.keys.stream_key_digest`` of the key, as trigger rows store it
     #: (``trigger.stream_digest``): what ties a snapshot to its triggers in the database.
     #: None for a key without a stable digest. Not compared: it follows from ``key``.
@@ -94,13 +102,16 @@ class GroupCounters:
     overflows: int = 0
     ack_timeouts: int = 0
     rejects: int = 0
+    dead_lettered: int = 0
 
-    def count_advance(self, size: int, latency_s: float) -> None:
-        """An ``advance`` of ``size`` events returned ``latency_s`` after its dispatch."""
+    def count_advance(self, size: int, latency_s: float, *, rejected: int = 0) -> None:
+        """An ``advance`` of ``size`` events, ``rejected`` of them with a rejected outcome
+        (sent the dead-letter way), returned ``latency_s`` after its dispatch."""
         self.advances += 1
         self.advanced_events += size
         self.last_advance_batch = size
         self.advance_latency_sum_s += max(latency_s, 0.0)
+        self.dead_lettered += rejected
 
     def snapshot(
         self,
@@ -112,11 +123,13 @@ class GroupCounters:
         outstanding_by_lane: dict[str, int],
         oldest_unresolved_age_s: float | None,
         digest: str | None = None,
+        broker: str = "",
     ) -> GroupStats:
         """These totals with the gauges read now, as one immutable ``GroupStats``."""
         return GroupStats(
             key=key,
             digest=digest,
+            broker=broker,
             mode=mode,
             subscribers=subscribers,
             queue_depth=queue_depth,
@@ -128,7 +141,8 @@ class GroupCounters:
 
 def merge(older: GroupStats, newer: GroupStats) -> GroupStats:
     """One snapshot of two groups of one key: counters and backlogs add up, high-water
-    marks and ages take the larger; ``mode`` and ``last_advance_batch`` are ``newer``'s on
+    marks and ages take the larger; ``mode``, ``broker`` and ``last_advance_batch`` are
+    ``newer``'s on
     purpose (the group that takes the subscribers now; the older one only drains)."""
     if older.key != newer.key:
         raise ValueError(f"cannot merge the stats of keys {older.key!r} and {newer.key!r}")

@@ -26,7 +26,8 @@ def streams() -> None:
 @json_option
 @click.pass_context
 def streams_list(ctx: click.Context, as_json: bool) -> None:
-    """Each group: mode, subscribers, backlog per lane, oldest unresolved event, counters."""
+    """Each group: the broker it reads, mode, subscribers, lanes with a backlog and the backlog
+    per lane and in all, oldest unresolved event, counters (dead-lettered events among them)."""
     query = partial(
         streams_view.list_stream_groups, now=utcnow(), config=get_config(ctx), history=False
     )
@@ -35,16 +36,20 @@ def streams_list(ctx: click.Context, as_json: bool) -> None:
         rows = [{**r, "outstanding_by_lane": _lanes(r["outstanding_by_lane"])} for r in rows]
     columns = [
         "triggerer_id",
+        "broker",
         "key",
         "mode",
         "subscribers",
+        "lanes",
         "outstanding_by_lane",
+        "outstanding",
         "oldest_unresolved_age_s",
         "advances",
         "last_advance_batch",
         "overflows",
         "ack_timeouts",
         "rejects",
+        "dead_lettered",
         "snapshot_age_s",
     ]
     emit(rows, columns, as_json)
@@ -53,10 +58,13 @@ def streams_list(ctx: click.Context, as_json: bool) -> None:
 #: What ``streams list --json`` prints of each group.
 _STREAM_KEYS = (
     "triggerer_id",
+    "broker",
     "key",
     "mode",
     "subscribers",
+    "lanes",
     "outstanding_by_lane",
+    "outstanding",
     "oldest_unresolved_age_s",
     "queue_high_water",
     "events_polled",
@@ -68,5 +76,6 @@ _STREAM_KEYS = (
     "overflows",
     "ack_timeouts",
     "rejects",
+    "dead_lettered",
     "snapshot_age_s",
 )

@@ -207,9 +207,10 @@ def _stream_text(stream: dict[str, Any]) -> str:
         else "nothing to acknowledge"
     )
     age = "" if oldest is None else f", oldest unresolved {oldest:.1f}s"
+    dead = f", {snap['dead_lettered']} dead-lettered" if snap["dead_lettered"] else ""
     return (
-        f"{text}; {snap['mode']} mode, {snap['subscribers']} subscriber(s), {lag}{age} "
-        f"(snapshot {snap['snapshot_age_s']:.1f}s old)"
+        f"{text}; {snap['broker']}, {snap['mode']} mode, {snap['subscribers']} subscriber(s), "
+        f"{lag}{age}{dead} (snapshot {snap['snapshot_age_s']:.1f}s old)"
     )
 
 

@@ -193,13 +193,20 @@ _GROUP_COUNTERS: Final = (
     ("overflows", "sluice_shared_stream_overflows", "Subscribers failed by a full queue."),
     ("ack_timeouts", "sluice_shared_stream_ack_timeouts", "Subscribers failed by AckTimeout."),
     ("rejects", "sluice_shared_stream_rejects", "Events rejected by a subscriber."),
+    (
+        "dead_lettered",
+        "sluice_shared_stream_dead_lettered",
+        "Events advanced with a rejected outcome: sent the producer's dead-letter way.",
+    ),
 )
 
 
 def _group_families(groups: Sequence[GroupStats]) -> list[Metric]:
     """One series per key (``SharedStreamManager.stats()`` merged the groups of a key), its
-    label cut as the database column is; per-lane backlog for the busiest lanes only."""
-    labels = ["key", "mode"]
+    label cut as the database column is, with the broker it reads (``broker``: "kafka",
+    "sqs", ... or the trigger class's name, so a dashboard sums per broker kind); per-lane
+    backlog for the busiest lanes only."""
+    labels = ["key", "mode", "broker"]
     count = GaugeMetricFamily(
         "sluice_shared_stream_groups",
         "Keys with a live shared-stream group (one draining next to its replacement: one key).",
@@ -233,7 +240,7 @@ def _group_families(groups: Sequence[GroupStats]) -> list[Metric]:
         labels=labels,
     )
     for g in groups:
-        values = [key_label(g.key), g.mode]
+        values = [key_label(g.key), g.mode, g.broker]
         for field_name, gauge in gauges.items():
             gauge.add_metric(values, getattr(g, field_name))
         for field_name, counter in counters.items():

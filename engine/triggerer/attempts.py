@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -29,6 +30,7 @@ import anyio
 from engine.states import TriggerKind
 from engine.triggerer.failures import Failure, rebuild, report
 from engine.triggerer.outbox import FiredEvent
+from shared_stream.keys import broker_kind
 from triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent, classpath_of
 
 if TYPE_CHECKING:
@@ -122,6 +124,8 @@ class TriggerAttempts:
                 await self._cleanups.end_attempt(handle, trigger, source, unsubscribe)
             if failure is None:
                 return
+            if failure.unavailable:  # name what it could not reach, for `sluice dags why`
+                failure = replace(failure, broker=broker_kind(key, type(trigger)))
             previous = self._restarts.count(previous, failure, ran_s=self._clock() - started)
             if not await self._after_failure(handle, previous):
                 return

@@ -84,6 +84,9 @@ class Failure:
     #: the upstream refused the trigger (login, TLS): an error, but its repeats are quiet
     refused: bool = False
     address: str | None = None  # where the unreachable upstream is, when the error says
+    #: what the unreachable upstream is (``shared_stream.keys.broker_kind``: "kafka", ...,
+    #: or the trigger class's name); set by the attempt that knows the trigger and its key
+    broker: str | None = None
     #: what the streak logged before this failure: the reasons shown with their traceback,
     #: and UNAVAILABLE_WARNED once the unavailable upstream was warned about
     seen: frozenset[str] = frozenset()
@@ -241,7 +244,16 @@ def report(
             else "",
             extra=extra,
         )
-    return TriggerFailed(trigger_id, kind, failure.reason, failure.traceback, will_restart)
+    unreachable = failure.unavailable
+    return TriggerFailed(
+        trigger_id,
+        kind,
+        failure.reason,
+        failure.traceback,
+        will_restart,
+        unreachable_broker=failure.broker if unreachable else None,
+        unreachable_address=failure.address if unreachable else None,
+    )
 
 
 def _log_unavailable(

@@ -77,6 +77,11 @@ class TriggerFailed:
     reason: str
     traceback: str | None
     will_restart: bool
+    #: The upstream it could not reach (``Failure.unavailable``): what it reads
+    #: (``shared_stream.keys.broker_kind``) and the address its error named; None for a
+    #: failure of another kind (the trigger row forgets an earlier unreachable upstream).
+    unreachable_broker: str | None = None
+    unreachable_address: str | None = None
 
 
 OutboxItem = FiredEvent | TriggerFailed

@@ -417,7 +417,13 @@ class Persister:
     @staticmethod
     def _record_failure(session: Session, item: TriggerFailed, *, is_watcher: bool) -> None:
         if is_watcher or item.kind is not TriggerKind.TASK:
-            trigger_rows.record_trigger_failure(session, item.trigger_id, item.reason)
+            trigger_rows.record_trigger_failure(
+                session,
+                item.trigger_id,
+                item.reason,
+                unreachable_broker=item.unreachable_broker,
+                unreachable_address=item.unreachable_address,
+            )
             return
         deferrals.resume_deferred_tasks(
             session,

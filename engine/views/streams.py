@@ -1,6 +1,7 @@
-"""Shared-stream groups as shown: what the live triggerers published of each (mode,
-subscribers, outstanding events per lane and in all, the oldest unresolved event, counters,
-the snapshot's age), the advance rate, and a short history for a sparkline."""
+"""Shared-stream groups as shown: what the live triggerers published of each (the broker
+it reads, mode, subscribers, outstanding events per lane and in all, the oldest unresolved
+event, counters, the snapshot's age), the advance rate, and a short history for a
+sparkline."""
 
 from __future__ import annotations
 
@@ -25,9 +26,11 @@ class StreamSnapshot(TypedDict):
     triggerer_id: int
     key: str
     stream_digest: str | None
+    broker: str  # what the group reads: "kafka", "sqs", ... or the trigger class's name
     mode: str  # fast or ack
     subscribers: int
-    outstanding_by_lane: dict[str, int]  # events not advanced, per lane
+    outstanding_by_lane: dict[str, int]  # events not advanced, per lane (the busiest)
+    lanes: int  # lanes with events not advanced (all of them, not only those named)
     oldest_unresolved_age_s: float | None
     queue_high_water: int
     events_polled: int
@@ -39,6 +42,7 @@ class StreamSnapshot(TypedDict):
     overflows: int
     ack_timeouts: int
     rejects: int
+    dead_lettered: int  # events advanced with a rejected outcome (the dead-letter way)
     snapshot_age_s: float | None
 
 
@@ -69,9 +73,10 @@ def list_stream_groups(
     offset: int = 0,
 ) -> Page[StreamGroup]:
     """A page of the shared-stream groups of live triggerers (by triggerer, then key): the
-    snapshot's fields (mode, subscribers, ``outstanding_by_lane``, oldest unresolved age,
-    counters), ``outstanding`` (all lanes), ``advance_rate_per_s`` and, with ``history``,
-    the last samples oldest first (for a sparkline)."""
+    snapshot's fields (broker, mode, subscribers, lanes, ``outstanding_by_lane``, oldest
+    unresolved age, counters, dead-lettered among them), ``outstanding`` (all lanes),
+    ``advance_rate_per_s`` and, with ``history``, the last samples oldest first (for a
+    sparkline)."""
     check_page(limit, offset)
     rows, total = snapshot_page(
         session,
@@ -119,9 +124,11 @@ def _snapshot(snap: SharedStreamSnapshot, now: datetime) -> StreamSnapshot:
         "triggerer_id": snap.triggerer_id,
         "key": snap.stream_key,
         "stream_digest": snap.stream_digest,
+        "broker": snap.broker,
         "mode": snap.mode,
         "subscribers": snap.subscribers,
         "outstanding_by_lane": snap.outstanding_by_lane,
+        "lanes": snap.lanes,
         "oldest_unresolved_age_s": snap.oldest_unresolved_age_s,
         "queue_high_water": snap.queue_high_water,
         "events_polled": snap.events_polled,
@@ -133,6 +140,7 @@ def _snapshot(snap: SharedStreamSnapshot, now: datetime) -> StreamSnapshot:
         "overflows": snap.overflows,
         "ack_timeouts": snap.ack_timeouts,
         "rejects": snap.rejects,
+        "dead_lettered": snap.dead_lettered,
         "snapshot_age_s": age_s(now, snap.updated_at),
     }
 

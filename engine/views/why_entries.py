@@ -9,7 +9,10 @@ Pure: the facts read by ``engine.db.queries.why`` / ``why_watchers`` in, records
 - ``unclaimed``: no triggerer holds its trigger row (none alive, or all full);
 - ``owner_dead``: the triggerer holding it stopped heartbeating;
 - ``failing``: it failed in the last ``FAILING_WATCHER_WINDOW_S`` with no event since (a
-  broker that is down: the triggerer restarts it with backoff);
+  broker that is down: the triggerer restarts it with backoff); when that failure was an
+  upstream it could not reach, the triggerer recorded what and where (the trigger row's
+  ``unreachable_broker`` and ``unreachable_address``), and the problem says so: "cannot
+  reach its RabbitMQ broker at 127.0.0.1:5672";
 - ``ok``.
 """
 
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
         Queued,
         SharedStream,
         Snapshot,
+        Unreachable,
         Watcher,
         WatcherStatus,
     )
@@ -87,6 +91,7 @@ def watcher_entry(w: WatcherFacts, ctx: WatcherContext) -> Watcher:
         "last_error": w.last_error,
         "last_failure_at": iso(w.last_failure_at),
         "load_failed": _load_failed(w),
+        "unreachable": _unreachable(w),
         "shared_stream": _stream(w, ctx),
         "status": status,
         "problem": problem,
@@ -130,11 +135,43 @@ def _watcher_status(
         )
     if _is_failing(w, ctx.now):
         at = iso(w.last_failure_at)
-        return (
-            "failing",
-            f"failed {w.failure_count} time(s), last at {at}: {first_line(w.last_error)}",
-        )
+        failed = f"failed {w.failure_count} time(s), last at {at}"
+        if w.unreachable_broker is not None:
+            where = f" at {w.unreachable_address}" if w.unreachable_address else ""
+            return (
+                "failing",
+                f"cannot reach its {broker_name(w.unreachable_broker)} broker{where} "
+                f"({failed}; the triggerer retries with a backoff): {first_line(w.last_error)}",
+            )
+        return "failing", f"{failed}: {first_line(w.last_error)}"
     return "ok", None
+
+
+#: How a broker kind (``shared_stream.keys.broker_kind``) is written in a sentence; a kind
+#: not listed (a class name, a plugin's own kind) is written as it is.
+BROKER_NAMES: Final = {
+    "kafka": "Kafka",
+    "sqs": "SQS",
+    "rabbitmq": "RabbitMQ",
+    "redis": "Redis",
+    "nats": "NATS",
+    "mqtt": "MQTT",
+}
+
+
+def broker_name(kind: str) -> str:
+    """``kafka`` -> ``Kafka``; an unknown kind as it is."""
+    return BROKER_NAMES.get(kind, kind)
+
+
+def _unreachable(w: WatcherFacts) -> Unreachable | None:
+    if w.unreachable_broker is None:
+        return None
+    return {
+        "broker": w.unreachable_broker,
+        "broker_name": broker_name(w.unreachable_broker),
+        "address": w.unreachable_address,
+    }
 
 
 def _is_failing(w: WatcherFacts, now: datetime) -> bool:
@@ -165,6 +202,7 @@ def _snapshot(snap: SharedStreamSnapshot, now: datetime) -> Snapshot:
     return {
         "triggerer_id": snap.triggerer_id,
         "key": snap.stream_key,
+        "broker": snap.broker,
         "mode": snap.mode,
         "subscribers": snap.subscribers,
         "outstanding_events": sum(int(n) for n in lanes.values()),
@@ -173,6 +211,7 @@ def _snapshot(snap: SharedStreamSnapshot, now: datetime) -> Snapshot:
         "advances": snap.advances,
         "overflows": snap.overflows,
         "ack_timeouts": snap.ack_timeouts,
+        "dead_lettered": snap.dead_lettered,
         "snapshot_age_s": age_s(now, snap.updated_at),
     }
 

@@ -165,6 +165,7 @@ class Snapshot(TypedDict):
 
     triggerer_id: int
     key: str
+    broker: str  # what the group reads: "kafka", "sqs", ... or the trigger class's name
     mode: str
     subscribers: int
     outstanding_events: int
@@ -173,6 +174,7 @@ class Snapshot(TypedDict):
     advances: int
     overflows: int
     ack_timeouts: int
+    dead_lettered: int  # events advanced with a rejected outcome (the dead-letter way)
     snapshot_age_s: float | None
 
 
@@ -187,6 +189,14 @@ class SharedStream(TypedDict):
 WatcherStatus = Literal["ok", "unclaimed", "owner_dead", "load_failed", "failing"]
 
 
+class Unreachable(TypedDict):
+    """The upstream a watcher's last failure could not reach."""
+
+    broker: str  # its kind: "kafka", "rabbitmq", ... or the trigger class's name
+    broker_name: str  # as written in a sentence: "Kafka", "RabbitMQ", ...
+    address: str | None  # where, as its error named it (None: it named none)
+
+
 class Watcher(TypedDict):
     name: str
     trigger_id: int
@@ -199,6 +209,7 @@ class Watcher(TypedDict):
     last_error: str | None
     last_failure_at: str | None
     load_failed: bool
+    unreachable: Unreachable | None  # its last failure: a broker it could not reach
     shared_stream: SharedStream | None
     status: WatcherStatus
     problem: str | None

@@ -223,6 +223,8 @@ def test_triggers_by_triggerer_and_shared_stream_lag(
     page.get_by_role("link", name="Shared streams").click()
     group = page.locator("tr[data-stream]").filter(has_text="directory-scan").first
     expect(group).to_be_visible(timeout=PAGE_S * 2000)
+    expect(group.locator('td[data-col="broker"]')).to_have_text("directory-scan")
+    expect(group.locator('td[data-col="dead_lettered"]')).to_have_text("0")
     # the two inbox watchers share one listing; the backlog's sparkline needs two samples
     expect(group.locator("svg.spark")).to_be_visible(timeout=PAGE_S * 2000)
     shoot(page, screenshot_dir, "streams")

@@ -1,8 +1,8 @@
 """A first run: ``sluice run`` on the example DAGs with no broker is quiet (issue 17).
 
 The engine runs as ``make run`` runs it (text logs, the repository's ``dags/`` folder, a
-fresh ``SLUICE_HOME``) while the Kafka, SQS and NATS example DAGs point at a port that refuses
-connections. Once every broker watcher has failed and retried several times (counted in
+fresh ``SLUICE_HOME``) while the Kafka, SQS, RabbitMQ and NATS example DAGs point at a port
+that refuses connections. Once every broker watcher has failed and retried several times (counted in
 the trigger rows, since the retries are logged at DEBUG), the log holds no traceback and no
 ERROR line, and each broker watcher said exactly once that it cannot reach its broker,
 naming the address and the backoff.
@@ -33,6 +33,8 @@ BROKER_WATCHERS = (
     "kafka-orders-us",
     "sqs-invoices",
     "sqs-receipts",
+    "rabbitmq-shipments-dhl",
+    "rabbitmq-shipments-ups",
     "nats-orders-eu",
     "nats-orders-us",
 )
@@ -64,6 +66,7 @@ def test_a_first_run_without_brokers_logs_one_warning_per_watcher_and_no_traceba
         SLUICE_EXAMPLE_KAFKA=address,
         SLUICE_EXAMPLE_SQS_ENDPOINT=f"http://{address}",
         SLUICE_EXAMPLE_SQS_QUEUE_URL=f"http://{address}/123456789012/documents",
+        SLUICE_EXAMPLE_RABBITMQ_URL=f"amqp://guest:guest@{address}/",
         SLUICE_EXAMPLE_NATS=f"nats://{address}",
     )
     home.mkdir()

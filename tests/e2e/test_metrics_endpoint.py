@@ -134,7 +134,8 @@ def test_scrape_a_running_engine(tmp_path: Path, sqlite_template: Path) -> None:
     try:
         port = wait_for(lambda: _listening_port(log), timeout=30, what="the metrics address")
         assert isinstance(port, int) and port > 0
-        group = {"key": repr(("directory-scan", str(inbox), 0.1)), "mode": "fast"}
+        key = repr(("directory-scan", str(inbox), 0.1))
+        group = {"key": key, "mode": "fast", "broker": "directory-scan"}
         before = wait_for(
             lambda: (
                 (s := _scrape(port))

@@ -133,7 +133,8 @@ def _triggerer_owning_all(env: dict[str, str]) -> Any:
 def _check_running_engine(env: dict[str, str], db: Database) -> None:
     (group,) = wait_for(lambda: _streams(env), timeout=15, what="a shared-stream snapshot")
     assert group["mode"] == "fast" and "directory-scan" in group["key"]
-    assert group["overflows"] == group["ack_timeouts"] == 0
+    assert (group["broker"], group["lanes"], group["outstanding"]) == ("directory-scan", 0, 0)
+    assert group["overflows"] == group["ack_timeouts"] == group["dead_lettered"] == 0
     assert group["snapshot_age_s"] < 5
 
     # The deferred task's trigger may not be claimed yet: wait until the triggerer runs all 3.
@@ -164,6 +165,7 @@ def _check_running_engine(env: dict[str, str], db: Database) -> None:
     assert (healthy.returncode, healthy.stdout.strip()) == (0, "no problems found"), healthy.stdout
     table = invoke("streams", "list", env=env).stdout
     assert "directory-scan" in table and "SUBSCRIBERS" in table
+    assert "BROKER" in table and "DEAD_LETTERED" in table
 
 
 def _check_killed_engine(env: dict[str, str]) -> None:

@@ -435,10 +435,12 @@ def test_the_lag_of_a_watchers_shared_stream_group(parsed: Parsed) -> None:
     stats = [
         GroupStats(
             key="('k',)",
+            broker="k",
             mode="ack",
             subscribers=2,
             outstanding_by_lane=lanes,
             oldest_unresolved_age_s=1.5,
+            dead_lettered=2,
             digest=digest,
         )
     ]
@@ -453,6 +455,7 @@ def test_the_lag_of_a_watchers_shared_stream_group(parsed: Parsed) -> None:
     snap = stream["snapshot"]
     assert (snap["outstanding_events"], snap["oldest_unresolved_age_s"]) == (7, 1.5)
     assert snap["outstanding_by_lane"] == lanes and snap["subscribers"] == 2
+    assert (snap["broker"], snap["dead_lettered"]) == ("k", 2)
 
 
 async def test_a_real_triggerer_runs_the_watchers_and_their_events_count(

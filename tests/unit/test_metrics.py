@@ -145,7 +145,7 @@ async def test_triggerer_counters_and_shared_stream_groups_at_scrape_time(
     assert value(after, "sluice_persister_commit_seconds_count") == 1
     assert value(after, "sluice_persister_commit_seconds_bucket", le="+Inf") == 1
     assert value(after, "sluice_event_loop_blocked_total") == 0
-    group = {"key": key, "mode": "fast"}
+    group = {"key": key, "mode": "fast", "broker": "directory-scan"}
     assert value(after, "sluice_shared_stream_groups") == 1
     assert value(after, "sluice_shared_stream_subscribers", **group) == 2
     polled = value(after, "sluice_shared_stream_events_polled_total", **group)
@@ -155,9 +155,10 @@ async def test_triggerer_counters_and_shared_stream_groups_at_scrape_time(
     assert value(after, "sluice_up") == 1
 
 
-def test_shared_stream_group_families_carry_key_mode_and_lane_labels() -> None:
+def test_shared_stream_group_families_carry_key_mode_broker_and_lane_labels() -> None:
     ack = GroupStats(
         key="('kafka', 'orders')",
+        broker="kafka",
         mode="ack",
         subscribers=3,
         queue_high_water=17,
@@ -173,11 +174,12 @@ def test_shared_stream_group_families_carry_key_mode_and_lane_labels() -> None:
         overflows=1,
         ack_timeouts=2,
         rejects=3,
+        dead_lettered=2,
     )
-    fast = GroupStats(key="('dir', '/in')", mode="fast", subscribers=2)
+    fast = GroupStats(key="('dir', '/in')", mode="fast", subscribers=2, broker="DirTrigger")
     samples = exposition(families(reading_with_groups(ack, fast)))
 
-    labels = {"key": ack.key, "mode": "ack"}
+    labels = {"key": ack.key, "mode": "ack", "broker": "kafka"}
     assert value(samples, "sluice_shared_stream_groups") == 2
     assert value(samples, "sluice_shared_stream_subscribers", **labels) == 3
     assert value(samples, "sluice_shared_stream_queue_high_water", **labels) == 17
@@ -196,12 +198,18 @@ def test_shared_stream_group_families_carry_key_mode_and_lane_labels() -> None:
     assert value(samples, "sluice_shared_stream_overflows_total", **labels) == 1
     assert value(samples, "sluice_shared_stream_ack_timeouts_total", **labels) == 2
     assert value(samples, "sluice_shared_stream_rejects_total", **labels) == 3
+    assert value(samples, "sluice_shared_stream_dead_lettered_total", **labels) == 2
     assert value(samples, "sluice_shared_stream_events_polled_total", **labels) == 100
     assert value(samples, "sluice_shared_stream_deliveries_total", **labels) == 300
     # A fast-mode group has no unresolved events: no age sample rather than a fake zero.
-    fast_labels = frozenset({"key": fast.key, "mode": "fast"}.items())
-    assert ("sluice_shared_stream_oldest_unresolved_age_seconds", fast_labels) not in samples
-    assert value(samples, "sluice_shared_stream_subscribers", key=fast.key, mode="fast") == 2
+    fast_labels = {"key": fast.key, "mode": "fast", "broker": "DirTrigger"}
+    age = ("sluice_shared_stream_oldest_unresolved_age_seconds", frozenset(fast_labels.items()))
+    assert age not in samples
+    assert value(samples, "sluice_shared_stream_subscribers", **fast_labels) == 2
+    assert value(samples, "sluice_shared_stream_dead_lettered_total", **fast_labels) == 0
+    # Every per-group series names its broker.
+    grouped = [labels for name, labels in samples if name.startswith("sluice_shared_stream_")]
+    assert all(dict(labels).get("broker") for labels in grouped if labels)
 
 
 def reading_with_groups(*groups: GroupStats) -> EngineReading:
@@ -316,7 +324,9 @@ def test_lane_series_are_bounded_and_the_key_label_is_cut_as_the_database_column
     a series; the backlog of every lane and the number of lanes are gauges of their own."""
     lanes = {repr(f"group-{n:04}"): n for n in range(1, 501)}
     long_key = repr(("kafka", "x" * 5000))
-    group = GroupStats(key=long_key, mode="ack", subscribers=1, outstanding_by_lane=lanes)
+    group = GroupStats(
+        key=long_key, mode="ack", subscribers=1, outstanding_by_lane=lanes, broker="kafka"
+    )
     samples = exposition(families(reading_with_groups(group)))
 
     label = key_label(long_key)
@@ -329,7 +339,7 @@ def test_lane_series_are_bounded_and_the_key_label_is_cut_as_the_database_column
         if name == "sluice_shared_stream_outstanding"
     }
     assert per_lane == {repr(f"group-{n:04}"): n for n in range(501 - REPORTED_LANES, 501)}
-    ours = {"key": label, "mode": "ack"}
+    ours = {"key": label, "mode": "ack", "broker": "kafka"}
     assert value(samples, "sluice_shared_stream_outstanding_events", **ours) == sum(range(501))
     assert value(samples, "sluice_shared_stream_outstanding_lanes", **ours) == 500
 

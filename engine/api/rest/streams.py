@@ -1,9 +1,9 @@
 """Shared-stream groups of the live triggerers (the CLI's ``sluice streams list``).
 
-- ``GET /streams``: a page of groups by triggerer then key (``?key=&history=``): mode,
-  subscribers, outstanding events per lane and in all, the age of the oldest unresolved
-  event, the advance rate, counters, and (``history``, default on) the last samples for a
-  sparkline.
+- ``GET /streams``: a page of groups by triggerer then key (``?key=&history=``): the
+  broker it reads, mode, subscribers, outstanding events per lane and in all, the age of
+  the oldest unresolved event, the advance rate, counters (the events dead-lettered among
+  them), and (``history``, default on) the last samples for a sparkline.
 """
 
 from functools import partial
@@ -32,9 +32,16 @@ class StreamSample(BaseModel):
 class StreamGroup(BaseModel):
     triggerer_id: int
     key: str
+    broker: str = Field(
+        description="What the group reads: the key's first element when it is a string "
+        "(kafka, sqs, rabbitmq, redis, nats, mqtt, directory-scan), else the trigger class name"
+    )
     mode: str = Field(description="fast or ack")
     subscribers: int
-    outstanding_by_lane: dict[str, int] = Field(description="Events not advanced, per lane")
+    outstanding_by_lane: dict[str, int] = Field(
+        description="Events not advanced, per lane (the 20 busiest; the others summed)"
+    )
+    lanes: int = Field(description="Lanes with events not advanced")
     outstanding: int = Field(description="Events not advanced, all lanes")
     oldest_unresolved_age_s: float | None
     advance_rate_per_s: float | None = Field(description="Events advanced per second lately")
@@ -48,6 +55,9 @@ class StreamGroup(BaseModel):
     overflows: int
     ack_timeouts: int
     rejects: int
+    dead_lettered: int = Field(
+        description="Events advanced with a rejected outcome: sent the dead-letter way"
+    )
     snapshot_age_s: float | None
     history: list[StreamSample] | None = Field(
         default=None, description="The last samples, oldest first"

@@ -63,6 +63,12 @@ class Trigger(Base):
     stream_digest: Mapped[str | None] = mapped_column(String(64))
     #: when its current triggerer claimed it (None while unclaimed)
     claimed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    #: Set when its last failure was an upstream it could not reach: what it reads
+    #: (``shared_stream.keys.broker_kind``: "kafka", "rabbitmq", ... or the class name) and
+    #: where (the address its error named; None when it named none). A failure of another
+    #: kind clears both.
+    unreachable_broker: Mapped[str | None] = mapped_column(String(100))
+    unreachable_address: Mapped[str | None] = mapped_column(String(1000))
 
 
 class SharedStreamSnapshot(Base):
@@ -92,6 +98,12 @@ class SharedStreamSnapshot(Base):
     overflows: Mapped[int] = mapped_column(Integer, default=0)
     ack_timeouts: Mapped[int] = mapped_column(Integer, default=0)
     rejects: Mapped[int] = mapped_column(BigInteger, default=0)
+    #: what the group reads (``shared_stream.keys.broker_kind``): "kafka", "sqs", ...
+    broker: Mapped[str] = mapped_column(String(100), default="", server_default="")
+    #: events advanced with a rejected outcome (the producer's dead-letter way)
+    dead_lettered: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    #: lanes with events not advanced (``outstanding_by_lane`` names the busiest only)
+    lanes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     #: the key's digest, as ``trigger.stream_digest`` holds it (None: the key has no stable
     #: digest); ties a watcher's trigger row to its group's snapshot

@@ -51,6 +51,8 @@ _SNAPSHOT_FIELDS: Final = (
     "overflows",
     "ack_timeouts",
     "rejects",
+    "dead_lettered",
+    "broker",
 )
 
 
@@ -71,6 +73,7 @@ def publish_stream_stats(
             **{name: getattr(group, name) for name in _SNAPSHOT_FIELDS},
             "stream_key": key_label(group.key),
             "outstanding_by_lane": lanes_column(group.outstanding_by_lane),
+            "lanes": len(group.outstanding_by_lane),
             "stream_digest": group.digest,
             "triggerer_id": triggerer_id,
             "updated_at": now,

@@ -243,7 +243,16 @@ def clear_load_errors(session: Session, trigger_ids: Iterable[int]) -> None:
         )
 
 
-def record_trigger_failure(session: Session, trigger_id: int, error: str) -> None:
+def record_trigger_failure(
+    session: Session,
+    trigger_id: int,
+    error: str,
+    *,
+    unreachable_broker: str | None = None,
+    unreachable_address: str | None = None,
+) -> None:
+    """Count a failure of the trigger. ``unreachable_broker`` / ``_address``: the upstream
+    it could not reach, and where (None for a failure of another kind: they are cleared)."""
     session.execute(
         update(Trigger)
         .where(Trigger.id == trigger_id)
@@ -251,6 +260,8 @@ def record_trigger_failure(session: Session, trigger_id: int, error: str) -> Non
             failure_count=Trigger.failure_count + 1,
             last_error=error[:10_000],
             last_failure_date=utcnow(),
+            unreachable_broker=unreachable_broker and unreachable_broker[:100],
+            unreachable_address=unreachable_address and unreachable_address[:1000],
         )
     )
 

@@ -45,6 +45,9 @@ class WatcherFacts:
     stream_digest: str | None
     owner: OwnerFacts | None  # the job row of ``triggerer_id``
     last_event_at: datetime | None = None  # its latest event (by watcher name)
+    #: its last failure was an upstream it could not reach: what (``broker_kind``), where
+    unreachable_broker: str | None = None
+    unreachable_address: str | None = None
 
 
 def watchers_of(session: Session, asset_ids: Iterable[int]) -> list[WatcherFacts]:
@@ -68,6 +71,8 @@ def watchers_of(session: Session, asset_ids: Iterable[int]) -> list[WatcherFacts
             Job.pid,
             Job.state,
             Job.latest_heartbeat,
+            Trigger.unreachable_broker,
+            Trigger.unreachable_address,
         )
         .join(Trigger, Trigger.id == AssetWatcher.trigger_id)
         .outerjoin(Job, Job.id == Trigger.triggerer_id)
@@ -92,6 +97,8 @@ def watchers_of(session: Session, asset_ids: Iterable[int]) -> list[WatcherFacts
                 stream_digest=row[8],
                 owner=owner,
                 last_event_at=_last_event(session, int(row[0]), str(row[1])),
+                unreachable_broker=row[14],
+                unreachable_address=row[15],
             )
         )
     return out

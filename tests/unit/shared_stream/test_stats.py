@@ -15,7 +15,7 @@ from shared_stream import (
     reject_shared_stream_event,
 )
 from shared_stream.bookkeeping import AckLedger
-from shared_stream.keys import stream_key_digest
+from shared_stream.keys import broker_kind, stream_key_digest
 from shared_stream.stats import (
     REPORTED_LANES,
     busiest_lanes,
@@ -503,3 +503,79 @@ def test_busiest_lanes_are_bounded_busiest_first():
         count for lane, count in lanes.items() if lane not in dict(top)
     )
     assert busiest_lanes({"b": 1, "a": 1, "c": 2}, limit=2) == [("c", 2), ("a", 1)]
+
+
+# -- what each group reads, and what it sent the dead-letter way ---------------------------
+
+
+class PlainKeyTrigger(FeedTrigger):
+    """A key that is not a tuple led by a string: reports name the trigger class."""
+
+    def shared_stream_key(self):
+        return self.source
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        (("kafka", "localhost:9092", "g", ("t",)), "kafka"),
+        (("sqs", None, "https://q"), "sqs"),
+        (("directory-scan", "/data"), "directory-scan"),
+        ((1, "x"), "PlainKeyTrigger"),
+        (("", "x"), "PlainKeyTrigger"),
+        ((), "PlainKeyTrigger"),
+        ("kafka", "PlainKeyTrigger"),  # a bare string is not a tuple led by the kind
+        (None, "PlainKeyTrigger"),
+    ],
+)
+def test_broker_kind_is_the_keys_leading_string_else_the_class_name(key, expected):
+    assert broker_kind(key, PlainKeyTrigger) == expected
+
+
+async def test_a_snapshot_names_the_broker_its_group_reads():
+    with anyio.fail_after(5):
+        FeedTrigger.feeds["b"] = InMemoryFeed()
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            start(tg, mgr, FeedTrigger(source="b"), 1)
+            start(tg, mgr, PlainKeyTrigger(source="b"), 2)
+            await anyio.wait_all_tasks_blocked()
+            assert {s.key: s.broker for s in mgr.stats()} == {
+                "('FeedTrigger', 'b')": "FeedTrigger",
+                "'b'": "PlainKeyTrigger",
+            }
+            tg.cancel_scope.cancel()
+
+
+async def test_rejected_events_count_as_dead_lettered_once_their_advance_returned():
+    """A rejected event is counted where the group learns its advance returned (the
+    producer has sent it its dead-letter way by then), once per raw event; a clean one and
+    one still in flight are not."""
+    with anyio.fail_after(5):
+        producer = ProducerTrigger.producers["s"] = BlockingProducer()
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            start(tg, mgr, ProducerTrigger(source="s"), 1)
+            start(tg, mgr, ProducerTrigger(source="s"), 2)  # both reject it: still one event
+            await producer.put({"reject": True}, "p1")
+            await producer.wait_blocked()
+            stats = only(mgr)
+            assert (stats.rejects, stats.dead_lettered) == (2, 0)  # refused, not advanced yet
+            producer.release()
+            await producer.wait_for_advanced(1)
+            await anyio.wait_all_tasks_blocked()
+            assert only(mgr).dead_lettered == 1
+            await producer.put({"n": 2}, "p2")  # clean: advanced, not dead-lettered
+            await producer.wait_blocked()
+            producer.release()
+            await producer.wait_for_advanced(2)
+            await anyio.wait_all_tasks_blocked()
+            stats = only(mgr)
+            assert (stats.advanced_events, stats.rejects, stats.dead_lettered) == (2, 2, 1)
+            tg.cancel_scope.cancel()
+
+
+def test_merge_sums_dead_lettered_and_keeps_the_newest_broker():
+    older = GroupStats(key="k", mode="ack", subscribers=0, broker="kafka", dead_lettered=4)
+    newer = GroupStats(key="k", mode="ack", subscribers=1, broker="kafka", dead_lettered=1)
+    both = merge(retired(older), newer)
+    assert (both.broker, both.dead_lettered) == ("kafka", 5)
+    assert merge_by_key([older, newer])[0].dead_lettered == 5

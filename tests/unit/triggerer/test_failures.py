@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -100,6 +101,15 @@ def test_report_logs_under_the_runtime_and_returns_the_outbox_item(caplog) -> No
     assert record.name == "engine.triggerer.runtime"
     assert record.__dict__["failures_in_row"] == 2
     assert "tb" not in record.getMessage()  # seen: the traceback was logged before
+
+
+def test_only_an_unreachable_upstream_is_carried_to_the_store_with_what_and_where() -> None:
+    down = Failure.from_exception(UpstreamUnavailable("down", address="mq:5672"))
+    named = report(3, TriggerKind.WATCHER, replace(down, broker="rabbitmq"), restart_in_s=1.0)
+    assert (named.unreachable_broker, named.unreachable_address) == ("rabbitmq", "mq:5672")
+    refused = Failure.from_exception(UpstreamRefused("bad login", address="mq:5672"))
+    other = report(3, TriggerKind.WATCHER, replace(refused, broker="rabbitmq"), restart_in_s=1.0)
+    assert (other.unreachable_broker, other.unreachable_address) == (None, None)
 
 
 def _log_streak(errors: list[BaseException], caplog: pytest.LogCaptureFixture) -> list[Any]:

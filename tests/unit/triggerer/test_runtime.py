@@ -21,6 +21,7 @@ from shared_stream import SharedStreamManager
 from shared_stream.testing import InMemoryProducer
 from tests.waiting import wait_until as shared_wait_until
 from triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent, classpath_of
+from triggers.exceptions import UpstreamUnavailable
 from triggers.serde import payload_digest
 from triggers.testing import ReplayTrigger
 
@@ -956,3 +957,39 @@ async def test_real_manager_ack_mode_advances_only_after_confirm_and_stops_with_
             await producer.wait_closed()  # the last unsubscribe stopped the group
             await wait_until(lambda: len(runner) == 0)
     AckTopicTrigger.producers.clear()
+
+
+class UnreachableTrigger(BaseTrigger):
+    """Its upstream is down (a producer's ``UpstreamUnavailable``), or it fails otherwise."""
+
+    def __init__(self, how: str = "down") -> None:
+        super().__init__()
+        self.how = how
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return classpath_of(self), {"how": self.how}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        if self.how == "down":
+            raise UpstreamUnavailable("the broker is down", address="mq.internal:5672")
+        raise ValueError("bad payload")
+        yield TriggerEvent(None)  # pragma: no cover - makes run() a generator
+
+
+async def test_a_failure_to_reach_the_upstream_names_what_and_where_for_the_store():
+    """Without a shared-stream key the trigger class names what it reads; a failure of
+    another kind carries no upstream (the store then forgets the last one)."""
+    with anyio.fail_after(5):
+        async with running() as (runner, outbox):
+            start(runner, 5, UnreachableTrigger(), WATCHER)
+            down = await next_failed(outbox)
+            start(runner, 6, UnreachableTrigger("bad"), WATCHER)
+            other = await next_failed(outbox)
+            while other.trigger_id != 6:  # trigger 5 keeps failing (and restarting)
+                other = await next_failed(outbox)
+    assert down.trigger_id == 5 and down.will_restart
+    assert (down.unreachable_broker, down.unreachable_address) == (
+        "UnreachableTrigger",
+        "mq.internal:5672",
+    )
+    assert (other.unreachable_broker, other.unreachable_address) == (None, None)

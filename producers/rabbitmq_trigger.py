@@ -1,0 +1,410 @@
+"""``RabbitMQMessageTrigger``: an asset watcher's event trigger on a RabbitMQ queue (ack mode).
+
+Every watcher of one queue shares one ``RabbitMQSharedStreamProducer`` (key: broker or
+connection id, and queue). Each trigger filters the shared messages on its own:
+``body_filter`` (dotted JSON path -> value, or list of values), ``header_filter`` (AMQP
+header -> value(s)) and ``apply_function`` (a dotted path to ``f(message,
+*apply_function_args, **apply_function_kwargs)``, given the ``RabbitMQMessage``; may be
+async; truthy accepts). All must hold. A filter that raises, or a body that is not a JSON
+object under a ``body_filter``, rejects the message (``reject_shared_stream_event()``): the
+producer rejects it with ``requeue=False`` to the queue's dead-letter exchange (or, with
+``on_reject="requeue"``, puts it back to be delivered again).
+
+One ``TriggerEvent`` per accepted message. Its dedup key is ``rabbitmq:<queue>:<message_id>``
+when the publisher set a ``message_id``: a redelivery of it never makes a second asset
+event. Without one, AMQP gives a message no stable identity (a delivery tag is per channel,
+``redelivered`` is only a flag), so a redelivery is *not* recognised and is stored again;
+``dedup="payload"`` keys such messages by the SHA-256 of their body instead (then two
+messages with equal bodies are one event). The trigger says so in its log once, at its
+first message without an id.
+
+Payload: ``message_id``, ``routing_key``, ``exchange``, ``redelivered``, ``delivery_count``,
+``body`` (JSON-decoded when it parses, else text), ``headers`` and ``properties``.
+
+The producer is built from the kwargs of the group's first watcher: give every watcher of a
+queue the same connection and producer settings (``declare``, ``queue_arguments``,
+``lanes``, ``max_in_flight``, ``max_deliveries``). The URL holds the password: trigger
+kwargs are stored encrypted, and the URL is never logged (errors show host, port and
+virtual host). ``conn_id`` takes the URL from a named connection instead
+(``amqp://user:password@host:5672/vhost`` as a URI; ``connection_settings``): the trigger
+row stores only the id and watchers share a consumer by it (key ``("rabbitmq",
+"connection:<id>", queue)``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
+
+from producers.exceptions import EventFilterError, ProducerConfigError
+from producers.partition_keys import (
+    NoKey,
+    PartitionKeyRule,
+    field_key,
+    function_key,
+    is_dotted_path,
+    load_key_function,
+    named_key,
+    partition_key_rule,
+    rejection,
+    rule_kwargs,
+)
+from producers.rabbitmq_core import (
+    DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_PORT,
+    DEFAULT_TLS_PORT,
+    RabbitMQConnection,
+    RabbitMQMessage,
+    address_of,
+    check_settings,
+    dedup_key,
+    plain,
+)
+from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
+from triggers.exceptions import TriggerContractError
+from triggers.extras import importing_extra, require_extra
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
+
+    from producers.rabbitmq import RabbitMQSharedStreamProducer
+    from producers.rabbitmq_core import Dedup, Lanes, OnReject
+
+logger = logging.getLogger(__name__)
+
+_MISSING = object()
+
+
+def _lookup(document: Any, path: str) -> Any:
+    """The value at a dotted ``path`` of nested JSON objects, or ``_MISSING``."""
+    node = document
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def _accepts(expected: Any, actual: Any) -> bool:
+    """``actual`` equals ``expected`` (or one of them, when ``expected`` is a list).
+
+    JSON equality: ``true`` is not ``1``.
+    """
+    options = expected if isinstance(expected, list) else [expected]
+    return any(
+        actual == option and isinstance(actual, bool) == isinstance(option, bool)
+        for option in options
+    )
+
+
+def url_from_connection(connection: Mapping[str, Any]) -> str:
+    """An AMQP URL from a connection's fields: ``conn_type`` ``amqp`` / ``amqps`` (or an
+    extra ``ssl: true``), host, port, login, password, schema (the virtual host, or an extra
+    ``vhost``); the other extra keys become URL query parameters (``heartbeat``, ...)."""
+    extra = dict(connection.get("extra") or {})
+    host = connection.get("host")
+    if not host:
+        raise ValueError("a RabbitMQ connection needs a host")
+    tls = connection.get("conn_type") == "amqps" or bool(extra.pop("ssl", False))
+    scheme = "amqps" if tls else "amqp"
+    port = connection.get("port") or (DEFAULT_TLS_PORT if tls else DEFAULT_PORT)
+    vhost = connection.get("schema") or extra.pop("vhost", None) or "/"
+    login, password = connection.get("login"), connection.get("password")
+    user = ""
+    if login:
+        user = quote(str(login), safe="")
+        if password:
+            user += ":" + quote(str(password), safe="")
+        user += "@"
+    query = f"?{urlencode({k: str(v) for k, v in extra.items()})}" if extra else ""
+    return f"{scheme}://{user}{host}:{port}/{quote(str(vhost), safe='')}{query}"
+
+
+class RabbitMQMessageTrigger(BaseEventTrigger):
+    """Fires for each message of a RabbitMQ queue that passes this trigger's filters.
+
+    ``url`` (``amqp://user:password@host:5672/vhost``) or ``conn_id``; ``queue``: the queue
+    to consume; ``declare``: declare it (durable, with ``queue_arguments``, e.g.
+    ``{"x-queue-type": "quorum", "x-dead-letter-exchange": "dlx"}``) instead of requiring
+    it to exist. ``lanes``: ``"queue"`` (one order) or ``"routing_key"`` (one order per
+    routing key). ``max_in_flight``: the channel's prefetch count. ``max_deliveries``: a
+    quorum queue's message delivered more times than this is dead-lettered unseen.
+    ``on_reject``: ``"dead_letter"`` (``reject(requeue=False)``) or ``"requeue"``
+    (delivered again; with ``max_deliveries`` on a quorum queue, dead-lettered in the end).
+    ``partition_key_field`` / ``partition_key_header`` / ``partition_key_function``: where
+    each event's partition key comes from (a message without a valid key is rejected).
+    """
+
+    connection_kwargs = ("conn_id",)
+
+    def __init__(
+        self,
+        *,
+        queue: str,
+        url: str | None = None,
+        conn_id: str | None = None,
+        declare: bool = False,
+        queue_arguments: Mapping[str, Any] | None = None,
+        body_filter: Mapping[str, Any] | None = None,
+        header_filter: Mapping[str, Any] | None = None,
+        apply_function: str | None = None,
+        apply_function_args: Sequence[Any] | None = None,
+        apply_function_kwargs: Mapping[str, Any] | None = None,
+        lanes: Lanes = "queue",
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        max_deliveries: int | None = None,
+        dedup: Dedup = "message_id",
+        on_reject: OnReject = "dead_letter",
+        partition_key_field: str | None = None,
+        partition_key_header: str | None = None,
+        partition_key_function: str | None = None,
+    ) -> None:
+        super().__init__()
+        require_extra("aio_pika", needed_by="RabbitMQMessageTrigger")
+        where = f"RabbitMQMessageTrigger on queue {queue!r}"
+        check_settings(
+            queue=queue,
+            declare=declare,
+            queue_arguments=queue_arguments,
+            lanes=lanes,
+            max_in_flight=max_in_flight,
+            max_deliveries=max_deliveries,
+            dedup=dedup,
+            on_reject=on_reject,
+            where=where,
+        )
+        if url is None and conn_id is None:
+            raise ProducerConfigError(f"{where}: give url='amqp://...' or conn_id")
+        if apply_function is not None and not is_dotted_path(apply_function):
+            raise ProducerConfigError(
+                f"{where}: apply_function must be a dotted path 'package.module.function', "
+                f"got {apply_function!r}"
+            )
+        self.queue = queue
+        self.url = url
+        self.conn_id = conn_id
+        self.declare = declare
+        self.queue_arguments = dict(queue_arguments or {})
+        self.body_filter = dict(body_filter or {})
+        self.header_filter = dict(header_filter or {})
+        self.apply_function = apply_function
+        self.apply_function_args = list(apply_function_args or ())
+        self.apply_function_kwargs = dict(apply_function_kwargs or {})
+        self.lanes: Lanes = lanes
+        self.max_in_flight = max_in_flight
+        self.max_deliveries = max_deliveries
+        self.dedup: Dedup = dedup
+        self.on_reject: OnReject = on_reject
+        self.partition_key_rule = partition_key_rule(
+            where,
+            partition_key_field=partition_key_field,
+            partition_key_header=partition_key_header,
+            partition_key_function=partition_key_function,
+        )
+        self._key_function: Callable[[Any], Any] | None = None
+        self._function: Callable[..., Any] | None = None
+        self._told_no_identity = False
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            classpath_of(RabbitMQMessageTrigger),
+            {
+                "queue": self.queue,
+                "url": self.url,
+                "conn_id": self.conn_id,
+                "declare": self.declare,
+                "queue_arguments": self.queue_arguments or None,
+                "body_filter": self.body_filter or None,
+                "header_filter": self.header_filter or None,
+                "apply_function": self.apply_function,
+                "apply_function_args": self.apply_function_args or None,
+                "apply_function_kwargs": self.apply_function_kwargs or None,
+                "lanes": self.lanes,
+                "max_in_flight": self.max_in_flight,
+                "max_deliveries": self.max_deliveries,
+                "dedup": self.dedup,
+                "on_reject": self.on_reject,
+                **rule_kwargs(self.partition_key_rule),
+            },
+        )
+
+    def __repr__(self) -> str:
+        where = f"connection {self.conn_id!r}" if self.conn_id else address_of(self.url or "")
+        return f"<RabbitMQMessageTrigger queue={self.queue!r} at {where}>"
+
+    # -- shared stream --------------------------------------------------------------------
+
+    def shared_stream_key(self) -> Hashable:
+        if self.conn_id:  # the same before and after the triggerer resolves it
+            return ("rabbitmq", f"connection:{self.conn_id}", self.queue)
+        return ("rabbitmq", address_of(self.url or ""), self.queue)
+
+    @classmethod
+    def connection_settings(cls, kwarg: str, connection: Mapping[str, Any]) -> dict[str, Any]:
+        """A connection as the trigger's ``url`` (``url_from_connection``)."""
+        return {"url": url_from_connection(connection)}
+
+    @classmethod
+    def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> RabbitMQSharedStreamProducer:
+        return cls(**kwargs).build_producer()
+
+    def build_producer(self) -> RabbitMQSharedStreamProducer:
+        """The queue's producer, with this trigger's connection and producer settings."""
+        with importing_extra("RabbitMQMessageTrigger"):
+            from producers.rabbitmq import RabbitMQSharedStreamProducer
+        if self.url is None:
+            raise ProducerConfigError(
+                f"{self!r}: connection {self.conn_id!r} was not resolved (the triggerer "
+                "resolves conn_id; outside it, pass url=)"
+            )
+        return RabbitMQSharedStreamProducer(
+            RabbitMQConnection(url=self.url, queue=self.queue),
+            declare=self.declare,
+            queue_arguments=self.queue_arguments,
+            lanes=self.lanes,
+            max_in_flight=self.max_in_flight,
+            max_deliveries=self.max_deliveries,
+            on_reject=self.on_reject,
+        )
+
+    async def filter_shared_stream(
+        self, shared_stream: AsyncIterator[Any]
+    ) -> AsyncIterator[TriggerEvent]:
+        from shared_stream.subscriber import reject_shared_stream_event  # where it runs
+
+        self._load_functions()
+        async for message in shared_stream:
+            try:
+                matched = self.matches(message)
+                if matched and self._function is not None:
+                    matched = self._call_function(message)
+                    if inspect.isawaitable(matched):
+                        matched = await matched
+            except Exception as exc:  # noqa: BLE001 - a filter that raises rejects the message
+                self._log_rejected(message, f"its filter raised {exc!r}")
+                reject_shared_stream_event()
+                continue
+            if not matched:
+                continue
+            key = None
+            if (rule := self.partition_key_rule) is not None:
+                try:
+                    key = self._partition_key(message, rule)
+                except NoKey as problem:
+                    self._log_rejected(message, rejection(rule, problem))
+                    reject_shared_stream_event()
+                    continue
+            yield TriggerEvent(
+                self.event_payload(message),
+                dedup_key=self._dedup_key(message),
+                partition_key=key,
+            )
+
+    def matches(self, message: RabbitMQMessage) -> bool:
+        """True when ``message`` passes ``header_filter`` and ``body_filter``; may raise
+        to reject it."""
+        for name, expected in self.header_filter.items():
+            actual = message.headers.get(name, _MISSING)
+            if actual is _MISSING or not _accepts(expected, actual):
+                return False
+        if not self.body_filter:
+            return True
+        if not isinstance(message.body, dict):
+            raise EventFilterError(
+                f"message {message.message_id} of queue {self.queue!r} has a body that is "
+                f"not a JSON object; body_filter {sorted(self.body_filter)} cannot apply"
+            )
+        return all(
+            (actual := _lookup(message.body, path)) is not _MISSING and _accepts(expected, actual)
+            for path, expected in self.body_filter.items()
+        )
+
+    @staticmethod
+    def event_payload(message: RabbitMQMessage) -> dict[str, Any]:
+        return {
+            "message_id": message.message_id,
+            "routing_key": message.routing_key,
+            "exchange": message.exchange,
+            "redelivered": message.redelivered,
+            "delivery_count": message.delivery_count,
+            "body": plain(message.body),
+            "headers": dict(message.headers),
+            "properties": dict(message.properties),
+        }
+
+    def _dedup_key(self, message: RabbitMQMessage) -> str | None:
+        key = dedup_key(message, self.dedup)
+        if not message.message_id and not self._told_no_identity:
+            self._told_no_identity = True
+            logger.warning(
+                "RabbitMQMessageTrigger %s: messages of queue %r come without a message_id; %s",
+                self.trigger_id,
+                self.queue,
+                "they are deduplicated by a digest of their body (dedup='payload'): equal "
+                "bodies make one asset event"
+                if self.dedup == "payload"
+                else "a redelivery of such a message (after a crash or a failed delivery) "
+                "is not recognised and makes a second asset event. Have the publisher set "
+                "message_id, or pass dedup='payload'",
+                extra={"action": "rabbitmq.no_message_id", "trigger_id": self.trigger_id},
+            )
+        return key
+
+    def _partition_key(self, message: RabbitMQMessage, rule: PartitionKeyRule) -> str:
+        if rule.source == "field":
+            return field_key(message.body, rule, document_name="the body")
+        if rule.source == "header":
+            return named_key(message.headers, rule, "header")
+        assert self._key_function is not None, "loaded as the stream starts"
+        return function_key(self._key_function, message)
+
+    def _call_function(self, message: RabbitMQMessage) -> Any:
+        assert self._function is not None
+        return self._function(message, *self.apply_function_args, **self.apply_function_kwargs)
+
+    def _load_functions(self) -> None:
+        rule = self.partition_key_rule
+        if rule is not None and rule.source == "function" and self._key_function is None:
+            self._key_function = load_key_function(rule, self.trigger_id)
+        path = self.apply_function
+        if path is None or self._function is not None:
+            return
+        module_name, _, name = path.rpartition(".")
+        try:
+            function = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError) as exc:
+            raise ProducerConfigError(
+                f"trigger {self.trigger_id}: cannot import apply_function {path!r}: {exc}; "
+                "check the dotted path and that its module is importable by the triggerer"
+            ) from exc
+        if not callable(function):
+            raise ProducerConfigError(
+                f"trigger {self.trigger_id}: apply_function {path!r} is not callable"
+            )
+        self._function = function
+
+    def _log_rejected(self, message: Any, reason: str) -> None:
+        message_id = getattr(message, "message_id", None)
+        logger.warning(
+            "RabbitMQMessageTrigger %s rejected message %s of queue %r: %s",
+            self.trigger_id,
+            message_id,
+            self.queue,
+            reason,
+            extra={
+                "action": "rabbitmq.message_rejected",
+                "trigger_id": self.trigger_id,
+                "message_id": message_id,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        raise TriggerContractError(
+            f"{classpath_of(self)} runs only as a shared-stream subscriber (ack mode): its "
+            "messages are acknowledged once their asset events are stored, which run() "
+            "cannot do"
+        )
+        yield  # pragma: no cover - makes this an async generator
