@@ -181,6 +181,8 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
         self._pull_expires_at = 0.0  # when the last pull request ends on the server
         self._dead_letters: DeadLetters | None = None
         self._capacity_freed = anyio.Event()
+        self._poll_scope: anyio.CancelScope | None = None
+        self._fenced = False
 
     @property
     def address(self) -> str:
@@ -190,16 +192,35 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
 
     async def open_stream(self) -> AsyncIterator[tuple[NatsMessage, NatsReceipt]]:
         self._subscription = subscription = await self._connect()
-        while True:
-            deliveries = await self._next_deliveries(subscription)
-            for entry in deliveries:
+        while not self._fenced:
+            for entry in await self._next_deliveries(subscription):
+                if self._fenced:
+                    break
                 yield entry
+        await anyio.sleep_forever()  # fenced: pull nothing more until the group closes
+
+    def fence(self) -> None:
+        """Pull, extend, ack and dead-letter nothing more: another engine owns the durable
+        now. The poll stops at once (its fetch, heartbeat and advisory watch are cancelled);
+        ``aclose`` only naks what is still in flight, which hands it over sooner."""
+        self._fenced = True
+        if self._poll_scope is not None:
+            self._poll_scope.cancel()
+        logger.warning(
+            "NATS consumer %s of stream %s on %s fenced: pulls and acks nothing more",
+            self.durable,
+            self.stream,
+            self.address,
+            extra={"action": "nats.fenced", "stream": self.stream},
+        )
 
     def get_advance_lane(self, broker_payload: Any) -> str:
         receipt: NatsReceipt = broker_payload
         return receipt.subject
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
+        if self._fenced:
+            raise ProducerError(f"{self!r} is fenced: nothing is acked")
         from producers.nats_errors import translated  # loaded by open_stream
 
         with translated("advance", self.address):
@@ -262,11 +283,14 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
         advisory): dead-letter it instead."""
         delay_s = self._pull_expires_at + PULL_EXPIRY_MARGIN_S - anyio.current_time()
         for entry in entries:
-            if self.dead_letter_subject is not None and self._is_last_delivery(entry):
+            if self._may_dead_letter() and self._is_last_delivery(entry):
                 await self._dead_letter(entry, "max_deliver")
                 await entry.message.term()
             else:
                 await entry.message.nak(delay=delay_s if delay_s > 0 else None)
+
+    def _may_dead_letter(self) -> bool:
+        return self.dead_letter_subject is not None and not self._fenced
 
     def _is_last_delivery(self, entry: InFlight) -> bool:
         return 0 < self.max_deliver <= entry.receipt.num_delivered
@@ -396,6 +420,7 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
         failures: list[ProducerError] = []
         fetched: list[Msg] = []
         async with anyio.create_task_group() as tg:
+            self._poll_scope = tg.cancel_scope
             tg.start_soon(self._heartbeat, tg.cancel_scope, failures)
             tg.start_soon(self._watch_advisories, tg.cancel_scope, failures)
             try:

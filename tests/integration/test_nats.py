@@ -24,8 +24,13 @@ from engine.db.queries import triggers as trigger_rows
 from engine.states import TriggerKind
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import NatsJetStreamTrigger
-from producers.exceptions import BrokerRefused, BrokerUnavailable, ProducerConfigError
-from shared_stream import AckTimeout, SharedStreamManager
+from producers.exceptions import (
+    BrokerRefused,
+    BrokerUnavailable,
+    ProducerConfigError,
+    ProducerError,
+)
+from shared_stream import AckTimeout, AdvanceItem, AdvanceOutcome, SharedStreamManager
 from shared_stream.testing import SubscriberHarness
 from tests.services_nats import PrivateNats, connect, free_port, jetstream_streams, read_all
 from tests.waiting import eventually, wait_until
@@ -350,6 +355,35 @@ async def test_close_releases_what_is_in_flight_for_redelivery_at_once(
     subscription = await nc.jetstream().pull_subscribe_bind("sluice", stream=name)
     redelivered = await subscription.fetch(2, timeout=2)  # far below the 60 s ack wait
     assert [m.metadata.num_delivered for m in redelivered] == [2, 2]
+
+
+async def test_a_fenced_producer_pulls_acks_and_dead_letters_nothing_more(
+    nc, nats_stream_name, streams, caplog
+) -> None:
+    name = nats_stream_name
+    _, dlq = streams
+    await _publish(nc, f"{name}.x", {"n": 1})
+    producer = _trigger(name, max_deliver=1, dead_letter_subject=dlq).build_producer()
+    with anyio.fail_after(10):
+        stream = producer.open_stream()
+        _message, receipt = await anext(stream)  # its last delivery
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anext, stream)  # polling when the fence comes
+            await wait_until(lambda: producer._poll_scope is not None)
+            producer.fence()
+            await _publish(nc, f"{name}.x", {"n": 2})
+            with anyio.move_on_after(0.5) as idle:  # the poll stopped: nothing more comes
+                await anyio.sleep_forever()
+            assert idle.cancelled_caught
+            tg.cancel_scope.cancel()
+        with pytest.raises(ProducerError, match="fenced"):
+            await producer.advance([AdvanceItem(receipt, AdvanceOutcome(acked=1, failed=0))])
+        await stream.aclose()
+        await producer.aclose()
+    assert await _dead_letter_count(nc, name, 0)  # released (nak), never dead-lettered
+    info = await nc.jetstream().consumer_info(name, "sluice")
+    assert info.num_pending == 1  # message 2 was never pulled
+    assert [r.action for r in caplog.records if r.name == "producers.nats"][-1:] == ["nats.fenced"]
 
 
 async def test_create_stream_makes_a_missing_stream(nc, nats_stream_name) -> None:
