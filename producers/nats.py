@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
-from producers.exceptions import ProducerConfigError, ProducerError
+from producers.exceptions import ProducerError
 from producers.nats_core import (
     API_TIMEOUT_S,
     CLOSE_TIMEOUT_S,
@@ -71,7 +71,6 @@ if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.aio.msg import Msg
     from nats.aio.subscription import Subscription
-    from nats.js.api import ConsumerConfig
     from nats.js.client import JetStreamContext
 
     from producers.nats_dead_letters import DeadLetters
@@ -89,7 +88,7 @@ def _load_client() -> None:
     Run it in a worker thread (``anyio.to_thread.run_sync(_load_client)``) so the
     triggerer's event loop never blocks on it; every later import of these is a lookup.
     """
-    for module in ("nats.aio.client", "nats.js.api", "producers.nats_dead_letters"):
+    for module in ("nats.aio.client", "producers.nats_dead_letters", "producers.nats_setup"):
         importlib.import_module(module)
 
 
@@ -306,6 +305,7 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
 
         from producers.nats_dead_letters import DeadLetters
         from producers.nats_errors import translated
+        from producers.nats_setup import ConsumerSetup
 
         self._dead_letters = dead_letters = DeadLetters(
             stream=self.stream,
@@ -326,11 +326,19 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
             )
             self._js = dead_letters.js = nc.jetstream(timeout=API_TIMEOUT_S)
             self._advisories = await nc.subscribe(dead_letters.advisory_subject)
-            await self._ensure_stream(self._js)
-            if self.dead_letter_subject is not None:
-                await self._check_dead_letter_subject(self._js, self.dead_letter_subject)
-            await self._js.add_consumer(self.stream, self._consumer_config())
-            subscription = await self._js.pull_subscribe_bind(self.durable, stream=self.stream)
+            subscription = await ConsumerSetup(
+                address=self.address,
+                stream=self.stream,
+                durable=self.durable,
+                subjects=self.subjects,
+                create_stream=self.create_stream,
+                stream_subjects=self.stream_subjects,
+                ack_wait_s=self.ack_wait_s,
+                max_deliver=self.max_deliver,
+                dead_letter_subject=self.dead_letter_subject,
+                max_in_flight=self.max_in_flight,
+                deliver_policy=self.deliver_policy,
+            ).prepare(nc, self._js)
         logger.info(
             "NATS JetStream producer connected to %s: stream %s, durable %s (ack wait %ss, "
             "max_deliver %s)",
@@ -342,74 +350,6 @@ class NatsJetStreamSharedStreamProducer(SharedStreamProducer):
             extra={"action": "nats.connected", "stream": self.stream},
         )
         return subscription
-
-    async def _ensure_stream(self, js: JetStreamContext) -> None:
-        import nats.js.errors
-        from nats.js.api import StreamConfig
-
-        try:
-            await js.stream_info(self.stream)
-        except nats.js.errors.NotFoundError:
-            if not self.create_stream:
-                raise ProducerConfigError(
-                    f"NATS JetStream stream {self.stream!r} does not exist on {self.address}: "
-                    "create it, or give the trigger create_stream=True and stream_subjects"
-                ) from None
-            await js.add_stream(StreamConfig(name=self.stream, subjects=list(self.stream_subjects)))
-            logger.info(
-                "Created NATS JetStream stream %s (subjects %s)",
-                self.stream,
-                list(self.stream_subjects),
-                extra={"action": "nats.stream_created", "stream": self.stream},
-            )
-        if len(self.subjects) > 1 and self._server_version() < (2, 10):
-            raise ProducerConfigError(
-                f"NATS consumer {self.durable!r} on {self.address}: several filter subjects "
-                f"{list(self.subjects)} need nats-server 2.10 or later (this one is "
-                f"{'.'.join(map(str, self._server_version()))}); give one subject (a wildcard "
-                "such as 'orders.>' works) or one watcher key per subject"
-            )
-
-    def _server_version(self) -> tuple[int, int]:
-        assert self._nc is not None
-        version = self._nc.connected_server_version
-        return (version.major, version.minor)
-
-    async def _check_dead_letter_subject(self, js: JetStreamContext, subject: str) -> None:
-        import nats.js.errors
-
-        try:
-            owner = await js.find_stream_name_by_subject(subject)
-        except nats.js.errors.NotFoundError:
-            raise ProducerConfigError(
-                f"NATS dead_letter_subject {subject!r}: no JetStream stream on {self.address} "
-                "captures it, so a dead-lettered message would be lost; create a stream "
-                f"whose subjects include {subject!r}"
-            ) from None
-        if owner == self.stream and not self.subjects:
-            raise ProducerConfigError(
-                f"NATS dead_letter_subject {subject!r} is captured by stream {self.stream!r} "
-                "itself and the consumer takes every subject of it: a dead-lettered message "
-                "would come back to the watchers; give the trigger subjects that exclude it"
-            )
-
-    def _consumer_config(self) -> ConsumerConfig:
-        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-
-        subjects: dict[str, Any] = {}
-        if len(self.subjects) == 1:
-            subjects["filter_subject"] = self.subjects[0]
-        elif self.subjects:
-            subjects["filter_subjects"] = list(self.subjects)
-        return ConsumerConfig(
-            durable_name=self.durable,
-            ack_policy=AckPolicy.EXPLICIT,
-            ack_wait=self.ack_wait_s,
-            max_deliver=self.max_deliver,
-            max_ack_pending=self.max_in_flight,
-            deliver_policy=DeliverPolicy(self.deliver_policy),
-            **subjects,
-        )
 
     # -- fetching -------------------------------------------------------------------------
 
