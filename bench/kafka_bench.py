@@ -43,17 +43,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import broker_harness
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.client import AIOKafkaClient
 from cryptography.fernet import Fernet
-from sqlalchemy import create_engine, func, insert, select, text
+from sqlalchemy import func, select
 
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
-from engine.db.models import Asset, AssetEvent, AssetWatcher
-from engine.db.queries import triggers as triggers_sql
+from engine.db.models import AssetEvent
 from engine.db.schema import migrate
-from engine.states import TriggerKind
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import KafkaMessageTrigger
 from shared_stream import SharedStreamManager, SharedStreamTerminated
@@ -214,35 +213,17 @@ def _timeline_logging(timeline: _Timeline) -> Iterator[None]:
         kafka_logger.propagate = True
 
 
-def _seed(
-    db: Database, cipher: KwargsCipher, bootstrap: str, topic: str, group: str, watchers: int
-) -> None:
-    def seed(session: Any) -> None:
-        for j in range(watchers):
-            asset_id = session.execute(
-                insert(Asset).values(name=f"a{j}", uri=f"bench://{j}", extra={}).returning(Asset.id)
-            ).scalar_one()
-            kwargs = {
-                "topics": [topic],
-                "bootstrap_servers": bootstrap,
-                "group_id": group,
-                "auto_offset_reset": "earliest",
-                "match_fields": {"bucket": j},
-                "value_format": "json",
-                **FAST_GROUP,
-            }
-            tid = triggers_sql.add_trigger_row(
-                session,
-                cipher,
-                "producers.kafka_trigger.KafkaMessageTrigger",
-                kwargs,
-                kind=TriggerKind.WATCHER,
-            )
-            session.execute(
-                insert(AssetWatcher).values(asset_id=asset_id, name="w", trigger_id=tid)
-            )
-
-    db.call(seed)
+def _watchers(bootstrap: str, topic: str, group: str, watchers: int) -> list[KafkaMessageTrigger]:
+    """N watchers sharing one consumer (``group``); watcher j accepts ``bucket`` j."""
+    common: dict[str, Any] = {
+        "topics": [topic],
+        "bootstrap_servers": bootstrap,
+        "group_id": group,
+        "auto_offset_reset": "earliest",
+        "value_format": "json",
+        **FAST_GROUP,
+    }
+    return [KafkaMessageTrigger(**common, match_fields={"bucket": j}) for j in range(watchers)]
 
 
 async def _run_triggerer(db: Database, cipher: KwargsCipher, timeline: _Timeline) -> None:
@@ -262,7 +243,7 @@ def through_triggerer(db_url: str, bootstrap: str, topic: str, watchers: int, co
     db = Database(db_url)
     migrate(db.engine)
     cipher = KwargsCipher(Fernet.generate_key().decode())
-    _seed(db, cipher, bootstrap, topic, group, watchers)
+    broker_harness.seed(db, cipher, _watchers(bootstrap, topic, group, watchers))
     timeline = _Timeline(group, count // PARTITIONS)
     with _timeline_logging(timeline):
         anyio.run(_run_triggerer, db, cipher, timeline)
@@ -278,15 +259,7 @@ def through_triggerer(db_url: str, bootstrap: str, topic: str, watchers: int, co
 async def _run_manager(bootstrap: str, topic: str, watchers: int, timeline: _Timeline) -> None:
     """N watchers on one Kafka shared stream; each trigger event is confirmed at once."""
     timeline.finished = anyio.Event()
-    common = {
-        "topics": [topic],
-        "bootstrap_servers": bootstrap,
-        "group_id": timeline.group,
-        "auto_offset_reset": "earliest",
-        "value_format": "json",
-        **FAST_GROUP,
-    }
-    triggers = [KafkaMessageTrigger(**common, match_fields={"bucket": j}) for j in range(watchers)]
+    triggers = _watchers(bootstrap, topic, timeline.group, watchers)
     key = triggers[0].shared_stream_key()
 
     async def subscriber(manager: SharedStreamManager, trigger_id: int) -> None:
@@ -316,25 +289,6 @@ def through_manager(bootstrap: str, topic: str, watchers: int, count: int) -> An
 # -- databases -------------------------------------------------------------------------------
 
 
-class FreshPostgres:
-    """A fresh database on the server of ``admin_url``, dropped on exit."""
-
-    def __init__(self, admin_url: str) -> None:
-        self.admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-        self.name = f"bench_{uuid.uuid4().hex[:12]}"
-        self.url = f"{admin_url.rsplit('/', 1)[0]}/{self.name}"
-
-    def __enter__(self) -> str:
-        with self.admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{self.name}"'))
-        return self.url
-
-    def __exit__(self, *exc: object) -> None:
-        with self.admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)'))
-        self.admin.dispose()
-
-
 def _measured(backend: str, pg_url: str, tmp: str) -> Callable[[str, str, int, int], Any]:
     """The measured case for ``backend``: fn(bootstrap, topic, watchers, count)."""
     if backend == "none":
@@ -348,7 +302,7 @@ def _measured(backend: str, pg_url: str, tmp: str) -> Callable[[str, str, int, i
         return on_sqlite
 
     def on_postgres(bootstrap: str, topic: str, n: int, count: int) -> Any:
-        with FreshPostgres(pg_url) as url:
+        with broker_harness.postgres_database(pg_url, "bench") as url:
             return through_triggerer(url, bootstrap, topic, n, count)
 
     return on_postgres
