@@ -28,12 +28,17 @@ is rejected, with a warning naming its sequence.
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 
 from producers.exceptions import EventFilterError, ProducerConfigError
+from producers.message_filters import (
+    apply,
+    body_matches,
+    function_path_problem,
+    load_apply_function,
+    options_of,
+)
 from producers.nats_core import (
     DEFAULT_ACK_WAIT_S,
     DEFAULT_MAX_DELIVER,
@@ -50,7 +55,6 @@ from producers.partition_keys import (
     PartitionKeyRule,
     field_key,
     function_key,
-    is_dotted_path,
     load_key_function,
     named_key,
     partition_key_rule,
@@ -68,8 +72,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_MISSING = object()
-
 
 def _as_list(value: str | Sequence[str] | None) -> list[str]:
     if value is None:
@@ -79,32 +81,11 @@ def _as_list(value: str | Sequence[str] | None) -> list[str]:
     return [str(part) for part in value]
 
 
-def _lookup(document: Any, path: str) -> Any:
-    node = document
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
-
-
-def _options(expected: Any) -> list[Any]:
-    return expected if isinstance(expected, list) else [expected]
-
-
-def _body_accepts(expected: Any, actual: Any) -> bool:
-    """JSON equality (``true`` is not ``1``) with ``expected`` or one of its list."""
-    return any(
-        actual == option and isinstance(actual, bool) == isinstance(option, bool)
-        for option in _options(expected)
-    )
-
-
 def _header_accepts(expected: Any, actual: str) -> bool:
     """Headers are text: a number or a bool given in the filter compares as its text."""
     return any(
         actual == (str(option).lower() if isinstance(option, bool) else str(option))
-        for option in _options(expected)
+        for option in options_of(expected)
     )
 
 
@@ -169,11 +150,8 @@ class NatsJetStreamTrigger(BaseEventTrigger):
             deliver_policy=deliver_policy,
             where=where,
         )
-        if apply_function is not None and not is_dotted_path(apply_function):
-            raise ProducerConfigError(
-                f"{where}: apply_function must be a dotted path 'package.module.function', "
-                f"got {apply_function!r}"
-            )
+        if problem := function_path_problem(apply_function):
+            raise ProducerConfigError(f"{where}: {problem}")
         self.stream = stream
         self.durable = durable
         self.conn_id = conn_id
@@ -320,22 +298,8 @@ class NatsJetStreamTrigger(BaseEventTrigger):
         rule = self.partition_key_rule
         if rule is not None and rule.source == "function" and self._key_function is None:
             self._key_function = load_key_function(rule, self.trigger_id)
-        path = self.apply_function
-        if path is None or self._function is not None:
-            return
-        module_name, _, name = path.rpartition(".")
-        try:
-            function = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError) as exc:
-            raise ProducerConfigError(
-                f"trigger {self.trigger_id}: cannot import apply_function {path!r}: {exc}; "
-                "check the dotted path and that its module is importable by the triggerer"
-            ) from exc
-        if not callable(function):
-            raise ProducerConfigError(
-                f"trigger {self.trigger_id}: apply_function {path!r} is not callable"
-            )
-        self._function = function
+        if self.apply_function is not None and self._function is None:
+            self._function = load_apply_function(self.apply_function, self.trigger_id)
 
     def _partition_key(self, message: NatsMessage, rule: PartitionKeyRule) -> str:
         if rule.source == "field":
@@ -355,9 +319,9 @@ class NatsJetStreamTrigger(BaseEventTrigger):
             return False
         if self._function is None:
             return True
-        verdict = self._function(message, *self.apply_function_args, **self.apply_function_kwargs)
-        if inspect.isawaitable(verdict):
-            verdict = await verdict
+        verdict = await apply(
+            self._function, message, self.apply_function_args, self.apply_function_kwargs
+        )
         return bool(verdict)
 
     def _body_matches(self, message: NatsMessage) -> bool:
@@ -366,11 +330,7 @@ class NatsJetStreamTrigger(BaseEventTrigger):
                 f"message {message.dedup_key} on {message.subject} has a body that is not a "
                 f"JSON object; body_filter {sorted(self.body_filter)} cannot apply"
             )
-        return all(
-            (actual := _lookup(message.body, path)) is not _MISSING
-            and _body_accepts(expected, actual)
-            for path, expected in self.body_filter.items()
-        )
+        return body_matches(self.body_filter, message.body)
 
     @staticmethod
     def event_payload(message: NatsMessage) -> dict[str, Any]:

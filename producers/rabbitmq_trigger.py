@@ -33,19 +33,24 @@ row stores only the id and watchers share a consumer by it (key ``("rabbitmq",
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from producers.exceptions import EventFilterError, ProducerConfigError
+from producers.message_filters import (
+    MISSING,
+    accepts,
+    apply,
+    body_matches,
+    function_path_problem,
+    load_apply_function,
+)
 from producers.partition_keys import (
     NoKey,
     PartitionKeyRule,
     field_key,
     function_key,
-    is_dotted_path,
     load_key_function,
     named_key,
     partition_key_rule,
@@ -74,30 +79,6 @@ if TYPE_CHECKING:
     from producers.rabbitmq_core import Dedup, Lanes, OnReject
 
 logger = logging.getLogger(__name__)
-
-_MISSING = object()
-
-
-def _lookup(document: Any, path: str) -> Any:
-    """The value at a dotted ``path`` of nested JSON objects, or ``_MISSING``."""
-    node = document
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
-
-
-def _accepts(expected: Any, actual: Any) -> bool:
-    """``actual`` equals ``expected`` (or one of them, when ``expected`` is a list).
-
-    JSON equality: ``true`` is not ``1``.
-    """
-    options = expected if isinstance(expected, list) else [expected]
-    return any(
-        actual == option and isinstance(actual, bool) == isinstance(option, bool)
-        for option in options
-    )
 
 
 def url_from_connection(connection: Mapping[str, Any]) -> str:
@@ -178,11 +159,8 @@ class RabbitMQMessageTrigger(BaseEventTrigger):
         )
         if url is None and conn_id is None:
             raise ProducerConfigError(f"{where}: give url='amqp://...' or conn_id")
-        if apply_function is not None and not is_dotted_path(apply_function):
-            raise ProducerConfigError(
-                f"{where}: apply_function must be a dotted path 'package.module.function', "
-                f"got {apply_function!r}"
-            )
+        if problem := function_path_problem(apply_function):
+            raise ProducerConfigError(f"{where}: {problem}")
         self.queue = queue
         self.url = url
         self.conn_id = conn_id
@@ -280,9 +258,12 @@ class RabbitMQMessageTrigger(BaseEventTrigger):
             try:
                 matched = self.matches(message)
                 if matched and self._function is not None:
-                    matched = self._call_function(message)
-                    if inspect.isawaitable(matched):
-                        matched = await matched
+                    matched = await apply(
+                        self._function,
+                        message,
+                        self.apply_function_args,
+                        self.apply_function_kwargs,
+                    )
             except Exception as exc:  # noqa: BLE001 - a filter that raises rejects the message
                 self._log_rejected(message, f"its filter raised {exc!r}")
                 reject_shared_stream_event()
@@ -307,8 +288,7 @@ class RabbitMQMessageTrigger(BaseEventTrigger):
         """True when ``message`` passes ``header_filter`` and ``body_filter``; may raise
         to reject it."""
         for name, expected in self.header_filter.items():
-            actual = message.headers.get(name, _MISSING)
-            if actual is _MISSING or not _accepts(expected, actual):
+            if not accepts(expected, message.headers.get(name, MISSING)):
                 return False
         if not self.body_filter:
             return True
@@ -317,10 +297,7 @@ class RabbitMQMessageTrigger(BaseEventTrigger):
                 f"message {message.message_id} of queue {self.queue!r} has a body that is "
                 f"not a JSON object; body_filter {sorted(self.body_filter)} cannot apply"
             )
-        return all(
-            (actual := _lookup(message.body, path)) is not _MISSING and _accepts(expected, actual)
-            for path, expected in self.body_filter.items()
-        )
+        return body_matches(self.body_filter, message.body)
 
     @staticmethod
     def event_payload(message: RabbitMQMessage) -> dict[str, Any]:
@@ -361,30 +338,12 @@ class RabbitMQMessageTrigger(BaseEventTrigger):
         assert self._key_function is not None, "loaded as the stream starts"
         return function_key(self._key_function, message)
 
-    def _call_function(self, message: RabbitMQMessage) -> Any:
-        assert self._function is not None
-        return self._function(message, *self.apply_function_args, **self.apply_function_kwargs)
-
     def _load_functions(self) -> None:
         rule = self.partition_key_rule
         if rule is not None and rule.source == "function" and self._key_function is None:
             self._key_function = load_key_function(rule, self.trigger_id)
-        path = self.apply_function
-        if path is None or self._function is not None:
-            return
-        module_name, _, name = path.rpartition(".")
-        try:
-            function = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError) as exc:
-            raise ProducerConfigError(
-                f"trigger {self.trigger_id}: cannot import apply_function {path!r}: {exc}; "
-                "check the dotted path and that its module is importable by the triggerer"
-            ) from exc
-        if not callable(function):
-            raise ProducerConfigError(
-                f"trigger {self.trigger_id}: apply_function {path!r} is not callable"
-            )
-        self._function = function
+        if self.apply_function is not None and self._function is None:
+            self._function = load_apply_function(self.apply_function, self.trigger_id)
 
     def _log_rejected(self, message: Any, reason: str) -> None:
         message_id = getattr(message, "message_id", None)

@@ -31,18 +31,23 @@ connection instead (host, port, login, password; the database in the schema or t
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 
 from producers.exceptions import EventFilterError, ProducerConfigError
+from producers.message_filters import (
+    MISSING,
+    apply,
+    body_matches,
+    function_path_problem,
+    load_apply_function,
+    options_of,
+)
 from producers.partition_keys import (
     NoKey,
     PartitionKeyRule,
     field_key,
     function_key,
-    is_dotted_path,
     load_key_function,
     named_key,
     partition_key_rule,
@@ -72,7 +77,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_MISSING = object()
 #: the keyword of each partition-key source this trigger offers
 _KEY_OPTIONS = {
     "field": "partition_key_field",
@@ -81,28 +85,9 @@ _KEY_OPTIONS = {
 }
 
 
-def _lookup(document: Any, path: str) -> Any:
-    node = document
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
-
-
-def _accepts(expected: Any, actual: Any) -> bool:
-    """JSON equality with ``expected`` (or one of a list of them): ``true`` is not ``1``."""
-    options = expected if isinstance(expected, list) else [expected]
-    return any(
-        actual == option and isinstance(actual, bool) == isinstance(option, bool)
-        for option in options
-    )
-
-
 def _field_accepts(expected: Any, actual: Any) -> bool:
     """Entry fields are text: a number (or bool) expected compares as its text."""
-    options = expected if isinstance(expected, list) else [expected]
-    for option in options:
+    for option in options_of(expected):
         if isinstance(option, bool):
             if actual == ("true" if option else "false"):
                 return True
@@ -164,11 +149,8 @@ class RedisStreamTrigger(BaseEventTrigger):
             on_reject=on_reject,
             where=where,
         )
-        if apply_function is not None and not is_dotted_path(apply_function):
-            raise ProducerConfigError(
-                f"{where}: apply_function must be a dotted path 'package.module.function', "
-                f"got {apply_function!r}"
-            )
+        if problem := function_path_problem(apply_function):
+            raise ProducerConfigError(f"{where}: {problem}")
         self.streams: tuple[str, ...] = tuple(sorted(dict.fromkeys(names)))
         self.group = group
         self.redis_conn_id = redis_conn_id or conn_id
@@ -293,8 +275,8 @@ class RedisStreamTrigger(BaseEventTrigger):
     async def matches(self, entry: RedisEntry) -> bool:
         """True when ``entry`` passes this trigger's filters; may raise to reject it."""
         for name, expected in self.field_filter.items():
-            actual = entry.fields.get(name, _MISSING)
-            if actual is _MISSING or not _field_accepts(expected, actual):
+            actual = entry.fields.get(name, MISSING)
+            if actual is MISSING or not _field_accepts(expected, actual):
                 return False
         if self.body_filter:
             if entry.body_format != "json" or not isinstance(entry.body, dict):
@@ -303,15 +285,13 @@ class RedisStreamTrigger(BaseEventTrigger):
                     f"field {self.body_field!r}; body_filter {sorted(self.body_filter)} "
                     "cannot apply"
                 )
-            for path, expected in self.body_filter.items():
-                actual = _lookup(entry.body, path)
-                if actual is _MISSING or not _accepts(expected, actual):
-                    return False
+            if not body_matches(self.body_filter, entry.body):
+                return False
         if self._function is None:
             return True
-        accepted = self._function(entry, *self.apply_function_args, **self.apply_function_kwargs)
-        if inspect.isawaitable(accepted):
-            accepted = await accepted
+        accepted = await apply(
+            self._function, entry, self.apply_function_args, self.apply_function_kwargs
+        )
         return bool(accepted)
 
     def _partition_key(self, entry: RedisEntry, rule: PartitionKeyRule) -> str:
@@ -338,22 +318,8 @@ class RedisStreamTrigger(BaseEventTrigger):
         rule = self.partition_key_rule
         if rule is not None and rule.source == "function" and self._key_function is None:
             self._key_function = load_key_function(rule, self.trigger_id)
-        path = self.apply_function
-        if path is None or self._function is not None:
-            return
-        module_name, _, name = path.rpartition(".")
-        try:
-            function = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError) as exc:
-            raise ProducerConfigError(
-                f"trigger {self.trigger_id}: cannot import apply_function {path!r}: {exc}; "
-                "check the dotted path and that its module is importable by the triggerer"
-            ) from exc
-        if not callable(function):
-            raise ProducerConfigError(
-                f"trigger {self.trigger_id}: apply_function {path!r} is not callable"
-            )
-        self._function = function
+        if self.apply_function is not None and self._function is None:
+            self._function = load_apply_function(self.apply_function, self.trigger_id)
 
     def _log_rejected(self, entry: Any, reason: str) -> None:
         entry_id = getattr(entry, "entry_id", None)

@@ -29,6 +29,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from producers.exceptions import EventFilterError
+from producers.message_filters import MISSING, body_matches, options_of
 from producers.partition_keys import (
     NoKey,
     PartitionKeyRule,
@@ -59,34 +60,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_MISSING = object()
-
-
-def _lookup(document: Any, path: str) -> Any:
-    """The value at a dotted ``path`` of nested JSON objects, or ``_MISSING``."""
-    node = document
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
-
-
-def _accepts(expected: Any, actual: Any) -> bool:
-    """``actual`` equals ``expected`` (or one of them, when ``expected`` is a list).
-
-    JSON equality: ``true`` is not ``1``.
-    """
-    options = expected if isinstance(expected, list) else [expected]
-    return any(
-        actual == option and isinstance(actual, bool) == isinstance(option, bool)
-        for option in options
-    )
-
 
 def _attribute_accepts(expected: Any, actual: Any) -> bool:
-    """As ``_accepts``; SQS sends Number attributes as text, so numbers compare as text."""
-    options = expected if isinstance(expected, list) else [expected]
+    """As ``accepts``; SQS sends Number attributes as text, so numbers compare as text."""
     return any(
         actual == option
         or (
@@ -94,7 +70,7 @@ def _attribute_accepts(expected: Any, actual: Any) -> bool:
             and not isinstance(option, bool)
             and actual == str(option)
         )
-        for option in options
+        for option in options_of(expected)
     )
 
 
@@ -276,8 +252,8 @@ class SqsMessageTrigger(BaseEventTrigger):
     def matches(self, message: SqsMessage) -> bool:
         """True when ``message`` passes this trigger's filters; may raise to reject it."""
         for name, expected in self.attribute_filter.items():
-            actual = message.message_attributes.get(name, _MISSING)
-            if actual is _MISSING or not _attribute_accepts(expected, actual):
+            actual = message.message_attributes.get(name, MISSING)
+            if actual is MISSING or not _attribute_accepts(expected, actual):
                 return False
         if not self.body_filter:
             return True
@@ -286,10 +262,7 @@ class SqsMessageTrigger(BaseEventTrigger):
                 f"message {message.message_id} of {self.connection.queue_url} has a body that "
                 f"is not a JSON object; body_filter {sorted(self.body_filter)} cannot apply"
             )
-        return all(
-            (actual := _lookup(message.body, path)) is not _MISSING and _accepts(expected, actual)
-            for path, expected in self.body_filter.items()
-        )
+        return body_matches(self.body_filter, message.body)
 
     @staticmethod
     def event_payload(message: SqsMessage) -> dict[str, Any]:
