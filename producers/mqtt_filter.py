@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 
     from producers.mqtt_core import MqttMessage
 
-__all__ = ("MessageFilter", "Rejected")
-
 
 @dataclass(slots=True)
 class MessageFilter:

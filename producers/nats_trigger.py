@@ -28,15 +28,13 @@ is rejected, with a warning naming its sequence.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
+from producers.ack_mode_trigger import AckModeMessageTrigger
 from producers.exceptions import EventFilterError, ProducerConfigError
 from producers.message_filters import (
-    apply,
     body_matches,
     function_path_problem,
-    load_apply_function,
     options_of,
 )
 from producers.nats_core import (
@@ -51,26 +49,20 @@ from producers.nats_core import (
     check_settings,
 )
 from producers.partition_keys import (
-    NoKey,
     PartitionKeyRule,
     field_key,
     function_key,
-    load_key_function,
     named_key,
     partition_key_rule,
-    rejection,
     rule_kwargs,
 )
-from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
-from triggers.exceptions import TriggerContractError
+from triggers.base import classpath_of
 from triggers.extras import importing_extra, require_extra
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
+    from collections.abc import Hashable, Mapping, Sequence
 
     from producers.nats import NatsJetStreamSharedStreamProducer
-
-logger = logging.getLogger(__name__)
 
 
 def _as_list(value: str | Sequence[str] | None) -> list[str]:
@@ -89,7 +81,7 @@ def _header_accepts(expected: Any, actual: str) -> bool:
     )
 
 
-class NatsJetStreamTrigger(BaseEventTrigger):
+class NatsJetStreamTrigger(AckModeMessageTrigger[NatsMessage]):
     """Fires for each message of a JetStream stream that passes this trigger's filters.
 
     ``body_filter``: dotted field path -> required value (or list of accepted values) of the
@@ -102,6 +94,7 @@ class NatsJetStreamTrigger(BaseEventTrigger):
     """
 
     connection_kwargs = ("conn_id",)
+    rejected_action = "nats.message_rejected"
 
     def __init__(
         self,
@@ -176,8 +169,6 @@ class NatsJetStreamTrigger(BaseEventTrigger):
             partition_key_header=partition_key_header,
             partition_key_function=partition_key_function,
         )
-        self._function: Callable[..., Any] | None = None
-        self._key_function: Callable[[Any], Any] | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         c = self.connection
@@ -266,41 +257,6 @@ class NatsJetStreamTrigger(BaseEventTrigger):
             deliver_policy=self.deliver_policy,
         )
 
-    async def filter_shared_stream(
-        self, shared_stream: AsyncIterator[Any]
-    ) -> AsyncIterator[TriggerEvent]:
-        from shared_stream.subscriber import reject_shared_stream_event  # where it runs
-
-        self._load_functions()
-        rule = self.partition_key_rule
-        async for message in shared_stream:
-            try:
-                matched = await self.matches(message)
-            except Exception as exc:  # noqa: BLE001 - a filter that raises rejects the message
-                self._log_rejected(message, f"its filter raised {exc!r}")
-                reject_shared_stream_event()
-                continue
-            if not matched:
-                continue
-            key = None
-            if rule is not None:
-                try:
-                    key = self._partition_key(message, rule)
-                except NoKey as problem:
-                    self._log_rejected(message, rejection(rule, problem))
-                    reject_shared_stream_event()
-                    continue
-            yield TriggerEvent(
-                self.event_payload(message), dedup_key=message.dedup_key, partition_key=key
-            )
-
-    def _load_functions(self) -> None:
-        rule = self.partition_key_rule
-        if rule is not None and rule.source == "function" and self._key_function is None:
-            self._key_function = load_key_function(rule, self.trigger_id)
-        if self.apply_function is not None and self._function is None:
-            self._function = load_apply_function(self.apply_function, self.trigger_id)
-
     def _partition_key(self, message: NatsMessage, rule: PartitionKeyRule) -> str:
         if rule.source == "field":
             return field_key(message.body, rule, document_name="the body")
@@ -317,12 +273,7 @@ class NatsJetStreamTrigger(BaseEventTrigger):
                 return False
         if self.body_filter and not self._body_matches(message):
             return False
-        if self._function is None:
-            return True
-        verdict = await apply(
-            self._function, message, self.apply_function_args, self.apply_function_kwargs
-        )
-        return bool(verdict)
+        return await self._function_accepts(message)
 
     def _body_matches(self, message: NatsMessage) -> bool:
         if not isinstance(message.body, dict):
@@ -344,23 +295,9 @@ class NatsJetStreamTrigger(BaseEventTrigger):
             "published_at": message.published_at,
         }
 
-    def _log_rejected(self, message: Any, reason: str) -> None:
-        identity = getattr(message, "dedup_key", None)
-        logger.warning(
-            "NatsJetStreamTrigger %s rejected message %s: %s",
-            self.trigger_id,
-            identity,
-            reason,
-            extra={
-                "action": "nats.message_rejected",
-                "trigger_id": self.trigger_id,
-                "message_id": identity,
-            },
-        )
+    def _dedup_key(self, message: NatsMessage) -> str:
+        return message.dedup_key
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        raise TriggerContractError(
-            f"{classpath_of(self)} runs only as a shared-stream subscriber (ack mode): its "
-            "messages are acked once their asset events are stored, which run() cannot do"
-        )
-        yield  # pragma: no cover - makes this an async generator
+    def _rejected_what(self, message: Any) -> tuple[str, dict[str, Any]]:
+        identity = getattr(message, "dedup_key", None)
+        return f"message {identity}", {"message_id": identity}

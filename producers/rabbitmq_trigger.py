@@ -37,24 +37,20 @@ import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
+from producers.ack_mode_trigger import AckModeMessageTrigger
 from producers.exceptions import EventFilterError, ProducerConfigError
 from producers.message_filters import (
     MISSING,
     accepts,
-    apply,
     body_matches,
     function_path_problem,
-    load_apply_function,
 )
 from producers.partition_keys import (
-    NoKey,
     PartitionKeyRule,
     field_key,
     function_key,
-    load_key_function,
     named_key,
     partition_key_rule,
-    rejection,
     rule_kwargs,
 )
 from producers.rabbitmq_core import (
@@ -68,12 +64,11 @@ from producers.rabbitmq_core import (
     dedup_key,
     plain,
 )
-from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
-from triggers.exceptions import TriggerContractError
+from triggers.base import classpath_of
 from triggers.extras import importing_extra, require_extra
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
+    from collections.abc import Hashable, Mapping, Sequence
 
     from producers.rabbitmq import RabbitMQSharedStreamProducer
     from producers.rabbitmq_core import Dedup, Lanes, OnReject
@@ -104,7 +99,7 @@ def url_from_connection(connection: Mapping[str, Any]) -> str:
     return f"{scheme}://{user}{host}:{port}/{quote(str(vhost), safe='')}{query}"
 
 
-class RabbitMQMessageTrigger(BaseEventTrigger):
+class RabbitMQMessageTrigger(AckModeMessageTrigger[RabbitMQMessage]):
     """Fires for each message of a RabbitMQ queue that passes this trigger's filters.
 
     ``url`` (``amqp://user:password@host:5672/vhost``) or ``conn_id``; ``queue``: the queue
@@ -120,6 +115,8 @@ class RabbitMQMessageTrigger(BaseEventTrigger):
     """
 
     connection_kwargs = ("conn_id",)
+    settled_as = "messages are acknowledged"
+    rejected_action = "rabbitmq.message_rejected"
 
     def __init__(
         self,
@@ -182,8 +179,6 @@ class RabbitMQMessageTrigger(BaseEventTrigger):
             partition_key_header=partition_key_header,
             partition_key_function=partition_key_function,
         )
-        self._key_function: Callable[[Any], Any] | None = None
-        self._function: Callable[..., Any] | None = None
         self._told_no_identity = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -248,41 +243,9 @@ class RabbitMQMessageTrigger(BaseEventTrigger):
             on_reject=self.on_reject,
         )
 
-    async def filter_shared_stream(
-        self, shared_stream: AsyncIterator[Any]
-    ) -> AsyncIterator[TriggerEvent]:
-        from shared_stream.subscriber import reject_shared_stream_event  # where it runs
-
-        self._load_functions()
-        async for message in shared_stream:
-            try:
-                matched = self.matches(message)
-                if matched and self._function is not None:
-                    matched = await apply(
-                        self._function,
-                        message,
-                        self.apply_function_args,
-                        self.apply_function_kwargs,
-                    )
-            except Exception as exc:  # noqa: BLE001 - a filter that raises rejects the message
-                self._log_rejected(message, f"its filter raised {exc!r}")
-                reject_shared_stream_event()
-                continue
-            if not matched:
-                continue
-            key = None
-            if (rule := self.partition_key_rule) is not None:
-                try:
-                    key = self._partition_key(message, rule)
-                except NoKey as problem:
-                    self._log_rejected(message, rejection(rule, problem))
-                    reject_shared_stream_event()
-                    continue
-            yield TriggerEvent(
-                self.event_payload(message),
-                dedup_key=self._dedup_key(message),
-                partition_key=key,
-            )
+    async def _accepted(self, message: RabbitMQMessage) -> bool:
+        """``matches``, then ``apply_function``."""
+        return self.matches(message) and await self._function_accepts(message)
 
     def matches(self, message: RabbitMQMessage) -> bool:
         """True when ``message`` passes ``header_filter`` and ``body_filter``; may raise
@@ -338,32 +301,6 @@ class RabbitMQMessageTrigger(BaseEventTrigger):
         assert self._key_function is not None, "loaded as the stream starts"
         return function_key(self._key_function, message)
 
-    def _load_functions(self) -> None:
-        rule = self.partition_key_rule
-        if rule is not None and rule.source == "function" and self._key_function is None:
-            self._key_function = load_key_function(rule, self.trigger_id)
-        if self.apply_function is not None and self._function is None:
-            self._function = load_apply_function(self.apply_function, self.trigger_id)
-
-    def _log_rejected(self, message: Any, reason: str) -> None:
+    def _rejected_what(self, message: Any) -> tuple[str, dict[str, Any]]:
         message_id = getattr(message, "message_id", None)
-        logger.warning(
-            "RabbitMQMessageTrigger %s rejected message %s of queue %r: %s",
-            self.trigger_id,
-            message_id,
-            self.queue,
-            reason,
-            extra={
-                "action": "rabbitmq.message_rejected",
-                "trigger_id": self.trigger_id,
-                "message_id": message_id,
-            },
-        )
-
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        raise TriggerContractError(
-            f"{classpath_of(self)} runs only as a shared-stream subscriber (ack mode): its "
-            "messages are acknowledged once their asset events are stored, which run() "
-            "cannot do"
-        )
-        yield  # pragma: no cover - makes this an async generator
+        return f"message {message_id} of queue {self.queue!r}", {"message_id": message_id}
