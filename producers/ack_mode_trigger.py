@@ -86,29 +86,33 @@ class AckModeMessageTrigger(BaseEventTrigger, Generic[MessageT]):
     async def filter_shared_stream(
         self, shared_stream: AsyncIterator[Any]
     ) -> AsyncIterator[TriggerEvent]:
-        from shared_stream.subscriber import reject_shared_stream_event  # where it runs
-
         self._load_functions()
+        accepted, event_of = self._accepted, self._event
         async for message in shared_stream:
+            # No coroutine per message unless a filter is async: every watcher of the
+            # stream judges every message.
             try:
-                event = await self._judge(message)
-            except Rejected as why:
-                self._log_rejected(message, str(why))
-                reject_shared_stream_event()
+                verdict = accepted(message)
+                if verdict is not True and inspect.isawaitable(verdict):
+                    verdict = await verdict
+            except Exception as exc:  # noqa: BLE001 - a filter that raises rejects the message
+                self._reject(message, exc)
                 continue
-            if event is not None:
-                yield event
+            if not verdict:
+                continue
+            try:
+                event = event_of(message)
+            except Rejected as why:
+                self._reject(message, why)
+                continue
+            yield event
 
-    async def _judge(self, message: MessageT) -> TriggerEvent | None:
-        """The event of an accepted message, None for one this watcher skips; ``Rejected``
-        for one it refuses."""
-        try:
-            if not await self._accepted(message):
-                return None
-        except Rejected:
-            raise
-        except Exception as exc:
-            raise Rejected(f"its filter raised {exc!r}") from exc
+    def _accepted(self, message: MessageT) -> bool | Awaitable[bool]:
+        """``matches``; a subclass adds ``apply_function`` here or inside ``matches``."""
+        return self.matches(message)
+
+    def _event(self, message: MessageT) -> TriggerEvent:
+        """The event of an accepted message; ``Rejected`` when it gives no valid key."""
         key = None
         if (rule := self.partition_key_rule) is not None:
             try:
@@ -119,13 +123,13 @@ class AckModeMessageTrigger(BaseEventTrigger, Generic[MessageT]):
             self.event_payload(message), dedup_key=self._dedup_key(message), partition_key=key
         )
 
-    async def _accepted(self, message: MessageT) -> bool:
-        """``matches`` (awaited when async); a subclass adds ``apply_function`` here or
-        inside ``matches``."""
-        verdict = self.matches(message)
-        if inspect.isawaitable(verdict):
-            verdict = await verdict
-        return bool(verdict)
+    def _reject(self, message: Any, exc: Exception) -> None:
+        """Log why ``message`` is refused and refuse it (the producer's ``on_reject``)."""
+        from shared_stream.subscriber import reject_shared_stream_event  # where it runs
+
+        reason = str(exc) if isinstance(exc, Rejected) else f"its filter raised {exc!r}"
+        self._log_rejected(message, reason)
+        reject_shared_stream_event()
 
     async def _function_accepts(self, message: MessageT) -> bool:
         """``apply_function``'s verdict on ``message`` (True without one)."""

@@ -51,9 +51,11 @@ def accepts(expected: Any, actual: Any) -> bool:
 
     ``MISSING`` equals nothing.
     """
+    if not isinstance(expected, list):  # the usual filter: one value, no generator
+        return actual == expected and isinstance(actual, bool) == isinstance(expected, bool)
     return any(
         actual == option and isinstance(actual, bool) == isinstance(option, bool)
-        for option in options_of(expected)
+        for option in expected
     )
 
 

@@ -68,7 +68,7 @@ from triggers.base import classpath_of
 from triggers.extras import importing_extra, require_extra
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable, Mapping, Sequence
+    from collections.abc import Awaitable, Hashable, Mapping, Sequence
 
     from producers.rabbitmq import RabbitMQSharedStreamProducer
     from producers.rabbitmq_core import Dedup, Lanes, OnReject
@@ -243,9 +243,11 @@ class RabbitMQMessageTrigger(AckModeMessageTrigger[RabbitMQMessage]):
             on_reject=self.on_reject,
         )
 
-    async def _accepted(self, message: RabbitMQMessage) -> bool:
-        """``matches``, then ``apply_function``."""
-        return self.matches(message) and await self._function_accepts(message)
+    def _accepted(self, message: RabbitMQMessage) -> bool | Awaitable[bool]:
+        """``matches``, then ``apply_function`` (a coroutine only when there is one)."""
+        if not self.matches(message):
+            return False
+        return True if self._function is None else self._function_accepts(message)
 
     def matches(self, message: RabbitMQMessage) -> bool:
         """True when ``message`` passes ``header_filter`` and ``body_filter``; may raise
