@@ -17,7 +17,7 @@ import importlib
 import inspect
 from typing import TYPE_CHECKING, Any, Final
 
-from producers.exceptions import ProducerConfigError
+from producers.exceptions import EventFilterError, ProducerConfigError
 from producers.partition_keys import is_dotted_path
 
 if TYPE_CHECKING:
@@ -62,6 +62,17 @@ def accepts(expected: Any, actual: Any) -> bool:
 def body_matches(body_filter: Mapping[str, Any], body: dict[str, Any]) -> bool:
     """Every ``path -> expected`` rule of ``body_filter`` holds for the JSON object ``body``."""
     return all(accepts(expected, lookup(body, path)) for path, expected in body_filter.items())
+
+
+def json_body_matches(body_filter: Mapping[str, Any], body: Any, what: str) -> bool:
+    """``body_matches`` for a body that must be a JSON object: ``EventFilterError`` (the
+    message is rejected) naming ``what`` when it is not."""
+    if not isinstance(body, dict):
+        raise EventFilterError(
+            f"{what} has a body that is not a JSON object; body_filter {sorted(body_filter)} "
+            "cannot apply"
+        )
+    return body_matches(body_filter, body)
 
 
 def function_path_problem(path: str | None) -> str | None:

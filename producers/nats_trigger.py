@@ -31,10 +31,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from producers.ack_mode_trigger import AckModeMessageTrigger
-from producers.exceptions import EventFilterError, ProducerConfigError
+from producers.exceptions import ProducerConfigError
 from producers.message_filters import (
-    body_matches,
     function_path_problem,
+    json_body_matches,
     options_of,
 )
 from producers.nats_core import (
@@ -271,17 +271,10 @@ class NatsJetStreamTrigger(AckModeMessageTrigger[NatsMessage]):
             actual = message.headers.get(name)
             if actual is None or not _header_accepts(expected, actual):
                 return False
-        if self.body_filter and not self._body_matches(message):
+        what = f"message {message.dedup_key} on {message.subject}"
+        if self.body_filter and not json_body_matches(self.body_filter, message.body, what):
             return False
         return await self._function_accepts(message)
-
-    def _body_matches(self, message: NatsMessage) -> bool:
-        if not isinstance(message.body, dict):
-            raise EventFilterError(
-                f"message {message.dedup_key} on {message.subject} has a body that is not a "
-                f"JSON object; body_filter {sorted(self.body_filter)} cannot apply"
-            )
-        return body_matches(self.body_filter, message.body)
 
     @staticmethod
     def event_payload(message: NatsMessage) -> dict[str, Any]:

@@ -38,12 +38,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from producers.ack_mode_trigger import AckModeMessageTrigger
-from producers.exceptions import EventFilterError, ProducerConfigError
+from producers.exceptions import ProducerConfigError
 from producers.message_filters import (
     MISSING,
     accepts,
-    body_matches,
     function_path_problem,
+    json_body_matches,
 )
 from producers.partition_keys import (
     PartitionKeyRule,
@@ -257,12 +257,8 @@ class RabbitMQMessageTrigger(AckModeMessageTrigger[RabbitMQMessage]):
                 return False
         if not self.body_filter:
             return True
-        if not isinstance(message.body, dict):
-            raise EventFilterError(
-                f"message {message.message_id} of queue {self.queue!r} has a body that is "
-                f"not a JSON object; body_filter {sorted(self.body_filter)} cannot apply"
-            )
-        return body_matches(self.body_filter, message.body)
+        what = f"message {message.message_id} of queue {self.queue!r}"
+        return json_body_matches(self.body_filter, message.body, what)
 
     @staticmethod
     def event_payload(message: RabbitMQMessage) -> dict[str, Any]:

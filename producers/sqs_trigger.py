@@ -28,8 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from producers.ack_mode_trigger import AckModeMessageTrigger
-from producers.exceptions import EventFilterError
-from producers.message_filters import MISSING, body_matches, options_of
+from producers.message_filters import MISSING, json_body_matches, options_of
 from producers.partition_keys import (
     PartitionKeyRule,
     field_key,
@@ -221,12 +220,8 @@ class SqsMessageTrigger(AckModeMessageTrigger[SqsMessage]):
                 return False
         if not self.body_filter:
             return True
-        if not isinstance(message.body, dict):
-            raise EventFilterError(
-                f"message {message.message_id} of {self.connection.queue_url} has a body that "
-                f"is not a JSON object; body_filter {sorted(self.body_filter)} cannot apply"
-            )
-        return body_matches(self.body_filter, message.body)
+        what = f"message {message.message_id} of {self.connection.queue_url}"
+        return json_body_matches(self.body_filter, message.body, what)
 
     @staticmethod
     def event_payload(message: SqsMessage) -> dict[str, Any]:
