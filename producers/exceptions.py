@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+from typing import TYPE_CHECKING
+
 from triggers.exceptions import UpstreamRefused, UpstreamUnavailable
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 
 class ProducerError(Exception):
@@ -46,3 +52,17 @@ class UncleanEventError(ProducerError):
     Raised from ``advance`` (Kafka ``on_unclean="stop"``): the shared-stream group ends,
     nothing past the message is committed, and the broker redelivers it.
     """
+
+
+@contextlib.contextmanager
+def translating(
+    errors: tuple[type[BaseException], ...],
+    translate: Callable[..., ProducerError],
+    **context: str,
+) -> Iterator[None]:
+    """Raise ``translate(exc, **context)`` for each of ``errors`` the block raises, the
+    client's error kept as its ``__cause__`` (each adapter's ``translated``)."""
+    try:
+        yield
+    except errors as exc:
+        raise translate(exc, **context) from exc

@@ -49,7 +49,6 @@ consumer by connection id (key ``("kafka", "connection:<id>", group, topics)``).
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import logging
 from contextlib import aclosing
@@ -77,6 +76,7 @@ from producers.kafka_settings import (
     settings_from_connection,
     split_servers,
 )
+from producers.message_filters import function_path_problem, load_apply_function
 from producers.partition_keys import NoKey, load_key_function, rejection, rule_kwargs
 from shared_stream.producer import AdvanceItem, AdvanceOutcome
 from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
@@ -160,11 +160,8 @@ class KafkaMessageTrigger(BaseEventTrigger):
             raise ProducerConfigError(
                 "KafkaMessageTrigger needs bootstrap_servers or a kafka_config_id connection"
             )
-        if apply_function is not None and not _is_dotted_path(apply_function):
-            raise ProducerConfigError(
-                f"KafkaMessageTrigger apply_function must be a dotted path "
-                f"'package.module.function', got {apply_function!r}"
-            )
+        if problem := function_path_problem(apply_function):
+            raise ProducerConfigError(f"KafkaMessageTrigger {problem}")
         # Checked now, unless the servers come from the connection: the triggerer looks it up
         # and builds the trigger again with its settings.
         self.settings = KafkaSettings(
@@ -442,21 +439,8 @@ class KafkaMessageTrigger(BaseEventTrigger):
         if rule is not None and rule.source == "function" and self._key_function is None:
             self._key_function = load_key_function(rule, self.trigger_id)
         path = self._filter["apply_function"]
-        if path is None or self._function is not None:
-            return
-        module_name, _, name = path.rpartition(".")
-        try:
-            function = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError) as exc:
-            raise ProducerConfigError(
-                f"trigger {self.trigger_id}: cannot import apply_function {path!r}: {exc}; "
-                "check the dotted path and that its module is importable by the triggerer"
-            ) from exc
-        if not callable(function):
-            raise ProducerConfigError(
-                f"trigger {self.trigger_id}: apply_function {path!r} is not callable"
-            )
-        self._function = function
+        if path is not None and self._function is None:
+            self._function = load_apply_function(path, self.trigger_id)
 
     def _check_digest(self, message: KafkaMessage) -> None:
         self._digest_checked = True
@@ -478,8 +462,3 @@ class KafkaMessageTrigger(BaseEventTrigger):
 
         batch_messages = DEFAULT_BATCH_MESSAGES if batched else None
         return KafkaSharedStreamProducer(self.settings, batch_messages=batch_messages)
-
-
-def _is_dotted_path(path: str) -> bool:
-    parts = path.split(".")
-    return len(parts) >= 2 and all(part.isidentifier() for part in parts)

@@ -7,46 +7,25 @@ whether a message is accepted, skipped, or rejected (and why).
 
 from __future__ import annotations
 
-import importlib
-import inspect
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from producers.exceptions import ProducerConfigError
+from producers.message_filters import (
+    MISSING,
+    Rejected,
+    accepts,
+    apply,
+    body_matches,
+    function_path_problem,
+    load_apply_function,
+)
 from producers.mqtt_core import topic_filter_problem, topic_matches
-from producers.partition_keys import is_dotted_path
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from producers.mqtt_core import MqttMessage
-
-_MISSING: Final = object()
-
-
-def lookup(document: Any, path: str) -> Any:
-    """The value at a dotted ``path`` of nested JSON objects, or ``_MISSING``."""
-    node = document
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
-
-
-def accepts(expected: Any, actual: Any) -> bool:
-    """``actual`` equals ``expected`` (or one of them, for a list); ``true`` is not ``1``."""
-    options = expected if isinstance(expected, list) else [expected]
-    return any(
-        actual is not _MISSING
-        and actual == option
-        and isinstance(actual, bool) == isinstance(option, bool)
-        for option in options
-    )
-
-
-class Rejected(Exception):
-    """The message is refused by this watcher (dead-letter path); the text says why."""
 
 
 @dataclass(slots=True)
@@ -63,32 +42,15 @@ class MessageFilter:
 
     def check(self, where: str) -> None:
         problems = [p for t in self.topic_filters if (p := topic_filter_problem(t))]
-        if self.apply_function is not None and not is_dotted_path(self.apply_function):
-            problems.append(
-                f"apply_function must be a dotted path 'package.module.function', got "
-                f"{self.apply_function!r}"
-            )
+        if problem := function_path_problem(self.apply_function):
+            problems.append(problem)
         if problems:
             raise ProducerConfigError(f"{where}: " + "; ".join(problems))
 
     def load(self, trigger_id: int | None) -> None:
         """Import ``apply_function`` (where the trigger runs, once)."""
-        path = self.apply_function
-        if path is None or self.function is not None:
-            return
-        module_name, _, name = path.rpartition(".")
-        try:
-            function = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError) as exc:
-            raise ProducerConfigError(
-                f"trigger {trigger_id}: cannot import apply_function {path!r}: {exc}; check "
-                "the dotted path and that its module is importable by the triggerer"
-            ) from exc
-        if not callable(function):
-            raise ProducerConfigError(
-                f"trigger {trigger_id}: apply_function {path!r} is not callable"
-            )
-        self.function = function
+        if self.apply_function is not None and self.function is None:
+            self.function = load_apply_function(self.apply_function, trigger_id)
 
     def matches_metadata(self, message: MqttMessage) -> bool:
         """The topic and user-property rules (never raise)."""
@@ -97,7 +59,7 @@ class MessageFilter:
         ):
             return False
         return all(
-            accepts(expected, message.user_properties.get(name, _MISSING))
+            accepts(expected, message.user_properties.get(name, MISSING))
             for name, expected in self.user_property_filter.items()
         )
 
@@ -110,10 +72,7 @@ class MessageFilter:
                 f"the payload is not a JSON object; body_filter {sorted(self.body_filter)} "
                 "cannot apply"
             )
-        return all(
-            accepts(expected, lookup(message.body, path))
-            for path, expected in self.body_filter.items()
-        )
+        return body_matches(self.body_filter, message.body)
 
     async def accepts_message(self, message: MqttMessage) -> bool:
         """Every rule, then ``apply_function``; ``Rejected`` when one cannot judge it."""
@@ -122,11 +81,9 @@ class MessageFilter:
         if self.function is None:
             return True
         try:
-            verdict = self.function(
-                message, *self.apply_function_args, **self.apply_function_kwargs
+            verdict = await apply(
+                self.function, message, self.apply_function_args, self.apply_function_kwargs
             )
-            if inspect.isawaitable(verdict):
-                verdict = await verdict
         except Exception as exc:  # user code: its error rejects the message
             raise Rejected(f"apply_function raised {type(exc).__name__}: {exc}") from exc
         return bool(verdict)

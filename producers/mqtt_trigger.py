@@ -22,10 +22,11 @@ the publisher sets as the message identity. See docs/brokers/mqtt.md.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
+from producers.ack_mode_trigger import AckModeMessageTrigger
 from producers.exceptions import ProducerConfigError
+from producers.message_filters import Rejected
 from producers.mqtt_core import (
     DEDUP_MODES,
     DEFAULT_KEEPALIVE_S,
@@ -39,35 +40,30 @@ from producers.mqtt_core import (
     dedup_key,
     default_client_id,
 )
-from producers.mqtt_filter import MessageFilter, Rejected
+from producers.mqtt_filter import MessageFilter
 from producers.partition_keys import (
-    NoKey,
     PartitionKeyRule,
     field_key,
     function_key,
-    load_key_function,
     named_key,
     partition_key_rule,
-    rejection,
     rule_kwargs,
 )
-from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
-from triggers.exceptions import TriggerContractError
+from triggers.base import classpath_of
 from triggers.extras import importing_extra, require_extra
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
+    from collections.abc import Hashable, Mapping, Sequence
 
     from producers.mqtt import MqttSharedStreamProducer
     from producers.mqtt_core import Dedup, Protocol
 
-logger = logging.getLogger(__name__)
 
 #: connection extra keys the trigger takes (the URI's query: ``?protocol=3.1.1``)
 CONNECTION_EXTRA_KEYS = ("protocol", "session_expiry_s", "keepalive_s")
 
 
-class MqttMessageTrigger(BaseEventTrigger):
+class MqttMessageTrigger(AckModeMessageTrigger[MqttMessage]):
     """Fires for each message of ``topic`` / ``topics`` that passes this watcher's filters.
 
     ``topic_filter``: an MQTT filter (or list) the message's topic must match, so siblings
@@ -79,6 +75,7 @@ class MqttMessageTrigger(BaseEventTrigger):
     """
 
     connection_kwargs = ("conn_id",)
+    rejected_action = "mqtt.message_rejected"
 
     def __init__(
         self,
@@ -154,7 +151,6 @@ class MqttMessageTrigger(BaseEventTrigger):
             partition_key_header=partition_key_header,
             partition_key_function=partition_key_function,
         )
-        self._key_function: Callable[[Any], Any] | None = None
 
     def _where_key(self, host: str, port: int) -> str:
         return f"connection:{self.conn_id}" if self.conn_id else f"mqtt://{host}:{port}"
@@ -226,40 +222,20 @@ class MqttMessageTrigger(BaseEventTrigger):
             from producers.mqtt import MqttSharedStreamProducer
         return MqttSharedStreamProducer(self.settings)
 
-    async def filter_shared_stream(
-        self, shared_stream: AsyncIterator[Any]
-    ) -> AsyncIterator[TriggerEvent]:
-        from shared_stream.subscriber import reject_shared_stream_event  # where it runs
+    async def matches(self, message: MqttMessage) -> bool:
+        """True when ``message`` passes this watcher's filters; ``Rejected`` when they cannot
+        judge it."""
+        return await self.filter.accepts_message(message)
 
+    def _load_functions(self) -> None:
+        super()._load_functions()
         self.filter.load(self.trigger_id)
-        rule = self.partition_key_rule
-        if rule is not None and rule.source == "function" and self._key_function is None:
-            self._key_function = load_key_function(rule, self.trigger_id)
-        async for message in shared_stream:
-            try:
-                event = await self._judge(message)
-            except Rejected as why:
-                self._log_rejected(message, str(why))
-                reject_shared_stream_event()
-                continue
-            if event is not None:
-                yield event
 
-    async def _judge(self, message: MqttMessage) -> TriggerEvent | None:
-        """The event of an accepted message, None for one this watcher skips; ``Rejected``."""
-        if not await self.filter.accepts_message(message):
-            return None
+    def _dedup_key(self, message: MqttMessage) -> str | None:
         try:
-            key = dedup_key(message, self.dedup, self.dedup_field)
+            return dedup_key(message, self.dedup, self.dedup_field)
         except NoIdentity as problem:
             raise Rejected(str(problem)) from None
-        partition_key = None
-        if (rule := self.partition_key_rule) is not None:
-            try:
-                partition_key = self._partition_key(message, rule)
-            except NoKey as problem:
-                raise Rejected(rejection(rule, problem)) from None
-        return TriggerEvent(self.event_payload(message), dedup_key=key, partition_key=partition_key)
 
     def _partition_key(self, message: MqttMessage, rule: PartitionKeyRule) -> str:
         if rule.source == "field":
@@ -285,27 +261,10 @@ class MqttMessageTrigger(BaseEventTrigger):
             "payload_sha256": message.digest,
         }
 
-    def _log_rejected(self, message: Any, reason: str) -> None:
+    def _rejected_what(self, message: Any) -> tuple[str, dict[str, Any]]:
         topic = getattr(message, "topic", None)
-        logger.warning(
-            "MqttMessageTrigger %s rejected a message on %r (packet id %s): %s",
-            self.trigger_id,
-            topic,
-            getattr(message, "mid", None),
-            reason,
-            extra={
-                "action": "mqtt.message_rejected",
-                "trigger_id": self.trigger_id,
-                "topic": topic,
-            },
-        )
-
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        raise TriggerContractError(
-            f"{classpath_of(self)} runs only as a shared-stream subscriber (ack mode): its "
-            "messages are acked once their asset events are stored, which run() cannot do"
-        )
-        yield  # pragma: no cover - makes this an async generator
+        packet = getattr(message, "mid", None)
+        return f"a message on {topic!r} (packet id {packet})", {"topic": topic}
 
 
 def _names(value: str | Sequence[str] | None) -> tuple[str, ...]:

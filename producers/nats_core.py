@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
 from producers.exceptions import ProducerConfigError, ProducerError
+from producers.in_flight import InFlightLedger
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -224,18 +225,21 @@ class InFlight:
         return f"<InFlight seq={r.sequence} delivery={r.num_delivered} at={self.extended_at:.3f}>"
 
 
-class InFlightMessages:
+class InFlightMessages(InFlightLedger[str, InFlight]):
     """In-flight deliveries by reply subject, oldest ack-wait restart first."""
 
-    def __init__(self) -> None:
-        self._entries: dict[str, InFlight] = {}
+    def _key_of(self, entry: InFlight) -> str:
+        return entry.receipt.reply
 
-    def add(self, entry: InFlight) -> None:
-        self._entries[entry.receipt.reply] = entry
+    def _restarted_at(self, entry: InFlight) -> float:
+        return entry.extended_at
+
+    def _set_restarted_at(self, entry: InFlight, now: float) -> None:
+        entry.extended_at = now
 
     def pop(self, reply: str) -> InFlight:
         """Take the delivery out (it is being advanced)."""
-        entry = self._entries.pop(reply, None)
+        entry = self._take(reply)
         if entry is None:
             raise ProducerError(
                 f"NATS delivery {reply!r} is not in flight: it was advanced twice or never "
@@ -243,38 +247,9 @@ class InFlightMessages:
             )
         return entry
 
-    def next_due(self, every_s: float) -> float | None:
-        """When the oldest restart is ``every_s`` old (None: nothing in flight)."""
-        for entry in self._entries.values():
-            return entry.extended_at + every_s
-        return None
-
-    def due(self, now: float, every_s: float) -> list[InFlight]:
-        """Entries whose ack wait restarted ``every_s`` or more before ``now``."""
-        due = []
-        for entry in self._entries.values():
-            if entry.extended_at + every_s > now:
-                break
-            due.append(entry)
-        return due
-
     def extended(self, entries: Iterable[InFlight], now: float) -> None:
         """``entries`` had their ack wait restarted at ``now`` (advanced ones are ignored)."""
-        for entry in entries:
-            reply = entry.receipt.reply
-            if self._entries.pop(reply, None) is None:
-                continue
-            entry.extended_at = now
-            self._entries[reply] = entry
-
-    def drain(self) -> list[InFlight]:
-        """Take every entry out (the producer is closing)."""
-        entries = list(self._entries.values())
-        self._entries.clear()
-        return entries
-
-    def __len__(self) -> int:
-        return len(self._entries)
+        self.restarted(entries, now)
 
     def __repr__(self) -> str:
-        return f"<InFlightMessages {len(self._entries)}>"
+        return f"<InFlightMessages {len(self)}>"

@@ -7,7 +7,6 @@ carry them, and the address is the servers list, which holds none).
 
 from __future__ import annotations
 
-import contextlib
 import ssl
 from typing import TYPE_CHECKING, Final
 
@@ -20,10 +19,11 @@ from producers.exceptions import (
     BrokerUnavailable,
     ProducerConfigError,
     ProducerError,
+    translating,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from contextlib import AbstractContextManager
 
 _UNREACHABLE: Final = (
     nats.errors.NoServersError,
@@ -86,9 +86,6 @@ def translate_error(exc: BaseException, *, action: str, address: str) -> Produce
     return BrokerRequestFailed(f"{where} failed: {detail}")
 
 
-@contextlib.contextmanager
-def translated(action: str, address: str) -> Iterator[None]:
-    try:
-        yield
-    except _TRANSLATED as exc:
-        raise translate_error(exc, action=action, address=address) from exc
+def translated(action: str, address: str) -> AbstractContextManager[None]:
+    """``translate_error`` for each nats-py / OS error the block raises."""
+    return translating(_TRANSLATED, translate_error, action=action, address=address)

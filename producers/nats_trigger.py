@@ -28,12 +28,15 @@ is rejected, with a warning naming its sequence.
 
 from __future__ import annotations
 
-import importlib
-import inspect
-import logging
 from typing import TYPE_CHECKING, Any
 
-from producers.exceptions import EventFilterError, ProducerConfigError
+from producers.ack_mode_trigger import AckModeMessageTrigger
+from producers.exceptions import ProducerConfigError
+from producers.message_filters import (
+    function_path_problem,
+    json_body_matches,
+    options_of,
+)
 from producers.nats_core import (
     DEFAULT_ACK_WAIT_S,
     DEFAULT_MAX_DELIVER,
@@ -46,29 +49,20 @@ from producers.nats_core import (
     check_settings,
 )
 from producers.partition_keys import (
-    NoKey,
     PartitionKeyRule,
     field_key,
     function_key,
-    is_dotted_path,
-    load_key_function,
     named_key,
     partition_key_rule,
-    rejection,
     rule_kwargs,
 )
-from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
-from triggers.exceptions import TriggerContractError
+from triggers.base import classpath_of
 from triggers.extras import importing_extra, require_extra
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
+    from collections.abc import Hashable, Mapping, Sequence
 
     from producers.nats import NatsJetStreamSharedStreamProducer
-
-logger = logging.getLogger(__name__)
-
-_MISSING = object()
 
 
 def _as_list(value: str | Sequence[str] | None) -> list[str]:
@@ -79,36 +73,15 @@ def _as_list(value: str | Sequence[str] | None) -> list[str]:
     return [str(part) for part in value]
 
 
-def _lookup(document: Any, path: str) -> Any:
-    node = document
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
-
-
-def _options(expected: Any) -> list[Any]:
-    return expected if isinstance(expected, list) else [expected]
-
-
-def _body_accepts(expected: Any, actual: Any) -> bool:
-    """JSON equality (``true`` is not ``1``) with ``expected`` or one of its list."""
-    return any(
-        actual == option and isinstance(actual, bool) == isinstance(option, bool)
-        for option in _options(expected)
-    )
-
-
 def _header_accepts(expected: Any, actual: str) -> bool:
     """Headers are text: a number or a bool given in the filter compares as its text."""
     return any(
         actual == (str(option).lower() if isinstance(option, bool) else str(option))
-        for option in _options(expected)
+        for option in options_of(expected)
     )
 
 
-class NatsJetStreamTrigger(BaseEventTrigger):
+class NatsJetStreamTrigger(AckModeMessageTrigger[NatsMessage]):
     """Fires for each message of a JetStream stream that passes this trigger's filters.
 
     ``body_filter``: dotted field path -> required value (or list of accepted values) of the
@@ -121,6 +94,7 @@ class NatsJetStreamTrigger(BaseEventTrigger):
     """
 
     connection_kwargs = ("conn_id",)
+    rejected_action = "nats.message_rejected"
 
     def __init__(
         self,
@@ -169,11 +143,8 @@ class NatsJetStreamTrigger(BaseEventTrigger):
             deliver_policy=deliver_policy,
             where=where,
         )
-        if apply_function is not None and not is_dotted_path(apply_function):
-            raise ProducerConfigError(
-                f"{where}: apply_function must be a dotted path 'package.module.function', "
-                f"got {apply_function!r}"
-            )
+        if problem := function_path_problem(apply_function):
+            raise ProducerConfigError(f"{where}: {problem}")
         self.stream = stream
         self.durable = durable
         self.conn_id = conn_id
@@ -198,8 +169,6 @@ class NatsJetStreamTrigger(BaseEventTrigger):
             partition_key_header=partition_key_header,
             partition_key_function=partition_key_function,
         )
-        self._function: Callable[..., Any] | None = None
-        self._key_function: Callable[[Any], Any] | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         c = self.connection
@@ -288,55 +257,6 @@ class NatsJetStreamTrigger(BaseEventTrigger):
             deliver_policy=self.deliver_policy,
         )
 
-    async def filter_shared_stream(
-        self, shared_stream: AsyncIterator[Any]
-    ) -> AsyncIterator[TriggerEvent]:
-        from shared_stream.subscriber import reject_shared_stream_event  # where it runs
-
-        self._load_functions()
-        rule = self.partition_key_rule
-        async for message in shared_stream:
-            try:
-                matched = await self.matches(message)
-            except Exception as exc:  # noqa: BLE001 - a filter that raises rejects the message
-                self._log_rejected(message, f"its filter raised {exc!r}")
-                reject_shared_stream_event()
-                continue
-            if not matched:
-                continue
-            key = None
-            if rule is not None:
-                try:
-                    key = self._partition_key(message, rule)
-                except NoKey as problem:
-                    self._log_rejected(message, rejection(rule, problem))
-                    reject_shared_stream_event()
-                    continue
-            yield TriggerEvent(
-                self.event_payload(message), dedup_key=message.dedup_key, partition_key=key
-            )
-
-    def _load_functions(self) -> None:
-        rule = self.partition_key_rule
-        if rule is not None and rule.source == "function" and self._key_function is None:
-            self._key_function = load_key_function(rule, self.trigger_id)
-        path = self.apply_function
-        if path is None or self._function is not None:
-            return
-        module_name, _, name = path.rpartition(".")
-        try:
-            function = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError) as exc:
-            raise ProducerConfigError(
-                f"trigger {self.trigger_id}: cannot import apply_function {path!r}: {exc}; "
-                "check the dotted path and that its module is importable by the triggerer"
-            ) from exc
-        if not callable(function):
-            raise ProducerConfigError(
-                f"trigger {self.trigger_id}: apply_function {path!r} is not callable"
-            )
-        self._function = function
-
     def _partition_key(self, message: NatsMessage, rule: PartitionKeyRule) -> str:
         if rule.source == "field":
             return field_key(message.body, rule, document_name="the body")
@@ -351,26 +271,10 @@ class NatsJetStreamTrigger(BaseEventTrigger):
             actual = message.headers.get(name)
             if actual is None or not _header_accepts(expected, actual):
                 return False
-        if self.body_filter and not self._body_matches(message):
+        what = f"message {message.dedup_key} on {message.subject}"
+        if self.body_filter and not json_body_matches(self.body_filter, message.body, what):
             return False
-        if self._function is None:
-            return True
-        verdict = self._function(message, *self.apply_function_args, **self.apply_function_kwargs)
-        if inspect.isawaitable(verdict):
-            verdict = await verdict
-        return bool(verdict)
-
-    def _body_matches(self, message: NatsMessage) -> bool:
-        if not isinstance(message.body, dict):
-            raise EventFilterError(
-                f"message {message.dedup_key} on {message.subject} has a body that is not a "
-                f"JSON object; body_filter {sorted(self.body_filter)} cannot apply"
-            )
-        return all(
-            (actual := _lookup(message.body, path)) is not _MISSING
-            and _body_accepts(expected, actual)
-            for path, expected in self.body_filter.items()
-        )
+        return await self._function_accepts(message)
 
     @staticmethod
     def event_payload(message: NatsMessage) -> dict[str, Any]:
@@ -384,23 +288,9 @@ class NatsJetStreamTrigger(BaseEventTrigger):
             "published_at": message.published_at,
         }
 
-    def _log_rejected(self, message: Any, reason: str) -> None:
-        identity = getattr(message, "dedup_key", None)
-        logger.warning(
-            "NatsJetStreamTrigger %s rejected message %s: %s",
-            self.trigger_id,
-            identity,
-            reason,
-            extra={
-                "action": "nats.message_rejected",
-                "trigger_id": self.trigger_id,
-                "message_id": identity,
-            },
-        )
+    def _dedup_key(self, message: NatsMessage) -> str:
+        return message.dedup_key
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        raise TriggerContractError(
-            f"{classpath_of(self)} runs only as a shared-stream subscriber (ack mode): its "
-            "messages are acked once their asset events are stored, which run() cannot do"
-        )
-        yield  # pragma: no cover - makes this an async generator
+    def _rejected_what(self, message: Any) -> tuple[str, dict[str, Any]]:
+        identity = getattr(message, "dedup_key", None)
+        return f"message {identity}", {"message_id": identity}

@@ -33,23 +33,24 @@ row stores only the id and watchers share a consumer by it (key ``("rabbitmq",
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
-from producers.exceptions import EventFilterError, ProducerConfigError
+from producers.ack_mode_trigger import AckModeMessageTrigger
+from producers.exceptions import ProducerConfigError
+from producers.message_filters import (
+    MISSING,
+    accepts,
+    function_path_problem,
+    json_body_matches,
+)
 from producers.partition_keys import (
-    NoKey,
     PartitionKeyRule,
     field_key,
     function_key,
-    is_dotted_path,
-    load_key_function,
     named_key,
     partition_key_rule,
-    rejection,
     rule_kwargs,
 )
 from producers.rabbitmq_core import (
@@ -63,41 +64,16 @@ from producers.rabbitmq_core import (
     dedup_key,
     plain,
 )
-from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
-from triggers.exceptions import TriggerContractError
+from triggers.base import classpath_of
 from triggers.extras import importing_extra, require_extra
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
+    from collections.abc import Awaitable, Hashable, Mapping, Sequence
 
     from producers.rabbitmq import RabbitMQSharedStreamProducer
     from producers.rabbitmq_core import Dedup, Lanes, OnReject
 
 logger = logging.getLogger(__name__)
-
-_MISSING = object()
-
-
-def _lookup(document: Any, path: str) -> Any:
-    """The value at a dotted ``path`` of nested JSON objects, or ``_MISSING``."""
-    node = document
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
-
-
-def _accepts(expected: Any, actual: Any) -> bool:
-    """``actual`` equals ``expected`` (or one of them, when ``expected`` is a list).
-
-    JSON equality: ``true`` is not ``1``.
-    """
-    options = expected if isinstance(expected, list) else [expected]
-    return any(
-        actual == option and isinstance(actual, bool) == isinstance(option, bool)
-        for option in options
-    )
 
 
 def url_from_connection(connection: Mapping[str, Any]) -> str:
@@ -123,7 +99,7 @@ def url_from_connection(connection: Mapping[str, Any]) -> str:
     return f"{scheme}://{user}{host}:{port}/{quote(str(vhost), safe='')}{query}"
 
 
-class RabbitMQMessageTrigger(BaseEventTrigger):
+class RabbitMQMessageTrigger(AckModeMessageTrigger[RabbitMQMessage]):
     """Fires for each message of a RabbitMQ queue that passes this trigger's filters.
 
     ``url`` (``amqp://user:password@host:5672/vhost``) or ``conn_id``; ``queue``: the queue
@@ -139,6 +115,8 @@ class RabbitMQMessageTrigger(BaseEventTrigger):
     """
 
     connection_kwargs = ("conn_id",)
+    settled_as = "messages are acknowledged"
+    rejected_action = "rabbitmq.message_rejected"
 
     def __init__(
         self,
@@ -178,11 +156,8 @@ class RabbitMQMessageTrigger(BaseEventTrigger):
         )
         if url is None and conn_id is None:
             raise ProducerConfigError(f"{where}: give url='amqp://...' or conn_id")
-        if apply_function is not None and not is_dotted_path(apply_function):
-            raise ProducerConfigError(
-                f"{where}: apply_function must be a dotted path 'package.module.function', "
-                f"got {apply_function!r}"
-            )
+        if problem := function_path_problem(apply_function):
+            raise ProducerConfigError(f"{where}: {problem}")
         self.queue = queue
         self.url = url
         self.conn_id = conn_id
@@ -204,8 +179,6 @@ class RabbitMQMessageTrigger(BaseEventTrigger):
             partition_key_header=partition_key_header,
             partition_key_function=partition_key_function,
         )
-        self._key_function: Callable[[Any], Any] | None = None
-        self._function: Callable[..., Any] | None = None
         self._told_no_identity = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -270,57 +243,22 @@ class RabbitMQMessageTrigger(BaseEventTrigger):
             on_reject=self.on_reject,
         )
 
-    async def filter_shared_stream(
-        self, shared_stream: AsyncIterator[Any]
-    ) -> AsyncIterator[TriggerEvent]:
-        from shared_stream.subscriber import reject_shared_stream_event  # where it runs
-
-        self._load_functions()
-        async for message in shared_stream:
-            try:
-                matched = self.matches(message)
-                if matched and self._function is not None:
-                    matched = self._call_function(message)
-                    if inspect.isawaitable(matched):
-                        matched = await matched
-            except Exception as exc:  # noqa: BLE001 - a filter that raises rejects the message
-                self._log_rejected(message, f"its filter raised {exc!r}")
-                reject_shared_stream_event()
-                continue
-            if not matched:
-                continue
-            key = None
-            if (rule := self.partition_key_rule) is not None:
-                try:
-                    key = self._partition_key(message, rule)
-                except NoKey as problem:
-                    self._log_rejected(message, rejection(rule, problem))
-                    reject_shared_stream_event()
-                    continue
-            yield TriggerEvent(
-                self.event_payload(message),
-                dedup_key=self._dedup_key(message),
-                partition_key=key,
-            )
+    def _accepted(self, message: RabbitMQMessage) -> bool | Awaitable[bool]:
+        """``matches``, then ``apply_function`` (a coroutine only when there is one)."""
+        if not self.matches(message):
+            return False
+        return True if self._function is None else self._function_accepts(message)
 
     def matches(self, message: RabbitMQMessage) -> bool:
         """True when ``message`` passes ``header_filter`` and ``body_filter``; may raise
         to reject it."""
         for name, expected in self.header_filter.items():
-            actual = message.headers.get(name, _MISSING)
-            if actual is _MISSING or not _accepts(expected, actual):
+            if not accepts(expected, message.headers.get(name, MISSING)):
                 return False
         if not self.body_filter:
             return True
-        if not isinstance(message.body, dict):
-            raise EventFilterError(
-                f"message {message.message_id} of queue {self.queue!r} has a body that is "
-                f"not a JSON object; body_filter {sorted(self.body_filter)} cannot apply"
-            )
-        return all(
-            (actual := _lookup(message.body, path)) is not _MISSING and _accepts(expected, actual)
-            for path, expected in self.body_filter.items()
-        )
+        what = f"message {message.message_id} of queue {self.queue!r}"
+        return json_body_matches(self.body_filter, message.body, what)
 
     @staticmethod
     def event_payload(message: RabbitMQMessage) -> dict[str, Any]:
@@ -361,50 +299,6 @@ class RabbitMQMessageTrigger(BaseEventTrigger):
         assert self._key_function is not None, "loaded as the stream starts"
         return function_key(self._key_function, message)
 
-    def _call_function(self, message: RabbitMQMessage) -> Any:
-        assert self._function is not None
-        return self._function(message, *self.apply_function_args, **self.apply_function_kwargs)
-
-    def _load_functions(self) -> None:
-        rule = self.partition_key_rule
-        if rule is not None and rule.source == "function" and self._key_function is None:
-            self._key_function = load_key_function(rule, self.trigger_id)
-        path = self.apply_function
-        if path is None or self._function is not None:
-            return
-        module_name, _, name = path.rpartition(".")
-        try:
-            function = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError) as exc:
-            raise ProducerConfigError(
-                f"trigger {self.trigger_id}: cannot import apply_function {path!r}: {exc}; "
-                "check the dotted path and that its module is importable by the triggerer"
-            ) from exc
-        if not callable(function):
-            raise ProducerConfigError(
-                f"trigger {self.trigger_id}: apply_function {path!r} is not callable"
-            )
-        self._function = function
-
-    def _log_rejected(self, message: Any, reason: str) -> None:
+    def _rejected_what(self, message: Any) -> tuple[str, dict[str, Any]]:
         message_id = getattr(message, "message_id", None)
-        logger.warning(
-            "RabbitMQMessageTrigger %s rejected message %s of queue %r: %s",
-            self.trigger_id,
-            message_id,
-            self.queue,
-            reason,
-            extra={
-                "action": "rabbitmq.message_rejected",
-                "trigger_id": self.trigger_id,
-                "message_id": message_id,
-            },
-        )
-
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        raise TriggerContractError(
-            f"{classpath_of(self)} runs only as a shared-stream subscriber (ack mode): its "
-            "messages are acknowledged once their asset events are stored, which run() "
-            "cannot do"
-        )
-        yield  # pragma: no cover - makes this an async generator
+        return f"message {message_id} of queue {self.queue!r}", {"message_id": message_id}

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 from urllib.parse import quote, urlsplit
 
 from producers.exceptions import ProducerConfigError, ProducerError
+from producers.in_flight import InFlightLedger
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -278,21 +279,21 @@ class InFlight:
         )
 
 
-class InFlightEntries:
+class InFlightEntries(InFlightLedger[tuple[str, str], InFlight]):
     """In-flight entries by ``(stream, entry id)``, least recently touched first."""
 
-    def __init__(self) -> None:
-        self._entries: dict[tuple[str, str], InFlight] = {}
+    def _key_of(self, entry: InFlight) -> tuple[str, str]:
+        return entry.key
 
-    def add(self, entry: InFlight) -> None:
-        self._entries[entry.key] = entry
+    def _restarted_at(self, entry: InFlight) -> float:
+        return entry.touched_at
 
-    def __contains__(self, key: object) -> bool:
-        return key in self._entries
+    def _set_restarted_at(self, entry: InFlight, now: float) -> None:
+        entry.touched_at = now
 
     def pop(self, stream: str, entry_id: str) -> InFlight:
         """Take the entry out (it is being advanced)."""
-        entry = self._entries.pop((stream, entry_id), None)
+        entry = self._take((stream, entry_id))
         if entry is None:
             raise ProducerError(
                 f"Redis entry {entry_id} of stream {stream!r} is not in flight: it was "
@@ -300,38 +301,10 @@ class InFlightEntries:
             )
         return entry
 
-    def next_due(self, every_s: float) -> float | None:
-        """When the least recently touched entry is ``every_s`` old (None: nothing held)."""
-        for entry in self._entries.values():
-            return entry.touched_at + every_s
-        return None
-
-    def due(self, now: float, every_s: float) -> list[InFlight]:
-        """Entries last touched ``every_s`` or more before ``now``."""
-        due = []
-        for entry in self._entries.values():
-            if entry.touched_at + every_s > now:
-                break
-            due.append(entry)
-        return due
-
     def touched(self, entries: Iterable[InFlight], now: float) -> None:
         """``entries`` had their idle time reset at ``now``; those advanced meanwhile are
         ignored."""
-        for entry in entries:
-            if self._entries.pop(entry.key, None) is None:
-                continue
-            entry.touched_at = now
-            self._entries[entry.key] = entry
-
-    def drain(self) -> list[InFlight]:
-        """Take every entry out (the producer is closing)."""
-        entries = list(self._entries.values())
-        self._entries.clear()
-        return entries
-
-    def __len__(self) -> int:
-        return len(self._entries)
+        self.restarted(entries, now)
 
     def __repr__(self) -> str:
-        return f"<InFlightEntries held={len(self._entries)}>"
+        return f"<InFlightEntries held={len(self)}>"

@@ -7,7 +7,6 @@ credentials.
 
 from __future__ import annotations
 
-import contextlib
 import ssl
 from typing import TYPE_CHECKING, Final
 
@@ -19,10 +18,11 @@ from producers.exceptions import (
     BrokerUnavailable,
     ProducerConfigError,
     ProducerError,
+    translating,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from contextlib import AbstractContextManager
 
 # Replies that mean "not now": the server is starting, busy, or a replica without a master.
 _TRANSIENT_PREFIXES: Final = ("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
@@ -92,9 +92,6 @@ def _reply_error(exc: redis_errors.ResponseError, where: str, address: str) -> P
     return BrokerRequestFailed(f"{where} failed: {reply}")
 
 
-@contextlib.contextmanager
-def translated(action: str, address: str) -> Iterator[None]:
-    try:
-        yield
-    except _TRANSLATED as exc:
-        raise translate_error(exc, action=action, address=address) from exc
+def translated(action: str, address: str) -> AbstractContextManager[None]:
+    """``translate_error`` for each redis-py / OS error the block raises."""
+    return translating(_TRANSLATED, translate_error, action=action, address=address)

@@ -31,19 +31,21 @@ connection instead (host, port, login, password; the database in the schema or t
 
 from __future__ import annotations
 
-import importlib
-import inspect
-import logging
 from typing import TYPE_CHECKING, Any
 
+from producers.ack_mode_trigger import AckModeMessageTrigger
 from producers.exceptions import EventFilterError, ProducerConfigError
+from producers.message_filters import (
+    MISSING,
+    body_matches,
+    function_path_problem,
+    options_of,
+)
 from producers.partition_keys import (
     NoKey,
     PartitionKeyRule,
     field_key,
     function_key,
-    is_dotted_path,
-    load_key_function,
     named_key,
     partition_key_rule,
 )
@@ -60,19 +62,16 @@ from producers.redis_core import (
     redact_url,
     url_from_connection,
 )
-from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
-from triggers.exceptions import TriggerContractError
+from triggers.base import classpath_of
 from triggers.extras import importing_extra, require_extra
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
+    from collections.abc import Hashable, Mapping, Sequence
 
     from producers.redis import RedisStreamProducer
     from producers.redis_core import OnReject
 
-logger = logging.getLogger(__name__)
 
-_MISSING = object()
 #: the keyword of each partition-key source this trigger offers
 _KEY_OPTIONS = {
     "field": "partition_key_field",
@@ -81,28 +80,9 @@ _KEY_OPTIONS = {
 }
 
 
-def _lookup(document: Any, path: str) -> Any:
-    node = document
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
-
-
-def _accepts(expected: Any, actual: Any) -> bool:
-    """JSON equality with ``expected`` (or one of a list of them): ``true`` is not ``1``."""
-    options = expected if isinstance(expected, list) else [expected]
-    return any(
-        actual == option and isinstance(actual, bool) == isinstance(option, bool)
-        for option in options
-    )
-
-
 def _field_accepts(expected: Any, actual: Any) -> bool:
     """Entry fields are text: a number (or bool) expected compares as its text."""
-    options = expected if isinstance(expected, list) else [expected]
-    for option in options:
+    for option in options_of(expected):
         if isinstance(option, bool):
             if actual == ("true" if option else "false"):
                 return True
@@ -112,12 +92,15 @@ def _field_accepts(expected: Any, actual: Any) -> bool:
     return False
 
 
-class RedisStreamTrigger(BaseEventTrigger):
+class RedisStreamTrigger(AckModeMessageTrigger[RedisEntry]):
     """Fires for each entry of ``streams`` (read by consumer group ``group``) that passes
     this trigger's filters. Payload: ``stream``, ``entry_id``, ``fields``, ``body`` (the
     ``body_field`` JSON-decoded when it parses), ``body_format`` and ``delivery_count``."""
 
     connection_kwargs = ("redis_conn_id",)
+    settled_as = "entries are acked"
+    rejected_action = "redis.entry_rejected"
+    rejected_note = "; it takes the on_reject path"
 
     def __init__(
         self,
@@ -164,11 +147,8 @@ class RedisStreamTrigger(BaseEventTrigger):
             on_reject=on_reject,
             where=where,
         )
-        if apply_function is not None and not is_dotted_path(apply_function):
-            raise ProducerConfigError(
-                f"{where}: apply_function must be a dotted path 'package.module.function', "
-                f"got {apply_function!r}"
-            )
+        if problem := function_path_problem(apply_function):
+            raise ProducerConfigError(f"{where}: {problem}")
         self.streams: tuple[str, ...] = tuple(sorted(dict.fromkeys(names)))
         self.group = group
         self.redis_conn_id = redis_conn_id or conn_id
@@ -194,8 +174,6 @@ class RedisStreamTrigger(BaseEventTrigger):
             partition_key_function=partition_key_function,
         )
         self._url_given = url is not None
-        self._key_function: Callable[[Any], Any] | None = None
-        self._function: Callable[..., Any] | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         kwargs: dict[str, Any] = {
@@ -259,42 +237,11 @@ class RedisStreamTrigger(BaseEventTrigger):
             on_reject=self.on_reject,
         )
 
-    async def filter_shared_stream(
-        self, shared_stream: AsyncIterator[Any]
-    ) -> AsyncIterator[TriggerEvent]:
-        from shared_stream.subscriber import reject_shared_stream_event  # where it runs
-
-        self._load_functions()
-        rule = self.partition_key_rule
-        async for entry in shared_stream:
-            try:
-                matched = await self.matches(entry)
-            except Exception as exc:  # noqa: BLE001 - a filter that raises rejects the entry
-                self._log_rejected(entry, f"its filter raised {exc!r}")
-                reject_shared_stream_event()
-                continue
-            if not matched:
-                continue
-            key = None
-            if rule is not None:
-                try:
-                    key = self._partition_key(entry, rule)
-                except NoKey as problem:
-                    reason = f"no partition key ({_KEY_OPTIONS[rule.source]}={rule.name!r}): "
-                    self._log_rejected(entry, reason + str(problem))
-                    reject_shared_stream_event()
-                    continue
-            yield TriggerEvent(
-                self.event_payload(entry),
-                dedup_key=f"redis:{entry.stream}:{entry.entry_id}",
-                partition_key=key,
-            )
-
     async def matches(self, entry: RedisEntry) -> bool:
         """True when ``entry`` passes this trigger's filters; may raise to reject it."""
         for name, expected in self.field_filter.items():
-            actual = entry.fields.get(name, _MISSING)
-            if actual is _MISSING or not _field_accepts(expected, actual):
+            actual = entry.fields.get(name, MISSING)
+            if actual is MISSING or not _field_accepts(expected, actual):
                 return False
         if self.body_filter:
             if entry.body_format != "json" or not isinstance(entry.body, dict):
@@ -303,16 +250,9 @@ class RedisStreamTrigger(BaseEventTrigger):
                     f"field {self.body_field!r}; body_filter {sorted(self.body_filter)} "
                     "cannot apply"
                 )
-            for path, expected in self.body_filter.items():
-                actual = _lookup(entry.body, path)
-                if actual is _MISSING or not _accepts(expected, actual):
-                    return False
-        if self._function is None:
-            return True
-        accepted = self._function(entry, *self.apply_function_args, **self.apply_function_kwargs)
-        if inspect.isawaitable(accepted):
-            accepted = await accepted
-        return bool(accepted)
+            if not body_matches(self.body_filter, entry.body):
+                return False
+        return await self._function_accepts(entry)
 
     def _partition_key(self, entry: RedisEntry, rule: PartitionKeyRule) -> str:
         if rule.source == "field":
@@ -334,49 +274,16 @@ class RedisStreamTrigger(BaseEventTrigger):
             "delivery_count": entry.delivery_count,
         }
 
-    def _load_functions(self) -> None:
-        rule = self.partition_key_rule
-        if rule is not None and rule.source == "function" and self._key_function is None:
-            self._key_function = load_key_function(rule, self.trigger_id)
-        path = self.apply_function
-        if path is None or self._function is not None:
-            return
-        module_name, _, name = path.rpartition(".")
-        try:
-            function = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError) as exc:
-            raise ProducerConfigError(
-                f"trigger {self.trigger_id}: cannot import apply_function {path!r}: {exc}; "
-                "check the dotted path and that its module is importable by the triggerer"
-            ) from exc
-        if not callable(function):
-            raise ProducerConfigError(
-                f"trigger {self.trigger_id}: apply_function {path!r} is not callable"
-            )
-        self._function = function
+    def _dedup_key(self, entry: RedisEntry) -> str:
+        return f"redis:{entry.stream}:{entry.entry_id}"
 
-    def _log_rejected(self, entry: Any, reason: str) -> None:
+    def _key_rejection(self, rule: PartitionKeyRule, problem: NoKey) -> str:
+        return f"no partition key ({_KEY_OPTIONS[rule.source]}={rule.name!r}): {problem}"
+
+    def _rejected_what(self, entry: Any) -> tuple[str, dict[str, Any]]:
         entry_id = getattr(entry, "entry_id", None)
         stream = getattr(entry, "stream", None)
-        logger.warning(
-            "RedisStreamTrigger %s rejected entry %s of stream %s: %s; it takes the on_reject path",
-            self.trigger_id,
-            entry_id,
-            stream,
-            reason,
-            extra={
-                "action": "redis.entry_rejected",
-                "trigger_id": self.trigger_id,
-                "entry_id": entry_id,
-            },
-        )
-
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        raise TriggerContractError(
-            f"{classpath_of(self)} runs only as a shared-stream subscriber (ack mode): its "
-            "entries are acked once their asset events are stored, which run() cannot do"
-        )
-        yield  # pragma: no cover - makes this an async generator
+        return f"entry {entry_id} of stream {stream}", {"entry_id": entry_id}
 
     def __repr__(self) -> str:
         return (

@@ -6,7 +6,6 @@ botocore's and aiohttp's error classes; the cause is kept, credentials never sho
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING, Final
 
 import aiohttp
@@ -23,10 +22,11 @@ from producers.exceptions import (
     BrokerUnavailable,
     ProducerConfigError,
     ProducerError,
+    translating,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from contextlib import AbstractContextManager
 
 _CONFIG_ERROR_CODES: Final = frozenset(
     {
@@ -77,9 +77,6 @@ def translate_error(exc: BaseException, *, action: str, queue_url: str) -> Produ
     )
 
 
-@contextlib.contextmanager
-def translated(action: str, queue_url: str) -> Iterator[None]:
-    try:
-        yield
-    except _TRANSLATED as exc:
-        raise translate_error(exc, action=action, queue_url=queue_url) from exc
+def translated(action: str, queue_url: str) -> AbstractContextManager[None]:
+    """``translate_error`` for each botocore / OS error the block raises."""
+    return translating(_TRANSLATED, translate_error, action=action, queue_url=queue_url)

@@ -25,19 +25,16 @@ a queue's consumer by connection id (key ``("sqs", "connection:<id>", queue_url)
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
-from producers.exceptions import EventFilterError
+from producers.ack_mode_trigger import AckModeMessageTrigger
+from producers.message_filters import MISSING, json_body_matches, options_of
 from producers.partition_keys import (
-    NoKey,
     PartitionKeyRule,
     field_key,
     function_key,
-    load_key_function,
     named_key,
     partition_key_rule,
-    rejection,
     rule_kwargs,
 )
 from producers.sqs_core import (
@@ -47,46 +44,18 @@ from producers.sqs_core import (
     SqsMessage,
     check_settings,
 )
-from triggers.base import BaseEventTrigger, TriggerEvent, classpath_of
-from triggers.exceptions import TriggerContractError
+from triggers.base import classpath_of
 from triggers.extras import importing_extra, require_extra
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Hashable, Mapping
+    from collections.abc import Hashable, Mapping
 
     from producers.sqs import SqsSharedStreamProducer
     from producers.sqs_core import OnReject
 
-logger = logging.getLogger(__name__)
-
-_MISSING = object()
-
-
-def _lookup(document: Any, path: str) -> Any:
-    """The value at a dotted ``path`` of nested JSON objects, or ``_MISSING``."""
-    node = document
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
-
-
-def _accepts(expected: Any, actual: Any) -> bool:
-    """``actual`` equals ``expected`` (or one of them, when ``expected`` is a list).
-
-    JSON equality: ``true`` is not ``1``.
-    """
-    options = expected if isinstance(expected, list) else [expected]
-    return any(
-        actual == option and isinstance(actual, bool) == isinstance(option, bool)
-        for option in options
-    )
-
 
 def _attribute_accepts(expected: Any, actual: Any) -> bool:
-    """As ``_accepts``; SQS sends Number attributes as text, so numbers compare as text."""
-    options = expected if isinstance(expected, list) else [expected]
+    """As ``accepts``; SQS sends Number attributes as text, so numbers compare as text."""
     return any(
         actual == option
         or (
@@ -94,11 +63,11 @@ def _attribute_accepts(expected: Any, actual: Any) -> bool:
             and not isinstance(option, bool)
             and actual == str(option)
         )
-        for option in options
+        for option in options_of(expected)
     )
 
 
-class SqsMessageTrigger(BaseEventTrigger):
+class SqsMessageTrigger(AckModeMessageTrigger[SqsMessage]):
     """Fires for each message of an SQS queue that passes this trigger's filter.
 
     ``body_filter``: dotted field path -> required value (or list of accepted values) of the
@@ -113,6 +82,8 @@ class SqsMessageTrigger(BaseEventTrigger):
     """
 
     connection_kwargs = ("aws_conn_id",)
+    settled_as = "messages are deleted"
+    rejected_action = "sqs.message_rejected"
 
     def __init__(
         self,
@@ -167,7 +138,6 @@ class SqsMessageTrigger(BaseEventTrigger):
             partition_key_attribute=partition_key_attribute,
             partition_key_function=partition_key_function,
         )
-        self._key_function: Callable[[Any], Any] | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         c = self.connection
@@ -234,37 +204,6 @@ class SqsMessageTrigger(BaseEventTrigger):
             max_in_flight=self.max_in_flight,
         )
 
-    async def filter_shared_stream(
-        self, shared_stream: AsyncIterator[Any]
-    ) -> AsyncIterator[TriggerEvent]:
-        from shared_stream.subscriber import reject_shared_stream_event  # where it runs
-
-        rule = self.partition_key_rule
-        if rule is not None and rule.source == "function" and self._key_function is None:
-            self._key_function = load_key_function(rule, self.trigger_id)
-        async for message in shared_stream:
-            try:
-                matched = self.matches(message)
-            except Exception as exc:  # noqa: BLE001 - a filter that raises rejects the message
-                self._log_rejected(message, f"its filter raised {exc!r}")
-                reject_shared_stream_event()
-                continue
-            if not matched:
-                continue
-            key = None
-            if rule is not None:
-                try:
-                    key = self._partition_key(message, rule)
-                except NoKey as problem:
-                    self._log_rejected(message, rejection(rule, problem))
-                    reject_shared_stream_event()
-                    continue
-            yield TriggerEvent(
-                self.event_payload(message),
-                dedup_key=f"sqs:{message.message_id}",
-                partition_key=key,
-            )
-
     def _partition_key(self, message: SqsMessage, rule: PartitionKeyRule) -> str:
         if rule.source == "field":
             return field_key(message.body, rule, document_name="the body")
@@ -276,20 +215,13 @@ class SqsMessageTrigger(BaseEventTrigger):
     def matches(self, message: SqsMessage) -> bool:
         """True when ``message`` passes this trigger's filters; may raise to reject it."""
         for name, expected in self.attribute_filter.items():
-            actual = message.message_attributes.get(name, _MISSING)
-            if actual is _MISSING or not _attribute_accepts(expected, actual):
+            actual = message.message_attributes.get(name, MISSING)
+            if actual is MISSING or not _attribute_accepts(expected, actual):
                 return False
         if not self.body_filter:
             return True
-        if not isinstance(message.body, dict):
-            raise EventFilterError(
-                f"message {message.message_id} of {self.connection.queue_url} has a body that "
-                f"is not a JSON object; body_filter {sorted(self.body_filter)} cannot apply"
-            )
-        return all(
-            (actual := _lookup(message.body, path)) is not _MISSING and _accepts(expected, actual)
-            for path, expected in self.body_filter.items()
-        )
+        what = f"message {message.message_id} of {self.connection.queue_url}"
+        return json_body_matches(self.body_filter, message.body, what)
 
     @staticmethod
     def event_payload(message: SqsMessage) -> dict[str, Any]:
@@ -300,24 +232,9 @@ class SqsMessageTrigger(BaseEventTrigger):
             "message_attributes": dict(message.message_attributes),
         }
 
-    def _log_rejected(self, message: Any, reason: str) -> None:
-        message_id = getattr(message, "message_id", None)
-        logger.warning(
-            "SqsMessageTrigger %s rejected message %s of %s: %s",
-            self.trigger_id,
-            message_id,
-            self.connection.queue_url,
-            reason,
-            extra={
-                "action": "sqs.message_rejected",
-                "trigger_id": self.trigger_id,
-                "message_id": message_id,
-            },
-        )
+    def _dedup_key(self, message: SqsMessage) -> str:
+        return f"sqs:{message.message_id}"
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        raise TriggerContractError(
-            f"{classpath_of(self)} runs only as a shared-stream subscriber (ack mode): its "
-            "messages are deleted once their asset events are stored, which run() cannot do"
-        )
-        yield  # pragma: no cover - makes this an async generator
+    def _rejected_what(self, message: Any) -> tuple[str, dict[str, Any]]:
+        message_id = getattr(message, "message_id", None)
+        return f"message {message_id} of {self.connection.queue_url}", {"message_id": message_id}

@@ -13,18 +13,16 @@ import anyio
 import pytest
 from aiobotocore.session import get_session
 from cryptography.fernet import Fernet
-from sqlalchemy import insert, select
+from sqlalchemy import select
 
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
-from engine.db.models import Asset, AssetEvent, AssetWatcher
-from engine.db.queries import triggers as trigger_rows
-from engine.states import TriggerKind
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.db.models import Asset, AssetEvent
 from producers import KafkaMessageTrigger, SqsMessageTrigger
 from tests.services_kafka import FAST_GROUP, committed_offsets, produce, read_topic
 from tests.services_sqs import create_queue, queue_counts, receive_all, send_messages
 from tests.waiting import eventually, wait_until
+from tests.watcher_rows import fast_triggerer, seed_watchers
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -34,25 +32,6 @@ if TYPE_CHECKING:
     from triggers.base import BaseEventTrigger
 
 pytestmark = pytest.mark.integration
-
-
-def _seed(db: Database, cipher: KwargsCipher, triggers: dict[str, BaseEventTrigger]) -> None:
-    """One asset per trigger, named by its key, watched by it."""
-
-    def seed(session: Any) -> None:
-        for name, trigger in triggers.items():
-            asset_id = session.execute(
-                insert(Asset).values(name=name, uri=f"test://{name}", extra={}).returning(Asset.id)
-            ).scalar_one()
-            classpath, kwargs = trigger.serialize()
-            tid = trigger_rows.add_trigger_row(
-                session, cipher, classpath, kwargs, kind=TriggerKind.WATCHER
-            )
-            session.execute(
-                insert(AssetWatcher).values(asset_id=asset_id, name="w", trigger_id=tid)
-            )
-
-    db.call(seed)
 
 
 def _stored(db: Database) -> dict[str, dict[str, str | None]]:
@@ -68,13 +47,6 @@ def _stored(db: Database) -> dict[str, dict[str, str | None]]:
     for name, dedup_key, partition_key in rows:
         stored.setdefault(name, {})[dedup_key] = partition_key
     return stored
-
-
-def _triggerer(db: Database, cipher: KwargsCipher) -> Triggerer:
-    settings = TriggererSettings(
-        capacity=10, heartbeat_s=1, claim_idle_interval_s=0.05, shutdown_grace_s=5
-    )
-    return Triggerer(db=db, cipher=cipher, settings=settings)
 
 
 async def test_kafka_watchers_key_their_events_from_fields_and_dead_letter_keyless_messages(
@@ -102,8 +74,8 @@ async def test_kafka_watchers_key_their_events_from_fields_and_dead_letter_keyle
     ]
     db = Database(migrated_sqlite_url)
     cipher = KwargsCipher(Fernet.generate_key().decode())
-    _seed(db, cipher, triggers)
-    triggerer = _triggerer(db, cipher)
+    seed_watchers(db, cipher, triggers)
+    triggerer = fast_triggerer(db, cipher)
     key = triggers["by_region"].shared_stream_key()
     with anyio.fail_after(45):
         async with anyio.create_task_group() as tg:
@@ -169,8 +141,8 @@ async def test_sqs_watchers_key_their_events_from_a_field_or_an_attribute(
         entries.append(entry)
     db = Database(migrated_sqlite_url)
     cipher = KwargsCipher(Fernet.generate_key().decode())
-    _seed(db, cipher, triggers)
-    triggerer = _triggerer(db, cipher)
+    seed_watchers(db, cipher, triggers)
+    triggerer = fast_triggerer(db, cipher)
     key = triggers["by_day"].shared_stream_key()
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:

@@ -16,14 +16,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 from cryptography.fernet import Fernet
-from sqlalchemy import insert, select
 
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
-from engine.db.models import Asset, AssetEvent, AssetWatcher
-from engine.db.queries import triggers as trigger_rows
-from engine.states import TriggerKind
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import MqttMessageTrigger
 from producers.exceptions import BrokerRefused, BrokerUnavailable, ProducerConfigError
 from shared_stream import AckTimeout, SharedStreamManager
@@ -36,6 +31,7 @@ from tests.services_mqtt import (
     publish,
 )
 from tests.waiting import wait_until
+from tests.watcher_rows import fast_triggerer, keyed_asset_events, seed_watchers
 
 if TYPE_CHECKING:
     from tests.services_mqtt import MqttBroker, MqttNames
@@ -322,37 +318,6 @@ def test_the_uri_form_of_a_connection_gives_the_client_settings() -> None:
 # -- through the real triggerer ----------------------------------------------------------
 
 
-def _seed_watchers(
-    db: Database, cipher: KwargsCipher, triggers: dict[str, MqttMessageTrigger]
-) -> dict[str, int]:
-    def seed(session: Any) -> dict[str, int]:
-        assets = {}
-        for name, trigger in triggers.items():
-            asset_id = session.execute(
-                insert(Asset).values(name=name, uri=f"test://{name}", extra={}).returning(Asset.id)
-            ).scalar_one()
-            classpath, kwargs = trigger.serialize()
-            tid = trigger_rows.add_trigger_row(
-                session, cipher, classpath, kwargs, kind=TriggerKind.WATCHER
-            )
-            session.execute(
-                insert(AssetWatcher).values(asset_id=asset_id, name="w", trigger_id=tid)
-            )
-            assets[name] = asset_id
-        return assets
-
-    return db.call(seed)
-
-
-def _asset_events(db: Database) -> list[tuple[int, str, str | None]]:
-    return db.call(
-        lambda s: [
-            (e.asset_id, e.dedup_key, e.partition_key)
-            for e in s.execute(select(AssetEvent)).scalars()
-        ]
-    )
-
-
 async def test_three_filtered_watchers_through_the_real_triggerer_by_connection_id(
     mqtt_broker, mqtt_names, built, migrated_sqlite_url: str, monkeypatch, caplog
 ) -> None:
@@ -374,14 +339,8 @@ async def test_three_filtered_watchers_through_the_real_triggerer_by_connection_
             **common, user_property_filter={"priority": "high"}, dedup="payload"
         ),
     }
-    assets = _seed_watchers(db, cipher, triggers)
-    triggerer = Triggerer(
-        db=db,
-        cipher=cipher,
-        settings=TriggererSettings(
-            capacity=10, heartbeat_s=1, claim_idle_interval_s=0.05, shutdown_grace_s=5
-        ),
-    )
+    assets = seed_watchers(db, cipher, triggers)
+    triggerer = fast_triggerer(db, cipher)
     kinds, regions = ["order", "refund", "noise"], ["eu", "us"]
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
@@ -407,14 +366,14 @@ async def test_three_filtered_watchers_through_the_real_triggerer_by_connection_
                 )
                 if hit
             )
-            await wait_until(lambda: len(_asset_events(db)) >= len(expected), within=20)
+            await wait_until(lambda: len(keyed_asset_events(db)) >= len(expected), within=20)
             # The same messages again (as a redelivery would bring them): absorbed.
             for topic, body, priority in sent[:6]:
                 await publish(mqtt_broker, topic, _json(body), user_properties=[priority])
             await wait_until(lambda: producer.acked == 36, within=20)
             assert triggerer.shared_streams.group_keys == (key,)  # one session, three watchers
             triggerer.shutdown()
-    stored = sorted((asset, _kind_of(key), part) for asset, key, part in _asset_events(db))
+    stored = sorted((asset, _kind_of(key), part) for asset, key, part in keyed_asset_events(db))
     assert stored == expected  # every match once, the repeats added nothing
     assert SECRET not in caplog.text
     db.dispose()

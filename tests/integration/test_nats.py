@@ -15,14 +15,9 @@ import anyio
 import pytest
 from cryptography.fernet import Fernet
 from nats.js.errors import NotFoundError
-from sqlalchemy import insert, select
 
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
-from engine.db.models import Asset, AssetEvent, AssetWatcher
-from engine.db.queries import triggers as trigger_rows
-from engine.states import TriggerKind
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import NatsJetStreamTrigger
 from producers.exceptions import (
     BrokerRefused,
@@ -34,6 +29,7 @@ from shared_stream import AckTimeout, AdvanceItem, AdvanceOutcome, SharedStreamM
 from shared_stream.testing import SubscriberHarness
 from tests.services_nats import PrivateNats, connect, free_port, jetstream_streams, read_all
 from tests.waiting import eventually, wait_until
+from tests.watcher_rows import asset_events, fast_triggerer, seed_watchers
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -496,44 +492,10 @@ def test_settings_that_cannot_work_fail_at_construction() -> None:
 # -- through the real triggerer ----------------------------------------------------------
 
 
-def _seed_watchers(
-    db: Database, cipher: KwargsCipher, triggers: dict[str, NatsJetStreamTrigger]
-) -> dict[str, int]:
-    def seed(session: Any) -> dict[str, int]:
-        assets = {}
-        for name, trigger in triggers.items():
-            asset_id = session.execute(
-                insert(Asset).values(name=name, uri=f"test://{name}", extra={}).returning(Asset.id)
-            ).scalar_one()
-            classpath, kwargs = trigger.serialize()
-            tid = trigger_rows.add_trigger_row(
-                session, cipher, classpath, kwargs, kind=TriggerKind.WATCHER
-            )
-            session.execute(
-                insert(AssetWatcher).values(asset_id=asset_id, name="w", trigger_id=tid)
-            )
-            assets[name] = asset_id
-        return assets
-
-    return db.call(seed)
-
-
-def _asset_events(db: Database) -> list[tuple[int, str]]:
-    return db.call(
-        lambda s: [(e.asset_id, e.dedup_key) for e in s.execute(select(AssetEvent)).scalars()]
-    )
-
-
 async def _run_triggerer(
     db: Database, cipher: KwargsCipher, key: Any, until: Callable[[], Awaitable[bool]]
 ) -> None:
-    triggerer = Triggerer(
-        db=db,
-        cipher=cipher,
-        settings=TriggererSettings(
-            capacity=10, heartbeat_s=1, claim_idle_interval_s=0.05, shutdown_grace_s=5
-        ),
-    )
+    triggerer = fast_triggerer(db, cipher)
     async with anyio.create_task_group() as tg:
         await tg.start(triggerer.run)
         await wait_until(lambda: triggerer.shared_streams.subscriber_count(key) == 2)
@@ -553,7 +515,7 @@ async def test_two_watchers_through_the_real_triggerer_by_connection_uri(
         "orders": _trigger(name, conn_id="nats_local", body_filter={"kind": "order"}),
         "eu": _trigger(name, conn_id="nats_local", header_filter={"region": "eu"}),
     }
-    assets = _seed_watchers(db, cipher, triggers)
+    assets = seed_watchers(db, cipher, triggers)
     key = triggers["orders"].shared_stream_key()
     expected = []
     for n in range(60):
@@ -563,13 +525,13 @@ async def test_two_watchers_through_the_real_triggerer_by_connection_uri(
         expected += [(assets["eu"], f"nats:{name}:{seq}")] * (region == "eu")
 
     async def stored_and_acked() -> bool:
-        return len(_asset_events(db)) >= len(expected) and await _settled(nc, name)()
+        return len(asset_events(db)) >= len(expected) and await _settled(nc, name)()
 
     with anyio.fail_after(40):
         await _run_triggerer(db, cipher, key, stored_and_acked)
-        assert sorted(_asset_events(db)) == sorted(expected)  # every match once, nothing else
+        assert sorted(asset_events(db)) == sorted(expected)  # every match once, nothing else
         # Every message again (the durable recreated from the stream's start): all absorbed.
         await nc.jetstream().delete_consumer(name, "sluice")
         await _run_triggerer(db, cipher, key, _settled(nc, name))
-    assert sorted(_asset_events(db)) == sorted(expected)
+    assert sorted(asset_events(db)) == sorted(expected)
     db.dispose()

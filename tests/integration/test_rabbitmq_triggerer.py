@@ -9,16 +9,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import pytest
 from cryptography.fernet import Fernet
-from sqlalchemy import insert, select
 
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
-from engine.db.models import Asset, AssetEvent, AssetWatcher
-from engine.db.queries import triggers as trigger_rows
-from engine.states import TriggerKind
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import RabbitMQMessageTrigger
 from tests.waiting import wait_until
+from tests.watcher_rows import asset_events, fast_triggerer, seed_watchers
 
 if TYPE_CHECKING:
     from shared_stream import SharedStreamManager
@@ -29,34 +25,6 @@ pytestmark = pytest.mark.integration
 
 def _advanced(manager: SharedStreamManager, count: int) -> Any:
     return lambda: sum(s.advanced_events for s in manager.stats()) >= count
-
-
-def _seed_watchers(
-    db: Database, cipher: KwargsCipher, triggers: dict[str, RabbitMQMessageTrigger]
-) -> dict[str, int]:
-    def seed(session: Any) -> dict[str, int]:
-        assets = {}
-        for name, trigger in triggers.items():
-            asset_id = session.execute(
-                insert(Asset).values(name=name, uri=f"test://{name}", extra={}).returning(Asset.id)
-            ).scalar_one()
-            classpath, kwargs = trigger.serialize()
-            tid = trigger_rows.add_trigger_row(
-                session, cipher, classpath, kwargs, kind=TriggerKind.WATCHER
-            )
-            session.execute(
-                insert(AssetWatcher).values(asset_id=asset_id, name="w", trigger_id=tid)
-            )
-            assets[name] = asset_id
-        return assets
-
-    return db.call(seed)
-
-
-def _asset_events(db: Database) -> list[tuple[int, str]]:
-    return db.call(
-        lambda s: [(e.asset_id, e.dedup_key) for e in s.execute(select(AssetEvent)).scalars()]
-    )
 
 
 async def test_watchers_by_connection_id_through_the_real_triggerer(
@@ -74,16 +42,10 @@ async def test_watchers_by_connection_id_through_the_real_triggerer(
             conn_id="orders_broker", queue=queue, body_filter={"kind": ["refund", "chargeback"]}
         ),
     }
-    assets = _seed_watchers(db, cipher, triggers)
+    assets = seed_watchers(db, cipher, triggers)
     kinds = ["order", "refund", "chargeback", "noise"]
     bodies = [{"kind": kinds[n % 4], "n": n} for n in range(60)]
-    triggerer = Triggerer(
-        db=db,
-        cipher=cipher,
-        settings=TriggererSettings(
-            capacity=10, heartbeat_s=1, claim_idle_interval_s=0.05, shutdown_grace_s=5
-        ),
-    )
+    triggerer = fast_triggerer(db, cipher)
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
             await tg.start(triggerer.run)
@@ -98,14 +60,14 @@ async def test_watchers_by_connection_id_through_the_real_triggerer(
                 for n, i in enumerate(ids)
                 if kinds[n % 4] != "noise"
             )
-            await wait_until(lambda: len(_asset_events(db)) >= len(expected), within=15)
+            await wait_until(lambda: len(asset_events(db)) >= len(expected), within=15)
             # The same messages again (a publisher's retry, a redelivery after a crash):
             # absorbed by their dedup keys, yet acked.
             await rabbitmq_queues.republish(queue, bodies, ids)
             await wait_until(_advanced(triggerer.shared_streams, 120), within=15)
             assert triggerer.shared_streams.group_keys == (key,)  # one consumer for both
             triggerer.shutdown()
-    assert sorted(_asset_events(db)) == expected  # every match once, nothing else
+    assert sorted(asset_events(db)) == expected  # every match once, nothing else
     assert await rabbitmq_queues.ready(queue) == 0
     assert "guest:guest" not in caplog.text
     db.dispose()

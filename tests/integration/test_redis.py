@@ -15,14 +15,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import pytest
 from cryptography.fernet import Fernet
-from sqlalchemy import insert, select
 
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
-from engine.db.models import Asset, AssetEvent, AssetWatcher
-from engine.db.queries import triggers as trigger_rows
-from engine.states import TriggerKind
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import RedisStreamTrigger
 from producers.exceptions import (
     BrokerRefused,
@@ -33,6 +28,7 @@ from producers.exceptions import (
 from shared_stream import AckTimeout, AdvanceItem, AdvanceOutcome, SharedStreamManager
 from shared_stream.testing import SubscriberHarness
 from tests.waiting import eventually, wait_until
+from tests.watcher_rows import asset_events, fast_triggerer, seed_watchers
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -533,34 +529,6 @@ def test_settings_that_cannot_work_are_refused_when_the_dag_file_is_parsed() -> 
 # -- through the real triggerer ----------------------------------------------------------
 
 
-def _seed_watchers(
-    db: Database, cipher: KwargsCipher, triggers: dict[str, RedisStreamTrigger]
-) -> dict[str, int]:
-    def seed(session: Any) -> dict[str, int]:
-        assets = {}
-        for name, trigger in triggers.items():
-            asset_id = session.execute(
-                insert(Asset).values(name=name, uri=f"test://{name}", extra={}).returning(Asset.id)
-            ).scalar_one()
-            classpath, kwargs = trigger.serialize()
-            tid = trigger_rows.add_trigger_row(
-                session, cipher, classpath, kwargs, kind=TriggerKind.WATCHER
-            )
-            session.execute(
-                insert(AssetWatcher).values(asset_id=asset_id, name="w", trigger_id=tid)
-            )
-            assets[name] = asset_id
-        return assets
-
-    return db.call(seed)
-
-
-def _asset_events(db: Database) -> list[tuple[int, str]]:
-    return db.call(
-        lambda s: [(e.asset_id, e.dedup_key) for e in s.execute(select(AssetEvent)).scalars()]
-    )
-
-
 async def test_watchers_by_connection_id_through_the_real_triggerer_absorb_a_redelivery(
     redis_streams_url, redis_client, redis_stream_name, migrated_sqlite_url, monkeypatch, caplog
 ) -> None:
@@ -581,15 +549,9 @@ async def test_watchers_by_connection_id_through_the_real_triggerer_absorb_a_red
         "refunds": watcher(body_filter={"kind": ["refund", "chargeback"]}),
         "eu": watcher(field_filter={"region": "eu"}, partition_key_entry_field="region"),
     }
-    assets = _seed_watchers(db, cipher, triggers)
+    assets = seed_watchers(db, cipher, triggers)
     kinds, regions = ["order", "refund", "chargeback", "noise"], ["eu", "us", "apac"]
-    triggerer = Triggerer(
-        db=db,
-        cipher=cipher,
-        settings=TriggererSettings(
-            capacity=10, heartbeat_s=1, claim_idle_interval_s=0.05, shutdown_grace_s=5
-        ),
-    )
+    triggerer = fast_triggerer(db, cipher)
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
             await tg.start(triggerer.run)
@@ -613,12 +575,12 @@ async def test_watchers_by_connection_id_through_the_real_triggerer_absorb_a_red
                 )
                 if hit
             )
-            await wait_until(lambda: len(_asset_events(db)) >= len(expected), within=20)
+            await wait_until(lambda: len(asset_events(db)) >= len(expected), within=20)
             await eventually(_all_acked(redis_client, stream))
             # A redelivery of everything (the group rewound): no second asset event.
             await redis_client.xgroup_setid(stream, GROUP, "0")
             await eventually(_all_acked(redis_client, stream))
             assert triggerer.shared_streams.group_keys == (key,)  # one consumer, three watchers
             triggerer.shutdown()
-    assert sorted(_asset_events(db)) == expected  # every match once, nothing else
+    assert sorted(asset_events(db)) == expected  # every match once, nothing else
     db.dispose()

@@ -14,14 +14,9 @@ import anyio
 import pytest
 from aiobotocore.session import get_session
 from cryptography.fernet import Fernet
-from sqlalchemy import insert, select
 
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
-from engine.db.models import Asset, AssetEvent, AssetWatcher
-from engine.db.queries import triggers as trigger_rows
-from engine.states import TriggerKind
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from producers import SqsMessageTrigger
 from producers.exceptions import BrokerRequestFailed, BrokerUnavailable, ProducerConfigError
 from shared_stream import (
@@ -40,6 +35,7 @@ from tests.services_sqs import (
     send_messages,
 )
 from tests.waiting import eventually, wait_until
+from tests.watcher_rows import asset_events, fast_triggerer, seed_watchers
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -384,34 +380,6 @@ async def test_a_missing_queue_is_a_configuration_error(sqs_endpoint) -> None:
 # -- through the real triggerer ----------------------------------------------------------
 
 
-def _seed_watchers(
-    db: Database, cipher: KwargsCipher, triggers: dict[str, SqsMessageTrigger]
-) -> dict[str, int]:
-    def seed(session: Any) -> dict[str, int]:
-        assets = {}
-        for name, trigger in triggers.items():
-            asset_id = session.execute(
-                insert(Asset).values(name=name, uri=f"test://{name}", extra={}).returning(Asset.id)
-            ).scalar_one()
-            classpath, kwargs = trigger.serialize()
-            tid = trigger_rows.add_trigger_row(
-                session, cipher, classpath, kwargs, kind=TriggerKind.WATCHER
-            )
-            session.execute(
-                insert(AssetWatcher).values(asset_id=asset_id, name="w", trigger_id=tid)
-            )
-            assets[name] = asset_id
-        return assets
-
-    return db.call(seed)
-
-
-def _asset_events(db: Database) -> list[tuple[int, str]]:
-    return db.call(
-        lambda s: [(e.asset_id, e.dedup_key) for e in s.execute(select(AssetEvent)).scalars()]
-    )
-
-
 async def test_three_filtered_watchers_through_the_real_triggerer(
     sqs_endpoint, sqs, sqs_queue_name, migrated_sqlite_url: str, caplog
 ) -> None:
@@ -423,7 +391,7 @@ async def test_three_filtered_watchers_through_the_real_triggerer(
         "refunds": _trigger(sqs_endpoint, url, body_filter={"kind": ["refund", "chargeback"]}),
         "eu": _trigger(sqs_endpoint, url, attribute_filter={"region": "eu"}),
     }
-    assets = _seed_watchers(db, cipher, triggers)
+    assets = seed_watchers(db, cipher, triggers)
     kinds = ["order", "refund", "chargeback", "noise"]
     regions = ["eu", "us", None]
     entries = []
@@ -432,13 +400,7 @@ async def test_three_filtered_watchers_through_the_real_triggerer(
         if (region := regions[n % 3]) is not None:
             entry["MessageAttributes"] = {"region": {"DataType": "String", "StringValue": region}}
         entries.append(entry)
-    triggerer = Triggerer(
-        db=db,
-        cipher=cipher,
-        settings=TriggererSettings(
-            capacity=10, heartbeat_s=1, claim_idle_interval_s=0.05, shutdown_grace_s=5
-        ),
-    )
+    triggerer = fast_triggerer(db, cipher)
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
             await tg.start(triggerer.run)
@@ -455,10 +417,10 @@ async def test_three_filtered_watchers_through_the_real_triggerer(
                 )
                 if hit
             )
-            await wait_until(lambda: len(_asset_events(db)) >= len(expected), within=20)
+            await wait_until(lambda: len(asset_events(db)) >= len(expected), within=20)
             await eventually(_empty(sqs, url))
             assert triggerer.shared_streams.group_keys == (key,)  # one poll for three watchers
             triggerer.shutdown()
-    assert sorted(_asset_events(db)) == expected  # every match once, nothing else
+    assert sorted(asset_events(db)) == expected  # every match once, nothing else
     assert SECRET not in caplog.text
     db.dispose()
