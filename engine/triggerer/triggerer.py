@@ -23,11 +23,12 @@ from engine.authoring.external_task_trigger import MetadataReadingTrigger
 from engine.db.queries import claims as store_claims
 from engine.db.queries import jobs, streams
 from engine.db.queries import triggers as trigger_rows
-from engine.exceptions import LeaseLost, SluiceError, TriggerLoadError
+from engine.exceptions import DatabaseUnavailable, LeaseLost, SluiceError, TriggerLoadError
 from engine.jobs.service import JobService
 from engine.jobs.wakeup import RowsSignal
 from engine.loader import trigger_stream_digest
 from engine.metrics.readings import HistogramReading, TriggererReading
+from engine.retry import Backoff
 from engine.states import JobState, TriggerKind
 from engine.triggerer import claiming
 from engine.triggerer.claim_loop import ClaimLoop
@@ -59,6 +60,7 @@ CLAIM_IDLE_INTERVAL_S: Final = 1.0
 NEW_TRIGGER_POLL_S: Final = 0.1
 LOAD_RETRY_S: Final = 30.0
 START_CHUNK: Final = 200
+REGISTER_RETRY_S: Final = 0.5  # first backoff of a new life's job registration
 CLAIM_CHUNK: Final = 5000
 
 
@@ -203,7 +205,7 @@ class Triggerer:
         while True:
             lost = False
             try:
-                await self._live(mark_started)
+                await self._live(mark_started, again=self.leases_lost > 0)
             except* LeaseLost:
                 lost = True
             if not lost or self._stopping.is_set():
@@ -211,10 +213,38 @@ class Triggerer:
             self.leases_lost += 1
             self._build_runtime()
 
-    async def _live(self, started: Callable[[], None]) -> None:
-        registered = time.monotonic()
-        self.job_id = job_id = await self._job.start()
-        self.lease.renewed(registered)  # the row's first heartbeat is its insert
+    async def _register(self, *, again: bool) -> int | None:
+        """Insert this life's job row and start its lease; a life after a lost lease (the
+        database may be what it lost) retries with a backoff until the row is in, or
+        returns None on shutdown."""
+        backoff = Backoff(REGISTER_RETRY_S)
+        while True:
+            sent_at = time.monotonic()
+            try:
+                job_id = await self._job.start()
+                self.lease.renewed(sent_at)  # the row's first heartbeat is its insert
+                return job_id
+            except DatabaseUnavailable as exc:
+                if not again:
+                    raise
+                delay = backoff.failed()
+                logger.warning(
+                    "Triggerer cannot register its new job yet: %s; retrying in %.1fs",
+                    exc,
+                    delay,
+                    extra={"action": "triggerer_register_retry"},
+                )
+            with anyio.move_on_after(delay):
+                await self._stopping.wait()
+            if self._stopping.is_set():
+                return None
+
+    async def _live(self, started: Callable[[], None], *, again: bool) -> None:
+        job_id = await self._register(again=again)
+        if job_id is None:  # shut down while the database was away
+            started()
+            return
+        self.job_id = job_id
         logger.info(
             "Triggerer started job_id=%s capacity=%d",
             job_id,

@@ -25,7 +25,7 @@ from engine.db.database import Database
 from engine.db.models import Asset, AssetEvent, AssetWatcher, Job, Trigger, utcnow
 from engine.db.queries import jobs
 from engine.db.queries import triggers as trigger_rows
-from engine.exceptions import LeaseLost
+from engine.exceptions import DatabaseUnavailable, LeaseLost
 from engine.loader import trigger_stream_digest
 from engine.states import JobState, TriggerKind
 from engine.triggerer import claiming
@@ -252,3 +252,36 @@ async def test_the_lease_starts_with_the_job_row_not_with_the_object(db: Databas
             assert triggerer.leases_lost == 0
             assert triggerer.lease.holds()
             triggerer.shutdown()
+
+
+async def test_a_new_life_waits_for_the_database_to_register_its_job(
+    db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lease lost because the database was away: the next life's job row cannot be
+    inserted yet either. The triggerer retries with a backoff instead of crashing the part
+    (which would stop ``sluice run``), and serves again once the row is in."""
+    cipher = KwargsCipher(Fernet.generate_key().decode())
+    triggerer = Triggerer(db=db, cipher=cipher, settings=_settings())
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            await tg.start(triggerer.run)
+            first_job = triggerer.job_id
+            assert first_job is not None
+            start = triggerer._job.start
+            refusals = 2
+
+            async def database_away(*args: Any, **kwargs: Any) -> int:
+                nonlocal refusals
+                if refusals:
+                    refusals -= 1
+                    raise DatabaseUnavailable("connection refused (the test's outage)")
+                return await start(*args, **kwargs)
+
+            triggerer._job.start = database_away  # type: ignore[method-assign]
+            db.call(lambda s: jobs.revoke_jobs(s, [first_job]))
+            await wait_until(lambda: triggerer.job_id not in (None, first_job), within=15)
+            assert (triggerer.leases_lost, refusals) == (1, 0)
+            assert triggerer.lease.holds()
+            triggerer.shutdown()
+    retries = [r for r in caplog.records if "cannot register its new job yet" in r.message]
+    assert len(retries) == 2
