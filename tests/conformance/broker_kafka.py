@@ -210,13 +210,7 @@ class PrivateTansu:
 
 class KafkaKit:
     kind = KIND
-    cannot: Mapping[str, str] = {
-        "broker_restart": (
-            "not met yet (a bug, not the protocol): aiokafka retries a lost broker inside "
-            "the consumer, so no watcher fails and none says the broker is gone; the "
-            "watchers recover and store every message once when it is back"
-        ),
-    }
+    cannot: Mapping[str, str] = {}
 
     def __init__(self, broker: KafkaBroker, tmp: Path) -> None:
         self.broker = broker
