@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from tests.conformance.broker import KitBroker
 
 RUNTIME_LOGGER = "engine.triggerer.runtime"
+RESTART_BACKOFF_S = (0.5, 2.0)
 
 
 class _Keep(logging.Handler):
@@ -123,4 +124,8 @@ def _settings(ack_timeout_s: float) -> TriggererSettings:
         new_trigger_poll_s=0.05,
         shutdown_grace_s=5,
         ack_timeout_s=ack_timeout_s,
+        # a watcher whose broker is down retries every 2 s at most, not the engine's 60 s:
+        # broker_restart's recovery waits for the next retry after the broker is back (with
+        # 1, 2, 4, 8, 16 s, a broker slow to start pushed it past the case's bound)
+        restart_backoff_s=RESTART_BACKOFF_S,
     )
