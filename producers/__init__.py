@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from producers.mqtt import MqttSharedStreamProducer
     from producers.mqtt_core import MqttMessage, MqttReceipt, MqttSettings
     from producers.mqtt_trigger import MqttMessageTrigger
+    from producers.nats import NatsJetStreamSharedStreamProducer
+    from producers.nats_core import NatsConnection, NatsMessage, NatsReceipt
+    from producers.nats_trigger import NatsJetStreamTrigger
     from producers.rabbitmq import RabbitMQSharedStreamProducer
     from producers.rabbitmq_core import RabbitMQConnection, RabbitMQDelivery, RabbitMQMessage
     from producers.rabbitmq_trigger import RabbitMQMessageTrigger
@@ -55,6 +58,11 @@ _MODULE_OF: Final[dict[str, str]] = {
     "MqttReceipt": "producers.mqtt_core",
     "MqttSettings": "producers.mqtt_core",
     "MqttSharedStreamProducer": "producers.mqtt",
+    "NatsConnection": "producers.nats_core",
+    "NatsJetStreamSharedStreamProducer": "producers.nats",
+    "NatsJetStreamTrigger": "producers.nats_trigger",
+    "NatsMessage": "producers.nats_core",
+    "NatsReceipt": "producers.nats_core",
     "RabbitMQConnection": "producers.rabbitmq_core",
     "RabbitMQDelivery": "producers.rabbitmq_core",
     "RabbitMQMessage": "producers.rabbitmq_core",
@@ -86,6 +94,11 @@ __all__: tuple[str, ...] = (
     "MqttReceipt",
     "MqttSettings",
     "MqttSharedStreamProducer",
+    "NatsConnection",
+    "NatsJetStreamSharedStreamProducer",
+    "NatsJetStreamTrigger",
+    "NatsMessage",
+    "NatsReceipt",
     "RabbitMQConnection",
     "RabbitMQDelivery",
     "RabbitMQMessage",

@@ -1,8 +1,8 @@
 """A first run: ``sluice run`` on the example DAGs with no broker is quiet (issue 17).
 
 The engine runs as ``make run`` runs it (text logs, the repository's ``dags/`` folder, a
-fresh ``SLUICE_HOME``) while the Kafka and SQS example DAGs point at a port that refuses
-connections. Once every broker watcher has failed and retried several times (counted in
+fresh ``SLUICE_HOME``) while the Kafka, SQS, RabbitMQ and NATS example DAGs point at a port
+that refuses connections. Once every broker watcher has failed and retried several times (counted in
 the trigger rows, since the retries are logged at DEBUG), the log holds no traceback and no
 ERROR line, and each broker watcher said exactly once that it cannot reach its broker,
 naming the address and the backoff.
@@ -39,6 +39,8 @@ BROKER_WATCHERS = (
     "redis-shipments-ups",
     "mqtt-temperature",
     "mqtt-humidity",
+    "nats-orders-eu",
+    "nats-orders-us",
 )
 RETRIES = 3  # failed attempts of each broker watcher before the log is read
 WARNING = re.compile(
@@ -72,6 +74,7 @@ def test_a_first_run_without_brokers_logs_one_warning_per_watcher_and_no_traceba
         SLUICE_EXAMPLE_REDIS_URL=f"redis://{address}/0",
         SLUICE_EXAMPLE_MQTT_HOST="127.0.0.1",
         SLUICE_EXAMPLE_MQTT_PORT=str(refused_port),
+        SLUICE_EXAMPLE_NATS=f"nats://{address}",
     )
     home.mkdir()
     assert run_cli("db", "migrate", env=env).returncode == 0

@@ -13,6 +13,7 @@ from producers import (
     KafkaMessageTrigger,
     MessageQueueTrigger,
     MqttMessageTrigger,
+    NatsJetStreamTrigger,
     RabbitMQMessageTrigger,
     RedisStreamTrigger,
     SqsMessageTrigger,
@@ -81,6 +82,7 @@ def test_an_sqs_queue_url_builds_an_sqs_watcher() -> None:
         ({"scheme": "amqp", "queue": "orders", "url": AMQP}, RabbitMQMessageTrigger),
         ({"scheme": "redis+streams", "stream": "orders", "group": "g"}, RedisStreamTrigger),
         ({"scheme": "mqtt", "topic": "sensors/#", "client_id": "c"}, MqttMessageTrigger),
+        ({"scheme": "nats", "stream": "ORDERS", "durable": "sluice"}, NatsJetStreamTrigger),
     ],
 )
 def test_the_other_brokers_take_their_own_arguments_by_scheme(
