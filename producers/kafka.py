@@ -61,7 +61,7 @@ from aiokafka import errors as kafka_errors
 
 from producers.exceptions import BrokerUnavailable, ProducerConfigError
 from producers.kafka_bootstrap import capture_bootstrap_errors
-from producers.kafka_errors import translate_kafka_error
+from producers.kafka_errors import stop_client, translate_kafka_error
 from producers.kafka_liveness import BrokerLiveness, lost_after_default
 from producers.kafka_messages import (
     KafkaMessage,
@@ -461,17 +461,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         clients = (self._consumer, self._dead_letters)
         self._consumer = self._dead_letters = None
         for client in clients:
-            if client is None:
-                continue
-            try:
-                await client.stop()
-            except kafka_errors.KafkaError as exc:
-                logger.warning(
-                    "Stopping a Kafka client of %s failed: %s",
-                    self.where,
-                    exc,
-                    extra={"action": "kafka.close_failed", "group_id": self.group_id},
-                )
+            if client is not None:
+                await stop_client(client, where=self.where, group_id=self.group_id)
 
     def __repr__(self) -> str:
         return (
