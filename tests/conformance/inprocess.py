@@ -22,6 +22,7 @@ from cryptography.fernet import Fernet
 
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
+from engine.triggerer.runtime import DEFAULT_RESTART_BACKOFF_S
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from tests.conformance.world import Stored, dag_file
 from tests.db_templates import copy_sqlite_template
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
     from tests.conformance.broker import KitBroker
 
 RUNTIME_LOGGER = "engine.triggerer.runtime"
-RESTART_BACKOFF_S = (0.5, 2.0)
 
 
 class _Keep(logging.Handler):
@@ -85,6 +85,7 @@ async def kit_engine(
     watchers: Mapping[str, str],
     *,
     ack_timeout_s: float = 30.0,
+    restart_backoff_s: tuple[float, float] = DEFAULT_RESTART_BACKOFF_S,
 ) -> AsyncIterator[KitEngine]:
     """The triggerer running ``watchers`` (label -> source) until the block ends."""
     dags = tmp / "dags"
@@ -96,7 +97,10 @@ async def kit_engine(
     assert not report.errors, report.errors
     batches: list[BatchResult] = []
     triggerer = Triggerer(
-        db=db, cipher=cipher, settings=_settings(ack_timeout_s), on_committed=batches.append
+        db=db,
+        cipher=cipher,
+        settings=_settings(ack_timeout_s, restart_backoff_s),
+        on_committed=batches.append,
     )
     engine = KitEngine(db, triggerer, kit, batches)
     handler = _Keep(engine.records)
@@ -113,7 +117,7 @@ async def kit_engine(
         db.dispose()
 
 
-def _settings(ack_timeout_s: float) -> TriggererSettings:
+def _settings(ack_timeout_s: float, restart_backoff_s: tuple[float, float]) -> TriggererSettings:
     return TriggererSettings(
         capacity=100,
         heartbeat_s=0.5,
@@ -124,8 +128,5 @@ def _settings(ack_timeout_s: float) -> TriggererSettings:
         new_trigger_poll_s=0.05,
         shutdown_grace_s=5,
         ack_timeout_s=ack_timeout_s,
-        # a watcher whose broker is down retries every 2 s at most, not the engine's 60 s:
-        # broker_restart's recovery waits for the next retry after the broker is back (with
-        # 1, 2, 4, 8, 16 s, a broker slow to start pushed it past the case's bound)
-        restart_backoff_s=RESTART_BACKOFF_S,
+        restart_backoff_s=restart_backoff_s,
     )
