@@ -39,6 +39,9 @@ the revoked partitions' records, waits (at most ``revoke_drain_timeout_ms``) for
 yielded there to be advanced and committed, then gives them up: advances that arrive later
 for an older epoch commit nothing (the new owner gets those messages again; deduplication
 keys absorb the repeats). A commit never moves a partition's offset backwards.
+
+A broker that stays unreachable (aiokafka retries it in silence) is noticed after a fetch that
+returned nothing (``producers.kafka_liveness``): ``BrokerUnavailable``, the watchers restart.
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ from aiokafka import errors as kafka_errors
 
 from producers.exceptions import BrokerUnavailable, ProducerConfigError
 from producers.kafka_bootstrap import capture_bootstrap_errors
-from producers.kafka_errors import translate_kafka_error
+from producers.kafka_errors import stop_client, translate_kafka_error
+from producers.kafka_liveness import BrokerLiveness, lost_after_default
 from producers.kafka_messages import (
     KafkaMessage,
     KafkaMessageBatch,
@@ -117,6 +121,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         max_inflight_messages: int = DEFAULT_MAX_INFLIGHT_MESSAGES,
         advance_timeout_s: float = DEFAULT_ADVANCE_TIMEOUT_S,
         batch_messages: int | None = None,
+        broker_lost_after_s: float | None = None,
     ) -> None:
         if not settings.bootstrap_servers:  # unresolved: its connection was not looked up
             raise ProducerConfigError(
@@ -144,6 +149,9 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
             raise ValueError(f"batch_messages must be >= 1 or None, got {batch_messages}")
         self.batch_messages = batch_messages
         self.advance_timeout_s = advance_timeout_s
+        self.liveness = BrokerLiveness(
+            broker_lost_after_s or lost_after_default(settings.session_timeout_ms)
+        )
         self._consumer: Any = None
         self._dead_letters: Any = None
         self._book = PartitionBook()
@@ -185,13 +193,16 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                 raise translate_kafka_error(
                     exc, doing="fetching", where=self.where, address=self.address
                 ) from exc
-            if fetched:
-                logger.debug(
-                    "Fetched %d record(s) from %d partition(s)",
-                    sum(len(records) for records in fetched.values()),
-                    len(fetched),
-                    extra={"action": "kafka.fetched", "group_id": self.group_id},
-                )
+            if not fetched:  # a quiet topic, or a broker gone (aiokafka retries in silence)
+                await self.liveness.check(consumer, where=self.where, address=self.address)
+                continue
+            self.liveness.alive()
+            logger.debug(
+                "Fetched %d record(s) from %d partition(s)",
+                sum(len(records) for records in fetched.values()),
+                len(fetched),
+                extra={"action": "kafka.fetched", "group_id": self.group_id},
+            )
             for tp, records in fetched.items():
                 if self.batch_messages is None:
                     for item in self._admit(tp, records):
@@ -259,6 +270,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
                     address=self.address,
                     bootstrap=bootstrap,
                 ) from exc
+        self.liveness.alive()
         logger.info(
             "Kafka consumer started for %s (on_unclean=%s, dead_letter_topic=%s)",
             self.where,
@@ -449,22 +461,14 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         clients = (self._consumer, self._dead_letters)
         self._consumer = self._dead_letters = None
         for client in clients:
-            if client is None:
-                continue
-            try:
-                await client.stop()
-            except kafka_errors.KafkaError as exc:
-                logger.warning(
-                    "Stopping a Kafka client of %s failed: %s",
-                    self.where,
-                    exc,
-                    extra={"action": "kafka.close_failed", "group_id": self.group_id},
-                )
+            if client is not None:
+                await stop_client(client, where=self.where, group_id=self.group_id)
 
     def __repr__(self) -> str:
         return (
             f"<KafkaSharedStreamProducer {self.where} on_unclean={self.on_unclean} "
-            f"book={self._book!r} closing={self._closing} stats={self.stats}>"
+            f"book={self._book!r} closing={self._closing} stats={self.stats} "
+            f"liveness={self.liveness!r}>"
         )
 
 

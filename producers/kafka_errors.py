@@ -6,7 +6,9 @@ raises what it returns ``from`` the original.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, Final
 
 from aiokafka import errors as kafka_errors
 
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from producers.kafka_bootstrap import BootstrapFailure
+
+logger = logging.getLogger(__name__)
 
 _CONFIG_ERRORS: Final = (
     kafka_errors.AuthenticationFailedError,
@@ -88,3 +92,30 @@ def translate_kafka_error(
             address=address,
         )
     return BrokerRequestFailed(f"Kafka failed {doing} at {where}: {detail}")
+
+
+async def stop_client(client: Any, *, where: str, group_id: str | None) -> None:
+    """``await client.stop()`` of an aiokafka consumer or producer; a failure is a warning.
+
+    aiokafka's ``stop()`` awaits its own background tasks, and one it cancelled itself (a
+    coordinator that lost its broker) re-raises ``CancelledError`` into the caller, who was
+    not cancelled: that stray one is a failed stop too (warned, the next client still
+    stopped), not the caller's cancellation; a real one (``cancelling()``) propagates.
+    """
+    try:
+        await client.stop()
+    except kafka_errors.KafkaError as exc:
+        error: BaseException = exc
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise
+        error = exc
+    else:
+        return
+    logger.warning(
+        "Stopping a Kafka client of %s failed: %r",
+        where,
+        error,
+        extra={"action": "kafka.close_failed", "group_id": group_id},
+    )

@@ -27,6 +27,7 @@ manager, and the next ``subscribe`` of a key starts a fresh group. ``aclose()`` 
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import itertools
 import logging
@@ -36,7 +37,11 @@ from typing import TYPE_CHECKING, Any, Final, Self
 import anyio
 import anyio.lowlevel
 
-from shared_stream.exceptions import InvalidSubscription, ManagerNotRunning
+from shared_stream.exceptions import (
+    InvalidSubscription,
+    ManagerNotRunning,
+    SharedStreamTerminated,
+)
 from shared_stream.group import SharedStreamGroup
 from shared_stream.routes import SERIAL_SHIFT, BindingRoutes
 from shared_stream.settings import GroupSettings
@@ -392,6 +397,10 @@ class SharedStreamManager:
     async def _run_group(self, group: SharedStreamGroup) -> None:
         try:
             await group.run()
+        except asyncio.CancelledError as exc:
+            if _cancelled_for_real():
+                raise
+            self._stray_cancel(group, exc)
         finally:
             del self._live[group]
             self._routes.close(group.serial)
@@ -401,6 +410,26 @@ class SharedStreamManager:
                 self._unreachable.add(group.key)
             if group.terminated and group.departed and group.key not in self._groups:
                 self._cohorts[group.key] = group.departed
+
+    def _stray_cancel(self, group: SharedStreamGroup, exc: BaseException) -> None:
+        """A ``CancelledError`` nobody asked for left the group (a broker client awaited a
+        task it had cancelled itself, e.g. aiokafka's ``stop()``). Let through, it would
+        cancel the manager's task group and end ``run()`` in silence: every later subscribe
+        refused (``ManagerNotRunning``) while the triggerer runs on. The group fails instead."""
+        logger.error(
+            "Shared stream group key=%r: its producer raised a CancelledError while nothing "
+            "cancelled it (%r); the group ends as failed",
+            group.key,
+            exc,
+            extra={"action": "shared_stream.stray_cancel"},
+        )
+        if not group.terminated:
+            group.terminate(
+                SharedStreamTerminated(
+                    f"the producer of shared stream key={group.key!r} raised CancelledError "
+                    "while nothing cancelled it"
+                )
+            )
 
     def _retire(self, group: SharedStreamGroup) -> None:
         """Keep a finished group's counters while another group of its key lives."""
@@ -456,3 +485,9 @@ def _check_key(trigger_id: int, key: object) -> None:
             f"shared_stream_key() of trigger {trigger_id!r} is an async def: it returned a "
             "coroutine, not a key; make it a plain def returning a tuple of strings"
         )
+
+
+def _cancelled_for_real() -> bool:
+    """The current task has a cancellation pending (a cancel scope's, or ``Task.cancel``)."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0

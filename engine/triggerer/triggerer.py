@@ -40,7 +40,7 @@ from engine.triggerer.loading import Loaded, load_rows
 from engine.triggerer.metadata import DatabaseMetadataReader
 from engine.triggerer.outbox import Outbox, TriggerFailed
 from engine.triggerer.persister import BatchResult, Persister
-from engine.triggerer.runtime import TriggerRunner
+from engine.triggerer.runtime import DEFAULT_RESTART_BACKOFF_S, TriggerRunner
 from engine.triggerer.watchdog import LoopWatchdog
 from shared_stream import SharedStreamManager
 
@@ -78,6 +78,8 @@ class TriggererSettings:
     ack_timeout_s: float = 300.0
     subscriber_queue_size: int = 1024
     cohort_grace_period_s: float = 0.0
+    # a failed watcher's restart backoff: (first, most) seconds, doubling in between
+    restart_backoff_s: tuple[float, float] = DEFAULT_RESTART_BACKOFF_S
     claim_idle_interval_s: float = CLAIM_IDLE_INTERVAL_S
     new_trigger_poll_s: float = NEW_TRIGGER_POLL_S
     max_asset_event_payload_bytes: int | None = 1_048_576
@@ -132,6 +134,7 @@ class Triggerer:
             outbox=self.outbox,
             shared_streams=self.shared_streams,
             cleanup_timeout_s=settings.cleanup_timeout_s,
+            restart_backoff_s=settings.restart_backoff_s,
         )
         self.persister = Persister(
             db=db,

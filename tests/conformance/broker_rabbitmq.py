@@ -8,8 +8,9 @@ dead-letter exchange. ``dead_letter=False`` watchers requeue what they reject
 (``on_reject="requeue"``): the broker delivers it again, until ``max_deliveries``
 dead-letters it.
 
-``unresolved`` is the queue's ``messages`` (ready + unacknowledged) as ``rabbitmqctl
-list_queues`` reports it: AMQP itself only tells the ready ones. ``dead_lettered`` takes
+``unresolved`` is the queue's ready + unacknowledged messages, asked of its Raft leader with
+``rabbitmqctl eval`` (AMQP itself only tells the ready ones; ``list_queues messages`` is a
+metric the leader refreshes every 5 s, stale just after a publish). ``dead_lettered`` takes
 what reached ``<queue>.dlq`` and keeps it, so each call returns everything seen so far.
 The private broker is a node of the case's own (``tests.services_rabbitmq.PrivateRabbitMQ``:
 7 to 13 s to start on this machine); ``stop`` / ``start`` stop and start the broker
@@ -21,9 +22,10 @@ durable queues and persistent messages survive.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import aio_pika
 import anyio
@@ -37,6 +39,17 @@ if TYPE_CHECKING:
     import pytest
 
 KIND = "rabbitmq"
+_QUEUE_NAME: Final = re.compile(r"[A-Za-z0-9._-]+")
+#: a quorum queue's ready + checked-out messages, from its leader's state machine
+_MESSAGES_TOTAL: Final = """\
+case rabbit_amqqueue:lookup(rabbit_misc:r(<<"/">>, queue, <<"QUEUE">>)) of
+    {ok, Q} ->
+        {ok, {_, N}, _} = ra:leader_query(
+            amqqueue:get_pid(Q), fun rabbit_fifo:query_messages_total/1),
+        N;
+    {error, not_found} -> 0
+end."""
+HEARTBEAT_S = 2  # the watchers' AMQP heartbeat (the broker's default is 60 s)
 MAX_DELIVERIES = 5  # a dead_letter=False watcher's rejected message: delivered this often
 
 
@@ -49,14 +62,14 @@ class Broker:
         self.env = dict(env) if env is not None else None
 
     async def messages(self, queue: str) -> int:
-        """Ready + unacknowledged messages of ``queue`` (0 when it does not exist)."""
-        command = [*self.ctl, "list_queues", "-q", "--no-table-headers", "name", "messages"]
+        """Ready + unacknowledged messages of ``queue`` (0 when it does not exist), asked of
+        the queue's Raft leader itself (``rabbit_fifo:query_messages_total``): exact at the
+        call. ``list_queues messages`` is not: a quorum queue's counts there are metrics its
+        leader publishes once per tick (5 s), so it said 0 for 20 messages just published."""
+        assert _QUEUE_NAME.fullmatch(queue), queue  # goes into an Erlang expression
+        command = [*self.ctl, "eval", _MESSAGES_TOTAL.replace("QUEUE", queue)]
         result = await anyio.run_process(command, env=self.env, check=True)
-        for line in result.stdout.decode().splitlines():
-            name, _, count = line.strip().rpartition("\t")
-            if name == queue:
-                return int(count)
-        return 0
+        return int(result.stdout.decode().strip())
 
 
 class RabbitKitStream:
@@ -106,7 +119,9 @@ class RabbitKitStream:
         options: Mapping[str, Any] | None = None,
     ) -> str:
         kwargs: dict[str, Any] = {
-            "url": self.broker.url,
+            # the broker drops a frozen engine's connection (and requeues what it held) after
+            # two missed heartbeats, as Kafka's short session timeout drops its member
+            "url": f"{self.broker.url}?heartbeat={HEARTBEAT_S}",
             "queue": self.name,
             "declare": True,
             "queue_arguments": self.arguments,

@@ -22,6 +22,7 @@ from cryptography.fernet import Fernet
 
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
+from engine.triggerer.runtime import DEFAULT_RESTART_BACKOFF_S
 from engine.triggerer.triggerer import Triggerer, TriggererSettings
 from tests.conformance.world import Stored, dag_file
 from tests.db_templates import copy_sqlite_template
@@ -84,6 +85,7 @@ async def kit_engine(
     watchers: Mapping[str, str],
     *,
     ack_timeout_s: float = 30.0,
+    restart_backoff_s: tuple[float, float] = DEFAULT_RESTART_BACKOFF_S,
 ) -> AsyncIterator[KitEngine]:
     """The triggerer running ``watchers`` (label -> source) until the block ends."""
     dags = tmp / "dags"
@@ -95,7 +97,10 @@ async def kit_engine(
     assert not report.errors, report.errors
     batches: list[BatchResult] = []
     triggerer = Triggerer(
-        db=db, cipher=cipher, settings=_settings(ack_timeout_s), on_committed=batches.append
+        db=db,
+        cipher=cipher,
+        settings=_settings(ack_timeout_s, restart_backoff_s),
+        on_committed=batches.append,
     )
     engine = KitEngine(db, triggerer, kit, batches)
     handler = _Keep(engine.records)
@@ -112,7 +117,7 @@ async def kit_engine(
         db.dispose()
 
 
-def _settings(ack_timeout_s: float) -> TriggererSettings:
+def _settings(ack_timeout_s: float, restart_backoff_s: tuple[float, float]) -> TriggererSettings:
     return TriggererSettings(
         capacity=100,
         heartbeat_s=0.5,
@@ -123,4 +128,5 @@ def _settings(ack_timeout_s: float) -> TriggererSettings:
         new_trigger_poll_s=0.05,
         shutdown_grace_s=5,
         ack_timeout_s=ack_timeout_s,
+        restart_backoff_s=restart_backoff_s,
     )

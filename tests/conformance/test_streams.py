@@ -45,6 +45,10 @@ SETTLE_S = 30.0
 FAN_OUT_N = 60
 LANE_ORDER_ACK_TIMEOUT_S = 1.0
 OUTAGE_S = 5.0  # the broker is down at least this long, unless every watcher said so
+# broker_restart's watchers retry every 2 s at most, not the engine's 60 s: the recovery waits
+# for the next retry after the broker is back (with 1, 2, 4, 8, 16 s, a broker slow to start,
+# RabbitMQ's start_app under load, pushed it past the case's bound)
+RESTART_BACKOFF_S = (0.5, 2.0)
 
 
 async def publish(stream: KitStream, ns: range, **extra: Any) -> None:
@@ -278,7 +282,12 @@ async def test_broker_restart(
             }
             want = expected(ns, ABC)
             async with kit_engine(
-                kit, tmp_path, sqlite_template, stream.imports, watchers
+                kit,
+                tmp_path,
+                sqlite_template,
+                stream.imports,
+                watchers,
+                restart_backoff_s=RESTART_BACKOFF_S,
             ) as engine:
                 await stream.publish([message(n) for n in before])
                 await eventually(
