@@ -43,7 +43,8 @@ from engine.db.models import Asset, AssetWatcher
 from engine.db.queries import triggers as trigger_rows
 from engine.db.schema import migrate
 from engine.states import TriggerKind
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.settings import TriggererSettings
+from engine.triggerer.triggerer import Triggerer
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence

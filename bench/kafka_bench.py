@@ -53,7 +53,8 @@ from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.db.models import AssetEvent
 from engine.db.schema import migrate
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.settings import TriggererSettings
+from engine.triggerer.triggerer import Triggerer
 from producers import KafkaMessageTrigger
 from shared_stream import SharedStreamManager, SharedStreamTerminated
 

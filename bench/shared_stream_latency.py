@@ -22,7 +22,8 @@ from engine.db.queries import triggers as trigger_rows
 from engine.db.schema import migrate
 from engine.states import TriggerKind
 from engine.supervisor import tune_gc
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.settings import TriggererSettings
+from engine.triggerer.triggerer import Triggerer
 
 LATENCY_PLUGIN = """
 import time

@@ -114,7 +114,8 @@ def seed(db: Any, cipher: Any, n: int) -> None:
 async def _claim_and_idle(db: Any, cipher: Any, n: int, idle_s: float) -> dict[str, float]:
     import anyio
 
-    from engine.triggerer.triggerer import Triggerer, TriggererSettings
+    from engine.triggerer.settings import TriggererSettings
+    from engine.triggerer.triggerer import Triggerer
 
     settings = TriggererSettings(
         capacity=n,
@@ -153,7 +154,8 @@ async def _claim_and_idle(db: Any, cipher: Any, n: int, idle_s: float) -> dict[s
 async def _claim_into_running(db: Any, cipher: Any, n: int) -> dict[str, float]:
     import anyio
 
-    from engine.triggerer.triggerer import Triggerer, TriggererSettings
+    from engine.triggerer.settings import TriggererSettings
+    from engine.triggerer.triggerer import Triggerer
 
     settings = TriggererSettings(capacity=max(n, 1000), cleanup_interval_s=3600)  # defaults
     triggerer = Triggerer(db=db, cipher=cipher, settings=settings)

@@ -28,7 +28,8 @@ from engine.db.database import Database
 from engine.db.schema import check_schema
 from engine.exceptions import ConfigError, SluiceError
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.settings import TriggererSettings
+from engine.triggerer.triggerer import Triggerer
 from triggers.extras import missing_extra
 
 if TYPE_CHECKING:

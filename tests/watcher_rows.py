@@ -15,7 +15,8 @@ from sqlalchemy import insert, select
 from engine.db.models import Asset, AssetEvent, AssetWatcher
 from engine.db.queries import triggers as trigger_rows
 from engine.states import TriggerKind
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.settings import TriggererSettings
+from engine.triggerer.triggerer import Triggerer
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

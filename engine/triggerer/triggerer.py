@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Final
 
@@ -26,13 +25,13 @@ from engine.db.queries import triggers as trigger_rows
 from engine.exceptions import DatabaseUnavailable, LeaseLost, SluiceError, TriggerLoadError
 from engine.jobs.service import JobService
 from engine.jobs.wakeup import RowsSignal
-from engine.loader import trigger_stream_digest
 from engine.metrics.readings import HistogramReading, TriggererReading
 from engine.retry import Backoff
 from engine.states import JobState, TriggerKind
 from engine.triggerer import claiming
 from engine.triggerer.claim_loop import ClaimLoop
-from engine.triggerer.collector import DEFAULT_YOUNG_THRESHOLD, collector_tuned
+from engine.triggerer.claim_reports import in_its_group, report_claim
+from engine.triggerer.collector import collector_tuned
 from engine.triggerer.connections import database_lookup
 from engine.triggerer.housekeeping import clean_forever, publish_stream_stats_forever
 from engine.triggerer.lease import Lease
@@ -40,52 +39,25 @@ from engine.triggerer.loading import Loaded, load_rows
 from engine.triggerer.metadata import DatabaseMetadataReader
 from engine.triggerer.outbox import Outbox, TriggerFailed
 from engine.triggerer.persister import BatchResult, Persister
-from engine.triggerer.runtime import DEFAULT_RESTART_BACKOFF_S, TriggerRunner
+from engine.triggerer.runtime import TriggerRunner
 from engine.triggerer.watchdog import LoopWatchdog
 from shared_stream import SharedStreamManager
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from pathlib import Path
 
     from sqlalchemy.orm import Session
 
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
-    from triggers.base import BaseTrigger
+    from engine.triggerer.settings import TriggererSettings
 
 logger = logging.getLogger(__name__)
 
-CLAIM_IDLE_INTERVAL_S: Final = 1.0
-NEW_TRIGGER_POLL_S: Final = 0.1
 LOAD_RETRY_S: Final = 30.0
 START_CHUNK: Final = 200
 REGISTER_RETRY_S: Final = 0.5  # first backoff of a new life's job registration
 CLAIM_CHUNK: Final = 5000
-
-
-@dataclass(frozen=True, slots=True)
-class TriggererSettings:
-    capacity: int = 1000
-    heartbeat_s: float = 5.0
-    health_check_threshold_s: float = 10.5
-    allowed_modules: tuple[str, ...] = ("triggers", "producers")
-    plugins_folder: Path | None = None
-    blocked_threshold_s: float = 0.2
-    cleanup_interval_s: float = 60.0
-    cleanup_timeout_s: float = 10.0
-    shutdown_grace_s: float = 30.0
-    ack_timeout_s: float = 300.0
-    subscriber_queue_size: int = 1024
-    cohort_grace_period_s: float = 0.0
-    # a failed watcher's restart backoff: (first, most) seconds, doubling in between
-    restart_backoff_s: tuple[float, float] = DEFAULT_RESTART_BACKOFF_S
-    claim_idle_interval_s: float = CLAIM_IDLE_INTERVAL_S
-    new_trigger_poll_s: float = NEW_TRIGGER_POLL_S
-    max_asset_event_payload_bytes: int | None = 1_048_576
-    keep_events_while_paused: bool = True
-    # gc young-generation threshold while running (None: the interpreter's); see collector
-    gc_young_threshold: int | None = DEFAULT_YOUNG_THRESHOLD
 
 
 class Triggerer:
@@ -438,7 +410,7 @@ class Triggerer:
             raise
         result, owned, served = synced.claim, synced.owned, synced.served
         rows, self._holds_groups = result.rows, result.holds_groups
-        self._report_claim(result)
+        report_claim(result)
         if owned is not None:
             self._stop_unowned(owned | {row.id for row in rows})
             self._load_failed = {t: at for t, at in self._load_failed.items() if t in owned}
@@ -471,25 +443,6 @@ class Triggerer:
         failed = [t for t in self._load_failed if t not in self.runner]
         return count + len(failed), total + sum(failed)
 
-    def _report_claim(self, result: claiming.ClaimResult) -> None:
-        for group in result.oversized:
-            logger.warning(
-                "Shared-stream group %s has %d trigger(s), more than the %d this triggerer has "
-                "room for and more than any live triggerer has room for: taken whole, over "
-                "[triggerer] capacity (a group is never split across triggerers)",
-                group.digest[:12],
-                group.size,
-                group.capacity_left,
-                extra={"action": "group_over_capacity", "stream_digest": group.digest},
-            )
-        if result.released:
-            logger.warning(
-                "Shared-stream group split across live triggerers: gave up trigger(s) %s "
-                "to the triggerer that holds most of the group",
-                result.released,
-                extra={"action": "group_split_repaired", "trigger_ids": result.released},
-            )
-
     def _stop_unowned(self, owned: set[int]) -> None:
         for trigger_id in self.runner.running_ids() - owned:
             logger.info(
@@ -506,42 +459,13 @@ class Triggerer:
         except TriggerLoadError as exc:
             self._load_failure(row.id, kind, exc)
             return
-        if not self._in_its_group(row, trigger):
+        if not in_its_group(row, trigger, self._rehome):
             return
         if isinstance(trigger, MetadataReadingTrigger):
             trigger.attach_metadata(self._metadata)
         self.runner.start(item.spec(trigger))
         if row.has_error and kind is TriggerKind.WATCHER:
             self._recovered.add(row.id)
-
-    def _in_its_group(self, row: trigger_rows.TriggerRow, trigger: BaseTrigger) -> bool:
-        """Whether the row was claimed with its shared-stream group. A row written without a
-        digest (by an older version, or a path that had no trigger object) whose trigger
-        turns out to share a stream is handed back with its digest instead of started: it is
-        then claimed with its group, by whichever triggerer holds that."""
-        digest = trigger_stream_digest(trigger, strict=False)
-        if digest == row.stream_digest:
-            return True
-        if row.stream_digest is None:
-            assert digest is not None
-            logger.info(
-                "Trigger %s shares a stream (group %s): handing it back to be claimed with "
-                "its group",
-                row.id,
-                digest[:12],
-                extra={"action": "trigger_rehomed", "trigger_id": row.id},
-            )
-            self._rehome[row.id] = digest
-            return False
-        logger.warning(
-            "Trigger %s: its shared-stream key digest %s differs from the one stored with "
-            "its row (%s); it runs with the group it was claimed with",
-            row.id,
-            digest and digest[:12],
-            row.stream_digest[:12],
-            extra={"action": "stream_digest_mismatch", "trigger_id": row.id},
-        )
-        return True
 
     def _load_failure(self, trigger_id: int, kind: TriggerKind, exc: TriggerLoadError) -> None:
         logger.error(

@@ -31,7 +31,7 @@ from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.db.models import Job, Trigger
 from engine.states import TriggerKind
-from engine.triggerer.triggerer import CLAIM_IDLE_INTERVAL_S
+from engine.triggerer.settings import CLAIM_IDLE_INTERVAL_S
 from tests.conformance.world import ABC, Stored, dag_file
 from tests.e2e.helpers import log_records, sluice_env, start_cli, wait_for
 from tests.integration.harness import parse_in_process

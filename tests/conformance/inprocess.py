@@ -23,7 +23,8 @@ from cryptography.fernet import Fernet
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.triggerer.runtime import DEFAULT_RESTART_BACKOFF_S
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.settings import TriggererSettings
+from engine.triggerer.triggerer import Triggerer
 from tests.conformance.world import Stored, dag_file
 from tests.db_templates import copy_sqlite_template
 from tests.integration.harness import parse_in_process

@@ -45,7 +45,7 @@ from engine.db.models import (
 )
 from engine.db.queries import runs
 from engine.task_log_files import read_task_log
-from engine.triggerer.triggerer import CLAIM_IDLE_INTERVAL_S
+from engine.triggerer.settings import CLAIM_IDLE_INTERVAL_S
 from tests.cli import invoke
 from tests.e2e.helpers import (
     asset_event_count,

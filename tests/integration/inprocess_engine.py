@@ -18,7 +18,8 @@ from engine.db.queries import runs
 from engine.executor.local import LocalExecutor
 from engine.executor.task_logs import read_task_log
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.settings import TriggererSettings
+from engine.triggerer.triggerer import Triggerer
 from tests.integration.harness import fast_executor_settings, parsed_database
 from tests.waiting import eventually
 from triggers.serde import deserialize_value

@@ -26,7 +26,8 @@ from engine.db.queries import jobs as jobs_sql
 from engine.db.queries import streams as streams_sql
 from engine.db.queries import triggers as trigger_rows
 from engine.states import TriggerKind
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.settings import TriggererSettings
+from engine.triggerer.triggerer import Triggerer
 from engine.views import streams as streams_view
 from engine.views.why import explain_dag
 from producers import SqsMessageTrigger

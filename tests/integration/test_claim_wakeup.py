@@ -22,7 +22,8 @@ from engine.db import models
 from engine.db.database import Database
 from engine.db.models import Dag, DagRun, TaskInstance, Trigger
 from engine.states import TaskState, TriggerKind
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.settings import TriggererSettings
+from engine.triggerer.triggerer import Triggerer
 from tests.waiting import eventually, wait_until
 from triggers import TimeDeltaTrigger
 

@@ -18,7 +18,8 @@ from engine.crypto import KwargsCipher
 from engine.db.database import Database
 from engine.db.models import AssetEvent, Trigger
 from engine.db.queries import connections as store
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.settings import TriggererSettings
+from engine.triggerer.triggerer import Triggerer
 from producers import KafkaMessageTrigger, SqsMessageTrigger
 from tests.services_kafka import FAST_GROUP, produce, seed_watchers
 from tests.services_sqs import create_queue, queue_counts, send_messages

@@ -409,7 +409,8 @@ async def test_tasks_another_process_schedules_or_resumes_are_claimed_without_a_
 
 
 async def test_task_deferring_several_times_through_the_real_triggerer(env: Env) -> None:
-    from engine.triggerer.triggerer import Triggerer, TriggererSettings
+    from engine.triggerer.settings import TriggererSettings
+    from engine.triggerer.triggerer import Triggerer
 
     _, run_id, tis = env.new_run()
     env.schedule(tis["loop"])

@@ -19,7 +19,8 @@ from engine.db.models import Asset, AssetEvent, AssetWatcher, Trigger
 from engine.db.queries import triggers as trigger_rows
 from engine.loader import trigger_stream_digest
 from engine.states import TriggerKind
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.settings import TriggererSettings
+from engine.triggerer.triggerer import Triggerer
 from tests.waiting import wait_until
 from triggers.file import DirectoryFileDeleteTrigger
 

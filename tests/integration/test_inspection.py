@@ -33,7 +33,8 @@ from engine.db.queries import dags, streams
 from engine.db.queries import jobs as jobs_sql
 from engine.db.queries import triggers as trigger_rows
 from engine.states import TaskState, TriggerKind
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.settings import TriggererSettings
+from engine.triggerer.triggerer import Triggerer
 from engine.views import dags as dags_view
 from engine.views import doctor as doctor_view
 from engine.views import jobs as jobs_view

@@ -16,7 +16,8 @@ from cryptography.fernet import Fernet
 
 from engine.crypto import KwargsCipher
 from engine.db.database import Database
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.settings import TriggererSettings
+from engine.triggerer.triggerer import Triggerer
 from producers import KafkaMessageTrigger
 from producers.exceptions import BrokerRefused, BrokerUnavailable, UncleanEventError
 from shared_stream import SharedStreamManager, SharedStreamTerminated

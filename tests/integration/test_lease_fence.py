@@ -31,7 +31,8 @@ from engine.states import JobState, TriggerKind
 from engine.triggerer import claiming
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.persister import Persister
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.settings import TriggererSettings
+from engine.triggerer.triggerer import Triggerer
 from tests.waiting import wait_until
 from triggers.base import TriggerEvent
 from triggers.file import DirectoryFileDeleteTrigger

@@ -27,7 +27,8 @@ from engine.executor.local import LocalExecutor
 from engine.executor.task_logs import read_task_log
 from engine.states import TaskState
 from engine.triggerer.metadata import DatabaseMetadataReader
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.settings import TriggererSettings
+from engine.triggerer.triggerer import Triggerer
 from tests.integration.harness import fast_executor_settings, parsed_database
 from tests.waiting import eventually, wait_until
 from triggers.serde import deserialize_value

@@ -17,7 +17,8 @@ from engine.db.database import Database
 from engine.db.models import Asset, AssetEvent, AssetWatcher
 from engine.db.queries import triggers as trigger_rows
 from engine.states import TriggerKind
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.settings import TriggererSettings
+from engine.triggerer.triggerer import Triggerer
 from tests.waiting import wait_until
 from triggers.file import LISTING_STATS
 

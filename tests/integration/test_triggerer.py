@@ -28,7 +28,8 @@ from engine.db.models import (
 )
 from engine.db.queries import triggers as trigger_rows
 from engine.states import TaskState, TriggerKind
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.settings import TriggererSettings
+from engine.triggerer.triggerer import Triggerer
 from tests.waiting import eventually as db_eventually
 from tests.waiting import wait_until
 from triggers.serde import deserialize_value, loads

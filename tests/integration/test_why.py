@@ -24,7 +24,8 @@ from engine.db.queries import streams as streams_sql
 from engine.db.queries import time_schedules
 from engine.db.queries import triggers as trigger_rows
 from engine.states import TaskState
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.settings import TriggererSettings
+from engine.triggerer.triggerer import Triggerer
 from engine.views.why import UnknownDagError, explain_dag
 from shared_stream import GroupStats
 from tests.integration.harness import Parsed, parsed_database

@@ -35,7 +35,8 @@ from engine.scheduler.scheduler import Scheduler, SchedulerSettings
 from engine.states import TriggerKind
 from engine.triggerer.outbox import FiredEvent
 from engine.triggerer.runtime import TriggerSpec
-from engine.triggerer.triggerer import Triggerer, TriggererSettings
+from engine.triggerer.settings import TriggererSettings
+from engine.triggerer.triggerer import Triggerer
 from shared_stream.stats import KEY_LABEL_MAX_CHARS, REPORTED_LANES, GroupStats, key_label
 from tests.waiting import wait_until
 from triggers.base import TriggerEvent
