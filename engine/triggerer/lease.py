@@ -32,11 +32,14 @@ from typing import TYPE_CHECKING, Final
 import anyio
 
 from engine.exceptions import LeaseLost
+from engine.triggerer.outbox import FiredEvent
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
-__all__ = ("Lease", "LeaseLost", "lease_margin_s")
+    from engine.triggerer.outbox import OutboxItem
+
+__all__ = ("Lease", "LeaseLost", "carried_over", "lease_margin_s")
 
 logger = logging.getLogger("engine.triggerer.triggerer")
 
@@ -108,3 +111,20 @@ class Lease:
                 )
         fence(self._lost)
         raise LeaseLost(self._lost)
+
+
+def carried_over(taken: Sequence[OutboxItem], *, job_id: int | None) -> list[OutboxItem]:
+    """Of what a life that lost its lease fired and did not store (``taken``), what no broker
+    will deliver again: the events of triggers outside ack mode (a flag file it deleted, a
+    deferred task's trigger). The next life stores them under its own job. The events of
+    ack-mode shared streams are left to their broker, which redelivers them to whoever owns
+    the stream now (stored once: their dedup keys); failures are dropped (reports only)."""
+    carried: list[OutboxItem] = [i for i in taken if isinstance(i, FiredEvent) and i.seq is None]
+    logger.warning(
+        "Triggerer carries %d event(s) it fired and did not store over to its new job; "
+        "%d other outcome(s) are left to their brokers' redelivery",
+        len(carried),
+        len(taken) - len(carried),
+        extra={"action": "triggerer_carry_over", "job_id": job_id},
+    )
+    return carried

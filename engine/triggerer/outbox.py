@@ -125,6 +125,11 @@ class Outbox:
             return list(items)
         return [items.popleft() for _ in range(max_items)]
 
+    def take_all(self) -> list[OutboxItem]:
+        """Everything queued, at once (the outbox is being abandoned)."""
+        items, self._items = list(self._items), deque()
+        return items
+
     def close(self) -> None:
         """No more waiting: ``get_batch`` drains what is left, then returns ``[]``."""
         self._closed = True

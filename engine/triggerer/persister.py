@@ -128,6 +128,8 @@ class Persister:
         self._refuse = refuse
         self._on_committed = on_committed
         self._in_hand = 0  # batches taken from the outbox and not yet written
+        self._held: dict[int, list[OutboxItem]] = {}  # those batches (``unwritten``)
+        self._tokens = 0
         self._batch_done: anyio.Event | None = None
         self.stats = PersisterStats()
 
@@ -147,19 +149,20 @@ class Persister:
         One task takes and prepares the next batch while this one writes the previous: at
         most one batch waits, prepared, behind the one being written.
         """
-        send, receive = anyio.create_memory_object_stream[list[Prepared]](0)
+        send, receive = anyio.create_memory_object_stream[tuple[int, list[Prepared]]](0)
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._prepare_batches, send)
             task_status.started()
             await self._write_batches(receive)
 
-    async def _prepare_batches(self, send: ObjectSendStream[list[Prepared]]) -> None:
+    async def _prepare_batches(self, send: ObjectSendStream[tuple[int, list[Prepared]]]) -> None:
         async with send:
             while True:
                 batch = await self._outbox.get_batch(BATCH_MAX_ITEMS)
                 if not batch:
                     return
                 self._in_hand += 1
+                token = self._hold(batch)
                 try:
                     # A few events are encoded in less time than a thread hop takes.
                     if len(batch) <= PREPARE_ON_LOOP_MAX:
@@ -167,20 +170,35 @@ class Persister:
                     else:
                         prepared = await anyio.to_thread.run_sync(self.prepare, batch)
                     if not prepared:  # every event of it was dropped: nothing to write
+                        self._held.pop(token)
                         self._batch_written()
                         continue
-                    await send.send(prepared)
+                    await send.send((token, prepared))
                 except BaseException:
                     self._batch_written()
                     raise
 
-    async def _write_batches(self, receive: ObjectReceiveStream[list[Prepared]]) -> None:
+    async def _write_batches(
+        self, receive: ObjectReceiveStream[tuple[int, list[Prepared]]]
+    ) -> None:
         async with receive:
-            async for prepared in receive:
+            async for token, prepared in receive:
                 try:
                     await self._write_with_retry(prepared)
+                    self._held.pop(token)  # written (or its bad items dropped and reported)
                 finally:
                     self._batch_written()
+
+    def _hold(self, batch: list[OutboxItem]) -> int:
+        self._tokens += 1
+        self._held[self._tokens] = batch
+        return self._tokens
+
+    def unwritten(self) -> list[OutboxItem]:
+        """What this persister took from its outbox and did not write, oldest first: the
+        batches it held when it was cancelled (a write cancelled in its worker thread may
+        still have committed: their dedup keys absorb a second store)."""
+        return [item for token in sorted(self._held) for item in self._held[token]]
 
     def _batch_written(self) -> None:
         self._in_hand -= 1

@@ -34,7 +34,7 @@ from engine.triggerer.claim_reports import in_its_group, report_claim
 from engine.triggerer.collector import collector_tuned
 from engine.triggerer.connections import database_lookup
 from engine.triggerer.housekeeping import clean_forever, publish_stream_stats_forever
-from engine.triggerer.lease import Lease
+from engine.triggerer.lease import Lease, carried_over
 from engine.triggerer.loading import Loaded, load_rows
 from engine.triggerer.metadata import DatabaseMetadataReader
 from engine.triggerer.outbox import Outbox, TriggerFailed
@@ -186,7 +186,11 @@ class Triggerer:
             if not lost or self._stopping.is_set():
                 return
             self.leases_lost += 1
+            taken = [*self.persister.unwritten(), *self.outbox.take_all()]
+            carried = carried_over(taken, job_id=self.job_id)
             self._build_runtime()
+            for item in carried:
+                self.outbox.put_nowait(item)
 
     async def _register(self, *, again: bool) -> int | None:
         """Insert this life's job row and start its lease; a life after a lost lease (the
