@@ -21,7 +21,6 @@ import socket
 import subprocess
 import tempfile
 import threading
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,8 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+
+from tests.waiting import listening
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -78,14 +79,7 @@ def free_port() -> int:
 
 
 def _wait_answering(host: str, port: int, proc: subprocess.Popen[bytes] | None = None) -> bool:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if answers(host, port):
-            return True
-        if proc is not None and proc.poll() is not None:
-            return False
-        time.sleep(0.05)
-    return False
+    return listening(lambda: answers(host, port), timeout=STARTUP_TIMEOUT_S, proc=proc)
 
 
 @pytest.fixture(scope="session")

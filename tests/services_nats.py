@@ -18,12 +18,13 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from tests.waiting import listening
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -67,13 +68,13 @@ def free_port() -> int:
 
 
 def _wait_answering(port: int, what: str, proc: subprocess.Popen[bytes] | None = None) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while not answers(port):
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"{what} exited with {proc.returncode} before accepting clients")
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not accept clients on port {port} in {STARTUP_TIMEOUT_S}s")
-        time.sleep(0.05)
+    if not listening(lambda: answers(port), timeout=STARTUP_TIMEOUT_S, proc=proc):
+        exited = proc is not None and proc.poll() is not None
+        pytest.fail(
+            f"{what} exited with {proc and proc.returncode} before accepting clients"
+            if exited
+            else f"{what} did not accept clients on port {port} in {STARTUP_TIMEOUT_S}s"
+        )
 
 
 @pytest.fixture(scope="session")

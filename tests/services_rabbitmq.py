@@ -28,6 +28,8 @@ import aio_pika
 import anyio.to_thread
 import pytest
 
+from tests.waiting import listening
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 
@@ -252,14 +254,12 @@ class PrivateRabbitMQ:
             self.proc = subprocess.Popen(
                 [server], env=self.env(), stdout=log, stderr=subprocess.STDOUT
             )
-        deadline = began + STARTUP_TIMEOUT_S
-        while not _answers(self.port):
+        left = began + STARTUP_TIMEOUT_S - time.monotonic()
+        if not listening(lambda: _answers(self.port), timeout=left, proc=self.proc, step=0.1):
             if self.proc.poll() is not None:
                 pytest.fail(f"private RabbitMQ {self.node} exited with {self.proc.returncode}")
-            if time.monotonic() > deadline:
-                self.stop()
-                pytest.fail(f"private RabbitMQ {self.node} did not listen in {STARTUP_TIMEOUT_S}s")
-            time.sleep(0.1)
+            self.stop()
+            pytest.fail(f"private RabbitMQ {self.node} did not listen in {STARTUP_TIMEOUT_S}s")
         self.start_seconds.append(time.monotonic() - began)
 
     def stop(self) -> None:
@@ -299,11 +299,8 @@ class PrivateRabbitMQ:
     def start_app(self) -> None:
         """Start the broker application again (4 s here); returns once it listens."""
         self.ctl("start_app")
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while not _answers(self.port):
-            if time.monotonic() > deadline:
-                pytest.fail(f"private RabbitMQ {self.node} did not listen again")
-            time.sleep(0.05)
+        if not listening(lambda: _answers(self.port), timeout=STARTUP_TIMEOUT_S):
+            pytest.fail(f"private RabbitMQ {self.node} did not listen again")
 
     def remove(self) -> None:
         self.stop()

@@ -17,12 +17,13 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from tests.waiting import listening
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -78,13 +79,13 @@ def redis_server_binary() -> str:
 
 
 def _wait_answers(port: int, what: str, proc: subprocess.Popen[bytes] | None = None) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while not answers(port):
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"{what} exited with {proc.returncode} before accepting connections")
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not answer PING within {STARTUP_TIMEOUT_S}s")
-        time.sleep(0.05)
+    if not listening(lambda: answers(port), timeout=STARTUP_TIMEOUT_S, proc=proc):
+        exited = proc is not None and proc.poll() is not None
+        pytest.fail(
+            f"{what} exited with {proc and proc.returncode} before accepting connections"
+            if exited
+            else f"{what} did not answer PING within {STARTUP_TIMEOUT_S}s"
+        )
 
 
 @pytest.fixture(scope="session")

@@ -1,12 +1,15 @@
-"""Waiting on conditions in async tests (never a fixed sleep-and-hope)."""
+"""Waiting on conditions in tests (never a fixed sleep-and-hope): async (``wait_until``,
+``eventually``) and in a plain thread (``wait_for``, ``listening``)."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Awaitable, Callable
 
 
@@ -35,3 +38,40 @@ async def eventually(
             if value:
                 return value
             await anyio.sleep(step)
+
+
+def wait_for(
+    condition: Callable[[], object], *, timeout: float, what: str, step: float = 0.05
+) -> Any:
+    """Poll ``condition`` until it returns something truthy; fail with ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(step)
+
+
+def listening(
+    answers: Callable[[], bool],
+    *,
+    timeout: float,
+    proc: subprocess.Popen[bytes] | None = None,
+    step: float = 0.05,
+) -> bool:
+    """Whether a server started (``answers()`` became true) within ``timeout``; False as soon
+    as its process ``proc`` exited, or at the timeout. The caller says what is missing."""
+    try:
+        return bool(
+            wait_for(
+                lambda: answers() or (proc is not None and proc.poll() is not None),
+                timeout=timeout,
+                what="a server to accept clients",
+                step=step,
+            )
+            and answers()
+        )
+    except AssertionError:
+        return False

@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,9 +22,12 @@ from sqlalchemy import func, select
 from engine.db.database import Database
 from engine.db.models import Asset, AssetEvent, Dag
 from tests.db_templates import copy_sqlite_template
+from tests.waiting import (
+    wait_for as wait_for,  # the project's one sync waiter; imported from here too
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator, Mapping
+    from collections.abc import Iterable, Iterator, Mapping
 
 SLUICE = str(Path(sys.executable).with_name("sluice"))
 READY_LINE = "Sluice ready"
@@ -162,20 +164,6 @@ def asset_event_count(db: Database, asset: str | None = None) -> int:
     if asset is not None:
         query = query.join(Asset, Asset.id == AssetEvent.asset_id).where(Asset.name == asset)
     return int(db.call(lambda s: s.execute(query).scalar_one()))
-
-
-def wait_for(
-    condition: Callable[[], object], *, timeout: float, what: str, step: float = 0.05
-) -> Any:
-    """Poll ``condition`` until it returns something truthy; fail with ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(step)
 
 
 def stop(proc: subprocess.Popen[bytes], *, timeout: float = 30) -> int:

@@ -347,8 +347,18 @@ async def test_entries_in_flight_are_kept_from_other_consumers_claims(
         async with anyio.create_task_group() as tg:
             tg.start_soon(consume)
             await wait_until(lambda: got)
-            # Held three claim idle times: the producer keeps resetting its idle time.
-            await anyio.sleep(0.9)
+            # While it holds the entry the producer keeps resetting its idle time: watch Redis
+            # see that happen twice (the idle time going down), then try to claim it.
+            seen = {"idle": 0, "resets": 0}
+
+            async def reset_twice() -> bool:
+                [entry] = await redis_client.xpending_range(stream, GROUP, "-", "+", 1)
+                idle = int(entry["time_since_delivered"])
+                seen["resets"] += idle < seen["idle"]
+                seen["idle"] = idle
+                return seen["resets"] >= 2
+
+            await eventually(reset_twice, within=6, step=0.02)
             _, claimed, _ = await redis_client.xautoclaim(stream, GROUP, "thief", 300, count=10)
             assert claimed == []
             await producer.advance([AdvanceItem(got[0][1], CLEAN)])
