@@ -158,9 +158,13 @@ def test_a_form_without_or_with_a_wrong_csrf_token_is_refused(ui: ApiHarness) ->
     assert run_ids(ui, "hourly") == []
 
 
-def test_trigger_with_conf_opens_the_new_run(ui: ApiHarness) -> None:
+def test_trigger_with_conf_is_confirmed_then_opens_the_new_run(ui: ApiHarness) -> None:
     admin, csrf = logged_in(ui, "ada")
-    answer = admin.post("/dags/producer/trigger", data={"csrf_token": csrf, "conf": '{"rows": 3}'})
+    form = {"csrf_token": csrf, "conf": '{"rows": 3}'}
+    review = admin.post("/dags/producer/trigger", data=form)
+    assert review.status_code == 200 and "Create the run" in review.text
+    assert run_ids(ui, "producer") == []  # nothing made before the confirmation
+    answer = admin.post("/dags/producer/trigger", data={**form, "confirmed": "yes"})
     assert answer.status_code == 303, answer.text
     (run_id,) = run_ids(ui, "producer")
     location = answer.headers["location"]
@@ -276,7 +280,7 @@ def test_triggers_and_streams_pages(ui: ApiHarness) -> None:
 
 def test_a_task_page_without_a_log_and_its_log_tail(ui: ApiHarness) -> None:
     admin, csrf = logged_in(ui, "ada")
-    admin.post("/dags/hourly/trigger", data={"csrf_token": csrf})
+    admin.post("/dags/hourly/trigger", data={"csrf_token": csrf, "confirmed": "yes"})
     (run_id,) = run_ids(ui, "hourly")[-1:]
     page = admin.get(f"/dags/hourly/runs/{run_id}")
     assert page.status_code == 200
@@ -293,7 +297,7 @@ def test_a_task_page_without_a_log_and_its_log_tail(ui: ApiHarness) -> None:
 
 def test_the_log_tail_returns_what_a_running_try_wrote_after_an_offset(ui: ApiHarness) -> None:
     admin, csrf = logged_in(ui, "ada")
-    admin.post("/dags/producer/trigger", data={"csrf_token": csrf})
+    admin.post("/dags/producer/trigger", data={"csrf_token": csrf, "confirmed": "yes"})
     run_id = run_ids(ui, "producer")[-1]
     set_state = update(TaskInstance).where(
         TaskInstance.dag_id == "producer", TaskInstance.task_id == "build"
@@ -321,7 +325,7 @@ def test_the_log_tail_returns_what_a_running_try_wrote_after_an_offset(ui: ApiHa
 
 def test_clear_a_failed_task_so_that_it_runs_again(ui: ApiHarness) -> None:
     operator, csrf = logged_in(ui, "otto")
-    operator.post("/dags/producer/trigger", data={"csrf_token": csrf})
+    operator.post("/dags/producer/trigger", data={"csrf_token": csrf, "confirmed": "yes"})
     run_id = run_ids(ui, "producer")[-1]
     task = (
         select(TaskInstance.state)

@@ -6,24 +6,52 @@ page's route, mounted at ``/`` by ``engine.api.app``.
 - ``login``: ``/login`` and ``/logout``;
 - ``rendering``: what the pages share (state looks, time filters, ``page(...)``);
 - ``dag_pages``: ``/`` (to the DAG list), ``/dags``, ``/dags/{dag_id}`` (the runs grid),
-  and the actions pause / unpause / trigger;
+  and the actions pause / unpause;
+- ``dag_graph_page``: ``/dags/{dag_id}/graph`` (the task graph, states of a run, groups
+  folded on request) and ``/dags/{dag_id}/code`` (the file's source and ``doc_md``);
+- ``trigger_page``: ``/dags/{dag_id}/trigger`` (the form from the DAG's params, then a
+  confirmation, then the run);
 - ``run_pages``: ``/dags/{dag_id}/runs/{run_id}``, a task's page with its log by try
   (``.../tasks/{task_id}``, ``.../log`` for the live tail) and the clear action;
+- ``run_views``: a run's Gantt chart (``.../runs/{run_id}/gantt``) and a task instance's
+  results (``.../tasks/{task_id}/results``);
 - ``asset_pages``: ``/assets``, ``/assets/{name}`` (events, emit), ``/asset-graph``;
 - ``fleet_pages``: ``/jobs`` (the engine's parts, Celery workers and queues), ``/triggers``
   (by triggerer), ``/streams`` (shared-stream groups);
 - ``why_page``: ``/dags/{dag_id}/why``;
 - pure helpers: ``grid`` (the runs grid's rows), ``graph_layout`` (a layered layout),
-  ``drawing`` (the asset graph as SVG paths), ``sparkline``, ``states`` (a state's colour
-  class, symbol and word).
+  ``drawing`` (the asset graph as SVG paths), ``task_graph`` (a DAG's tasks, groups and
+  labels to draw), ``gantt`` (a run's bars and axis), ``params_form`` (the trigger form's
+  fields from ``Param``s, read back), ``sparkline``, ``states`` (a state's colour class,
+  symbol and word).
 """
 
 from fastapi import APIRouter
 
-from engine.api.ui import asset_pages, dag_pages, fleet_pages, login, run_pages, why_page
+from engine.api.ui import (
+    asset_pages,
+    dag_graph_page,
+    dag_pages,
+    fleet_pages,
+    login,
+    run_pages,
+    run_views,
+    trigger_page,
+    why_page,
+)
 
 router = APIRouter()
-for _pages in (login, dag_pages, run_pages, asset_pages, fleet_pages, why_page):
+for _pages in (
+    login,
+    dag_pages,
+    dag_graph_page,
+    trigger_page,
+    run_pages,
+    run_views,
+    asset_pages,
+    fleet_pages,
+    why_page,
+):
     router.include_router(_pages.router)
 
 __all__ = ("router",)

@@ -1,9 +1,9 @@
 """The DAG pages: the list (schedule, next run, paused, last run states), one DAG's runs
-grid (runs x tasks), and the actions pause / unpause / trigger (op and admin, CSRF-checked).
+grid (runs x tasks), and the actions pause / unpause (op and admin, CSRF-checked); the
+trigger form and its confirmation are ``trigger_page``'s.
 
 Reads through ``engine.views`` (what ``GET /api/v1/dags`` answers); actions through the
-functions the REST API and the CLI call (``queries.dags.set_paused``,
-``engine.views.operations.trigger_dag``).
+functions the REST API and the CLI call (``queries.dags.set_paused``).
 """
 
 from functools import partial
@@ -18,18 +18,14 @@ from engine.api.ui.grid import grid_rows
 from engine.api.ui.rendering import (
     PAGE_SIZE,
     can_operate,
-    json_object_field,
     not_found,
     page,
     redirect_back,
-    run_url,
 )
 from engine.db.models import utcnow
 from engine.db.queries import dags as dags_sql
-from engine.exceptions import NotFoundError, OperatorActionError
 from engine.states import DagRunState
 from engine.views import dags as dags_view
-from engine.views import operations
 from engine.views import runs as runs_view
 from engine.views.common import Page as ViewPage
 
@@ -37,7 +33,6 @@ from engine.views.common import Page as ViewPage
 GRID_RUNS: Final = 25
 #: How often a DAG page with a run going on reloads itself.
 REFRESH_S: Final = 3
-MAX_CONF_CHARS: Final = 65_536
 _ACTIVE: Final = frozenset({DagRunState.QUEUED, DagRunState.RUNNING})
 
 router = APIRouter(include_in_schema=False)
@@ -129,28 +124,3 @@ async def unpause(
 ) -> Response:
     await _set_paused(database, dag_id, paused=False)
     return redirect_back(next)
-
-
-@router.post("/dags/{dag_id}/trigger", response_model=None)
-async def trigger(
-    request: Request,
-    dag_id: str,
-    _principal: UiOperatorDep,
-    database: DatabaseDep,
-    conf: Annotated[str, Form(max_length=MAX_CONF_CHARS)] = "",
-) -> Response:
-    """A manual run now; then its page. Bad conf: the DAG page again, saying why (422)."""
-    try:
-        parsed = json_object_field(conf, "conf")
-        made = await database.run(
-            partial(
-                operations.trigger_dag, dag_id=dag_id, conf=parsed, logical_date=None, now=utcnow()
-            )
-        )
-    except NotFoundError as exc:
-        raise not_found(str(exc)) from exc
-    except (ValueError, OperatorActionError) as exc:  # bad conf, a run at that date already
-        return await _dag_page(
-            request, database, dag_id, problem=str(exc), conf_text=conf, status_code=422
-        )
-    return RedirectResponse(run_url(dag_id, made["run_id"]), status_code=303)
