@@ -195,6 +195,8 @@ def _parse(param: Param, widget: str, typed: str | None) -> Any:
     """A field's text as the param's value; ``ValueError`` saying what is wrong."""
     if widget == "checkbox":
         return typed is not None
+    if typed is None:  # no such field posted: the default applies
+        raise _NoValue
     text = (typed or "").strip() if widget != "text" else typed or ""
     _, nullable = _types(param)
     if text == "" and widget != "select":
