@@ -110,6 +110,8 @@ def test_trigger_a_dag_watch_its_run_turn_green_and_read_a_task_log(
     row.get_by_text("Trigger…").click()
     row.get_by_label("conf").fill('{"threshold": 10}')
     row.get_by_role("button", name=f"Trigger {MANUAL_DAG}").click()
+    expect(page.get_by_test_id("confirm-conf")).to_contain_text('"threshold": 10')
+    page.get_by_role("button", name="Create the run").click()
     expect(page).to_have_url(re.compile(rf"/dags/{MANUAL_DAG}/runs/manual__"))
     run_url = page.url
     expect(page.locator("dl.facts")).to_contain_text('{"threshold": 10}')

@@ -24,7 +24,26 @@ CHART_WIDTH: Final = 720.0
 #: The smallest bar drawn, so a task of a few milliseconds is still visible.
 MIN_BAR_PX: Final = 2.0
 #: Tick spacings tried for the axis, in seconds: the first giving at most ``MAX_TICKS``.
-TICK_STEPS_S: Final = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600)
+TICK_STEPS_S: Final = (
+    0.1,
+    0.2,
+    0.5,
+    1,
+    2,
+    5,
+    10,
+    15,
+    30,
+    60,
+    120,
+    300,
+    600,
+    900,
+    1800,
+    3600,
+    7200,
+    21600,
+)
 MAX_TICKS: Final = 8
 
 
@@ -56,9 +75,9 @@ def _parse(value: Any) -> datetime | None:
 
 
 def _tick_label(seconds: float) -> str:
-    if seconds < 60:
+    if seconds < 120:
         return f"{seconds:g} s"
-    if seconds < 3600:
+    if seconds < 7200:
         return f"{seconds / 60:g} min"
     return f"{seconds / 3600:g} h"
 
@@ -68,8 +87,10 @@ def ticks(span_s: float, scale: float) -> tuple[tuple[float, str], ...]:
     step = next((s for s in TICK_STEPS_S if span_s / s <= MAX_TICKS), None)
     if step is None:
         step = math.ceil(span_s / MAX_TICKS / 3600) * 3600
-    count = int(span_s // step)
-    return tuple((round(i * step * scale, 1), _tick_label(i * step)) for i in range(count + 1))
+    count = int(span_s / step + 1e-9)
+    return tuple(
+        (round(i * step * scale, 1), _tick_label(round(i * step, 6))) for i in range(count + 1)
+    )
 
 
 def chart(

@@ -99,8 +99,11 @@ class _Graph:
     chains: list[tuple[str, str, list[str], bool]] = field(default_factory=list)
 
 
-def layout(nodes: Sequence[Node], edges: Iterable[tuple[str, str]]) -> Layout:
-    """Place ``nodes`` and route ``edges`` (``(source_id, target_id)``) left to right.
+def layout(
+    nodes: Sequence[Node], edges: Iterable[tuple[str, str]], *, column_gap: float = COLUMN_GAP
+) -> Layout:
+    """Place ``nodes`` and route ``edges`` (``(source_id, target_id)``) left to right,
+    ``column_gap`` px between columns (wider where edges carry labels).
 
     Self-loops and duplicate edges are dropped; an edge naming an unknown node is an error.
     """
@@ -119,7 +122,7 @@ def layout(nodes: Sequence[Node], edges: Iterable[tuple[str, str]]) -> Layout:
     layers = _longest_path_layers(ids, [(s, t) for s, t, _ in forward])
     graph = _with_waypoints(ids, forward, layers)
     order = _order_layers(graph)
-    return _coordinates(nodes, graph, order)
+    return _coordinates(nodes, graph, order, column_gap)
 
 
 def _break_cycles(ids: list[str], edges: list[tuple[str, str]]) -> list[tuple[str, str, bool]]:
@@ -226,14 +229,16 @@ def _by_barycentre(
     return [node for _, node in sorted(enumerate(nodes), key=key)]
 
 
-def _coordinates(nodes: Sequence[Node], graph: _Graph, order: list[list[str]]) -> Layout:
+def _coordinates(
+    nodes: Sequence[Node], graph: _Graph, order: list[list[str]], column_gap: float
+) -> Layout:
     widths = {n.id: n.width for n in nodes}
     column_width = [max((widths.get(i, 0.0) for i in layer), default=0.0) for layer in order]
     column_x: list[float] = []
     x = MARGIN
     for width in column_width:
         column_x.append(x)
-        x += width + COLUMN_GAP
+        x += width + column_gap
     rows = max((len(layer) for layer in order), default=0)
     height = 2 * MARGIN + rows * NODE_HEIGHT + max(rows - 1, 0) * ROW_GAP
     centre: dict[str, float] = {}
@@ -257,7 +262,7 @@ def _coordinates(nodes: Sequence[Node], graph: _Graph, order: list[list[str]]) -
             points.append((column_x[column] + column_width[column] / 2, centre[waypoint]))
         points.append((placed[target].x, placed[target].center_y))
         edges.append(_edge(source, target, points, reversed_=was_reversed))
-    width = x - COLUMN_GAP + MARGIN if order else 2 * MARGIN
+    width = x - column_gap + MARGIN if order else 2 * MARGIN
     return Layout(placed, tuple(edges), round(width, 1), round(height, 1))
 
 

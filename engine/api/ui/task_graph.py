@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from engine.api.ui.drawing import DrawnEdge, DrawnGraph, GraphItem, edge_path
-from engine.api.ui.graph_layout import Node, layout, text_width
+from engine.api.ui.graph_layout import COLUMN_GAP, Node, layout, text_width
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping, Sequence
@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 GROUP_SEPARATOR: Final = "."
 #: Room at a node's left for its state's symbol.
 SYMBOL_PX: Final = 18.0
+#: Room either side of an edge label between two columns.
+LABEL_ROOM_PX: Final = 36.0
+#: Px per character of the 11 px edge labels (a safe guess, as ``text_width``'s).
+LABEL_CHAR_PX: Final = 6.6
 #: A folded group's state: the first of these its tasks have (else "success" when all
 #: succeeded, else the most common state).
 _PRESSING: Final = (
@@ -155,10 +159,15 @@ def build(
     return TaskGraph(drawn, node_states, _labels(drawn, edges), toggles)
 
 
-def _draw(items: Mapping[str, GraphItem], edges: Collection[tuple[str, str]]) -> DrawnGraph:
-    """The asset graph's drawing (``drawing.draw``) with room for a state symbol per node."""
+def _draw(
+    items: Mapping[str, GraphItem], edges: Mapping[tuple[str, str], str | None]
+) -> DrawnGraph:
+    """The asset graph's drawing (``drawing.draw``) with room for a state symbol per node,
+    and columns set wide enough apart for the longest edge label."""
     nodes = [Node(i.id, text_width(i.shown_label) + SYMBOL_PX) for i in items.values()]
-    placed = layout(nodes, edges)
+    longest = max((len(text) for text in edges.values() if text), default=0)
+    gap = max(COLUMN_GAP, longest * LABEL_CHAR_PX + LABEL_ROOM_PX)
+    placed = layout(nodes, edges, column_gap=gap)
     lines = tuple(
         DrawnEdge(e.source, e.target, edge_path(e.points), e.reversed) for e in placed.edges
     )
