@@ -313,3 +313,25 @@ def test_a_bare_conf_is_checked_against_the_params_and_edit_refills_the_form(
     assert edit.status_code == 200
     assert 'name="param:size" value="7"' in edit.text
     assert "&#34;other&#34;: true" in edit.text  # the key no param names, in the textarea
+
+
+@pytest.mark.parametrize(
+    ("path", "params"),
+    [
+        ("/dags/shaped/graph", {"run_id": "r" * 251}),
+        ("/dags/shaped/graph", {"fold": [f"g{i}" for i in range(201)]}),
+        ("/dags/shaped/runs/r/tasks/start/results", {"map_index": -2}),
+        ("/dags/shaped/runs/r/tasks/start/results", {"map_index": "x"}),
+    ],
+)
+def test_bad_query_values_get_a_4xx_not_a_500(
+    ui: ApiHarness, path: str, params: dict[str, object]
+) -> None:
+    client, _ = logged_in(ui, "vic")
+    assert client.get(path, params=params).status_code == 422
+
+
+def test_a_trigger_post_for_an_unknown_dag_is_a_404(ui: ApiHarness) -> None:
+    client, csrf = logged_in(ui, "otto")
+    assert client.post("/dags/nope/trigger", data={"csrf_token": csrf}).status_code == 404
+    assert client.get("/dags/nope/trigger").status_code == 404

@@ -85,7 +85,9 @@ def _extra_text(conf: dict[str, Any], specs: dict[str, Any]) -> str:
     return json.dumps(extra, indent=2) if extra else ""
 
 
-def _read(specs: dict[str, Any], form: FormData) -> tuple[dict[str, Any], dict[str, str], Any]:
+def _read(
+    specs: dict[str, Any], form: FormData
+) -> tuple[dict[str, Any], dict[str, str], dict[str, str] | None]:
     """The conf a post asks for, the problems by field, and the texts typed (None: a bare
     conf was posted)."""
     fields = {key: _text(form, key) for key in form if key.startswith(params_form.FIELD_PREFIX)}
