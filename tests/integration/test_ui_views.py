@@ -156,6 +156,7 @@ def test_the_graph_draws_tasks_labels_and_states_of_the_newest_run(
     assert 'data-id="skip" data-state="none"' in text
     assert html.escape(run_id, quote=False) in text
     assert 'data-group="load" data-folded="no"' in text
+    assert 'name="sluice-refresh"' in text  # the run is still queued: the page follows it
 
 
 def test_a_folded_group_is_one_node_with_its_most_pressing_state(
@@ -187,6 +188,7 @@ def test_the_gantt_chart_has_a_bar_per_task_instance(ui: ApiHarness, run_id: str
     assert 'class="run"' in start.group(0) and 'class="wait"' in start.group(0)
     assert "waited 10.0 s, ran 20.0 s" in start.group(0)
     assert 'data-task="skip"' in page.text
+    assert 'name="sluice-refresh"' in page.text  # live while the run goes on
     assert client.get("/dags/shaped/runs/nope/gantt").status_code == 404
 
 
