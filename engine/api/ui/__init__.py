@@ -6,9 +6,14 @@ page's route, mounted at ``/`` by ``engine.api.app``.
 - ``login``: ``/login`` and ``/logout``;
 - ``rendering``: what the pages share (state looks, time filters, ``page(...)``);
 - ``dag_pages``: ``/`` (to the DAG list), ``/dags``, ``/dags/{dag_id}`` (the runs grid),
-  and the actions pause / unpause / trigger;
+  and the actions pause / unpause (with their confirmation) / trigger;
 - ``run_pages``: ``/dags/{dag_id}/runs/{run_id}``, a task's page with its log by try
-  (``.../tasks/{task_id}``, ``.../log`` for the live tail) and the clear action;
+  (``.../tasks/{task_id}``, ``.../log`` for the live tail);
+- ``task_actions``: a task instance's mark success / failed and clear (``GET`` the
+  confirmation, ``POST`` the action); ``run_actions``: a run's cancel and clear;
+  ``confirming``: their confirmation page and message; ``flash``: the one-time message
+  after an action (a cookie signed for the session);
+- ``import_errors``: ``/import-errors``, the DAG files that fail to parse;
 - ``asset_pages``: ``/assets``, ``/assets/{name}`` (events, emit), ``/asset-graph``;
 - ``fleet_pages``: ``/jobs`` (the engine's parts, Celery workers and queues), ``/triggers``
   (by triggerer), ``/streams`` (shared-stream groups);
@@ -20,10 +25,30 @@ page's route, mounted at ``/`` by ``engine.api.app``.
 
 from fastapi import APIRouter
 
-from engine.api.ui import asset_pages, dag_pages, fleet_pages, login, run_pages, why_page
+from engine.api.ui import (
+    asset_pages,
+    dag_pages,
+    fleet_pages,
+    import_errors,
+    login,
+    run_actions,
+    run_pages,
+    task_actions,
+    why_page,
+)
 
 router = APIRouter()
-for _pages in (login, dag_pages, run_pages, asset_pages, fleet_pages, why_page):
+for _pages in (
+    login,
+    dag_pages,
+    run_pages,
+    task_actions,
+    run_actions,
+    asset_pages,
+    fleet_pages,
+    import_errors,
+    why_page,
+):
     router.include_router(_pages.router)
 
 __all__ = ("router",)

@@ -1,5 +1,7 @@
 """The DAG pages: the list (schedule, next run, paused, last run states), one DAG's runs
-grid (runs x tasks), and the actions pause / unpause / trigger (op and admin, CSRF-checked).
+grid (runs x tasks), and the actions pause / unpause (each ``GET`` its confirmation, the
+``POST`` the action) and trigger (op and admin, CSRF-checked). The list says how many DAG
+files fail to parse, with a link to ``/import-errors``.
 
 Reads through ``engine.views`` (what ``GET /api/v1/dags`` answers); actions through the
 functions the REST API and the CLI call (``queries.dags.set_paused``,
@@ -14,14 +16,15 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from engine.api.deps import DatabaseDep
 from engine.api.security import UiOperatorDep, UiReaderDep
+from engine.api.ui.confirming import confirm_page, done
 from engine.api.ui.grid import grid_rows
 from engine.api.ui.rendering import (
     PAGE_SIZE,
     can_operate,
+    dag_url,
     json_object_field,
     not_found,
     page,
-    redirect_back,
     run_url,
 )
 from engine.db.models import utcnow
@@ -30,6 +33,7 @@ from engine.exceptions import NotFoundError, OperatorActionError
 from engine.states import DagRunState
 from engine.views import dags as dags_view
 from engine.views import operations
+from engine.views import parse_errors as parse_errors_view
 from engine.views import runs as runs_view
 from engine.views.common import Page as ViewPage
 
@@ -56,15 +60,18 @@ async def dag_list(
     search: Annotated[str | None, Query(max_length=250)] = None,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> HTMLResponse:
-    found = await database.read(
-        partial(dags_view.list_dags, search=search or None, limit=PAGE_SIZE, offset=offset)
-    )
+    def read(session: Any) -> tuple[ViewPage[dags_view.DagItem], int]:
+        listed = dags_view.list_dags(session, search=search or None, limit=PAGE_SIZE, offset=offset)
+        return listed, parse_errors_view.parse_error_count(session)
+
+    found, broken_files = await database.read(read)
     return page(
         request,
         "dag_list.html",
         "/dags",
         dags=found,
         search=search,
+        broken_files=broken_files,
         can_operate=can_operate(request),
     )
 
@@ -109,26 +116,72 @@ async def _set_paused(database: DatabaseDep, dag_id: str, *, paused: bool) -> No
         raise not_found(f"no DAG {dag_id!r}; the DAG list shows the DAGs")
 
 
+_PAUSE_SAYS: Final = {
+    True: "the scheduler creates no new run of it (time, asset or partition); runs already "
+    "queued or running go on to their end. Triggering by hand still works.",
+    False: "the scheduler creates its runs again from its schedule (with catchup, the runs "
+    "it missed meanwhile).",
+}
+
+
+async def _confirm_pause(
+    request: Request, database: DatabaseDep, dag_id: str, *, paused: bool
+) -> HTMLResponse:
+    dag = await database.read(partial(dags_view.show_dag, dag_id=dag_id))
+    if dag is None:
+        raise not_found(f"no DAG {dag_id!r}; the DAG list shows the DAGs")
+    verb = "Pause" if paused else "Unpause"
+    already = dag["paused"] == paused
+    return confirm_page(
+        request,
+        title=f"{verb} {dag_id}?",
+        explanation=f"{verb} DAG {dag_id}: {_PAUSE_SAYS[paused]}",
+        action=f"{dag_url(dag_id)}/{verb.lower()}",
+        fields={"next": dag_url(dag_id)},
+        back=dag_url(dag_id),
+        button=f"{verb} {dag_id}",
+        nothing=f"Nothing to do: {dag_id} is already {'paused' if paused else 'active'}."
+        if already
+        else None,
+    )
+
+
+@router.get("/dags/{dag_id}/pause", response_class=HTMLResponse)
+async def confirm_pause(
+    request: Request, dag_id: str, _principal: UiOperatorDep, database: DatabaseDep
+) -> HTMLResponse:
+    return await _confirm_pause(request, database, dag_id, paused=True)
+
+
+@router.get("/dags/{dag_id}/unpause", response_class=HTMLResponse)
+async def confirm_unpause(
+    request: Request, dag_id: str, _principal: UiOperatorDep, database: DatabaseDep
+) -> HTMLResponse:
+    return await _confirm_pause(request, database, dag_id, paused=False)
+
+
 @router.post("/dags/{dag_id}/pause")
 async def pause(
+    request: Request,
     dag_id: str,
     _principal: UiOperatorDep,
     database: DatabaseDep,
-    next: Annotated[str, Form()] = "/dags",
+    next: Annotated[str, Form(max_length=2000)] = "/dags",
 ) -> Response:
     await _set_paused(database, dag_id, paused=True)
-    return redirect_back(next)
+    return done(request, next, f"Paused {dag_id}: the scheduler creates no new run of it.")
 
 
 @router.post("/dags/{dag_id}/unpause")
 async def unpause(
+    request: Request,
     dag_id: str,
     _principal: UiOperatorDep,
     database: DatabaseDep,
-    next: Annotated[str, Form()] = "/dags",
+    next: Annotated[str, Form(max_length=2000)] = "/dags",
 ) -> Response:
     await _set_paused(database, dag_id, paused=False)
-    return redirect_back(next)
+    return done(request, next, f"Unpaused {dag_id}: the scheduler creates its runs again.")
 
 
 @router.post("/dags/{dag_id}/trigger", response_model=None)
