@@ -290,11 +290,11 @@ def test_pause_and_unpause_from_the_dag_page_with_a_confirmation(ui: ApiHarness)
     paused = select(Dag.is_paused).where(Dag.dag_id == "hourly")
     assert 'href="/dags/hourly/pause"' in admin.get("/dags/hourly").text
     page, location = confirm_and_post(admin, "/dags/hourly/pause", {})
-    assert "creates no new run" in page
+    assert "waits in the queue" in page
     assert location == "/dags/hourly"
     assert ui.db.call(lambda s: s.execute(paused).scalar_one()) is True
     shown = admin.get(location).text
-    assert notice(shown) == "Paused hourly: the scheduler creates no new run of it."
+    assert notice(shown) == "Paused hourly: the scheduler starts nothing of it."
     assert 'href="/dags/hourly/unpause"' in shown
     assert "already paused" in admin.get("/dags/hourly/pause").text
     confirm_and_post(admin, "/dags/hourly/unpause", {})

@@ -117,10 +117,10 @@ async def _set_paused(database: DatabaseDep, dag_id: str, *, paused: bool) -> No
 
 
 _PAUSE_SAYS: Final = {
-    True: "the scheduler creates no new run of it (time, asset or partition); runs already "
-    "queued or running go on to their end. Triggering by hand still works.",
-    False: "the scheduler creates its runs again from its schedule (with catchup, the runs "
-    "it missed meanwhile).",
+    True: "the scheduler creates no run of it from its schedule and starts nothing of its "
+    "runs (a run triggered by hand waits in the queue) until it is unpaused; tasks already "
+    "running finish.",
+    False: "the scheduler starts its waiting runs and creates its runs from its schedule again.",
 }
 
 
@@ -169,7 +169,7 @@ async def pause(
     next: Annotated[str, Form(max_length=2000)] = "/dags",
 ) -> Response:
     await _set_paused(database, dag_id, paused=True)
-    return done(request, next, f"Paused {dag_id}: the scheduler creates no new run of it.")
+    return done(request, next, f"Paused {dag_id}: the scheduler starts nothing of it.")
 
 
 @router.post("/dags/{dag_id}/unpause")
@@ -181,7 +181,7 @@ async def unpause(
     next: Annotated[str, Form(max_length=2000)] = "/dags",
 ) -> Response:
     await _set_paused(database, dag_id, paused=False)
-    return done(request, next, f"Unpaused {dag_id}: the scheduler creates its runs again.")
+    return done(request, next, f"Unpaused {dag_id}: the scheduler runs it again.")
 
 
 @router.post("/dags/{dag_id}/trigger", response_model=None)
