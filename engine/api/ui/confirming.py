@@ -10,15 +10,25 @@ message says what it actually changed.
 from collections.abc import Sequence
 from typing import Any, Final
 
-from fastapi import Request
+from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
 
 from engine.api.ui.flash import names, set_flash
 from engine.api.ui.rendering import page, redirect_back
 from engine.db.queries.actions import TaskChange
+from engine.exceptions import InvalidStateError, NotFoundError, OperatorActionError
 
 #: The largest map index a form may name (the database's 32-bit integer).
 MAX_MAP_INDEX: Final = 2**31 - 1
+
+
+def refused(exc: OperatorActionError) -> HTTPException:
+    """The answer to an action ``engine.db`` refused, as the REST API's: 404 for an unknown
+    DAG, run or task, 409 for a state that does not allow it, 422 otherwise (an
+    ``ExternalTaskMarker`` chain deeper than its ``recursion_depth``, say)."""
+    if isinstance(exc, NotFoundError):
+        return HTTPException(404, str(exc))
+    return HTTPException(409 if isinstance(exc, InvalidStateError) else 422, str(exc))
 
 
 def task_name(change: TaskChange, dag_id: str) -> str:

@@ -14,12 +14,12 @@ from fastapi.responses import HTMLResponse, Response
 
 from engine.api.deps import DatabaseDep
 from engine.api.security import UiOperatorDep
-from engine.api.ui.confirming import confirm_page, counted, done, instances
-from engine.api.ui.rendering import not_found, run_url
+from engine.api.ui.confirming import confirm_page, counted, done, instances, refused
+from engine.api.ui.rendering import run_url
 from engine.api.ui.task_actions import clear_now, confirm_clear_page
 from engine.db.models import utcnow
 from engine.db.queries import actions, run_ends
-from engine.exceptions import InvalidStateError, NotFoundError
+from engine.exceptions import InvalidStateError, OperatorActionError
 from engine.states import TaskState
 
 router = APIRouter(include_in_schema=False)
@@ -39,8 +39,6 @@ async def confirm_cancel(
         changes = await database.read(
             partial(run_ends.cancel_preview, dag_id=dag_id, run_id=run_id)
         )
-    except NotFoundError as exc:
-        raise not_found(str(exc)) from exc
     except InvalidStateError as exc:
         return confirm_page(
             request,
@@ -51,6 +49,8 @@ async def confirm_cancel(
             back=back,
             nothing=f"Nothing to cancel: the {exc}.",
         )
+    except OperatorActionError as exc:
+        raise refused(exc) from exc
     return confirm_page(
         request,
         title=f"Cancel run {run_id}?",
@@ -79,10 +79,10 @@ async def cancel(
     back = run_url(dag_id, run_id)
     try:
         ended: run_ends.EndedRun = await database.run(act)
-    except NotFoundError as exc:
-        raise not_found(str(exc)) from exc
     except InvalidStateError as exc:  # someone ended it since the confirmation
         return done(request, back, f"Nothing cancelled: the {exc}.")
+    except OperatorActionError as exc:
+        raise refused(exc) from exc
     groups = {state: [c for c in ended.tasks if c.new_state == state] for state in _ENDS}
     said = "; ".join(counted(g, dag_id, state) for state, g in groups.items() if g)
     return done(

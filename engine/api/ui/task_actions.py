@@ -24,13 +24,14 @@ from engine.api.ui.confirming import (
     counted,
     done,
     instances,
+    refused,
     runs_again,
 )
 from engine.api.ui.login import safe_next
-from engine.api.ui.rendering import not_found, run_url, task_url
+from engine.api.ui.rendering import run_url, task_url
 from engine.db.models import utcnow
 from engine.db.queries import actions, task_graph
-from engine.exceptions import NotFoundError
+from engine.exceptions import NotFoundError, OperatorActionError
 from engine.states import TaskState
 
 router = APIRouter(include_in_schema=False)
@@ -78,8 +79,8 @@ async def confirm_mark(
     look = partial(actions.state_targets, dag_id=dag_id, run_id=run_id, task_id=task_id)
     try:
         found = await database.read(partial(look, state=state, **which))
-    except NotFoundError as exc:
-        raise not_found(str(exc)) from exc
+    except OperatorActionError as exc:
+        raise refused(exc) from exc
     back = safe_next(next or task_url(dag_id, run_id, task_id, map_index))
     explanation = (
         f"Mark {task_id}{_relatives(downstream, upstream)} {state} in run {run_id}. "
@@ -133,8 +134,8 @@ async def mark(
     )
     try:
         result = await database.run(act)
-    except NotFoundError as exc:
-        raise not_found(str(exc)) from exc
+    except OperatorActionError as exc:
+        raise refused(exc) from exc
     marked = [c for c in result.tasks if c.new_state == state]
     cleared = [c for c in result.tasks if c.new_state != state]
     if marked:
@@ -202,8 +203,8 @@ async def confirm_clear_page(
     """The confirmation of a clear (of a task or a run) that ``select`` selects."""
     try:
         selected = await database.read(select)
-    except NotFoundError as exc:
-        raise not_found(str(exc)) from exc
+    except OperatorActionError as exc:
+        raise refused(exc) from exc
     return confirm_page(
         request,
         title=f"Clear {what}?",
@@ -231,8 +232,8 @@ async def clear_now(request: Request, database: DatabaseDep, select: Any, target
 
     try:
         result = await database.run(clear_them)
-    except NotFoundError as exc:
-        raise not_found(str(exc)) from exc
+    except OperatorActionError as exc:
+        raise refused(exc) from exc
     dag_id = str(request.path_params["dag_id"])
     if result.tasks:
         message = f"Cleared {counted(result.tasks, dag_id)}; they run again."
