@@ -20,6 +20,7 @@ import pytest
 from sqlalchemy import select, update
 
 from engine.db.models import Dag, DagRun, TaskInstance, utcnow
+from engine.db.queries import mapping
 from engine.views import operations
 from tests.db_templates import migrated_copy
 from tests.integration.api_support import ApiHarness, api_harness
@@ -58,6 +59,9 @@ with DAG("chain", schedule=None, start_date=datetime(2026, 1, 1)):
 
 with DAG("hourly", schedule="0 * * * *", start_date=datetime(2026, 1, 1)):
     extract()
+
+with DAG("fanout", schedule=None, start_date=datetime(2026, 1, 1)):
+    transform.expand(value=[1, 2, 3])
 """
 BROKEN = "from engine import DAG\n\n\ndef broken(:  # <script>alert(1)</script>\n    pass\n"
 FORM_POST = re.compile(r'<form[^>]*method="post"[^>]*action="([^"]+)"')
@@ -299,6 +303,40 @@ def test_pause_and_unpause_from_the_dag_page_with_a_confirmation(ui: ApiHarness)
     assert "already paused" in admin.get("/dags/hourly/pause").text
     confirm_and_post(admin, "/dags/hourly/unpause", {})
     assert ui.db.call(lambda s: s.execute(paused).scalar_one()) is False
+
+
+def test_mark_and_clear_one_copy_of_a_mapped_task(ui: ApiHarness) -> None:
+    run_id = new_run(ui, {}, dag_id="fanout")
+    run_pk = select(DagRun.id).where(DagRun.run_id == run_id).scalar_subquery()
+    ui.db.call(
+        lambda s: mapping.expand_task(
+            s, s.execute(select(run_pk)).scalar_one(), "transform", 3, now=utcnow()
+        )
+    )
+    operator, _ = logged_in(ui, "otto")
+    task = f"{run_page(run_id, 'fanout')}/tasks/transform"
+    html = unescape(operator.get(run_page(run_id, "fanout")).text)
+    assert f"{task}/mark?state=success&map_index=1&next=" in html
+    page, location = confirm_and_post(
+        operator, f"{task}/mark", {"state": "success", "map_index": "1"}
+    )
+    assert affected(page) == ["transform[1]"]
+    assert location == f"{task}?map_index=1"
+    said = notice(operator.get(location).text)
+    assert said == "Marked 1 task instance success: transform[1].", said
+    copies = (
+        select(TaskInstance.map_index, TaskInstance.state)
+        .where(TaskInstance.dag_run_id == run_pk)
+        .order_by(TaskInstance.map_index)
+    )
+    assert ui.db.call(lambda s: s.execute(copies).all()) == [
+        (0, "scheduled"),
+        (1, "success"),
+        (2, "scheduled"),
+    ]
+    page, _ = confirm_and_post(operator, f"{task}/clear", {"map_index": "1"})
+    assert affected(page) == ["transform[1]"]
+    assert ui.db.call(lambda s: s.execute(copies).all())[1] == (1, "none")
 
 
 def test_unknown_targets_are_404_and_bad_options_4xx(ui: ApiHarness) -> None:

@@ -20,6 +20,9 @@ from engine.exceptions import InvalidStateError, NotFoundError, OperatorActionEr
 
 #: The largest map index a form may name (the database's 32-bit integer).
 MAX_MAP_INDEX: Final = 2**31 - 1
+#: The task instances a confirmation lists one by one (a run of thousands of mapped copies
+#: says how many more there are).
+MAX_LISTED: Final = 500
 
 
 def refused(exc: OperatorActionError) -> HTTPException:
@@ -61,7 +64,7 @@ def confirm_page(
     change. ``back`` is where "Cancel" (and the action, once done) leads."""
     rows = [
         {"name": task_name(c, dag_id), "run_id": c.run_id, "old": c.old_state, "new": c.new_state}
-        for c in changes
+        for c in changes[:MAX_LISTED]
     ]
     return page(
         request,
@@ -73,6 +76,7 @@ def confirm_page(
         fields={k: v for k, v in fields.items() if v is not None},
         back=back,
         rows=rows,
+        unlisted=max(len(changes) - MAX_LISTED, 0),
         several_runs=len({(c.dag_id, c.run_id) for c in changes}) > 1,
         button=button,
         nothing=nothing if not changes else None,
