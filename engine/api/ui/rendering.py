@@ -60,8 +60,7 @@ def page(request: Request, name: str, section: str, **context: Any) -> HTMLRespo
     as ``/dags``) is marked as the current one. ``status_code`` may be passed. A message
     an action left (``flash``) is shown as the page's ``notice``, once."""
     status = int(context.pop("status_code", 200))
-    context.setdefault("notice", None)
-    context["notice"] = context["notice"] or read_flash(request)  # once, after an action
+    context["notice"] = context.get("notice") or read_flash(request)  # once, after an action
     response = render(request, f"ui/{name}", {"section": section, **context}, status_code=status)
     forget_flash(request, response)
     return response
