@@ -21,6 +21,8 @@ modules decide what the rows mean and say it in words:
 - ``jobs``: the engine's jobs (alive?, load, the tries an executor runs) and the Celery
   queues; ``triggers``: trigger rows and their owners (never their kwargs); ``streams``:
   shared-stream groups (lag per lane, advance rate, a short history);
+- ``parse_errors``: the DAG files that fail to parse (``sluice dags errors``, the UI's
+  import errors);
 - ``doctor``: the facts ``sluice doctor`` judges (``engine.doctor``);
 - ``why``: why a DAG has not run (``explain_dag``; its shape ``why_records``, its
   judgements ``why_entries`` and ``why_findings``; a partitioned DAG's waiting keys in

@@ -6,6 +6,7 @@ password; run in this process)."""
 from __future__ import annotations
 
 import contextlib
+import shutil
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from tests.db_templates import copy_sqlite_template
 from tests.e2e.helpers import engine_env, start_engine, stop, wait_for
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator, Mapping
 
 REPO: Final = Path(__file__).resolve().parents[2]
 EXAMPLE_DAGS: Final = REPO / "dags"
@@ -57,16 +58,31 @@ def create_user(env: dict[str, str], username: str, role: str) -> None:
     assert done.returncode == 0, f"sluice users create {username}: {done.stdout}{done.stderr}"
 
 
+def dags_folder(root: Path, examples: Iterable[str], extra: Mapping[str, str]) -> Path:
+    """A dags folder in ``root`` with the example files ``examples`` (names in ``dags/``)
+    and the files ``extra`` (name -> text, a DAG file that fails to parse, say)."""
+    folder = root / "dags"
+    folder.mkdir()
+    for name in examples:
+        shutil.copyfile(EXAMPLE_DAGS / name, folder / name)
+    for name, text in extra.items():
+        (folder / name).write_text(text)
+    return folder
+
+
 @contextlib.contextmanager
-def running_ui_engine(root: Path, wanted: set[str], *, template: Path) -> Iterator[UiEngine]:
-    """``sluice run`` in ``root`` on the example DAGs, its database a copy of the migrated
-    ``template``, ready once the API answers and every DAG of ``wanted`` is parsed. Stopped
-    with SIGTERM at the end (and must exit 0)."""
+def running_ui_engine(
+    root: Path, wanted: set[str], *, template: Path, dags: Path = EXAMPLE_DAGS
+) -> Iterator[UiEngine]:
+    """``sluice run`` in ``root`` on ``dags`` (the example DAGs; ``dags_folder`` makes
+    another), its database a copy of the migrated ``template``, ready once the API answers
+    and every DAG of ``wanted`` is parsed. Stopped with SIGTERM at the end (and must exit
+    0)."""
     home = root / "home"
     home.mkdir()
     port = free_port()
     url = copy_sqlite_template(template, home / "sluice.db")
-    env = engine_env(home, url=url, dags=EXAMPLE_DAGS, parallelism=4, SLUICE__API__PORT=str(port))
+    env = engine_env(home, url=url, dags=dags, parallelism=4, SLUICE__API__PORT=str(port))
     for username, role in USERS.items():
         create_user(env, username, role)
     log = root / "engine.log"

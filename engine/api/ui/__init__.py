@@ -6,15 +6,20 @@ page's route, mounted at ``/`` by ``engine.api.app``.
 - ``login``: ``/login`` and ``/logout``;
 - ``rendering``: what the pages share (state looks, time filters, ``page(...)``);
 - ``dag_pages``: ``/`` (to the DAG list), ``/dags``, ``/dags/{dag_id}`` (the runs grid),
-  and the actions pause / unpause;
+  and the actions pause / unpause (each ``GET`` its confirmation, the ``POST`` the action);
 - ``dag_graph_page``: ``/dags/{dag_id}/graph`` (the task graph, states of a run, groups
   folded on request) and ``/dags/{dag_id}/code`` (the file's source and ``doc_md``);
 - ``trigger_page``: ``/dags/{dag_id}/trigger`` (the form from the DAG's params, then a
   confirmation, then the run);
 - ``run_pages``: ``/dags/{dag_id}/runs/{run_id}``, a task's page with its log by try
-  (``.../tasks/{task_id}``, ``.../log`` for the live tail) and the clear action;
+  (``.../tasks/{task_id}``, ``.../log`` for the live tail);
 - ``run_views``: a run's Gantt chart (``.../runs/{run_id}/gantt``) and a task instance's
   results (``.../tasks/{task_id}/results``);
+- ``task_actions``: a task instance's mark success / failed and clear (``GET`` the
+  confirmation, ``POST`` the action); ``run_actions``: a run's cancel and clear;
+  ``confirming``: their confirmation page and message; ``flash``: the one-time message
+  after an action (a cookie signed for the session);
+- ``import_errors``: ``/import-errors``, the DAG files that fail to parse;
 - ``asset_pages``: ``/assets``, ``/assets/{name}`` (events, emit), ``/asset-graph``;
 - ``fleet_pages``: ``/jobs`` (the engine's parts, Celery workers and queues), ``/triggers``
   (by triggerer), ``/streams`` (shared-stream groups);
@@ -33,9 +38,12 @@ from engine.api.ui import (
     dag_graph_page,
     dag_pages,
     fleet_pages,
+    import_errors,
     login,
+    run_actions,
     run_pages,
     run_views,
+    task_actions,
     trigger_page,
     why_page,
 )
@@ -48,8 +56,11 @@ for _pages in (
     trigger_page,
     run_pages,
     run_views,
+    task_actions,
+    run_actions,
     asset_pages,
     fleet_pages,
+    import_errors,
     why_page,
 ):
     router.include_router(_pages.router)

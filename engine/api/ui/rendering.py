@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from engine.api.credentials import OPERATOR
 from engine.api.security import principal_of
+from engine.api.ui.flash import forget_flash, read_flash
 from engine.api.ui.login import safe_next
 from engine.api.ui.states import legend, look
 from engine.api.ui.templating import render, templates
@@ -56,9 +57,13 @@ templates.env.filters.update(shorttime=short_time, seconds=seconds)
 
 def page(request: Request, name: str, section: str, **context: Any) -> HTMLResponse:
     """The page ``templates/ui/<name>`` with ``context``; ``section`` (a top-bar link such
-    as ``/dags``) is marked as the current one. ``status_code`` may be passed."""
+    as ``/dags``) is marked as the current one. ``status_code`` may be passed. A message
+    an action left (``flash``) is shown as the page's ``notice``, once."""
     status = int(context.pop("status_code", 200))
-    return render(request, f"ui/{name}", {"section": section, **context}, status_code=status)
+    context["notice"] = context.get("notice") or read_flash(request)  # once, after an action
+    response = render(request, f"ui/{name}", {"section": section, **context}, status_code=status)
+    forget_flash(request, response)
+    return response
 
 
 def can_operate(request: Request) -> bool:

@@ -1,24 +1,22 @@
 """A run's page (its tasks, the asset events that triggered it) and a task instance's page
-(its log by try, streamed while the try runs), and the clear action (op and admin).
+(its log by try, streamed while the try runs). Their actions (clear, mark, cancel) are
+``task_actions`` and ``run_actions``.
 
 Reads through ``engine.views.runs`` / ``tasks`` (what ``GET /api/v1/dags/{dag_id}/
 dagRuns/...`` answers), including the log reader that never leaves the log folder.
 """
 
-import re
 from functools import partial
 from typing import Annotated, Any, Final
 
 import anyio.to_thread
-from fastapi import APIRouter, Form, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse
 
 from engine.api.deps import ConfigDep, DatabaseDep
-from engine.api.security import UiOperatorDep, UiReaderDep
-from engine.api.ui.rendering import can_operate, not_found, page, redirect_back, run_url
+from engine.api.security import UiReaderDep
+from engine.api.ui.rendering import can_operate, not_found, page
 from engine.db.models import utcnow
-from engine.db.queries import actions
-from engine.exceptions import NotFoundError
 from engine.states import DagRunState, TaskState
 from engine.task_log_files import TaskLogNotFoundError
 from engine.views import runs as runs_view
@@ -65,6 +63,7 @@ async def run_page(
         run=run,
         dag_id=dag_id,
         can_operate=can_operate(request),
+        run_active=going_on,
         refresh_s=REFRESH_S if going_on else None,
     )
 
@@ -189,34 +188,3 @@ async def log_tail(
     return JSONResponse(
         {"text": text, "offset": next_offset, "finished": finished, "state": ti["state"]}
     )
-
-
-@router.post("/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/clear")
-async def clear(
-    dag_id: str,
-    run_id: str,
-    task_id: str,
-    _principal: UiOperatorDep,
-    database: DatabaseDep,
-    map_index: Annotated[int, Form(ge=-1)] = -1,
-    downstream: Annotated[bool, Form()] = False,
-) -> Response:
-    """Clear one task instance (and its downstream tasks if asked): the scheduler runs them
-    again, as ``sluice tasks clear`` and ``POST .../clearTaskInstances`` do."""
-
-    def clear_now(session: Any) -> actions.ActionResult:
-        selected = actions.select_task_instances(
-            session,
-            dag_id,
-            run_id=run_id,
-            task_regex=f"^{re.escape(task_id)}$",
-            downstream=downstream,
-            map_index=None if map_index < 0 else map_index,
-        )
-        return actions.clear_task_instances(session, selected, now=utcnow())
-
-    try:
-        await database.run(clear_now)
-    except NotFoundError as exc:
-        raise not_found(str(exc)) from exc
-    return redirect_back(run_url(dag_id, run_id))

@@ -340,6 +340,60 @@ def with_state(change: TaskChange, new_state: str) -> TaskChange:
 # --- setting a state ----------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class StateTargets:
+    """What marking a task ``state`` would change: the task instances it marks (their
+    ``new_state`` the state), and, for ``success``, the failed ones below them it clears."""
+
+    run_pk: int
+    marked: tuple[TaskChange, ...]
+    failed_below: tuple[TaskChange, ...]
+
+
+def state_targets(
+    session: Session,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    state: str,
+    *,
+    downstream: bool = False,
+    upstream: bool = False,
+    map_index: int | None = None,
+    lock: bool = False,
+) -> StateTargets:
+    """The task instances ``set_task_state`` would change (read only: the UI's confirmation
+    lists them; ``set_task_state`` reads them again, locked, in its own transaction)."""
+    if state not in SETTABLE_STATES:
+        raise OperatorActionError(
+            f"cannot set a task to {state!r}: one of {', '.join(SETTABLE_STATES)}"
+        )
+    graph = dag_graph(session, dag_id)
+    if task_id not in graph:
+        raise NotFoundError(
+            f"DAG {dag_id!r} has no task {task_id!r}; see `sluice dags show {dag_id}`"
+        )
+    run_pk, _ = run_pk_of(session, dag_id, run_id)
+    task_ids = relatives(graph, [task_id], downstream=downstream, upstream=upstream)
+    where = [TaskInstance.dag_run_id == run_pk, TaskInstance.task_id.in_(task_ids)]
+    if map_index is not None:  # one copy of the mapped task (its relatives: all copies)
+        where.append(or_(TaskInstance.task_id != task_id, TaskInstance.map_index == map_index))
+    rows = task_rows(session, where, lock=lock)
+    if map_index is not None and not any(c.task_id == task_id for c in rows):
+        raise NotFoundError(
+            f"task {task_id!r} of run {run_id!r} has no copy with map_index {map_index}"
+        )
+    marked = tuple(with_state(c, state) for c in rows if c.old_state != state)
+    below: list[TaskChange] = []
+    if state == TaskState.SUCCESS:
+        under = relatives(graph, task_ids, downstream=True, upstream=False) - task_ids
+        failed = TaskInstance.state.in_(FAILED_STATES)
+        below = task_rows(
+            session, [TaskInstance.dag_run_id == run_pk, TaskInstance.task_id.in_(under), failed]
+        )
+    return StateTargets(run_pk, marked, tuple(with_state(c, TaskState.NONE) for c in below))
+
+
 def set_task_state(
     session: Session,
     dag_id: str,
@@ -362,26 +416,9 @@ def set_task_state(
     ones, so they run again under their trigger rules. The run is re-evaluated by the
     scheduler: a finished one goes back to ``queued``.
     """
-    if state not in SETTABLE_STATES:
-        raise OperatorActionError(
-            f"cannot set a task to {state!r}: one of {', '.join(SETTABLE_STATES)}"
-        )
-    graph = dag_graph(session, dag_id)
-    if task_id not in graph:
-        raise NotFoundError(
-            f"DAG {dag_id!r} has no task {task_id!r}; see `sluice dags show {dag_id}`"
-        )
-    run_pk, _ = run_pk_of(session, dag_id, run_id)
-    task_ids = relatives(graph, [task_id], downstream=downstream, upstream=upstream)
-    where = [TaskInstance.dag_run_id == run_pk, TaskInstance.task_id.in_(task_ids)]
-    if map_index is not None:  # one copy of the mapped task (its relatives: all copies)
-        where.append(or_(TaskInstance.task_id != task_id, TaskInstance.map_index == map_index))
-    rows = task_rows(session, where, lock=True)
-    if map_index is not None and not any(c.task_id == task_id for c in rows):
-        raise NotFoundError(
-            f"task {task_id!r} of run {run_id!r} has no copy with map_index {map_index}"
-        )
-    targets = {c.ti_id: c for c in rows if c.old_state != state}
+    which: dict[str, Any] = {"downstream": downstream, "upstream": upstream, "map_index": map_index}
+    found = state_targets(session, dag_id, run_id, task_id, state, **which, lock=True)
+    targets = {c.ti_id: c for c in found.marked}
     trigger_ids = trigger_ids_of(session, targets)
     marked = update_returning(
         session,
@@ -390,20 +427,10 @@ def set_task_state(
         {"state": state, "end_date": now, **not_waiting()},
     )
     delete_triggers(session, trigger_ids)
-    changes = [with_state(targets[i], state) for i in sorted(marked)]
-    cleared: tuple[TaskChange, ...] = ()
-    if state == TaskState.SUCCESS:
-        below = relatives(graph, task_ids, downstream=True, upstream=False) - task_ids
-        failed = task_rows(
-            session,
-            [
-                TaskInstance.dag_run_id == run_pk,
-                TaskInstance.task_id.in_(below),
-                TaskInstance.state.in_(FAILED_STATES),
-            ],
-        )
-        cleared = clear_task_instances(session, failed, now=now).tasks
-    run_states = _requeue_finished_runs(session, [run_pk] if marked else [], now=now)
+    changes = [targets[i] for i in sorted(marked)]
+    below = found.failed_below
+    cleared = clear_task_instances(session, below, now=now).tasks if below else ()
+    run_states = _requeue_finished_runs(session, [found.run_pk] if marked else [], now=now)
     return ActionResult((*changes, *cleared), run_states)
 
 

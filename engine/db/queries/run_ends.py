@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from sqlalchemy import select, update
 
@@ -20,9 +20,13 @@ from engine.exceptions import InvalidStateError
 from engine.states import DagRunState, TaskState
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from datetime import datetime
 
     from sqlalchemy.orm import Session
+
+
+_UNFINISHED_RUN: Final = (DagRunState.QUEUED, DagRunState.RUNNING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +57,7 @@ def end_run(
     run was not queued or running (someone ended it first)."""
     row = session.execute(
         update(DagRun)
-        .where(DagRun.id == run_pk, DagRun.state.in_([DagRunState.QUEUED, DagRunState.RUNNING]))
+        .where(DagRun.id == run_pk, DagRun.state.in_(_UNFINISHED_RUN))
         .values(state=state, end_date=now)
         .returning(DagRun.dag_id, DagRun.run_id)
     ).first()
@@ -67,21 +71,49 @@ def end_run(
     )
     trigger_ids = actions.trigger_ids_of(session, [c.ti_id for c in tis])
     changes: list[actions.TaskChange] = []
+    planned = ending_changes(tis, active_to=active_to, pending_to=pending_to)
     for states, new_state in (
         (actions.ACTIVE_STATES, active_to),
         (actions.PENDING_STATES, pending_to),
     ):
-        group = {c.ti_id: c for c in tis if c.old_state in states}
+        group = {c.ti_id: c for c in planned if c.old_state in states}
         done = actions.update_returning(
             session, group, states, {"state": new_state, "end_date": now, **actions.not_waiting()}
         )
-        changes += [actions.with_state(group[i], new_state) for i in done]
+        changes += [group[i] for i in done]
     actions.delete_triggers(session, trigger_ids)
     time_schedules.recompute_next_dagrun(
         session, dag_id
     )  # a time run held by max_active_runs may go
     changes.sort(key=lambda c: (c.task_id, c.map_index))
     return EndedRun(run_pk, dag_id, run_id, "", tuple(changes))
+
+
+def ending_changes(
+    tis: Iterable[actions.TaskChange], *, active_to: str, pending_to: str
+) -> list[actions.TaskChange]:
+    """What ending a run does to its unfinished task instances ``tis``: active ones (running,
+    deferred, restarting) become ``active_to``, pending ones ``pending_to``."""
+    ends = [(actions.ACTIVE_STATES, active_to), (actions.PENDING_STATES, pending_to)]
+    return [
+        actions.with_state(c, new_state)
+        for c in tis
+        for states, new_state in ends
+        if c.old_state in states
+    ]
+
+
+def cancel_preview(session: Session, dag_id: str, run_id: str) -> list[actions.TaskChange]:
+    """What ``cancel_run`` would change now (read only: the UI's confirmation lists it). A
+    finished run is an error naming its state, as ``cancel_run``."""
+    task_graph.dag_graph(session, dag_id)
+    run_pk, state = actions.run_pk_of(session, dag_id, run_id)
+    if state not in _UNFINISHED_RUN:
+        raise InvalidStateError(f"run {run_id!r} of DAG {dag_id!r} already ended: {state}")
+    unfinished = TaskInstance.state.in_(actions.UNFINISHED_STATES)
+    tis = actions.task_rows(session, [TaskInstance.dag_run_id == run_pk, unfinished])
+    ended = ending_changes(tis, active_to=TaskState.FAILED, pending_to=TaskState.SKIPPED)
+    return sorted(ended, key=lambda c: (c.task_id, c.map_index))
 
 
 def cancel_run(session: Session, dag_id: str, run_id: str, *, now: datetime) -> EndedRun:
