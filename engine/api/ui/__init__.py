@@ -15,7 +15,8 @@ page's route, mounted at ``/`` by ``engine.api.app``.
 - ``why_page``: ``/dags/{dag_id}/why``;
 - pure helpers: ``grid`` (the runs grid's rows), ``graph_layout`` (a layered layout),
   ``drawing`` (the asset graph as SVG paths), ``sparkline``, ``states`` (a state's colour
-  class, symbol and word).
+  class, symbol and word), ``times`` (times as a person reads them, in sentences too),
+  ``values`` (JSON escaped once, long values cut, class names with their module).
 """
 
 from fastapi import APIRouter
