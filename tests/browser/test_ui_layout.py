@@ -66,8 +66,14 @@ class World:
             "dag-list": "/dags",
             "dag": f"/dags/{DAG_ID}",
             "run": self.run_path,
+            "task": f"{self.run_path}/tasks/process_items",
             "why": f"/dags/{DAG_ID}/why",
+            "assets": "/assets",
             "asset": f"/assets/{ASSET}",
+            "asset-graph": "/asset-graph",
+            "triggers": "/triggers",
+            "streams": "/streams",
+            "engine": "/jobs",
         }
 
 

@@ -18,16 +18,20 @@ from engine.authoring.dag_files import DAG_MODULE_PREFIX
 
 #: JSON this short stays on one line (``{"rows": 3}``); longer is indented.
 ONE_LINE_JSON_CHARS: Final = 80
+#: Longer JSON stays on one line (the box wraps it): Python indents JSON in pure Python,
+#: about 0.1 s per MB here, and pages render in the engine's event loop; a box shows only
+#: the start of a value that long anyway.
+INDENT_UP_TO_CHARS: Final = 100_000
 #: A value box shows at most this many characters (a 900 KB conf would weigh on every
 #: reload of a page that refreshes itself); the rest is counted and left to the REST API.
 SHOWN_VALUE_CHARS: Final = 20_000
 
 
 def json_text(value: Any) -> str:
-    """``value`` as JSON for a person: one line when short, else indented by 2; non-ASCII
-    and ``<>&`` written as themselves (the template escapes them once)."""
+    """``value`` as JSON for a person: one line when short (or very long), else indented
+    by 2; non-ASCII and ``<>&`` written as themselves (the template escapes them once)."""
     line = json.dumps(value, ensure_ascii=False, default=str)
-    if len(line) <= ONE_LINE_JSON_CHARS:
+    if len(line) <= ONE_LINE_JSON_CHARS or len(line) > INDENT_UP_TO_CHARS:
         return line
     return json.dumps(value, ensure_ascii=False, default=str, indent=2)
 

@@ -12,6 +12,7 @@ from markupsafe import escape
 from engine.api.ui.rendering import templates
 from engine.api.ui.times import readable_time, span_words, with_readable_times
 from engine.api.ui.values import (
+    INDENT_UP_TO_CHARS,
     ONE_LINE_JSON_CHARS,
     class_name,
     class_origin,
@@ -27,6 +28,8 @@ def test_short_json_stays_on_one_line_and_long_json_is_indented() -> None:
     assert json_text({"rows": 3}) == '{"rows": 3}'
     long = {"key": "v" * ONE_LINE_JSON_CHARS}
     assert json_text(long) == '{\n  "key": "' + "v" * ONE_LINE_JSON_CHARS + '"\n}'
+    huge = {"key": "v" * INDENT_UP_TO_CHARS}  # not worth indenting in the event loop
+    assert json_text(huge) == '{"key": "' + "v" * INDENT_UP_TO_CHARS + '"}'
 
 
 def test_json_text_writes_markup_and_non_ascii_as_themselves() -> None:
