@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import pytest
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 
-from engine.db.models import AssetEventQueue, DagRun
+from engine.db.models import AssetEventQueue, DagRun, Trigger
 from tests.db_templates import migrated_copy
 from tests.integration.api_support import ApiHarness, api_harness
 from tests.integration.harness import parsed_database
@@ -32,7 +32,8 @@ pytestmark = pytest.mark.integration
 DAGS = """
 from datetime import datetime
 
-from engine import DAG, Asset, BaseOperator
+from engine import DAG, Asset, AssetWatcher, BaseOperator
+from triggers import DirectoryFileDeleteTrigger
 
 
 class CopyRows(BaseOperator):
@@ -42,11 +43,16 @@ class CopyRows(BaseOperator):
 
 seen = Asset("seen")  # gets an event; the DAG's queue is then emptied, as a run would
 fresh = Asset("fresh")  # never gets one
+watched = Asset("watched", watchers=[AssetWatcher("flag", DirectoryFileDeleteTrigger(
+    directory={inbox!r}, filename="go.flag", poke_interval=1))])
 
 with DAG("copies", schedule=None, start_date=datetime(2026, 1, 1)):
     CopyRows(task_id="copy")
 
 with DAG("on_both", schedule=seen & fresh):
+    CopyRows(task_id="load")
+
+with DAG("on_watched", schedule=watched):
     CopyRows(task_id="load")
 """
 #: An ISO time with its fraction of a second in a page's text (outside any tag): what the
@@ -67,7 +73,7 @@ def ui(
     root = tmp_path_factory.mktemp("ui-truths")
     dags = root / "dags"
     dags.mkdir()
-    (dags / "flows.py").write_text(textwrap.dedent(DAGS))
+    (dags / "flows.py").write_text(textwrap.dedent(DAGS.format(inbox=str(root))))
     with migrated_copy(request, "sqlite", root) as url:
         parsed_database(url, root, dags).db.dispose()
         api = api_harness(url, root)
@@ -146,3 +152,27 @@ def test_the_why_page_says_its_verdict_once_with_readable_times_and_true_asset_w
         )
     )
     assert status == {"seen": "✗ no new event for this DAG", "fresh": "✗ not updated yet"}
+
+
+def test_a_long_trigger_error_is_shown_whole_in_a_bounded_box(
+    ui: ApiHarness, admin: tuple[TestClient, str]
+) -> None:
+    error = "Traceback (most recent call last):\n" + "  File <x>, line 1\n" * 400 + "BoomError"
+    ui.db.call(lambda s: s.execute(update(Trigger).values(failure_count=3, last_error=error)))
+    client, _ = admin
+    for path in ("/triggers", "/dags/on_watched/why"):
+        page = client.get(path).text
+        box = page.split('<div class="value error">', 1)[1].split("</div>", 1)[0]
+        assert box.startswith("Traceback") and box.endswith("BoomError"), path  # all of it
+        assert "File &lt;x&gt;, line 1" in box  # escaped once, in a box that scrolls (CSS)
+
+
+def test_every_page_links_the_favicon(admin: tuple[TestClient, str]) -> None:
+    client, _ = admin
+    assert (
+        '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">'
+        in client.get("/dags").text
+    )
+    icon = client.get("/static/favicon.svg")
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+    assert icon.text.startswith("<svg")
