@@ -154,13 +154,13 @@ def test_the_why_page_says_its_verdict_once_with_readable_times_and_true_asset_w
     assert status == {"seen": "✗ no new event for this DAG", "fresh": "✗ not updated yet"}
 
 
-def test_a_long_trigger_error_is_shown_whole_in_a_bounded_box(
+def test_a_long_trigger_error_is_shown_whole_in_a_bounded_box_on_each_page(
     ui: ApiHarness, admin: tuple[TestClient, str]
 ) -> None:
     error = "Traceback (most recent call last):\n" + "  File <x>, line 1\n" * 400 + "BoomError"
     ui.db.call(lambda s: s.execute(update(Trigger).values(failure_count=3, last_error=error)))
     client, _ = admin
-    for path in ("/triggers", "/dags/on_watched/why"):
+    for path in ("/triggers", "/dags/on_watched/why", "/assets/watched"):
         page = client.get(path).text
         box = page.split('<div class="value error">', 1)[1].split("</div>", 1)[0]
         assert box.startswith("Traceback") and box.endswith("BoomError"), path  # all of it
