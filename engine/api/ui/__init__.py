@@ -5,6 +5,8 @@ page's route, mounted at ``/`` by ``engine.api.app``.
 - ``templating``: ``render(request, name, context)`` and the shared page context;
 - ``login``: ``/login`` and ``/logout``;
 - ``rendering``: what the pages share (state looks, time filters, ``page(...)``);
+- ``times``, ``values``: pure helpers behind ``rendering``'s filters: times as a person
+  reads them (in sentences too), JSON escaped once, long values cut, class names;
 - ``dag_pages``: ``/`` (to the DAG list), ``/dags``, ``/dags/{dag_id}`` (the runs grid),
   and the actions pause / unpause / trigger;
 - ``run_pages``: ``/dags/{dag_id}/runs/{run_id}``, a task's page with its log by try
@@ -15,8 +17,7 @@ page's route, mounted at ``/`` by ``engine.api.app``.
 - ``why_page``: ``/dags/{dag_id}/why``;
 - pure helpers: ``grid`` (the runs grid's rows), ``graph_layout`` (a layered layout),
   ``drawing`` (the asset graph as SVG paths), ``sparkline``, ``states`` (a state's colour
-  class, symbol and word), ``times`` (times as a person reads them, in sentences too),
-  ``values`` (JSON escaped once, long values cut, class names with their module).
+  class, symbol and word).
 """
 
 from fastapi import APIRouter
