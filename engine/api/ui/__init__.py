@@ -5,6 +5,8 @@ page's route, mounted at ``/`` by ``engine.api.app``.
 - ``templating``: ``render(request, name, context)`` and the shared page context;
 - ``login``: ``/login`` and ``/logout``;
 - ``rendering``: what the pages share (state looks, time filters, ``page(...)``);
+- ``times``, ``values``: pure helpers behind ``rendering``'s filters: times as a person
+  reads them (in sentences too), JSON escaped once, long values cut, class names;
 - ``dag_pages``: ``/`` (to the DAG list), ``/dags``, ``/dags/{dag_id}`` (the runs grid),
   and the actions pause / unpause (each ``GET`` its confirmation, the ``POST`` the action);
 - ``dag_graph_page``: ``/dags/{dag_id}/graph`` (the task graph, states of a run, groups

@@ -1,5 +1,6 @@
-"""What every page of ``templates/ui/`` shares: the state looks and time formats as
-template globals and filters, the section of the top bar, and reading paging arguments.
+"""What every page of ``templates/ui/`` shares: the state looks, time formats and value
+formats (``times``, ``values``) as template globals and filters, the section of the top
+bar, and reading paging arguments.
 
 Page modules render with ``page(request, template, section, **context)``; the templates
 extend ``ui/layout.html`` (api-core's ``base.html`` with the section links).
@@ -19,6 +20,8 @@ from engine.api.ui.flash import forget_flash, read_flash
 from engine.api.ui.login import safe_next
 from engine.api.ui.states import legend, look
 from engine.api.ui.templating import render, templates
+from engine.api.ui.times import readable_time, with_readable_times
+from engine.api.ui.values import class_name, class_origin, json_text, shown, shown_json
 
 NOTHING: Final = "\u2013"  # an en dash: no value
 PAGE_SIZE: Final = 50
@@ -53,6 +56,15 @@ def seconds(value: float | None) -> str:
 
 templates.env.globals.update(state_look=look, state_legend=legend)
 templates.env.filters.update(shorttime=short_time, seconds=seconds)
+templates.env.filters.update(
+    json_text=json_text,
+    shown_json=shown_json,
+    shown_text=shown,
+    class_name=class_name,
+    class_origin=class_origin,
+    readable_time=readable_time,
+    readable_times=with_readable_times,
+)
 
 
 def page(request: Request, name: str, section: str, **context: Any) -> HTMLResponse:
