@@ -108,15 +108,14 @@ _WIDTHS: Final = """(selector) => {
 
 def fits(page: Page, selector: str) -> None:
     """No horizontal overflow in what ``selector`` shows: it ends inside the window and
-    nothing in it sticks out (its own boxes scroll inside themselves).
-
-    Not the whole document yet: on ``main`` the top bar and some pages' fact lists are
-    still wider than a phone (issue 33, part 6, the responsive layout, is another
-    change); this checks the parts these actions add."""
+    nothing in it sticks out (its own boxes scroll inside themselves); nor is the whole
+    document wider than the window."""
     seen = page.evaluate(_WIDTHS, selector)
     assert seen["right"] <= seen["window"] + 0.5, (page.url, selector, seen)
     assert seen["scroll"] <= seen["client"] + 1, (page.url, selector, seen)
     assert not seen["wider"], (page.url, selector, seen)
+    doc = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert doc[0] <= doc[1], f"{page.url}: the document is {doc[0]} px wide in {doc[1]} px"
 
 
 def on_a_phone(page: Page, folder: Path, name: str, selector: str = "main") -> None:

@@ -108,12 +108,14 @@ def at_width(page: Page, width: int) -> None:
 
 def fits(page: Page, width: int) -> None:
     """No horizontal overflow of the page's content: nothing in ``main`` is wider than the
-    window but inside a box of its own that scrolls. (The top bar is the layout's: its own
-    browser test holds it to 390 px.)"""
+    window but inside a box of its own that scrolls, and the document is no wider than the
+    window."""
     wide = page.evaluate(_WIDE_ELEMENTS, width)
     assert not wide, f"{page.url} sticks out of a {width} px window: {wide}"
     main = page.evaluate("document.querySelector('main').getBoundingClientRect().right")
     assert main <= width + 1, f"{page.url}: main ends at {main} px in a {width} px window"
+    doc = page.evaluate("document.documentElement.scrollWidth")
+    assert doc <= width, f"{page.url}: the document is {doc} px wide in a {width} px window"
 
 
 def shoot(page: Page, folder: Path, name: str, *, docs_name: str | None = None) -> None:
