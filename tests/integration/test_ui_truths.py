@@ -94,7 +94,7 @@ def test_the_operator_column_names_the_class_with_its_module_on_hover(
     ui: ApiHarness, admin: tuple[TestClient, str]
 ) -> None:
     client, csrf = admin
-    answer = client.post("/dags/copies/trigger", data={"csrf_token": csrf})
+    answer = client.post("/dags/copies/trigger", data={"csrf_token": csrf, "confirmed": "yes"})
     assert answer.status_code == 303, answer.text
     run_id = ui.db.call(
         lambda s: s.execute(select(DagRun.run_id).where(DagRun.dag_id == "copies")).scalar_one()
