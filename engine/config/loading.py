@@ -212,4 +212,4 @@ def _home_source(home: Path | None, environ: Mapping[str, str]) -> str:
         return "the home argument"
     if environ.get(HOME_ENV_VAR, "").strip():
         return f"env {HOME_ENV_VAR}"
-    return f"{DEFAULT_SOURCE}: {HOME_ENV_VAR} unset"
+    return f"the {DEFAULT_SOURCE}: {HOME_ENV_VAR} is unset"
