@@ -9,11 +9,11 @@ the first frame that ``engine.triggerer.attempts.trigger_in_frame`` recognises a
 task's body, which names the trigger id and class. Every warning also says where the loop
 thread was: the innermost frame outside asyncio and anyio (``file:line in function``, and
 the innermost frame outside the standard library when that one is inside it), with the
-running asyncio task. Only a trigger on the stack is blamed and advised (triggers must not
-block); a block in the engine itself or in a shared-stream poll is named as such. When the
-loop thread shows no code but the event loop's own (between two callbacks: it most likely
-waited for the GIL that another thread held), the warning names the other threads that were
-running Python code instead. One warning per blocked stretch.
+running asyncio task, and the other threads that were running Python code (a loop thread
+that waits for the GIL shows no code but the event loop's own, or whatever line it was
+preempted at). Only a trigger on the stack is blamed and advised (triggers must not
+block); a block in a shared-stream poll advises its producer; any other is named, not
+blamed. One warning per blocked stretch.
 
 A stale stamp is a block only if the loop thread was free to run. Two cases look alike
 and are not reported: the whole process was held up (CPU quota throttling, descheduled,
@@ -73,6 +73,7 @@ _POLL_ADVICE: Final = (
     "anyio.to_thread.run_sync"
 )
 _POLL_TASK_PREFIX: Final = "shared-stream-poll["
+BUSY_THREADS_SHOWN: Final = 3
 #: the event loop's and the task group's own code: where a frame says nothing of who blocked
 _LOOP_DIRS: Final = tuple(
     os.path.dirname(module.__file__) + os.sep for module in (asyncio, anyio) if module.__file__
@@ -225,8 +226,7 @@ class LoopWatchdog:
             )
         else:
             logger.warning(
-                "Event loop blocked for %.2fs in %s, running %s (the engine's own code: no "
-                "trigger on the stack)",
+                "Event loop blocked for %.2fs in %s, running %s (no trigger on the stack)",
                 blocked_s,
                 where,
                 culprit,
@@ -256,19 +256,20 @@ class LoopWatchdog:
 
     def _where(self) -> str:
         """Where the loop thread is: its innermost frame outside the event loop's code (and
-        the innermost outside the standard library, if that one is inside it); with no such
-        frame, the other threads that run Python code (the loop thread waited for the GIL)."""
+        the innermost outside the standard library, if that one is inside it); then the
+        other threads that were running Python code, if any (a loop thread that waits for
+        the GIL shows no code of its own, or whatever line it was preempted at)."""
         frames = _inside_the_loop(sys._current_frames().get(self._loop_thread_id or -1))
         own = [frame for frame in frames if not frame.f_code.co_filename.startswith(_LOOP_DIRS)]
-        if own:
-            where = _frame_text(own[0])
-            caller = next((f for f in own if not _is_stdlib(f)), None)
-            if caller is not None and caller is not own[0]:
-                where += f", called from {_frame_text(caller)}"
-            return where
         busy = self._busy_threads()
-        running = "; ".join(busy) if busy else "none"
-        return f"the event loop's own code (waiting for the GIL? other threads running: {running})"
+        running = f"; other threads running: {'; '.join(busy)}" if busy else ""
+        if not own:
+            return f"the event loop's own code (waiting for the GIL?{running})"
+        where = _frame_text(own[0])
+        caller = next((f for f in own if not _is_stdlib(f)), None)
+        if caller is not None and caller is not own[0]:
+            where += f", called from {_frame_text(caller)}"
+        return where + running
 
     def _busy_threads(self) -> list[str]:
         """``name at file:line in function`` of each other thread running Python code."""
@@ -279,7 +280,7 @@ class LoopWatchdog:
             if ident in mine or os.path.basename(frame.f_code.co_filename) in _WAITING_FILES:
                 continue
             busy.append(f"{names.get(ident, ident)} at {_frame_text(frame)}")
-        return busy
+        return busy[:BUSY_THREADS_SHOWN]
 
     def __repr__(self) -> str:
         state = "running" if self._loop is not None else "stopped"
@@ -300,13 +301,20 @@ def _inside_the_loop(frame: FrameType | None) -> list[FrameType]:
 
 
 def _is_stdlib(frame: FrameType) -> bool:
+    """A frame of the standard library: its files, or a frozen module (importlib's)."""
     filename = frame.f_code.co_filename
+    if filename.startswith("<frozen "):
+        return True
     return filename.startswith(_STDLIB_DIR) and "site-packages" not in filename
 
 
 def _frame_text(frame: FrameType) -> str:
-    """``path:line in function``, the path relative to the ``sys.path`` entry it is under."""
+    """``path:line in function``, the path from its top-level package on (``producers/
+    kafka.py``, ``aiokafka/conn.py``), as its module's dotted name places it."""
     filename = frame.f_code.co_filename
-    roots = [root for root in sys.path if root and filename.startswith(root + os.sep)]
-    shown = filename[len(max(roots, key=len)) + 1 :] if roots else filename
-    return f"{shown}:{frame.f_lineno} in {frame.f_code.co_name}"
+    module = frame.f_globals.get("__name__")
+    parts = filename.split(os.sep)
+    if isinstance(module, str) and not filename.startswith("<") and len(parts) > 1:
+        depth = module.count(".") + (2 if parts[-1] == "__init__.py" else 1)
+        filename = os.sep.join(parts[-depth:])
+    return f"{filename}:{frame.f_lineno} in {frame.f_code.co_name}"
