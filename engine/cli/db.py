@@ -142,7 +142,7 @@ def db_clean_command(
     """
     cfg = get_config(ctx)
     plan = _plan(cfg, before_text, tables)
-    database = open_database(ctx)
+    database = open_database(ctx, writes=not dry_run)  # a dry run only counts
     try:
         _clean(database, plan, dry_run=dry_run, yes=yes, batch_size=batch_size)
     except SluiceError as exc:

@@ -50,6 +50,7 @@ READ_ONLY_COMMANDS = (
     ("users", "list"),
     ("tokens", "list"),
     ("db", "check"),
+    ("db", "clean", "--before", "30d", "--dry-run"),
 )
 
 
