@@ -81,7 +81,15 @@ _LOOP_DIRS: Final = tuple(
 _STDLIB_DIR: Final = os.path.dirname(os.__file__) + os.sep
 #: where a thread that waits (for work, a lock, a socket) sits: not running Python code
 _WAITING_FILES: Final = frozenset(
-    {"threading.py", "queue.py", "selectors.py", "thread.py", "_asyncio.py", "socket.py"}
+    {
+        "threading.py",
+        "queue.py",
+        "selectors.py",
+        "thread.py",
+        "_asyncio.py",
+        "socket.py",
+        "unix_events.py",
+    }
 )
 
 
