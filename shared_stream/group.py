@@ -104,6 +104,7 @@ class SharedStreamGroup:
         self.stopping = False
         self.terminated = False
         self.error: BaseException | None = None  # what terminated the group
+        self.stop_reason: str | None = None  # why ``begin_stop`` stopped it
         self.finished = anyio.Event()
         self.counters = GroupCounters()
         self.task = GroupTask(self)
@@ -358,6 +359,7 @@ class SharedStreamGroup:
         if self.stopping:
             return
         self.stopping = True
+        self.stop_reason = reason
         for stream in self.streams.values():
             stream.fail(
                 SharedStreamTerminated(f"shared stream key={self.key!r} {reason}"), drain=False

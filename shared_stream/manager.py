@@ -43,11 +43,11 @@ from shared_stream.exceptions import (
     SharedStreamTerminated,
 )
 from shared_stream.group import SharedStreamGroup
+from shared_stream.restarts import GroupEnd, group_end, start_note
 from shared_stream.routes import SERIAL_SHIFT, BindingRoutes
 from shared_stream.settings import GroupSettings
 from shared_stream.stats import merge, merge_by_key, retired
 from triggers.base import BaseEventTrigger
-from triggers.exceptions import is_reported_by_the_trigger
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Hashable, Iterable
@@ -100,9 +100,9 @@ class SharedStreamManager:
         self._retired: dict[str, GroupStats] = {}
         self._routes: BindingRoutes[SharedStreamGroup] = BindingRoutes()
         self._by_serial = self._routes.by_serial  # read by confirm_persisted, once per seq
-        # keys whose last group ended because its upstream was unreachable: the next group
-        # of such a key is a retry, started quietly (its subscribers' runtime warned once)
-        self._unreachable: set[Hashable] = set()
+        # how the last group of each key ended, when no group of the key took its place
+        # yet: what the next group's start line says (``shared_stream.restarts``)
+        self._ended: dict[Hashable, GroupEnd] = {}
         # keys whose last group was terminated with subscribers: who they were, so that the
         # next group waits for them before its first poll (``SharedStreamGroup.cohort``)
         self._cohorts: dict[Hashable, frozenset[int]] = {}
@@ -378,17 +378,18 @@ class SharedStreamManager:
         self._groups.pop(key, None)  # a stopping group of the key: the new one comes last
         self._groups[key] = group
         self._live[group] = None
-        retry = key in self._unreachable
-        self._unreachable.discard(key)
+        now, ended = self._clock(), self._ended.pop(key, None)
         cohort = self._cohorts.pop(key, frozenset())
-        if previous is not None and previous.terminated:  # still draining: its subscribers
-            cohort = previous.departed
+        if previous is not None:  # still draining: how it ends, and its subscribers
+            ended = group_end(previous, now)
+            cohort = previous.departed if previous.terminated else cohort
         group.cohort = cohort
+        level, note = start_note(ended, now)
         logger.log(
-            logging.DEBUG if retry else logging.INFO,
+            level,
             "Shared stream group started key=%r%s",
             key,
-            " (retrying its unreachable upstream)" if retry else "",
+            note,
             extra={"action": "shared_stream.group_started", "mode": group.mode},
         )
         tg.start_soon(self._run_group, group, name=f"shared-stream-poll[{key!r}]")
@@ -406,8 +407,8 @@ class SharedStreamManager:
             self._routes.close(group.serial)
             self._retire(group)
             self._forget_group(group)
-            if group.error is not None and is_reported_by_the_trigger(group.error):
-                self._unreachable.add(group.key)
+            if group.key not in self._groups:  # no group of the key took its place yet
+                self._ended[group.key] = group_end(group, self._clock())
             if group.terminated and group.departed and group.key not in self._groups:
                 self._cohorts[group.key] = group.departed
 

@@ -24,6 +24,7 @@ from engine.exceptions import OperatorActionError, SluiceError
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from datetime import tzinfo
+    from pathlib import Path
 
     from sqlalchemy.orm import Session
 
@@ -61,30 +62,103 @@ def get_config(ctx: click.Context) -> Config:
     return cfg
 
 
-def open_database(ctx: click.Context) -> Database:
-    """A new ``Database`` on ``[core] sql_alchemy_conn``; the caller disposes of it."""
+def open_database(ctx: click.Context, *, writes: bool = True) -> Database:
+    """A new ``Database`` on ``[core] sql_alchemy_conn``; the caller disposes of it.
+
+    ``writes=False``: the command only reads, and must not create a database where there is
+    none (SQLite creates its file on the first connect): with no file at the configured
+    path the command fails, saying where it looked, which settings led there, and how to
+    create one; a second terminal without the engine's ``SLUICE_HOME`` would otherwise get
+    an empty database of its own.
+    """
     from engine.db.database import Database
 
-    return Database(get_config(ctx).core.sql_alchemy_conn)
+    cfg = get_config(ctx)
+    if not writes:
+        require_database(cfg)
+    return Database(cfg.core.sql_alchemy_conn)
+
+
+def require_database(cfg: Config) -> None:
+    """Fail a command that only reads when there is no database to read (see
+    ``missing_database``), before it creates anything: neither the file, nor the home's
+    directory, nor a Fernet key file."""
+    if (missing := missing_database(cfg)) is not None:
+        fail(
+            f"no database exists at {missing}\n{database_settings(cfg)}\n"
+            "  A command that only reads does not create one. Create it with `sluice db "
+            "migrate` (with these settings), or point SLUICE_HOME or [core] sql_alchemy_conn "
+            "at the database the engine uses (`sluice config show` in its terminal shows it)."
+        )
+
+
+def missing_database(cfg: Config) -> Path | None:
+    """The path of a SQLite database that does not exist (nothing to read), else None."""
+    from engine.db.database import sqlite_file
+
+    path = sqlite_file(cfg.core.sql_alchemy_conn)
+    return None if path is None or path.exists() else path
+
+
+def _named(cfg: Config) -> str:
+    """The database as a person names it: ``at <file>`` for SQLite, else its URL."""
+    from engine.db.database import sqlite_file
+
+    path = sqlite_file(cfg.core.sql_alchemy_conn)
+    return f"at {path}" if path is not None else cfg.as_dict()["core"]["sql_alchemy_conn"]
+
+
+def database_settings(cfg: Config) -> str:
+    """The settings that chose the database, each with where it came from (indented lines)."""
+    url = cfg.as_dict(redact=True)["core"]["sql_alchemy_conn"]
+    source = cfg.sources.get(("core", "sql_alchemy_conn"), "default")
+    came = "default: $SLUICE_HOME/sluice.db" if source == "default" else f"from {source}"
+    found = "" if cfg.config_file.is_file() else " (not found)"
+    return (
+        f"  [core] sql_alchemy_conn = {url} ({came})\n"
+        f"  SLUICE_HOME = {cfg.home} (from {cfg.home_source})\n"
+        f"  config file: {cfg.config_file}{found}"
+    )
 
 
 def run_query(ctx: click.Context, fn: Any, *, writes: bool = False) -> Any:
     """``fn(session)`` in one transaction; one that only reads does not hold up the engine's
-    writers (SQLite: no write lock). A refused operator action ends the command with its
-    message; a database error with its first line."""
-    db = open_database(ctx)
+    writers (SQLite: no write lock) and never creates a database (``open_database``). A
+    refused operator action ends the command with its message; a database error with its
+    first line, or, when the database has no schema at all, with how to create it."""
+    db = open_database(ctx, writes=writes)
     try:
         return db.call(fn, read_only=not writes)
     except OperatorActionError as exc:
         fail(str(exc))
     except SluiceError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-        fail(
-            f"{first} (database {db!r}; check [core] sql_alchemy_conn and that the schema is "
-            "current: `sluice db check`, `sluice db migrate`)"
-        )
+        fail(_unreadable(get_config(ctx), db, exc))
     finally:
         db.dispose()
+
+
+def _unreadable(cfg: Config, db: Database, exc: SluiceError) -> str:
+    """What to say when ``db`` refused a query: an unmigrated database (an empty SQLite
+    file, a PostgreSQL database without tables) says so; anything else gives its first
+    line."""
+    from engine.db.schema import current_revision
+
+    try:
+        migrated = current_revision(db.engine) is not None
+    except SluiceError:  # unreachable, refused: the first error says it
+        migrated = True
+    if not migrated:
+        return (
+            f"the database {_named(cfg)} has no Sluice schema (never migrated)\n"
+            f"{database_settings(cfg)}\n"
+            "  Create the schema with `sluice db migrate` (with these settings), or point "
+            "SLUICE_HOME or [core] sql_alchemy_conn at the database the engine uses."
+        )
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+    return (
+        f"{first} (database {db!r}; check [core] sql_alchemy_conn and that the schema is "
+        "current: `sluice db check`, `sluice db migrate`)"
+    )
 
 
 def run_refusable(
@@ -112,11 +186,15 @@ def run_refusable(
     return result
 
 
-def kwargs_cipher(ctx: click.Context) -> KwargsCipher:
-    """The cipher of stored secrets, from ``[core] fernet_key``; a bad key fails."""
+def kwargs_cipher(ctx: click.Context, *, writes: bool = True) -> KwargsCipher:
+    """The cipher of stored secrets, from ``[core] fernet_key`` (or the home's key file,
+    made if missing); a bad key fails. ``writes=False``: for a command that only reads,
+    which fails first when there is no database (``require_database``)."""
     from engine.crypto import KwargsCipher
 
     cfg = get_config(ctx)
+    if not writes:
+        require_database(cfg)
     try:
         return KwargsCipher.from_config(cfg.core.fernet_key, cfg.home)
     except SluiceError as exc:

@@ -98,7 +98,9 @@ def _connection_row(conn: Connection, *, show_secret: bool) -> dict[str, Any]:
 def connections_list(ctx: click.Context, as_json: bool) -> None:
     """Every connection, passwords and sensitive extra values as ***."""
     found = run_refusable(
-        ctx, partial(store.list_connections, cipher=kwargs_cipher(ctx)), DecryptionError
+        ctx,
+        partial(store.list_connections, cipher=kwargs_cipher(ctx, writes=False)),
+        DecryptionError,
     )
     rows = [_connection_row(Connection.from_dict(i, f), show_secret=False) for i, f in found]
     emit(rows, (*CONNECTION_COLUMNS, "extra", "description"), as_json)
@@ -120,7 +122,7 @@ def connections_get(ctx: click.Context, conn_id: str, as_json: bool, show_secret
     if conn is None:
         fields = run_refusable(
             ctx,
-            partial(store.get_connection, cipher=kwargs_cipher(ctx), conn_id=conn_id),
+            partial(store.get_connection, cipher=kwargs_cipher(ctx, writes=False), conn_id=conn_id),
             DecryptionError,
         )
         if fields is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -77,7 +78,22 @@ def dags_errors(ctx: click.Context, as_json: bool) -> None:
         return
     for row in rows:
         where = row["file"] if row["line"] is None else f"{row['file']}:{row['line']}"
-        click.echo(f"{where}: {row['error']}")
+        click.echo(f"{where}: {without_location(row['error'], row['file'], row['line'])}")
+
+
+def without_location(error: str, fileloc: str, line: int | None) -> str:
+    """A stored parse error (``Type: message``) without the place its line already starts
+    with: a ``DagDefinitionError``'s message opens with ``file:line:``, a ``SyntaxError``'s
+    ends with ``(name.py, line N)``; a place elsewhere (another file or line) stays."""
+    kind, sep, message = error.partition(": ")
+    if not sep:
+        return error
+    here = [f"{fileloc}:{line}: ", f"{fileloc}: "] if line is not None else [f"{fileloc}: "]
+    for prefix in here:
+        message = message.removeprefix(prefix)
+    if line is not None:
+        message = message.removesuffix(f" ({Path(fileloc).name}, line {line})")
+    return f"{kind}{sep}{message}"
 
 
 @dags.command("show")

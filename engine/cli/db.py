@@ -47,10 +47,11 @@ def db_migrate(ctx: click.Context) -> None:
 @db.command("check")
 @click.pass_context
 def db_check(ctx: click.Context) -> None:
-    """Exit 0 when the schema is current, 1 (with the reason) otherwise."""
+    """Exit 0 when the schema is current, 1 (with the reason) otherwise; creates no
+    database where there is none."""
     from engine.db.schema import check_schema, head_revision
 
-    database = open_database(ctx)
+    database = open_database(ctx, writes=False)
     try:
         check_schema(database.engine)
     except SluiceError as exc:
@@ -141,7 +142,7 @@ def db_clean_command(
     """
     cfg = get_config(ctx)
     plan = _plan(cfg, before_text, tables)
-    database = open_database(ctx)
+    database = open_database(ctx, writes=not dry_run)  # a dry run only counts
     try:
         _clean(database, plan, dry_run=dry_run, yes=yes, batch_size=batch_size)
     except SluiceError as exc:

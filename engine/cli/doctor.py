@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING
 import click
 
 from engine import doctor
-from engine.cli.common import get_config, json_option, open_database
+from engine.cli.common import (
+    database_settings,
+    get_config,
+    json_option,
+    missing_database,
+    open_database,
+)
 from engine.db.models import utcnow
 from engine.exceptions import DatabaseError, SchemaNotCurrentError, SluiceError
 from engine.views import doctor as doctor_view
@@ -25,6 +31,12 @@ from engine.views import jobs as jobs_view
 
 if TYPE_CHECKING:
     from engine.config import Config
+
+
+_CREATE_IT = (
+    "run `sluice db migrate` with these settings, or point SLUICE_HOME or [core] "
+    "sql_alchemy_conn at the database the engine uses"
+)
 
 
 @click.command("doctor")
@@ -51,6 +63,11 @@ def _examine(ctx: click.Context, cfg: Config) -> list[doctor.Finding]:
     from engine.db.schema import check_schema
 
     thresholds, default = jobs_view.liveness(cfg)
+    missing = missing_database(cfg)
+    if missing is not None:  # a diagnosis creates no database
+        where = "; ".join(line.strip() for line in database_settings(cfg).splitlines())
+        problem = f"no database exists at {missing} ({where})"
+        return [doctor.Finding("error", "database", problem, _CREATE_IT)]
     database = open_database(ctx)
     findings: list[doctor.Finding] = []
     try:

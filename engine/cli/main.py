@@ -69,7 +69,27 @@ class LazyGroup(click.Group):
         command = getattr(import_module(module_name), attribute)
         if not isinstance(command, click.Command):
             raise TypeError(f"{self.lazy_commands[cmd_name]} is not a click command")
-        return command
+        return plain_help(command)
+
+
+def plain_help(command: click.Command) -> click.Command:
+    """``command`` (and, for a group, every command under it) with help texts as a terminal
+    shows them: the docstrings serve as help and as documentation, where ````x```` marks
+    code (reStructuredText); ``--help`` prints ``x``. Changes the command in place (doing
+    it again changes nothing)."""
+    command.help = _plain(command.help)
+    command.short_help = _plain(command.short_help)
+    command.epilog = _plain(command.epilog)
+    for param in command.params:
+        if isinstance(param, click.Option):
+            param.help = _plain(param.help)
+    for sub in getattr(command, "commands", {}).values():
+        plain_help(sub)
+    return command
+
+
+def _plain(text: str | None) -> str | None:
+    return None if text is None else text.replace("``", "")
 
 
 @click.group(

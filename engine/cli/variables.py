@@ -66,7 +66,9 @@ def variables_get(
     value = os.environ.get(var_env_name(key))
     if value is None:
         value = run_refusable(
-            ctx, partial(store.get_variable, cipher=kwargs_cipher(ctx), key=key), DecryptionError
+            ctx,
+            partial(store.get_variable, cipher=kwargs_cipher(ctx, writes=False), key=key),
+            DecryptionError,
         )
     if value is None:
         if default is None:
@@ -88,7 +90,7 @@ def variables_get(
 def variables_list(ctx: click.Context, as_json: bool, show_secret: bool) -> None:
     """Every variable (sensitive ones as ***)."""
     found = run_refusable(
-        ctx, partial(store.list_variables, cipher=kwargs_cipher(ctx)), DecryptionError
+        ctx, partial(store.list_variables, cipher=kwargs_cipher(ctx, writes=False)), DecryptionError
     )
     rows = [
         {"key": k, "value": _shown(k, v, show_secret=show_secret), "description": d}

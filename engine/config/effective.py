@@ -61,6 +61,9 @@ class Config:
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     celery: CeleryConfig = field(default_factory=CeleryConfig)
     state_store: StateStoreConfig = field(default_factory=StateStoreConfig)
+    #: where ``home`` came from: ``env SLUICE_HOME``, the ``home`` argument, or the default
+    #: (``~/.sluice``); a command that finds no database says it, as the sources of keys
+    home_source: str = DEFAULT_SOURCE
 
     def secret_values(self) -> list[str]:
         """Values that must never reach a log line: the Fernet keys (configured, or in the

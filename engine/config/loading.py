@@ -183,6 +183,7 @@ def load_config(
     env = os.environ if environ is None else environ
     cwd = Path.cwd()
     home_dir = _absolute(home, cwd) if home is not None else sluice_home(env)
+    home_source = _home_source(home, env)
     named_by = "the config_file argument" if config_file is not None else None
     if config_file is None and env.get(CONFIG_ENV_VAR, "").strip():
         named_by = CONFIG_ENV_VAR
@@ -200,4 +201,15 @@ def load_config(
     sections = {name: _build_section(name, settings, home_dir, sources) for name in SCHEMA}
     logger.debug("Config loaded from %s", config_file, extra={"action": "config_loaded"})
     proxy = types.MappingProxyType(sources)
-    return Config(home=home_dir, config_file=config_file, sources=proxy, **sections)
+    return Config(
+        home=home_dir, config_file=config_file, sources=proxy, home_source=home_source, **sections
+    )
+
+
+def _home_source(home: Path | None, environ: Mapping[str, str]) -> str:
+    """Where the home came from, as ``Config.sources`` names a key's source."""
+    if home is not None:
+        return "the home argument"
+    if environ.get(HOME_ENV_VAR, "").strip():
+        return f"env {HOME_ENV_VAR}"
+    return f"the {DEFAULT_SOURCE}: {HOME_ENV_VAR} is unset"

@@ -220,6 +220,9 @@ class DagProcessor:
         self._wakeup = anyio.Event()
         self._conflicted: set[Path] = set()  # refused for a clash: retried on every pass
         self._logged_errors: dict[str, str] = {}
+        #: fileloc -> what its last parse gave (source digest, or the error): a pass that
+        #: changes none of it, adds, removes or deactivates nothing is logged at DEBUG
+        self._outcomes: dict[str, str | None] = {}
         self._pass_done = anyio.Event()
         self.passes = 0
         self.last_report: SyncReport | None = None
@@ -352,6 +355,7 @@ class DagProcessor:
             if error.type in (DUPLICATE_DAG_ID, ASSET_CONFLICT)
         }
         self._log_report(report, todo, listing)
+        self._log_summary(report, self._note_outcomes(fresh, listing))
         self.passes += 1
         self.last_report = report
         self._pass_done.set()
@@ -373,7 +377,7 @@ class DagProcessor:
         return results
 
     def _log_report(self, report: SyncReport, parsed: list[Path], listing: list[Path]) -> None:
-        """Each new or changed file error once, each fixed one once, then a summary."""
+        """Each new or changed file error once, each fixed one once."""
         for path in parsed:
             fileloc, error = str(path), report.errors.get(str(path))
             previous = self._logged_errors.pop(fileloc, None)
@@ -393,7 +397,36 @@ class DagProcessor:
         present = {str(path) for path in listing}
         for fileloc in [f for f in self._logged_errors if f not in present]:
             del self._logged_errors[fileloc]
-        logger.info(
+
+    def _note_outcomes(self, fresh: dict[str, FileParseResult], listing: list[Path]) -> bool:
+        """Remember what each file's parse gave; whether a file appeared, went, or now
+        parses to something else (another source, another error) since the last pass."""
+        present = {str(path) for path in listing}
+        changed = present != self._outcomes.keys()
+        # a file listed but not parsed yet (a partial pass) counts as changed once parsed
+        self._outcomes = {f: self._outcomes.get(f) for f in present}
+        for fileloc, result in fresh.items():
+            error = result.error
+            outcome = result.source_sha256 if error is None else error.describe(fileloc)
+            changed = changed or self._outcomes.get(fileloc) != outcome
+            self._outcomes[fileloc] = outcome
+        return changed
+
+    def _log_summary(self, report: SyncReport, files_changed: bool) -> None:
+        """The pass in one line: at INFO when something changed (the first pass, a file, a
+        DAG, a watcher trigger), at DEBUG when the pass found everything as it was (a
+        periodic re-parse of an untouched folder says nothing new every few seconds)."""
+        changed = files_changed or any(
+            (
+                report.dags_added,
+                report.dags_deactivated,
+                report.triggers_created,
+                report.triggers_deleted,
+                report.files_removed,
+            )
+        )
+        logger.log(
+            logging.INFO if changed else logging.DEBUG,
             "Parsed %d DAG files: %d active DAGs (+%d, -%d), watcher triggers +%d -%d, "
             "%d files with errors",
             report.files_parsed,
@@ -403,5 +436,5 @@ class DagProcessor:
             report.triggers_created,
             report.triggers_deleted,
             len(report.errors),
-            extra={"action": "dag_processing_pass"},
+            extra={"action": "dag_processing_pass", "changed": changed},
         )

@@ -113,13 +113,27 @@ def _sqlite_setup(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite ``url``; None for another database or an in-memory one.
+
+    Connecting to a SQLite file that does not exist creates it (and ``create_db_engine``
+    its directory): a caller that must not create a database checks this path first."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    database = parsed.database
+    if not database or database == ":memory:" or parsed.query.get("mode") == "memory":
+        return None
+    return Path(database).expanduser()
+
+
 def create_db_engine(url: str) -> Engine:
-    """An engine for ``url`` with the settings this project relies on."""
+    """An engine for ``url`` with the settings this project relies on; a SQLite file's
+    directory is created if missing (the file itself on first connect)."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        database = parsed.database
-        if database and database != ":memory:":
-            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        if (path := sqlite_file(url)) is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
             parsed, connect_args={"check_same_thread": False, "timeout": 30}, future=True
         )

@@ -6,9 +6,14 @@ loop has not stamped for longer than the threshold, it is blocked right now (a t
 made a blocking call, or ran a long CPU-bound stretch), so the thread samples the loop
 thread's stack *while it is blocked* (``sys._current_frames()``), walks it outwards to
 the first frame that ``engine.triggerer.attempts.trigger_in_frame`` recognises as a trigger
-task's body, which names the trigger id and class. When no trigger frame is on
-the stack (the block is in the engine itself or in a shared-stream poll), it names the
-asyncio task that is running instead. One warning per blocked stretch.
+task's body, which names the trigger id and class. Every warning also says where the loop
+thread was: the innermost frame outside asyncio and anyio (``file:line in function``, and
+the innermost frame outside the standard library when that one is inside it), with the
+running asyncio task, and the other threads that were running Python code (a loop thread
+that waits for the GIL shows no code but the event loop's own, or whatever line it was
+preempted at). Only a trigger on the stack is blamed and advised (triggers must not
+block); a block in a shared-stream poll advises its producer; any other is named, not
+blamed. One warning per blocked stretch.
 
 A stale stamp is a block only if the loop thread was free to run. Two cases look alike
 and are not reported: the whole process was held up (CPU quota throttling, descheduled,
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import selectors
 import sys
 import threading
@@ -62,6 +68,29 @@ _SELECTOR_WAIT_CODES: Final = frozenset(
 )
 _RUN_ONCE_CODE: Final = asyncio.BaseEventLoop._run_once.__code__  # type: ignore[attr-defined]
 _ADVICE: Final = "triggers must not make blocking calls: use async I/O or anyio.to_thread.run_sync"
+_POLL_ADVICE: Final = (
+    "a shared stream's producer must not make blocking calls: use async I/O or "
+    "anyio.to_thread.run_sync"
+)
+_POLL_TASK_PREFIX: Final = "shared-stream-poll["
+BUSY_THREADS_SHOWN: Final = 3
+#: the event loop's and the task group's own code: where a frame says nothing of who blocked
+_LOOP_DIRS: Final = tuple(
+    os.path.dirname(module.__file__) + os.sep for module in (asyncio, anyio) if module.__file__
+)
+_STDLIB_DIR: Final = os.path.dirname(os.__file__) + os.sep
+#: where a thread that waits (for work, a lock, a socket) sits: not running Python code
+_WAITING_FILES: Final = frozenset(
+    {
+        "threading.py",
+        "queue.py",
+        "selectors.py",
+        "thread.py",
+        "_asyncio.py",
+        "socket.py",
+        "unix_events.py",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +101,8 @@ class LoopBlocked:
     trigger_id: int | None
     culprit: str  # the trigger's classpath, or the name of the running asyncio task
     count: int
+    #: where the loop thread was (``file:line in function``), or the other threads running
+    where: str = ""
 
 
 class LoopWatchdog:
@@ -170,34 +201,47 @@ class LoopWatchdog:
         self._blocked_count += 1
         try:
             trigger_id, culprit = self._find_culprit()
+            where = self._where()
         except Exception:  # noqa: BLE001 - diagnostics must never kill the watchdog
             trigger_id, culprit = None, "<unknown: the loop stack could not be read>"
+            where = "?"
         extra = {
             "action": "loop_blocked",
             "trigger_id": trigger_id,
             "culprit": culprit,
+            "where": where,
             "blocked_s": blocked_s,
             "count": self._blocked_count,
         }
         if trigger_id is not None:
             logger.warning(
-                "Event loop blocked for %.2fs while running trigger %s (%s); %s",
+                "Event loop blocked for %.2fs while running trigger %s (%s) at %s; %s",
                 blocked_s,
                 trigger_id,
                 culprit,
+                where,
                 _ADVICE,
+                extra=extra,
+            )
+        elif _POLL_TASK_PREFIX in culprit:
+            logger.warning(
+                "Event loop blocked for %.2fs in %s, running %s; %s",
+                blocked_s,
+                where,
+                culprit,
+                _POLL_ADVICE,
                 extra=extra,
             )
         else:
             logger.warning(
-                "Event loop blocked for %.2fs while running %s (no trigger on the stack); %s",
+                "Event loop blocked for %.2fs in %s, running %s (no trigger on the stack)",
                 blocked_s,
+                where,
                 culprit,
-                _ADVICE,
                 extra=extra,
             )
         if self._on_block is not None:
-            self._notify(LoopBlocked(blocked_s, trigger_id, culprit, self._blocked_count))
+            self._notify(LoopBlocked(blocked_s, trigger_id, culprit, self._blocked_count, where))
 
     def _notify(self, blocked: LoopBlocked) -> None:
         assert self._on_block is not None
@@ -218,9 +262,67 @@ class LoopWatchdog:
         task = asyncio.current_task(self._loop) if self._loop is not None else None
         return None, (f"task {task.get_name()!r}" if task is not None else "a loop callback")
 
+    def _where(self) -> str:
+        """Where the loop thread is: its innermost frame outside the event loop's code (and
+        the innermost outside the standard library, if that one is inside it); then the
+        other threads that were running Python code, if any (a loop thread that waits for
+        the GIL shows no code of its own, or whatever line it was preempted at)."""
+        frames = _inside_the_loop(sys._current_frames().get(self._loop_thread_id or -1))
+        own = [frame for frame in frames if not frame.f_code.co_filename.startswith(_LOOP_DIRS)]
+        busy = self._busy_threads()
+        running = f"; other threads running: {'; '.join(busy)}" if busy else ""
+        if not own:
+            return f"the event loop's own code (waiting for the GIL?{running})"
+        where = _frame_text(own[0])
+        caller = next((f for f in own if not _is_stdlib(f)), None)
+        if caller is not None and caller is not own[0]:
+            where += f", called from {_frame_text(caller)}"
+        return where + running
+
+    def _busy_threads(self) -> list[str]:
+        """``name at file:line in function`` of each other thread running Python code."""
+        names = {thread.ident: thread.name for thread in threading.enumerate()}
+        mine = {self._loop_thread_id, threading.get_ident()}
+        busy = []
+        for ident, frame in sys._current_frames().items():
+            if ident in mine or os.path.basename(frame.f_code.co_filename) in _WAITING_FILES:
+                continue
+            busy.append(f"{names.get(ident, ident)} at {_frame_text(frame)}")
+        return busy[:BUSY_THREADS_SHOWN]
+
     def __repr__(self) -> str:
         state = "running" if self._loop is not None else "stopped"
         return (
             f"<LoopWatchdog {state} threshold={self._threshold_s}s "
             f"blocked_count={self._blocked_count} checks={self._checks}>"
         )
+
+
+def _inside_the_loop(frame: FrameType | None) -> list[FrameType]:
+    """``frame`` and its callers, innermost first, up to the event loop's ``_run_once``
+    (what runs one callback; the frames outside it, the process's main, name nobody)."""
+    frames = []
+    while frame is not None and frame.f_code is not _RUN_ONCE_CODE:
+        frames.append(frame)
+        frame = frame.f_back
+    return frames
+
+
+def _is_stdlib(frame: FrameType) -> bool:
+    """A frame of the standard library: its files, or a frozen module (importlib's)."""
+    filename = frame.f_code.co_filename
+    if filename.startswith("<frozen "):
+        return True
+    return filename.startswith(_STDLIB_DIR) and "site-packages" not in filename
+
+
+def _frame_text(frame: FrameType) -> str:
+    """``path:line in function``, the path from its top-level package on (``producers/
+    kafka.py``, ``aiokafka/conn.py``), as its module's dotted name places it."""
+    filename = frame.f_code.co_filename
+    module = frame.f_globals.get("__name__")
+    parts = filename.split(os.sep)
+    if isinstance(module, str) and not filename.startswith("<") and len(parts) > 1:
+        depth = module.count(".") + (2 if parts[-1] == "__init__.py" else 1)
+        filename = os.sep.join(parts[-depth:])
+    return f"{filename}:{frame.f_lineno} in {frame.f_code.co_name}"

@@ -185,9 +185,12 @@ def missing_task_instance(
     *,
     map_option: str = "--map-index",
 ) -> str:
-    """Why no task instance matched: no such DAG, or the map indexes of a mapped task."""
+    """Why no task instance matched: no such DAG, no such run of it, no such task in the
+    run, or the map indexes of a mapped task."""
     if not dags_sql.dag_exists(session, dag_id):
         return f"no DAG {dag_id!r}; see `sluice dags list`"
+    if browse.find_run(session, dag_id, run_id) is None:
+        return f"no run {run_id!r} of DAG {dag_id!r}; see `sluice runs list {dag_id}`"
     indexes = mapping_sql.map_indexes(session, dag_id, run_id, task_id)
     if indexes and map_index not in indexes:
         return (

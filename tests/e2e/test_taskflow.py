@@ -129,7 +129,8 @@ def test_tasks_result_says_what_is_missing(engine) -> None:
         no_key.stderr
     )
     no_run = _result(env, "manual__nope", "load")
-    assert no_run.returncode == 1 and "no task 'load' in run 'manual__nope'" in no_run.stderr
+    assert no_run.returncode == 1
+    assert "no run 'manual__nope' of DAG 'etl'" in no_run.stderr
     nothing = _result(env, run_id, "done")
     assert nothing.stdout == "(none: the task returned None and pushed nothing)\n"
     assert json.loads(_result(env, run_id, "done", "--json").stdout)["results"] == {}

@@ -217,6 +217,38 @@ async def test_reparsing_unchanged_files_changes_nothing(
     assert len(before["trigger"]) == 2  # the unscheduled asset's watcher does not run
 
 
+async def test_a_pass_that_changes_nothing_is_logged_at_debug(
+    processor: DagProcessor, dags_folder: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The periodic re-parse of an untouched folder says nothing new: its summary is at
+    DEBUG; a pass that finds a file, a DAG or a watcher changed is at INFO."""
+    caplog.set_level(logging.DEBUG, logger="engine.dag_processing.processor")
+    good = write(dags_folder, "good.py", GOOD)
+    levels = []
+
+    async def one_pass() -> None:
+        caplog.clear()
+        await processor.parse_once()
+        [summary] = [r for r in caplog.records if r.action == "dag_processing_pass"]
+        levels.append((logging.getLevelName(summary.levelno), summary.changed))
+
+    with anyio.fail_after(20):
+        await one_pass()  # the first pass: everything is new
+        await one_pass()  # nothing changed
+        good.write_text(good.read_text() + "\n# edited\n")
+        await one_pass()  # the file's source changed (its DAGs are the same)
+        write(dags_folder, "plain.py", "x = 1\n")
+        await one_pass()  # a new file, with no DAG
+        await one_pass()
+    assert levels == [
+        ("INFO", True),
+        ("DEBUG", False),
+        ("INFO", True),
+        ("INFO", True),
+        ("DEBUG", False),
+    ]
+
+
 @pytest.mark.both_databases
 async def test_changed_watcher_kwargs_replace_only_that_trigger(
     processor: DagProcessor, database: Database, cipher: KwargsCipher, dags_folder: Path

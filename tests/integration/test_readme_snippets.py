@@ -83,13 +83,24 @@ def test_each_python_block_is_a_dag_file_that_parses(where: str, code: str, tmp_
 
 
 def _flag_command() -> str:
-    [command] = [
+    """The second terminal's lines of the README's first run up to the flag file's
+    ``touch``: setting ``SLUICE_HOME`` and making the flag."""
+    [code] = [code for _, code in _blocks("sh") if "\ntouch " in f"\n{code}"]
+    lines = [line.split("#")[0].strip() for line in code.splitlines()]
+    return "\n".join(lines[: next(n for n, ln in enumerate(lines) if ln.startswith("touch ")) + 1])
+
+
+def test_each_terminal_of_the_first_run_exports_one_sluice_home() -> None:
+    """The engine's terminal and the commands' terminal set the same ``SLUICE_HOME``: a
+    command run without it would look for the database elsewhere."""
+    exports = [
         line.split("#")[0].strip()
         for _, code in _blocks("sh")
         for line in code.splitlines()
-        if line.startswith("touch ")
+        if line.startswith("export SLUICE_HOME=")
     ]
-    return command
+    assert len(exports) == 2 and len(set(exports)) == 1, exports
+    assert "SLUICE__API__PORT" in _readme_section(README_SECTION)
 
 
 @pytest.mark.parametrize("with_sluice_home", [True, False])

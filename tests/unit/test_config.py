@@ -137,6 +137,13 @@ def test_sluice_home_default_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert config.core.dags_folder == tmp_path / "h" / "dags"
 
 
+def test_the_home_says_where_it_came_from(tmp_path: Path) -> None:
+    """A command that finds no database names the home it used and why that one."""
+    assert load_config(environ={"SLUICE_HOME": str(tmp_path)}).home_source == "env SLUICE_HOME"
+    assert load_config(environ={}).home_source == "the default: SLUICE_HOME is unset"
+    assert load_config(environ={}, home=tmp_path).home_source == "the home argument"
+
+
 def test_sluice_config_env_and_argument_choose_the_file(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere.toml"
     elsewhere.write_text("[core]\nparallelism = 3\n", encoding="utf-8")

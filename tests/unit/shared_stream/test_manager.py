@@ -675,6 +675,69 @@ async def test_a_group_that_cannot_reach_its_upstream_retries_quietly(caplog, er
     assert [what for _, what in _group_lines(caplog)] == ["started", "terminated"] * 2
 
 
+async def test_a_group_started_again_says_how_its_previous_group_ended(caplog):
+    """One line per real start: a key's second group says it is a restart, and why."""
+    caplog.set_level(logging.INFO, logger="shared_stream")
+    clock = FakeClock(100.0)
+    with anyio.fail_after(5):
+        register("s", InMemoryProducer(), InMemoryProducer())
+        async with SharedStreamManager(clock=clock) as mgr, anyio.create_task_group() as tg:
+            for trigger_id in (1, 2):
+                harness = start(tg, mgr, AckTrigger(source="s"), trigger_id)
+                await mgr.unsubscribe(trigger_id, ("AckTrigger", "s"))  # the last one leaves
+                await harness.wait_finished()
+                await wait_until(lambda: not mgr._live)
+                clock.advance(2.5)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(POLL_LOG)]
+    assert lines == [
+        "Shared stream group started key=('AckTrigger', 's')",
+        "Shared stream group started key=('AckTrigger', 's') (again, 2.5s after its previous "
+        "group stopped: its last subscriber left)",
+    ]
+
+
+class SlowToCloseProducer(InMemoryProducer):
+    """Its ``aclose`` waits for ``closable``: the group stays draining meanwhile."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.closable = anyio.Event()
+
+    async def aclose(self) -> None:
+        await self.closable.wait()
+        await super().aclose()
+
+
+async def test_a_retry_while_the_unreachable_group_still_closes_stays_quiet(caplog):
+    """The trigger runtime may come back before the failed group's producer has closed:
+    that start is the same quiet retry."""
+    caplog.set_level(logging.DEBUG, logger="shared_stream")
+    down = UpstreamUnavailable("down", address="b:1")
+    slow = SlowToCloseProducer()
+    with anyio.fail_after(5):
+        register("s", slow, InMemoryProducer())
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            first = start(tg, mgr, AckTrigger(source="s"), 1)
+            await slow.wait_opened()
+            mgr._groups[("AckTrigger", "s")].terminate(down)
+            await first.wait_finished()
+            assert mgr._live  # its producer has not closed yet
+            start(tg, mgr, AckTrigger(source="s"), 1)
+            slow.closable.set()
+            await wait_until(lambda: len(mgr._live) == 1)
+            tg.cancel_scope.cancel()
+    started = [
+        r for r in caplog.records if r.__dict__.get("action") == "shared_stream.group_started"
+    ]
+    assert [
+        (r.levelname, r.getMessage().endswith("(retrying its unreachable upstream)"))
+        for r in started
+    ] == [
+        ("INFO", False),
+        ("DEBUG", True),
+    ]
+
+
 async def test_reject_inside_the_window_resolves_at_once():
     with anyio.fail_after(5):
         producer = register("s", InMemoryProducer())

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import logging
 import subprocess
 import sys
@@ -66,6 +67,9 @@ async def test_a_blocking_trigger_is_named_in_the_warning(caplog):
     assert record.count == 1
     assert THRESHOLD_S <= record.blocked_s < BLOCK_S + 0.1
     assert "trigger 42" in record.getMessage()
+    assert "triggers must not make blocking calls" in record.getMessage()
+    here = record.where.split("; other threads running")[0]  # busy threads, if any, follow
+    assert here.startswith("tests/unit/triggerer/test_watchdog.py:") and here.endswith(" in run")
     assert watchdog.blocked_count == 1
     assert [(b.trigger_id, b.count) for b in seen] == [(42, 1)]
 
@@ -86,6 +90,56 @@ async def test_a_block_outside_any_trigger_names_the_running_task(caplog):
     [record] = blocked_records(caplog)
     assert record.trigger_id is None
     assert "engine chore" in record.culprit
+    # says what was on the stack, and blames no trigger: none was running
+    here = record.where.split("; other threads running")[0]
+    assert here.startswith("tests/unit/triggerer/test_watchdog.py:")
+    assert here.endswith(" in engine_chore")
+    assert record.where in record.getMessage()
+    assert "no trigger on the stack" in record.getMessage()
+    assert "triggers must not" not in record.getMessage()
+
+
+async def test_a_block_in_a_shared_stream_poll_advises_its_producer(caplog):
+    records = await _watch_a_block(
+        caplog, lambda: time.sleep(4 * THRESHOLD_S), name="shared-stream-poll[('Kafka', 'g')]"
+    )
+    [record] = records
+    assert record.trigger_id is None
+    assert "a shared stream's producer must not make blocking calls" in record.getMessage()
+    assert "triggers must not" not in record.getMessage()
+
+
+def test_a_loop_between_callbacks_names_the_threads_that_ran(monkeypatch):
+    """The loop thread shows only the event loop's own code (it waited for the GIL): the
+    warning names the other threads running Python code, not the process's main."""
+    captured: dict[str, Any] = {}
+
+    def callback() -> None:  # its caller: asyncio's Handle._run, inside _run_once
+        captured["loop"] = sys._getframe().f_back
+
+    def crunch() -> None:
+        captured["busy"] = sys._getframe()
+
+    async def main() -> None:
+        asyncio.get_running_loop().call_soon(callback)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+    crunch()
+    loop_thread, busy_thread = -1, -2
+    frames = {loop_thread: captured["loop"], busy_thread: captured["busy"]}
+    monkeypatch.setattr(
+        watchdog_module, "sys", SimpleNamespace(_current_frames=lambda: frames, path=sys.path)
+    )
+    watchdog = LoopWatchdog(THRESHOLD_S)
+    watchdog._loop_thread_id = loop_thread
+    where = watchdog._where()
+    assert where.startswith(
+        "the event loop's own code (waiting for the GIL?; other threads running: "
+        "-2 at tests/unit/triggerer/test_watchdog.py:"
+    )
+    assert where.endswith(" in crunch)")
 
 
 async def test_a_loop_that_never_blocks_gets_no_warning(caplog):
@@ -158,7 +212,7 @@ def _hold_the_gil(block_s: float) -> None:
     sum(range(int(n * block_s / per_call_s)))
 
 
-async def _watch_a_block(caplog, block) -> list[Any]:
+async def _watch_a_block(caplog, block, *, name: str = "blocking chore") -> list[Any]:
     caplog.set_level(logging.WARNING, logger="engine.triggerer.watchdog")
     watchdog = LoopWatchdog(THRESHOLD_S)
     with anyio.fail_after(10):
@@ -168,7 +222,7 @@ async def _watch_a_block(caplog, block) -> list[Any]:
             async def chore() -> None:
                 block()
 
-            tg.start_soon(chore, name="blocking chore")
+            tg.start_soon(chore, name=name)
             await anyio.wait_all_tasks_blocked()
             # The report comes from the watchdog's thread: poll its count, briefly.
             checks = watchdog.checks
