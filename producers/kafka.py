@@ -159,6 +159,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self._opened = False
         self._closing = False
         self._fenced = False
+        self._consumer_started = False  # consumer.start() returned: it has a coordinator
         self.stats = KafkaProducerStats()
 
     @property
@@ -256,6 +257,9 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         with capture_bootstrap_errors() as bootstrap:
             try:
                 await consumer.start()
+                self._consumer_started = True
+                if self._fenced:  # fenced while it joined: leave at once
+                    consumer.unsubscribe()
                 if self.dead_letter_topic is not None:
                     self._dead_letters = AIOKafkaProducer(
                         **client_kwargs, acks="all", enable_idempotence=False
@@ -444,7 +448,8 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
         self._fenced = self._closing = True
         self._notify()
         consumer = self._consumer
-        if consumer is not None:
+        if consumer is not None and self._consumer_started:
+            # (before start() returns there is no coordinator to leave: start's caller does)
             consumer.unsubscribe()
         logger.warning(
             "Kafka consumer of %s fenced: left the group, commits nothing more",
@@ -460,6 +465,7 @@ class KafkaSharedStreamProducer(SharedStreamProducer):
     async def _stop_clients(self) -> None:
         clients = (self._consumer, self._dead_letters)
         self._consumer = self._dead_letters = None
+        self._consumer_started = False
         for client in clients:
             if client is not None:
                 await stop_client(client, where=self.where, group_id=self.group_id)

@@ -19,6 +19,7 @@ from aiokafka import errors as kafka_errors
 from hypothesis import given
 from hypothesis import strategies as st
 
+import producers.kafka as kafka_module
 from producers import KafkaMessage, KafkaMessageTrigger, KafkaSharedStreamProducer, kafka_codec
 from producers.exceptions import (
     BrokerRefused,
@@ -761,3 +762,38 @@ def test_a_fetch_that_finds_nothing_new_is_not_held_long(
     records of a 100k run came 350 ms late at aiokafka's 500 ms). The producer's default
     is 100 ms; ``consumer_options`` may set it."""
     assert _consumer_kwargs(options)["fetch_max_wait_ms"] == wait_ms
+
+
+async def test_a_consumer_fenced_before_it_started_leaves_the_group_once_it_has_joined() -> None:
+    """A lease lost while ``consumer.start()`` is still joining: nothing to leave yet (the
+    consumer has no coordinator, ``unsubscribe`` would raise), so fence() does not touch it,
+    and the start path leaves the group as soon as start() returns."""
+
+    class JoiningConsumer(RecordingConsumer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.joined = anyio.Event()
+            self.left = 0
+
+        def subscribe(self, **_kwargs: Any) -> None:
+            pass
+
+        async def start(self) -> None:
+            await self.joined.wait()
+
+        def unsubscribe(self) -> None:
+            if not self.joined.is_set():
+                raise AttributeError("'NoneType' object has no attribute 'request_rejoin'")
+            self.left += 1
+
+    producer, _ = recording_producer()
+    consumer = JoiningConsumer()
+    with anyio.fail_after(5), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kafka_module, "AIOKafkaConsumer", lambda **_kw: consumer)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(producer._start_clients)
+            await anyio.lowlevel.checkpoint()
+            producer.fence()  # during start(): must not raise
+            assert consumer.left == 0
+            consumer.joined.set()
+    assert consumer.left == 1
