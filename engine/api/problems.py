@@ -3,8 +3,8 @@
 Every error the API answers is ``application/problem+json`` with ``type``, ``title``,
 ``status`` and ``detail`` (a validation error adds ``errors``: where and what, never the
 value sent, which may be a secret). A browser asking for a UI page gets the same error as a
-small HTML page instead. An unexpected exception is logged with its traceback and answered
-with a 500 that says nothing about it.
+small HTML page instead (the 500 too). An unexpected exception is logged with its traceback
+and answered with a 500 that says nothing about it.
 
 The middlewares are plain ASGI (they do not buffer responses, so streamed logs stream):
 ``BodyLimit`` refuses a body over ``[api] max_body_bytes`` with 413 (from its
@@ -25,6 +25,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from engine.api.security import LoginRequiredError
 from engine.api.ui.templating import render
@@ -94,10 +95,29 @@ def error_response(
     return problem_response(status, detail, headers=headers, **extra)
 
 
+#: The methods a 405 answer's ``Allow`` header may list.
+METHODS: Final = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route answers at ``request``'s path. Starlette's own 405 lists
+    only the first route that matched the path, though a path (``/asset-events``: GET and
+    POST) may be served by one route per method."""
+    routes = request.app.router.routes
+    return [
+        method
+        for method in METHODS
+        if any(r.matches({**request.scope, "method": method})[0] == Match.FULL for r in routes)
+    ]
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-    return error_response(request, exc.status_code, detail, headers=exc.headers)
+    headers = exc.headers
+    if exc.status_code == 405:
+        headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(request))}
+    return error_response(request, exc.status_code, detail, headers=headers)
 
 
 def _where(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -198,7 +218,17 @@ class UnexpectedErrors:
             )
             if started:  # too late for an error response: the server drops the connection
                 raise
-            await problem_response(500, INTERNAL_ERROR_DETAIL)(scope, receive, send)
+            await _internal_error(scope)(scope, receive, send)
+
+
+def _internal_error(scope: Scope) -> Response:
+    """The 500: problem JSON, or the error page for a browser on a UI page (falling back
+    to problem JSON should the page itself fail to render)."""
+    try:
+        return error_response(Request(scope), 500, INTERNAL_ERROR_DETAIL)
+    except Exception:  # noqa: BLE001 - the page is the extra; the answer must go out
+        logger.warning("Could not render the error page", extra={"action": "api_error_page"})
+        return problem_response(500, INTERNAL_ERROR_DETAIL)
 
 
 class SecurityHeaders:
