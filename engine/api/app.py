@@ -76,6 +76,7 @@ def create_app(config: Config, database: Database | None = None) -> FastAPI:
     problems.install_error_handlers(app)
     # add_middleware wraps: the last added is the outermost.
     app.add_middleware(problems.BodyLimit, limit=config.api.max_body_bytes)
+    app.add_middleware(problems.RefuseNul)
     app.add_middleware(problems.UnexpectedErrors)
     app.add_middleware(problems.SecurityHeaders)
     trusted = proxies.parse_networks(config.api.trusted_proxies)

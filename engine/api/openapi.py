@@ -14,7 +14,9 @@ route depends on and takes, so a new route is documented without listing them by
 - 409: it acts on the engine's state (a POST outside ``/tokens``);
 - 422: any parameter or body it takes fails validation (or, for some, the action is refused).
 
-Statuses a route declares itself (``responses=``) keep their description.
+Statuses a route declares itself (``responses=``) keep their description. Text parameters
+and the text fields of request bodies say they hold no NUL character (a 422:
+``problems.RefuseNul``, ``rest.common.RequestBody``).
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ _PROBLEM_SCHEMA: Final = {
     },
 }
 _PROBLEM_REF: Final = {"$ref": "#/components/schemas/Problem"}
+_NO_NUL: Final = "^[^\\u0000]*$"
 
 
 def install(app: FastAPI) -> None:
@@ -95,6 +98,7 @@ def document_problems(schema: dict[str, Any], routes: list[Any]) -> None:
     """Add to each operation of ``schema`` the problem answers its route can give."""
     schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = _PROBLEM_SCHEMA
     paths = schema.get("paths", {})
+    _no_nul_in_text(schema)
     for route in routing.iter_route_contexts(routes):  # the routes of included routers too
         if not isinstance(route.original_route, routing.APIRoute) or not route.include_in_schema:
             continue
@@ -140,3 +144,33 @@ def _add_problems(operation: dict[str, Any], statuses: set[int]) -> None:
     for status in sorted(statuses):
         entry = responses.setdefault(str(status), {"description": _DESCRIPTIONS[status]})
         entry["content"] = {PROBLEM_JSON: {"schema": _PROBLEM_REF}}
+
+
+def _no_nul_in_text(schema: dict[str, Any]) -> None:
+    """Add the no-NUL pattern to every text parameter and request body text field."""
+    bodies: set[str] = set()
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", ()):
+                _no_nul(parameter.get("schema", {}))
+            content = operation.get("requestBody", {}).get("content", {})
+            for media in content.values():
+                bodies.update(_refs(media.get("schema", {})))
+    components = schema.get("components", {}).get("schemas", {})
+    for name in bodies:
+        for field in components.get(name, {}).get("properties", {}).values():
+            _no_nul(field)
+
+
+def _refs(node: dict[str, Any]) -> Iterator[str]:
+    if "$ref" in node:
+        yield node["$ref"].rsplit("/", 1)[-1]
+    for option in node.get("anyOf", ()):
+        yield from _refs(option)
+
+
+def _no_nul(node: dict[str, Any]) -> None:
+    if node.get("type") == "string" and "pattern" not in node and "enum" not in node:
+        node["pattern"] = _NO_NUL
+    for option in node.get("anyOf", ()):
+        _no_nul(option)

@@ -7,7 +7,8 @@ small HTML page instead (the 500 too). An unexpected exception is logged with it
 and answered with a 500 that says nothing about it.
 
 The middlewares are plain ASGI (they do not buffer responses, so streamed logs stream):
-``BodyLimit`` refuses a body over ``[api] max_body_bytes`` with 413 (from its
+``RefuseNul`` refuses a NUL character in the path or query with 422; ``BodyLimit`` refuses a
+body over ``[api] max_body_bytes`` with 413 (from its
 ``Content-Length`` at once, or while it is read); ``UnexpectedErrors`` turns an exception
 into the 500; ``SecurityHeaders`` adds ``nosniff``, no framing, a same-origin referrer
 policy, ``no-store`` caching of API answers and a Content-Security-Policy that allows only
@@ -187,6 +188,32 @@ def _content_length(scope: Scope) -> int | None:
                 return int(value)
             except ValueError:
                 return None
+    return None
+
+
+class RefuseNul:
+    """422 for a NUL character in the path or query (``%00``): PostgreSQL cannot compare
+    text holding one (it would be a 500), and no name or filter the engine keeps has one."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            where = _nul_in(scope)
+            if where is not None:
+                detail = f"the {where} may not hold a NUL character (%00)"
+                await error_response(Request(scope), 422, detail)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _nul_in(scope: Scope) -> str | None:
+    if "\x00" in scope.get("path", ""):
+        return "path"
+    query: bytes = scope.get("query_string", b"")
+    if b"%00" in query or b"\x00" in query:
+        return "query"
     return None
 
 

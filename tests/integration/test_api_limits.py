@@ -263,3 +263,20 @@ def test_requests_kept_alive_on_one_connection_are_each_served(served_url: str) 
             assert answer.read() == b'{"status":"ok"}'
     finally:
         connection.close()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/dags/a%00b",
+        "/api/v1/dags?search=a%00",
+        "/api/v1/assets/x%00",
+        "/api/v1/runs?dag_id=%00",
+        "/api/v1/asset-events?asset=%00",
+        "/api/v1/tokens?user=%00",
+        "/api/v1/streams?key=%00",
+    ],
+)
+def test_a_nul_character_in_the_path_or_query_is_a_422(world: World, path: str) -> None:
+    """PostgreSQL cannot compare text holding a NUL: refused before any query runs."""
+    assert "NUL" in _refused(world.client("admin").get(path))["detail"]
