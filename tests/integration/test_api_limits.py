@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 import pytest
 
-from engine.api.rest.common import MAX_YEAR, MIN_YEAR
+from engine.api.rest.common import MAX_JSON_DEPTH, MAX_YEAR, MIN_YEAR
 from engine.views.common import MAX_OFFSET
 from tests.integration.api_world import World, build_world, world_database
 from tests.integration.served_api import served
@@ -280,3 +280,11 @@ def test_requests_kept_alive_on_one_connection_are_each_served(served_url: str) 
 def test_a_nul_character_in_the_path_or_query_is_a_422(world: World, path: str) -> None:
     """PostgreSQL cannot compare text holding a NUL: refused before any query runs."""
     assert "NUL" in _refused(world.client("admin").get(path))["detail"]
+
+
+def test_a_conf_nested_too_deeply_is_refused_saying_where(world: World) -> None:
+    deep: Any = 1
+    for _ in range(MAX_JSON_DEPTH + 1):
+        deep = [deep]
+    answer = world.client("op").post("/api/v1/dags/etl/runs", json={"conf": {"x": deep}})
+    assert f"nested deeper than {MAX_JSON_DEPTH}" in _refused(answer)["detail"]

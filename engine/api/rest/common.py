@@ -139,25 +139,36 @@ FilterDate = Annotated[
 ]
 
 
-def problem_in_value(value: Any, where: str) -> str | None:
+#: How deeply a JSON value in a body (conf, extra) may nest: deeper ones are refused before
+#: anything walks them recursively (reading the run back, rendering its page).
+MAX_JSON_DEPTH: Final = 100
+
+
+def problem_in_value(value: Any, where: str, depth: int = 0) -> str | None:
     """What in a JSON value a database cannot store faithfully, and where: a non-finite
     number (Python's JSON reader accepts NaN and Infinity, JSON does not), a NUL character
-    or an unpaired surrogate in a string or key; None when there is nothing."""
+    or an unpaired surrogate in a string or key, nesting deeper than ``MAX_JSON_DEPTH``;
+    None when there is nothing."""
     if isinstance(value, float) and not math.isfinite(value):
         return f"{where}: {value!r} is not a JSON number (NaN and infinities are refused)"
     if isinstance(value, str):
         return _problem_in_text(value, where)
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = _problem_in_text(str(key), f"{where} (a key)") or problem_in_value(
-                item, f"{where}.{key}"
-            )
-            if found:
-                return found
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            if found := problem_in_value(item, f"{where}[{index}]"):
-                return found
+    if isinstance(value, dict | list) and depth >= MAX_JSON_DEPTH:
+        return f"{where}: nested deeper than {MAX_JSON_DEPTH} levels"
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for key, item in items:
+        inner = f"{where}.{key}" if isinstance(value, dict) else f"{where}[{key}]"
+        found = (isinstance(key, str) and _problem_in_text(key, f"{where} (a key)")) or (
+            problem_in_value(item, inner, depth + 1)
+        )
+        if found:
+            return found
     return None
 
 
