@@ -144,6 +144,9 @@ def _add_problems(operation: dict[str, Any], statuses: set[int]) -> None:
     for status in sorted(statuses):
         entry = responses.setdefault(str(status), {"description": _DESCRIPTIONS[status]})
         entry["content"] = {PROBLEM_JSON: {"schema": _PROBLEM_REF}}
+    for code, entry in responses.items():  # a 4xx a route declares itself is problem JSON too
+        if code.startswith("4"):
+            entry["content"] = {PROBLEM_JSON: {"schema": _PROBLEM_REF}}
 
 
 def _no_nul_in_text(schema: dict[str, Any]) -> None:
