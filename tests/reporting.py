@@ -1,9 +1,9 @@
-"""What the end of a test run lists besides pass and fail: the browser tests' screenshots, and
-the producer conformance kit's figures per broker and case.
+"""What the end of a test run lists besides pass and fail: the browser tests' screenshots, the
+producer conformance kit's figures per broker and case, and the API fuzzer's summaries.
 
-Tests put ``(SCREENSHOT_PROPERTY, path)`` or ``(CONFORMANCE_PROPERTY, figures)`` in their
-report's ``user_properties``; reports reach the main process also under pytest-xdist, where
-the terminal summary is written.
+Tests put ``(SCREENSHOT_PROPERTY, path)``, ``(CONFORMANCE_PROPERTY, figures)`` or
+``(FUZZ_PROPERTY, summary)`` in their report's ``user_properties``; reports reach the main
+process also under pytest-xdist, where the terminal summary is written.
 """
 
 from __future__ import annotations
@@ -16,9 +16,12 @@ if TYPE_CHECKING:
 SCREENSHOT_PROPERTY: Final = "screenshot"
 #: a dict: broker, case, messages, events, lost, duplicated, takeover_s (None: not measured)
 CONFORMANCE_PROPERTY: Final = "conformance"
+#: text: the closing summary of the schemathesis run (tests/integration/test_api_fuzz.py)
+FUZZ_PROPERTY: Final = "api_fuzz"
 
 _SCREENSHOTS: list[str] = []
 _CONFORMANCE: list[dict[str, Any]] = []
+_FUZZ: list[str] = []
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -27,6 +30,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             str(value) for key, value in report.user_properties if key == SCREENSHOT_PROPERTY
         )
     if report.when == "call":
+        _FUZZ.extend(str(value) for key, value in report.user_properties if key == FUZZ_PROPERTY)
         outcome = "xfail" if hasattr(report, "wasxfail") else report.outcome
         _CONFORMANCE.extend(
             {**value, "outcome": outcome}
@@ -59,3 +63,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_sep("-", "producer conformance kit")
         for line in conformance_table(_CONFORMANCE):
             terminalreporter.write_line(line)
+    for summary in _FUZZ:
+        terminalreporter.write_sep("-", "API fuzzer (schemathesis)")
+        terminalreporter.write_line(summary)

@@ -16,7 +16,7 @@ from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from engine.api import problems
+from engine.api import openapi, problems, proxies
 from engine.api.login_guard import LoginGuard
 from engine.api.rest import ROUTERS
 from engine.api.security import require_reader
@@ -71,10 +71,14 @@ def create_app(config: Config, database: Database | None = None) -> FastAPI:
     async def openapi_document() -> JSONResponse:
         return JSONResponse(app.openapi())
 
+    openapi.install(app)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     problems.install_error_handlers(app)
     # add_middleware wraps: the last added is the outermost.
     app.add_middleware(problems.BodyLimit, limit=config.api.max_body_bytes)
+    app.add_middleware(problems.RefuseNul)
     app.add_middleware(problems.UnexpectedErrors)
     app.add_middleware(problems.SecurityHeaders)
+    trusted = proxies.parse_networks(config.api.trusted_proxies)
+    app.add_middleware(proxies.ForwardedClient, trusted=trusted)  # first: the real client
     return app

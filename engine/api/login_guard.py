@@ -13,8 +13,14 @@
 
 The failure counts live **in memory, per API process**: with several API processes behind a
 load balancer each counts its own (an attacker gets at most that many times the attempts),
-and a restart forgets them. The client address is the TCP peer (``request.client``): behind a
-proxy that is the proxy's, so the per-username limit is what protects then.
+and a restart forgets them.
+
+The client address is ``request.client``: the TCP peer, or, when the peer is one of ``[api]
+trusted_proxies``, the client the proxy names in ``X-Forwarded-For`` / ``Forwarded``
+(``engine.api.proxies``). Those headers from any other peer are ignored, so a client cannot
+escape its address's limit by sending a new forwarded address with each try. Behind a proxy
+that is not listed every client has the proxy's address: list it, or only the per-username
+limit tells clients apart.
 """
 
 from __future__ import annotations

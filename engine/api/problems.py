@@ -3,11 +3,12 @@
 Every error the API answers is ``application/problem+json`` with ``type``, ``title``,
 ``status`` and ``detail`` (a validation error adds ``errors``: where and what, never the
 value sent, which may be a secret). A browser asking for a UI page gets the same error as a
-small HTML page instead. An unexpected exception is logged with its traceback and answered
-with a 500 that says nothing about it.
+small HTML page instead (the 500 too). An unexpected exception is logged with its traceback
+and answered with a 500 that says nothing about it.
 
 The middlewares are plain ASGI (they do not buffer responses, so streamed logs stream):
-``BodyLimit`` refuses a body over ``[api] max_body_bytes`` with 413 (from its
+``RefuseNul`` refuses a NUL character in the path or query with 422; ``BodyLimit`` refuses a
+body over ``[api] max_body_bytes`` with 413 (from its
 ``Content-Length`` at once, or while it is read); ``UnexpectedErrors`` turns an exception
 into the 500; ``SecurityHeaders`` adds ``nosniff``, no framing, a same-origin referrer
 policy, ``no-store`` caching of API answers and a Content-Security-Policy that allows only
@@ -25,6 +26,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from engine.api.security import LoginRequiredError
 from engine.api.ui.templating import render
@@ -94,10 +96,29 @@ def error_response(
     return problem_response(status, detail, headers=headers, **extra)
 
 
+#: The methods a 405 answer's ``Allow`` header may list.
+METHODS: Final = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route answers at ``request``'s path. Starlette's own 405 lists
+    only the first route that matched the path, though a path (``/asset-events``: GET and
+    POST) may be served by one route per method."""
+    routes = request.app.router.routes
+    return [
+        method
+        for method in METHODS
+        if any(r.matches({**request.scope, "method": method})[0] == Match.FULL for r in routes)
+    ]
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-    return error_response(request, exc.status_code, detail, headers=exc.headers)
+    headers = exc.headers
+    if exc.status_code == 405:
+        headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(request))}
+    return error_response(request, exc.status_code, detail, headers=headers)
 
 
 def _where(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -170,6 +191,32 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
+class RefuseNul:
+    """422 for a NUL character in the path or query (``%00``): PostgreSQL cannot compare
+    text holding one (it would be a 500), and no name or filter the engine keeps has one."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            where = _nul_in(scope)
+            if where is not None:
+                detail = f"the {where} may not hold a NUL character (%00)"
+                await error_response(Request(scope), 422, detail)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _nul_in(scope: Scope) -> str | None:
+    if "\x00" in scope.get("path", ""):
+        return "path"
+    query: bytes = scope.get("query_string", b"")
+    if b"%00" in query or b"\x00" in query:
+        return "query"
+    return None
+
+
 class UnexpectedErrors:
     """An exception no handler took: logged with its traceback, answered with a bare 500."""
 
@@ -198,7 +245,17 @@ class UnexpectedErrors:
             )
             if started:  # too late for an error response: the server drops the connection
                 raise
-            await problem_response(500, INTERNAL_ERROR_DETAIL)(scope, receive, send)
+            await _internal_error(scope)(scope, receive, send)
+
+
+def _internal_error(scope: Scope) -> Response:
+    """The 500: problem JSON, or the error page for a browser on a UI page (falling back
+    to problem JSON should the page itself fail to render)."""
+    try:
+        return error_response(Request(scope), 500, INTERNAL_ERROR_DETAIL)
+    except Exception:  # noqa: BLE001 - the page is the extra; the answer must go out
+        logger.warning("Could not render the error page", extra={"action": "api_error_page"})
+        return problem_response(500, INTERNAL_ERROR_DETAIL)
 
 
 class SecurityHeaders:

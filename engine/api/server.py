@@ -21,6 +21,7 @@ import anyio
 import uvicorn
 
 from engine.api.app import create_app
+from engine.api.http_limits import LimitedH11Protocol
 from engine.db.queries import users as users_sql
 from engine.exceptions import SluiceError
 from engine.jobs.service import JobService
@@ -163,6 +164,9 @@ class ApiServer:
             server_header=False,
             timeout_graceful_shutdown=int(SHUTDOWN_GRACE_S),
             lifespan="on",
+            proxy_headers=False,  # engine.api.proxies: only [api] trusted_proxies are believed
+            http=LimitedH11Protocol,  # 414 / 431 for an oversized request head, not a reset
+            h11_max_incomplete_event_size=self._config.api.max_request_head_bytes,
         )
 
     async def _serve(self, server: _Server, sock: socket.socket) -> None:

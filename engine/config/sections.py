@@ -9,6 +9,7 @@ section and key in declaration order, for the loader and the display.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path  # noqa: TC003 - typing.get_type_hints resolves the hints at import
@@ -58,6 +59,17 @@ _POSITIVE: Final = _require(lambda value: value > 0, "must be > 0")
 _AT_LEAST_ONE: Final = _require(lambda value: value >= 1, "must be >= 1")
 _NOT_NEGATIVE: Final = _require(lambda value: value >= 0, "must be >= 0")
 _PORT: Final = _require(lambda value: 0 <= value <= 65535, "must be a port number, 0 to 65535")
+
+
+def _networks(value: tuple[str, ...]) -> tuple[str, ...]:
+    for item in value:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError as exc:
+            raise ValueError(f"{item!r} is not an IP address or CIDR network") from exc
+    return value
+
+
 _DATABASE_URL: Final = _require(check_url, "must be a URL like postgresql+psycopg://u:p@host/db")
 _FERNET_KEYS: Final = _require(
     lambda value: all(Fernet(key) for key in split_items(value.split(","))),
@@ -185,6 +197,13 @@ class ApiConfig:
     cookie_secure: bool = _key(False)
     #: The largest request body accepted; a bigger one is refused with 413.
     max_body_bytes: int = _key(1_048_576, _AT_LEAST_ONE)
+    #: The reverse proxies whose X-Forwarded-For / Forwarded headers name the client (IP
+    #: addresses or CIDR networks); from any other peer those headers are ignored. None by
+    #: default: the client is the TCP peer (``engine.api.proxies``).
+    trusted_proxies: tuple[str, ...] = _key((), _networks)
+    #: The largest request head (request line and headers) accepted: a longer request line
+    #: is refused with 414, larger headers with 431.
+    max_request_head_bytes: int = _key(65_536, _require(lambda v: v >= 4096, "must be >= 4096"))
     #: How long a UI login lasts.
     session_hours: float = _key(12.0, _POSITIVE)
     #: The lifetime of a token made by ``sluice tokens create`` without ``--expires-in``

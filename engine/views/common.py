@@ -15,18 +15,27 @@ T = TypeVar("T")
 #: A page's size when none is asked for, and the largest one served.
 DEFAULT_LIMIT: Final = 50
 MAX_LIMIT: Final = 500
+#: The largest offset a page may start at: the databases' 64-bit signed integer (SQLite and
+#: PostgreSQL bind an OFFSET as one; a larger Python int cannot be sent at all).
+MAX_OFFSET: Final = 2**63 - 1
+#: The largest value of an ``Integer`` column (PostgreSQL's 32-bit ``integer``): ids, map
+#: indexes and try numbers; a filter on a larger one can match nothing, so it is refused.
+MAX_INT32: Final = 2**31 - 1
+#: The longest ``search`` text accepted (the UI's search box allows as many): a longer
+#: LIKE pattern only makes the database work, and SQLite refuses very long ones.
+MAX_SEARCH_LENGTH: Final = 250
 
 
 class PageError(ValueError):
-    """A page bound out of range (negative offset, limit not in 1..MAX_LIMIT)."""
+    """A page bound out of range (offset not in 0..MAX_OFFSET, limit not in 1..MAX_LIMIT)."""
 
 
 def check_page(limit: int | None, offset: int) -> None:
     """Refuse a bad ``limit`` / ``offset`` (None: no limit, for the CLI's full lists)."""
     if limit is not None and not 1 <= limit <= MAX_LIMIT:
         raise PageError(f"limit must be between 1 and {MAX_LIMIT}, not {limit}")
-    if offset < 0:
-        raise PageError(f"offset must be 0 or more, not {offset}")
+    if not 0 <= offset <= MAX_OFFSET:
+        raise PageError(f"offset must be between 0 and {MAX_OFFSET}, not {offset}")
 
 
 class Page(TypedDict, Generic[T]):

@@ -16,8 +16,9 @@ router. Each route depends on ``engine.api.security`` for who may call it, reads
   ``/asset-state-store/{name}`` (the task and asset state stores, read).
 
 Errors are problem JSON: 404 for an unknown id, 409 for an action the current state does
-not allow, 422 for bad input. Lists are pages: ``?limit=`` (default 50, at most 500) and
-``?offset=``, answered as ``{items, total, limit, offset}``.
+not allow, 422 for bad input (every parameter bounded: ``rest.common``); the OpenAPI
+document lists each operation's (``engine.api.openapi``). Lists are pages: ``?limit=``
+(default 50, at most 500) and ``?offset=``, answered as ``{items, total, limit, offset}``.
 """
 
 from fastapi import APIRouter

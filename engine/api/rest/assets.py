@@ -18,14 +18,18 @@ from functools import partial
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from engine.api.deps import ConfigDep, DatabaseDep
 from engine.api.rest.common import (
+    BoundedDate,
+    FilterDate,
     Limit,
     Offset,
     Page,
     PartitionKey,
+    RequestBody,
+    Search,
     act,
     found,
     invalid,
@@ -143,9 +147,7 @@ class AssetPartitions(Page[PartitionRow]):
     range: PartitionRange | None
 
 
-class EmitRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class EmitRequest(RequestBody):
     asset: str = Field(description="The asset's name")
     extra: dict[str, Any] | None = Field(default=None, description="A JSON object: its extra")
     partition_key: str | None = Field(
@@ -186,7 +188,7 @@ class AssetGraph(BaseModel):
 async def list_assets(
     _: ReaderDep,
     database: DatabaseDep,
-    search: str | None = None,
+    search: Search = None,
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> ViewPage[assets_view.AssetItem]:
@@ -204,8 +206,8 @@ async def asset_partitions(
     _: ReaderDep,
     database: DatabaseDep,
     name: str,
-    start: Annotated[AwareDatetime | None, Query(alias="from")] = None,
-    end: Annotated[AwareDatetime | None, Query(alias="to")] = None,
+    start: Annotated[BoundedDate | None, Query(alias="from")] = None,
+    end: Annotated[BoundedDate | None, Query(alias="to")] = None,
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> partitions_view.AssetPartitions:
@@ -232,13 +234,18 @@ async def show_asset(_: ReaderDep, database: DatabaseDep, name: str) -> assets_v
     return found(shown, f"no asset {name!r}")
 
 
-@router.get("/asset-events", response_model=Page[AssetEventItem], summary="Asset events")
+@router.get(
+    "/asset-events",
+    response_model=Page[AssetEventItem],
+    summary="Asset events",
+    responses={404: {"description": "No asset has the name given as ?asset="}},
+)
 async def list_asset_events(
     _: ReaderDep,
     database: DatabaseDep,
     asset: str | None = None,
     source: SourceName | None = None,
-    since: AwareDatetime | None = None,
+    since: FilterDate | None = None,
     partition_key: PartitionKey = None,
     limit: Limit = 50,
     offset: Offset = 0,

@@ -13,18 +13,22 @@
 
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, HTTPException, Query, Response
 from pydantic import BaseModel, Field
 
 from engine.api import credentials
 from engine.api.deps import ConfigDep, DatabaseDep
+from engine.api.rest.common import Offset, RequestBody, RowId
 from engine.api.security import AUTH_TOKEN, AdminDep, Principal, ReaderDep, UserDep
 from engine.db.models import utcnow
 from engine.db.queries import users as users_sql
 
 router = APIRouter(tags=["auth"])
+
+#: What ``credentials.parse_duration`` reads (a number and a unit), for the document.
+DURATION_PATTERN: Final = r"^\s*[0-9]+(\.[0-9]+)?\s*[smhdw]\s*$"
 
 
 class Me(BaseModel):
@@ -37,10 +41,12 @@ class Me(BaseModel):
     )
 
 
-class TokenRequest(BaseModel):
+class TokenRequest(RequestBody):
     name: str | None = Field(default=None, max_length=250, description="What the token is for")
     expires_in: str | None = Field(
-        default=None, description="Lifetime like 30d or 12h; default [api] token_expiry_days"
+        default=None,
+        pattern=DURATION_PATTERN,
+        description="Lifetime like 30d or 12h (at most 10 years); default [api] token_expiry_days",
     )
     no_expiry: bool = Field(default=False, description="A token that never expires (admins only)")
     user: str | None = Field(default=None, description="Whose token (admins only)")
@@ -70,7 +76,7 @@ async def list_tokens(
     database: DatabaseDep,
     user: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ) -> dict[str, Any]:
     if user is not None and user != principal.username and not principal.can(credentials.ADMIN):
         raise HTTPException(403, "only an admin may list another user's tokens")
@@ -138,7 +144,7 @@ async def create_token(
 
 
 @router.delete("/tokens/{token_id}", status_code=204)
-async def revoke_token(token_id: int, principal: UserDep, database: DatabaseDep) -> Response:
+async def revoke_token(token_id: RowId, principal: UserDep, database: DatabaseDep) -> Response:
     owner = await database.read(partial(users_sql.token_owner, token_id=token_id))
     if owner is None or not _may_manage(principal, owner):
         raise HTTPException(404, f"no token {token_id} of yours")

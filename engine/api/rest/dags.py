@@ -13,10 +13,21 @@ from functools import partial
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from engine.api.deps import DatabaseDep
-from engine.api.rest.common import Limit, Offset, Page, act, found, not_found, read
+from engine.api.rest.common import (
+    BoundedDate,
+    Limit,
+    Offset,
+    Page,
+    RequestBody,
+    Search,
+    act,
+    found,
+    not_found,
+    read,
+)
 from engine.api.security import OperatorDep, ReaderDep
 from engine.db.models import utcnow
 from engine.db.queries import dags as dags_sql
@@ -126,14 +137,13 @@ class Paused(BaseModel):
     paused: bool
 
 
-class TriggerRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class TriggerRequest(RequestBody):
     conf: dict[str, Any] | None = Field(
         default=None, description="A JSON object given to the run (params, dag_run.conf)"
     )
-    logical_date: AwareDatetime | None = Field(
-        default=None, description="The run's logical date, with its offset (default: now)"
+    logical_date: BoundedDate | None = Field(
+        default=None,
+        description="The run's logical date, with its offset (default: now); years 1900 to 2199",
     )
     partition_key: str | None = Field(
         default=None,
@@ -157,7 +167,7 @@ async def list_dags(
     paused: bool | None = None,
     active: bool | None = None,
     tag: str | None = None,
-    search: str | None = None,
+    search: Search = None,
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> ViewPage[dags_view.DagItem]:

@@ -13,10 +13,11 @@ from functools import partial
 from typing import Any, Literal
 
 from fastapi import APIRouter
-from pydantic import AwareDatetime, BaseModel, Field
+from pydantic import BaseModel, Field
 
 from engine.api.deps import DatabaseDep
 from engine.api.rest.common import (
+    FilterDate,
     Limit,
     Offset,
     Page,
@@ -88,7 +89,7 @@ async def _runs(
     dag_id: str | None,
     state: RunStateName | None,
     run_type: RunTypeName | None,
-    since: AwareDatetime | None,
+    since: FilterDate | None,
     partition_key: str | None,
     limit: int,
     offset: int,
@@ -114,7 +115,7 @@ async def list_runs(
     dag_id: str | None = None,
     state: RunStateName | None = None,
     run_type: RunTypeName | None = None,
-    since: AwareDatetime | None = None,
+    since: FilterDate | None = None,
     partition_key: PartitionKey = None,
     limit: Limit = 50,
     offset: Offset = 0,
@@ -138,7 +139,7 @@ async def list_dag_runs(
     dag_id: str,
     state: RunStateName | None = None,
     run_type: RunTypeName | None = None,
-    since: AwareDatetime | None = None,
+    since: FilterDate | None = None,
     partition_key: PartitionKey = None,
     limit: Limit = 50,
     offset: Offset = 0,

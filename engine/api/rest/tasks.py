@@ -20,15 +20,18 @@ from typing import Annotated, Any, Literal
 
 import anyio.to_thread
 from fastapi import APIRouter, Query
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
 from engine.api.deps import ConfigDep, DatabaseDep
 from engine.api.rest.common import (
+    FilterDate,
     Limit,
     MapIndex,
     Offset,
     Page,
+    RequestBody,
+    TryNumber,
     act,
     found,
     not_found,
@@ -39,6 +42,7 @@ from engine.db.models import utcnow
 from engine.db.queries import actions
 from engine.task_log_files import TaskLogNotFoundError
 from engine.views import tasks as tasks_view
+from engine.views.common import MAX_INT32, MAX_OFFSET
 from engine.views.common import Page as ViewPage
 
 router = APIRouter(tags=["task instances"])
@@ -134,31 +138,31 @@ class ActionResult(BaseModel):
     dry_run: bool = False
 
 
-class ClearTask(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ClearTask(RequestBody):
     downstream: bool = False
     upstream: bool = False
-    map_index: int | None = Field(default=None, description="Only this copy (mapped task)")
+    map_index: int | None = Field(
+        default=None, ge=-1, le=MAX_INT32, description="Only this copy (mapped task)"
+    )
     dry_run: bool = Field(default=False, description="Only say what would be cleared")
 
 
 class ClearRequest(ClearTask):
     run_id: str | None = Field(default=None, description="Only this run (default: every run)")
-    start_date: AwareDatetime | None = Field(default=None, description="Runs from this date")
-    end_date: AwareDatetime | None = Field(default=None, description="Runs up to this date")
+    start_date: FilterDate | None = Field(default=None, description="Runs from this date")
+    end_date: FilterDate | None = Field(default=None, description="Runs up to this date")
     task_regex: str | None = Field(default=None, description="Tasks whose id matches")
     only_failed: bool = False
     only_running: bool = False
 
 
-class SetState(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class SetState(RequestBody):
     state: SettableState
     downstream: bool = False
     upstream: bool = False
-    map_index: int | None = Field(default=None, description="Only this copy (mapped task)")
+    map_index: int | None = Field(
+        default=None, ge=-1, le=MAX_INT32, description="Only this copy (mapped task)"
+    )
 
 
 @router.get(
@@ -242,9 +246,9 @@ async def task_log(
     dag_id: str,
     run_id: str,
     task_id: str,
-    try_number: Annotated[int | None, Query(ge=1, description="Default: the latest")] = None,
+    try_number: TryNumber = None,
     map_index: MapIndex = -1,
-    offset: Annotated[int, Query(ge=0, description="From this byte")] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="From this byte")] = 0,
 ) -> tasks_view.TaskLogChunk:
     exists = partial(
         tasks_view.show_task_instance,

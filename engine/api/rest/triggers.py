@@ -12,7 +12,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from engine.api.deps import ConfigDep, DatabaseDep
-from engine.api.rest.common import Limit, Offset, Page, read
+from engine.api.rest.common import IdFilter, Limit, Offset, Page, read
 from engine.api.security import ReaderDep
 from engine.db.models import utcnow
 from engine.views import triggers as triggers_view
@@ -44,7 +44,7 @@ async def list_triggers(
     database: DatabaseDep,
     config: ConfigDep,
     kind: Literal["task", "watcher"] | None = None,
-    triggerer_id: int | None = None,
+    triggerer_id: IdFilter = None,
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> ViewPage[triggers_view.TriggerItem]:

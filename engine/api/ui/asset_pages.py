@@ -34,6 +34,7 @@ from engine.db.models import utcnow
 from engine.db.queries import assets as assets_sql
 from engine.views import assets as assets_view
 from engine.views import partitions as partitions_view
+from engine.views.common import MAX_INT32, MAX_OFFSET
 from triggers.base import MAX_PARTITION_KEY_LENGTH, check_partition_key
 
 MAX_EXTRA_CHARS: Final = 65_536
@@ -52,7 +53,7 @@ async def asset_list(
     _principal: UiReaderDep,
     database: DatabaseDep,
     search: Annotated[str | None, Query(max_length=250)] = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> HTMLResponse:
     found = await database.read(
         partial(assets_view.list_assets, search=search or None, limit=PAGE_SIZE, offset=offset)
@@ -176,10 +177,10 @@ async def asset_page(
     name: str,
     _principal: UiReaderDep,
     database: DatabaseDep,
-    offset: Annotated[int, Query(ge=0)] = 0,
-    emitted: Annotated[int | None, Query(ge=1)] = None,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+    emitted: Annotated[int | None, Query(ge=1, le=MAX_INT32)] = None,
     partition_key: Annotated[str | None, Query(min_length=1, max_length=250)] = None,
-    poffset: Annotated[int, Query(ge=0)] = 0,
+    poffset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     pfrom: Annotated[str | None, Query(max_length=64)] = None,
     pto: Annotated[str | None, Query(max_length=64)] = None,
 ) -> HTMLResponse:

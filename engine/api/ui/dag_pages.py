@@ -31,6 +31,7 @@ from engine.states import DagRunState
 from engine.views import dags as dags_view
 from engine.views import parse_errors as parse_errors_view
 from engine.views import runs as runs_view
+from engine.views.common import MAX_OFFSET
 from engine.views.common import Page as ViewPage
 
 #: Runs shown in the grid (the newest; older ones are on the pages of the runs list).
@@ -53,7 +54,7 @@ async def dag_list(
     _principal: UiReaderDep,
     database: DatabaseDep,
     search: Annotated[str | None, Query(max_length=250)] = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> HTMLResponse:
     def read(session: Any) -> tuple[ViewPage[dags_view.DagItem], int]:
         listed = dags_view.list_dags(session, search=search or None, limit=PAGE_SIZE, offset=offset)

@@ -21,6 +21,7 @@ from engine.states import DagRunState, TaskState
 from engine.task_log_files import TaskLogNotFoundError
 from engine.views import runs as runs_view
 from engine.views import tasks as tasks_view
+from engine.views.common import MAX_INT32, MAX_OFFSET
 from engine.views.tasks import TaskInstanceItem, TaskLogChunk
 
 #: A run page reloads itself this often while the run goes on.
@@ -104,8 +105,8 @@ async def task_page(
     _principal: UiReaderDep,
     database: DatabaseDep,
     config: ConfigDep,
-    map_index: Annotated[int, Query(ge=-1)] = -1,
-    try_: Annotated[int | None, Query(alias="try", ge=1)] = None,
+    map_index: Annotated[int, Query(ge=-1, le=MAX_INT32)] = -1,
+    try_: Annotated[int | None, Query(alias="try", ge=1, le=MAX_INT32)] = None,
 ) -> HTMLResponse:
     folder = config.logging.task_log_folder
     show = partial(
@@ -160,9 +161,9 @@ async def log_tail(
     _principal: UiReaderDep,
     database: DatabaseDep,
     config: ConfigDep,
-    map_index: Annotated[int, Query(ge=-1)] = -1,
-    try_: Annotated[int | None, Query(alias="try", ge=1)] = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    map_index: Annotated[int, Query(ge=-1, le=MAX_INT32)] = -1,
+    try_: Annotated[int | None, Query(alias="try", ge=1, le=MAX_INT32)] = None,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> JSONResponse:
     """What the try wrote after ``offset`` (``text``, the next ``offset``), whether it is
     over (``finished``) and the task's ``state``: what ``static/log-tail.js`` polls."""
