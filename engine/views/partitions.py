@@ -215,7 +215,7 @@ def _read_date(text: str, zone: tzinfo, name: str) -> datetime:
         return to_utc(
             datetime.fromisoformat(text.strip()), timezone=zone, where="the range", name=name
         )
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:  # OverflowError: no UTC for 0001-01-01+01:00
         raise PartitionRangeError(
             f"the range's {name} {text!r} is not an ISO date or datetime (e.g. 2026-03-10, "
             f"2026-03-10T06:00): {exc}"

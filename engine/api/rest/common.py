@@ -17,7 +17,6 @@ character and no unpaired surrogate (neither database can store them), each refu
 or ``FilterDate`` (``since``, a clear's dates: any year UTC can hold).
 """
 
-import math
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -37,6 +36,7 @@ from pydantic import (
 )
 from sqlalchemy.orm import Session
 
+from engine.api.storable import problem_in_value
 from engine.db.database import Database
 from engine.db.queries.assets import UnknownAssetError
 from engine.exceptions import InvalidStateError, NotFoundError, OperatorActionError
@@ -137,49 +137,6 @@ FilterDate = Annotated[
         "0002 to 9998",
     ),
 ]
-
-
-#: How deeply a JSON value in a body (conf, extra) may nest: deeper ones are refused before
-#: anything walks them recursively (reading the run back, rendering its page).
-MAX_JSON_DEPTH: Final = 100
-
-
-def problem_in_value(value: Any, where: str, depth: int = 0) -> str | None:
-    """What in a JSON value a database cannot store faithfully, and where: a non-finite
-    number (Python's JSON reader accepts NaN and Infinity, JSON does not), a NUL character
-    or an unpaired surrogate in a string or key, nesting deeper than ``MAX_JSON_DEPTH``;
-    None when there is nothing."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"{where}: {value!r} is not a JSON number (NaN and infinities are refused)"
-    if isinstance(value, str):
-        return _problem_in_text(value, where)
-    if isinstance(value, dict | list) and depth >= MAX_JSON_DEPTH:
-        return f"{where}: nested deeper than {MAX_JSON_DEPTH} levels"
-    items = (
-        value.items()
-        if isinstance(value, dict)
-        else enumerate(value)
-        if isinstance(value, list)
-        else ()
-    )
-    for key, item in items:
-        inner = f"{where}.{key}" if isinstance(value, dict) else f"{where}[{key}]"
-        found = (isinstance(key, str) and _problem_in_text(key, f"{where} (a key)")) or (
-            problem_in_value(item, inner, depth + 1)
-        )
-        if found:
-            return found
-    return None
-
-
-def _problem_in_text(text: str, where: str) -> str | None:
-    if "\x00" in text:
-        return f"{where}: text may not hold a NUL character (\\u0000)"
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return f"{where}: text holds an unpaired surrogate (not valid Unicode)"
-    return None
 
 
 class RequestBody(BaseModel):

@@ -20,6 +20,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from engine.api.deps import ConfigDep, DatabaseDep
 from engine.api.security import Principal, UiOperatorDep, UiReaderDep
+from engine.api.storable import problem_in_value
 from engine.api.ui.drawing import GraphItem, draw
 from engine.api.ui.rendering import (
     PAGE_SIZE,
@@ -211,6 +212,8 @@ async def emit_event(
         parsed = json_object_field(extra, "extra")
         if key is not None:
             check_partition_key(key, "partition key")
+            if found := problem_in_value(key, "partition key"):
+                raise ValueError(found)
         event_id = await database.run(
             partial(
                 assets_sql.emit_asset_event,

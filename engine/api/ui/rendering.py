@@ -16,6 +16,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from engine.api.credentials import OPERATOR
 from engine.api.security import principal_of
+from engine.api.storable import problem_in_value
 from engine.api.ui.flash import forget_flash, read_flash
 from engine.api.ui.login import safe_next
 from engine.api.ui.states import legend, look
@@ -89,8 +90,9 @@ def not_found(detail: str) -> HTTPException:
 
 
 def json_object_field(text: str, name: str) -> dict[str, Any] | None:
-    """A form's JSON field (``conf``, ``extra``): empty for none, else a JSON object; a
-    ``ValueError`` that names the field otherwise."""
+    """A form's JSON field (``conf``, ``extra``): empty for none, else a JSON object the
+    database stores faithfully (``engine.api.storable``: no NaN, NUL, lone surrogate or deep
+    nesting, as the REST API checks); a ``ValueError`` that names the field otherwise."""
     if not text.strip():
         return None
     try:
@@ -99,6 +101,8 @@ def json_object_field(text: str, name: str) -> dict[str, Any] | None:
         raise ValueError(f"{name} is not valid JSON: {exc}") from exc
     if not isinstance(value, dict):
         raise ValueError(f"{name} must be a JSON object ({{...}}), not {type(value).__name__}")
+    if found := problem_in_value(value, name):
+        raise ValueError(found)
     return value
 
 
