@@ -58,7 +58,12 @@ from typing import Any, Final, NoReturn
 #: What every task step imports: the task runner (with what it imports: the protocol, the
 #: request channel, loading the DAG file, the context, templates ...), what it imports on
 #: first use (logging), and the whole authoring surface a DAG file uses (``from engine
-#: import ...``, ``engine.sensors``, the built-in triggers).
+#: import ...``, ``engine.sensors``, the built-in triggers, the broker trigger classes).
+#: The broker trigger classes import no broker client (``producers``): a DAG file that
+#: declares a watcher then imports nothing in its task steps, while the clients stay out of
+#: the warm runner and of every step (a client is imported where its trigger runs, in the
+#: triggerer). ``producers`` itself is not listed: each of its names would load, producers
+#: and their clients included.
 PRELOAD: Final = (
     "engine.execution.task_runner",
     "engine.execution.process",
@@ -75,6 +80,13 @@ PRELOAD: Final = (
     "triggers.base",
     "triggers.temporal",
     "triggers.file",
+    "producers.message_queue",
+    "producers.kafka_trigger",
+    "producers.sqs_trigger",
+    "producers.rabbitmq_trigger",
+    "producers.redis_trigger",
+    "producers.nats_trigger",
+    "producers.mqtt_trigger",
 )
 #: Imported when installed: a running task's dates are pendulum's when it is (its import was
 #: three quarters of a warm step's time: ``engine.authoring.context.as_moment``).

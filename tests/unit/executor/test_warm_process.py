@@ -12,6 +12,7 @@ import sys
 import anyio
 import pytest
 
+import producers
 from engine.executor import forked_process
 from engine.executor.forked_process import (
     ForkedProcess,
@@ -21,6 +22,8 @@ from engine.executor.forked_process import (
     Subreaper,
 )
 from engine.executor.warm_process import WarmRunner, _read_pid
+from engine.executor.warm_runner import PRELOAD
+from triggers.extras import EXTRA_OF
 
 
 async def test_pipe_streams_carry_bytes_then_end() -> None:
@@ -100,18 +103,29 @@ def test_this_process_can_be_a_subreaper_for_a_while() -> None:
 
 
 def test_the_warm_runner_preloads_no_heavy_library_and_stays_single_threaded() -> None:
+    heavy = ("sqlalchemy", "alembic", "prometheus_client", "click", *EXTRA_OF)
     probe = (
         "import sys\n"
         "from engine.executor.warm_runner import OPTIONAL_PRELOAD, PRELOAD, preload, "
         "thread_count\n"
         "preload(PRELOAD, OPTIONAL_PRELOAD)\n"
-        "heavy = ('sqlalchemy', 'alembic', 'prometheus_client', 'aiokafka', 'click')\n"
-        "print(thread_count(), *[m for m in heavy if m in sys.modules])\n"
+        f"print(thread_count(), *[m for m in {heavy!r} if m in sys.modules])\n"
     )
     out = subprocess.run(
         [sys.executable, "-P", "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.split() == ["1"]
+
+
+def test_the_warm_runner_preloads_every_broker_trigger_class() -> None:
+    """A step of a DAG file that declares a broker watcher then imports none of ``producers``
+    (the clients stay out: the test above)."""
+    trigger_modules = {
+        getattr(producers, name).__module__
+        for name in producers.__all__
+        if name.endswith("Trigger")
+    }
+    assert trigger_modules <= set(PRELOAD)
 
 
 async def test_no_descriptor_left_for_a_pipe_raises_os_error_and_leaks_none(
