@@ -63,7 +63,9 @@ from typing import Any, Final, NoReturn
 #: declares a watcher then imports nothing in its task steps, while the clients stay out of
 #: the warm runner and of every step (a client is imported where its trigger runs, in the
 #: triggerer). ``producers`` itself is not listed: each of its names would load, producers
-#: and their clients included.
+#: and their clients included. Jinja2 and croniter, which the task runner and the DAG files
+#: import only when a template renders or a cron expression is read (a cold start of a task
+#: that needs neither skips them), are imported here once for all steps.
 PRELOAD: Final = (
     "engine.execution.task_runner",
     "engine.execution.process",
@@ -87,6 +89,10 @@ PRELOAD: Final = (
     "producers.redis_trigger",
     "producers.nats_trigger",
     "producers.mqtt_trigger",
+    "jinja2.sandbox",
+    "jinja2.nativetypes",
+    "jinja2.ext",
+    "croniter",
 )
 #: Imported when installed: a running task's dates are pendulum's when it is (its import was
 #: three quarters of a warm step's time: ``engine.authoring.context.as_moment``).
