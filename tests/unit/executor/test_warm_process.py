@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 import producers
+from engine.authoring import default_args
 from engine.executor import forked_process
 from engine.executor.forked_process import (
     ForkedProcess,
@@ -22,7 +23,7 @@ from engine.executor.forked_process import (
     Subreaper,
 )
 from engine.executor.warm_process import WarmRunner, _read_pid
-from engine.executor.warm_runner import PRELOAD
+from engine.executor.warm_runner import PRELOAD, prime_operator_arguments
 from triggers.extras import EXTRA_OF
 
 
@@ -119,6 +120,29 @@ def test_the_warm_runner_preloads_no_heavy_library_and_stays_single_threaded() -
         [sys.executable, "-P", "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.splitlines() == ["1", ""]
+
+
+def test_the_warm_runner_primes_the_arguments_each_operator_class_accepts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A step's DAG file then builds its tasks without one ``inspect.signature``."""
+    from engine import DAG, BashOperator, task
+
+    monkeypatch.setattr(default_args, "_accepted", {})
+    assert prime_operator_arguments() == len(default_args._accepted) > 2  # those imported
+
+    def recomputed(cls: type) -> frozenset[str]:
+        raise AssertionError(f"{cls.__name__}: not primed")
+
+    monkeypatch.setattr(default_args, "_accepted_by", recomputed)
+    with DAG("primed", schedule=None, default_args={"retries": 2}):
+
+        @task
+        def step() -> None:
+            pass
+
+        built = [step(), BashOperator(task_id="shell", bash_command="true")]
+    assert [task.retries for task in built] == [2, 2]
 
 
 def test_the_warm_runner_preloads_every_broker_trigger_class() -> None:
