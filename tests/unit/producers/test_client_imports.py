@@ -24,9 +24,9 @@ CLIENTS = (
     "nats",
     "paho",
 )
-# What only the triggerer's runtime needs: a task process importing its DAG file pays for
-# none of it either.
-ASYNC_RUNTIME = ("anyio", "asyncio")
+# What only the triggerer's runtime needs (the event loop, TLS: ``ssl`` loads OpenSSL): a task
+# process or a parse importing a DAG file pays for none of it either.
+RUNTIME_ONLY = ("anyio", "asyncio", "ssl")
 TRIGGER_CLASSES = tuple(name for name in producers.__all__ if name.endswith("Trigger"))
 EXAMPLE_DAGS = sorted((Path(__file__).parents[3] / "dags").glob("example_*.py"))
 
@@ -71,9 +71,9 @@ def test_importing_producers_and_its_trigger_classes_imports_no_client() -> None
     assert _loaded_after(code) == []
 
 
-def test_constructing_each_trigger_imports_no_client_nor_async_runtime() -> None:
+def test_constructing_each_trigger_imports_no_client_nor_runtime_only_module() -> None:
     code = f"from producers import {', '.join(TRIGGER_CLASSES)}\n" + "\n".join(CONSTRUCTED.values())
-    assert _loaded_after(code, CLIENTS + ASYNC_RUNTIME) == []
+    assert _loaded_after(code, CLIENTS + RUNTIME_ONLY) == []
 
 
 @pytest.mark.parametrize("broker", sorted(CONSTRUCTED))
@@ -87,11 +87,11 @@ def test_building_a_producer_imports_its_client_and_no_other(broker: str) -> Non
     assert set(_loaded_after(code)) == CLIENTS_OF_PRODUCER[broker]
 
 
-def test_importing_each_example_dag_file_imports_no_client_nor_asyncio() -> None:
+def test_importing_each_example_dag_file_imports_no_client_nor_asyncio_nor_ssl() -> None:
     """As a task process does (``import_dag_file``), one file after the other: each line
     names the file and what is loaded once it is imported."""
     assert len(EXAMPLE_DAGS) >= 12
-    watched = (*CLIENTS, "asyncio")
+    watched = (*CLIENTS, "asyncio", "ssl")
     probe = (
         "import sys\n"
         "from pathlib import Path\n"
