@@ -12,8 +12,10 @@ the DAG files of the dags and plugins folders import (``dag_imports``: read with
 never run; modules inside those folders are left out, as they change with the DAG files),
 one at a time: a package whose import leaves a thread running or a file descriptor open is
 reported (``refused``, with its name) and the executor starts a new warm runner that skips
-it. The warm runner never opens a database connection, starts an event loop, imports a DAG
-file or runs user code: the only state a step inherits from it is imported code.
+it. Then it fills the per-class cache a DAG file's tasks would each fill afresh (the
+arguments every operator class accepts: ``prime_operator_arguments``). The warm runner never
+opens a database connection, starts an event loop, imports a DAG file or runs user code: the
+only state a step inherits from it is imported code and that cache.
 
 Ahead of each step the executor asks for a *standby* task process: one request
 (``SOCK_SEQPACKET``: one message, atomic) carrying two file descriptors, the standby's step
