@@ -5,20 +5,21 @@ are named as those are, and ``as_kwargs`` gives them back for ``serialize()``);
 ``KafkaSharedStreamProducer`` takes it. A connection's settings (``kafka_config_id``) become
 trigger kwargs in ``settings_from_connection``. See ``producers.kafka`` for what
 ``on_unclean`` does. No I/O here, and no aiokafka but where ``client_kwargs`` builds a TLS
-context for a client.
+context for a client, and no ``ssl`` but there (it loads OpenSSL: a DAG file that declares a
+Kafka watcher imports this module in every parse and task process).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import ssl
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 from producers.exceptions import ProducerConfigError
 
 if TYPE_CHECKING:
+    import ssl
     from collections.abc import Mapping, Sequence
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -195,6 +196,8 @@ class KafkaSettings:
         }
 
     def _ssl_context(self) -> ssl.SSLContext:
+        import ssl
+
         from aiokafka.helpers import create_ssl_context
 
         try:

@@ -6,6 +6,9 @@ poll has just found (its stat and unlink) runs on the loop, with no await betwee
 event it fires: a trigger stopped while a thread deleted the file would otherwise lose the
 event (the thread finishes its unlink, the cancelled task fires nothing).
 
+anyio is imported where a trigger polls (its ``run``), not at import: DAG files that declare
+these triggers are imported by every task process and every parse, which poll nothing.
+
 ``DirectoryFileDeleteTrigger`` shares one directory listing per cadence among all siblings
 watching the same directory (``shared_stream_key``); ``LISTING_STATS`` counts the listings.
 """
@@ -20,9 +23,6 @@ import stat
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Final
-
-import anyio
-import anyio.to_thread
 
 from triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent, classpath_of
 from triggers.exceptions import TriggerError
@@ -171,6 +171,8 @@ class FileTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        import anyio.to_thread  # where the trigger polls (see the module's docstring)
+
         while True:
             matches = await anyio.to_thread.run_sync(_glob_files, self.filepath, self.recursive)
             if matches:
@@ -199,6 +201,8 @@ class FileDeleteTrigger(BaseEventTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        import anyio.to_thread  # where the trigger polls (see the module's docstring)
+
         directory = os.path.dirname(self.filepath) or os.curdir
         presence = DirectoryPresence(directory, f"FileDeleteTrigger for {self.filepath}")
         while True:
@@ -287,6 +291,8 @@ class DirectoryFileDeleteTrigger(BaseEventTrigger):
 
         Uses only ``directory`` and ``poke_interval``, the fields of the shared-stream key.
         """
+        import anyio.to_thread  # where the trigger polls (see the module's docstring)
+
         directory = os.fspath(kwargs["directory"])
         interval_s = float(kwargs.get("poke_interval", DEFAULT_POKE_INTERVAL_S))
         presence = DirectoryPresence(directory, "DirectoryFileDeleteTrigger")

@@ -3,17 +3,21 @@
 Both sleep once for the remaining time (measured against the UTC wall clock) and re-check
 after waking, so an idle trigger costs one timer, not a poll loop. They are the cheapest and
 most numerous triggers a triggerer runs (every deferred ``sleep``), hence ``__slots__``.
+
+``asyncio`` is imported where a trigger waits (``_wake_after``), never at import: a deferrable
+sensor's DAG file imports this module in every task process and every parse, which run no
+event loop (asyncio is a quarter of a cold task process's DAG-file import).
 """
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent, classpath_of
 
 if TYPE_CHECKING:
+    import asyncio
     from collections.abc import AsyncIterator
 
 
@@ -24,6 +28,8 @@ def _wake_after(delay_s: float) -> tuple[asyncio.Future[None], asyncio.TimerHand
     coroutine frames (~650 bytes) on every sleeping trigger. Cancelling the awaiting task
     (``Task.cancel()`` or an anyio cancel scope) cancels the future as it would a sleep.
     """
+    import asyncio  # where a trigger waits: the triggerer has it loaded already
+
     loop = asyncio.get_running_loop()
     waiter: asyncio.Future[None] = loop.create_future()
     return waiter, loop.call_later(delay_s, _set_unless_cancelled, waiter)

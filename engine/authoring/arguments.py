@@ -19,7 +19,6 @@ delays, ``default_args``) and ``warn_once``, the one warning per ignored name.
 
 from __future__ import annotations
 
-import difflib
 import logging
 import re
 from collections.abc import Mapping
@@ -173,6 +172,8 @@ def split_unsupported(
                 f"{removed[name]} instead"
             )
         else:
+            import difflib  # only for this error: every DAG file and task process imports us
+
             choices = [*known, *ignored]
             close = difflib.get_close_matches(name, choices, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""

@@ -25,6 +25,10 @@ and emits a tick only once no later wall tick can map before it. That bound uses
 zone's offsets sampled 27 hours around the tick: it assumes a zone changes its offset at
 most once in any two-day window, which every tz database zone does. Ticks come out unique
 and strictly increasing.
+
+croniter is imported where a cron expression is first read (``_cron``), not with this
+module: every DAG file imports it through ``engine.authoring.dag``, and a DAG without a cron
+schedule (asset-triggered, manual, a delta) never needs it, nor does its task process.
 """
 
 from __future__ import annotations
@@ -37,13 +41,13 @@ from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
 from typing import TYPE_CHECKING, Final, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
-
 from engine.authoring.errors import DagDefinitionError
 from engine.authoring.locations import caller_location
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from croniter import croniter
 
 __all__ = (
     "RESOLUTION",
@@ -213,6 +217,13 @@ def align_up(ticks: Ticks, moment: datetime) -> datetime:
     return ticks.after(moment - RESOLUTION)
 
 
+def _cron(expression: str, start: datetime | None = None) -> croniter:
+    """croniter's walk of ``expression`` from ``start`` (see the module's docstring)."""
+    from croniter import croniter
+
+    return croniter(expression, start)
+
+
 def check_cron_expression(expression: str, *, where: str) -> str:
     """``expression`` with single spaces; DagDefinitionError unless it is 5 valid fields.
 
@@ -224,7 +235,7 @@ def check_cron_expression(expression: str, *, where: str) -> str:
             "day-of-month month day-of-week), e.g. '30 2 * * *'"
         )
     try:
-        croniter(expression, datetime(2000, 1, 1)).get_next(datetime)
+        _cron(expression, datetime(2000, 1, 1)).get_next(datetime)
     except _CRON_ERRORS as exc:
         raise DagDefinitionError(
             f"{where}: cron expression {expression!r} is not valid or never matches a date ({exc})"
@@ -255,7 +266,7 @@ class CronTicks:
     @classmethod
     def of(cls, expression: str, zone: tzinfo) -> CronTicks:
         """The ticks of ``expression``, as returned by ``check_cron_expression``."""
-        hours: list[object] = croniter(expression).expanded[1]
+        hours: list[object] = _cron(expression).expanded[1]
         return cls(expression, zone, hours == ["*"])
 
     def instants(self, wall: datetime) -> tuple[datetime, ...]:
@@ -271,7 +282,7 @@ class CronTicks:
     def iter_after(self, moment: datetime) -> Iterator[datetime]:
         # A wall tick w lands at w - offset(w) > moment only if w > moment + lowest offset.
         low, _ = _offset_range(self.zone, moment)
-        walls = croniter(self.expression, (moment + low).replace(tzinfo=None))
+        walls = _cron(self.expression, (moment + low).replace(tzinfo=None))
         pending: list[datetime] = []
         last = moment
         while True:
@@ -295,7 +306,7 @@ class CronTicks:
         # A wall tick w lands at or before moment only if w <= moment + highest offset.
         _, high = _offset_range(self.zone, moment)
         start = (moment + high).replace(tzinfo=None, microsecond=0) + timedelta(seconds=1)
-        walls = croniter(self.expression, start)
+        walls = _cron(self.expression, start)
         best: datetime | None = None
         while True:
             wall: datetime = walls.get_prev(datetime)

@@ -39,17 +39,19 @@ Connections and variables (``engine.execution.accessors``): ``{{ var.value.my_ke
 conn.my_id.host }}``, ``{{ conn.get("my-id").login }}``. They are read when the template
 renders (in the task's process, through the executor) and their secrets are masked in the
 task log.
+
+Jinja2 is imported when a template is rendered (the first string with a tag, or a template
+file), not with this module: the task runner imports it in every task process, and most
+tasks (a TaskFlow task without arguments, an asset-triggered one) render no template.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
-
-import jinja2
-import jinja2.nativetypes
-import jinja2.sandbox
+from typing import TYPE_CHECKING, Any, Final, TypeGuard
 
 from engine.authoring import macros
 from engine.authoring.literals import LiteralValue
@@ -60,6 +62,8 @@ from engine.execution.accessors import ConnectionAccessor, VariableAccessors
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
+
+    import jinja2
 
     from engine.authoring.baseoperator import BaseOperator
 
@@ -104,15 +108,28 @@ FILTERS: Final = {
 }
 
 
-class _Environment(jinja2.sandbox.SandboxedEnvironment):
-    """Airflow's sandbox: attributes starting with one ``_`` are reachable, ``__`` ones not."""
+@functools.cache
+def _environment_classes() -> tuple[type[jinja2.Environment], type[jinja2.Environment]]:
+    """Airflow's sandbox (attributes starting with one ``_`` are reachable, ``__`` ones not),
+    and the same rendering native Python objects (``render_template_as_native_obj``). Made
+    on first use: they subclass Jinja2's, imported here (see the module's docstring)."""
+    import jinja2.nativetypes
+    import jinja2.sandbox
 
-    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
-        return not attr.startswith("__")
+    class _Environment(jinja2.sandbox.SandboxedEnvironment):
+        def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+            return not attr.startswith("__")
+
+    class _NativeEnvironment(_Environment, jinja2.nativetypes.NativeEnvironment):
+        pass
+
+    return _Environment, _NativeEnvironment
 
 
-class _NativeEnvironment(_Environment, jinja2.nativetypes.NativeEnvironment):
-    """The sandbox rendering native Python objects (``render_template_as_native_obj``)."""
+def _is_template_error(exc: BaseException) -> TypeGuard[jinja2.TemplateError]:
+    """Whether ``exc`` is one of Jinja2's (never, while nothing imported Jinja2)."""
+    jinja2 = sys.modules.get("jinja2")
+    return jinja2 is not None and isinstance(exc, jinja2.TemplateError)
 
 
 def template_searchpath(dag: object) -> list[str]:
@@ -128,6 +145,8 @@ def template_environment(task: BaseOperator | None) -> jinja2.Environment:
     """The Jinja2 environment of ``task``'s templates: template files from its DAG file's
     folder and ``template_searchpath``, ``StrictUndefined``, the ``do`` extension, Airflow's
     filters, and the DAG's macros, filters and environment options."""
+    import jinja2
+
     dag = getattr(task, "dag", None)
     options: dict[str, Any] = {
         "loader": jinja2.FileSystemLoader(template_searchpath(dag)),
@@ -137,7 +156,8 @@ def template_environment(task: BaseOperator | None) -> jinja2.Environment:
     }
     options.update(getattr(dag, "jinja_environment_kwargs", None) or {})
     native = bool(getattr(dag, "render_template_as_native_obj", False))
-    env = (_NativeEnvironment if native else _Environment)(**options)
+    sandbox, native_sandbox = _environment_classes()
+    env = (native_sandbox if native else sandbox)(**options)
     env.filters.update(FILTERS)
     env.filters.update(getattr(dag, "user_defined_filters", None) or {})
     env.globals.update(getattr(dag, "user_defined_macros", None) or {})
@@ -248,6 +268,8 @@ class _Renderer:
 
 
 def _explain(exc: jinja2.TemplateError, names: Mapping[str, Any]) -> str:
+    import jinja2  # loaded: ``exc`` is one of its errors
+
     if isinstance(exc, jinja2.TemplateNotFound):
         return (
             f"template file {exc.name!r} not found next to the DAG file nor in the DAG's "
@@ -295,9 +317,9 @@ def render_field(renderer: _Renderer, owner: Any, name: str) -> None:
         ) from None
     try:
         rendered = renderer.render(value)
-    except jinja2.TemplateError as exc:
-        raise TemplateRenderError(f"{where}: {_explain(exc, renderer.names)}") from exc
     except Exception as exc:
+        if _is_template_error(exc):
+            raise TemplateRenderError(f"{where}: {_explain(exc, renderer.names)}") from exc
         exc.add_note(f"while rendering {where}")
         raise
     setattr(owner, name, rendered)

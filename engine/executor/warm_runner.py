@@ -12,8 +12,10 @@ the DAG files of the dags and plugins folders import (``dag_imports``: read with
 never run; modules inside those folders are left out, as they change with the DAG files),
 one at a time: a package whose import leaves a thread running or a file descriptor open is
 reported (``refused``, with its name) and the executor starts a new warm runner that skips
-it. The warm runner never opens a database connection, starts an event loop, imports a DAG
-file or runs user code: the only state a step inherits from it is imported code.
+it. Then it fills the per-class cache a DAG file's tasks would each fill afresh (the
+arguments every operator class accepts: ``prime_operator_arguments``). The warm runner never
+opens a database connection, starts an event loop, imports a DAG file or runs user code: the
+only state a step inherits from it is imported code and that cache.
 
 Ahead of each step the executor asks for a *standby* task process: one request
 (``SOCK_SEQPACKET``: one message, atomic) carrying two file descriptors, the standby's step
@@ -58,7 +60,14 @@ from typing import Any, Final, NoReturn
 #: What every task step imports: the task runner (with what it imports: the protocol, the
 #: request channel, loading the DAG file, the context, templates ...), what it imports on
 #: first use (logging), and the whole authoring surface a DAG file uses (``from engine
-#: import ...``, ``engine.sensors``, the built-in triggers).
+#: import ...``, ``engine.sensors``, the built-in triggers, the broker trigger classes).
+#: The broker trigger classes import no broker client (``producers``): a DAG file that
+#: declares a watcher then imports nothing in its task steps, while the clients stay out of
+#: the warm runner and of every step (a client is imported where its trigger runs, in the
+#: triggerer). ``producers`` itself is not listed: each of its names would load, producers
+#: and their clients included. Jinja2 and croniter, which the task runner and the DAG files
+#: import only when a template renders or a cron expression is read (a cold start of a task
+#: that needs neither skips them), are imported here once for all steps.
 PRELOAD: Final = (
     "engine.execution.task_runner",
     "engine.execution.process",
@@ -75,6 +84,17 @@ PRELOAD: Final = (
     "triggers.base",
     "triggers.temporal",
     "triggers.file",
+    "producers.message_queue",
+    "producers.kafka_trigger",
+    "producers.sqs_trigger",
+    "producers.rabbitmq_trigger",
+    "producers.redis_trigger",
+    "producers.nats_trigger",
+    "producers.mqtt_trigger",
+    "jinja2.sandbox",
+    "jinja2.nativetypes",
+    "jinja2.ext",
+    "croniter",
 )
 #: Imported when installed: a running task's dates are pendulum's when it is (its import was
 #: three quarters of a warm step's time: ``engine.authoring.context.as_moment``).
@@ -109,6 +129,28 @@ def preload(modules: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
             importlib.import_module(name)
         except ImportError:
             pass
+
+
+def prime_operator_arguments() -> int:
+    """Work each step would otherwise redo when its DAG file builds a task: the argument
+    names every operator class defined so far accepts (``default_args``:
+    ``inspect.signature`` over each ``__init__`` of its MRO, cached per class, the dearest
+    part of a small DAG file's import in a step). Returns how many classes."""
+    from engine.authoring.baseoperator import BaseOperator
+    from engine.authoring.default_args import accepted_arguments
+
+    pending: list[type[BaseOperator]] = [BaseOperator]
+    seen: set[type[BaseOperator]] = set()
+    while pending:
+        cls = pending.pop()
+        if cls not in seen:
+            seen.add(cls)
+            pending.extend(cls.__subclasses__())
+            try:
+                accepted_arguments(cls)
+            except Exception:  # noqa: BLE001 - an odd operator: its steps work it out (and fail) alone
+                continue
+    return len(seen)
 
 
 def _imported_names(path: Path) -> set[str]:
@@ -315,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     if unsafe is not None:
         why = f"importing {unsafe} (used by DAG files) started a thread or opened a file"
         return _refuse(control, why, skip=unsafe)
+    prime_operator_arguments()  # after the DAG files' packages: their operators too
     gc.collect()
     gc.freeze()  # the imported objects stay in the permanent generation: fewer page copies
     control.sendall(READY)

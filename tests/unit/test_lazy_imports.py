@@ -24,9 +24,26 @@ def _loaded(code: str, modules: tuple[str, ...]) -> list[str]:
     return out.stdout.split()
 
 
-def test_the_task_runner_imports_no_trigger_runtime() -> None:
+def test_the_task_runner_imports_no_trigger_runtime_nor_jinja2_nor_croniter() -> None:
+    """Jinja2 loads with the first template rendered, croniter with the first cron
+    expression read: a task without templates in a DAG without a cron schedule needs neither."""
     light = ("anyio", "asyncio", "watchfiles", "triggers.watch", "triggers.file")
-    assert _loaded("import engine.execution.task_runner", light) == []
+    assert _loaded("import engine.execution.task_runner", (*light, "jinja2", "croniter")) == []
+
+
+def test_jinja2_and_croniter_load_where_they_are_used() -> None:
+    code = (
+        "from datetime import UTC, datetime\n"
+        "from engine import DAG\n"
+        "from engine.execution.templates import render_template\n"
+        "assert render_template(['plain', 'no tag'], {}) == ['plain', 'no tag']\n"
+        "assert 'jinja2' not in sys.modules\n"
+        "assert render_template('{{ 1 + 1 }}', {}) == '2'\n"
+        "DAG('asset_or_manual', schedule=None)\n"
+        "assert 'croniter' not in sys.modules\n"
+        "DAG('cron', schedule='30 2 * * *', start_date=datetime(2026, 1, 1, tzinfo=UTC))"
+    )
+    assert _loaded(f"import sys\n{code}", ("jinja2", "croniter")) == ["jinja2", "croniter"]
 
 
 def test_importing_engine_imports_no_authoring_module() -> None:

@@ -12,6 +12,8 @@ import sys
 import anyio
 import pytest
 
+import producers
+from engine.authoring import default_args
 from engine.executor import forked_process
 from engine.executor.forked_process import (
     ForkedProcess,
@@ -21,6 +23,8 @@ from engine.executor.forked_process import (
     Subreaper,
 )
 from engine.executor.warm_process import WarmRunner, _read_pid
+from engine.executor.warm_runner import PRELOAD, prime_operator_arguments
+from triggers.extras import EXTRA_OF
 
 
 async def test_pipe_streams_carry_bytes_then_end() -> None:
@@ -100,18 +104,56 @@ def test_this_process_can_be_a_subreaper_for_a_while() -> None:
 
 
 def test_the_warm_runner_preloads_no_heavy_library_and_stays_single_threaded() -> None:
+    """But what a task step imports only on first use (Jinja2 for a template, croniter for a
+    cron schedule) is imported once, there."""
+    heavy = ("sqlalchemy", "alembic", "prometheus_client", "click", *EXTRA_OF)
+    on_first_use = ("jinja2.sandbox", "jinja2.nativetypes", "croniter")
     probe = (
         "import sys\n"
         "from engine.executor.warm_runner import OPTIONAL_PRELOAD, PRELOAD, preload, "
         "thread_count\n"
         "preload(PRELOAD, OPTIONAL_PRELOAD)\n"
-        "heavy = ('sqlalchemy', 'alembic', 'prometheus_client', 'aiokafka', 'click')\n"
-        "print(thread_count(), *[m for m in heavy if m in sys.modules])\n"
+        f"print(thread_count(), *[m for m in {heavy!r} if m in sys.modules])\n"
+        f"print(*[m for m in {on_first_use!r} if m not in sys.modules])\n"
     )
     out = subprocess.run(
         [sys.executable, "-P", "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
-    assert out.stdout.split() == ["1"]
+    assert out.stdout.splitlines() == ["1", ""]
+
+
+def test_the_warm_runner_primes_the_arguments_each_operator_class_accepts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A step's DAG file then builds its tasks without one ``inspect.signature``."""
+    from engine import DAG, BashOperator, task
+
+    monkeypatch.setattr(default_args, "_accepted", {})
+    assert prime_operator_arguments() == len(default_args._accepted) > 2  # those imported
+
+    def recomputed(cls: type) -> frozenset[str]:
+        raise AssertionError(f"{cls.__name__}: not primed")
+
+    monkeypatch.setattr(default_args, "_accepted_by", recomputed)
+    with DAG("primed", schedule=None, default_args={"retries": 2}):
+
+        @task
+        def step() -> None:
+            pass
+
+        built = [step(), BashOperator(task_id="shell", bash_command="true")]
+    assert [task.retries for task in built] == [2, 2]
+
+
+def test_the_warm_runner_preloads_every_broker_trigger_class() -> None:
+    """A step of a DAG file that declares a broker watcher then imports none of ``producers``
+    (the clients stay out: the test above)."""
+    trigger_modules = {
+        getattr(producers, name).__module__
+        for name in producers.__all__
+        if name.endswith("Trigger")
+    }
+    assert trigger_modules <= set(PRELOAD)
 
 
 async def test_no_descriptor_left_for_a_pipe_raises_os_error_and_leaks_none(
