@@ -8,6 +8,7 @@ extend ``ui/layout.html`` (api-core's ``base.html`` with the section links).
 
 import json
 from datetime import datetime
+from functools import partial
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -23,6 +24,8 @@ from engine.api.ui.states import legend, look
 from engine.api.ui.templating import render, templates
 from engine.api.ui.times import readable_time, with_readable_times
 from engine.api.ui.values import class_name, class_origin, json_text, shown, shown_json
+from engine.db.database import Database
+from engine.views import tasks as tasks_view
 
 NOTHING: Final = "\u2013"  # an en dash: no value
 PAGE_SIZE: Final = 50
@@ -87,6 +90,24 @@ def can_operate(request: Request) -> bool:
 
 def not_found(detail: str) -> HTTPException:
     return HTTPException(404, detail)
+
+
+async def task_not_found(
+    database: Database, dag_id: str, run_id: str, task_id: str, map_index: int
+) -> HTTPException:
+    """The 404 of a task instance that is not there, naming what is missing (the run, the
+    task, the mapped copy), as the REST API and the CLI say it."""
+    detail = await database.read(
+        partial(
+            tasks_view.missing_task_instance,
+            dag_id=dag_id,
+            run_id=run_id,
+            task_id=task_id,
+            map_index=map_index,
+            map_option="map_index",
+        )
+    )
+    return not_found(detail)
 
 
 def json_object_field(text: str, name: str) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from engine.api.deps import ConfigDep, DatabaseDep
 from engine.api.security import UiReaderDep
-from engine.api.ui.rendering import can_operate, not_found, page
+from engine.api.ui.rendering import can_operate, not_found, page, task_not_found
 from engine.db.models import utcnow
 from engine.states import DagRunState, TaskState
 from engine.task_log_files import TaskLogNotFoundError
@@ -120,17 +120,7 @@ async def task_page(
     )
     ti = await database.read(show)
     if ti is None:
-        detail = await database.read(
-            partial(
-                tasks_view.missing_task_instance,
-                dag_id=dag_id,
-                run_id=run_id,
-                task_id=task_id,
-                map_index=map_index,
-                map_option="map_index",
-            )
-        )
-        raise not_found(detail)
+        raise await task_not_found(database, dag_id, run_id, task_id, map_index)
     tries = ti.get("logged_tries") or []
     shown_try = try_ if try_ is not None else (tries[-1] if tries else None)
     log = None

@@ -16,7 +16,7 @@ from fastapi.responses import HTMLResponse
 from engine.api.deps import DatabaseDep
 from engine.api.security import UiReaderDep
 from engine.api.ui.gantt import chart
-from engine.api.ui.rendering import not_found, page, task_url
+from engine.api.ui.rendering import not_found, page, task_not_found, task_url
 from engine.db.models import utcnow
 from engine.states import DagRunState
 from engine.views import runs as runs_view
@@ -89,16 +89,6 @@ async def results_page(
         )
     )
     if found is None:
-        detail = await database.read(
-            partial(
-                tasks_view.missing_task_instance,
-                dag_id=dag_id,
-                run_id=run_id,
-                task_id=task_id,
-                map_index=map_index,
-                map_option="map_index",
-            )
-        )
-        raise not_found(detail)
+        raise await task_not_found(database, dag_id, run_id, task_id, map_index)
     results = [(key, *shown_json(value)) for key, value in found["results"].items()]
     return page(request, "results.html", "/dags", found=found, results=results)
