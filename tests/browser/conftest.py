@@ -18,6 +18,7 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 from tests.browser.chromium import LAUNCH_ARGS, ChromiumUnavailableError, ensure_chromium
+from tests.browser.pages import PAGE_S
 from tests.browser.screenshots import drain
 from tests.reporting import SCREENSHOT_PROPERTY
 
@@ -25,7 +26,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-    from playwright.sync_api import Browser
+    from playwright.sync_api import Browser, BrowserContext
+
+    from tests.browser.engine import UiEngine
 
 
 @pytest.fixture(scope="session")
@@ -64,6 +67,21 @@ def _thread_has_running_loop() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+@pytest.fixture
+def context(
+    browser: Browser, ui_engine: UiEngine, request: pytest.FixtureRequest
+) -> Iterator[BrowserContext]:
+    """A browser context of its own (its own cookies) on the module's engine (``ui_engine``,
+    which each module defines), at the module's ``VIEWPORT`` (default 1280 x 800)."""
+    viewport = getattr(request.module, "VIEWPORT", {"width": 1280, "height": 800})
+    ctx = browser.new_context(base_url=ui_engine.url, viewport=viewport)
+    ctx.set_default_timeout(PAGE_S * 1000)
+    try:
+        yield ctx
+    finally:
+        ctx.close()
 
 
 @pytest.fixture(scope="session")

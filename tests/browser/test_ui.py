@@ -16,13 +16,13 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.engine import PASSWORD, running_ui_engine
-from tests.browser.screenshots import record_screenshot
+from tests.browser.pages import PAGE_S, csrf_of, log_in, shoot
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-    from playwright.sync_api import Browser, BrowserContext, Page, Route
+    from playwright.sync_api import BrowserContext, Route
 
     from tests.browser.engine import UiEngine
 
@@ -35,7 +35,6 @@ REPORT_PRODUCER: Final = "example_report_producer"
 REPORT_CONSUMER: Final = "example_report_consumer"  # runs on daily_report | report_requested
 WANTED: Final = {MANUAL_DAG, WATCHED_DAG, REPORT_PRODUCER, REPORT_CONSUMER}
 RUN_DONE_S: Final = 120.0  # a run of six tasks on a loaded 2-core machine
-PAGE_S: Final = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -46,38 +45,6 @@ def ui_engine(
         tmp_path_factory.mktemp("ui"), WANTED, template=sqlite_template
     ) as engine:
         yield engine
-
-
-@pytest.fixture
-def context(browser: Browser, ui_engine: UiEngine) -> Iterator[BrowserContext]:
-    ctx = browser.new_context(base_url=ui_engine.url, viewport={"width": 1280, "height": 800})
-    ctx.set_default_timeout(PAGE_S * 1000)
-    try:
-        yield ctx
-    finally:
-        ctx.close()
-
-
-def log_in(context: BrowserContext, username: str, next_path: str = "/") -> Page:
-    page = context.new_page()
-    page.goto(f"/login?next={next_path}")
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(re.compile(re.escape(next_path) + r"$"))
-    return page
-
-
-def shoot(page: Page, folder: Path, name: str, *, docs_name: str | None = None) -> None:
-    path = folder / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    record_screenshot(path, docs_name=docs_name)
-
-
-def csrf_of(page: Page) -> str:
-    value = page.locator('input[name="csrf_token"]').first.get_attribute("value")
-    assert value, "no CSRF token on the page"
-    return value
 
 
 def test_log_in_and_see_the_example_dags(context: BrowserContext, screenshot_dir: Path) -> None:

@@ -24,14 +24,14 @@ from engine.db.models import DagParseError, DagRun, TaskInstance, utcnow
 from engine.db.queries import dags as dags_sql
 from engine.views import operations
 from tests.browser.engine import dags_folder, running_ui_engine
-from tests.browser.test_ui import log_in, shoot
-from tests.e2e.helpers import wait_for
+from tests.browser.pages import PAGE_S, log_in, shoot
+from tests.waiting import wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-    from playwright.sync_api import Browser, BrowserContext, Page
+    from playwright.sync_api import BrowserContext, Page
 
     from tests.browser.engine import UiEngine
 
@@ -39,8 +39,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
 DAG: Final = "example_taskflow_branch"
 BROKEN: Final = "from engine import DAG\n\n\ndef broken(:\n    pass\n"
-PAGE_S: Final = 30.0
 WIDE: Final = {"width": 1400, "height": 900}
+VIEWPORT: Final = WIDE  # of the context fixture (conftest)
 PHONE: Final = {"width": 390, "height": 844}
 
 
@@ -58,16 +58,6 @@ def ui_engine(
             step=0.2,
         )
         yield engine
-
-
-@pytest.fixture
-def context(browser: Browser, ui_engine: UiEngine) -> Iterator[BrowserContext]:
-    ctx = browser.new_context(base_url=ui_engine.url, viewport=WIDE)
-    ctx.set_default_timeout(PAGE_S * 1000)
-    try:
-        yield ctx
-    finally:
-        ctx.close()
 
 
 @pytest.fixture

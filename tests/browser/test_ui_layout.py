@@ -21,7 +21,7 @@ from playwright.sync_api import expect
 
 from engine.api.security import CSRF_HEADER
 from tests.browser.engine import running_ui_engine
-from tests.browser.test_ui import PAGE_S, csrf_of, log_in, shoot
+from tests.browser.pages import PAGE_S, csrf_of, log_in, shoot
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -21,8 +21,8 @@ from playwright.sync_api import expect
 from sqlalchemy import select
 
 from engine.db.models import DagRun
-from tests.browser.engine import PASSWORD, running_ui_engine
-from tests.browser.screenshots import record_screenshot
+from tests.browser.engine import running_ui_engine
+from tests.browser.pages import log_in, shoot
 from tests.cli import invoke
 from tests.waiting import wait_for
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-    from playwright.sync_api import Browser, BrowserContext, Page
+    from playwright.sync_api import BrowserContext, Page
 
     from tests.browser.engine import UiEngine
 
@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 DAG: Final = "example_params_and_groups"
 WIDTHS: Final = (1400, 390)
 RUN_DONE_S: Final = 120.0  # six small tasks on a loaded 2-core machine
-PAGE_S: Final = 30.0
+VIEWPORT: Final = {"width": 1400, "height": 900}  # of the context fixture (conftest)
 #: The outermost elements of the page's content sticking out of the window, but those
 #: inside a box that scrolls (a graph, a table of code): what would widen the page.
 _WIDE_ELEMENTS: Final = """(width) => {
@@ -82,26 +82,6 @@ def finished_run(ui_engine: UiEngine) -> str:
     return run_id
 
 
-@pytest.fixture
-def context(browser: Browser, ui_engine: UiEngine) -> Iterator[BrowserContext]:
-    ctx = browser.new_context(base_url=ui_engine.url, viewport={"width": 1400, "height": 900})
-    ctx.set_default_timeout(PAGE_S * 1000)
-    try:
-        yield ctx
-    finally:
-        ctx.close()
-
-
-def log_in(context: BrowserContext, username: str, next_path: str) -> Page:
-    page = context.new_page()
-    page.goto(f"/login?next={quote(next_path, safe='/')}")
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    expect(page.locator("main h1")).to_be_visible()
-    return page
-
-
 def at_width(page: Page, width: int) -> None:
     page.set_viewport_size({"width": width, "height": 900})
 
@@ -116,12 +96,6 @@ def fits(page: Page, width: int) -> None:
     assert main <= width + 1, f"{page.url}: main ends at {main} px in a {width} px window"
     doc = page.evaluate("document.documentElement.scrollWidth")
     assert doc <= width, f"{page.url}: the document is {doc} px wide in a {width} px window"
-
-
-def shoot(page: Page, folder: Path, name: str, *, docs_name: str | None = None) -> None:
-    path = folder / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    record_screenshot(path, docs_name=docs_name)
 
 
 def run_path(run_id: str) -> str:
