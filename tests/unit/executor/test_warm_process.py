@@ -12,15 +12,16 @@ import sys
 import anyio
 import pytest
 
-from engine.executor import forked_process
-from engine.executor.forked_process import (
+from engine.executor.warm_process import WarmRunner
+from engine.warm import processes as forked_process
+from engine.warm.processes import (
     ForkedProcess,
     PipeReceiveStream,
     PipeSendStream,
     Standby,
     Subreaper,
 )
-from engine.executor.warm_process import WarmRunner, _read_pid
+from engine.warm.service import _read_pid
 
 
 async def test_pipe_streams_carry_bytes_then_end() -> None:
