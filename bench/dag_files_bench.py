@@ -203,6 +203,7 @@ def main() -> None:
     parser.add_argument("--no-examples", action="store_true")
     parser.add_argument("--no-baseline", action="store_true", help="skip the empty folder")
     parser.add_argument("--label", default="", help="stored with the results (e.g. before)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="the JSON file written")
     args = parser.parse_args()
     load_start = os.getloadavg()
     print(f"load average at start: {load_start} on {os.cpu_count()} cores", flush=True)
@@ -230,9 +231,9 @@ def main() -> None:
         "load_average_at_end": load_end,
         "cases": cases,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"written: {RESULTS}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(document, indent=2) + "\n")
+    print(f"written: {args.out}")
 
 
 if __name__ == "__main__":
