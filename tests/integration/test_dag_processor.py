@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import textwrap
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -13,6 +14,7 @@ from sqlalchemy import select
 
 from engine import Asset
 from engine.crypto import KwargsCipher
+from engine.dag_processing import processor as processor_module
 from engine.dag_processing.processor import TIMEOUT_ERROR, DagProcessor, DagProcessorSettings
 from engine.db.database import Database
 from engine.db.models import Base
@@ -508,3 +510,46 @@ async def test_a_changed_module_reparses_the_files_that_import_it_and_no_other(
             forks = processor.parse_runner.forks if processor.parse_runner else 0
             tg.cancel_scope.cancel()
     assert forks >= 3  # the first full pass may start cold while the runner gets ready
+
+
+async def test_the_listing_finds_what_the_watch_missed_and_the_refresh_parses_all(
+    database: Database, cipher: KwargsCipher, dags_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def blind_watch(*folders, **kwargs):  # a filesystem whose changes nobody reports
+        await anyio.sleep_forever()
+        yield set()
+
+    monkeypatch.setattr(processor_module.watchfiles, "awatch", blind_watch)
+    changed = write(
+        dags_folder, "changed.py", "from engine import DAG\ndag = DAG('c', description='1')\n"
+    )
+    same = write(dags_folder, "same.py", "from engine import DAG\ndag = DAG('s')\n")
+    settings = DagProcessorSettings(
+        dags_folder=dags_folder, list_interval_s=0.2, refresh_interval_s=3600, parse_runner=False
+    )
+    processor = DagProcessor(db=database, cipher=cipher, settings=settings)
+
+    def description() -> str | None:
+        return database.call(dags_sql.load_dags)["c"].description
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(processor.run)
+            write(
+                dags_folder,
+                "changed.py",
+                "from engine import DAG\ndag = DAG('c', description='22')\n",
+            )
+            await _until_a_pass(processor, lambda: description() == "22")
+            assert (processor.parses[str(changed)], processor.parses[str(same)]) == (2, 1)
+            tg.cancel_scope.cancel()
+
+    refreshing = DagProcessor(
+        db=database, cipher=cipher, settings=replace(settings, refresh_interval_s=0.1)
+    )
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(refreshing.run)
+            await _until_a_pass(refreshing, lambda: refreshing.parses[str(same)] >= 2)
+            tg.cancel_scope.cancel()
+    assert refreshing.parses[str(changed)] >= 2  # every file, changed or not
