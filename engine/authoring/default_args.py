@@ -48,6 +48,27 @@ def accepted_arguments(cls: type[AbstractOperator]) -> frozenset[str]:
     return _accepted[cls]
 
 
+def prime_accepted_arguments(root: type[AbstractOperator]) -> int:
+    """Fill the cache of ``accepted_arguments`` for every operator class defined so far: a
+    pre-imported runner (the executor's warm runner, the DAG processor's parse runner) does
+    it once before it forks, so that each child's DAG file does not work it out afresh for
+    each class (``inspect.signature`` over each ``__init__`` of its MRO, the dearest part of
+    a small DAG file's import): ``root`` (``BaseOperator``) and every subclass of it.
+    Returns how many classes."""
+    pending: list[type[AbstractOperator]] = [root]
+    seen: set[type[AbstractOperator]] = set()
+    while pending:
+        cls = pending.pop()
+        if cls not in seen:
+            seen.add(cls)
+            pending.extend(cls.__subclasses__())
+            try:
+                accepted_arguments(cls)
+            except Exception:  # noqa: BLE001 - an odd operator: its children work it out (and fail) alone
+                continue
+    return len(seen)
+
+
 def _accepted_by(cls: type[AbstractOperator]) -> frozenset[str]:
     names: set[str] = set(OPERATOR_IGNORED) | OPERATOR_REJECTED_WHEN_SET
     for klass in cls.__mro__:

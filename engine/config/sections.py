@@ -147,7 +147,9 @@ class SchedulerConfig:
     scheduler_heartbeat_sec: float = _key(5.0, _POSITIVE)
     loop_interval_sec: float = _key(0.05, _POSITIVE)
     dag_dir_list_interval: float = _key(30.0, _NOT_NEGATIVE)
-    min_file_process_interval: float = _key(30.0, _NOT_NEGATIVE)
+    #: every DAG file is parsed again this often, changed or not (for what it reads at parse
+    #: time); changed files are parsed at once. Airflow: 30 s, its only way to see a change
+    min_file_process_interval: float = _key(300.0, _NOT_NEGATIVE)
     health_check_threshold: float | None = _key(
         None, _POSITIVE, effective=("health_check_threshold_s", "2.1 x scheduler_heartbeat_sec")
     )

@@ -1,15 +1,20 @@
 """The DAG processor: parses the dags folder in child processes and syncs the metadata DB.
 
-Each ``.py`` file is imported by its own child (``python -P -m
-engine.dag_processing.parsing``), at most ``parsing_processes`` at a time. A child that runs
-longer than ``[core] dag_file_processor_timeout`` is killed with its whole process group; a
-little before that it dumps its stack, so the stored error points at the line that hung. The
+Each ``.py`` file is imported by its own child (``engine.dag_processing.children``: forked
+from the pre-imported parse runner while ``run()`` runs, else a fresh interpreter), at most
+``parsing_processes`` at a time, bounded by ``[core] dag_file_processor_timeout``. The
 results of one pass are applied in one transaction (``engine.dag_processing.sync``).
 
-``run()`` parses everything, reports ready, then re-parses the files that change (watchfiles;
-a change in the plugins folder re-parses everything) and everything again every
-``[scheduler] dag_dir_list_interval`` seconds as a safety net. ``parse_once()`` does one full
-pass (tests, CLI).
+``run()`` parses everything, reports ready, then re-parses only what changed: a file that
+changed, and the files that imported a module of the dags or plugins folder that changed
+(each child reports the modules of those folders it imported), plus the files that failed
+(a module they missed may have come). Changes come from the file watch (watchfiles), and
+from a listing of the folders every ``[scheduler] dag_dir_list_interval`` seconds (a
+``stat`` per file) for what the watch missed. Every file is parsed again every ``[scheduler]
+min_file_process_interval`` seconds (default 300), changed or not, for what it reads at
+parse time (a Variable, an environment variable, another file): Airflow re-parses every
+file every 30 s with that key, as it has no other way to see a change. ``parse_once()`` does
+one full pass (tests, CLI).
 """
 
 from __future__ import annotations
@@ -17,14 +22,8 @@ from __future__ import annotations
 import logging
 import math
 import os
-import re
-import signal
-import socket
-import subprocess
-import sys
-import time
-from contextlib import suppress
-from dataclasses import dataclass
+from collections import Counter
+from contextlib import asynccontextmanager, nullcontext
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -33,58 +32,38 @@ from typing import TYPE_CHECKING, Final
 import anyio
 import watchfiles
 
+from engine.dag_processing import parse_runner
+from engine.dag_processing.children import TIMEOUT_ERROR as TIMEOUT_ERROR
+from engine.dag_processing.children import parse_in_child
 from engine.dag_processing.parse_requests import ParseRequestServer
-from engine.dag_processing.parsing import FileParseResult, ParseError
 from engine.dag_processing.planning import ASSET_CONFLICT, DUPLICATE_DAG_ID
+from engine.dag_processing.settings import (  # noqa: TC001 - callers import it from here
+    DagProcessorSettings as DagProcessorSettings,
+)
 from engine.dag_processing.sync import SyncReport, sync_parse_results
 from engine.db.queries.jobs import DAG_PROCESSOR_JOB
 from engine.exceptions import DatabaseError
 from engine.jobs.service import JobService
 from engine.logs import child_environment
+from engine.warm.service import WarmRunner
 
 if TYPE_CHECKING:
-    from anyio.abc import ByteReceiveStream, Process, TaskStatus
+    from collections.abc import AsyncIterator, Iterable
 
-    from engine.config import Config
+    from anyio.abc import TaskStatus
+
     from engine.crypto import KwargsCipher
+    from engine.dag_processing.parsing import FileParseResult
     from engine.db.database import Database
 
 logger = logging.getLogger(__name__)
 
-STDOUT_MAX_BYTES: Final = 64 * 1024 * 1024
-STDERR_TAIL_BYTES: Final = 64 * 1024
-STACK_DUMP_FRACTION: Final = 0.8  # of the timeout, when the child dumps its stack
 WATCH_TIMEOUT_MS: Final = 500  # how often the watch thread checks for cancellation
 FOLDER_POLL_S: Final = 1.0  # how often a missing dags folder is looked for
-TIMEOUT_ERROR: Final = "DagFileTimeout"
-CRASH_ERROR: Final = "DagFileProcessError"
+PARSE_RUNNER_LABEL: Final = "parse runner"
 
-
-@dataclass(frozen=True, slots=True)
-class DagProcessorSettings:
-    dags_folder: Path
-    plugins_folder: Path | None = None
-    file_timeout_s: float = 30.0
-    refresh_interval_s: float = 30.0  # <= 0: no periodic full pass
-    parsing_processes: int = 2
-    heartbeat_s: float = 5.0  # of its job row (``sluice jobs list``, ``sluice doctor``)
-    #: configured secrets (Fernet keys, the database password): kept out of the children's
-    #: environment, as the task processes' (``child_environment``)
-    secrets: tuple[str, ...] = ()
-    #: ``[core] dags_are_paused_at_creation``: new DAGs stored paused
-    paused_at_creation: bool = False
-
-    @classmethod
-    def from_config(cls, config: Config) -> DagProcessorSettings:
-        return cls(
-            dags_folder=config.core.dags_folder,
-            plugins_folder=config.core.plugins_folder,
-            file_timeout_s=config.core.dag_file_processor_timeout,
-            refresh_interval_s=config.scheduler.dag_dir_list_interval,
-            heartbeat_s=config.scheduler.scheduler_heartbeat_sec,
-            secrets=tuple(config.secret_values()),
-            paused_at_creation=config.core.dags_are_paused_at_creation,
-        )
+#: a file's ``stat`` as the listing sees it: a different one is a change
+Stamp = tuple[int, int]
 
 
 def list_dag_files(folder: Path, *, skip: Path | None = None) -> list[Path] | None:
@@ -100,111 +79,23 @@ def list_dag_files(folder: Path, *, skip: Path | None = None) -> list[Path] | No
     return sorted(found)
 
 
-def _child_command(
-    path: Path, settings: DagProcessorSettings, request_fd: int | None = None
-) -> list[str]:
-    command = [sys.executable, "-P", "-m", "engine.dag_processing.parsing"]
-    if request_fd is not None:
-        command += ["--request-fd", str(request_fd)]
-    command += ["--dags-folder", str(settings.dags_folder)]
-    if settings.plugins_folder is not None:
-        command += ["--plugins-folder", str(settings.plugins_folder)]
-    dump_at = time.time() + settings.file_timeout_s * STACK_DUMP_FRACTION
-    command += ["--dump-stack-at", f"{dump_at:.3f}"]
-    return [*command, str(path)]
-
-
-async def _drain(stream: ByteReceiveStream | None, sink: bytearray, limit: int) -> None:
-    """Read ``stream`` to the end, keeping at most ``limit`` bytes (the last ones)."""
-    if stream is None:
-        return
-    async for chunk in stream:
-        sink.extend(chunk)
-        if len(sink) > limit:
-            del sink[: len(sink) - limit]
-
-
-def _kill_group(process: Process) -> None:
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-
-
-def _hung_line(stderr: str, fileloc: str) -> int | None:
-    """The innermost line of ``fileloc`` in the stack the child dumped before its timeout."""
-    lines = re.findall(rf'File "{re.escape(fileloc)}", line (\d+)', stderr)
-    return int(lines[0]) if lines else None  # faulthandler prints the innermost frame first
-
-
-async def parse_in_child(
-    path: Path, settings: DagProcessorSettings, server: ParseRequestServer | None = None
-) -> FileParseResult:
-    """Parse one file in a child process, bounded by ``settings.file_timeout_s``; with a
-    ``server``, the file's top-level ``Variable.get`` / ``Connection.get`` are answered by
-    it, and the secrets it served are masked in the stored error."""
-    result = await _parse_in_child(path, settings, server)
-    return result if server is None else server.mask_error(result)
-
-
-async def _parse_in_child(
-    path: Path, settings: DagProcessorSettings, server: ParseRequestServer | None
-) -> FileParseResult:
-    fileloc = str(path)
-    out, err = bytearray(), bytearray()
-    ours, theirs = socket.socketpair() if server is not None else (None, None)
+def stamp(path: Path) -> Stamp | None:
+    """``path``'s modification time and size; None when it is gone."""
     try:
-        process = await anyio.open_process(
-            _child_command(path, settings, None if theirs is None else theirs.fileno()),
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            env=child_environment(os.environ, settings.secrets),
-            pass_fds=() if theirs is None else (theirs.fileno(),),
-        )
-    except BaseException:
-        if ours is not None:
-            ours.close()
-        raise
-    finally:
-        if theirs is not None:
-            theirs.close()  # the child has its copy
-    async with process:
-        try:
-            with anyio.move_on_after(settings.file_timeout_s) as scope:
-                async with anyio.create_task_group() as tg:
-                    if server is not None and ours is not None:
-                        tg.start_soon(server.serve, ours)
-                    async with anyio.create_task_group() as pipes:
-                        pipes.start_soon(_drain, process.stdout, out, STDOUT_MAX_BYTES)
-                        pipes.start_soon(_drain, process.stderr, err, STDERR_TAIL_BYTES)
-                    await process.wait()
-                    tg.cancel_scope.cancel()  # the server, if a grandchild holds its end
-        finally:
-            if process.returncode is None:
-                _kill_group(process)
-    stderr = err.decode("utf-8", "replace")
-    if scope.cancelled_caught:
-        message = (
-            f"importing the file took longer than {settings.file_timeout_s:g} s ([core] "
-            "dag_file_processor_timeout) and was stopped; move slow or blocking work out of "
-            "module level"
-        )
-        error = ParseError(TIMEOUT_ERROR, message, _hung_line(stderr, fileloc), stderr or None)
-        return FileParseResult(fileloc=fileloc, error=error)
-    return _read_result(fileloc, process.returncode, bytes(out), stderr)
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_mtime_ns, info.st_size
 
 
-def _read_result(fileloc: str, returncode: int | None, out: bytes, stderr: str) -> FileParseResult:
-    problem = f"exited with code {returncode}"
-    if returncode == 0:
-        try:
-            result = FileParseResult.from_json(out.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            problem = f"returned an unreadable result ({exc})"
-        else:
-            if result.fileloc == fileloc:
-                return result
-            problem = f"returned the result of another file ({result.fileloc})"
-    message = f"the parsing process {problem}; its output ends with: {stderr[-2000:]}"
-    return FileParseResult(fileloc=fileloc, error=ParseError(CRASH_ERROR, message, None, stderr))
+def stamp_folders(folders: Iterable[Path | None]) -> dict[Path, Stamp]:
+    """The stamp of every ``.py`` file of ``folders`` (the missing ones hold none)."""
+    stamps: dict[Path, Stamp] = {}
+    for folder in folders:
+        for path in (None if folder is None else list_dag_files(folder)) or ():
+            if (found := stamp(path)) is not None:
+                stamps[path] = found
+    return stamps
 
 
 class DagProcessor:
@@ -226,6 +117,17 @@ class DagProcessor:
         self._pass_done = anyio.Event()
         self.passes = 0
         self.last_report: SyncReport | None = None
+        #: forks the parsing children while ``forking()`` is entered (``run()`` enters it)
+        self.parse_runner: WarmRunner | None = None
+        #: per file, the modules of the dags and plugins folders it imported (its last parse)
+        self._imports: dict[str, frozenset[str]] = {}
+        #: files whose last parse failed (not by a timeout): parsed again on any change
+        self._failed: set[str] = set()
+        #: the files of the folders as last listed or seen changed
+        self._seen: dict[Path, Stamp] = {}
+        self._refresh_at = math.inf
+        #: how many times each file was parsed (the counts a test or a probe reads)
+        self.parses: Counter[str] = Counter()
 
     def __repr__(self) -> str:
         return (
@@ -243,36 +145,93 @@ class DagProcessor:
             return
         await self._pass_done.wait()
 
+    @asynccontextmanager
+    async def forking(self) -> AsyncIterator[WarmRunner]:
+        """While inside, files are parsed in children forked from a parse runner, started
+        here and stopped on the way out (a file parses cold while it is not ready)."""
+        settings = self._settings
+        runner = WarmRunner(
+            module=parse_runner.MODULE,
+            label=PARSE_RUNNER_LABEL,
+            environment=partial(child_environment, os.environ, settings.secrets),
+            dag_folders=[f for f in (settings.dags_folder, settings.plugins_folder) if f],
+        )
+        async with anyio.create_task_group() as tg:
+            await tg.start(runner.run)
+            self.parse_runner = runner
+            try:
+                yield runner
+            finally:
+                self.parse_runner = None
+                tg.cancel_scope.cancel()
+
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Parse all, report ready, then follow changes until cancelled.
 
         A ``dag_processor`` job row with heartbeats says it is alive (``sluice jobs list``).
         """
+        settings = self._settings
         job = JobService(
             self._db,
             job_type=DAG_PROCESSOR_JOB,
             part="DAG processor",
-            heartbeat_s=self._settings.heartbeat_s,
+            heartbeat_s=settings.heartbeat_s,
         )
-        async with job.running(), anyio.create_task_group() as tg:
+        forking = self.forking() if settings.parse_runner else nullcontext()
+        async with job.running(), forking, anyio.create_task_group() as tg:
+            self._seen = await anyio.to_thread.run_sync(self._stamp_folders)
             await self._parse_logged(None)
             tg.start_soon(self._watch_folders)
+            if settings.list_interval_s > 0:
+                tg.start_soon(self._poll_folders)
             task_status.started()
             while True:
-                await self._wait_for_work()
+                refresh = await self._wait_for_work()
                 changed, self._pending = self._pending, set()
                 self._wakeup = anyio.Event()
-                full = not changed or self._touches_plugins(changed)
-                await self._parse_logged(None if full else changed)
+                full = refresh or not changed
+                await self._parse_logged(None if full else self._affected(changed))
 
-    async def _wait_for_work(self) -> None:
-        interval_s = self._settings.refresh_interval_s
-        with anyio.move_on_after(interval_s if interval_s > 0 else math.inf):
+    async def _wait_for_work(self) -> bool:
+        """Until a change comes (False) or the periodic refresh is due (True)."""
+        with anyio.move_on_after(max(0.0, self._refresh_at - anyio.current_time())):
             await self._wakeup.wait()
+            return False
+        return True
 
-    def _touches_plugins(self, changed: set[Path]) -> bool:
-        plugins = self._settings.plugins_folder
-        return plugins is not None and any(path.is_relative_to(plugins) for path in changed)
+    def _affected(self, changed: set[Path]) -> set[Path]:
+        """The files to parse again for the ``changed`` paths: those themselves, the files
+        that imported one of them, and the files that failed (a module they missed, or an
+        error in a module they import, may be one of them)."""
+        names = {str(path) for path in changed}
+        importers = {f for f, modules in self._imports.items() if not modules.isdisjoint(names)}
+        return changed | {Path(fileloc) for fileloc in importers | self._failed}
+
+    def _stamp_folders(self) -> dict[Path, Stamp]:
+        return stamp_folders((self._settings.dags_folder, self._settings.plugins_folder))
+
+    def _note_changes(self, paths: Iterable[Path]) -> None:
+        """Take changed ``paths`` as pending; their stamps as the listing's (so that the
+        next listing does not report them again)."""
+        for path in paths:
+            if (found := stamp(path)) is None:
+                self._seen.pop(path, None)
+            else:
+                self._seen[path] = found
+            self._pending.add(path)
+        self._wakeup.set()
+
+    async def _poll_folders(self) -> None:
+        """List the folders every ``list_interval_s``: what changed since the last listing
+        (and the watch did not report) is parsed."""
+        while True:
+            await anyio.sleep(self._settings.list_interval_s)
+            listed = await anyio.to_thread.run_sync(self._stamp_folders)
+            seen, self._seen = self._seen, listed
+            changed = {p for p in listed.keys() | seen.keys() if listed.get(p) != seen.get(p)}
+            if changed:
+                self._pending |= changed
+                self._wakeup.set()
 
     async def _watch_folders(self) -> None:
         """Follow file changes. A dags folder that does not exist yet (a deploy often creates
@@ -300,14 +259,14 @@ class DagProcessor:
         )
         try:
             async for changes in changes_stream:
-                self._pending.update(Path(path) for _, path in changes)
-                self._wakeup.set()
+                self._note_changes(Path(path) for _, path in changes)
         except OSError as exc:  # e.g. the folder was removed: the periodic pass carries on
             logger.warning(
-                "Stopped watching %s for changes (%s); files are still re-parsed every %g s",
+                "Stopped watching %s for changes (%s); the folders are still listed for "
+                "changes every %g s",
                 ", ".join(map(str, folders)),
                 exc,
-                self._settings.refresh_interval_s,
+                self._settings.list_interval_s,
                 extra={"action": "dags_folder_watch_stopped"},
             )
 
@@ -337,8 +296,12 @@ class DagProcessor:
             return None
         wanted = None if paths is None else paths | self._conflicted
         todo = listing if wanted is None else [path for path in listing if path in wanted]
+        if paths is None:
+            interval_s = settings.refresh_interval_s
+            self._refresh_at = anyio.current_time() + interval_s if interval_s > 0 else math.inf
         fresh = await self._parse_files(todo)
         present = {str(path) for path in listing}
+        self._remember(fresh, present)
         now = datetime.now(UTC)
         sync = partial(
             sync_parse_results,
@@ -369,12 +332,27 @@ class DagProcessor:
         async def parse(path: Path) -> None:
             async with limiter:
                 server = ParseRequestServer(db=self._db, cipher=self._cipher, fileloc=str(path))
-                results[str(path)] = await parse_in_child(path, self._settings, server)
+                result = await parse_in_child(path, self._settings, server, self.parse_runner)
+                results[str(path)] = result
 
         async with anyio.create_task_group() as tg:
             for path in paths:
                 tg.start_soon(parse, path)
         return results
+
+    def _remember(self, fresh: dict[str, FileParseResult], present: set[str]) -> None:
+        """What the next passes need of this one: each file's imports, which ones failed."""
+        for fileloc, result in fresh.items():
+            self.parses[fileloc] += 1
+            self._imports[fileloc] = frozenset(result.imports)
+            error = result.error
+            if error is not None and error.type != TIMEOUT_ERROR:
+                self._failed.add(fileloc)
+            else:
+                self._failed.discard(fileloc)
+        self._failed &= present
+        for fileloc in [f for f in self._imports if f not in present]:
+            del self._imports[fileloc]
 
     def _log_report(self, report: SyncReport, parsed: list[Path], listing: list[Path]) -> None:
         """Each new or changed file error once, each fixed one once."""

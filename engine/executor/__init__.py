@@ -6,7 +6,7 @@ step (``task_supervisor``: it starts the task process, ``engine.execution.task_r
 sends it the ``TaskSpec`` built by ``task_specs``), the executor's side of the task's request
 channel (``task_requests``), running callback requests in callback processes
 (``callbacks``), the pre-imported process task steps are forked from (``warm_runner``,
-driven by ``warm_process``; the forked processes: ``forked_process``), the pure judgement
+driven by ``warm_process``, both on the shared ``engine.warm``), the pure judgement
 of how a step ended (``outcomes``), the task log files (``task_logs``), and the Celery
 executor's sender and worker (``celery``). May import: ``engine.jobs`` (the job row and
 the wake-up on scheduled rows), ``engine.db``, ``engine.execution`` (the task process's

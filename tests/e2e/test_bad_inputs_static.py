@@ -251,6 +251,8 @@ class Engine:
             SLUICE__CORE__FERNET_KEY=key,
             SLUICE__CORE__DAG_FILE_PROCESSOR_TIMEOUT=str(FILE_TIMEOUT_S),
             SLUICE__SCHEDULER__DAG_DIR_LIST_INTERVAL="2",
+            # the periodic full re-parse, which rewrites a corrupted row from its file
+            SLUICE__SCHEDULER__MIN_FILE_PROCESS_INTERVAL="2",
         )
 
     def write(self, name: str, content: str | bytes) -> Path:
@@ -757,6 +759,7 @@ def test_missing_dags_folder_is_logged_then_picked_up(
     not only at the next periodic pass (an hour away here)."""
     eng = Engine(tmp_path, sqlite_template)
     eng.env["SLUICE__SCHEDULER__DAG_DIR_LIST_INTERVAL"] = "3600"
+    eng.env["SLUICE__SCHEDULER__MIN_FILE_PROCESS_INTERVAL"] = "3600"
     eng.dags.rmdir()
     try:
         eng.start("engine.log")

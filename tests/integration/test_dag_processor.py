@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import textwrap
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -13,6 +14,7 @@ from sqlalchemy import select
 
 from engine import Asset
 from engine.crypto import KwargsCipher
+from engine.dag_processing import processor as processor_module
 from engine.dag_processing.processor import TIMEOUT_ERROR, DagProcessor, DagProcessorSettings
 from engine.db.database import Database
 from engine.db.models import Base
@@ -454,3 +456,132 @@ async def test_run_follows_changes_in_the_dags_folder(
             new.unlink()
             await wait_until(lambda: not is_active("late_dag"))
             tg.cancel_scope.cancel()
+
+
+# --- parsing children forked from the parse runner ------------------------------------------
+
+SECRET_PROBE = """
+import os
+raise ValueError("secret: " + os.environ.get("SLUICE__PROBE__TOKEN", "absent"))
+"""
+
+
+async def test_forked_children_parse_like_cold_ones_and_a_hanging_file_is_killed(
+    database: Database,
+    cipher: KwargsCipher,
+    dags_folder: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SLUICE__PROBE__TOKEN", "hunter2-4711")
+    settings = DagProcessorSettings(
+        dags_folder=dags_folder,
+        plugins_folder=dags_folder.parent / "plugins",
+        file_timeout_s=5.0,
+        secrets=("hunter2-4711",),  # kept out of the children's environment
+    )
+    processor = DagProcessor(db=database, cipher=cipher, settings=settings)
+    write(dags_folder, "good.py", GOOD)
+    missing = write(dags_folder, "missing.py", "import os\n\nimport no_such_module_here\n")
+    hanging = write(dags_folder, "hanging.py", HANGING)
+    probe = write(dags_folder, "probe.py", SECRET_PROBE)
+    with anyio.fail_after(30):
+        async with processor.forking() as runner:
+            report = await processor.parse_once()
+    assert report is not None
+    assert (runner.forks, runner.fallbacks) == (4, 0)  # every file in a fork, none cold
+    assert set(database.call(dags_sql.load_dags)) == {"orders_etl"}
+    errors = errors_by_file(database)
+    assert set(errors) == {str(missing), str(hanging), str(probe)}
+    assert errors[str(missing)].lineno == 3
+    hung = errors[str(hanging)]
+    assert hung.error.startswith(TIMEOUT_ERROR) and hung.lineno in (4, 5)
+    assert "secret: absent" in errors[str(probe)].error
+
+
+HELPER = "LABEL = {label!r}\n"
+USES = """
+from engine import DAG
+import {module}
+
+dag = DAG("{dag_id}", description={module}.LABEL)
+"""
+
+
+async def test_a_changed_module_reparses_the_files_that_import_it_and_no_other(
+    processor: DagProcessor, database: Database, dags_folder: Path
+) -> None:
+    plugins = dags_folder.parent / "plugins"
+    plugins.mkdir()
+    helper = write(dags_folder, "helper.py", HELPER.format(label="h1"))
+    shared = write(plugins, "shared_mod.py", HELPER.format(label="s1"))
+    uses_helper = write(dags_folder, "uses_helper.py", USES.format(module="helper", dag_id="a"))
+    uses_shared = write(dags_folder, "uses_shared.py", USES.format(module="shared_mod", dag_id="b"))
+    alone = write(dags_folder, "alone.py", "from engine import DAG\ndag = DAG('alone')\n")
+
+    def description(dag_id: str) -> str | None:
+        return database.call(dags_sql.load_dags)[dag_id].description
+
+    def parses() -> dict[str, int]:
+        return {
+            path.name: processor.parses[str(path)] for path in (uses_helper, uses_shared, alone)
+        }
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(processor.run)
+            assert parses() == {"uses_helper.py": 1, "uses_shared.py": 1, "alone.py": 1}
+            assert (description("a"), description("b")) == ("h1", "s1")
+            write(dags_folder, "helper.py", HELPER.format(label="h2"))
+            await _until_a_pass(processor, lambda: description("a") == "h2")
+            assert parses() == {"uses_helper.py": 2, "uses_shared.py": 1, "alone.py": 1}
+            assert processor.parses[str(helper)] == 2  # itself a file of the dags folder
+            write(plugins, "shared_mod.py", HELPER.format(label="s2"))
+            await _until_a_pass(processor, lambda: description("b") == "s2")
+            assert parses() == {"uses_helper.py": 2, "uses_shared.py": 2, "alone.py": 1}
+            assert str(shared) not in processor.parses  # the plugins folder is not parsed
+            forks = processor.parse_runner.forks if processor.parse_runner else 0
+            tg.cancel_scope.cancel()
+    assert forks >= 3  # the first full pass may start cold while the runner gets ready
+
+
+async def test_the_listing_finds_what_the_watch_missed_and_the_refresh_parses_all(
+    database: Database, cipher: KwargsCipher, dags_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def blind_watch(*folders, **kwargs):  # a filesystem whose changes nobody reports
+        await anyio.sleep_forever()
+        yield set()
+
+    monkeypatch.setattr(processor_module.watchfiles, "awatch", blind_watch)
+    changed = write(
+        dags_folder, "changed.py", "from engine import DAG\ndag = DAG('c', description='1')\n"
+    )
+    same = write(dags_folder, "same.py", "from engine import DAG\ndag = DAG('s')\n")
+    settings = DagProcessorSettings(
+        dags_folder=dags_folder, list_interval_s=0.2, refresh_interval_s=3600, parse_runner=False
+    )
+    processor = DagProcessor(db=database, cipher=cipher, settings=settings)
+
+    def description() -> str | None:
+        return database.call(dags_sql.load_dags)["c"].description
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(processor.run)
+            write(
+                dags_folder,
+                "changed.py",
+                "from engine import DAG\ndag = DAG('c', description='22')\n",
+            )
+            await _until_a_pass(processor, lambda: description() == "22")
+            assert (processor.parses[str(changed)], processor.parses[str(same)]) == (2, 1)
+            tg.cancel_scope.cancel()
+
+    refreshing = DagProcessor(
+        db=database, cipher=cipher, settings=replace(settings, refresh_interval_s=0.1)
+    )
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(refreshing.run)
+            await _until_a_pass(refreshing, lambda: refreshing.parses[str(same)] >= 2)
+            tg.cancel_scope.cancel()
+    assert refreshing.parses[str(changed)] >= 2  # every file, changed or not

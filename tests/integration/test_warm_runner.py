@@ -24,6 +24,7 @@ from engine.db.queries import runs
 from engine.executor import warm_process
 from engine.executor.task_logs import read_task_log
 from engine.states import TaskState
+from engine.warm import service
 from tests.integration.harness import fast_executor_settings, parsed_database, running_executor
 from tests.waiting import eventually, wait_until
 from triggers.serde import deserialize_value
@@ -244,7 +245,7 @@ async def test_a_warm_runner_killed_is_replaced_and_its_steps_in_flight_finish(
 
 
 async def test_a_step_runs_cold_while_no_warm_runner_is_ready(env: Env, monkeypatch) -> None:
-    monkeypatch.setattr(warm_process, "RESTART_BACKOFF_S", 600.0)  # stays down once dead
+    monkeypatch.setattr(service, "RESTART_BACKOFF_S", 600.0)  # stays down once dead
     with anyio.fail_after(60):
         async with env.executor() as executor:
             runner = warm(executor)
@@ -263,7 +264,7 @@ async def test_a_standby_that_cannot_be_forked_leaves_steps_cold_until_a_retry_f
 ) -> None:
     """Out of descriptors for the standby's socket or pipe: the executor serves on (cold
     starts), and the warm runner forks standbys again once it can."""
-    monkeypatch.setattr(warm_process, "FORK_RETRY_BACKOFF_S", 0.05)
+    monkeypatch.setattr(service, "FORK_RETRY_BACKOFF_S", 0.05)
     real_fork = warm_process.WarmRunner._fork_standby
     failing, failures = [True], [0]
 

@@ -253,13 +253,15 @@ def test_processor_settings_from_config(tmp_path: Path) -> None:
             "SLUICE__CORE__DAGS_FOLDER": str(tmp_path / "d"),
             "SLUICE__CORE__DAG_FILE_PROCESSOR_TIMEOUT": "7",
             "SLUICE__SCHEDULER__DAG_DIR_LIST_INTERVAL": "11",
+            "SLUICE__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "600",
         },
         home=tmp_path,
     )
     settings = DagProcessorSettings.from_config(config)
     assert settings.dags_folder == tmp_path / "d"
     assert settings.plugins_folder == tmp_path / "plugins"
-    assert (settings.file_timeout_s, settings.refresh_interval_s) == (7.0, 11.0)
+    assert settings.file_timeout_s == 7.0
+    assert (settings.list_interval_s, settings.refresh_interval_s) == (11.0, 600.0)
 
 
 def test_list_dag_files_skips_hidden_caches_and_plugins(tmp_path: Path) -> None:

@@ -14,16 +14,18 @@ import pytest
 
 import producers
 from engine.authoring import default_args
-from engine.executor import forked_process
-from engine.executor.forked_process import (
+from engine.executor.warm_process import WarmRunner
+from engine.executor.warm_runner import PRELOAD
+from engine.warm import processes as forked_process
+from engine.warm.processes import (
     ForkedProcess,
     PipeReceiveStream,
     PipeSendStream,
     Standby,
     Subreaper,
 )
-from engine.executor.warm_process import WarmRunner, _read_pid
-from engine.executor.warm_runner import PRELOAD, prime_operator_arguments
+from engine.warm.runner import prime_operator_arguments
+from engine.warm.service import _read_pid
 from triggers.extras import EXTRA_OF
 
 

@@ -1,10 +1,11 @@
-"""Task processes forked by the warm runner, as the executor sees them: pipe streams, a
-standby waiting for its step (``Standby``), the process handle of a step (``ForkedProcess``),
-and this process as their subreaper while they start (``SUBREAPER``).
+"""Processes forked by a runner (``engine.warm.runner``), as their parent sees them: pipe
+streams, a standby waiting for its work (``Standby``), the process handle of the work
+(``ForkedProcess``: a task step, a DAG file's parse), and this process as their subreaper
+while they start (``SUBREAPER``).
 
-A forked task process is reparented to the executor, so, like a child started by asyncio,
-it is waited for through a pidfd (polled without one) and reaped with ``waitpid``; its exit
-status is exact and does not depend on the warm runner.
+A forked process is reparented to its parent (the executor, the DAG processor), so, like a
+child started by asyncio, it is waited for through a pidfd (polled without one) and reaped
+with ``waitpid``; its exit status is exact and does not depend on the runner.
 """
 
 from __future__ import annotations
@@ -90,9 +91,9 @@ class PipeSendStream(ByteSendStream):
 
 
 class Standby:
-    """A task process forked ahead of its step, this process's child in a session of its
-    own, waiting on its step socket (``engine.executor.warm_runner``): ``start`` hands it a
-    step, ``discard`` lets it exit unused and reaps it."""
+    """A process forked ahead of its work, this process's child in a session of its own,
+    waiting on its step socket (``engine.warm.runner``): ``start`` hands it its work,
+    ``discard`` lets it exit unused and reaps it."""
 
     def __init__(self, pid: int, step: socket.socket) -> None:
         self.pid = pid
@@ -102,7 +103,7 @@ class Standby:
         return f"<Standby pid={self.pid}>"
 
     def start(self, request: dict[str, object], channel_fd: int) -> ForkedProcess | None:
-        """Send it its step (``request``, the pipes of its standard streams and the request
+        """Send it its work (``request``, the pipes of its standard streams and the
         channel ``channel_fd``, which the caller closes); None if it is gone, OSError when no
         pipe can be made (either way, discard it)."""
         made: list[int] = []
@@ -143,8 +144,8 @@ class Standby:
 
 
 class ForkedProcess:
-    """A task process forked by the warm runner and reparented to this process (the subset
-    of ``anyio.abc.Process`` the supervisor uses): this process waits for it and reaps it."""
+    """A process forked by a runner and reparented to this process (the subset of
+    ``anyio.abc.Process`` its users need): this process waits for it and reaps it."""
 
     def __init__(self, pid: int, stdin: int, stdout: int, stderr: int) -> None:
         self.pid = pid
@@ -159,7 +160,7 @@ class ForkedProcess:
         return f"<ForkedProcess pid={self.pid} rc={self.returncode}>"
 
     async def wait(self) -> int | None:
-        """Until the task process exited; its exit status (None if it was not our child)."""
+        """Until the process exited; its exit status (None if it was not our child)."""
         if not self._waiting:
             self._waiting = True
             try:
@@ -292,5 +293,6 @@ async def _until_gone(pid: int) -> None:
         os.close(pidfd)
 
 
-#: This process's subreaper setting, shared by all its warm runners.
+#: This process's subreaper setting, shared by all its runners (warm task runner, parse
+#: runner).
 SUBREAPER: Final = Subreaper()
