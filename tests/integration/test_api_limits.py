@@ -12,7 +12,8 @@ from urllib.parse import quote
 
 import pytest
 
-from engine.api.rest.common import MAX_JSON_DEPTH, MAX_YEAR, MIN_YEAR
+from engine.api.rest.common import MAX_YEAR, MIN_YEAR
+from engine.api.storable import MAX_JSON_DEPTH
 from engine.views.common import MAX_OFFSET
 from tests.integration.api_world import World, build_world, world_database
 from tests.integration.served_api import served
