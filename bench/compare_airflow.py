@@ -36,9 +36,24 @@ timeout 300 s, which are used):
 4. cycle: defer -> fire -> resume, one task deferring on TimeDeltaTrigger(0) 10 times; Airflow
    with its api-server, scheduler (LocalExecutor) and triggerer, Sluice with all its parts.
 
-Writes bench/results/compare_airflow.json (every raw run, the summary, the machine) and
+What a user meets, each a fresh ``sluice run`` against a whole Airflow (api-server,
+scheduler with LocalExecutor, dag-processor, triggerer) on SQLite, one command each:
+5. event (``--only event``): a Kafka message sent -> the asset-triggered DAG's one task body
+   running, p50/p99 over 20 messages 1 s apart (5 with ``--quick``), after one warm-up
+   message; Sluice's KafkaMessageTrigger against the Kafka provider's
+   KafkaMessageQueueTrigger in an AssetWatcher, one tansu broker (started here, as the tests
+   do) for both, a fresh topic per side's run.
+6. dagfiles (``--only dagfiles``): 300 generated DAG files of 3 TaskFlow tasks (30 with
+   ``--quick``), first full parse (until every DAG is stored) and idle CPU over 60 s after
+   (20 s); ``sluice run`` (bench/dag_files_bench.py's case) against ``airflow dag-processor``.
+7. runs (``--only runs``): 1,000 manual runs (50 with ``--quick``) of a one-task DAG created
+   through each system's own ``trigger_dag`` -> all finished, runs/s at parallelism 8.
+
+The load average is printed at the start and the end. Writes
+bench/results/compare_airflow.json (every raw run, the summary, the machine) and
 bench/results/compare_airflow.png (the ratios, log scale, with the issue's targets);
-``--quick`` writes compare_airflow.quick.{json,png} instead.
+``--quick`` writes compare_airflow.quick.{json,png} instead, and ``--only a,b`` writes
+compare_airflow.a-b[.quick].{json,png}, never the whole run's files.
 """
 
 from __future__ import annotations
@@ -57,7 +72,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compare_airflow_report import METRICS, chart, print_summary, summarize
+from compare_airflow_report import brief, chart, print_summary, summarize
 
 AIRFLOW_VERSION = "3.3.2"
 BENCH = Path(__file__).resolve().parent
@@ -402,20 +417,11 @@ def execute(plan: Plan, partial: Path, broker: Broker) -> list[dict[str, Any]]:
                 runs.extend(rows)
                 for row in rows:
                     print(
-                        f"  rep {rep + 1} {cfg.workload:7s} {cfg.label:22s} {_brief(row)}",
+                        f"  rep {rep + 1} {cfg.workload:7s} {cfg.label:22s} {brief(row)}",
                         flush=True,
                     )
             partial.write_text(json.dumps(runs))
     return runs
-
-
-def _brief(row: dict[str, Any]) -> str:
-    if "error" in row:
-        return f"{row['system']:7s} ERROR {row['error'].strip().splitlines()[-1][:120]}"
-    keys = [k for k, *_ in METRICS[row["workload"]]]
-    layer = f"{row['layer']:8s}" if "layer" in row else ""
-    figs = "  ".join(f"{k}={row[k]:,.1f}" for k in keys)
-    return f"{row['system']:7s} {layer}{figs}  ({row['wall_s']:.0f}s)"
 
 
 def main() -> None:
@@ -435,6 +441,8 @@ def main() -> None:
     stem += ".quick" if args.quick else ""
     if args.replot:
         require_matplotlib()
+        if not (RESULTS / f"{stem}.json").exists():
+            sys.exit(f"no {RESULTS / f'{stem}.json'} to redraw: run the same without --replot")
         doc = json.loads((RESULTS / f"{stem}.json").read_text())
         print_summary(doc["summary"])
         chart(doc["summary"], doc["machine"], RESULTS / f"{stem}.png")

@@ -36,6 +36,16 @@ ABSOLUTE_TARGETS: dict[tuple[str, str, str], tuple[float, str]] = {
 }
 
 
+def brief(row: dict[str, Any]) -> str:
+    """One run's figures on a line, as the driver prints them while it runs."""
+    if "error" in row:
+        return f"{row['system']:7s} ERROR {row['error'].strip().splitlines()[-1][:120]}"
+    keys = [k for k, *_ in METRICS[row["workload"]]]
+    layer = f"{row['layer']:8s}" if "layer" in row else ""
+    figs = "  ".join(f"{k}={row[k]:,.1f}" for k in keys)
+    return f"{row['system']:7s} {layer}{figs}  ({row['wall_s']:.0f}s)"
+
+
 def target_for(workload: str, key: str, metric: str) -> tuple[float, str] | None:
     """The issue's target as a minimum advantage factor (x better than Airflow), if any."""
     if workload == "fanout" and key.startswith("ack N=100") and metric == "deliveries_per_s":
@@ -137,6 +147,14 @@ def print_summary(summary: list[dict[str, Any]]) -> None:
         print(f"{name} {s:>30s} {a:>30s} {r:>24s}  {t}")
 
 
+def _load(machine: dict[str, Any]) -> str:
+    """The 1-minute load at the run's start and end, as the chart's title gives it."""
+    start, end = machine.get("load_average_at_start"), machine.get("load_average_at_end")
+    if not start or not end:
+        return ""
+    return f", load {start[0]:.1f} at start, {end[0]:.1f} at end"
+
+
 def chart(summary: list[dict[str, Any]], machine: dict[str, Any], out: Path) -> None:
     import matplotlib
     import matplotlib.ticker
@@ -182,7 +200,8 @@ def chart(summary: list[dict[str, Any]], machine: dict[str, Any], out: Path) -> 
     ax.set_title(
         f"{versions} (median of alternating runs; red tick = issue target)\n"
         f"{machine['cpu_model']}, "
-        f"{machine['cores']} cores, Python {machine['python_sluice']}, {machine['date_utc'][:10]}",
+        f"{machine['cores']} cores, Python {machine['python_sluice']}, {machine['date_utc'][:10]}"
+        f"{_load(machine)}",
         fontsize=9,
     )
     ax.grid(axis="x", which="both", alpha=0.3)
