@@ -136,7 +136,6 @@ def sluice_run(dags: Path, extra: dict[str, str] | None = None) -> Iterator[tupl
     engine = subprocess.Popen(
         [SLUICE, "run"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
-    os.environ["SLUICE__CORE__SQL_ALCHEMY_CONN"] = env["SLUICE__CORE__SQL_ALCHEMY_CONN"]
     try:
         yield db_path, engine
     finally:
