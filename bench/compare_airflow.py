@@ -370,6 +370,7 @@ class Broker:
             from tests.services_kafka import stop_tansu
 
             stop_tansu(self.broker.process)
+        shutil.rmtree(self.folder, ignore_errors=True)  # its log: nothing the results keep
 
 
 def _placed(args: list[str], system: str, broker: Broker) -> list[str]:
