@@ -36,9 +36,24 @@ timeout 300 s, which are used):
 4. cycle: defer -> fire -> resume, one task deferring on TimeDeltaTrigger(0) 10 times; Airflow
    with its api-server, scheduler (LocalExecutor) and triggerer, Sluice with all its parts.
 
-Writes bench/results/compare_airflow.json (every raw run, the summary, the machine) and
+What a user meets, each a fresh ``sluice run`` against a whole Airflow (api-server,
+scheduler with LocalExecutor, dag-processor, triggerer) on SQLite, one command each:
+5. event (``--only event``): a Kafka message sent -> the asset-triggered DAG's one task body
+   running, p50/p99 over 20 messages 1 s apart (5 with ``--quick``), after one warm-up
+   message; Sluice's KafkaMessageTrigger against the Kafka provider's
+   KafkaMessageQueueTrigger in an AssetWatcher, one tansu broker (started here, as the tests
+   do) for both, a fresh topic per side's run.
+6. dagfiles (``--only dagfiles``): 300 generated DAG files of 3 TaskFlow tasks (30 with
+   ``--quick``), first full parse (until every DAG is stored) and idle CPU over 60 s after
+   (20 s); ``sluice run`` (bench/dag_files_bench.py's case) against ``airflow dag-processor``.
+7. runs (``--only runs``): 1,000 manual runs (50 with ``--quick``) of a one-task DAG created
+   through each system's own ``trigger_dag`` -> all finished, runs/s at parallelism 8.
+
+The load average is printed at the start and the end. Writes
+bench/results/compare_airflow.json (every raw run, the summary, the machine) and
 bench/results/compare_airflow.png (the ratios, log scale, with the issue's targets);
-``--quick`` writes compare_airflow.quick.{json,png} instead.
+``--quick`` writes compare_airflow.quick.{json,png} instead, and ``--only a,b`` writes
+compare_airflow.a-b[.quick].{json,png}, never the whole run's files.
 """
 
 from __future__ import annotations
@@ -49,25 +64,34 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from compare_airflow_report import brief, chart, print_summary, summarize
 
 AIRFLOW_VERSION = "3.3.2"
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 AIRFLOW_VENV = BENCH / ".venv-airflow"
 AIRFLOW_PY = AIRFLOW_VENV / "bin" / "python"
-TEMPLATE_DIR = AIRFLOW_VENV / "bench-template"
+# beside the venv, not in it: a venv shared between checkouts (a symlink) keeps its own files
+TEMPLATE_DIR = BENCH / ".venv-airflow-template"
+# the Kafka provider (AwaitMessageTrigger, KafkaMessageQueueTrigger) and common-messaging
+# (MessageQueueTrigger), for the event workload's AssetWatcher
+AIRFLOW_PROVIDERS = (
+    "apache-airflow-providers-apache-kafka==2.1.0",
+    "apache-airflow-providers-common-messaging==2.1.2",
+)
 AIRFLOW_SIDE = BENCH / "_airflow_side"
 SLUICE_SIDE = BENCH / "compare_airflow_sluice.py"
 RESULTS = BENCH / "results"
 RUN_TIMEOUT_S = 1200
-MIN_REPS = 3  # a row's min/median/max needs at least this many repetitions a side
+WORKLOADS = ("fanout", "latency", "claim", "rss", "cycle", "event", "dagfiles", "runs")
 
 
 # -- environments ------------------------------------------------------------------------
@@ -78,26 +102,41 @@ def _run(cmd: list[str], **kwargs: Any) -> str:
 
 
 def ensure_airflow_venv() -> str:
-    """The Airflow venv under bench/ (created once); returns the installed core version."""
+    """The Airflow venv under bench/ (created once, the providers added to an older one);
+    returns the installed core version."""
+    wanted = [AIRFLOW_VERSION, *(p.split("==")[1] for p in AIRFLOW_PROVIDERS)]
+    names = ["apache-airflow-core", *(p.split("==")[0] for p in AIRFLOW_PROVIDERS)]
     probe = [
         str(AIRFLOW_PY),
         "-c",
-        "import importlib.metadata as m; print(m.version('apache-airflow-core'))",
+        "import importlib.metadata as m\n"
+        f"for n in {names!r}:\n"
+        "    try: print(m.version(n))\n"
+        "    except m.PackageNotFoundError: print('-')",
     ]
     if AIRFLOW_PY.exists():
         try:
-            installed = _run(probe).strip()
+            installed = _run(probe).split()
         except subprocess.CalledProcessError:
-            installed = ""
-        if installed == AIRFLOW_VERSION:
-            return installed
+            installed = []
+        if installed == wanted:
+            return AIRFLOW_VERSION
+        if installed and installed[0] == AIRFLOW_VERSION:
+            print(f"adding {', '.join(AIRFLOW_PROVIDERS)} to {AIRFLOW_VENV} ...", flush=True)
+            pip = [str(AIRFLOW_PY), "-m", "pip", "install", "--quiet"]
+            subprocess.run(
+                [*pip, f"apache-airflow-core=={AIRFLOW_VERSION}", *AIRFLOW_PROVIDERS], check=True
+            )
+            return _run(probe).split()[0]
     print(f"creating {AIRFLOW_VENV} with apache-airflow-core=={AIRFLOW_VERSION} ...", flush=True)
     subprocess.run([sys.executable, "-m", "venv", str(AIRFLOW_VENV)], check=True)
     pip = [str(AIRFLOW_PY), "-m", "pip", "install", "--quiet"]
     subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, f"apache-airflow-core=={AIRFLOW_VERSION}"], check=True)
+    subprocess.run(
+        [*pip, f"apache-airflow-core=={AIRFLOW_VERSION}", *AIRFLOW_PROVIDERS], check=True
+    )
     shutil.rmtree(TEMPLATE_DIR, ignore_errors=True)
-    return _run(probe).strip()
+    return _run(probe).split()[0]
 
 
 def ensure_template() -> Path:
@@ -199,7 +238,7 @@ def build_plan(quick: bool, reps: int | None, only: set[str] | None) -> Plan:
     r = reps if reps is not None else (1 if quick else 3)
     sizes = {1: 2000, 10: 500, 100: 200} if quick else {1: 10_000, 10: 2000, 100: 500}
     tmpl = ["--template", str(TEMPLATE_DIR / "airflow.db")]
-    want = only or {"fanout", "latency", "claim", "rss", "cycle"}
+    want = only or set(WORKLOADS)
     if "fanout" in want:
         for level in ("WARNING", "INFO"):
             for mode in ("fast", "ack"):
@@ -262,18 +301,92 @@ def build_plan(quick: bool, reps: int | None, only: set[str] | None) -> Plan:
                 r,
             )
         )
+    plan.configs.extend(_user_configs(quick, r, tmpl, want))
     return plan
+
+
+def _user_configs(quick: bool, r: int, tmpl: list[str], want: set[str]) -> list[Config]:
+    """The workloads a user meets: event -> task start, DAG-file scale, run throughput."""
+    configs: list[Config] = []
+    if "event" in want:
+        # {bootstrap} and {topic}: the run's broker and a fresh topic for each side's run
+        args = ["--bootstrap", "{bootstrap}", "--topic", "{topic}"]
+        args += ["--messages", "5" if quick else "20", "--interval", "1"]
+        configs.append(
+            Config(
+                "event",
+                f"{args[5]} msgs 1 s apart",
+                ["--level", "INFO", "event", *args],
+                [str(AIRFLOW_SIDE / "event.py"), *tmpl, *args],
+                r,
+            )
+        )
+    if "dagfiles" in want:
+        args = ["--files", "30", "--idle", "20"] if quick else ["--files", "300", "--idle", "60"]
+        configs.append(
+            Config(
+                "dagfiles",
+                f"{args[1]} files",
+                ["--level", "INFO", "dagfiles", *args],
+                [str(AIRFLOW_SIDE / "dagfiles.py"), *tmpl, *args],
+                r,
+            )
+        )
+    if "runs" in want:
+        args = ["--runs", "50" if quick else "1000", "--parallelism", "8"]
+        configs.append(
+            Config(
+                "runs",
+                f"{args[1]} manual runs par 8",
+                ["--level", "INFO", "runs", *args],
+                [str(AIRFLOW_SIDE / "runs.py"), *tmpl, *args],
+                r,
+            )
+        )
+    return configs
 
 
 # -- running -----------------------------------------------------------------------------
 
 
-def run_side(system: str, cfg: Config, rep: int) -> list[dict[str, Any]]:
+class Broker:
+    """The event workload's Kafka broker (tansu, as the tests start it): started on first
+    use, one for the whole run and both systems; a fresh 1-partition topic per side's run."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.broker: Any = None
+
+    def fresh_topic(self, system: str) -> tuple[str, str]:
+        if self.broker is None:
+            sys.path.insert(0, str(ROOT))  # the tests' broker launcher
+            from tests.services_kafka import start_tansu
+
+            self.broker = start_tansu(self.folder / "tansu.log")
+        return self.broker.bootstrap, self.broker.create_topic(1, prefix=f"bench-{system}")
+
+    def stop(self) -> None:
+        if self.broker is not None:
+            from tests.services_kafka import stop_tansu
+
+            stop_tansu(self.broker.process)
+        shutil.rmtree(self.folder, ignore_errors=True)  # its log: nothing the results keep
+
+
+def _placed(args: list[str], system: str, broker: Broker) -> list[str]:
+    """``args`` with {bootstrap} and {topic} filled in (a fresh topic), if they hold them."""
+    if "{topic}" not in args:
+        return args
+    bootstrap, topic = broker.fresh_topic(system)
+    return [a.replace("{bootstrap}", bootstrap).replace("{topic}", topic) for a in args]
+
+
+def run_side(system: str, cfg: Config, rep: int, broker: Broker) -> list[dict[str, Any]]:
     if system == "sluice":
-        cmd = [sys.executable, str(SLUICE_SIDE), *cfg.sluice]
+        cmd = [sys.executable, str(SLUICE_SIDE), *_placed(cfg.sluice, system, broker)]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
     else:
-        cmd = [str(AIRFLOW_PY), *cfg.airflow]
+        cmd = [str(AIRFLOW_PY), *_placed(cfg.airflow, system, broker)]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SLUICE"))}
     started = time.perf_counter()
     try:
@@ -292,7 +405,7 @@ def run_side(system: str, cfg: Config, rep: int) -> list[dict[str, Any]]:
     return rows
 
 
-def execute(plan: Plan, partial: Path) -> list[dict[str, Any]]:
+def execute(plan: Plan, partial: Path, broker: Broker) -> list[dict[str, Any]]:
     runs: list[dict[str, Any]] = []
     max_reps = max(c.reps for c in plan.configs)
     for rep in range(max_reps):
@@ -301,195 +414,36 @@ def execute(plan: Plan, partial: Path) -> list[dict[str, Any]]:
                 continue
             order = ("sluice", "airflow") if (rep + i) % 2 == 0 else ("airflow", "sluice")
             for system in order:
-                rows = run_side(system, cfg, rep)
+                rows = run_side(system, cfg, rep, broker)
                 runs.extend(rows)
                 for row in rows:
                     print(
-                        f"  rep {rep + 1} {cfg.workload:7s} {cfg.label:22s} {_brief(row)}",
+                        f"  rep {rep + 1} {cfg.workload:7s} {cfg.label:22s} {brief(row)}",
                         flush=True,
                     )
             partial.write_text(json.dumps(runs))
     return runs
 
 
-def _brief(row: dict[str, Any]) -> str:
-    if "error" in row:
-        return f"{row['system']:7s} ERROR {row['error'].strip().splitlines()[-1][:120]}"
-    keys = [k for k, *_ in METRICS[row["workload"]]]
-    layer = f"{row['layer']:8s}" if "layer" in row else ""
-    figs = "  ".join(f"{k}={row[k]:,.1f}" for k in keys)
-    return f"{row['system']:7s} {layer}{figs}  ({row['wall_s']:.0f}s)"
-
-
-# -- summary -----------------------------------------------------------------------------
-
-# workload -> (metric, unit, higher_is_better)
-METRICS: dict[str, list[tuple[str, str, bool]]] = {
-    "fanout": [("deliveries_per_s", "deliveries/s", True), ("raw_per_s", "raw events/s", True)],
-    "latency": [("p50_ms", "ms", False), ("p99_ms", "ms", False)],
-    "claim": [("claims_per_s", "triggers/s", True)],
-    "rss": [("rss_per_trigger_bytes", "bytes/trigger", False)],
-    "cycle": [("cycle_ms", "ms/cycle", False)],
-}
-
-
-def target_for(workload: str, key: str, metric: str) -> tuple[float, str] | None:
-    """The issue's target as a minimum advantage factor (x better than Airflow), if any."""
-    if workload == "fanout" and key.startswith("ack N=100") and metric == "deliveries_per_s":
-        if key.endswith("manager"):
-            return 3.0, ">= 3x Airflow's deliveries/s (manager)"
-        if key.endswith("INFO runtime"):
-            return 10.0, ">= 10x at default log levels (runtime)"
-    if workload == "latency" and metric == "p50_ms":
-        return 50.0, "p50 <= 20 ms vs Airflow's ~1 s"
-    if workload == "claim":
-        return 100.0, ">= 100x Airflow's claim rate"
-    if workload == "rss":
-        return 1.0, "<= Airflow's RSS per idle trigger"
-    return None
-
-
-def _key(row: dict[str, Any]) -> str:
-    return f"{row['config']} {row['layer']}" if "layer" in row else row["config"]
-
-
-def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    good = [r for r in runs if "error" not in r]
-    keys: list[tuple[str, str]] = []
-    for r in good:
-        if (r["workload"], _key(r)) not in keys:
-            keys.append((r["workload"], _key(r)))
-    summary = []
-    for workload, key in keys:
-        rows = [r for r in good if r["workload"] == workload and _key(r) == key]
-        for metric, unit, higher in METRICS[workload]:
-            per = {
-                s: {r["rep"]: r[metric] for r in rows if r["system"] == s}
-                for s in ("sluice", "airflow")
-            }
-            if not per["sluice"] or not per["airflow"]:
-                continue
-            med = {s: statistics.median(v.values()) for s, v in per.items()}
-            paired = [
-                per["sluice"][k] / per["airflow"][k] for k in per["sluice"] if k in per["airflow"]
-            ]
-            ratio = med["sluice"] / med["airflow"]
-            advantage = ratio if higher else 1 / ratio
-            entry: dict[str, Any] = {
-                "workload": workload,
-                "config": key,
-                "metric": metric,
-                "unit": unit,
-                "higher_is_better": higher,
-                "log_level": rows[0].get("log_level"),
-                **{
-                    f"{s}_{stat}": fn(per[s].values())
-                    for s in ("sluice", "airflow")
-                    for stat, fn in (("median", statistics.median), ("min", min), ("max", max))
-                },
-                "sluice_runs": len(per["sluice"]),
-                "airflow_runs": len(per["airflow"]),
-                "ratio_sluice_over_airflow": ratio,
-                "ratio_per_rep_min": min(paired) if paired else None,
-                "ratio_per_rep_max": max(paired) if paired else None,
-                "sluice_advantage_x": advantage,
-            }
-            target = target_for(workload, key, metric)
-            if target is not None:
-                entry["target_advantage_x"], entry["target"] = target
-                if workload == "latency":
-                    entry["target_met"] = med["sluice"] <= 20.0
-                else:
-                    entry["target_met"] = advantage >= target[0]
-            summary.append(entry)
-    return summary
-
-
-def _fmt(v: float) -> str:
-    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.2f}"
-
-
-def print_summary(summary: list[dict[str, Any]]) -> None:
-    print()
-    head = f"{'workload':8s} {'configuration':26s} {'metric':18s} {'Sluice median [min-max]':>30s} "
-    print(head + f"{'Airflow median [min-max]':>30s} {'S/A ratio [per-rep]':>24s}  target")
-    for e in summary:
-        s = f"{_fmt(e['sluice_median'])} [{_fmt(e['sluice_min'])}-{_fmt(e['sluice_max'])}]"
-        a = f"{_fmt(e['airflow_median'])} [{_fmt(e['airflow_min'])}-{_fmt(e['airflow_max'])}]"
-        lo, hi = e["ratio_per_rep_min"], e["ratio_per_rep_max"]
-        r = f"{e['ratio_sluice_over_airflow']:.3g} [{lo:.3g}-{hi:.3g}]"
-        t = ""
-        if "target" in e:
-            t = f"{e['target']}: {'MET' if e['target_met'] else 'MISSED'}"
-        name = f"{e['workload']:8s} {e['config']:26s} {e['metric']:18s}"
-        if min(e["sluice_runs"], e["airflow_runs"]) < MIN_REPS:
-            t = f"(only {min(e['sluice_runs'], e['airflow_runs'])} rep(s): no spread) {t}"
-        print(f"{name} {s:>30s} {a:>30s} {r:>24s}  {t}")
-
-
-def chart(summary: list[dict[str, Any]], machine: dict[str, Any], out: Path) -> None:
-    import matplotlib
-    import matplotlib.ticker
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [e for e in summary if e["metric"] != "raw_per_s"]
-    colors = {
-        "fanout": "#4C72B0",
-        "latency": "#DD8452",
-        "claim": "#55A868",
-        "rss": "#8172B3",
-        "cycle": "#C44E52",
-    }
-    labels = [f"{e['workload']}: {e['config']} {e['metric'].replace('_per_s', '/s')}" for e in rows]
-    values = [e["sluice_advantage_x"] for e in rows]
-    fig, ax = plt.subplots(figsize=(11, 0.32 * len(rows) + 2.2))
-    y = range(len(rows))
-    # bars start at 1x (parity), so a loss points left and a win right on the log axis
-    widths = [v - 1.0 for v in values]
-    ax.barh(y, widths, left=1.0, color=[colors[e["workload"]] for e in rows])
-    ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
-    ax.axvline(1.0, color="black", linewidth=1)
-    for i, e in enumerate(rows):
-        if "target_advantage_x" in e:
-            ax.plot([e["target_advantage_x"]] * 2, [i - 0.45, i + 0.45], color="red", linewidth=2)
-        ax.text(max(values[i], 1.0) * 1.05, i, f"{values[i]:.3g}x", va="center", fontsize=7)
-    ax.set_yticks(list(y), labels, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel(
-        "Sluice's advantage (x, log scale; > 1 = Sluice better): throughput Sluice/Airflow, "
-        "time and memory Airflow/Sluice"
-    )
-    versions = (
-        f"Sluice {machine['sluice_version']} vs "
-        f"Apache Airflow {machine['apache_airflow_core_version']}"
-    )
-    ax.set_title(
-        f"{versions} (median of alternating runs; red tick = issue target)\n"
-        f"{machine['cpu_model']}, "
-        f"{machine['cores']} cores, Python {machine['python_sluice']}, {machine['date_utc'][:10]}",
-        fontsize=9,
-    )
-    ax.grid(axis="x", which="both", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 repetition, small sizes")
     parser.add_argument("--reps", type=int, default=None, help="repetitions (default 3)")
-    parser.add_argument("--only", default=None, help="comma list: fanout,latency,claim,rss,cycle")
+    parser.add_argument("--only", default=None, help=f"comma list of {','.join(WORKLOADS)}")
     parser.add_argument(
         "--replot", action="store_true", help="only redraw the PNG and table from the JSON"
     )
     args = parser.parse_args()
-    stem = "compare_airflow.quick" if args.quick else "compare_airflow"
+    only = set(args.only.split(",")) if args.only else None
+    if only and only - set(WORKLOADS):
+        parser.error(f"unknown workload(s) {sorted(only - set(WORKLOADS))}: use {WORKLOADS}")
+    # a run of some workloads writes files of its own: it never overwrites a whole run's
+    stem = "compare_airflow" + ("." + "-".join(sorted(only)) if only else "")
+    stem += ".quick" if args.quick else ""
     if args.replot:
         require_matplotlib()
+        if not (RESULTS / f"{stem}.json").exists():
+            sys.exit(f"no {RESULTS / f'{stem}.json'} to redraw: run the same without --replot")
         doc = json.loads((RESULTS / f"{stem}.json").read_text())
         print_summary(doc["summary"])
         chart(doc["summary"], doc["machine"], RESULTS / f"{stem}.png")
@@ -506,13 +460,18 @@ def main() -> None:
         "on both sides",
         flush=True,
     )
-    only = set(args.only.split(",")) if args.only else None
+    print(f"load average at start: {machine['load_average_at_start']}", flush=True)
     plan = build_plan(args.quick, args.reps, only)
     RESULTS.mkdir(exist_ok=True)
     partial = RESULTS / f"{stem}.json.tmp"
-    runs = execute(plan, partial)
+    broker = Broker(Path(tempfile.mkdtemp(prefix="compare-airflow-broker-")))
+    try:
+        runs = execute(plan, partial, broker)
+    finally:
+        broker.stop()
     summary = summarize(runs)
     machine["load_average_at_end"] = os.getloadavg()
+    print(f"load average at end: {machine['load_average_at_end']}", flush=True)
     machine["total_seconds"] = round(time.monotonic() - started)
     doc = {
         "machine": machine,

@@ -8,6 +8,7 @@ existing Sluice benches, so the logic lives in one place:
 * ``claim`` -> bench/triggerer_bench.py ``claim_into_running`` (real Triggerer, SQLite)
 * ``rss`` -> bench/triggerer_bench.py ``measure`` (real Triggerer, SQLite)
 * ``cycle``   -> bench/engine_bench.py ``_main`` (all engine parts, SQLite)
+* ``event``, ``dagfiles``, ``runs`` -> bench/compare_airflow_user.py (a fresh ``sluice run``)
 
 Logging is set up as the ``sluice`` CLI does (``engine.logs.configure_logging``) at the
 level given, written to /dev/null, so both systems pay for the log lines they emit.
@@ -28,6 +29,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import compare_airflow_user
 import engine_bench
 import shared_stream_bench
 import triggerer_bench
@@ -93,6 +95,20 @@ def cycle(args: argparse.Namespace) -> None:
     )
 
 
+def event(args: argparse.Namespace) -> None:
+    fig = compare_airflow_user.event(args.bootstrap, args.topic, args.messages, args.interval)
+    _emit("event", log_level=args.level, **fig)
+
+
+def dagfiles(args: argparse.Namespace) -> None:
+    _emit("dagfiles", log_level=args.level, **compare_airflow_user.dagfiles(args.files, args.idle))
+
+
+def runs(args: argparse.Namespace) -> None:
+    fig = compare_airflow_user.runs(args.runs, args.parallelism)
+    _emit("runs", log_level=args.level, **fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--level", default="INFO")
@@ -115,6 +131,20 @@ def main() -> None:
     p = sub.add_parser("cycle")
     p.add_argument("--cycles", type=int, default=10)
     p.set_defaults(fn=cycle)
+    p = sub.add_parser("event")
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--messages", type=int, default=20)
+    p.add_argument("--interval", type=float, default=1.0)
+    p.set_defaults(fn=event)
+    p = sub.add_parser("dagfiles")
+    p.add_argument("--files", type=int, default=300)
+    p.add_argument("--idle", type=float, default=60.0)
+    p.set_defaults(fn=dagfiles)
+    p = sub.add_parser("runs")
+    p.add_argument("--runs", type=int, default=1000)
+    p.add_argument("--parallelism", type=int, default=8)
+    p.set_defaults(fn=runs)
     args = parser.parse_args()
     _setup_logging(args.level)
     args.fn(args)

@@ -7,6 +7,7 @@ Airflow reads its configuration from at import time.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -29,6 +30,60 @@ def exit_on_signal() -> None:
 
     signal.signal(signal.SIGTERM, _exit)
     signal.signal(signal.SIGINT, _exit)
+
+
+def free_port() -> int:
+    """A free loopback TCP port (the api-server's, so that runs never clash)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def api_healthy(port: int) -> bool:
+    """Whether the api-server's Execution API answers its health check."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/execution/health", timeout=2) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+def stack_env(port: int, parallelism: int) -> dict[str, str]:
+    """Settings of a whole Airflow (api-server, scheduler with LocalExecutor, triggerer):
+    the api-server on ``port``, the task processes pointed at its Execution API."""
+    return {
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
+        "AIRFLOW__CORE__PARALLELISM": str(parallelism),
+    }
+
+
+def own_dags(home: Path) -> dict[str, str]:
+    """A DAGs folder of the run's own (``home/dags``), new DAGs unpaused, as a user sets up
+    a DAG meant to run: the settings to pass to ``prepare_home``'s ``extra``."""
+    return {
+        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+    }
+
+
+def db_rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    """Rows of a read-only query on the run's SQLite DB (none while it is locked or absent)."""
+    import sqlite3
+
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as conn:
+            return conn.execute(sql).fetchall()
+    except sqlite3.Error:
+        return []
 
 
 def base_env(home: Path, db_file: Path, level: str, fernet_key: str) -> dict[str, str]:

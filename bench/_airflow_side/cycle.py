@@ -17,19 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
-import socket
 import sqlite3
 import time
 from pathlib import Path
 
 import common
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _ti(db: Path) -> tuple[str | None, str | None, str | None]:
@@ -38,16 +30,6 @@ def _ti(db: Path) -> tuple[str | None, str | None, str | None]:
             "select state, start_date, end_date from task_instance where dag_id='bench_defer_loop'"
         ).fetchone()
     return (row[0], row[1], row[2]) if row else (None, None, None)
-
-
-def _healthy(port: int) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/execution/health", timeout=2) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
 
 
 def _create_run() -> None:
@@ -76,21 +58,9 @@ def _create_run() -> None:
 
 
 def run(template: Path, cycles: int) -> dict[str, float]:
-    port = _free_port()
-    home = common.prepare_home(
-        template,
-        "INFO",
-        {
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__API__PORT": str(port),
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
-            "AIRFLOW__CORE__PARALLELISM": "4",
-            "BENCH_CYCLES": str(cycles),
-        },
-    )
+    port = common.free_port()
+    extra = {**common.stack_env(port, 4), "BENCH_CYCLES": str(cycles)}
+    home = common.prepare_home(template, "INFO", extra)
     db = home / "airflow.db"
     procs = [
         common.start(["api-server", "--port", str(port)], home, "api-server"),
@@ -98,7 +68,7 @@ def run(template: Path, cycles: int) -> dict[str, float]:
         common.start(["triggerer"], home, "triggerer"),
     ]
     try:
-        common.wait_for(lambda: _healthy(port), 180, "the api-server", 0.2)
+        common.wait_for(lambda: common.api_healthy(port), 180, "the api-server", 0.2)
         time.sleep(2.0)  # the scheduler and triggerer are up too before the run exists
         _create_run()
         common.wait_for(lambda: _ti(db)[0] in ("success", "failed"), 120 + 30 * cycles, "the task")
