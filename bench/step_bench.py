@@ -21,6 +21,10 @@ databases, ``--reps`` times:
 4. runs/s: ``--runs`` manual runs of a one-task DAG created in one transaction, at
    parallelism 8; the clock runs from their commit to the last run finished.
 
+``--variant NAME:KEY=VALUE,...`` (repeatable) runs engines with other settings, alternated
+with the other variants in the same run: e.g. ``--variant now: --variant
+old-polls:SLUICE__SCHEDULER__IDLE_POLL_INTERVAL_SEC=0.05`` for a before / after.
+
 Figures are p50 / p99 per repetition, then median (min, max) over the repetitions; the
 machine's load average is printed at start and end. Writes bench/results/steps.json.
 """
@@ -43,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import create_engine, event, func, select, text
 
 from engine.config import load_config
 from engine.crypto import KwargsCipher
@@ -179,13 +183,39 @@ async def _xcom_stamps(db: Database, dag_id: str) -> list[float]:
     return [float(s) for s in stamps]
 
 
+class SqlCount:
+    """Statements, transactions and pool checkouts on the engine's database (all parts),
+    counted between ``start()`` and ``take()``: the round trips per state change."""
+
+    def __init__(self, db: Database) -> None:
+        self.counts = dict.fromkeys(("statements", "commits", "checkouts"), 0)
+        for name, key in (
+            ("before_cursor_execute", "statements"),
+            ("commit", "commits"),
+            ("checkout", "checkouts"),
+        ):
+            target = db.engine.pool if name == "checkout" else db.engine
+            event.listen(target, name, partial(self._add, key))
+
+    def _add(self, key: str, *_args: Any, **_kwargs: Any) -> None:
+        self.counts[key] += 1
+
+    def take(self, per: int) -> dict[str, float]:
+        """The counts since the last ``take``, divided by ``per`` (cycles, steps)."""
+        taken = {key: n / per for key, n in self.counts.items()}
+        self.counts = dict.fromkeys(self.counts, 0)
+        return taken
+
+
 async def _idle_cpu(seconds: float) -> float:
     cpu, wall = time.process_time(), time.monotonic()
     await anyio.sleep(seconds)
     return (time.process_time() - cpu) / (time.monotonic() - wall)
 
 
-async def _one_rep(kind: str, home: Path, args: argparse.Namespace) -> dict[str, Any]:
+async def _one_rep(
+    kind: str, home: Path, args: argparse.Namespace, settings: dict[str, str]
+) -> dict[str, Any]:
     dags = home / "dags"
     dags.mkdir(parents=True)
     source = DAG_FILE.format(cycles=args.cycles, steps=args.steps, runs=args.runs)
@@ -196,6 +226,7 @@ async def _one_rep(kind: str, home: Path, args: argparse.Namespace) -> dict[str,
             "SLUICE__CORE__DAGS_FOLDER": str(dags),
             "SLUICE__CORE__SQL_ALCHEMY_CONN": url,
             "SLUICE__CORE__PARALLELISM": str(PARALLELISM),
+            **settings,
         }
         config = load_config(environ=environ)
         tune_gc()
@@ -218,15 +249,23 @@ async def _measure(config: Any, db: Database, home: Path, args: argparse.Namespa
         while (await db.read(dags_view.list_dags))["total"] < len(DAG_IDS):  # noqa: ASYNC110
             await anyio.sleep(0.05)  # the DAG processor parsed the file
         await anyio.sleep(1.0)  # the warm runner starts, the first parse's writes settle
+        # The bench's own writes and polls go through an engine of their own (as the API's
+        # would), so that ``SqlCount`` counts the parts' statements only.
+        probe = Database(db.url)
         out["idle_cpu_cores"] = await _idle_cpu(args.idle)
-        await _trigger(db, "defer_loop")
-        await _until_finished(db, "defer_loop", 1)
-        out["defer_ms"] = _gaps_ms(await _xcom_stamps(db, "defer_loop"))
-        await _trigger(db, "chain")
-        await _until_finished(db, "chain", 1)
-        out["step_ms"] = _gaps_ms(await _xcom_stamps(db, "chain"))
-        started = await _trigger(db, "one", args.runs)
-        out["runs_per_s"] = args.runs / (await _until_finished(db, "one", args.runs) - started)
+        sql = SqlCount(db)
+        await _trigger(probe, "defer_loop")
+        await _until_finished(probe, "defer_loop", 1)
+        out["defer_sql"] = sql.take(args.cycles)
+        out["defer_ms"] = _gaps_ms(await _xcom_stamps(probe, "defer_loop"))
+        sql.take(1)
+        await _trigger(probe, "chain")
+        await _until_finished(probe, "chain", 1)
+        out["step_sql"] = sql.take(args.steps)
+        out["step_ms"] = _gaps_ms(await _xcom_stamps(probe, "chain"))
+        started = await _trigger(probe, "one", args.runs)
+        out["runs_per_s"] = args.runs / (await _until_finished(probe, "one", args.runs) - started)
+        probe.dispose()
         for part in reversed(parts):
             if part.shutdown is not None:
                 part.shutdown()
@@ -246,6 +285,10 @@ def summarize(reps: list[dict[str, Any]]) -> dict[str, Any]:
             "p50": _spread([statistics.median(r[key]) for r in reps]),
             "p99": _spread([_percentile(r[key], 0.99) for r in reps]),
         }
+        summary[key.replace("_ms", "_sql")] = {
+            what: statistics.median(r[key.replace("_ms", "_sql")][what] for r in reps)
+            for what in reps[0][key.replace("_ms", "_sql")]
+        }
     summary["runs_per_s"] = _spread([r["runs_per_s"] for r in reps])
     summary["idle_cpu_cores"] = _spread([r["idle_cpu_cores"] for r in reps])
     return summary
@@ -258,9 +301,20 @@ def _fmt(spread: dict[str, float], digits: int = 1) -> str:
 def _print(kind: str, s: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"{kind} ({args.reps} reps; median (min-max) over reps):")
     for key, label in (("defer_ms", "defer cycle"), ("step_ms", "task step")):
-        print(f"  {label:12} p50 {_fmt(s[key]['p50'])} ms, p99 {_fmt(s[key]['p99'])} ms")
+        sql = s[key.replace("_ms", "_sql")]
+        print(
+            f"  {label:12} p50 {_fmt(s[key]['p50'])} ms, p99 {_fmt(s[key]['p99'])} ms; "
+            f"{sql['statements']:.0f} statements, {sql['commits']:.0f} commits, "
+            f"{sql['checkouts']:.0f} pool checkouts each (the bench's polls included)"
+        )
     print(f"  runs/s       {_fmt(s['runs_per_s'])} ({args.runs} one-task runs, parallelism 8)")
     print(f"  idle CPU     {_fmt(s['idle_cpu_cores'], 3)} cores (the engine's process)")
+
+
+def _variant(text: str) -> tuple[str, dict[str, str]]:
+    """``NAME:KEY=VALUE,KEY=VALUE`` -> (NAME, settings); ``NAME:`` is the configured engine."""
+    name, _, pairs = text.partition(":")
+    return name, dict(pair.split("=", 1) for pair in pairs.split(",") if pair)
 
 
 def main() -> None:
@@ -271,16 +325,27 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="chained @task steps")
     parser.add_argument("--runs", type=int, default=1000, help="one-task runs for runs/s")
     parser.add_argument("--idle", type=float, default=5.0, help="seconds of idle CPU sampled")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE,...",
+        help="engines with these SLUICE__ settings, alternated with the other variants",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    kinds = ("sqlite", "postgres") if args.db == "both" else (args.db,)
+    databases = ("sqlite", "postgres") if args.db == "both" else (args.db,)
+    variants = dict(_variant(v) for v in args.variant) or {"": {}}
+    kinds = [f"{db}{name and ' ' + name}" for db in databases for name in variants]
     load_before = os.getloadavg()
     print(f"load average (1/5/15 min) at start: {load_before}", flush=True)
     reps: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
     for rep in range(args.reps):
         for kind in kinds:  # alternating, in the same run
             with tempfile.TemporaryDirectory() as tmp:
-                figures = anyio.run(partial(_one_rep, kind, Path(tmp) / "home", args))
+                db_kind, _, name = kind.partition(" ")
+                one = partial(_one_rep, db_kind, Path(tmp) / "home", args, variants[name])
+                figures = anyio.run(one)
             reps[kind].append(figures)
             print(
                 f"rep {rep + 1} {kind}: defer p50 {statistics.median(figures['defer_ms']):.1f}"

@@ -63,7 +63,7 @@ class ExecutorSettings:
             default_deferrable=config.operators.default_deferrable,
             heartbeat_s=config.scheduler.scheduler_heartbeat_sec,
             health_check_threshold_s=config.scheduler.health_check_threshold_s,
-            poll_interval_s=config.scheduler.loop_interval_sec,
+            poll_interval_s=config.scheduler.idle_poll_interval_sec,
             shutdown_grace_s=config.triggerer.shutdown_grace_period_sec,
             secrets=tuple(config.secret_values()),
             keep_events_while_paused=config.scheduler.keep_events_while_paused,

@@ -35,7 +35,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Final
 
@@ -43,8 +42,10 @@ import anyio
 
 from engine.authoring.assets import BaseAsset
 from engine.db import models
+from engine.db.listen import LISTEN_SCHEDULER_WORK
 from engine.db.queries import (
     actions,
+    advancing,
     backfills,
     callbacks,
     deferrals,
@@ -55,12 +56,14 @@ from engine.db.queries import (
 )
 from engine.exceptions import SluiceError
 from engine.jobs.service import JobService
+from engine.jobs.wakeup import RowsSignal
 from engine.metrics.readings import SchedulerReading
 from engine.retry import Backoff
 from engine.scheduler import deadlines, orphans
 from engine.scheduler.expansion import decide_tasks
 from engine.scheduler.partition_runs import create_partitioned_runs, partitioned_timetable
 from engine.scheduler.rules import is_condition_met, run_outcome
+from engine.scheduler.settings import SchedulerSettings, SchedulerStats
 from engine.scheduler.time_runs import create_time_run, store_next
 from engine.states import DagRunState, TaskState
 
@@ -70,46 +73,19 @@ if TYPE_CHECKING:
 
     from sqlalchemy.orm import Session
 
-    from engine.config import Config
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
+
+__all__ = ("SCHEDULER_JOB", "Scheduler", "SchedulerSettings", "SchedulerStats")
 
 logger = logging.getLogger(__name__)
 
 SCHEDULER_JOB: Final = jobs.SCHEDULER_JOB
 TIME_RUN_BATCH: Final = 50  # due DAGs per transaction
+#: running runs advanced per transaction: a commit per run made 1,000 running runs cost
+#: 1,000 commits (a WAL flush each on PostgreSQL) every loop
+ADVANCE_BATCH: Final = 50
 CLOCK_POLL_S: Final = 1.0  # the clock task's longest sleep (a new DAG waits at most this)
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerSettings:
-    loop_interval_s: float = 0.05
-    heartbeat_s: float = 5.0
-    health_check_threshold_s: float = 10.5
-    executor_health_check_threshold_s: float = 10.5
-    #: ``[scheduler] task_instance_heartbeat_timeout``: when a running try of a silent
-    #: executor is failed (a queued one is requeued after the health threshold)
-    task_heartbeat_timeout_s: float = 300.0
-
-    @classmethod
-    def from_config(cls, config: Config) -> SchedulerSettings:
-        s = config.scheduler
-        return cls(
-            loop_interval_s=s.loop_interval_sec,
-            heartbeat_s=s.scheduler_heartbeat_sec,
-            health_check_threshold_s=s.health_check_threshold_s,
-            executor_health_check_threshold_s=s.health_check_threshold_s,
-            task_heartbeat_timeout_s=s.task_instance_heartbeat_timeout,
-        )
-
-
-@dataclass
-class SchedulerStats:
-    loops: int = 0
-    runs_created: int = 0  # asset-triggered
-    time_runs_created: int = 0
-    tasks_scheduled: int = 0
-    runs_finished: int = 0
 
 
 class Scheduler:
@@ -166,7 +142,7 @@ class Scheduler:
             part="Scheduler",
             heartbeat_s=self.settings.heartbeat_s,
         )
-        async with job.running() as job_id:
+        async with job.running(wake=self._work_signal()) as job_id:
             self.job_id = job_id
             logger.info(
                 "Scheduler started job_id=%s",
@@ -179,10 +155,16 @@ class Scheduler:
                 await self._loop()
                 tg.cancel_scope.cancel()
 
+    def _work_signal(self) -> RowsSignal:
+        """Loop at once when another process (or this one's API) may have written work:
+        on PostgreSQL the transactions that do notify ``SCHEDULER_WORK_CHANNEL``; on
+        SQLite any commit (at most one signal per ``SQLITE_SIGNAL_GAP_S``)."""
+        return RowsSignal(self._db, self.nudge, listen=LISTEN_SCHEDULER_WORK, what="scheduler work")
+
     async def _loop(self) -> None:
         backoff = Backoff(self.settings.loop_interval_s)
         while not self._stopping.is_set():
-            delay = self.settings.loop_interval_s
+            before = self.stats.progress()
             try:
                 await self.schedule_once()
             except SluiceError as exc:
@@ -196,6 +178,7 @@ class Scheduler:
                     extra={"action": "scheduler_loop_failed", "failures": backoff.failures},
                 )
             else:
+                delay = self._poll_after(before)
                 if failures := backoff.succeeded():
                     logger.info(
                         "Scheduler loop works again after %d failure(s)",
@@ -205,6 +188,12 @@ class Scheduler:
             with anyio.move_on_after(delay):
                 await self._nudged.wait()
             self._nudged = anyio.Event()
+
+    def _poll_after(self, before: tuple[int, int, int, int]) -> float:
+        """How long to wait for a nudge after a loop: ``loop_interval_s`` while runs run
+        or the loop made progress, else ``idle_poll_s``."""
+        busy = self.stats.running_runs or self.stats.progress() != before
+        return self.settings.loop_interval_s if busy else self.settings.idle_poll_s
 
     async def _clock_loop(self) -> None:
         """Create time runs as their ticks come, apart from the main loop.
@@ -272,8 +261,10 @@ class Scheduler:
         scheduled_before = self.stats.tasks_scheduled
         finished_before = self.stats.runs_finished
         await self._release_due_retries()
-        for run_pk in await self._db.run(runs.unfinished_runs):
-            await self._db.run(partial(self._advance_run, run_pk=run_pk))
+        to_advance, self.stats.running_runs = await self._db.read(advancing.unfinished_runs)
+        for start in range(0, len(to_advance), ADVANCE_BATCH):
+            batch = to_advance[start : start + ADVANCE_BATCH]
+            await self._db.run(partial(self._advance_runs, run_pks=batch))
         if self.stats.tasks_scheduled > scheduled_before and self._on_tasks_scheduled:
             self._on_tasks_scheduled()
         if self.stats.runs_finished > finished_before or not self._backfills_checked:
@@ -436,6 +427,11 @@ class Scheduler:
         now = self._clock()
         for dag_id in await self._db.read(partial(runs.dags_with_queued_runs, now=now)):
             await self._db.run(partial(runs.start_queued_runs, dag_id=dag_id, now=now))
+
+    def _advance_runs(self, session: Session, run_pks: list[int]) -> None:
+        """Advance ``run_pks`` in one transaction (``ADVANCE_BATCH`` of them)."""
+        for run_pk in run_pks:
+            self._advance_run(session, run_pk)
 
     def _advance_run(self, session: Session, run_pk: int) -> None:
         state = runs.load_run_state(session, run_pk)
