@@ -16,7 +16,7 @@ from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
 from engine.db import models
 from engine.db.database import Database
 from engine.db.models import Asset, Dag, DagRun, DagRunAssetEvent, TaskInstance
-from engine.db.queries import assets
+from engine.db.queries import advancing, assets
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
 from engine.states import TaskState
 from tests.waiting import wait_until
@@ -251,3 +251,32 @@ def test_the_loop_polls_fast_only_while_runs_run_or_it_made_progress(env) -> Non
     anyio.run(scheduler.schedule_once)  # a run created, admitted, its first task scheduled
     assert scheduler.stats.running_runs == 1
     assert scheduler._poll_after(scheduler.stats.progress()) == 0.05
+
+
+@pytest.mark.both_databases
+def test_a_loop_advances_only_runs_with_a_task_to_decide(env) -> None:
+    """A run whose every task is in flight is left alone; one with a task in ``none`` or an
+    ended one is advanced (and ends when its tasks did)."""
+    db, cipher = env
+    scheduler = _scheduler(db, cipher)
+    _emit(db, "c")  # a_or_c (one task) and list_b_c (waits for b)
+    anyio.run(scheduler.schedule_once)  # a_or_c: created, admitted, its task scheduled
+
+    def set_first(state: str) -> None:
+        db.call(
+            lambda s: s.execute(
+                update(TaskInstance).where(TaskInstance.dag_id == "a_or_c").values(state=state)
+            )
+        )
+
+    for in_flight in (TaskState.SCHEDULED, TaskState.QUEUED, TaskState.RUNNING):
+        set_first(in_flight)
+        assert db.call(advancing.unfinished_runs, read_only=True) == ([], 1)
+    set_first(TaskState.SUCCESS)
+    to_advance, running = db.call(advancing.unfinished_runs, read_only=True)
+    assert len(to_advance) == 1
+    assert running == 1
+    anyio.run(scheduler.schedule_once)
+    assert db.call(advancing.unfinished_runs, read_only=True) == ([], 0)
+    run = db.call(lambda s: s.execute(select(DagRun).where(DagRun.dag_id == "a_or_c")).scalar_one())
+    assert run.state == "success"
