@@ -305,7 +305,7 @@ def _print(kind: str, s: dict[str, Any], args: argparse.Namespace) -> None:
         print(
             f"  {label:12} p50 {_fmt(s[key]['p50'])} ms, p99 {_fmt(s[key]['p99'])} ms; "
             f"{sql['statements']:.0f} statements, {sql['commits']:.0f} commits, "
-            f"{sql['checkouts']:.0f} pool checkouts each (the bench's polls included)"
+            f"{sql['checkouts']:.0f} pool checkouts each (the engine's parts)"
         )
     print(f"  runs/s       {_fmt(s['runs_per_s'])} ({args.runs} one-task runs, parallelism 8)")
     print(f"  idle CPU     {_fmt(s['idle_cpu_cores'], 3)} cores (the engine's process)")
