@@ -1,7 +1,10 @@
 """The scheduler: asset events and clock ticks -> DAG runs -> ready task instances -> finished
 runs.
 
-Each loop (every ``loop_interval_sec``, or at once when nudged by an in-process part):
+Each loop runs at once when nudged by an in-process part or signalled by another process's
+write (``RowsSignal``: on PostgreSQL the ``sluice_scheduler_work`` notifications of a run
+created, a try ended, asset events queued; on SQLite any commit), else every
+``loop_interval_sec`` while runs run and every ``idle_poll_interval_sec`` while none does:
 
 1. every active, unpaused DAG with queued asset events whose schedule condition is now met
    gets one asset-triggered run; all its queued events are attached and consumed in the same
@@ -19,7 +22,8 @@ Each loop (every ``loop_interval_sec``, or at once when nudged by an in-process 
    task becomes ``scheduled`` for the executor (or goes straight to the triggerer when it
    starts from a trigger); a run whose tasks all finished ends;
 5. tasks ``up_for_retry`` whose retry delay has passed (by the scheduler's clock) are
-   ``scheduled`` again for their next try; deferrals past their timeout fail.
+   ``scheduled`` again for their next try; deferrals past their timeout fail (both before
+   queued runs are admitted, in the transaction that times runs out, see below).
 
 Before queued runs are admitted, running runs older than their DAG's ``dagrun_timeout`` (by
 the scheduler's clock) fail, their unfinished tasks skipped (running ones are stopped by
@@ -255,12 +259,11 @@ class Scheduler:
                 )
         if not self._clock_task_running:
             await self._create_time_runs()
-        await self._time_out_runs()
-        await deadlines.check_deadlines(self._db, now=self._clock())
-        await self._start_queued_runs()
         scheduled_before = self.stats.tasks_scheduled
         finished_before = self.stats.runs_finished
-        await self._release_due_retries()
+        await self._settle_due_by_clock()
+        await deadlines.check_deadlines(self._db, now=self._clock())
+        await self._start_queued_runs()
         to_advance, self.stats.running_runs = await self._db.read(advancing.unfinished_runs)
         for start in range(0, len(to_advance), ADVANCE_BATCH):
             batch = to_advance[start : start + ADVANCE_BATCH]
@@ -271,14 +274,24 @@ class Scheduler:
             self._clock_wake.set()  # a held time run may be due now
             await self._db.run(partial(backfills.complete_finished_backfills, now=self._clock()))
             self._backfills_checked = True
-        await self._db.run(deferrals.fail_timed_out_deferrals)
         await self._recover_orphans()
 
-    async def _release_due_retries(self) -> None:
-        """Tasks ``up_for_retry`` whose delay has passed (by the scheduler's clock) become
-        ``scheduled`` again for their next try."""
+    async def _settle_due_by_clock(self) -> None:
+        """What the scheduler's clock made due, in one transaction (three per loop before,
+        each a round trip or more on PostgreSQL): running runs past their DAG's
+        ``dagrun_timeout`` fail (Airflow: the run fails, its unfinished tasks are skipped),
+        tasks ``up_for_retry`` whose delay has passed become ``scheduled`` for their next
+        try, tasks deferred past their timeout fail."""
         now = self._clock()
-        released = await self._db.run(partial(runs.release_due_retries, now=now))
+
+        def settle(session: Session) -> tuple[list[run_ends.EndedRun], list[int]]:
+            ended = run_ends.time_out_runs(session, now=now)
+            released = runs.release_due_retries(session, now=now)
+            deferrals.fail_timed_out_deferrals(session)
+            return ended, released
+
+        ended, released = await self._db.run(settle)
+        self._log_timed_out(ended)
         if released:
             self.stats.tasks_scheduled += len(released)
             logger.info(
@@ -288,10 +301,7 @@ class Scheduler:
                 extra={"action": "task_retry_due", "ti_ids": released},
             )
 
-    async def _time_out_runs(self) -> None:
-        """Fail the running runs past their DAG's ``dagrun_timeout`` (Airflow: the run
-        fails, its unfinished tasks are skipped)."""
-        ended = await self._db.run(partial(run_ends.time_out_runs, now=self._clock()))
+    def _log_timed_out(self, ended: list[run_ends.EndedRun]) -> None:
         for run in ended:
             self.stats.runs_finished += 1
             logger.warning(
