@@ -127,7 +127,9 @@ class TriggererConfig:
     blocked_main_thread_warning_threshold: float = _key(0.2, _POSITIVE)
     allowed_trigger_modules: tuple[str, ...] = _key(("triggers", "producers"))
     cleanup_interval_sec: float = _key(60.0, _POSITIVE)
-    new_trigger_poll_interval_sec: float = _key(0.1, _POSITIVE)
+    #: the probe for new trigger rows besides the wake-ups (in-process nudges, PostgreSQL
+    #: notifications, SQLite commits): only bounds what a lost wake-up costs
+    new_trigger_poll_interval_sec: float = _key(1.0, _POSITIVE)
     trigger_cleanup_timeout_sec: float = _key(10.0, _POSITIVE)
     shutdown_grace_period_sec: float = _key(30.0, _NOT_NEGATIVE)
     #: young-generation threshold of the garbage collector while a triggerer runs
@@ -146,6 +148,10 @@ class TriggererConfig:
 class SchedulerConfig:
     scheduler_heartbeat_sec: float = _key(5.0, _POSITIVE)
     loop_interval_sec: float = _key(0.05, _POSITIVE)
+    #: the scheduler's poll while no run is running, and the executor's claim poll: work
+    #: wakes them (in-process nudges, PostgreSQL notifications, SQLite commits), so this
+    #: only bounds what a lost wake-up costs; an idle engine wakes this often, not 20x/s
+    idle_poll_interval_sec: float = _key(1.0, _POSITIVE)
     dag_dir_list_interval: float = _key(30.0, _NOT_NEGATIVE)
     #: every DAG file is parsed again this often, changed or not (for what it reads at parse
     #: time); changed files are parsed at once. Airflow: 30 s, its only way to see a change

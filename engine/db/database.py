@@ -17,6 +17,7 @@ No SQLAlchemy error leaves ``engine.db``: ``translated_errors`` raises the engin
 from __future__ import annotations
 
 import logging
+import time
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import anyio.to_thread
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from engine.exceptions import DatabaseError, DatabaseUnavailable
@@ -48,6 +49,11 @@ READ_ONLY_OPTION: Final = "sluice_read_only"
 
 
 READERS: Final = 4  # concurrent read-only transactions per process
+#: A pooled PostgreSQL connection back in the pool for longer than this is pinged before it
+#: is used again (a server restart, a failover or an idle timeout may have dropped it); one
+#: used again sooner is not. Pinging every checkout (``pool_pre_ping``) cost a round trip
+#: per transaction, a quarter of an empty transaction's (ping, BEGIN, statement, COMMIT).
+PING_AFTER_IDLE_S: Final = 5.0
 
 
 def is_postgres(session: Session) -> bool:
@@ -139,7 +145,29 @@ def create_db_engine(url: str) -> Engine:
         )
         _sqlite_setup(engine)
         return engine
-    return create_engine(parsed, pool_pre_ping=True, pool_size=8, max_overflow=8, future=True)
+    engine = create_engine(parsed, pool_size=8, max_overflow=8, future=True)
+    _ping_after_idle(engine)
+    return engine
+
+
+def _ping_after_idle(engine: Engine) -> None:
+    """Ping a pooled connection at checkout when it sat in the pool ``PING_AFTER_IDLE_S`` or
+    longer; a dead one is replaced by a fresh connection (the pool's answer to
+    ``DisconnectionError`` raised at checkout)."""
+
+    @event.listens_for(engine.pool, "checkin")
+    def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
+        record.info["checked_in_at"] = time.monotonic()
+
+    @event.listens_for(engine.pool, "checkout")
+    def _on_checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        checked_in_at = record.info.get("checked_in_at")
+        if checked_in_at is None or time.monotonic() - checked_in_at < PING_AFTER_IDLE_S:
+            return  # a new connection, or one in use moments ago
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except engine.dialect.loaded_dbapi.Error as exc:
+            raise DisconnectionError(str(exc)) from exc
 
 
 class Database:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import anyio
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from engine.exceptions import DatabaseUnavailable
@@ -20,9 +21,26 @@ from engine.exceptions import DatabaseUnavailable
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from sqlalchemy.engine import Connection
+    from sqlalchemy.orm import Session
+
     from engine.db.database import Database
 
-__all__ = ("LISTEN_CONNECTION_PARAMS", "can_listen", "listening", "sqlite_file")
+__all__ = (
+    "LISTEN_CONNECTION_PARAMS",
+    "LISTEN_SCHEDULER_WORK",
+    "SCHEDULER_WORK_CHANNEL",
+    "can_listen",
+    "listening",
+    "notify_scheduler",
+    "sqlite_file",
+)
+
+#: The PostgreSQL channel a transaction notifies (``notify_scheduler``) when it wrote what a
+#: scheduler acts on: a run created, a try ended, asset events queued for a DAG. A scheduler
+#: in another process then loops at once rather than at its idle poll.
+SCHEDULER_WORK_CHANNEL: Final = "sluice_scheduler_work"
+LISTEN_SCHEDULER_WORK: Final = f"LISTEN {SCHEDULER_WORK_CHANNEL}"
 
 #: libpq parameters of the LISTEN connection unless its URL sets them: a bounded connect, and
 #: a dead peer noticed within about a minute.
@@ -39,6 +57,15 @@ def can_listen(db: Database) -> bool:
     """Whether ``db`` can notify listeners: PostgreSQL through psycopg."""
     dialect = db.engine.dialect
     return dialect.name == "postgresql" and dialect.driver == "psycopg"
+
+
+def notify_scheduler(session: Session | Connection) -> None:
+    """On PostgreSQL, notify ``SCHEDULER_WORK_CHANNEL`` at this transaction's commit (one
+    notification per transaction and channel, however often called); elsewhere nothing
+    (SQLite's listeners see the commit itself)."""
+    bind = session.get_bind() if hasattr(session, "get_bind") else session
+    if bind.dialect.name == "postgresql":
+        session.execute(text(f"NOTIFY {SCHEDULER_WORK_CHANNEL}"))
 
 
 def sqlite_file(db: Database) -> Path | None:

@@ -31,7 +31,13 @@ class ExecutorSettings:
     default_deferrable: bool = False
     heartbeat_s: float = 5.0
     health_check_threshold_s: float = 10.5
+    #: the local executor's claim poll and the callback runner's: nudges and row signals
+    #: wake them, so this bounds what a lost wake-up costs ([scheduler]
+    #: idle_poll_interval_sec)
     poll_interval_s: float = 0.05
+    #: the Celery sender's poll ([scheduler] loop_interval_sec): no row signal wakes it, and
+    #: it also watches its queued tries' progress
+    sender_poll_s: float = 0.05
     shutdown_grace_s: float = 30.0
     #: SIGTERM -> SIGKILL at shutdown, and how long past its execution deadline a task that
     #: ignores its timeout keeps running before it is killed
@@ -63,7 +69,8 @@ class ExecutorSettings:
             default_deferrable=config.operators.default_deferrable,
             heartbeat_s=config.scheduler.scheduler_heartbeat_sec,
             health_check_threshold_s=config.scheduler.health_check_threshold_s,
-            poll_interval_s=config.scheduler.loop_interval_sec,
+            poll_interval_s=config.scheduler.idle_poll_interval_sec,
+            sender_poll_s=config.scheduler.loop_interval_sec,
             shutdown_grace_s=config.triggerer.shutdown_grace_period_sec,
             secrets=tuple(config.secret_values()),
             keep_events_while_paused=config.scheduler.keep_events_while_paused,

@@ -1,7 +1,10 @@
 """The scheduler: asset events and clock ticks -> DAG runs -> ready task instances -> finished
 runs.
 
-Each loop (every ``loop_interval_sec``, or at once when nudged by an in-process part):
+Each loop runs at once when nudged by an in-process part or signalled by another process's
+write (``RowsSignal``: on PostgreSQL the ``sluice_scheduler_work`` notifications of a run
+created, a try ended, asset events queued; on SQLite any commit), else every
+``loop_interval_sec`` while runs run and every ``idle_poll_interval_sec`` while none does:
 
 1. every active, unpaused DAG with queued asset events whose schedule condition is now met
    gets one asset-triggered run; all its queued events are attached and consumed in the same
@@ -19,7 +22,8 @@ Each loop (every ``loop_interval_sec``, or at once when nudged by an in-process 
    task becomes ``scheduled`` for the executor (or goes straight to the triggerer when it
    starts from a trigger); a run whose tasks all finished ends;
 5. tasks ``up_for_retry`` whose retry delay has passed (by the scheduler's clock) are
-   ``scheduled`` again for their next try; deferrals past their timeout fail.
+   ``scheduled`` again for their next try; deferrals past their timeout fail (both before
+   queued runs are admitted, in the transaction that times runs out, see below).
 
 Before queued runs are admitted, running runs older than their DAG's ``dagrun_timeout`` (by
 the scheduler's clock) fail, their unfinished tasks skipped (running ones are stopped by
@@ -35,7 +39,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Final
 
@@ -43,8 +46,10 @@ import anyio
 
 from engine.authoring.assets import BaseAsset
 from engine.db import models
+from engine.db.listen import LISTEN_SCHEDULER_WORK
 from engine.db.queries import (
     actions,
+    advancing,
     backfills,
     callbacks,
     deferrals,
@@ -55,12 +60,14 @@ from engine.db.queries import (
 )
 from engine.exceptions import SluiceError
 from engine.jobs.service import JobService
+from engine.jobs.wakeup import RowsSignal
 from engine.metrics.readings import SchedulerReading
 from engine.retry import Backoff
 from engine.scheduler import deadlines, orphans
 from engine.scheduler.expansion import decide_tasks
 from engine.scheduler.partition_runs import create_partitioned_runs, partitioned_timetable
 from engine.scheduler.rules import is_condition_met, run_outcome
+from engine.scheduler.settings import SchedulerSettings, SchedulerStats
 from engine.scheduler.time_runs import create_time_run, store_next
 from engine.states import DagRunState, TaskState
 
@@ -70,46 +77,19 @@ if TYPE_CHECKING:
 
     from sqlalchemy.orm import Session
 
-    from engine.config import Config
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
+
+__all__ = ("SCHEDULER_JOB", "Scheduler", "SchedulerSettings", "SchedulerStats")
 
 logger = logging.getLogger(__name__)
 
 SCHEDULER_JOB: Final = jobs.SCHEDULER_JOB
 TIME_RUN_BATCH: Final = 50  # due DAGs per transaction
+#: running runs advanced per transaction: a commit per run made 1,000 running runs cost
+#: 1,000 commits (a WAL flush each on PostgreSQL) every loop
+ADVANCE_BATCH: Final = 50
 CLOCK_POLL_S: Final = 1.0  # the clock task's longest sleep (a new DAG waits at most this)
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerSettings:
-    loop_interval_s: float = 0.05
-    heartbeat_s: float = 5.0
-    health_check_threshold_s: float = 10.5
-    executor_health_check_threshold_s: float = 10.5
-    #: ``[scheduler] task_instance_heartbeat_timeout``: when a running try of a silent
-    #: executor is failed (a queued one is requeued after the health threshold)
-    task_heartbeat_timeout_s: float = 300.0
-
-    @classmethod
-    def from_config(cls, config: Config) -> SchedulerSettings:
-        s = config.scheduler
-        return cls(
-            loop_interval_s=s.loop_interval_sec,
-            heartbeat_s=s.scheduler_heartbeat_sec,
-            health_check_threshold_s=s.health_check_threshold_s,
-            executor_health_check_threshold_s=s.health_check_threshold_s,
-            task_heartbeat_timeout_s=s.task_instance_heartbeat_timeout,
-        )
-
-
-@dataclass
-class SchedulerStats:
-    loops: int = 0
-    runs_created: int = 0  # asset-triggered
-    time_runs_created: int = 0
-    tasks_scheduled: int = 0
-    runs_finished: int = 0
 
 
 class Scheduler:
@@ -166,7 +146,7 @@ class Scheduler:
             part="Scheduler",
             heartbeat_s=self.settings.heartbeat_s,
         )
-        async with job.running() as job_id:
+        async with job.running(wake=self._work_signal()) as job_id:
             self.job_id = job_id
             logger.info(
                 "Scheduler started job_id=%s",
@@ -179,10 +159,16 @@ class Scheduler:
                 await self._loop()
                 tg.cancel_scope.cancel()
 
+    def _work_signal(self) -> RowsSignal:
+        """Loop at once when another process (or this one's API) may have written work:
+        on PostgreSQL the transactions that do notify ``SCHEDULER_WORK_CHANNEL``; on
+        SQLite any commit (at most one signal per ``SQLITE_SIGNAL_GAP_S``)."""
+        return RowsSignal(self._db, self.nudge, listen=LISTEN_SCHEDULER_WORK, what="scheduler work")
+
     async def _loop(self) -> None:
         backoff = Backoff(self.settings.loop_interval_s)
         while not self._stopping.is_set():
-            delay = self.settings.loop_interval_s
+            before = self.stats.progress()
             try:
                 await self.schedule_once()
             except SluiceError as exc:
@@ -196,6 +182,7 @@ class Scheduler:
                     extra={"action": "scheduler_loop_failed", "failures": backoff.failures},
                 )
             else:
+                delay = self._poll_after(before)
                 if failures := backoff.succeeded():
                     logger.info(
                         "Scheduler loop works again after %d failure(s)",
@@ -205,6 +192,12 @@ class Scheduler:
             with anyio.move_on_after(delay):
                 await self._nudged.wait()
             self._nudged = anyio.Event()
+
+    def _poll_after(self, before: tuple[int, int, int, int]) -> float:
+        """How long to wait for a nudge after a loop: ``loop_interval_s`` while runs run
+        or the loop made progress, else ``idle_poll_s``."""
+        busy = self.stats.running_runs or self.stats.progress() != before
+        return self.settings.loop_interval_s if busy else self.settings.idle_poll_s
 
     async def _clock_loop(self) -> None:
         """Create time runs as their ticks come, apart from the main loop.
@@ -266,28 +259,39 @@ class Scheduler:
                 )
         if not self._clock_task_running:
             await self._create_time_runs()
-        await self._time_out_runs()
-        await deadlines.check_deadlines(self._db, now=self._clock())
-        await self._start_queued_runs()
         scheduled_before = self.stats.tasks_scheduled
         finished_before = self.stats.runs_finished
-        await self._release_due_retries()
-        for run_pk in await self._db.run(runs.unfinished_runs):
-            await self._db.run(partial(self._advance_run, run_pk=run_pk))
+        await self._settle_due_by_clock()
+        await deadlines.check_deadlines(self._db, now=self._clock())
+        await self._start_queued_runs()
+        to_advance, self.stats.running_runs = await self._db.read(advancing.unfinished_runs)
+        for start in range(0, len(to_advance), ADVANCE_BATCH):
+            batch = to_advance[start : start + ADVANCE_BATCH]
+            await self._db.run(partial(self._advance_runs, run_pks=batch))
         if self.stats.tasks_scheduled > scheduled_before and self._on_tasks_scheduled:
             self._on_tasks_scheduled()
         if self.stats.runs_finished > finished_before or not self._backfills_checked:
             self._clock_wake.set()  # a held time run may be due now
             await self._db.run(partial(backfills.complete_finished_backfills, now=self._clock()))
             self._backfills_checked = True
-        await self._db.run(deferrals.fail_timed_out_deferrals)
         await self._recover_orphans()
 
-    async def _release_due_retries(self) -> None:
-        """Tasks ``up_for_retry`` whose delay has passed (by the scheduler's clock) become
-        ``scheduled`` again for their next try."""
+    async def _settle_due_by_clock(self) -> None:
+        """What the scheduler's clock made due, in one transaction (three per loop before,
+        each a round trip or more on PostgreSQL): running runs past their DAG's
+        ``dagrun_timeout`` fail (Airflow: the run fails, its unfinished tasks are skipped),
+        tasks ``up_for_retry`` whose delay has passed become ``scheduled`` for their next
+        try, tasks deferred past their timeout fail."""
         now = self._clock()
-        released = await self._db.run(partial(runs.release_due_retries, now=now))
+
+        def settle(session: Session) -> tuple[list[run_ends.EndedRun], list[int]]:
+            ended = run_ends.time_out_runs(session, now=now)
+            released = runs.release_due_retries(session, now=now)
+            deferrals.fail_timed_out_deferrals(session)
+            return ended, released
+
+        ended, released = await self._db.run(settle)
+        self._log_timed_out(ended)
         if released:
             self.stats.tasks_scheduled += len(released)
             logger.info(
@@ -297,10 +301,7 @@ class Scheduler:
                 extra={"action": "task_retry_due", "ti_ids": released},
             )
 
-    async def _time_out_runs(self) -> None:
-        """Fail the running runs past their DAG's ``dagrun_timeout`` (Airflow: the run
-        fails, its unfinished tasks are skipped)."""
-        ended = await self._db.run(partial(run_ends.time_out_runs, now=self._clock()))
+    def _log_timed_out(self, ended: list[run_ends.EndedRun]) -> None:
         for run in ended:
             self.stats.runs_finished += 1
             logger.warning(
@@ -436,6 +437,11 @@ class Scheduler:
         now = self._clock()
         for dag_id in await self._db.read(partial(runs.dags_with_queued_runs, now=now)):
             await self._db.run(partial(runs.start_queued_runs, dag_id=dag_id, now=now))
+
+    def _advance_runs(self, session: Session, run_pks: list[int]) -> None:
+        """Advance ``run_pks`` in one transaction (``ADVANCE_BATCH`` of them)."""
+        for run_pk in run_pks:
+            self._advance_run(session, run_pk)
 
     def _advance_run(self, session: Session, run_pk: int) -> None:
         state = runs.load_run_state(session, run_pk)

@@ -16,9 +16,10 @@ from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
 from engine.db import models
 from engine.db.database import Database
 from engine.db.models import Asset, Dag, DagRun, DagRunAssetEvent, TaskInstance
-from engine.db.queries import assets
+from engine.db.queries import advancing, assets
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
 from engine.states import TaskState
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -214,3 +215,68 @@ def test_two_schedulers_never_create_two_runs_from_one_event(env) -> None:
     anyio.run(race)
     attached = [e for run in _runs(db)["a_or_c"] for e in run]
     assert sorted(attached) == sorted(emitted)  # every event in exactly one run
+
+
+@pytest.mark.both_databases
+async def test_an_idle_scheduler_loops_on_another_writers_commit_not_on_its_poll(env) -> None:
+    """With both polls at a minute, a run appears for an event another connection stored:
+    the write woke the loop (PostgreSQL: the notification; SQLite: the file's commit)."""
+    db, cipher = env
+    slow = SchedulerSettings(loop_interval_s=60.0, idle_poll_s=60.0)
+    scheduler = Scheduler(db=db, cipher=cipher, settings=slow)
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            await tg.start(scheduler.run)
+            await wait_until(lambda: scheduler.stats.loops >= 1)
+            loops = scheduler.stats.loops
+            await anyio.to_thread.run_sync(_emit, db, "a")
+            await wait_until(lambda: scheduler.stats.runs_created == 1)
+            assert scheduler.stats.loops > loops
+            scheduler.shutdown()
+    assert list(_runs(db)) == ["a_or_c"]
+
+
+def test_the_loop_polls_fast_only_while_runs_run_or_it_made_progress(env) -> None:
+    db, cipher = env
+    settings = SchedulerSettings(loop_interval_s=0.05, idle_poll_s=1.0)
+    scheduler = Scheduler(db=db, cipher=cipher, settings=settings)
+    before = scheduler.stats.progress()
+    assert scheduler._poll_after(before) == 1.0  # idle: nothing running, nothing changed
+    scheduler.stats.running_runs = 1
+    assert scheduler._poll_after(before) == 0.05
+    scheduler.stats.running_runs = 0
+    scheduler.stats.runs_finished += 1
+    assert scheduler._poll_after(before) == 0.05
+    _emit(db, "a")
+    anyio.run(scheduler.schedule_once)  # a run created, admitted, its first task scheduled
+    assert scheduler.stats.running_runs == 1
+    assert scheduler._poll_after(scheduler.stats.progress()) == 0.05
+
+
+@pytest.mark.both_databases
+def test_a_loop_advances_only_runs_with_a_task_to_decide(env) -> None:
+    """A run whose every task is in flight is left alone; one with a task in ``none`` or an
+    ended one is advanced (and ends when its tasks did)."""
+    db, cipher = env
+    scheduler = _scheduler(db, cipher)
+    _emit(db, "c")  # a_or_c (one task) and list_b_c (waits for b)
+    anyio.run(scheduler.schedule_once)  # a_or_c: created, admitted, its task scheduled
+
+    def set_first(state: str) -> None:
+        db.call(
+            lambda s: s.execute(
+                update(TaskInstance).where(TaskInstance.dag_id == "a_or_c").values(state=state)
+            )
+        )
+
+    for in_flight in (TaskState.SCHEDULED, TaskState.QUEUED, TaskState.RUNNING):
+        set_first(in_flight)
+        assert db.call(advancing.unfinished_runs, read_only=True) == ([], 1)
+    set_first(TaskState.SUCCESS)
+    to_advance, running = db.call(advancing.unfinished_runs, read_only=True)
+    assert len(to_advance) == 1
+    assert running == 1
+    anyio.run(scheduler.schedule_once)
+    assert db.call(advancing.unfinished_runs, read_only=True) == ([], 0)
+    run = db.call(lambda s: s.execute(select(DagRun).where(DagRun.dag_id == "a_or_c")).scalar_one())
+    assert run.state == "success"

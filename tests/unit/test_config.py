@@ -726,3 +726,22 @@ def test_secret_values_are_the_fernet_keys_and_the_database_password(tmp_path: P
         },
     )
     assert sorted(cfg.secret_values()) == sorted([*keys, "pw-0f-db"])
+
+
+def test_the_local_executor_polls_at_the_idle_interval_and_the_celery_sender_at_the_loop(
+    tmp_path,
+) -> None:
+    from engine.config import load_config
+    from engine.executor.settings import ExecutorSettings
+
+    home = {"SLUICE_HOME": str(tmp_path)}
+    config = load_config(
+        environ={
+            **home,
+            "SLUICE__SCHEDULER__LOOP_INTERVAL_SEC": "0.2",
+            "SLUICE__SCHEDULER__IDLE_POLL_INTERVAL_SEC": "3",
+        }
+    )
+    settings = ExecutorSettings.from_config(config)
+    assert (settings.poll_interval_s, settings.sender_poll_s) == (3.0, 0.2)
+    assert load_config(environ=home).scheduler.idle_poll_interval_sec == 1.0

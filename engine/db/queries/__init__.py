@@ -14,6 +14,7 @@
   taken, active tasks per run, candidates);
 - ``callbacks``: callback requests (a DAG's when its run ends, a killed try's) executors run;
 - ``runs``: DAG runs (created, admitted under max_active_runs, advanced), their task states;
+- ``advancing``: which running runs a scheduler loop advances (those with a task to decide);
 - ``time_schedules``: time-scheduled DAGs (which are due, the row locked while deciding,
   the next run stored on the DAG row);
 - ``actions``: operator actions on task instances (clear tasks, set a task's state); what the

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy import insert, select, union, update
 
 from engine.db.database import upsert_insert
+from engine.db.listen import notify_scheduler
 from engine.db.models import (
     Asset,
     AssetAlias,
@@ -174,6 +175,7 @@ def queue_asset_events(
     ]
     if queue:
         session.execute(insert(AssetEventQueue), queue)
+        notify_scheduler(session)  # a scheduler elsewhere creates the runs now
     return len(queue)
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import delete, func, insert, or_, select, update
 
 from engine.db.database import is_postgres, upsert_insert
+from engine.db.listen import notify_scheduler
 from engine.db.models import (
     Asset,
     AssetAlias,
@@ -191,6 +192,7 @@ def create_run(
     if found is None:
         return None
     run_pk = int(found)
+    notify_scheduler(session)  # a scheduler elsewhere admits it now
     if asset_event_ids:
         session.execute(
             insert(DagRunAssetEvent),
@@ -340,17 +342,6 @@ def start_queued_runs(session: Session, dag_id: str, *, now: datetime) -> list[i
             .values(state=DagRunState.RUNNING, start_date=now)
         )
     return started
-
-
-def unfinished_runs(session: Session) -> list[int]:
-    """Runs whose tasks advance: the admitted (``running``) ones of unpaused DAGs (as in
-    Airflow, a paused DAG's running runs schedule no further task until it is unpaused)."""
-    rows = session.execute(
-        select(DagRun.id)
-        .join(Dag, Dag.dag_id == DagRun.dag_id)
-        .where(DagRun.state == DagRunState.RUNNING, Dag.is_paused.is_(False))
-    )
-    return [int(r) for r in rows.scalars()]
 
 
 def release_due_retries(session: Session, *, now: datetime) -> list[int]:

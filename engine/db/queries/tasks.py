@@ -19,6 +19,7 @@ from sqlalchemy import and_, case, func, select, update
 
 from engine.db import models
 from engine.db.database import rowcount
+from engine.db.listen import notify_scheduler
 from engine.db.models import Dag, DagRun, DagTask, TaskInstance
 from engine.db.queries import assets, run_context
 from engine.db.queries import mapping as mapping_sql
@@ -355,7 +356,10 @@ def finish_task(
     result = session.execute(
         update(TaskInstance).where(held_by(ti_id, job_id, TaskState.RUNNING)).values(**values)
     )
-    return rowcount(result) == 1
+    if rowcount(result) != 1:
+        return False
+    notify_scheduler(session)  # a scheduler elsewhere decides the tasks below it now
+    return True
 
 
 def succeed_task(

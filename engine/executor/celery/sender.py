@@ -73,7 +73,7 @@ class CelerySender(ClaimingExecutor):
     ) -> None:
         super().__init__(db=db, cipher=cipher, settings=settings)
         self.celery = celery
-        self._backoff = Backoff(settings.poll_interval_s)
+        self._backoff = Backoff(settings.sender_poll_s)
         self._app: Celery | None = None
         self._publish_limiter = anyio.CapacityLimiter(1)  # one kombu producer at a time
         self.sent = 0
@@ -156,7 +156,7 @@ class CelerySender(ClaimingExecutor):
                 await anyio.sleep(delay)
                 continue
             self._backoff.succeeded()
-            with anyio.move_on_after(self.settings.poll_interval_s):
+            with anyio.move_on_after(self.settings.sender_poll_s):
                 await changed.wait()
 
     async def _claim_and_send(self, job_id: int) -> None:
@@ -180,7 +180,7 @@ class CelerySender(ClaimingExecutor):
 
     async def _resend_loop(self, job_id: int) -> None:
         timeout_s = self.celery.task_queued_timeout
-        interval_s = min(max(timeout_s / 4, self.settings.poll_interval_s), RESEND_CHECK_MAX_S)
+        interval_s = min(max(timeout_s / 4, self.settings.sender_poll_s), RESEND_CHECK_MAX_S)
         while True:
             await anyio.sleep(interval_s)
             stale = partial(
