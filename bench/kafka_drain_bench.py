@@ -3,6 +3,7 @@
 Run by hand (never in tests):
     .venv/bin/python bench/kafka_drain_bench.py [--messages M] [--reps R] [--watchers 1,10]
         [--backends sqlite,postgres] [--modes run,triggerer] [--pg URL] [--out FILE]
+        [--sluice PATH]   # another checkout's engine, for a before/after
 
 What a user does, and what this bench does likewise: a DAG file declares N assets, each with
 one ``AssetWatcher`` on a ``KafkaMessageTrigger`` for the same topic, bootstrap servers and
@@ -25,7 +26,8 @@ The clock runs from the consumer's partition assignment (the engine's
 every partition's committed offset at its end (read from the broker every
 ``COMMIT_POLL_S``); a commit follows the storing of its asset events, and the database is
 then checked: M asset events, M distinct dedup keys (0 lost, 0 duplicated) or the run fails.
-The engine's process tree CPU time over the same span is reported as cores used.
+The engine's process tree CPU time over the same span is reported as cores used and as CPU
+microseconds per message (which moves far less than the rate on a loaded machine).
 
 The baseline is ``kafka_bench.raw_consume`` (a plain aiokafka consumer, getmany + a
 per-partition commit of each batch, fresh group) on the same topic, alternating with the
@@ -195,7 +197,10 @@ class Engine:
     def start(self, command: str) -> None:
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
-                [str(SLUICE), command], env=self.env, stdout=out, stderr=subprocess.STDOUT
+                [self.env["DRAIN_SLUICE"], command],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
             )
 
     def stop(self) -> None:
@@ -287,6 +292,7 @@ def drain(mode: str, db_url: str, home: Path, topic: str, watchers: int, args: A
         "DRAIN_TOPIC": topic,
         "DRAIN_GROUP": group,
         "DRAIN_WATCHERS": str(watchers),
+        "DRAIN_SLUICE": args.sluice,
     }
     engine = Engine.prepare(home, db_url, params)
     per_partition = args.messages // PARTITIONS
@@ -354,6 +360,8 @@ def case(mode: str, backend: str, watchers: int, topic: str, args: Any, tmp: str
         "msgs_per_s": _spread([d.msgs_per_s for d in ours]),
         "raw_aiokafka_per_s": _spread(raw),
         "engine_cores": _spread([d.cores for d in ours], 2),
+        # CPU per message moves far less than the rate on a loaded machine
+        "engine_cpu_us_per_msg": _spread([d.cores * 1e6 / d.msgs_per_s for d in ours]),
         "runs_per_s": [round(d.msgs_per_s) for d in ours],
         "raw_runs_per_s": [round(r) for r in raw],
     }
@@ -372,7 +380,8 @@ def _line(row: dict[str, Any]) -> str:
         f"{ours['median']:>8,.0f} msg/s [{ours['min']:,.0f}..{ours['max']:,.0f}]   "
         f"raw aiokafka {raw['median']:>9,.0f} [{raw['min']:,.0f}..{raw['max']:,.0f}]   "
         f"ratio {'not measured' if ratio is None else f'{ratio:.1%}'}   "
-        f"engine cores {row['engine_cores']['median']:.2f}"
+        f"engine cores {row['engine_cores']['median']:.2f}   "
+        f"engine cpu {row['engine_cpu_us_per_msg']['median']:.0f} us/msg"
     )
 
 
@@ -384,6 +393,9 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument("--backends", default="sqlite,postgres", help="sqlite, postgres")
     parser.add_argument("--modes", default="run,triggerer", help="run, triggerer")
     parser.add_argument("--pg", default=kafka_bench.DEFAULT_PG_URL, help="PostgreSQL admin URL")
+    parser.add_argument(
+        "--sluice", default=str(SLUICE), help="the engine command (another checkout's: before)"
+    )
     parser.add_argument("--out", default=str(RESULTS / "kafka_drain.json"))
     args = parser.parse_args()
     if args.reps < 3:
@@ -417,6 +429,7 @@ def main() -> None:
             stop_tansu(broker.process)
     load_after = os.getloadavg()
     machine = {
+        "sluice": args.sluice,
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "platform": platform.platform(),
