@@ -16,10 +16,10 @@ as long as a broker has messages, so this path avoids per-row work in Python:
   rows it inserted feed, in the same statement, the insert that queues each new event for
   the DAGs ``assets.consumer_pairs`` names for its asset;
 - SQLite: ``executemany`` of one prepared single-row ``INSERT`` (a C loop in ``sqlite3``),
-  then, only when a DAG consumes one of the batch's assets, the new rows are read back by id:
-  the writer holds SQLite's write lock for the whole transaction (``BEGIN IMMEDIATE``) and
-  ``asset_event.id`` is the rowid, so the rows this statement added are exactly those above
-  the largest id read just before it.
+  then one ``INSERT ... SELECT`` that queues the new rows for the DAGs consuming their assets
+  without reading them back into Python: the writer holds SQLite's write lock for the whole
+  transaction (``BEGIN IMMEDIATE``) and ``asset_event.id`` is the rowid, so the rows the
+  insert added are exactly those above the largest id read just before it.
 
 Both keep ``ON CONFLICT (asset_id, dedup_key) DO NOTHING``: a redelivered message (same key)
 is absorbed, an event without a key (NULL) is always stored.
@@ -42,9 +42,7 @@ from sqlalchemy import Boolean, Integer, bindparam, cast, column, func, insert, 
 from engine.db.models import AssetEvent, AssetEventQueue, Job, utcnow
 from engine.db.queries.assets import (
     SOURCE_WATCHER,
-    asset_consumers,
     consumer_pairs,
-    queue_asset_events,
 )
 from engine.db.queries.jobs import check_owner
 from engine.exceptions import LeaseLost
@@ -54,7 +52,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
-    from sqlalchemy import Connection, Select
+    from sqlalchemy import Connection, Insert, Select
 
 #: One watcher event: (asset id, payload as JSON text, dedup key or None, trigger id, watcher,
 #: partition key or None).
@@ -132,6 +130,25 @@ _SQLITE_INSERT: Final = (
     f"INSERT INTO asset_event ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, '{SOURCE_WATCHER}', ?) "
     "ON CONFLICT (asset_id, dedup_key) DO NOTHING"
 )
+_SQLITE_LAST_ID: Final = select(func.coalesce(func.max(AssetEvent.id), 0))
+
+
+def _sqlite_queue(*, keep_while_paused: bool) -> Insert:
+    """Queue the events above id ``before`` (the batch just inserted) for the DAGs
+    ``assets.consumer_pairs`` names for their asset: one ``INSERT ... SELECT`` run by SQLite
+    itself, no rows read back into Python (a batch of an asset no DAG consumes queues none)."""
+    pairs = consumer_pairs(keep_while_paused=keep_while_paused).subquery("consumer")
+    return insert(AssetEventQueue).from_select(
+        ["dag_id", "asset_event_id", "created_at"],
+        select(pairs.c.dag_id, AssetEvent.id, bindparam("ts", type_=_TIMESTAMP))
+        .join_from(AssetEvent, pairs, pairs.c.asset_id == AssetEvent.asset_id)
+        .where(AssetEvent.id > bindparam("before", type_=Integer)),
+    )
+
+
+_SQLITE_QUEUE: Final[dict[bool, Insert]] = {
+    keep: _sqlite_queue(keep_while_paused=keep) for keep in (True, False)
+}
 
 
 def store_watcher_events(
@@ -159,12 +176,16 @@ def store_watcher_events(
         )
     if owner is not None:
         check_owner(connection, owner)
-    consumers = asset_consumers(
-        connection, {row[0] for row in rows}, keep_while_paused=keep_while_paused
+    dialect = connection.dialect
+    stamp = _TIMESTAMP.dialect_impl(dialect).bind_processor(dialect)
+    ts = stamp(now) if stamp is not None else now
+    # The rows this statement adds are those above the largest id now (see the docstring).
+    before = int(connection.execute(_SQLITE_LAST_ID).scalar_one())
+    inserted = int(
+        connection.exec_driver_sql(_SQLITE_INSERT, [(*row, ts) for row in rows]).rowcount
     )
-    inserted, new_events = _insert_sqlite(connection, rows, now, read_back=bool(consumers))
-    if consumers:
-        queue_asset_events(connection, new_events, consumers)
+    if inserted:
+        connection.execute(_SQLITE_QUEUE[keep_while_paused], {"before": before, "ts": now})
     return inserted
 
 
@@ -203,25 +224,3 @@ def _store_postgres(
 
 def _json_array(values: Sequence[object]) -> str:
     return json.dumps(values, separators=(",", ":"))
-
-
-def _insert_sqlite(
-    connection: Connection, rows: Sequence[WatcherEventRow], now: datetime, *, read_back: bool
-) -> tuple[int, list[tuple[int, int]]]:
-    """(rows inserted, their (id, asset id) if ``read_back``, else [])."""
-    # The rows this statement adds are those above the largest id now (see the docstring).
-    last = select(func.coalesce(func.max(AssetEvent.id), 0))
-    before = int(connection.execute(last).scalar_one()) if read_back else 0
-    dialect = connection.dialect
-    stamp = _TIMESTAMP.dialect_impl(dialect).bind_processor(dialect)
-    ts = (stamp(now) if stamp is not None else now,)
-    result = connection.exec_driver_sql(_SQLITE_INSERT, [row + ts for row in rows])
-    inserted = int(result.rowcount)
-    if not read_back or not inserted:
-        return inserted, []
-    added = connection.execute(
-        select(AssetEvent.id, AssetEvent.asset_id)
-        .where(AssetEvent.id > before)
-        .order_by(AssetEvent.id)
-    )
-    return inserted, [(int(i), int(a)) for i, a in added]
