@@ -16,7 +16,7 @@ from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
 from engine.db import models
 from engine.db.database import Database
 from engine.db.models import Asset, Dag, DagRun, DagRunAssetEvent, TaskInstance
-from engine.db.queries import advancing, assets
+from engine.db.queries import advancing, assets, watcher_events
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
 from engine.states import TaskState
 from tests.waiting import wait_until
@@ -232,6 +232,36 @@ async def test_an_idle_scheduler_loops_on_another_writers_commit_not_on_its_poll
             await anyio.to_thread.run_sync(_emit, db, "a")
             await wait_until(lambda: scheduler.stats.runs_created == 1)
             assert scheduler.stats.loops > loops
+            scheduler.shutdown()
+    assert list(_runs(db)) == ["a_or_c"]
+
+
+def _store_as_a_triggerer(db: Database, asset: str) -> int:
+    """Store one watcher event through the triggerer's own statement (``store_watcher_events``,
+    on PostgreSQL the one autocommitted INSERT of its persister)."""
+    with db.engine.connect() as conn:
+        asset_id = conn.execute(select(Asset.id).where(Asset.name == asset)).scalar_one()
+        conn.commit()
+        row = (asset_id, '{"i": 1}', f"{asset}-{models.utcnow()}", 1, "w", None)
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        stored = watcher_events.store_watcher_events(conn, [row])
+        conn.commit()
+        return stored
+
+
+@pytest.mark.both_databases
+async def test_an_idle_scheduler_loops_on_a_triggerer_s_stored_event(env) -> None:
+    """The same for an event a triggerer of its own process stored with its batch statement
+    (the scheduler no longer polls every 50 ms while idle: the write must wake it)."""
+    db, cipher = env
+    slow = SchedulerSettings(loop_interval_s=60.0, idle_poll_s=60.0)
+    scheduler = Scheduler(db=db, cipher=cipher, settings=slow)
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            await tg.start(scheduler.run)
+            await wait_until(lambda: scheduler.stats.loops >= 1)
+            assert await anyio.to_thread.run_sync(_store_as_a_triggerer, db, "a") == 1
+            await wait_until(lambda: scheduler.stats.runs_created == 1)
             scheduler.shutdown()
     assert list(_runs(db)) == ["a_or_c"]
 
