@@ -132,7 +132,9 @@ class InProcessEngine:
             settings=TriggererSettings(
                 capacity=100,
                 heartbeat_s=0.2,
-                health_check_threshold_s=1.0,
+                # one triggerer, no takeover under test: a lease that survives a loaded
+                # machine (the suite's engines and browsers beside it) for 5 s without a beat
+                health_check_threshold_s=5.0,
                 claim_idle_interval_s=0.05,
                 new_trigger_poll_s=0.05,
                 shutdown_grace_s=2,
