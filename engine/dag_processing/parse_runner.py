@@ -25,24 +25,14 @@ import os
 import sys
 from typing import Any, Final
 
-from engine.warm.runner import BROKER_TRIGGER_MODULES, prime_operator_arguments, serve_main
+from engine.warm.runner import DAG_FILE_MODULES, prime_operator_arguments, serve_main
 
 MODULE: Final = "engine.dag_processing.parse_runner"
 #: What every parse imports: the parsing child (the authoring API, the parse-time store,
-#: serialization) and the authoring surface a DAG file uses (``from engine import ...``,
-#: ``engine.sensors``, the built-in triggers, the broker trigger classes, which import no
-#: broker client, and croniter, which a cron schedule reads).
+#: serialization) and what a DAG file imports (``engine.warm.runner.DAG_FILE_MODULES``).
 PRELOAD: Final = (
     "engine.dag_processing.parsing",
-    "engine",
-    "engine.sensors",
-    "engine.exceptions",
-    "triggers",
-    "triggers.base",
-    "triggers.temporal",
-    "triggers.file",
-    *BROKER_TRIGGER_MODULES,
-    "croniter",
+    *DAG_FILE_MODULES,
 )
 #: Imported when installed: DAG files often build their dates with pendulum.
 OPTIONAL_PRELOAD: Final = ("pendulum",)

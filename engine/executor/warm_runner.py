@@ -22,7 +22,7 @@ import sys
 from typing import Any, Final
 
 from engine.warm.runner import (
-    BROKER_TRIGGER_MODULES,
+    DAG_FILE_MODULES,
     dag_imports,
     preload,
     prime_operator_arguments,
@@ -60,18 +60,10 @@ PRELOAD: Final = (
     "engine.authoring.dag_files",
     "engine.authoring.store",
     "engine.logs",
-    "engine",
-    "engine.sensors",
-    "engine.exceptions",
-    "triggers",
-    "triggers.base",
-    "triggers.temporal",
-    "triggers.file",
-    *BROKER_TRIGGER_MODULES,
+    *DAG_FILE_MODULES,
     "jinja2.sandbox",
     "jinja2.nativetypes",
     "jinja2.ext",
-    "croniter",
 )
 #: Imported when installed: a running task's dates are pendulum's when it is (its import was
 #: three quarters of a warm step's time: ``engine.authoring.context.as_moment``).

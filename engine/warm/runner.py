@@ -87,6 +87,23 @@ BROKER_TRIGGER_MODULES: Final = (
 )
 
 
+#: What a DAG file imports, for any runner whose children import DAG files (task steps,
+#: parses): the authoring surface (``from engine import ...``, ``engine.sensors``), the
+#: built-in triggers, the broker trigger classes (no client) and croniter, which a cron
+#: schedule reads on first use.
+DAG_FILE_MODULES: Final = (
+    "engine",
+    "engine.sensors",
+    "engine.exceptions",
+    "triggers",
+    "triggers.base",
+    "triggers.temporal",
+    "triggers.file",
+    *BROKER_TRIGGER_MODULES,
+    "croniter",
+)
+
+
 def prime_operator_arguments() -> object:
     """Fill, before the forks, the per-class cache each child's DAG file would fill afresh
     (``engine.authoring.default_args.prime_accepted_arguments``), imported only here: until
