@@ -176,7 +176,10 @@ def _check_what_the_clean_deleted(output: str, db: Database) -> None:
     """The seeded rows and the first flag's finished run went; live jobs stayed."""
     assert re.search(rf"^asset_event +{OLD_EVENTS} row\(s\) deleted$", output, re.M), output
     assert re.search(rf"^dag_run +{OLD_RUNS + 1} row\(s\) deleted$", output, re.M), output
-    assert re.search(r"^job +1 row\(s\) deleted$", output, re.M), output
+    # the seeded dead job, and any life of the engine's triggerer that ended on a loaded
+    # machine (a lost lease starts a new job row; the ended one is old enough to go too)
+    jobs = re.search(r"^job +(\d+) row\(s\) deleted$", output, re.M)
+    assert jobs is not None and int(jobs.group(1)) >= 1, output
     assert asset_event_count(db, "archive") == 0
     assert _successful_runs(db) == 0
     assert _live_jobs(db) >= 1
