@@ -71,6 +71,26 @@ DEFAULT_DEBOUNCE_MS = DirectoryWatchTrigger("/").debounce_ms
 FAST_DEBOUNCE_MS = 5
 IDLE_WATCHERS = 100
 
+#: The task that defers ``cycles`` times on ``TimeDeltaTrigger(0)`` (its DAG ``defer_loop``),
+#: noting the time of each step: the defer -> fire -> resume cycle (also bench/step_bench.py).
+#: Its file imports ``time``, ``timedelta``, ``DAG``, ``BaseOperator`` and ``TimeDeltaTrigger``.
+DEFER_LOOP_DAG = """
+class Loop(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=TimeDeltaTrigger(timedelta(0)), method_name="again",
+                   kwargs={{"stamps": [time.time()]}})
+
+    def again(self, context, event=None, stamps=()):
+        stamps = [*stamps, time.time()]
+        if len(stamps) <= {cycles}:
+            self.defer(trigger=TimeDeltaTrigger(timedelta(0)), method_name="again",
+                       kwargs={{"stamps": stamps}})
+        return stamps
+
+with DAG("defer_loop", schedule=None):
+    Loop(task_id="loop")
+"""
+
 DAG_FILE = """
 import time
 {trace_start}
@@ -98,20 +118,7 @@ with DAG("on_watch", schedule=watched):
 with DAG("on_watch_fast", schedule=watched_fast):
     noop()
 
-class Loop(BaseOperator):
-    def execute(self, context):
-        self.defer(trigger=TimeDeltaTrigger(timedelta(0)), method_name="again",
-                   kwargs={{"stamps": [time.time()]}})
-
-    def again(self, context, event=None, stamps=()):
-        stamps = [*stamps, time.time()]
-        if len(stamps) <= {cycles}:
-            self.defer(trigger=TimeDeltaTrigger(timedelta(0)), method_name="again",
-                       kwargs={{"stamps": stamps}})
-        return stamps
-
-with DAG("defer_loop", schedule=None):
-    Loop(task_id="loop")
+{defer_loop}
 {trace_end}
 """
 #: with ``--trace``: the DAG file stamps the start and end of its import in this file
@@ -192,7 +199,7 @@ async def _main(home: Path, trials: int, cycles: int, *, warm: bool = True) -> d
         watch_dir=str(dirs["watch"]),
         fast_dir=str(dirs["fast"]),
         fast_debounce=FAST_DEBOUNCE_MS,
-        cycles=cycles,
+        defer_loop=DEFER_LOOP_DAG.format(cycles=cycles),
         trace_start=TRACE_START if TRACE_FILE_ENV in os.environ else "",
         trace_end=TRACE_END if TRACE_FILE_ENV in os.environ else "",
     )

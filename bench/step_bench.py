@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
+from engine_bench import DEFER_LOOP_DAG
 from sqlalchemy import create_engine, event, func, select, text
 
 from engine.config import load_config
@@ -75,20 +76,7 @@ from datetime import timedelta
 from engine import DAG, BaseOperator, task
 from triggers import TimeDeltaTrigger
 
-class Loop(BaseOperator):
-    def execute(self, context):
-        self.defer(trigger=TimeDeltaTrigger(timedelta(0)), method_name="again",
-                   kwargs={{"stamps": [time.time()]}})
-
-    def again(self, context, event=None, stamps=()):
-        stamps = [*stamps, time.time()]
-        if len(stamps) <= {cycles}:
-            self.defer(trigger=TimeDeltaTrigger(timedelta(0)), method_name="again",
-                       kwargs={{"stamps": stamps}})
-        return stamps
-
-with DAG("defer_loop", schedule=None):
-    Loop(task_id="loop")
+{defer_loop}
 
 @task
 def stamp():
@@ -218,7 +206,9 @@ async def _one_rep(
 ) -> dict[str, Any]:
     dags = home / "dags"
     dags.mkdir(parents=True)
-    source = DAG_FILE.format(cycles=args.cycles, steps=args.steps, runs=args.runs)
+    source = DAG_FILE.format(
+        defer_loop=DEFER_LOOP_DAG.format(cycles=args.cycles), steps=args.steps, runs=args.runs
+    )
     (dags / "bench.py").write_text(textwrap.dedent(source))
     with database_url(kind, home) as url:
         environ = {
