@@ -25,6 +25,7 @@ from engine.db.models import utcnow
 from engine.db.queries import users as users_sql
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from datetime import datetime
     from pathlib import Path
 
@@ -102,3 +103,18 @@ def api_harness(db_url: str, tmp_path: Path, **settings: Any) -> ApiHarness:
     environ.update({f"SLUICE__API__{key.upper()}": str(value) for key, value in settings.items()})
     config = load_config(environ=environ)
     return ApiHarness(db=db, config=config, app=create_app(config, db))
+
+
+def parsed_ui(url: str, root: Path, dags: Path, users: dict[str, str]) -> Iterator[ApiHarness]:
+    """The application on the database at ``url`` once the DAG files of ``dags`` are parsed
+    into it, with ``users`` (name -> role); its database disposed of at the end."""
+    from tests.integration.harness import parsed_database
+
+    parsed_database(url, root, dags).db.dispose()
+    api = api_harness(url, root)
+    for name, role in users.items():
+        api.user(name, role)
+    try:
+        yield api
+    finally:
+        api.db.dispose()

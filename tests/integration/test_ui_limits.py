@@ -14,8 +14,7 @@ from sqlalchemy import func, select
 
 from engine.db.models import AssetEvent, DagRun
 from tests.db_templates import migrated_copy
-from tests.integration.api_support import ApiHarness, api_harness
-from tests.integration.harness import parsed_database
+from tests.integration.api_support import ApiHarness, parsed_ui
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -56,13 +55,7 @@ def ui(
     dags.mkdir()
     (dags / "flows.py").write_text(textwrap.dedent(DAGS))
     with migrated_copy(request, request.param, root) as url:
-        parsed_database(url, root, dags).db.dispose()
-        api = api_harness(url, root)
-        api.user("ada", "admin")
-        try:
-            yield api
-        finally:
-            api.db.dispose()
+        yield from parsed_ui(url, root, dags, {"ada": "admin"})
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,7 @@ from sqlalchemy import select, update
 from engine.db.models import AssetEvent, Dag, DagRun, TaskInstance
 from engine.task_log_files import log_path
 from tests.db_templates import migrated_copy
-from tests.integration.api_support import ApiHarness, api_harness, csrf_of
-from tests.integration.harness import parsed_database
+from tests.integration.api_support import ApiHarness, csrf_of, parsed_ui
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -77,15 +76,7 @@ def ui(
 
 
 def _ui_on(url: str, root: Path, dags: Path) -> Iterator[ApiHarness]:
-    parsed_database(url, root, dags).db.dispose()
-    api = api_harness(url, root)
-    api.user("ada", "admin")
-    api.user("otto", "op")
-    api.user("vic", "viewer")
-    try:
-        yield api
-    finally:
-        api.db.dispose()
+    yield from parsed_ui(url, root, dags, {"ada": "admin", "otto": "op", "vic": "viewer"})
 
 
 def logged_in(api: ApiHarness, username: str) -> tuple[TestClient, str]:

@@ -19,8 +19,7 @@ from sqlalchemy import delete, select, update
 
 from engine.db.models import AssetEventQueue, DagRun, Trigger
 from tests.db_templates import migrated_copy
-from tests.integration.api_support import ApiHarness, api_harness
-from tests.integration.harness import parsed_database
+from tests.integration.api_support import ApiHarness, parsed_ui
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -75,13 +74,7 @@ def ui(
     dags.mkdir()
     (dags / "flows.py").write_text(textwrap.dedent(DAGS.format(inbox=str(root))))
     with migrated_copy(request, "sqlite", root) as url:
-        parsed_database(url, root, dags).db.dispose()
-        api = api_harness(url, root)
-        api.user("ada", "admin")
-        try:
-            yield api
-        finally:
-            api.db.dispose()
+        yield from parsed_ui(url, root, dags, {"ada": "admin"})
 
 
 @pytest.fixture(scope="module")
