@@ -171,6 +171,44 @@ async def _xcom_stamps(db: Database, dag_id: str) -> list[float]:
     return [float(s) for s in stamps]
 
 
+async def _chain_phases(db: Database) -> dict[str, float]:
+    """Where a chain step's time goes, median over the steps (ms): the upstream's end ->
+    the downstream queued by the executor (the scheduler's decision and the claim), queued
+    -> marked running (the executor's start transaction), running -> the body's first line
+    (the fork from the warm runner, the DAG file's import, the task runner's set-up), and
+    the body -> its end recorded (the task's return, its results and state stored)."""
+
+    def read(session: Session) -> list[Any]:
+        return list(
+            session.execute(
+                select(
+                    TaskInstance.task_id,
+                    TaskInstance.queued_at,
+                    TaskInstance.start_date,
+                    TaskInstance.end_date,
+                    TaskInstance.xcoms,
+                )
+                .where(TaskInstance.dag_id == "chain")
+                .order_by(TaskInstance.task_id)
+            ).all()
+        )
+
+    rows = await db.read(read)
+    phases: dict[str, list[float]] = {
+        "end_to_queued": [],
+        "queued_to_running": [],
+        "running_to_body": [],
+        "body_to_end": [],
+    }
+    for prev, row in itertools.pairwise(rows):
+        body = float(deserialize_value(row.xcoms["return_value"]))  # type: ignore[no-untyped-call]
+        phases["end_to_queued"].append((row.queued_at - prev.end_date).total_seconds() * 1000)
+        phases["queued_to_running"].append((row.start_date - row.queued_at).total_seconds() * 1000)
+        phases["running_to_body"].append((body - row.start_date.timestamp()) * 1000)
+        phases["body_to_end"].append((row.end_date.timestamp() - body) * 1000)
+    return {name: statistics.median(values) for name, values in phases.items()}
+
+
 class SqlCount:
     """Statements, transactions and pool checkouts on the engine's database (all parts),
     counted between ``start()`` and ``take()``: the round trips per state change."""
@@ -253,6 +291,7 @@ async def _measure(config: Any, db: Database, home: Path, args: argparse.Namespa
         await _until_finished(probe, "chain", 1)
         out["step_sql"] = sql.take(args.steps)
         out["step_ms"] = _gaps_ms(await _xcom_stamps(probe, "chain"))
+        out["step_phases_ms"] = await _chain_phases(probe)
         started = await _trigger(probe, "one", args.runs)
         out["runs_per_s"] = args.runs / (await _until_finished(probe, "one", args.runs) - started)
         probe.dispose()
@@ -279,6 +318,10 @@ def summarize(reps: list[dict[str, Any]]) -> dict[str, Any]:
             what: statistics.median(r[key.replace("_ms", "_sql")][what] for r in reps)
             for what in reps[0][key.replace("_ms", "_sql")]
         }
+    summary["step_phases_ms"] = {
+        name: statistics.median(r["step_phases_ms"][name] for r in reps)
+        for name in reps[0]["step_phases_ms"]
+    }
     summary["runs_per_s"] = _spread([r["runs_per_s"] for r in reps])
     summary["idle_cpu_cores"] = _spread([r["idle_cpu_cores"] for r in reps])
     return summary
@@ -297,6 +340,8 @@ def _print(kind: str, s: dict[str, Any], args: argparse.Namespace) -> None:
             f"{sql['statements']:.0f} statements, {sql['commits']:.0f} commits, "
             f"{sql['checkouts']:.0f} pool checkouts each (the engine's parts)"
         )
+    phases = ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in s["step_phases_ms"].items())
+    print(f"  step phases  {phases} ms (medians)")
     print(f"  runs/s       {_fmt(s['runs_per_s'])} ({args.runs} one-task runs, parallelism 8)")
     print(f"  idle CPU     {_fmt(s['idle_cpu_cores'], 3)} cores (the engine's process)")
 
@@ -315,6 +360,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="chained @task steps")
     parser.add_argument("--runs", type=int, default=1000, help="one-task runs for runs/s")
     parser.add_argument("--idle", type=float, default=5.0, help="seconds of idle CPU sampled")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "steps.json"))
     parser.add_argument(
         "--variant",
         action="append",
@@ -356,7 +402,7 @@ def main() -> None:
         "summary": summaries,
         "raw": reps,
     }
-    out = Path(__file__).parent / "results" / "steps.json"
+    out = Path(args.out)
     out.write_text(json.dumps(result, indent=2))
     print(f"written {out}")
 

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from engine.config import Config
     from engine.executor.celery.sender import CelerySender
     from engine.executor.local import LocalExecutor
+    from engine.executor.recording import Recorded
     from engine.metrics import EngineCollector, MetricsServer
 
 logger = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ def build_parts(
             config,
             db,
             cipher,
-            on_outcome=_after_outcome(wake("triggerer"), wake("triggerer", "scheduler")),
+            on_outcome=_after_outcome(wake("triggerer"), wake("scheduler")),
             # On SQLite, another process's commits are worth a look only if the parts that
             # schedule tasks are elsewhere: here they wake the executor themselves.
             watch_commits=not {"scheduler", "triggerer"} <= set(names),
@@ -165,7 +166,7 @@ def _executor(
     db: Database,
     cipher: KwargsCipher,
     *,
-    on_outcome: Callable[[str], None],
+    on_outcome: Callable[[Recorded], None],
     watch_commits: bool,
 ) -> LocalExecutor | CelerySender:
     """The executor part of ``[executor] kind``: local task processes, or a sender of tries
@@ -192,10 +193,13 @@ def _executor(
 
 
 def _after_outcome(
-    deferred: Callable[[], None], other: Callable[[], None]
-) -> Callable[[str], None]:
-    def call(decision: str) -> None:
-        (deferred if decision == "deferred" else other)()
+    triggerer: Callable[[], None], scheduler: Callable[[], None]
+) -> Callable[[Recorded], None]:
+    def call(recorded: Recorded) -> None:
+        # a deferral's trigger, or a start_from_trigger task the run's pass deferred
+        triggerer()
+        if recorded.scheduler_needed:
+            scheduler()
 
     return call
 

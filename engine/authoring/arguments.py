@@ -13,7 +13,7 @@ A ported DAG file passes Airflow's arguments. Each name falls in one of four gro
 
 Any other name is an error naming it, with the closest known name: never a bare
 ``TypeError``. ``TriggerRule`` lives here too (the scheduler decides every rule:
-``engine.scheduler.rules``), with the checks every argument goes through (ids, types,
+``engine.advancing.rules``), with the checks every argument goes through (ids, types,
 delays, ``default_args``) and ``warn_once``, the one warning per ignored name.
 """
 
@@ -58,7 +58,7 @@ class TriggerRule(StrEnum):
     ALWAYS = "always"
 
 
-#: Every rule runs: ``engine.scheduler.rules`` decides each as Airflow does (a test keeps its
+#: Every rule runs: ``engine.advancing.rules`` decides each as Airflow does (a test keeps its
 #: table and this set equal).
 SUPPORTED_TRIGGER_RULES: Final = frozenset(TriggerRule)
 

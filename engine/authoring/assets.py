@@ -462,7 +462,7 @@ def is_condition_met(
 ) -> bool:
     """Whether a DAG scheduled on ``condition`` runs, given the assets updated since its last
     asset-triggered run (and the aliases those assets belong to). A DAG with no asset
-    schedule is never asset-triggered. The scheduler's decision (``engine.scheduler.rules``)."""
+    schedule is never asset-triggered. The scheduler's decision (``engine.advancing.rules``)."""
     return condition is not None and bool(updated) and condition.evaluate(updated, aliases)
 
 

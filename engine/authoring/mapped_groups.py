@@ -25,7 +25,7 @@ The scheduler decides each copy on its own (Airflow's per-``map_index`` dependen
 ``i`` of a group task waits only for copy ``i`` of the group tasks directly upstream of it
 (and for every instance of the tasks outside the group), so a failed copy fails the same
 index below it and no other. The stored mapping names the group's tasks (``mapping_json``'s
-``group``), from which ``engine.scheduler.rules`` pairs the copies. Tasks mapped on their
+``group``), from which ``engine.advancing.rules`` pairs the copies. Tasks mapped on their
 own (``.expand``) inside a mapped task group are not supported.
 """
 

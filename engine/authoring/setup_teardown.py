@@ -2,7 +2,7 @@
 
 A teardown runs once every task upstream of it finished, whatever they did, provided one of
 its direct upstream setup tasks succeeded (its trigger rule is ``all_done_setup_success``,
-decided by ``engine.scheduler.rules``); and a run's state ignores a teardown's failure unless
+decided by ``engine.advancing.rules``); and a run's state ignores a teardown's failure unless
 it was marked ``on_failure_fail_dagrun=True``. So::
 
     create = create_cluster()          # a @setup task, or any task .as_setup()

@@ -160,6 +160,10 @@ class SchedulerConfig:
         None, _POSITIVE, effective=("health_check_threshold_s", "2.1 x scheduler_heartbeat_sec")
     )
     keep_events_while_paused: bool = _key(True)
+    #: the executor advances a task's run in the transaction that records the task's end
+    #: (Airflow's "mini scheduler"): the next task of a chain is ready at once, not at the
+    #: scheduler's next loop
+    schedule_after_task_execution: bool = _key(True)
     #: a *running* try whose executor has not heartbeaten for this long is failed (retried
     #: per its retries; Airflow's default, 300 s): a queued one is requeued after
     #: ``health_check_threshold`` already, a running one only once its executor is surely gone

@@ -74,7 +74,7 @@ if TYPE_CHECKING:
 
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
-    from engine.executor.outcomes import Decision
+    from engine.executor.recording import Recorded
     from engine.executor.settings import ExecutorSettings
     from engine.metrics.readings import ExecutorReading
 
@@ -91,7 +91,7 @@ class LocalExecutor(ClaimingExecutor):
         db: Database,
         cipher: KwargsCipher,
         settings: ExecutorSettings,
-        on_outcome: Callable[[Decision], None] | None = None,
+        on_outcome: Callable[[Recorded], None] | None = None,
         watch_commits: bool = True,
     ) -> None:
         super().__init__(db=db, cipher=cipher, settings=settings)
@@ -145,7 +145,7 @@ class LocalExecutor(ClaimingExecutor):
             settings=settings,
             hostname=await anyio.to_thread.run_sync(hostname),
             stats=self.stats,
-            on_outcome=self._on_outcome,
+            on_outcome=self._outcome_recorded,
             warm=self.warm_runner,
         )
         job = JobService(
@@ -310,6 +310,12 @@ class LocalExecutor(ClaimingExecutor):
             await self._slot_freed.wait()
 
     # --- one task step ------------------------------------------------------------------
+
+    def _outcome_recorded(self, recorded: Recorded) -> None:
+        if recorded.scheduled:
+            self.nudge()  # what the step's end made ready in its run: claim it now
+        if self._on_outcome is not None:
+            self._on_outcome(recorded)
 
     async def _run_ti(self, job_id: int, ti_id: int) -> None:
         assert self._supervisor is not None

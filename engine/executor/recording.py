@@ -3,17 +3,27 @@ events, deferral or retry time), written in one transaction guarded by the execu
 id and retried while the metadata database is unavailable; an outcome that matches no row
 (an operator action changed the task instance, or another executor took it over) is logged
 and dropped.
+
+A step that ended its try (success, skip, failure) advances its run in the same transaction
+(``[scheduler] schedule_after_task_execution``, Airflow's "mini scheduler",
+``engine.advancing.advance``): the tasks it made ready are ``scheduled`` at its commit, and
+the run ends there when it was the last. ``Recorded`` says what that pass did, so that the
+parts of the process are woken for what is left: the executor claims what was scheduled,
+and the scheduler loops only when the pass did not settle the run (another transaction held
+it, or a mapped task's decision needs another pass), the run ended (a queued run may start,
+a held time run may be due) or the step stored outlet events (asset-triggered runs).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Final, TypeVar
 
 import anyio
 
+from engine.advancing.advance import Advanced, advance_run
 from engine.db import models
 from engine.db.queries import actions, deferrals, tasks
 from engine.db.queries import callbacks as callbacks_sql
@@ -57,6 +67,34 @@ async def run_retrying(db: Database, fn: Callable[[Session], T]) -> T:
             delay = min(delay * 2, DB_RETRY_BACKOFF_S[1])
 
 
+#: the decisions that end a try: its run is advanced with them
+_ENDS_TRY: Final = frozenset((Decision.SUCCEED, Decision.SKIP, Decision.FAIL))
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A recorded outcome (``decision``) and its run's pass in the same transaction
+    (``advanced``: None when there was none, or another transaction held the run)."""
+
+    decision: Decision
+    advanced: Advanced | None = None
+    outlet_events: bool = False
+
+    @property
+    def scheduled(self) -> int:
+        """Task instances the pass made ``scheduled``: an executor's to claim."""
+        return 0 if self.advanced is None else self.advanced.scheduled
+
+    @property
+    def scheduler_needed(self) -> bool:
+        """Whether a scheduler loop has work from this outcome (see the module's text)."""
+        if self.decision is Decision.DEFER:
+            return False  # a deferral readies no other task
+        if self.decision not in _ENDS_TRY or self.advanced is None:
+            return True
+        return self.advanced.ended or self.advanced.decided or self.outlet_events
+
+
 class OutcomeRecorder:
     """Writes the outcomes of one executor's task steps (``record``)."""
 
@@ -67,7 +105,7 @@ class OutcomeRecorder:
         cipher: KwargsCipher,
         settings: ExecutorSettings,
         stats: ExecutorStats,
-        on_outcome: Callable[[Decision], None] | None = None,
+        on_outcome: Callable[[Recorded], None] | None = None,
     ) -> None:
         self._db = db
         self._cipher = cipher
@@ -91,14 +129,14 @@ class OutcomeRecorder:
         write = partial(
             self._write_outcome, job_id=job_id, run=run, outcome=outcome, callback=callback
         )
-        ok = await run_retrying(self._db, write)
-        if not ok:
+        recorded = await run_retrying(self._db, write)
+        if recorded is None:
             await self._not_recorded(job_id, run, outcome, external_state)
             return
         self.stats.outcomes[outcome.decision] += 1
         if self._on_outcome is not None:
-            # e.g. the triggerer claims a new deferral's trigger at once
-            self._on_outcome(outcome.decision)
+            # e.g. the executor claims the next task, the triggerer a new deferral's trigger
+            self._on_outcome(recorded)
         level = logging.INFO if outcome.decision is not Decision.FAIL else logging.WARNING
         logger.log(
             level,
@@ -149,9 +187,10 @@ class OutcomeRecorder:
         run: TaskRun,
         outcome: Outcome,
         callback: CallbackSpec | None = None,
-    ) -> bool:
+    ) -> Recorded | None:
         """Record the outcome and, in the same transaction, the request to run the outcome's
-        callback in a fresh process when the task's own could not (``callback``)."""
+        callback in a fresh process when the task's own could not (``callback``) and the
+        pass over its run (when the try ended); None when no row matched."""
         ok = self._write_state(session, job_id, run, outcome)
         if ok and outcome.rendered_map_index is not None:
             mapping_sql.set_rendered_map_index(session, run.ti_id, outcome.rendered_map_index)
@@ -163,7 +202,16 @@ class OutcomeRecorder:
                 data={"callback_spec": asdict(callback)},
                 now=models.utcnow(),
             )
-        return ok
+        if not ok:
+            return None
+        advanced = None
+        if (
+            outcome.decision in _ENDS_TRY
+            and self.settings.schedule_after_task_execution
+            and run.run_pk is not None
+        ):
+            advanced = advance_run(session, self._cipher, run.run_pk)
+        return Recorded(outcome.decision, advanced, bool(outcome.outlet_events))
 
     def _write_state(self, session: Session, job_id: int, run: TaskRun, outcome: Outcome) -> bool:
         now = models.utcnow()

@@ -46,6 +46,9 @@ class ExecutorSettings:
     secrets: tuple[str, ...] = ()
     #: ``[scheduler] keep_events_while_paused``, for the events of tasks' outlets
     keep_events_while_paused: bool = True
+    #: ``[scheduler] schedule_after_task_execution``: advance a task's run in the
+    #: transaction that records its end (``engine.executor.recording``)
+    schedule_after_task_execution: bool = True
     #: ``[core] max_xcom_size_bytes``: the largest result a task may store
     max_xcom_size_bytes: int | None = 1_048_576
     #: fork task steps from a pre-imported warm runner (``engine.executor.warm_runner``)
@@ -74,6 +77,7 @@ class ExecutorSettings:
             shutdown_grace_s=config.triggerer.shutdown_grace_period_sec,
             secrets=tuple(config.secret_values()),
             keep_events_while_paused=config.scheduler.keep_events_while_paused,
+            schedule_after_task_execution=config.scheduler.schedule_after_task_execution,
             max_xcom_size_bytes=config.core.max_xcom_size_bytes,
             warm_runner=config.executor.warm_runner,
             warm_runner_dag_imports=config.executor.warm_runner_dag_imports,

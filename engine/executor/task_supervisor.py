@@ -36,7 +36,7 @@ from engine.executor.outcomes import (
     outcome_line,
     read_result,
 )
-from engine.executor.recording import OutcomeRecorder, run_retrying
+from engine.executor.recording import OutcomeRecorder, Recorded, run_retrying
 from engine.executor.task_logs import TaskLogWriter, log_path
 from engine.executor.task_process import (
     StepProcess,
@@ -77,7 +77,7 @@ class TaskSupervisor:
         settings: ExecutorSettings,
         hostname: str,
         stats: ExecutorStats,
-        on_outcome: Callable[[Decision], None] | None = None,
+        on_outcome: Callable[[Recorded], None] | None = None,
         warm: WarmRunner | None = None,
     ) -> None:
         self._db = db

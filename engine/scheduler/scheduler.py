@@ -18,7 +18,7 @@ created, a try ended, asset events queued; on SQLite any commit), else every
    a tick never waits for a long loop;
 3. queued runs are admitted (``running``) while their DAG has room under ``max_active_runs``
    (a backfill's under its own limit); backfills whose runs all ended are completed;
-4. each running run's tasks advance (``engine.scheduler.rules.next_states``): a ready
+4. each running run's tasks advance (``engine.advancing.rules.next_states``): a ready
    task becomes ``scheduled`` for the executor (or goes straight to the triggerer when it
    starts from a trigger); a run whose tasks all finished ends;
 5. tasks ``up_for_retry`` whose retry delay has passed (by the scheduler's clock) are
@@ -44,6 +44,8 @@ from typing import TYPE_CHECKING, Final
 
 import anyio
 
+from engine.advancing.advance import advance_run
+from engine.advancing.rules import is_condition_met
 from engine.authoring.assets import BaseAsset
 from engine.db import models
 from engine.db.listen import LISTEN_SCHEDULER_WORK
@@ -51,7 +53,6 @@ from engine.db.queries import (
     actions,
     advancing,
     backfills,
-    callbacks,
     deferrals,
     jobs,
     run_ends,
@@ -64,12 +65,9 @@ from engine.jobs.wakeup import RowsSignal
 from engine.metrics.readings import SchedulerReading
 from engine.retry import Backoff
 from engine.scheduler import deadlines, orphans
-from engine.scheduler.expansion import decide_tasks
 from engine.scheduler.partition_runs import create_partitioned_runs, partitioned_timetable
-from engine.scheduler.rules import is_condition_met, run_outcome
 from engine.scheduler.settings import SchedulerSettings, SchedulerStats
 from engine.scheduler.time_runs import create_time_run, store_next
-from engine.states import DagRunState, TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -444,36 +442,14 @@ class Scheduler:
             self._advance_run(session, run_pk)
 
     def _advance_run(self, session: Session, run_pk: int) -> None:
-        state = runs.load_run_state(session, run_pk)
-        if state is None or state.state != DagRunState.RUNNING:
-            return  # ended since it was listed (cancelled, timed out, another scheduler)
-        now = models.utcnow()
-        advance = decide_tasks(session, state, now=now)
-        changes = advance.changes
-        self.stats.tasks_scheduled += advance.scheduled
-        if advance.decided:
+        advanced = advance_run(session, self._cipher, run_pk)
+        if advanced is None:
+            return  # ended since it was listed (cancelled, timed out), or advanced elsewhere
+        self.stats.tasks_scheduled += advanced.scheduled
+        if advanced.decided:
             self.nudge()  # a mapped task skipped, failed or expanded: decide below it now
-        to_trigger = [
-            t
-            for t, s in changes.items()
-            if s == TaskState.SCHEDULED and t in state.start_from_trigger
-        ]
-        runs.set_task_states(session, run_pk, changes, now=now)
-        for task_id in to_trigger:
-            self._start_from_trigger(session, state.ti_ids[task_id])
-        self.stats.tasks_scheduled += sum(s == TaskState.SCHEDULED for s in changes.values())
-        outcome = run_outcome(advance.states, state.downstream, state.ignored_teardowns)
-        if outcome is not None:
-            if not runs.end_running_run(session, run_pk, outcome, now=now):
-                return  # someone else ended it in the meantime: their state stands
-            callbacks.request_dag_callback(session, run_pk, outcome, now=now)  # if it has one
-            time_schedules.recompute_next_dagrun(
-                session, state.dag_id
-            )  # a held time run may go now
+        if advanced.ended:
             self.stats.runs_finished += 1
-
-    def _start_from_trigger(self, session: Session, ti_id: int) -> None:
-        deferrals.start_from_trigger(session, self._cipher, ti_id)
 
 
 def _log_lost_try(lost: orphans.LostTry) -> None:

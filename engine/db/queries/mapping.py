@@ -83,7 +83,7 @@ def expand_task(
     the copies of a run that starts over keep their try numbers (copies past ``length`` go,
     missing ones are added). Guarded by the rows still waiting: two schedulers never expand
     one task twice. ``waiting``: the copies stay ``none``, each to be decided on its own (a
-    task of a mapped task group, ``engine.scheduler.rules``); nothing is scheduled.
+    task of a mapped task group, ``engine.advancing.rules``); nothing is scheduled.
     """
     rows = session.execute(
         select(TaskInstance.id, TaskInstance.map_index, TaskInstance.dag_id, TaskInstance.max_tries)

@@ -381,7 +381,7 @@ class RunState:
     ti_ids: dict[str, int]
     trigger_rules: dict[str, str]  # task id -> its trigger rule (``TriggerRule`` value)
     #: expanded mapped tasks: task id -> the states of its copies by ``map_index``
-    #: (``task_states`` holds their summary, ``engine.scheduler.rules.summary_state``)
+    #: (``task_states`` holds their summary, ``engine.advancing.rules.summary_state``)
     expanded: dict[str, list[str]] = field(default_factory=dict)
     #: mapped tasks: task id -> what it maps over (``dag_task.mapping``)
     mappings: dict[str, dict[str, Any]] = field(default_factory=dict)

@@ -123,6 +123,9 @@ class TaskRun:
     #: the results of the run's succeeded copies of mapped tasks:
     #: {task_id: {map_index (as text): {key: tagged JSON}}}
     mapped_xcoms: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    #: the primary key of the task instance's run (None: not known, e.g. a try read back
+    #: from a message)
+    run_pk: int | None = None
 
     def log_fields(self) -> dict[str, object]:
         """The structured fields every log line about this try carries."""
@@ -271,6 +274,7 @@ def _task_run(
         map_index=ti.map_index,
         **_results_with_own(session, ti),
         run=run_context.context_run(dag_run),
+        run_pk=ti.dag_run_id,
         inlet_events={
             **{
                 name: tuple(run_context.event_row(event, name, uri) for event in events)

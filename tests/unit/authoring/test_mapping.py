@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from engine import DAG, BashOperator, PythonOperator, task
+from engine.advancing.rules import next_task_states, run_outcome, summary_state
 from engine.authoring.baseoperator import MappedOperator
 from engine.authoring.errors import DagDefinitionError
 from engine.authoring.mapping import (
@@ -22,7 +23,6 @@ from engine.authoring.mapping import (
 )
 from engine.authoring.params import NOTSET
 from engine.execution.results import RuntimeTaskInstance, check_mappable_result
-from engine.scheduler.rules import next_task_states, run_outcome, summary_state
 
 
 @task

@@ -18,8 +18,8 @@ from engine import (
     task,
     teardown,
 )
+from engine.advancing.rules import effective_leaves, next_task_states, run_outcome
 from engine.authoring.errors import DagDefinitionError
-from engine.scheduler.rules import effective_leaves, next_task_states, run_outcome
 from engine.states import TaskState
 
 OK, FAILED, SKIPPED = TaskState.SUCCESS, TaskState.FAILED, TaskState.SKIPPED

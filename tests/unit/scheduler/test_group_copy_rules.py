@@ -4,7 +4,7 @@ counts every copy."""
 
 from __future__ import annotations
 
-from engine.scheduler.rules import next_states
+from engine.advancing.rules import next_states
 from engine.states import TaskState
 
 N, SCH, RUN, OK, FAIL, UF = (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from engine.advancing.rules import is_condition_met, next_task_states, run_outcome, upstream_of
 from engine.authoring.assets import Asset
-from engine.scheduler.rules import is_condition_met, next_task_states, run_outcome, upstream_of
 from engine.states import DagRunState, TaskState
 
 N, SCH, OK, FAIL, SKIP, UF = (

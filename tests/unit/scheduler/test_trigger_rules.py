@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.authoring.arguments import SUPPORTED_TRIGGER_RULES, TriggerRule
-from engine.scheduler.rules import (
+from engine.advancing.rules import (
     DECIDED_RULES,
     FINISHED,
     UpstreamCounts,
@@ -20,6 +19,7 @@ from engine.scheduler.rules import (
     next_task_states,
     run_outcome,
 )
+from engine.authoring.arguments import SUPPORTED_TRIGGER_RULES, TriggerRule
 from engine.states import DagRunState, TaskState
 
 N, SCH, RUNNING, DEF, RETRY = (

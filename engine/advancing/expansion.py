@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from engine.advancing.rules import FINISHED, next_states, summary_state
 from engine.authoring.mapping import map_length, mapped_source_ids
 from engine.db.queries import mapping as mapping_sql
 from engine.exceptions import AirflowException
-from engine.scheduler.rules import FINISHED, next_states, summary_state
 from engine.states import TaskState
 
 if TYPE_CHECKING:
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
     from sqlalchemy.orm import Session
 
+    from engine.advancing.rules import Decisions
     from engine.db.queries.runs import RunState
-    from engine.scheduler.rules import Decisions
 
 logger = logging.getLogger(__name__)
 
