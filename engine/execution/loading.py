@@ -10,7 +10,7 @@ when it fails to import now and the DAG processor recorded a parse error for it
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from engine.authoring.dag import take_registered_dags
 from engine.authoring.dag_files import add_import_paths, collect_dags, import_dag_file
@@ -21,7 +21,21 @@ from engine.execution.last_good import load_or_last_good
 if TYPE_CHECKING:
     from engine.authoring.baseoperator import BaseOperator
     from engine.authoring.dag import DAG
-    from engine.execution.protocol import TaskSpec
+
+
+class TaskNames(Protocol):
+    """What names a task to load: a ``TaskSpec``, or the ``TaskPrelude`` sent before it."""
+
+    @property
+    def fileloc(self) -> str: ...
+    @property
+    def dag_id(self) -> str: ...
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def dags_folder(self) -> str | None: ...
+    @property
+    def plugins_folder(self) -> str | None: ...
 
 
 def load_dag(
@@ -62,14 +76,14 @@ def load_task(
     return load_dag(fileloc, dag_id, source=source, task_id=task_id, **folders).get_task(task_id)
 
 
-def _folders(spec: TaskSpec) -> dict[str, Path | None]:
+def _folders(spec: TaskNames) -> dict[str, Path | None]:
     return {
         "dags_folder": Path(spec.dags_folder) if spec.dags_folder else None,
         "plugins_folder": Path(spec.plugins_folder) if spec.plugins_folder else None,
     }
 
 
-def dag_for(spec: TaskSpec) -> DAG:
+def dag_for(spec: TaskNames) -> DAG:
     """The DAG of ``spec``, from its file or the file's last good version."""
 
     def load(source: str | None) -> DAG:
@@ -85,7 +99,7 @@ def dag_for(spec: TaskSpec) -> DAG:
     return load_or_last_good(spec.fileloc, load)
 
 
-def task_for(spec: TaskSpec) -> BaseOperator:
+def task_for(spec: TaskNames) -> BaseOperator:
     """The task of ``spec``, from its file or the file's last good version."""
 
     def load(source: str | None) -> BaseOperator:

@@ -79,6 +79,42 @@ class TaskSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskPrelude:
+    """Sent on the child's standard input before its ``TaskSpec``, as soon as the process
+    exists: the DAG file and task it will run, so that it imports them while the executor
+    marks the try running and reads its context (two cores do both at once). The spec
+    follows; the task is loaded afresh when the spec names another one."""
+
+    ti_id: int
+    dag_id: str
+    task_id: str
+    fileloc: str
+    dags_folder: str | None = None
+    plugins_folder: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({"prelude": asdict(self)}, separators=(",", ":"))
+
+    @classmethod
+    def from_line(cls, text: str | bytes) -> TaskPrelude | None:
+        """The prelude ``text`` holds; None when it is something else (the spec itself)."""
+        try:
+            data = json.loads(text)
+            return cls(**data["prelude"])
+        except (TypeError, ValueError, KeyError):
+            return None
+
+    def names(self, spec: TaskSpec) -> bool:
+        """Whether ``spec`` runs the task this prelude loads."""
+        return (self.ti_id, self.dag_id, self.task_id, self.fileloc) == (
+            spec.ti_id,
+            spec.dag_id,
+            spec.task_id,
+            spec.fileloc,
+        ) and (self.dags_folder, self.plugins_folder) == (spec.dags_folder, spec.plugins_folder)
+
+
+@dataclass(frozen=True, slots=True)
 class TaskResult:
     """How the step ended. ``return_value`` is tagged JSON (``serialize_value``)."""
 

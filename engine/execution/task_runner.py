@@ -2,7 +2,9 @@
 
 Theory of operation. The executor (``engine.executor``) owns every database write of a task
 instance; the child only runs user code. The parent sends one ``TaskSpec`` (a JSON line,
-``engine.execution.protocol``) on the child's standard input and keeps that pipe open: when
+``engine.execution.protocol``) on the child's standard input, after a ``TaskPrelude`` line
+when it knows the task at the claim (the child then imports the DAG file while the parent
+marks the try running), and keeps that pipe open: when
 the parent dies, the pipe closes and the child exits at once, so a task whose executor is
 gone never runs twice. The child imports the DAG file (``engine.execution.loading``),
 renders the task's ``template_fields`` with its context (``engine.execution.templates``: a
@@ -82,7 +84,13 @@ from engine.execution.process import (
     redirect_output,
     start,
 )
-from engine.execution.protocol import EXIT_BAD_SPEC, TaskResult, TaskSpec, raw_context
+from engine.execution.protocol import (
+    EXIT_BAD_SPEC,
+    TaskPrelude,
+    TaskResult,
+    TaskSpec,
+    raw_context,
+)
 from engine.execution.results import check_mappable_result, collect_results
 from engine.execution.retry_decisions import PolicyVerdict, ask_retry_policy
 from engine.execution.templates import render_template_fields
@@ -141,7 +149,8 @@ def _error_summary(exc: BaseException) -> str:
 
 @dataclass(slots=True)
 class StepState:
-    """What ``run_task`` got to, for the outcome's callbacks (``run_outcome_callbacks``)."""
+    """What ``run_task`` got to, for the outcome's callbacks (``run_outcome_callbacks``);
+    and the task its ``TaskPrelude`` loaded before the spec came (``preload``)."""
 
     task: BaseOperator | None = None
     context: dict[str, Any] | None = None
@@ -149,6 +158,29 @@ class StepState:
     #: the copy's ``map_index_template`` rendered after a successful ``execute``
     rendered_map_index: str | None = None
     map_index_rendered: bool = False
+    prelude: TaskPrelude | None = None
+    preloaded: BaseOperator | None = None
+    preload_error: BaseException | None = None
+
+    def preload(self, prelude: TaskPrelude) -> None:
+        """Load the prelude's task now; what loading raised is raised again by the step
+        that runs it (``load_task``), as loading it then would have."""
+        self.prelude = prelude
+        try:
+            self.preloaded = task_for(prelude)
+        except BaseException as exc:  # noqa: BLE001 - the step reports it as it would have
+            self.preload_error = exc
+
+    def load_task(self, spec: TaskSpec) -> BaseOperator:
+        """The spec's task: the preloaded one (once) when the prelude named it."""
+        prelude, preloaded, error = self.prelude, self.preloaded, self.preload_error
+        self.prelude = self.preloaded = self.preload_error = None
+        if prelude is None or not prelude.names(spec):
+            return task_for(spec)
+        if error is not None:
+            raise error
+        assert preloaded is not None
+        return preloaded
 
 
 def run_task(
@@ -185,7 +217,7 @@ def _run_step(spec: TaskSpec, now: datetime | None, step: StepState) -> TaskResu
 
     deadline = Deadline(math.inf, message)
     try:
-        task = step.task = task_for(spec)
+        task = step.task = step.load_task(spec)
         timeout = task.execution_timeout
         deadline = Deadline(remaining_s(try_started, timeout, now or datetime.now(UTC)), message)
         raw = raw_context(spec)
@@ -295,9 +327,15 @@ def run_outcome_callbacks(spec: TaskSpec, result: TaskResult, step: StepState) -
 # --- the process ---------------------------------------------------------------------------
 
 
-def _read_spec(ti_id: int) -> TaskSpec | None:
+def _read_spec(ti_id: int, step: StepState) -> TaskSpec | None:
+    """The spec on standard input; a ``TaskPrelude`` before it is loaded first."""
+    line = sys.stdin.buffer.readline()
+    prelude = TaskPrelude.from_line(line)
+    if prelude is not None and prelude.ti_id == ti_id:
+        step.preload(prelude)
+        line = sys.stdin.buffer.readline()
     try:
-        spec = TaskSpec.from_json(sys.stdin.buffer.readline())
+        spec = TaskSpec.from_json(line)
     except ValueError as exc:
         print(f"engine.execution.task_runner: {exc}", file=sys.stderr)
         return None
@@ -314,11 +352,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = start("engine.execution.task_runner", "ti-id", "the task instance (for ps)", argv)
     result_fd = redirect_output()
     configure_logging()
-    spec = _read_spec(args.ti_id)
+    step = StepState()
+    spec = _read_spec(args.ti_id, step)
     if spec is None:
         return EXIT_BAD_SPEC
     exit_when_parent_goes(sys.stdin.buffer)
-    step = StepState()
     result = run_task(spec, step=step)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -1,7 +1,8 @@
 """Which scheduled task instances an executor claims: those that fit their pool's open
 slots and their run's ``max_active_tasks`` (Airflow 3 counts it per DAG run), in id order.
 
-``claim_task_instances`` is the claim's transaction: it reads through
+``claim_task_instances`` (``claim_task_steps``: with each claimed task's DAG file) is the
+claim's transaction: it reads through
 ``engine.db.queries.pools`` (pools locked on PostgreSQL, slots taken, active task
 instances per run, the scheduled candidates), decides with the pure functions below, and
 moves the admitted ones to ``queued`` (``engine.db.queries.tasks.queue_task_instances``).
@@ -49,9 +50,23 @@ def claim_task_instances(
     now: datetime,
     warnings: PoolWarnings | None = None,
 ) -> list[int]:
+    """``claim_task_steps``' task instance ids."""
+    claimed = claim_task_steps(session, job_id=job_id, limit=limit, now=now, warnings=warnings)
+    return [c.ti_id for c in claimed]
+
+
+def claim_task_steps(
+    session: Session,
+    *,
+    job_id: int,
+    limit: int,
+    now: datetime,
+    warnings: PoolWarnings | None = None,
+) -> list[Candidate]:
     """Move up to ``limit`` ``scheduled`` task instances that fit their pool and their run's
     ``max_active_tasks`` to ``queued`` for executor ``job_id``, stamped with their pool and
-    slots; returns their ids. ``warnings``: the executor's, told about tasks no pool admits.
+    slots; returns them (in id order). ``warnings``: the executor's, told about tasks no
+    pool admits.
 
     On PostgreSQL the pool rows are locked for the transaction (claims of all executors
     serialize on them) and the rows ``SKIP LOCKED``: two executors never take the same row;
@@ -71,7 +86,8 @@ def claim_task_instances(
         full_runs=[run for run, (n, cap) in active.items() if n >= cap],
     )
     admitted = admit(found, pools, occupied, active, limit=limit)
-    return tasks_sql.queue_task_instances(session, admitted, job_id=job_id, now=now)
+    queued = set(tasks_sql.queue_task_instances(session, admitted, job_id=job_id, now=now))
+    return sorted((c for c in admitted if c.ti_id in queued), key=lambda c: c.ti_id)
 
 
 def occupied_slots(

@@ -74,6 +74,7 @@ if TYPE_CHECKING:
 
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
+    from engine.db.queries.pools import Candidate
     from engine.executor.recording import Recorded
     from engine.executor.settings import ExecutorSettings
     from engine.metrics.readings import ExecutorReading
@@ -200,9 +201,9 @@ class LocalExecutor(ClaimingExecutor):
             free = self.settings.parallelism - len(self._active)
             signalled, self._signal_digest = self._signal_digest, None
             claimed = await self._claim(job_id, free) if free > 0 else []
-            for ti_id in claimed:
-                self._active.add(ti_id)
-                workers.start_soon(self._run_ti, job_id, ti_id, name=f"task instance {ti_id}")
+            for step in claimed:
+                self._active.add(step.ti_id)
+                workers.start_soon(self._run_ti, job_id, step, name=f"task instance {step.ti_id}")
             idle_slots = free - len(claimed) > 0
             self._saturated = not idle_slots
             if claimed:
@@ -216,12 +217,12 @@ class LocalExecutor(ClaimingExecutor):
             with anyio.move_on_after(self.settings.poll_interval_s if idle_slots else math.inf):
                 await changed.wait()
 
-    async def _claim(self, job_id: int, free: int) -> list[int]:
+    async def _claim(self, job_id: int, free: int) -> list[Candidate]:
         now = models.utcnow()
         try:
             claimed = await self._db.run(
                 partial(
-                    admission.claim_task_instances,
+                    admission.claim_task_steps,
                     job_id=job_id,
                     limit=free,
                     now=now,
@@ -317,12 +318,12 @@ class LocalExecutor(ClaimingExecutor):
         if self._on_outcome is not None:
             self._on_outcome(recorded)
 
-    async def _run_ti(self, job_id: int, ti_id: int) -> None:
+    async def _run_ti(self, job_id: int, step: Candidate) -> None:
         assert self._supervisor is not None
         try:
-            await self._supervisor.execute(job_id, ti_id)
+            await self._supervisor.execute(job_id, step.ti_id, step)
         finally:
-            self._active.discard(ti_id)
+            self._active.discard(step.ti_id)
             self._slot_freed.set()
             self._slot_freed = anyio.Event()
             # A claim that left slots idle found no more work: until a nudge or the poll

@@ -26,6 +26,7 @@ import anyio
 from engine.db import models
 from engine.db.queries import actions, tasks
 from engine.exceptions import DatabaseError
+from engine.execution.protocol import TaskPrelude
 from engine.executor.callbacks import lost_callback_spec
 from engine.executor.outcomes import (
     Decision,
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
+    from engine.db.queries.pools import Candidate
     from engine.db.queries.tasks import TaskRun
     from engine.executor.settings import ExecutorSettings, ExecutorStats
     from engine.executor.warm_process import WarmRunner
@@ -146,11 +148,13 @@ class TaskSupervisor:
                     extra={"action": "tasks_externally_changed", "ti_ids": stopped},
                 )
 
-    async def execute(self, job_id: int, ti_id: int) -> None:
-        """Run the next step of task instance ``ti_id`` (claimed by ``job_id``) and record
-        its outcome; the child is killed whatever happens to this coroutine."""
+    async def execute(self, job_id: int, ti_id: int, claimed: Candidate | None = None) -> None:
+        """Run the next step of task instance ``ti_id`` (claimed by ``job_id``: ``claimed``
+        names its task and DAG file, which its process then imports while the try is marked
+        running) and record its outcome; the child is killed whatever happens to this
+        coroutine."""
         try:
-            await self._execute(job_id, ti_id)
+            await self._execute(job_id, ti_id, claimed)
         except DatabaseError as exc:  # not transient: a bug or bad data, retrying won't help
             logger.error(
                 "Task instance %s: cannot record its state (%s); failing it",
@@ -193,7 +197,7 @@ class TaskSupervisor:
             if theirs is not None:
                 theirs.close()  # the child has its copy
 
-    async def _execute(self, job_id: int, ti_id: int) -> None:
+    async def _execute(self, job_id: int, ti_id: int, claimed: Candidate | None) -> None:
         child = await self._spawn(job_id, ti_id)
         if child is None:
             return
@@ -203,6 +207,8 @@ class TaskSupervisor:
             child.interrupt()  # spawned as the shutdown began: the step reruns later
         try:
             try:
+                if claimed is not None and claimed.fileloc:
+                    await self._send_prelude(child, claimed)
                 run = await self._start(job_id, child)
                 if run is None:
                     return
@@ -226,6 +232,21 @@ class TaskSupervisor:
         if not child.reported and child.external_state is None:  # killed or crashed
             lost = lost_callback_spec(run, outcome, self.settings)
         await self._recorder.record(job_id, run, outcome, lost, external_state=child.external_state)
+
+    async def _send_prelude(self, child: TaskProcess, claimed: Candidate) -> None:
+        prelude = TaskPrelude(
+            ti_id=claimed.ti_id,
+            dag_id=claimed.dag_id,
+            task_id=claimed.task_id,
+            fileloc=claimed.fileloc,
+            dags_folder=str(self.settings.dags_folder),
+            plugins_folder=None
+            if self.settings.plugins_folder is None
+            else str(self.settings.plugins_folder),
+        )
+        with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            assert child.process.stdin is not None
+            await child.process.stdin.send(prelude.to_json().encode() + b"\n")
 
     async def _start(self, job_id: int, child: TaskProcess) -> TaskRun | None:
         """Mark the task instance running with the child's pid; None if it is not ours."""

@@ -377,7 +377,7 @@ class HeldTaskSupervisor:
     def __init__(self, **_kwargs: object) -> None:
         pass
 
-    async def execute(self, job_id: int, ti_id: int) -> None:
+    async def execute(self, job_id: int, ti_id: int, claimed: object = None) -> None:
         await self.release.wait()
 
     async def stop_changed_forever(self, job_id: int) -> None:

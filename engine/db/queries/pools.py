@@ -195,6 +195,8 @@ class Candidate:
     pool: str
     pool_slots: int
     max_active_tasks: int
+    #: its DAG's file (what the task process imports)
+    fileloc: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +236,7 @@ def _task_pool() -> tuple[ColumnElement[str], ColumnElement[int]]:
     return func.coalesce(DagTask.pool, DEFAULT_POOL), func.coalesce(DagTask.pool_slots, 1)
 
 
-def _scheduled() -> Select[int, int, str, str, str, int, int]:
+def _scheduled() -> Select[int, int, str, str, str, int, int, str]:
     pool, slots = _task_pool()
     return (
         select(
@@ -245,6 +247,7 @@ def _scheduled() -> Select[int, int, str, str, str, int, int]:
             pool,
             slots,
             Dag.max_active_tasks,
+            Dag.fileloc,
         )
         .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
         .join(Dag, Dag.dag_id == DagRun.dag_id)

@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
+from engine.db.queries.pools import Candidate
 from engine.executor.local import LocalExecutor
 from engine.executor.settings import ExecutorSettings
 from tests.waiting import wait_until
@@ -25,15 +26,15 @@ class ScriptedSteps:
         self.release_claim = anyio.Event()
         self.hold_claim_number: int | None = None
 
-    async def claim(self, job_id: int, free: int) -> list[int]:
+    async def claim(self, job_id: int, free: int) -> list[Candidate]:
         self.claims.append(free)
         if len(self.claims) == self.hold_claim_number:
             self.in_claim.set()
             await self.release_claim.wait()
         taken, self.backlog = self.backlog[:free], self.backlog[free:]
-        return taken
+        return [Candidate(ti_id, 1, "d", f"t{ti_id}", "default_pool", 1, 16) for ti_id in taken]
 
-    async def execute(self, job_id: int, ti_id: int) -> None:
+    async def execute(self, job_id: int, ti_id: int, claimed: Candidate | None = None) -> None:
         await self.ends.setdefault(ti_id, anyio.Event()).wait()
 
     def end(self, ti_id: int) -> None:
