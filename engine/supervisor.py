@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from engine.executor.local import LocalExecutor
     from engine.executor.recording import Recorded
     from engine.metrics import EngineCollector, MetricsServer
+    from engine.triggerer.persister import BatchResult
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +153,7 @@ def build_parts(
             db=db,
             cipher=cipher,
             settings=triggerer_settings(config, overrides),
-            on_committed=wake("executor", "scheduler"),
+            on_committed=_after_batch(wake("executor"), wake("scheduler")),
         )
         wakers["triggerer"] = triggerer.nudge
         if collector is not None:
@@ -199,6 +200,21 @@ def _after_outcome(
         # a deferral's trigger, or a start_from_trigger task the run's pass deferred
         triggerer()
         if recorded.scheduler_needed:
+            scheduler()
+
+    return call
+
+
+def _after_batch(
+    executor: Callable[[], None], scheduler: Callable[[], None]
+) -> Callable[[BatchResult], None]:
+    """A stored batch of trigger events wakes the executor (the tasks it resumed or failed)
+    and, unless it only resumed tasks (a resumed task is the executor's alone), the
+    scheduler (asset events make runs)."""
+
+    def call(result: BatchResult) -> None:
+        executor()
+        if result.asset_events or not result.tasks_resumed:
             scheduler()
 
     return call

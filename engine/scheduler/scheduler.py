@@ -276,11 +276,15 @@ class Scheduler:
 
     async def _settle_due_by_clock(self) -> None:
         """What the scheduler's clock made due, in one transaction (three per loop before,
-        each a round trip or more on PostgreSQL): running runs past their DAG's
-        ``dagrun_timeout`` fail (Airflow: the run fails, its unfinished tasks are skipped),
-        tasks ``up_for_retry`` whose delay has passed become ``scheduled`` for their next
-        try, tasks deferred past their timeout fail."""
+        each a round trip or more on PostgreSQL), when a read found some (a write each loop
+        took the write lock from the other parts for nothing, nearly always): running runs
+        past their DAG's ``dagrun_timeout`` fail (Airflow: the run fails, its unfinished
+        tasks are skipped), tasks ``up_for_retry`` whose delay has passed become
+        ``scheduled`` for their next try, tasks deferred past their timeout fail."""
         now = self._clock()
+        probe = partial(advancing.has_clock_work, now=now, deferrals_now=models.utcnow())
+        if not await self._db.read(probe):
+            return
 
         def settle(session: Session) -> tuple[list[run_ends.EndedRun], list[int]]:
             ended = run_ends.time_out_runs(session, now=now)

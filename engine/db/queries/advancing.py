@@ -1,7 +1,9 @@
-"""Which running runs the scheduler advances in a loop (``unfinished_runs``)."""
+"""Which running runs the scheduler advances in a loop (``unfinished_runs``), and whether its
+clock made anything due (``has_clock_work``)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
 from sqlalchemy import or_, select
@@ -10,9 +12,11 @@ from engine.db.models import Dag, DagRun, TaskInstance
 from engine.states import DagRunState, TaskState
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from sqlalchemy.orm import Session
 
-__all__ = ("IN_FLIGHT", "unfinished_runs")
+__all__ = ("IN_FLIGHT", "has_clock_work", "unfinished_runs")
 
 #: task states the scheduler has nothing to decide about: the try is the executor's or the
 #: triggerer's (``up_for_retry`` comes back through ``release_due_retries``)
@@ -51,3 +55,42 @@ def unfinished_runs(session: Session) -> tuple[list[int], int]:
         .order_by(DagRun.id)
     ).all()
     return [int(run_pk) for run_pk, advance in rows if advance], len(rows)
+
+
+def has_clock_work(session: Session, *, now: datetime, deferrals_now: datetime) -> bool:
+    """Whether the scheduler's clock made something due by ``now``: a running run past its
+    DAG's ``dagrun_timeout``, a task ``up_for_retry`` whose delay passed; or a deferral past
+    its timeout by ``deferrals_now`` (the wall clock, as ``fail_timed_out_deferrals``).
+
+    A read, so that a loop with nothing due takes no write lock (on SQLite the write would
+    queue the executor's and the triggerer's writes behind it); what it finds is then done
+    by ``run_ends.time_out_runs``, ``runs.release_due_retries`` and
+    ``deferrals.fail_timed_out_deferrals``, which check again."""
+    retry_due = select(TaskInstance.id).where(
+        TaskInstance.state == TaskState.UP_FOR_RETRY,
+        or_(TaskInstance.next_retry_at.is_(None), TaskInstance.next_retry_at <= now),
+    )
+    deferral_due = select(TaskInstance.id).where(
+        TaskInstance.state == TaskState.DEFERRED,
+        TaskInstance.trigger_timeout.is_not(None),
+        TaskInstance.trigger_timeout <= deferrals_now,
+    )
+    for probe in (retry_due, deferral_due):
+        if session.execute(probe.limit(1)).first() is not None:
+            return True
+    timed = session.execute(
+        select(DagRun.start_date, Dag.dagrun_timeout_s)
+        .join(Dag, Dag.dag_id == DagRun.dag_id)
+        .where(
+            DagRun.state == DagRunState.RUNNING,
+            DagRun.start_date.is_not(None),
+            Dag.dagrun_timeout_s.is_not(None),
+            Dag.is_paused.is_(False),
+        )
+    ).all()
+    return any(
+        start is not None
+        and timeout is not None
+        and start + timedelta(seconds=float(timeout)) <= now
+        for start, timeout in timed
+    )
