@@ -16,11 +16,19 @@ this process but the run-creation call a user's ``sluice dags trigger`` makes.
 * ``runs``: ``--runs`` manual runs of a one-task DAG, created back to back through
   ``engine.views.operations.trigger_dag`` (what ``sluice dags trigger`` calls), parallelism
   ``--parallelism``; runs/s = runs / (first trigger -> last run finished).
+
+``event`` and ``runs`` also run on PostgreSQL (``database="postgres"``: a fresh database on
+the local server, dropped afterwards), for Sluice alone: run this module itself,
+``python bench/compare_airflow_user.py {event,runs} --database sqlite,postgres --reps 3``
+(the event workload starts its own broker then), which prints median (min-max) over the
+repetitions, alternating the databases, and writes bench/results/user_sluice.json.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
 import os
 import signal
 import sqlite3
@@ -30,6 +38,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import uuid
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -44,6 +53,8 @@ if TYPE_CHECKING:
 
 SLUICE = str(Path(sys.executable).with_name("sluice"))
 STARTUP_TIMEOUT_S = 180.0
+PG_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+RESULTS = Path(__file__).resolve().parent / "results"
 
 EVENT_DAG = '''\
 """Bench: one Kafka watcher asset; the task notes when its body starts."""
@@ -106,28 +117,69 @@ def _wait(condition: Callable[[], Any], timeout_s: float, what: str, engine: Any
         time.sleep(0.05)
 
 
-def _query(db_path: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+def _query(db: Path | str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Rows of ``sql`` on the engine's database: a SQLite file, or a PostgreSQL URL (``?``
+    placeholders either way)."""
+    if isinstance(db, str):
+        import psycopg
+
+        try:
+            url = db.replace("postgresql+psycopg://", "postgresql://")
+            with psycopg.connect(url, connect_timeout=5) as conn:
+                return list(conn.execute(sql.replace("?", "%s"), params).fetchall())
+        except psycopg.Error:
+            return []
     try:
-        with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=1) as conn:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as conn:
             return conn.execute(sql, params).fetchall()
     except sqlite3.Error:
         return []
 
 
 @contextmanager
-def sluice_run(dags: Path, extra: dict[str, str] | None = None) -> Iterator[tuple[Path, Any]]:
-    """A fresh home, ``sluice db migrate``, ``sluice run`` on ``dags``; yields (db, process).
+def _database(home: Path, database: str) -> Iterator[tuple[Path | str, str]]:
+    """(what ``_query`` takes, the engine's URL): a SQLite file in ``home``, or a fresh
+    database on the local PostgreSQL server, dropped afterwards."""
+    if database == "sqlite":
+        yield home / "sluice.db", f"sqlite:///{home / 'sluice.db'}"
+        return
+    from sqlalchemy import create_engine, text
+
+    name = f"bench_user_{uuid.uuid4().hex[:12]}"
+    server = create_engine(PG_SERVER, isolation_level="AUTOCOMMIT")
+    with server.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = PG_SERVER.rsplit("/", 1)[0] + f"/{name}"
+    try:
+        yield url, url
+    finally:
+        with server.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        server.dispose()
+
+
+@contextmanager
+def sluice_run(
+    dags: Path, extra: dict[str, str] | None = None, database: str = "sqlite"
+) -> Iterator[tuple[Path | str, Any]]:
+    """A fresh home and database, ``sluice db migrate``, ``sluice run`` on ``dags``; yields
+    (db, process), ``db`` for ``_query``.
 
     Stopped with SIGTERM at the end (SIGKILL to its group after 60 s); the home is removed
     unless BENCH_KEEP_HOME is set.
     """
     home = Path(tempfile.mkdtemp(prefix="sluice-user-bench-"))
-    db_path = home / "sluice.db"
+    with _database(home, database) as (db, url), _engine(home, dags, url, extra) as engine:
+        yield db, engine
+
+
+@contextmanager
+def _engine(home: Path, dags: Path, url: str, extra: dict[str, str] | None) -> Iterator[Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE")}
     env |= {
         "SLUICE_HOME": str(home),
         "SLUICE__CORE__DAGS_FOLDER": str(dags),
-        "SLUICE__CORE__SQL_ALCHEMY_CONN": f"sqlite:///{db_path}",
+        "SLUICE__CORE__SQL_ALCHEMY_CONN": url,
         "SLUICE__API__PORT": "0",
         **(extra or {}),
     }
@@ -137,7 +189,7 @@ def sluice_run(dags: Path, extra: dict[str, str] | None = None) -> Iterator[tupl
         [SLUICE, "run"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
     try:
-        yield db_path, engine
+        yield engine
     finally:
         if engine.poll() is None:
             engine.send_signal(signal.SIGTERM)
@@ -181,7 +233,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
 
 
-def event(bootstrap: str, topic: str, messages: int, interval_s: float) -> dict[str, Any]:
+def event(
+    bootstrap: str, topic: str, messages: int, interval_s: float, database: str = "sqlite"
+) -> dict[str, Any]:
     """Kafka message sent -> the asset-scheduled DAG's task body running, ``messages`` times."""
     with tempfile.TemporaryDirectory(prefix="sluice-event-dags-") as tmp:
         dags = Path(tmp) / "dags"
@@ -189,7 +243,7 @@ def event(bootstrap: str, topic: str, messages: int, interval_s: float) -> dict[
         stamps = Path(tmp) / "stamps.txt"
         source = EVENT_DAG.format(stamps=str(stamps), topic=topic, bootstrap=bootstrap)
         (dags / "bench_event.py").write_text(source)
-        with sluice_run(dags) as (db_path, engine):
+        with sluice_run(dags, database=database) as (db_path, engine):
             watching = "SELECT count(*) FROM asset_watcher"
             _wait(lambda: _query(db_path, watching) == [(1,)], STARTUP_TIMEOUT_S, "the DAG", engine)
             asyncio.run(_send(bootstrap, topic, [b'{"warm": 1}'], 0))
@@ -209,7 +263,7 @@ def event(bootstrap: str, topic: str, messages: int, interval_s: float) -> dict[
         "max_ms": max(lat),
         "messages": messages,
         "interval_s": interval_s,
-        "database": "sqlite",
+        "database": database,
     }
 
 
@@ -232,19 +286,19 @@ def dagfiles(files: int, idle_s: float) -> dict[str, Any]:
     }
 
 
-def runs(count: int, parallelism: int) -> dict[str, Any]:
+def runs(count: int, parallelism: int, database: str = "sqlite") -> dict[str, Any]:
     """``count`` manual runs of a one-task DAG created back to back -> all finished."""
     with tempfile.TemporaryDirectory(prefix="sluice-runs-dags-") as tmp:
         dags = Path(tmp)
         (dags / "bench_runs.py").write_text(textwrap.dedent(RUNS_DAG.format(runs=count)))
         extra = {"SLUICE__CORE__PARALLELISM": str(parallelism)}
-        with sluice_run(dags, extra) as (db_path, engine):
+        with sluice_run(dags, extra, database) as (db_path, engine):
             parsed = "SELECT count(*) FROM dag WHERE dag_id = 'bench_runs'"
             _wait(lambda: _query(db_path, parsed) == [(1,)], STARTUP_TIMEOUT_S, "the DAG", engine)
             from engine.db.database import Database
             from engine.views import operations
 
-            db = Database(f"sqlite:///{db_path}")
+            db = Database(db_path if isinstance(db_path, str) else f"sqlite:///{db_path}")
             base = datetime.now(UTC)
             started = time.perf_counter()
             for n in range(count):
@@ -267,6 +321,7 @@ def runs(count: int, parallelism: int) -> dict[str, Any]:
             _wait(finished, 60 + count, "every run to finish", engine)
             ended = time.perf_counter()
             states = dict(_query(db_path, done))
+            db.dispose()
     if states.get("success", 0) != count:
         raise SystemExit(f"runs ended {states}, not {count} successes")
     return {
@@ -275,5 +330,70 @@ def runs(count: int, parallelism: int) -> dict[str, Any]:
         "runs_per_s": count / (ended - started),
         "trigger_s": created - started,
         "total_s": ended - started,
-        "database": "sqlite",
+        "database": database,
     }
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def main() -> None:
+    """Sluice alone, on SQLite and PostgreSQL: event -> task start, or run throughput."""
+    parser = argparse.ArgumentParser(description=(main.__doc__ or "").splitlines()[0])
+    parser.add_argument("workload", choices=("event", "runs"))
+    parser.add_argument("--database", default="sqlite,postgres", help="sqlite, postgres")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--messages", type=int, default=20, help="event: messages")
+    parser.add_argument("--interval", type=float, default=1.0, help="event: seconds apart")
+    parser.add_argument("--runs", type=int, default=1000, help="runs: how many")
+    parser.add_argument("--parallelism", type=int, default=8)
+    parser.add_argument("--out", default=str(RESULTS / "user_sluice.json"))
+    args = parser.parse_args()
+    databases = args.database.split(",")
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    broker = None
+    if args.workload == "event":
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from tests.services_kafka import start_tansu
+
+        broker = start_tansu(Path(tempfile.mkdtemp(prefix="user-bench-broker-")) / "tansu.log")
+    rows: dict[str, list[dict[str, Any]]] = {db: [] for db in databases}
+    try:
+        for rep in range(1, args.reps + 1):
+            for db in databases:
+                if broker is not None:
+                    topic = broker.create_topic(1, prefix=f"user-{db}")
+                    fig = event(broker.bootstrap, topic, args.messages, args.interval, db)
+                else:
+                    fig = runs(args.runs, args.parallelism, db)
+                rows[db].append(fig)
+                print(f"rep {rep} {db}: {fig} (load {os.getloadavg()[0]:.2f})", flush=True)
+    finally:
+        if broker is not None:
+            from tests.services_kafka import stop_tansu
+
+            stop_tansu(broker.process)
+    load_after = os.getloadavg()
+    print(f"load average at end: {load_after}")
+    keys = ("p50_ms", "p99_ms") if args.workload == "event" else ("runs_per_s",)
+    summary = {db: {k: _spread([r[k] for r in rows[db]]) for k in keys} for db in databases}
+    for db, figures in summary.items():
+        text = ", ".join(
+            f"{k} {f['median']:.1f} ({f['min']:.1f}-{f['max']:.1f})" for k, f in figures.items()
+        )
+        print(f"{args.workload} {db} ({args.reps} reps, median (min-max)): {text}")
+    out = Path(args.out)
+    previous = json.loads(out.read_text()) if out.exists() else {}
+    previous[args.workload] = {
+        "args": vars(args),
+        "load_average_after": load_after,
+        "summary": summary,
+        "raw": rows,
+    }
+    out.write_text(json.dumps(previous, indent=2))
+    print(f"written {out}")
+
+
+if __name__ == "__main__":
+    main()
