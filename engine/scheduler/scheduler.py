@@ -245,8 +245,9 @@ class Scheduler:
     async def schedule_once(self) -> None:
         self.stats.loops += 1
         dag_ids = await self._db.run(runs.dags_with_queued_events)
+        scheduled_before = self.stats.tasks_scheduled
         for dag_id in dag_ids:
-            created = await self._db.run(partial(self._create_asset_runs, dag_id=dag_id))
+            created = await self._db.run(partial(self._start_asset_runs, dag_id=dag_id))
             for run_pk in created:
                 self.stats.runs_created += 1
                 logger.info(
@@ -255,6 +256,8 @@ class Scheduler:
                     dag_id,
                     extra={"action": "dag_run_created", "dag_id": dag_id, "run": run_pk},
                 )
+        if self.stats.tasks_scheduled > scheduled_before and self._on_tasks_scheduled:
+            self._on_tasks_scheduled()  # the new runs' first tasks: claimed while we go on
         if not self._clock_task_running:
             await self._create_time_runs()
         scheduled_before = self.stats.tasks_scheduled
@@ -364,6 +367,17 @@ class Scheduler:
             _log_lost_try(lost)
         if recovery.lost:
             self.nudge()  # decide the runs of the failed tries now
+
+    def _start_asset_runs(self, session: Session, dag_id: str) -> list[int]:
+        """``_create_asset_runs``, then, in the same transaction, the DAG's queued runs
+        admitted while it has room and the admitted ones advanced once (their first tasks
+        ``scheduled``): an event's run starts without waiting for two more transactions of
+        this loop (admission, advance), each a wait for the write lock."""
+        created = self._create_asset_runs(session, dag_id)
+        if created:
+            for run_pk in runs.start_queued_runs(session, dag_id, now=self._clock()):
+                self._advance_run(session, run_pk)
+        return created
 
     def _create_asset_runs(self, session: Session, dag_id: str) -> list[int]:
         queued = runs.lock_queued_dag(session, dag_id)

@@ -224,16 +224,30 @@ async def test_an_idle_scheduler_loops_on_another_writers_commit_not_on_its_poll
     db, cipher = env
     slow = SchedulerSettings(loop_interval_s=60.0, idle_poll_s=60.0)
     scheduler = Scheduler(db=db, cipher=cipher, settings=slow)
+    first_loop_done = _after_each_loop(scheduler)
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
             await tg.start(scheduler.run)
-            await wait_until(lambda: scheduler.stats.loops >= 1)
+            await first_loop_done.wait()  # (a loop still running would see the event itself)
             loops = scheduler.stats.loops
             await anyio.to_thread.run_sync(_emit, db, "a")
             await wait_until(lambda: scheduler.stats.runs_created == 1)
             assert scheduler.stats.loops > loops
             scheduler.shutdown()
     assert list(_runs(db)) == ["a_or_c"]
+
+
+def _after_each_loop(scheduler: Scheduler) -> anyio.Event:
+    """An event set once the scheduler's first loop (``schedule_once``) has ended."""
+    done = anyio.Event()
+    once = scheduler.schedule_once
+
+    async def then_done() -> None:
+        await once()
+        done.set()
+
+    scheduler.schedule_once = then_done  # type: ignore[method-assign]
+    return done
 
 
 def _store_as_a_triggerer(db: Database, asset: str) -> int:
@@ -256,12 +270,15 @@ async def test_an_idle_scheduler_loops_on_a_triggerer_s_stored_event(env) -> Non
     db, cipher = env
     slow = SchedulerSettings(loop_interval_s=60.0, idle_poll_s=60.0)
     scheduler = Scheduler(db=db, cipher=cipher, settings=slow)
+    first_loop_done = _after_each_loop(scheduler)
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
             await tg.start(scheduler.run)
-            await wait_until(lambda: scheduler.stats.loops >= 1)
+            await first_loop_done.wait()
+            loops = scheduler.stats.loops
             assert await anyio.to_thread.run_sync(_store_as_a_triggerer, db, "a") == 1
             await wait_until(lambda: scheduler.stats.runs_created == 1)
+            assert scheduler.stats.loops > loops
             scheduler.shutdown()
     assert list(_runs(db)) == ["a_or_c"]
 
