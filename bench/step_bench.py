@@ -19,7 +19,11 @@ databases, ``--reps`` times:
 3. task step: a chain of ``--steps`` plain ``@task`` steps, each returning the wall clock
    at its start; a step is the gap between two consecutive starts;
 4. runs/s: ``--runs`` manual runs of a one-task DAG created in one transaction, at
-   parallelism 8; the clock runs from their commit to the last run finished.
+   parallelism 8; the clock runs from their commit to the last run finished;
+5. asset runs/s: ``--asset-runs`` one-task DAGs (a DAG file of their own), each scheduled
+   on an asset of its own; one event of each asset is recorded in one transaction (as
+   ``sluice assets emit`` records one), and the clock runs from its commit to the last of
+   the runs they trigger finished.
 
 ``--variant NAME:KEY=VALUE,...`` (repeatable) runs engines with other settings, alternated
 with the other variants in the same run: e.g. ``--variant now: --variant
@@ -55,7 +59,7 @@ from engine.crypto import KwargsCipher
 from engine.db import models
 from engine.db.database import Database
 from engine.db.models import DagRun, TaskInstance
-from engine.db.queries import runs
+from engine.db.queries import assets, runs
 from engine.db.schema import migrate
 from engine.supervisor import build_parts, tune_gc
 from engine.views import dags as dags_view
@@ -69,6 +73,18 @@ if TYPE_CHECKING:
 PG_SERVER: Final = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 PARALLELISM: Final = 8
 DAG_IDS: Final = ("defer_loop", "chain", "one")
+
+ASSET_DAG_FILE = """
+from engine import DAG, Asset, task
+
+@task
+def noop():
+    return None
+
+for n in range({count}):
+    with DAG(f"on_asset_{{n:04d}}", schedule=[Asset(f"bench_asset_{{n:04d}}")]):
+        noop()
+"""
 
 DAG_FILE = """
 import time
@@ -135,13 +151,27 @@ async def _trigger(db: Database, dag_id: str, count: int = 1) -> float:
     return time.perf_counter()
 
 
+async def _emit_events(db: Database, count: int) -> float:
+    """One event of each bench asset, recorded in one transaction; the commit's clock."""
+
+    def emit(session: Session) -> None:
+        for n in range(count):
+            assets.emit_asset_event(
+                session, f"bench_asset_{n:04d}", extra=None, source="api", created_by="bench"
+            )
+
+    await db.run(emit)
+    return time.perf_counter()
+
+
 async def _until_finished(db: Database, dag_id: str, count: int) -> float:
-    """Wait until ``count`` runs of ``dag_id`` ended (a failed one is an error)."""
+    """Wait until ``count`` runs of ``dag_id`` (a LIKE pattern) ended (a failed one is an
+    error)."""
 
     def ended(session: Session) -> tuple[int, int]:
         rows = session.execute(
             select(DagRun.state, func.count())
-            .where(DagRun.dag_id == dag_id, DagRun.state.in_(("success", "failed")))
+            .where(DagRun.dag_id.like(dag_id), DagRun.state.in_(("success", "failed")))
             .group_by(DagRun.state)
         ).all()
         by_state: dict[str, int] = dict(rows)  # type: ignore[arg-type]
@@ -248,6 +278,8 @@ async def _one_rep(
         defer_loop=DEFER_LOOP_DAG.format(cycles=args.cycles), steps=args.steps, runs=args.runs
     )
     (dags / "bench.py").write_text(textwrap.dedent(source))
+    if args.asset_runs:
+        (dags / "bench_assets.py").write_text(ASSET_DAG_FILE.format(count=args.asset_runs))
     with database_url(kind, home) as url:
         environ = {
             "SLUICE_HOME": str(home),
@@ -274,7 +306,8 @@ async def _measure(config: Any, db: Database, home: Path, args: argparse.Namespa
     async with anyio.create_task_group() as tg:
         for part in parts:
             await tg.start(part.run)
-        while (await db.read(dags_view.list_dags))["total"] < len(DAG_IDS):  # noqa: ASYNC110
+        wanted = len(DAG_IDS) + args.asset_runs
+        while (await db.read(dags_view.list_dags))["total"] < wanted:  # noqa: ASYNC110
             await anyio.sleep(0.05)  # the DAG processor parsed the file
         await anyio.sleep(1.0)  # the warm runner starts, the first parse's writes settle
         # The bench's own writes and polls go through an engine of their own (as the API's
@@ -294,6 +327,10 @@ async def _measure(config: Any, db: Database, home: Path, args: argparse.Namespa
         out["step_phases_ms"] = await _chain_phases(probe)
         started = await _trigger(probe, "one", args.runs)
         out["runs_per_s"] = args.runs / (await _until_finished(probe, "one", args.runs) - started)
+        if args.asset_runs:
+            started = await _emit_events(probe, args.asset_runs)
+            ended = await _until_finished(probe, "on_asset_%", args.asset_runs)
+            out["asset_runs_per_s"] = args.asset_runs / (ended - started)
         probe.dispose()
         for part in reversed(parts):
             if part.shutdown is not None:
@@ -323,6 +360,8 @@ def summarize(reps: list[dict[str, Any]]) -> dict[str, Any]:
         for name in reps[0]["step_phases_ms"]
     }
     summary["runs_per_s"] = _spread([r["runs_per_s"] for r in reps])
+    if all("asset_runs_per_s" in r for r in reps):
+        summary["asset_runs_per_s"] = _spread([r["asset_runs_per_s"] for r in reps])
     summary["idle_cpu_cores"] = _spread([r["idle_cpu_cores"] for r in reps])
     return summary
 
@@ -343,6 +382,11 @@ def _print(kind: str, s: dict[str, Any], args: argparse.Namespace) -> None:
     phases = ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in s["step_phases_ms"].items())
     print(f"  step phases  {phases} ms (medians)")
     print(f"  runs/s       {_fmt(s['runs_per_s'])} ({args.runs} one-task runs, parallelism 8)")
+    if "asset_runs_per_s" in s:
+        print(
+            f"  asset runs/s {_fmt(s['asset_runs_per_s'])} ({args.asset_runs} asset events -> "
+            "as many one-task runs of as many DAGs, parallelism 8)"
+        )
     print(f"  idle CPU     {_fmt(s['idle_cpu_cores'], 3)} cores (the engine's process)")
 
 
@@ -359,6 +403,9 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=20, help="defer cycles per repetition")
     parser.add_argument("--steps", type=int, default=20, help="chained @task steps")
     parser.add_argument("--runs", type=int, default=1000, help="one-task runs for runs/s")
+    parser.add_argument(
+        "--asset-runs", type=int, default=1000, help="asset events -> runs (0: not measured)"
+    )
     parser.add_argument("--idle", type=float, default=5.0, help="seconds of idle CPU sampled")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "steps.json"))
     parser.add_argument(
