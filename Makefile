@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint types pytest clean
+.PHONY: run test lint types pytest clean bench-report
 
 # The installs come from uv.lock (`uv lock` after a change of pyproject.toml's dependencies;
 # `make lint` fails on a stale lock), by uv, pinned once in pyproject.toml's dev group and
@@ -60,6 +60,12 @@ types: $(STAMP)
 pytest: $(STAMP)
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m compileall -q -j 2 engine triggers shared_stream producers tests
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -q -n 2 --dist loadgroup --hypothesis-profile=ci
+
+## The README's performance table and docs/images/user_figures.png, from bench/results/*.json
+## (run the benches first: README.md, "Performance"); matplotlib draws the chart.
+bench-report: $(STAMP)
+	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(UV) pip install --python $(BIN)/python 'matplotlib>=3.8'
+	$(BIN)/python bench/user_report.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis site

@@ -385,7 +385,9 @@ def main() -> None:
         print(f"{args.workload} {db} ({args.reps} reps, median (min-max)): {text}")
     out = Path(args.out)
     previous = json.loads(out.read_text()) if out.exists() else {}
+    previous["date_utc"] = datetime.now(UTC).isoformat(timespec="seconds")
     previous[args.workload] = {
+        "date_utc": previous["date_utc"],
         "args": vars(args),
         "load_average_after": load_after,
         "summary": summary,

@@ -27,6 +27,7 @@ import platform
 import tempfile
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +210,7 @@ def main() -> None:
     result = {
         "settings": {k: v for k, v in vars(args).items() if k != "bootstrap"},
         "machine": {
+            "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "load_average_before": [round(x, 2) for x in load_before],

@@ -46,6 +46,7 @@ import textwrap
 import time
 import uuid
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -443,6 +444,7 @@ def main() -> None:
     for kind in kinds:
         _print(kind, summaries[kind], args)
     result = {
+        "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "load_average_before": load_before,
         "load_average_after": load_after,
         "args": vars(args),
