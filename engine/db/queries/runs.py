@@ -407,6 +407,7 @@ def load_run_state(session: Session, run_pk: int) -> RunState | None:
             DagTask.is_setup,
             DagTask.is_teardown,
             DagTask.on_failure_fail_dagrun,
+            DagTask.mapping,
         ).where(DagTask.dag_id == dag_id)
     ).all()
     tis = session.execute(
@@ -425,7 +426,8 @@ def load_run_state(session: Session, run_pk: int) -> RunState | None:
         ti_ids={str(t): int(i) for t, _, i in tis},
         trigger_rules={str(t.task_id): str(t.trigger_rule) for t in tasks},
         expanded=expanded,
-        mappings=mapping_sql.task_mappings(session, dag_id),
+        # (``mapping_sql.task_mappings``, read with the tasks rather than again)
+        mappings={str(t.task_id): dict(t.mapping) for t in tasks if isinstance(t.mapping, dict)},
         setups=frozenset(str(t.task_id) for t in tasks if t.is_setup),
         ignored_teardowns=frozenset(
             str(t.task_id) for t in tasks if t.is_teardown and not t.on_failure_fail_dagrun
