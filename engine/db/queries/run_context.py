@@ -82,6 +82,30 @@ def run_results(session: Session, dag_run_id: int) -> dict[str, dict[str, Any]]:
     return {str(task_id): dict(xcoms) for task_id, xcoms in rows if isinstance(xcoms, dict)}
 
 
+def all_run_results(
+    session: Session, dag_run_id: int
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, dict[str, Any]]]]:
+    """``run_results`` and ``mapping.mapped_run_results`` of the run, in one read (what a
+    task step's context carries)."""
+    rows = session.execute(
+        select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.xcoms).where(
+            TaskInstance.dag_run_id == dag_run_id,
+            TaskInstance.state == TaskState.SUCCESS,
+            TaskInstance.xcoms.is_not(None),
+        )
+    )
+    whole: dict[str, dict[str, Any]] = {}
+    copies: dict[str, dict[str, dict[str, Any]]] = {}
+    for task_id, index, xcoms in rows:
+        if not isinstance(xcoms, dict):
+            continue
+        if index < 0:
+            whole[str(task_id)] = dict(xcoms)
+        else:
+            copies.setdefault(str(task_id), {})[str(int(index))] = dict(xcoms)
+    return whole, copies
+
+
 @dataclass(frozen=True, slots=True)
 class TaskResults:
     """A task instance's state and stored results (``sluice tasks result``)."""

@@ -22,7 +22,6 @@ from engine.db.database import rowcount
 from engine.db.listen import notify_scheduler
 from engine.db.models import Dag, DagRun, DagTask, TaskInstance
 from engine.db.queries import assets, run_context
-from engine.db.queries import mapping as mapping_sql
 from engine.db.queries.assets import EventRow
 from engine.states import TaskState
 
@@ -224,8 +223,7 @@ def _results_with_own(session: Session, ti: TaskInstance) -> dict[str, Any]:
     """``xcoms`` / ``mapped_xcoms`` of a ``TaskRun``: the run's succeeded tasks' results,
     and a resumed try's own (what it pushed before it deferred, kept as Airflow keeps them:
     its pulls see them and its final results include them)."""
-    xcoms = run_context.run_results(session, ti.dag_run_id)
-    mapped = mapping_sql.mapped_run_results(session, ti.dag_run_id)
+    xcoms, mapped = run_context.all_run_results(session, ti.dag_run_id)
     own = ti.xcoms if ti.next_method is not None and isinstance(ti.xcoms, dict) else None
     if own and ti.map_index < 0:
         xcoms[ti.task_id] = dict(own)
