@@ -66,7 +66,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from sqlalchemy import distinct, func, select
 
 from engine.db.database import Database
-from engine.db.models import AssetEvent, AssetWatcher
+from engine.db.models import AssetEvent, AssetWatcher, DagRun
 from engine.db.schema import migrate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -284,6 +284,7 @@ async def _wait_all_committed(
 class Drain:
     msgs_per_s: float
     cores: float
+    runs: int  # DAG runs the engine created from the drained events (one per scheduler pass)
 
 
 def _store_watchers(engine: Engine, watchers: int) -> None:
@@ -353,7 +354,7 @@ def drain(
         raise RuntimeError(
             f"{stored} asset events ({distinct_keys} distinct keys) for {args.messages} messages"
         )
-    return Drain(args.messages / (done - assigned), cores)
+    return Drain(args.messages / (done - assigned), cores, engine.count_rows(DagRun))
 
 
 @contextlib.contextmanager
@@ -414,6 +415,7 @@ def _row(
         # CPU per message moves far less than the rate on a loaded machine
         "engine_cpu_us_per_msg": _spread([d.cores * 1e6 / d.msgs_per_s for d in drains]),
         "runs_per_s": [round(d.msgs_per_s) for d in drains],
+        "dag_runs_created": [d.runs for d in drains],
         "raw_runs_per_s": [round(r) for r in raw],
     }
     if len(drains) == len(raw) == args.reps:  # a ratio only of what this run measured
@@ -432,7 +434,8 @@ def _line(row: dict[str, Any]) -> str:
         f"raw aiokafka {raw['median']:>9,.0f} [{raw['min']:,.0f}..{raw['max']:,.0f}]   "
         f"ratio {'not measured' if ratio is None else f'{ratio:.1%}'}   "
         f"engine cores {row['engine_cores']['median']:.2f}   "
-        f"engine cpu {row['engine_cpu_us_per_msg']['median']:.0f} us/msg"
+        f"engine cpu {row['engine_cpu_us_per_msg']['median']:.0f} us/msg   "
+        f"dag runs {row['dag_runs_created']}"
     )
 
 
