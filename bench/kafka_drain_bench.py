@@ -4,6 +4,8 @@ Run by hand (never in tests):
     .venv/bin/python bench/kafka_drain_bench.py [--messages M] [--reps R] [--watchers 1,10]
         [--backends sqlite,postgres] [--modes run,triggerer] [--pg URL] [--out FILE]
         [--sluice PATH]   # another checkout's engine, for a before/after
+        [--before PATH]   # ... or both in one run: each repetition runs raw, before, this
+        [--profile DIR]   # py-spy samples each engine over its drain (raw stacks, a file a run)
 
 What a user does, and what this bench does likewise: a DAG file declares N assets, each with
 one ``AssetWatcher`` on a ``KafkaMessageTrigger`` for the same topic, bootstrap servers and
@@ -44,6 +46,7 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
@@ -63,7 +66,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from sqlalchemy import distinct, func, select
 
 from engine.db.database import Database
-from engine.db.models import AssetEvent, AssetWatcher
+from engine.db.models import AssetEvent, AssetWatcher, DagRun
 from engine.db.schema import migrate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -249,17 +252,30 @@ def _wait_until(condition: Any, engine: Engine, timeout_s: float, what: str) -> 
     return value
 
 
-async def _all_committed(bootstrap: str, topic: str, group: str, per_partition: int) -> bool:
+async def _wait_all_committed(
+    bootstrap: str, topic: str, group: str, per_partition: int, engine: Engine
+) -> float:
+    """When every partition's committed offset of ``group`` reached its end (``time.time()``),
+    read every ``COMMIT_POLL_S`` through one consumer (one per poll cost this bench ~10% of a
+    core, beside the engine it measures on a 2-core machine)."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
     )
     await consumer.start()
     try:
-        for partition in range(PARTITIONS):
-            committed = await consumer.committed(TopicPartition(topic, partition))
-            if committed is None or committed < per_partition:
-                return False
-        return True
+        pending = set(range(PARTITIONS))
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while True:
+            for partition in sorted(pending):
+                committed = await consumer.committed(TopicPartition(topic, partition))
+                if committed is not None and committed >= per_partition:
+                    pending.discard(partition)
+            if not pending:
+                return time.time()
+            engine.check_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the last commit did not happen within {DRAIN_TIMEOUT_S:.0f} s")
+            await anyio.sleep(COMMIT_POLL_S)
     finally:
         await consumer.stop()
 
@@ -268,6 +284,7 @@ async def _all_committed(bootstrap: str, topic: str, group: str, per_partition: 
 class Drain:
     msgs_per_s: float
     cores: float
+    runs: int  # DAG runs the engine created from the drained events (one per scheduler pass)
 
 
 def _store_watchers(engine: Engine, watchers: int) -> None:
@@ -284,7 +301,23 @@ def _store_watchers(engine: Engine, watchers: int) -> None:
         engine.stop()
 
 
-def drain(mode: str, db_url: str, home: Path, topic: str, watchers: int, args: Any) -> Drain:
+def _profiler(
+    pid: int, mode: str, db_url: str, group: str, folder: str
+) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling the engine's process tree into ``folder`` (raw stacks), or None."""
+    if not folder:
+        return None
+    backend = db_url.split(":", 1)[0].split("+", 1)[0]
+    out = Path(folder) / f"{mode}-{backend}-{group}.txt"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    spy = str(Path(sys.executable).parent / "py-spy")
+    argv = [spy, "record", "-f", "raw", "-r", "100", "--subprocesses", "--threads", "-o", str(out)]
+    return subprocess.Popen([*argv, "-p", str(pid)], stdout=subprocess.DEVNULL)
+
+
+def drain(
+    mode: str, db_url: str, home: Path, topic: str, watchers: int, args: Any, sluice: str
+) -> Drain:
     """One fresh engine draining ``topic``; its rate from assignment to the last commit."""
     group = f"drain-{uuid.uuid4().hex[:8]}"
     params = {
@@ -292,7 +325,7 @@ def drain(mode: str, db_url: str, home: Path, topic: str, watchers: int, args: A
         "DRAIN_TOPIC": topic,
         "DRAIN_GROUP": group,
         "DRAIN_WATCHERS": str(watchers),
-        "DRAIN_SLUICE": args.sluice,
+        "DRAIN_SLUICE": sluice,
     }
     engine = Engine.prepare(home, db_url, params)
     per_partition = args.messages // PARTITIONS
@@ -305,23 +338,23 @@ def drain(mode: str, db_url: str, home: Path, topic: str, watchers: int, args: A
             lambda: engine.assigned_at(group), engine, ENGINE_READY_TIMEOUT_S, "assignment"
         )
         cpu_start = tree_cpu_s(engine.process.pid)
-        _wait_until(
-            lambda: anyio.run(_all_committed, args.bootstrap, topic, group, per_partition),
-            engine,
-            DRAIN_TIMEOUT_S,
-            "the last commit",
-        )
-        done = time.time()
+        spy = _profiler(engine.process.pid, mode, db_url, group, args.profile)
+        done = anyio.run(_wait_all_committed, args.bootstrap, topic, group, per_partition, engine)
         cores = (tree_cpu_s(engine.process.pid) - cpu_start) / (done - assigned)
+        if spy is not None:  # SIGINT: py-spy writes its samples and exits
+            spy.send_signal(signal.SIGINT)
+            spy.wait(STOP_GRACE_S)
     finally:
         engine.stop()
+    if args.profile:  # the engine's log beside its profile
+        shutil.copy(engine.log, Path(args.profile) / f"{mode}-{group}.log")
     stored = engine.count_rows(AssetEvent)
     distinct_keys = engine.count_rows(AssetEvent, AssetEvent.dedup_key)
     if stored != args.messages or distinct_keys != args.messages:
         raise RuntimeError(
             f"{stored} asset events ({distinct_keys} distinct keys) for {args.messages} messages"
         )
-    return Drain(args.messages / (done - assigned), cores)
+    return Drain(args.messages / (done - assigned), cores, engine.count_rows(DagRun))
 
 
 @contextlib.contextmanager
@@ -342,32 +375,52 @@ def _spread(values: list[float], digits: int = 0) -> dict[str, float]:
     }
 
 
-def case(mode: str, backend: str, watchers: int, topic: str, args: Any, tmp: str) -> dict[str, Any]:
-    """``args.reps`` alternations of the bare consumer and a fresh engine on ``topic``."""
+def case(
+    mode: str, backend: str, watchers: int, topic: str, args: Any, tmp: str
+) -> list[dict[str, Any]]:
+    """``args.reps`` alternations of the bare consumer and a fresh engine on ``topic`` (with
+    ``--before``: the bare consumer, the before engine and this one, in turn)."""
     raw: list[float] = []
-    ours: list[Drain] = []
+    engines = [args.before, args.sluice] if args.before else [args.sluice]
+    ours: dict[str, list[Drain]] = {sluice: [] for sluice in engines}
     for _ in range(args.reps):
         rate, _fetches = anyio.run(kafka_bench.raw_consume, args.bootstrap, topic, args.messages)
         raw.append(rate)
-        with fresh_home(backend, args.pg, tmp) as (db_url, home):
-            ours.append(drain(mode, db_url, home, topic, watchers, args))
+        for sluice in engines:
+            with fresh_home(backend, args.pg, tmp) as (db_url, home):
+                ours[sluice].append(drain(mode, db_url, home, topic, watchers, args, sluice))
+    return [_row(mode, backend, watchers, args, sluice, ours[sluice], raw) for sluice in engines]
+
+
+def _row(
+    mode: str,
+    backend: str,
+    watchers: int,
+    args: Any,
+    sluice: str,
+    drains: list[Drain],
+    raw: list[float],
+) -> dict[str, Any]:
     row: dict[str, Any] = {
         "mode": mode,
         "database": backend,
         "watchers": watchers,
+        "sluice": sluice,
+        "role": "before" if sluice == args.before else "this",
         "messages": args.messages,
         "repetitions": args.reps,
-        "msgs_per_s": _spread([d.msgs_per_s for d in ours]),
+        "msgs_per_s": _spread([d.msgs_per_s for d in drains]),
         "raw_aiokafka_per_s": _spread(raw),
-        "engine_cores": _spread([d.cores for d in ours], 2),
+        "engine_cores": _spread([d.cores for d in drains], 2),
         # CPU per message moves far less than the rate on a loaded machine
-        "engine_cpu_us_per_msg": _spread([d.cores * 1e6 / d.msgs_per_s for d in ours]),
-        "runs_per_s": [round(d.msgs_per_s) for d in ours],
+        "engine_cpu_us_per_msg": _spread([d.cores * 1e6 / d.msgs_per_s for d in drains]),
+        "runs_per_s": [round(d.msgs_per_s) for d in drains],
+        "dag_runs_created": [d.runs for d in drains],
         "raw_runs_per_s": [round(r) for r in raw],
     }
-    if len(ours) == len(raw) == args.reps:  # a ratio only of what this run measured
+    if len(drains) == len(raw) == args.reps:  # a ratio only of what this run measured
         row["ratio_of_medians"] = round(
-            statistics.median(d.msgs_per_s for d in ours) / statistics.median(raw), 4
+            statistics.median(d.msgs_per_s for d in drains) / statistics.median(raw), 4
         )
     return row
 
@@ -376,12 +429,13 @@ def _line(row: dict[str, Any]) -> str:
     ours, raw = row["msgs_per_s"], row["raw_aiokafka_per_s"]
     ratio = row.get("ratio_of_medians")
     return (
-        f"{row['mode']:9s} {row['database']:8s} N={row['watchers']:2d}: "
+        f"{row['role']:6s} {row['mode']:9s} {row['database']:8s} N={row['watchers']:2d}: "
         f"{ours['median']:>8,.0f} msg/s [{ours['min']:,.0f}..{ours['max']:,.0f}]   "
         f"raw aiokafka {raw['median']:>9,.0f} [{raw['min']:,.0f}..{raw['max']:,.0f}]   "
         f"ratio {'not measured' if ratio is None else f'{ratio:.1%}'}   "
         f"engine cores {row['engine_cores']['median']:.2f}   "
-        f"engine cpu {row['engine_cpu_us_per_msg']['median']:.0f} us/msg"
+        f"engine cpu {row['engine_cpu_us_per_msg']['median']:.0f} us/msg   "
+        f"dag runs {row['dag_runs_created']}"
     )
 
 
@@ -396,7 +450,9 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--sluice", default=str(SLUICE), help="the engine command (another checkout's: before)"
     )
+    parser.add_argument("--before", default="", help="an engine command run in turn with this")
     parser.add_argument("--out", default=str(RESULTS / "kafka_drain.json"))
+    parser.add_argument("--profile", default="", help="a folder: py-spy samples each engine")
     args = parser.parse_args()
     if args.reps < 3:
         parser.error("--reps must be at least 3 (min/median/max of >= 3 runs)")
@@ -423,13 +479,16 @@ def main() -> None:
             for mode in args.modes.split(","):
                 for backend in args.backends.split(","):
                     for n in watcher_counts:
-                        rows.append(case(mode, backend, n, topics[n], args, tmp))
-                        print(_line(rows[-1]), flush=True)
+                        measured = case(mode, backend, n, topics[n], args, tmp)
+                        rows.extend(measured)
+                        for row in measured:
+                            print(_line(row), flush=True)
         finally:
             stop_tansu(broker.process)
     load_after = os.getloadavg()
     machine = {
         "sluice": args.sluice,
+        "before": args.before,
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -52,6 +52,7 @@ from engine.db.listen import LISTEN_SCHEDULER_WORK
 from engine.db.queries import (
     actions,
     advancing,
+    assets,
     backfills,
     deferrals,
     jobs,
@@ -392,14 +393,15 @@ class Scheduler:
             return []
         now = self._clock()
         run_pk = runs.create_run(
-            session,
-            dag_id,
-            run_type=runs.ASSET_TRIGGERED,
-            now=now,
-            run_after=now,
-            asset_event_ids=[event_id for event_id, _ in queued.events],
+            session, dag_id, run_type=runs.ASSET_TRIGGERED, now=now, run_after=now
         )
-        return [] if run_pk is None else [run_pk]
+        if run_pk is None:
+            return []
+        # the run consumes its events set-wise (a busy watcher queues thousands per run)
+        assets.consume_queued_events(
+            session, dag_id, run_pk, [event_id for event_id, _ in queued.events]
+        )
+        return [run_pk]
 
     # --- time schedules ---------------------------------------------------------------------
 

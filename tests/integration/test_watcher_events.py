@@ -29,6 +29,7 @@ from engine.db.models import (
     DagScheduleAsset,
     DagScheduleAssetAlias,
 )
+from engine.db.queries import assets, run_context, runs
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.persister import Persister
 from tests.persisting import persist
@@ -283,3 +284,37 @@ async def test_a_nul_byte_postgres_refuses_drops_that_event_only(db: Database) -
     else:
         assert (persister.stats.dropped, sorted(confirmed)) == (1, [0, 2, 3])
         assert [key for _, key in _stored(db, asset_id)] == ["a", "c", "d"]
+
+
+def test_a_run_consumes_exactly_the_queued_events_it_was_given(db: Database) -> None:
+    """``assets.consume_queued_events`` (what an asset-triggered run does with the events the
+    scheduler read): the given events of that DAG are linked to the run, in id order as its
+    tasks read them, and leave its queue; a later event and the other DAG's stay queued."""
+    asset_id = _asset(db)
+
+    def add_dags(session: Any) -> None:
+        for dag_id in ("d1", "d2"):
+            session.execute(insert(Dag).values(dag_id=dag_id, fileloc="/dags/x.py"))
+            session.execute(insert(DagScheduleAsset).values(dag_id=dag_id, asset_id=asset_id))
+
+    db.call(add_dags)
+    persister = Persister(db=db, outbox=Outbox())
+    persist(db, persister, [_fired(asset_id, {"n": n}, f"k{n}") for n in range(5)])
+
+    def consume(session: Any) -> list[Any]:
+        ids = [
+            int(i)
+            for i in session.execute(
+                select(AssetEvent.id).where(AssetEvent.asset_id == asset_id).order_by(AssetEvent.id)
+            ).scalars()
+        ]
+        run_pk = runs.create_run(
+            session, "d1", run_type=runs.ASSET_TRIGGERED, now=datetime.now(UTC)
+        )
+        assert run_pk is not None
+        assets.consume_queued_events(session, "d1", run_pk, ids[:4])
+        return [(e.asset_name, e.payload) for e in run_context.triggering_events(session, run_pk)]
+
+    linked = db.call(consume)
+    assert linked == [("a", {"n": n}) for n in range(4)]
+    assert db.call(_queued) == [("d1", {"n": 4})] + [("d2", {"n": n}) for n in range(5)]
