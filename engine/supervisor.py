@@ -131,6 +131,7 @@ def build_parts(
             on_tasks_scheduled=wake("executor"),
         )
         wakers["scheduler"] = scheduler.nudge
+        wakers["scheduler-run-ended"] = scheduler.run_ended
         if collector is not None:
             collector.scheduler = scheduler
         parts["scheduler"] = Part("scheduler", scheduler.run, scheduler.shutdown)
@@ -139,7 +140,9 @@ def build_parts(
             config,
             db,
             cipher,
-            on_outcome=_after_outcome(wake("triggerer"), wake("scheduler")),
+            on_outcome=_after_outcome(
+                wake("triggerer"), wake("scheduler"), wake("scheduler-run-ended")
+            ),
             # On SQLite, another process's commits are worth a look only if the parts that
             # schedule tasks are elsewhere: here they wake the executor themselves.
             watch_commits=not {"scheduler", "triggerer"} <= set(names),
@@ -194,12 +197,16 @@ def _executor(
 
 
 def _after_outcome(
-    triggerer: Callable[[], None], scheduler: Callable[[], None]
+    triggerer: Callable[[], None],
+    scheduler: Callable[[], None],
+    run_ended: Callable[[], None],
 ) -> Callable[[Recorded], None]:
     def call(recorded: Recorded) -> None:
         # a deferral's trigger, or a start_from_trigger task the run's pass deferred
         triggerer()
-        if recorded.scheduler_needed:
+        if recorded.advanced is not None and recorded.advanced.ended:
+            run_ended()
+        elif recorded.scheduler_needed:
             scheduler()
 
     return call

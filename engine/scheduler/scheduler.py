@@ -108,7 +108,8 @@ class Scheduler:
         #: leaves them to it); tests that call ``schedule_once`` alone get them there
         self._clock_task_running = False
         self._clock_wake = anyio.Event()
-        self._backfills_checked = False
+        #: an executor of this process ended a run (``run_ended``) since the last loop
+        self._runs_ended_elsewhere = False
         self._on_tasks_scheduled = on_tasks_scheduled
         self._last_recovery = 0.0
         self._last_failure = -math.inf  # monotonic time of the last failed loop
@@ -130,6 +131,12 @@ class Scheduler:
     def nudge(self) -> None:
         """Run the next loop now (called when asset events or task outcomes were stored)."""
         self._nudged.set()
+
+    def run_ended(self) -> None:
+        """An executor's pass ended a run: loop now, and wake the clock task (a time run
+        its DAG's ``max_active_runs`` held may be due)."""
+        self._runs_ended_elsewhere = True
+        self.nudge()
 
     def shutdown(self) -> None:
         self._stopping.set()
@@ -272,10 +279,12 @@ class Scheduler:
             await self._db.run(partial(self._advance_runs, run_pks=batch))
         if self.stats.tasks_scheduled > scheduled_before and self._on_tasks_scheduled:
             self._on_tasks_scheduled()
-        if self.stats.runs_finished > finished_before or not self._backfills_checked:
+        ended_elsewhere, self._runs_ended_elsewhere = self._runs_ended_elsewhere, False
+        if self.stats.runs_finished > finished_before or ended_elsewhere:
             self._clock_wake.set()  # a held time run may be due now
+        # Runs also end in executors (their pass after a task's end): look every loop.
+        if await self._db.read(backfills.has_finished_backfills):
             await self._db.run(partial(backfills.complete_finished_backfills, now=self._clock()))
-            self._backfills_checked = True
         await self._recover_orphans()
 
     async def _settle_due_by_clock(self) -> None:

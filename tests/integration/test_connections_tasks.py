@@ -79,12 +79,12 @@ def missing():
 
 
 with DAG("conns"):
-    reads() >> writes()
-    BashOperator(
+    templated = BashOperator(
         task_id="templated",
         bash_command="echo host={{ conn.warehouse.host }} field={{ var.json.settings.size }} "
         "value={{ var.value.plain }}",
     )
+    [reads(), templated] >> writes()  # (writes deletes the variable the other two read)
 
 with DAG("absent"):
     missing()

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
     from datetime import datetime
 
+    from sqlalchemy import Select
     from sqlalchemy.orm import Session
 
 
@@ -281,19 +282,24 @@ def _has_active_run() -> Any:
     return exists().where(DagRun.backfill_id == Backfill.id, DagRun.state.in_(_ACTIVE))
 
 
+def _finished_backfills() -> Select[int]:
+    return select(Backfill.id).where(
+        Backfill.completed_at.is_(None),
+        exists().where(DagRun.backfill_id == Backfill.id),
+        ~_has_active_run(),
+    )
+
+
+def has_finished_backfills(session: Session) -> bool:
+    """Whether ``complete_finished_backfills`` has one to complete (a read: a scheduler
+    loop looks each time, since the runs of a backfill also end in executors)."""
+    return session.execute(_finished_backfills().limit(1)).first() is not None
+
+
 def complete_finished_backfills(session: Session, *, now: datetime) -> list[int]:
     """Complete the unfinished backfills that have runs, none queued or running; returns
     their ids. (A backfill without runs may still be getting its first batch.)"""
-    ids = [
-        int(i)
-        for i in session.execute(
-            select(Backfill.id).where(
-                Backfill.completed_at.is_(None),
-                exists().where(DagRun.backfill_id == Backfill.id),
-                ~_has_active_run(),
-            )
-        ).scalars()
-    ]
+    ids = [int(i) for i in session.execute(_finished_backfills()).scalars()]
     if ids:
         session.execute(
             update(Backfill)
