@@ -523,6 +523,37 @@ async def test_the_parse_runner_keeps_a_standby_ready_for_each_parsing_process(
             os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 - parsed a file, and was reaped
 
 
+async def test_a_pass_stamps_the_parse_time_of_every_dag_it_parsed_and_changes_the_changed(
+    processor: DagProcessor, database: Database, dags_folder: Path
+) -> None:
+    """Re-parsed DAGs that changed nothing get their parse time in one statement; a changed
+    one gets its new columns and its parse time; a DAG of a file not parsed keeps its time."""
+    for n in range(3):
+        write(dags_folder, f"d{n}.py", f"from engine import DAG\ndag = DAG('d{n}')\n")
+
+    def stamps() -> dict[str, tuple[Any, Any]]:
+        def read(session: Any) -> dict[str, tuple[Any, Any]]:
+            rows = session.execute(
+                select(Base.metadata.tables["dag"].c[("dag_id", "last_parsed_time", "description")])
+            )
+            return {row[0]: (row[1], row[2]) for row in rows}
+
+        return database.call(read)
+
+    with anyio.fail_after(60):
+        await processor.parse_once()
+        first = stamps()
+        write(dags_folder, "d1.py", "from engine import DAG\ndag = DAG('d1', description='new')\n")
+        await processor.parse_once()
+        second = stamps()
+        await processor._parse({dags_folder / "d2.py"})
+        third = stamps()
+    assert all(second[d][0] > first[d][0] for d in first)
+    assert [second[d][1] for d in ("d0", "d1", "d2")] == [None, "new", None]
+    assert third["d2"][0] > second["d2"][0]
+    assert (third["d0"], third["d1"]) == (second["d0"], second["d1"])
+
+
 HELPER = "LABEL = {label!r}\n"
 USES = """
 from engine import DAG
