@@ -52,6 +52,15 @@ def run_parse(request: dict[str, Any], channel_fd: int) -> int:
     return parsing.main(argv)
 
 
+def prime() -> None:
+    """Fill, before the forks, what each child would build afresh: the operators' accepted
+    arguments and the parsing child's argument parser."""
+    from engine.dag_processing import parsing
+
+    prime_operator_arguments()
+    parsing.prime()
+
+
 def main(argv: list[str] | None = None) -> int:
     return serve_main(
         argv,
@@ -59,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         modules=PRELOAD,
         optional=OPTIONAL_PRELOAD,
         run_step=run_parse,
-        prime=prime_operator_arguments,
+        prime=prime,
     )
 
 

@@ -155,6 +155,7 @@ class DagProcessor:
             label=PARSE_RUNNER_LABEL,
             environment=partial(child_environment, os.environ, settings.secrets),
             dag_folders=[f for f in (settings.dags_folder, settings.plugins_folder) if f],
+            standbys=settings.parsing_processes,  # one ready for each parse at a time
         )
         async with anyio.create_task_group() as tg:
             await tg.start(runner.run)

@@ -7,7 +7,7 @@ stopped the import. The parsing child (``engine.dag_processing.parsing``) prints
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, is_dataclass, replace
 from typing import Any, Final
 
 from engine.authoring.callbacks import DEFAULT_POOL
@@ -131,7 +131,9 @@ class FileParseResult:
         return self.error is None
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        """The text of ``asdict(self)``, written without building that copy first (each
+        dataclass is turned into its fields as the encoder meets it)."""
+        return json.dumps(self, default=_fields, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> FileParseResult:
@@ -140,6 +142,14 @@ class FileParseResult:
             return _result_from_dict(json.loads(text))
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise ValueError(f"malformed DAG file parse result: {exc!r}") from exc
+
+
+def _fields(value: object) -> dict[str, Any]:
+    """A dataclass instance's fields, for ``json.dumps`` (as ``asdict`` gives them, one level
+    at a time); anything else is not JSON."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {name: getattr(value, name) for name in value.__dataclass_fields__}
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def _result_from_dict(data: dict[str, Any]) -> FileParseResult:

@@ -122,12 +122,14 @@ class DagSync:
         acceptance: Acceptance,
         present: Set[str],
     ) -> None:
+        changed: dict[str, tuple[str, str | None]] = {}
         for fileloc in sorted(acceptance.accepted):
             result = fresh[fileloc]
             if last_good.get(fileloc) != result:  # its source's digest counts, its text not
                 token = self._cipher.encrypt(result.without_source().to_json())
                 source = None if result.source is None else self._cipher.encrypt(result.source)
-                dags_sql.save_dag_file(self._session, fileloc, token, now=self._now, source=source)
+                changed[fileloc] = (token, source)
+        dags_sql.save_dag_files(self._session, changed, now=self._now)
         removed = sorted(fileloc for fileloc in stored if fileloc not in present)
         dags_sql.delete_dag_files(self._session, removed)
         self.report.files_removed = removed
@@ -160,8 +162,15 @@ class DagSync:
         rows: Mapping[str, dags_sql.DagRowState],
         accepted: Set[str],
     ) -> None:
+        """The DAG rows and their tasks in line with ``desired``, in a few statements for any
+        number of DAGs: new DAGs inserted at once, re-parsed ones that changed nothing but
+        their parse time in one update, the task rows of the DAGs whose tasks changed
+        replaced at once (a changed DAG row is still one update)."""
         stored_tasks = dags_sql.load_dag_tasks(self._session)
         stored_starts = deferrals.load_start_triggers(self._session)
+        new_rows: list[dict[str, Any]] = []
+        reparsed: list[str] = []  # only their last_parsed_time changes
+        new_tasks: dict[str, list[dict[str, Any]]] = {}
         for dag_id, (fileloc, dag) in sorted(desired.dags.items()):
             parsed = dag_columns(dag)
             row = rows.get(dag_id)
@@ -170,7 +179,7 @@ class DagSync:
                 values["last_parsed_time"] = self._now
                 paused = dag.is_paused_upon_creation
                 values["is_paused"] = self._paused_at_creation if paused is None else paused
-                dags_sql.insert_dag(self._session, {"dag_id": dag_id, **values})
+                new_rows.append({"dag_id": dag_id, **values})
                 self.report.dags_added.append(dag_id)
             else:
                 changes = {k: v for k, v in parsed.items() if row.parsed.get(k) != v}
@@ -180,18 +189,21 @@ class DagSync:
                     changes["is_active"] = True
                 if not row.is_active or any(k in changes for k in dags_sql.TIME_COLUMNS):
                     changes["next_dagrun_computed"] = False
-                if fileloc in accepted:
-                    changes["last_parsed_time"] = self._now
                 if changes:
+                    if fileloc in accepted:
+                        changes["last_parsed_time"] = self._now
                     dags_sql.update_dag(self._session, dag_id, changes)
+                elif fileloc in accepted:
+                    reparsed.append(dag_id)
             wanted_tasks = task_rows(dag)
             starts = {t.task_id: t.start_trigger for t in dag.tasks if t.start_trigger}
             if stored_tasks.get(dag_id, []) != wanted_tasks or self._starts_changed(
                 dag_id, starts, stored_starts
             ):
-                dags_sql.replace_dag_tasks(
-                    self._session, dag_id, self._with_starts(wanted_tasks, starts)
-                )
+                new_tasks[dag_id] = self._with_starts(wanted_tasks, starts)
+        dags_sql.insert_dags(self._session, new_rows)
+        dags_sql.set_last_parsed(self._session, reparsed, self._now)
+        dags_sql.replace_tasks_of_dags(self._session, new_tasks)
         retired = sorted(d for d, row in rows.items() if row.is_active and d not in desired.dags)
         dags_sql.deactivate_dags(self._session, retired)
         self.report.dags_deactivated = retired

@@ -6,14 +6,16 @@ forked children, replace it when it dies. The executor drives its warm task runn
 ``WarmRunner.run`` is a service of the parent's task group: it starts the runner
 (``python -P -m MODULE``), waits for its ``ready``, and starts a new one (after a backoff)
 whenever it exits while the parent is not stopping. While one is ready, it keeps one
-*standby* forked ahead (``_keep_standby``): the forks (runner, forker, standby) and the
-standby's reparenting happen between pieces of work, not in them. ``WarmRunner.fork`` takes
-the standby (or waits for the one being forked) and sends it its work: a ``ForkedProcess``
-(its pid, its standard streams, its exit status) in one message. It returns None when no
-runner is ready or no standby could be had, and the caller starts the work in a cold
-interpreter instead (the work waits at most ``READY_WAIT_S`` for a runner that is starting,
-never for one to come back). A standby belongs to the runner that forked it: when that one
-exits, its standby is discarded too.
+*standby* forked ahead (``_keep_standby``), or ``standbys`` of them, each asked for on its
+own, for a parent that starts several pieces of work at once (the DAG processor parses
+``parsing_processes`` files at a time: one standby made at a time would pace them all): the
+forks (runner, forker, standby) and the standby's reparenting happen between pieces of
+work, not in them. ``WarmRunner.fork`` takes a standby (or waits for one being forked) and
+sends it its work: a ``ForkedProcess`` (its pid, its standard streams, its exit status) in
+one message. It returns None when no runner is ready or no standby could be had, and the
+caller starts the work in a cold interpreter instead (the work waits at most
+``READY_WAIT_S`` for a runner that is starting, never for one to come back). A standby
+belongs to the runner that forked it: when that one exits, its standbys are discarded too.
 
 ``ForkedProcess`` offers what the parent uses of an ``anyio`` process. The forked process
 is this process's child (reparented to it while ``SUBREAPER`` is on), so it is waited for
@@ -94,6 +96,7 @@ class WarmRunner:
         label: str,
         environment: Callable[[], Mapping[str, str]],
         dag_folders: Sequence[Path] = (),
+        standbys: int = 1,
     ) -> None:
         self._module = module
         self.label = label
@@ -104,10 +107,14 @@ class WarmRunner:
         #: DAG imports a runner refused (they start a thread or open a file)
         self.skipped: list[str] = []
         self._subreaper_failed = False
-        #: set while a standby could not be forked (out of descriptors): work starts cold
-        self._fork_failing = False
-        #: the process forked ahead for the next work, and a wake-up for its changes
-        self._standby: Standby | None = None
+        #: standbys that could not be forked (out of descriptors) and wait to retry: while
+        #: one does and none is ready, work starts cold
+        self._fork_failing = 0
+        #: how many processes are kept forked ahead, each asked for on its own (a standby's
+        #: fork and reparenting take milliseconds: several in flight overlap them)
+        self._slots = max(1, standbys)
+        #: the processes forked ahead for the next work, and a wake-up for their changes
+        self._standbys: list[Standby] = []
         self._changed = anyio.Event()
         self._control: socket.socket | None = None
         self._process: Process | None = None
@@ -270,33 +277,48 @@ class WarmRunner:
         self._changed.set()
         self._changed = anyio.Event()
 
+    @property
+    def _standby(self) -> Standby | None:
+        """The next standby work takes (None: none is ready); set by tests."""
+        return self._standbys[0] if self._standbys else None
+
+    @_standby.setter
+    def _standby(self, standby: Standby | None) -> None:
+        self._standbys = [] if standby is None else [standby]
+
     async def _keep_standby(self, control: socket.socket, process: Process) -> None:
-        """While this runner serves: one standby forked ahead, a new one as soon as work
-        took it; discarded when the runner exits. A runner that cannot fork one is killed
-        (``run`` replaces it)."""
-        backoff = Backoff(FORK_RETRY_BACKOFF_S)
+        """While this runner serves: ``standbys`` processes forked ahead, each replaced as
+        soon as work took it; discarded when the runner exits."""
         try:
-            while True:
-                try:
-                    standby = await self._fork_standby(control, process)
-                except OSError as exc:  # no descriptor for its socket or pipe, say
-                    await self._fork_failed(exc, backoff)
-                    continue
-                backoff.succeeded()
-                if standby is None:
-                    if process.returncode is None and not self._subreaper_failed:
-                        with suppress(ProcessLookupError):
-                            process.kill()
-                    return
-                self._standby = standby
-                self._notify()
-                while self._standby is not None:
-                    await self._changed.wait()
+            async with anyio.create_task_group() as tg:
+                for _ in range(self._slots):
+                    tg.start_soon(self._keep_one_standby, control, process)
         finally:
-            standby, self._standby = self._standby, None
+            standbys, self._standbys = self._standbys, []
             self._notify()
-            if standby is not None:
+            for standby in standbys:
                 await standby.discard()
+
+    async def _keep_one_standby(self, control: socket.socket, process: Process) -> None:
+        """One standby forked ahead, a new one as soon as work took it. A runner that
+        cannot fork one is killed (``run`` replaces it)."""
+        backoff = Backoff(FORK_RETRY_BACKOFF_S)
+        while True:
+            try:
+                standby = await self._fork_standby(control, process)
+            except OSError as exc:  # no descriptor for its socket or pipe, say
+                await self._fork_failed(exc, backoff)
+                continue
+            backoff.succeeded()
+            if standby is None:
+                if process.returncode is None and not self._subreaper_failed:
+                    with suppress(ProcessLookupError):
+                        process.kill()
+                return
+            self._standbys.append(standby)
+            self._notify()
+            while standby in self._standbys:
+                await self._changed.wait()
 
     async def _fork_failed(self, exc: OSError, backoff: Backoff) -> None:
         """No standby could be forked: work starts cold (which may fail the same way; the
@@ -309,12 +331,12 @@ class WarmRunner:
             delay,
             extra={"action": "warm_standby_failed", "failures": backoff.failures},
         )
-        self._fork_failing = True
+        self._fork_failing += 1
         self._notify()  # work waiting for the standby starts cold now
         try:
             await anyio.sleep(delay)
         finally:
-            self._fork_failing = False
+            self._fork_failing -= 1
 
     async def _fork_standby(self, control: socket.socket, process: Process) -> Standby | None:
         """Ask the runner for a standby; it is ours once reparented to us (None if the
@@ -387,9 +409,8 @@ class WarmRunner:
         with anyio.move_on_after(FORK_TIMEOUT_S):
             while True:
                 changed = self._changed
-                standby = self._standby
-                if standby is not None:
-                    self._standby = None
+                if self._standbys:
+                    standby = self._standbys.pop(0)
                     self._notify()  # the next one is forked now
                     return standby
                 if self._control is None or self._subreaper_failed or self._fork_failing:

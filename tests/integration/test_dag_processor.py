@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import textwrap
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from engine.db.models import Base
 from engine.db.queries import dags as dags_sql
 from engine.states import TriggerKind
 from tests.db_reads import count_triggers
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -496,6 +498,60 @@ async def test_forked_children_parse_like_cold_ones_and_a_hanging_file_is_killed
     hung = errors[str(hanging)]
     assert hung.error.startswith(TIMEOUT_ERROR) and hung.lineno in (4, 5)
     assert "secret: absent" in errors[str(probe)].error
+
+
+async def test_the_parse_runner_keeps_a_standby_ready_for_each_parsing_process(
+    database: Database, cipher: KwargsCipher, dags_folder: Path
+) -> None:
+    """Two files parse at a time, each in a standby of its own forked ahead: the standbys
+    are made side by side, not one after the other; each used one is reaped."""
+    settings = DagProcessorSettings(
+        dags_folder=dags_folder, file_timeout_s=10.0, parsing_processes=2
+    )
+    processor = DagProcessor(db=database, cipher=cipher, settings=settings)
+    for n in range(6):
+        write(dags_folder, f"d{n}.py", f"from engine import DAG\ndag = DAG('d{n}')\n")
+    with anyio.fail_after(60):
+        async with processor.forking() as runner:
+            await wait_until(lambda: len(runner._standbys) == 2, within=30)
+            ready = [standby.pid for standby in runner._standbys]
+            report = await processor.parse_once()
+            assert (runner.forks, runner.fallbacks) == (6, 0)
+    assert report is not None and report.dags_active == 6
+    for pid in ready:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 - parsed a file, and was reaped
+
+
+async def test_a_pass_stamps_the_parse_time_of_every_dag_it_parsed_and_changes_the_changed(
+    processor: DagProcessor, database: Database, dags_folder: Path
+) -> None:
+    """Re-parsed DAGs that changed nothing get their parse time in one statement; a changed
+    one gets its new columns and its parse time; a DAG of a file not parsed keeps its time."""
+    for n in range(3):
+        write(dags_folder, f"d{n}.py", f"from engine import DAG\ndag = DAG('d{n}')\n")
+
+    def stamps() -> dict[str, tuple[Any, Any]]:
+        def read(session: Any) -> dict[str, tuple[Any, Any]]:
+            rows = session.execute(
+                select(Base.metadata.tables["dag"].c[("dag_id", "last_parsed_time", "description")])
+            )
+            return {row[0]: (row[1], row[2]) for row in rows}
+
+        return database.call(read)
+
+    with anyio.fail_after(60):
+        await processor.parse_once()
+        first = stamps()
+        write(dags_folder, "d1.py", "from engine import DAG\ndag = DAG('d1', description='new')\n")
+        await processor.parse_once()
+        second = stamps()
+        await processor._parse({dags_folder / "d2.py"})
+        third = stamps()
+    assert all(second[d][0] > first[d][0] for d in first)
+    assert [second[d][1] for d in ("d0", "d1", "d2")] == [None, "new", None]
+    assert third["d2"][0] > second["d2"][0]
+    assert (third["d0"], third["d1"]) == (second["d0"], second["d1"])
 
 
 HELPER = "LABEL = {label!r}\n"

@@ -26,7 +26,7 @@ from engine.db.models import (
 from engine.db.queries import assets
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
     from datetime import datetime
 
     from sqlalchemy.orm import Session
@@ -126,14 +126,19 @@ def load_dag_files(session: Session) -> dict[str, str]:
     return {str(f): str(r) for f, r in session.execute(select(DagFile.fileloc, DagFile.result))}
 
 
-def save_dag_file(
-    session: Session, fileloc: str, token: str, *, now: datetime, source: str | None = None
+def save_dag_files(
+    session: Session, files: Mapping[str, tuple[str, str | None]], *, now: datetime
 ) -> None:
-    """Store a file's last good parse (``token``) and the source that gave it (encrypted)."""
-    session.execute(delete(DagFile).where(DagFile.fileloc == fileloc))
-    session.execute(
-        insert(DagFile).values(fileloc=fileloc, result=token, parsed_at=now, source=source)
-    )
+    """Store files' last good parses: fileloc -> (the encrypted parse result, the encrypted
+    source that gave it); two statements for any number of files."""
+    if not files:
+        return
+    session.execute(delete(DagFile).where(DagFile.fileloc.in_(list(files))))
+    rows = [
+        {"fileloc": fileloc, "result": token, "parsed_at": now, "source": source}
+        for fileloc, (token, source) in files.items()
+    ]
+    session.execute(insert(DagFile), rows)
 
 
 def last_good_source(session: Session, fileloc: str) -> tuple[str, datetime, str] | None:
@@ -200,11 +205,26 @@ def load_dags(session: Session) -> dict[str, DagRowState]:
 
 
 def insert_dag(session: Session, values: dict[str, Any]) -> None:
-    session.execute(insert(Dag).values({"is_paused": False, "is_active": True, **values}))
+    insert_dags(session, [values])
+
+
+def insert_dags(session: Session, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert DAG rows (one ``executemany``); a row is active and unpaused unless it says."""
+    if rows:
+        defaults = {"is_paused": False, "is_active": True}
+        session.execute(insert(Dag), [{**defaults, **values} for values in rows])
 
 
 def update_dag(session: Session, dag_id: str, values: dict[str, Any]) -> None:
     session.execute(update(Dag).where(Dag.dag_id == dag_id).values(**values))
+
+
+def set_last_parsed(session: Session, dag_ids: Iterable[str], now: datetime) -> None:
+    """``last_parsed_time`` of the DAGs ``dag_ids`` (one statement: a re-parse that changed
+    nothing else)."""
+    wanted = list(dag_ids)
+    if wanted:
+        session.execute(update(Dag).where(Dag.dag_id.in_(wanted)).values(last_parsed_time=now))
 
 
 def deactivate_dags(session: Session, dag_ids: Iterable[str]) -> None:
@@ -280,9 +300,18 @@ def load_dag_tasks(session: Session) -> dict[str, list[dict[str, Any]]]:
 
 
 def replace_dag_tasks(session: Session, dag_id: str, rows: Sequence[dict[str, Any]]) -> None:
-    session.execute(delete(DagTask).where(DagTask.dag_id == dag_id))
+    replace_tasks_of_dags(session, {dag_id: rows})
+
+
+def replace_tasks_of_dags(session: Session, tasks: Mapping[str, Sequence[dict[str, Any]]]) -> None:
+    """The task rows of the DAGs of ``tasks`` (dag_id -> its rows) replaced by those: two
+    statements for any number of DAGs."""
+    if not tasks:
+        return
+    session.execute(delete(DagTask).where(DagTask.dag_id.in_(list(tasks))))
+    rows = [{"dag_id": dag_id, **row} for dag_id, dag_rows in tasks.items() for row in dag_rows]
     if rows:
-        session.execute(insert(DagTask), [{"dag_id": dag_id, **row} for row in rows])
+        session.execute(insert(DagTask), rows)
 
 
 def load_assets(session: Session) -> dict[str, AssetRowState]:

@@ -8,9 +8,10 @@ import os
 import socket
 import subprocess
 import sys
+from types import ModuleType
 from typing import TYPE_CHECKING
 
-from engine.dag_processing.parsing import folder_imports, main
+from engine.dag_processing.parsing import _parser, folder_imports, main, mark_imports, prime
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -73,3 +74,30 @@ def test_a_child_reports_the_modules_of_the_folders_it_imported(
         )
     )
     assert folder_imports(str(dag_file), [None]) == ()
+
+
+def test_only_the_modules_imported_after_the_mark_are_looked_at(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child forked from the parse runner reads only the modules its file imported (the
+    engine's, imported before, are not touched); a mark gone means all are looked at."""
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    before, after = dags / "before_mod.py", dags / "after_mod.py"
+    monkeypatch.setattr(sys, "modules", dict(sys.modules))
+    sys.modules["before_mod"] = ModuleType("before_mod")
+    sys.modules["before_mod"].__file__ = str(before)
+    mark = mark_imports()
+    sys.modules["after_mod"] = ModuleType("after_mod")
+    sys.modules["after_mod"].__file__ = str(after)
+    fileloc = str(dags / "dag.py")
+    assert folder_imports(fileloc, [dags], since=mark) == (str(after),)
+    del sys.modules[mark]
+    assert folder_imports(fileloc, [dags], since=mark) == tuple(sorted([str(after), str(before)]))
+
+
+def test_the_argument_parser_is_built_once_and_primed_before_the_forks() -> None:
+    prime()
+    assert _parser() is _parser()
+    args = _parser().parse_args(["--dags-folder", "d", "--dump-stack-at", "1.5", "f.py"])
+    assert (str(args.dags_folder), args.dump_stack_at, str(args.file)) == ("d", 1.5, "f.py")

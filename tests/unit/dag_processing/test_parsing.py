@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
+from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 import pytest
@@ -290,3 +292,35 @@ def test_the_queue_of_each_task_is_parsed(tmp_path: Path) -> None:
     assert result.ok, result.error
     (dag,) = result.dags
     assert {t.task_id: t.queue for t in dag.tasks} == {"gpu": "gpu", "plain": None}
+
+
+def test_a_result_is_written_as_the_json_of_its_fields_and_read_back_the_same() -> None:
+    task_ = ParsedTask(
+        task_id="a",
+        operator="engine.authoring.operators.PythonOperator",
+        downstream=("b",),
+        mapping={"kind": "expand", "args": [1, 2]},
+        edge_labels={"b": "then"},
+    )
+    dag = ParsedDag(
+        dag_id="d",
+        tasks=(task_,),
+        schedule={"all": ["x"]},
+        params={"p": {"default": 1}},
+        deadline_alerts=({"after_s": 60},),
+        tags=("t",),
+    )
+    watcher = ParsedWatcher(name="w", classpath="triggers.FileTrigger", kwargs="{}")
+    asset = ParsedAsset(name="x", uri="s3://b/x", extra={"e": 1}, watchers=(watcher,))
+    result = FileParseResult(
+        fileloc="/dags/d.py",
+        dags=(dag,),
+        assets=(asset,),
+        error=ParseError("ValueError", "bad", 3, "Traceback"),
+        source_sha256="abc",
+        source="text",
+        imports=("/dags/helper.py",),
+    )
+    text = result.to_json()
+    assert text == json.dumps(asdict(result), sort_keys=True, separators=(",", ":"))
+    assert FileParseResult.from_json(text) == result
