@@ -55,7 +55,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -176,7 +176,8 @@ class Engine:
 
     @classmethod
     def prepare(cls, home: Path, db_url: str, params: dict[str, str]) -> Engine:
-        """A home with the bench's DAG file; the schema migrated in ``db_url``."""
+        """A home with the bench's DAG file; the schema migrated in ``db_url`` (by the engine
+        command ``DRAIN_SLUICE`` of ``params`` when given, so an older one gets its own)."""
         dags = home / "dags"
         dags.mkdir(parents=True)
         (dags / "kafka_drain.py").write_text(DAG_FILE)
@@ -190,11 +191,18 @@ class Engine:
             "SLUICE__LOGGING__FORMAT": "json",
             "SLUICE__LOGGING__LEVEL": "INFO",
         }
-        db = Database(db_url)
-        try:
-            migrate(db.engine)
-        finally:
-            db.dispose()
+        if "DRAIN_SLUICE" in env:  # that engine's own schema (--before runs an older one)
+            migrated = subprocess.run(
+                [env["DRAIN_SLUICE"], "db", "migrate"], env=env, capture_output=True, check=False
+            )
+            if migrated.returncode != 0:
+                raise RuntimeError(f"sluice db migrate failed: {migrated.stderr.decode()}")
+        else:
+            db = Database(db_url)
+            try:
+                migrate(db.engine)
+            finally:
+                db.dispose()
         return cls(home, db_url, env, home / "engine.log")
 
     def start(self, command: str) -> None:
@@ -465,6 +473,7 @@ def main() -> None:
     args = _parse_args()
     watcher_counts = [int(n) for n in args.watchers.split(",")]
     load_before = os.getloadavg()
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     print(f"load average at start {load_before[0]:.2f} {load_before[1]:.2f}", flush=True)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -487,6 +496,7 @@ def main() -> None:
             stop_tansu(broker.process)
     load_after = os.getloadavg()
     machine = {
+        "date_utc": started_at,
         "sluice": args.sluice,
         "before": args.before,
         "cpus": os.cpu_count(),
