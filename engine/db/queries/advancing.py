@@ -3,12 +3,12 @@ clock made anything due (``has_clock_work``)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
 from sqlalchemy import or_, select
 
 from engine.db.models import Dag, DagRun, TaskInstance
+from engine.db.queries import run_ends
 from engine.states import DagRunState, TaskState
 
 if TYPE_CHECKING:
@@ -78,19 +78,4 @@ def has_clock_work(session: Session, *, now: datetime, deferrals_now: datetime) 
     for probe in (retry_due, deferral_due):
         if session.execute(probe.limit(1)).first() is not None:
             return True
-    timed = session.execute(
-        select(DagRun.start_date, Dag.dagrun_timeout_s)
-        .join(Dag, Dag.dag_id == DagRun.dag_id)
-        .where(
-            DagRun.state == DagRunState.RUNNING,
-            DagRun.start_date.is_not(None),
-            Dag.dagrun_timeout_s.is_not(None),
-            Dag.is_paused.is_(False),
-        )
-    ).all()
-    return any(
-        start is not None
-        and timeout is not None
-        and start + timedelta(seconds=float(timeout)) <= now
-        for start, timeout in timed
-    )
+    return bool(run_ends.timed_out_runs(session, now=now))

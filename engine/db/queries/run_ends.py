@@ -135,10 +135,10 @@ def cancel_run(session: Session, dag_id: str, run_id: str, *, now: datetime) -> 
     return EndedRun(ended.run_pk, dag_id, run_id, old_state, ended.tasks)
 
 
-def time_out_runs(session: Session, *, now: datetime) -> list[EndedRun]:
-    """Fail the running runs of unpaused DAGs that started ``dagrun_timeout`` or more
-    before ``now`` (Airflow: the run fails, its unfinished tasks, running ones included,
-    are skipped)."""
+def timed_out_runs(session: Session, *, now: datetime) -> list[tuple[int, datetime, float]]:
+    """(run, its start, its DAG's ``dagrun_timeout`` in seconds) of the running runs of
+    unpaused DAGs that started that long or more before ``now``, in id order (a read:
+    ``advancing.has_clock_work`` asks it too)."""
     rows = session.execute(
         select(DagRun.id, DagRun.start_date, Dag.dagrun_timeout_s)
         .join(Dag, Dag.dag_id == DagRun.dag_id)
@@ -150,12 +150,21 @@ def time_out_runs(session: Session, *, now: datetime) -> list[EndedRun]:
         )
         .order_by(DagRun.id)
     ).all()
+    return [
+        (int(run_pk), start_date, float(timeout_s))
+        for run_pk, start_date, timeout_s in rows
+        if start_date is not None  # (both excluded by the query)
+        and timeout_s is not None
+        and start_date + timedelta(seconds=float(timeout_s)) <= now
+    ]
+
+
+def time_out_runs(session: Session, *, now: datetime) -> list[EndedRun]:
+    """Fail the running runs of unpaused DAGs that started ``dagrun_timeout`` or more
+    before ``now`` (Airflow: the run fails, its unfinished tasks, running ones included,
+    are skipped)."""
     ended: list[EndedRun] = []
-    for run_pk, start_date, timeout_s in rows:
-        if start_date is None or timeout_s is None:  # excluded by the query
-            continue
-        if start_date + timedelta(seconds=float(timeout_s)) > now:
-            continue
+    for run_pk, start_date, timeout_s in timed_out_runs(session, now=now):
         run = end_run(
             session,
             int(run_pk),
@@ -176,7 +185,7 @@ def time_out_runs(session: Session, *, now: datetime) -> list[EndedRun]:
                     DagRunState.RUNNING,
                     run.tasks,
                     start_date=start_date,
-                    timeout_s=float(timeout_s),
+                    timeout_s=timeout_s,
                 )
             )
     return ended
