@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import sqlite3
 import statistics
 import subprocess
@@ -47,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import dag_files_bench
+from process_tree import stop
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -191,13 +191,7 @@ def _engine(home: Path, dags: Path, url: str, extra: dict[str, str] | None) -> I
     try:
         yield engine
     finally:
-        if engine.poll() is None:
-            engine.send_signal(signal.SIGTERM)
-            try:
-                engine.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(engine.pid, signal.SIGKILL)
-                engine.wait()
+        stop(engine)
         log.close()
         if not os.environ.get("BENCH_KEEP_HOME"):
             subprocess.run(["rm", "-rf", str(home)], check=False)

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -40,10 +39,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from process_tree import process_tree, stop, tree_cpu_s
+
 ROOT = Path(__file__).resolve().parent.parent
 SLUICE = str(Path(sys.executable).with_name("sluice"))
 RESULTS = ROOT / "bench" / "results" / "dag_files.json"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 DAG_FILE = """\
 from engine import DAG, task
 
@@ -96,21 +98,6 @@ def _files_parsed(db_path: Path) -> int:
         return 0
 
 
-def _tree(pid: int) -> list[int]:
-    """``pid`` and its live descendants (``/proc/PID/task/*/children``)."""
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        try:
-            for task in os.listdir(f"/proc/{current}/task"):
-                with open(f"/proc/{current}/task/{task}/children") as f:
-                    todo.extend(int(child) for child in f.read().split())
-        except OSError:
-            continue
-    return found
-
-
 def _job_started(db_path: Path) -> bool:
     """Whether the DAG processor's job row exists (an empty folder parses at once)."""
     try:
@@ -119,19 +106,6 @@ def _job_started(db_path: Path) -> bool:
             return bool(conn.execute(query).fetchone()[0])
     except sqlite3.Error:
         return False
-
-
-def _tree_cpu_s(pid: int) -> float:
-    """CPU seconds of the tree: each live process's own time and its reaped children's."""
-    ticks = 0
-    for member in _tree(pid):
-        try:
-            with open(f"/proc/{member}/stat") as f:
-                fields = f.read().rpartition(")")[2].split()
-        except OSError:
-            continue
-        ticks += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
-    return ticks / CLOCK_TICKS
 
 
 def _wait(condition: Any, timeout_s: float, what: str) -> None:
@@ -162,22 +136,16 @@ def run_case(name: str, dags: Path, expected: Any, idle_s: float) -> dict[str, A
     try:
         _wait(lambda: expected(db_path), 600, f"the DAGs of {dags} to be parsed")
         parse_s = time.monotonic() - started
-        parse_cpu_s = _tree_cpu_s(engine.pid)
+        parse_cpu_s = tree_cpu_s(engine.pid, reaped=True)
         time.sleep(5.0)  # the first pass's follow-ups (watch start, first heartbeats) settle
-        cpu_before, t_before = _tree_cpu_s(engine.pid), time.monotonic()
+        cpu_before, t_before = tree_cpu_s(engine.pid, reaped=True), time.monotonic()
         time.sleep(idle_s)
-        cpu_after, t_after = _tree_cpu_s(engine.pid), time.monotonic()
+        cpu_after, t_after = tree_cpu_s(engine.pid, reaped=True), time.monotonic()
         if engine.poll() is not None:
             raise SystemExit(f"sluice run exited with {engine.returncode}: see {home}/engine.log")
-        processes = len(_tree(engine.pid))
+        processes = len(process_tree(engine.pid))
     finally:
-        if engine.poll() is None:
-            engine.send_signal(signal.SIGTERM)
-            try:
-                engine.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(engine.pid, signal.SIGKILL)
-                engine.wait()
+        stop(engine)
         log.close()
     idle_cores = (cpu_after - cpu_before) / (t_after - t_before)
     result = {

@@ -63,6 +63,7 @@ import anyio
 import broker_harness
 import kafka_bench
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from process_tree import tree_cpu_s
 from sqlalchemy import distinct, func, select
 
 from engine.db.database import Database
@@ -82,8 +83,6 @@ COMMIT_POLL_S = 0.02
 ENGINE_READY_TIMEOUT_S = 120.0
 DRAIN_TIMEOUT_S = 600.0
 STOP_GRACE_S = 30.0
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 #: The DAG file a user would write: N assets with one Kafka watcher each on one shared
 #: consumer, one DAG scheduled on each asset. Its parameters come from the environment.
@@ -120,45 +119,6 @@ for j in range(WATCHERS):
         consume()
     globals()[f"dag_{j}"] = dag
 '''
-
-
-# -- the engine's process tree (shared with soak_bench.py) -------------------------------------
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and its descendants, read from /proc (processes that vanish are skipped)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    tree, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        tree.append(current)
-        todo.extend(children.get(current, []))
-    return tree
-
-
-def tree_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of ``pid``'s live process tree."""
-    total = 0
-    for member in process_tree(pid):
-        with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-    return total / CLOCK_TICKS
-
-
-def tree_rss_bytes(pid: int) -> int:
-    """Resident memory of ``pid``'s live process tree."""
-    total = 0
-    for member in process_tree(pid):
-        with contextlib.suppress(OSError):
-            total += int(Path(f"/proc/{member}/statm").read_text().split()[1]) * PAGE_BYTES
-    return total
 
 
 # -- one engine ---------------------------------------------------------------------------------

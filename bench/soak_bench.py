@@ -34,6 +34,7 @@ from typing import Any
 import anyio
 import kafka_drain_bench as drain
 from aiokafka import AIOKafkaProducer
+from process_tree import PAGE_BYTES, tree_rss_bytes
 from sqlalchemy import create_engine, text
 
 from engine.db.models import AssetEvent
@@ -60,7 +61,7 @@ def database_bytes(db_url: str) -> int:
 
 
 def rss_bytes(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * drain.PAGE_BYTES
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_BYTES
 
 
 class Soak:
@@ -106,7 +107,7 @@ class Soak:
         row = {
             "t_s": round(time.monotonic() - self.started, 1),
             "engine_rss_mib": round(rss_bytes(pid) / MIB, 1),
-            "tree_rss_mib": round(drain.tree_rss_bytes(pid) / MIB, 1),
+            "tree_rss_mib": round(tree_rss_bytes(pid) / MIB, 1),
             "db_mib": round(database_bytes(self.engine.db_url) / MIB, 1),
             "produced": self.produced,
             "stored": self.engine.count_rows(AssetEvent),
