@@ -27,7 +27,8 @@ and writes in the caller's transaction, group decisions under the fleet-wide gro
 
 A triggerer's round is two transactions: ``prepare_round`` (timed-out deferrals, load errors
 cleared, rows handed back to their group), then ``sync_round`` (``claim_round``, and the
-rows this triggerer owns when they are not what it runs).
+rows this triggerer owns when they are not what it runs). The first is skipped when a read
+finds it has nothing to do (``round_needs_prepare``).
 """
 
 from __future__ import annotations
@@ -194,6 +195,15 @@ def _plan_locked(
 def _may_be_split(session: Session, mine: set[str], alive: Collection[int]) -> bool:
     holders = store_claims.group_holders(session, digests=mine, alive=alive)
     return any(len(held) > 1 for held in holders.values())
+
+
+def round_needs_prepare(
+    session: Session, *, recovered: Collection[int], rehome: Mapping[int, str]
+) -> bool:
+    """Whether ``prepare_round`` has work (a read): rows to clear or hand back, or a deferral
+    past its timeout. Most rounds have none, and skip its write transaction (on SQLite the
+    database's one write lock, which the executor's and scheduler's writes queue behind)."""
+    return bool(recovered or rehome) or deferrals.has_timed_out_deferrals(session)
 
 
 def prepare_round(

@@ -402,11 +402,16 @@ class Triggerer:
         recovered, self._recovered = self._recovered, set()
         rehome, self._rehome = self._rehome, {}
         try:
-            await self._db.run(
-                partial(
-                    claiming.prepare_round, triggerer_id=job_id, recovered=recovered, rehome=rehome
+            needed = partial(claiming.round_needs_prepare, recovered=recovered, rehome=rehome)
+            if await self._db.read(needed):
+                await self._db.run(
+                    partial(
+                        claiming.prepare_round,
+                        triggerer_id=job_id,
+                        recovered=recovered,
+                        rehome=rehome,
+                    )
                 )
-            )
             synced = await self._db.run(sync)
         except SluiceError:
             self._recovered |= recovered  # cleared by the next round

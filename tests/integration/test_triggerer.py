@@ -26,8 +26,10 @@ from engine.db.models import (
     TaskInstance,
     Trigger,
 )
+from engine.db.queries import deferrals
 from engine.db.queries import triggers as trigger_rows
 from engine.states import TaskState, TriggerKind
+from engine.triggerer import claiming
 from engine.triggerer.settings import TriggererSettings
 from engine.triggerer.triggerer import Triggerer
 from tests.waiting import eventually as db_eventually
@@ -311,6 +313,30 @@ async def test_deferral_past_its_timeout_fails_and_the_trigger_stops(db, key, ru
             assert ti.next_method == "__fail__"
             await eventually(db, lambda s: s.get(Trigger, trigger_id) is None)
             await wait_until(lambda: trigger_id not in triggerer.runner, within=5)
+
+
+def test_a_round_writes_its_preparation_only_when_there_is_some(db, key) -> None:
+    # The read that spares most rounds a write transaction: nothing to clear, hand back or
+    # time out -> no; a recovered row, a row to rehome, a deferral past its timeout -> yes.
+    def needs(**kw: Any) -> bool:
+        fields = {"recovered": set(), "rehome": {}, **kw}
+        return db.call(lambda s: claiming.round_needs_prepare(s, **fields))
+
+    cipher = KwargsCipher(key)
+    later = datetime.now(UTC) + timedelta(days=1)
+    _deferred_task(
+        db, cipher, "triggers.temporal.DateTimeTrigger", {"moment": later}, timeout=later
+    )
+    assert not needs()
+    assert needs(recovered={1})
+    assert needs(rehome={1: "digest"})
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    _, ti_id = _deferred_task(
+        db, cipher, "triggers.temporal.DateTimeTrigger", {"moment": later}, timeout=past
+    )
+    assert needs()
+    assert db.call(deferrals.fail_timed_out_deferrals) == [ti_id]
+    assert not needs()
 
 
 def _watcher(db: Database, cipher: KwargsCipher, name: str) -> tuple[int, int]:

@@ -23,6 +23,7 @@ from triggers.exceptions import SerializationError
 from triggers.serde import dumps, loads, loads_kwargs
 
 if TYPE_CHECKING:
+    from sqlalchemy import ColumnElement
     from sqlalchemy.orm import Session
 
     from engine.authoring.deferral import Deferral
@@ -154,6 +155,23 @@ def _fail_on_a_worker(session: Session, trigger_id: int, *, error: str) -> int:
     return rowcount(result)
 
 
+def _timed_out(now: datetime) -> ColumnElement[bool]:
+    return and_(
+        TaskInstance.state == TaskState.DEFERRED,
+        TaskInstance.trigger_timeout.is_not(None),
+        TaskInstance.trigger_timeout <= now,
+    )
+
+
+def has_timed_out_deferrals(session: Session, *, now: datetime | None = None) -> bool:
+    """Whether a task is deferred past its timeout: a read, so that a triggerer's round
+    takes the write lock for ``fail_timed_out_deferrals`` only when there is one."""
+    found = session.execute(
+        select(TaskInstance.id).where(_timed_out(now or utcnow())).limit(1)
+    ).first()
+    return found is not None
+
+
 def fail_timed_out_deferrals(session: Session, *, now: datetime | None = None) -> list[int]:
     """Fail (``__fail__``, "trigger timeout") tasks deferred past their timeout.
 
@@ -161,12 +179,7 @@ def fail_timed_out_deferrals(session: Session, *, now: datetime | None = None) -
     stops them at its next sync instead of running a trigger nobody waits for until the
     periodic clean-up.
     """
-    now = now or utcnow()
-    expired = and_(
-        TaskInstance.state == TaskState.DEFERRED,
-        TaskInstance.trigger_timeout.is_not(None),
-        TaskInstance.trigger_timeout <= now,
-    )
+    expired = _timed_out(now or utcnow())
     rows = session.execute(select(TaskInstance.id, TaskInstance.trigger_id).where(expired)).all()
     ids = [int(row.id) for row in rows]
     if ids:
