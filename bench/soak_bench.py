@@ -35,7 +35,7 @@ import anyio
 import kafka_drain_bench as drain
 from aiokafka import AIOKafkaProducer
 from process_tree import PAGE_BYTES, tree_rss_bytes
-from sqlalchemy import create_engine, text
+from sqlalchemy import bindparam, create_engine, text
 
 from engine.db.models import AssetEvent
 
@@ -56,6 +56,42 @@ def database_bytes(db_url: str) -> int:
             return int(
                 conn.execute(text("SELECT pg_database_size(current_database())")).scalar_one()
             )
+    finally:
+        engine.dispose()
+
+
+#: The tables an asset event leaves rows in (the event, the runs it triggered, the queue).
+EVENT_TABLES = ("asset_event", "dag_run_asset_event", "asset_event_queue")
+
+
+def relation_bytes(db_url: str) -> dict[str, int]:
+    """Bytes on disk of each table and index of ``EVENT_TABLES`` (SQLite's ``dbstat``;
+    PostgreSQL's ``pg_relation_size``), to say what a stored event costs and where."""
+    tables = bindparam("tables", expanding=True)
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            if db_url.startswith("sqlite"):
+                rows = conn.execute(
+                    text(
+                        "SELECT d.name, sum(d.pgsize) FROM dbstat d JOIN sqlite_master m "
+                        "ON m.name = d.name WHERE m.tbl_name IN :tables GROUP BY d.name"
+                    ).bindparams(tables),
+                    {"tables": list(EVENT_TABLES)},
+                )
+            else:
+                rows = conn.execute(
+                    text(
+                        "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c "
+                        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                        "LEFT JOIN pg_index i ON i.indexrelid = c.oid "
+                        "LEFT JOIN pg_class t ON t.oid = i.indrelid "
+                        "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'i') "
+                        "AND coalesce(t.relname, c.relname) IN :tables"
+                    ).bindparams(tables),
+                    {"tables": list(EVENT_TABLES)},
+                )
+            return {str(name): int(size) for name, size in rows}
     finally:
         engine.dispose()
 
@@ -203,6 +239,7 @@ def main() -> None:
                     engine.stop()
                 stored = engine.count_rows(AssetEvent)
                 distinct_keys = engine.count_rows(AssetEvent, AssetEvent.dedup_key)
+                on_disk = relation_bytes(db_url)
         finally:
             drain.stop_tansu(broker.process)
     if stored != soak.produced or distinct_keys != soak.produced:
@@ -218,10 +255,16 @@ def main() -> None:
             "load_average_after": [round(x, 2) for x in load_after],
         },
         "summary": summary(soak.samples, soak.produced, stored),
+        "bytes_per_event_by_relation": {
+            name: round(size / max(1, stored), 1) for name, size in sorted(on_disk.items())
+        },
         "samples": soak.samples,
     }
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["summary"], indent=2))
+    print("bytes on disk per stored event, by table and index:")
+    for name, per_event in result["bytes_per_event_by_relation"].items():
+        print(f"  {name:<45} {per_event:8.1f}")
     print(f"load average at end {load_after[0]:.2f} {load_after[1]:.2f}")
     print(f"written {args.out}")
 

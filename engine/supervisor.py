@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
+from engine.allocator import tune_malloc
 from engine.crypto import KwargsCipher
 from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
 from engine.db.database import Database
@@ -363,4 +364,5 @@ def tune_gc() -> None:
 
 def run_engine(config: Config, *, parts: tuple[str, ...], overrides: dict[str, Any]) -> int:
     tune_gc()
+    tune_malloc()  # before the event loop's worker threads make arenas of their own
     return anyio.run(_serve, config, parts, overrides)
