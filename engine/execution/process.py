@@ -81,4 +81,7 @@ def exit_with(code: int) -> NoReturn:
     (or a callback) started must not keep it alive."""
     sys.stdout.flush()
     sys.stderr.flush()
+    # The executor reads both pipes to their end: closing them now tells it the process is
+    # done while the kernel still tears its (forked, large) address space down.
+    os.closerange(0, 3)
     os._exit(code)

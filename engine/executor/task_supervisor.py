@@ -26,7 +26,7 @@ import anyio
 from engine.db import models
 from engine.db.queries import actions, tasks
 from engine.exceptions import DatabaseError
-from engine.execution.protocol import TaskPrelude
+from engine.execution.protocol import TaskPrelude, TaskResult
 from engine.executor.callbacks import lost_callback_spec
 from engine.executor.outcomes import (
     Decision,
@@ -51,7 +51,7 @@ from engine.executor.task_specs import build_spec, with_results
 from engine.logs import child_environment
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
     from pathlib import Path
 
     from engine.crypto import KwargsCipher
@@ -206,28 +206,34 @@ class TaskSupervisor:
         if self.interrupting:
             child.interrupt()  # spawned as the shutdown began: the step reruns later
         try:
-            try:
-                if claimed is not None and claimed.fileloc:
-                    await self._send_prelude(child, claimed)
-                run = await self._start(job_id, child)
-                if run is None:
-                    return
-                child.started = True
-                log = TaskLogWriter(self._log_path(run), secrets=self.settings.secrets)
-                try:
-                    # the task's error text leaves the log below: mask what the log masks
-                    outcome = (await self._supervise(child, run, log)).redacted(log.redact)
-                    if child.external_state is None:
-                        await log.write(outcome_line(outcome, run, now=models.utcnow()).encode())
-                finally:
-                    log.close()
-            finally:
-                if process.returncode is None:
-                    child.signal_group(signal.SIGKILL)
-                if child.channel is not None:
-                    child.channel.close()
+            await self._run_and_record(job_id, child, claimed)
         finally:
-            await process.aclose()
+            await process.aclose()  # reaped after the record: its exit is not waited for
+
+    async def _run_and_record(
+        self, job_id: int, child: TaskProcess, claimed: Candidate | None
+    ) -> None:
+        process = child.process
+        try:
+            if claimed is not None and claimed.fileloc:
+                await self._send_prelude(child, claimed)
+            run = await self._start(job_id, child)
+            if run is None:
+                return
+            child.started = True
+            log = TaskLogWriter(self._log_path(run), secrets=self.settings.secrets)
+            try:
+                # the task's error text leaves the log below: mask what the log masks
+                outcome = (await self._supervise(child, run, log)).redacted(log.redact)
+                if child.external_state is None:
+                    await log.write(outcome_line(outcome, run, now=models.utcnow()).encode())
+            finally:
+                log.close()
+        finally:
+            if process.returncode is None:
+                child.signal_group(signal.SIGKILL)
+            if child.channel is not None:
+                child.channel.close()
         lost = None
         if not child.reported and child.external_state is None:  # killed or crashed
             lost = lost_callback_spec(run, outcome, self.settings)
@@ -297,12 +303,19 @@ class TaskSupervisor:
         )
         out = bytearray()
         drained = anyio.Event()
+        read: list[tuple[TaskResult | None, str | None]] = []  # the result, once drained
 
         async def drain_all() -> None:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(pump, process.stderr, log)
                 tg.start_soon(drain, process.stdout, out, RESULT_MAX_BYTES)
+            read.append(read_result(bytes(out)))
             drained.set()
+
+        async def reported() -> None:
+            await drained.wait()
+            if read[0][0] is None:
+                await anyio.sleep_forever()  # nothing reported: the exit status tells
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(drain_all)
@@ -318,12 +331,13 @@ class TaskSupervisor:
                 )
                 channel, child.channel = child.channel, None  # the server owns it now
                 tg.start_soon(server.serve, channel)
-            await self._wait(child, kill_after_s(run, now=now, grace_s=settings.kill_grace_s), log)
+            kill_after = kill_after_s(run, now=now, grace_s=settings.kill_grace_s)
+            await self._wait(child, kill_after, log, reported)
             child.signal_group(signal.SIGKILL)  # what the task left running in its group
             with anyio.move_on_after(DRAIN_AFTER_EXIT_S):
                 await drained.wait()
             tg.cancel_scope.cancel()
-        result, problem = read_result(bytes(out))
+        result, problem = read[0] if read else read_result(bytes(out))
         child.reported = result is not None
         if problem:
             await log.write(f"[executor] {problem}\n".encode())
@@ -341,13 +355,21 @@ class TaskSupervisor:
             outcome = replace(outcome, xcoms=dict(result.xcoms))  # pushed ones too
         return outcome
 
-    async def _wait(self, child: TaskProcess, kill_after: float | None, log: TaskLogWriter) -> None:
-        """Until the child exits: killed at its execution deadline, or stopped once an
-        operator action changed its task instance (``_stop_when_changed``)."""
+    async def _wait(
+        self,
+        child: TaskProcess,
+        kill_after: float | None,
+        log: TaskLogWriter,
+        reported: Callable[[], Awaitable[None]],
+    ) -> None:
+        """Until the child exits, or ``reported`` returns (it closed its output after its
+        result: it is exiting, and its exit, the kernel freeing a forked interpreter's
+        memory, need not be waited for); killed at its execution deadline, or stopped once
+        an operator action changed its task instance (``_stop_when_changed``)."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._stop_when_changed, child, log)
             with anyio.move_on_after(math.inf if kill_after is None else kill_after) as scope:
-                await child.process.wait()
+                await _first_of(child.process.wait, reported)
             tg.cancel_scope.cancel()
         if scope.cancelled_caught:
             child.killed_for_timeout = True
@@ -364,3 +386,15 @@ class TaskSupervisor:
         child.signal_group(signal.SIGTERM)
         await anyio.sleep(self.settings.kill_grace_s)
         child.signal_group(signal.SIGKILL)
+
+
+async def _first_of(*waits: Callable[[], Awaitable[object]]) -> None:
+    """Until the first of ``waits`` returns; the others are cancelled."""
+    async with anyio.create_task_group() as tg:
+
+        async def until(wait: Callable[[], Awaitable[object]]) -> None:
+            await wait()
+            tg.cancel_scope.cancel()
+
+        for wait in waits:
+            tg.start_soon(until, wait)

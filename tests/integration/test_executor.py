@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -41,7 +42,6 @@ from triggers.serde import deserialize_value, dumps, loads
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
-    from pathlib import Path
 
     from engine.crypto import KwargsCipher
     from engine.dag_processing.processor import DagProcessor
@@ -161,6 +161,15 @@ def sleeper():
 
 
 @task
+def leaves_a_process():
+    import subprocess
+    # inherits the task's output pipes, which the executor then never sees closed
+    child = subprocess.Popen(["sleep", "60"])
+    print("started", child.pid)
+    return child.pid
+
+
+@task
 async def async_ok(try_number):
     await asyncio.sleep(0)  # a real suspension: the body runs in an event loop
     print("ran the async body")
@@ -180,6 +189,7 @@ with DAG("exec"):
     flaky()
     leaky()
     sleeper()
+    leaves_a_process()
     async_ok()
     async_boom()
     Loop(task_id="loop", count=3, delay_s=0.05)
@@ -280,6 +290,33 @@ async def test_success_stores_the_return_value_and_the_output_in_the_log(env: En
     assert "try 1 of 1: starting" in text and "task succeeded" in text
     job = env.db.call(lambda s: s.execute(select(Job).where(Job.job_type == "executor")).scalar())
     assert job.state == JobState.SUCCESS  # ended cleanly on shutdown
+
+
+async def test_a_process_left_holding_the_tasks_output_is_killed_and_the_try_recorded(
+    env: Env,
+) -> None:
+    # The executor records a step once the task process closed its output after reporting,
+    # without waiting for its exit; a process the task left running holds the output open,
+    # and the try is recorded at the task process's exit, its group killed, as before.
+    _, run_id, tis = env.new_run()
+    env.schedule(tis["leaves_a_process"])
+    with anyio.fail_after(30):
+        async with env.executor() as executor:
+            ti = await env.until(tis["leaves_a_process"], TaskState.SUCCESS, TaskState.FAILED)
+            await wait_idle(executor)
+    assert ti.state == TaskState.SUCCESS
+    pid = deserialize_value(ti.xcoms["return_value"])
+    assert f"started {pid}" in env.log(run_id, "leaves_a_process")
+    await wait_until(lambda: not _alive(pid), within=10)
+
+
+def _alive(pid: int) -> bool:
+    """Running (a killed child not reaped yet is a zombie: dead)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 async def test_an_async_task_runs_and_its_failure_fails_the_try(env: Env) -> None:
