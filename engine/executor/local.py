@@ -105,6 +105,7 @@ class LocalExecutor(ClaimingExecutor):
         #: the pre-imported process task steps are forked from (``warm_process``)
         self.warm_runner: WarmRunner | None = None
         self._active: set[int] = set()  # claimed task instances (slots in use)
+        self._workers: TaskGroup | None = None
         self._slot_freed = anyio.Event()
         #: the last claim filled every free slot: a slot freed now may let a waiting task in
         self._saturated = False
@@ -147,6 +148,7 @@ class LocalExecutor(ClaimingExecutor):
             hostname=await anyio.to_thread.run_sync(hostname),
             stats=self.stats,
             on_outcome=self._outcome_recorded,
+            claims=self,
             warm=self.warm_runner,
         )
         job = JobService(
@@ -189,8 +191,10 @@ class LocalExecutor(ClaimingExecutor):
             outer.start_soon(callbacks.run, job_id)  # DAG callbacks, lost task callbacks
             task_status.started()
             async with anyio.create_task_group() as workers:
+                self._workers = workers
                 workers.start_soon(self._stop_children_after_grace)
                 await self._claim_loop(workers, job_id)
+            self._workers = None
             outer.cancel_scope.cancel()
 
     # --- claiming -----------------------------------------------------------------------
@@ -202,8 +206,7 @@ class LocalExecutor(ClaimingExecutor):
             signalled, self._signal_digest = self._signal_digest, None
             claimed = await self._claim(job_id, free) if free > 0 else []
             for step in claimed:
-                self._active.add(step.ti_id)
-                workers.start_soon(self._run_ti, job_id, step, name=f"task instance {step.ti_id}")
+                self._start(workers, job_id, step)
             idle_slots = free - len(claimed) > 0
             self._saturated = not idle_slots
             if claimed:
@@ -312,8 +315,28 @@ class LocalExecutor(ClaimingExecutor):
 
     # --- one task step ------------------------------------------------------------------
 
+    def reserve(self) -> tuple[int, bool]:
+        """The slots an outcome's transaction may claim for (``OutcomeClaims``): the one
+        its step frees (still counted in use meanwhile: no claim of the claim loop's takes
+        it); none while stopping. Other idle slots stay the claim loop's."""
+        if self._stopping.is_set() or self._workers is None:
+            return 0, False
+        return 1, self._saturated
+
+    def release(self, reserved: int, claimed: tuple[Candidate, ...] | None) -> None:
+        if claimed is not None:  # a claim ran: as the claim loop's, it says if work waits
+            self._saturated = len(claimed) >= reserved
+
+    def _start(self, workers: TaskGroup, job_id: int, step: Candidate) -> None:
+        self._active.add(step.ti_id)
+        workers.start_soon(self._run_ti, job_id, step, name=f"task instance {step.ti_id}")
+
     def _outcome_recorded(self, recorded: Recorded) -> None:
-        if recorded.scheduled:
+        claimed = recorded.claimed or ()
+        if claimed and self._workers is not None and self.job_id is not None:
+            for step in claimed:  # claimed in the outcome's transaction
+                self._start(self._workers, self.job_id, step)
+        if recorded.scheduled > len(claimed):
             self.nudge()  # what the step's end made ready in its run: claim it now
         if self._on_outcome is not None:
             self._on_outcome(recorded)

@@ -12,6 +12,12 @@ parts of the process are woken for what is left: the executor claims what was sc
 and the scheduler loops only when the pass did not settle the run (another transaction held
 it, or a mapped task's decision needs another pass), the run ended (a queued run may start,
 a held time run may be due) or the step stored outlet events (asset-triggered runs).
+
+A local executor also claims in that transaction (``OutcomeClaims``): when the pass made
+tasks ready, or when its last claim filled every slot (more work waits), the slot the step
+frees takes a scheduled task at once (the same admission as its claims: pools,
+``max_active_tasks``, priority) instead of a claim transaction after it; what else the pass
+made ready, its claim loop takes.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
 import anyio
 
@@ -29,6 +35,7 @@ from engine.db.queries import actions, deferrals, tasks
 from engine.db.queries import callbacks as callbacks_sql
 from engine.db.queries import mapping as mapping_sql
 from engine.exceptions import DatabaseUnavailable
+from engine.executor import admission
 from engine.executor.outcomes import Decision, Outcome
 from engine.states import TaskState
 
@@ -39,6 +46,7 @@ if TYPE_CHECKING:
 
     from engine.crypto import KwargsCipher
     from engine.db.database import Database
+    from engine.db.queries.pools import Candidate
     from engine.db.queries.tasks import TaskRun
     from engine.execution.protocol import CallbackSpec
     from engine.executor.settings import ExecutorSettings, ExecutorStats
@@ -79,6 +87,9 @@ class Recorded:
     decision: Decision
     advanced: Advanced | None = None
     outlet_events: bool = False
+    #: the task steps the transaction claimed for the executor (``OutcomeClaims``); None
+    #: when it made no claim
+    claimed: tuple[Candidate, ...] | None = None
 
     @property
     def scheduled(self) -> int:
@@ -95,6 +106,20 @@ class Recorded:
         return self.advanced.ended or self.advanced.decided or self.outlet_events
 
 
+class OutcomeClaims(Protocol):
+    """An executor's slots, for the claim an outcome's transaction makes."""
+
+    def reserve(self) -> tuple[int, bool]:
+        """Slots the transaction may fill (held until ``release``), and whether to fill them
+        even when its pass made nothing ready (the executor's last claim filled every
+        slot: more work waits)."""
+        ...
+
+    def release(self, reserved: int, claimed: tuple[Candidate, ...] | None) -> None:
+        """The reservation is over; ``claimed``: what the claim took (None: no claim ran)."""
+        ...
+
+
 class OutcomeRecorder:
     """Writes the outcomes of one executor's task steps (``record``)."""
 
@@ -106,12 +131,14 @@ class OutcomeRecorder:
         settings: ExecutorSettings,
         stats: ExecutorStats,
         on_outcome: Callable[[Recorded], None] | None = None,
+        claims: OutcomeClaims | None = None,
     ) -> None:
         self._db = db
         self._cipher = cipher
         self.settings = settings
         self.stats = stats
         self._on_outcome = on_outcome
+        self._claims = claims
 
     def __repr__(self) -> str:
         stats = self.stats
@@ -126,17 +153,31 @@ class OutcomeRecorder:
         *,
         external_state: str | None = None,
     ) -> None:
-        write = partial(
-            self._write_outcome, job_id=job_id, run=run, outcome=outcome, callback=callback
-        )
-        recorded = await run_retrying(self._db, write)
-        if recorded is None:
-            await self._not_recorded(job_id, run, outcome, external_state)
-            return
-        self.stats.outcomes[outcome.decision] += 1
-        if self._on_outcome is not None:
-            # e.g. the executor claims the next task, the triggerer a new deferral's trigger
-            self._on_outcome(recorded)
+        slots, eager = (0, False) if self._claims is None else self._claims.reserve()
+        recorded: Recorded | None = None
+        try:
+            write = partial(
+                self._write_outcome,
+                job_id=job_id,
+                run=run,
+                outcome=outcome,
+                callback=callback,
+                claim=(slots, eager),
+            )
+            recorded = await run_retrying(self._db, write)
+            if recorded is None:
+                await self._not_recorded(job_id, run, outcome, external_state)
+                return
+            self.stats.outcomes[outcome.decision] += 1
+            self.stats.claimed += len(recorded.claimed or ())
+            self.stats.claimed_with_outcome += len(recorded.claimed or ())
+            if self._on_outcome is not None:
+                # the executor starts what it claimed (else claims the tasks made ready),
+                # the triggerer takes a new deferral's trigger
+                self._on_outcome(recorded)
+        finally:
+            if self._claims is not None:
+                self._claims.release(slots, None if recorded is None else recorded.claimed)
         level = logging.INFO if outcome.decision is not Decision.FAIL else logging.WARNING
         logger.log(
             level,
@@ -187,10 +228,13 @@ class OutcomeRecorder:
         run: TaskRun,
         outcome: Outcome,
         callback: CallbackSpec | None = None,
+        claim: tuple[int, bool] = (0, False),
     ) -> Recorded | None:
         """Record the outcome and, in the same transaction, the request to run the outcome's
-        callback in a fresh process when the task's own could not (``callback``) and the
-        pass over its run (when the try ended); None when no row matched."""
+        callback in a fresh process when the task's own could not (``callback``), the pass
+        over its run (when the try ended) and the claim of up to ``claim[0]`` scheduled
+        task steps (when the pass made some ready, or ``claim[1]``); None when no row
+        matched."""
         ok = self._write_state(session, job_id, run, outcome)
         if ok and outcome.rendered_map_index is not None:
             mapping_sql.set_rendered_map_index(session, run.ti_id, outcome.rendered_map_index)
@@ -211,7 +255,14 @@ class OutcomeRecorder:
             and run.run_pk is not None
         ):
             advanced = advance_run(session, self._cipher, run.run_pk)
-        return Recorded(outcome.decision, advanced, bool(outcome.outlet_events))
+        slots, eager = claim
+        claimed = None
+        if slots > 0 and (eager or (advanced is not None and advanced.scheduled)):
+            now = models.utcnow()
+            claimed = tuple(
+                admission.claim_task_steps(session, job_id=job_id, limit=slots, now=now)
+            )
+        return Recorded(outcome.decision, advanced, bool(outcome.outlet_events), claimed)
 
     def _write_state(self, session: Session, job_id: int, run: TaskRun, outcome: Outcome) -> bool:
         now = models.utcnow()

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 @dataclass
 class ExecutorStats:
     claimed: int = 0
+    #: of ``claimed``: in the transaction that recorded another step's end
+    claimed_with_outcome: int = 0
     discarded: int = 0  # outcomes of task instances taken over meanwhile
     outcomes: Counter[str] = field(default_factory=Counter)  # Decision -> count
 

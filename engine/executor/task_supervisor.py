@@ -37,7 +37,7 @@ from engine.executor.outcomes import (
     outcome_line,
     read_result,
 )
-from engine.executor.recording import OutcomeRecorder, Recorded, run_retrying
+from engine.executor.recording import OutcomeClaims, OutcomeRecorder, Recorded, run_retrying
 from engine.executor.task_logs import TaskLogWriter, log_path
 from engine.executor.task_process import (
     StepProcess,
@@ -80,11 +80,17 @@ class TaskSupervisor:
         hostname: str,
         stats: ExecutorStats,
         on_outcome: Callable[[Recorded], None] | None = None,
+        claims: OutcomeClaims | None = None,
         warm: WarmRunner | None = None,
     ) -> None:
         self._db = db
         self._recorder = OutcomeRecorder(
-            db=db, cipher=cipher, settings=settings, stats=stats, on_outcome=on_outcome
+            db=db,
+            cipher=cipher,
+            settings=settings,
+            stats=stats,
+            on_outcome=on_outcome,
+            claims=claims,
         )
         #: forks task processes from a pre-imported process; without one (or while it is
         #: down) each step starts a cold interpreter

@@ -117,6 +117,47 @@ async def test_a_chain_runs_to_its_end_without_a_scheduler(parsed) -> None:
     }
 
 
+async def test_the_next_task_is_claimed_in_the_transaction_that_made_it_ready(parsed) -> None:
+    # The first task's end schedules the second and claims it for the executor in the same
+    # transaction: no claim of the executor's own takes it.
+    db, config, cipher, _ = parsed
+    chain = _start_run(db, "chain", "first")
+    settings = fast_executor_settings(config)
+    with anyio.fail_after(60):
+        async with running_executor(db, cipher, settings) as executor:
+            await wait_until(lambda: _states(db, chain)[0] == DagRunState.SUCCESS)
+            assert executor.stats.claimed == 2
+            assert executor.stats.claimed_with_outcome == 1
+
+
+async def test_a_full_executor_claims_nothing_with_an_outcome(parsed) -> None:
+    # parallelism 1 and two runs' first tasks scheduled: the one slot takes one of them;
+    # its end frees the slot for one task (the next of its chain, or the other run's), and
+    # never more than one runs.
+    db, config, cipher, _ = parsed
+    chains = [_start_run(db, "chain", "first") for _ in range(2)]
+    settings = fast_executor_settings(config, parallelism=1)
+    most = 0
+    with anyio.fail_after(60):
+        async with running_executor(db, cipher, settings) as executor:
+
+            def done() -> bool:
+                nonlocal most
+                most = max(most, _running(db))
+                return all(_states(db, pk)[0] == DagRunState.SUCCESS for pk in chains)
+
+            await wait_until(done, step=0.005, within=30)
+            assert executor.stats.claimed == 4
+    assert most == 1
+
+
+def _running(db: Database) -> int:
+    query = select(TaskInstance.id).where(
+        TaskInstance.state.in_((TaskState.QUEUED, TaskState.RUNNING))
+    )
+    return len(db.call(lambda s: s.execute(query).all()))
+
+
 async def test_switched_off_the_next_task_waits_for_a_scheduler(parsed) -> None:
     db, config, cipher, _ = parsed
     chain = _start_run(db, "chain", "first")
