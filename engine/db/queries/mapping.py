@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 
 from engine.authoring.params import NOTSET
+from engine.db.database import read_rows
 from engine.db.models import DagRun, DagTask, TaskInstance
 from engine.states import TaskState
 from triggers.exceptions import SerializationError
@@ -159,13 +160,16 @@ def mapped_run_results(session: Session, dag_run_id: int) -> dict[str, dict[str,
     return out
 
 
+_MAPPED_STATES = (
+    select(TaskInstance.task_id, TaskInstance.state)
+    .where(TaskInstance.dag_run_id == bindparam("run_pk"), TaskInstance.map_index >= 0)
+    .order_by(TaskInstance.task_id, TaskInstance.map_index)
+)
+
+
 def mapped_states(session: Session, run_pk: int) -> dict[str, list[str]]:
     """``{task_id: [state of copy 0, 1, ...]}`` for the expanded mapped tasks of a run."""
-    rows = session.execute(
-        select(TaskInstance.task_id, TaskInstance.state)
-        .where(TaskInstance.dag_run_id == run_pk, TaskInstance.map_index >= 0)
-        .order_by(TaskInstance.task_id, TaskInstance.map_index)
-    )
+    rows = read_rows(session, _MAPPED_STATES, {"run_pk": run_pk})
     out: dict[str, list[str]] = {}
     for task_id, state in rows:
         out.setdefault(str(task_id), []).append(str(state))

@@ -17,13 +17,14 @@ SQLite the ``BEGIN IMMEDIATE`` transaction serializes claims already.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Final
 
-from sqlalchemy import delete, func, insert, or_, select, update
+from sqlalchemy import bindparam, delete, func, insert, or_, select, update
 
 from engine.authoring.callbacks import DEFAULT_POOL
 from engine.authoring.sensor_base import RESCHEDULE_METHOD
-from engine.db.database import is_postgres
+from engine.db.database import is_postgres, read_rows
 from engine.db.models import Dag, DagRun, DagTask, Pool, TaskInstance
 from engine.states import TaskState
 
@@ -83,26 +84,31 @@ class PoolUsage:
 # --- pools (the CLI) ------------------------------------------------------------------------
 
 
+_SLOTS_TAKEN = (
+    select(TaskInstance.pool, TaskInstance.state, func.sum(TaskInstance.pool_slots))
+    .where(
+        TaskInstance.pool.is_not(None),
+        TaskInstance.state.in_([*_ACTIVE, TaskState.DEFERRED]),
+        # a sensor in reschedule mode between pokes is Airflow's up_for_reschedule,
+        # which holds no slot, even in a pool that counts deferred tasks
+        or_(
+            TaskInstance.next_method.is_(None),
+            TaskInstance.next_method != RESCHEDULE_METHOD,
+        ),
+    )
+    .group_by(TaskInstance.pool, TaskInstance.state)
+)
+_SLOTS_TAKEN_OF = _SLOTS_TAKEN.where(TaskInstance.pool.in_(bindparam("names", expanding=True)))
+
+
 def slots_taken(session: Session, names: Iterable[str] | None = None) -> dict[tuple[str, str], int]:
     """(pool, state) -> slots the task instances in that state take (queued, running,
     restarting, deferred), of every pool or of the named ones."""
-    query = (
-        select(TaskInstance.pool, TaskInstance.state, func.sum(TaskInstance.pool_slots))
-        .where(
-            TaskInstance.pool.is_not(None),
-            TaskInstance.state.in_([*_ACTIVE, TaskState.DEFERRED]),
-            # a sensor in reschedule mode between pokes is Airflow's up_for_reschedule,
-            # which holds no slot, even in a pool that counts deferred tasks
-            or_(
-                TaskInstance.next_method.is_(None),
-                TaskInstance.next_method != RESCHEDULE_METHOD,
-            ),
-        )
-        .group_by(TaskInstance.pool, TaskInstance.state)
-    )
-    if names is not None:
-        query = query.where(TaskInstance.pool.in_(list(names)))
-    return {(str(p), str(s)): int(n or 0) for p, s, n in session.execute(query)}
+    if names is None:
+        rows = read_rows(session, _SLOTS_TAKEN)
+    else:
+        rows = read_rows(session, _SLOTS_TAKEN_OF, {"names": list(names)})
+    return {(str(p), str(s)): int(n or 0) for p, s, n in rows}
 
 
 def _usage(pool: Pool, counts: dict[tuple[str, str], int]) -> PoolUsage:
@@ -207,26 +213,31 @@ class PoolRoom:
     include_deferred: bool
 
 
+_POOLS = select(Pool.name, Pool.slots, Pool.include_deferred).order_by(Pool.name)
+_POOLS_LOCKED = _POOLS.with_for_update()
+
+
 def lock_pools(session: Session) -> dict[str, PoolRoom]:
     """Every pool by name; on PostgreSQL its row locked for the transaction."""
-    query = select(Pool).order_by(Pool.name)
-    if is_postgres(session):
-        query = query.with_for_update()
+    query = _POOLS_LOCKED if is_postgres(session) else _POOLS
     return {
-        pool.name: PoolRoom(pool.slots, pool.include_deferred)
-        for pool in session.execute(query).scalars()
+        str(name): PoolRoom(int(slots), bool(include_deferred))
+        for name, slots, include_deferred in read_rows(session, query)
     }
+
+
+_ACTIVE_PER_RUN = (
+    select(TaskInstance.dag_run_id, func.count(), Dag.max_active_tasks)
+    .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+    .join(Dag, Dag.dag_id == DagRun.dag_id)
+    .where(TaskInstance.state.in_(_ACTIVE))
+    .group_by(TaskInstance.dag_run_id, Dag.max_active_tasks)
+)
 
 
 def active_per_run(session: Session) -> dict[int, tuple[int, int]]:
     """Run pk -> (its queued + running task instances, its DAG's max_active_tasks)."""
-    rows = session.execute(
-        select(TaskInstance.dag_run_id, func.count(), Dag.max_active_tasks)
-        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
-        .join(Dag, Dag.dag_id == DagRun.dag_id)
-        .where(TaskInstance.state.in_(_ACTIVE))
-        .group_by(TaskInstance.dag_run_id, Dag.max_active_tasks)
-    )
+    rows = read_rows(session, _ACTIVE_PER_RUN)
     return {int(run): (int(n), int(cap)) for run, n, cap in rows}
 
 
@@ -259,6 +270,28 @@ def _scheduled() -> Select[int, int, str, str, str, int, int, str]:
     )
 
 
+@cache
+def _candidates_query(
+    *, full_pools: bool, full_runs: bool, postgres: bool
+) -> Select[int, int, str, str, str, int, int, str]:
+    """``candidates``' statement, built once per shape (``read_rows``)."""
+    pool, slots = _task_pool()
+    query = (
+        _scheduled()
+        .join(Pool, Pool.name == pool)
+        .where((Pool.slots == UNLIMITED_SLOTS) | (slots <= Pool.slots))
+        .order_by(TaskInstance.id)
+        .limit(bindparam("window"))
+    )
+    if full_pools:
+        query = query.where(pool.not_in(bindparam("full_pools", expanding=True)))
+    if full_runs:
+        query = query.where(TaskInstance.dag_run_id.not_in(bindparam("full_runs", expanding=True)))
+    if postgres:
+        query = query.with_for_update(skip_locked=True, of=TaskInstance)
+    return query
+
+
 def candidates(
     session: Session, *, window: int, full_pools: list[str], full_runs: list[int]
 ) -> list[Candidate]:
@@ -266,21 +299,11 @@ def candidates(
     one of ``full_pools`` and is big enough for them, in runs not among ``full_runs``:
     those that cannot start now are left out here, so that they never crowd out of the
     window those that can. On PostgreSQL their rows are locked, ``SKIP LOCKED``."""
-    pool, slots = _task_pool()
-    query = (
-        _scheduled()
-        .join(Pool, Pool.name == pool)
-        .where((Pool.slots == UNLIMITED_SLOTS) | (slots <= Pool.slots))
-        .order_by(TaskInstance.id)
-        .limit(window)
+    query = _candidates_query(
+        full_pools=bool(full_pools), full_runs=bool(full_runs), postgres=is_postgres(session)
     )
-    if full_pools:
-        query = query.where(pool.not_in(full_pools))
-    if full_runs:
-        query = query.where(TaskInstance.dag_run_id.not_in(full_runs))
-    if is_postgres(session):
-        query = query.with_for_update(skip_locked=True, of=TaskInstance)
-    return [Candidate(*row) for row in session.execute(query)]
+    params = {"window": window, "full_pools": full_pools, "full_runs": full_runs}
+    return [Candidate(*row) for row in read_rows(session, query, params)]
 
 
 def unstartable(session: Session, *, limit: int) -> list[tuple[Candidate, int | None]]:

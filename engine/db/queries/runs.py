@@ -13,9 +13,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import delete, func, insert, or_, select, update
+from sqlalchemy import bindparam, delete, func, insert, or_, select, update
 
-from engine.db.database import is_postgres, upsert_insert
+from engine.db.database import is_postgres, read_rows, upsert_insert
 from engine.db.listen import notify_scheduler
 from engine.db.models import (
     Asset,
@@ -390,31 +390,33 @@ class RunState:
     ignored_teardowns: frozenset[str] = frozenset()
 
 
+#: ``load_run_state``'s reads, built once (``read_rows``): the run (locked on PostgreSQL,
+#: ``SKIP LOCKED``), its DAG's tasks, its unmapped task instances
+_RUN_ROW = select(DagRun.dag_id, DagRun.state).where(DagRun.id == bindparam("run_pk"))
+_RUN_ROW_LOCKED = _RUN_ROW.with_for_update(skip_locked=True)
+_RUN_TASKS = select(
+    DagTask.task_id,
+    DagTask.downstream_task_ids,
+    DagTask.start_from_trigger,
+    DagTask.trigger_rule,
+    DagTask.is_setup,
+    DagTask.is_teardown,
+    DagTask.on_failure_fail_dagrun,
+    DagTask.mapping,
+).where(DagTask.dag_id == bindparam("dag_id"))
+_RUN_TIS = select(TaskInstance.task_id, TaskInstance.state, TaskInstance.id).where(
+    TaskInstance.dag_run_id == bindparam("run_pk"), TaskInstance.map_index == -1
+)
+
+
 def load_run_state(session: Session, run_pk: int) -> RunState | None:
-    stmt = select(DagRun.dag_id, DagRun.state).where(DagRun.id == run_pk)
-    if is_postgres(session):
-        stmt = stmt.with_for_update(skip_locked=True)
-    row = session.execute(stmt).first()
+    run_row = _RUN_ROW_LOCKED if is_postgres(session) else _RUN_ROW
+    row = read_rows(session, run_row, {"run_pk": run_pk}).first()
     if row is None:
         return None
     dag_id, state = str(row[0]), str(row[1])
-    tasks = session.execute(
-        select(
-            DagTask.task_id,
-            DagTask.downstream_task_ids,
-            DagTask.start_from_trigger,
-            DagTask.trigger_rule,
-            DagTask.is_setup,
-            DagTask.is_teardown,
-            DagTask.on_failure_fail_dagrun,
-            DagTask.mapping,
-        ).where(DagTask.dag_id == dag_id)
-    ).all()
-    tis = session.execute(
-        select(TaskInstance.task_id, TaskInstance.state, TaskInstance.id).where(
-            TaskInstance.dag_run_id == run_pk, TaskInstance.map_index == -1
-        )
-    ).all()
+    tasks = read_rows(session, _RUN_TASKS, {"dag_id": dag_id}).all()
+    tis = read_rows(session, _RUN_TIS, {"run_pk": run_pk}).all()
     expanded = mapping_sql.mapped_states(session, run_pk)
     return RunState(
         run_pk=run_pk,
