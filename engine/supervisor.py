@@ -203,8 +203,8 @@ def _after_outcome(
     run_ended: Callable[[], None],
 ) -> Callable[[Recorded], None]:
     def call(recorded: Recorded) -> None:
-        # a deferral's trigger, or a start_from_trigger task the run's pass deferred
-        triggerer()
+        if recorded.triggerer_needed:
+            triggerer()  # a deferral's trigger, or a start_from_trigger task the pass deferred
         if recorded.advanced is not None and recorded.advanced.ended:
             run_ended()
         elif recorded.scheduler_needed:

@@ -35,11 +35,13 @@ __all__ = ("Advanced", "advance_run")
 class Advanced:
     """What one pass did: task instances made ``scheduled`` (for an executor), whether a
     decision left tasks below it to decide in another pass at once (``decided``: a mapped
-    task skipped, failed or expanded), and whether the run ended."""
+    task skipped, failed or expanded), whether the run ended, and ``start_from_trigger``
+    tasks deferred (for a triggerer)."""
 
     scheduled: int
     decided: bool
     ended: bool
+    deferred: int = 0
 
 
 def advance_run(session: Session, cipher: KwargsCipher, run_pk: int) -> Advanced | None:
@@ -58,6 +60,7 @@ def advance_run(session: Session, cipher: KwargsCipher, run_pk: int) -> Advanced
     for task_id in to_trigger:
         deferrals.start_from_trigger(session, cipher, state.ti_ids[task_id])
     scheduled = advance.scheduled + sum(s == TaskState.SCHEDULED for s in changes.values())
+    scheduled -= len(to_trigger)  # deferred at once: a triggerer's, not an executor's
     ended = False
     outcome = run_outcome(advance.states, state.downstream, state.ignored_teardowns)
     if outcome is not None and runs.end_running_run(session, run_pk, outcome, now=now):
@@ -65,4 +68,6 @@ def advance_run(session: Session, cipher: KwargsCipher, run_pk: int) -> Advanced
         callbacks.request_dag_callback(session, run_pk, outcome, now=now)  # if it has one
         time_schedules.recompute_next_dagrun(session, state.dag_id)  # a held time run may go
         ended = True
-    return Advanced(scheduled=scheduled, decided=advance.decided, ended=ended)
+    return Advanced(
+        scheduled=scheduled, decided=advance.decided, ended=ended, deferred=len(to_trigger)
+    )

@@ -315,17 +315,15 @@ class LocalExecutor(ClaimingExecutor):
 
     # --- one task step ------------------------------------------------------------------
 
-    def reserve(self) -> tuple[int, bool]:
+    def claim_room(self) -> tuple[int, bool]:
         """The slots an outcome's transaction may claim for (``OutcomeClaims``): the one
         its step frees (still counted in use meanwhile: no claim of the claim loop's takes
-        it); none while stopping. Other idle slots stay the claim loop's."""
+        it), none while stopping; other idle slots stay the claim loop's. Whether the last
+        claim filled every slot is left as it is: the step's end still nudges the claim
+        loop then (``_run_ti``), which finds no free slot when this claim took it."""
         if self._stopping.is_set() or self._workers is None:
             return 0, False
         return 1, self._saturated
-
-    def release(self, reserved: int, claimed: tuple[Candidate, ...] | None) -> None:
-        if claimed is not None:  # a claim ran: as the claim loop's, it says if work waits
-            self._saturated = len(claimed) >= reserved
 
     def _start(self, workers: TaskGroup, job_id: int, step: Candidate) -> None:
         self._active.add(step.ti_id)

@@ -97,6 +97,14 @@ class Recorded:
         return 0 if self.advanced is None else self.advanced.scheduled
 
     @property
+    def triggerer_needed(self) -> bool:
+        """Whether a trigger row was written for a triggerer to claim: the step deferred, or
+        the pass deferred a ``start_from_trigger`` task."""
+        if self.decision is Decision.DEFER:
+            return True
+        return self.advanced is not None and self.advanced.deferred > 0
+
+    @property
     def scheduler_needed(self) -> bool:
         """Whether a scheduler loop has work from this outcome (see the module's text)."""
         if self.decision is Decision.DEFER:
@@ -109,14 +117,10 @@ class Recorded:
 class OutcomeClaims(Protocol):
     """An executor's slots, for the claim an outcome's transaction makes."""
 
-    def reserve(self) -> tuple[int, bool]:
-        """Slots the transaction may fill (held until ``release``), and whether to fill them
-        even when its pass made nothing ready (the executor's last claim filled every
-        slot: more work waits)."""
-        ...
-
-    def release(self, reserved: int, claimed: tuple[Candidate, ...] | None) -> None:
-        """The reservation is over; ``claimed``: what the claim took (None: no claim ran)."""
+    def claim_room(self) -> tuple[int, bool]:
+        """Slots the transaction may fill, and whether to fill them even when its pass
+        made nothing ready (the executor's last claim filled every slot: more work may
+        wait)."""
         ...
 
 
@@ -153,31 +157,25 @@ class OutcomeRecorder:
         *,
         external_state: str | None = None,
     ) -> None:
-        slots, eager = (0, False) if self._claims is None else self._claims.reserve()
-        recorded: Recorded | None = None
-        try:
-            write = partial(
-                self._write_outcome,
-                job_id=job_id,
-                run=run,
-                outcome=outcome,
-                callback=callback,
-                claim=(slots, eager),
-            )
-            recorded = await run_retrying(self._db, write)
-            if recorded is None:
-                await self._not_recorded(job_id, run, outcome, external_state)
-                return
-            self.stats.outcomes[outcome.decision] += 1
-            self.stats.claimed += len(recorded.claimed or ())
-            self.stats.claimed_with_outcome += len(recorded.claimed or ())
-            if self._on_outcome is not None:
-                # the executor starts what it claimed (else claims the tasks made ready),
-                # the triggerer takes a new deferral's trigger
-                self._on_outcome(recorded)
-        finally:
-            if self._claims is not None:
-                self._claims.release(slots, None if recorded is None else recorded.claimed)
+        write = partial(
+            self._write_outcome,
+            job_id=job_id,
+            run=run,
+            outcome=outcome,
+            callback=callback,
+            claim=(0, False) if self._claims is None else self._claims.claim_room(),
+        )
+        recorded = await run_retrying(self._db, write)
+        if recorded is None:
+            await self._not_recorded(job_id, run, outcome, external_state)
+            return
+        self.stats.outcomes[outcome.decision] += 1
+        self.stats.claimed += len(recorded.claimed or ())
+        self.stats.claimed_with_outcome += len(recorded.claimed or ())
+        if self._on_outcome is not None:
+            # the executor starts what it claimed (else claims the tasks made ready), the
+            # triggerer takes a new deferral's trigger
+            self._on_outcome(recorded)
         level = logging.INFO if outcome.decision is not Decision.FAIL else logging.WARNING
         logger.log(
             level,

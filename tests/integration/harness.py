@@ -95,11 +95,12 @@ def fast_executor_settings(config: Config, **overrides: Any) -> ExecutorSettings
 
 @asynccontextmanager
 async def running_executor(
-    db: Database, cipher: KwargsCipher, settings: ExecutorSettings
+    db: Database, cipher: KwargsCipher, settings: ExecutorSettings, *, watch_commits: bool = True
 ) -> AsyncIterator[LocalExecutor]:
     """A real ``LocalExecutor`` running in this event loop until the block ends (then it
-    shuts down as ``sluice run`` stops it)."""
-    executor = LocalExecutor(db=db, cipher=cipher, settings=settings)
+    shuts down as ``sluice run`` stops it). ``watch_commits=False``: on SQLite, as under
+    ``sluice run``, other connections' commits do not wake it (its poll does)."""
+    executor = LocalExecutor(db=db, cipher=cipher, settings=settings, watch_commits=watch_commits)
     async with anyio.create_task_group() as tg:
         await tg.start(executor.run)
         try:

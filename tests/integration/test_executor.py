@@ -487,11 +487,18 @@ async def test_execution_timeout_counts_the_time_spent_deferred(env: Env) -> Non
     assert "across 1 deferral" in text
 
 
-async def test_a_deferral_past_the_execution_deadline_fails_the_task(env: Env) -> None:
+@pytest.mark.parametrize("parallelism", [1, 4])
+async def test_a_deferral_past_the_execution_deadline_fails_the_task(
+    env: Env, parallelism: int
+) -> None:
+    # As under `sluice run` (no wake-up from other connections' commits on SQLite); at
+    # parallelism 1 the deferral's record finds the one slot's executor saturated: the task
+    # another connection schedules again must still be claimed, by the poll.
     _, run_id, tis = env.new_run()
     env.schedule(tis["slow"])
+    settings = replace(env.settings, parallelism=parallelism)
     with anyio.fail_after(30):
-        async with env.executor():
+        async with running_executor(env.db, env.cipher, settings, watch_commits=False):
             await env.until(tis["slow"], TaskState.DEFERRED)
             # What the scheduler does every loop; the deferral ends at the try's deadline.
             await wait_until(lambda: env.db.call(deferrals.fail_timed_out_deferrals), within=10)

@@ -34,3 +34,17 @@ def test_the_scheduler_loops_only_for_what_the_pass_left(recorded: Recorded, nee
 def test_what_the_pass_scheduled_is_the_executor_s_to_claim() -> None:
     assert Recorded(Decision.SUCCEED, SETTLED).scheduled == 1
     assert Recorded(Decision.SUCCEED, None).scheduled == 0
+
+
+@pytest.mark.parametrize(
+    ("recorded", "needed"),
+    [
+        (Recorded(Decision.DEFER), True),  # the deferral's trigger row
+        (Recorded(Decision.SUCCEED, Advanced(0, decided=False, ended=False, deferred=1)), True),
+        (Recorded(Decision.SUCCEED, SETTLED), False),  # nothing for a triggerer
+        (Recorded(Decision.FAIL, None), False),
+        (Recorded(Decision.RETRY), False),
+    ],
+)
+def test_the_triggerer_is_woken_only_for_a_trigger_row(recorded: Recorded, needed: bool) -> None:
+    assert recorded.triggerer_needed is needed
