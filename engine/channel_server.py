@@ -8,12 +8,15 @@ the request's other fields), until the child closes its end. A handler raises
 the child gets an error answer naming the kind and why, and the parent never fails for a
 child's request. A request over ``REQUEST_MAX_BYTES`` is answered with an error and the
 channel closed (where the next request starts cannot be found); an answer over
-``ANSWER_MAX_BYTES`` is replaced by an error saying so.
+``ANSWER_MAX_BYTES`` is replaced by an error saying so. A handler whose value is JSON text
+already (a page of stored asset events) returns it as an ``EncodedValue``: it goes into the
+answer as it is, not decoded and encoded again.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -41,6 +44,14 @@ class NotFoundError(SluiceError, LookupError):
 
 class RequestError(SluiceError, ValueError):
     """A request that cannot be served as sent (the answer carries the message)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedValue:
+    """An answer's value that is JSON text already: the server puts it in the answer as it
+    is (the handler vouches that it is valid JSON)."""
+
+    text: str
 
 
 class RequestServer:
@@ -98,7 +109,7 @@ class RequestServer:
             return _error(request_id, f"{kind} request: {exc}")
         self.served += 1
         answer = {"id": request_id, "ok": True, "value": value}
-        size = len(json.dumps(answer, separators=(",", ":")))
+        size = len(_encoded(answer))
         if size > ANSWER_MAX_BYTES:
             return _error(
                 request_id,
@@ -112,9 +123,18 @@ def _error(request_id: Any, message: str) -> dict[str, Any]:
     return {"id": request_id, "ok": False, "not_found": False, "error": message}
 
 
+def _encoded(answer: dict[str, Any]) -> bytes:
+    """The answer's line, without its newline; an ``EncodedValue`` goes in as it is."""
+    value = answer.get("value")
+    if not isinstance(value, EncodedValue):
+        return json.dumps(answer, separators=(",", ":")).encode()
+    head = json.dumps({**answer, "value": None}, separators=(",", ":"))
+    return f"{head.removesuffix('null}')}{value.text}}}".encode()
+
+
 async def _send(stream: UNIXSocketStream, answer: dict[str, Any]) -> bool:
     try:
-        await stream.send(json.dumps(answer, separators=(",", ":")).encode() + b"\n")
+        await stream.send(_encoded(answer) + b"\n")
     except _CLOSED:
         return False
     return True

@@ -4,7 +4,9 @@ The executor sends plain data (tagged JSON); ``hydrate_context(raw, task)`` buil
 context the task gets (``execute(context)``; a ``@task`` function's parameters by name).
 Raw keys: ``dag_id``, ``task_id``, ``run_id``, ``try_number``, ``map_index`` (-1),
 ``default_deferrable``, ``triggering_asset_events`` and ``inlet_events`` (``{asset name:
-[event dict, ...]}``, oldest first), and ``run``: ``{run_id, run_type, logical_date,
+[event dict, ...]}``, oldest first; a task's spec has no ``triggering_asset_events``: its
+process reads them from the executor when the task first looks at them,
+``engine.execution.triggering_events``), and ``run``: ``{run_id, run_type, logical_date,
 data_interval_start, data_interval_end, run_after, conf, queued_at, start_date,
 partition_key}``. An event dict holds ``id``, ``asset`` (the name), ``uri``, ``extra``, ``payload``,
 ``timestamp``, ``source`` (``watcher`` / ``task`` / ``cli`` / ``api``), ``source_watcher``,
@@ -32,6 +34,8 @@ The context holds every raw key plus:
 - ``triggering_asset_events`` and ``inlet_events``: ``{asset name: [AssetEvent, ...]}``
   that also take an ``Asset`` or ``AssetAlias`` as key; an ``AssetEvent`` reads by item and
   by attribute (``e["payload"]``, ``e.extra``, ``e.asset.name``, ``e.source_dag_id``);
+  ``triggering_asset_events`` is read on first use when the raw data has none
+  (``LazyAssetEvents``, a mapping; ``AssetEvents``, a dict, otherwise);
 - ``outlet_events``: what the task writes for its outlets (``engine.execution.outlets``),
   with the run's partition key;
 - ``inlets`` and ``outlets``: the task's; ``var`` and ``conn``: its variables and
@@ -52,33 +56,35 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from engine.authoring.assets import Asset
-from engine.authoring.context import as_moment
+from engine.authoring.context import TRIGGERING_ASSET_EVENTS_KEY, as_moment
 from engine.authoring.params import resolve_params
 from engine.authoring.state_store import AssetStateStores, TaskStateStore
 from engine.execution.accessors import ConnectionAccessor, VariableAccessors
-from engine.execution.outlets import OutletEventAccessors, name_of
+from engine.execution.asset_events import (
+    EVENT_KEYS,
+    AssetEvent,
+    AssetEvents,
+    AttributeDict,
+    InletEvents,
+)
+from engine.execution.outlets import OutletEventAccessors
 from engine.execution.results import RuntimeTaskInstance
+from engine.execution.triggering_events import LazyAssetEvents, events_reader
+
+__all__ = (
+    "EVENT_KEYS",
+    "AssetEvent",
+    "AssetEvents",
+    "AttributeDict",
+    "DagRun",
+    "InletEvents",
+    "date_strings",
+    "hydrate_context",
+)
 
 if TYPE_CHECKING:
     from engine.authoring.baseoperator import BaseOperator
 
-EVENT_KEYS: Final = (
-    "id",
-    "asset",
-    "uri",
-    "extra",
-    "payload",
-    "timestamp",
-    "source",
-    "source_watcher",
-    "source_dag_id",
-    "source_run_id",
-    "source_task_id",
-    "source_try_number",
-    "source_alias",
-    "created_by",
-    "partition_key",
-)
 _DATE_KEYS: Final = ("ds", "ds_nodash", "ts", "ts_nodash", "ts_nodash_with_tz")
 
 
@@ -95,107 +101,6 @@ def date_strings(logical_date: datetime | None) -> dict[str, str | None]:
         "ts_nodash": utc.strftime("%Y%m%dT%H%M%S"),
         "ts_nodash_with_tz": ts.replace("-", "").replace(":", ""),
     }
-
-
-# --- views ------------------------------------------------------------------------------------
-
-
-class AttributeDict(dict[str, Any]):
-    """A dict whose keys also read as attributes (``e.extra`` is ``e["extra"]``)."""
-
-    __slots__ = ()
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(f"{type(self).__name__} has no {name!r}") from None
-
-
-class AssetEvent(AttributeDict):
-    """One asset event as a task sees it; ``asset`` has ``name`` and ``uri``."""
-
-    __slots__ = ()
-
-
-def _event_view(asset_name: str, raw: object) -> AssetEvent:
-    if not isinstance(raw, Mapping):
-        raise TypeError(f"an asset event of {asset_name!r} must be a mapping, got {raw!r}")
-    data: dict[str, Any] = dict.fromkeys(EVENT_KEYS)
-    data.update(raw)
-    name = data["asset"] if isinstance(data["asset"], str) else asset_name
-    data["uri"] = data["uri"] or name
-    data["asset"] = AttributeDict(name=name, uri=data["uri"])
-    data["extra"] = dict(data["extra"] or {})
-    data["timestamp"] = as_moment(data["timestamp"])
-    return AssetEvent(data)
-
-
-class AssetEvents(dict[str, list[AssetEvent]]):
-    """``{asset name: [AssetEvent, ...]}`` that also takes an ``Asset`` or alias as key."""
-
-    __slots__ = ()
-
-    @classmethod
-    def from_raw(cls, raw: object) -> AssetEvents:
-        if raw is None:
-            return cls()
-        if not isinstance(raw, Mapping):
-            raise TypeError(f"asset events must be a mapping of names to lists, got {raw!r}")
-        return cls({name: [_event_view(name, event) for event in raw[name]] for name in raw})
-
-    def __getitem__(self, key: object) -> list[AssetEvent]:
-        return super().__getitem__(name_of(key))
-
-    def __contains__(self, key: object) -> bool:
-        return super().__contains__(name_of(key))
-
-    def get(self, key: object, default: Any = None) -> Any:
-        return super().get(name_of(key), default)
-
-
-class InletEvents(AssetEvents):
-    """``inlet_events``: an inlet of the task without events gives ``[]``."""
-
-    __slots__ = ("_inlets", "_task_id", "_uris")
-
-    def __init__(self, events: Mapping[str, list[AssetEvent]], task: BaseOperator) -> None:
-        super().__init__(events)
-        self._inlets = {item.name for item in task.inlets}
-        self._uris = {item.name: item.uri for item in task.inlets if isinstance(item, Asset)}
-        self._task_id = task.task_id
-
-    def for_asset(self, *, name: str | None = None, uri: str | None = None) -> list[AssetEvent]:
-        """Airflow's ``inlet_events.for_asset(name=..., uri=...)`` (templates use it): the
-        events of the inlet asset with that name, that URI, or both."""
-        if name is None and uri is None:
-            raise TypeError(f"task {self._task_id!r}: inlet_events.for_asset() needs name= or uri=")
-        if uri is not None:
-            named = [key for key, value in self._uris.items() if value == uri]
-            if name is not None and name not in named:
-                raise KeyError(
-                    f"task {self._task_id!r}: no inlet asset named {name!r} has the URI {uri!r}"
-                )
-            if name is None:
-                if not named:
-                    raise KeyError(
-                        f"task {self._task_id!r}: no inlet asset has the URI {uri!r} "
-                        f"(inlets: {sorted(self._inlets)})"
-                    )
-                name = named[0]
-        return self[name]
-
-    def for_asset_alias(self, *, name: str) -> list[AssetEvent]:
-        """Airflow's ``inlet_events.for_asset_alias(name=...)``: the events of that alias."""
-        return self[name]
-
-    def __missing__(self, name: str) -> list[AssetEvent]:
-        if name in self._inlets:
-            return []
-        raise KeyError(
-            f"task {self._task_id!r}: {name!r} is not one of its inlets {sorted(self._inlets)}; "
-            "add it to inlets=[...] to read its events"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +161,15 @@ def _mapped_results(raw: object) -> dict[str, dict[int, Mapping[str, Any]]]:
     }
 
 
+def _triggering_events(raw: Mapping[str, Any]) -> AssetEvents | LazyAssetEvents:
+    """The events the raw context carries, else those the executor serves when the task
+    first reads them (``engine.execution.triggering_events``), else none."""
+    if TRIGGERING_ASSET_EVENTS_KEY in raw:
+        return AssetEvents.from_raw(raw[TRIGGERING_ASSET_EVENTS_KEY])
+    reader = events_reader()
+    return AssetEvents() if reader is None else LazyAssetEvents(reader)
+
+
 def hydrate_context(raw: Mapping[str, Any], task: BaseOperator) -> dict[str, Any]:
     """The context ``task`` sees, from the plain data the executor sent (keys above).
 
@@ -290,7 +204,7 @@ def hydrate_context(raw: Mapping[str, Any], task: BaseOperator) -> dict[str, Any
         run_after=dag_run.run_after,
         partition_key=dag_run.partition_key,
         **date_strings(dag_run.logical_date),
-        triggering_asset_events=AssetEvents.from_raw(raw.get("triggering_asset_events")),
+        triggering_asset_events=_triggering_events(raw),
         inlet_events=InletEvents(AssetEvents.from_raw(raw.get("inlet_events")), task),
         outlet_events=OutletEventAccessors(task, partition_key=dag_run.partition_key),
         inlets=list(task.inlets),

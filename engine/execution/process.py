@@ -20,6 +20,7 @@ from engine.execution.last_good import use_channel
 from engine.execution.protocol import EXIT_PARENT_GONE
 from engine.execution.remote_results import use_results_reader
 from engine.execution.task_channel import TaskChannel
+from engine.execution.triggering_events import use_events_reader
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -60,6 +61,7 @@ def open_channel(fd: int) -> None:
     install_store(channel)
     use_channel(channel)  # and the last good version of a DAG file that is broken now
     use_results_reader(channel)  # and results of other runs (xcom_pull(dag_id=, run_id=))
+    use_events_reader(channel)  # and the run's triggering events, when the task reads them
 
 
 def configure_logging() -> None:

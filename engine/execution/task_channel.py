@@ -10,8 +10,9 @@ method here.
 This module is the child's side: stdlib only (the task process stays light). It is the
 connection/variable *store* of the task process (``engine.authoring.store``), and what
 ``TriggerDagRunOperator`` creates and watches runs through (``trigger_dag_run``,
-``dag_run_state``), and the backend of the task and asset state stores
-(``engine.authoring.state_store``).
+``dag_run_state``), the backend of the task and asset state stores
+(``engine.authoring.state_store``), and where ``triggering_asset_events`` reads the run's
+events (``engine.execution.triggering_events``).
 """
 
 from __future__ import annotations
@@ -123,6 +124,21 @@ class TaskChannel(RequestChannel):
         ):
             raise ChannelError("last_good_dag_file request: the answer is not a DAG file")
         return found if found is None else dict(found)
+
+    # --- the run's triggering events (engine.execution.triggering_events) -------------
+
+    def triggering_events(self, *, after_id: int | None, limit: int) -> dict[str, Any]:
+        """``{"more": bool, "events": [event dict, ...]}``: up to ``limit`` of the asset
+        events that triggered this process's run, those after event ``after_id``, in id
+        order (payloads as stored: tagged JSON)."""
+        page = self.request("triggering_events", after_id=after_id, limit=limit)
+        if not (
+            isinstance(page, dict)
+            and isinstance(page.get("events"), list)
+            and isinstance(page.get("more"), bool)
+        ):
+            raise ChannelError("triggering_events request: the answer is not a page of events")
+        return page
 
     # --- the state stores (engine.authoring.state_store.StateStoring) ------------------
 

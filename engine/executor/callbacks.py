@@ -385,12 +385,14 @@ class CallbackRunner:
             if first_line:
                 await log.write(first_line.encode())
             process, channel = await self._spawn(request)  # none: no header in the log
+            task_spec = TaskSpec.from_json(spec.spec)
             server = TaskRequestServer(
                 db=self._db,
                 cipher=self._cipher,
                 mask=log.add_secrets,
                 log_fields={"request_id": request.id, "dag_id": request.dag_id},
-                dag_fileloc=TaskSpec.from_json(spec.spec).fileloc,
+                dag_fileloc=task_spec.fileloc,
+                run=(task_spec.dag_id, task_spec.run_id),  # a lost try's events, read lazily
             )
             async with process, anyio.create_task_group() as tg:
                 tg.start_soon(server.serve, channel)  # owns the channel: closes it when done

@@ -6,8 +6,9 @@ the table ``handlers`` (kind -> coroutine function of the request's fields): con
 variables, results of other runs (``xcom_pull(dag_id=..., run_id=...)``), the last good
 version of the task's own DAG file (its source as the DAG processor last parsed it well, for
 a task whose file is broken now), ``TriggerDagRunOperator``'s run creation and run state
-(``engine.executor.dag_run_requests``), and the task and asset state stores
-(``engine.executor.state_requests``); a later feature adds its kind there.
+(``engine.executor.dag_run_requests``), the task and asset state stores
+(``engine.executor.state_requests``), and the asset events that triggered the process's run,
+page by page (``engine.executor.event_requests``); a later feature adds its kind there.
 
 Secrets. Before answering with a connection or a sensitive variable, the server hands its
 secrets to ``mask`` (the try's ``TaskLogWriter.add_secrets``): the task only learns a secret
@@ -32,6 +33,7 @@ from engine.db.queries import dags as dags_sql
 from engine.db.queries import xcom_reads
 from engine.exceptions import DecryptionError
 from engine.executor import dag_run_requests
+from engine.executor.event_requests import TriggeringEventRequests
 from engine.executor.state_requests import StateStoreRequests
 
 if TYPE_CHECKING:
@@ -56,6 +58,7 @@ class TaskRequestServer(RequestServer):
         dag_fileloc: str | None = None,
         ti_id: int | None = None,
         state_retention_days: int = 30,
+        run: tuple[str, str] | None = None,
     ) -> None:
         self._db = db
         self._cipher = cipher
@@ -79,6 +82,10 @@ class TaskRequestServer(RequestServer):
             db=db, ti_id=ti_id, default_retention_days=state_retention_days
         )
         self.handlers.update(self.state_store.handlers())
+        # the triggering events of ``run`` (dag_id, run_id): the process's own run, never
+        # one the process names
+        self.events = TriggeringEventRequests(db=db, run=run, log_fields=self._log_fields)
+        self.handlers.update(self.events.handlers())
 
     # --- connections and variables ----------------------------------------------------
 

@@ -1,10 +1,16 @@
 """What the executor sends a task process: the ``TaskSpec`` of a claimed try.
 
 ``build_spec`` turns a claimed try (``engine.db.queries.tasks.TaskRun``) into the spec; its
-context is the plain data ``build_context`` makes of the run and its asset events (the keys
+context is the plain data ``build_context`` makes of the run (the keys
 ``engine.execution.context`` documents, which the task process hydrates into what the task
 sees); ``with_results`` adds the results of the run's finished tasks and the size limit of
 the task's own. The wire format itself is ``engine.execution.protocol``.
+
+A task's spec carries no triggering asset events: the task's process asks for them over its
+request channel when it first reads ``triggering_asset_events``
+(``engine.executor.event_requests``), so a try whose task never reads them costs the
+executor no read, decode or encode of them. A DAG callback's context carries them (one
+process per run, built from ``engine.db.queries.callbacks.load_callback_run``).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ def build_spec(
         run_id=run.run_id,
         task_id=run.task_id,
         try_number=run.try_number,
-        events=run.events,
+        events=None,  # read by the task's process when it needs them
         default_deferrable=default_deferrable,
         run=run.run,
         inlet_events=run.inlet_events,
@@ -89,31 +95,35 @@ def build_context(
     run_id: str,
     task_id: str,
     try_number: int,
-    events: Sequence[EventRow],
+    events: Sequence[EventRow] | None,
     default_deferrable: bool,
     run: Mapping[str, Any] | None = None,
     inlet_events: Mapping[str, Sequence[EventRow]] | None = None,
     map_index: int = -1,
 ) -> dict[str, Any]:
     """The raw task context the executor sends (keys documented in ``engine.authoring``);
-    events in id order. The child hydrates it (``hydrate_context``) into what tasks see."""
-    triggering: dict[str, list[dict[str, Any]]] = {}
-    for event in sorted(events, key=lambda e: e.id):
-        triggering.setdefault(event.asset_name, []).append(event_dict(event))
-    return {
+    ``events`` in id order (None: no ``triggering_asset_events`` key, which the task's
+    process then reads over its request channel). The child hydrates it
+    (``hydrate_context``) into what tasks see."""
+    context = {
         "dag_id": dag_id,
         "run_id": run_id,
         "task_id": task_id,
         "try_number": try_number,
         "map_index": map_index,
         "run": {"run_id": run_id, **(run or {})},
-        TRIGGERING_ASSET_EVENTS_KEY: triggering,
         "inlet_events": {
             name: [event_dict(e) for e in sorted(rows, key=lambda e: e.id)]
             for name, rows in (inlet_events or {}).items()
         },
         DEFAULT_DEFERRABLE_KEY: default_deferrable,
     }
+    if events is not None:
+        triggering: dict[str, list[dict[str, Any]]] = {}
+        for event in sorted(events, key=lambda e: e.id):
+            triggering.setdefault(event.asset_name, []).append(event_dict(event))
+        context[TRIGGERING_ASSET_EVENTS_KEY] = triggering
+    return context
 
 
 def with_results(

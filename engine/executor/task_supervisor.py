@@ -334,6 +334,7 @@ class TaskSupervisor:
                     dag_fileloc=run.fileloc,
                     ti_id=run.ti_id,
                     state_retention_days=settings.state_store_retention_days,
+                    run=(run.dag_id, run.run_id),
                 )
                 channel, child.channel = child.channel, None  # the server owns it now
                 tg.start_soon(server.serve, channel)

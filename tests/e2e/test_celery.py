@@ -15,6 +15,7 @@ from tests.db_reads import find_task_instance
 from tests.e2e.celery_world import CeleryWorld, kill, make_world
 from tests.e2e.helpers import wait_for
 from tests.services_celery import forget_queues
+from triggers.serde import deserialize_value
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -43,6 +44,15 @@ def second(value):
 
 with DAG("small", schedule=None):
     second(first())
+
+
+@task
+def seen(triggering_asset_events):
+    return [e.source_task_id for e in triggering_asset_events[done]]
+
+
+with DAG("after_small", schedule=[done]):
+    seen()
 """
 
 
@@ -84,10 +94,18 @@ def test_a_dag_runs_on_a_worker_with_results_outlets_and_logs(
     w = world(
         {"small.py": SMALL_DAG}, SLUICE__METRICS__ENABLED="true", SLUICE__METRICS__PORT=str(port)
     )
-    w.start_engine(("small",))
+    w.start_engine(("small", "after_small"))
     _, worker_log = w.start_worker("one")
     run_id = w.trigger("small")
     w.wait_run("small", run_id, timeout=90)
+    # the run its outlet's event triggered: a task on the worker read the event, which its
+    # process asked the worker's supervisor for (the spec carries none)
+    seen = wait_for(
+        lambda: (w.results("after_small").get("seen") or {}).get("return_value"),
+        timeout=90,
+        what="the after_small run's task to store its result",
+    )
+    assert deserialize_value(seen) == ["second"], w.describe("after_small")
 
     # the result of `first` reached `second`, whose return value is stored
     result = invoke("tasks", "result", "small", run_id, "second", "--json", env=w.env)
@@ -113,10 +131,10 @@ def test_a_dag_runs_on_a_worker_with_results_outlets_and_logs(
         ("executor", [w.queue("default")], 2, 0)
     ]
     assert workers[0]["alive"] and workers[0]["hostname"]
-    # the metrics endpoint counts the messages sent per queue
+    # the metrics endpoint counts the messages sent per queue (small's two, after_small's)
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
-    sent = f'sluice_celery_sent_total{{queue="{w.queue("default")}"}} 2.0'
+    sent = f'sluice_celery_sent_total{{queue="{w.queue("default")}"}} 3.0'
     assert sent in text, [line for line in text.splitlines() if "celery" in line]
 
 

@@ -90,6 +90,30 @@ def triggering_events(session: Session, dag_run_id: int) -> list[EventRow]:
     return [EventRow(*row) for row in rows]
 
 
+def triggering_events_page(
+    session: Session, *, dag_id: str, run_id: str, after_id: int | None, limit: int
+) -> list[EventRow] | None:
+    """Up to ``limit`` of the asset events that triggered run ``run_id`` of ``dag_id``, those
+    with an id over ``after_id`` (None: from the first), in id order; None when the run does
+    not exist. A task's process reads its run's events page by page
+    (``engine.executor.event_requests``), and only when it looks at them."""
+    dag_run_id = session.execute(
+        select(DagRun.id).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)
+    ).scalar()
+    if dag_run_id is None:
+        return None
+    query = (
+        select(*_EVENT_ROW_COLUMNS)
+        .join_from(DagRunAssetEvent, AssetEvent, DagRunAssetEvent.asset_event_id == AssetEvent.id)
+        .join(Asset, Asset.id == AssetEvent.asset_id)
+        .where(DagRunAssetEvent.dag_run_id == dag_run_id)
+    )
+    if after_id is not None:
+        query = query.where(DagRunAssetEvent.asset_event_id > after_id)
+    rows = session.execute(query.order_by(DagRunAssetEvent.asset_event_id).limit(limit))
+    return [EventRow(*row) for row in rows]
+
+
 def run_results(session: Session, dag_run_id: int) -> dict[str, dict[str, Any]]:
     """The results of the run's succeeded tasks: ``{task_id: {key: tagged JSON}}`` (what
     ``ti.xcom_pull`` and a task's ``XComArg`` arguments read)."""

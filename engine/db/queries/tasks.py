@@ -105,7 +105,6 @@ class TaskRun:
     next_kwargs: str | None
     deferral_count: int
     execution_timeout_s: int | None
-    events: tuple[EventRow, ...]
     #: the run as the task context shows it (``dag_run``): run_id, run_type, logical_date,
     #: data_interval_start / _end, run_after, conf, queued_at, start_date
     run: dict[str, Any] = field(default_factory=dict)
@@ -268,7 +267,6 @@ def _task_run(
         deferral_count=ti.deferral_count,
         execution_timeout_s=None if timeout_s is None else int(timeout_s),
         **_retry_settings(task_row),
-        events=tuple(run_context.triggering_events(session, ti.dag_run_id)),
         map_index=ti.map_index,
         **_results_with_own(session, ti),
         run=run_context.context_run(dag_run),

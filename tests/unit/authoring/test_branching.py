@@ -443,7 +443,6 @@ def _task_run() -> TaskRun:
         next_kwargs=None,
         deferral_count=0,
         execution_timeout_s=None,
-        events=(),
     )
 
 

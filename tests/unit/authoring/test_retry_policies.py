@@ -148,7 +148,6 @@ def _run(try_number: int, max_tries: int = 3) -> TaskRun:
         next_kwargs=None,
         deferral_count=0,
         execution_timeout_s=None,
-        events=(),
         retry_delay_s=3600.0,
         retry_exponential_backoff=True,
         max_retry_delay_s=7200.0,

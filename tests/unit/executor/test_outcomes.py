@@ -10,7 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.authoring.deferral import Deferral, TaskDeferred
-from engine.db.queries.assets import EventRow
 from engine.db.queries.deferrals import deferral_deadline
 from engine.db.queries.tasks import TaskRun
 from engine.execution.protocol import TaskResult, TaskSpec
@@ -47,7 +46,6 @@ def _run(**changes: object) -> TaskRun:
         "next_kwargs": None,
         "deferral_count": 0,
         "execution_timeout_s": None,
-        "events": (),
     }
     values.update(changes)
     return TaskRun(**values)  # type: ignore[arg-type]
@@ -225,8 +223,7 @@ def test_the_deferral_line_names_the_trigger_class_the_task_used() -> None:
 
 
 def test_spec_carries_the_context_and_round_trips() -> None:
-    event = EventRow(3, "orders", {"k": 1}, START, "w")
-    run = _run(events=(event,), next_method="done", next_kwargs='{"x":1}', deferral_count=1)
+    run = _run(next_method="done", next_kwargs='{"x":1}', deferral_count=1)
     spec = build_spec(run, dags_folder=Path("/dags"), plugins_folder=None, default_deferrable=True)
     assert TaskSpec.from_json(spec.to_json()) == spec
     assert (spec.next_method, spec.next_kwargs, spec.deferral_count) == ("done", '{"x":1}', 1)
@@ -234,7 +231,8 @@ def test_spec_carries_the_context_and_round_trips() -> None:
     context = loads(spec.context)
     assert isinstance(context, dict)
     assert context["default_deferrable"] is True and context["try_number"] == 1
-    assert context["triggering_asset_events"]["orders"][0]["timestamp"] == START
+    # no triggering events: the task's process reads them when it needs them
+    assert "triggering_asset_events" not in context
 
 
 def test_redacted_passes_only_the_reason_through_the_redactor() -> None:

@@ -58,7 +58,6 @@ def _run(**changes: Any) -> TaskRun:
         "next_kwargs": None,
         "deferral_count": 0,
         "execution_timeout_s": None,
-        "events": (),
     }
     values.update(changes)
     return TaskRun(**values)
