@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
+from engine.db.database import read_rows
 from engine.db.models import Asset, AssetEvent, DagRun, DagRunAssetEvent, TaskInstance
 from engine.db.queries.assets import EventRow
 from engine.states import TaskState
@@ -128,18 +129,19 @@ def run_results(session: Session, dag_run_id: int) -> dict[str, dict[str, Any]]:
     return {str(task_id): dict(xcoms) for task_id, xcoms in rows if isinstance(xcoms, dict)}
 
 
+_RUN_RESULTS = select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.xcoms).where(
+    TaskInstance.dag_run_id == bindparam("run_pk"),
+    TaskInstance.state == TaskState.SUCCESS,
+    TaskInstance.xcoms.is_not(None),
+)
+
+
 def all_run_results(
     session: Session, dag_run_id: int
 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, dict[str, Any]]]]:
     """``run_results`` and ``mapping.mapped_run_results`` of the run, in one read (what a
     task step's context carries)."""
-    rows = session.execute(
-        select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.xcoms).where(
-            TaskInstance.dag_run_id == dag_run_id,
-            TaskInstance.state == TaskState.SUCCESS,
-            TaskInstance.xcoms.is_not(None),
-        )
-    )
+    rows = read_rows(session, _RUN_RESULTS, {"run_pk": dag_run_id})
     whole: dict[str, dict[str, Any]] = {}
     copies: dict[str, dict[str, dict[str, Any]]] = {}
     for task_id, index, xcoms in rows:

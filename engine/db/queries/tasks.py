@@ -15,10 +15,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from sqlalchemy import and_, case, func, select, update
+from sqlalchemy import and_, bindparam, case, func, select, update
 
 from engine.db import models
-from engine.db.database import rowcount
+from engine.db.database import read_rows, rowcount
 from engine.db.listen import notify_scheduler
 from engine.db.models import Dag, DagRun, DagTask, TaskInstance
 from engine.db.queries import assets, run_context
@@ -231,6 +231,16 @@ def _results_with_own(session: Session, ti: TaskInstance) -> dict[str, Any]:
     return {"xcoms": xcoms, "mapped_xcoms": mapped}
 
 
+_TASK_SETTINGS = select(
+    DagTask.execution_timeout_s,
+    DagTask.inlets,
+    DagTask.inlet_aliases,
+    DagTask.retry_delay_s,
+    DagTask.retry_exponential_backoff,
+    DagTask.max_retry_delay_s,
+).where(DagTask.dag_id == bindparam("dag_id"), DagTask.task_id == bindparam("task_id"))
+
+
 def _task_run(
     session: Session, ti: TaskInstance, *, try_number: int, try_started_at: datetime
 ) -> TaskRun:
@@ -240,15 +250,8 @@ def _task_run(
         .where(DagRun.id == ti.dag_run_id)
     ).one()  # foreign keys: a task instance's run and DAG exist
     run_id = dag_run.run_id
-    task_row = session.execute(
-        select(
-            DagTask.execution_timeout_s,
-            DagTask.inlets,
-            DagTask.inlet_aliases,
-            DagTask.retry_delay_s,
-            DagTask.retry_exponential_backoff,
-            DagTask.max_retry_delay_s,
-        ).where(DagTask.dag_id == ti.dag_id, DagTask.task_id == ti.task_id)
+    task_row = read_rows(
+        session, _TASK_SETTINGS, {"dag_id": ti.dag_id, "task_id": ti.task_id}
     ).first()
     timeout_s = None if task_row is None else task_row[0]
     inlets = [] if task_row is None else list(task_row[1] or [])
