@@ -17,7 +17,8 @@ created, a try ended, asset events queued; on SQLite any commit), else every
    DAG row. In ``run`` a clock task of its own does this step, waking at the next tick, so
    a tick never waits for a long loop;
 3. queued runs are admitted (``running``) while their DAG has room under ``max_active_runs``
-   (a backfill's under its own limit); backfills whose runs all ended are completed;
+   (a backfill's under its own limit; stamped once their transaction holds the lock);
+   backfills whose runs all ended are completed;
 4. each running run's tasks advance (``engine.advancing.rules.next_states``): a ready
    task becomes ``scheduled`` for the executor (or goes straight to the triggerer when it
    starts from a trigger); a run whose tasks all finished ends;
@@ -461,9 +462,8 @@ class Scheduler:
         return created
 
     async def _start_queued_runs(self) -> None:
-        now = self._clock()
-        for dag_id in await self._db.read(partial(runs.dags_with_queued_runs, now=now)):
-            await self._db.run(partial(runs.start_queued_runs, dag_id=dag_id, now=now))
+        for dag_id in await self._db.read(partial(runs.dags_with_queued_runs, now=self._clock())):
+            await self._db.run(partial(runs.start_queued_runs, dag_id=dag_id, now=self._clock))
 
     def _advance_runs(self, session: Session, run_pks: list[int]) -> None:
         """Advance ``run_pks`` in one transaction (``ADVANCE_BATCH`` of them)."""

@@ -34,7 +34,7 @@ from engine.db.queries import mapping as mapping_sql
 from engine.states import DagRunState, TaskState
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable, Sequence
+    from collections.abc import Callable, Collection, Iterable, Sequence
     from datetime import datetime
 
     from sqlalchemy.orm import Session
@@ -298,8 +298,13 @@ def dags_with_queued_runs(session: Session, *, now: datetime) -> list[str]:
     return sorted(str(r) for r in rows.scalars())
 
 
-def start_queued_runs(session: Session, dag_id: str, *, now: datetime) -> list[int]:
+def start_queued_runs(
+    session: Session, dag_id: str, *, now: datetime | Callable[[], datetime]
+) -> list[int]:
     """Admit the DAG's queued runs while it has room; returns the runs now ``running``.
+    ``now``: the time, or a clock read in the transaction, the start stamped after the read
+    of the runs (a run another transaction ended before it ended before these start, by
+    their timestamps too).
 
     Ordinary runs: at most ``max_active_runs`` running at once, in ``run_after`` order
     (asset-triggered runs, without a logical date, wait their turn like the others). A
@@ -310,6 +315,7 @@ def start_queued_runs(session: Session, dag_id: str, *, now: datetime) -> list[i
     if is_postgres(session):
         stmt = stmt.with_for_update(skip_locked=True)
     limit = session.execute(stmt).scalar()
+    clock = now if callable(now) else lambda: now
     if limit is None:
         return []
     rows = session.execute(
@@ -318,7 +324,7 @@ def start_queued_runs(session: Session, dag_id: str, *, now: datetime) -> list[i
         .where(
             DagRun.dag_id == dag_id,
             DagRun.state.in_(_ACTIVE),
-            or_(DagRun.run_after.is_(None), DagRun.run_after <= now),
+            or_(DagRun.run_after.is_(None), DagRun.run_after <= clock()),
         )
         .order_by(func.coalesce(DagRun.run_after, DagRun.queued_at), DagRun.id)
     ).all()
@@ -339,7 +345,7 @@ def start_queued_runs(session: Session, dag_id: str, *, now: datetime) -> list[i
         session.execute(
             update(DagRun)
             .where(DagRun.id.in_(started), DagRun.state == DagRunState.QUEUED)
-            .values(state=DagRunState.RUNNING, start_date=now)
+            .values(state=DagRunState.RUNNING, start_date=clock())  # after the read
         )
     return started
 
