@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -107,8 +108,13 @@ def _sh(line: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The page's long-running processes: SIGTERMed all at once at the end (each shuts down
+    on its own, side by side, as a deploy stops them), then each must exit 0."""
     started: list[subprocess.Popen[bytes]] = []
     yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
     codes = [stop(proc, timeout=60) for proc in started]
     assert codes == [0] * len(started), codes
 
