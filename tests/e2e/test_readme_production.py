@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shlex
-import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.e2e.helpers import stop, wait_for, wait_ready
+from tests.e2e.helpers import stop_all, wait_for, wait_ready
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -112,10 +111,7 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
     on its own, side by side, as a deploy stops them), then each must exit 0."""
     started: list[subprocess.Popen[bytes]] = []
     yield started
-    for proc in started:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    codes = [stop(proc, timeout=60) for proc in started]
+    codes = stop_all(started, timeout=60)
     assert codes == [0] * len(started), codes
 
 
