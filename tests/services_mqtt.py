@@ -195,12 +195,15 @@ def private_mosquitto(
 # -- client helpers (paho's blocking API; call them through anyio.to_thread) ----------------
 
 
-def _client(client_id: str = "", *, protocol: int = paho.MQTTv5) -> paho.Client:
+def _client(
+    client_id: str = "", *, protocol: int = paho.MQTTv5, manual_ack: bool = False
+) -> paho.Client:
     return paho.Client(
         CallbackAPIVersion.VERSION2,
         client_id=client_id,
         protocol=protocol,
         reconnect_on_failure=False,
+        manual_ack=manual_ack,
     )
 
 
@@ -252,20 +255,31 @@ async def publish(broker: MqttBroker, topic: str, payloads: Sequence[bytes], **k
 
 
 def drain_session_sync(broker: MqttBroker, client_id: str, sentinel_topic: str) -> list[Any]:
-    """What the persistent session ``client_id`` still holds (messages, in order), acked.
+    """What the persistent session ``client_id`` held when the call began (messages, in
+    order), acked: each message comes from exactly one call.
 
-    Publishes a sentinel on ``sentinel_topic`` (which the session subscribes to) while the
-    session is offline, then resumes the session and reads until the sentinel arrives.
+    Publishes a sentinel of this call's own on ``sentinel_topic`` (which the session
+    subscribes to) while the session is offline, then resumes the session and reads until
+    the sentinel arrives. Acks are manual: a message is acked only when it is taken (before
+    the sentinel), so one published while the session is resumed, which arrives after the
+    sentinel, is neither taken nor acked and comes with the next call. (With paho's
+    automatic acks its PUBACK could be queued behind the DISCONNECT and never sent: the
+    next call got it again, a message the engine dead-lettered once read twice.) Before the
+    DISCONNECT, an UNSUBSCRIBE's answer says the broker read every PUBACK sent before it.
     """
-    publish_sync(broker, sentinel_topic, [SENTINEL])
+    sentinel = SENTINEL + uuid.uuid4().hex.encode()
+    publish_sync(broker, sentinel_topic, [sentinel])
     held: list[Any] = []
     done = threading.Event()
-    client = _client(client_id)
+    client = _client(client_id, manual_ack=True)
 
     def on_message(_c: Any, _u: Any, message: Any) -> None:
-        if message.payload == SENTINEL:
+        if done.is_set():
+            return  # after the sentinel: not acked, the session keeps it for the next call
+        client.ack(message.mid, message.qos)
+        if message.payload == sentinel:
             done.set()
-        else:
+        elif not message.payload.startswith(SENTINEL):  # an earlier call's sentinel
             held.append(message)
 
     client.on_message = on_message
@@ -273,9 +287,20 @@ def drain_session_sync(broker: MqttBroker, client_id: str, sentinel_topic: str) 
     try:
         if not done.wait(CLIENT_TIMEOUT_S):
             raise TimeoutError(f"the session {client_id!r} did not deliver the sentinel")
+        _flush(client)
     finally:
         _close(client)
     return held
+
+
+def _flush(client: paho.Client) -> None:
+    """Wait until the broker processed every packet sent so far (it answers in order: the
+    UNSUBACK of a filter nobody uses comes after them)."""
+    answered = threading.Event()
+    client.on_unsubscribe = lambda *_args: answered.set()
+    client.unsubscribe(f"sluice-test-flush/{uuid.uuid4().hex}")
+    if not answered.wait(CLIENT_TIMEOUT_S):
+        raise TimeoutError("no UNSUBACK: the broker may not have read the PUBACKs")
 
 
 async def drain_session(broker: MqttBroker, client_id: str, sentinel_topic: str) -> list[Any]:

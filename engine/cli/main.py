@@ -8,6 +8,7 @@ imports no command module and a command imports only its own.
 
 from __future__ import annotations
 
+import gc
 from importlib import import_module
 from importlib.metadata import version as dist_version
 from typing import TYPE_CHECKING, Any, Final
@@ -117,7 +118,20 @@ def version() -> None:
 
 
 def main() -> None:
-    cli(obj={})
+    """The ``sluice`` console script: the process ends when the command does.
+
+    Before the interpreter's own finalization, every object still alive is frozen
+    (``gc.freeze``): finalization then frees what it frees by reference counts but skips the
+    full collections it would run over the whole heap, which would find nothing the process's
+    exit does not free anyway. For ``sluice run`` that took 1.5-4.9 s after "Sluice stopped"
+    on a loaded 2-core machine (SQLAlchemy, FastAPI, pydantic and the engine's parts make a
+    large heap), every stop of an engine or a part paying it; atexit handlers (logging's
+    flush) still run first.
+    """
+    try:
+        cli(obj={})
+    finally:
+        gc.freeze()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -178,6 +179,30 @@ def stop(proc: subprocess.Popen[bytes], *, timeout: float = 30) -> int:
         raise AssertionError(
             f"process {proc.pid} did not stop within {timeout}s of SIGTERM"
         ) from None
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]], *, timeout: float = 60) -> list[int]:
+    """SIGTERM every process still running at once (each shuts down on its own, side by
+    side), then wait for each exit code without a second signal (a second SIGTERM forces an
+    engine's stop, or kills a process whose handler is gone: -15); past ``timeout`` the
+    ones left are SIGKILLed and the call fails loudly."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    codes = []
+    for proc in procs:
+        try:
+            codes.append(proc.wait(timeout=max(0.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            for left in procs:
+                if left.poll() is None:
+                    left.kill()
+                    left.wait()
+            raise AssertionError(
+                f"process {proc.pid} did not stop within {timeout}s of SIGTERM"
+            ) from None
+    return codes
 
 
 @contextlib.contextmanager

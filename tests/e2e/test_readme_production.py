@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.e2e.helpers import stop, wait_for, wait_ready
+from tests.e2e.helpers import stop_all, wait_for, wait_ready
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -107,9 +107,11 @@ def _sh(line: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The page's long-running processes: SIGTERMed all at once at the end (each shuts down
+    on its own, side by side, as a deploy stops them), then each must exit 0."""
     started: list[subprocess.Popen[bytes]] = []
     yield started
-    codes = [stop(proc, timeout=60) for proc in started]
+    codes = stop_all(started, timeout=60)
     assert codes == [0] * len(started), codes
 
 

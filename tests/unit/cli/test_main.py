@@ -63,3 +63,24 @@ def test_an_unknown_command_is_still_a_usage_error() -> None:
     result = CliRunner().invoke(cli, ["dag"], obj={})
     assert result.exit_code == 2
     assert "No such command 'dag'" in result.output
+
+
+@pytest.mark.parametrize(("args", "code"), [(["version"], 0), (["dag"], 2)])
+def test_the_console_script_exits_with_the_heap_frozen(args: list[str], code: int) -> None:
+    """``main`` freezes what is alive before the interpreter's finalization (which would
+    otherwise run full collections over the whole heap: seconds after an engine stopped),
+    and the command's exit code still reaches the shell. An atexit handler runs after
+    ``main`` returned and before that finalization: it sees the freeze."""
+    probe = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('frozen', gc.get_freeze_count()))\n"
+        f"sys.argv = ['sluice', *{args!r}]\n"
+        "from engine.cli.main import main\n"
+        "main()\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", probe], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == code, out.stderr
+    frozen = int(out.stdout.rsplit("frozen ", 1)[1])
+    assert frozen > 1000, out.stdout
