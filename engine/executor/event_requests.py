@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 from engine.channel import ANSWER_MAX_BYTES
 from engine.channel_server import EncodedValue, NotFoundError, RequestError
 from engine.db.queries import run_context
+from engine.executor.task_specs import event_fields
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -45,26 +46,8 @@ PAGE_MAX_BYTES: Final = ANSWER_MAX_BYTES - 1024
 def event_json(event: EventRow) -> str:
     """One event as the task's process reads it (the keys of ``engine.execution.context``'s
     event dict; ``timestamp`` in ISO 8601, ``payload`` as stored)."""
-    return json.dumps(
-        {
-            "id": event.id,
-            "asset": event.asset_name,
-            "uri": event.uri or event.asset_name,
-            "extra": event.extra or {},
-            "payload": event.payload,
-            "timestamp": event.timestamp.isoformat(),
-            "source": event.source,
-            "source_watcher": event.source_watcher,
-            "source_dag_id": event.source_dag_id,
-            "source_run_id": event.source_run_id,
-            "source_task_id": event.source_task_id,
-            "source_try_number": event.source_try_number,
-            "source_alias": event.source_alias,
-            "created_by": event.created_by,
-            "partition_key": event.partition_key,
-        },
-        separators=(",", ":"),
-    )
+    fields = event_fields(event, payload=event.payload, timestamp=event.timestamp.isoformat())
+    return json.dumps(fields, separators=(",", ":"))
 
 
 def page_text(events: list[EventRow], *, limit: int, max_bytes: int = PAGE_MAX_BYTES) -> str:

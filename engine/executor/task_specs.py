@@ -70,13 +70,19 @@ def event_dict(event: EventRow) -> dict[str, Any]:
         payload = deserialize_value(event.payload)
     except SerializationError:
         payload = event.payload  # stored by another program: hand it over as it is
+    return event_fields(event, payload=payload, timestamp=event.timestamp)
+
+
+def event_fields(event: EventRow, *, payload: Any, timestamp: Any) -> dict[str, Any]:
+    """The keys of an event in a task's context, with ``payload`` and ``timestamp`` as the
+    caller carries them (decoded, or as stored for the request channel)."""
     return {
         "id": event.id,
         "asset": event.asset_name,
         "uri": event.uri or event.asset_name,
         "extra": dict(event.extra or {}),
         "payload": payload,
-        "timestamp": event.timestamp,
+        "timestamp": timestamp,
         "source": event.source,
         "source_watcher": event.source_watcher,
         "source_dag_id": event.source_dag_id,
