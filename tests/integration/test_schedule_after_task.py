@@ -130,7 +130,7 @@ async def test_the_next_task_is_claimed_in_the_transaction_that_made_it_ready(pa
             assert executor.stats.claimed_with_outcome == 1
 
 
-async def test_a_full_executor_claims_nothing_with_an_outcome(parsed) -> None:
+async def test_at_parallelism_1_a_claim_with_an_outcome_never_runs_two_at_once(parsed) -> None:
     # parallelism 1 and two runs' first tasks scheduled: the one slot takes one of them;
     # its end frees the slot for one task (the next of its chain, or the other run's), and
     # never more than one runs.
