@@ -49,17 +49,19 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(BIN)/mypy
 
-## Two test processes (pytest-xdist) fed one test at a time, the slow directories first and
+## Three test processes (pytest-xdist) fed one test at a time, the slow directories first and
 ## the tests that share a module's engine or world as one unit (tests/conftest.py), so that
 ## no long test runs alone at the end. The property tests run their fixed "ci" budget; every
 ## run lists its 25 slowest tests. Python may cache bytecode (in the ignored __pycache__
 ## folders) even where the environment says PYTHONDONTWRITEBYTECODE, and the house is
 ## compiled once before the run (the installed packages were compiled by uv sync): otherwise
 ## each of the run's engine, parser and CLI processes compiles the engine anew, and each test
-## process rewrites every test module.
+## process rewrites every test module. Three processes on two cores: the tests wait on
+## engines, brokers and browsers, and with two the cores stood idle between (whole suite,
+## quiet machine: 698 s with two, 535 s with three, the cores 90% busy).
 pytest: $(STAMP)
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m compileall -q -j 2 engine triggers shared_stream producers tests
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -q -n 2 --dist loadgroup --hypothesis-profile=ci
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -q -n 3 --dist loadgroup --hypothesis-profile=ci
 
 ## The README's performance table and docs/images/user_figures.png, from bench/results/*.json
 ## (run the benches first: README.md, "Performance"); matplotlib draws the chart.
