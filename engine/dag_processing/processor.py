@@ -8,7 +8,11 @@ results of one pass are applied in one transaction (``engine.dag_processing.sync
 ``run()`` parses everything, reports ready, then re-parses only what changed: a file that
 changed, and the files that imported a module of the dags or plugins folder that changed
 (each child reports the modules of those folders it imported), plus the files that failed
-(a module they missed may have come). Changes come from the file watch (watchfiles), and
+(a module they missed may have come). A file whose last parse timed out (in this process, or
+as the database's parse errors say at start) is parsed aside, beside the passes and synced on
+its own when it ends, so that one hanging file holds neither the engine's start nor every
+other file's change for ``[core] dag_file_processor_timeout``. Changes come from the
+file watch (watchfiles), and
 from a listing of the folders every ``[scheduler] dag_dir_list_interval`` seconds (a
 ``stat`` per file) for what the watch missed. Every file is parsed again every ``[scheduler]
 min_file_process_interval`` seconds (default 300), changed or not, for what it reads at
@@ -41,6 +45,7 @@ from engine.dag_processing.settings import (  # noqa: TC001 - callers import it 
     DagProcessorSettings as DagProcessorSettings,
 )
 from engine.dag_processing.sync import SyncReport, sync_parse_results
+from engine.db.queries import dags as dags_sql
 from engine.db.queries.jobs import DAG_PROCESSOR_JOB
 from engine.exceptions import DatabaseError
 from engine.jobs.service import JobService
@@ -50,7 +55,7 @@ from engine.warm.service import WarmRunner
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
 
-    from anyio.abc import TaskStatus
+    from anyio.abc import TaskGroup, TaskStatus
 
     from engine.crypto import KwargsCipher
     from engine.dag_processing.parsing import FileParseResult
@@ -123,6 +128,12 @@ class DagProcessor:
         self._imports: dict[str, frozenset[str]] = {}
         #: files whose last parse failed (not by a timeout): parsed again on any change
         self._failed: set[str] = set()
+        #: files whose last parse timed out: while ``run()`` runs, parsed aside (not in a
+        #: pass, which would wait for them), each at most once at a time (``_aside``)
+        self._timed_out: set[str] = set()
+        self._aside: set[Path] = set()
+        #: one sync at a time: a pass's and an aside parse's
+        self._sync_lock = anyio.Lock()
         #: the files of the folders as last listed or seen changed
         self._seen: dict[Path, Stamp] = {}
         self._refresh_at = math.inf
@@ -181,7 +192,8 @@ class DagProcessor:
         forking = self.forking() if settings.parse_runner else nullcontext()
         async with job.running(), forking, anyio.create_task_group() as tg:
             self._seen = await anyio.to_thread.run_sync(self._stamp_folders)
-            await self._parse_logged(None)
+            self._timed_out = await self._stored_timeouts()
+            await self._parse_logged(None, aside=tg)
             tg.start_soon(self._watch_folders)
             if settings.list_interval_s > 0:
                 tg.start_soon(self._poll_folders)
@@ -191,7 +203,17 @@ class DagProcessor:
                 changed, self._pending = self._pending, set()
                 self._wakeup = anyio.Event()
                 full = refresh or not changed
-                await self._parse_logged(None if full else self._affected(changed))
+                await self._parse_logged(None if full else self._affected(changed), aside=tg)
+
+    async def _stored_timeouts(self) -> set[str]:
+        """The files whose stored error is a timeout (the last parse of an engine before
+        this one): the first pass parses them aside, so that the engine is ready without
+        waiting for them."""
+        try:
+            rows = await self._db.read(dags_sql.list_parse_errors)
+        except DatabaseError:
+            return set()  # the first pass reports the database
+        return {row.fileloc for row in rows if row.error.startswith(f"{TIMEOUT_ERROR}:")}
 
     async def _wait_for_work(self) -> bool:
         """Until a change comes (False) or the periodic refresh is due (True)."""
@@ -271,9 +293,9 @@ class DagProcessor:
                 extra={"action": "dags_folder_watch_stopped"},
             )
 
-    async def _parse_logged(self, paths: set[Path] | None) -> None:
+    async def _parse_logged(self, paths: set[Path] | None, *, aside: TaskGroup) -> None:
         try:
-            await self._parse(paths)
+            await self._parse(paths, aside=aside)
         except DatabaseError as exc:
             logger.error(
                 "DAG processing pass failed, retrying on the next one: %s",
@@ -282,11 +304,19 @@ class DagProcessor:
             )
             self._pending.update(paths or ())
 
-    async def _parse(self, paths: set[Path] | None) -> SyncReport | None:
+    async def _list(self) -> list[Path] | None:
         settings = self._settings
-        listing = await anyio.to_thread.run_sync(
+        return await anyio.to_thread.run_sync(
             partial(list_dag_files, settings.dags_folder, skip=settings.plugins_folder)
         )
+
+    async def _parse(
+        self, paths: set[Path] | None, *, aside: TaskGroup | None = None
+    ) -> SyncReport | None:
+        """Parse ``paths`` (every file when None) and sync. With ``aside``, the files whose
+        last parse timed out are parsed in a task of that group instead (``_parse_aside``)."""
+        settings = self._settings
+        listing = await self._list()
         if listing is None:
             logger.error(
                 "The dags folder %s does not exist; nothing parsed, DAGs left as they are; it "
@@ -300,25 +330,66 @@ class DagProcessor:
         if paths is None:
             interval_s = settings.refresh_interval_s
             self._refresh_at = anyio.current_time() + interval_s if interval_s > 0 else math.inf
+        if aside is not None:
+            for path in (p for p in todo if str(p) in self._timed_out and p not in self._aside):
+                self._aside.add(path)
+                aside.start_soon(self._parse_aside, path)
+            todo = [path for path in todo if str(path) not in self._timed_out]
         fresh = await self._parse_files(todo)
+        return await self._apply(fresh, todo, listing)
+
+    async def _parse_aside(self, path: Path) -> None:
+        """Parse ``path`` (its last parse timed out) and sync its result alone. A change of
+        the file while it was parsed, or a failed sync, parses it again in the next pass."""
+        before = stamp(path)
+        try:
+            fresh = await self._parse_files([path])
+            listing = await self._list()
+            if listing is not None:
+                await self._apply(fresh, [path], listing)
+        except DatabaseError as exc:
+            logger.error(
+                "Syncing the parse of %s failed, parsing it again in the next pass: %s",
+                path,
+                exc,
+                extra={"action": "dag_processing_failed"},
+            )
+            self._note_changes([path])
+        else:
+            if stamp(path) != before:
+                self._note_changes([path])
+        finally:
+            self._aside.discard(path)
+
+    async def _apply(
+        self, fresh: dict[str, FileParseResult], parsed: list[Path], listing: list[Path]
+    ) -> SyncReport:
+        """Sync the ``fresh`` results of the ``parsed`` files (the folder now ``listing``),
+        one sync at a time, and log what changed."""
+        async with self._sync_lock:
+            return await self._apply_locked(fresh, parsed, listing)
+
+    async def _apply_locked(
+        self, fresh: dict[str, FileParseResult], parsed: list[Path], listing: list[Path]
+    ) -> SyncReport:
         present = {str(path) for path in listing}
         self._remember(fresh, present)
-        now = datetime.now(UTC)
         sync = partial(
             sync_parse_results,
             cipher=self._cipher,
             fresh=fresh,
             present=present,
-            now=now,
-            paused_at_creation=settings.paused_at_creation,
+            now=datetime.now(UTC),
+            paused_at_creation=self._settings.paused_at_creation,
         )
         report = await self._db.run(sync)
-        self._conflicted = {
+        # the report's errors are the parsed files': the others keep their standing
+        self._conflicted = {p for p in self._conflicted if str(p) not in fresh} | {
             Path(fileloc)
             for fileloc, error in report.errors.items()
             if error.type in (DUPLICATE_DAG_ID, ASSET_CONFLICT)
         }
-        self._log_report(report, todo, listing)
+        self._log_report(report, parsed, listing)
         self._log_summary(report, self._note_outcomes(fresh, listing))
         self.passes += 1
         self.last_report = report
@@ -347,11 +418,17 @@ class DagProcessor:
             self.parses[fileloc] += 1
             self._imports[fileloc] = frozenset(result.imports)
             error = result.error
-            if error is not None and error.type != TIMEOUT_ERROR:
+            timed_out = error is not None and error.type == TIMEOUT_ERROR
+            if error is not None and not timed_out:
                 self._failed.add(fileloc)
             else:
                 self._failed.discard(fileloc)
+            if timed_out:
+                self._timed_out.add(fileloc)
+            else:
+                self._timed_out.discard(fileloc)
         self._failed &= present
+        self._timed_out &= present
         for fileloc in [f for f in self._imports if f not in present]:
             del self._imports[fileloc]
 

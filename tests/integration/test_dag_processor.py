@@ -18,7 +18,7 @@ from engine.crypto import KwargsCipher
 from engine.dag_processing import processor as processor_module
 from engine.dag_processing.processor import TIMEOUT_ERROR, DagProcessor, DagProcessorSettings
 from engine.db.database import Database
-from engine.db.models import Base
+from engine.db.models import Base, DagParseError
 from engine.db.queries import dags as dags_sql
 from engine.states import TriggerKind
 from tests.db_reads import count_triggers
@@ -644,3 +644,63 @@ async def test_the_listing_finds_what_the_watch_missed_and_the_refresh_parses_al
             await _until_a_pass(refreshing, lambda: refreshing.parses[str(same)] >= 2)
             tg.cancel_scope.cancel()
     assert refreshing.parses[str(changed)] >= 2  # every file, changed or not
+
+
+async def test_a_file_whose_parse_timed_out_is_parsed_aside_and_holds_no_other_change(
+    database: Database, cipher: KwargsCipher, dags_folder: Path
+) -> None:
+    """A file that hangs is parsed again (at every refresh here), but beside the passes: a
+    change to another file is applied by a sync that did not wait for the hanging one, and a
+    processor started later is ready without waiting for it.
+
+    Every sync stamps what it parsed with its own clock reading: a DAG's parse time equal to
+    the hanging file's error time would mean one sync applied both (the hanging file's
+    timeout then held the change back), as every pass did before."""
+    good = write(dags_folder, "good.py", "from engine import DAG\ndag = DAG('g')\n")
+    hanging = write(dags_folder, "hanging.py", HANGING)
+    settings = DagProcessorSettings(
+        dags_folder=dags_folder, file_timeout_s=4.0, refresh_interval_s=0.2
+    )
+    processor = DagProcessor(db=database, cipher=cipher, settings=settings)
+    tables = Base.metadata.tables
+
+    def stamps() -> tuple[Any, Any, Any]:
+        def read(session: Any) -> tuple[Any, Any, Any]:
+            dag = tables["dag"]
+            parsed = session.execute(
+                select(dag.c.last_parsed_time, dag.c.description).where(dag.c.dag_id == "g")
+            ).one()
+            errors = tables[DagParseError.__tablename__]
+            failed = session.execute(
+                select(errors.c.timestamp).where(errors.c.fileloc == str(hanging))
+            ).scalar_one()
+            return parsed[0], parsed[1], failed
+
+        return database.call(read)
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            await tg.start(processor.run)  # the first pass waits for the timeout, once
+            first_parsed, _, first_failed = stamps()
+            assert first_parsed == first_failed  # that pass applied both files
+            write(
+                dags_folder, "good.py", "from engine import DAG\ndag = DAG('g', description='2')\n"
+            )
+            await _until_a_pass(processor, lambda: stamps()[1] == "2")
+            parsed, _, failed = stamps()
+            await _until_a_pass(processor, lambda: processor.parses[str(hanging)] >= 2)
+            tg.cancel_scope.cancel()
+    assert parsed != failed  # the change's sync did not parse the hanging file
+    assert processor.parses[str(good)] >= 2
+    errors = errors_by_file(database)
+    assert set(errors) == {str(hanging)} and errors[str(hanging)].error.startswith(TIMEOUT_ERROR)
+
+    # A new processor (an engine restarted) reads the timeout from the database: its first
+    # pass, which its readiness waits for, leaves the hanging file aside too.
+    restarted = DagProcessor(db=database, cipher=cipher, settings=settings)
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            await tg.start(restarted.run)
+            parsed, _, failed = stamps()
+            tg.cancel_scope.cancel()
+    assert parsed != failed
