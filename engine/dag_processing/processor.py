@@ -129,9 +129,11 @@ class DagProcessor:
         #: files whose last parse failed (not by a timeout): parsed again on any change
         self._failed: set[str] = set()
         #: files whose last parse timed out: while ``run()`` runs, parsed aside (not in a
-        #: pass, which would wait for them), each at most once at a time (``_aside``)
+        #: pass, which would wait for them), each at most once at a time (``_aside``), one
+        #: file at a time (many files hanging on a dead share are not as many children)
         self._timed_out: set[str] = set()
         self._aside: set[Path] = set()
+        self._aside_limiter = anyio.CapacityLimiter(1)
         #: one sync at a time: a pass's and an aside parse's
         self._sync_lock = anyio.Lock()
         #: the files of the folders as last listed or seen changed
@@ -341,11 +343,12 @@ class DagProcessor:
     async def _parse_aside(self, path: Path) -> None:
         """Parse ``path`` (its last parse timed out) and sync its result alone. A change of
         the file while it was parsed, or a failed sync, parses it again in the next pass."""
-        before = stamp(path)
         try:
-            fresh = await self._parse_files([path])
+            async with self._aside_limiter:
+                before = stamp(path)
+                fresh = await self._parse_files([path])
             listing = await self._list()
-            if listing is not None:
+            if listing is not None and path in listing:  # a file gone meanwhile: its pass
                 await self._apply(fresh, [path], listing)
         except DatabaseError as exc:
             logger.error(
