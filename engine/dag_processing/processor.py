@@ -370,35 +370,30 @@ class DagProcessor:
         """Sync the ``fresh`` results of the ``parsed`` files (the folder now ``listing``),
         one sync at a time, and log what changed."""
         async with self._sync_lock:
-            return await self._apply_locked(fresh, parsed, listing)
-
-    async def _apply_locked(
-        self, fresh: dict[str, FileParseResult], parsed: list[Path], listing: list[Path]
-    ) -> SyncReport:
-        present = {str(path) for path in listing}
-        self._remember(fresh, present)
-        sync = partial(
-            sync_parse_results,
-            cipher=self._cipher,
-            fresh=fresh,
-            present=present,
-            now=datetime.now(UTC),
-            paused_at_creation=self._settings.paused_at_creation,
-        )
-        report = await self._db.run(sync)
-        # the report's errors are the parsed files': the others keep their standing
-        self._conflicted = {p for p in self._conflicted if str(p) not in fresh} | {
-            Path(fileloc)
-            for fileloc, error in report.errors.items()
-            if error.type in (DUPLICATE_DAG_ID, ASSET_CONFLICT)
-        }
-        self._log_report(report, parsed, listing)
-        self._log_summary(report, self._note_outcomes(fresh, listing))
-        self.passes += 1
-        self.last_report = report
-        self._pass_done.set()
-        self._pass_done = anyio.Event()
-        return report
+            present = {str(path) for path in listing}
+            self._remember(fresh, present)
+            sync = partial(
+                sync_parse_results,
+                cipher=self._cipher,
+                fresh=fresh,
+                present=present,
+                now=datetime.now(UTC),
+                paused_at_creation=self._settings.paused_at_creation,
+            )
+            report = await self._db.run(sync)
+            # the report's errors are the parsed files': the others keep their standing
+            self._conflicted = {p for p in self._conflicted if str(p) not in fresh} | {
+                Path(fileloc)
+                for fileloc, error in report.errors.items()
+                if error.type in (DUPLICATE_DAG_ID, ASSET_CONFLICT)
+            }
+            self._log_report(report, parsed, listing)
+            self._log_summary(report, self._note_outcomes(fresh, listing))
+            self.passes += 1
+            self.last_report = report
+            self._pass_done.set()
+            self._pass_done = anyio.Event()
+            return report
 
     async def _parse_files(self, paths: list[Path]) -> dict[str, FileParseResult]:
         results: dict[str, FileParseResult] = {}

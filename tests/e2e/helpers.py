@@ -169,16 +169,7 @@ def asset_event_count(db: Database, asset: str | None = None) -> int:
 
 def stop(proc: subprocess.Popen[bytes], *, timeout: float = 30) -> int:
     """SIGTERM, then wait; SIGKILL if it does not exit in time (and fail loudly)."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise AssertionError(
-            f"process {proc.pid} did not stop within {timeout}s of SIGTERM"
-        ) from None
+    return stop_all([proc], timeout=timeout)[0]
 
 
 def stop_all(procs: list[subprocess.Popen[bytes]], *, timeout: float = 60) -> list[int]:

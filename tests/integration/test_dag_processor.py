@@ -657,7 +657,8 @@ async def test_a_file_whose_parse_timed_out_is_parsed_aside_and_holds_no_other_c
     the hanging file's error time would mean one sync applied both (the hanging file's
     timeout then held the change back), as every pass did before."""
     good = write(dags_folder, "good.py", "from engine import DAG\ndag = DAG('g')\n")
-    hanging = write(dags_folder, "hanging.py", HANGING)
+    # hangs asleep (HANGING spins): re-parsed back to back here, it would hold a core
+    hanging = write(dags_folder, "hanging.py", "import time\n\ntime.sleep(3600)\n")
     settings = DagProcessorSettings(
         dags_folder=dags_folder, file_timeout_s=4.0, refresh_interval_s=0.2
     )
