@@ -4,8 +4,14 @@ Stock moto's SQS backend slows down as a queue deepens: every
 message ``ReceiveMessage`` returns re-reads all queue attributes (three scans of the queue)
 to check the retention period, and every visibility check goes through a slow naive-datetime
 helper. Its ``Queue.delete_message`` also rebuilds the message list without the queue's
-lock, so a message sent while another is deleted can vanish. This launcher patches those
-three spots, then runs ``moto.server.main`` unchanged. Behaviour is otherwise stock moto.
+lock, so a message sent while another is deleted can vanish. And ``GetQueueAttributes``
+reads each count off a fresh computation of every attribute, each message judged visible
+or not against the clock of that moment: a batch in flight whose visibility timeout ends
+between the read of ``ApproximateNumberOfMessages`` and that of
+``ApproximateNumberOfMessagesNotVisible`` is in neither (the conformance kit's gate saw ten
+messages gone from a queue that still held them). This launcher patches those four spots
+(the counts of one request are read at one instant), then runs ``moto.server.main``
+unchanged. Behaviour is otherwise stock moto.
 ``SLUICE_TEST_MOTO_QUEUES`` names queues to create before the server starts serving.
 """
 
@@ -15,14 +21,26 @@ import importlib
 import json
 import os
 import sys
+import threading
 import time
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 models: Any = importlib.import_module("moto.sqs.models")
 
+#: the server's clock (a test replaces it)
+wall_clock: Callable[[], float] = time.time
+#: the instant a request's reads are judged at, where a request holds the clock still
+_held = threading.local()
+
 
 def _unix_time(dt: Any = None) -> float:
-    return time.time() if dt is None else _ORIGINAL_UNIX_TIME(dt)
+    if dt is not None:
+        return float(_ORIGINAL_UNIX_TIME(dt))
+    held: float | None = getattr(_held, "now", None)
+    return wall_clock() if held is None else held
 
 
 def _unix_time_millis(dt: Any = None) -> float:
@@ -32,7 +50,7 @@ def _unix_time_millis(dt: Any = None) -> float:
 def _is_message_valid_based_on_retention_period(self: Any, queue_name: str, message: Any) -> bool:
     queue = self.get_queue(queue_name)
     retain_until = float(queue.message_retention_period) + message.sent_timestamp / 1000
-    return bool(retain_until > time.time())
+    return bool(retain_until > wall_clock())
 
 
 def _delete_message(self: Any, receipt_handle: str) -> None:
@@ -49,7 +67,17 @@ def _delete_message(self: Any, receipt_handle: str) -> None:
             self._messages.remove(message)
 
 
+def _get_queue_attributes(self: Any, queue_name: str, attribute_names: list[str]) -> Any:
+    """Stock logic, every count judged against one reading of the clock."""
+    _held.now = wall_clock()
+    try:
+        return _ORIGINAL_GET_QUEUE_ATTRIBUTES(self, queue_name, attribute_names)
+    finally:
+        _held.now = None
+
+
 _ORIGINAL_UNIX_TIME = models.unix_time
+_ORIGINAL_GET_QUEUE_ATTRIBUTES = models.SQSBackend.get_queue_attributes
 
 
 def patch() -> None:
@@ -60,6 +88,7 @@ def patch() -> None:
         _is_message_valid_based_on_retention_period
     )
     models.Queue.delete_message = _delete_message
+    models.SQSBackend.get_queue_attributes = _get_queue_attributes
 
 
 #: JSON {queue name: {attribute: value}}: queues that exist before the server takes its first
