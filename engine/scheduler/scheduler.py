@@ -101,9 +101,11 @@ class Scheduler:
         settings: SchedulerSettings,
         on_tasks_scheduled: Callable[[], None] | None = None,
         clock: Callable[[], datetime] = models.utcnow,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._db = db
         self._clock = clock
+        self._monotonic = monotonic
         self._next_time_run: datetime | None = None
         #: set while ``run`` has its clock task creating time runs (``schedule_once`` then
         #: leaves them to it); tests that call ``schedule_once`` alone get them there
@@ -113,7 +115,8 @@ class Scheduler:
         self._runs_ended_elsewhere = False
         self._on_tasks_scheduled = on_tasks_scheduled
         self._last_recovery = 0.0
-        self._last_failure = -math.inf  # monotonic time of the last failed loop
+        #: monotonic time of the last failed loop, or of the first loop after failed ones
+        self._last_failure = -math.inf
         self._cipher = cipher
         self.settings = settings
         self.job_id: int | None = None
@@ -176,10 +179,14 @@ class Scheduler:
         backoff = Backoff(self.settings.loop_interval_s)
         while not self._stopping.is_set():
             before = self.stats.progress()
+            if backoff.failures:
+                # The database may have come back a moment ago: the executors, which could
+                # not heartbeat either, get a threshold from now on (``_recover_orphans``).
+                self._last_failure = self._monotonic()
             try:
                 await self.schedule_once()
             except SluiceError as exc:
-                self._last_failure = time.monotonic()
+                self._last_failure = self._monotonic()
                 delay = backoff.failed()
                 logger.warning(
                     "Scheduler loop failed (%d in a row), retrying in %.2fs: %s",
@@ -340,13 +347,14 @@ class Scheduler:
         """Tasks held by an executor that stopped heartbeating: a queued one goes back to
         ``scheduled``, a running one's try failed (``up_for_retry`` or ``failed`` by its
         retries: ``engine.scheduler.orphans``)."""
-        now = time.monotonic()
+        now = self._monotonic()
         threshold = self.settings.executor_health_check_threshold_s
         if now - self._last_recovery < self.settings.heartbeat_s:
             return
         if now - self._last_failure < threshold:
-            # The database was unreachable moments ago: the executors could not heartbeat
-            # either. Give them a threshold to catch up before calling them dead.
+            # The database was unreachable until moments ago (for all this loop knows, until
+            # its first loop that worked again): the executors could not heartbeat either.
+            # Give them a threshold of a reachable database before calling them dead.
             return
         self._last_recovery = now
         recover = partial(

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import textwrap
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
 import pytest
 from cryptography.fernet import Fernet
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 
 from engine.crypto import KwargsCipher
 from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
 from engine.db import models
 from engine.db.database import Database
-from engine.db.models import Asset, Dag, DagRun, DagRunAssetEvent, TaskInstance
-from engine.db.queries import advancing, assets, watcher_events
+from engine.db.models import Asset, Dag, DagRun, DagRunAssetEvent, Job, TaskInstance
+from engine.db.queries import advancing, assets, runs, watcher_events
+from engine.exceptions import DatabaseUnavailable
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
 from engine.states import TaskState
 from tests.waiting import wait_until
@@ -327,3 +329,76 @@ def test_a_loop_advances_only_runs_with_a_task_to_decide(env) -> None:
     assert db.call(advancing.unfinished_runs, read_only=True) == ([], 0)
     run = db.call(lambda s: s.execute(select(DagRun).where(DagRun.dag_id == "a_or_c")).scalar_one())
     assert run.state == "success"
+
+
+@pytest.mark.both_databases
+async def test_after_its_own_outage_the_scheduler_waits_a_threshold_before_calling_an_executor_dead(
+    env,
+) -> None:
+    """The database was away for longer than the thresholds, then comes back: an executor
+    could not heartbeat meanwhile either, and its next beat may be a second away. The first
+    loops that work again must not fail its running try for the silence the outage made; once
+    the database has been back for a threshold, a still silent executor is dead."""
+    db, cipher = env
+    threshold = 10.0
+    settings = SchedulerSettings(
+        loop_interval_s=0.01,
+        idle_poll_s=0.01,
+        heartbeat_s=0.01,
+        executor_health_check_threshold_s=threshold,
+        task_heartbeat_timeout_s=threshold,
+    )
+    now = [1000.0]  # the scheduler's monotonic clock, moved by hand
+    scheduler = Scheduler(db=db, cipher=cipher, settings=settings, monotonic=lambda: now[0])
+    ti_id = db.call(_a_try_running_on_a_silent_executor)
+    outage, worked = [True], [0]
+    once = scheduler.schedule_once
+
+    async def through_the_outage() -> None:
+        if outage[0]:
+            raise DatabaseUnavailable("connection refused (the test's outage)")
+        await once()
+        worked[0] += 1
+
+    scheduler.schedule_once = through_the_outage  # type: ignore[method-assign]
+    state = lambda: db.call(lambda s: s.get(TaskInstance, ti_id).state)  # noqa: E731
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(scheduler.run)
+            await wait_until(lambda: scheduler._last_failure == now[0])  # a loop failed
+            now[0] += 60.0  # the outage lasts a minute
+            outage[0] = False
+            scheduler.nudge()
+            await wait_until(lambda: worked[0] >= 3)
+            assert state() == TaskState.RUNNING  # the old code failed it here
+            now[0] += threshold + 1  # back for a threshold: its executor had time to beat
+            scheduler.nudge()
+            await wait_until(lambda: state() == TaskState.FAILED)
+            scheduler.shutdown()
+
+
+def _a_try_running_on_a_silent_executor(session: Any) -> int:
+    """A manual run of ``a_or_c`` whose task runs on an executor silent for a minute."""
+    silent_since = models.utcnow() - timedelta(seconds=60)
+    job = session.execute(
+        insert(Job)
+        .values(
+            job_type="executor",
+            state="running",
+            latest_heartbeat=silent_since,
+            start_date=silent_since,
+        )
+        .returning(Job.id)
+    ).scalar_one()
+    run_pk = runs.create_run(session, "a_or_c", run_type=runs.MANUAL, now=models.utcnow())
+    ti_id = int(
+        session.execute(
+            select(TaskInstance.id).where(TaskInstance.dag_run_id == run_pk)
+        ).scalar_one()
+    )
+    session.execute(
+        update(TaskInstance)
+        .where(TaskInstance.id == ti_id)
+        .values(state=TaskState.RUNNING, executor_job_id=job, try_number=1)
+    )
+    return ti_id
