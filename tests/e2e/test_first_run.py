@@ -42,7 +42,8 @@ BROKER_WATCHERS = (
     "nats-orders-eu",
     "nats-orders-us",
 )
-RETRIES = 3  # failed attempts of each broker watcher before the log is read
+RETRIES = 2  # failed attempts of each broker watcher before the log is read: the second
+# must not warn again (one warning per watcher, not one per failure)
 WARNING = re.compile(
     r" WARNING +engine\.triggerer\.runtime: Trigger (\d+) \(watcher\) cannot reach "
 )
