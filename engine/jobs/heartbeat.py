@@ -29,17 +29,18 @@ async def heartbeat_forever(
     part: str,
     on_beat: Callable[[float], None] | None = None,
     on_lost: Callable[[], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> None:
     """Refresh ``job_id``'s heartbeat every ``interval_s`` until cancelled.
 
     A failed write is logged and retried at the next beat; a job row that is no longer
     ``running`` (ended by an operator, or considered dead) is reported: others may take
-    over this part's work. ``on_beat(sent_at)``: a beat sent at ``time.monotonic()``
+    over this part's work. ``on_beat(sent_at)``: a beat sent at ``clock()``
     ``sent_at`` found the row running; ``on_lost()``: a beat found it no longer running.
     """
     while True:
         await anyio.sleep(interval_s)
-        sent_at = time.monotonic()
+        sent_at = clock()
         try:
             alive = await db.run(lambda s: jobs.heartbeat(s, job_id))
         except DatabaseError as exc:

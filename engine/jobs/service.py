@@ -18,6 +18,7 @@ in one transaction with rows of its own (the triggerer releases its triggers).
 from __future__ import annotations
 
 import logging
+import time
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Final, TypeVar
@@ -100,9 +101,11 @@ class JobService:
         on_beat: Callable[[float], None] | None = None,
         on_lost: Callable[[], None] | None = None,
         interval_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Heartbeat the job row until cancelled (``heartbeat_forever``'s hooks), every
-        ``interval_s`` (default: the service's ``heartbeat_s``)."""
+        ``interval_s`` (default: the service's ``heartbeat_s``); ``on_beat``'s send time is
+        read from ``clock``."""
         assert self.job_id is not None
         await heartbeat_forever(
             self._db,
@@ -111,6 +114,7 @@ class JobService:
             part=self.part,
             on_beat=on_beat,
             on_lost=on_lost,
+            clock=clock,
         )
 
     async def end(

@@ -70,8 +70,12 @@ class Triggerer:
         cipher: KwargsCipher,
         settings: TriggererSettings,
         on_committed: Callable[[BatchResult], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._db = db
+        #: the lease's clock, which its heartbeats' send times are read from (a test's may
+        #: stand still)
+        self._monotonic = monotonic
         self._cipher = cipher
         self._connections = database_lookup(db, cipher)  # kafka_config_id, aws_conn_id, ...
         self.settings = settings
@@ -94,7 +98,7 @@ class Triggerer:
         """What one life of the triggerer (one job row) runs: the outbox, the shared
         streams, the runner, the persister, the claim loop and the lease."""
         settings, db = self.settings, self._db
-        self.lease = Lease(threshold_s=settings.health_check_threshold_s)
+        self.lease = Lease(threshold_s=settings.health_check_threshold_s, clock=self._monotonic)
         self.outbox = Outbox()
         self.shared_streams = SharedStreamManager(
             max_subscriber_queue=settings.subscriber_queue_size,
@@ -198,7 +202,7 @@ class Triggerer:
         returns None on shutdown."""
         backoff = Backoff(REGISTER_RETRY_S)
         while True:
-            sent_at = time.monotonic()
+            sent_at = self._monotonic()
             try:
                 job_id = await self._job.start()
                 self.lease.renewed(sent_at)  # the row's first heartbeat is its insert
@@ -252,6 +256,7 @@ class Triggerer:
                     on_lost=partial(self._lose_lease, f"job {job_id} is no longer running"),
                     # Twice per period: the lease outlives a slow or missed beat.
                     interval_s=self.settings.heartbeat_s / 2,
+                    clock=self._monotonic,
                 )
             )
             tg.start_soon(
