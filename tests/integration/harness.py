@@ -7,17 +7,19 @@ from __future__ import annotations
 import sys
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
 from cryptography.fernet import Fernet
+from sqlalchemy import insert
 
 from engine.config import Config, load_config
 from engine.crypto import KwargsCipher
 from engine.dag_processing.parsing import FileParseResult, parse_file
 from engine.dag_processing.processor import DagProcessor, DagProcessorSettings, list_dag_files
 from engine.dag_processing.sync import SyncReport, sync_parse_results
+from engine.db import models
 from engine.db.database import Database
 from engine.executor.local import LocalExecutor
 from engine.executor.settings import ExecutorSettings
@@ -25,6 +27,8 @@ from engine.executor.settings import ExecutorSettings
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
+
+    from sqlalchemy.orm import Session
 
 
 class Parsed(NamedTuple):
@@ -107,3 +111,21 @@ async def running_executor(
             yield executor
         finally:
             executor.shutdown()
+
+
+def silent_executor_job(session: Session, *, silent_for_s: float = 60.0) -> int:
+    """A running executor job row whose last heartbeat was ``silent_for_s`` ago: the job of
+    an executor that died (or lost the database) holding what the test gives it."""
+    silent_since = models.utcnow() - timedelta(seconds=silent_for_s)
+    return int(
+        session.execute(
+            insert(models.Job)
+            .values(
+                job_type="executor",
+                state="running",
+                latest_heartbeat=silent_since,
+                start_date=silent_since,
+            )
+            .returning(models.Job.id)
+        ).scalar_one()
+    )

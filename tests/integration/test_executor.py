@@ -34,7 +34,12 @@ from engine.scheduler import orphans
 from engine.states import JobState, TaskState, TriggerKind
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.persister import Persister
-from tests.integration.harness import fast_executor_settings, parsed_database, running_executor
+from tests.integration.harness import (
+    fast_executor_settings,
+    parsed_database,
+    running_executor,
+    silent_executor_job,
+)
 from tests.persisting import persist
 from tests.waiting import eventually, wait_until
 from triggers.base import TriggerEvent
@@ -736,19 +741,9 @@ def test_a_silent_executor_keeps_its_running_tries_until_the_task_heartbeat_time
     """Silent for 60 s: its queued try is requeued (health threshold 10 s), its running try
     is kept (it may only have lost the database for a while) until 300 s of silence."""
     _, _, tis = env.new_run()
-    silent_since = models.utcnow() - timedelta(seconds=60)
 
     def seed(session: Any) -> None:
-        job = session.execute(
-            insert(Job)
-            .values(
-                job_type="executor",
-                state="running",
-                latest_heartbeat=silent_since,
-                start_date=silent_since,
-            )
-            .returning(Job.id)
-        ).scalar_one()
+        job = silent_executor_job(session)
         for task_id, state in (("ok", TaskState.RUNNING), ("wait", TaskState.QUEUED)):
             session.execute(
                 update(TaskInstance)

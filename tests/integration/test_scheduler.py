@@ -3,24 +3,24 @@
 from __future__ import annotations
 
 import textwrap
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
 import pytest
 from cryptography.fernet import Fernet
-from sqlalchemy import insert, select, update
+from sqlalchemy import select, update
 
 from engine.crypto import KwargsCipher
 from engine.dag_processing.processor import DagProcessor, DagProcessorSettings
 from engine.db import models
 from engine.db.database import Database
-from engine.db.models import Asset, Dag, DagRun, DagRunAssetEvent, Job, TaskInstance
+from engine.db.models import Asset, Dag, DagRun, DagRunAssetEvent, TaskInstance
 from engine.db.queries import advancing, assets, runs, watcher_events
 from engine.exceptions import DatabaseUnavailable
 from engine.scheduler.scheduler import Scheduler, SchedulerSettings
 from engine.states import TaskState
+from tests.integration.harness import silent_executor_job
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -379,17 +379,7 @@ async def test_after_its_own_outage_the_scheduler_waits_a_threshold_before_calli
 
 def _a_try_running_on_a_silent_executor(session: Any) -> int:
     """A manual run of ``a_or_c`` whose task runs on an executor silent for a minute."""
-    silent_since = models.utcnow() - timedelta(seconds=60)
-    job = session.execute(
-        insert(Job)
-        .values(
-            job_type="executor",
-            state="running",
-            latest_heartbeat=silent_since,
-            start_date=silent_since,
-        )
-        .returning(Job.id)
-    ).scalar_one()
+    job = silent_executor_job(session)
     run_pk = runs.create_run(session, "a_or_c", run_type=runs.MANUAL, now=models.utcnow())
     ti_id = int(
         session.execute(
