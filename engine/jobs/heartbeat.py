@@ -35,8 +35,8 @@ async def heartbeat_forever(
 
     A failed write is logged and retried at the next beat; a job row that is no longer
     ``running`` (ended by an operator, or considered dead) is reported: others may take
-    over this part's work. ``on_beat(sent_at)``: a beat sent at ``clock()``
-    ``sent_at`` found the row running; ``on_lost()``: a beat found it no longer running.
+    over this part's work. ``on_beat(sent_at)``: a beat sent at ``sent_at`` (read from
+    ``clock``) found the row running; ``on_lost()``: a beat found it no longer running.
     """
     while True:
         await anyio.sleep(interval_s)
