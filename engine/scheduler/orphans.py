@@ -55,6 +55,18 @@ class LostTry:
     def log_fields(self) -> dict[str, object]:
         return tasks.try_log_fields(self.facts)
 
+    def message(self) -> str:
+        """What the scheduler logs of it: the try, why it was lost, what became of it."""
+        f = self.facts
+        if self.retry_at is None:
+            outcome = "failed"
+        else:
+            outcome = f"up for retry at {self.retry_at.isoformat(timespec='milliseconds')}"
+        return (
+            f"Task {f.dag_id}.{f.task_id} (run {f.run_id}, try {f.try_number} of "
+            f"{f.max_tries + 1}): {self.reason}; the try failed, {outcome}"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Recovery:

@@ -383,7 +383,8 @@ class Scheduler:
             if self._on_tasks_scheduled:
                 self._on_tasks_scheduled()
         for lost in recovery.lost:
-            _log_lost_try(lost)
+            extra = {"action": "task_lost", "state": lost.state, **lost.log_fields()}
+            logger.warning("%s", lost.message(), extra=extra)
         if recovery.lost:
             self.nudge()  # decide the runs of the failed tries now
 
@@ -487,21 +488,3 @@ class Scheduler:
             self.nudge()  # a mapped task skipped, failed or expanded: decide below it now
         if advanced.ended:
             self.stats.runs_finished += 1
-
-
-def _log_lost_try(lost: orphans.LostTry) -> None:
-    if lost.retry_at is None:
-        outcome = "failed"
-    else:
-        outcome = f"up for retry at {lost.retry_at.isoformat(timespec='milliseconds')}"
-    logger.warning(
-        "Task %s.%s (run %s, try %d of %d): %s; the try failed, %s",
-        lost.facts.dag_id,
-        lost.facts.task_id,
-        lost.facts.run_id,
-        lost.facts.try_number,
-        lost.facts.max_tries + 1,
-        lost.reason,
-        outcome,
-        extra={"action": "task_lost", "state": lost.state, **lost.log_fields()},
-    )

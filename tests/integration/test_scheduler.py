@@ -333,7 +333,7 @@ def test_a_loop_advances_only_runs_with_a_task_to_decide(env) -> None:
 
 @pytest.mark.both_databases
 async def test_after_its_own_outage_the_scheduler_waits_a_threshold_before_calling_an_executor_dead(
-    env,
+    env, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The database was away for longer than the thresholds, then comes back: an executor
     could not heartbeat meanwhile either, and its next beat may be a second away. The first
@@ -375,6 +375,9 @@ async def test_after_its_own_outage_the_scheduler_waits_a_threshold_before_calli
             scheduler.nudge()
             await wait_until(lambda: state() == TaskState.FAILED)
             scheduler.shutdown()
+    [lost] = [r.getMessage() for r in caplog.records if getattr(r, "action", "") == "task_lost"]
+    assert lost.startswith("Task a_or_c.first (run manual__") and "try 1 of 1" in lost, lost
+    assert lost.endswith("its process is presumed dead; the try failed, failed"), lost
 
 
 def _a_try_running_on_a_silent_executor(session: Any) -> int:
