@@ -57,7 +57,7 @@ import time
 import traceback
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from engine.authoring.baseoperator import MappedOperator
 from engine.authoring.branching import skipped_task_ids
@@ -78,6 +78,7 @@ from engine.execution.loading import task_for
 from engine.execution.map_index import render_map_index
 from engine.execution.outlets import collect_outlet_events, is_metadata_result
 from engine.execution.process import (
+    argument_parser,
     configure_logging,
     exit_when_parent_goes,
     exit_with,
@@ -348,8 +349,18 @@ def _read_spec(ti_id: int, step: StepState) -> TaskSpec | None:
     return spec
 
 
+#: ``start``'s arguments for a task process: its module, the option naming the task instance
+ARGUMENTS: Final = ("engine.execution.task_runner", "ti-id", "the task instance (for ps)")
+
+
+def prime() -> None:
+    """Build (and use once) the argument parser every task process needs, in a warm runner
+    before it forks (``engine.executor.warm_runner``)."""
+    argument_parser(*ARGUMENTS).parse_args(["--ti-id", "0"])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = start("engine.execution.task_runner", "ti-id", "the task instance (for ps)", argv)
+    args = start(*ARGUMENTS, argv)
     result_fd = redirect_output()
     configure_logging()
     step = StepState()

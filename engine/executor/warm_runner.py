@@ -79,6 +79,15 @@ def run_task(request: dict[str, Any], channel_fd: int) -> int:
     return task_runner.main(argv)
 
 
+def prime() -> None:
+    """Fill, before the forks, what each step would build afresh: the operators' accepted
+    arguments and the task process's argument parser."""
+    from engine.execution import task_runner
+
+    prime_operator_arguments()
+    task_runner.prime()
+
+
 def main(argv: list[str] | None = None) -> int:
     return serve_main(
         argv,
@@ -86,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         modules=PRELOAD,
         optional=OPTIONAL_PRELOAD,
         run_step=run_task,
-        prime=prime_operator_arguments,
+        prime=prime,
     )
 
 
