@@ -60,10 +60,11 @@ def create_partitioned_runs(
     now: datetime,
 ) -> list[int]:
     """Create the runs the DAG's queued events make ready; returns their ids."""
-    names = dict(queued.events)
+    queue = runs.queued_events(session, queued.dag_id)
+    names = dict(queue.events)
     events = [
-        QueuedPartitionEvent(event_id, name, queued.partition_keys.get(event_id))
-        for event_id, name in queued.events
+        QueuedPartitionEvent(event_id, name, queue.partition_keys.get(event_id))
+        for event_id, name in queue.events
     ]
     plan = plan_partitioned_runs(timetable, events)
     for refused in plan.refused:

@@ -401,14 +401,13 @@ class Scheduler:
 
     def _create_asset_runs(self, session: Session, dag_id: str) -> list[int]:
         queued = runs.lock_queued_dag(session, dag_id)
-        if queued is None or not queued.events:
+        if queued is None or not queued.updated:
             return []
         timetable = partitioned_timetable(queued)
         if timetable is not None:  # one run per partition key (engine.scheduler.partition_runs)
             return create_partitioned_runs(session, queued, timetable, now=self._clock())
         condition = BaseAsset.from_json(queued.schedule) if queued.schedule else None
-        updated = {name for _, name in queued.events}
-        if not is_condition_met(condition, updated, queued.aliases):
+        if not is_condition_met(condition, queued.updated, queued.aliases):
             return []
         now = self._clock()
         run_pk = runs.create_run(
@@ -417,9 +416,7 @@ class Scheduler:
         if run_pk is None:
             return []
         # the run consumes its events set-wise (a busy watcher queues thousands per run)
-        assets.consume_queued_events(
-            session, dag_id, run_pk, [event_id for event_id, _ in queued.events]
-        )
+        assets.consume_queued_events(session, dag_id, run_pk, queued.last_event_id)
         return [run_pk]
 
     # --- time schedules ---------------------------------------------------------------------

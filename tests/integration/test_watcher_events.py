@@ -286,10 +286,11 @@ async def test_a_nul_byte_postgres_refuses_drops_that_event_only(db: Database) -
         assert [key for _, key in _stored(db, asset_id)] == ["a", "c", "d"]
 
 
-def test_a_run_consumes_exactly_the_queued_events_it_was_given(db: Database) -> None:
-    """``assets.consume_queued_events`` (what an asset-triggered run does with the events the
-    scheduler read): the given events of that DAG are linked to the run, in id order as its
-    tasks read them, and leave its queue; a later event and the other DAG's stay queued."""
+def test_a_run_consumes_the_queued_events_through_the_newest_it_read(db: Database) -> None:
+    """``assets.consume_queued_events`` (what an asset-triggered run does with the queue the
+    scheduler read): that DAG's events up to the newest one read are linked to the run, in
+    id order as its tasks read them, and leave its queue; a later event and the other DAG's
+    stay queued."""
     asset_id = _asset(db)
 
     def add_dags(session: Any) -> None:
@@ -312,9 +313,53 @@ def test_a_run_consumes_exactly_the_queued_events_it_was_given(db: Database) -> 
             session, "d1", run_type=runs.ASSET_TRIGGERED, now=datetime.now(UTC)
         )
         assert run_pk is not None
-        assets.consume_queued_events(session, "d1", run_pk, ids[:4])
+        assets.consume_queued_events(session, "d1", run_pk, through=ids[3])
         return [(e.asset_name, e.payload) for e in run_context.triggering_events(session, run_pk)]
 
     linked = db.call(consume)
     assert linked == [("a", {"n": n}) for n in range(4)]
     assert db.call(_queued) == [("d1", {"n": 4})] + [("d2", {"n": n}) for n in range(5)]
+
+
+def test_an_event_that_commits_after_a_run_with_a_lower_id_waits_for_the_next(
+    migrated_pg_url: str,
+) -> None:
+    """PostgreSQL hands out ids before commits: an event can take its id before the newest
+    queued one's and land in the DAG's queue after a run consumed the queue through that
+    newest id. It is not lost: it stays queued (the run's consume took what was committed
+    at its statement, and the scheduler's lock on the DAG row holds the late queue row back
+    until the run's transaction ended), and the next run consumes it."""
+    db = Database(migrated_pg_url)
+    try:
+        asset_id = _asset(db)
+
+        def add_dag(session: Any) -> None:
+            session.execute(insert(Dag).values(dag_id="d1", fileloc="/dags/x.py"))
+            session.execute(insert(DagScheduleAsset).values(dag_id="d1", asset_id=asset_id))
+
+        def run_on_queue(session: Any) -> list[Any]:
+            queued = runs.lock_queued_dag(session, "d1")
+            assert queued is not None
+            assert queued.updated == {"a"}
+            run_pk = runs.create_run(
+                session, "d1", run_type=runs.ASSET_TRIGGERED, now=datetime.now(UTC)
+            )
+            assert run_pk is not None
+            assets.consume_queued_events(session, "d1", run_pk, through=queued.last_event_id)
+            return [e.payload for e in run_context.triggering_events(session, run_pk)]
+
+        db.call(add_dag)
+        with db.session() as late:  # takes its id first, queues the event last
+            late_id = late.execute(
+                insert(AssetEvent)
+                .values(asset_id=asset_id, payload={"n": 0})
+                .returning(AssetEvent.id)
+            ).scalar_one()
+            persist(db, Persister(db=db, outbox=Outbox()), [_fired(asset_id, {"n": 1}, "k1")])
+            assert db.call(run_on_queue) == [{"n": 1}]
+            late.execute(insert(AssetEventQueue).values(dag_id="d1", asset_event_id=late_id))
+        assert db.call(_queued) == [("d1", {"n": 0})]
+        assert db.call(run_on_queue) == [{"n": 0}]
+        assert db.call(_queued) == []
+    finally:
+        db.dispose()

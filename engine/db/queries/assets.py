@@ -15,7 +15,6 @@ Each may carry a ``partition_key``, the slice of the asset it updated (Airflow 3
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -180,36 +179,32 @@ def queue_asset_events(
     return len(queue)
 
 
-# One JSON array of the event ids (one text parameter, whatever their number): the run's
-# links inserted from it and the DAG's queue rows deleted by it, set-wise in the database.
+# The run's links and the DAG's queue rows, set-wise in the database, whatever their number.
+# On PostgreSQL one statement: the rows it deletes are the rows it links, even if an event
+# with a lower id (an older sequence value) committed since the scheduler's read. On SQLite
+# the scheduler's transaction holds the write lock from its read on: nothing comes between.
 _POSTGRES_CONSUME: Final = text(
     "WITH dequeued AS (DELETE FROM asset_event_queue WHERE dag_id = :dag_id "
-    "AND asset_event_id IN (SELECT CAST(value AS integer) "
-    "FROM json_array_elements_text(CAST(:ids AS json)))) "
+    "AND asset_event_id <= :through RETURNING asset_event_id) "
     "INSERT INTO dag_run_asset_event (dag_run_id, asset_event_id) "
-    "SELECT :run, CAST(value AS integer) FROM json_array_elements_text(CAST(:ids AS json))"
+    "SELECT :run, asset_event_id FROM dequeued"
 )
 _SQLITE_LINK: Final = text(
     "INSERT INTO dag_run_asset_event (dag_run_id, asset_event_id) "
-    "SELECT :run, value FROM json_each(:ids)"
+    "SELECT :run, asset_event_id FROM asset_event_queue "
+    "WHERE dag_id = :dag_id AND asset_event_id <= :through"
 )
 _SQLITE_DEQUEUE: Final = text(
-    "DELETE FROM asset_event_queue WHERE dag_id = :dag_id "
-    "AND asset_event_id IN (SELECT value FROM json_each(:ids))"
+    "DELETE FROM asset_event_queue WHERE dag_id = :dag_id AND asset_event_id <= :through"
 )
 
 
-def consume_queued_events(
-    session: Session, dag_id: str, run_pk: int, event_ids: Sequence[int]
-) -> None:
-    """Link the queued events ``event_ids`` of ``dag_id`` to its new run ``run_pk`` and take
-    them out of the DAG's queue (what ``runs.create_run`` does with ``asset_event_ids``), in
-    one statement on PostgreSQL and two on SQLite, whatever their number: an asset-triggered
-    run of a busy watcher consumes thousands, and a row (a parameter set, an ``IN`` bind)
-    apiece cost the scheduler more than the rest of the run."""
-    if not event_ids:
-        return
-    params = {"dag_id": dag_id, "run": run_pk, "ids": json.dumps([int(e) for e in event_ids])}
+def consume_queued_events(session: Session, dag_id: str, run_pk: int, through: int) -> None:
+    """Link the queued events of ``dag_id`` up to id ``through`` (the newest the scheduler
+    read: ``runs.lock_queued_dag``) to its new run ``run_pk`` and take them out of the DAG's
+    queue, in the database: an asset-triggered run of a busy watcher consumes thousands,
+    which read into the scheduler one by one cost it more than the rest of the run."""
+    params = {"dag_id": dag_id, "run": run_pk, "through": through}
     if is_postgres(session):
         session.execute(_POSTGRES_CONSUME, params)
         return

@@ -49,11 +49,23 @@ _ACTIVE = (DagRunState.QUEUED, DagRunState.RUNNING)
 
 @dataclass(frozen=True, slots=True)
 class QueuedDag:
+    """A DAG's queue as the scheduler judges it: which assets have events it has not
+    consumed (one row per asset, not per event: a busy watcher queues thousands between two
+    runs) and the newest of those events, which a run created now consumes through."""
+
     dag_id: str
     schedule: Any
-    events: tuple[tuple[int, str], ...]  # (asset event id, asset name)
+    updated: frozenset[str]  # the assets with queued events
+    last_event_id: int  # the newest queued event's id (0: none queued)
     aliases: frozenset[str] = frozenset()  # aliases the queued events' assets belong to
     timetable: Any = None  # the DAG's stored timetable (a partitioned one plans per key)
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedEvents:
+    """A DAG's queued events one by one (a partitioned DAG plans a run per key from them)."""
+
+    events: tuple[tuple[int, str], ...]  # (asset event id, asset name), in id order
     #: asset event id -> its partition key, for the events that have one
     partition_keys: dict[int, str] = field(default_factory=dict)
 
@@ -70,19 +82,21 @@ def dags_with_queued_events(session: Session) -> list[str]:
 
 
 def lock_queued_dag(session: Session, dag_id: str) -> QueuedDag | None:
-    """Lock the DAG row (skip if another scheduler holds it) and read its queued events."""
+    """Lock the DAG row (skip if another scheduler holds it) and read its queue: the assets
+    with queued events and the newest event's id, aggregated by the database."""
     stmt = select(Dag.dag_id, Dag.schedule, Dag.timetable).where(Dag.dag_id == dag_id)
     if is_postgres(session):
         stmt = stmt.with_for_update(skip_locked=True)
     row = session.execute(stmt).first()
     if row is None:
         return None
-    events = session.execute(
-        select(AssetEventQueue.asset_event_id, Asset.name, AssetEvent.partition_key)
+    newest = session.execute(
+        select(Asset.name, func.max(AssetEventQueue.asset_event_id))
+        .select_from(AssetEventQueue)
         .join(AssetEvent, AssetEvent.id == AssetEventQueue.asset_event_id)
         .join(Asset, Asset.id == AssetEvent.asset_id)
         .where(AssetEventQueue.dag_id == dag_id)
-        .order_by(AssetEventQueue.asset_event_id)
+        .group_by(Asset.name)
     ).all()
     aliases = session.execute(
         select(AssetAlias.name)
@@ -95,9 +109,24 @@ def lock_queued_dag(session: Session, dag_id: str) -> QueuedDag | None:
     return QueuedDag(
         str(row[0]),
         row[1],
-        tuple((int(e), str(n)) for e, n, _ in events),
+        frozenset(str(name) for name, _ in newest),
+        max((int(last) for _, last in newest), default=0),
         frozenset(str(a) for a in aliases),
         timetable=row[2],
+    )
+
+
+def queued_events(session: Session, dag_id: str) -> QueuedEvents:
+    """The DAG's queued events one by one, in id order, with their partition keys."""
+    events = session.execute(
+        select(AssetEventQueue.asset_event_id, Asset.name, AssetEvent.partition_key)
+        .join(AssetEvent, AssetEvent.id == AssetEventQueue.asset_event_id)
+        .join(Asset, Asset.id == AssetEvent.asset_id)
+        .where(AssetEventQueue.dag_id == dag_id)
+        .order_by(AssetEventQueue.asset_event_id)
+    ).all()
+    return QueuedEvents(
+        tuple((int(e), str(n)) for e, n, _ in events),
         partition_keys={int(e): str(k) for e, _, k in events if k is not None},
     )
 
