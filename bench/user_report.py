@@ -99,16 +99,24 @@ def _drain_rows() -> list[Row]:
             if case is None or case.get("ratio_of_medians") is None:
                 cells[db] = "-"
                 continue
-            ratio = float(case["ratio_of_medians"])
             rate, raw = case["msgs_per_s"]["median"], case["raw_aiokafka_per_s"]["median"]
-            cells[db] = f"**{ratio * 100:.1f}%** ({rate / 1000:.1f}k of {raw / 1000:.0f}k msgs/s)"
+            # The bare consumer is bimodal on this broker (~150k or 450-950k msgs/s from run to
+            # run), so its median can be a slow run's: the figure is against its fastest run in
+            # the same case (never flattered by a slow one), the ratio of medians beside.
+            fastest = case["raw_aiokafka_per_s"]["max"]
+            ratio = rate / fastest
+            cells[db] = (
+                f"**{ratio * 100:.1f}%** ({rate / 1000:.1f}k of {fastest / 1000:.0f}k msgs/s; "
+                f"of the median run, {raw / 1000:.0f}k: "
+                f"{float(case['ratio_of_medians']) * 100:.1f}%)"
+            )
             bars.append((f"drain {mode} {watchers}w {db}", 0.10 / ratio if ratio else 10.0))
         messages = next(iter(by_db.values()))["messages"]
         what = "`sluice run`" if mode == "run" else "`sluice triggerer` alone"
         rows.append(
             Row(
                 f"Kafka backlog drain, {watchers} watcher{'s' if watchers > 1 else ''}, "
-                f"{what}, {messages:,} msgs, % of a bare aiokafka consumer",
+                f"{what}, {messages:,} msgs, % of a bare aiokafka consumer's fastest run",
                 ">= 10%",
                 cells["sqlite"],
                 cells["postgres"],

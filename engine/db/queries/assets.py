@@ -180,9 +180,11 @@ def queue_asset_events(
 
 
 # The run's links and the DAG's queue rows, set-wise in the database, whatever their number.
-# On PostgreSQL one statement: the rows it deletes are the rows it links, even if an event
-# with a lower id (an older sequence value) committed since the scheduler's read. On SQLite
-# the scheduler's transaction holds the write lock from its read on: nothing comes between.
+# Nothing lands in the range between the scheduler's read and these: on SQLite its
+# transaction holds the write lock from the read on; on PostgreSQL another transaction's
+# queue row for the DAG waits for the scheduler's lock on the DAG row (the foreign key's
+# share lock against FOR UPDATE), and one that took a lower id but lands after the run's
+# transaction stays queued for the next run. PostgreSQL links exactly the rows it deletes.
 _POSTGRES_CONSUME: Final = text(
     "WITH dequeued AS (DELETE FROM asset_event_queue WHERE dag_id = :dag_id "
     "AND asset_event_id <= :through RETURNING asset_event_id) "
