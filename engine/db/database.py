@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy import Select
     from sqlalchemy.engine import Connection, Engine, Result
+    from sqlalchemy.sql.expression import Executable
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,26 @@ def read_rows(
     if session.new or session.dirty or session.deleted:
         session.flush()
     return session.connection().execute(statement, params or {})
+
+
+def write_rows(
+    session: Session, statement: Executable, params: Mapping[str, Any] | None = None
+) -> Result[Any]:
+    """An INSERT, UPDATE or DELETE run as Core on the session's connection. The ORM's
+    execution of an UPDATE synchronizes the objects the session holds (a ``RETURNING`` and
+    an identity-map pass, even when it holds none): ~250 us of the engine's CPU a statement
+    against ~90 us as Core, ~17 us for a statement built once, on the writes every task step
+    makes; and it does not even do that for a statement built once (its ``bindparam``
+    criteria cannot be evaluated in Python: the objects stay stale). Here what the session
+    holds unflushed is flushed first (the ORM's autoflush) and, when it holds objects, they
+    are expired after the write: read again, they come from the database, the write's
+    values included."""
+    if session.new or session.dirty or session.deleted:
+        session.flush()
+    result = session.connection().execute(statement, params or {})
+    if len(session.identity_map):
+        session.expire_all()
+    return result
 
 
 def rowcount(result: Any) -> int:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from sqlalchemy import and_, bindparam, case, func, select, update
 
 from engine.db import models
-from engine.db.database import read_rows, rowcount
+from engine.db.database import read_rows, rowcount, write_rows
 from engine.db.listen import notify_scheduler
 from engine.db.models import Dag, DagRun, DagTask, TaskInstance
 from engine.db.queries import assets, run_context
@@ -73,7 +73,8 @@ def queue_task_instances(
         groups.setdefault((candidate.pool, candidate.pool_slots), []).append(candidate.ti_id)
     claimed: list[int] = []
     for (pool, slots), ids in groups.items():
-        rows = session.execute(
+        rows = write_rows(
+            session,
             update(TaskInstance)
             .where(TaskInstance.id.in_(ids), TaskInstance.state == TaskState.SCHEDULED)
             .values(
@@ -83,7 +84,7 @@ def queue_task_instances(
                 pool=pool,
                 pool_slots=slots,
             )
-            .returning(TaskInstance.id)
+            .returning(TaskInstance.id),
         )
         claimed.extend(int(i) for i in rows.scalars())
     return sorted(claimed)
@@ -336,8 +337,9 @@ def retry_task(
         "queued_at": None,
         "next_retry_at": retry_at,
     }
-    result = session.execute(
-        update(TaskInstance).where(held_by(ti_id, job_id, TaskState.RUNNING)).values(**values)
+    result = write_rows(
+        session,
+        update(TaskInstance).where(held_by(ti_id, job_id, TaskState.RUNNING)).values(**values),
     )
     return rowcount(result) == 1
 
@@ -356,8 +358,9 @@ def finish_task(
     values: dict[str, Any] = {"state": state, **_try_ended(elapsed_s, now)}
     if xcoms is not None:
         values["xcoms"] = xcoms
-    result = session.execute(
-        update(TaskInstance).where(held_by(ti_id, job_id, TaskState.RUNNING)).values(**values)
+    result = write_rows(
+        session,
+        update(TaskInstance).where(held_by(ti_id, job_id, TaskState.RUNNING)).values(**values),
     )
     if rowcount(result) != 1:
         return False
