@@ -26,6 +26,7 @@ from engine.db.models import (
     DagTask,
     TaskInstance,
 )
+from engine.db.queries import runs
 from engine.states import DagRunState
 
 if TYPE_CHECKING:
@@ -180,14 +181,8 @@ def queued_by_asset(session: Session, dag_id: str) -> dict[str, QueuedEvents]:
 def queued_partition_events(session: Session, dag_id: str) -> list[tuple[int, str, str | None]]:
     """(event id, asset name, partition key) of every event queued for the DAG, oldest
     first: what a partitioned DAG's plan is made from (as the scheduler reads it)."""
-    rows = session.execute(
-        select(AssetEventQueue.asset_event_id, Asset.name, AssetEvent.partition_key)
-        .join(AssetEvent, AssetEvent.id == AssetEventQueue.asset_event_id)
-        .join(Asset, Asset.id == AssetEvent.asset_id)
-        .where(AssetEventQueue.dag_id == dag_id)
-        .order_by(AssetEventQueue.asset_event_id)
-    )
-    return [(int(e), str(n), None if k is None else str(k)) for e, n, k in rows]
+    queue = runs.queued_events(session, dag_id)
+    return [(event_id, name, queue.partition_keys.get(event_id)) for event_id, name in queue.events]
 
 
 def queued_by_alias(session: Session, dag_id: str) -> dict[str, QueuedEvents]:
