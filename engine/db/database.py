@@ -91,21 +91,16 @@ def read_rows(
 def write_rows(
     session: Session, statement: Executable, params: Mapping[str, Any] | None = None
 ) -> Result[Any]:
-    """An INSERT, UPDATE or DELETE run as Core on the session's connection. The ORM's
-    execution of an UPDATE synchronizes the objects the session holds (a ``RETURNING`` and
-    an identity-map pass, even when it holds none): ~250 us of the engine's CPU a statement
-    against ~90 us as Core, ~17 us for a statement built once, on the writes every task step
-    makes; and it does not even do that for a statement built once (its ``bindparam``
-    criteria cannot be evaluated in Python: the objects stay stale). Here what the session
-    holds unflushed is flushed first (the ORM's autoflush) and, when it holds objects, they
-    are expired after the write: read again, they come from the database, the write's
-    values included."""
-    if session.new or session.dirty or session.deleted:
-        session.flush()
-    result = session.connection().execute(statement, params or {})
-    if len(session.identity_map):
-        session.expire_all()
-    return result
+    """An INSERT, UPDATE or DELETE, run as Core on the session's connection when the session
+    holds no ORM object, else through the session as before (which brings the objects it
+    holds up to date, for criteria it can evaluate: give it statements with their values in
+    them, not ``bindparam``s). The ORM's execution of an UPDATE synchronizes the session's
+    objects (a ``RETURNING`` and an identity-map pass) even when it holds none: ~250 us of
+    the engine's CPU a statement against ~90 us as Core, on the writes every task step
+    makes, where the session holds none."""
+    if session.new or session.dirty or session.deleted or len(session.identity_map):
+        return session.execute(statement, dict(params or {}))
+    return session.connection().execute(statement, params or {})
 
 
 def rowcount(result: Any) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import bindparam, delete, func, insert, or_, select, update
 
@@ -472,30 +472,23 @@ def load_run_state(session: Session, run_pk: int) -> RunState | None:
     )
 
 
-_SET_TASK_STATE: Final = (
-    update(TaskInstance)
-    .where(
-        TaskInstance.dag_run_id == bindparam("b_run_pk"),
-        TaskInstance.task_id == bindparam("b_task_id"),
-        TaskInstance.state == TaskState.NONE,
-    )
-    .values(state=bindparam("b_state"))
-)
-_SET_TASK_STATE_ENDED: Final = _SET_TASK_STATE.values(end_date=bindparam("b_now"))
-_END_RUNNING_RUN: Final = (
-    update(DagRun)
-    .where(DagRun.id == bindparam("b_run_pk"), DagRun.state == DagRunState.RUNNING)
-    .values(state=bindparam("b_state"), end_date=bindparam("b_now"))
-)
-
-
 def set_task_states(
     session: Session, run_pk: int, changes: dict[str, str], *, now: datetime
 ) -> None:
     for task_id, state in changes.items():
-        ended = state in (TaskState.UPSTREAM_FAILED, TaskState.SKIPPED, TaskState.FAILED)
-        params = {"b_run_pk": run_pk, "b_task_id": task_id, "b_state": state, "b_now": now}
-        write_rows(session, _SET_TASK_STATE_ENDED if ended else _SET_TASK_STATE, params)
+        values: dict[str, Any] = {"state": state}
+        if state in (TaskState.UPSTREAM_FAILED, TaskState.SKIPPED, TaskState.FAILED):
+            values["end_date"] = now
+        write_rows(
+            session,
+            update(TaskInstance)
+            .where(
+                TaskInstance.dag_run_id == run_pk,
+                TaskInstance.task_id == task_id,
+                TaskInstance.state == TaskState.NONE,
+            )
+            .values(**values),
+        )
 
 
 def end_running_run(session: Session, run_pk: int, state: str, *, now: datetime) -> bool:
@@ -503,7 +496,10 @@ def end_running_run(session: Session, run_pk: int, state: str, *, now: datetime)
     operator cancelled it, its ``dagrun_timeout`` ended it, another scheduler finished it):
     the first writer's state stands."""
     ended = write_rows(
-        session, _END_RUNNING_RUN, {"b_run_pk": run_pk, "b_state": state, "b_now": now}
+        session,
+        update(DagRun)
+        .where(DagRun.id == run_pk, DagRun.state == DagRunState.RUNNING)
+        .values(state=state, end_date=now),
     )
     return rowcount(ended) > 0
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, bindparam, func, or_, select, update
+from sqlalchemy import and_, func, or_, select, update
 
 from engine.db.database import is_postgres, write_rows
 from engine.db.models import Dag, DagRun
@@ -146,15 +146,11 @@ def set_next_dagrun(
     )
 
 
-_RECOMPUTE_NEXT_DAGRUN: Final = (
-    update(Dag)
-    .where(
-        Dag.dag_id == bindparam("b_dag_id"), Dag.timetable.is_not(None), Dag.next_dagrun_computed
-    )
-    .values(next_dagrun_computed=False)
-)
-
-
 def recompute_next_dagrun(session: Session, dag_id: str) -> None:
     """Have the scheduler compute a time-scheduled DAG's next run again (a run ended)."""
-    write_rows(session, _RECOMPUTE_NEXT_DAGRUN, {"b_dag_id": dag_id})
+    write_rows(
+        session,
+        update(Dag)
+        .where(Dag.dag_id == dag_id, Dag.timetable.is_not(None), Dag.next_dagrun_computed)
+        .values(next_dagrun_computed=False),
+    )

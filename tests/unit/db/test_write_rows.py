@@ -1,13 +1,14 @@
-"""``engine.db.database.write_rows``: a write run as Core, never through the ORM's execution,
-while an object the session holds reads the write afresh (the ORM's own synchronization
-leaves it stale for a statement built once with ``bindparam`` criteria)."""
+"""``engine.db.database.write_rows``: a write runs as Core when the session holds no ORM
+object, and through the session (which brings the objects it holds up to date) when it
+does, so that code reading an object after the write, in the session or after it, never
+sees it stale."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from sqlalchemy import bindparam, event, insert, select, update
+from sqlalchemy import event, insert, select, update
 
 from engine.db.database import Database, rowcount, write_rows
 from engine.db.models import Dag
@@ -17,7 +18,9 @@ if TYPE_CHECKING:
 
     from sqlalchemy.orm import Session
 
-_PAUSE = update(Dag).where(Dag.dag_id == bindparam("b_dag_id")).values(is_paused=True)
+
+def _pause(dag_id: str) -> Any:
+    return update(Dag).where(Dag.dag_id == dag_id).values(is_paused=True)
 
 
 @pytest.fixture
@@ -38,7 +41,7 @@ def _orm_executions(session: Session) -> list[str]:
 def test_without_objects_in_the_session_the_write_skips_the_orm(db: Database) -> None:
     def pause(session: Session) -> tuple[int, list[str]]:
         seen = _orm_executions(session)
-        return rowcount(write_rows(session, _PAUSE, {"b_dag_id": "d"})), seen
+        return rowcount(write_rows(session, _pause("d"))), seen
 
     matched, orm_statements = db.call(pause)
     assert (matched, orm_statements) == (1, [])
@@ -46,13 +49,15 @@ def test_without_objects_in_the_session_the_write_skips_the_orm(db: Database) ->
 
 
 def test_an_object_the_session_holds_reads_the_write(db: Database) -> None:
-    def pause(session: Session) -> bool:
+    def pause(session: Session) -> tuple[bool, Dag]:
         dag = session.execute(select(Dag)).scalar_one()
         assert dag.is_paused is False
-        write_rows(session, _PAUSE, {"b_dag_id": "d"})
-        return dag.is_paused
+        write_rows(session, _pause("d"))
+        return dag.is_paused, dag
 
-    assert db.call(pause) is True
+    paused, dag = db.call(pause)
+    assert paused is True  # as Core the held object would still say False
+    assert dag.is_paused is True  # and still readable once the session closed
 
 
 def test_pending_objects_are_written_first(db: Database) -> None:
@@ -61,6 +66,6 @@ def test_pending_objects_are_written_first(db: Database) -> None:
 
     def add_and_pause(session: Session) -> int:
         session.add(Dag(dag_id="e", fileloc="/e.py"))
-        return rowcount(write_rows(session, _PAUSE, {"b_dag_id": "e"}))
+        return rowcount(write_rows(session, _pause("e")))
 
     assert db.call(add_and_pause) == 1
