@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from engine.authoring.partition_planning import QueuedPartitionEvent, plan_partitioned_runs
 from engine.authoring.partition_timetables import PartitionedAssetTimetable
 from engine.authoring.schedules import timetable_from_json
-from engine.db.queries import runs
+from engine.db.queries import asset_queue, runs
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def partitioned_timetable(queued: runs.QueuedDag) -> PartitionedAssetTimetable | None:
+def partitioned_timetable(queued: asset_queue.QueuedDag) -> PartitionedAssetTimetable | None:
     """The DAG's ``PartitionedAssetTimetable``, or None for any other schedule (one that
     cannot be read is left to the time-run path, which reports it)."""
     stored = queued.timetable
@@ -54,13 +54,13 @@ def partitioned_timetable(queued: runs.QueuedDag) -> PartitionedAssetTimetable |
 
 def create_partitioned_runs(
     session: Session,
-    queued: runs.QueuedDag,
+    queued: asset_queue.QueuedDag,
     timetable: PartitionedAssetTimetable,
     *,
     now: datetime,
 ) -> list[int]:
     """Create the runs the DAG's queued events make ready; returns their ids."""
-    queue = runs.queued_events(session, queued.dag_id)
+    queue = asset_queue.queued_events(session, queued.dag_id)
     names = dict(queue.events)
     events = [
         QueuedPartitionEvent(event_id, name, queue.partition_keys.get(event_id))
@@ -80,10 +80,10 @@ def create_partitioned_runs(
                 "asset_event_id": refused.event_id,
             },
         )
-    runs.dequeue_asset_events(session, queued.dag_id, [r.event_id for r in plan.refused])
+    asset_queue.dequeue_asset_events(session, queued.dag_id, [r.event_id for r in plan.refused])
     waited_for = {event_id for wait in plan.waiting for event_id in wait.event_ids}
     planned = {event_id for run in plan.runs for event_id in run.event_ids}
-    consumed = runs.consumed_by_key(session, queued.dag_id, planned & waited_for)
+    consumed = asset_queue.consumed_by_key(session, queued.dag_id, planned & waited_for)
     created: list[int] = []
     for planned_run in plan.runs:
         key = planned_run.partition_key

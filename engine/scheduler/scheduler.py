@@ -53,7 +53,7 @@ from engine.db.listen import LISTEN_SCHEDULER_WORK
 from engine.db.queries import (
     actions,
     advancing,
-    assets,
+    asset_queue,
     backfills,
     deferrals,
     jobs,
@@ -260,7 +260,7 @@ class Scheduler:
 
     async def schedule_once(self) -> None:
         self.stats.loops += 1
-        dag_ids = await self._db.run(runs.dags_with_queued_events)
+        dag_ids = await self._db.run(asset_queue.dags_with_queued_events)
         scheduled_before = self.stats.tasks_scheduled
         for dag_id in dag_ids:
             created = await self._db.run(partial(self._start_asset_runs, dag_id=dag_id))
@@ -400,7 +400,7 @@ class Scheduler:
         return created
 
     def _create_asset_runs(self, session: Session, dag_id: str) -> list[int]:
-        queued = runs.lock_queued_dag(session, dag_id)
+        queued = asset_queue.lock_queued_dag(session, dag_id)
         if queued is None or not queued.updated:
             return []
         timetable = partitioned_timetable(queued)
@@ -416,7 +416,7 @@ class Scheduler:
         if run_pk is None:
             return []
         # the run consumes its events set-wise (a busy watcher queues thousands per run)
-        assets.consume_queued_events(session, dag_id, run_pk, queued.last_event_id)
+        asset_queue.consume_queued_events(session, dag_id, run_pk, queued.last_event_id)
         return [run_pk]
 
     # --- time schedules ---------------------------------------------------------------------

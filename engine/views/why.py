@@ -25,7 +25,7 @@ from engine.authoring.assets import (
 from engine.authoring.partition_timetables import PartitionedAssetTimetable
 from engine.authoring.schedules import timetable_from_json
 from engine.authoring.timetables import DataInterval, TimeRestriction
-from engine.db.queries import backfills, runs, time_schedules
+from engine.db.queries import asset_queue, backfills, runs, time_schedules
 from engine.db.queries import why as why_sql
 from engine.db.queries import why_watchers as watchers_sql
 from engine.states import DagRunState
@@ -162,7 +162,7 @@ def _partitions(session: Session, sched: DagSchedule) -> PartitionSchedule | Non
         return None
     assert isinstance(timetable, PartitionedAssetTimetable), timetable
     queued = why_sql.queued_partition_events(session, sched.dag_id)
-    consumed = runs.consumed_by_key(session, sched.dag_id, [e for e, _, _ in queued])
+    consumed = asset_queue.consumed_by_key(session, sched.dag_id, [e for e, _, _ in queued])
     return why_partitions.partition_schedule(timetable, queued, consumed)
 
 

@@ -29,7 +29,7 @@ from engine.db.models import (
     DagScheduleAsset,
     DagScheduleAssetAlias,
 )
-from engine.db.queries import assets, run_context, runs
+from engine.db.queries import asset_queue, run_context, runs
 from engine.triggerer.outbox import FiredEvent, Outbox
 from engine.triggerer.persister import Persister
 from tests.persisting import persist
@@ -287,7 +287,7 @@ async def test_a_nul_byte_postgres_refuses_drops_that_event_only(db: Database) -
 
 
 def test_a_run_consumes_the_queued_events_through_the_newest_it_read(db: Database) -> None:
-    """``assets.consume_queued_events`` (what an asset-triggered run does with the queue the
+    """``asset_queue.consume_queued_events`` (what an asset-triggered run does with the queue the
     scheduler read): that DAG's events up to the newest one read are linked to the run, in
     id order as its tasks read them, and leave its queue; a later event and the other DAG's
     stay queued."""
@@ -313,7 +313,7 @@ def test_a_run_consumes_the_queued_events_through_the_newest_it_read(db: Databas
             session, "d1", run_type=runs.ASSET_TRIGGERED, now=datetime.now(UTC)
         )
         assert run_pk is not None
-        assets.consume_queued_events(session, "d1", run_pk, through=ids[3])
+        asset_queue.consume_queued_events(session, "d1", run_pk, through=ids[3])
         return [(e.asset_name, e.payload) for e in run_context.triggering_events(session, run_pk)]
 
     linked = db.call(consume)
@@ -338,14 +338,14 @@ def test_an_event_that_commits_after_a_run_with_a_lower_id_waits_for_the_next(
             session.execute(insert(DagScheduleAsset).values(dag_id="d1", asset_id=asset_id))
 
         def run_on_queue(session: Any) -> list[Any]:
-            queued = runs.lock_queued_dag(session, "d1")
+            queued = asset_queue.lock_queued_dag(session, "d1")
             assert queued is not None
             assert queued.updated == {"a"}
             run_pk = runs.create_run(
                 session, "d1", run_type=runs.ASSET_TRIGGERED, now=datetime.now(UTC)
             )
             assert run_pk is not None
-            assets.consume_queued_events(session, "d1", run_pk, through=queued.last_event_id)
+            asset_queue.consume_queued_events(session, "d1", run_pk, through=queued.last_event_id)
             return [e.payload for e in run_context.triggering_events(session, run_pk)]
 
         db.call(add_dag)

@@ -19,9 +19,9 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import insert, select, text, union, update
+from sqlalchemy import insert, select, union, update
 
-from engine.db.database import is_postgres, upsert_insert
+from engine.db.database import upsert_insert
 from engine.db.listen import notify_scheduler
 from engine.db.models import (
     Asset,
@@ -177,41 +177,6 @@ def queue_asset_events(
         session.execute(insert(AssetEventQueue), queue)
         notify_scheduler(session)  # a scheduler elsewhere creates the runs now
     return len(queue)
-
-
-# The run's links and the DAG's queue rows, set-wise in the database, whatever their number.
-# Nothing lands in the range between the scheduler's read and these: on SQLite its
-# transaction holds the write lock from the read on; on PostgreSQL another transaction's
-# queue row for the DAG waits for the scheduler's lock on the DAG row (the foreign key's
-# share lock against FOR UPDATE), and one that took a lower id but lands after the run's
-# transaction stays queued for the next run. PostgreSQL links exactly the rows it deletes.
-_POSTGRES_CONSUME: Final = text(
-    "WITH dequeued AS (DELETE FROM asset_event_queue WHERE dag_id = :dag_id "
-    "AND asset_event_id <= :through RETURNING asset_event_id) "
-    "INSERT INTO dag_run_asset_event (dag_run_id, asset_event_id) "
-    "SELECT :run, asset_event_id FROM dequeued"
-)
-_SQLITE_LINK: Final = text(
-    "INSERT INTO dag_run_asset_event (dag_run_id, asset_event_id) "
-    "SELECT :run, asset_event_id FROM asset_event_queue "
-    "WHERE dag_id = :dag_id AND asset_event_id <= :through"
-)
-_SQLITE_DEQUEUE: Final = text(
-    "DELETE FROM asset_event_queue WHERE dag_id = :dag_id AND asset_event_id <= :through"
-)
-
-
-def consume_queued_events(session: Session, dag_id: str, run_pk: int, through: int) -> None:
-    """Link the queued events of ``dag_id`` up to id ``through`` (the newest the scheduler
-    read: ``runs.lock_queued_dag``) to its new run ``run_pk`` and take them out of the DAG's
-    queue, in the database: an asset-triggered run of a busy watcher consumes thousands,
-    which read into the scheduler one by one cost it more than the rest of the run."""
-    params = {"dag_id": dag_id, "run": run_pk, "through": through}
-    if is_postgres(session):
-        session.execute(_POSTGRES_CONSUME, params)
-        return
-    session.execute(_SQLITE_LINK, params)
-    session.execute(_SQLITE_DEQUEUE, params)
 
 
 def _asset_ids(session: Session, names: Iterable[str]) -> dict[str, int]:

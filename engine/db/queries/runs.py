@@ -1,6 +1,6 @@
-"""SQL of scheduling: queued DAGs, DAG runs (created, admitted under ``max_active_runs``,
-advanced, ended), and runs' triggering events (the run listings are in ``browse``, the
-next run of time-scheduled DAGs in ``time_schedules``).
+"""SQL of scheduling: DAG runs (created, admitted under ``max_active_runs``, advanced,
+ended) and runs' triggering events (a DAG's queue of asset events is in ``asset_queue``,
+the run listings in ``browse``, the next run of time-scheduled DAGs in ``time_schedules``).
 
 A run is created ``queued``; ``start_queued_runs`` admits it (``running``) once its DAG has
 room under ``max_active_runs`` (a backfill's runs count against the backfill's own limit
@@ -13,16 +13,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import bindparam, func, insert, or_, select, update
 
 from engine.db.database import is_postgres, read_rows, rowcount, upsert_insert, write_rows
 from engine.db.listen import notify_scheduler
 from engine.db.models import (
-    Asset,
-    AssetAlias,
-    AssetAliasAsset,
-    AssetEvent,
-    AssetEventQueue,
     Backfill,
     Dag,
     DagRun,
@@ -30,6 +25,7 @@ from engine.db.models import (
     DagTask,
     TaskInstance,
 )
+from engine.db.queries import asset_queue
 from engine.db.queries import mapping as mapping_sql
 from engine.states import DagRunState, TaskState
 
@@ -45,121 +41,6 @@ MANUAL = "manual"
 SCHEDULED = "scheduled"
 BACKFILL = "backfill"
 _ACTIVE = (DagRunState.QUEUED, DagRunState.RUNNING)
-
-
-@dataclass(frozen=True, slots=True)
-class QueuedDag:
-    """A DAG's queue as the scheduler judges it: which assets have events it has not
-    consumed (one row per asset, not per event: a busy watcher queues thousands between two
-    runs) and the newest of those events, which a run created now consumes through."""
-
-    dag_id: str
-    schedule: Any
-    updated: frozenset[str]  # the assets with queued events
-    last_event_id: int  # the newest queued event's id (0: none queued)
-    aliases: frozenset[str] = frozenset()  # aliases the queued events' assets belong to
-    timetable: Any = None  # the DAG's stored timetable (a partitioned one plans per key)
-
-
-@dataclass(frozen=True, slots=True)
-class QueuedEvents:
-    """A DAG's queued events one by one (a partitioned DAG plans a run per key from them)."""
-
-    events: tuple[tuple[int, str], ...]  # (asset event id, asset name), in id order
-    #: asset event id -> its partition key, for the events that have one
-    partition_keys: dict[int, str] = field(default_factory=dict)
-
-
-def dags_with_queued_events(session: Session) -> list[str]:
-    """Active, unpaused DAGs that have asset events they have not consumed."""
-    rows = session.execute(
-        select(AssetEventQueue.dag_id)
-        .join(Dag, Dag.dag_id == AssetEventQueue.dag_id)
-        .where(Dag.is_active.is_(True), Dag.is_paused.is_(False))
-        .distinct()
-    )
-    return sorted(str(r) for r in rows.scalars())
-
-
-def lock_queued_dag(session: Session, dag_id: str) -> QueuedDag | None:
-    """Lock the DAG row (skip if another scheduler holds it) and read its queue: the assets
-    with queued events and the newest event's id, aggregated by the database."""
-    stmt = select(Dag.dag_id, Dag.schedule, Dag.timetable).where(Dag.dag_id == dag_id)
-    if is_postgres(session):
-        stmt = stmt.with_for_update(skip_locked=True)
-    row = session.execute(stmt).first()
-    if row is None:
-        return None
-    newest = session.execute(
-        select(Asset.name, func.max(AssetEventQueue.asset_event_id))
-        .select_from(AssetEventQueue)
-        .join(AssetEvent, AssetEvent.id == AssetEventQueue.asset_event_id)
-        .join(Asset, Asset.id == AssetEvent.asset_id)
-        .where(AssetEventQueue.dag_id == dag_id)
-        .group_by(Asset.name)
-    ).all()
-    aliases = session.execute(
-        select(AssetAlias.name)
-        .join(AssetAliasAsset, AssetAliasAsset.alias_id == AssetAlias.id)
-        .join(AssetEvent, AssetEvent.asset_id == AssetAliasAsset.asset_id)
-        .join(AssetEventQueue, AssetEventQueue.asset_event_id == AssetEvent.id)
-        .where(AssetEventQueue.dag_id == dag_id)
-        .distinct()
-    ).scalars()
-    return QueuedDag(
-        str(row[0]),
-        row[1],
-        frozenset(str(name) for name, _ in newest),
-        max((int(last) for _, last in newest), default=0),
-        frozenset(str(a) for a in aliases),
-        timetable=row[2],
-    )
-
-
-def queued_events(session: Session, dag_id: str) -> QueuedEvents:
-    """The DAG's queued events one by one, in id order, with their partition keys."""
-    events = session.execute(
-        select(AssetEventQueue.asset_event_id, Asset.name, AssetEvent.partition_key)
-        .join(AssetEvent, AssetEvent.id == AssetEventQueue.asset_event_id)
-        .join(Asset, Asset.id == AssetEvent.asset_id)
-        .where(AssetEventQueue.dag_id == dag_id)
-        .order_by(AssetEventQueue.asset_event_id)
-    ).all()
-    return QueuedEvents(
-        tuple((int(e), str(n)) for e, n, _ in events),
-        partition_keys={int(e): str(k) for e, _, k in events if k is not None},
-    )
-
-
-def dequeue_asset_events(session: Session, dag_id: str, event_ids: Sequence[int]) -> None:
-    """Drop queued events of a DAG (consumed by a run, or a partitioned DAG's refused
-    ones)."""
-    if event_ids:
-        session.execute(
-            delete(AssetEventQueue).where(
-                AssetEventQueue.dag_id == dag_id,
-                AssetEventQueue.asset_event_id.in_(list(event_ids)),
-            )
-        )
-
-
-def consumed_by_key(
-    session: Session, dag_id: str, event_ids: Collection[int]
-) -> set[tuple[int, str]]:
-    """(event id, partition key) of the given events already consumed by a run of the DAG
-    with that key: a partitioned DAG consumes an event once per key."""
-    if not event_ids:
-        return set()
-    rows = session.execute(
-        select(DagRunAssetEvent.asset_event_id, DagRun.partition_key)
-        .join(DagRun, DagRun.id == DagRunAssetEvent.dag_run_id)
-        .where(
-            DagRun.dag_id == dag_id,
-            DagRun.partition_key.is_not(None),
-            DagRunAssetEvent.asset_event_id.in_(list(event_ids)),
-        )
-    ).all()
-    return {(int(event_id), str(key)) for event_id, key in rows}
 
 
 def run_id_for(run_type: str, *, logical_date: datetime | None, now: datetime) -> str:
@@ -227,7 +108,7 @@ def create_run(
             insert(DagRunAssetEvent),
             [{"dag_run_id": run_pk, "asset_event_id": e} for e in asset_event_ids],
         )
-        dequeue_asset_events(
+        asset_queue.dequeue_asset_events(
             session, dag_id, [e for e in asset_event_ids if e not in set(keep_queued)]
         )
     tasks = session.execute(

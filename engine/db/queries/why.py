@@ -26,7 +26,7 @@ from engine.db.models import (
     DagTask,
     TaskInstance,
 )
-from engine.db.queries import runs
+from engine.db.queries import asset_queue
 from engine.states import DagRunState
 
 if TYPE_CHECKING:
@@ -181,13 +181,13 @@ def queued_by_asset(session: Session, dag_id: str) -> dict[str, QueuedEvents]:
 def queued_partition_events(session: Session, dag_id: str) -> list[tuple[int, str, str | None]]:
     """(event id, asset name, partition key) of every event queued for the DAG, oldest
     first: what a partitioned DAG's plan is made from (as the scheduler reads it)."""
-    queue = runs.queued_events(session, dag_id)
+    queue = asset_queue.queued_events(session, dag_id)
     return [(event_id, name, queue.partition_keys.get(event_id)) for event_id, name in queue.events]
 
 
 def queued_by_alias(session: Session, dag_id: str) -> dict[str, QueuedEvents]:
     """Alias name -> the queued events of the assets the alias resolved to (as the
-    scheduler counts an alias updated: ``engine.db.queries.runs.lock_queued_dag``)."""
+    scheduler counts an alias updated: ``engine.db.queries.asset_queue.lock_queued_dag``)."""
     rows = session.execute(
         select(AssetAlias.name, AssetEvent.source, func.count(), func.max(AssetEvent.timestamp))
         .select_from(AssetEventQueue)
