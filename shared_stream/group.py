@@ -98,7 +98,12 @@ class SharedStreamGroup:
         # The subscribers of the key's group that failed before this one: its first poll
         # waits for them to be back (``wait_for_cohort``), so none misses what it fans out.
         self.cohort: frozenset[int] = frozenset()
-        self.cohort_changed = anyio.Event()
+        # Ack mode: subscribers that left failed, whose triggers restart them (trigger id ->
+        # until when, ``anyio.current_time``): the poll fans nothing out until they are back
+        # (``wait_for_returns``). The events they failed come back from the broker at once;
+        # fanned out while they are away, their siblings alone would resolve (ack) them.
+        self.away: dict[int, float] = {}
+        self.away_changed = anyio.Event()
         # who was subscribed when the group was terminated (``SharedStreamManager``)
         self.departed: frozenset[int] = frozenset()
         self.stopping = False
@@ -132,8 +137,8 @@ class SharedStreamGroup:
                 trigger_id=trigger_id, key=self.key, group=self, cursor=cursor
             )
         self.streams[trigger_id] = stream
-        if trigger_id in self.cohort:
-            self.cohort_changed.set()
+        if self.away.pop(trigger_id, None) is not None or trigger_id in self.cohort:
+            self.away_changed.set()
         return stream
 
     def remove_subscriber(self, trigger_id: int, *, failed: bool = False) -> bool:
@@ -141,6 +146,8 @@ class SharedStreamGroup:
         if stream is None:
             return False
         stream.close()
+        if failed:
+            self._mark_away(trigger_id)
         if self.ledger is not None:
             self.carry_out(self.ledger.unsubscribe(trigger_id, failed=failed))
         return True
@@ -244,6 +251,7 @@ class SharedStreamGroup:
         stream = self.streams.pop(trigger_id, None)
         if stream is None:
             return
+        self._mark_away(trigger_id)
         error: Exception
         if reason is FailReason.ACK_TIMEOUT:
             self.counters.ack_timeouts += 1
@@ -377,20 +385,45 @@ class SharedStreamGroup:
         events out to the first ones only: in ack mode, the others would never see them)."""
         if not self.cohort & self.streams.keys():
             return  # not a restart of that cohort (a new subscriber): nobody to wait for
-        with anyio.move_on_after(bound_s):
-            while not (self.cohort <= self.streams.keys() or self.stopping):
-                self.cohort_changed = anyio.Event()
-                await self.cohort_changed.wait()
-        missing = sorted(self.cohort - self.streams.keys())
-        if missing and not self.stopping:
-            logger.info(
-                "Shared stream group key=%r starts without trigger(s) %s of its previous "
-                "group: not back within %ss; they join at the next event",
-                self.key,
-                missing,
-                bound_s,
-                extra={"action": "shared_stream.cohort_incomplete"},
-            )
+        until = anyio.current_time() + bound_s
+        for trigger_id in self.cohort - self.streams.keys():
+            self.away.setdefault(trigger_id, until)
+        await self.wait_for_returns()
+
+    async def wait_for_returns(self) -> None:
+        """Ack mode, before the poll fans an event out: wait until every subscriber that
+        left failed is back, each at most ``cohort_return_s`` after it left (then the group
+        goes on without it, and says so; it joins at the next event)."""
+        away = self.away
+        while away and not self.stopping:
+            now = anyio.current_time()
+            late = sorted(t for t, until in away.items() if until <= now)
+            for trigger_id in late:
+                del away[trigger_id]
+            if late:
+                logger.info(
+                    "Shared stream group key=%r goes on without trigger(s) %s: they failed and "
+                    "were not back within %ss; they join at the next event",
+                    self.key,
+                    late,
+                    self.settings.cohort_return_s,
+                    extra={"action": "shared_stream.cohort_incomplete"},
+                )
+            if not away:
+                return
+            self.away_changed = anyio.Event()
+            with anyio.move_on_after(min(away.values()) - now):
+                await self.away_changed.wait()
+
+    @property
+    def returning(self) -> frozenset[int]:
+        """Who the key's next group waits for: the subscribers this one had when it was
+        terminated, and those that left it failed and were not back when it ended."""
+        return self.departed | self.away.keys()
+
+    def _mark_away(self, trigger_id: int) -> None:
+        if self.ledger is not None and not self.stopping:
+            self.away[trigger_id] = anyio.current_time() + self.settings.cohort_return_s
 
     def fence(self, reason: str) -> None:
         """The owner lost its lease: the producer leaves the broker's consumer membership

@@ -52,6 +52,7 @@ class TaskPort(Protocol):
     counters: GroupCounters
     stopping: bool
     terminated: bool
+    away: dict[int, float]
 
     @property
     def mode(self) -> Literal["fast", "ack"]: ...
@@ -59,6 +60,8 @@ class TaskPort(Protocol):
     def fan_out(self, seq: int, raw: Any) -> bool: ...
 
     async def wait_for_cohort(self, bound_s: float) -> None: ...
+
+    async def wait_for_returns(self) -> None: ...
 
     def broadcast(self, item: tuple[Any, Any], producer: SharedStreamProducer) -> bool: ...
 
@@ -177,9 +180,12 @@ class GroupTask:
         subscribers run after ``YIELD_EVERY_EVENTS`` or when a queue is half full."""
         group = self.group
         counters, fan_out, broadcast = group.counters, group.fan_out, group.broadcast
+        away = group.away  # ack mode: subscribers that failed, expected back
         unyielded = 0
         try:
             async for item in stream:
+                if away:  # what they failed is back from the broker: they must see it too
+                    await group.wait_for_returns()
                 counters.events_polled += 1
                 unyielded += 1
                 crowded = fan_out(0, item) if producer is None else broadcast(item, producer)

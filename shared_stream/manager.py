@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_STOP_GRACE_PERIOD_S: Final = 30.0
+DEFAULT_COHORT_RETURN_S: Final = 5.0
 
 
 class SharedStreamManager:
@@ -69,8 +70,10 @@ class SharedStreamManager:
     with ``SubscriberOverflow``. ``ack_timeout``: seconds (from broadcast) within which an
     ack-mode subscriber must resolve an event before it is failed with ``AckTimeout``.
     ``cohort_grace_period``: seconds a new group waits before its first poll, so siblings
-    that (re)subscribe together all see the first event. ``clock``: monotonic seconds, used
-    for ack timeouts only. ``stop_grace_period``: bound on draining advances at stop.
+    that (re)subscribe together all see the first event. ``cohort_return``: ack mode, how
+    long a group waits (fanning nothing out) for a subscriber that failed to be back (the
+    events it failed come back from the broker, it must see them too). ``clock``: monotonic
+    seconds, for ack timeouts only. ``stop_grace_period``: bound on draining advances at stop.
     ``may_advance``: asked right before every ``producer.advance`` (the owner's lease, see
     ``fence``); an advance it refuses ends its group, and the broker redelivers.
     """
@@ -81,6 +84,7 @@ class SharedStreamManager:
         max_subscriber_queue: int = 1024,
         ack_timeout: float = 300.0,
         cohort_grace_period: float = 0.0,
+        cohort_return: float = DEFAULT_COHORT_RETURN_S,
         clock: Callable[[], float] = time.monotonic,
         stop_grace_period: float = DEFAULT_STOP_GRACE_PERIOD_S,
         may_advance: Callable[[], bool] | None = None,
@@ -88,6 +92,7 @@ class SharedStreamManager:
         _check_positive("max_subscriber_queue", max_subscriber_queue)
         _check_positive("ack_timeout", ack_timeout)
         _check_positive("stop_grace_period", stop_grace_period)
+        _check_positive("cohort_return", cohort_return)
         if not cohort_grace_period >= 0:
             raise ValueError(f"cohort_grace_period must be >= 0, got {cohort_grace_period!r}")
         self._clock = clock
@@ -110,6 +115,7 @@ class SharedStreamManager:
             max_queue=max_subscriber_queue,
             ack_timeout_s=ack_timeout,
             cohort_grace_s=cohort_grace_period,
+            cohort_return_s=cohort_return,
             stop_grace_s=stop_grace_period,
             clock=clock,
             may_advance=self._may_advance,
@@ -382,7 +388,7 @@ class SharedStreamManager:
         cohort = self._cohorts.pop(key, frozenset())
         if previous is not None:  # still draining: how it ends, and its subscribers
             ended = group_end(previous, now)
-            cohort = previous.departed if previous.terminated else cohort
+            cohort = previous.returning or cohort
         group.cohort = cohort
         level, note = start_note(ended, now)
         logger.log(
@@ -409,8 +415,8 @@ class SharedStreamManager:
             self._forget_group(group)
             if group.key not in self._groups:  # no group of the key took its place yet
                 self._ended[group.key] = group_end(group, self._clock())
-            if group.terminated and group.departed and group.key not in self._groups:
-                self._cohorts[group.key] = group.departed
+            if group.returning and group.key not in self._groups:
+                self._cohorts[group.key] = group.returning
 
     def _stray_cancel(self, group: SharedStreamGroup, exc: BaseException) -> None:
         """A ``CancelledError`` nobody asked for left the group (a broker client awaited a

@@ -21,7 +21,8 @@ class GroupSettings:
     cohort_grace_s: float
     stop_grace_s: float
     clock: Callable[[], float]
-    #: how long a key's new group waits for the subscribers of its failed predecessor
+    #: how long a key's new group waits for the subscribers of its failed predecessor, and
+    #: a group for a subscriber that failed (ack mode), before it fans out without them
     cohort_return_s: float = 5.0
     #: asked right before every ``producer.advance``, which waits while it is False: while
     #: the owner of the groups cannot tell it still holds its lease (a fenced manager ends

@@ -15,6 +15,7 @@ __all__ = ("CLAIM_IDLE_INTERVAL_S", "NEW_TRIGGER_POLL_S", "TriggererSettings")
 
 CLAIM_IDLE_INTERVAL_S: Final = 1.0
 NEW_TRIGGER_POLL_S: Final = 0.1
+COHORT_RETURN_MARGIN_S: Final = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,3 +40,9 @@ class TriggererSettings:
     keep_events_while_paused: bool = True
     # gc young-generation threshold while running (None: the interpreter's); see collector
     gc_young_threshold: int | None = DEFAULT_YOUNG_THRESHOLD
+
+    @property
+    def cohort_return_s(self) -> float:
+        """How long a shared-stream group waits for a watcher that failed (it fans nothing
+        out meanwhile): its first restart backoff, plus five seconds for its start."""
+        return self.restart_backoff_s[0] + COHORT_RETURN_MARGIN_S

@@ -4,9 +4,8 @@ One ``job`` row with heartbeats (``engine.jobs.service``); a claim loop (``claim
 whose rounds take unassigned rows and rows of dead triggerers up to the remaining capacity
 (``FOR UPDATE SKIP LOCKED`` on PostgreSQL) and stop locally every trigger whose row is no
 longer ours; one outbox drained by one persister; a loop watchdog; periodic clean-up of
-unreferenced rows and of deferrals past their timeout. Deferred-task triggers, watcher
-triggers and shared-stream subscribers share this runtime.
-"""
+unreferenced rows and of deferrals past their timeout. Deferred-task and watcher triggers
+(shared-stream subscribers among them) share this runtime."""
 
 from __future__ import annotations
 
@@ -104,6 +103,7 @@ class Triggerer:
             max_subscriber_queue=settings.subscriber_queue_size,
             ack_timeout=settings.ack_timeout_s,
             cohort_grace_period=settings.cohort_grace_period_s,
+            cohort_return=settings.cohort_return_s,
             may_advance=self.lease.holds,
         )
         self.runner = TriggerRunner(

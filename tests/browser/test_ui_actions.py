@@ -117,7 +117,11 @@ def on_a_phone(page: Page, folder: Path, name: str, selector: str = "main") -> N
 
 
 def affected(page: Page) -> list[str]:
-    rows = page.get_by_test_id("affected").locator("tbody tr")
+    """The task ids the confirmation page lists, once it has loaded (the click before
+    navigates: read at once, the rows would be the old page's none)."""
+    table = page.get_by_test_id("affected")
+    expect(table).to_be_visible()
+    rows = table.locator("tbody tr")
     return [str(r.get_attribute("data-task")) for r in rows.all()]
 
 

@@ -4,9 +4,16 @@ After an upstream failure every sibling watcher restarts, a few milliseconds apa
 broker that reconnects faster than that would fan its first events out to the first ones
 back only; in ack mode the group then advances past them, and the late siblings never see
 them. The new group's first poll waits until the whole cohort is back (bounded).
+
+The same holds within a group: one sibling fails (its filter raised, an ack timeout), the
+events it had fail and the broker redelivers them at once. Fanned out while it restarts,
+they would reach its siblings only, and be acked by them: that watcher would never see
+them. The group fans nothing out until it is back (bounded too).
 """
 
 from __future__ import annotations
+
+import logging
 
 import anyio
 import pytest
@@ -44,4 +51,92 @@ async def test_the_next_group_waits_for_every_sibling_of_the_failed_one() -> Non
                 await harness.wait_for_events(1)
                 assert harness.payloads == [{"n": 2}]
             await again.wait_for_advanced(1)
+            tg.cancel_scope.cancel()
+
+
+def outcomes(producer: InMemoryProducer) -> list[tuple[object, tuple[int, int, int]]]:
+    return [(p, (o.acked, o.failed, o.rejected)) for p, o in producer.advanced]
+
+
+async def test_what_a_failed_sibling_had_waits_for_its_restart() -> None:
+    with anyio.fail_after(5):
+        producer = InMemoryProducer()
+        AckTrigger.producers.append(producer)
+        async with SharedStreamManager() as mgr, anyio.create_task_group() as tg:
+            steady = SubscriberHarness(mgr, AckTrigger(), trigger_id=1)
+            failing = SubscriberHarness(
+                mgr, AckTrigger(), trigger_id=2, auto_confirm=False, unsubscribe_on_exit=False
+            )
+            for harness in (steady, failing):
+                tg.start_soon(harness.run)
+            await producer.put({"n": 1}, "delivery-1")
+            await failing.wait_for_events(1)
+            await steady.wait_for_events(1)
+            await mgr.unsubscribe(2, failing.key, failed=True)  # its filter raised
+            await producer.wait_for_advanced(1)
+            assert outcomes(producer) == [("delivery-1", (1, 1, 0))]  # redelivered
+            await producer.put({"n": 1}, "delivery-2")  # the broker's redelivery, at once
+            await anyio.wait_all_tasks_blocked()
+            assert steady.payloads == [{"n": 1}]  # held while its sibling is away
+            assert producer.advanced_count == 1
+            back = SubscriberHarness(mgr, AckTrigger(), trigger_id=2)  # the restart
+            tg.start_soon(back.run)
+            await back.wait_for_events(1)
+            await steady.wait_for_events(2)
+            await producer.wait_for_advanced(2)
+            assert back.payloads == [{"n": 1}]
+            assert outcomes(producer)[1] == ("delivery-2", (2, 0, 0))
+            tg.cancel_scope.cancel()
+
+
+async def test_a_failed_sibling_not_back_in_time_holds_the_others_that_long_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="shared_stream.group")
+    with anyio.fail_after(5):
+        producer = InMemoryProducer()
+        AckTrigger.producers.append(producer)
+        async with (
+            SharedStreamManager(cohort_return=0.2) as mgr,
+            anyio.create_task_group() as tg,
+        ):
+            steady = SubscriberHarness(mgr, AckTrigger(), trigger_id=1)
+            gone = SubscriberHarness(mgr, AckTrigger(), trigger_id=2, unsubscribe_on_exit=False)
+            for harness in (steady, gone):
+                tg.start_soon(harness.run)
+            await producer.put({"n": 1}, "first")
+            await producer.wait_for_advanced(1)
+            await mgr.unsubscribe(2, gone.key, failed=True)
+            left_at = anyio.current_time()
+            await producer.put({"n": 2}, "second")
+            await steady.wait_for_events(2)
+            assert anyio.current_time() - left_at >= 0.2
+            await producer.wait_for_advanced(2)
+            assert outcomes(producer)[1] == ("second", (1, 0, 0))
+            tg.cancel_scope.cancel()
+    assert any(
+        getattr(r, "action", None) == "shared_stream.cohort_incomplete"
+        and "goes on without trigger(s) [2]" in r.getMessage()
+        for r in caplog.records
+    )
+
+
+async def test_a_clean_unsubscribe_holds_nothing() -> None:
+    with anyio.fail_after(5):
+        producer = InMemoryProducer()
+        AckTrigger.producers.append(producer)
+        async with (
+            SharedStreamManager(cohort_return=60.0) as mgr,  # held, it would time out
+            anyio.create_task_group() as tg,
+        ):
+            steady = SubscriberHarness(mgr, AckTrigger(), trigger_id=1)
+            leaving = SubscriberHarness(mgr, AckTrigger(), trigger_id=2, unsubscribe_on_exit=False)
+            for harness in (steady, leaving):
+                tg.start_soon(harness.run)
+            await producer.put({"n": 1}, "first")
+            await producer.wait_for_advanced(1)
+            await mgr.unsubscribe(2, leaving.key)  # removed (its DAG was deleted)
+            await producer.put({"n": 2}, "second")
+            await steady.wait_for_events(2)
+            await producer.wait_for_advanced(2)
             tg.cancel_scope.cancel()

@@ -783,16 +783,19 @@ async def test_ack_timeout_fails_the_stalled_subscriber_at_the_exact_boundary():
             assert isinstance(stalled.error, AckTimeout)
             await producer.wait_for_advanced(1)
             assert outcome_counts(producer) == [("p1", (1, 1, 0))]
+            back = start(tg, mgr, AckTrigger(source="s"), 1)  # its trigger's restart
             await producer.put({"n": 2}, "p2")
             await producer.wait_for_advanced(2)
             assert healthy.error is None
+            assert back.payloads == healthy.payloads[1:] == [{"n": 2}]
             tg.cancel_scope.cancel()
 
 
 async def test_zero_subscriber_broadcast_is_advanced_and_not_clean():
     with anyio.fail_after(5):
         producer = register("s", InMemoryProducer())
-        async with SharedStreamManager(max_subscriber_queue=1) as mgr:
+        # the overflowed subscriber is never back: the group waits for it 0.05 s only
+        async with SharedStreamManager(max_subscriber_queue=1, cohort_return=0.05) as mgr:
             trigger = AckTrigger(source="s")
             mgr.subscribe(trigger_id=1, trigger=trigger, key=trigger.shared_stream_key())
             for n in range(3):  # never pulled: the second event overflows the queue
