@@ -87,7 +87,9 @@ def _setup(tmp_path: Path, template: Path) -> tuple[dict[str, str], str]:
         folder.mkdir()
     (dags / "flows.py").write_text(textwrap.dedent(DAGS.format(inbox=str(inbox))))
     url = copy_sqlite_template(template, home / "sluice.db")
-    env = engine_env(home, url=url, dags=dags, parallelism=1, heartbeat_s=0.5)
+    # heartbeats every second, dead after 2.1 s: at 0.5 s (dead after 1.05 s) a loaded test
+    # machine once made the doctor call the running engine dead ("heartbeated 1s ago")
+    env = engine_env(home, url=url, dags=dags, parallelism=1, heartbeat_s=1.0)
     return env, url
 
 
