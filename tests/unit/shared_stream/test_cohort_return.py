@@ -89,44 +89,15 @@ async def test_what_a_failed_sibling_had_waits_for_its_restart() -> None:
             tg.cancel_scope.cancel()
 
 
-async def test_a_failed_sibling_not_back_in_time_holds_the_others_that_long_only(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    caplog.set_level(logging.INFO, logger="shared_stream.group")
+async def sibling_leaves(*, failed: bool, cohort_return: float) -> tuple[float, list[object]]:
+    """Two siblings see a first event; the second leaves (``failed``, or cleanly) and never
+    comes back; then a second event. How long after the departure the steady sibling got
+    it, and the advanced outcomes."""
     with anyio.fail_after(5):
         producer = InMemoryProducer()
         AckTrigger.producers.append(producer)
         async with (
-            SharedStreamManager(cohort_return=0.2) as mgr,
-            anyio.create_task_group() as tg,
-        ):
-            steady = SubscriberHarness(mgr, AckTrigger(), trigger_id=1)
-            gone = SubscriberHarness(mgr, AckTrigger(), trigger_id=2, unsubscribe_on_exit=False)
-            for harness in (steady, gone):
-                tg.start_soon(harness.run)
-            await producer.put({"n": 1}, "first")
-            await producer.wait_for_advanced(1)
-            await mgr.unsubscribe(2, gone.key, failed=True)
-            left_at = anyio.current_time()
-            await producer.put({"n": 2}, "second")
-            await steady.wait_for_events(2)
-            assert anyio.current_time() - left_at >= 0.2
-            await producer.wait_for_advanced(2)
-            assert outcomes(producer)[1] == ("second", (1, 0, 0))
-            tg.cancel_scope.cancel()
-    assert any(
-        getattr(r, "action", None) == "shared_stream.cohort_incomplete"
-        and "goes on without trigger(s) [2]" in r.getMessage()
-        for r in caplog.records
-    )
-
-
-async def test_a_clean_unsubscribe_holds_nothing() -> None:
-    with anyio.fail_after(5):
-        producer = InMemoryProducer()
-        AckTrigger.producers.append(producer)
-        async with (
-            SharedStreamManager(cohort_return=60.0) as mgr,  # held, it would time out
+            SharedStreamManager(cohort_return=cohort_return) as mgr,
             anyio.create_task_group() as tg,
         ):
             steady = SubscriberHarness(mgr, AckTrigger(), trigger_id=1)
@@ -135,8 +106,31 @@ async def test_a_clean_unsubscribe_holds_nothing() -> None:
                 tg.start_soon(harness.run)
             await producer.put({"n": 1}, "first")
             await producer.wait_for_advanced(1)
-            await mgr.unsubscribe(2, leaving.key)  # removed (its DAG was deleted)
+            await mgr.unsubscribe(2, leaving.key, failed=failed)
+            left_at = anyio.current_time()
             await producer.put({"n": 2}, "second")
             await steady.wait_for_events(2)
+            waited = anyio.current_time() - left_at
             await producer.wait_for_advanced(2)
             tg.cancel_scope.cancel()
+    return waited, list(outcomes(producer))
+
+
+async def test_a_failed_sibling_not_back_in_time_holds_the_others_that_long_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="shared_stream.group")
+    waited, advanced = await sibling_leaves(failed=True, cohort_return=0.2)
+    assert waited >= 0.2
+    assert advanced[1] == ("second", (1, 0, 0))
+    assert any(
+        getattr(r, "action", None) == "shared_stream.cohort_incomplete"
+        and "goes on without trigger(s) [2]" in r.getMessage()
+        for r in caplog.records
+    )
+
+
+async def test_a_clean_unsubscribe_holds_nothing() -> None:
+    # removed (its DAG was deleted, say): held for it, the helper's 5 s bound would fail
+    waited, advanced = await sibling_leaves(failed=False, cohort_return=60.0)
+    assert waited < 5 and advanced[1] == ("second", (1, 0, 0))
