@@ -8,6 +8,8 @@ does when it hears one, and how it waits to listen again, is ``engine.jobs.wakeu
 
 from __future__ import annotations
 
+import os
+import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -33,6 +35,7 @@ __all__ = (
     "can_listen",
     "listening",
     "notify_scheduler",
+    "process_token",
     "sqlite_file",
 )
 
@@ -41,6 +44,8 @@ __all__ = (
 #: in another process then loops at once rather than at its idle poll.
 SCHEDULER_WORK_CHANNEL: Final = "sluice_scheduler_work"
 LISTEN_SCHEDULER_WORK: Final = f"LISTEN {SCHEDULER_WORK_CHANNEL}"
+#: Where this process's boot is told apart from a fork's (``process_token``).
+_BOOT: Final = uuid.uuid4().hex[:12]
 
 #: libpq parameters of the LISTEN connection unless its URL sets them: a bounded connect, and
 #: a dead peer noticed within about a minute.
@@ -59,13 +64,30 @@ def can_listen(db: Database) -> bool:
     return dialect.name == "postgresql" and dialect.driver == "psycopg"
 
 
-def notify_scheduler(session: Session | Connection) -> None:
+def notify_scheduler(session: Session | Connection, *, nudged_here: bool = False) -> None:
     """On PostgreSQL, notify ``SCHEDULER_WORK_CHANNEL`` at this transaction's commit (one
-    notification per transaction and channel, however often called); elsewhere nothing
-    (SQLite's listeners see the commit itself)."""
+    notification per transaction, channel and payload, however often called); elsewhere
+    nothing (SQLite's listeners see the commit itself).
+
+    ``nudged_here``: a scheduler in this process, if any, is woken by the writer itself
+    when the write concerns it (the executor's outcome: ``Recorded.scheduler_needed``); the
+    notification carries ``process_token()``, which that scheduler's listener ignores
+    (``RowsSignal(ignore_payload=...)``): it would loop for nothing, and on the step's path."""
     bind = session.get_bind() if hasattr(session, "get_bind") else session
-    if bind.dialect.name == "postgresql":
+    if bind.dialect.name != "postgresql":
+        return
+    if nudged_here:
+        session.execute(
+            text("SELECT pg_notify(:channel, :payload)"),
+            {"channel": SCHEDULER_WORK_CHANNEL, "payload": process_token()},
+        )
+    else:
         session.execute(text(f"NOTIFY {SCHEDULER_WORK_CHANNEL}"))
+
+
+def process_token() -> str:
+    """This process among every process of every host (a forked child gets its own)."""
+    return f"{_BOOT}:{os.getpid()}"
 
 
 def sqlite_file(db: Database) -> Path | None:

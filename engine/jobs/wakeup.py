@@ -59,12 +59,21 @@ class RowsSignal:
     for the logs, "new trigger rows" say), notified on PostgreSQL by ``listen``'s channel."""
 
     def __init__(
-        self, db: Database, on_signal: Callable[[], None], *, listen: str, what: str
+        self,
+        db: Database,
+        on_signal: Callable[[], None],
+        *,
+        listen: str,
+        what: str,
+        ignore_payload: str | None = None,
     ) -> None:
         self._db = db
         self._on_signal = on_signal
         self._listen = listen
         self._what = what
+        # PostgreSQL: a notification with this payload is not a signal (the writer, in this
+        # process, woke the part itself when it had to: ``listen.notify_scheduler``)
+        self._ignore_payload = ignore_payload
         self.source = _source_of(db)  # "postgresql", "sqlite-wal" or None (poll only)
         # The SQLite database file (its directory is watched); None on PostgreSQL.
         self._file = sqlite_file(db) if self.source == "sqlite-wal" else None
@@ -94,8 +103,10 @@ class RowsSignal:
                     if not started:
                         task_status.started()
                         started = True
-                    async for _notify in notifications:
-                        self._on_signal()
+                    ignored = self._ignore_payload
+                    async for notify in notifications:
+                        if ignored is None or getattr(notify, "payload", None) != ignored:
+                            self._on_signal()
             except DatabaseUnavailable as exc:
                 retry_in = backoff.failed()
                 logger.warning(

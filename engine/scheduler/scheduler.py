@@ -49,7 +49,7 @@ from engine.advancing.advance import advance_run
 from engine.advancing.rules import is_condition_met
 from engine.authoring.assets import BaseAsset
 from engine.db import models
-from engine.db.listen import LISTEN_SCHEDULER_WORK
+from engine.db.listen import LISTEN_SCHEDULER_WORK, process_token
 from engine.db.queries import (
     actions,
     advancing,
@@ -173,7 +173,13 @@ class Scheduler:
         """Loop at once when another process (or this one's API) may have written work:
         on PostgreSQL the transactions that do notify ``SCHEDULER_WORK_CHANNEL``; on
         SQLite any commit (at most one signal per ``SQLITE_SIGNAL_GAP_S``)."""
-        return RowsSignal(self._db, self.nudge, listen=LISTEN_SCHEDULER_WORK, what="scheduler work")
+        return RowsSignal(
+            self._db,
+            self.nudge,
+            listen=LISTEN_SCHEDULER_WORK,
+            what="scheduler work",
+            ignore_payload=process_token(),  # a try ended here: the executor nudged us
+        )
 
     async def _loop(self) -> None:
         backoff = Backoff(self.settings.loop_interval_s)

@@ -364,7 +364,8 @@ def finish_task(
     )
     if rowcount(result) != 1:
         return False
-    notify_scheduler(session)  # a scheduler elsewhere decides the tasks below it now
+    # a scheduler elsewhere decides the tasks below it now (one here is nudged by the executor)
+    notify_scheduler(session, nudged_here=True)
     return True
 
 
