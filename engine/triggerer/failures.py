@@ -22,7 +22,9 @@ said, so that a watcher failing again the same way (a broker that stays down) st
   or a TLS handshake that failed) is an ERROR with its cause, no traceback, once per
   distinct error in the streak; the retries failing the same way are DEBUG lines;
 - any other error is an ERROR line per failure, with its traceback only the first time the
-  streak meets that error (``seen``), not at every retry.
+  streak meets that error (``seen``), not at every retry; but a subscriber whose group was
+  fenced (its triggerer lost its lease, said once by the triggerer and once per group) has
+  no traceback to show: the trigger did nothing wrong.
 
 The policy does no I/O and has no clock: time is an argument (``ran_s``). ``report`` writes
 the ERROR line and returns the ``TriggerFailed`` for the runtime to put in the outbox.
@@ -36,6 +38,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
 from engine.triggerer.outbox import TriggerFailed
+from shared_stream.exceptions import SharedStreamFenced
 from triggers.base import BaseTrigger, TriggerEvent, classpath_of
 from triggers.exceptions import (
     TriggerContractError,
@@ -101,6 +104,8 @@ class Failure:
             return cls(reason, text, unavailable=True, address=upstream_address(exc))
         if isinstance(exc, UpstreamRefused):
             return cls(f"{type(exc).__name__}: {exc}", text, refused=True, address=exc.address)
+        if isinstance(exc, SharedStreamFenced):  # the lease lost: the triggerer says where
+            return cls(repr(exc))
         return cls(repr(exc), text)
 
     @property

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Final
 import pytest
 from playwright.sync_api import expect
 
+from engine.api.security import CSRF_HEADER
 from tests.browser.engine import PASSWORD, running_ui_engine
 from tests.browser.pages import PAGE_S, csrf_of, log_in, shoot
 
@@ -73,6 +74,10 @@ def test_trigger_a_dag_watch_its_run_turn_green_and_read_a_task_log(
     context: BrowserContext, screenshot_dir: Path
 ) -> None:
     page = log_in(context, "otto", "/dags")
+    # Paused until the last task's page is open: a run of six quick tasks could otherwise
+    # reach it before the page does, and the page would load its log whole, not follow it.
+    api, headers = page.request, {CSRF_HEADER: csrf_of(page)}
+    assert api.post(f"/api/v1/dags/{MANUAL_DAG}/pause", headers=headers).ok
     row = page.locator(f'tr[data-dag="{MANUAL_DAG}"]')
     row.get_by_text("Trigger…").click()
     row.get_by_label("conf").fill('{"threshold": 10}')
@@ -94,6 +99,8 @@ def test_trigger_a_dag_watch_its_run_turn_green_and_read_a_task_log(
     page.route("**/tasks/archive/log?*", record_tail)
     tasks = page.get_by_test_id("task-instances")
     tasks.locator('tr[data-task="archive"]').get_by_role("link", name="archive").click()
+    expect(page.get_by_test_id("log")).to_be_attached()
+    assert api.post(f"/api/v1/dags/{MANUAL_DAG}/unpause", headers=headers).ok
     expect(page.get_by_test_id("task-state").locator('[data-state="success"]')).to_be_visible(
         timeout=RUN_DONE_S * 1000
     )

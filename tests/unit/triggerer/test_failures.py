@@ -20,6 +20,7 @@ from engine.triggerer.failures import (
     report,
 )
 from engine.triggerer.outbox import TriggerFailed
+from shared_stream.exceptions import SharedStreamFenced
 from triggers.base import BaseTrigger, TriggerEvent
 from triggers.exceptions import TriggerContractError, UpstreamRefused, UpstreamUnavailable
 from triggers.temporal import DateTimeTrigger, TimeDeltaTrigger
@@ -101,6 +102,20 @@ def test_report_logs_under_the_runtime_and_returns_the_outbox_item(caplog) -> No
     assert record.name == "engine.triggerer.runtime"
     assert record.__dict__["failures_in_row"] == 2
     assert "tb" not in record.getMessage()  # seen: the traceback was logged before
+
+
+def test_a_fenced_subscriber_fails_without_a_traceback(caplog) -> None:
+    """Its triggerer lost its lease (said once, with the group's end): each of its watchers
+    failing with its group says so in a line, without a traceback into shared_stream."""
+    caplog.set_level(logging.ERROR, logger="engine.triggerer.runtime")
+    try:
+        raise SharedStreamFenced("shared stream key=('k',) fenced: no heartbeat for 2.2s")
+    except SharedStreamFenced as exc:
+        failure = Failure.from_exception(exc)
+    report(5, TriggerKind.WATCHER, failure, restart_in_s=1.0)
+    (record,) = caplog.records
+    assert "SharedStreamFenced" in record.getMessage()
+    assert "Traceback" not in record.getMessage()
 
 
 def test_only_an_unreachable_upstream_is_carried_to_the_store_with_what_and_where() -> None:
