@@ -23,7 +23,7 @@ class GroupSettings:
     clock: Callable[[], float]
     #: how long a key's new group waits for the subscribers of its failed predecessor, and
     #: a group for a subscriber that failed (ack mode), before it fans out without them
-    cohort_return_s: float = 5.0
+    cohort_return_s: float
     #: asked right before every ``producer.advance``, which waits while it is False: while
     #: the owner of the groups cannot tell it still holds its lease (a fenced manager ends
     #: its groups instead, ``SharedStreamManager.fence``)
